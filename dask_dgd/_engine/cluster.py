@@ -1,0 +1,303 @@
+"""Attaching to a Dask cluster and placing shards on its workers.
+
+``client=None`` resolves, at fit time, to the default Dask client if one exists;
+otherwise small in-memory fits run in process (a cluster would only add latency) and
+everything else uses an embedded :class:`~distributed.LocalCluster`, started once on
+first need, reused by later fits and closed at interpreter exit.
+"""
+
+import atexit
+import logging
+import os
+import threading
+import uuid
+
+import dask
+import dask.array as da
+import numpy as np
+from distributed import Client, LocalCluster, futures_of, wait
+
+from .._backend import is_sparse
+from ..exceptions import ClusterError, InputError, ParameterError
+from .reduce import add_partials
+from .shards import (
+    ShardSet,
+    assign_workers,
+    check_chunking,
+    contiguous_groups,
+    even_blocks,
+    in_process_shardset,
+    make_shard,
+    InProcessExecutor,
+)
+
+__all__ = [
+    "DaskExecutor",
+    "embedded_client",
+    "get_executor",
+    "build_shardset",
+    "is_dask_collection",
+]
+
+logger = logging.getLogger("dask_dgd")
+
+#: In-memory inputs up to this many bytes are fitted in process when no client exists.
+INPROCESS_MAX_BYTES_DEFAULT = 64 * 2**20
+
+_embedded = {"client": None, "cluster": None}
+_embedded_lock = threading.Lock()
+
+
+def is_dask_collection(x):
+    return dask.is_dask_collection(x)
+
+
+def embedded_client():
+    """The process-wide embedded LocalCluster client, started on first call."""
+    with _embedded_lock:
+        client = _embedded["client"]
+        if client is not None and client.status == "running":
+            return client
+        n_workers = int(dask.config.get("dgd.embedded-workers", None) or min(os.cpu_count() or 1, 4))
+        cluster = LocalCluster(
+            n_workers=n_workers,
+            threads_per_worker=1,
+            processes=True,
+            dashboard_address=None,
+        )
+        client = Client(cluster, set_as_default=False)
+        _embedded.update(client=client, cluster=cluster)
+        logger.info(
+            "dask_dgd started an embedded LocalCluster with %d single-threaded workers "
+            "(pass client=... to use your own cluster)",
+            n_workers,
+        )
+        return client
+
+
+@atexit.register
+def _close_embedded():
+    client, cluster = _embedded["client"], _embedded["cluster"]
+    _embedded.update(client=None, cluster=None)
+    for obj in (client, cluster):
+        if obj is not None:
+            try:
+                obj.close()
+            except Exception:  # pragma: no cover - best effort at exit
+                pass
+
+
+def _nbytes(x):
+    if is_sparse(x):
+        return x.data.nbytes + x.indices.nbytes + x.indptr.nbytes
+    return getattr(x, "nbytes", 0)
+
+
+def get_executor(client, X):
+    """Resolve the ``client`` parameter into an executor for this fit."""
+    if client is not None:
+        if not isinstance(client, Client):
+            raise ParameterError(
+                f"client must be a distributed.Client or None; got {type(client).__name__}"
+            )
+        return DaskExecutor(client)
+    try:
+        from distributed import default_client
+
+        return DaskExecutor(default_client())
+    except ValueError:
+        pass
+    limit = dask.config.get("dgd.inprocess-max-bytes", INPROCESS_MAX_BYTES_DEFAULT)
+    if not is_dask_collection(X) and _nbytes(X) <= limit:
+        return InProcessExecutor()
+    return DaskExecutor(embedded_client())
+
+
+def _add_level(*parts):
+    return add_partials(*parts)
+
+
+class DaskExecutor:
+    """Runs shard functions as Dask tasks pinned to the shard's worker."""
+
+    kind = "dask"
+
+    def __init__(self, client):
+        self.client = client
+
+    def workers(self):
+        try:
+            self.client.wait_for_workers(1, timeout=dask.config.get("dgd.worker-timeout", 60))
+        except (TimeoutError, OSError) as err:
+            raise ClusterError(
+                f"the Dask cluster at {self.client.scheduler.address} has no workers; "
+                "start some (dask worker ADDRESS) or use client=None for an embedded cluster"
+            ) from err
+        return sorted(self.client.scheduler_info(n_workers=-1)["workers"])
+
+    def map_shards(self, fn, handles, workers, args, name, token):
+        submit = self.client.submit
+        return [
+            submit(
+                fn,
+                h,
+                *args,
+                key=f"{name}-{token}-{g}",
+                workers=None if w is None else [w],
+                allow_other_workers=True,
+                pure=False,
+            )
+            for g, (h, w) in enumerate(zip(handles, workers))
+        ]
+
+    def gather(self, handles):
+        return self.client.gather(list(handles))
+
+    def reduce_level_fn(self, name):
+        submit = self.client.submit
+
+        def level(chunks, depth):
+            return [
+                submit(_add_level, *c, key=f"dgd-reduce-{name}-{depth}-{i}", pure=False)
+                for i, c in enumerate(chunks)
+            ]
+
+        return level
+
+
+def _to_dask_arrays(X, y, sample_weight):
+    """Dask arrays for X, y, weights with matching row blocks."""
+    import dask.dataframe as dd
+
+    if isinstance(X, dd.DataFrame):
+        bad = [c for c, t in X.dtypes.items() if not np.issubdtype(t, np.number) and t != bool]
+        if bad:
+            raise InputError(f"X has non-numeric columns {bad}; encode them as numbers first")
+        X = X.to_dask_array(lengths=True)
+    if isinstance(y, (dd.Series, dd.DataFrame)):
+        y = y.to_dask_array(lengths=True)
+        if y.ndim == 2 and y.shape[1] == 1:
+            y = y[:, 0]
+    if isinstance(sample_weight, dd.Series):
+        sample_weight = sample_weight.to_dask_array(lengths=True)
+    if not isinstance(X, da.Array):
+        X = da.asarray(X)
+    check_chunking(X)
+    if X.dtype.kind not in "biuf":
+        raise InputError(
+            f"X must be numeric; got dtype {X.dtype}; encode non-numeric features first"
+        )
+    known = not any(np.isnan(c) for c in X.chunks[0])
+    arrays = [y, sample_weight]
+    for i, a in enumerate(arrays):
+        if a is None:
+            continue
+        if isinstance(a, da.Array) and a.numblocks[0] == X.numblocks[0]:
+            continue  # lengths are checked block by block in make_shard
+        if not known:
+            X = X.persist()
+            X.compute_chunk_sizes()
+            known = True
+        if isinstance(a, da.Array):
+            if any(np.isnan(c) for c in a.chunks[0]):
+                a = a.persist()
+                a.compute_chunk_sizes()
+            if a.shape[0] != X.shape[0]:
+                raise InputError(
+                    f"X and {'y' if i == 0 else 'sample_weight'} have different lengths: "
+                    f"{X.shape[0]} and {a.shape[0]}"
+                )
+            arrays[i] = a.rechunk({0: X.chunks[0]})
+        else:
+            a = np.asarray(a)
+            if a.shape[0] != X.shape[0]:
+                raise InputError(
+                    f"X and {'y' if i == 0 else 'sample_weight'} have different lengths: "
+                    f"{X.shape[0]} and {a.shape[0]}"
+                )
+            arrays[i] = da.from_array(a, chunks=(X.chunks[0],) + a.shape[1:])
+    return X, arrays[0], arrays[1]
+
+
+def _block_futures(client, arr):
+    """Persist ``arr`` and return its futures in row-block order."""
+    arr = client.persist(arr)
+    by_key = {f.key: f for f in futures_of(arr)}
+    keys = [k[0] if arr.ndim == 2 else k for k in arr.__dask_keys__()]
+    return arr, [by_key[k] for k in keys]
+
+
+def _nrows(x):
+    return x.shape[0]
+
+
+def build_shardset(executor, X, y, sample_weight, *, groups_per_worker=1, y_numeric=True):
+    """Turn the input into a :class:`ShardSet` for ``executor``.
+
+    In process: one shard, one block.  On a cluster: an in-memory input is cut into one
+    block per group and scattered; a dask input keeps its chunks as blocks, which are
+    persisted, grouped contiguously and assembled on the worker holding most of each group.
+    """
+    if isinstance(executor, InProcessExecutor):
+        return in_process_shardset(X, y, sample_weight, y_numeric=y_numeric)
+    client = executor.client
+    workers = executor.workers()
+    n_groups = len(workers) * groups_per_worker
+    if not is_dask_collection(X) and not is_dask_collection(y):
+        return _scatter_shardset(executor, X, y, sample_weight, workers, n_groups, y_numeric)
+    X, y, sample_weight = _to_dask_arrays(X, y, sample_weight)
+    X, xf = _block_futures(client, X)
+    _, yf = _block_futures(client, y)
+    sf = [None] * len(xf)
+    if sample_weight is not None:
+        _, sf = _block_futures(client, sample_weight)
+    if any(np.isnan(c) for c in X.chunks[0]):
+        rows = client.gather([client.submit(_nrows, f, pure=False) for f in xf])
+    else:
+        rows = [int(c) for c in X.chunks[0]]
+    who = client.who_has(xf)
+    block_workers = [tuple(who.get(f.key, ())) for f in xf]
+    groups = contiguous_groups(rows, n_groups)
+    placement = assign_workers(groups, block_workers, rows, workers)
+    token = uuid.uuid4().hex[:8]
+    handles = [
+        client.submit(
+            make_shard,
+            g[0],
+            [xf[b] for b in g],
+            [yf[b] for b in g],
+            [sf[b] for b in g],
+            y_numeric,
+            key=f"dgd-shard-{token}-{i}",
+            workers=[w],
+            allow_other_workers=True,
+            pure=False,
+        )
+        for i, (g, w) in enumerate(zip(groups, placement))
+    ]
+    wait(handles)
+    for h in handles:
+        if h.status == "error":
+            h.result()  # re-raise the first validation error, with its block named
+    # Record where each shard really is (its worker may have been busy or gone).
+    who = client.who_has(handles)
+    placement = [
+        w if w in who.get(h.key, ()) else (tuple(who.get(h.key, ())) or (w,))[0]
+        for h, w in zip(handles, placement)
+    ]
+    return ShardSet(executor, handles, groups, placement, rows, X.shape[1], is_sparse(X._meta))
+
+
+def _scatter_shardset(executor, X, y, sample_weight, workers, n_groups, y_numeric):
+    client = executor.client
+    bounds = even_blocks(X.shape[0], n_groups)
+    handles, groups, placement, rows = [], [], [], []
+    for i, (a, b) in enumerate(bounds):
+        sw = None if sample_weight is None else sample_weight[a:b]
+        shard = make_shard(i, [X[a:b]], [y[a:b]], [sw], y_numeric=y_numeric)
+        w = workers[i % len(workers)]
+        handles.append(client.scatter(shard, workers=[w], hash=False))
+        groups.append((i,))
+        placement.append(w)
+        rows.append(b - a)
+    return ShardSet(executor, handles, groups, placement, rows, X.shape[1], is_sparse(X))

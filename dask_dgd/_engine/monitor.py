@@ -1,0 +1,80 @@
+"""What every engine reports: one record per step, to the history, a bar, logs, callbacks."""
+
+import logging
+import time
+
+__all__ = ["Monitor", "RECORD_FIELDS"]
+
+logger = logging.getLogger("dask_dgd")
+
+#: Fields of each step record (``history_`` columns), in order.
+RECORD_FIELDS = (
+    "step",  # 1-based distributed step (one gradient evaluation over the data or a batch)
+    "iteration",  # solver iteration (L-BFGS iteration, GD step, or SGD epoch)
+    "loss",  # objective value: mean loss + penalty (on the batch, for mini-batch steps)
+    "grad_norm",  # Euclidean norm of the objective's gradient
+    "step_size",  # learning rate applied after this step (L-BFGS: None)
+    "time",  # seconds since the fit started
+    "step_time",  # wall seconds of this step, driver side
+    "compute_time_max",  # slowest group's compute time in this step
+    "compute_time_min",  # fastest group's compute time in this step
+    "n_samples",  # rows that contributed to this step
+)
+
+
+class Monitor:
+    """Collects step records and shows them.
+
+    Parameters
+    ----------
+    verbose : int
+        0: silent; 1: a tqdm progress bar; 2: also one ``logging`` line per step on the
+        ``dask_dgd`` logger.
+    callbacks : sequence of callables
+        Each is called with every record (a dict); if any returns ``True`` the fit stops
+        after that step (the record's ``stopped_by`` names it).
+    total : int or None
+        Expected number of steps, for the progress bar.
+    """
+
+    def __init__(self, verbose=0, callbacks=(), total=None, desc="dask-dgd"):
+        self.verbose = int(verbose)
+        self.callbacks = list(callbacks or ())
+        self.records = []
+        self.t0 = time.perf_counter()
+        self.stop_requested = False
+        self._bar = None
+        if self.verbose >= 1:
+            from tqdm.auto import tqdm
+
+            self._bar = tqdm(total=total, desc=desc, unit="step", leave=False)
+
+    def elapsed(self):
+        return time.perf_counter() - self.t0
+
+    def record(self, **fields):
+        rec = {name: fields.get(name) for name in RECORD_FIELDS}
+        rec["time"] = self.elapsed()
+        self.records.append(rec)
+        if self._bar is not None:
+            self._bar.update(1)
+            self._bar.set_postfix(loss=f"{rec['loss']:.6g}", refresh=False)
+        if self.verbose >= 2:
+            logger.info(
+                "step %d iter %d loss %.8g |grad| %.3g step_size %s %.3fs",
+                rec["step"],
+                rec["iteration"],
+                rec["loss"],
+                rec["grad_norm"],
+                rec["step_size"],
+                rec["step_time"],
+            )
+        for cb in self.callbacks:
+            if cb(rec) is True:
+                self.stop_requested = True
+        return rec
+
+    def close(self):
+        if self._bar is not None:
+            self._bar.close()
+            self._bar = None

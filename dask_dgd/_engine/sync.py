@@ -1,0 +1,305 @@
+"""Synchronous distributed gradient descent: L-BFGS, full-batch and mini-batch steps.
+
+One *step* = one task per shard computing the sums ``(loss, gradient, weight)`` at the
+current parameters, a fixed-shape tree reduction, and an update on the driver.  All
+solvers share :class:`Evaluator`, so they report the same records and obey the same
+determinism contract.
+"""
+
+import math
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+import scipy.optimize
+
+from ..exceptions import DivergenceError, ParameterError
+from ..losses import lipschitz_bound
+from ..optim import LBFGS, SGD
+from .shards import shard_loss_grad, shard_minibatch, shard_sample
+
+__all__ = ["Evaluator", "FitResult", "run_lbfgs", "run_first_order", "batch_allocation"]
+
+#: Rows sampled (in total, over all shards) to estimate the Lipschitz constant.
+LIPSCHITZ_SAMPLE_ROWS = 8192
+#: Consecutive learning-rate halvings after which a fit is declared divergent.
+MAX_BACKOFFS = 30
+#: Epochs without improvement of more than ``tol`` after which mini-batch training stops.
+N_ITER_NO_CHANGE = 5
+
+
+@dataclass
+class FitResult:
+    """What a solver returns to the estimator."""
+
+    params: np.ndarray
+    n_iter: int
+    converged: bool
+    n_steps: int
+    optimizer: object = None
+    opt_state: object = None
+    message: str = ""
+    records: list = field(default_factory=list)
+
+
+class Evaluator:
+    """The distributed objective: mean loss over the shards plus the penalty."""
+
+    def __init__(self, shards, objective, penalty, split_every, monitor):
+        self.shards = shards
+        self.objective = objective
+        self.penalty = penalty
+        self.split_every = split_every
+        self.monitor = monitor
+        self.n_steps = 0
+
+    def _finish(self, partial, params):
+        if partial.weight_sum <= 0:
+            raise ParameterError(
+                "the total sample weight is zero; give some samples a positive weight"
+            )
+        pen, pen_grad = self.penalty.smooth_value_gradient(params, self.objective)
+        value = partial.loss_sum / partial.weight_sum + pen
+        grad = partial.grad_sum / partial.weight_sum + pen_grad
+        return value, grad
+
+    def full(self, params):
+        """Smooth objective value and gradient over all data (one distributed step)."""
+        t0 = time.perf_counter()
+        self.n_steps += 1
+        handles = self.shards.map(shard_loss_grad, self.objective, params, name=f"dgd-grad-{self.n_steps}")
+        partial = self.shards.reduce(handles, self.split_every, name=f"{self.n_steps}")
+        value, grad = self._finish(partial, params)
+        return value, grad, partial, time.perf_counter() - t0
+
+    def batch(self, params, seed, take):
+        """Smooth objective value and gradient on this step's mini-batch."""
+        t0 = time.perf_counter()
+        self.n_steps += 1
+        handles = self.shards.map(
+            shard_minibatch, self.objective, params, seed, self.n_steps, take, name=f"dgd-batch-{self.n_steps}"
+        )
+        partial = self.shards.reduce(handles, self.split_every, name=f"{self.n_steps}")
+        value, grad = self._finish(partial, params)
+        return value, grad, partial, time.perf_counter() - t0
+
+    def record(self, iteration, value, grad, partial, step_time, step_size, params):
+        total = value + self.penalty.l1_value(params, self.objective)
+        return self.monitor.record(
+            step=self.n_steps,
+            iteration=iteration,
+            loss=float(total),
+            grad_norm=float(np.linalg.norm(grad)),
+            step_size=step_size,
+            step_time=step_time,
+            compute_time_max=partial.time_max,
+            compute_time_min=partial.time_min,
+            n_samples=partial.weight_sum,
+        )
+
+
+def run_lbfgs(evaluator, params0, settings, *, max_iter, tol):
+    """Minimise with SciPy's L-BFGS-B driving the distributed loss and gradient.
+
+    Every function evaluation is one distributed step; SciPy does the two-loop recursion
+    and the line search (Moré–Thuente) on the driver, where the parameters live.
+    """
+    if evaluator.penalty.has_l1:
+        raise ParameterError(
+            "solver='lbfgs' cannot handle an L1 penalty (l1_ratio > 0); use solver='gd' "
+            "(proximal gradient) or solver='auto'"
+        )
+    state = {"iteration": 0}
+
+    def fun(x):
+        value, grad, partial, dt = evaluator.full(x)
+        evaluator.record(state["iteration"], value, grad, partial, dt, None, x)
+        if not (math.isfinite(value) and np.all(np.isfinite(grad))):
+            # Let the line search back off rather than crash: report a huge value.
+            return 1e300, np.zeros_like(grad)
+        return value, grad
+
+    def callback(intermediate_result):
+        state["iteration"] += 1
+        if evaluator.monitor.stop_requested:
+            raise StopIteration
+
+    res = scipy.optimize.minimize(
+        fun,
+        params0,
+        method="L-BFGS-B",
+        jac=True,
+        callback=callback,
+        options={
+            "maxiter": max_iter,
+            "maxfun": max(4 * max_iter, 50),
+            "maxcor": settings.memory,
+            "maxls": settings.max_linesearch,
+            "gtol": tol,
+            "ftol": 64 * np.finfo(float).eps,
+        },
+    )
+    converged = res.status == 0 or evaluator.monitor.stop_requested
+    return FitResult(
+        params=np.asarray(res.x, dtype=np.float64),
+        n_iter=int(res.nit),
+        converged=bool(converged),
+        n_steps=evaluator.n_steps,
+        optimizer=settings,
+        message=str(res.message),
+    )
+
+
+def estimate_lipschitz(shards, objective, penalty, params):
+    """Lipschitz estimate of the mean-loss gradient from an even sample of rows."""
+    per_shard = math.ceil(LIPSCHITZ_SAMPLE_ROWS / shards.n_groups)
+    samples = [s for s in shards.map_gather(shard_sample, per_shard, name="dgd-sample") if s is not None]
+    if not samples:
+        return 1.0
+    import scipy.sparse as sp
+
+    if sp.issparse(samples[0][0]):
+        X = sp.vstack([s[0] for s in samples], format="csr")
+    else:
+        X = np.concatenate([s[0] for s in samples])
+    w = np.concatenate([s[1] for s in samples])
+    l2 = penalty.alpha * (1.0 - penalty.l1_ratio)
+    L = lipschitz_bound(objective, X, w, alpha_l2=l2, params=params)
+    return float(L) if L > 0 and math.isfinite(L) else 1.0
+
+
+def auto_learning_rate(optimizer, lipschitz, grad0):
+    """A safe first step: 1/L for (momentum) SGD; for adaptive methods, whose first
+    update moves every coordinate by about the learning rate, the largest coordinate
+    move of that 1/L gradient step."""
+    if isinstance(optimizer, SGD):
+        return 1.0 / lipschitz
+    gmax = float(np.max(np.abs(grad0))) if grad0.size else 0.0
+    return gmax / lipschitz if gmax > 0 else 1.0 / lipschitz
+
+
+def batch_allocation(block_rows, batch_size):
+    """Rows each block contributes to a global batch: proportional, largest remainder."""
+    rows = np.asarray(block_rows, dtype=np.int64)
+    total = rows.sum()
+    if batch_size >= total:
+        return rows.copy()
+    exact = rows * (batch_size / total)
+    take = np.floor(exact).astype(np.int64)
+    short = batch_size - take.sum()
+    order = np.argsort(-(exact - take), kind="stable")
+    take[order[:short]] += 1
+    return np.minimum(take, rows)
+
+
+def run_first_order(
+    evaluator,
+    params0,
+    optimizer,
+    *,
+    max_iter,
+    tol,
+    batch_size=None,
+    seed=(0,),
+    learning_rate="auto",
+    opt_state=None,
+):
+    """Gradient descent with a first-order optimizer, full batch or mini-batch.
+
+    Full batch (``batch_size=None``): at most ``max_iter`` updates; stops when the largest
+    entry of the (proximal) gradient mapping is at most ``tol``.  Mini-batch: at most
+    ``max_iter`` epochs of ``ceil(n_rows / batch_size)`` steps; stops when the epoch's mean
+    batch objective has not improved by more than ``tol`` for ``N_ITER_NO_CHANGE`` epochs.
+
+    A NaN/inf objective (or, for plain full-batch gradient descent, any increase) restores
+    the last accepted parameters and halves the learning rate; ``MAX_BACKOFFS`` halvings
+    in a row raise :class:`DivergenceError`.  ``learning_rate="auto"`` replaces the
+    optimizer's learning rate by :func:`auto_learning_rate`; anything else keeps it.
+    """
+    obj, pen, shards = evaluator.objective, evaluator.penalty, evaluator.shards
+    decay_mask = pen.mask(obj)
+    full_batch = batch_size is None or batch_size >= shards.n_rows
+    monotone = full_batch and isinstance(optimizer, SGD) and optimizer.momentum == 0
+    if full_batch:
+        steps_per_epoch = 1
+        evaluate = evaluator.full
+    else:
+        take = batch_allocation(shards.block_rows, batch_size)
+        steps_per_epoch = math.ceil(shards.n_rows / batch_size)
+
+        def evaluate(params):
+            return evaluator.batch(params, tuple(seed), take)
+
+    total_steps = max_iter * steps_per_epoch
+    params = np.array(params0, dtype=np.float64, copy=True)
+    value, grad, partial, dt = evaluate(params)
+    if learning_rate == "auto":
+        L = estimate_lipschitz(shards, obj, pen, params)
+        optimizer = optimizer.with_learning_rate(auto_learning_rate(optimizer, L, grad))
+    state = optimizer.init(params) if opt_state is None else opt_state
+
+    it, good, backoffs = 0, None, 0
+    best, no_change, epoch_values = math.inf, 0, []
+    converged = False
+    while True:
+        bad = not (math.isfinite(value) and np.all(np.isfinite(grad)))
+        if not bad and monotone and good is not None:
+            bad = value > good[2] + 1e-12 * abs(good[2])
+        if bad:
+            if good is None:
+                raise DivergenceError(
+                    f"the objective is not finite at the initial parameters (loss={value}); "
+                    "check the data for extreme values or scale the features"
+                )
+            backoffs += 1
+            if backoffs > MAX_BACKOFFS:
+                raise DivergenceError(
+                    f"the objective diverged at step {evaluator.n_steps} (loss={value}) "
+                    f"even after halving the learning rate {MAX_BACKOFFS} times; scale the "
+                    "features (e.g. StandardScaler) or pass a smaller learning_rate"
+                )
+            optimizer = optimizer.scale_learning_rate(0.5)
+            params, state, value, grad, it = good
+        else:
+            backoffs = 0
+            good = (params, state, value, grad, it)
+            lr = optimizer.current_learning_rate(state)
+            epoch = it // steps_per_epoch
+            evaluator.record(it if full_batch else epoch, value, grad, partial, dt, lr, params)
+            if evaluator.monitor.stop_requested:
+                converged = True
+                break
+            if full_batch:
+                g_map = grad
+                if pen.has_l1:
+                    g_map = (params - pen.prox(params - lr * grad, lr, obj)) / lr
+                if np.max(np.abs(g_map), initial=0.0) <= tol:
+                    converged = True
+                    break
+            else:
+                epoch_values.append(value)
+                if len(epoch_values) == steps_per_epoch:
+                    mean = float(np.mean(epoch_values))
+                    epoch_values = []
+                    no_change = no_change + 1 if mean > best - tol else 0
+                    best = min(best, mean)
+                    if no_change >= N_ITER_NO_CHANGE:
+                        converged = True
+                        break
+            if it >= total_steps:
+                break
+        lr = optimizer.current_learning_rate(state)
+        updates, state = optimizer.update(grad, state, params, decay_mask=decay_mask)
+        params = params + updates
+        if pen.has_l1:
+            params = pen.prox(params, lr, obj)
+        it += 1
+        value, grad, partial, dt = evaluate(params)
+    return FitResult(
+        params=params,
+        n_iter=it if full_batch else -(-it // steps_per_epoch),
+        converged=converged,
+        n_steps=evaluator.n_steps,
+        optimizer=optimizer,
+        opt_state=state,
+    )

@@ -1,0 +1,91 @@
+"""Declarative parameter checks: each estimator lists ``_parameter_constraints`` once.
+
+A small version of scikit-learn's idea (its ``_param_validation`` is private): a
+constraint is a type, ``None``, an :class:`Interval` or a :class:`Options`; a parameter
+is valid if it satisfies any of its constraints.
+"""
+
+import numbers
+from dataclasses import dataclass
+
+from .exceptions import ParameterError
+
+__all__ = ["Interval", "Options", "validate_params", "describe"]
+
+
+@dataclass(frozen=True)
+class Interval:
+    """Real or integral numbers in a range; ``closed`` is "both", "left", "right", "neither"."""
+
+    kind: type
+    low: float | None
+    high: float | None
+    closed: str = "both"
+
+    def __call__(self, value):
+        if isinstance(value, bool) or not isinstance(value, self.kind):
+            return False
+        lo_ok = self.low is None or (
+            value >= self.low if self.closed in ("both", "left") else value > self.low
+        )
+        hi_ok = self.high is None or (
+            value <= self.high if self.closed in ("both", "right") else value < self.high
+        )
+        return lo_ok and hi_ok
+
+    def __str__(self):
+        left = "[" if self.closed in ("both", "left") else "("
+        right = "]" if self.closed in ("both", "right") else ")"
+        lo = "-inf" if self.low is None else self.low
+        hi = "inf" if self.high is None else self.high
+        what = "an int" if self.kind is numbers.Integral else "a float"
+        return f"{what} in {left}{lo}, {hi}{right}"
+
+
+@dataclass(frozen=True)
+class Options:
+    """One of a fixed set of values (strings, usually)."""
+
+    values: frozenset
+
+    def __init__(self, *values):
+        object.__setattr__(self, "values", frozenset(values))
+
+    def __call__(self, value):
+        return isinstance(value, str) and value in self.values
+
+    def __str__(self):
+        return "one of " + ", ".join(repr(v) for v in sorted(self.values))
+
+
+def _check(constraint, value):
+    if constraint is None:
+        return value is None
+    if isinstance(constraint, type):
+        return isinstance(value, constraint) and not (
+            constraint in (numbers.Real, numbers.Integral) and isinstance(value, bool)
+        )
+    return constraint(value)
+
+
+def describe(constraint):
+    if constraint is None:
+        return "None"
+    if isinstance(constraint, type):
+        return f"an instance of {constraint.__name__}"
+    if callable(constraint) and not isinstance(constraint, (Interval, Options)):
+        return getattr(constraint, "__doc__", None) or constraint.__name__
+    return str(constraint)
+
+
+def validate_params(estimator):
+    """Raise :class:`ParameterError` for the first parameter that fits no constraint."""
+    params = estimator.get_params(deep=False)
+    for name, constraints in estimator._parameter_constraints.items():
+        value = params[name]
+        if not any(_check(c, value) for c in constraints):
+            allowed = " or ".join(describe(c) for c in constraints)
+            raise ParameterError(
+                f"The {name!r} parameter of {type(estimator).__name__} must be {allowed}; "
+                f"got {value!r}"
+            )

@@ -1,0 +1,57 @@
+"""Errors raised by dask_dgd.
+
+The hierarchy::
+
+    DGDError                         base of every dask_dgd error
+    ├── InputError (ValueError)      bad data: NaN/inf, shapes, chunking, labels
+    │   └── ChunkingError            a dask collection chunked in a way training cannot use
+    ├── ParameterError (ValueError)  a bad constructor parameter, found at fit time
+    ├── BlockError (RuntimeError)    a failure inside a worker task, with the block named
+    ├── DivergenceError (FloatingPointError)  the objective became NaN/inf or exploded
+    └── ClusterError (RuntimeError)  the Dask cluster cannot run the fit
+
+``NotFittedError`` and ``ConvergenceWarning`` are scikit-learn's own, re-exported so that
+code which already catches them keeps working.
+"""
+
+from sklearn.exceptions import ConvergenceWarning, NotFittedError
+
+__all__ = [
+    "BlockError",
+    "ChunkingError",
+    "ClusterError",
+    "ConvergenceWarning",
+    "DGDError",
+    "DivergenceError",
+    "InputError",
+    "NotFittedError",
+    "ParameterError",
+]
+
+
+class DGDError(Exception):
+    """Base class of every error raised by dask_dgd."""
+
+
+class InputError(DGDError, ValueError):
+    """The training or prediction data cannot be used as given."""
+
+
+class ChunkingError(InputError):
+    """A dask collection is chunked in a way that training cannot use."""
+
+
+class ParameterError(DGDError, ValueError):
+    """An estimator or optimizer parameter has a bad value or type."""
+
+
+class BlockError(DGDError, RuntimeError):
+    """A task failed on one block of the data; the message names the block."""
+
+
+class DivergenceError(DGDError, FloatingPointError):
+    """The objective became NaN or infinite, or grew without bound."""
+
+
+class ClusterError(DGDError, RuntimeError):
+    """The Dask cluster cannot run the fit (no workers, lost every worker)."""

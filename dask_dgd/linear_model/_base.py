@@ -1,0 +1,399 @@
+"""Shared machinery of the linear estimators: validation, shards, solver choice, predict.
+
+Estimators are thin: they check their parameters, hand the data to the engine as shards,
+pick the objective, penalty and optimizer, run a solver and store the fitted attributes.
+"""
+
+import numbers
+import warnings
+
+import numpy as np
+from sklearn.base import BaseEstimator
+from sklearn.utils import check_random_state
+from sklearn.utils.validation import check_is_fitted, validate_data
+
+from .._backend import asarray_like, get_namespace, is_sparse
+from .._engine.cluster import build_shardset, get_executor, is_dask_collection
+from .._engine.monitor import Monitor
+from .._engine.shards import check_chunking, shard_summary
+from .._engine.sync import Evaluator, run_first_order, run_lbfgs
+from .._validation import Interval, Options, validate_params
+from ..exceptions import ConvergenceWarning, InputError, ParameterError
+from ..losses import LinearObjective, Penalty
+from ..optim import LBFGS, FirstOrderOptimizer, Schedule, get_optimizer
+
+__all__ = ["DGDLinearModel", "SHARED_PARAMS_DOC"]
+
+#: Rows per step of ``partial_fit`` when ``batch_size`` is None.
+PARTIAL_FIT_BATCH = 256
+
+SHARED_PARAMS_DOC = """    l1_ratio : float in [0, 1], default=0.0
+        Share of the L1 term in the elastic-net penalty (1 is the lasso).  The intercept
+        is never penalised.  L1 is handled by a proximal step, so it needs a first-order
+        solver ("gd" or "sgd"; "auto" picks "gd").
+    fit_intercept : bool, default=True
+        Whether to fit an intercept.
+    solver : {"auto", "lbfgs", "gd", "sgd"}, default="auto"
+        "lbfgs": quasi-Newton on the full distributed loss and gradient (SciPy's
+        L-BFGS-B with a line search), the fastest way to the exact optimum of a smooth
+        convex problem.  "gd": full-batch steps of a first-order ``optimizer``.  "sgd":
+        mini-batch steps of ``batch_size`` rows.  "auto" picks "lbfgs", or "gd" for an L1
+        penalty or a first-order ``optimizer``, or "sgd" when ``batch_size`` is set.
+    optimizer : str or optimizer object, default=None
+        For "gd"/"sgd": "sgd" (plain gradient descent, the default), "adam", "adamw",
+        "rmsprop", "adagrad", or an object from :mod:`dask_dgd.optim` (e.g.
+        ``optim.sgd(momentum=0.9, nesterov=True)``), whose own learning rate is used unless
+        ``learning_rate`` is a number or schedule.  An :class:`~dask_dgd.optim.LBFGS` object
+        sets L-BFGS's memory and line-search length.
+    learning_rate : "auto", float or Schedule, default="auto"
+        "auto" derives the step from a Lipschitz estimate L of the gradient, taken from
+        an even sample of rows: 1/L for SGD, and for adaptive optimizers the largest
+        coordinate move of that first 1/L step.  A NaN/inf objective (or any increase in
+        plain full-batch gradient descent) restores the last good parameters and halves it.
+    batch_size : int, default=None
+        Rows per mini-batch step (solver "sgd"); each block contributes its share, drawn
+        from a generator seeded by ``random_state``, the step and the block index.
+    max_iter : int, default=100
+        Iterations for "lbfgs" and "gd", epochs (passes over the data) for "sgd".
+    tol : float, default=1e-4
+        "lbfgs"/"gd": stop when the largest entry of the (proximal) gradient is at most
+        ``tol``.  "sgd": stop when the epoch's mean objective has not improved by more
+        than ``tol`` for 5 epochs.
+    split_every : int, default=8
+        Fan-in of the tree that sums the per-group gradients.  Changing it changes the
+        result only at floating-point rounding level.
+    random_state : int, RandomState or None, default=None
+        Seed of the mini-batch sampling.
+    warm_start : bool, default=False
+        Start ``fit`` from the previous ``coef_`` and ``intercept_``.
+    verbose : int, default=0
+        1 shows a progress bar, 2 also logs one line per step (logger ``dask_dgd``).
+    client : distributed.Client or None, default=None
+        The cluster to train on.  None: the default client if one exists; otherwise an
+        in-memory input under 64 MiB is fitted in process, and anything else on an
+        embedded LocalCluster started once (and logged)."""
+
+_SOLVERS = ("auto", "lbfgs", "gd", "sgd")
+
+
+def _optimizer_like(value):
+    """an optimizer name or an optimizer object from dask_dgd.optim"""
+    return isinstance(value, (str, FirstOrderOptimizer, LBFGS))
+
+
+def _client_like(value):
+    """a distributed.Client"""
+    from distributed import Client
+
+    return isinstance(value, Client)
+
+
+def _raw_block(X, coef, intercept, squeeze):
+    """Linear predictor of one block (runs on the workers for dask input)."""
+    coef = asarray_like(coef, X)
+    intercept = asarray_like(intercept, X)
+    raw = X @ coef
+    if is_sparse(raw):  # pragma: no cover - scipy returns dense for sparse @ dense
+        raw = raw.toarray()
+    raw = raw + intercept
+    return raw[:, 0] if squeeze else raw
+
+
+class DGDLinearModel(BaseEstimator):
+    """Base class: a generalised linear model fitted by distributed gradient descent."""
+
+    _parameter_constraints = {
+        "alpha": [Interval(numbers.Real, 0, None, "left")],
+        "l1_ratio": [Interval(numbers.Real, 0, 1, "both")],
+        "fit_intercept": [bool],
+        "solver": [Options(*_SOLVERS)],
+        "optimizer": [None, _optimizer_like],
+        "learning_rate": [Options("auto"), Interval(numbers.Real, 0, None, "neither"), Schedule],
+        "batch_size": [None, Interval(numbers.Integral, 1, None, "left")],
+        "max_iter": [Interval(numbers.Integral, 1, None, "left")],
+        "tol": [Interval(numbers.Real, 0, None, "left")],
+        "split_every": [Interval(numbers.Integral, 2, None, "left")],
+        "random_state": [None, Interval(numbers.Integral, 0, None, "left"), np.random.RandomState],
+        "warm_start": [bool],
+        "verbose": [Interval(numbers.Integral, 0, None, "left"), bool],
+        "client": [None, _client_like],
+    }
+
+    # -------------------------------------------------------------------- hooks
+    def _make_loss(self, n_outputs):  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def _is_classifier(self):
+        return False
+
+    # ------------------------------------------------------------------ params
+    def _validate_params(self):
+        validate_params(self)
+
+    def _resolve_solver(self):
+        """(solver, optimizer) from the solver/optimizer/batch_size/l1 settings."""
+        opt = self.optimizer
+        if opt is not None:
+            opt = get_optimizer(opt)
+        solver = self.solver
+        has_l1 = self.alpha > 0 and self.l1_ratio > 0
+        if solver == "auto":
+            if isinstance(opt, LBFGS):
+                solver = "lbfgs"
+            elif self.batch_size is not None:
+                solver = "sgd"
+            elif opt is not None or has_l1:
+                solver = "gd"
+            else:
+                solver = "lbfgs"
+        if solver == "lbfgs":
+            if opt is not None and not isinstance(opt, LBFGS):
+                raise ParameterError(
+                    f"optimizer {type(opt).__name__} is a first-order optimizer; it needs "
+                    "solver='gd' (full batch) or solver='sgd' (mini-batch), not 'lbfgs'"
+                )
+            if self.batch_size is not None:
+                raise ParameterError(
+                    "solver='lbfgs' is full-batch only; drop batch_size or use solver='sgd'"
+                )
+            return solver, opt or LBFGS()
+        if isinstance(opt, LBFGS):
+            raise ParameterError(
+                f"the L-BFGS optimizer needs solver='lbfgs' (or 'auto'); got solver={solver!r}"
+            )
+        if solver == "sgd" and self.batch_size is None:
+            raise ParameterError("solver='sgd' needs a batch_size (rows per step), e.g. 256")
+        if opt is None:
+            opt = get_optimizer("sgd")
+        if self.learning_rate != "auto":
+            opt = opt.with_learning_rate(self.learning_rate)
+        return solver, opt
+
+    # ------------------------------------------------------------------- input
+    def _validate_fit_input(self, X, y, sample_weight, reset=True):
+        """In-memory input through scikit-learn's validation; dask input checked lazily."""
+        if is_dask_collection(X) or is_dask_collection(y):
+            return self._validate_dask_input(X, y, sample_weight, reset)
+        X, y = validate_data(
+            self,
+            X,
+            y,
+            reset=reset,
+            accept_sparse="csr",
+            dtype=[np.float64, np.float32],
+            y_numeric=not self._is_classifier(),
+            ensure_all_finite=False,
+            multi_output=False,
+        )
+        if sample_weight is not None:
+            sample_weight = np.asarray(sample_weight, dtype=np.float64)
+            if sample_weight.ndim == 0:
+                sample_weight = np.full(X.shape[0], float(sample_weight))
+            if sample_weight.shape != (X.shape[0],):
+                raise InputError(
+                    f"sample_weight must have shape ({X.shape[0]},) like y; got "
+                    f"{sample_weight.shape}"
+                )
+        return X, y, sample_weight
+
+    def _validate_dask_input(self, X, y, sample_weight, reset):
+        import dask.dataframe as dd
+
+        if isinstance(X, dd.DataFrame):
+            names = np.asarray(X.columns, dtype=object)
+            n_features = len(names)
+            if reset:
+                if all(isinstance(n, str) for n in names):
+                    self.feature_names_in_ = names
+                elif hasattr(self, "feature_names_in_"):
+                    del self.feature_names_in_
+        else:
+            if not is_dask_collection(X):
+                raise InputError(
+                    "y is a dask collection but X is not; pass both as dask collections "
+                    "(or both in memory)"
+                )
+            check_chunking(X)
+            n_features = X.shape[1]
+        if reset:
+            self.n_features_in_ = n_features
+        else:
+            self._check_n_features(n_features)
+        if y is None:
+            raise InputError(f"{type(self).__name__} requires y to be passed, but y is None")
+        return X, y, sample_weight
+
+    def _check_n_features(self, n_features):
+        if n_features != self.n_features_in_:
+            raise InputError(
+                f"X has {n_features} features, but {type(self).__name__} is expecting "
+                f"{self.n_features_in_} features as input"
+            )
+
+    # --------------------------------------------------------------------- fit
+    def _prepare(self, X, y, sample_weight, reset=True):
+        """Validated shards, the summary of the data, and the executor."""
+        X, y, sample_weight = self._validate_fit_input(X, y, sample_weight, reset=reset)
+        executor = get_executor(self.client, X)
+        shards = build_shardset(
+            executor, X, y, sample_weight, y_numeric=not self._is_classifier()
+        )
+        summaries = shards.map_gather(shard_summary, self._is_classifier(), name="dgd-summary")
+        if shards.n_rows == 0:
+            raise InputError(
+                f"Found array with 0 sample(s) (shape=(0, {shards.n_features})) while a "
+                f"minimum of 1 is required by {type(self).__name__}"
+            )
+        return shards, summaries
+
+    def _initial_params(self, objective, baseline):
+        if self.warm_start and hasattr(self, "coef_"):
+            coef = np.asarray(self.coef_, dtype=np.float64).T.reshape(objective.n_features, -1)
+            intercept = np.atleast_1d(np.asarray(self.intercept_, dtype=np.float64))
+            if coef.shape == (objective.n_features, objective.n_outputs):
+                return objective.pack(coef, intercept if self.fit_intercept else np.zeros_like(intercept))
+        params = np.zeros(objective.n_params)
+        if self.fit_intercept and baseline is not None:
+            coef, _ = objective.unpack(params)
+            params = objective.pack(coef, np.asarray(baseline, dtype=np.float64))
+        return params
+
+    def _run(self, shards, objective, baseline):
+        solver, optimizer = self._resolve_solver()
+        penalty = Penalty(alpha=float(self.alpha), l1_ratio=float(self.l1_ratio))
+        params0 = self._initial_params(objective, baseline)
+        monitor = Monitor(verbose=self.verbose, total=self.max_iter)
+        evaluator = Evaluator(shards, objective, penalty, self.split_every, monitor)
+        try:
+            if solver == "lbfgs":
+                result = run_lbfgs(evaluator, params0, optimizer, max_iter=self.max_iter, tol=self.tol)
+            else:
+                result = run_first_order(
+                    evaluator,
+                    params0,
+                    optimizer,
+                    max_iter=self.max_iter,
+                    tol=self.tol,
+                    batch_size=self.batch_size if solver == "sgd" else None,
+                    seed=self._seed(),
+                    learning_rate=self._learning_rate_mode(),
+                )
+        finally:
+            monitor.close()
+        self.solver_ = solver
+        self._store(result, objective, monitor.records)
+        if not result.converged:
+            warnings.warn(
+                f"{type(self).__name__} did not converge in max_iter={self.max_iter} "
+                f"{'epochs' if solver == 'sgd' else 'iterations'} (solver={solver!r}); "
+                "increase max_iter, loosen tol, or scale the features",
+                ConvergenceWarning,
+                stacklevel=3,
+            )
+        return result
+
+    def _learning_rate_mode(self):
+        """ "auto" when the engine should derive the step; otherwise the optimizer's own."""
+        by_name = self.optimizer is None or isinstance(self.optimizer, str)
+        return "auto" if by_name and self.learning_rate == "auto" else "fixed"
+
+    def _run_partial(self, shards, objective, baseline, first):
+        """One epoch of mini-batch steps, continuing the optimizer of earlier calls."""
+        if first:
+            if self.solver == "lbfgs" or isinstance(self.optimizer, LBFGS):
+                raise ParameterError(
+                    "partial_fit takes mini-batch steps and needs a first-order optimizer; "
+                    "L-BFGS (solver='lbfgs') is full-batch only"
+                )
+            optimizer = get_optimizer(self.optimizer or "sgd")
+            if self.learning_rate != "auto":
+                optimizer = optimizer.with_learning_rate(self.learning_rate)
+            params0, state, mode = self._initial_params(objective, baseline), None, self._learning_rate_mode()
+            self._partial_calls = 0
+        else:
+            optimizer, state, mode = self._optimizer_, self._opt_state_, "fixed"
+            coef, intercept = self._coef_matrix()
+            params0 = objective.pack(coef, intercept if self.fit_intercept else None)
+        self._partial_calls += 1
+        penalty = Penalty(alpha=float(self.alpha), l1_ratio=float(self.l1_ratio))
+        monitor = Monitor(verbose=self.verbose)
+        evaluator = Evaluator(shards, objective, penalty, self.split_every, monitor)
+        try:
+            result = run_first_order(
+                evaluator,
+                params0,
+                optimizer,
+                max_iter=1,
+                tol=self.tol,
+                batch_size=self.batch_size or PARTIAL_FIT_BATCH,
+                seed=(*self._seed(), self._partial_calls),
+                learning_rate=mode,
+                opt_state=state,
+            )
+        finally:
+            monitor.close()
+        self.solver_ = "sgd"
+        self._store(result, objective, monitor.records)
+
+    def _seed(self):
+        rs = self.random_state
+        if isinstance(rs, numbers.Integral):
+            return (int(rs),)
+        return (int(check_random_state(rs).randint(np.iinfo(np.int32).max)),)
+
+    def _store(self, result, objective, records):
+        import pandas as pd
+
+        coef, intercept = objective.unpack(result.params)
+        self._set_coef(coef, intercept)
+        self.n_iter_ = result.n_iter
+        self.history_ = pd.DataFrame.from_records(records)
+        self.loss_curve_ = self.history_["loss"].tolist() if len(records) else []
+        self._optimizer_ = result.optimizer
+        self._opt_state_ = result.opt_state
+
+    def _set_coef(self, coef, intercept):
+        self.coef_ = coef[:, 0].copy() if coef.shape[1] == 1 else coef.T.copy()
+        self.intercept_ = float(intercept[0]) if intercept.shape[0] == 1 else intercept.copy()
+
+    # ----------------------------------------------------------------- predict
+    def _coef_matrix(self):
+        coef = np.asarray(self.coef_, dtype=np.float64)
+        coef = coef[:, None] if coef.ndim == 1 else coef.T
+        intercept = np.atleast_1d(np.asarray(self.intercept_, dtype=np.float64))
+        return coef, intercept
+
+    def _raw(self, X, squeeze=True):
+        """Linear predictor: NumPy for in-memory X, a lazy dask array for dask X."""
+        check_is_fitted(self, "coef_")
+        coef, intercept = self._coef_matrix()
+        squeeze = squeeze and coef.shape[1] == 1
+        if is_dask_collection(X):
+            import dask.dataframe as dd
+
+            if isinstance(X, dd.DataFrame):
+                self._check_n_features(len(X.columns))
+                X = X.to_dask_array(lengths=False)
+            else:
+                check_chunking(X)
+                self._check_n_features(X.shape[1])
+            if X.dtype.kind not in "biuf":
+                raise InputError(f"X must be numeric; got dtype {X.dtype}")
+            dtype = np.float32 if X.dtype == np.float32 else np.float64
+            if squeeze:
+                kwargs = {"drop_axis": 1}
+            else:
+                kwargs = {"chunks": (X.chunks[0], (coef.shape[1],))}
+            return X.map_blocks(_raw_block, coef, intercept, squeeze, dtype=dtype, **kwargs)
+        X = validate_data(self, X, reset=False, accept_sparse="csr", dtype=[np.float64, np.float32])
+        return _raw_block(X, coef, intercept, squeeze)
+
+    def __getstate__(self):
+        state = super().__getstate__()
+        state["client"] = None  # a fitted model pickles without its cluster
+        return state
+
+    def __sklearn_tags__(self):
+        tags = super().__sklearn_tags__()
+        tags.input_tags.sparse = True
+        return tags

@@ -1,0 +1,249 @@
+"""LinearRegression and PoissonRegressor."""
+
+import numpy as np
+from sklearn.base import RegressorMixin
+from sklearn.metrics import d2_tweedie_score
+
+from ..exceptions import InputError
+from ..losses import HalfPoisson, HalfSquaredError, LinearObjective
+from ._base import DGDLinearModel, SHARED_PARAMS_DOC
+
+__all__ = ["LinearRegression", "PoissonRegressor"]
+
+
+class _Regressor(RegressorMixin, DGDLinearModel):
+    """Common fit/partial_fit/predict of the single-output regressors."""
+
+    _loss = None
+
+    def __init__(
+        self,
+        *,
+        alpha=0.0,
+        l1_ratio=0.0,
+        fit_intercept=True,
+        solver="auto",
+        optimizer=None,
+        learning_rate="auto",
+        batch_size=None,
+        max_iter=100,
+        tol=1e-4,
+        split_every=8,
+        random_state=None,
+        warm_start=False,
+        verbose=0,
+        client=None,
+    ):
+        self.alpha = alpha
+        self.l1_ratio = l1_ratio
+        self.fit_intercept = fit_intercept
+        self.solver = solver
+        self.optimizer = optimizer
+        self.learning_rate = learning_rate
+        self.batch_size = batch_size
+        self.max_iter = max_iter
+        self.tol = tol
+        self.split_every = split_every
+        self.random_state = random_state
+        self.warm_start = warm_start
+        self.verbose = verbose
+        self.client = client
+
+    def _objective(self, n_features):
+        return LinearObjective(self._loss, n_features, fit_intercept=self.fit_intercept)
+
+    def _check_target(self, summaries):
+        """Raise for targets the loss cannot take; return the baseline intercept."""
+        wsum = sum(s["weight_sum"] for s in summaries)
+        return [sum(s["wy_sum"] for s in summaries) / wsum] if wsum > 0 else None
+
+    def fit(self, X, y, sample_weight=None):
+        """Fit the model by distributed gradient descent.
+
+        Parameters
+        ----------
+        X : array-like, sparse matrix, dask array or dask DataFrame of shape (n_samples, n_features)
+            Training data; a dask array must have a single chunk along columns.
+        y : array-like or dask array of shape (n_samples,)
+            Targets.
+        sample_weight : array-like or dask array of shape (n_samples,), default=None
+            Non-negative weights of the samples.
+
+        Returns
+        -------
+        self : object
+            The fitted estimator.
+        """
+        self._validate_params()
+        shards, summaries = self._prepare(X, y, sample_weight)
+        baseline = self._check_target(summaries)
+        self._run(shards, self._objective(self.n_features_in_), baseline)
+        return self
+
+    def partial_fit(self, X, y, sample_weight=None):
+        """One pass of mini-batch steps over ``X`` (``batch_size`` rows a step, 256 if None).
+
+        Optimizer state and the learning rate carry over between calls, so a stream of
+        batches (or dask-ml's ``Incremental``) trains one model.
+
+        Returns
+        -------
+        self : object
+        """
+        first = not hasattr(self, "coef_") or not hasattr(self, "_partial_calls")
+        if first:
+            self._validate_params()
+        shards, summaries = self._prepare(X, y, sample_weight, reset=first)
+        baseline = self._check_target(summaries) if first else None
+        self._run_partial(shards, self._objective(self.n_features_in_), baseline, first)
+        return self
+
+    def predict(self, X):
+        """Predicted targets: NumPy for in-memory ``X``, a lazy dask array for dask ``X``."""
+        return self._loss_inverse_link(self._raw(X))
+
+    def _loss_inverse_link(self, raw):
+        return raw
+
+
+class LinearRegression(_Regressor):
+    __doc__ = f"""Least squares (optionally ridge, lasso or elastic-net) by distributed DGD.
+
+    Minimises the sample-weighted mean of ``0.5 * (y - X @ coef - intercept) ** 2`` plus
+    ``alpha * (l1_ratio * ||coef||_1 + (1 - l1_ratio) / 2 * ||coef||_2^2)``.
+
+    Parameters
+    ----------
+    alpha : float, default=0.0
+        Penalty strength; 0 is ordinary least squares.  scikit-learn's ``Ridge(alpha=a)``
+        on ``n`` samples is ``alpha = a / n`` here (its loss is a sum, ours a mean);
+        ``ElasticNet``/``Lasso`` use the same ``alpha`` and ``l1_ratio`` as we do.
+{SHARED_PARAMS_DOC}
+
+    Attributes
+    ----------
+    coef_ : ndarray of shape (n_features,)
+    intercept_ : float
+    n_features_in_ : int
+    feature_names_in_ : ndarray of str
+        Only when X had string column names.
+    n_iter_ : int
+        Solver iterations (SGD: epochs).
+    loss_curve_ : list of float
+        Objective value at each step.
+    history_ : pandas.DataFrame
+        One record per distributed step (see ``dask_dgd._engine.monitor.RECORD_FIELDS``).
+    solver_ : str
+        The solver actually used (``"auto"`` resolved).
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from dask_dgd import LinearRegression
+    >>> X = np.arange(20.0).reshape(10, 2); y = X @ [1.0, -2.0] + 3.0
+    >>> LinearRegression(tol=1e-10).fit(X, y).predict(X[:2]).round(6)
+    array([ 1., -1.])
+    """
+
+    _loss = HalfSquaredError()
+
+
+class PoissonRegressor(_Regressor):
+    __doc__ = f"""Poisson regression with a log link, by distributed DGD.
+
+    Minimises the sample-weighted mean of ``exp(eta) - y * eta`` (half the Poisson
+    deviance up to a constant), ``eta = X @ coef + intercept``, plus
+    ``alpha * (l1_ratio * ||coef||_1 + (1 - l1_ratio) / 2 * ||coef||_2^2)``: the same
+    objective as scikit-learn's ``PoissonRegressor(alpha=...)`` when ``l1_ratio=0``.
+
+    Parameters
+    ----------
+    alpha : float, default=1.0
+        Penalty strength (scikit-learn's default too).
+{SHARED_PARAMS_DOC}
+
+    Attributes
+    ----------
+    coef_ : ndarray of shape (n_features,)
+    intercept_ : float
+    n_features_in_, n_iter_, loss_curve_, history_, solver_
+        As in :class:`LinearRegression`.
+
+    Notes
+    -----
+    ``score`` is D², the fraction of Poisson deviance explained (scikit-learn's
+    ``PoissonRegressor.score``).  Targets must be non-negative with a positive sum.
+    """
+
+    _loss = HalfPoisson()
+
+    def __init__(
+        self,
+        *,
+        alpha=1.0,
+        l1_ratio=0.0,
+        fit_intercept=True,
+        solver="auto",
+        optimizer=None,
+        learning_rate="auto",
+        batch_size=None,
+        max_iter=100,
+        tol=1e-4,
+        split_every=8,
+        random_state=None,
+        warm_start=False,
+        verbose=0,
+        client=None,
+    ):
+        super().__init__(
+            alpha=alpha,
+            l1_ratio=l1_ratio,
+            fit_intercept=fit_intercept,
+            solver=solver,
+            optimizer=optimizer,
+            learning_rate=learning_rate,
+            batch_size=batch_size,
+            max_iter=max_iter,
+            tol=tol,
+            split_every=split_every,
+            random_state=random_state,
+            warm_start=warm_start,
+            verbose=verbose,
+            client=client,
+        )
+
+    def _check_target(self, summaries):
+        y_min = min(s["y_min"] for s in summaries)
+        wy = sum(s["wy_sum"] for s in summaries)
+        if y_min < 0:
+            raise InputError(
+                f"PoissonRegressor requires non-negative y (counts or rates); the smallest "
+                f"value is {y_min}"
+            )
+        if wy <= 0:
+            raise InputError("PoissonRegressor requires y with a positive (weighted) sum")
+        mean = super()._check_target(summaries)[0]
+        return [np.log(mean)]
+
+    def _loss_inverse_link(self, raw):
+        import dask.array as da
+
+        return da.exp(raw) if isinstance(raw, da.Array) else np.exp(raw)
+
+    def score(self, X, y, sample_weight=None):
+        """D², the fraction of Poisson deviance explained (1 is perfect)."""
+        y_pred = self.predict(X)
+        y_pred, y, sample_weight = _computed(y_pred, y, sample_weight)
+        return d2_tweedie_score(y, y_pred, sample_weight=sample_weight, power=1)
+
+    def __sklearn_tags__(self):
+        tags = super().__sklearn_tags__()
+        tags.target_tags.positive_only = True
+        return tags
+
+
+def _computed(*arrays):
+    """NumPy versions of possibly lazy arrays, computed together."""
+    import dask
+
+    return dask.compute(*arrays)

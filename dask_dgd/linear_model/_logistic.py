@@ -1,0 +1,253 @@
+"""LogisticRegression: binary and multinomial, by distributed gradient descent."""
+
+import numbers
+
+import numpy as np
+from sklearn.base import ClassifierMixin
+from sklearn.metrics import accuracy_score
+from sklearn.utils.multiclass import check_classification_targets
+
+from .._backend import get_namespace
+from .._engine.cluster import is_dask_collection
+from .._engine.shards import encode_shard
+from .._validation import Options
+from ..exceptions import InputError
+from ..losses import BinaryLogistic, LinearObjective, MultinomialLogistic
+from ._base import SHARED_PARAMS_DOC, DGDLinearModel
+from ._glm import _computed
+
+__all__ = ["LogisticRegression"]
+
+
+def _proba_block(raw, loss):
+    xp = get_namespace(raw)
+    p = loss.inverse_link(raw, xp)
+    if p.ndim == 1:
+        return xp.stack([1 - p, p], axis=1)
+    return p
+
+
+def _class_weight_like(value):
+    """a dict mapping class labels to weights"""
+    return isinstance(value, dict)
+
+
+class LogisticRegression(ClassifierMixin, DGDLinearModel):
+    __doc__ = f"""Logistic regression (binary or multinomial) by distributed DGD.
+
+    Two classes give the binary model (``coef_`` of shape (1, n_features)), more give the
+    multinomial (softmax) model with one row of ``coef_`` per class.  The objective is
+    the sample-weighted mean cross-entropy plus
+    ``alpha * (l1_ratio * ||coef||_1 + (1 - l1_ratio) / 2 * ||coef||_2^2)``.
+
+    Parameters
+    ----------
+    alpha : float, default=1e-4
+        Penalty strength.  scikit-learn's ``LogisticRegression(C=c)`` fitted on
+        ``n`` samples (total weight ``n``) is ``alpha = 1 / (c * n)`` with ``l1_ratio=0``;
+        ``SGDClassifier(loss="log_loss", alpha=a)`` is ``alpha = a``.
+    class_weight : dict, "balanced" or None, default=None
+        Weights multiplying the sample weights of each class; "balanced" uses
+        ``n_samples / (n_classes * count(class))``, as scikit-learn.
+{SHARED_PARAMS_DOC}
+
+    Attributes
+    ----------
+    classes_ : ndarray of shape (n_classes,)
+    coef_ : ndarray of shape (1, n_features) or (n_classes, n_features)
+    intercept_ : ndarray of shape (1,) or (n_classes,)
+    n_features_in_, n_iter_, loss_curve_, history_, solver_
+        As in :class:`LinearRegression`.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from dask_dgd import LogisticRegression
+    >>> X = np.array([[0.0], [1.0], [2.0], [3.0]]); y = np.array([0, 0, 1, 1])
+    >>> LogisticRegression().fit(X, y).predict([[0.2], [2.8]])
+    array([0, 1])
+    """
+
+    _parameter_constraints = {
+        **DGDLinearModel._parameter_constraints,
+        "class_weight": [None, Options("balanced"), _class_weight_like],
+    }
+
+    def __init__(
+        self,
+        *,
+        alpha=1e-4,
+        l1_ratio=0.0,
+        fit_intercept=True,
+        class_weight=None,
+        solver="auto",
+        optimizer=None,
+        learning_rate="auto",
+        batch_size=None,
+        max_iter=100,
+        tol=1e-4,
+        split_every=8,
+        random_state=None,
+        warm_start=False,
+        verbose=0,
+        client=None,
+    ):
+        self.alpha = alpha
+        self.l1_ratio = l1_ratio
+        self.fit_intercept = fit_intercept
+        self.class_weight = class_weight
+        self.solver = solver
+        self.optimizer = optimizer
+        self.learning_rate = learning_rate
+        self.batch_size = batch_size
+        self.max_iter = max_iter
+        self.tol = tol
+        self.split_every = split_every
+        self.random_state = random_state
+        self.warm_start = warm_start
+        self.verbose = verbose
+        self.client = client
+
+    def _is_classifier(self):
+        return True
+
+    def _validate_fit_input(self, X, y, sample_weight, reset=True):
+        X, y, sample_weight = super()._validate_fit_input(X, y, sample_weight, reset)
+        if not is_dask_collection(y):
+            check_classification_targets(y)
+        return X, y, sample_weight
+
+    def _labels(self, summaries):
+        parts = [s["labels"] for s in summaries if len(s["labels"])]
+        labels, counts = np.unique(np.concatenate(parts), return_inverse=True)
+        total = np.zeros(len(labels))
+        np.add.at(total, counts, np.concatenate([s["label_counts"] for s in summaries if len(s["labels"])]))
+        if labels.dtype.kind == "f" and not np.all(labels == np.round(labels)):
+            raise InputError(
+                f"Unknown label type: continuous; {type(self).__name__} needs class labels "
+                f"(got values like {labels[:3].tolist()})"
+            )
+        return labels, total
+
+    def _class_weights(self, classes, counts):
+        cw = self.class_weight
+        if cw is None:
+            return None
+        if isinstance(cw, str):  # "balanced"
+            return counts.sum() / (len(classes) * counts)
+        unknown = [k for k in cw if k not in set(classes.tolist())]
+        if unknown:
+            raise InputError(
+                f"The classes, {unknown}, are not in class_weight's keys' labels "
+                f"{classes.tolist()}"
+            )
+        return np.array([float(cw.get(c, 1.0)) for c in classes.tolist()])
+
+    def _setup(self, shards, classes, counts):
+        if len(classes) < 2:
+            raise InputError(
+                f"{type(self).__name__} needs samples of at least 2 classes in the data, "
+                f"but the data contains only one class: {classes[0]!r}"
+            )
+        cw = self._class_weights(classes, counts)
+        shards = shards.transform(encode_shard, classes, cw, name="dgd-encode")
+        K = len(classes)
+        loss = BinaryLogistic() if K == 2 else MultinomialLogistic(K)
+        weighted = counts * (1.0 if cw is None else cw)
+        p = np.clip(weighted / weighted.sum(), 1e-12, 1.0)
+        if K == 2:
+            baseline = [np.log(p[1] / p[0])]
+        else:
+            baseline = np.log(p) - np.log(p).mean()
+        objective = LinearObjective(loss, self.n_features_in_, fit_intercept=self.fit_intercept)
+        return shards, objective, baseline
+
+    def fit(self, X, y, sample_weight=None):
+        """Fit the classifier by distributed gradient descent.
+
+        Parameters
+        ----------
+        X : array-like, sparse matrix, dask array or dask DataFrame of shape (n_samples, n_features)
+        y : array-like or dask array of shape (n_samples,)
+            Class labels (numbers or strings).
+        sample_weight : array-like or dask array of shape (n_samples,), default=None
+
+        Returns
+        -------
+        self : object
+        """
+        self._validate_params()
+        shards, summaries = self._prepare(X, y, sample_weight)
+        classes, counts = self._labels(summaries)
+        shards, objective, baseline = self._setup(shards, classes, counts)
+        self.classes_ = classes
+        self._run(shards, objective, baseline)
+        return self
+
+    def partial_fit(self, X, y, classes=None, sample_weight=None):
+        """One pass of mini-batch steps over ``X``; ``classes`` is required on the first call.
+
+        Returns
+        -------
+        self : object
+        """
+        first = not hasattr(self, "_partial_calls")
+        if first:
+            self._validate_params()
+            if classes is None:
+                raise InputError(
+                    "classes must be passed on the first call to partial_fit (all labels "
+                    "the stream can contain)"
+                )
+        shards, summaries = self._prepare(X, y, sample_weight, reset=first)
+        seen, counts = self._labels(summaries)
+        all_classes = np.unique(np.asarray(classes)) if first else self.classes_
+        missing = np.setdiff1d(seen, all_classes)
+        if missing.size:
+            raise InputError(
+                f"labels {missing.tolist()} are not in classes {all_classes.tolist()}"
+            )
+        full_counts = np.ones(len(all_classes))
+        full_counts[np.searchsorted(all_classes, seen)] += counts
+        shards, objective, baseline = self._setup(shards, all_classes, full_counts)
+        self.classes_ = all_classes
+        self._run_partial(shards, objective, baseline if first else None, first)
+        return self
+
+    def decision_function(self, X):
+        """Linear predictor: shape (n,) for two classes, (n, n_classes) otherwise."""
+        return self._raw(X)
+
+    def predict_proba(self, X):
+        """Class probabilities, shape (n_samples, n_classes), columns in ``classes_`` order."""
+        raw = self._raw(X, squeeze=False)
+        loss = BinaryLogistic() if len(self.classes_) == 2 else MultinomialLogistic(len(self.classes_))
+        if is_dask_collection(raw):
+            return raw.map_blocks(
+                _proba_block, loss, chunks=(raw.chunks[0], (len(self.classes_),)), dtype=raw.dtype
+            )
+        return _proba_block(raw, loss)
+
+    def predict_log_proba(self, X):
+        """Logarithm of :meth:`predict_proba`."""
+        proba = self.predict_proba(X)
+        if is_dask_collection(proba):
+            import dask.array as da
+
+            return da.log(proba)
+        with np.errstate(divide="ignore"):
+            return np.log(proba)
+
+    def predict(self, X):
+        """Most probable class of each sample (lazy for dask ``X``)."""
+        raw = self._raw(X, squeeze=False)
+        if is_dask_collection(raw):
+            idx = raw.argmax(axis=1) if raw.shape[1] > 1 else (raw[:, 0] > 0).astype(np.int64)
+            return idx.map_blocks(lambda i, c=self.classes_: c[i], dtype=self.classes_.dtype)
+        idx = raw.argmax(axis=1) if raw.shape[1] > 1 else (raw[:, 0] > 0).astype(np.int64)
+        return self.classes_[idx]
+
+    def score(self, X, y, sample_weight=None):
+        """Mean accuracy (computes lazy inputs)."""
+        y_pred, y, sample_weight = _computed(self.predict(X), y, sample_weight)
+        return accuracy_score(y, y_pred, sample_weight=sample_weight)

@@ -1,0 +1,506 @@
+"""Linear models' objective on one block of rows: sums of loss and gradient.
+
+:class:`LinearObjective` is what a worker task runs on the block it holds: it turns
+the flat NumPy parameter vector into a coefficient matrix on the block's device,
+evaluates a pointwise loss on ``X @ coef + intercept`` and returns *sums* (never
+means) to the driver, where the tree reduction adds them.  Dense blocks may come from
+any array-API namespace (NumPy, CuPy, ``array_api_strict``); sparse blocks are SciPy
+or CuPy CSR matrices and use only ``X @ v`` and ``X.T @ v``.
+"""
+
+import numbers
+from dataclasses import dataclass
+
+import array_api_compat
+import numpy as np
+
+from .._backend import asarray_like, get_namespace, is_sparse, to_numpy
+from ..exceptions import InputError, ParameterError
+from ._penalty import Penalty
+
+__all__ = ["LinearObjective", "lipschitz_bound", "objective_value_gradient"]
+
+#: Bytes of ``X`` processed per row slice on the host: small enough to stay in the
+#: cache between ``X @ coef`` and ``X.T @ grad``, large enough for BLAS to be efficient.
+SLICE_BYTES = 4 * 2**20
+
+_MIN_SLICE_ROWS = 256
+
+
+@dataclass(frozen=True)
+class LinearObjective:
+    r"""Loss of a linear model on blocks of rows, in the flat parameter layout.
+
+    Parameters
+    ----------
+    loss : pointwise loss
+        One of :class:`HalfSquaredError`, :class:`BinaryLogistic`,
+        :class:`MultinomialLogistic`, :class:`HalfPoisson` (or any object with
+        ``n_outputs``, ``loss_gradient(y, raw, xp)`` and ``curvature_bound``).
+    n_features : int
+        Number of columns of ``X``.
+    fit_intercept : bool, default=True
+        Whether the parameters end with one intercept per output.
+    slice_bytes : int or None, default=None
+        Bytes of ``X`` processed at a time by :meth:`block_sums`.  ``None`` chooses:
+        :data:`SLICE_BYTES` (4 MiB) for dense host arrays; the whole block for CuPy
+        (a GPU gains little from slicing and pays kernel launches per slice) and for
+        sparse blocks (slicing CSR copies it, which costs more than it saves; the
+        temporaries are of size ``n_samples * n_outputs`` anyway).
+
+    Attributes
+    ----------
+    n_outputs : int
+        Columns of the linear predictor (1, or the number of classes).
+    n_params : int
+        Length of the flat parameter vector,
+        ``(n_features + fit_intercept) * n_outputs``.
+
+    Raises
+    ------
+    ParameterError
+        If ``n_features`` is not a non-negative integer or ``slice_bytes`` is not a
+        positive integer.
+
+    Notes
+    -----
+    The parameters are one flat float64 vector :math:`\theta`; reshaped to
+    ``(n_features + fit_intercept, n_outputs)`` its rows are the coefficients
+    :math:`W` followed, when ``fit_intercept``, by the intercept row :math:`b`.  For a
+    block :math:`(X, y, s)` with sample weights :math:`s` (ones when omitted) the
+    linear predictor is :math:`R = X W + \mathbf 1 b^\top` and :meth:`block_sums`
+    returns
+
+    .. math:: L = \sum_i s_i \ell(y_i, R_i), \qquad
+              \nabla_W L = X^\top G, \qquad \nabla_b L = G^\top \mathbf 1,
+              \qquad S = \sum_i s_i,
+
+    with :math:`G_i = s_i \, \partial_R \ell(y_i, R_i)`.  Sums over disjoint blocks
+    add up to the sums over their union; the mean loss is :math:`L / S` and is formed
+    once, on the driver.
+
+    A dense host block is processed in slices of about ``slice_bytes`` of ``X``: each
+    slice is read from memory once, for :math:`X_s W` and, still in cache, for
+    :math:`X_s^\top G_s`.  Temporaries are of size ``rows * n_outputs``, never
+    ``rows * n_features``.  Float32 blocks are computed in float32 and accumulated
+    in float64.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from dask_dgd.losses import HalfSquaredError, LinearObjective
+    >>> objective = LinearObjective(HalfSquaredError(), n_features=2)
+    >>> X = np.array([[1.0, 0.0], [0.0, 1.0]])
+    >>> y = np.array([1.0, 2.0])
+    >>> loss_sum, grad_sum, weight_sum = objective.block_sums(np.zeros(3), X, y)
+    >>> loss_sum, grad_sum, weight_sum
+    (2.5, array([-1., -2., -3.]), 2.0)
+    """
+
+    loss: object
+    n_features: int
+    fit_intercept: bool = True
+    slice_bytes: int | None = None
+
+    def __post_init__(self):
+        n = self.n_features
+        if isinstance(n, bool) or not isinstance(n, numbers.Integral) or n < 0:
+            raise ParameterError(f"n_features must be an integer >= 0, got {n!r}")
+        object.__setattr__(self, "n_features", int(n))
+        object.__setattr__(self, "fit_intercept", bool(self.fit_intercept))
+        size = self.slice_bytes
+        if size is not None and (
+            isinstance(size, bool) or not isinstance(size, numbers.Integral) or size < 1
+        ):
+            raise ParameterError(
+                f"slice_bytes must be a positive integer or None, got {size!r}"
+            )
+        if not callable(getattr(self.loss, "loss_gradient", None)):
+            raise ParameterError(
+                f"loss must be a pointwise loss with a loss_gradient method, "
+                f"got {self.loss!r}"
+            )
+
+    @property
+    def n_outputs(self):
+        """Columns of the linear predictor."""
+        return self.loss.n_outputs
+
+    @property
+    def n_params(self):
+        """Length of the flat parameter vector."""
+        return (self.n_features + self.fit_intercept) * self.n_outputs
+
+    # -- layout -------------------------------------------------------------------
+
+    def _matrix(self, params):
+        """``params`` as the host float64 matrix ``(n_features + fit_intercept, k)``."""
+        params = np.asarray(params, dtype=np.float64)
+        if params.shape != (self.n_params,):
+            raise InputError(
+                f"params must have shape ({self.n_params},) for {self!r}, "
+                f"got {params.shape}"
+            )
+        return params.reshape(self.n_features + self.fit_intercept, self.n_outputs)
+
+    def unpack(self, params):
+        """Split ``params`` into coefficients and intercept.
+
+        Parameters
+        ----------
+        params : ndarray of shape (n_params,)
+
+        Returns
+        -------
+        coef : ndarray of shape (n_features, n_outputs)
+            A view of ``params``.
+        intercept : ndarray of shape (n_outputs,)
+            A view of ``params``, or zeros when ``fit_intercept`` is False.
+        """
+        matrix = self._matrix(params)
+        coef = matrix[: self.n_features]
+        if self.fit_intercept:
+            return coef, matrix[self.n_features]
+        return coef, np.zeros(self.n_outputs)
+
+    def pack(self, coef, intercept=None):
+        """Flat parameter vector from coefficients and intercept (inverse of unpack).
+
+        Parameters
+        ----------
+        coef : array-like of shape (n_features, n_outputs) or (n_features,)
+            The 1-D form is accepted when ``n_outputs == 1``.
+        intercept : array-like of shape (n_outputs,), scalar or None
+            Ignored when it is None; must be None or zeros when ``fit_intercept`` is
+            False.
+
+        Returns
+        -------
+        params : ndarray of shape (n_params,), float64
+        """
+        k = self.n_outputs
+        coef = np.asarray(to_numpy(coef), dtype=np.float64)
+        if coef.ndim == 1 and k == 1:
+            coef = coef[:, None]
+        if coef.shape != (self.n_features, k):
+            raise InputError(
+                f"coef must have shape ({self.n_features}, {k}), got {coef.shape}"
+            )
+        if intercept is None:
+            intercept = np.zeros(k)
+        intercept = np.broadcast_to(
+            np.asarray(to_numpy(intercept), dtype=np.float64), (k,)
+        )
+        if not self.fit_intercept:
+            if np.any(intercept != 0):
+                raise InputError(
+                    "intercept must be None or zero when fit_intercept=False, "
+                    f"got {intercept}"
+                )
+            return coef.ravel().copy()
+        return np.concatenate([coef.ravel(), intercept])
+
+    # -- evaluation on a block ----------------------------------------------------
+
+    def _check_block(self, X):
+        if len(X.shape) != 2 or X.shape[1] != self.n_features:
+            raise InputError(
+                f"X must have shape (n_samples, {self.n_features}), got {tuple(X.shape)}"
+            )
+
+    def _on_block(self, params, X, xp):
+        """Coefficients and intercept on ``X``'s device, in the compute dtype."""
+        dtype = X.dtype if xp.isdtype(X.dtype, "real floating") else xp.float64
+        matrix = xp.astype(asarray_like(self._matrix(params), X), dtype, copy=False)
+        coef = matrix[: self.n_features, :]
+        intercept = matrix[self.n_features, :] if self.fit_intercept else None
+        return coef, intercept, dtype
+
+    @staticmethod
+    def _as_dtype(X, dtype, xp):
+        if X.dtype == dtype:
+            return X
+        return X.astype(dtype) if is_sparse(X) else xp.astype(X, dtype)
+
+    def raw_prediction(self, params, X):
+        """Linear predictor ``X @ coef + intercept``.
+
+        Parameters
+        ----------
+        params : ndarray of shape (n_params,)
+            Host (NumPy) parameters.
+        X : array of shape (n_samples, n_features)
+            Dense (any array-API namespace) or sparse CSR block.
+
+        Returns
+        -------
+        raw : array of shape (n_samples, n_outputs)
+            In ``X``'s namespace and on its device, in ``X``'s floating dtype.
+        """
+        self._check_block(X)
+        xp = get_namespace(X)
+        coef, intercept, dtype = self._on_block(params, X, xp)
+        raw = self._as_dtype(X, dtype, xp) @ coef
+        if intercept is not None:
+            raw = raw + intercept
+        return raw
+
+    def _slice_rows(self, X, xp):
+        """Rows per slice for ``X``."""
+        n = X.shape[0]
+        size = self.slice_bytes
+        if size is None:
+            if is_sparse(X) or array_api_compat.is_cupy_namespace(xp):
+                return max(n, 1)
+            size = SLICE_BYTES
+        if is_sparse(X):
+            # Bytes per row of CSR: a value and a column index per stored entry.
+            nnz_per_row = max(X.nnz / max(n, 1), 1.0)
+            row_bytes = nnz_per_row * (X.dtype.itemsize + X.indices.dtype.itemsize)
+        else:
+            row_bytes = max(self.n_features, 1) * X.dtype.itemsize
+        return max(_MIN_SLICE_ROWS, int(size // row_bytes))
+
+    def block_sums(self, params, X, y, sample_weight=None):
+        """Sums of the weighted loss, its gradient and the weights over one block.
+
+        Parameters
+        ----------
+        params : ndarray of shape (n_params,)
+            Host (NumPy) float64 parameters.
+        X : array of shape (n_samples, n_features)
+            Dense block in any array-API namespace, or a SciPy / CuPy sparse matrix
+            (CSR is fastest; other formats are converted).
+        y : array of shape (n_samples,)
+            Targets, in ``X``'s namespace (NumPy for a SciPy sparse ``X``).
+        sample_weight : array of shape (n_samples,) or None, default=None
+            Non-negative weights; None weighs every row 1.
+
+        Returns
+        -------
+        loss_sum : float
+            :math:`\\sum_i s_i \\ell(y_i, R_i)`.
+        grad_sum : ndarray of shape (n_params,), float64
+            Gradient of ``loss_sum`` with respect to ``params``, on the host.
+        weight_sum : float
+            :math:`\\sum_i s_i` (the number of rows without weights).
+
+        Raises
+        ------
+        InputError
+            If the shapes of ``params``, ``X``, ``y`` or ``sample_weight`` disagree.
+        """
+        self._check_block(X)
+        n = X.shape[0]
+        y = self._check_vector("y", y, n)
+        if sample_weight is not None:
+            sample_weight = self._check_vector("sample_weight", sample_weight, n)
+        if is_sparse(X) and X.format != "csr":
+            X = X.tocsr()
+        xp = get_namespace(X, y, sample_weight)
+        coef, intercept, dtype = self._on_block(params, X, xp)
+        y = xp.astype(y, dtype, copy=False)
+        if sample_weight is not None:
+            sample_weight = xp.astype(sample_weight, dtype, copy=False)
+
+        k = self.n_outputs
+        device = array_api_compat.device(coef)
+        grad_coef = xp.zeros((self.n_features, k), dtype=xp.float64, device=device)
+        grad_intercept = xp.zeros((k,), dtype=xp.float64, device=device)
+        loss_sum = xp.zeros((), dtype=xp.float64, device=device)
+
+        step = self._slice_rows(X, xp)
+        for start in range(0, n, step):
+            stop = min(start + step, n)
+            X_s = self._as_dtype(X[start:stop, :], dtype, xp)
+            raw = X_s @ coef
+            if intercept is not None:
+                raw = raw + intercept
+            loss_i, grad_raw = self.loss.loss_gradient(y[start:stop], raw, xp)
+            if sample_weight is not None:
+                w = sample_weight[start:stop]
+                loss_i = loss_i * w
+                grad_raw = grad_raw * w[:, None]
+            loss_sum += xp.sum(loss_i, dtype=xp.float64)
+            grad_coef += xp.astype(X_s.T @ grad_raw, xp.float64, copy=False)
+            if intercept is not None:
+                grad_intercept += xp.sum(grad_raw, axis=0, dtype=xp.float64)
+
+        if sample_weight is None:
+            weight_sum = float(n)
+        else:
+            weight_sum = float(to_numpy(xp.sum(sample_weight, dtype=xp.float64)))
+        grad = to_numpy(grad_coef)
+        if self.fit_intercept:
+            grad = np.concatenate([grad, to_numpy(grad_intercept)[None, :]])
+        return float(to_numpy(loss_sum)), grad.ravel(), weight_sum
+
+    @staticmethod
+    def _check_vector(name, v, n):
+        shape = tuple(v.shape)
+        if shape == (n, 1):
+            v = v[:, 0]
+        elif shape != (n,):
+            raise InputError(f"{name} must have shape ({n},) to match X, got {shape}")
+        return v
+
+
+def objective_value_gradient(params, objective, penalty, X, y, sample_weight=None):
+    r"""Smooth objective (mean loss plus L2 penalty) and its gradient on one array.
+
+    For tests and small in-memory problems; the distributed engine adds
+    :meth:`LinearObjective.block_sums` over blocks instead.
+
+    Parameters
+    ----------
+    params : ndarray of shape (objective.n_params,)
+    objective : LinearObjective
+    penalty : Penalty or None
+        None means no penalty.
+    X : array of shape (n_samples, objective.n_features)
+    y : array of shape (n_samples,)
+    sample_weight : array of shape (n_samples,) or None, default=None
+
+    Returns
+    -------
+    value : float
+    grad : ndarray of shape (objective.n_params,)
+
+    Raises
+    ------
+    InputError
+        If the total sample weight is zero (no rows): the mean loss is undefined.
+
+    Notes
+    -----
+    .. math:: f(\theta) = \frac{\sum_i s_i \ell(y_i, R_i)}{\sum_i s_i}
+              + \frac{\alpha (1 - \rho)}{2} \lVert W \rVert_2^2 .
+
+    The L1 part of the penalty is not included (it is not smooth); add
+    ``penalty.l1_value(params, objective)`` for the full objective.
+    """
+    loss_sum, grad_sum, weight_sum = objective.block_sums(params, X, y, sample_weight)
+    if not weight_sum > 0:
+        raise InputError(
+            f"the total sample weight is {weight_sum!r}: the mean loss needs at least "
+            "one row with positive weight"
+        )
+    penalty = Penalty() if penalty is None else penalty
+    pen_value, pen_grad = penalty.smooth_value_gradient(params, objective)
+    return loss_sum / weight_sum + pen_value, grad_sum / weight_sum + pen_grad
+
+
+def lipschitz_bound(
+    objective,
+    X_sample,
+    sample_weight=None,
+    alpha_l2=0.0,
+    *,
+    params=None,
+    max_iter=50,
+    tol=1e-7,
+):
+    r"""Estimate of the Lipschitz constant of the mean loss's gradient.
+
+    Runs on the driver, on a sample of the rows, with NumPy / SciPy (other arrays are
+    copied to the host first).
+
+    Parameters
+    ----------
+    objective : LinearObjective
+    X_sample : ndarray or sparse matrix of shape (n_samples, n_features)
+        Rows representative of the data (all of it, for a small problem).
+    sample_weight : array-like of shape (n_samples,) or None, default=None
+    alpha_l2 : float, default=0.0
+        Strength of the L2 penalty (``Penalty.l2_strength``), added to the bound.
+    params : ndarray of shape (objective.n_params,) or None, default=None
+        Only used when the loss has no curvature bound (Poisson): the curvature is
+        taken at these parameters; None means all zeros.
+    max_iter : int, default=50
+        Power iterations.
+    tol : float, default=1e-7
+        Stop early when the eigenvalue estimate changes by less than this, relatively.
+
+    Returns
+    -------
+    lipschitz : float
+
+    Raises
+    ------
+    InputError
+        If ``X_sample`` has no rows or the weights sum to zero.
+
+    Notes
+    -----
+    With :math:`X_1 = [X, \mathbf 1]` (the column of ones only when
+    ``fit_intercept``), weights :math:`s` and :math:`c` the loss's
+    ``curvature_bound``, the Hessian of the mean loss is bounded by
+    :math:`c X_1^\top \operatorname{diag}(s) X_1 / \sum_i s_i` (times the identity of
+    the outputs for the multinomial loss), so
+
+    .. math:: L = c \, \lambda_{\max}\Big(\frac{X_1^\top \operatorname{diag}(s) X_1}
+              {\sum_i s_i}\Big) + \alpha_{L2}.
+
+    :math:`\lambda_{\max}` is found by power iteration from a fixed pseudo-random
+    start, using only products with :math:`X` and :math:`X^\top`, so it scales to
+    many features and to sparse data.  Power iteration approaches
+    :math:`\lambda_{\max}` from below; after ``max_iter`` steps it is typically within
+    a few percent, and a gradient step of :math:`1/L` stays stable for any
+    :math:`L > \lambda_{\max} / 2`.
+
+    For the Poisson loss the curvature :math:`e^{r}` is unbounded; this function
+    then uses :math:`c = \max_i e^{R_i}` over the sample at ``params``.  That is a
+    *local* estimate, valid near ``params`` only: a solver must be ready to shrink
+    its step (line search or divergence guard).
+    """
+    X = X_sample if is_sparse(X_sample) else np.asarray(to_numpy(X_sample))
+    if is_sparse(X):
+        X = to_numpy(X).tocsr()
+    objective._check_block(X)
+    n = X.shape[0]
+    if n == 0:
+        raise InputError("X_sample has no rows; the Lipschitz bound needs data")
+    if sample_weight is None:
+        w = np.ones(n)
+    else:
+        w = np.asarray(to_numpy(sample_weight), dtype=np.float64).reshape(-1)
+        if w.shape != (n,):
+            raise InputError(f"sample_weight must have shape ({n},), got {w.shape}")
+    total = float(w.sum())
+    if not total > 0:
+        raise InputError(f"the sample weights sum to {total!r}; they must be positive")
+    w = w / total
+
+    curvature = objective.loss.curvature_bound
+    if curvature is None:
+        if params is None:
+            params = np.zeros(objective.n_params)
+        raw = np.asarray(objective.raw_prediction(params, X), dtype=np.float64)
+        curvature = float(np.exp(np.max(raw)))
+
+    d = objective.n_features
+    fit_intercept = objective.fit_intercept
+
+    def matvec(v):
+        u = X @ v[:d]
+        if fit_intercept:
+            u = u + v[d]
+        u = w * np.asarray(u, dtype=np.float64)
+        out = np.asarray(X.T @ u, dtype=np.float64)
+        return np.concatenate([out, [u.sum()]]) if fit_intercept else out
+
+    v = np.random.default_rng(0).standard_normal(d + fit_intercept)
+    v /= np.linalg.norm(v)
+    eigenvalue = 0.0
+    for _ in range(max_iter):
+        mv = matvec(v)
+        estimate = float(v @ mv)
+        norm = np.linalg.norm(mv)
+        if norm == 0.0:
+            break
+        v = mv / norm
+        converged = abs(estimate - eigenvalue) <= tol * abs(estimate)
+        eigenvalue = estimate
+        if converged:
+            break
+    return curvature * eigenvalue + float(alpha_l2)

@@ -1,0 +1,192 @@
+"""Elastic-net penalty on the flat parameter vector of a linear objective.
+
+The penalty acts on the driver, on NumPy parameters, once per step: it never touches
+the data.  Its smooth (L2) part is added to the gradient; its L1 part is handled by a
+proximal step (soft-thresholding), so that exact zeros appear in the coefficients.
+"""
+
+import math
+import numbers
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..exceptions import InputError, ParameterError
+
+__all__ = ["Penalty"]
+
+
+def _check_real(name, value, low, high):
+    """``value`` as a float in ``[low, high]``, or a ParameterError naming both."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise ParameterError(
+            f"{name} must be a real number in [{low}, {high}], got {value!r} "
+            f"of type {type(value).__name__}"
+        )
+    value = float(value)
+    if not (low <= value <= high):
+        raise ParameterError(f"{name} must be in the range [{low}, {high}], got {value!r}")
+    return value
+
+
+@dataclass(frozen=True)
+class Penalty:
+    r"""Elastic-net penalty on the coefficients, never on the intercept.
+
+    Parameters
+    ----------
+    alpha : float, default=0.0
+        Overall strength, ``alpha >= 0``.  ``0`` means no penalty.
+    l1_ratio : float, default=0.0
+        Share of the L1 part, ``0 <= l1_ratio <= 1``: ``0`` is ridge (L2),
+        ``1`` is lasso (L1).
+
+    Raises
+    ------
+    ParameterError
+        If ``alpha`` is negative or not finite, or ``l1_ratio`` is outside
+        ``[0, 1]``.
+
+    Notes
+    -----
+    For the coefficient matrix :math:`W` (the parameter matrix without its intercept
+    row),
+
+    .. math:: P(W) = \alpha \Big( \rho \, \lVert W \rVert_1
+              + \frac{1 - \rho}{2} \lVert W \rVert_2^2 \Big),
+
+    with :math:`\rho` = ``l1_ratio``; this is scikit-learn's ``ElasticNet``
+    convention.  The smooth part :math:`\frac{\alpha(1-\rho)}{2}\lVert W\rVert_2^2`
+    has gradient :math:`\alpha(1-\rho) W`; the L1 part is applied by its proximal
+    operator, the soft-threshold
+
+    .. math:: \operatorname{prox}_{t \alpha \rho \lVert\cdot\rVert_1}(w)
+              = \operatorname{sign}(w) \max(|w| - t \alpha \rho, 0),
+
+    for a step size :math:`t`.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from dask_dgd.losses import HalfSquaredError, LinearObjective, Penalty
+    >>> objective = LinearObjective(HalfSquaredError(), n_features=2)
+    >>> penalty = Penalty(alpha=1.0, l1_ratio=0.5)
+    >>> params = np.array([1.0, -2.0, 5.0])  # two coefficients, then the intercept
+    >>> penalty.value(params, objective)  # 0.5 * 3 + 0.25 * 5
+    2.75
+    >>> penalty.prox(params, 1.0, objective)
+    array([ 0.5, -1.5,  5. ])
+    """
+
+    alpha: float = 0.0
+    l1_ratio: float = 0.0
+
+    def __post_init__(self):
+        object.__setattr__(self, "alpha", _check_real("alpha", self.alpha, 0, math.inf))
+        if math.isinf(self.alpha):
+            raise ParameterError(f"alpha must be finite, got {self.alpha!r}")
+        object.__setattr__(self, "l1_ratio", _check_real("l1_ratio", self.l1_ratio, 0, 1))
+
+    @property
+    def has_l1(self):
+        """True when the penalty has a non-zero L1 part (a proximal step is needed)."""
+        return self.alpha > 0 and self.l1_ratio > 0
+
+    @property
+    def l2_strength(self):
+        """Coefficient ``alpha * (1 - l1_ratio)`` of the smooth part's gradient."""
+        return self.alpha * (1.0 - self.l1_ratio)
+
+    @property
+    def l1_strength(self):
+        """Coefficient ``alpha * l1_ratio`` of the L1 norm."""
+        return self.alpha * self.l1_ratio
+
+    def mask(self, objective):
+        """Boolean vector of the penalised entries of ``params`` (all but the intercept).
+
+        Parameters
+        ----------
+        objective : LinearObjective
+            Gives the parameter layout.
+
+        Returns
+        -------
+        mask : ndarray of bool, shape (objective.n_params,)
+        """
+        mask = np.ones(objective.n_params, dtype=bool)
+        if objective.fit_intercept:
+            mask[objective.n_params - objective.n_outputs :] = False
+        return mask
+
+    def _coef(self, params, objective):
+        """The penalised entries of ``params``, flat, as float64."""
+        params = np.asarray(params, dtype=np.float64)
+        if params.shape != (objective.n_params,):
+            raise InputError(
+                f"params must have shape ({objective.n_params},) for {objective!r}, "
+                f"got {params.shape}"
+            )
+        n_coef = objective.n_features * objective.n_outputs
+        return params, params[:n_coef]
+
+    def value(self, params, objective):
+        """Full penalty value (L1 and L2 parts), as a Python float."""
+        return self.smooth_value_gradient(params, objective)[0] + self.l1_value(
+            params, objective
+        )
+
+    def l1_value(self, params, objective):
+        """L1 part ``alpha * l1_ratio * ||W||_1``, as a Python float."""
+        _, coef = self._coef(params, objective)
+        if self.l1_strength == 0.0:
+            return 0.0
+        return self.l1_strength * float(np.sum(np.abs(coef)))
+
+    def smooth_value_gradient(self, params, objective):
+        """Smooth (L2) part and its gradient.
+
+        Parameters
+        ----------
+        params : ndarray of shape (objective.n_params,)
+        objective : LinearObjective
+
+        Returns
+        -------
+        value : float
+            ``alpha * (1 - l1_ratio) / 2 * ||W||_2^2``.
+        grad : ndarray of shape (objective.n_params,)
+            ``alpha * (1 - l1_ratio) * W`` on the coefficients, zero on the intercept.
+        """
+        params, coef = self._coef(params, objective)
+        grad = np.zeros_like(params)
+        strength = self.l2_strength
+        if strength == 0.0:
+            return 0.0, grad
+        grad[: coef.size] = strength * coef
+        return 0.5 * strength * float(coef @ coef), grad
+
+    def prox(self, params, step, objective):
+        """Proximal step of the L1 part: soft-threshold the coefficients.
+
+        Parameters
+        ----------
+        params : ndarray of shape (objective.n_params,)
+        step : float
+            Step size ``t >= 0``; the threshold is ``t * alpha * l1_ratio``.
+        objective : LinearObjective
+
+        Returns
+        -------
+        params : ndarray of shape (objective.n_params,)
+            A new array; the intercept is copied unchanged.  Without an L1 part this
+            is a copy of ``params``.
+        """
+        params, coef = self._coef(params, objective)
+        out = params.copy()
+        threshold = float(step) * self.l1_strength
+        if threshold < 0:
+            raise ParameterError(f"step must be >= 0, got {step!r}")
+        if threshold > 0:
+            out[: coef.size] = np.sign(coef) * np.maximum(np.abs(coef) - threshold, 0.0)
+        return out
