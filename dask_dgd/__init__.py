@@ -1,10 +1,31 @@
-"""dask_dgd: scikit-learn estimators trained by distributed gradient descent on Dask."""
+"""dask_dgd: scikit-learn estimators trained by distributed gradient descent on Dask.
 
-from . import exceptions, losses, optim
-from .exceptions import ConvergenceWarning, DivergenceError, InputError, NotFittedError, ParameterError
-from .linear_model import LinearRegression, LogisticRegression, PoissonRegressor
+The pure layers (:mod:`dask_dgd.optim`, :mod:`dask_dgd.losses`) import no Dask; the
+estimators, which need the engine, are imported on first use.
+"""
+
+import importlib
+
+from . import exceptions
+from .exceptions import (
+    ConvergenceWarning,
+    DivergenceError,
+    InputError,
+    NotFittedError,
+    ParameterError,
+)
 
 __version__ = "0.1.0"
+
+_LAZY = {
+    "LinearRegression": "dask_dgd.linear_model",
+    "LogisticRegression": "dask_dgd.linear_model",
+    "PoissonRegressor": "dask_dgd.linear_model",
+    "datasets": "dask_dgd.datasets",
+    "linear_model": "dask_dgd.linear_model",
+    "losses": "dask_dgd.losses",
+    "optim": "dask_dgd.optim",
+}
 
 __all__ = [
     "ConvergenceWarning",
@@ -16,7 +37,22 @@ __all__ = [
     "ParameterError",
     "PoissonRegressor",
     "__version__",
+    "datasets",
     "exceptions",
+    "linear_model",
     "losses",
     "optim",
 ]
+
+
+def __getattr__(name):
+    if name in _LAZY:
+        module = importlib.import_module(_LAZY[name])
+        value = module if module.__name__.endswith(name) else getattr(module, name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module 'dask_dgd' has no attribute {name!r}")
+
+
+def __dir__():
+    return sorted(__all__)

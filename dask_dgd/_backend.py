@@ -9,10 +9,11 @@ look for it.
 import sys
 
 import array_api_compat
+import array_api_compat.numpy  # noqa: F401  (get_namespace() of nothing returns it)
 import numpy as np
 import scipy.sparse as sp
 
-__all__ = ["get_namespace", "is_sparse", "to_numpy", "asarray_like", "row_slice"]
+__all__ = ["get_namespace", "is_sparse", "to_numpy", "asarray_like"]
 
 
 def _cupyx_sparse():
@@ -69,7 +70,3 @@ def asarray_like(values, like):
     device = None if is_sparse(like) else array_api_compat.device(like)
     return xp.asarray(values, device=device)
 
-
-def row_slice(x, start, stop):
-    """Rows ``start:stop`` of a dense or sparse 2-D block."""
-    return x[start:stop]

@@ -15,7 +15,7 @@ import uuid
 import dask
 import dask.array as da
 import numpy as np
-from distributed import Client, LocalCluster, futures_of, wait
+from distributed import Client, LocalCluster, futures_of
 
 from .._backend import is_sparse
 from ..exceptions import ClusterError, InputError, ParameterError
@@ -63,14 +63,14 @@ def embedded_client():
             n_workers=n_workers,
             threads_per_worker=1,
             processes=True,
-            dashboard_address=None,
         )
         client = Client(cluster, set_as_default=False)
         _embedded.update(client=client, cluster=cluster)
         logger.info(
-            "dask_dgd started an embedded LocalCluster with %d single-threaded workers "
-            "(pass client=... to use your own cluster)",
+            "dask_dgd started an embedded LocalCluster with %d single-threaded workers, "
+            "dashboard %s (pass client=... to use your own cluster)",
             n_workers,
+            client.dashboard_link,
         )
         return client
 
@@ -275,10 +275,9 @@ def build_shardset(executor, X, y, sample_weight, *, groups_per_worker=1, y_nume
         )
         for i, (g, w) in enumerate(zip(groups, placement))
     ]
-    wait(handles)
-    for h in handles:
-        if h.status == "error":
-            h.result()  # re-raise the first validation error, with its block named
+    for h in handles:  # wait; re-raise the first validation error, its block named
+        if h.exception() is not None:
+            h.result()
     # Record where each shard really is (its worker may have been busy or gone).
     who = client.who_has(handles)
     placement = [

@@ -211,15 +211,18 @@ def run_first_order(
     ``max_iter`` epochs of ``ceil(n_rows / batch_size)`` steps; stops when the epoch's mean
     batch objective has not improved by more than ``tol`` for ``N_ITER_NO_CHANGE`` epochs.
 
-    A NaN/inf objective (or, for plain full-batch gradient descent, any increase) restores
-    the last accepted parameters and halves the learning rate; ``MAX_BACKOFFS`` halvings
+    A NaN/inf objective (or, full batch, any increase for optimizers other than momentum
+    SGD) restores the last accepted parameters and halves the learning rate; ``MAX_BACKOFFS`` halvings
     in a row raise :class:`DivergenceError`.  ``learning_rate="auto"`` replaces the
     optimizer's learning rate by :func:`auto_learning_rate`; anything else keeps it.
     """
     obj, pen, shards = evaluator.objective, evaluator.penalty, evaluator.shards
     decay_mask = pen.mask(obj)
     full_batch = batch_size is None or batch_size >= shards.n_rows
-    monotone = full_batch and isinstance(optimizer, SGD) and optimizer.momentum == 0
+    # Full batch, every optimizer but momentum SGD must decrease the objective each step
+    # (heavy-ball/Nesterov are legitimately non-monotone); an increase means the step is
+    # too long for the local curvature, or an adaptive method oscillates: halve it.
+    monotone = full_batch and not (isinstance(optimizer, SGD) and optimizer.momentum > 0)
     if full_batch:
         steps_per_epoch = 1
         evaluate = evaluator.full

@@ -244,6 +244,11 @@ class DGDLinearModel(BaseEstimator):
                 f"Found array with 0 sample(s) (shape=(0, {shards.n_features})) while a "
                 f"minimum of 1 is required by {type(self).__name__}"
             )
+        if sum(s["weight_sum"] for s in summaries) <= 0:
+            raise InputError(
+                "Sample weights must contain at least one non-zero number: the total "
+                "sample weight is zero"
+            )
         return shards, summaries
 
     def _initial_params(self, objective, baseline):
@@ -297,23 +302,33 @@ class DGDLinearModel(BaseEstimator):
         by_name = self.optimizer is None or isinstance(self.optimizer, str)
         return "auto" if by_name and self.learning_rate == "auto" else "fixed"
 
-    def _run_partial(self, shards, objective, baseline, first):
-        """One epoch of mini-batch steps, continuing the optimizer of earlier calls."""
-        if first:
-            if self.solver == "lbfgs" or isinstance(self.optimizer, LBFGS):
-                raise ParameterError(
-                    "partial_fit takes mini-batch steps and needs a first-order optimizer; "
-                    "L-BFGS (solver='lbfgs') is full-batch only"
-                )
+    def _run_partial(self, shards, objective, baseline):
+        """One epoch of mini-batch steps, continuing the optimizer of earlier calls.
+
+        The first call on an unfitted estimator starts from the baseline intercept with a
+        fresh optimizer (``learning_rate="auto"`` derived from this data); after ``fit``
+        with a full-batch solver it starts from the fitted coefficients.
+        """
+        if self.solver == "lbfgs" or isinstance(self.optimizer, LBFGS):
+            raise ParameterError(
+                "partial_fit takes mini-batch steps and needs a first-order optimizer; "
+                "L-BFGS (solver='lbfgs') is full-batch only"
+            )
+        fitted = hasattr(self, "coef_")
+        state = getattr(self, "_opt_state_", None) if fitted else None
+        if state is not None:
+            optimizer, mode = self._optimizer_, "fixed"
+        else:
             optimizer = get_optimizer(self.optimizer or "sgd")
             if self.learning_rate != "auto":
                 optimizer = optimizer.with_learning_rate(self.learning_rate)
-            params0, state, mode = self._initial_params(objective, baseline), None, self._learning_rate_mode()
-            self._partial_calls = 0
-        else:
-            optimizer, state, mode = self._optimizer_, self._opt_state_, "fixed"
+            mode = self._learning_rate_mode()
+        if fitted:
             coef, intercept = self._coef_matrix()
             params0 = objective.pack(coef, intercept if self.fit_intercept else None)
+        else:
+            params0 = self._initial_params(objective, baseline)
+        self._partial_calls = getattr(self, "_partial_calls", 0)
         self._partial_calls += 1
         penalty = Penalty(alpha=float(self.alpha), l1_ratio=float(self.l1_ratio))
         monitor = Monitor(verbose=self.verbose)
@@ -373,7 +388,7 @@ class DGDLinearModel(BaseEstimator):
 
             if isinstance(X, dd.DataFrame):
                 self._check_n_features(len(X.columns))
-                X = X.to_dask_array(lengths=False)
+                X = X.to_dask_array()
             else:
                 check_chunking(X)
                 self._check_n_features(X.shape[1])

@@ -90,12 +90,12 @@ class _Regressor(RegressorMixin, DGDLinearModel):
         -------
         self : object
         """
-        first = not hasattr(self, "coef_") or not hasattr(self, "_partial_calls")
+        first = not hasattr(self, "coef_")
         if first:
             self._validate_params()
         shards, summaries = self._prepare(X, y, sample_weight, reset=first)
         baseline = self._check_target(summaries) if first else None
-        self._run_partial(shards, self._objective(self.n_features_in_), baseline, first)
+        self._run_partial(shards, self._objective(self.n_features_in_), baseline)
         return self
 
     def predict(self, X):

@@ -191,7 +191,7 @@ class LogisticRegression(ClassifierMixin, DGDLinearModel):
         -------
         self : object
         """
-        first = not hasattr(self, "_partial_calls")
+        first = not hasattr(self, "coef_")
         if first:
             self._validate_params()
             if classes is None:
@@ -211,7 +211,7 @@ class LogisticRegression(ClassifierMixin, DGDLinearModel):
         full_counts[np.searchsorted(all_classes, seen)] += counts
         shards, objective, baseline = self._setup(shards, all_classes, full_counts)
         self.classes_ = all_classes
-        self._run_partial(shards, objective, baseline if first else None, first)
+        self._run_partial(shards, objective, baseline)
         return self
 
     def decision_function(self, X):

@@ -253,12 +253,14 @@ class LinearObjective:
             if is_sparse(X) or array_api_compat.is_cupy_namespace(xp):
                 return max(n, 1)
             size = SLICE_BYTES
+        floating = xp.isdtype(X.dtype, "real floating")
+        itemsize = xp.finfo(X.dtype).bits // 8 if floating else 8
         if is_sparse(X):
             # Bytes per row of CSR: a value and a column index per stored entry.
             nnz_per_row = max(X.nnz / max(n, 1), 1.0)
-            row_bytes = nnz_per_row * (X.dtype.itemsize + X.indices.dtype.itemsize)
+            row_bytes = nnz_per_row * (itemsize + X.indices.dtype.itemsize)
         else:
-            row_bytes = max(self.n_features, 1) * X.dtype.itemsize
+            row_bytes = max(self.n_features, 1) * itemsize
         return max(_MIN_SLICE_ROWS, int(size // row_bytes))
 
     def block_sums(self, params, X, y, sample_weight=None):
@@ -300,7 +302,10 @@ class LinearObjective:
         xp = get_namespace(X, y, sample_weight)
         coef, intercept, dtype = self._on_block(params, X, xp)
         y = xp.astype(y, dtype, copy=False)
-        if sample_weight is not None:
+        if sample_weight is None:
+            weight_sum = float(n)
+        else:
+            weight_sum = float(to_numpy(xp.sum(sample_weight, dtype=xp.float64)))
             sample_weight = xp.astype(sample_weight, dtype, copy=False)
 
         k = self.n_outputs
@@ -326,10 +331,6 @@ class LinearObjective:
             if intercept is not None:
                 grad_intercept += xp.sum(grad_raw, axis=0, dtype=xp.float64)
 
-        if sample_weight is None:
-            weight_sum = float(n)
-        else:
-            weight_sum = float(to_numpy(xp.sum(sample_weight, dtype=xp.float64)))
         grad = to_numpy(grad_coef)
         if self.fit_intercept:
             grad = np.concatenate([grad, to_numpy(grad_intercept)[None, :]])

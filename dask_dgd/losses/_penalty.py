@@ -17,15 +17,16 @@ __all__ = ["Penalty"]
 
 
 def _check_real(name, value, low, high):
-    """``value`` as a float in ``[low, high]``, or a ParameterError naming both."""
+    """``value`` as a float in ``[low, high]`` (``high`` may be ``inf``, excluded)."""
+    interval = f"[{low}, {high}]" if math.isfinite(high) else f"[{low}, inf)"
     if isinstance(value, bool) or not isinstance(value, numbers.Real):
         raise ParameterError(
-            f"{name} must be a real number in [{low}, {high}], got {value!r} "
+            f"{name} must be a real number in {interval}, got {value!r} "
             f"of type {type(value).__name__}"
         )
     value = float(value)
-    if not (low <= value <= high):
-        raise ParameterError(f"{name} must be in the range [{low}, {high}], got {value!r}")
+    if not (low <= value <= high and math.isfinite(value)):
+        raise ParameterError(f"{name} must be in the range {interval}, got {value!r}")
     return value
 
 
@@ -83,8 +84,6 @@ class Penalty:
 
     def __post_init__(self):
         object.__setattr__(self, "alpha", _check_real("alpha", self.alpha, 0, math.inf))
-        if math.isinf(self.alpha):
-            raise ParameterError(f"alpha must be finite, got {self.alpha!r}")
         object.__setattr__(self, "l1_ratio", _check_real("l1_ratio", self.l1_ratio, 0, 1))
 
     @property

@@ -12,9 +12,6 @@ from dask_dgd.losses import (
     MultinomialLogistic,
 )
 
-LOSS_NAMES = ["squared", "binary", "multinomial", "poisson"]
-
-
 def make_loss(name, n_classes=3):
     """A pointwise loss from its short name."""
     return {

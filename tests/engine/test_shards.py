@@ -1,0 +1,135 @@
+import numpy as np
+import pytest
+import scipy.sparse as sp
+
+from dask_dgd._engine.shards import (
+    Shard,
+    assign_workers,
+    contiguous_groups,
+    encode_shard,
+    make_shard,
+    shard_loss_grad,
+    shard_minibatch,
+    shard_sample,
+    shard_summary,
+)
+from dask_dgd._engine.sync import batch_allocation
+from dask_dgd.exceptions import BlockError, InputError
+from dask_dgd.losses import BinaryLogistic, HalfSquaredError, LinearObjective
+
+
+def test_contiguous_groups_balance_rows_and_cover_all_blocks():
+    costs = [10, 10, 10, 10, 100, 10, 10, 10, 10, 10]
+    groups = contiguous_groups(costs, 2)
+    assert [b for g in groups for b in g] == list(range(10))
+    assert groups == [tuple(range(0, 5)), tuple(range(5, 10))]
+    assert contiguous_groups([5] * 8, 4) == [(0, 1), (2, 3), (4, 5), (6, 7)]
+
+
+def test_contiguous_groups_edge_cases():
+    assert contiguous_groups([3, 4], 5) == [(0,), (1,)]  # never more groups than blocks
+    assert contiguous_groups([0, 0, 0], 2) == [(0,), (1, 2)]  # all-empty still splits
+    assert contiguous_groups([7], 1) == [(0,)]
+
+
+def test_assign_workers_prefers_local_rows_and_spreads_groups():
+    groups = [(0, 1), (2, 3)]
+    holders = [("b",), ("b",), ("a",), ("a",)]
+    assert assign_workers(groups, holders, [1, 1, 1, 1], ["a", "b"]) == ["b", "a"]
+    # all data on one worker: groups still spread over both workers
+    holders = [("a",)] * 4
+    assert sorted(assign_workers(groups, holders, [1, 1, 1, 1], ["a", "b"])) == ["a", "b"]
+
+
+def test_make_shard_names_the_block_with_nan():
+    X = np.ones((4, 2))
+    X_bad = X.copy()
+    X_bad[1, 0] = np.nan
+    with pytest.raises(InputError, match=r"Input X contains NaN or infinity in block 8 \(shape \(4, 2\)\)"):
+        make_shard(7, [X, X_bad], [np.ones(4), np.ones(4)], [None, None])
+    with pytest.raises(InputError, match=r"Input y contains NaN or infinity in block 3"):
+        make_shard(3, [X], [np.array([0.0, np.inf, 1.0, 1.0])], [None])
+    with pytest.raises(InputError, match=r"Input X contains NaN or infinity in block 0"):
+        make_shard(0, [sp.csr_matrix(X_bad)], [np.ones(4)], [None])
+
+
+def test_make_shard_other_errors():
+    X = np.ones((4, 2))
+    with pytest.raises(InputError, match="X and y have different numbers of rows in block 2: X has 4, y has 3"):
+        make_shard(2, [X], [np.ones(3)], [None])
+    with pytest.raises(InputError, match="sample_weight contains negative"):
+        make_shard(0, [X], [np.ones(4)], [np.array([1.0, -1.0, 1.0, 1.0])])
+    with pytest.raises(InputError, match=r"y must be 1-D; block 0 of y has shape \(4, 1\)"):
+        make_shard(0, [X], [np.ones((4, 1))], [None])
+
+
+def test_make_shard_casts_integer_blocks_and_keeps_float32():
+    s = make_shard(0, [np.ones((2, 2), dtype=np.int32)], [np.array([1, 2])], [None])
+    assert s.blocks[0].X.dtype == np.float64 and s.blocks[0].y.dtype == np.float64
+    s = make_shard(0, [np.ones((2, 2), dtype=np.float32)], [np.ones(2)], [None])
+    assert s.blocks[0].X.dtype == np.float32
+
+
+def _shard(seed=0, sizes=(30, 0, 45)):
+    rng = np.random.default_rng(seed)
+    xs = [rng.standard_normal((n, 3)) for n in sizes]
+    ys = [rng.standard_normal(n) for n in sizes]
+    return make_shard(0, xs, ys, [None] * len(sizes)), xs, ys
+
+
+def test_shard_loss_grad_equals_block_sums_and_handles_empty_blocks():
+    shard, xs, ys = _shard()
+    obj = LinearObjective(HalfSquaredError(), 3)
+    params = np.array([0.1, -0.2, 0.3, 0.5])
+    part = shard_loss_grad(shard, obj, params)
+    loss, grad, weight = obj.block_sums(params, np.concatenate(xs), np.concatenate(ys))
+    assert part.weight_sum == weight == 75
+    np.testing.assert_allclose(part.loss_sum, loss, rtol=1e-12)
+    np.testing.assert_allclose(part.grad_sum, grad, rtol=1e-12)
+
+
+def test_shard_minibatch_depends_on_block_not_shard_layout():
+    shard, xs, ys = _shard()
+    obj = LinearObjective(HalfSquaredError(), 3)
+    params = np.zeros(4)
+    take = {0: 5, 1: 0, 2: 7}
+    whole = shard_minibatch(shard, obj, params, (1,), 4, take)
+    # the same blocks split over two shards give the same total
+    s1 = Shard(shard.blocks[:1])
+    s2 = Shard(shard.blocks[1:])
+    parts = [shard_minibatch(s, obj, params, (1,), 4, take) for s in (s1, s2)]
+    np.testing.assert_allclose(whole.grad_sum, parts[0].grad_sum + parts[1].grad_sum, rtol=1e-12)
+    assert whole.weight_sum == 12
+    other = shard_minibatch(shard, obj, params, (1,), 5, take)
+    assert not np.allclose(other.grad_sum, whole.grad_sum)  # a new step draws a new batch
+
+
+def test_shard_errors_name_the_block():
+    shard, _, _ = _shard()
+    obj = LinearObjective(HalfSquaredError(), 5)  # wrong width
+    with pytest.raises(InputError, match="shape"):
+        shard_loss_grad(shard, obj, np.zeros(6))
+
+
+def test_batch_allocation_is_proportional_and_exact():
+    take = batch_allocation([100, 0, 50, 50], 21)
+    assert take.sum() == 21 and take[1] == 0
+    assert list(batch_allocation([3, 4], 100)) == [3, 4]
+
+
+def test_summary_encode_and_sample():
+    X = np.arange(12.0).reshape(6, 2)
+    y = np.array(["b", "a", "b", "c", "a", "b"], dtype=object)
+    shard = make_shard(0, [X[:3], X[3:]], [y[:3], y[3:]], [None, None], y_numeric=False)
+    summ = shard_summary(shard, labels=True)
+    assert summ["labels"].tolist() == ["a", "b", "c"] and summ["label_counts"].tolist() == [2, 3, 1]
+    enc = encode_shard(shard, np.array(["a", "b", "c"], dtype=object), np.array([1.0, 2.0, 3.0]))
+    assert enc.blocks[0].y.tolist() == [1.0, 0.0, 1.0]
+    assert enc.blocks[1].sample_weight.tolist() == [3.0, 1.0, 2.0]
+    with pytest.raises(InputError, match=r"labels \['c'\] in block 1 are not among classes"):
+        encode_shard(shard, np.array(["a", "b"], dtype=object))
+    Xs, ws = shard_sample(shard, 4)
+    assert Xs.shape[1] == 2 and len(ws) == Xs.shape[0] <= 6
+    obj = LinearObjective(BinaryLogistic(), 2)
+    with pytest.raises(BlockError, match="block 0"):
+        shard_loss_grad(make_shard(0, [X], [np.array(["x"] * 6, dtype=object)], [None], y_numeric=False), obj, np.zeros(3))

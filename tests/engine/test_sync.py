@@ -1,0 +1,185 @@
+"""The synchronous engine on a real LocalCluster: determinism, invariances, modes."""
+
+import logging
+import warnings
+
+import dask.array as da
+import dask.dataframe as dd
+import numpy as np
+import pandas as pd
+import pytest
+from distributed import Client, LocalCluster
+
+import dask_dgd._engine.cluster as cluster_mod
+from dask_dgd import LinearRegression, LogisticRegression
+from dask_dgd._engine.cluster import build_shardset, DaskExecutor
+from dask_dgd.exceptions import ChunkingError, DivergenceError, InputError
+
+
+def _fit(client, X, y, **kw):
+    kw.setdefault("tol", 1e-10)
+    kw.setdefault("max_iter", 500)
+    return LogisticRegression(client=client, **kw).fit(X, y)
+
+
+def test_same_fit_twice_is_bit_identical(client, logistic_data):
+    X, y = logistic_data
+    Xd, yd = da.from_array(X, chunks=(300, -1)), da.from_array(y, chunks=300)
+    a = _fit(client, Xd, yd)
+    b = _fit(client, Xd, yd)
+    np.testing.assert_array_equal(a.coef_, b.coef_)
+    assert a.intercept_ == b.intercept_
+    assert a.loss_curve_ == b.loss_curve_
+
+
+@pytest.mark.parametrize("chunks", [250, 777, 2000])
+@pytest.mark.parametrize("split_every", [2, 8])
+def test_chunking_and_split_every_change_only_rounding(client, logistic_data, chunks, split_every):
+    X, y = logistic_data
+    ref = _fit(None, X, y)  # in process, one block
+    est = _fit(client, da.from_array(X, chunks=(chunks, -1)), da.from_array(y, chunks=chunks), split_every=split_every)
+    np.testing.assert_allclose(est.coef_, ref.coef_, rtol=1e-7, atol=1e-9)
+    np.testing.assert_allclose(est.intercept_, ref.intercept_, rtol=1e-7, atol=1e-9)
+
+
+def test_worker_count_changes_only_rounding(client, logistic_data):
+    X, y = logistic_data
+    Xd, yd = da.from_array(X, chunks=(200, -1)), da.from_array(y, chunks=200)
+    two = _fit(client, Xd, yd)
+    with LocalCluster(n_workers=3, threads_per_worker=1, processes=False, dashboard_address=":0",
+                      silence_logs=logging.ERROR) as c3, Client(c3, set_as_default=False) as client3:
+        three = _fit(client3, Xd, yd)
+        shards = build_shardset(DaskExecutor(client3), Xd, yd, None)
+        assert shards.n_groups == 3
+        assert [b for g in shards.groups for b in g] == list(range(10))
+    np.testing.assert_allclose(three.coef_, two.coef_, rtol=1e-7, atol=1e-9)
+
+
+def test_shards_are_contiguous_groups_on_distinct_workers(client, logistic_data):
+    X, y = logistic_data
+    shards = build_shardset(DaskExecutor(client), da.from_array(X, chunks=(250, -1)), da.from_array(y, chunks=250), None)
+    assert shards.groups == [(0, 1, 2, 3), (4, 5, 6, 7)]
+    assert len(set(shards.workers)) == 2
+    assert shards.n_rows == 2000 and list(shards.block_rows) == [250] * 8
+
+
+def test_unknown_chunk_sizes_and_dask_dataframe(client, logistic_data):
+    X, y = logistic_data
+    ref = _fit(None, X, y)
+    Xd = da.from_array(X, chunks=(500, -1))
+    keep = da.from_array(np.ones(2000, dtype=bool), chunks=500)
+    Xu, yu = Xd[keep], da.from_array(y, chunks=500)[keep]
+    assert np.isnan(Xu.chunks[0][0])
+    est = _fit(client, Xu, yu)
+    np.testing.assert_allclose(est.coef_, ref.coef_, rtol=1e-6, atol=1e-8)
+    df = dd.from_pandas(pd.DataFrame(X, columns=[f"f{i}" for i in range(6)]), npartitions=3)
+    ys = dd.from_pandas(pd.Series(y), npartitions=3)
+    est = _fit(client, df, ys)
+    np.testing.assert_allclose(est.coef_, ref.coef_, rtol=1e-6, atol=1e-8)
+    assert list(est.feature_names_in_) == [f"f{i}" for i in range(6)]
+    pred = est.predict(df)
+    assert isinstance(pred, da.Array)
+    np.testing.assert_array_equal(pred.compute(), ref.predict(X))
+
+
+def test_numpy_input_on_a_cluster_is_scattered_in_groups(client, logistic_data):
+    X, y = logistic_data
+    ref = _fit(None, X, y)
+    est = _fit(client, X, y)
+    np.testing.assert_allclose(est.coef_, ref.coef_, rtol=1e-7, atol=1e-9)
+
+
+def test_y_numpy_with_dask_x_and_rechunked_y(client, logistic_data):
+    X, y = logistic_data
+    ref = _fit(None, X, y)
+    est = _fit(client, da.from_array(X, chunks=(400, -1)), y)
+    np.testing.assert_allclose(est.coef_, ref.coef_, rtol=1e-7, atol=1e-9)
+    est = _fit(client, da.from_array(X, chunks=(400, -1)), da.from_array(y, chunks=300))
+    np.testing.assert_allclose(est.coef_, ref.coef_, rtol=1e-7, atol=1e-9)
+
+
+def test_minibatch_is_reproducible_from_random_state(client, logistic_data):
+    X, y = logistic_data
+    Xd, yd = da.from_array(X, chunks=(500, -1)), da.from_array(y, chunks=500)
+    kw = dict(solver="sgd", batch_size=100, max_iter=3, random_state=7, tol=0.0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        a = _fit(client, Xd, yd, **kw)
+        b = _fit(client, Xd, yd, **kw)
+        c = _fit(client, Xd, yd, **{**kw, "random_state": 8})
+    np.testing.assert_array_equal(a.coef_, b.coef_)
+    assert not np.array_equal(a.coef_, c.coef_)
+    assert a.n_iter_ == 3 and len(a.history_) == 3 * 20 + 1
+    ref = _fit(None, X, y)
+    assert abs(a.score(X, y) - ref.score(X, y)) < 0.02
+
+
+def test_gd_optimizers_reach_the_lbfgs_optimum(client, logistic_data):
+    X, y = logistic_data
+    Xd, yd = da.from_array(X, chunks=(500, -1)), da.from_array(y, chunks=500)
+    ref = _fit(None, X, y, alpha=1e-2)
+    best = ref.loss_curve_[-1]
+    for opt in ["sgd", "adam", "rmsprop", "adagrad", "adamw"]:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            est = _fit(client, Xd, yd, solver="gd", optimizer=opt, alpha=1e-2, max_iter=300, tol=1e-6)
+        assert est.loss_curve_[-1] <= best * (1 + 1e-3), opt
+
+
+def test_divergent_learning_rate_backs_off(client, logistic_data):
+    X, y = logistic_data
+    Xd = da.from_array(X, chunks=(500, -1))
+    est = LinearRegression(client=client, solver="gd", learning_rate=100.0, max_iter=200, tol=1e-8)
+    est.fit(Xd, da.from_array(X[:, 0] * 2.0 + 1.0, chunks=500))
+    assert est.history_["step_size"].iloc[-1] < 2.0  # halved from 100 until stable
+    np.testing.assert_allclose(est.coef_[0], 2.0, rtol=1e-6)
+    np.testing.assert_allclose(est.intercept_, 1.0, rtol=1e-6)
+
+
+def test_divergence_error_names_step_and_remedy(client, monkeypatch, logistic_data):
+    X, y = logistic_data
+    monkeypatch.setattr("dask_dgd._engine.sync.MAX_BACKOFFS", 2)
+    est = LinearRegression(client=client, solver="gd", learning_rate=1e6)
+    with pytest.raises(DivergenceError, match=r"diverged at step \d+ .*halving the learning rate 2 times"):
+        est.fit(da.from_array(X * 1e3, chunks=(500, -1)), da.from_array(X[:, 0], chunks=500))
+
+
+def test_bad_dask_input_errors(client, logistic_data):
+    X, y = logistic_data
+    with pytest.raises(ChunkingError, match=r"X is chunked along columns .*use X.rechunk\(\{1: -1\}\)"):
+        _fit(client, da.from_array(X, chunks=(500, 3)), da.from_array(y, chunks=500))
+    Xn = X.copy()
+    Xn[1234, 2] = np.nan
+    with pytest.raises(InputError, match=r"Input X contains NaN or infinity in block 2 \(shape \(500, 6\)\)"):
+        _fit(client, da.from_array(Xn, chunks=(500, -1)), da.from_array(y, chunks=500))
+    with pytest.raises(InputError, match="X and y have different lengths: 2000 and 1999"):
+        _fit(client, da.from_array(X, chunks=(500, -1)), da.from_array(y[:-1], chunks=700))
+    with pytest.raises(InputError, match=r"different numbers of rows in block 3: X has 500, y has 499"):
+        _fit(client, da.from_array(X, chunks=(500, -1)), da.from_array(y[:-1], chunks=(500, 500, 500, 499)))
+    with pytest.raises(InputError, match="X must be numeric; got dtype <U1"):
+        _fit(client, da.from_array(np.full((10, 2), "a"), chunks=(5, -1)), da.from_array(y[:10], chunks=5))
+    with pytest.raises(InputError, match=r"X has 5 features, but LogisticRegression is expecting 6"):
+        _fit(client, da.from_array(X, chunks=(500, -1)), y).predict(da.from_array(X[:, :5], chunks=(500, -1)))
+
+
+def test_embedded_cluster_is_started_once_and_logged(monkeypatch, caplog, logistic_data):
+    X, y = logistic_data
+    started = []
+    real = cluster_mod.LocalCluster
+
+    def small_cluster(**kw):
+        started.append(kw)
+        return real(**{**kw, "n_workers": 2, "processes": False, "dashboard_address": ":0",
+                       "silence_logs": logging.ERROR})
+
+    monkeypatch.setattr(cluster_mod, "LocalCluster", small_cluster)
+    monkeypatch.setitem(cluster_mod._embedded, "client", None)
+    try:
+        with caplog.at_level(logging.INFO, logger="dask_dgd"):
+            a = _fit(None, da.from_array(X, chunks=(500, -1)), da.from_array(y, chunks=500))
+            b = _fit(None, da.from_array(X, chunks=(1000, -1)), da.from_array(y, chunks=1000))
+        assert len(started) == 1
+        assert "started an embedded LocalCluster" in caplog.text
+        np.testing.assert_allclose(a.coef_, b.coef_, rtol=1e-7)
+    finally:
+        cluster_mod._close_embedded()
