@@ -27,7 +27,7 @@ COMMON = "the a today new report says after big week first many people".split()
 
 
 def make_sentences(n_samples, random_state=0):
-    """``n_samples`` short sentences and their topic labels (0 sports, 1 finance);
+    """``n_samples`` short sentences and their topic labels (0 finance, 1 sports);
     5% of the labels are flipped, so the classes are not perfectly separable."""
     rng = np.random.default_rng(random_state)
     names = sorted(TOPICS)
@@ -57,7 +57,7 @@ def main(n_samples=4000, n_features=2**12, alpha=1e-3):
         # Row blocks of the CSR matrix stay CSR (asarray=False): nothing is densified.
         X_dask = da.from_array(X, chunks=(n_samples // 4, -1), asarray=False)
         y_dask = da.from_array(labels, chunks=n_samples // 4)
-        print(f"dask array: {X_dask.numblocks[0]} blocks of {type(X_dask._meta).__name__}")
+        print(f"dask array: {X_dask!r}")
 
         model = dask_dgd.LogisticRegression(alpha=alpha, tol=1e-6, client=client)
         model.fit(X_dask, y_dask)

@@ -74,7 +74,12 @@ def _all_finite(a):
 
 
 def _as_float(a, *, sparse_ok):
-    """Cast a block to a floating dtype (float32 stays float32), CSR for sparse."""
+    """Cast a block to a floating dtype (float32 stays float32), CSR for sparse.
+
+    NumPy blocks are also made C-contiguous and aligned: an array deserialised from the
+    network can sit at an odd offset in its buffer, and NumPy then skips BLAS for a
+    slower loop that sums in another order, so results would depend on the transfer.
+    """
     if is_sparse(a):
         if not sparse_ok:
             raise InputError(f"y must be dense; got a sparse {type(a).__name__}")
@@ -85,6 +90,8 @@ def _as_float(a, *, sparse_ok):
     xp = get_namespace(a)
     if not xp.isdtype(a.dtype, "real floating"):
         a = xp.astype(a, xp.float64)
+    if isinstance(a, np.ndarray):
+        a = np.require(a, requirements="CA")
     return a
 
 

@@ -10,7 +10,13 @@ import warnings
 import numpy as np
 from sklearn.base import BaseEstimator
 from sklearn.utils import check_random_state
-from sklearn.utils.validation import check_is_fitted, validate_data
+from sklearn.utils.validation import (
+    check_array,
+    check_consistent_length,
+    check_is_fitted,
+    column_or_1d,
+    validate_data,
+)
 
 from .._backend import asarray_like, get_namespace, is_sparse
 from .._engine.cluster import build_shardset, get_executor, is_dask_collection
@@ -174,17 +180,31 @@ class DGDLinearModel(BaseEstimator):
         """In-memory input through scikit-learn's validation; dask input checked lazily."""
         if is_dask_collection(X) or is_dask_collection(y):
             return self._validate_dask_input(X, y, sample_weight, reset)
-        X, y = validate_data(
+        if y is None:
+            raise InputError(
+                f"{type(self).__name__} requires y to be passed, but the target y is None"
+            )
+        # X and y separately: non-finite values are left for the block checks, which
+        # name the block (the same code path as for dask input).
+        X = validate_data(
             self,
             X,
-            y,
             reset=reset,
             accept_sparse="csr",
             dtype=[np.float64, np.float32],
-            y_numeric=not self._is_classifier(),
             ensure_all_finite=False,
-            multi_output=False,
         )
+        y = check_array(
+            y,
+            ensure_2d=False,
+            dtype=None if self._is_classifier() else "numeric",
+            ensure_all_finite=False,
+            input_name="y",
+        )
+        y = column_or_1d(y, warn=True)
+        if not self._is_classifier() and y.dtype.kind not in "fc":
+            y = y.astype(np.float64)
+        check_consistent_length(X, y)
         if sample_weight is not None:
             sample_weight = np.asarray(sample_weight, dtype=np.float64)
             if sample_weight.ndim == 0:
@@ -404,7 +424,7 @@ class DGDLinearModel(BaseEstimator):
         return _raw_block(X, coef, intercept, squeeze)
 
     def __getstate__(self):
-        state = super().__getstate__()
+        state = dict(super().__getstate__())  # a copy: the live estimator keeps its client
         state["client"] = None  # a fitted model pickles without its cluster
         return state
 

@@ -111,6 +111,11 @@ class LogisticRegression(ClassifierMixin, DGDLinearModel):
     def _is_classifier(self):
         return True
 
+    def _set_coef(self, coef, intercept):
+        # scikit-learn's shapes: one row per class, or a single row for two classes
+        self.coef_ = coef.T.copy()
+        self.intercept_ = intercept.copy()
+
     def _validate_fit_input(self, X, y, sample_weight, reset=True):
         X, y, sample_weight = super()._validate_fit_input(X, y, sample_weight, reset)
         if not is_dask_collection(y):
@@ -147,7 +152,7 @@ class LogisticRegression(ClassifierMixin, DGDLinearModel):
         if len(classes) < 2:
             raise InputError(
                 f"{type(self).__name__} needs samples of at least 2 classes in the data, "
-                f"but the data contains only one class: {classes[0]!r}"
+                f"but the data contains only one class: {classes.tolist()[0]!r}"
             )
         cw = self._class_weights(classes, counts)
         shards = shards.transform(encode_shard, classes, cw, name="dgd-encode")

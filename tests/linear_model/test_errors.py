@@ -1,0 +1,115 @@
+"""Every bad input gets a clear error: type and message checked."""
+
+import numpy as np
+import pytest
+
+from dask_dgd import LinearRegression, LogisticRegression, PoissonRegressor
+from dask_dgd.exceptions import InputError, NotFittedError, ParameterError
+
+X = np.random.default_rng(0).standard_normal((40, 3))
+Y_BIN = (X[:, 0] > 0).astype(int)
+
+
+@pytest.mark.parametrize("bad, where", [(np.nan, "X"), (np.inf, "X"), (-np.inf, "y")])
+def test_nan_inf_named_with_block(bad, where):
+    Xb, yb = X.copy(), X[:, 1].copy()
+    (Xb if where == "X" else yb)[5] = bad
+    with pytest.raises(InputError, match=rf"Input {where} contains NaN or infinity in block 0 \(shape \(40, 3\)\)"):
+        LinearRegression().fit(Xb, yb)
+
+
+def test_non_numeric_X():
+    with pytest.raises(ValueError, match="could not convert string to float|dtype='numeric' is not compatible"):
+        LinearRegression().fit(np.array([["a", "b"], ["c", "d"]]), [1.0, 2.0])
+
+
+def test_length_mismatch():
+    with pytest.raises(ValueError, match=r"Found input variables with inconsistent numbers of samples: \[40, 39\]"):
+        LinearRegression().fit(X, X[:-1, 0])
+    with pytest.raises(InputError, match=r"sample_weight must have shape \(40,\) like y; got \(3,\)"):
+        LinearRegression().fit(X, X[:, 0], sample_weight=[1.0, 2.0, 3.0])
+
+
+def test_single_class():
+    with pytest.raises(InputError, match="needs samples of at least 2 classes in the data, but the data contains only one class: 1"):
+        LogisticRegression().fit(X, np.ones(40, dtype=int))
+
+
+def test_continuous_labels():
+    with pytest.raises(ValueError, match="Unknown label type: continuous"):
+        LogisticRegression().fit(X, X[:, 0])
+
+
+def test_negative_poisson_target():
+    y = np.abs(X[:, 0])
+    y[3] = -0.5
+    with pytest.raises(InputError, match=r"PoissonRegressor requires non-negative y .*smallest value is -0.5"):
+        PoissonRegressor().fit(X, y)
+    with pytest.raises(InputError, match="positive \\(weighted\\) sum"):
+        PoissonRegressor().fit(X, np.zeros(40))
+
+
+def test_zero_total_weight():
+    with pytest.raises(InputError, match="total sample weight is zero"):
+        LinearRegression().fit(X, X[:, 0], sample_weight=np.zeros(40))
+
+
+def test_negative_weight():
+    w = np.ones(40)
+    w[7] = -1
+    with pytest.raises(InputError, match="sample_weight contains negative, NaN or infinite values in block 0"):
+        LinearRegression().fit(X, X[:, 0], sample_weight=w)
+
+
+@pytest.mark.parametrize("est", [LinearRegression(), LogisticRegression(), PoissonRegressor()])
+def test_predict_before_fit(est):
+    with pytest.raises(NotFittedError, match="is not fitted yet"):
+        est.predict(X)
+
+
+def test_wrong_number_of_features_at_predict():
+    est = LogisticRegression().fit(X, Y_BIN)
+    with pytest.raises(ValueError, match="X has 2 features, but LogisticRegression is expecting 3 features as input"):
+        est.predict(X[:, :2])
+
+
+@pytest.mark.parametrize(
+    "params, message",
+    [
+        ({"solver": "newton"}, r"The 'solver' parameter of LinearRegression must be one of 'auto', 'gd', 'lbfgs', 'sgd'; got 'newton'"),
+        ({"optimizer": "adamm"}, r"unknown optimizer 'adamm'; expected one of 'adagrad', 'adam', 'adamw', 'lbfgs', 'rmsprop', 'sgd'"),
+        ({"optimizer": 3}, r"The 'optimizer' parameter of LinearRegression must be None or an optimizer name"),
+        ({"alpha": -1.0}, r"The 'alpha' parameter of LinearRegression must be a float in \[0, inf\); got -1.0"),
+        ({"l1_ratio": 1.5}, r"'l1_ratio' parameter .* must be a float in \[0, 1\]; got 1.5"),
+        ({"learning_rate": 0.0}, r"'learning_rate' parameter .*got 0.0"),
+        ({"batch_size": 0}, r"'batch_size' parameter .* must be None or an int in \[1, inf\); got 0"),
+        ({"max_iter": 0}, r"'max_iter' parameter"),
+        ({"split_every": 1}, r"'split_every' parameter .* an int in \[2, inf\); got 1"),
+        ({"client": "tcp://x"}, r"'client' parameter .* must be None or a distributed.Client; got 'tcp://x'"),
+        ({"solver": "lbfgs", "optimizer": "adam"}, r"optimizer Adam is a first-order optimizer; it needs solver='gd'"),
+        ({"solver": "lbfgs", "l1_ratio": 0.5, "alpha": 0.1}, r"solver='lbfgs' cannot handle an L1 penalty"),
+        ({"solver": "sgd"}, r"solver='sgd' needs a batch_size"),
+        ({"solver": "lbfgs", "batch_size": 10}, r"solver='lbfgs' is full-batch only"),
+        ({"solver": "gd", "optimizer": "lbfgs"}, r"the L-BFGS optimizer needs solver='lbfgs'"),
+    ],
+)
+def test_bad_parameters(params, message):
+    with pytest.raises(ParameterError, match=message):
+        LinearRegression(**params).fit(X, X[:, 0])
+
+
+def test_bad_class_weight():
+    with pytest.raises(ParameterError, match=r"'class_weight' parameter"):
+        LogisticRegression(class_weight="even").fit(X, Y_BIN)
+    with pytest.raises(InputError, match=r"The classes, \[7\], are not in class_weight"):
+        LogisticRegression(class_weight={7: 2.0}).fit(X, Y_BIN)
+
+
+def test_partial_fit_errors():
+    with pytest.raises(InputError, match="classes must be passed on the first call to partial_fit"):
+        LogisticRegression().partial_fit(X, Y_BIN)
+    with pytest.raises(ParameterError, match="partial_fit takes mini-batch steps"):
+        LinearRegression(solver="lbfgs").partial_fit(X, X[:, 0])
+    est = LogisticRegression().partial_fit(X, Y_BIN, classes=[0, 1])
+    with pytest.raises(InputError, match=r"labels \[5\] are not in classes \[0, 1\]"):
+        est.partial_fit(X, np.full(40, 5))

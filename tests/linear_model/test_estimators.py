@@ -1,0 +1,123 @@
+"""Estimator behaviour beyond the numbers: pickling, laziness, streams, warnings, logs."""
+
+import logging
+import pickle
+import warnings
+
+import dask.array as da
+import numpy as np
+import pytest
+from sklearn.base import clone
+from sklearn.datasets import make_classification
+from sklearn.model_selection import GridSearchCV
+from sklearn.pipeline import make_pipeline
+from sklearn.preprocessing import StandardScaler
+
+from dask_dgd import ConvergenceWarning, LinearRegression, LogisticRegression, PoissonRegressor
+from dask_dgd._engine.monitor import RECORD_FIELDS
+
+
+@pytest.fixture
+def data():
+    X, y = make_classification(1500, 5, random_state=0)
+    return X, y
+
+
+def test_fitted_on_cluster_pickles_without_client_and_predicts_in_memory(client, data):
+    X, y = data
+    est = LogisticRegression(client=client).fit(da.from_array(X, chunks=(500, -1)), y)
+    blob = pickle.dumps(est)
+    restored = pickle.loads(blob)
+    assert restored.client is None and est.client is client
+    np.testing.assert_array_equal(restored.predict(X), est.predict(X))
+    assert isinstance(restored.predict(X), np.ndarray)
+
+
+def test_predict_is_lazy_on_dask_and_numpy_on_numpy(client, data):
+    X, y = data
+    est = LogisticRegression().fit(X, y)
+    Xd = da.from_array(X, chunks=(400, -1))
+    for method in ("predict", "predict_proba", "decision_function", "predict_log_proba"):
+        lazy = getattr(est, method)(Xd)
+        assert isinstance(lazy, da.Array), method
+        np.testing.assert_allclose(lazy.compute(), getattr(est, method)(X), rtol=1e-12)
+    assert est.predict(Xd).chunks[0] == Xd.chunks[0]
+    reg = PoissonRegressor().fit(X, np.abs(X[:, 0]))
+    assert isinstance(reg.predict(Xd), da.Array) and isinstance(reg.predict(X), np.ndarray)
+    assert 0.0 < est.score(Xd, da.from_array(y, chunks=400)) == est.score(X, y)
+
+
+def test_history_and_loss_curve(data):
+    X, y = data
+    est = LogisticRegression(tol=1e-8).fit(X, y)
+    assert list(est.history_.columns) == list(RECORD_FIELDS)
+    assert est.loss_curve_ == est.history_["loss"].tolist()
+    assert est.loss_curve_[-1] <= est.loss_curve_[0]
+    assert est.n_iter_ > 0 and est.solver_ == "lbfgs"
+    assert (est.history_["step"].diff().dropna() == 1).all()
+
+
+def test_max_iter_warns_convergence(data):
+    X, y = data
+    with pytest.warns(ConvergenceWarning, match=r"did not converge in max_iter=2 iterations \(solver='lbfgs'\)"):
+        LogisticRegression(max_iter=2, tol=1e-12).fit(X, y)
+    with pytest.warns(ConvergenceWarning, match=r"max_iter=3 iterations \(solver='gd'\)"):
+        LogisticRegression(solver="gd", max_iter=3).fit(X, y)
+
+
+def test_warm_start_continues(data):
+    X, y = data
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        est = LogisticRegression(solver="gd", max_iter=5, warm_start=True).fit(X, y)
+        first = est.loss_curve_[-1]
+        est.fit(X, y)
+    assert est.loss_curve_[0] == pytest.approx(first, rel=1e-12)
+    assert est.loss_curve_[-1] < first
+
+
+def test_partial_fit_stream_learns(data):
+    X, y = data
+    est = LogisticRegression(batch_size=50, random_state=0)
+    for start in range(0, 1500, 300):
+        est.partial_fit(X[start : start + 300], y[start : start + 300], classes=[0, 1])
+    full = LogisticRegression().fit(X, y)
+    assert est.score(X, y) > full.score(X, y) - 0.05
+    reg = LinearRegression(random_state=0)
+    Z = np.random.default_rng(0).standard_normal((1500, 5))
+    for _ in range(20):
+        reg.partial_fit(Z, Z @ [1.0, 2.0, 0.0, -1.0, 0.5])
+    np.testing.assert_allclose(reg.coef_, [1.0, 2.0, 0.0, -1.0, 0.5], atol=0.05)
+
+
+def test_partial_fit_after_fit_continues_from_fitted(data):
+    X, y = data
+    est = LogisticRegression(tol=1e-8).fit(X, y)
+    coef = est.coef_.copy()
+    est.partial_fit(X, y)
+    np.testing.assert_allclose(est.coef_, coef, atol=0.1)
+
+
+def test_verbose_progress_and_logging(data, caplog, capsys):
+    X, y = data
+    with caplog.at_level(logging.INFO, logger="dask_dgd"):
+        LogisticRegression(verbose=2).fit(X, y)
+    assert "step 1 iter 0 loss" in caplog.text
+    assert "dask-dgd" in capsys.readouterr().err  # tqdm bar
+
+
+def test_pipeline_gridsearch_and_clone(data):
+    X, y = data
+    search = GridSearchCV(make_pipeline(StandardScaler(), LogisticRegression()), {"logisticregression__alpha": [1e-4, 1e-1]}, cv=3)
+    search.fit(X, y)
+    assert search.best_score_ > 0.8
+    est = LogisticRegression(alpha=0.3, optimizer="adam")
+    assert clone(est).get_params() == est.get_params()
+
+
+def test_random_state_none_is_still_valid(data):
+    X, y = data
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        est = LogisticRegression(solver="sgd", batch_size=64, max_iter=2).fit(X, y)
+    assert est.score(X, y) > 0.8
