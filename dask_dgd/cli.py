@@ -190,10 +190,10 @@ def _compare(kind, client, data, ours, theirs, setting_ours, setting_theirs, alp
     X_mem, y_mem, X_test_mem, y_test_mem = dask.compute(X, y, X_test, y_test)
     n, d = X.shape
     blocks = X.numblocks[0]
-    workers = len(client.scheduler_info()["workers"])
+    workers = len(client.nthreads())
     print(
-        f"\n[{kind}] dask_dgd.{type(ours).__name__} on {n:,} x {d} rows in {blocks} blocks "
-        f"over {workers} workers ({setting_ours})"
+        f"\n[{kind}] dask_dgd.{type(ours).__name__} on {n:,} rows x {d} features in {blocks} "
+        f"blocks over {workers} workers ({setting_ours})"
     )
     sys.stdout.flush()  # the progress bar goes to stderr
     t0 = time.perf_counter()
@@ -250,14 +250,14 @@ def _chunk_rows(n_rows, n_workers):
     return max(1, math.ceil(n_rows / (4 * n_workers)))
 
 
-def _logistic_task(client, args):
+def _logistic_task(client, args, n_rows):
     from sklearn.linear_model import LogisticRegression as SkLogistic
 
     from . import LogisticRegression
     from .datasets import make_classification
 
     X, y = make_classification(
-        args.rows, args.features, chunks=_chunk_rows(args.rows, args.workers), random_state=args.seed
+        n_rows, args.features, chunks=_chunk_rows(n_rows, args.workers), random_state=args.seed
     )
     data = _split(client, X, y)
     n_train = data[0].shape[0]
@@ -316,6 +316,13 @@ def _poisson_task(client, args, n_rows):
 
 def _fmt(value, spec):
     return "-" if value is None else format(value, spec)
+
+
+TABLE_NOTES = """\
+rows: training rows (the last 20% of the generated rows are the holdout)
+wall s: time of fit; dask_dgd's includes placing the data as shards on the workers
+objective: mean loss + alpha/2 * ||coef||^2 on the training rows, same formula for both
+max|diff|: largest absolute difference of coef and intercept between the two tools"""
 
 
 def format_table(results):
@@ -406,7 +413,9 @@ def run_demo(args):
 
     if args.out is not None:
         if os.path.exists(args.out) and not os.path.isdir(args.out):
-            raise CommandError(f"--out {args.out} is a file; pass a directory (it is created if missing)")
+            raise CommandError(
+                f"--out {args.out} is a file; pass a directory (it is created if missing)"
+            )
         try:
             os.makedirs(args.out, exist_ok=True)
         except OSError as err:
@@ -422,27 +431,25 @@ def run_demo(args):
         with LocalCluster(
             n_workers=args.workers, threads_per_worker=1, dashboard_address=":0"
         ) as cluster, Client(cluster) as client:
-            print(f"cluster ready at {cluster.scheduler_address} in {time.perf_counter() - t_start:.1f} s")
+            elapsed = time.perf_counter() - t_start
+            print(f"cluster ready at {cluster.scheduler_address} in {elapsed:.1f} s")
             if _has_module("bokeh"):
                 print(f"dashboard: {cluster.dashboard_link}")
             results, histories, reference = [], {}, {}
-            for task, run in (
-                ("logistic", lambda: _logistic_task(client, args)),
-                ("linear", lambda: _linear_task(client, args, small)),
-                ("poisson", lambda: _poisson_task(client, args, small)),
+            for task, fit_pair, n_rows in (
+                ("logistic", _logistic_task, args.rows),
+                ("linear", _linear_task, small),
+                ("poisson", _poisson_task, small),
             ):
-                (ours, theirs), histories[task] = run()
+                (ours, theirs), histories[task] = fit_pair(client, args, n_rows)
                 results += [ours, theirs]
                 reference[task] = theirs.objective
-    relevant = [w for w in caught if not issubclass(w.category, (ResourceWarning, DeprecationWarning))]
     print()
-    _print_warnings(relevant)
-    print(format_table(results))
-    print(
-        "objective: mean loss + alpha/2 * ||coef||^2 on the training rows (dask_dgd's units); "
-        "holdout: the last 20% of rows; max|diff|: largest difference of coef and intercept "
-        "between the two tools"
+    _print_warnings(
+        w for w in caught if not issubclass(w.category, (ResourceWarning, DeprecationWarning))
     )
+    print(format_table(results))
+    print(TABLE_NOTES)
     if args.out is not None:
         _write_outputs(args.out, results, histories, reference)
     print(f"total {time.perf_counter() - t_start:.1f} s", flush=True)
@@ -454,7 +461,9 @@ def _demo_arguments(p):
         "--rows", type=_int_at_least(100), default=200_000,
         help="rows of the logistic-regression data set (a dask array, 20%% held out)",
     )
-    p.add_argument("--features", type=_int_at_least(1), default=20, help="features of every data set")
+    p.add_argument(
+        "--features", type=_int_at_least(1), default=20, help="features of every data set"
+    )
     p.add_argument(
         "--small-rows", type=_int_at_least(100), default=20_000,
         help="rows of the linear and Poisson data sets (at most --rows)",
@@ -471,7 +480,9 @@ def _demo_arguments(p):
         "--tol", type=_positive_float, default=1e-6,
         help="dask_dgd's stopping tolerance on the largest gradient entry",
     )
-    p.add_argument("--max-iter", type=_int_at_least(1), default=200, help="dask_dgd's iteration limit")
+    p.add_argument(
+        "--max-iter", type=_int_at_least(1), default=200, help="dask_dgd's iteration limit"
+    )
     p.add_argument("--seed", type=_int_at_least(0), default=0, help="random seed of the data sets")
     p.add_argument(
         "--out", metavar="DIR", default=None,

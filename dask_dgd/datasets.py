@@ -156,8 +156,11 @@ def _lazy(args, tail, rows, n_features, kind, dtype):
     name = f"make-{kind}-" + tokenize(*args, *tail, rows)
     xs, ys = [], []
     for i, n in enumerate(rows):
-        part = dask.delayed(_block, pure=True, nout=2)(*args, i, n, *tail, dask_key_name=f"{name}-{i}")
-        xs.append(da.from_delayed(part[0], shape=(n, n_features), dtype=dtype, name=f"{name}-X-{i}"))
+        block = dask.delayed(_block, pure=True, nout=2)
+        part = block(*args, i, n, *tail, dask_key_name=f"{name}-{i}")
+        xs.append(
+            da.from_delayed(part[0], shape=(n, n_features), dtype=dtype, name=f"{name}-X-{i}")
+        )
         ys.append(da.from_delayed(part[1], shape=(n,), dtype=y_dtype, name=f"{name}-y-{i}"))
     return da.concatenate(xs, axis=0), da.concatenate(ys, axis=0)
 

@@ -51,9 +51,10 @@ def main(n_samples=4000, n_features=2**12, alpha=1e-3):
     print(f"X: {type(X).__name__} {X.shape}, {X.nnz} stored values "
           f"({X.nnz / (X.shape[0] * X.shape[1]):.2%} dense)")
 
-    with LocalCluster(n_workers=2, threads_per_worker=1, dashboard_address=":0") as cluster, Client(
-        cluster
-    ) as client:
+    with (
+        LocalCluster(n_workers=2, threads_per_worker=1, dashboard_address=":0") as cluster,
+        Client(cluster) as client,
+    ):
         # Row blocks of the CSR matrix stay CSR (asarray=False): nothing is densified.
         X_dask = da.from_array(X, chunks=(n_samples // 4, -1), asarray=False)
         y_dask = da.from_array(labels, chunks=n_samples // 4)
@@ -73,7 +74,10 @@ def main(n_samples=4000, n_features=2**12, alpha=1e-3):
     print(f"training accuracy:                 {accuracy:.4f}")
     print(f"max |coef - scikit-learn coef|:    {coef_diff:.2e}")
     print(f"max |proba - scikit-learn proba|:  {proba_diff:.2e}")
-    test = ["the team scored a late goal to win the match", "the bank raised the rate and stocks fell"]
+    test = [
+        "the team scored a late goal to win the match",
+        "the bank raised the rate and stocks fell",
+    ]
     predicted = model.predict(vectorizer.transform(test))  # in-memory CSR works too
     for sentence, label in zip(test, predicted):
         print(f"  {sorted(TOPICS)[label]:>7}: {sentence}")

@@ -63,6 +63,9 @@ def embedded_client():
             n_workers=n_workers,
             threads_per_worker=1,
             processes=True,
+            dashboard_address=":0",
+            # Data errors reach the user as clean exceptions; keep worker tracebacks quiet.
+            silence_logs=logging.CRITICAL,
         )
         client = Client(cluster, set_as_default=False)
         _embedded.update(client=client, cluster=cluster)

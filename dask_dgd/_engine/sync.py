@@ -15,7 +15,7 @@ import scipy.optimize
 
 from ..exceptions import DivergenceError, ParameterError
 from ..losses import lipschitz_bound
-from ..optim import LBFGS, SGD
+from ..optim import SGD, Adagrad, RMSprop
 from .shards import shard_loss_grad, shard_minibatch, shard_sample
 
 __all__ = ["Evaluator", "FitResult", "run_lbfgs", "run_first_order", "batch_allocation"]
@@ -178,6 +178,20 @@ def auto_learning_rate(optimizer, lipschitz, grad0):
     return gmax / lipschitz if gmax > 0 else 1.0 / lipschitz
 
 
+def is_descent_method(optimizer):
+    """True when every update is a positive diagonal scaling of minus the gradient.
+
+    For these (plain SGD, RMSprop without momentum, Adagrad) a short enough full-batch
+    step always lowers the objective, so an increase means the step is too long for the
+    local curvature (or the method oscillates around the optimum) and halving it is the
+    cure.  Momentum methods, Adam and AdamW are legitimately non-monotone: their update
+    need not point downhill, so only NaN/inf triggers a backoff for them.
+    """
+    if isinstance(optimizer, (SGD, RMSprop)):
+        return optimizer.momentum == 0
+    return isinstance(optimizer, Adagrad)
+
+
 def batch_allocation(block_rows, batch_size):
     """Rows each block contributes to a global batch: proportional, largest remainder."""
     rows = np.asarray(block_rows, dtype=np.int64)
@@ -211,18 +225,15 @@ def run_first_order(
     ``max_iter`` epochs of ``ceil(n_rows / batch_size)`` steps; stops when the epoch's mean
     batch objective has not improved by more than ``tol`` for ``N_ITER_NO_CHANGE`` epochs.
 
-    A NaN/inf objective (or, full batch, any increase for optimizers other than momentum
-    SGD) restores the last accepted parameters and halves the learning rate; ``MAX_BACKOFFS`` halvings
+    A NaN/inf objective (or, full batch, any increase for a :func:`is_descent_method`)
+    restores the last accepted parameters and halves the learning rate; ``MAX_BACKOFFS`` halvings
     in a row raise :class:`DivergenceError`.  ``learning_rate="auto"`` replaces the
     optimizer's learning rate by :func:`auto_learning_rate`; anything else keeps it.
     """
     obj, pen, shards = evaluator.objective, evaluator.penalty, evaluator.shards
     decay_mask = pen.mask(obj)
     full_batch = batch_size is None or batch_size >= shards.n_rows
-    # Full batch, every optimizer but momentum SGD must decrease the objective each step
-    # (heavy-ball/Nesterov are legitimately non-monotone); an increase means the step is
-    # too long for the local curvature, or an adaptive method oscillates: halve it.
-    monotone = full_batch and not (isinstance(optimizer, SGD) and optimizer.momentum > 0)
+    monotone = full_batch and is_descent_method(optimizer)
     if full_batch:
         steps_per_epoch = 1
         evaluate = evaluator.full

@@ -54,8 +54,10 @@ SHARED_PARAMS_DOC = """    l1_ratio : float in [0, 1], default=0.0
     learning_rate : "auto", float or Schedule, default="auto"
         "auto" derives the step from a Lipschitz estimate L of the gradient, taken from
         an even sample of rows: 1/L for SGD, and for adaptive optimizers the largest
-        coordinate move of that first 1/L step.  A NaN/inf objective (or any increase in
-        plain full-batch gradient descent) restores the last good parameters and halves it.
+        coordinate move of that first 1/L step.  A NaN/inf objective restores the last
+        good parameters and halves it; so does any increase of the full-batch objective
+        for optimizers whose step always points downhill (SGD and RMSprop without
+        momentum, Adagrad).
     batch_size : int, default=None
         Rows per mini-batch step (solver "sgd"); each block contributes its share, drawn
         from a generator seeded by ``random_state``, the step and the block index.
