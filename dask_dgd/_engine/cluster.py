@@ -116,10 +116,6 @@ def get_executor(client, X):
     return DaskExecutor(embedded_client())
 
 
-def _add_level(*parts):
-    return add_partials(*parts)
-
-
 class DaskExecutor:
     """Runs shard functions as Dask tasks pinned to the shard's worker."""
 
@@ -161,7 +157,7 @@ class DaskExecutor:
 
         def level(chunks, depth):
             return [
-                submit(_add_level, *c, key=f"dgd-reduce-{name}-{depth}-{i}", pure=False)
+                submit(add_partials, *c, key=f"dgd-reduce-{name}-{depth}-{i}", pure=False)
                 for i, c in enumerate(chunks)
             ]
 

@@ -198,7 +198,11 @@ def encode_shard(shard, classes, class_weight=None):
 
 
 def shard_sample(shard, n_take):
-    """About ``n_take`` evenly spaced rows of the shard, as host arrays (X, weights)."""
+    """About ``n_take`` evenly spaced rows of the shard, as host arrays (X, weights).
+
+    The weights are the rows' sample weights scaled by (shard rows / sampled rows), so
+    samples of shards of different sizes combine into one unbiased weighted sample.
+    """
     total = shard.n_rows
     if total == 0 or n_take <= 0:
         return None
@@ -209,11 +213,12 @@ def shard_sample(shard, n_take):
             continue
         rows = np.unique(np.linspace(0, b.n_rows - 1, k).round().astype(np.int64))
         X = b.X[rows]
-        xs.append(X.get() if hasattr(X, "get") and not sp.issparse(X) else to_numpy(X))
+        xs.append(to_numpy(X))
         sw = np.ones(len(rows)) if b.sample_weight is None else to_numpy(b.sample_weight)[rows]
         ws.append(sw)
     X = sp.vstack(xs, format="csr") if sp.issparse(xs[0]) else np.concatenate(xs)
-    return X, np.concatenate(ws)
+    w = np.concatenate(ws)
+    return X, w * (total / len(w))
 
 
 def _block_error(err, block):

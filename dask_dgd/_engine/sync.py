@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import scipy.optimize
+import scipy.sparse as sp
 
 from ..exceptions import DivergenceError, ParameterError
 from ..losses import lipschitz_bound
@@ -63,25 +64,23 @@ class Evaluator:
         grad = partial.grad_sum / partial.weight_sum + pen_grad
         return value, grad
 
-    def full(self, params):
-        """Smooth objective value and gradient over all data (one distributed step)."""
-        t0 = time.perf_counter()
-        self.n_steps += 1
-        handles = self.shards.map(shard_loss_grad, self.objective, params, name=f"dgd-grad-{self.n_steps}")
-        partial = self.shards.reduce(handles, self.split_every, name=f"{self.n_steps}")
-        value, grad = self._finish(partial, params)
-        return value, grad, partial, time.perf_counter() - t0
-
-    def batch(self, params, seed, take):
-        """Smooth objective value and gradient on this step's mini-batch."""
+    def _step(self, fn, params, *args, kind):
         t0 = time.perf_counter()
         self.n_steps += 1
         handles = self.shards.map(
-            shard_minibatch, self.objective, params, seed, self.n_steps, take, name=f"dgd-batch-{self.n_steps}"
+            fn, self.objective, params, *args, name=f"dgd-{kind}-{self.n_steps}"
         )
         partial = self.shards.reduce(handles, self.split_every, name=f"{self.n_steps}")
         value, grad = self._finish(partial, params)
         return value, grad, partial, time.perf_counter() - t0
+
+    def full(self, params):
+        """Smooth objective value and gradient over all data (one distributed step)."""
+        return self._step(shard_loss_grad, params, kind="grad")
+
+    def batch(self, params, seed, take):
+        """Smooth objective value and gradient on the next step's mini-batch."""
+        return self._step(shard_minibatch, params, seed, self.n_steps + 1, take, kind="batch")
 
     def record(self, iteration, value, grad, partial, step_time, step_size, params):
         total = value + self.penalty.l1_value(params, self.objective)
@@ -156,8 +155,6 @@ def estimate_lipschitz(shards, objective, penalty, params):
     samples = [s for s in shards.map_gather(shard_sample, per_shard, name="dgd-sample") if s is not None]
     if not samples:
         return 1.0
-    import scipy.sparse as sp
-
     if sp.issparse(samples[0][0]):
         X = sp.vstack([s[0] for s in samples], format="csr")
     else:

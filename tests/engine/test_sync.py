@@ -48,7 +48,7 @@ def test_worker_count_changes_only_rounding(client, logistic_data):
     two = _fit(client, Xd, yd)
     with LocalCluster(n_workers=3, threads_per_worker=1, processes=False, dashboard_address=":0",
                       silence_logs=logging.ERROR) as c3, Client(c3, set_as_default=False) as client3:
-        three = _fit(client3, Xd, yd)
+        three = _fit(client3, Xd, yd, split_every=2)  # 3 groups: an inner dgd-reduce task level
         shards = build_shardset(DaskExecutor(client3), Xd, yd, None)
         assert shards.n_groups == 3
         assert [b for g in shards.groups for b in g] == list(range(10))
@@ -183,3 +183,16 @@ def test_embedded_cluster_is_started_once_and_logged(monkeypatch, caplog, logist
         np.testing.assert_allclose(a.coef_, b.coef_, rtol=1e-7)
     finally:
         cluster_mod._close_embedded()
+
+
+def test_cluster_without_workers_is_a_clear_error(logistic_data):
+    import dask
+
+    from dask_dgd.exceptions import ClusterError
+
+    X, y = logistic_data
+    with LocalCluster(n_workers=0, processes=False, dashboard_address=":0") as empty, Client(
+        empty, set_as_default=False
+    ) as c, dask.config.set({"dgd.worker-timeout": 1}):
+        with pytest.raises(ClusterError, match=r"has no workers; start some"):
+            LogisticRegression(client=c).fit(da.from_array(X, chunks=(500, -1)), y)
