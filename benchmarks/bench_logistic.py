@@ -160,14 +160,33 @@ def objective(X, y, coef, intercept, alpha):
 
 # ----------------------------------------------------------------------------- read passes
 def _local_pass(kind, *blocks):
-    """One pass over this worker's blocks: ``sum`` (block.sum()) or ``gemv`` (block @ v)."""
+    """One pass over this worker's blocks, timed inside the task.
+
+    ``sum``: ``block.sum()`` (the memory-read reference); ``gemv``: ``block @ v``;
+    ``kernel``: dask_dgd's own per-block objective (``LinearObjective.block_sums`` of the
+    binary logistic loss), i.e. the engine's compute on these blocks without the engine.
+    """
+    extra = None
+    if kind == "kernel":
+        from dask_dgd.losses import BinaryLogistic, LinearObjective
+
+        d = blocks[0].shape[1]
+        extra = (
+            LinearObjective(BinaryLogistic(), d),
+            np.random.default_rng(0).standard_normal(d + 1) * 0.1,
+            [np.zeros(b.shape[0]) for b in blocks],
+        )
+    v = np.full(blocks[0].shape[1], 1e-3)
     t0 = time.perf_counter()
     acc = 0.0
-    for b in blocks:
+    for i, b in enumerate(blocks):
         if kind == "sum":
             acc += float(b.sum())
+        elif kind == "gemv":
+            acc += float((b @ v).sum())
         else:
-            acc += float((b @ np.full(b.shape[1], 1e-3)).sum())
+            obj, params, ys = extra
+            acc += obj.block_sums(params, b, ys[i])[0]
     return time.perf_counter() - t0, acc
 
 
@@ -197,6 +216,31 @@ def cluster_read(client, futures, owners, kind, repeats):
     }
 
 
+def _copies_on_worker(keys, dask_worker=None):
+    """(key index, 8-byte aligned?) for each of ``keys`` held in this worker's memory."""
+    out = []
+    for i, k in enumerate(keys):
+        try:
+            a = dask_worker.data[k]
+        except KeyError:
+            continue
+        out.append((i, bool(a.flags.aligned and a.ctypes.data % 8 == 0)))
+    return out
+
+
+def alignment_census(client, futures):
+    """How many copies of X's blocks the workers hold, and how many are misaligned.
+
+    Blocks moved between workers by Dask can arrive at addresses that are not 8-byte
+    aligned; NumPy then falls back to slow non-BLAS loops on them.
+    """
+    keys = [f.key for f in futures]
+    per_worker = client.run(_copies_on_worker, keys)
+    copies = sum(len(v) for v in per_worker.values())
+    misaligned = sorted(i for v in per_worker.values() for i, ok in v if not ok)
+    return {"copies": copies, "misaligned": len(misaligned), "misaligned_blocks": misaligned}
+
+
 def driver_read(Xn, repeats):
     out = []
     for r in range(repeats + 1):
@@ -205,6 +249,30 @@ def driver_read(Xn, repeats):
         if r:
             out.append(time.perf_counter() - t0)
     return out
+
+
+def gather_to_driver(client, X, y):
+    """X and y in this process's memory, fetched block by block from the workers.
+
+    (``X.compute()`` would first concatenate all blocks on one worker, copying half of
+    X between the workers and leaving misaligned replicas behind.)
+    """
+    from distributed import futures_of
+
+    def ordered(arr):
+        by_key = {f.key: f for f in futures_of(arr)}
+        keys = [k[0] if arr.ndim == 2 else k for k in arr.__dask_keys__()]
+        return [by_key[k] for k in keys]
+
+    Xn = np.empty(X.shape, dtype=X.dtype)
+    row = 0
+    for f in ordered(X):
+        block = f.result()
+        Xn[row : row + block.shape[0]] = block
+        row += block.shape[0]
+        del block
+    yn = np.concatenate(client.gather(ordered(y)))
+    return Xn, yn
 
 
 # ----------------------------------------------------------------------------- tools
@@ -470,14 +538,18 @@ def benchmark(args):
         log(f"data {X.shape} {X.dtype} in {X.numblocks[0]} blocks generated in {result['generate_time']:.1f}s")
 
         t0 = time.perf_counter()
-        Xn, yn = client.compute([X, y], sync=True)
+        Xn, yn = gather_to_driver(client, X, y)
         result["gather_to_driver_time"] = time.perf_counter() - t0
         result["positive_rate"] = float(yn.mean())
         data = {"client": client, "X": X, "y": y, "Xn": Xn, "yn": yn}
+        result["alignment"] = {"generated": alignment_census(client, futures)}
 
-        reads = {"before": {}, "after": {}}
-        for kind in ("sum", "gemv"):
-            reads["before"][kind] = cluster_read(client, futures, owners, kind, args.read_repeats)
+        # One-pass reads over the blocks where Dask generated them, before any fit moves
+        # data (a moved copy may be misaligned, see alignment_census).
+        reads = {}
+        for kind in ("sum", "gemv", "kernel"):
+            reads[kind] = cluster_read(client, futures, owners, kind, args.read_repeats)
+            log(f"one pass ({kind}): {statistics.median(reads[kind]['max_task_time']):.3f}s")
         result["driver_read_sum"] = driver_read(Xn, args.read_repeats)
 
         if any(name == "spark-mllib" for name, _, _ in configs):
@@ -534,8 +606,7 @@ def benchmark(args):
                 r["objective"] = objective(Xn, yn, r.pop("coef"), r.pop("intercept"), alpha)
                 run["ladder"][tol].append(r)
 
-        for kind in ("sum", "gemv"):
-            reads["after"][kind] = cluster_read(client, futures, owners, kind, args.read_repeats)
+        result["alignment"]["after_fits"] = alignment_census(client, futures)
         result["cluster_read"] = reads
         result["runs"] = runs
     finally:
@@ -555,28 +626,30 @@ def summarise(result, args):
     n_workers_rows = args.rows / args.workers
 
     def read_fig(kind):
-        per_sample = []
-        for phase in ("before", "after"):
-            rd = reads[phase][kind]
-            workers = sorted(rd["blocks_per_worker"])
-            rows_per_block = args.rows / args.chunks
-            for sample in rd["task_time_per_worker"]:
-                # Time of this worker's pass scaled to an equal share of the rows.
-                per_sample.append(
-                    max(
-                        t * n_workers_rows / (rd["blocks_per_worker"][w] * rows_per_block)
-                        for t, w in zip(sample, workers)
-                    )
-                )
-        raw = [m for phase in ("before", "after") for m in reads[phase][kind]["max_task_time"]]
-        wall = [m for phase in ("before", "after") for m in reads[phase][kind]["wall"]]
-        return {"equal_share": _median(per_sample), "max_task": _median(raw), "wall": _median(wall)}
+        rd = reads[kind]
+        workers = sorted(rd["blocks_per_worker"])
+        rows_per_block = args.rows / args.chunks
+        # The slowest worker's pass, scaled to an equal share of the rows (the engine
+        # gives every worker the same number of rows; Dask may have placed more on one).
+        per_sample = [
+            max(
+                t * n_workers_rows / (rd["blocks_per_worker"][w] * rows_per_block)
+                for t, w in zip(sample, workers)
+            )
+            for sample in rd["task_time_per_worker"]
+        ]
+        return {
+            "equal_share": _median(per_sample),
+            "max_task": _median(rd["max_task_time"]),
+            "wall": _median(rd["wall"]),
+        }
 
-    read = {"sum": read_fig("sum"), "gemv": read_fig("gemv")}
+    read = {kind: read_fig(kind) for kind in reads}
     read["driver_sum"] = _median(result["driver_read_sum"])
-    read["blocks_per_worker"] = reads["before"]["sum"]["blocks_per_worker"]
+    read["blocks_per_worker"] = reads["sum"]["blocks_per_worker"]
     result["read_summary"] = read
     one_pass = read["sum"]["equal_share"]
+    kernel = read["kernel"]["equal_share"]
 
     table = []
     for key, run in result["runs"].items():
@@ -623,6 +696,7 @@ def summarise(result, args):
         if row.get("step_time"):
             row["step_over_read"] = row["step_time"] / one_pass
             row["compute_over_read"] = row["compute_time_max"] / one_pass
+            row["compute_over_kernel"] = row["compute_time_max"] / kernel
     result["table"] = table
 
 
@@ -689,26 +763,52 @@ def render(result, args):
     bpw = read["blocks_per_worker"]
     lines.append(
         f"One-pass read of X on the cluster (`block.sum()` over each worker's blocks, all "
-        f"workers at once, slowest worker scaled to an equal share of the rows; blocks per "
-        f"worker {sorted(bpw.values())}): **{_t(read['sum']['equal_share'])}** "
-        f"(raw slowest task {_t(read['sum']['max_task'])}, wall incl. scheduling "
-        f"{_t(read['sum']['wall'])}); one `block @ v` pass: {_t(read['gemv']['equal_share'])}; "
-        f"driver single-process `X.sum()` over all of X: {_t(read['driver_sum'])}."
+        f"workers at once, timed inside the tasks, slowest worker scaled to an equal share "
+        f"of the rows; blocks per worker {sorted(bpw.values())}): "
+        f"**{_t(read['sum']['equal_share'])}** (raw slowest task {_t(read['sum']['max_task'])}, "
+        f"wall incl. scheduling {_t(read['sum']['wall'])}). Same blocks, same way: one "
+        f"`block @ v` pass {_t(read['gemv']['equal_share'])}; dask_dgd's block kernel "
+        f"(`LinearObjective.block_sums`, no engine) {_t(read['kernel']['equal_share'])}. "
+        f"Driver single-process `X.sum()` over all of X: {_t(read['driver_sum'])}."
     )
     lines.append("")
     lines.append(
         "| tool | solver | median step | median compute max | median overhead "
-        "| one-pass read | step / read | compute max / read |"
+        "| one-pass read | **step / read** | compute max / read | compute max / kernel |"
     )
-    lines.append("|---|---|---|---|---|---|---|---|")
+    lines.append("|---|---|---|---|---|---|---|---|---|")
     one_pass = read["sum"]["equal_share"]
     for row in result["table"]:
         if row.get("step_time"):
             lines.append(
                 f"| {row['name']} | {row['solver']} | {_t(row['step_time'])} "
                 f"| {_t(row['compute_time_max'])} | {_t(row['overhead'])} | {_t(one_pass)} "
-                f"| **{row['step_over_read']:.2f}** | {row['compute_over_read']:.2f} |"
+                f"| **{row['step_over_read']:.2f}** | {row['compute_over_read']:.2f} "
+                f"| {row['compute_over_kernel']:.2f} |"
             )
+    if read["kernel"]["equal_share"]:
+        lines.append(
+            f"| (dask_dgd kernel alone) | | | {_t(read['kernel']['equal_share'])} | | {_t(one_pass)} "
+            f"| | {read['kernel']['equal_share'] / one_pass:.2f} | 1.00 |"
+        )
+    sk = next((r for r in result["table"] if r["name"] == "scikit-learn" and r.get("wall")), None)
+    if sk and sk.get("n_iter"):
+        lines.append("")
+        lines.append(
+            f"For reference, scikit-learn (in memory, {args.threads} threads) took "
+            f"{_t(sk['wall'] / sk['n_iter'])} per L-BFGS iteration (wall / iterations; an "
+            f"iteration may evaluate the loss more than once), "
+            f"{sk['wall'] / sk['n_iter'] / read['driver_sum']:.2f}x the driver's `X.sum()`."
+        )
+    al = result.get("alignment", {})
+    if al:
+        g, f = al.get("generated", {}), al.get("after_fits", {})
+        lines.append("")
+        lines.append(
+            f"Copies of X's blocks held by the workers: {g.get('copies')} as generated "
+            f"({g.get('misaligned')} misaligned); {f.get('copies')} after the fits "
+            f"({f.get('misaligned')} not 8-byte aligned: blocks {f.get('misaligned_blocks')})."
+        )
     lines.append("")
     lines.append("### Tolerance ladder (one run each)")
     lines.append("")
