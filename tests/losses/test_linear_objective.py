@@ -221,10 +221,10 @@ def test_slices_give_the_same_sums(make_problem, name, sparse):
     assert got[2] == pytest.approx(expected[2], rel=1e-12)
 
 
-def test_default_slice_is_about_four_mebibytes():
+def test_default_slice_is_about_one_mebibyte():
     objective = LinearObjective(HalfSquaredError(), 100)
-    assert objective._slice_rows(np.empty((10**6, 100)), np) == 4 * 2**20 // 800
-    assert objective._slice_rows(np.empty((10**6, 100), np.float32), np) == 4 * 2**20 // 400
+    assert objective._slice_rows(np.empty((10**6, 100)), np) == 2**20 // 800
+    assert objective._slice_rows(np.empty((10**6, 100), np.float32), np) == 2**20 // 400
     wide = LinearObjective(HalfSquaredError(), 10**5)
     assert wide._slice_rows(np.empty((1000, 10**5)), np) == 256
     # Sparse blocks are processed whole unless slice_bytes says otherwise.
