@@ -1,6 +1,5 @@
 """scikit-learn's own conformance suite over every estimator."""
 
-import pytest
 from sklearn.utils.estimator_checks import parametrize_with_checks
 
 from dask_dgd import LinearRegression, LogisticRegression, PoissonRegressor

@@ -18,14 +18,14 @@ from sklearn.utils.validation import (
     validate_data,
 )
 
-from .._backend import asarray_like, get_namespace, is_sparse
+from .._backend import asarray_like, is_sparse
 from .._engine.cluster import build_shardset, get_executor, is_dask_collection
 from .._engine.monitor import Monitor
 from .._engine.shards import check_chunking, shard_summary
 from .._engine.sync import Evaluator, run_first_order, run_lbfgs
 from .._validation import Interval, Options, validate_params
 from ..exceptions import ConvergenceWarning, InputError, ParameterError
-from ..losses import LinearObjective, Penalty
+from ..losses import Penalty
 from ..optim import LBFGS, FirstOrderOptimizer, Schedule, get_optimizer
 
 __all__ = ["DGDLinearModel", "SHARED_PARAMS_DOC"]
@@ -127,10 +127,6 @@ class DGDLinearModel(BaseEstimator):
         "client": [None, _client_like],
     }
 
-    # -------------------------------------------------------------------- hooks
-    def _make_loss(self, n_outputs):  # pragma: no cover - abstract
-        raise NotImplementedError
-
     def _is_classifier(self):
         return False
 
@@ -180,12 +176,13 @@ class DGDLinearModel(BaseEstimator):
     # ------------------------------------------------------------------- input
     def _validate_fit_input(self, X, y, sample_weight, reset=True):
         """In-memory input through scikit-learn's validation; dask input checked lazily."""
-        if is_dask_collection(X) or is_dask_collection(y):
-            return self._validate_dask_input(X, y, sample_weight, reset)
         if y is None:
             raise InputError(
                 f"{type(self).__name__} requires y to be passed, but the target y is None"
             )
+        if is_dask_collection(X) or is_dask_collection(y):
+            self._check_dask_input(X, reset)
+            return X, y, sample_weight
         # X and y separately: non-finite values are left for the block checks, which
         # name the block (the same code path as for dask input).
         X = validate_data(
@@ -218,7 +215,8 @@ class DGDLinearModel(BaseEstimator):
                 )
         return X, y, sample_weight
 
-    def _validate_dask_input(self, X, y, sample_weight, reset):
+    def _check_dask_input(self, X, reset):
+        """Feature count (and names) of a dask X; its data is checked in the blocks."""
         import dask.dataframe as dd
 
         if isinstance(X, dd.DataFrame):
@@ -241,9 +239,6 @@ class DGDLinearModel(BaseEstimator):
             self.n_features_in_ = n_features
         else:
             self._check_n_features(n_features)
-        if y is None:
-            raise InputError(f"{type(self).__name__} requires y to be passed, but y is None")
-        return X, y, sample_weight
 
     def _check_n_features(self, n_features):
         if n_features != self.n_features_in_:
@@ -285,17 +280,31 @@ class DGDLinearModel(BaseEstimator):
             params = objective.pack(coef, np.asarray(baseline, dtype=np.float64))
         return params
 
-    def _run(self, shards, objective, baseline):
-        solver, optimizer = self._resolve_solver()
+    def _solve(self, shards, objective, solver, run, total=None):
+        """Run ``run(evaluator)`` on the shards and store what it returns."""
         penalty = Penalty(alpha=float(self.alpha), l1_ratio=float(self.l1_ratio))
-        params0 = self._initial_params(objective, baseline)
-        monitor = Monitor(verbose=self.verbose, total=self.max_iter)
+        monitor = Monitor(verbose=self.verbose, total=total)
         evaluator = Evaluator(shards, objective, penalty, self.split_every, monitor)
         try:
-            if solver == "lbfgs":
-                result = run_lbfgs(evaluator, params0, optimizer, max_iter=self.max_iter, tol=self.tol)
-            else:
-                result = run_first_order(
+            result = run(evaluator)
+        finally:
+            monitor.close()
+        self.solver_ = solver
+        self._store(result, objective, monitor.records)
+        return result
+
+    def _run(self, shards, objective, baseline):
+        solver, optimizer = self._resolve_solver()
+        params0 = self._initial_params(objective, baseline)
+        if solver == "lbfgs":
+
+            def run(evaluator):
+                return run_lbfgs(evaluator, params0, optimizer, max_iter=self.max_iter, tol=self.tol)
+
+        else:
+
+            def run(evaluator):
+                return run_first_order(
                     evaluator,
                     params0,
                     optimizer,
@@ -305,10 +314,8 @@ class DGDLinearModel(BaseEstimator):
                     seed=self._seed(),
                     learning_rate=self._learning_rate_mode(),
                 )
-        finally:
-            monitor.close()
-        self.solver_ = solver
-        self._store(result, objective, monitor.records)
+
+        result = self._solve(shards, objective, solver, run, total=self.max_iter)
         if not result.converged:
             warnings.warn(
                 f"{type(self).__name__} did not converge in max_iter={self.max_iter} "
@@ -350,13 +357,10 @@ class DGDLinearModel(BaseEstimator):
             params0 = objective.pack(coef, intercept if self.fit_intercept else None)
         else:
             params0 = self._initial_params(objective, baseline)
-        self._partial_calls = getattr(self, "_partial_calls", 0)
-        self._partial_calls += 1
-        penalty = Penalty(alpha=float(self.alpha), l1_ratio=float(self.l1_ratio))
-        monitor = Monitor(verbose=self.verbose)
-        evaluator = Evaluator(shards, objective, penalty, self.split_every, monitor)
-        try:
-            result = run_first_order(
+        self._partial_calls = getattr(self, "_partial_calls", 0) + 1
+
+        def run(evaluator):
+            return run_first_order(
                 evaluator,
                 params0,
                 optimizer,
@@ -367,10 +371,8 @@ class DGDLinearModel(BaseEstimator):
                 learning_rate=mode,
                 opt_state=state,
             )
-        finally:
-            monitor.close()
-        self.solver_ = "sgd"
-        self._store(result, objective, monitor.records)
+
+        self._solve(shards, objective, "sgd", run)
 
     def _seed(self):
         rs = self.random_state

@@ -1,6 +1,5 @@
 """LogisticRegression: binary and multinomial, by distributed gradient descent."""
 
-import numbers
 
 import numpy as np
 from sklearn.base import ClassifierMixin
