@@ -15,6 +15,7 @@ import uuid
 import dask
 import dask.array as da
 import numpy as np
+import pandas as pd
 from distributed import Client, LocalCluster, futures_of
 
 from .._backend import is_sparse
@@ -164,21 +165,60 @@ class DaskExecutor:
         return level
 
 
-def _to_dask_arrays(X, y, sample_weight):
-    """Dask arrays for X, y, weights with matching row blocks."""
+def _check_frame_dtypes(df):
+    for name, dtype in df.dtypes.items():
+        if isinstance(dtype, pd.api.extensions.ExtensionDtype) or not (
+            pd.api.types.is_numeric_dtype(dtype)
+        ):
+            raise InputError(
+                f"X column {name!r} has dtype {dtype}; training needs plain numeric "
+                f"columns: encode text/categories as numbers and convert nullable or "
+                f"boolean columns, e.g. X.astype({{{name!r}: 'float64'}})"
+            )
+
+
+def _futures_in_order(arr):
+    """The futures of a persisted array, in row-block order."""
+    by_key = {f.key: f for f in futures_of(arr)}
+    keys = [k[0] if arr.ndim == 2 else k for k in arr.__dask_keys__()]
+    return [by_key[k] for k in keys]
+
+
+def _nrows(x):
+    return x.shape[0]
+
+
+def _with_known_rows(client, arr):
+    """``arr`` persisted on the cluster, its row-chunk sizes computed there if unknown."""
+    arr = client.persist(arr)
+    if not any(np.isnan(c) for c in arr.chunks[0]):
+        return arr
+    futures = _futures_in_order(arr)
+    rows = client.gather([client.submit(_nrows, f, pure=False) for f in futures])
+    return da.Array(arr.dask, arr.name, chunks=(tuple(rows),) + arr.chunks[1:], meta=arr._meta)
+
+
+def _full_rows(block, value):
+    return np.full(block.shape[0], value, dtype=np.float64)
+
+
+def _known(chunks):
+    return not any(np.isnan(c) for c in chunks)
+
+
+def _to_dask_arrays(client, X, y, sample_weight):
+    """Dask arrays for X, y, weights with matching row blocks (computed on ``client``)."""
     import dask.dataframe as dd
 
     if isinstance(X, dd.DataFrame):
-        bad = [c for c, t in X.dtypes.items() if not np.issubdtype(t, np.number) and t != bool]
-        if bad:
-            raise InputError(f"X has non-numeric columns {bad}; encode them as numbers first")
-        X = X.to_dask_array(lengths=True)
+        _check_frame_dtypes(X)
+        X = X.to_dask_array()
     if isinstance(y, (dd.Series, dd.DataFrame)):
-        y = y.to_dask_array(lengths=True)
+        y = y.to_dask_array()
         if y.ndim == 2 and y.shape[1] == 1:
             y = y[:, 0]
     if isinstance(sample_weight, dd.Series):
-        sample_weight = sample_weight.to_dask_array(lengths=True)
+        sample_weight = sample_weight.to_dask_array()
     if not isinstance(X, da.Array):
         X = da.asarray(X)
     check_chunking(X)
@@ -186,51 +226,39 @@ def _to_dask_arrays(X, y, sample_weight):
         raise InputError(
             f"X must be numeric; got dtype {X.dtype}; encode non-numeric features first"
         )
-    known = not any(np.isnan(c) for c in X.chunks[0])
+    if sample_weight is not None and np.ndim(sample_weight) == 0:
+        sample_weight = X.map_blocks(
+            _full_rows, float(sample_weight), drop_axis=1, dtype=np.float64
+        )
     arrays = [y, sample_weight]
     for i, a in enumerate(arrays):
         if a is None:
             continue
+        name = "y" if i == 0 else "sample_weight"
         if isinstance(a, da.Array) and a.numblocks[0] == X.numblocks[0]:
-            continue  # lengths are checked block by block in make_shard
-        if not known:
-            X = X.persist()
-            X.compute_chunk_sizes()
-            known = True
+            if not (_known(a.chunks[0]) and _known(X.chunks[0])):
+                continue  # lengths are checked block by block in make_shard
+            if a.chunks[0] == X.chunks[0]:
+                continue
+        X = _with_known_rows(client, X)
         if isinstance(a, da.Array):
-            if any(np.isnan(c) for c in a.chunks[0]):
-                a = a.persist()
-                a.compute_chunk_sizes()
-            if a.shape[0] != X.shape[0]:
-                raise InputError(
-                    f"X and {'y' if i == 0 else 'sample_weight'} have different lengths: "
-                    f"{X.shape[0]} and {a.shape[0]}"
-                )
-            arrays[i] = a.rechunk({0: X.chunks[0]})
+            a = _with_known_rows(client, a)
         else:
             a = np.asarray(a)
-            if a.shape[0] != X.shape[0]:
-                raise InputError(
-                    f"X and {'y' if i == 0 else 'sample_weight'} have different lengths: "
-                    f"{X.shape[0]} and {a.shape[0]}"
-                )
+        if a.shape[0] != X.shape[0]:
+            raise InputError(
+                f"X and {name} have different lengths: {X.shape[0]} and {a.shape[0]}"
+            )
+        if isinstance(a, da.Array):
+            arrays[i] = a.rechunk({0: X.chunks[0]})
+        else:
             arrays[i] = da.from_array(a, chunks=(X.chunks[0],) + a.shape[1:])
     return X, arrays[0], arrays[1]
 
 
-def _block_futures(client, arr):
-    """Persist ``arr`` and return its futures in row-block order."""
-    arr = client.persist(arr)
-    by_key = {f.key: f for f in futures_of(arr)}
-    keys = [k[0] if arr.ndim == 2 else k for k in arr.__dask_keys__()]
-    return arr, [by_key[k] for k in keys]
 
 
-def _nrows(x):
-    return x.shape[0]
-
-
-def build_shardset(executor, X, y, sample_weight, *, groups_per_worker=1, y_numeric=True):
+def build_shardset(executor, X, y, sample_weight, *, y_numeric=True):
     """Turn the input into a :class:`ShardSet` for ``executor``.
 
     In process: one shard, one block.  On a cluster: an in-memory input is cut into one
@@ -241,15 +269,15 @@ def build_shardset(executor, X, y, sample_weight, *, groups_per_worker=1, y_nume
         return in_process_shardset(X, y, sample_weight, y_numeric=y_numeric)
     client = executor.client
     workers = executor.workers()
-    n_groups = len(workers) * groups_per_worker
+    n_groups = len(workers)  # one group per worker
     if not is_dask_collection(X) and not is_dask_collection(y):
         return _scatter_shardset(executor, X, y, sample_weight, workers, n_groups, y_numeric)
-    X, y, sample_weight = _to_dask_arrays(X, y, sample_weight)
-    X, xf = _block_futures(client, X)
-    _, yf = _block_futures(client, y)
-    sf = [None] * len(xf)
-    if sample_weight is not None:
-        _, sf = _block_futures(client, sample_weight)
+    X, y, sample_weight = _to_dask_arrays(client, X, y, sample_weight)
+    # One persist for all: X and y often share tasks (a DataFrame, a filter mask).
+    persisted = client.persist([a for a in (X, y, sample_weight) if a is not None])
+    X, y = persisted[:2]
+    xf, yf = _futures_in_order(X), _futures_in_order(y)
+    sf = _futures_in_order(persisted[2]) if sample_weight is not None else [None] * len(xf)
     if any(np.isnan(c) for c in X.chunks[0]):
         rows = client.gather([client.submit(_nrows, f, pure=False) for f in xf])
     else:

@@ -117,6 +117,12 @@ def make_shard(first_index, xs, ys, sws, y_numeric=True):
             )
         if sw is not None:
             sw = _as_float(sw, sparse_ok=False)
+        if not is_sparse(X) and X.dtype != np.float64:
+            # float32 X: targets and weights in the same dtype once, not every step
+            xp = get_namespace(X)
+            y = xp.astype(y, X.dtype) if y_numeric else y
+            sw = None if sw is None else xp.astype(sw, X.dtype)
+        if sw is not None:
             if sw.shape != y.shape:
                 raise InputError(
                     f"sample_weight has shape {tuple(sw.shape)} in block {index}, "
@@ -145,14 +151,8 @@ def make_shard(first_index, xs, ys, sws, y_numeric=True):
 
 
 def shard_summary(shard, labels=False):
-    """Per-block rows, weight sums, the y range and weighted y sum, or label counts."""
-    out = {
-        "rows": [b.n_rows for b in shard.blocks],
-        "weight_sum": 0.0,
-        "wy_sum": 0.0,
-        "y_min": math.inf,
-        "y_max": -math.inf,
-    }
+    """Weight sum, and the weighted y sum and minimum of y, or the label counts."""
+    out = {"weight_sum": 0.0, "wy_sum": 0.0, "y_min": math.inf}
     for b in shard.blocks:
         if b.n_rows == 0:
             continue
@@ -162,7 +162,6 @@ def shard_summary(shard, labels=False):
         if not labels:
             out["wy_sum"] += float(y.sum() if w is None else w @ y)
             out["y_min"] = min(out["y_min"], float(y.min()))
-            out["y_max"] = max(out["y_max"], float(y.max()))
     if labels:
         parts = [to_numpy(b.y) for b in shard.blocks if b.n_rows]
         y = np.concatenate(parts) if parts else np.array([])
@@ -187,12 +186,11 @@ def encode_shard(shard, classes, class_weight=None):
         if class_weight is not None:
             cw = class_weight[codes]
             sw = cw if sw is None else to_numpy(sw) * cw
-        like = b.X if not is_sparse(b.X) else None
         y_new = codes.astype(np.float64)
-        if like is not None:
-            xp = get_namespace(like)
-            y_new = xp.asarray(y_new)
-            sw = None if sw is None else xp.asarray(sw)
+        if not is_sparse(b.X):  # targets and weights in X's namespace, device and dtype
+            xp = get_namespace(b.X)
+            y_new = xp.asarray(y_new, dtype=b.X.dtype)
+            sw = None if sw is None else xp.asarray(sw, dtype=b.X.dtype)
         blocks.append(Block(b.index, b.X, y_new, sw))
     return Shard(tuple(blocks))
 

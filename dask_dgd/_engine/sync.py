@@ -8,7 +8,7 @@ determinism contract.
 
 import math
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 import scipy.optimize
@@ -40,7 +40,6 @@ class FitResult:
     optimizer: object = None
     opt_state: object = None
     message: str = ""
-    records: list = field(default_factory=list)
 
 
 class Evaluator:
@@ -55,11 +54,11 @@ class Evaluator:
         self.n_steps = 0
 
     def _finish(self, partial, params):
-        if partial.weight_sum <= 0:
-            raise ParameterError(
-                "the total sample weight is zero; give some samples a positive weight"
-            )
+        # A mini-batch can draw only zero-weight rows: it then carries no loss (the
+        # whole data's total weight is checked to be positive before training).
         pen, pen_grad = self.penalty.smooth_value_gradient(params, self.objective)
+        if partial.weight_sum <= 0:
+            return pen, pen_grad
         value = partial.loss_sum / partial.weight_sum + pen
         grad = partial.grad_sum / partial.weight_sum + pen_grad
         return value, grad
@@ -78,16 +77,18 @@ class Evaluator:
         """Smooth objective value and gradient over all data (one distributed step)."""
         return self._step(shard_loss_grad, params, kind="grad")
 
-    def batch(self, params, seed, take):
+    def batch(self, params, seed, batch_size):
         """Smooth objective value and gradient on the next step's mini-batch."""
-        return self._step(shard_minibatch, params, seed, self.n_steps + 1, take, kind="batch")
+        step = self.n_steps + 1
+        take = batch_allocation(self.shards.block_rows, batch_size, (*seed, step))
+        return self._step(shard_minibatch, params, seed, step, take, kind="batch")
 
-    def record(self, iteration, value, grad, partial, step_time, step_size, params):
-        total = value + self.penalty.l1_value(params, self.objective)
+    def record(self, iteration, value, grad, partial, step_time, step_size):
+        """Report a step; ``value`` is the whole objective (with any L1 term)."""
         return self.monitor.record(
             step=self.n_steps,
             iteration=iteration,
-            loss=float(total),
+            loss=float(value),
             grad_norm=float(np.linalg.norm(grad)),
             step_size=step_size,
             step_time=step_time,
@@ -112,9 +113,14 @@ def run_lbfgs(evaluator, params0, settings, *, max_iter, tol):
 
     def fun(x):
         value, grad, partial, dt = evaluator.full(x)
-        evaluator.record(state["iteration"], value, grad, partial, dt, None, x)
+        evaluator.record(state["iteration"], value, grad, partial, dt, None)
         if not (math.isfinite(value) and np.all(np.isfinite(grad))):
-            # Let the line search back off rather than crash: report a huge value.
+            if evaluator.n_steps == 1:
+                raise DivergenceError(
+                    f"the objective is not finite at the initial parameters (loss={value}); "
+                    "check the data and weights for extreme values or scale the features"
+                )
+            # Let the line search back off rather than stop: report a huge value.
             return 1e300, np.zeros_like(grad)
         return value, grad
 
@@ -189,18 +195,27 @@ def is_descent_method(optimizer):
     return isinstance(optimizer, Adagrad)
 
 
-def batch_allocation(block_rows, batch_size):
-    """Rows each block contributes to a global batch: proportional, largest remainder."""
+def batch_allocation(block_rows, batch_size, seed):
+    """Rows each block contributes to one global batch of ``batch_size`` rows.
+
+    Each block gets the integer part of its proportional share; the remaining rows go
+    to blocks drawn without replacement with probability proportional to the fractional
+    parts, by a generator seeded with ``seed`` (random state and step).  Every row thus
+    has the same chance to be in a batch, whatever the block sizes, and the allocation
+    depends only on the block sizes and the seed.
+    """
     rows = np.asarray(block_rows, dtype=np.int64)
     total = rows.sum()
     if batch_size >= total:
         return rows.copy()
     exact = rows * (batch_size / total)
     take = np.floor(exact).astype(np.int64)
-    short = batch_size - take.sum()
-    order = np.argsort(-(exact - take), kind="stable")
-    take[order[:short]] += 1
-    return np.minimum(take, rows)
+    short = int(batch_size - take.sum())
+    if short:
+        frac = exact - take
+        rng = np.random.default_rng(list(seed))
+        take[rng.choice(len(rows), size=short, replace=False, p=frac / frac.sum())] += 1
+    return take
 
 
 def run_first_order(
@@ -235,11 +250,10 @@ def run_first_order(
         steps_per_epoch = 1
         evaluate = evaluator.full
     else:
-        take = batch_allocation(shards.block_rows, batch_size)
         steps_per_epoch = math.ceil(shards.n_rows / batch_size)
 
         def evaluate(params):
-            return evaluator.batch(params, tuple(seed), take)
+            return evaluator.batch(params, tuple(seed), batch_size)
 
     total_steps = max_iter * steps_per_epoch
     params = np.array(params0, dtype=np.float64, copy=True)
@@ -253,6 +267,9 @@ def run_first_order(
     best, no_change, epoch_values = math.inf, 0, []
     converged = False
     while True:
+        # The whole objective (smooth part + L1): a proximal step may raise the smooth
+        # part alone while lowering the sum.
+        value = value + pen.l1_value(params, obj)
         bad = not (math.isfinite(value) and np.all(np.isfinite(grad)))
         if not bad and monotone and good is not None:
             bad = value > good[2] + 1e-12 * abs(good[2])
@@ -276,7 +293,7 @@ def run_first_order(
             good = (params, state, value, grad, it)
             lr = optimizer.current_learning_rate(state)
             epoch = it // steps_per_epoch
-            evaluator.record(it if full_batch else epoch, value, grad, partial, dt, lr, params)
+            evaluator.record(it if full_batch else epoch, value, grad, partial, dt, lr)
             if evaluator.monitor.stop_requested:
                 converged = True
                 break
@@ -305,6 +322,8 @@ def run_first_order(
         if pen.has_l1:
             params = pen.prox(params, lr, obj)
         it += 1
+        if not full_batch and it >= total_steps:
+            break  # the last epoch is complete; a further batch would only be discarded
         value, grad, partial, dt = evaluate(params)
     return FitResult(
         params=params,

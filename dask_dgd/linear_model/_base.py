@@ -26,7 +26,7 @@ from .._engine.sync import Evaluator, run_first_order, run_lbfgs
 from .._validation import Interval, Options, validate_params
 from ..exceptions import ConvergenceWarning, InputError, ParameterError
 from ..losses import Penalty
-from ..optim import LBFGS, FirstOrderOptimizer, Schedule, get_optimizer
+from ..optim import LBFGS, SGD, FirstOrderOptimizer, Schedule, get_optimizer
 
 __all__ = ["DGDLinearModel", "SHARED_PARAMS_DOC"]
 
@@ -98,8 +98,8 @@ def _client_like(value):
 
 def _raw_block(X, coef, intercept, squeeze):
     """Linear predictor of one block (runs on the workers for dask input)."""
-    coef = asarray_like(coef, X)
-    intercept = asarray_like(intercept, X)
+    coef = asarray_like(coef.astype(X.dtype, copy=False), X)  # float32 X: float32 out
+    intercept = asarray_like(intercept.astype(X.dtype, copy=False), X)
     raw = X @ coef
     if is_sparse(raw):  # pragma: no cover - scipy returns dense for sparse @ dense
         raw = raw.toarray()
@@ -167,8 +167,20 @@ class DGDLinearModel(BaseEstimator):
             )
         if solver == "sgd" and self.batch_size is None:
             raise ParameterError("solver='sgd' needs a batch_size (rows per step), e.g. 256")
+        if solver == "gd" and self.batch_size is not None:
+            raise ParameterError(
+                f"solver='gd' takes full-batch steps but batch_size={self.batch_size} was "
+                "given; use solver='sgd' (or 'auto') for mini-batches"
+            )
         if opt is None:
             opt = get_optimizer("sgd")
+        if has_l1 and not (isinstance(opt, SGD) and opt.momentum == 0):
+            raise ParameterError(
+                f"an L1 penalty (l1_ratio={self.l1_ratio}) is applied by a proximal step, "
+                f"which is exact only for plain gradient steps; optimizer "
+                f"{type(opt).__name__} would converge to another solution. Use "
+                "optimizer='sgd' (no momentum), or l1_ratio=0"
+            )
         if self.learning_rate != "auto":
             opt = opt.with_learning_rate(self.learning_rate)
         return solver, opt
@@ -219,26 +231,40 @@ class DGDLinearModel(BaseEstimator):
         """Feature count (and names) of a dask X; its data is checked in the blocks."""
         import dask.dataframe as dd
 
+        if not is_dask_collection(X):
+            raise InputError(
+                "y is a dask collection but X is not; pass both as dask collections "
+                "(or both in memory)"
+            )
+        names = None
         if isinstance(X, dd.DataFrame):
             names = np.asarray(X.columns, dtype=object)
             n_features = len(names)
-            if reset:
-                if all(isinstance(n, str) for n in names):
-                    self.feature_names_in_ = names
-                elif hasattr(self, "feature_names_in_"):
-                    del self.feature_names_in_
+            if not all(isinstance(n, str) for n in names):
+                names = None
         else:
-            if not is_dask_collection(X):
-                raise InputError(
-                    "y is a dask collection but X is not; pass both as dask collections "
-                    "(or both in memory)"
-                )
             check_chunking(X)
             n_features = X.shape[1]
         if reset:
             self.n_features_in_ = n_features
+            if names is not None:
+                self.feature_names_in_ = names
+            elif hasattr(self, "feature_names_in_"):
+                del self.feature_names_in_
         else:
             self._check_n_features(n_features)
+            self._check_feature_names(names)
+
+    def _check_feature_names(self, names):
+        """A dask DataFrame at predict time must have the columns seen in fit, in order."""
+        fitted = getattr(self, "feature_names_in_", None)
+        if names is None or fitted is None:
+            return
+        if len(names) != len(fitted) or not np.all(names == fitted):
+            raise InputError(
+                f"The feature names should match those that were passed during fit: "
+                f"got {list(names)}, expected {list(fitted)}"
+            )
 
     def _check_n_features(self, n_features):
         if n_features != self.n_features_in_:
@@ -315,12 +341,14 @@ class DGDLinearModel(BaseEstimator):
                     learning_rate=self._learning_rate_mode(),
                 )
 
-        result = self._solve(shards, objective, solver, run, total=self.max_iter)
+        total = self.max_iter + 1 if solver == "gd" else None  # progress bar: steps
+        result = self._solve(shards, objective, solver, run, total=total)
         if not result.converged:
+            detail = f" ({result.message})" if result.message else ""
             warnings.warn(
                 f"{type(self).__name__} did not converge in max_iter={self.max_iter} "
-                f"{'epochs' if solver == 'sgd' else 'iterations'} (solver={solver!r}); "
-                "increase max_iter, loosen tol, or scale the features",
+                f"{'epochs' if solver == 'sgd' else 'iterations'} (solver={solver!r})"
+                f"{detail}; increase max_iter, loosen tol, or scale the features",
                 ConvergenceWarning,
                 stacklevel=3,
             )
@@ -412,6 +440,7 @@ class DGDLinearModel(BaseEstimator):
 
             if isinstance(X, dd.DataFrame):
                 self._check_n_features(len(X.columns))
+                self._check_feature_names(np.asarray(X.columns, dtype=object))
                 X = X.to_dask_array()
             else:
                 check_chunking(X)

@@ -2,7 +2,7 @@
 
 import numpy as np
 from sklearn.base import RegressorMixin
-from sklearn.metrics import d2_tweedie_score
+from sklearn.metrics import d2_tweedie_score, r2_score
 
 from ..exceptions import InputError
 from ..losses import HalfPoisson, HalfSquaredError, LinearObjective
@@ -54,8 +54,8 @@ class _Regressor(RegressorMixin, DGDLinearModel):
 
     def _check_target(self, summaries):
         """Raise for targets the loss cannot take; return the baseline intercept."""
-        wsum = sum(s["weight_sum"] for s in summaries)
-        return [sum(s["wy_sum"] for s in summaries) / wsum] if wsum > 0 else None
+        wsum = sum(s["weight_sum"] for s in summaries)  # > 0, checked in _prepare
+        return [sum(s["wy_sum"] for s in summaries) / wsum]
 
     def fit(self, X, y, sample_weight=None):
         """Fit the model by distributed gradient descent.
@@ -101,6 +101,11 @@ class _Regressor(RegressorMixin, DGDLinearModel):
     def predict(self, X):
         """Predicted targets: NumPy for in-memory ``X``, a lazy dask array for dask ``X``."""
         return self._loss_inverse_link(self._raw(X))
+
+    def score(self, X, y, sample_weight=None):
+        """R² of the predictions (lazy inputs are computed together)."""
+        y_pred, y, sample_weight = _computed(self.predict(X), y, sample_weight)
+        return r2_score(y, y_pred, sample_weight=sample_weight)
 
     def _loss_inverse_link(self, raw):
         return raw

@@ -10,7 +10,7 @@ from .._backend import get_namespace
 from .._engine.cluster import is_dask_collection
 from .._engine.shards import encode_shard
 from .._validation import Options
-from ..exceptions import InputError
+from ..exceptions import InputError, ParameterError
 from ..losses import BinaryLogistic, LinearObjective, MultinomialLogistic
 from ._base import SHARED_PARAMS_DOC, DGDLinearModel
 from ._glm import _computed
@@ -24,6 +24,10 @@ def _proba_block(raw, loss):
     if p.ndim == 1:
         return xp.stack([1 - p, p], axis=1)
     return p
+
+
+def _take(indices, classes):
+    return classes[indices]
 
 
 def _class_weight_like(value):
@@ -142,10 +146,18 @@ class LogisticRegression(ClassifierMixin, DGDLinearModel):
         unknown = [k for k in cw if k not in set(classes.tolist())]
         if unknown:
             raise InputError(
-                f"The classes, {unknown}, are not in class_weight's keys' labels "
+                f"class_weight has keys {unknown} that are not among the classes "
                 f"{classes.tolist()}"
             )
-        return np.array([float(cw.get(c, 1.0)) for c in classes.tolist()])
+        try:
+            weights = np.array([cw.get(c, 1.0) for c in classes.tolist()], dtype=np.float64)
+        except (TypeError, ValueError) as err:
+            raise InputError(f"class_weight values must be numbers; got {cw!r}") from err
+        if not np.all(np.isfinite(weights) & (weights >= 0)):
+            raise InputError(
+                f"class_weight values must be finite and non-negative; got {cw!r}"
+            )
+        return weights
 
     def _setup(self, shards, classes, counts):
         if len(classes) < 2:
@@ -203,6 +215,16 @@ class LogisticRegression(ClassifierMixin, DGDLinearModel):
                     "classes must be passed on the first call to partial_fit (all labels "
                     "the stream can contain)"
                 )
+            if isinstance(self.class_weight, str):
+                raise ParameterError(
+                    "class_weight='balanced' needs the class counts of all the data, "
+                    "which partial_fit never sees; pass a dict of weights instead"
+                )
+        elif classes is not None and not np.array_equal(np.unique(np.asarray(classes)), self.classes_):
+            raise InputError(
+                f"classes={list(classes)} differs from the classes of the first call, "
+                f"{self.classes_.tolist()}"
+            )
         shards, summaries = self._prepare(X, y, sample_weight, reset=first)
         seen, counts = self._labels(summaries)
         all_classes = np.unique(np.asarray(classes)) if first else self.classes_
@@ -245,10 +267,9 @@ class LogisticRegression(ClassifierMixin, DGDLinearModel):
     def predict(self, X):
         """Most probable class of each sample (lazy for dask ``X``)."""
         raw = self._raw(X, squeeze=False)
-        if is_dask_collection(raw):
-            idx = raw.argmax(axis=1) if raw.shape[1] > 1 else (raw[:, 0] > 0).astype(np.int64)
-            return idx.map_blocks(lambda i, c=self.classes_: c[i], dtype=self.classes_.dtype)
         idx = raw.argmax(axis=1) if raw.shape[1] > 1 else (raw[:, 0] > 0).astype(np.int64)
+        if is_dask_collection(idx):
+            return idx.map_blocks(_take, self.classes_, dtype=self.classes_.dtype)
         return self.classes_[idx]
 
     def score(self, X, y, sample_weight=None):

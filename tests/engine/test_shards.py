@@ -112,9 +112,20 @@ def test_shard_errors_name_the_block():
 
 
 def test_batch_allocation_is_proportional_and_exact():
-    take = batch_allocation([100, 0, 50, 50], 21)
-    assert take.sum() == 21 and take[1] == 0
-    assert list(batch_allocation([3, 4], 100)) == [3, 4]
+    take = batch_allocation([100, 0, 50, 50], 21, (0, 1))
+    assert take.sum() == 21 and take[1] == 0 and take[0] >= 10
+    assert list(batch_allocation([3, 4], 100, (0, 1))) == [3, 4]
+    np.testing.assert_array_equal(batch_allocation([7, 9, 4], 5, (3, 2)), batch_allocation([7, 9, 4], 5, (3, 2)))
+
+
+def test_batch_allocation_gives_every_row_the_same_chance():
+    # 10 equal blocks, batches of 5 rows: the remainder rows must not always go to the
+    # same blocks, or half the data would never be sampled
+    takes = np.array([batch_allocation([100] * 10, 5, (0, step)) for step in range(2000)])
+    assert (takes.sum(axis=1) == 5).all()
+    np.testing.assert_allclose(takes.mean(axis=0), 0.5, atol=0.05)
+    takes = np.array([batch_allocation([300, 100], 3, (1, step)) for step in range(2000)])
+    np.testing.assert_allclose(takes.mean(axis=0), [2.25, 0.75], atol=0.05)
 
 
 def test_summary_encode_and_sample():

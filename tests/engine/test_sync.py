@@ -109,7 +109,7 @@ def test_minibatch_is_reproducible_from_random_state(client, logistic_data):
         c = _fit(client, Xd, yd, **{**kw, "random_state": 8})
     np.testing.assert_array_equal(a.coef_, b.coef_)
     assert not np.array_equal(a.coef_, c.coef_)
-    assert a.n_iter_ == 3 and len(a.history_) == 3 * 20 + 1
+    assert a.n_iter_ == 3 and len(a.history_) == 3 * 20  # 3 epochs of 20 steps, no extra batch
     ref = _fit(None, X, y)
     assert abs(a.score(X, y) - ref.score(X, y)) < 0.02
 
@@ -154,8 +154,13 @@ def test_bad_dask_input_errors(client, logistic_data):
         _fit(client, da.from_array(Xn, chunks=(500, -1)), da.from_array(y, chunks=500))
     with pytest.raises(InputError, match="X and y have different lengths: 2000 and 1999"):
         _fit(client, da.from_array(X, chunks=(500, -1)), da.from_array(y[:-1], chunks=700))
-    with pytest.raises(InputError, match=r"different numbers of rows in block 3: X has 500, y has 499"):
+    with pytest.raises(InputError, match="X and y have different lengths: 2000 and 1999"):
         _fit(client, da.from_array(X, chunks=(500, -1)), da.from_array(y[:-1], chunks=(500, 500, 500, 499)))
+    keep = np.ones(2000, dtype=bool)
+    keep[1800] = False  # unknown chunk sizes: the mismatch is found block by block
+    y_unknown = da.from_array(y, chunks=500)[da.from_array(keep, chunks=500)]
+    with pytest.raises(InputError, match=r"different numbers of rows in block 3: X has 500, y has 499"):
+        _fit(client, da.from_array(X, chunks=(500, -1)), y_unknown)
     with pytest.raises(InputError, match="X must be numeric; got dtype <U1"):
         _fit(client, da.from_array(np.full((10, 2), "a"), chunks=(5, -1)), da.from_array(y[:10], chunks=5))
     with pytest.raises(InputError, match=r"X has 5 features, but LogisticRegression is expecting 6"):
@@ -196,3 +201,52 @@ def test_cluster_without_workers_is_a_clear_error(logistic_data):
     ) as c, dask.config.set({"dgd.worker-timeout": 1}):
         with pytest.raises(ClusterError, match=r"has no workers; start some"):
             LogisticRegression(client=c).fit(da.from_array(X, chunks=(500, -1)), y)
+
+
+def test_y_with_other_chunk_boundaries_and_scalar_weight(client, logistic_data):
+    X, y = logistic_data
+    ref = _fit(None, X, y)
+    Xd = da.from_array(X, chunks=(300, -1))  # 7 blocks
+    yd = da.from_array(y, chunks=((300,) * 5 + (500, 0)))  # 7 blocks, other boundaries
+    est = _fit(client, Xd, yd)
+    np.testing.assert_allclose(est.coef_, ref.coef_, rtol=1e-7, atol=1e-9)
+    est = LogisticRegression(client=client, tol=1e-10).fit(Xd, yd, sample_weight=2.0)
+    np.testing.assert_allclose(est.coef_, ref.coef_, rtol=1e-6, atol=1e-8)
+
+
+def test_dataframe_column_checks(client, logistic_data):
+    X, y = logistic_data
+    pdf = pd.DataFrame(X, columns=[f"f{i}" for i in range(6)])
+    bad = pdf.assign(f5=pd.Series(["a"] * 2000, dtype="string"))
+    with pytest.raises(InputError, match=r"X column 'f5' has dtype string; training needs plain numeric"):
+        _fit(client, dd.from_pandas(bad, npartitions=2), dd.from_pandas(pd.Series(y), npartitions=2))
+    est = _fit(client, dd.from_pandas(pdf, npartitions=2), dd.from_pandas(pd.Series(y), npartitions=2))
+    renamed = dd.from_pandas(pdf.rename(columns={"f0": "zz"}), npartitions=2)
+    with pytest.raises(InputError, match="The feature names should match those that were passed during fit"):
+        est.predict(renamed)
+
+
+def test_float32_dask_predictions_have_the_declared_dtype(client, logistic_data):
+    X, y = logistic_data
+    est = _fit(client, da.from_array(X.astype(np.float32), chunks=(500, -1)), da.from_array(y, chunks=500), tol=1e-5)
+    lazy = est.predict_proba(da.from_array(X.astype(np.float32), chunks=(500, -1)))
+    assert lazy.dtype == lazy.compute().dtype == np.float32
+    ref = _fit(None, X, y, tol=1e-5)
+    np.testing.assert_allclose(est.coef_, ref.coef_, rtol=1e-3, atol=1e-4)
+
+
+def test_minibatch_of_zero_weight_rows_does_not_abort(client, logistic_data):
+    X, y = logistic_data
+    w = np.zeros(2000)
+    w[::100] = 1.0  # 1% of rows carry weight: many batches of 10 have none
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        est = LogisticRegression(client=client, solver="sgd", batch_size=10, max_iter=2, random_state=0)
+        est.fit(da.from_array(X, chunks=(500, -1)), da.from_array(y, chunks=500), sample_weight=w)
+    assert np.all(np.isfinite(est.coef_))
+
+
+def test_lbfgs_refuses_a_non_finite_start():
+    X = np.random.default_rng(0).standard_normal((50, 2))
+    with pytest.raises(DivergenceError, match="not finite at the initial parameters"):
+        LinearRegression().fit(X, np.where(X[:, 0] > 0, 1e200, -1e200))

@@ -91,6 +91,8 @@ def test_wrong_number_of_features_at_predict():
         ({"solver": "sgd"}, r"solver='sgd' needs a batch_size"),
         ({"solver": "lbfgs", "batch_size": 10}, r"solver='lbfgs' is full-batch only"),
         ({"solver": "gd", "optimizer": "lbfgs"}, r"the L-BFGS optimizer needs solver='lbfgs'"),
+        ({"solver": "gd", "batch_size": 10}, r"solver='gd' takes full-batch steps but batch_size=10"),
+        ({"alpha": 0.1, "l1_ratio": 0.5, "optimizer": "adam"}, r"an L1 penalty .* optimizer Adam would converge to another solution"),
     ],
 )
 def test_bad_parameters(params, message):
@@ -101,8 +103,13 @@ def test_bad_parameters(params, message):
 def test_bad_class_weight():
     with pytest.raises(ParameterError, match=r"'class_weight' parameter"):
         LogisticRegression(class_weight="even").fit(X, Y_BIN)
-    with pytest.raises(InputError, match=r"The classes, \[7\], are not in class_weight"):
+    with pytest.raises(InputError, match=r"class_weight has keys \[7\] that are not among the classes \[0, 1\]"):
         LogisticRegression(class_weight={7: 2.0}).fit(X, Y_BIN)
+    for bad in ({0: -1.0, 1: 1.0}, {0: float("nan"), 1: 1.0}):
+        with pytest.raises(InputError, match="class_weight values must be finite and non-negative"):
+            LogisticRegression(class_weight=bad).fit(X, Y_BIN)
+    with pytest.raises(InputError, match="class_weight values must be numbers"):
+        LogisticRegression(class_weight={0: "heavy"}).fit(X, Y_BIN)
 
 
 def test_partial_fit_errors():
@@ -113,3 +120,7 @@ def test_partial_fit_errors():
     est = LogisticRegression().partial_fit(X, Y_BIN, classes=[0, 1])
     with pytest.raises(InputError, match=r"labels \[5\] are not in classes \[0, 1\]"):
         est.partial_fit(X, np.full(40, 5))
+    with pytest.raises(InputError, match=r"classes=\[0, 1, 2\] differs from the classes of the first call"):
+        est.partial_fit(X, Y_BIN, classes=[0, 1, 2])
+    with pytest.raises(ParameterError, match="class_weight='balanced' needs the class counts"):
+        LogisticRegression(class_weight="balanced").partial_fit(X, Y_BIN, classes=[0, 1])

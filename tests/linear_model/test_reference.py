@@ -137,3 +137,13 @@ def test_no_intercept():
     ref = sk.LogisticRegression(C=1.0, fit_intercept=False, tol=1e-12, max_iter=10000).fit(X, y)
     _close(ours.coef_, ref.coef_)
     assert ours.intercept_ == 0.0
+
+
+def test_lasso_from_a_warm_start_is_not_rejected_as_divergent(regression):
+    """The backoff compares the whole objective: a proximal step may raise the smooth
+    part alone (shrinking an OLS warm start) while lowering smooth part + L1."""
+    X, y = regression
+    est = LinearRegression(tol=1e-10, warm_start=True).fit(X, y)
+    est.set_params(alpha=0.5, l1_ratio=1.0, solver="gd", max_iter=5000, tol=1e-9).fit(X, y)
+    ref = sk.Lasso(alpha=0.5, tol=1e-12, max_iter=100000).fit(X, y)
+    _close(est.coef_, ref.coef_)
