@@ -10,10 +10,10 @@ import numpy as np
 import pytest
 from numpy.testing import assert_allclose
 
+import array_api_strict as xps
+
 import dask_dgd.optim
 from dask_dgd.optim import SGD, Adagrad, Adam, AdamW, RMSprop, StepDecay
-
-xps = pytest.importorskip("array_api_strict")
 
 OPTIMIZERS = [
     SGD(learning_rate=0.1),

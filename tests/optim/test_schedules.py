@@ -71,7 +71,7 @@ def test_schedules_are_data(schedule):
 
 
 def test_numpy_scalars_are_normalised():
-    np = pytest.importorskip("numpy")
+    import numpy as np
     s = StepDecay(np.float32(0.5), np.int64(2), gamma=np.float64(0.5))
     assert s == StepDecay(0.5, 2, gamma=0.5)
     assert repr(s) == "StepDecay(init_value=0.5, step_size=2, gamma=0.5)"
