@@ -167,7 +167,7 @@ def test_bad_dask_input_errors(client, logistic_data):
         _fit(client, da.from_array(X, chunks=(500, -1)), y).predict(da.from_array(X[:, :5], chunks=(500, -1)))
 
 
-def test_embedded_cluster_is_started_once_and_logged(monkeypatch, caplog, logistic_data):
+def test_embedded_cluster_is_started_once_and_logged(monkeypatch, logistic_data):
     X, y = logistic_data
     started = []
     real = cluster_mod.LocalCluster
@@ -177,16 +177,27 @@ def test_embedded_cluster_is_started_once_and_logged(monkeypatch, caplog, logist
         return real(**{**kw, "n_workers": 2, "processes": False, "dashboard_address": ":0",
                        "silence_logs": logging.ERROR})
 
+    # A handler of our own on the dask_dgd logger: starting an in-process cluster with
+    # silence_logs may change the levels of pytest's capture handlers.
+    records = []
+
+    class ListHandler(logging.Handler):
+        def emit(self, record):
+            records.append(record.getMessage())
+
+    logger, handler = logging.getLogger("dask_dgd"), ListHandler()
+    monkeypatch.setattr(logger, "level", logging.INFO)
+    logger.addHandler(handler)
     monkeypatch.setattr(cluster_mod, "LocalCluster", small_cluster)
     monkeypatch.setitem(cluster_mod._embedded, "client", None)
     try:
-        with caplog.at_level(logging.INFO, logger="dask_dgd"):
-            a = _fit(None, da.from_array(X, chunks=(500, -1)), da.from_array(y, chunks=500))
-            b = _fit(None, da.from_array(X, chunks=(1000, -1)), da.from_array(y, chunks=1000))
+        a = _fit(None, da.from_array(X, chunks=(500, -1)), da.from_array(y, chunks=500))
+        b = _fit(None, da.from_array(X, chunks=(1000, -1)), da.from_array(y, chunks=1000))
         assert len(started) == 1
-        assert "started an embedded LocalCluster" in caplog.text
+        assert sum("started an embedded LocalCluster" in r for r in records) == 1
         np.testing.assert_allclose(a.coef_, b.coef_, rtol=1e-7)
     finally:
+        logger.removeHandler(handler)
         cluster_mod._close_embedded()
 
 
