@@ -172,8 +172,13 @@ class DGDLinearModel(BaseEstimator):
                 f"solver='gd' takes full-batch steps but batch_size={self.batch_size} was "
                 "given; use solver='sgd' (or 'auto') for mini-batches"
             )
+        return solver, self._first_order_optimizer(opt)
+
+    def _first_order_optimizer(self, opt):
+        """``opt`` (default: plain SGD) with the learning rate applied and L1 checked."""
         if opt is None:
             opt = get_optimizer("sgd")
+        has_l1 = self.alpha > 0 and self.l1_ratio > 0
         if has_l1 and not (isinstance(opt, SGD) and opt.momentum == 0):
             raise ParameterError(
                 f"an L1 penalty (l1_ratio={self.l1_ratio}) is applied by a proximal step, "
@@ -183,7 +188,7 @@ class DGDLinearModel(BaseEstimator):
             )
         if self.learning_rate != "auto":
             opt = opt.with_learning_rate(self.learning_rate)
-        return solver, opt
+        return opt
 
     # ------------------------------------------------------------------- input
     def _validate_fit_input(self, X, y, sample_weight, reset=True):
@@ -376,9 +381,9 @@ class DGDLinearModel(BaseEstimator):
         if state is not None:
             optimizer, mode = self._optimizer_, "fixed"
         else:
-            optimizer = get_optimizer(self.optimizer or "sgd")
-            if self.learning_rate != "auto":
-                optimizer = optimizer.with_learning_rate(self.learning_rate)
+            optimizer = self._first_order_optimizer(
+                None if self.optimizer is None else get_optimizer(self.optimizer)
+            )
             mode = self._learning_rate_mode()
         if fitted:
             coef, intercept = self._coef_matrix()

@@ -117,6 +117,8 @@ def test_partial_fit_errors():
         LogisticRegression().partial_fit(X, Y_BIN)
     with pytest.raises(ParameterError, match="partial_fit takes mini-batch steps"):
         LinearRegression(solver="lbfgs").partial_fit(X, X[:, 0])
+    with pytest.raises(ParameterError, match="an L1 penalty .* optimizer Adam would converge"):
+        LinearRegression(alpha=0.1, l1_ratio=1.0, optimizer="adam").partial_fit(X, X[:, 0])
     est = LogisticRegression().partial_fit(X, Y_BIN, classes=[0, 1])
     with pytest.raises(InputError, match=r"labels \[5\] are not in classes \[0, 1\]"):
         est.partial_fit(X, np.full(40, 5))
