@@ -16,19 +16,18 @@ import dask
 import dask.array as da
 import numpy as np
 import pandas as pd
-from distributed import Client, LocalCluster, futures_of
+from distributed import Client, LocalCluster, futures_of, wait
 
 from .._backend import is_sparse
 from ..exceptions import ClusterError, InputError, ParameterError
-from .reduce import add_partials
 from .shards import (
     ShardSet,
-    assign_workers,
     check_chunking,
-    contiguous_groups,
     even_blocks,
+    groups_by_worker,
     in_process_shardset,
     make_shard,
+    place_blocks,
     InProcessExecutor,
 )
 
@@ -117,13 +116,83 @@ def get_executor(client, X):
     return DaskExecutor(embedded_client())
 
 
+#: Steps whose partials together exceed this many bytes reduce on the cluster (tasks).
+DRIVER_REDUCE_MAX_BYTES_DEFAULT = 16 * 2**20
+
+
+class GroupRunner:
+    """Dask actor holding one group's shard on its worker; runs step functions on it.
+
+    A call goes from the client straight to the worker and back (one round trip,
+    no scheduler), which is what makes a synchronous step cheap: about a third of the
+    latency of submitting a task and gathering its result.
+    """
+
+    def __init__(self, shard):
+        self.shard = shard
+
+    def run(self, fn, *args):
+        return fn(self.shard, *args)
+
+
+def step_transport(n_groups, result_bytes, split_every):
+    """How a step reaches the groups: ``"actor"`` or ``"task"``.
+
+    ``dgd.step-transport`` (``"auto"``, ``"actor"``, ``"task"``) decides; ``auto``
+    uses actor calls, whose partials all come back to the driver and are summed there
+    in the fixed tree, unless there are more groups than ``split_every`` and their
+    partials together exceed ``dgd.driver-reduce-max-bytes`` (16 MiB): then each step
+    is one task per group and the inner levels of the tree run as tasks on the
+    cluster, so the driver receives at most ``split_every`` partials.
+    """
+    choice = dask.config.get("dgd.step-transport", "auto")
+    if choice not in ("auto", "actor", "task"):
+        raise ParameterError(
+            f"dask config dgd.step-transport must be 'auto', 'actor' or 'task'; got {choice!r}"
+        )
+    if choice != "auto":
+        return choice
+    limit = dask.config.get("dgd.driver-reduce-max-bytes", DRIVER_REDUCE_MAX_BYTES_DEFAULT)
+    if n_groups > split_every and n_groups * result_bytes > limit:
+        return "task"
+    return "actor"
+
+
 class DaskExecutor:
-    """Runs shard functions as Dask tasks pinned to the shard's worker."""
+    """Runs shard functions on the cluster: setup as tasks pinned to each shard's
+    worker, steps as calls to a :class:`GroupRunner` actor per shard (or as tasks)."""
 
     kind = "dask"
 
     def __init__(self, client):
         self.client = client
+
+    def start_runners(self, handles, workers, token):
+        """One :class:`GroupRunner` actor per shard, on the shard's worker."""
+        futures = [
+            self.client.submit(
+                GroupRunner,
+                h,
+                key=f"dgd-runner-{token}-{g}",
+                workers=None if w is None else [w],
+                allow_other_workers=True,
+                actor=True,
+            )
+            for g, (h, w) in enumerate(zip(handles, workers))
+        ]
+        # Actor proxies bind to the current client: ours, even if it is not the default.
+        with self.client.as_current():
+            actors = [f.result() for f in futures]
+            for a in actors:
+                a.run  # noqa: B018 - binds the proxy to this client now
+        return futures, actors
+
+    def call_runners(self, runners, fn, args):
+        """``fn(shard, *args)`` on every runner at once; results in group order."""
+        _, actors = runners
+        with self.client.as_current():
+            calls = [a.run(fn, *args) for a in actors]
+            return [c.result() for c in calls]
 
     def workers(self):
         try:
@@ -153,16 +222,14 @@ class DaskExecutor:
     def gather(self, handles):
         return self.client.gather(list(handles))
 
-    def reduce_level_fn(self, name):
+    def merge_level(self, tree, items, name):
+        """One inner level of the reduction: merge tasks of ``split_every`` inputs."""
+        k = tree.split_every
         submit = self.client.submit
-
-        def level(chunks, depth):
-            return [
-                submit(add_partials, *c, key=f"dgd-reduce-{name}-{depth}-{i}", pure=False)
-                for i, c in enumerate(chunks)
-            ]
-
-        return level
+        return [
+            submit(tree.merge, *items[i : i + k], key=f"{name}-{i // k}", pure=False)
+            for i in range(0, len(items), k)
+        ]
 
 
 def _check_frame_dtypes(df):
@@ -262,8 +329,9 @@ def build_shardset(executor, X, y, sample_weight, *, y_numeric=True):
     """Turn the input into a :class:`ShardSet` for ``executor``.
 
     In process: one shard, one block.  On a cluster: an in-memory input is cut into one
-    block per group and scattered; a dask input keeps its chunks as blocks, which are
-    persisted, grouped contiguously and assembled on the worker holding most of each group.
+    block per worker and scattered; a dask input keeps its chunks as blocks, which are
+    persisted and left on the workers that hold them (:func:`place_blocks`), each
+    worker's blocks assembled into its shard there.
     """
     if isinstance(executor, InProcessExecutor):
         return in_process_shardset(X, y, sample_weight, y_numeric=y_numeric)
@@ -278,19 +346,20 @@ def build_shardset(executor, X, y, sample_weight, *, y_numeric=True):
     X, y = persisted[:2]
     xf, yf = _futures_in_order(X), _futures_in_order(y)
     sf = _futures_in_order(persisted[2]) if sample_weight is not None else [None] * len(xf)
+    with client.as_current():  # placement follows where the blocks are; errors
+        wait(xf)  # surface in make_shard
     if any(np.isnan(c) for c in X.chunks[0]):
         rows = client.gather([client.submit(_nrows, f, pure=False) for f in xf])
     else:
         rows = [int(c) for c in X.chunks[0]]
     who = client.who_has(xf)
     block_workers = [tuple(who.get(f.key, ())) for f in xf]
-    groups = contiguous_groups(rows, n_groups)
-    placement = assign_workers(groups, block_workers, rows, workers)
+    groups, placement = groups_by_worker(place_blocks(rows, block_workers, workers), workers)
     token = uuid.uuid4().hex[:8]
     handles = [
         client.submit(
             make_shard,
-            g[0],
+            g,
             [xf[b] for b in g],
             [yf[b] for b in g],
             [sf[b] for b in g],

@@ -18,6 +18,9 @@ RECORD_FIELDS = (
     "step_time",  # wall seconds of this step, driver side
     "compute_time_max",  # slowest group's compute time in this step
     "compute_time_min",  # fastest group's compute time in this step
+    "broadcast_time",  # driver sends the step -> the last group starts computing
+    "reduce_time",  # the last group finishes -> the reduced sums are on the driver
+    "update_time",  # driver time between the previous step's result and this step
     "n_samples",  # rows that contributed to this step
 )
 

@@ -1,19 +1,24 @@
-"""Fixed-shape tree reduction of per-group partial sums.
+"""Fixed-shape tree reduction of per-block partial sums.
 
-Every group task returns a :class:`Partial`: sums that add associatively plus the
-group's compute time.  Partials are combined by a tree of fan-in ``split_every`` whose
-shape depends only on the number of groups, never on which task finished first, so the
-floating-point result of a synchronous step is the same on every run.  Inner levels of
-the tree run as tasks on the cluster when there are more groups than ``split_every``;
-the last level (at most ``split_every`` partials) is summed on the client, in the same
-order, by the same function.
+Every block's sums are a :class:`Partial`.  They are combined by a tree of fan-in
+``split_every`` over the *block indices* (:class:`BlockTree`): node ``j`` of level
+``l + 1`` is the left-to-right sum of nodes ``j * split_every ...`` of level ``l``.
+The shape depends only on the number of blocks, never on which worker holds a block
+or which task finished first, so the floating-point result of a synchronous step is
+the same on every run, on any number of workers.
+
+A group (the blocks one worker holds) sums every subtree whose blocks it holds entirely
+and sends up only those subtrees' roots; whoever receives the results of several groups
+(the driver, or a reduce task on the cluster) merges them and completes every node
+whose children have all arrived.  Contiguous blocks on a worker thus travel as a few
+partials; blocks scattered over workers travel as more, and the sums do not change.
 """
 
 from dataclasses import dataclass
 
 import numpy as np
 
-__all__ = ["Partial", "add_partials", "tree_sum", "tree_levels"]
+__all__ = ["Partial", "BlockTree", "add_partials", "tree_sum"]
 
 
 @dataclass(frozen=True)
@@ -30,6 +35,10 @@ class Partial:
         Fastest and slowest compute time (seconds) among the groups summed.
     n_groups : int
         How many group results this partial covers.
+    start_max, end_max : float
+        Latest wall-clock time (``time.time()`` on the workers) at which a group started
+        and finished computing; the driver turns them into broadcast and reduce times.
+        NaN when unknown.
     """
 
     loss_sum: float
@@ -38,6 +47,8 @@ class Partial:
     time_min: float
     time_max: float
     n_groups: int = 1
+    start_max: float = float("nan")
+    end_max: float = float("nan")
 
 
 def add_partials(*parts):
@@ -46,6 +57,7 @@ def add_partials(*parts):
     loss, weight = first.loss_sum, first.weight_sum
     grad = np.array(first.grad_sum, dtype=np.float64, copy=True)
     tmin, tmax, n = first.time_min, first.time_max, first.n_groups
+    start, end = first.start_max, first.end_max
     for p in parts[1:]:
         loss += p.loss_sum
         weight += p.weight_sum
@@ -53,42 +65,69 @@ def add_partials(*parts):
         tmin = min(tmin, p.time_min)
         tmax = max(tmax, p.time_max)
         n += p.n_groups
-    return Partial(loss, grad, weight, tmin, tmax, n)
+        start = np.fmax(start, p.start_max)
+        end = np.fmax(end, p.end_max)
+    return Partial(loss, grad, weight, tmin, tmax, n, float(start), float(end))
 
 
-def tree_levels(n_items, split_every):
-    """Sizes of each level of the reduction tree, leaves first (for docs and tests)."""
-    sizes = [n_items]
-    while sizes[-1] > split_every:
-        sizes.append(-(-sizes[-1] // split_every))
-    return sizes
-
-
-def _chunks(items, size):
-    return [items[i : i + size] for i in range(0, len(items), size)]
-
-
-def tree_sum(items, split_every, combine_level=None, fetch=None):
-    """Reduce ``items`` with a tree of fan-in ``split_every``.
-
-    ``combine_level(chunks, depth)`` evaluates one inner level (a list of lists of items)
-    and returns the list of combined items; by default it sums in this process.
-    ``fetch(items)`` turns the last level into values (e.g. gathers futures).  The final
-    level is always summed here with :func:`add_partials`.
-    """
-    if split_every < 2:
-        raise ValueError(f"split_every must be at least 2; got {split_every}")
+def tree_sum(items, split_every):
+    """Reduce ``items`` (leaves in block order) with the tree of fan-in ``split_every``."""
     if not items:
         raise ValueError("nothing to reduce: no groups")
-    level = list(items)
-    depth = 0
-    while len(level) > split_every:
-        chunks = _chunks(level, split_every)
-        if combine_level is None:
-            level = [add_partials(*c) for c in chunks]
-        else:
-            level = combine_level(chunks, depth)
-        depth += 1
-    if fetch is not None:
-        level = fetch(level)
-    return add_partials(*level)
+    tree = BlockTree(len(items), split_every)
+    return tree.root(tree.complete({(0, i): p for i, p in enumerate(items)}))
+
+
+class BlockTree:
+    """The reduction tree over ``n_blocks`` leaves with fan-in ``split_every``.
+
+    Nodes are keyed ``(level, index)``; leaves are ``(0, block_index)`` and the root is
+    the single node of the last level (``levels`` gives the sizes, leaves first).
+    """
+
+    def __init__(self, n_blocks, split_every):
+        if split_every < 2:
+            raise ValueError(f"split_every must be at least 2; got {split_every}")
+        if n_blocks < 1:
+            raise ValueError("nothing to reduce: no blocks")
+        self.n_blocks = int(n_blocks)
+        self.split_every = int(split_every)
+        sizes = [self.n_blocks]
+        while sizes[-1] > 1:
+            sizes.append(-(-sizes[-1] // self.split_every))
+        self.levels = sizes
+
+    def _children(self, level, j):
+        s = self.split_every
+        return range(j * s, min((j + 1) * s, self.levels[level - 1]))
+
+    def complete(self, nodes):
+        """Combine every node whose children are all in ``nodes``; keep only the
+        maximal ones (a node whose parent is present is dropped).  Returns a new dict."""
+        nodes = dict(nodes)
+        for level in range(1, len(self.levels)):
+            parents = sorted({j // self.split_every for (l, j) in nodes if l == level - 1})
+            for p in parents:
+                kids = self._children(level, p)
+                if all((level - 1, k) in nodes for k in kids):
+                    nodes[level, p] = add_partials(*(nodes[level - 1, k] for k in kids))
+                    for k in kids:
+                        del nodes[level - 1, k]
+        return nodes
+
+    def merge(self, *node_dicts):
+        """Union of disjoint node sets, completed."""
+        merged = {}
+        for d in node_dicts:
+            merged.update(d)
+        return self.complete(merged)
+
+    def root(self, nodes):
+        """The root's Partial; raises if some block's sums are missing."""
+        top = (len(self.levels) - 1, 0)
+        if top not in nodes:
+            raise RuntimeError(
+                f"the reduction is incomplete: {len(nodes)} partial sum(s) left, expected the "
+                f"root of {self.n_blocks} blocks"
+            )
+        return nodes[top]

@@ -1,12 +1,13 @@
-"""Training data as shards: groups of row blocks that stay on the workers.
+"""Training data as shards: the row blocks each worker holds, kept where they are.
 
 At setup the input (NumPy, SciPy sparse, dask array, dask DataFrame) is cut into row
-*blocks* (the dask chunks, or even slices of an in-memory array) and the blocks are split
-into a fixed number of *groups*: contiguous runs of blocks with about the same number of
-rows.  Each group is assembled once into a :class:`Shard` on the worker that already
-holds most of its rows; afterwards every step sends one task per shard, and only the
-parameters travel.  Because groups are contiguous block ranges chosen from the block
-sizes alone, the order of every sum is fixed by block index, never by placement.
+*blocks* (the dask chunks, or even slices of an in-memory array).  Each block is given
+to a worker (:func:`place_blocks`: where Dask already put it, unless that unbalances the
+workers), and the blocks of one worker form its *group*, assembled once into a
+:class:`Shard` on that worker; afterwards every step sends one call per shard, and only
+the parameters travel.  Sums are reduced over a tree of the block indices
+(:class:`~.reduce.BlockTree`), so their order is fixed by block, never by placement or
+by the number of workers.
 """
 
 import math
@@ -19,14 +20,14 @@ import scipy.sparse as sp
 
 from .._backend import get_namespace, is_sparse, to_numpy
 from ..exceptions import BlockError, ChunkingError, DGDError, InputError
-from .reduce import Partial, tree_sum
+from .reduce import BlockTree, Partial
 
 __all__ = [
     "Block",
     "Shard",
     "ShardSet",
-    "contiguous_groups",
-    "assign_workers",
+    "place_blocks",
+    "groups_by_worker",
     "make_shard",
 ]
 
@@ -95,11 +96,16 @@ def _as_float(a, *, sparse_ok):
     return a
 
 
-def make_shard(first_index, xs, ys, sws, y_numeric=True):
-    """Validate blocks and wrap them as a :class:`Shard` (runs where the data lives)."""
+def make_shard(indices, xs, ys, sws, y_numeric=True):
+    """Validate blocks and wrap them as a :class:`Shard` (runs where the data lives).
+
+    ``indices`` are the blocks' indices (ascending), or the first index of a
+    contiguous run.
+    """
+    if isinstance(indices, int):
+        indices = range(indices, indices + len(xs))
     blocks = []
-    for offset, (X, y, sw) in enumerate(zip(xs, ys, sws)):
-        index = first_index + offset
+    for index, X, y, sw in zip(indices, xs, ys, sws):
         if X.ndim != 2:
             raise InputError(f"X must be 2-D; block {index} has shape {tuple(X.shape)}")
         X = _as_float(X, sparse_ok=True)
@@ -129,11 +135,9 @@ def make_shard(first_index, xs, ys, sws, y_numeric=True):
                     f"expected ({X.shape[0]},)"
                 )
         block = Block(index, X, y, sw)
-        if not _all_finite(X):
-            raise InputError(
-                f"Input X contains NaN or infinity in {_describe(block)}; drop or impute "
-                "those rows before fitting"
-            )
+        # X's finiteness is not checked here: that would be one more pass over all of
+        # X per fit.  A non-finite X makes the first step's sums non-finite, and only
+        # then does the engine run shard_check_finite to name the block.
         if getattr(y.dtype, "kind", "f") in "fc" and not _all_finite(y):
             raise InputError(
                 f"Input y contains NaN or infinity in {_describe(block)}; drop those rows "
@@ -148,6 +152,21 @@ def make_shard(first_index, xs, ys, sws, y_numeric=True):
                 )
         blocks.append(block)
     return Shard(tuple(blocks))
+
+
+def shard_check_finite(shard):
+    """Raise :class:`InputError` naming the first block of X with NaN or infinity.
+
+    Run only when a step's sums came out non-finite (see :class:`Evaluator`): every
+    NaN or infinity in X reaches the loss or the gradient (``0 * inf`` is NaN), so
+    finite sums prove finite data without a separate pass over X.
+    """
+    for block in shard.blocks:
+        if not _all_finite(block.X):
+            raise InputError(
+                f"Input X contains NaN or infinity in {_describe(block)}; drop or impute "
+                "those rows before fitting"
+            )
 
 
 def shard_summary(shard, labels=False):
@@ -225,100 +244,107 @@ def _block_error(err, block):
     return BlockError(f"{type(err).__name__} in {_describe(block)}: {err}")
 
 
-def shard_loss_grad(shard, objective, params):
-    """Full-batch sums over every block of the shard, in block order."""
-    t0 = time.perf_counter()
-    loss, grad, weight = 0.0, np.zeros(objective.n_params), 0.0
+def _group_nodes(sums, tree, wall0, t0):
+    """The group's per-block sums as leaves of ``tree``, its complete subtrees summed.
+
+    Every node carries the group's compute time and wall-clock stamps; one of them
+    counts the group (``n_groups=1``), so the root counts the groups that took part.
+    """
+    dt = time.perf_counter() - t0
+    leaves = {
+        (0, index): Partial(loss, grad, weight, dt, dt, int(i == 0), wall0, wall0 + dt)
+        for i, (index, (loss, grad, weight)) in enumerate(sorted(sums.items()))
+    }
+    return tree.complete(leaves)
+
+
+def shard_loss_grad(shard, objective, params, tree):
+    """Full-batch sums of every block of the shard, reduced over ``tree`` as far as
+    this shard's blocks allow (see :class:`~.reduce.BlockTree`)."""
+    wall0, t0 = time.time(), time.perf_counter()
+    sums = {}
     for b in shard.blocks:
         try:
-            l_b, g_b, w_b = objective.block_sums(params, b.X, b.y, b.sample_weight)
+            with np.errstate(all="ignore"):  # non-finite sums are handled by the engine
+                sums[b.index] = objective.block_sums(params, b.X, b.y, b.sample_weight)
         except Exception as err:
             raise _block_error(err, b) from err
-        loss += l_b
-        grad += g_b
-        weight += w_b
-    dt = time.perf_counter() - t0
-    return Partial(loss, grad, weight, dt, dt)
+    return _group_nodes(sums, tree, wall0, t0)
 
 
-def shard_minibatch(shard, objective, params, seed, step, take):
+def shard_minibatch(shard, objective, params, seed, step, take, tree):
     """Sums over this step's sampled rows of each block.
 
     ``take[b]`` rows of block ``b`` are drawn without replacement by a generator seeded
     with ``(seed, step, b)``, so the batch depends on the block, not on the worker.
     """
-    t0 = time.perf_counter()
-    loss, grad, weight = 0.0, np.zeros(objective.n_params), 0.0
+    wall0, t0 = time.time(), time.perf_counter()
+    sums = {}
     for b in shard.blocks:
         k = int(take[b.index])
         if k == 0:
+            sums[b.index] = (0.0, np.zeros(objective.n_params), 0.0)
             continue
         rng = np.random.default_rng([seed, step, b.index])
         rows = np.sort(rng.choice(b.n_rows, size=k, replace=False))
         sw = None if b.sample_weight is None else b.sample_weight[rows]
         try:
-            l_b, g_b, w_b = objective.block_sums(params, b.X[rows], b.y[rows], sw)
+            with np.errstate(all="ignore"):  # non-finite sums are handled by the engine
+                sums[b.index] = objective.block_sums(params, b.X[rows], b.y[rows], sw)
         except Exception as err:
             raise _block_error(err, b) from err
-        loss += l_b
-        grad += g_b
-        weight += w_b
-    dt = time.perf_counter() - t0
-    return Partial(loss, grad, weight, dt, dt)
+    return _group_nodes(sums, tree, wall0, t0)
 
 
 # ----------------------------------------------------------------------------------------
 # Driver side.
 
 
-def contiguous_groups(costs, n_groups):
-    """Split blocks ``0..len(costs)-1`` into ``n_groups`` contiguous runs of similar cost.
-
-    Each cut is placed where the running cost is closest to an equal share; every group
-    gets at least one block.  Depends only on ``costs``, so it is the same on every run.
-    """
-    n = len(costs)
-    n_groups = max(1, min(n_groups, n))
-    cum = np.cumsum(np.asarray(costs, dtype=float))
-    total = cum[-1] if n else 0.0
-    cuts, prev = [], 0
-    for k in range(1, n_groups):
-        target = total * k / n_groups
-        candidates = range(prev + 1, n - (n_groups - k) + 1)
-        cut = min(candidates, key=lambda c: (abs(cum[c - 1] - target), c))
-        cuts.append(cut)
-        prev = cut
-    bounds = [0, *cuts, n]
-    return [tuple(range(a, b)) for a, b in zip(bounds[:-1], bounds[1:])]
+#: A worker keeps the blocks it holds unless that puts it this far above an equal share.
+PLACEMENT_SLACK = 0.1
 
 
-def assign_workers(groups, block_workers, costs, workers):
-    """Choose a worker for each group: where most of its rows are, a fair share each.
+def place_blocks(costs, block_workers, workers, slack=PLACEMENT_SLACK):
+    """Choose the worker of each block: where it already is, unless that unbalances.
 
-    ``block_workers[b]`` lists the workers holding block ``b``.  Greedy on the local
-    cost of each (group, worker) pair, capacity ``ceil(n_groups / n_workers)`` groups per
-    worker; ties go to the lower group and worker index.
+    Blocks are taken largest first (ties by index); each goes to the least loaded of the
+    workers holding it if that keeps the worker within ``(1 + slack)`` of an equal share
+    of the total cost, and otherwise to the least loaded worker of all (the block then
+    moves).  Data Dask spread evenly never moves; data that sits on one worker is
+    spread.  Depends only on the costs and the current holders.
+
+    Returns
+    -------
+    list of str
+        The worker of each block, in block order.
     """
     workers = sorted(workers)
-    capacity = -(-len(groups) // len(workers))
-    local = {}
-    for g, blocks in enumerate(groups):
-        for b in blocks:
-            for w in block_workers[b]:
-                if w in workers:
-                    local[g, w] = local.get((g, w), 0) + costs[b] + 1
-    order = sorted(local, key=lambda gw: (-local[gw], gw[0], workers.index(gw[1])))
-    chosen, load = {}, dict.fromkeys(workers, 0)
-    for g, w in order:
-        if g not in chosen and load[w] < capacity:
-            chosen[g] = w
-            load[w] += 1
-    for g in range(len(groups)):
-        if g not in chosen:
-            w = min(workers, key=lambda w: (load[w], workers.index(w)))
-            chosen[g] = w
-            load[w] += 1
-    return [chosen[g] for g in range(len(groups))]
+    rank = {w: i for i, w in enumerate(workers)}
+    costs = [float(c) for c in costs]
+    share = sum(costs) / len(workers)
+    load = dict.fromkeys(workers, 0.0)
+    chosen = [None] * len(costs)
+    for b in sorted(range(len(costs)), key=lambda b: (-costs[b], b)):
+        least = min(workers, key=lambda w: (load[w], rank[w]))
+        local = sorted((w for w in block_workers[b] if w in rank), key=lambda w: (load[w], rank[w]))
+        if local and load[local[0]] + costs[b] <= max(share * (1 + slack), load[least] + costs[b]):
+            w = local[0]
+        else:
+            w = least
+        chosen[b] = w
+        load[w] += costs[b]
+    return chosen
+
+
+def groups_by_worker(placement, workers):
+    """Block indices of each worker that got blocks (ascending), and those workers."""
+    groups, owners = [], []
+    for w in sorted(workers):
+        blocks = tuple(b for b, p in enumerate(placement) if p == w)
+        if blocks:
+            groups.append(blocks)
+            owners.append(w)
+    return groups, owners
 
 
 class ShardSet:
@@ -345,6 +371,7 @@ class ShardSet:
         self.n_features = int(n_features)
         self.sparse = bool(sparse)
         self.token = uuid.uuid4().hex[:8]
+        self._runners = None  # step actors, started on the first actor step
 
     @property
     def n_rows(self):
@@ -378,15 +405,30 @@ class ShardSet:
         new.token = self.token
         return new
 
-    def reduce(self, handles, split_every, name):
-        """Tree-sum per-group :class:`Partial` handles into one Partial."""
+    def map_reduce(self, fn, *args, split_every, name, result_bytes=0):
+        """One step: ``fn(shard, *args, tree)`` on every shard, reduced to the root.
+
+        ``fn`` returns the complete subtrees of the :class:`~.reduce.BlockTree` its
+        shard holds.  On a cluster the transport is chosen by
+        :func:`~.cluster.step_transport`: calls to one actor per shard, merged on the
+        driver, or tasks merged by a tree of ``dgd-reduce`` tasks on the cluster.  The
+        tree over blocks is the same either way, so is the result, bit for bit.
+        """
+        tree = BlockTree(len(self.block_rows), split_every)
         ex = self.executor
-        return tree_sum(
-            handles,
-            split_every,
-            combine_level=ex.reduce_level_fn(f"{name}-{self.token}"),
-            fetch=ex.gather,
-        )
+        if ex.kind == "dask":
+            from .cluster import step_transport
+
+            if step_transport(self.n_groups, result_bytes, split_every) == "actor":
+                if self._runners is None:
+                    self._runners = ex.start_runners(self.handles, self.workers, self.token)
+                return tree.root(tree.merge(*ex.call_runners(self._runners, fn, (*args, tree))))
+        level = self.map(fn, *args, tree, name=f"dgd-{name}")
+        depth = 0
+        while len(level) > split_every:
+            level = ex.merge_level(tree, level, f"dgd-reduce-{name}-{self.token}-{depth}")
+            depth += 1
+        return tree.root(tree.merge(*self.gather(level)))
 
 
 class InProcessExecutor:
@@ -400,8 +442,9 @@ class InProcessExecutor:
     def gather(self, handles):
         return list(handles)
 
-    def reduce_level_fn(self, name):
-        return None
+    def merge_level(self, tree, items, name):
+        k = tree.split_every
+        return [tree.merge(*items[i : i + k]) for i in range(0, len(items), k)]
 
     def workers(self):
         return [None]

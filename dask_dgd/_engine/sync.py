@@ -17,7 +17,7 @@ import scipy.sparse as sp
 from ..exceptions import DivergenceError, ParameterError
 from ..losses import lipschitz_bound
 from ..optim import SGD, Adagrad, RMSprop
-from .shards import shard_loss_grad, shard_minibatch, shard_sample
+from .shards import shard_check_finite, shard_loss_grad, shard_minibatch, shard_sample
 
 __all__ = ["Evaluator", "FitResult", "run_lbfgs", "run_first_order", "batch_allocation"]
 
@@ -52,6 +52,9 @@ class Evaluator:
         self.split_every = split_every
         self.monitor = monitor
         self.n_steps = 0
+        self._data_checked = False
+        self._last_end = None  # perf_counter when the previous step's result arrived
+        self._timing = {}
 
     def _finish(self, partial, params):
         # A mini-batch can draw only zero-weight rows: it then carries no loss (the
@@ -64,14 +67,34 @@ class Evaluator:
         return value, grad
 
     def _step(self, fn, params, *args, kind):
-        t0 = time.perf_counter()
+        t0, wall0 = time.perf_counter(), time.time()
+        update_time = None if self._last_end is None else t0 - self._last_end
         self.n_steps += 1
-        handles = self.shards.map(
-            fn, self.objective, params, *args, name=f"dgd-{kind}-{self.n_steps}"
+        partial = self.shards.map_reduce(
+            fn,
+            self.objective,
+            params,
+            *args,
+            split_every=self.split_every,
+            name=f"{kind}-{self.n_steps}",
+            result_bytes=8 * self.objective.n_params,
         )
-        partial = self.shards.reduce(handles, self.split_every, name=f"{self.n_steps}")
+        wall1 = time.time()
         value, grad = self._finish(partial, params)
-        return value, grad, partial, time.perf_counter() - t0
+        if not self._data_checked:
+            if not (math.isfinite(value) and np.all(np.isfinite(grad))):
+                # Name the block if X holds NaN/inf; otherwise the parameters are at fault.
+                self.shards.map_gather(shard_check_finite, name="dgd-check-finite")
+                self._data_checked = True
+            elif fn is shard_loss_grad:
+                self._data_checked = True  # finite sums over every row: X is finite
+        self._last_end = time.perf_counter()
+        self._timing = {
+            "broadcast_time": _nonneg(partial.start_max - wall0),
+            "reduce_time": _nonneg(wall1 - partial.end_max),
+            "update_time": update_time,
+        }
+        return value, grad, partial, self._last_end - t0
 
     def full(self, params):
         """Smooth objective value and gradient over all data (one distributed step)."""
@@ -95,7 +118,14 @@ class Evaluator:
             compute_time_max=partial.time_max,
             compute_time_min=partial.time_min,
             n_samples=partial.weight_sum,
+            **self._timing,
         )
+
+
+def _nonneg(seconds):
+    """A wall-clock difference between processes: NaN if unknown, clipped at 0 (the
+    clocks of different machines may disagree by a little)."""
+    return None if not math.isfinite(seconds) else max(0.0, float(seconds))
 
 
 def run_lbfgs(evaluator, params0, settings, *, max_iter, tol):

@@ -4,53 +4,62 @@ import scipy.sparse as sp
 
 from dask_dgd._engine.shards import (
     Shard,
-    assign_workers,
-    contiguous_groups,
     encode_shard,
+    groups_by_worker,
     make_shard,
+    place_blocks,
+    shard_check_finite,
     shard_loss_grad,
     shard_minibatch,
     shard_sample,
     shard_summary,
 )
+from dask_dgd._engine.reduce import BlockTree
 from dask_dgd._engine.sync import batch_allocation
 from dask_dgd.exceptions import BlockError, InputError
 from dask_dgd.losses import BinaryLogistic, HalfSquaredError, LinearObjective
 
 
-def test_contiguous_groups_balance_rows_and_cover_all_blocks():
-    costs = [10, 10, 10, 10, 100, 10, 10, 10, 10, 10]
-    groups = contiguous_groups(costs, 2)
-    assert [b for g in groups for b in g] == list(range(10))
-    assert groups == [tuple(range(0, 5)), tuple(range(5, 10))]
-    assert contiguous_groups([5] * 8, 4) == [(0, 1), (2, 3), (4, 5), (6, 7)]
+def test_place_blocks_keeps_balanced_data_where_it_is():
+    # Dask spread 8 equal blocks 4/4 in no particular order: nothing moves
+    holders = [("b",), ("a",), ("a",), ("b",), ("b",), ("a",), ("b",), ("a",)]
+    placement = place_blocks([10] * 8, holders, ["a", "b"])
+    assert placement == [h[0] for h in holders]
+    groups, owners = groups_by_worker(placement, ["b", "a"])
+    assert owners == ["a", "b"] and groups == [(1, 2, 5, 7), (0, 3, 4, 6)]
 
 
-def test_contiguous_groups_edge_cases():
-    assert contiguous_groups([3, 4], 5) == [(0,), (1,)]  # never more groups than blocks
-    assert contiguous_groups([0, 0, 0], 2) == [(0,), (1, 2)]  # all-empty still splits
-    assert contiguous_groups([7], 1) == [(0,)]
+def test_place_blocks_spreads_data_held_by_one_worker():
+    holders = [("a",)] * 8
+    placement = place_blocks([10] * 8, holders, ["a", "b", "c", "d"])
+    loads = {w: placement.count(w) for w in "abcd"}
+    assert loads == {"a": 2, "b": 2, "c": 2, "d": 2}
+    # a big block stays; smaller ones fill the other worker (largest first)
+    assert place_blocks([100, 10, 10, 10], [("a",)] * 4, ["a", "b"]) == ["a", "b", "b", "b"]
+    # replicated blocks go to the less loaded holder; unknown holders are ignored
+    assert place_blocks([5, 5], [("a", "b"), ("a", "zz")], ["a", "b"]) == ["a", "b"]
 
 
-def test_assign_workers_prefers_local_rows_and_spreads_groups():
-    groups = [(0, 1), (2, 3)]
-    holders = [("b",), ("b",), ("a",), ("a",)]
-    assert assign_workers(groups, holders, [1, 1, 1, 1], ["a", "b"]) == ["b", "a"]
-    # all data on one worker: groups still spread over both workers
-    holders = [("a",)] * 4
-    assert sorted(assign_workers(groups, holders, [1, 1, 1, 1], ["a", "b"])) == ["a", "b"]
+def test_place_blocks_tolerates_empty_blocks_and_workers_without_data():
+    placement = place_blocks([0, 0, 6], [("a",), ("b",), ("a",)], ["a", "b", "c"])
+    assert placement[2] == "a"
+    groups, owners = groups_by_worker(placement, ["a", "b", "c"])
+    assert sum(len(g) for g in groups) == 3 and all(groups)
 
 
 def test_make_shard_names_the_block_with_nan():
     X = np.ones((4, 2))
     X_bad = X.copy()
     X_bad[1, 0] = np.nan
+    # X is checked only on demand (after a non-finite step), y and weights at once.
+    shard = make_shard(7, [X, X_bad], [np.ones(4), np.ones(4)], [None, None])
     with pytest.raises(InputError, match=r"Input X contains NaN or infinity in block 8 \(shape \(4, 2\)\)"):
-        make_shard(7, [X, X_bad], [np.ones(4), np.ones(4)], [None, None])
+        shard_check_finite(shard)
+    shard_check_finite(make_shard(7, [X, X], [np.ones(4), np.ones(4)], [None, None]))
     with pytest.raises(InputError, match=r"Input y contains NaN or infinity in block 3"):
         make_shard(3, [X], [np.array([0.0, np.inf, 1.0, 1.0])], [None])
     with pytest.raises(InputError, match=r"Input X contains NaN or infinity in block 0"):
-        make_shard(0, [sp.csr_matrix(X_bad)], [np.ones(4)], [None])
+        shard_check_finite(make_shard(0, [sp.csr_matrix(X_bad)], [np.ones(4)], [None]))
 
 
 def test_make_shard_other_errors():
@@ -77,15 +86,32 @@ def _shard(seed=0, sizes=(30, 0, 45)):
     return make_shard(0, xs, ys, [None] * len(sizes)), xs, ys
 
 
+def _root(nodes_list, n_blocks=3, k=2):
+    tree = BlockTree(n_blocks, k)
+    return tree.root(tree.merge(*nodes_list))
+
+
 def test_shard_loss_grad_equals_block_sums_and_handles_empty_blocks():
     shard, xs, ys = _shard()
     obj = LinearObjective(HalfSquaredError(), 3)
     params = np.array([0.1, -0.2, 0.3, 0.5])
-    part = shard_loss_grad(shard, obj, params)
+    part = _root([shard_loss_grad(shard, obj, params, BlockTree(3, 2))])
     loss, grad, weight = obj.block_sums(params, np.concatenate(xs), np.concatenate(ys))
     assert part.weight_sum == weight == 75
+    assert part.n_groups == 1 and part.time_max >= part.time_min > 0
+    assert part.end_max >= part.start_max > 0
     np.testing.assert_allclose(part.loss_sum, loss, rtol=1e-12)
     np.testing.assert_allclose(part.grad_sum, grad, rtol=1e-12)
+
+
+def test_shards_send_only_their_complete_subtrees():
+    shard, _, _ = _shard()
+    obj = LinearObjective(HalfSquaredError(), 3)
+    tree = BlockTree(3, 2)  # levels [3, 2, 1]: blocks (0, 1) | (2)
+    nodes = shard_loss_grad(Shard(shard.blocks[:2]), obj, np.zeros(4), tree)
+    assert sorted(nodes) == [(1, 0)]
+    nodes = shard_loss_grad(Shard(shard.blocks[1:]), obj, np.zeros(4), tree)
+    assert sorted(nodes) == [(0, 1), (1, 1)]
 
 
 def test_shard_minibatch_depends_on_block_not_shard_layout():
@@ -93,14 +119,15 @@ def test_shard_minibatch_depends_on_block_not_shard_layout():
     obj = LinearObjective(HalfSquaredError(), 3)
     params = np.zeros(4)
     take = {0: 5, 1: 0, 2: 7}
-    whole = shard_minibatch(shard, obj, params, (1,), 4, take)
-    # the same blocks split over two shards give the same total
+    tree = BlockTree(3, 2)
+    whole = _root([shard_minibatch(shard, obj, params, (1,), 4, take, tree)])
+    # the same blocks split over two shards give the same total, bit for bit
     s1 = Shard(shard.blocks[:1])
     s2 = Shard(shard.blocks[1:])
-    parts = [shard_minibatch(s, obj, params, (1,), 4, take) for s in (s1, s2)]
-    np.testing.assert_allclose(whole.grad_sum, parts[0].grad_sum + parts[1].grad_sum, rtol=1e-12)
-    assert whole.weight_sum == 12
-    other = shard_minibatch(shard, obj, params, (1,), 5, take)
+    split = _root([shard_minibatch(s, obj, params, (1,), 4, take, tree) for s in (s2, s1)])
+    np.testing.assert_array_equal(whole.grad_sum, split.grad_sum)
+    assert whole.weight_sum == 12 and split.n_groups == 2
+    other = _root([shard_minibatch(shard, obj, params, (1,), 5, take, tree)])
     assert not np.allclose(other.grad_sum, whole.grad_sum)  # a new step draws a new batch
 
 
@@ -108,7 +135,7 @@ def test_shard_errors_name_the_block():
     shard, _, _ = _shard()
     obj = LinearObjective(HalfSquaredError(), 5)  # wrong width
     with pytest.raises(InputError, match="shape"):
-        shard_loss_grad(shard, obj, np.zeros(6))
+        shard_loss_grad(shard, obj, np.zeros(6), BlockTree(3, 2))
 
 
 def test_batch_allocation_is_proportional_and_exact():
@@ -143,4 +170,4 @@ def test_summary_encode_and_sample():
     assert Xs.shape[1] == 2 and len(ws) == Xs.shape[0] <= 6
     obj = LinearObjective(BinaryLogistic(), 2)
     with pytest.raises(BlockError, match="block 0"):
-        shard_loss_grad(make_shard(0, [X], [np.array(["x"] * 6, dtype=object)], [None], y_numeric=False), obj, np.zeros(3))
+        shard_loss_grad(make_shard(0, [X], [np.array(["x"] * 6, dtype=object)], [None], y_numeric=False), obj, np.zeros(3), BlockTree(1, 2))

@@ -3,6 +3,7 @@
 import logging
 import warnings
 
+import dask
 import dask.array as da
 import dask.dataframe as dd
 import numpy as np
@@ -42,23 +43,51 @@ def test_chunking_and_split_every_change_only_rounding(client, logistic_data, ch
     np.testing.assert_allclose(est.intercept_, ref.intercept_, rtol=1e-7, atol=1e-9)
 
 
-def test_worker_count_changes_only_rounding(client, logistic_data):
+def test_worker_count_and_transport_do_not_change_a_bit(client, logistic_data):
+    """Sums follow the tree over block indices: 2 or 3 workers, actor or task steps,
+    the fitted coefficients are bit-identical."""
     X, y = logistic_data
     Xd, yd = da.from_array(X, chunks=(200, -1)), da.from_array(y, chunks=200)
-    two = _fit(client, Xd, yd)
+    two = _fit(client, Xd, yd, split_every=2)
+    with dask.config.set({"dgd.step-transport": "task"}):
+        two_tasks = _fit(client, Xd, yd, split_every=2)  # inner dgd-reduce task levels
     with LocalCluster(n_workers=3, threads_per_worker=1, processes=False, dashboard_address=":0",
                       silence_logs=logging.ERROR) as c3, Client(c3, set_as_default=False) as client3:
-        three = _fit(client3, Xd, yd, split_every=2)  # 3 groups: an inner dgd-reduce task level
+        three = _fit(client3, Xd, yd, split_every=2)
         shards = build_shardset(DaskExecutor(client3), Xd, yd, None)
-        assert shards.n_groups == 3
-        assert [b for g in shards.groups for b in g] == list(range(10))
-    np.testing.assert_allclose(three.coef_, two.coef_, rtol=1e-7, atol=1e-9)
+        assert shards.n_groups == 3 and len(set(shards.workers)) == 3
+        assert sorted(b for g in shards.groups for b in g) == list(range(10))
+    for other in (two_tasks, three):
+        np.testing.assert_array_equal(other.coef_, two.coef_)
+        np.testing.assert_array_equal(other.intercept_, two.intercept_)
+        assert other.loss_curve_ == two.loss_curve_
 
 
-def test_shards_are_contiguous_groups_on_distinct_workers(client, logistic_data):
+def test_step_transport_choice(client):
+    from dask_dgd._engine.cluster import step_transport
+    from dask_dgd.exceptions import ParameterError
+
+    assert step_transport(2, 808, 8) == "actor"
+    assert step_transport(64, 8 * 2**20, 8) == "task"  # 512 MiB of partials to the driver
+    assert step_transport(8, 8 * 2**20, 8) == "actor"  # one level: the driver sums anyway
+    with dask.config.set({"dgd.step-transport": "task"}):
+        assert step_transport(2, 808, 8) == "task"
+    with dask.config.set({"dgd.step-transport": "mpi"}):
+        with pytest.raises(ParameterError, match="dgd.step-transport must be 'auto', 'actor' or 'task'; got 'mpi'"):
+            step_transport(2, 808, 8)
+
+
+def test_shards_follow_the_blocks_placement_on_distinct_workers(client, logistic_data):
     X, y = logistic_data
-    shards = build_shardset(DaskExecutor(client), da.from_array(X, chunks=(250, -1)), da.from_array(y, chunks=250), None)
-    assert shards.groups == [(0, 1, 2, 3), (4, 5, 6, 7)]
+    Xd, yd = client.persist([da.from_array(X, chunks=(250, -1)), da.from_array(y, chunks=250)])
+    shards = build_shardset(DaskExecutor(client), Xd, yd, None)
+    who = client.who_has(Xd)
+    holder = [who[k[0]][0] for k in Xd.__dask_keys__()]
+    owner = {b: w for blocks, w in zip(shards.groups, shards.workers) for b in blocks}
+    for b in range(8):  # a block moves only off a worker holding more than its share
+        if holder.count(holder[b]) <= 4:
+            assert owner[b] == holder[b]
+    assert sorted(len(g) for g in shards.groups) == [4, 4]
     assert len(set(shards.workers)) == 2
     assert shards.n_rows == 2000 and list(shards.block_rows) == [250] * 8
 
