@@ -16,6 +16,7 @@ import numpy as np
 
 from .._backend import asarray_like, get_namespace, is_sparse, to_numpy
 from ..exceptions import InputError, ParameterError
+from . import _fused
 from ._penalty import Penalty
 
 __all__ = ["LinearObjective", "lipschitz_bound", "objective_value_gradient"]
@@ -49,6 +50,11 @@ class LinearObjective:
         (a GPU gains little from slicing and pays kernel launches per slice) and for
         sparse blocks (slicing CSR copies it, which costs more than it saves; the
         temporaries are of size ``n_samples * n_outputs`` anyway).
+    kernel : {"auto", "array-api"}, default="auto"
+        ``"auto"`` evaluates dense C-contiguous float32/float64 NumPy blocks of the
+        built-in losses with a fused Numba kernel that reads each row of ``X`` once
+        (see ``dask_dgd.losses._fused``), when Numba is installed; every other block,
+        and every block with ``"array-api"``, takes the array-API path.
 
     Attributes
     ----------
@@ -103,6 +109,7 @@ class LinearObjective:
     n_features: int
     fit_intercept: bool = True
     slice_bytes: int | None = None
+    kernel: str = "auto"
 
     def __post_init__(self):
         n = self.n_features
@@ -116,6 +123,10 @@ class LinearObjective:
         ):
             raise ParameterError(
                 f"slice_bytes must be a positive integer or None, got {size!r}"
+            )
+        if self.kernel not in ("auto", "array-api"):
+            raise ParameterError(
+                f"kernel must be 'auto' or 'array-api', got {self.kernel!r}"
             )
         if not callable(getattr(self.loss, "loss_gradient", None)):
             raise ParameterError(
@@ -299,6 +310,10 @@ class LinearObjective:
         y = self._check_vector("y", y, n)
         if sample_weight is not None:
             sample_weight = self._check_vector("sample_weight", sample_weight, n)
+        if self.kernel == "auto" and _fused.supports(self.loss, X, y, sample_weight):
+            sums = _fused.dense_block_sums(self, self._matrix(params), X, y, sample_weight)
+            if sums is not None:
+                return sums
         if is_sparse(X) and X.format != "csr":
             X = X.tocsr()
         xp = get_namespace(X, y, sample_weight)
