@@ -1,83 +1,179 @@
-"""Smoke test of the benchmark scripts in benchmarks/ at a tiny size."""
+"""Tests of the ``linear`` benchmark suite (tiny sizes) and of the runner's results file."""
 
 import importlib.util
 import json
 import math
-from pathlib import Path
 
+import numpy as np
 import pytest
 
-BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
+from benchmarks.__main__ import _jsonable, section_markers, update_results
+from benchmarks.suites import SUITES, linear
+
+#: A configuration that runs in seconds (plus the peers' own start-up costs).
+TINY = dict(
+    rows=20_000, features=10, chunks=8, repeats=1, tols=(1e-6,), read_repeats=2, admm_max_iter=2
+)
 
 
-def _load(name):
-    spec = importlib.util.spec_from_file_location(f"_bench_{name}", BENCHMARKS / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+def _quiet(msg):
+    """A ``log`` for the suite that drops the progress lines."""
+
+
+def _has(module):
+    return importlib.util.find_spec(module) is not None
+
+
+@pytest.fixture(scope="module")
+def tiny():
+    """One tiny run with scikit-learn and, when it is installed, dask-ml."""
+    return linear.run("small", peers=("sklearn", "dask-ml"), log=_quiet, **TINY)
+
+
+def _rows(data):
+    return {(r["name"], r["solver"]): r for r in data["table"]}
+
+
+# ----------------------------------------------------------------------------- the suite
+def test_suite_is_registered():
+    assert "linear" in SUITES
+    assert linear.NAME == "linear" and linear.DESCRIPTION
+    assert set(linear.SIZES) == {"small", "full"}
+    full = linear.make_config("full")
+    # The reference contract: 2,000,000 x 100 in 16 blocks on 2 workers, 3 repeats, all peers.
+    assert (full.rows, full.features, full.chunks, full.workers, full.repeats) == (
+        2_000_000, 100, 16, 2, 3
+    )
+    assert full.peers == linear.PEERS and full.tols == (1e-4, 1e-5, 1e-6, 1e-8)
+    assert full.alpha == pytest.approx(5e-7)
+
+
+def test_config_overrides_and_validation():
+    cfg = linear.make_config("small", repeats=2, tols=(1e-8, 1e-4, 1e-4), workers=3)
+    assert cfg.repeats == 2
+    assert cfg.tols == (1e-4, 1e-8)  # loosest first, deduplicated
+    assert cfg.threads == 3  # defaults to the workers
+    with pytest.raises(ValueError, match="unknown peers"):
+        linear.make_config("small", peers=("nope",))
+    with pytest.raises(ValueError, match="unknown size"):
+        linear.make_config("huge")
+    with pytest.raises(ValueError, match="chunks"):
+        linear.make_config("small", rows=10, chunks=11)
+    with pytest.raises(TypeError):
+        linear.make_config("small", no_such_parameter=1)
 
 
 @pytest.mark.slow
-@pytest.mark.timeout(180)
-def test_bench_logistic_tiny(tmp_path, capsys):
-    bench = _load("bench_logistic")
-    out_json = tmp_path / "logistic.json"
-    result = bench.main(
-        [
-            "--rows", "20000",
-            "--features", "10",
-            "--chunks", "8",
-            "--repeats", "1",
-            "--tols", "1e-6",
-            "--read-repeats", "2",
-            "--peers", "sklearn",
-            "--json", str(out_json),
-        ]
-    )
-    report = capsys.readouterr().out
+@pytest.mark.timeout(300)
+def test_tiny_run_structure(tiny):
+    assert set(tiny) == {"title", "markdown", "table", "data"}
+    assert tiny["title"].startswith("Logistic regression, 20,000 x 10 float64, 8 blocks")
+    for section in ("### Time to optimum", "### Per step", "### Targets", "### Tolerance ladder"):
+        assert section in tiny["markdown"]
+    for heading in ("Time to optimum:", "Per step:", "Targets:"):
+        assert heading in tiny["table"]
+    assert "| scikit-learn | lbfgs |" in tiny["markdown"]
+    assert "| dask_dgd | lbfgs |" in tiny["markdown"]
+    assert "| dask_dgd | gd |" in tiny["markdown"]
 
-    # The tables and their rows.
-    assert "### Time to optimum" in report
-    assert "### Per step" in report
-    assert "| scikit-learn | lbfgs |" in report
-    assert "| dask_dgd | lbfgs |" in report
-    assert "| dask_dgd | gd |" in report
-
-    rows = {(r["name"], r["solver"]): r for r in result["table"]}
+    data = tiny["data"]
+    json.dumps(_jsonable(data))  # the runner can save it
+    rows = _rows(data)
     sk, dgd, gd = rows["scikit-learn", "lbfgs"], rows["dask_dgd", "lbfgs"], rows["dask_dgd", "gd"]
     for row in (sk, dgd, gd):
         assert row["error"] is None
-        assert row["wall"] > 0
+        assert row["wall"] > 0 and row["reached"]
 
     # Same objective, same optimum: dask_dgd within 1e-6 relative of scikit-learn.
     assert abs(dgd["objective"] - sk["objective"]) <= 1e-6 * abs(sk["objective"])
-    assert dgd["reached"] and sk["reached"]
     # The shared objective is the penalised mean log-loss: below log(2) here (labels are
-    # predictable), and the best is the minimum over the runs.
-    assert 0 < result["best_objective"] < math.log(2)
-    assert result["best_objective"] == min(r["objective"] for r in (sk, dgd, gd))
+    # predictable), and the best is the minimum over every run.
+    assert 0 < data["best_objective"] < math.log(2)
+    assert data["best_objective"] == min(
+        g["runs"][0]["objective"] for rec in data["runs"].values() for g in rec["ladder"]
+    )
 
     # Per-step figures come from history_ and the one-pass read of X on the cluster.
     for row in (dgd, gd):
         assert row["n_steps"] >= row["n_iter"] >= 1
         assert row["step_time"] > 0 and row["compute_time_max"] > 0
+        assert row["overhead"] is not None
         assert row["step_over_read"] > 0
-    assert result["read_summary"]["sum"]["equal_share"] > 0
-    assert sum(result["read_summary"]["blocks_per_worker"].values()) == 8
+    assert data["read_summary"]["sum"]["equal_share"] > 0
+    assert sum(data["read_summary"]["blocks_per_worker"].values()) == 8
 
-    # Peers not asked for are not run; the JSON holds the raw numbers.
-    assert result["unavailable"] == {}
-    saved = json.loads(out_json.read_text())
-    assert saved["best_objective"] == pytest.approx(result["best_objective"])
-    assert {r["key"] for r in saved["table"]} == {"scikit-learn/lbfgs", "dask_dgd/lbfgs", "dask_dgd/gd"}
+    # Spark was not asked for: neither run nor reported unavailable.
+    assert "spark" not in data["unavailable"]
+    assert not any(r["name"] == "spark-mllib" for r in data["table"])
 
 
-def test_bench_logistic_objective_matches_sklearn_scaling():
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_tiny_run_profile_columns(tiny):
+    """broadcast / reduce / update are reported exactly when history_ records them."""
+    data = tiny["data"]
+    for key in ("dask_dgd/lbfgs", "dask_dgd/gd"):
+        raw = data["runs"][key]["ladder"][0]["runs"][0]
+        row = next(r for r in data["table"] if r["key"] == key)
+        for col in linear.PROFILE_COLUMNS:
+            assert (raw[col] is None) == (row[col] is None)
+            if row[col] is not None:
+                assert 0 <= row[col] <= row["step_time"]
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_tiny_run_dask_ml(tiny):
+    """dask-ml runs every solver on the same arrays when installed, else says why not."""
+    data = tiny["data"]
+    rows = _rows(data)
+    target = _target(data["targets"], "fastest dask-ml")
+    if not _has("dask_ml"):
+        assert "\n" not in data["unavailable"]["dask-ml"]
+        assert target["measured"].startswith("unavailable")
+        return
+    assert "dask-ml" not in data["unavailable"]
+    best = data["best_objective"]
+    for solver in linear.DASK_ML_SOLVERS:
+        row = rows["dask-ml", solver]
+        assert row["error"] is None, row["error"]
+        assert row["wall"] > 0
+        assert math.isfinite(row["objective"]) and row["objective"] >= best
+    # Same (penalised) objective as the others: its lbfgs lands in the band.
+    assert rows["dask-ml", "lbfgs"]["reached"]
+    assert rows["dask-ml", "admm"]["tol"] is None  # its own stopping rule
+    assert target["value"] > 0
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(400)
+def test_tiny_run_spark():
+    """Spark MLlib runs on the same data when pyspark and Java work, else says why not."""
+    result = linear.run(
+        "small", peers=("spark",), dgd_solvers=("lbfgs",), log=_quiet, **TINY
+    )
+    data = result["data"]
+    target = _target(data["targets"], "Spark")
+    why = linear._why_unimportable("pyspark") or linear._why_no_java()
+    if why:
+        assert "\n" not in data["unavailable"]["spark"]
+        assert target["measured"].startswith("unavailable")
+        return
+    assert "spark" not in data["unavailable"]
+    spark = _rows(data)["spark-mllib", "lbfgs"]
+    dgd = _rows(data)["dask_dgd", "lbfgs"]
+    assert spark["error"] is None and spark["reached"]
+    assert abs(spark["objective"] - dgd["objective"]) <= 1e-6 * abs(dgd["objective"])
+    assert data["spark_load_time"] > 0 and data["spark_session_time"] > 0
+    assert "loading the data" in result["markdown"]
+    assert target["value"] > 0
+
+
+# ----------------------------------------------------------------------------- objectives
+def test_objective_matches_sklearn_scaling():
     """The shared objective is scikit-learn's, divided by C * n."""
-    import numpy as np
     from sklearn.linear_model import LogisticRegression
 
-    bench = _load("bench_logistic")
     rng = np.random.default_rng(0)
     X = rng.standard_normal((200, 3))
     y = (rng.random(200) < 0.5).astype(float)
@@ -86,15 +182,105 @@ def test_bench_logistic_objective_matches_sklearn_scaling():
     coef, b = est.coef_.ravel(), float(est.intercept_[0])
     z = X @ coef + b
     sk_value = C * np.sum(np.logaddexp(0, z) - y * z) + 0.5 * coef @ coef
-    ours = bench.objective(X, y, coef, b, alpha=1 / (C * len(y)))
+    ours = linear.objective(X, y, coef, b, alpha=1 / (C * len(y)))
     assert ours == pytest.approx(sk_value / (C * len(y)), rel=1e-12)
 
 
-def test_bench_logistic_args():
-    bench = _load("bench_logistic")
-    args = bench.parse_args(["--tols", "1e-8,1e-4", "--peers", "sklearn,spark", "--workers", "3"])
-    assert args.tols == [1e-4, 1e-8]
-    assert args.threads == 3
-    assert args.peers == ["sklearn", "spark"]
-    with pytest.raises(SystemExit):
-        bench.parse_args(["--peers", "nope"])
+@pytest.mark.skipif(not _has("dask_glm"), reason="dask-ml (dask_glm) is not installed")
+def test_objective_matches_dask_glm_scaling():
+    """dask-ml's lbfgs / admm objective with lamduh = 1 / C is n times ours, plus the
+    intercept's penalty (dask_glm penalises the appended column of ones too)."""
+    from dask_glm.families import Logistic
+    from dask_glm.regularizers import L2
+
+    rng = np.random.default_rng(1)
+    n = 300
+    X = rng.standard_normal((n, 4))
+    y = (rng.random(n) < 0.4).astype(float)
+    coef, b, C = rng.standard_normal(4), 0.3, 2.0
+    beta = np.r_[coef, b]
+    theirs = Logistic.pointwise_loss(beta, np.c_[X, np.ones(n)], y) + (1 / C) * L2().f(beta)
+    alpha = 1 / (C * n)
+    ours = linear.objective(X, y, coef, b, alpha=alpha)
+    assert theirs / n == pytest.approx(ours + 0.5 * alpha * b * b, rel=1e-12)
+
+
+# ----------------------------------------------------------------------------- targets
+def _fake_result(dask_ml_rows, unavailable=None):
+    table = [
+        {"key": "scikit-learn/lbfgs", "name": "scikit-learn", "solver": "lbfgs", "wall": 2.0,
+         "reached": True},
+        {"key": "dask_dgd/lbfgs", "name": "dask_dgd", "solver": "lbfgs", "wall": 1.0,
+         "reached": True, "step_over_read": 2.0, "overhead": 0.02},
+        *dask_ml_rows,
+    ]
+    return {
+        "table": table,
+        "unavailable": unavailable or {},
+        "reference": {"scikit-learn": "scikit-learn/lbfgs", "dask_dgd": "dask_dgd/lbfgs"},
+    }
+
+
+def _dml(solver, wall, reached):
+    return {"key": f"dask-ml/{solver}", "name": "dask-ml", "solver": solver, "wall": wall,
+            "reached": reached, "ladder": [{"wall": wall}]}
+
+
+def _target(rows, prefix):
+    (row,) = [r for r in rows if r["target"].startswith(prefix)]
+    return row
+
+
+def test_targets_rows():
+    cfg = linear.make_config("small")
+    rows = linear.targets(
+        _fake_result([_dml("lbfgs", 30.0, True), _dml("newton", 12.0, True), _dml("admm", 5.0, False)],
+                     {"spark": "no working java"}),
+        cfg,
+    )
+    sk = _target(rows, "dask_dgd / scikit-learn")
+    assert sk["value"] == pytest.approx(0.5) and sk["met"] is True
+    # The fastest dask-ml solver *in band* decides, not the fastest one.
+    dml = _target(rows, "fastest dask-ml")
+    assert dml["value"] == pytest.approx(12.0) and dml["met"] is True
+    spark = _target(rows, "Spark")
+    assert spark["met"] is None and "no working java" in spark["measured"]
+    assert _target(rows, "dask_dgd lbfgs: step / one-pass read")["met"] is True
+    assert _target(rows, "dask_dgd lbfgs: step overhead")["met"] is False
+    assert "| **no** |" in linear.targets_table({"targets": rows})
+
+
+def test_targets_lower_bound_when_no_peer_reaches_the_band():
+    cfg = linear.make_config("small")
+    rows = linear.targets(_fake_result([_dml("admm", 25.0, False)]), cfg)
+    row = _target(rows, "fastest dask-ml")
+    assert row["measured"].startswith("> 25.0")
+    assert row["met"] is True  # its time to optimum exceeds 25 x dask_dgd's
+
+
+# ----------------------------------------------------------------------------- the runner
+def test_update_results_replaces_only_its_section(tmp_path):
+    path = tmp_path / "RESULTS.md"
+    begin, end = section_markers("linear", "small")
+    other_begin, other_end = section_markers("modes", "small")
+    path.write_text(
+        "# Benchmark results\n\nPreamble.\n\n"
+        f"{begin}\nold linear text\n{end}\n\n"
+        f"{other_begin}\nmodes text\n{other_end}\n"
+    )
+    update_results(path, "linear", "small", "new linear text\n")
+    text = path.read_text()
+    assert "old linear text" not in text
+    assert f"{begin}\nnew linear text\n{end}" in text
+    assert f"{other_begin}\nmodes text\n{other_end}" in text
+    assert text.startswith("# Benchmark results\n\nPreamble.")
+    assert text.count(begin) == 1
+
+    # Another size is a separate section, appended; a missing file is created.
+    update_results(path, "linear", "full", "full text")
+    assert path.read_text().count("new linear text") == 1
+    assert path.read_text().rstrip().endswith(section_markers("linear", "full")[1])
+    fresh = tmp_path / "new.md"
+    update_results(fresh, "linear", "small", "x")
+    assert fresh.read_text().startswith("# Benchmark results")
+    assert f"{begin}\nx\n{end}" in fresh.read_text()

@@ -285,12 +285,13 @@ def shard_minibatch(shard, objective, params, seed, step, take, tree):
         if k == 0:
             sums[b.index] = (0.0, np.zeros(objective.n_params), 0.0)
             continue
-        rng = np.random.default_rng([seed, step, b.index])
+        rng = np.random.default_rng([*seed, step, b.index])
         rows = np.sort(rng.choice(b.n_rows, size=k, replace=False))
-        sw = None if b.sample_weight is None else b.sample_weight[rows]
         try:
             with np.errstate(all="ignore"):  # non-finite sums are handled by the engine
-                sums[b.index] = objective.block_sums(params, b.X[rows], b.y[rows], sw)
+                sums[b.index] = objective.block_sums(
+                    params, b.X, b.y, b.sample_weight, rows=rows
+                )
         except Exception as err:
             raise _block_error(err, b) from err
     return _group_nodes(sums, tree, wall0, t0)
@@ -405,6 +406,19 @@ class ShardSet:
         new.token = self.token
         return new
 
+    def uses_runners(self, split_every, result_bytes):
+        """Whether steps with these settings go through actors (cluster, actor transport)."""
+        if self.executor.kind != "dask":
+            return False
+        from .cluster import step_transport
+
+        return step_transport(self.n_groups, result_bytes, split_every) == "actor"
+
+    def start_runners(self):
+        """Start the step actors now (setup), if not started yet."""
+        if self._runners is None:
+            self._runners = self.executor.start_runners(self.handles, self.workers, self.token)
+
     def map_reduce(self, fn, *args, split_every, name, result_bytes=0):
         """One step: ``fn(shard, *args, tree)`` on every shard, reduced to the root.
 
@@ -416,13 +430,9 @@ class ShardSet:
         """
         tree = BlockTree(len(self.block_rows), split_every)
         ex = self.executor
-        if ex.kind == "dask":
-            from .cluster import step_transport
-
-            if step_transport(self.n_groups, result_bytes, split_every) == "actor":
-                if self._runners is None:
-                    self._runners = ex.start_runners(self.handles, self.workers, self.token)
-                return tree.root(tree.merge(*ex.call_runners(self._runners, fn, (*args, tree))))
+        if self.uses_runners(split_every, result_bytes):
+            self.start_runners()
+            return tree.root(tree.merge(*ex.call_runners(self._runners, fn, (*args, tree))))
         level = self.map(fn, *args, tree, name=f"dgd-{name}")
         depth = 0
         while len(level) > split_every:

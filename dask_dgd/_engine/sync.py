@@ -55,6 +55,8 @@ class Evaluator:
         self._data_checked = False
         self._last_end = None  # perf_counter when the previous step's result arrived
         self._timing = {}
+        if shards.uses_runners(split_every, 8 * objective.n_params):
+            shards.start_runners()  # setup, not part of the first step's time
 
     def _finish(self, partial, params):
         # A mini-batch can draw only zero-weight rows: it then carries no loss (the

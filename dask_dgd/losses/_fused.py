@@ -41,8 +41,9 @@ def _compile():
         return None
 
     @numba.njit(cache=True, nogil=True, boundscheck=False)
-    def kernel(X, y, sw, has_weights, WT, b, code, gradT, gint, raw, g):  # pragma: no cover
-        n, d = X.shape
+    def kernel(X, rows, use_rows, y, sw, has_weights, WT, b, code, gradT, gint, raw, g):  # pragma: no cover
+        d = X.shape[1]
+        n = rows.shape[0] if use_rows else X.shape[0]
         K = WT.shape[0]
         loss = 0.0
         # Two-level sums: rows accumulate into a chunk buffer that is added to the
@@ -50,7 +51,8 @@ def _compile():
         chunk_loss = 0.0
         chunk_grad = np.zeros((K, d))
         chunk_int = np.zeros(K)
-        for i in range(n):
+        for ii in range(n):
+            i = rows[ii] if use_rows else ii
             for k in range(K):
                 r0 = 0.0
                 r1 = 0.0
@@ -106,7 +108,7 @@ def _compile():
                 chunk_int[k] += gk
                 for j in range(d):
                     chunk_grad[k, j] += gk * X[i, j]
-            if (i + 1) % CHUNK == 0 or i == n - 1:
+            if (ii + 1) % CHUNK == 0 or ii == n - 1:
                 loss += chunk_loss
                 chunk_loss = 0.0
                 for k in range(K):
@@ -137,12 +139,14 @@ def supports(loss, X, y, sample_weight):
     return type(y) is np.ndarray and (sample_weight is None or type(sample_weight) is np.ndarray)
 
 
-def dense_block_sums(objective, matrix, X, y, sample_weight):
+def dense_block_sums(objective, matrix, X, y, sample_weight, rows=None):
     """``(loss_sum, grad_sum, weight_sum)`` of one dense block, as ``block_sums``.
 
     ``matrix`` is the host float64 parameter matrix ``(n_features + fit_intercept, K)``;
-    ``y`` and ``sample_weight`` are 1-D of length ``X.shape[0]``.  Returns None when the
-    kernel is not available (the caller then takes the array-API path).
+    ``y`` and ``sample_weight`` are 1-D of length ``X.shape[0]``; ``rows`` (int64
+    indices) restricts the sums to those rows, read in place (no copy of ``X[rows]``).
+    Returns None when the kernel is not available (the caller then takes the array-API
+    path).
     """
     kernel = _compile()
     if kernel is None:
@@ -151,15 +155,21 @@ def dense_block_sums(objective, matrix, X, y, sample_weight):
     WT = np.ascontiguousarray(matrix[:d].T)
     b = np.ascontiguousarray(matrix[d]) if objective.fit_intercept else np.zeros(k)
     y64 = np.ascontiguousarray(y, dtype=np.float64)
+    use_rows = rows is not None
+    rows = np.ascontiguousarray(rows, dtype=np.int64) if use_rows else np.zeros(0, np.int64)
     if sample_weight is None:
-        sw, has_weights, weight_sum = np.zeros(0), False, float(X.shape[0])
+        sw, has_weights = np.zeros(0), False
+        weight_sum = float(rows.shape[0] if use_rows else X.shape[0])
     else:
         sw = np.ascontiguousarray(sample_weight, dtype=np.float64)
-        has_weights, weight_sum = True, float(sw.sum())
+        has_weights = True
+        weight_sum = float((sw[rows] if use_rows else sw).sum())
     gradT = np.zeros((k, d))
     gint = np.zeros(k)
     code = _LOSS_CODES[type(objective.loss)]
-    loss = kernel(X, y64, sw, has_weights, WT, b, code, gradT, gint, np.empty(k), np.empty(k))
+    loss = kernel(
+        X, rows, use_rows, y64, sw, has_weights, WT, b, code, gradT, gint, np.empty(k), np.empty(k)
+    )
     grad = gradT.T
     if objective.fit_intercept:
         grad = np.concatenate([grad, gint[None, :]])

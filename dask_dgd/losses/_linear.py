@@ -276,7 +276,7 @@ class LinearObjective:
             row_bytes = max(self.n_features, 1) * itemsize
         return max(_MIN_SLICE_ROWS, int(size // row_bytes))
 
-    def block_sums(self, params, X, y, sample_weight=None):
+    def block_sums(self, params, X, y, sample_weight=None, rows=None):
         """Sums of the weighted loss, its gradient and the weights over one block.
 
         Parameters
@@ -290,6 +290,9 @@ class LinearObjective:
             Targets, in ``X``'s namespace (NumPy for a SciPy sparse ``X``).
         sample_weight : array of shape (n_samples,) or None, default=None
             Non-negative weights; None weighs every row 1.
+        rows : ndarray of int or None, default=None
+            Host indices of the rows to sum over (a mini-batch); None means all rows.
+            The fused kernel reads them in place; other paths take ``X[rows]``.
 
         Returns
         -------
@@ -311,9 +314,14 @@ class LinearObjective:
         if sample_weight is not None:
             sample_weight = self._check_vector("sample_weight", sample_weight, n)
         if self.kernel == "auto" and _fused.supports(self.loss, X, y, sample_weight):
-            sums = _fused.dense_block_sums(self, self._matrix(params), X, y, sample_weight)
+            sums = _fused.dense_block_sums(self, self._matrix(params), X, y, sample_weight, rows)
             if sums is not None:
                 return sums
+        if rows is not None:
+            index = asarray_like(np.asarray(rows, dtype=np.int64), X) if not is_sparse(X) else rows
+            X, y = X[index], y[index]
+            sample_weight = None if sample_weight is None else sample_weight[index]
+            n = X.shape[0]
         if is_sparse(X) and X.format != "csr":
             X = X.tocsr()
         xp = get_namespace(X, y, sample_weight)

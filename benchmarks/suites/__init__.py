@@ -1,0 +1,14 @@
+"""Benchmark suites.  Each module defines ``NAME``, ``DESCRIPTION``, ``SIZES`` and
+``run(size, *, repeats=None, log=print, **overrides) -> dict`` (``overrides`` change
+the size parameters, e.g. ``rows=20000``, for the test suite) returning
+
+``{"title": str, "markdown": str, "table": str, "data": dict}``:
+
+* ``markdown``: the body of the suite's section in ``benchmarks/RESULTS.md`` (tables,
+  ratios and a short reading), without the header the runner adds (command, machine);
+* ``table``: what to print on stdout (usually the main table);
+* ``data``: raw numbers, JSON-serialisable (numpy scalars are converted by the runner).
+"""
+
+#: Registered suites, in the order ``--suite all`` runs them.
+SUITES = ("linear", "modes", "scaling", "memory")

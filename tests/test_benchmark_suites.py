@@ -1,0 +1,225 @@
+"""The modes, scaling and memory benchmark suites: their model code, and tiny real runs.
+
+The tiny runs start real LocalClusters of worker processes (seconds each, hence slow);
+they check the structure the runner needs and properties the numbers must have, not
+performance targets (those need the full size on a quiet machine).
+"""
+
+import math
+
+import numpy as np
+import pytest
+
+from benchmarks.suites import memory, modes, scaling
+
+RESULT_KEYS = {"title", "markdown", "table", "data"}
+
+
+def _check_result(result):
+    assert set(result) >= RESULT_KEYS
+    assert result["title"] and result["markdown"].strip() and result["table"].strip()
+    assert "|---|" in result["table"]
+
+
+@pytest.mark.parametrize("module", [modes, scaling, memory])
+def test_suite_interface(module):
+    assert module.NAME == module.__name__.rsplit(".", 1)[-1]
+    assert module.DESCRIPTION
+    assert set(module.SIZES) == {"small", "full"}
+    assert module.SIZES["full"]["rows"] == 2_000_000
+    assert module.SIZES["small"]["rows"] < module.SIZES["full"]["rows"]
+    with pytest.raises(TypeError, match="unknown parameters"):
+        module.run("small", not_a_parameter=1)
+
+
+# ----------------------------------------------------------------------------- cost model
+TRUE = dict(
+    t_elem=1e-9, t_row=2e-8, t_block=3e-5, a=1e-3, b=4e-4, b_task=1.2e-3, c=2e-8, d=5e-4, e=1e-8,
+    o=2e-4,
+)
+
+
+def _synthetic_records(constants, cores, noise=None):
+    """Records shaped like the suite's, with times from the model itself."""
+    rng = np.random.default_rng(0)
+    recs = []
+    for rows, features in ((20_000, 20), (800, 10), (256, 2000)):
+        for P in (1, 2, 4, 8):
+            for s, transport in ((8, "actor"), (2, "task")):
+                groups, blocks, max_rows = scaling.layout(rows, 16, P)
+                pred = scaling.step_model(
+                    constants, workers=P, rows=rows, features=features, chunks=16,
+                    split_every=s, cores=cores, transport=transport,
+                )
+                f = 1.0 if noise is None else rng.lognormal(0.0, noise, size=2)
+                recs.append(dict(
+                    workers=P, rows=rows, groups=groups, max_group_blocks=blocks,
+                    max_group_rows=max_rows, features=features, n_params=features + 1, split_every=s,
+                    transport=transport,
+                    compute=pred["compute"] * np.atleast_1d(f)[0],
+                    overhead=(pred["step"] - pred["compute"]) * np.atleast_1d(f)[-1],
+                ))
+    return recs
+
+
+def test_layout_and_tree_levels():
+    assert scaling.layout(2_000_000, 16, 1) == (1, 16, 2_000_000)
+    assert scaling.layout(2_000_000, 16, 64) == (16, 1, 125_000)
+    assert scaling.layout(200_000, 16, 3) == (3, 6, 75_000)
+    assert scaling.layout(100, 16, 8) == (8, 2, 14)  # blocks of ceil(100/16) = 7 rows
+    assert [scaling.tree_inner_levels(n, 8) for n in (1, 8, 9, 64, 65, 512, 513)] == [0, 0, 1, 1, 2, 2, 3]
+    assert [scaling.tree_inner_levels(n, 2) for n in (2, 3, 4, 8)] == [0, 1, 1, 2]
+
+
+def test_transport_rule_follows_the_engine_default():
+    assert scaling.transport_rule(64, 101, 8) == "actor"  # 64 x 808 B: summed on the driver
+    assert scaling.transport_rule(8, 10**7, 8) == "actor"  # no inner level to offload
+    assert scaling.transport_rule(512, 20_001, 8) == "task"  # 82 MB of partials
+    # The installed engine agrees (when it has the rule at all).
+    for groups, g, s in ((64, 101, 8), (8, 10**7, 8), (512, 20_001, 8), (4, 11, 2)):
+        assert scaling.engine_transport(groups, g, s) in ("task", scaling.transport_rule(groups, g, s))
+    assert scaling.engine_transport(4, 11, 2, "task") == "task"
+
+
+def test_cost_model_fit_recovers_its_constants():
+    fitted = scaling.fit_cost_model(_synthetic_records(TRUE, cores=2), cores=2)
+    for name, value in TRUE.items():
+        assert fitted[name] == pytest.approx(value, rel=1e-6), name
+
+
+def test_cost_model_fit_with_noise_reproduces_inputs():
+    recs = _synthetic_records(TRUE, cores=2, noise=0.05)
+    fitted = scaling.fit_cost_model(recs, cores=2)
+    assert all(fitted[k] >= 0 for k in TRUE)
+    for r in recs:
+        pred = scaling.step_model(
+            fitted, workers=r["workers"], rows=r["rows"],
+            features=r["features"], chunks=16, split_every=r["split_every"], cores=2,
+            transport=r["transport"],
+        )
+        measured = r["compute"] + r["overhead"]
+        assert pred["step"] == pytest.approx(measured, rel=0.2)
+
+
+def test_efficiency_predictions_are_bounded():
+    base, table = scaling.efficiency_table(
+        TRUE, rows=2_000_000, features=100, chunks=16, split_every=8, workers_list=(2, 64, 512)
+    )
+    assert base == pytest.approx(
+        scaling.step_model(TRUE, workers=1, rows=2_000_000, features=100, chunks=16, split_every=8)["step"]
+    )
+    assert len(table) == 6
+    for e in table:
+        assert 0 < e["efficiency"] <= 1
+        assert e["efficiency"] == pytest.approx(e["speedup"] / e["workers"])
+        assert e["groups"] == min(e["workers"], e["chunks"])
+        assert e["dominant"] in ("compute", "fixed", "per_worker", "per_byte", "tree")
+        if e["chunks"] == 16:
+            assert e["efficiency"] <= 16 / e["workers"] + 1e-12  # 16 blocks: at most 16 busy
+    big = next(e for e in table if e["workers"] == 512 and e["chunks"] == 512)
+    assert big["dominant"] == "per_worker"  # b G = 0.2 s against 2 ms of compute
+
+
+def test_best_groups_minimises_the_step():
+    k = dict(TRUE, t_block=0.0, d=0.0, e=0.0)
+    rows, features = 2**21, 100
+    g_star = scaling.best_groups(k, rows=rows, features=features)
+
+    def step(G):
+        return scaling.step_model(
+            k, workers=G, rows=rows, features=features, chunks=G, split_every=8
+        )["step"]
+
+    powers = [2**i for i in range(12)]
+    best = min(powers, key=step)
+    assert best / 2 <= g_star <= best * 2
+
+
+# ----------------------------------------------------------------------------- tiny runs
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_scaling_suite_tiny():
+    result = scaling.run(
+        "small", repeats=1, rows=8_000, features=10, chunks=8, workers=(1, 2, 4), max_iter=3,
+        tiny_rows_per_chunk=10, wide_rows_per_chunk=8, wide_features=500,
+        predict_workers=(64,), log=lambda msg: None,
+    )
+    _check_result(result)
+    data = result["data"]
+    recs = data["records"]
+    # 3 data sets with the default transport, 2 as task steps with split_every=2, per size.
+    assert len(recs) == 3 * 5
+    assert {r["transport"] for r in recs if r["split_every"] == 2} == {"task"}
+    for r in recs:
+        assert r["steps_per_fit"] == 4  # max_iter=3 updates: 4 distributed steps
+        assert 0 < r["compute"] <= r["step"]
+        assert r["overhead"] > 0
+        assert math.isfinite(r["predicted_step"]) and r["predicted_step"] > 0
+    assert data["speedup_1_to_2"] > 0
+    # The fit reproduces its inputs (noisy: a shared machine, tiny data).
+    errors = sorted(abs(r["step_rel_error"]) for r in recs)
+    assert errors[len(errors) // 2] < 0.5
+    assert all(v >= 0 for k, v in data["constants"].items() if k != "cores")
+    assert all(0 < e["efficiency"] <= 1 for e in data["efficiency"])
+    assert "| main | 8,000 x 10 | 1 | 8 |" in result["markdown"]
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_modes_suite_tiny():
+    from dask_dgd import LogisticRegression
+
+    rows, epochs = 6_000, 3
+    result = modes.run(
+        "small", repeats=1, rows=rows, features=5, chunks=4, batch_sizes=(512, 2048),
+        epochs=epochs, log=lambda msg: None,
+    )
+    _check_result(result)
+    data = result["data"]
+    sk = data["sklearn"]
+    assert sk["rate"] > 0 and sk["runs"][0]["n_iter"] == epochs
+    curves = [sk["curve"]] + [d["curve"] for d in data["dask_dgd"].values()]
+    for b, d in data["dask_dgd"].items():
+        assert d["n_iter"] == epochs
+        assert d["n_steps"] == epochs * math.ceil(rows / int(b))
+        assert d["rate_per_core"] > 0 and d["ratio"] == pytest.approx(d["rate_per_core"] / sk["rate"])
+        assert d["solve"] <= d["wall"]
+    for curve in curves:
+        assert len(curve) == epochs
+        assert all(math.isfinite(v) and v > 0 for v in curve)
+        assert curve[-1] < curve[0]
+        # Nothing beats the optimum (scikit-learn lbfgs at tol 1e-10), up to its tolerance.
+        assert min(curve) >= data["optimum"] - 1e-7
+    available = "mode" in LogisticRegression().get_params()
+    assert data["local"]["available"] == available
+    if not available:
+        assert modes.LOCAL_UNAVAILABLE in result["markdown"]
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_memory_suite_tiny():
+    rows, features = 100_000, 20
+    result = memory.run(
+        "small", rows=rows, features=features, chunks=4, max_iter=3, sgd_epochs=1,
+        batch_size=4096, log=lambda msg: None,
+    )
+    _check_result(result)
+    data = result["data"]
+    nbytes = rows * features * 8
+    assert data["x_nbytes"] == nbytes
+    start = data["census_start"]
+    assert start["copies"] == start["n_blocks"] == 4  # as generated: each block once
+    assert sum(start["bytes"].values()) == nbytes
+    per = data["per_worker"]
+    assert {r["solver"] for r in per} == {"lbfgs", "gd", "sgd"}
+    for r in per:
+        assert r["peak"] >= r["idle"] > 0
+        assert r["peak"] >= r["after"]  # VmHWM >= VmRSS: the right fields are read
+        assert r["peak_over_share"] == pytest.approx(r["peak"] / (nbytes / 2))
+    for solver in ("lbfgs", "gd", "sgd"):
+        rs = [r for r in per if r["solver"] == solver]
+        # X is resident during the fits: the peaks above idle hold at least most of it.
+        assert sum(r["peak"] - r["idle"] for r in rs) >= 0.8 * nbytes
+    for f in data["fits"]:
+        assert f["census"]["copies"] >= f["census"]["n_blocks"]
