@@ -156,6 +156,10 @@ def test_scaling_suite_tiny():
         assert r["overhead"] > 0
         assert math.isfinite(r["predicted_step"]) and r["predicted_step"] > 0
     assert data["speedup_1_to_2"] > 0
+    assert data["read_speedup_1_to_2"] > 0
+    main = [r for r in recs if r["data"] == "main"]
+    assert all(r["read"] > 0 for r in main) and all(r["read"] is None for r in recs if r["data"] != "main")
+    assert "one-pass read of the same X" in result["markdown"]
     # The fit reproduces its inputs (noisy: a shared machine, tiny data).
     errors = sorted(abs(r["step_rel_error"]) for r in recs)
     assert errors[len(errors) // 2] < 0.5

@@ -315,6 +315,36 @@ def _fit(client, X, y, *, max_iter, learning_rate, split_every, transport="auto"
     return est.history_, wall
 
 
+def _sum_blocks(*blocks):
+    """Seconds to read the given blocks once (``block.sum()``), inside the task."""
+    t0 = time.perf_counter()
+    for b in blocks:
+        b.sum()
+    return time.perf_counter() - t0
+
+
+def cluster_read(client, X, repeats=5):
+    """Median over ``repeats`` of the slowest worker's one-pass read of the blocks it
+    holds, all workers at once (the memory-bandwidth floor of a full-batch step)."""
+    from distributed import futures_of
+
+    futures = futures_of(X)
+    who = client.who_has(futures)
+    by_worker = {}
+    for f in futures:
+        by_worker.setdefault(who[f.key][0], []).append(f)
+    samples = []
+    for r in range(repeats + 1):  # the first is a warm-up
+        tasks = [
+            client.submit(_sum_blocks, *fs, workers=[w], allow_other_workers=False, pure=False)
+            for w, fs in sorted(by_worker.items())
+        ]
+        times = client.gather(tasks)
+        if r:
+            samples.append(max(times))
+    return median(samples)
+
+
 def measure_workers(P, p, datasets, configs, repeats, log):
     """Fits of every (dataset, split_every) on a fresh cluster of ``P`` workers."""
     cluster, client = start_cluster(P)
@@ -326,6 +356,8 @@ def measure_workers(P, p, datasets, configs, repeats, log):
             t0 = time.perf_counter()
             data[name] = make_data(client, spec["rows"], spec["features"], p["chunks"], p["seed"])
             log(f"{P} workers: {name} data {spec['rows']} x {spec['features']} in {time.perf_counter() - t0:.1f}s")
+        read = cluster_read(client, data["main"][0])
+        log(f"{P} workers: one-pass read of the main X {read * 1e3:.1f} ms")
         # Warm-up (imports on the workers, first-call caches); not recorded.
         X, y = data["tiny"]
         _fit(client, X, y, max_iter=2, learning_rate=datasets["tiny"]["lr"], split_every=p["split_every"])
@@ -342,6 +374,7 @@ def measure_workers(P, p, datasets, configs, repeats, log):
                 walls.append(wall)
             rec = _summarise(P, name, spec, p["chunks"], s, steps, walls)
             rec["transport"] = engine_transport(rec["groups"], rec["n_params"], s, requested)
+            rec["read"] = read if name == "main" else None
             log(
                 f"{P} workers: {name} s={s} {rec['transport']} step {rec['step'] * 1e3:.2f} ms, compute max "
                 f"{rec['compute'] * 1e3:.2f} ms, overhead {rec['overhead'] * 1e3:.2f} ms"
@@ -472,10 +505,22 @@ def run(size, *, repeats=None, log=print, **overrides):
         "–" if speedup is None
         else f"**{speedup:.2f}x** ({'meets' if speedup >= TARGET_SPEEDUP else 'BELOW'} the {TARGET_SPEEDUP}x target)"
     )
+    read_speedup = r1["read"] / r2["read"] if r1 and r2 and r1.get("read") and r2.get("read") else None
+    read_line = (
+        ""
+        if read_speedup is None
+        else (
+            f" For comparison, a one-pass read of the same X on the same clusters (each worker "
+            f"summing the blocks it holds, all at once, slowest worker): {_t(r1['read'])} -> "
+            f"{_t(r2['read'])} = {read_speedup:.2f}x: the memory-bandwidth ceiling of a "
+            f"memory-bound step on this machine; step / read {r1['step'] / r1['read']:.2f} at 1 "
+            f"worker, {r2['step'] / r2['read']:.2f} at 2."
+        )
+    )
     speed_line = (
         f"Speed-up 1 -> 2 workers, main data, median full-batch step: {verdict}; "
         f"whole fit wall (setup included): "
-        f"{'–' if wall_speedup is None else f'{wall_speedup:.2f}x'}."
+        f"{'–' if wall_speedup is None else f'{wall_speedup:.2f}x'}.{read_line}"
     )
     const_rows = [
         ["t_elem", _sci(constants["t_elem"]), "s per element (row x (features+1)) of the largest group, one core"],
@@ -549,6 +594,7 @@ def run(size, *, repeats=None, log=print, **overrides):
             "parameters": {**p, "repeats": repeats, "cores": cores},
             "records": records,
             "speedup_1_to_2": speedup,
+            "read_speedup_1_to_2": read_speedup,
             "fit_wall_speedup_1_to_2": wall_speedup,
             "target_speedup": TARGET_SPEEDUP,
             "constants": constants,
