@@ -214,28 +214,21 @@ def encode_shard(shard, classes, class_weight=None):
     return Shard(tuple(blocks))
 
 
-def shard_sample(shard, n_take):
-    """About ``n_take`` evenly spaced rows of the shard, as host arrays (X, weights).
+def shard_sample(shard, take):
+    """Evenly spaced rows of each block, ``take[b]`` of block ``b``, as host arrays.
 
-    The weights are the rows' sample weights scaled by (shard rows / sampled rows), so
-    samples of shards of different sizes combine into one unbiased weighted sample.
+    Returns a list of ``(block index, X rows, y rows, sample weights)``; the driver
+    puts them in block order, so the sample does not depend on placement.
     """
-    total = shard.n_rows
-    if total == 0 or n_take <= 0:
-        return None
-    xs, ws = [], []
+    out = []
     for b in shard.blocks:
-        k = min(b.n_rows, math.ceil(n_take * b.n_rows / total))
-        if k == 0:
+        k = min(b.n_rows, int(take[b.index]))
+        if k <= 0:
             continue
         rows = np.unique(np.linspace(0, b.n_rows - 1, k).round().astype(np.int64))
-        X = b.X[rows]
-        xs.append(to_numpy(X))
         sw = np.ones(len(rows)) if b.sample_weight is None else to_numpy(b.sample_weight)[rows]
-        ws.append(sw)
-    X = sp.vstack(xs, format="csr") if sp.issparse(xs[0]) else np.concatenate(xs)
-    w = np.concatenate(ws)
-    return X, w * (total / len(w))
+        out.append((b.index, to_numpy(b.X[rows]), to_numpy(b.y)[rows], sw))
+    return out
 
 
 def _block_error(err, block):

@@ -10,19 +10,33 @@ import math
 import time
 from dataclasses import dataclass
 
+import dask
 import numpy as np
+import scipy.linalg
 import scipy.optimize
 import scipy.sparse as sp
 
 from ..exceptions import DivergenceError, ParameterError
-from ..losses import lipschitz_bound
+from ..losses import lipschitz_bound, objective_hessian, objective_value_gradient
 from ..optim import SGD, Adagrad, RMSprop
 from .shards import shard_check_finite, shard_loss_grad, shard_minibatch, shard_sample
 
-__all__ = ["Evaluator", "FitResult", "run_lbfgs", "run_first_order", "batch_allocation"]
+__all__ = [
+    "Evaluator",
+    "FitResult",
+    "run_lbfgs",
+    "run_newton",
+    "run_first_order",
+    "batch_allocation",
+]
 
 #: Rows sampled (in total, over all shards) to estimate the Lipschitz constant.
 LIPSCHITZ_SAMPLE_ROWS = 8192
+#: Rows of the sample whose Hessian preconditions the Newton solver (dask config
+#: ``dgd.newton-sample-rows``).
+NEWTON_SAMPLE_ROWS = 32768
+#: Halvings of the Newton step before the line search gives up.
+NEWTON_MAX_LINESEARCH = 30
 #: Consecutive learning-rate halvings after which a fit is declared divergent.
 MAX_BACKOFFS = 30
 #: Epochs without improvement of more than ``tol`` after which mini-batch training stops.
@@ -187,17 +201,150 @@ def run_lbfgs(evaluator, params0, settings, *, max_iter, tol):
     )
 
 
+def gather_sample(shards, n_rows):
+    """About ``n_rows`` evenly spaced rows of the data on the driver: ``(X, y, weights)``.
+
+    Each block gives rows in proportion to its size and the pieces are put in block
+    order, so the sample depends only on the data and its chunking, never on
+    placement.  The weights (sample weights, or ones) are scaled by total rows / sampled
+    rows so that weighted means over the sample estimate those over the data.  None if
+    the data has no rows.
+    """
+    rows = shards.block_rows
+    total = int(rows.sum())
+    if total == 0 or n_rows <= 0:
+        return None
+    take = np.ceil(np.minimum(n_rows, total) * rows / total).astype(np.int64)
+    pieces = sorted(
+        (p for group in shards.map_gather(shard_sample, take, name="dgd-sample") for p in group),
+        key=lambda p: p[0],
+    )
+    if not pieces:
+        return None
+    if sp.issparse(pieces[0][1]):
+        X = sp.vstack([p[1] for p in pieces], format="csr")
+    else:
+        X = np.concatenate([p[1] for p in pieces])
+    y = np.concatenate([p[2] for p in pieces])
+    w = np.concatenate([p[3] for p in pieces])
+    return X, y, w * (total / len(w))
+
+
+def run_newton(evaluator, params0, *, max_iter, tol, sample_rows=None):
+    """Newton's method with the Hessian of an even row sample, on the full gradient.
+
+    On the driver, a sample of ``sample_rows`` rows (dask config
+    ``dgd.newton-sample-rows``, default :data:`NEWTON_SAMPLE_ROWS`; all rows when the
+    data has fewer) is gathered once; the same objective is minimised on it (SciPy
+    L-BFGS-B, from ``params0``) and its Hessian ``H`` is formed there
+    (:func:`~dask_dgd.losses.objective_hessian`).  Each iteration then takes one
+    distributed step for the full gradient ``g`` and moves by ``-H^{-1} g`` with an
+    Armijo backtracking line search (every trial point is one distributed step).  The
+    sample Hessian is refreshed at the current point whenever the full step was not
+    accepted.  Convergence is linear with a rate of about ``sqrt(n_params / sample)``
+    (quadratic when the sample is all the data); it stops when the largest gradient
+    entry is at most ``tol``, as L-BFGS does.
+    """
+    obj, pen = evaluator.objective, evaluator.penalty
+    if pen.has_l1:
+        raise ParameterError(
+            "solver='newton' cannot handle an L1 penalty (l1_ratio > 0); use solver='gd' "
+            "(proximal gradient) or solver='auto'"
+        )
+    if sample_rows is None:
+        sample_rows = int(dask.config.get("dgd.newton-sample-rows", NEWTON_SAMPLE_ROWS))
+    if sample_rows < obj.n_params:
+        raise ParameterError(
+            f"dgd.newton-sample-rows must be at least the number of parameters "
+            f"({obj.n_params}); got {sample_rows}"
+        )
+    X, y, w = gather_sample(evaluator.shards, sample_rows)
+    if not np.all(np.isfinite(X.data if sp.issparse(X) else X)):
+        evaluator.shards.map_gather(shard_check_finite, name="dgd-check-finite")  # names the block
+
+    def sample_objective(params):
+        with np.errstate(all="ignore"):
+            return objective_value_gradient(params, obj, pen, X, y, w)
+
+    def hessian(params):
+        H = objective_hessian(params, obj, pen, X, y, w)
+        # A tiny ridge keeps the factorisation defined for rank-deficient samples.
+        ridge = 1e-10 * max(float(np.max(np.diag(H))), 1e-300)
+        try:
+            return scipy.linalg.cho_factor(H + ridge * np.eye(len(H)))
+        except (np.linalg.LinAlgError, ValueError) as err:
+            raise DivergenceError(
+                f"the sample Hessian of the objective is not positive definite or not "
+                f"finite ({err}); scale the features or use solver='lbfgs'"
+            ) from err
+
+    objective_hessian(params0, obj, pen, X[:1], y[:1], w[:1])  # unsupported loss: fail now
+    res = scipy.optimize.minimize(
+        sample_objective, params0, method="L-BFGS-B", jac=True,
+        options={"maxiter": 500, "gtol": tol, "ftol": 64 * np.finfo(float).eps},
+    )
+    start = sample_objective(params0)[0]
+    params = res.x if np.all(np.isfinite(res.x)) and res.fun <= start else params0
+    params = np.asarray(params, dtype=np.float64)
+    factor = hessian(params)
+
+    value, grad, partial, dt = evaluator.full(params)
+    if not (math.isfinite(value) and np.all(np.isfinite(grad))):
+        raise DivergenceError(
+            f"the objective is not finite at the initial parameters (loss={value}); "
+            "check the data and weights for extreme values or scale the features"
+        )
+    it, converged, message = 0, False, ""
+    evaluator.record(it, value, grad, partial, dt, None)
+    while True:
+        if np.max(np.abs(grad), initial=0.0) <= tol or evaluator.monitor.stop_requested:
+            converged = True
+            break
+        if it >= max_iter:
+            message = f"reached max_iter={max_iter}"
+            break
+        direction = -scipy.linalg.cho_solve(factor, grad)
+        slope = float(grad @ direction)
+        step, accepted = 1.0, False
+        for _ in range(NEWTON_MAX_LINESEARCH):
+            trial = params + step * direction
+            t_value, t_grad, partial, dt = evaluator.full(trial)
+            evaluator.record(it + 1, t_value, t_grad, partial, dt, step)
+            if math.isfinite(t_value) and (
+                t_value <= value + 1e-4 * step * slope
+                # at the optimum the values differ only by rounding: a smaller
+                # gradient then shows the step is right
+                or (
+                    t_value <= value + 64 * np.finfo(float).eps * abs(value)
+                    and np.max(np.abs(t_grad)) < np.max(np.abs(grad))
+                )
+            ):
+                accepted = True
+                break
+            step *= 0.5
+        if not accepted:
+            message = "the line search found no decrease (the objective is flat at rounding level)"
+            converged = np.max(np.abs(grad), initial=0.0) <= max(tol, 1e-8)
+            break
+        it += 1
+        if step < 1.0:
+            factor = hessian(trial)  # the sample curvature was off here: refresh it
+        params, value, grad = trial, t_value, t_grad
+    return FitResult(
+        params=params,
+        n_iter=it,
+        converged=bool(converged),
+        n_steps=evaluator.n_steps,
+        message=message,
+    )
+
+
 def estimate_lipschitz(shards, objective, penalty, params):
     """Lipschitz estimate of the mean-loss gradient from an even sample of rows."""
-    per_shard = math.ceil(LIPSCHITZ_SAMPLE_ROWS / shards.n_groups)
-    samples = [s for s in shards.map_gather(shard_sample, per_shard, name="dgd-sample") if s is not None]
-    if not samples:
+    sample = gather_sample(shards, LIPSCHITZ_SAMPLE_ROWS)
+    if sample is None:
         return 1.0
-    if sp.issparse(samples[0][0]):
-        X = sp.vstack([s[0] for s in samples], format="csr")
-    else:
-        X = np.concatenate([s[0] for s in samples])
-    w = np.concatenate([s[1] for s in samples])
+    X, _, w = sample
     l2 = penalty.alpha * (1.0 - penalty.l1_ratio)
     L = lipschitz_bound(objective, X, w, alpha_l2=l2, params=params)
     return float(L) if L > 0 and math.isfinite(L) else 1.0

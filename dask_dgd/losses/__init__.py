@@ -5,7 +5,13 @@ any array-API namespace, or a SciPy/CuPy sparse matrix) and returns sums that th
 engine adds across blocks.
 """
 
-from ._linear import SLICE_BYTES, LinearObjective, lipschitz_bound, objective_value_gradient
+from ._linear import (
+    SLICE_BYTES,
+    LinearObjective,
+    lipschitz_bound,
+    objective_hessian,
+    objective_value_gradient,
+)
 from ._penalty import Penalty
 from ._pointwise import BinaryLogistic, HalfPoisson, HalfSquaredError, MultinomialLogistic
 
@@ -18,5 +24,6 @@ __all__ = [
     "MultinomialLogistic",
     "Penalty",
     "lipschitz_bound",
+    "objective_hessian",
     "objective_value_gradient",
 ]

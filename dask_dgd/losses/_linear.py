@@ -19,7 +19,7 @@ from ..exceptions import InputError, ParameterError
 from . import _fused
 from ._penalty import Penalty
 
-__all__ = ["LinearObjective", "lipschitz_bound", "objective_value_gradient"]
+__all__ = ["LinearObjective", "lipschitz_bound", "objective_value_gradient", "objective_hessian"]
 
 #: Bytes of ``X`` processed per row slice on the host: small enough to stay in the
 #: cache between ``X @ coef`` and ``X.T @ grad``, large enough for BLAS to be efficient.
@@ -530,3 +530,72 @@ def lipschitz_bound(
         if converged:
             break
     return curvature * eigenvalue + float(alpha_l2)
+
+
+def objective_hessian(params, objective, penalty, X, y, sample_weight=None):
+    r"""Hessian of the smooth objective (mean loss plus L2 penalty) on one host array.
+
+    For the single-output built-in losses with their canonical links (half squared
+    error, binary logistic, half Poisson), where the loss's second derivative with
+    respect to the linear predictor is :math:`h_i = 1`, :math:`p_i (1 - p_i)` or
+    :math:`e^{r_i}`:
+
+    .. math:: H = \frac{\tilde X^\top \operatorname{diag}(s_i h_i) \tilde X}{\sum_i s_i}
+              + \alpha (1 - \rho) \operatorname{diag}(1, \dots, 1, 0),
+
+    with :math:`\tilde X = [X, \mathbf 1]` when ``fit_intercept`` (the intercept is not
+    penalised).  Used by the Newton solver on a row sample gathered to the driver.
+
+    Parameters
+    ----------
+    params : ndarray of shape (objective.n_params,)
+    objective : LinearObjective
+    penalty : Penalty or None
+    X : ndarray or SciPy sparse matrix of shape (n_samples, objective.n_features)
+    y : ndarray of shape (n_samples,)
+    sample_weight : ndarray of shape (n_samples,) or None
+
+    Returns
+    -------
+    hessian : ndarray of shape (objective.n_params, objective.n_params)
+
+    Raises
+    ------
+    ParameterError
+        For a loss with more than one output (multinomial) or an unknown loss.
+    """
+    from ._pointwise import BinaryLogistic, HalfPoisson, HalfSquaredError
+
+    loss = objective.loss
+    if type(loss) not in (HalfSquaredError, BinaryLogistic, HalfPoisson):
+        raise ParameterError(
+            f"the Newton solver supports the single-output losses (linear, binary "
+            f"logistic, Poisson regression); got {type(loss).__name__}: use solver='lbfgs'"
+        )
+    y = np.asarray(y, dtype=np.float64)
+    w = np.ones(X.shape[0]) if sample_weight is None else np.asarray(sample_weight, np.float64)
+    raw = np.asarray(objective.raw_prediction(params, X), dtype=np.float64)[:, 0]
+    if isinstance(loss, HalfSquaredError):
+        h = np.ones_like(raw)
+    elif isinstance(loss, BinaryLogistic):
+        prob = 0.5 * (1.0 + np.tanh(0.5 * raw))
+        h = prob * (1.0 - prob)
+    else:
+        h = np.exp(raw)
+    d = w * h / w.sum()
+    if is_sparse(X):
+        gram = np.asarray((X.T @ X.multiply(d[:, None])).todense())
+        col = np.asarray(X.T @ d).ravel()
+    else:
+        X = np.asarray(X, dtype=np.float64)
+        gram = X.T @ (X * d[:, None])
+        col = X.T @ d
+    n = objective.n_features
+    H = np.zeros((objective.n_params, objective.n_params))
+    H[:n, :n] = gram
+    if objective.fit_intercept:
+        H[n, :n] = H[:n, n] = col
+        H[n, n] = d.sum()
+    penalty = Penalty() if penalty is None else penalty
+    H[np.arange(n), np.arange(n)] += penalty.alpha * (1.0 - penalty.l1_ratio)
+    return 0.5 * (H + H.T)  # exactly symmetric (sparse products round differently)

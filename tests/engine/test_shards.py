@@ -166,8 +166,14 @@ def test_summary_encode_and_sample():
     assert enc.blocks[1].sample_weight.tolist() == [3.0, 1.0, 2.0]
     with pytest.raises(InputError, match=r"labels \['c'\] in block 1 are not among classes"):
         encode_shard(shard, np.array(["a", "b"], dtype=object))
-    Xs, ws = shard_sample(shard, 4)
-    assert Xs.shape[1] == 2 and len(ws) == Xs.shape[0] <= 6
+    pieces = shard_sample(enc, {0: 2, 1: 3})
+    assert [p[0] for p in pieces] == [0, 1] and [len(p[2]) for p in pieces] == [2, 3]
+    for index, Xs, ys, ws in pieces:  # rows, labels and weights stay together
+        block = enc.blocks[index]
+        for row, label, weight in zip(Xs, ys, ws):
+            i = [tuple(r) for r in block.X].index(tuple(row))
+            assert label == block.y[i] and weight == block.sample_weight[i]
+    assert shard_sample(enc, {0: 0, 1: 0}) == []
     obj = LinearObjective(BinaryLogistic(), 2)
     with pytest.raises(BlockError, match="block 0"):
         shard_loss_grad(make_shard(0, [X], [np.array(["x"] * 6, dtype=object)], [None], y_numeric=False), obj, np.zeros(3), BlockTree(1, 2))

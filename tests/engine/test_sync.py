@@ -51,9 +51,13 @@ def test_worker_count_and_transport_do_not_change_a_bit(client, logistic_data):
     two = _fit(client, Xd, yd, split_every=2)
     with dask.config.set({"dgd.step-transport": "task"}):
         two_tasks = _fit(client, Xd, yd, split_every=2)  # inner dgd-reduce task levels
+    # the solvers that sample rows on the driver (Lipschitz estimate, Newton's Hessian)
+    sampled = {"gd": dict(solver="gd", max_iter=30), "newton": dict(solver="newton")}
+    two_sampled = {k: _fit(client, Xd, yd, **kw) for k, kw in sampled.items()}
     with LocalCluster(n_workers=3, threads_per_worker=1, processes=False, dashboard_address=":0",
                       silence_logs=logging.ERROR) as c3, Client(c3, set_as_default=False) as client3:
         three = _fit(client3, Xd, yd, split_every=2)
+        three_sampled = {k: _fit(client3, Xd, yd, **kw) for k, kw in sampled.items()}
         shards = build_shardset(DaskExecutor(client3), Xd, yd, None)
         assert shards.n_groups == 3 and len(set(shards.workers)) == 3
         assert sorted(b for g in shards.groups for b in g) == list(range(10))
@@ -61,6 +65,9 @@ def test_worker_count_and_transport_do_not_change_a_bit(client, logistic_data):
         np.testing.assert_array_equal(other.coef_, two.coef_)
         np.testing.assert_array_equal(other.intercept_, two.intercept_)
         assert other.loss_curve_ == two.loss_curve_
+    for k in sampled:
+        np.testing.assert_array_equal(three_sampled[k].coef_, two_sampled[k].coef_)
+        assert three_sampled[k].loss_curve_ == two_sampled[k].loss_curve_
 
 
 def test_step_transport_choice(client):

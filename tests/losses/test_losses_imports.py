@@ -60,6 +60,7 @@ def test_public_names():
             "MultinomialLogistic",
             "Penalty",
             "lipschitz_bound",
+            "objective_hessian",
             "objective_value_gradient",
         ]
     )

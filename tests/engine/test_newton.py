@@ -1,0 +1,112 @@
+"""The sample-Hessian Newton solver: same optimum as L-BFGS, fewer distributed steps."""
+
+import dask
+import numpy as np
+import pytest
+import scipy.sparse as sp
+
+from dask_dgd import LinearRegression, LogisticRegression, PoissonRegressor
+from dask_dgd.datasets import make_classification
+from dask_dgd.exceptions import InputError, ParameterError
+from dask_dgd.losses import (
+    BinaryLogistic,
+    HalfPoisson,
+    HalfSquaredError,
+    LinearObjective,
+    MultinomialLogistic,
+    Penalty,
+    objective_hessian,
+    objective_value_gradient,
+)
+
+
+@pytest.mark.parametrize("loss", [HalfSquaredError(), BinaryLogistic(), HalfPoisson()])
+@pytest.mark.parametrize("fit_intercept", [True, False])
+@pytest.mark.parametrize("sparse", [False, True])
+def test_objective_hessian_matches_finite_differences(loss, fit_intercept, sparse):
+    rng = np.random.default_rng(0)
+    X = rng.standard_normal((300, 4))
+    y = {HalfSquaredError: rng.standard_normal(300), BinaryLogistic: (rng.random(300) < 0.4) * 1.0,
+         HalfPoisson: rng.poisson(1.5, 300) * 1.0}[type(loss)]
+    w = rng.random(300) + 0.5
+    obj = LinearObjective(loss, 4, fit_intercept)
+    pen = Penalty(alpha=0.3)
+    params = rng.standard_normal(obj.n_params) * 0.2
+    Xa = sp.csr_matrix(X) if sparse else X
+    H = objective_hessian(params, obj, pen, Xa, y, w)
+    eps = 1e-6
+    fd = np.column_stack([
+        (objective_value_gradient(params + eps * e, obj, pen, X, y, w)[1]
+         - objective_value_gradient(params - eps * e, obj, pen, X, y, w)[1]) / (2 * eps)
+        for e in np.eye(obj.n_params)
+    ])
+    np.testing.assert_allclose(H, fd, rtol=1e-5, atol=1e-7)
+    np.testing.assert_array_equal(H, H.T)
+
+
+def test_objective_hessian_refuses_multinomial():
+    obj = LinearObjective(MultinomialLogistic(3), 2)
+    with pytest.raises(ParameterError, match="the Newton solver supports the single-output losses .* got MultinomialLogistic: use solver='lbfgs'"):
+        objective_hessian(np.zeros(obj.n_params), obj, None, np.ones((3, 2)), np.zeros(3))
+
+
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda X, rng: (LinearRegression, X @ np.arange(1.0, 7.0) + rng.standard_normal(len(X))),
+        lambda X, rng: (LogisticRegression, (X @ np.linspace(-1, 1, 6) + rng.standard_normal(len(X)) > 0).astype(int)),
+        lambda X, rng: (PoissonRegressor, rng.poisson(np.exp(0.2 * X @ np.linspace(-1, 1, 6)))),
+    ],
+    ids=["linear", "logistic", "poisson"],
+)
+def test_newton_reaches_the_lbfgs_optimum_on_a_cluster(client, make):
+    import dask.array as da
+
+    rng = np.random.default_rng(1)
+    X = rng.standard_normal((6000, 6))
+    Est, y = make(X, rng)
+    Xd, yd = da.from_array(X, chunks=(1000, -1)), da.from_array(y, chunks=1000)
+    with dask.config.set({"dgd.newton-sample-rows": 1500}):  # a real sample: 1,500 of 6,000 rows
+        newton = Est(client=client, solver="newton", tol=1e-9, alpha=1e-3).fit(Xd, yd)
+    lbfgs = Est(client=client, solver="lbfgs", tol=1e-9, alpha=1e-3).fit(Xd, yd)
+    np.testing.assert_allclose(newton.coef_, lbfgs.coef_, rtol=1e-6, atol=1e-8)
+    np.testing.assert_allclose(newton.intercept_, lbfgs.intercept_, rtol=1e-6, atol=1e-8)
+    assert newton.solver_ == "newton"
+    # to a moderate tolerance the sample Hessian saves distributed steps
+    with dask.config.set({"dgd.newton-sample-rows": 1500}):
+        quick = Est(client=client, solver="newton", tol=1e-5, alpha=1e-3).fit(Xd, yd)
+    quick_lbfgs = Est(client=client, solver="lbfgs", tol=1e-5, alpha=1e-3).fit(Xd, yd)
+    assert len(quick.history_) < len(quick_lbfgs.history_)
+    assert quick.loss_curve_[-1] <= quick_lbfgs.loss_curve_[-1] * (1 + 1e-6)
+    # deterministic, like every synchronous solver
+    with dask.config.set({"dgd.newton-sample-rows": 1500}):
+        again = Est(client=client, solver="newton", tol=1e-9, alpha=1e-3).fit(Xd, yd)
+    np.testing.assert_array_equal(again.coef_, newton.coef_)
+
+
+def test_newton_with_the_whole_data_as_sample_is_exact_newton():
+    X, y = make_classification(n_samples=2000, n_features=5, random_state=0)
+    est = LogisticRegression(solver="newton", tol=1e-10).fit(X, y)
+    ref = LogisticRegression(solver="lbfgs", tol=1e-10).fit(X, y)
+    np.testing.assert_allclose(est.coef_, ref.coef_, rtol=1e-7, atol=1e-9)
+    assert len(est.history_) <= 3  # the sample (all rows) optimum is the optimum
+
+
+def test_newton_errors():
+    X, y = make_classification(n_samples=200, n_features=3, n_classes=3, random_state=0)
+    with pytest.raises(ParameterError, match="got MultinomialLogistic: use solver='lbfgs'"):
+        LogisticRegression(solver="newton").fit(X, y)
+    Xb, yb = make_classification(n_samples=200, n_features=3, random_state=0)
+    with pytest.raises(ParameterError, match="solver='newton' cannot handle an L1 penalty"):
+        LogisticRegression(solver="newton", alpha=0.1, l1_ratio=0.5).fit(Xb, yb)
+    with pytest.raises(ParameterError, match="solver='newton' is full-batch only"):
+        LogisticRegression(solver="newton", batch_size=10).fit(Xb, yb)
+    with pytest.raises(ParameterError, match="solver='newton' takes no optimizer; got Adam"):
+        LogisticRegression(solver="newton", optimizer="adam").fit(Xb, yb)
+    with dask.config.set({"dgd.newton-sample-rows": 2}):
+        with pytest.raises(ParameterError, match=r"dgd.newton-sample-rows must be at least the number of parameters \(4\); got 2"):
+            LogisticRegression(solver="newton").fit(Xb, yb)
+    Xn = Xb.copy()
+    Xn[7, 1] = np.nan
+    with pytest.raises(InputError, match=r"Input X contains NaN or infinity in block 0"):
+        LogisticRegression(solver="newton").fit(Xn, yb)
