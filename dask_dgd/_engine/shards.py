@@ -16,7 +16,6 @@ import uuid
 from dataclasses import dataclass
 
 import numpy as np
-import scipy.sparse as sp
 
 from .._backend import get_namespace, is_sparse, to_numpy
 from ..exceptions import BlockError, ChunkingError, DGDError, InputError
