@@ -1,6 +1,7 @@
 """Helpers shared by the benchmark suites (no suite logic here)."""
 
 import datetime
+import math
 import os
 import platform
 import statistics
@@ -15,6 +16,10 @@ __all__ = [
     "md_table",
     "start_cluster",
     "log",
+    "true_model",
+    "make_data",
+    "gather_to_driver",
+    "suite_params",
 ]
 
 
@@ -128,3 +133,74 @@ def start_cluster(n_workers, threads_per_worker=1, memory_limit="auto"):
         silence_logs=logging.ERROR,
     )
     return cluster, Client(cluster)
+
+
+
+def suite_params(name, sizes, size, repeats, overrides):
+    """A suite's parameters: the size's values, then ``overrides`` (unknown names are an
+    error), with ``repeats`` replacing the size's repeats when given."""
+    if size not in sizes:
+        raise ValueError(f"unknown size {size!r} for the {name} suite; choose among {list(sizes)}")
+    p = dict(sizes[size])
+    unknown = set(overrides) - set(p)
+    if unknown:
+        raise TypeError(f"unknown parameters for the {name} suite: {sorted(unknown)}")
+    p.update(overrides)
+    if repeats is not None:
+        p["repeats"] = repeats
+    return p
+
+
+# ----------------------------------------------------------------------------- data
+def _sigmoid(z):
+    return 0.5 * (1.0 + np.tanh(0.5 * z))
+
+
+def true_model(features, seed):
+    """Coefficients and intercept of the logistic model the labels are drawn from."""
+    rng = np.random.default_rng([seed, 1])
+    coef = rng.standard_normal(features) * (2.0 / math.sqrt(features))
+    return coef, 0.5
+
+
+def make_data(client, rows, features, chunks, seed):
+    """X ~ N(0, 1), y ~ Bernoulli(sigmoid(X coef + b)), generated and persisted on the workers."""
+    import dask.array as da
+    from distributed import wait
+
+    rng = da.random.default_rng(seed)
+    block = -(-rows // chunks)
+    X = rng.standard_normal((rows, features), chunks=(block, features))
+    X = client.persist(X)
+    wait(X)
+    coef, intercept = true_model(features, seed)
+    u = rng.random(rows, chunks=(X.chunks[0],))
+    z = X @ coef + intercept
+    y = (u < z.map_blocks(_sigmoid, dtype=np.float64)).astype(np.float64)
+    y = client.persist(y)
+    wait(y)
+    return X, y
+
+
+def gather_to_driver(X, y):
+    """X and y in this process's memory, fetched block by block from the workers.
+
+    (``X.compute()`` would first concatenate all blocks on one worker, copying half of
+    X between the workers and leaving misaligned replicas behind.)
+    """
+    from distributed import futures_of
+
+    def ordered(arr):
+        by_key = {f.key: f for f in futures_of(arr)}
+        keys = [k[0] if arr.ndim == 2 else k for k in arr.__dask_keys__()]
+        return [by_key[k] for k in keys]
+
+    Xn = np.empty(X.shape, dtype=X.dtype)
+    row = 0
+    for f in ordered(X):
+        block = f.result()
+        Xn[row : row + block.shape[0]] = block
+        row += block.shape[0]
+        del block
+    yn = np.concatenate([f.result() for f in ordered(y)])
+    return Xn, yn

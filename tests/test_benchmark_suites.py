@@ -28,8 +28,10 @@ def test_suite_interface(module):
     assert set(module.SIZES) == {"small", "full"}
     assert module.SIZES["full"]["rows"] == 2_000_000
     assert module.SIZES["small"]["rows"] < module.SIZES["full"]["rows"]
-    with pytest.raises(TypeError, match="unknown parameters"):
+    with pytest.raises(TypeError, match=rf"unknown parameters for the {module.NAME} suite: \['not_a_parameter'\]"):
         module.run("small", not_a_parameter=1)
+    with pytest.raises(ValueError, match=rf"unknown size 'huge' for the {module.NAME} suite"):
+        module.run("huge")
 
 
 # ----------------------------------------------------------------------------- cost model

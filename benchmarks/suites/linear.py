@@ -80,7 +80,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from .._common import md_table, median, start_cluster
+from .._common import gather_to_driver, make_data, md_table, median, start_cluster
 
 NAME = "linear"
 DESCRIPTION = (
@@ -192,36 +192,6 @@ def make_config(size, repeats=None, **overrides):
 
 
 # ----------------------------------------------------------------------------- data
-def _sigmoid(z):
-    return 0.5 * (1.0 + np.tanh(0.5 * z))
-
-
-def true_model(features, seed):
-    """Coefficients and intercept of the logistic model the labels are drawn from."""
-    rng = np.random.default_rng([seed, 1])
-    coef = rng.standard_normal(features) * (2.0 / math.sqrt(features))
-    return coef, 0.5
-
-
-def make_data(client, rows, features, chunks, seed):
-    """X ~ N(0, 1), y ~ Bernoulli(sigmoid(X coef + b)), generated and persisted on the workers."""
-    import dask.array as da
-    from distributed import wait
-
-    rng = da.random.default_rng(seed)
-    block = -(-rows // chunks)
-    X = rng.standard_normal((rows, features), chunks=(block, features))
-    X = client.persist(X)
-    wait(X)
-    coef, intercept = true_model(features, seed)
-    u = rng.random(rows, chunks=(X.chunks[0],))
-    z = X @ coef + intercept
-    y = (u < z.map_blocks(_sigmoid, dtype=np.float64)).astype(np.float64)
-    y = client.persist(y)
-    wait(y)
-    return X, y
-
-
 def block_placement(client, X):
     """Futures of X's row blocks, in order, and the worker holding each (at generation)."""
     from distributed import futures_of
@@ -230,30 +200,6 @@ def block_placement(client, X):
     futures = [by_key[k[0]] for k in X.__dask_keys__()]
     who = client.who_has(futures)
     return futures, [min(who[f.key]) for f in futures]
-
-
-def gather_to_driver(client, X, y):
-    """X and y in this process's memory, fetched block by block from the workers.
-
-    (``X.compute()`` would first concatenate all blocks on one worker, copying half of
-    X between the workers and leaving misaligned replicas behind.)
-    """
-    from distributed import futures_of
-
-    def ordered(arr):
-        by_key = {f.key: f for f in futures_of(arr)}
-        keys = [k[0] if arr.ndim == 2 else k for k in arr.__dask_keys__()]
-        return [by_key[k] for k in keys]
-
-    Xn = np.empty(X.shape, dtype=X.dtype)
-    row = 0
-    for f in ordered(X):
-        block = f.result()
-        Xn[row : row + block.shape[0]] = block
-        row += block.shape[0]
-        del block
-    yn = np.concatenate(client.gather(ordered(y)))
-    return Xn, yn
 
 
 # ----------------------------------------------------------------------------- the shared objective
@@ -639,7 +585,7 @@ def benchmark(cfg, log):
         log(f"data {X.shape} {X.dtype} in {X.numblocks[0]} blocks: {result['generate_time']:.1f}s")
 
         t0 = time.perf_counter()
-        Xn, yn = gather_to_driver(client, X, y)
+        Xn, yn = gather_to_driver(X, y)
         result["gather_to_driver_time"] = time.perf_counter() - t0
         result["positive_rate"] = float(yn.mean())
         data = {"client": client, "X": X, "y": y, "Xn": Xn, "yn": yn}

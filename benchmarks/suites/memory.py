@@ -25,13 +25,11 @@ is a fixed ~0.3 GB per worker: at ``--size small`` it is twice the share and the
 ratio says little there; the full size (0.8 GB per worker) is what the target is about.
 """
 
-import math
 import time
 import warnings
 
-import numpy as np
 
-from .._common import md_table, start_cluster
+from .._common import suite_params, make_data, md_table, start_cluster
 
 NAME = "memory"
 DESCRIPTION = "Peak resident memory per worker during lbfgs, gd and sgd fits, against its share of X"
@@ -97,25 +95,6 @@ def _held(keys, dask_worker=None):
 
 
 # ----------------------------------------------------------------------------- data
-def _sigmoid(z):
-    return 0.5 * (1.0 + np.tanh(0.5 * z))
-
-
-def make_data(client, rows, features, chunks, seed):
-    """X ~ N(0, 1), y ~ Bernoulli(sigmoid(X coef + 0.5)), generated and persisted on the workers."""
-    import dask.array as da
-    from distributed import wait
-
-    rng = da.random.default_rng(seed)
-    block = -(-rows // chunks)
-    X = client.persist(rng.standard_normal((rows, features), chunks=(block, features)))
-    wait(X)
-    coef = np.random.default_rng([seed, 1]).standard_normal(features) * (2.0 / math.sqrt(features))
-    u = rng.random(rows, chunks=(X.chunks[0],))
-    y = (u < (X @ coef + 0.5).map_blocks(_sigmoid, dtype=np.float64)).astype(np.float64)
-    y = client.persist(y)
-    wait(y)
-    return X, y
 
 
 def _x_keys(X):
@@ -161,12 +140,8 @@ def _mib(x):
 
 
 def run(size, *, repeats=None, log=print, **overrides):
-    p = dict(SIZES[size])
-    unknown = set(overrides) - set(p)
-    if unknown:
-        raise TypeError(f"unknown parameters for the {NAME} suite: {sorted(unknown)}")
-    p.update(overrides)
-    repeats = p["repeats"] if repeats is None else repeats
+    p = suite_params(NAME, SIZES, size, repeats, overrides)
+    repeats = p["repeats"]
     W = p["workers"]
 
     cluster, client = start_cluster(W)

@@ -32,7 +32,7 @@ import warnings
 
 import numpy as np
 
-from .._common import md_table, median, start_cluster
+from .._common import suite_params, gather_to_driver, make_data, md_table, median, start_cluster
 
 NAME = "modes"
 DESCRIPTION = (
@@ -56,44 +56,8 @@ LOCAL_UNAVAILABLE = "not available yet (mode='local' lands with the training-mod
 
 
 # ----------------------------------------------------------------------------- data
-def _sigmoid(z):
-    return 0.5 * (1.0 + np.tanh(0.5 * z))
 
 
-def make_data(client, rows, features, chunks, seed):
-    """X ~ N(0, 1), y ~ Bernoulli(sigmoid(X coef + 0.5)), generated and persisted on the workers."""
-    import dask.array as da
-    from distributed import wait
-
-    rng = da.random.default_rng(seed)
-    block = -(-rows // chunks)
-    X = client.persist(rng.standard_normal((rows, features), chunks=(block, features)))
-    wait(X)
-    coef = np.random.default_rng([seed, 1]).standard_normal(features) * (2.0 / math.sqrt(features))
-    u = rng.random(rows, chunks=(X.chunks[0],))
-    y = (u < (X @ coef + 0.5).map_blocks(_sigmoid, dtype=np.float64)).astype(np.float64)
-    y = client.persist(y)
-    wait(y)
-    return X, y
-
-
-def gather_to_driver(X, y):
-    """X and y in this process's memory, fetched block by block (no concatenation on a worker)."""
-    from distributed import futures_of
-
-    def ordered(arr):
-        by_key = {f.key: f for f in futures_of(arr)}
-        keys = [k[0] if arr.ndim == 2 else k for k in arr.__dask_keys__()]
-        return [by_key[k] for k in keys]
-
-    Xn = np.empty(X.shape, dtype=X.dtype)
-    row = 0
-    for f in ordered(X):
-        block = f.result()
-        Xn[row : row + block.shape[0]] = block
-        row += block.shape[0]
-    yn = np.concatenate([f.result() for f in ordered(y)])
-    return Xn, yn
 
 
 def objective(X, y, coef, intercept, alpha):
@@ -212,12 +176,8 @@ def _rate(x):
 
 
 def run(size, *, repeats=None, log=print, **overrides):
-    p = dict(SIZES[size])
-    unknown = set(overrides) - set(p)
-    if unknown:
-        raise TypeError(f"unknown parameters for the {NAME} suite: {sorted(unknown)}")
-    p.update(overrides)
-    repeats = p["repeats"] if repeats is None else repeats
+    p = suite_params(NAME, SIZES, size, repeats, overrides)
+    repeats = p["repeats"]
     rows, epochs, W = p["rows"], p["epochs"], p["workers"]
     samples = rows * epochs
 

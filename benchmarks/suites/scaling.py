@@ -29,7 +29,7 @@ import warnings
 
 import numpy as np
 
-from .._common import md_table, median, start_cluster
+from .._common import suite_params, make_data, md_table, median, start_cluster
 
 NAME = "scaling"
 DESCRIPTION = (
@@ -94,25 +94,6 @@ TARGET_SPEEDUP = 1.8
 
 
 # ----------------------------------------------------------------------------- data
-def _sigmoid(z):
-    return 0.5 * (1.0 + np.tanh(0.5 * z))
-
-
-def make_data(client, rows, features, chunks, seed):
-    """X ~ N(0, 1), y ~ Bernoulli(sigmoid(X coef + 0.5)), generated and persisted on the workers."""
-    import dask.array as da
-    from distributed import wait
-
-    rng = da.random.default_rng(seed)
-    block = -(-rows // chunks)
-    X = client.persist(rng.standard_normal((rows, features), chunks=(block, features)))
-    wait(X)
-    coef = np.random.default_rng([seed, 1]).standard_normal(features) * (2.0 / math.sqrt(features))
-    u = rng.random(rows, chunks=(X.chunks[0],))
-    y = (u < (X @ coef + 0.5).map_blocks(_sigmoid, dtype=np.float64)).astype(np.float64)
-    y = client.persist(y)
-    wait(y)
-    return X, y
 
 
 def safe_learning_rate(rows, features):
@@ -431,12 +412,8 @@ def _sci(x):
 
 
 def run(size, *, repeats=None, log=print, **overrides):
-    p = dict(SIZES[size])
-    unknown = set(overrides) - set(p)
-    if unknown:
-        raise TypeError(f"unknown parameters for the {NAME} suite: {sorted(unknown)}")
-    p.update(overrides)
-    repeats = p["repeats"] if repeats is None else repeats
+    p = suite_params(NAME, SIZES, size, repeats, overrides)
+    repeats = p["repeats"]
     cores = p["cores"] or (len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count())
     chunks = p["chunks"]
     datasets = {
