@@ -166,6 +166,10 @@ def step_transport(n_groups, result_bytes, split_every):
     return "actor"
 
 
+def _worker_addresses(dask_scheduler=None):
+    return list(dask_scheduler.workers)
+
+
 class DaskExecutor:
     """Runs shard functions on the cluster: setup as tasks pinned to each shard's
     worker, steps as calls to a :class:`GroupRunner` actor per shard (or as tasks)."""
@@ -204,14 +208,22 @@ class DaskExecutor:
             return [pickle.loads(c.result()) for c in calls]
 
     def workers(self):
+        timeout = dask.config.get("dgd.worker-timeout", 60)
         try:
-            self.client.wait_for_workers(1, timeout=dask.config.get("dgd.worker-timeout", 60))
+            self.client.wait_for_workers(1, timeout=timeout)
+            # Asked of the scheduler itself: the client's cached scheduler_info() can be
+            # replaced by a background refresh that carries no per-worker entries.
+            workers = sorted(self.client.run_on_scheduler(_worker_addresses))
         except (TimeoutError, OSError) as err:
+            workers, cause = [], err
+        else:
+            cause = None
+        if not workers:
             raise ClusterError(
                 f"the Dask cluster at {self.client.scheduler.address} has no workers; "
                 "start some (dask worker ADDRESS) or use client=None for an embedded cluster"
-            ) from err
-        return sorted(self.client.scheduler_info(n_workers=-1)["workers"])
+            ) from cause
+        return workers
 
     def map_shards(self, fn, handles, workers, args, name, token):
         submit = self.client.submit
