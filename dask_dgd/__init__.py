@@ -25,6 +25,7 @@ _LAZY = {
     "linear_model": "dask_dgd.linear_model",
     "losses": "dask_dgd.losses",
     "optim": "dask_dgd.optim",
+    "testing": "dask_dgd.testing",
 }
 
 __all__ = [
@@ -42,6 +43,7 @@ __all__ = [
     "linear_model",
     "losses",
     "optim",
+    "testing",
 ]
 
 

@@ -22,6 +22,13 @@ RECORD_FIELDS = (
     "reduce_time",  # the last group finishes -> the reduced sums are on the driver
     "update_time",  # driver time between the previous step's result and this step
     "n_samples",  # rows that contributed to this step
+    "staleness_max",  # async: steps the pushing group was ahead of the slowest (bounded
+    "staleness_mean",  # by max_staleness); sync and local: 0
+    "delay_max",  # async: server updates between a gradient's pull and its push;
+    "delay_mean",  # sync and local: 0
+    "wait_time",  # longest time a group waited at the barrier (sync, local) or the bound
+    "updates_per_group",  # tuple: optimizer steps each group took in this record
+    "comm_bytes",  # parameter and gradient bytes moved (8 per float64 entry per message)
 )
 
 
@@ -45,6 +52,7 @@ class Monitor:
         self.callbacks = list(callbacks or ())
         self.records = []
         self.t0 = time.perf_counter()
+        self.wall0 = time.time()
         self.stop_requested = False
         self._bar = None
         if self.verbose >= 1:
@@ -57,7 +65,8 @@ class Monitor:
 
     def record(self, **fields):
         rec = {name: fields.get(name) for name in RECORD_FIELDS}
-        rec["time"] = self.elapsed()
+        # Records made elsewhere (the parameter server) carry their wall-clock stamp.
+        rec["time"] = fields["wall"] - self.wall0 if "wall" in fields else self.elapsed()
         self.records.append(rec)
         if self._bar is not None:
             self._bar.update(1)

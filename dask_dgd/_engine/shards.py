@@ -236,12 +236,69 @@ def _block_error(err, block):
     return BlockError(f"{type(err).__name__} in {_describe(block)}: {err}")
 
 
+#: Injected faults, per worker address (None outside a worker): a slowdown factor
+#: and a countdown to a failure.  Set only through :mod:`dask_dgd.testing`.
+_SLOWDOWN = {}
+_FAILURES = {}
+
+
+def set_slowdown(factor, dask_worker=None):
+    """Make every group computation on this worker (``dask_worker``, which
+    ``client.run`` fills in; None: outside any worker) sleep ``factor`` times its
+    compute time afterwards (0 turns it off); returns the previous factor.
+
+    A straggler for tests and benchmarks (see :func:`dask_dgd.testing.straggler`); it
+    applies to every training mode alike.  Keyed by worker address, so it also works
+    for the threads of an in-process LocalCluster.
+    """
+    key = None if dask_worker is None else dask_worker.address
+    previous = _SLOWDOWN.pop(key, 0.0)
+    if factor > 0:
+        _SLOWDOWN[key] = float(factor)
+    return previous
+
+
+def set_failure(after, message, dask_worker=None):
+    """Make the group computation number ``after + 1`` on this worker (and every later
+    one) raise ``RuntimeError(message)``; ``after=None`` removes the fault."""
+    key = None if dask_worker is None else dask_worker.address
+    _FAILURES.pop(key, None)
+    if after is not None:
+        _FAILURES[key] = [int(after), str(message)]
+
+
+def _worker_address():
+    try:
+        from distributed import get_worker
+
+        return get_worker().address
+    except (ImportError, ValueError):
+        return None
+
+
+def inject_faults(t0):
+    """Apply this worker's injected faults to a computation that started at ``t0``:
+    sleep its slowdown, or raise its failure."""
+    if not (_SLOWDOWN or _FAILURES):
+        return
+    key = _worker_address()
+    fault = _FAILURES.get(key)
+    if fault is not None:
+        if fault[0] <= 0:
+            raise RuntimeError(fault[1])
+        fault[0] -= 1
+    factor = _SLOWDOWN.get(key, 0.0)
+    if factor > 0:
+        time.sleep(factor * (time.perf_counter() - t0))
+
+
 def _group_nodes(sums, tree, wall0, t0):
     """The group's per-block sums as leaves of ``tree``, its complete subtrees summed.
 
     Every node carries the group's compute time and wall-clock stamps; one of them
     counts the group (``n_groups=1``), so the root counts the groups that took part.
     """
+    inject_faults(t0)
     dt = time.perf_counter() - t0
     leaves = {
         (0, index): Partial(loss, grad, weight, dt, dt, int(i == 0), wall0, wall0 + dt)
@@ -264,21 +321,23 @@ def shard_loss_grad(shard, objective, params, tree):
     return _group_nodes(sums, tree, wall0, t0)
 
 
-def shard_minibatch(shard, objective, params, seed, step, take, tree):
-    """Sums over this step's sampled rows of each block.
+def batch_sums(shard, objective, params, seed, step, take):
+    """Per-block sums ``{index: (loss, grad, weight)}`` over this step's sampled rows.
 
     ``take[b]`` rows of block ``b`` are drawn without replacement by a generator seeded
-    with ``(seed, step, b)``, so the batch depends on the block, not on the worker.
+    with ``(seed, step, b)``, so the batch depends on the block, not on the worker;
+    ``take=None`` uses every row.
     """
-    wall0, t0 = time.time(), time.perf_counter()
     sums = {}
     for b in shard.blocks:
-        k = int(take[b.index])
-        if k == 0:
-            sums[b.index] = (0.0, np.zeros(objective.n_params), 0.0)
-            continue
-        rng = np.random.default_rng([*seed, step, b.index])
-        rows = np.sort(rng.choice(b.n_rows, size=k, replace=False))
+        rows = None
+        if take is not None:
+            k = int(take[b.index])
+            if k == 0:
+                sums[b.index] = (0.0, np.zeros(objective.n_params), 0.0)
+                continue
+            rng = np.random.default_rng([*seed, step, b.index])
+            rows = np.sort(rng.choice(b.n_rows, size=k, replace=False))
         try:
             with np.errstate(all="ignore"):  # non-finite sums are handled by the engine
                 sums[b.index] = objective.block_sums(
@@ -286,6 +345,24 @@ def shard_minibatch(shard, objective, params, seed, step, take, tree):
                 )
         except Exception as err:
             raise _block_error(err, b) from err
+    return sums
+
+
+def sum_in_block_order(sums, n_params):
+    """``(loss, grad, weight)`` summed over a group's blocks, left to right."""
+    loss, grad, weight = 0.0, np.zeros(n_params), 0.0
+    for index in sorted(sums):
+        l_, g_, w_ = sums[index]
+        loss += float(l_)
+        grad += to_numpy(g_)
+        weight += float(w_)
+    return loss, grad, weight
+
+
+def shard_minibatch(shard, objective, params, seed, step, take, tree):
+    """Sums over this step's sampled rows of each block (see :func:`batch_sums`)."""
+    wall0, t0 = time.time(), time.perf_counter()
+    sums = batch_sums(shard, objective, params, seed, step, take)
     return _group_nodes(sums, tree, wall0, t0)
 
 
@@ -365,6 +442,7 @@ class ShardSet:
         self.sparse = bool(sparse)
         self.token = uuid.uuid4().hex[:8]
         self._runners = None  # step actors, started on the first actor step
+        self._scratch = None  # per-group memory in process (call_groups)
 
     @property
     def n_rows(self):
@@ -410,6 +488,20 @@ class ShardSet:
         """Start the step actors now (setup), if not started yet."""
         if self._runners is None:
             self._runners = self.executor.start_runners(self.handles, self.workers, self.token)
+
+    def call_groups(self, fn, *args, name):
+        """``fn(shard, scratch, *args)`` on every group at once; results in group order.
+
+        ``scratch`` is a dict that stays with the group for the life of this ShardSet
+        (the :class:`~.cluster.GroupRunner` actor's memory on a cluster), e.g. an
+        optimizer state that never travels.  Always goes through the group runners.
+        """
+        if self.executor.kind == "dask":
+            self.start_runners()
+            return self.executor.call_runners(self._runners, fn, args, stateful=True)
+        if self._scratch is None:
+            self._scratch = [{} for _ in self.handles]
+        return [fn(h, scratch, *args) for h, scratch in zip(self.handles, self._scratch)]
 
     def map_reduce(self, fn, *args, split_every, name, result_bytes=0):
         """One step: ``fn(shard, *args, tree)`` on every shard, reduced to the root.

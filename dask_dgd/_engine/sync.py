@@ -59,12 +59,13 @@ class FitResult:
 class Evaluator:
     """The distributed objective: mean loss over the shards plus the penalty."""
 
-    def __init__(self, shards, objective, penalty, split_every, monitor):
+    def __init__(self, shards, objective, penalty, split_every, monitor, max_time=None):
         self.shards = shards
         self.objective = objective
         self.penalty = penalty
         self.split_every = split_every
         self.monitor = monitor
+        self.max_time = max_time
         self.n_steps = 0
         self._data_checked = False
         self._last_end = None  # perf_counter when the previous step's result arrived
@@ -122,8 +123,16 @@ class Evaluator:
         take = batch_allocation(self.shards.block_rows, batch_size, (*seed, step))
         return self._step(shard_minibatch, params, seed, step, take, kind="batch")
 
+    def out_of_time(self):
+        """Whether the fit has run for ``max_time`` seconds (None: never)."""
+        return self.max_time is not None and self.monitor.elapsed() >= self.max_time
+
+    def time_message(self):
+        return f"reached max_time={self.max_time} s"
+
     def record(self, iteration, value, grad, partial, step_time, step_size):
         """Report a step; ``value`` is the whole objective (with any L1 term)."""
+        n_groups = max(int(partial.n_groups), 1)
         return self.monitor.record(
             step=self.n_steps,
             iteration=iteration,
@@ -134,6 +143,13 @@ class Evaluator:
             compute_time_max=partial.time_max,
             compute_time_min=partial.time_min,
             n_samples=partial.weight_sum,
+            staleness_max=0,
+            staleness_mean=0.0,
+            delay_max=0,
+            delay_mean=0.0,
+            wait_time=max(0.0, partial.time_max - partial.time_min),
+            updates_per_group=(1,) * n_groups,
+            comm_bytes=2 * 8 * self.objective.n_params * n_groups,
             **self._timing,
         )
 
@@ -172,7 +188,7 @@ def run_lbfgs(evaluator, params0, settings, *, max_iter, tol):
 
     def callback(intermediate_result):
         state["iteration"] += 1
-        if evaluator.monitor.stop_requested:
+        if evaluator.monitor.stop_requested or evaluator.out_of_time():
             raise StopIteration
 
     res = scipy.optimize.minimize(
@@ -191,13 +207,16 @@ def run_lbfgs(evaluator, params0, settings, *, max_iter, tol):
         },
     )
     converged = res.status == 0 or evaluator.monitor.stop_requested
+    message = str(res.message)
+    if not converged and evaluator.out_of_time():
+        message = evaluator.time_message()
     return FitResult(
         params=np.asarray(res.x, dtype=np.float64),
         n_iter=int(res.nit),
         converged=bool(converged),
         n_steps=evaluator.n_steps,
         optimizer=settings,
-        message=str(res.message),
+        message=message,
     )
 
 
@@ -303,6 +322,9 @@ def run_newton(evaluator, params0, *, max_iter, tol, sample_rows=None):
         if it >= max_iter:
             message = f"reached max_iter={max_iter}"
             break
+        if evaluator.out_of_time():
+            message = evaluator.time_message()
+            break
         direction = -scipy.linalg.cho_solve(factor, grad)
         slope = float(grad @ direction)
         step, accepted = 1.0, False
@@ -397,6 +419,56 @@ def batch_allocation(block_rows, batch_size, seed):
     return take
 
 
+class EpochStopper:
+    """The mini-batch stopping rule of every mode: the mean of the objective values
+    recorded during an epoch has not improved on the best epoch's by more than ``tol``
+    for ``N_ITER_NO_CHANGE`` epochs in a row."""
+
+    def __init__(self, tol):
+        self.tol = tol
+        self.values = []
+        self.best = math.inf
+        self.no_change = 0
+        self.epochs = 0
+
+    def add(self, value, epochs_done):
+        """Record ``value``; ``epochs_done`` (epochs completed so far) closes the epoch
+        when it grows.  Returns True when training should stop."""
+        self.values.append(value)
+        if epochs_done <= self.epochs:
+            return False
+        self.epochs = epochs_done
+        mean = float(np.mean(self.values))
+        self.values = []
+        self.no_change = self.no_change + 1 if mean > self.best - self.tol else 0
+        self.best = min(self.best, mean)
+        return self.no_change >= N_ITER_NO_CHANGE
+
+
+def first_order_start(evaluator, params, optimizer, *, batch_size, seed, learning_rate, divide=1):
+    """The synchronous start of the local and asynchronous modes.
+
+    One step at ``params`` (full batch, or the first mini-batch): it checks the data,
+    gives the first history record, and the gradient for ``learning_rate="auto"``, whose
+    step is divided by ``divide``.  Returns the optimizer with its learning rate.
+    """
+    obj, pen, shards = evaluator.objective, evaluator.penalty, evaluator.shards
+    if batch_size is None or batch_size >= shards.n_rows:
+        value, grad, partial, dt = evaluator.full(params)
+    else:
+        value, grad, partial, dt = evaluator.batch(params, tuple(seed), batch_size)
+    if not (math.isfinite(value) and np.all(np.isfinite(grad))):
+        raise DivergenceError(
+            f"the objective is not finite at the initial parameters (loss={value}); "
+            "check the data for extreme values or scale the features"
+        )
+    if learning_rate == "auto":
+        L = estimate_lipschitz(shards, obj, pen, params)
+        optimizer = optimizer.with_learning_rate(auto_learning_rate(optimizer, L, grad) / divide)
+    evaluator.record(0, value + pen.l1_value(params, obj), grad, partial, dt, None)
+    return optimizer
+
+
 def run_first_order(
     evaluator,
     params0,
@@ -443,8 +515,8 @@ def run_first_order(
     state = optimizer.init(params) if opt_state is None else opt_state
 
     it, good, backoffs = 0, None, 0
-    best, no_change, epoch_values = math.inf, 0, []
-    converged = False
+    stopper, n_values = EpochStopper(tol), 0
+    converged, message = False, ""
     while True:
         # The whole objective (smooth part + L1): a proximal step may raise the smooth
         # part alone while lowering the sum.
@@ -476,6 +548,9 @@ def run_first_order(
             if evaluator.monitor.stop_requested:
                 converged = True
                 break
+            if evaluator.out_of_time():
+                message = evaluator.time_message()
+                break
             if full_batch:
                 g_map = grad
                 if pen.has_l1:
@@ -484,15 +559,10 @@ def run_first_order(
                     converged = True
                     break
             else:
-                epoch_values.append(value)
-                if len(epoch_values) == steps_per_epoch:
-                    mean = float(np.mean(epoch_values))
-                    epoch_values = []
-                    no_change = no_change + 1 if mean > best - tol else 0
-                    best = min(best, mean)
-                    if no_change >= N_ITER_NO_CHANGE:
-                        converged = True
-                        break
+                n_values += 1
+                if stopper.add(value, n_values // steps_per_epoch):
+                    converged = True
+                    break
             if it >= total_steps:
                 break
         lr = optimizer.current_learning_rate(state)
@@ -511,4 +581,5 @@ def run_first_order(
         n_steps=evaluator.n_steps,
         optimizer=optimizer,
         opt_state=state,
+        message=message,
     )

@@ -22,6 +22,8 @@ from .._backend import asarray_like, is_sparse
 from .._engine.cluster import build_shardset, get_executor, is_dask_collection
 from .._engine.monitor import Monitor
 from .._engine.shards import check_chunking, shard_summary
+from .._engine.async_ import run_async
+from .._engine.local import run_local
 from .._engine.sync import Evaluator, run_first_order, run_lbfgs, run_newton
 from .._validation import Interval, Options, validate_params
 from ..exceptions import ConvergenceWarning, InputError, ParameterError
@@ -71,6 +73,30 @@ SHARED_PARAMS_DOC = """    l1_ratio : float in [0, 1], default=0.0
         "lbfgs"/"gd": stop when the largest entry of the (proximal) gradient is at most
         ``tol``.  "sgd": stop when the epoch's mean objective has not improved by more
         than ``tol`` for 5 epochs.
+    mode : {"sync", "local", "async"}, default="sync"
+        How the groups (the blocks each worker holds) train together.  "sync": every
+        step waits for all groups' gradients (any solver).  "local": local SGD, each
+        group takes ``local_steps`` steps of its own optimizer on its own rows, then the
+        parameters are averaged (fewer rounds of communication).  "async": a parameter
+        server applies each group's gradient as it arrives (no waiting for
+        stragglers).  "local" and "async" take first-order steps ("sgd" with
+        ``batch_size``, else "gd"); ``max_iter`` counts epochs in every mode.  See the
+        user guide's "Training modes" for when each wins.
+    local_steps : int, default=8
+        mode="local": steps each group takes between averagings.
+    outer_optimizer : optimizer object, default=None
+        mode="local": applied to the averaged delta (parameters before the round minus
+        their average after it) instead of taking the average, e.g.
+        ``optim.sgd(learning_rate=1.0, momentum=0.9)`` for server momentum.
+    max_staleness : int or None, default=None
+        mode="async": how many steps a group may run ahead of the slowest one (stale
+        synchronous parallel; 0 is lock-step).  None: fully asynchronous.
+    staleness_scaling : bool, default=False
+        mode="async": divide each update by 1 + its delay (server updates applied
+        since the gradient's parameters were sent).
+    max_time : float or None, default=None
+        Stop after this many seconds of training (any mode and solver); the model is
+        then the last parameters reached, with a ConvergenceWarning.
     split_every : int, default=8
         Fan-in of the tree that sums the per-group gradients.  Changing it changes the
         result only at floating-point rounding level.
@@ -86,6 +112,12 @@ SHARED_PARAMS_DOC = """    l1_ratio : float in [0, 1], default=0.0
         embedded LocalCluster started once (and logged)."""
 
 _SOLVERS = ("auto", "lbfgs", "newton", "gd", "sgd")
+_MODES = ("sync", "local", "async")
+
+
+def _first_order_like(value):
+    """a first-order optimizer object from dask_dgd.optim"""
+    return isinstance(value, FirstOrderOptimizer)
 
 
 def _optimizer_like(value):
@@ -124,6 +156,12 @@ class DGDLinearModel(BaseEstimator):
         "batch_size": [None, Interval(numbers.Integral, 1, None, "left")],
         "max_iter": [Interval(numbers.Integral, 1, None, "left")],
         "tol": [Interval(numbers.Real, 0, None, "left")],
+        "mode": [Options(*_MODES)],
+        "local_steps": [Interval(numbers.Integral, 1, None, "left")],
+        "outer_optimizer": [None, _first_order_like],
+        "max_staleness": [None, Interval(numbers.Integral, 0, None, "left")],
+        "staleness_scaling": [bool],
+        "max_time": [None, Interval(numbers.Real, 0, None, "neither")],
         "split_every": [Interval(numbers.Integral, 2, None, "left")],
         "random_state": [None, Interval(numbers.Integral, 0, None, "left"), np.random.RandomState],
         "warm_start": [bool],
@@ -145,6 +183,20 @@ class DGDLinearModel(BaseEstimator):
             opt = get_optimizer(opt)
         solver = self.solver
         has_l1 = self.alpha > 0 and self.l1_ratio > 0
+        if self.mode != "sync":
+            if solver in ("lbfgs", "newton"):
+                raise ParameterError(
+                    f"mode={self.mode!r} takes first-order steps; solver={solver!r} is "
+                    "synchronous only. Use solver='sgd' (with batch_size) or 'gd', or "
+                    "mode='sync'"
+                )
+            if isinstance(opt, LBFGS):
+                raise ParameterError(
+                    f"mode={self.mode!r} needs a first-order optimizer; L-BFGS is "
+                    "synchronous full-batch only"
+                )
+            if solver == "auto":
+                solver = "sgd" if self.batch_size is not None else "gd"
         if solver == "auto":
             if isinstance(opt, LBFGS):
                 solver = "lbfgs"
@@ -334,7 +386,9 @@ class DGDLinearModel(BaseEstimator):
         """Run ``run(evaluator)`` on the shards and store what it returns."""
         penalty = Penalty(alpha=float(self.alpha), l1_ratio=float(self.l1_ratio))
         monitor = Monitor(verbose=self.verbose, total=total)
-        evaluator = Evaluator(shards, objective, penalty, self.split_every, monitor)
+        evaluator = Evaluator(
+            shards, objective, penalty, self.split_every, monitor, max_time=self.max_time
+        )
         try:
             result = run(evaluator)
         finally:
@@ -357,26 +411,50 @@ class DGDLinearModel(BaseEstimator):
                 return run_newton(evaluator, params0, max_iter=self.max_iter, tol=self.tol)
 
         else:
+            common = dict(
+                max_iter=self.max_iter,
+                tol=self.tol,
+                batch_size=self.batch_size if solver == "sgd" else None,
+                seed=self._seed(),
+                learning_rate=self._learning_rate_mode(),
+            )
+            if self.mode == "local":
 
-            def run(evaluator):
-                return run_first_order(
-                    evaluator,
-                    params0,
-                    optimizer,
-                    max_iter=self.max_iter,
-                    tol=self.tol,
-                    batch_size=self.batch_size if solver == "sgd" else None,
-                    seed=self._seed(),
-                    learning_rate=self._learning_rate_mode(),
-                )
+                def run(evaluator):
+                    return run_local(
+                        evaluator,
+                        params0,
+                        optimizer,
+                        local_steps=self.local_steps,
+                        outer_optimizer=self.outer_optimizer,
+                        **common,
+                    )
 
-        total = self.max_iter + 1 if solver == "gd" else None  # progress bar: steps
+            elif self.mode == "async":
+
+                def run(evaluator):
+                    return run_async(
+                        evaluator,
+                        params0,
+                        optimizer,
+                        max_staleness=self.max_staleness,
+                        staleness_scaling=self.staleness_scaling,
+                        **common,
+                    )
+
+            else:
+
+                def run(evaluator):
+                    return run_first_order(evaluator, params0, optimizer, **common)
+
+        total = self.max_iter + 1 if solver == "gd" and self.mode == "sync" else None
         result = self._solve(shards, objective, solver, run, total=total)
         if not result.converged:
             detail = f" ({result.message})" if result.message else ""
             warnings.warn(
                 f"{type(self).__name__} did not converge in max_iter={self.max_iter} "
-                f"{'epochs' if solver == 'sgd' else 'iterations'} (solver={solver!r})"
+                f"{'epochs' if solver == 'sgd' or self.mode != 'sync' else 'iterations'} "
+                f"(solver={solver!r}, mode={self.mode!r})"
                 f"{detail}; increase max_iter, loosen tol, or scale the features",
                 ConvergenceWarning,
                 stacklevel=3,

@@ -89,6 +89,12 @@ class LogisticRegression(ClassifierMixin, DGDLinearModel):
         batch_size=None,
         max_iter=100,
         tol=1e-4,
+        mode="sync",
+        local_steps=8,
+        outer_optimizer=None,
+        max_staleness=None,
+        staleness_scaling=False,
+        max_time=None,
         split_every=8,
         random_state=None,
         warm_start=False,
@@ -105,6 +111,12 @@ class LogisticRegression(ClassifierMixin, DGDLinearModel):
         self.batch_size = batch_size
         self.max_iter = max_iter
         self.tol = tol
+        self.mode = mode
+        self.local_steps = local_steps
+        self.outer_optimizer = outer_optimizer
+        self.max_staleness = max_staleness
+        self.staleness_scaling = staleness_scaling
+        self.max_time = max_time
         self.split_every = split_every
         self.random_state = random_state
         self.warm_start = warm_start

@@ -59,9 +59,9 @@ def test_history_and_loss_curve(data):
 
 def test_max_iter_warns_convergence(data):
     X, y = data
-    with pytest.warns(ConvergenceWarning, match=r"did not converge in max_iter=2 iterations \(solver='lbfgs'\)"):
+    with pytest.warns(ConvergenceWarning, match=r"did not converge in max_iter=2 iterations \(solver='lbfgs', mode='sync'\)"):
         LogisticRegression(max_iter=2, tol=1e-12).fit(X, y)
-    with pytest.warns(ConvergenceWarning, match=r"max_iter=3 iterations \(solver='gd'\)"):
+    with pytest.warns(ConvergenceWarning, match=r"max_iter=3 iterations \(solver='gd', mode='sync'\)"):
         LogisticRegression(solver="gd", max_iter=3).fit(X, y)
 
 

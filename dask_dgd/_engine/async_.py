@@ -1,0 +1,531 @@
+"""Asynchronous DGD: a parameter-server actor and one long-running loop per group.
+
+The server (:class:`ParameterServer`, a Dask actor on the first group's worker) holds
+the parameters and the optimizer state.  Each group runs :func:`async_group_loop` as
+one long task pinned to the worker holding its blocks: push the last mini-batch sums,
+receive the current parameters, compute the next sums, and so on.  The server applies
+an update on every arrival, so no group ever waits for another, except under the
+staleness bound.
+
+Update rule.  The server keeps the latest sums ``(loss, gradient, weight)`` of every
+group and steps along their weighted mean (an *incremental aggregated gradient*):
+with data pinned to workers, applying each arrival alone would weight a fast worker's
+rows more than a slow one's and converge to the optimum of the wrong objective; the
+aggregate keeps every row's weight whatever the speeds.
+
+Two measures of staleness are recorded for every applied gradient:
+
+- ``staleness``: how many steps the pushing group was ahead of the slowest group when
+  it received the parameters it computed on (its *clock lead*).  ``max_staleness=s``
+  makes a group that is ``s`` steps ahead wait (stale synchronous parallel); ``None``
+  never waits.
+- ``delay``: server updates applied between that pull and this push.
+
+``staleness_scaling=True`` divides each update by ``1 + delay``.
+"""
+
+import asyncio
+import math
+import time
+
+import numpy as np
+
+from ..exceptions import ClusterError, DivergenceError
+from .shards import batch_sums, inject_faults, sum_in_block_order
+from .sync import MAX_BACKOFFS, EpochStopper, FitResult, batch_allocation, first_order_start
+
+__all__ = ["ServerCore", "ParameterServer", "async_group_loop", "run_async"]
+
+#: Seconds between the driver's polls of the server (records, errors, max_time).
+POLL_INTERVAL = 0.05
+
+
+class ServerCore:
+    """The parameter server's state and rules, free of any transport (tested directly)."""
+
+    def __init__(
+        self,
+        params,
+        optimizer,
+        opt_state,
+        objective,
+        penalty,
+        n_groups,
+        *,
+        n_rows,
+        max_epochs,
+        tol,
+        max_staleness=None,
+        staleness_scaling=False,
+        max_time=None,
+        time_message=None,
+        start_wall=None,
+    ):
+        self.params = np.array(params, dtype=np.float64, copy=True)
+        self.optimizer = optimizer
+        self.state = opt_state
+        self.objective = objective
+        self.penalty = penalty
+        self.decay_mask = penalty.mask(objective)
+        self.n_groups = int(n_groups)
+        self.n_rows = int(n_rows)
+        self.max_epochs = int(max_epochs)
+        self.max_staleness = max_staleness
+        self.staleness_scaling = bool(staleness_scaling)
+        self.max_time = max_time
+        self.time_message = time_message or f"reached max_time={max_time} s"
+        self.start_wall = time.time() if start_wall is None else start_wall
+        self.version = 0  # updates applied
+        self.valid_from = 0  # pushes computed from older versions are discarded
+        self.clock = [0] * self.n_groups  # pushes received from each group
+        self.pulled = [0] * self.n_groups  # version each group last received
+        self.lead = [0] * self.n_groups  # its clock lead at that moment
+        self.latest = [None] * self.n_groups  # latest (loss, grad, weight) of each group
+        self.snapshots = {0: (self.params, self.state, self.optimizer)}
+        self.good = 0  # latest version whose parameters gave finite sums
+        self.backoffs = 0
+        self.rows_seen = 0
+        self.stopper = EpochStopper(tol)
+        self.stopped, self.converged, self.message, self.error = False, False, "", None
+        self.records = []
+        self._round = []
+        self._round_start = self.start_wall
+        self.n_pushes = 0
+
+    # ------------------------------------------------------------------ access
+    def clock_lead(self, g):
+        return self.clock[g] - min(self.clock)
+
+    def may_proceed(self, g):
+        """Whether group ``g`` may compute its next step now (the staleness bound)."""
+        s = self.max_staleness
+        return self.stopped or s is None or self.clock_lead(g) <= s
+
+    def pull(self, g):
+        """The current parameters for group ``g``, which computes on them next."""
+        self.pulled[g] = self.version
+        self.lead[g] = self.clock_lead(g)
+        self.snapshots.setdefault(self.version, (self.params, self.state, self.optimizer))
+        self._prune()
+        return {
+            "params": self.params,
+            "version": self.version,
+            "clock": self.clock[g],
+            "stop": self.stopped,
+        }
+
+    def stop(self, message="", converged=False, error=None):
+        if not self.stopped:
+            self.stopped, self.message, self.converged, self.error = True, message, converged, error
+            self._emit(time.time())
+
+    # ------------------------------------------------------------------ update
+    def push(self, g, msg, wait_time=0.0):
+        """Apply group ``g``'s sums (``msg`` from :func:`async_group_loop`)."""
+        if self.stopped:
+            return
+        now = time.time()
+        self.clock[g] += 1
+        self.n_pushes += 1
+        self.rows_seen += int(msg["rows"])
+        delay = self.version - msg["version"]
+        stat = {
+            "group": g,
+            "lead": self.lead[g],
+            "delay": delay,
+            "wait": float(wait_time),
+            "time": float(msg["time"]),
+            "weight": float(msg["weight"]),
+        }
+        if msg["version"] < self.valid_from:
+            self._round.append(stat)  # computed on parameters rolled back since
+            return self._after_push(now)
+        loss, grad, weight = float(msg["loss"]), np.asarray(msg["grad"]), float(msg["weight"])
+        if not (math.isfinite(loss) and np.all(np.isfinite(grad))):
+            self._round.append(stat)
+            self._backoff(g)
+            return self._after_push(now)
+        self.good = max(self.good, msg["version"])
+        if weight > 0:
+            self.latest[g] = (loss, grad, weight)
+        parts = [p for p in self.latest if p is not None]
+        if not parts:
+            self._round.append(stat)
+            return self._after_push(now)
+        total_loss, total_grad, total_weight = 0.0, np.zeros_like(self.params), 0.0
+        for l_, g_, w_ in parts:  # group order: the rounding does not depend on arrival
+            total_loss += l_
+            total_grad += g_
+            total_weight += w_
+        pen_value, pen_grad = self.penalty.smooth_value_gradient(self.params, self.objective)
+        value = total_loss / total_weight + pen_value + self.penalty.l1_value(self.params, self.objective)
+        agg = total_grad / total_weight + pen_grad
+        lr = self.optimizer.current_learning_rate(self.state)
+        updates, state = self.optimizer.update(agg, self.state, self.params, decay_mask=self.decay_mask)
+        scale = 1.0 / (1.0 + delay) if self.staleness_scaling else 1.0
+        params = self.params + scale * updates
+        if self.penalty.has_l1:
+            params = self.penalty.prox(params, scale * lr, self.objective)
+        if not np.all(np.isfinite(params)):
+            self._round.append(stat)
+            self._backoff(g)
+            return self._after_push(now)
+        self.backoffs = 0
+        self.params, self.state = params, state
+        self.version += 1
+        stat.update(value=value, grad_norm=float(np.linalg.norm(agg)), lr=scale * lr)
+        self._round.append(stat)
+        self._epoch_progress(value)
+        return self._after_push(now)
+
+    def _backoff(self, g):
+        """Non-finite sums or parameters: back to the last good version, half the step."""
+        self.backoffs += 1
+        if self.backoffs > MAX_BACKOFFS:
+            self.stop(
+                error=(
+                    f"asynchronous training diverged at update {self.version} even after "
+                    f"halving the learning rate {MAX_BACKOFFS} times; scale the features "
+                    "(e.g. StandardScaler) or pass a smaller learning_rate"
+                )
+            )
+            return
+        params, state, optimizer = self.snapshots.get(self.good, self.snapshots[min(self.snapshots)])
+        self.optimizer = optimizer.scale_learning_rate(0.5)
+        self.params, self.state = params, state
+        self.latest = [None] * self.n_groups
+        self.version += 1
+        self.valid_from = self.version
+        self.snapshots = {self.version: (self.params, self.state, self.optimizer)}
+        self.good = self.version
+
+    def _prune(self):
+        keep = set(self.pulled) | {self.good, self.version}
+        for v in [v for v in self.snapshots if v not in keep]:
+            del self.snapshots[v]
+
+    def _epoch_progress(self, value):
+        """Stopping on ``tol``: the epoch's mean update objective, as in sync SGD."""
+        if self.stopper.add(value, self.rows_seen // self.n_rows):
+            self.stop(converged=True)
+
+    def _after_push(self, now):
+        if len(self._round) >= self.n_groups:
+            self._emit(now)
+        if self.stopped:
+            return
+        if self.rows_seen >= self.max_epochs * self.n_rows:
+            self.stop(message=f"reached max_iter={self.max_epochs}")
+        elif self.max_time is not None and now - self.start_wall >= self.max_time:
+            self.stop(message=self.time_message)
+
+    def _emit(self, now):
+        """One history record for the pushes since the last one (a round of
+        ``n_groups`` pushes, or what is left at the stop)."""
+        stats, self._round = self._round, []
+        if not stats:
+            return
+        applied = [s for s in stats if "value" in s]
+        last = applied[-1] if applied else {}
+        counts = [0] * self.n_groups
+        for s in stats:
+            counts[s["group"]] += 1
+        leads = [s["lead"] for s in stats]
+        delays = [s["delay"] for s in stats]
+        times = [s["time"] for s in stats]
+        self.records.append(
+            {
+                "step": self.version,
+                "iteration": -(-self.rows_seen // self.n_rows),
+                "loss": last.get("value", math.nan),
+                "grad_norm": last.get("grad_norm", math.nan),
+                "step_size": last.get("lr"),
+                "wall": now,
+                "step_time": now - self._round_start,
+                "compute_time_max": max(times),
+                "compute_time_min": min(times),
+                "n_samples": sum(s["weight"] for s in stats),
+                "staleness_max": max(leads),
+                "staleness_mean": float(np.mean(leads)),
+                "delay_max": max(delays),
+                "delay_mean": float(np.mean(delays)),
+                "wait_time": max(s["wait"] for s in stats),
+                "updates_per_group": tuple(counts),
+                "comm_bytes": 2 * 8 * self.params.size * len(stats),
+            }
+        )
+        self._round_start = now
+
+    def drain(self):
+        """Records since the last drain, and whether training has stopped."""
+        records, self.records = self.records, []
+        return records, self.stopped
+
+    def result(self):
+        return {
+            "params": self.params,
+            "optimizer": self.optimizer,
+            "state": self.state,
+            "epochs": min(self.max_epochs, -(-self.rows_seen // self.n_rows)),
+            "converged": self.converged,
+            "message": self.message,
+            "error": self.error,
+            "updates": self.version,
+        }
+
+
+class ParameterServer:
+    """Dask actor around a :class:`ServerCore`; its methods run on the worker's event
+    loop, so a group waiting at the staleness bound never blocks the others."""
+
+    def __init__(self, *args, **kwargs):
+        self.core = ServerCore(*args, **kwargs)
+        self._cond = None
+
+    def _condition(self):
+        if self._cond is None:
+            self._cond = asyncio.Condition()
+        return self._cond
+
+    async def exchange(self, g, msg):
+        """Apply ``msg`` (None on the first call), wait for the bound, return the
+        parameters to compute on next."""
+        core, cond = self.core, self._condition()
+        async with cond:
+            if msg is not None:
+                core.push(g, msg, msg.pop("wait", 0.0))
+            cond.notify_all()
+            t0 = time.perf_counter()
+            await cond.wait_for(lambda: core.may_proceed(g))
+            reply = core.pull(g)
+        reply["wait"] = time.perf_counter() - t0
+        return reply
+
+    async def stop(self, message="", error=None):
+        cond = self._condition()
+        async with cond:
+            self.core.stop(message=message, error=error)
+            cond.notify_all()
+
+    async def drain(self):
+        return self.core.drain()
+
+    async def result(self):
+        return self.core.result()
+
+
+def async_group_loop(shard, server, g, objective, seed, group_batch):
+    """One group's loop (a long-running task): push sums, pull parameters, compute.
+
+    ``group_batch`` rows per step (None: all rows) are allocated over the group's
+    blocks in proportion to their rows; the draw is seeded by the random state, the
+    group's step count and the block.
+    """
+    rows = [b.n_rows for b in shard.blocks]
+    msg, steps = None, 0
+    while True:
+        reply = server.exchange(g, msg).result()
+        if reply["stop"]:
+            return steps
+        t0 = time.perf_counter()
+        take = None
+        if group_batch is not None and group_batch < sum(rows):
+            alloc = batch_allocation(rows, group_batch, (*seed, g, reply["clock"]))
+            take = {b.index: int(k) for b, k in zip(shard.blocks, alloc)}
+        sums = batch_sums(shard, objective, reply["params"], seed, reply["clock"], take)
+        loss, grad, weight = sum_in_block_order(sums, objective.n_params)
+        inject_faults(t0)
+        msg = {
+            "version": reply["version"],
+            "loss": loss,
+            "grad": grad,
+            "weight": weight,
+            "rows": sum(rows) if take is None else sum(take.values()),
+            "time": time.perf_counter() - t0,
+            "wait": reply["wait"],
+        }
+        steps += 1
+
+
+class ServerLink:
+    """How a group's loop calls the server actor: through its worker's own connection.
+
+    A Dask ``Actor`` proxy inside a task binds a worker *client*, and on a threaded
+    ``LocalCluster`` that client becomes the default client of the user's process
+    (later ``client=None`` fits and ``dask.compute`` calls would go to that cluster).
+    The link sends the same ``actor_execute`` request the proxy would, over the
+    worker's RPC pool, and needs no client.
+    """
+
+    def __init__(self, address, key):
+        self.address = address
+        self.key = key
+
+    def exchange(self, g, msg):
+        from distributed import get_worker
+        from distributed.protocol import to_serialize
+        from distributed.utils import sync
+
+        worker = get_worker()
+
+        async def call():
+            return await worker.rpc(self.address).actor_execute(
+                actor=self.key,
+                function="exchange",
+                args=[to_serialize(g), to_serialize(msg)],
+                kwargs={},
+            )
+
+        out = sync(worker.loop, call)
+        if out["status"] != "OK":
+            raise out["exception"]
+        return _Immediate(out["result"])
+
+
+class _Immediate:
+    def __init__(self, value):
+        self._value = value
+
+    def result(self):
+        return self._value
+
+
+class _InProcessServer:
+    """The server for the in-process executor (one group): direct calls."""
+
+    def __init__(self, core, on_records):
+        self.core = core
+        self.on_records = on_records
+
+    def exchange(self, g, msg):
+        if msg is not None:
+            self.core.push(g, msg, msg.pop("wait", 0.0))
+        self.on_records(self.core)
+        reply = self.core.pull(g)
+        reply["wait"] = 0.0
+        return _Immediate(reply)
+
+
+def run_async(
+    evaluator,
+    params0,
+    optimizer,
+    *,
+    max_iter,
+    tol,
+    batch_size=None,
+    seed=(0,),
+    learning_rate="auto",
+    max_staleness=None,
+    staleness_scaling=False,
+):
+    """Asynchronous training until ``max_iter`` epochs, the ``tol`` criterion,
+    ``max_time`` seconds or a callback's stop (see the module docstring)."""
+    obj, pen, shards, monitor = evaluator.objective, evaluator.penalty, evaluator.shards, evaluator.monitor
+    max_time = evaluator.max_time
+    seed = tuple(seed)
+    full_batch = batch_size is None or batch_size >= shards.n_rows
+    params = np.array(params0, dtype=np.float64, copy=True)
+    # Every arrival moves the parameters along the whole aggregate, and n_groups
+    # arrivals carry one synchronous step's gradients: the automatic step is the
+    # synchronous one over n_groups (so the noise of a mini-batch is not amplified).
+    optimizer = first_order_start(
+        evaluator, params, optimizer, batch_size=batch_size, seed=seed,
+        learning_rate=learning_rate, divide=shards.n_groups,
+    )
+    group_rows = [int(sum(shards.block_rows[b] for b in g)) for g in shards.groups]
+    group_batch = [
+        None if full_batch else max(1, round(batch_size * r / shards.n_rows)) for r in group_rows
+    ]
+    core_args = (params, optimizer, optimizer.init(params), obj, pen, shards.n_groups)
+    core_kwargs = dict(
+        n_rows=shards.n_rows,
+        max_epochs=max_iter,
+        tol=tol,
+        max_staleness=max_staleness,
+        staleness_scaling=staleness_scaling,
+        max_time=None if max_time is None else max(0.0, max_time - monitor.elapsed()),
+        time_message=evaluator.time_message(),
+    )
+    step0 = evaluator.n_steps
+
+    def feed(records):
+        for rec in records:
+            rec = dict(rec)
+            rec["step"] += step0
+            monitor.record(**rec)
+
+    if shards.executor.kind != "dask":
+        core = ServerCore(*core_args, **core_kwargs)
+
+        def on_records(c):
+            feed(c.drain()[0])
+            if monitor.stop_requested:
+                c.stop(converged=True)
+
+        server = _InProcessServer(core, on_records)
+        for h, g, b in zip(shards.handles, range(shards.n_groups), group_batch):
+            async_group_loop(h, server, g, obj, seed, b)
+        on_records(core)
+        out = core.result()
+    else:
+        out = _run_on_cluster(shards, core_args, core_kwargs, seed, obj, group_batch, feed, monitor, max_time)
+    evaluator.n_steps = step0 + out["updates"]
+    if out["error"] is not None:
+        raise DivergenceError(out["error"])
+    return FitResult(
+        params=np.asarray(out["params"], dtype=np.float64),
+        n_iter=out["epochs"],
+        converged=out["converged"],
+        n_steps=evaluator.n_steps,
+        optimizer=out["optimizer"],
+        opt_state=out["state"],
+        message=out["message"],
+    )
+
+
+def _run_on_cluster(shards, core_args, core_kwargs, seed, obj, group_batch, feed, monitor, max_time):
+    ex = shards.executor
+    server_future, server = ex.start_actor(
+        ParameterServer, core_args, core_kwargs, worker=shards.workers[0], key=f"dgd-server-{shards.token}"
+    )
+    link = ServerLink(ex.actor_address(server_future), server_future.key)
+    loops = [
+        ex.submit_pinned(
+            async_group_loop, h, link, g, obj, seed, b, worker=w, key=f"dgd-async-{shards.token}-{g}"
+        )
+        for g, (h, w, b) in enumerate(zip(shards.handles, shards.workers, group_batch))
+    ]
+    stopping = False
+    try:
+        while True:
+            failed = next((f for f in loops if f.status in ("error", "cancelled")), None)
+            if failed is not None:
+                ex.call_actor(server.stop, message="a group failed")
+                if failed.status == "cancelled":
+                    raise ClusterError(
+                        f"the asynchronous training loop {failed.key} was cancelled (its "
+                        "worker was lost or the cluster is shutting down)"
+                    )
+                failed.result()  # raises the group's error
+            records, stopped = ex.call_actor(server.drain)
+            feed(records)
+            if not stopping and (monitor.stop_requested or (max_time is not None and monitor.elapsed() >= max_time)):
+                reason = "" if monitor.stop_requested else f"reached max_time={max_time} s"
+                ex.call_actor(server.stop, message=reason)
+                stopping = True
+            if all(f.done() for f in loops):
+                if any(f.status != "finished" for f in loops):
+                    continue  # reported at the top of the loop
+                # every loop returns only once the server has stopped
+                feed(ex.call_actor(server.drain)[0])
+                out = ex.call_actor(server.result)
+                if monitor.stop_requested and not out["error"]:
+                    out["converged"] = True
+                return out
+            time.sleep(POLL_INTERVAL)
+    finally:
+        for f in loops:
+            if not f.done():
+                f.cancel()
+        del server, server_future

@@ -1,0 +1,83 @@
+"""Helpers for testing and benchmarking distributed training on a real cluster.
+
+:func:`straggler` slows one worker down, the classic failure of synchronous training,
+so that the training modes can be compared under it; :func:`failing_worker` makes the
+computations on one worker raise, to check that training stops with the error.
+"""
+
+from contextlib import contextmanager
+
+from ._engine.shards import set_failure, set_slowdown
+
+__all__ = ["straggler", "failing_worker"]
+
+
+def _check(client, worker):
+    from distributed import Client
+
+    from .exceptions import ParameterError
+
+    if not isinstance(client, Client):
+        raise ParameterError(f"client must be a distributed.Client; got {type(client).__name__}")
+    workers = client.run(lambda: None)
+    if worker not in workers:
+        raise ParameterError(f"worker {worker!r} is not in the cluster; workers: {sorted(workers)}")
+
+
+@contextmanager
+def straggler(client, worker, factor=1.0):
+    """Make ``worker`` a straggler while the block runs.
+
+    Every group computation on that worker (a synchronous step, a local round, an
+    asynchronous step) sleeps ``factor`` times its own compute time afterwards, so
+    ``factor=1`` makes the worker two times slower.  The worker's process is changed
+    through ``client.run``; the slowdown is removed on exit.
+
+    Parameters
+    ----------
+    client : distributed.Client
+    worker : str
+        Address of the worker to slow down (one of ``client.scheduler_info()["workers"]``).
+    factor : float, default=1.0
+        Sleep per computation, as a multiple of its compute time; > 0.
+
+    Examples
+    --------
+    >>> with straggler(client, sorted(client.scheduler_info()["workers"])[-1]):  # doctest: +SKIP
+    ...     model.fit(X, y)
+    """
+    from .exceptions import ParameterError
+
+    if isinstance(factor, bool) or not (isinstance(factor, (int, float)) and factor > 0):
+        raise ParameterError(f"factor must be a number > 0; got {factor!r}")
+    _check(client, worker)
+    client.run(set_slowdown, float(factor), workers=[worker])
+    try:
+        yield worker
+    finally:
+        client.run(set_slowdown, 0.0, workers=[worker])
+
+
+@contextmanager
+def failing_worker(client, worker, after=0, message="injected failure"):
+    """Make group computations on ``worker`` raise ``RuntimeError(message)`` while the
+    block runs, after the first ``after`` of them succeed.
+
+    A group computation is a synchronous step, a local round or one asynchronous step
+    of the group on that worker (setup tasks are not counted).
+
+    Examples
+    --------
+    >>> with failing_worker(client, address, after=1):  # doctest: +SKIP
+    ...     model.fit(X, y)  # raises RuntimeError: injected failure
+    """
+    from .exceptions import ParameterError
+
+    if isinstance(after, bool) or not isinstance(after, int) or after < 0:
+        raise ParameterError(f"after must be an int >= 0; got {after!r}")
+    _check(client, worker)
+    client.run(set_failure, after, message, workers=[worker])
+    try:
+        yield worker
+    finally:
+        client.run(set_failure, None, "", workers=[worker])

@@ -1,0 +1,328 @@
+"""Training modes: local SGD and asynchronous DGD, against synchronous training."""
+
+import time
+import warnings
+
+import dask.array as da
+import numpy as np
+import pytest
+
+from dask_dgd import ConvergenceWarning, LogisticRegression, ParameterError, optim
+from dask_dgd._engine.async_ import ServerCore
+from dask_dgd.losses import BinaryLogistic, LinearObjective, Penalty
+from dask_dgd.testing import failing_worker, straggler
+
+ALPHA = 1e-3
+
+
+def _objective(X, y, est):
+    z = X @ est.coef_[0] + est.intercept_[0]
+    return float(np.mean(np.logaddexp(0.0, z) - y * z) + 0.5 * ALPHA * est.coef_[0] @ est.coef_[0])
+
+
+def _fit(est, X, y):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        return est.fit(X, y)
+
+
+@pytest.fixture(scope="module")
+def dask_data(client):
+    rng = np.random.default_rng(1)
+    X = rng.standard_normal((8000, 6))
+    w = np.array([1.0, -2.0, 0.5, 0.0, 1.5, -0.5])
+    y = (rng.random(8000) < 1 / (1 + np.exp(-(X @ w + 0.3)))).astype(np.float64)
+    Xd, yd = client.persist([da.from_array(X, chunks=1000), da.from_array(y, chunks=1000)])
+    return X, y, Xd, yd
+
+
+@pytest.fixture(scope="module")
+def sync_optimum(client, dask_data):
+    X, y, Xd, yd = dask_data
+    est = LogisticRegression(alpha=ALPHA, tol=1e-10, client=client).fit(Xd, yd)
+    return _objective(X, y, est)
+
+
+#: Mini-batch SGD converges only with a decaying step (a constant one stalls at a noise
+#: floor of the order of the tolerance here); 3.0 is about the auto step 1/L.
+DECAY = optim.InverseScaling(3.0, power_t=0.5)
+MINIBATCH = dict(solver="sgd", batch_size=500, learning_rate=DECAY, max_iter=30, tol=0.0)
+FULL = dict(solver="gd", max_iter=60, tol=1e-6)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "params",
+    [
+        dict(mode="sync", **MINIBATCH),
+        dict(mode="local", local_steps=4, **MINIBATCH),
+        dict(mode="local", local_steps=4, outer_optimizer=optim.sgd(learning_rate=1.0, momentum=0.5), **MINIBATCH),
+        dict(mode="async", **MINIBATCH),
+        dict(mode="async", max_staleness=1, staleness_scaling=True, **MINIBATCH),
+        dict(mode="local", local_steps=4, **FULL),
+        dict(mode="async", **FULL),
+        dict(mode="async", max_staleness=0, **FULL),
+    ],
+    ids=["sync-sgd", "local-sgd", "local-momentum", "async-sgd", "ssp-1-scaled", "local-gd",
+         "async-gd", "ssp-0-gd"],
+)
+def test_every_mode_reaches_the_sync_optimum(client, dask_data, sync_optimum, params):
+    X, y, Xd, yd = dask_data
+    est = _fit(LogisticRegression(alpha=ALPHA, random_state=0, client=client, **params), Xd, yd)
+    gap = _objective(X, y, est) - sync_optimum
+    assert gap <= 1e-3, gap
+    # from the same start: the first record is the objective at the initial parameters
+    # (on the first batch for mini-batches)
+    start = _fit(LogisticRegression(alpha=ALPHA, max_iter=1, client=client, solver="gd"), Xd, yd)
+    assert est.history_["loss"].iloc[0] == pytest.approx(start.history_["loss"].iloc[0], rel=0.05)
+
+
+def test_local_steps_1_with_sgd_is_sync_minibatch(client, dask_data):
+    X, y, Xd, yd = dask_data
+    common = dict(alpha=ALPHA, solver="sgd", optimizer="sgd", batch_size=700, max_iter=3,
+                  tol=0.0, random_state=3, client=client)
+    sync = _fit(LogisticRegression(mode="sync", **common), Xd, yd)
+    local = _fit(LogisticRegression(mode="local", local_steps=1, **common), Xd, yd)
+    np.testing.assert_allclose(local.coef_, sync.coef_, rtol=1e-10, atol=1e-13)
+    np.testing.assert_allclose(local.intercept_, sync.intercept_, rtol=1e-10, atol=1e-13)
+    # the same batches in the same order: the recorded losses agree step by step (local
+    # mode records the synchronous start first, then one record per round)
+    assert len(local.history_) == len(sync.history_) + 1
+    np.testing.assert_allclose(local.history_["loss"].iloc[1:], sync.history_["loss"], rtol=1e-10)
+    # and a plain-SGD outer optimizer with learning rate 1 is plain averaging
+    outer = _fit(
+        LogisticRegression(mode="local", local_steps=2, outer_optimizer=optim.sgd(learning_rate=1.0), **common),
+        Xd, yd,
+    )
+    plain = _fit(LogisticRegression(mode="local", local_steps=2, **common), Xd, yd)
+    np.testing.assert_allclose(outer.coef_, plain.coef_, rtol=1e-12)
+    assert not np.allclose(plain.coef_, sync.coef_, rtol=1e-6)  # 2 local steps differ
+
+
+def test_in_process_local_mode_is_sequential_training(dask_data):
+    """One group (in-process fit): local steps with a kept optimizer state are exactly
+    the synchronous steps, with any optimizer."""
+    X, y, _, _ = dask_data
+    common = dict(alpha=ALPHA, solver="sgd", optimizer="adam", batch_size=1000, max_iter=3,
+                  tol=0.0, random_state=0)
+    sync = _fit(LogisticRegression(**common), X, y)
+    local = _fit(LogisticRegression(mode="local", local_steps=4, **common), X, y)
+    np.testing.assert_array_equal(local.coef_, sync.coef_)
+    asyn = _fit(LogisticRegression(mode="async", **common), X, y)
+    assert _objective(X, y, asyn) - _objective(X, y, sync) < 1e-3
+    assert (asyn.history_["staleness_max"] == 0).all()
+
+
+def _workers(client):
+    return sorted(client.scheduler_info()["workers"])
+
+
+@pytest.mark.slow
+def test_bounded_staleness_is_bounded_with_a_slow_worker(client, dask_data):
+    X, y, Xd, yd = dask_data
+    common = dict(alpha=ALPHA, solver="sgd", batch_size=2000, max_iter=6, tol=0.0,
+                  random_state=0, client=client, mode="async")
+    with straggler(client, _workers(client)[-1], factor=4.0):
+        bounded = _fit(LogisticRegression(max_staleness=1, **common), Xd, yd)
+        free = _fit(LogisticRegression(max_staleness=None, **common), Xd, yd)
+    h = bounded.history_.iloc[1:]  # after the synchronous start
+    assert h["staleness_max"].max() <= 1
+    # independent of the recorded staleness: the groups' update counts never drift
+    # apart by more than the bound (+1 for the push in flight)
+    counts = np.cumsum(np.array(h["updates_per_group"].tolist()), axis=0)
+    assert np.max(np.abs(counts[:, 0] - counts[:, 1])) <= 2
+    assert h["wait_time"].max() > 0  # the fast group did wait at the bound
+    # without a bound, the fast worker runs ahead: the measurement is real
+    f = free.history_.iloc[1:]
+    assert f["staleness_max"].max() > 1
+    counts = np.cumsum(np.array(f["updates_per_group"].tolist()), axis=0)
+    assert np.max(np.abs(counts[:, 0] - counts[:, 1])) > 2
+    for est in (bounded, free):
+        assert _objective(X, y, est) < 0.7  # trained (log 2 = 0.693 at the start)
+
+
+@pytest.mark.timeout(120)
+def test_a_failing_worker_stops_async_training_with_its_error(client, dask_data):
+    _, _, Xd, yd = dask_data
+    est = LogisticRegression(alpha=ALPHA, solver="sgd", batch_size=500, max_iter=1000, tol=0.0,
+                             mode="async", client=client)
+    t0 = time.perf_counter()
+    # computation 1 is the synchronous start; the failure hits the asynchronous loop
+    with failing_worker(client, _workers(client)[0], after=1, message="disk on fire"):
+        with pytest.raises(RuntimeError, match="disk on fire"):
+            est.fit(Xd, yd)
+    assert time.perf_counter() - t0 < 60
+    # the cluster is usable afterwards, the other loop was stopped
+    _fit(LogisticRegression(alpha=ALPHA, mode="async", solver="sgd", batch_size=500, max_iter=1, client=client), Xd, yd)
+
+
+def test_a_failing_worker_stops_local_training_with_its_error(client, dask_data):
+    _, _, Xd, yd = dask_data
+    est = LogisticRegression(alpha=ALPHA, solver="sgd", batch_size=500, max_iter=50, mode="local", client=client)
+    with failing_worker(client, _workers(client)[1], after=2, message="bad node"):
+        with pytest.raises(RuntimeError, match="bad node"):
+            est.fit(Xd, yd)
+
+
+@pytest.mark.parametrize(
+    "params",
+    [dict(mode="sync", solver="sgd", batch_size=100), dict(mode="sync", solver="lbfgs"),
+     dict(mode="sync", solver="newton"), dict(mode="local", solver="sgd", batch_size=100),
+     dict(mode="async", solver="sgd", batch_size=100)],
+    ids=["sync-sgd", "lbfgs", "newton", "local", "async"],
+)
+def test_max_time_stops_training(client, dask_data, params):
+    _, _, Xd, yd = dask_data
+    # the full-batch solvers converge in a few steps: a limit that ends them after one
+    limit = 0.02 if params["solver"] in ("lbfgs", "newton") else 0.5
+    est = LogisticRegression(alpha=ALPHA, max_iter=100_000, tol=0.0, max_time=limit, client=client, **params)
+    with straggler(client, _workers(client)[0], factor=1.0):  # every step takes a while
+        t0 = time.perf_counter()
+        with pytest.warns(ConvergenceWarning, match=rf"reached max_time={limit} s"):
+            est.fit(Xd, yd)
+        wall = time.perf_counter() - t0
+    assert est.history_["time"].iloc[-1] < limit + 1.5
+    assert wall < 10.0
+
+
+def test_history_records_staleness_waits_and_updates(client, dask_data):
+    _, _, Xd, yd = dask_data
+    common = dict(alpha=ALPHA, solver="sgd", batch_size=1000, max_iter=2, random_state=0, client=client)
+    sync = _fit(LogisticRegression(**common), Xd, yd).history_
+    assert (sync["staleness_max"] == 0).all() and (sync["delay_max"] == 0).all()
+    assert set(sync["updates_per_group"]) == {(1, 1)}
+    np.testing.assert_allclose(sync["wait_time"], sync["compute_time_max"] - sync["compute_time_min"])
+    local = _fit(LogisticRegression(mode="local", local_steps=3, **common), Xd, yd).history_
+    assert local["updates_per_group"].iloc[0] == (1, 1)  # the synchronous start
+    assert set(local["updates_per_group"].iloc[1:]) == {(3, 3)}
+    assert (local["comm_bytes"] == 2 * 8 * 7 * 2).all()  # 7 parameters, 2 groups, both ways
+    asyn = _fit(LogisticRegression(mode="async", **common), Xd, yd).history_.iloc[1:]
+    assert asyn["step"].is_monotonic_increasing and asyn["time"].is_monotonic_increasing
+    assert sum(sum(u) for u in asyn["updates_per_group"]) >= 2 * 8000 // 1000 - 2
+    assert (asyn["delay_max"] >= 0).all() and asyn["staleness_mean"].notna().all()
+
+
+@pytest.mark.parametrize(
+    "params, message",
+    [
+        (dict(mode="fast"), r"The 'mode' parameter of LogisticRegression must be one of"),
+        (dict(mode="local", solver="lbfgs"), r"mode='local' takes first-order steps; solver='lbfgs' is synchronous only"),
+        (dict(mode="async", solver="newton"), r"mode='async' takes first-order steps; solver='newton'"),
+        (dict(mode="async", optimizer=optim.LBFGS()), r"mode='async' needs a first-order optimizer"),
+        (dict(local_steps=0), r"The 'local_steps' parameter of LogisticRegression must be an int in \[1, inf\); got 0"),
+        (dict(max_staleness=-1), r"The 'max_staleness' parameter"),
+        (dict(outer_optimizer="adam"), r"The 'outer_optimizer' parameter .* must be None or a first-order optimizer"),
+        (dict(max_time=0), r"The 'max_time' parameter"),
+        (dict(staleness_scaling=1), r"The 'staleness_scaling' parameter"),
+    ],
+)
+def test_bad_mode_parameters(params, message):
+    X = np.random.default_rng(0).standard_normal((50, 2))
+    y = (X[:, 0] > 0).astype(int)
+    with pytest.raises(ParameterError, match=message):
+        LogisticRegression(**params).fit(X, y)
+
+
+def test_testing_helpers_check_their_arguments(client):
+    with pytest.raises(ParameterError, match="worker 'tcp://nowhere:1' is not in the cluster"):
+        with straggler(client, "tcp://nowhere:1"):
+            pass
+    with pytest.raises(ParameterError, match="factor must be a number > 0; got 0"):
+        with straggler(client, _workers(client)[0], factor=0):
+            pass
+    with pytest.raises(ParameterError, match="after must be an int >= 0; got -1"):
+        with failing_worker(client, _workers(client)[0], after=-1):
+            pass
+    with pytest.raises(ParameterError, match="client must be a distributed.Client; got str"):
+        with straggler("client", "w"):
+            pass
+
+
+# --------------------------------------------------------------- the server's rules
+def _core(n_groups=2, **kw):
+    obj = LinearObjective(BinaryLogistic(), 2)
+    pen = Penalty(alpha=0.0)
+    opt = optim.sgd(learning_rate=0.5)
+    params = np.zeros(obj.n_params)
+    kw = {"n_rows": 100, "max_epochs": 10, "tol": 0.0, **kw}
+    return ServerCore(params, opt, opt.init(params), obj, pen, n_groups, **kw), obj
+
+
+def _msg(version, grad, weight=10.0, loss=5.0, rows=10):
+    return {"version": version, "loss": loss, "grad": np.asarray(grad, float), "weight": weight,
+            "rows": rows, "time": 0.01}
+
+
+def test_server_steps_along_the_aggregate_of_the_latest_sums():
+    core, _ = _core()
+    core.pull(0), core.pull(1)
+    core.push(0, _msg(0, [10.0, 0.0, 0.0], weight=10.0))
+    np.testing.assert_allclose(core.params, [-0.5, 0.0, 0.0])  # only group 0 so far: mean grad 1
+    core.pull(0)
+    core.push(1, _msg(0, [0.0, 30.0, 0.0], weight=30.0))
+    # aggregate of the latest sums: (10 + 0, 0 + 30) / (10 + 30)
+    np.testing.assert_allclose(core.params, [-0.5 - 0.5 * 0.25, -0.5 * 0.75, 0.0])
+    assert core.version == 2 and core.clock == [1, 1]
+    # a gradient computed before the second update has delay 1
+    core.push(0, _msg(1, [0.0, 0.0, 0.0], weight=10.0))
+    assert core._round[-1]["delay"] == 1
+
+
+def test_server_staleness_bound_and_stop():
+    core, _ = _core(max_staleness=1)
+    core.pull(0), core.pull(1)
+    core.push(0, _msg(0, [1.0, 0, 0]))
+    assert core.may_proceed(0)  # 1 ahead of group 1
+    core.pull(0)
+    core.push(0, _msg(1, [1.0, 0, 0]))
+    assert not core.may_proceed(0)  # 2 ahead: waits
+    assert core.may_proceed(1)  # the slowest always may
+    core.pull(1)
+    core.push(1, _msg(0, [1.0, 0, 0]))
+    assert core.may_proceed(0)
+    free, _ = _core(max_staleness=None)
+    for _ in range(5):
+        free.pull(0)
+        free.push(0, _msg(free.version, [1.0, 0, 0]))
+    assert free.may_proceed(0) and free.clock_lead(0) == 5
+    # max_iter epochs of rows stop training; later pushes are ignored
+    short, _ = _core(max_epochs=1)
+    for v in range(10):
+        short.pull(0)
+        short.push(0, _msg(v, [1.0, 0, 0]))
+    assert short.stopped and short.message == "reached max_iter=1"
+    before = short.params.copy()
+    short.push(1, _msg(0, [5.0, 0, 0]))
+    np.testing.assert_array_equal(short.params, before)
+
+
+def test_server_backs_off_on_non_finite_sums():
+    core, _ = _core()
+    core.pull(0), core.pull(1)
+    core.push(0, _msg(0, [1.0, 0, 0]))
+    good = core.params.copy()
+    core.pull(0)
+    core.push(0, _msg(1, [np.nan, 0, 0]))  # the parameters of version 1 gave NaN
+    assert core.optimizer.learning_rate == 0.25
+    np.testing.assert_array_equal(core.params, np.zeros(3))  # back to version 0 (good)
+    assert core.latest == [None, None]
+    core.push(1, _msg(0, [1.0, 0, 0]))  # computed before the rollback: discarded
+    np.testing.assert_array_equal(core.params, np.zeros(3))
+    assert not np.array_equal(good, core.params)
+
+
+def test_max_iter_counts_epochs_in_every_mode(client, dask_data):
+    _, _, Xd, yd = dask_data  # 8000 rows
+    common = dict(alpha=ALPHA, tol=0.0, random_state=0, client=client)
+    # full batches: a round of 4 local steps is 4 epochs
+    est = _fit(LogisticRegression(mode="local", solver="gd", local_steps=4, max_iter=8, **common), Xd, yd)
+    assert est.n_iter_ == 8 and len(est.history_) == 1 + 2
+    # mini-batches of 500 rows: 16 steps per epoch, 4 rounds of 4 local steps
+    est = _fit(LogisticRegression(mode="local", solver="sgd", batch_size=500, local_steps=4, max_iter=2, **common), Xd, yd)
+    assert est.n_iter_ == 2 and len(est.history_) == 1 + 8
+    assert est.history_["iteration"].tolist() == [0, 1, 1, 1, 1, 2, 2, 2, 2]
+    # async: pushes (a group's share of a batch, 250 rows) until the rows pushed add up
+    # to max_iter epochs (the pushes in flight at the stop are not applied)
+    est = _fit(LogisticRegression(mode="async", solver="sgd", batch_size=500, max_iter=2, **common), Xd, yd)
+    pushes = sum(sum(u) for u in est.history_["updates_per_group"].iloc[1:])
+    assert est.n_iter_ == 2 and pushes == 2 * 8000 // 250
