@@ -10,7 +10,7 @@ import math
 import numpy as np
 import pytest
 
-from benchmarks.suites import memory, modes, scaling
+from benchmarks.suites import memory, modes, scaling, straggler
 
 RESULT_KEYS = {"title", "markdown", "table", "data"}
 
@@ -21,7 +21,7 @@ def _check_result(result):
     assert "|---|" in result["table"]
 
 
-@pytest.mark.parametrize("module", [modes, scaling, memory])
+@pytest.mark.parametrize("module", [modes, scaling, memory, straggler])
 def test_suite_interface(module):
     assert module.NAME == module.__name__.rsplit(".", 1)[-1]
     assert module.DESCRIPTION
@@ -229,3 +229,28 @@ def test_memory_suite_tiny():
         assert sum(r["peak"] - r["idle"] for r in rs) >= 0.8 * nbytes
     for f in data["fits"]:
         assert f["census"]["copies"] >= f["census"]["n_blocks"]
+
+
+def test_straggler_suite_tiny():
+    result = straggler.run(
+        "small", repeats=1, rows=8_000, features=5, chunks=4, max_iter=15, rel_gap=1e-2,
+        log=lambda msg: None,
+    )
+    _check_result(result)
+    data = result["data"]
+    assert data["target"] == pytest.approx(data["optimum"] * 1.01)
+    for scenario in ("none", "straggler"):
+        for mode in straggler.MODES:
+            (run,) = data["runs"][scenario][mode]
+            assert run["reached"] is not None  # 15 epochs of GD reach a 1% gap
+            assert 0 < run["reached"]["time"] <= run["wall"]
+            assert run["reached"]["rounds"] <= run["rounds"]
+            assert run["objective"] >= data["optimum"] - 1e-7
+        assert data["ratios"][scenario]["sync"] == 1.0
+    # the straggler slows synchronous training down, and the rounds are counted per mode
+    runs = data["runs"]
+    assert runs["straggler"]["sync"][0]["compute_time_max"] > runs["none"]["sync"][0]["compute_time_max"]
+    assert runs["none"]["local"][0]["rounds"] == 1 + 4  # 15 epochs / 4 local passes per round
+    assert runs["none"]["async"][0]["rounds"] >= 2 * 15 - 1  # about one push per group and epoch
+    assert sum(runs["straggler"]["async"][0]["updates"]) > 0
+    assert "speed-up over sync under the straggler" in result["markdown"]
