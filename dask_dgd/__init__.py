@@ -26,6 +26,7 @@ _LAZY = {
     "losses": "dask_dgd.losses",
     "optim": "dask_dgd.optim",
     "testing": "dask_dgd.testing",
+    "rebalance": "dask_dgd._engine.cluster",
 }
 
 __all__ = [
@@ -43,6 +44,7 @@ __all__ = [
     "linear_model",
     "losses",
     "optim",
+    "rebalance",
     "testing",
 ]
 

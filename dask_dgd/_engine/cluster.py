@@ -30,7 +30,9 @@ from .shards import (
     make_shard,
     place_blocks,
     InProcessExecutor,
+    balanced_chunks,
 )
+from . import skew
 
 __all__ = [
     "DaskExecutor",
@@ -270,6 +272,12 @@ class DaskExecutor:
     def gather(self, handles):
         return self.client.gather(list(handles))
 
+    def wait(self, handles):
+        """Wait for the tasks; re-raise the first error."""
+        for h in handles:
+            if h.exception() is not None:
+                h.result()
+
     def merge_level(self, tree, items, name):
         """One inner level of the reduction: merge tasks of ``split_every`` inputs."""
         k = tree.split_every
@@ -373,13 +381,85 @@ def _to_dask_arrays(client, X, y, sample_weight):
 
 
 
-def build_shardset(executor, X, y, sample_weight, *, y_numeric=True):
+def _block_nnz(x):
+    return int(x.nnz) if is_sparse(x) else int(x.shape[0] * (x.shape[1] if x.ndim > 1 else 1))
+
+
+def _block_nbytes(*xs):
+    return int(sum(_nbytes(x) for x in xs if x is not None))
+
+
+def _known_chunks(arr, rows):
+    return da.Array(arr.dask, arr.name, chunks=(tuple(rows),) + arr.chunks[1:], meta=arr._meta)
+
+
+def _measure_blocks(client, xf, yf, sf):
+    """Non-zeros (dense: rows x columns) and bytes of every block, computed where the
+    blocks are."""
+    sizes = client.gather([client.submit(_block_nnz, f, pure=False) for f in xf])
+    nbytes = client.gather([
+        client.submit(_block_nbytes, x, y, s, pure=False) for x, y, s in zip(xf, yf, sf)
+    ])
+    return sizes, nbytes
+
+
+def _balanced_blocks(client, X, y, sample_weight, workers, rebalance, passes):
+    """Persist the inputs, measure their blocks and rebalance them (see :mod:`.skew`).
+
+    Returns the persisted arrays (known chunks), the block futures of X, y and weights,
+    rows and costs per block, the chosen placement and the skew report.
+    """
+    X, y, sample_weight = _to_dask_arrays(client, X, y, sample_weight)
+    sparse = is_sparse(X._meta)
+    # One persist for all: X and y often share tasks (a DataFrame, a filter mask).
+    arrays = client.persist([a for a in (X, y, sample_weight) if a is not None])
+    xf = _futures_in_order(arrays[0])
+    with client.as_current():  # placement follows where the blocks are; errors
+        wait(xf)  # surface in make_shard
+    if any(np.isnan(c) for c in arrays[0].chunks[0]):
+        rows = client.gather([client.submit(_nrows, f, pure=False) for f in xf])
+    else:
+        rows = [int(c) for c in arrays[0].chunks[0]]
+    arrays = [_known_chunks(a, rows) for a in arrays]
+
+    def measured(arrays):
+        fs = [_futures_in_order(a) for a in arrays]
+        futures = (fs[0], fs[1] if len(fs) > 1 else [None] * len(fs[0]), fs[2] if len(fs) > 2 else [None] * len(fs[0]))
+        sizes, nbytes = _measure_blocks(client, *futures)
+        # a step's cost: non-zeros (+ one per row) for sparse blocks, rows x columns for dense
+        costs = [z + r if sparse else z for z, r in zip(sizes, arrays[0].chunks[0])]
+        who = client.who_has(futures[0])
+        holders = [tuple(who.get(f.key, ())) for f in futures[0]]
+        return futures, costs, nbytes, holders
+
+    futures, costs, nbytes, holders = measured(arrays)
+    action, placement, info = skew.plan(
+        rows, costs, nbytes, holders, workers, rebalance=rebalance, passes=passes
+    )
+    if action == "rechunk":
+        chunks = balanced_chunks(rows, costs, skew.n_balanced_blocks(rows, costs, len(workers)))
+        arrays = client.persist([a.rechunk({0: chunks}) for a in arrays])
+        with client.as_current():
+            wait(_futures_in_order(arrays[0]))
+        rows = list(chunks)
+        futures, costs, nbytes, holders = measured(arrays)
+        placement = place_blocks(costs, holders, workers)
+    moved = [b for b, w in enumerate(placement) if w not in holders[b]]
+    report = skew.report(
+        info, costs, placement, workers, "rechunked" if action == "rechunk" else action,
+        len(moved), sum(nbytes[b] for b in moved), "non-zeros + rows" if sparse else "rows x columns",
+    )
+    return arrays, futures, rows, costs, placement, report
+
+
+def build_shardset(executor, X, y, sample_weight, *, y_numeric=True, rebalance="auto", passes=1):
     """Turn the input into a :class:`ShardSet` for ``executor``.
 
     In process: one shard, one block.  On a cluster: an in-memory input is cut into one
     block per worker and scattered; a dask input keeps its chunks as blocks, which are
-    persisted and left on the workers that hold them (:func:`place_blocks`), each
-    worker's blocks assembled into its shard there.
+    persisted, measured and (``rebalance``, see :mod:`.skew`) rechunked and placed,
+    each worker's blocks assembled into its shard there.  ``passes`` is the fit's
+    ``max_iter``: the horizon over which ``rebalance="auto"`` weighs moving data.
     """
     if isinstance(executor, InProcessExecutor):
         return in_process_shardset(X, y, sample_weight, y_numeric=y_numeric)
@@ -388,21 +468,12 @@ def build_shardset(executor, X, y, sample_weight, *, y_numeric=True):
     n_groups = len(workers)  # one group per worker
     if not is_dask_collection(X) and not is_dask_collection(y):
         return _scatter_shardset(executor, X, y, sample_weight, workers, n_groups, y_numeric)
-    X, y, sample_weight = _to_dask_arrays(client, X, y, sample_weight)
-    # One persist for all: X and y often share tasks (a DataFrame, a filter mask).
-    persisted = client.persist([a for a in (X, y, sample_weight) if a is not None])
-    X, y = persisted[:2]
-    xf, yf = _futures_in_order(X), _futures_in_order(y)
-    sf = _futures_in_order(persisted[2]) if sample_weight is not None else [None] * len(xf)
-    with client.as_current():  # placement follows where the blocks are; errors
-        wait(xf)  # surface in make_shard
-    if any(np.isnan(c) for c in X.chunks[0]):
-        rows = client.gather([client.submit(_nrows, f, pure=False) for f in xf])
-    else:
-        rows = [int(c) for c in X.chunks[0]]
-    who = client.who_has(xf)
-    block_workers = [tuple(who.get(f.key, ())) for f in xf]
-    groups, placement = groups_by_worker(place_blocks(rows, block_workers, workers), workers)
+    arrays, (xf, yf, sf), rows, costs, placement, report = _balanced_blocks(
+        client, X, y, sample_weight, workers, rebalance, passes
+    )
+    X = arrays[0]
+    sparse = is_sparse(X._meta)
+    groups, owners = groups_by_worker(placement, workers)
     token = uuid.uuid4().hex[:8]
     handles = [
         client.submit(
@@ -417,18 +488,21 @@ def build_shardset(executor, X, y, sample_weight, *, y_numeric=True):
             allow_other_workers=True,
             pure=False,
         )
-        for i, (g, w) in enumerate(zip(groups, placement))
+        for i, (g, w) in enumerate(zip(groups, owners))
     ]
     for h in handles:  # wait; re-raise the first validation error, its block named
         if h.exception() is not None:
             h.result()
     # Record where each shard really is (its worker may have been busy or gone).
     who = client.who_has(handles)
-    placement = [
+    owners = [
         w if w in who.get(h.key, ()) else (tuple(who.get(h.key, ())) or (w,))[0]
-        for h, w in zip(handles, placement)
+        for h, w in zip(handles, owners)
     ]
-    return ShardSet(executor, handles, groups, placement, rows, X.shape[1], is_sparse(X._meta))
+    shards = ShardSet(executor, handles, groups, owners, rows, X.shape[1], sparse)
+    shards.block_costs = np.asarray(costs, dtype=np.float64)
+    shards.skew_report = report
+    return shards
 
 
 def _scatter_shardset(executor, X, y, sample_weight, workers, n_groups, y_numeric):
@@ -444,3 +518,85 @@ def _scatter_shardset(executor, X, y, sample_weight, workers, n_groups, y_numeri
         placement.append(w)
         rows.append(b - a)
     return ShardSet(executor, handles, groups, placement, rows, X.shape[1], is_sparse(X))
+
+
+def _identity(x):
+    return x
+
+
+def rebalance(X, y=None, sample_weight=None, *, client=None, rebalance=True, passes=1):
+    """Balanced, persisted copies of dask arrays for your own pipelines.
+
+    The arrays are measured, rechunked into blocks of near-equal cost (oversized blocks
+    split, tiny and empty ones merged) and placed so that every worker holds an equal
+    share, moving blocks worker to worker only where needed: the same machinery as the
+    estimators' ``rebalance`` parameter (see the user guide, "Data skew").
+
+    Parameters
+    ----------
+    X : dask array or dask DataFrame
+        Rows in blocks (one chunk along the columns).
+    y, sample_weight : dask arrays, dask Series or None
+        Rechunked to X's new row blocks.
+    client : distributed.Client or None
+        None: the default client (an error if there is none).
+    rebalance : True or "auto", default=True
+        True always rechunks; "auto" only when placement alone cannot balance the
+        workers and the move pays off over ``passes`` passes over the data.
+    passes : int, default=1
+        See ``rebalance="auto"``.
+
+    Returns
+    -------
+    X, y, sample_weight, report
+        Dask arrays whose blocks are in the cluster's memory (y and sample_weight None
+        when not given) and the report of what was measured and done (as an
+        estimator's ``skew_report_``, plus ``placement``: the worker of each block).
+    """
+    import dask.dataframe as dd
+    from distributed import default_client
+
+    if rebalance not in (True, "auto"):
+        raise ParameterError(f"rebalance must be True or 'auto'; got {rebalance!r}")
+    if not (is_dask_collection(X) and (isinstance(X, (da.Array, dd.DataFrame)))):
+        raise InputError(f"X must be a dask array or dask DataFrame; got {type(X).__name__}")
+    if client is None:
+        try:
+            client = default_client()
+        except ValueError as err:
+            raise ClusterError(
+                "rebalance needs a Dask cluster: pass client=... or create a Client first"
+            ) from err
+    elif not isinstance(client, Client):
+        raise ParameterError(f"client must be a distributed.Client or None; got {type(client).__name__}")
+    workers = DaskExecutor(client).workers()
+    given_y = y is not None
+    if y is None:  # a placeholder with X's rows, dropped at the end
+        Xa = X.to_dask_array() if isinstance(X, dd.DataFrame) else X
+        y = Xa.map_blocks(_full_rows, 0.0, drop_axis=1, dtype=np.float64)
+    arrays, futures, rows, costs, placement, report = _balanced_blocks(
+        client, X, y, sample_weight, workers, rebalance, passes
+    )
+    out = []
+    for arr, fs in zip(arrays, futures):
+        if fs[0] is None:
+            continue
+        placed = [
+            f if w in {a for a in client.who_has([f]).get(f.key, ())} else client.submit(
+                _identity, f, workers=[w], allow_other_workers=False, pure=False
+            )
+            for f, w in zip(fs, placement)
+        ]
+        # an array whose blocks are the placed futures themselves: no further task, the
+        # data stays where it was put
+        name = f"dgd-rebalanced-{uuid.uuid4().hex[:12]}"
+        index = (0,) * (arr.ndim - 1)
+        graph = {(name, i, *index): f for i, f in enumerate(placed)}
+        out.append(da.Array(graph, name, chunks=(tuple(rows),) + arr.chunks[1:], meta=arr._meta))
+    with client.as_current():
+        wait([f for a in out for f in futures_of(a)])
+    report["placement"] = list(placement)
+    Xo = out[0]
+    yo = out[1] if given_y else None
+    so = out[2] if sample_weight is not None else None
+    return Xo, yo, so, report

@@ -26,6 +26,9 @@ __all__ = [
     "Shard",
     "ShardSet",
     "place_blocks",
+    "worker_loads",
+    "imbalance",
+    "balanced_chunks",
     "groups_by_worker",
     "make_shard",
 ]
@@ -366,6 +369,38 @@ def shard_minibatch(shard, objective, params, seed, step, take, tree):
     return _group_nodes(sums, tree, wall0, t0)
 
 
+def shard_block_nnz(shard):
+    """Non-zeros of every block of the shard: ``{index: (rows, nnz)}`` (dense: rows x columns)."""
+    out = {}
+    for b in shard.blocks:
+        nnz = b.X.nnz if is_sparse(b.X) else b.X.shape[0] * b.X.shape[1]
+        out[b.index] = (b.n_rows, int(nnz))
+    return out
+
+
+def take_blocks(shard, indices):
+    """The shard of only these blocks (runs where ``shard`` lives; shares the arrays)."""
+    keep = set(indices)
+    return Shard(tuple(b for b in shard.blocks if b.index in keep))
+
+
+def _aligned(a):
+    return np.require(a, requirements="CA") if isinstance(a, np.ndarray) else a
+
+
+def combine_shards(*shards):
+    """One shard of all these shards' blocks, in block order (runs on the new worker).
+
+    Arrays that arrived over the network are made C-contiguous and aligned again, as at
+    assembly, so that moved blocks sum exactly as they did before the move.
+    """
+    blocks = sorted((b for s in shards for b in s.blocks), key=lambda b: b.index)
+    return Shard(tuple(
+        Block(b.index, _aligned(b.X), _aligned(b.y), None if b.sample_weight is None else _aligned(b.sample_weight))
+        for b in blocks
+    ))
+
+
 # ----------------------------------------------------------------------------------------
 # Driver side.
 
@@ -374,14 +409,17 @@ def shard_minibatch(shard, objective, params, seed, step, take, tree):
 PLACEMENT_SLACK = 0.1
 
 
-def place_blocks(costs, block_workers, workers, slack=PLACEMENT_SLACK):
+def place_blocks(costs, block_workers, workers, slack=PLACEMENT_SLACK, speeds=None):
     """Choose the worker of each block: where it already is, unless that unbalances.
 
     Blocks are taken largest first (ties by index); each goes to the least loaded of the
-    workers holding it if that keeps the worker within ``(1 + slack)`` of an equal share
-    of the total cost, and otherwise to the least loaded worker of all (the block then
-    moves).  Data Dask spread evenly never moves; data that sits on one worker is
-    spread.  Depends only on the costs and the current holders.
+    workers holding it if that keeps the worker within ``(1 + slack)`` of its fair share
+    of the total cost, and otherwise to the worker that would finish it first (the block
+    then moves): longest-processing-time-first scheduling, with a preference for the
+    data's current place.  Data Dask spread evenly never moves; data that sits on one
+    worker is spread.  ``speeds`` (relative, per worker; default all 1) make a worker's
+    load its cost divided by its speed and its fair share proportional to its speed.
+    Depends only on the costs, the current holders and the speeds.
 
     Returns
     -------
@@ -390,20 +428,77 @@ def place_blocks(costs, block_workers, workers, slack=PLACEMENT_SLACK):
     """
     workers = sorted(workers)
     rank = {w: i for i, w in enumerate(workers)}
+    speed = {w: 1.0 for w in workers}
+    if speeds is not None:
+        speed.update({w: float(v) for w, v in speeds.items() if w in speed and v > 0})
     costs = [float(c) for c in costs]
-    share = sum(costs) / len(workers)
-    load = dict.fromkeys(workers, 0.0)
+    total_speed = sum(speed.values())
+    # the time the work takes when spread in proportion to the speeds
+    ideal = sum(costs) / total_speed
+    load = dict.fromkeys(workers, 0.0)  # cost held, divided by speed: time
     chosen = [None] * len(costs)
     for b in sorted(range(len(costs)), key=lambda b: (-costs[b], b)):
-        least = min(workers, key=lambda w: (load[w], rank[w]))
-        local = sorted((w for w in block_workers[b] if w in rank), key=lambda w: (load[w], rank[w]))
-        if local and load[local[0]] + costs[b] <= max(share * (1 + slack), load[least] + costs[b]):
+
+        def finish(w):
+            return (load[w] + costs[b] / speed[w], rank[w])
+
+        best = min(workers, key=finish)
+        local = sorted((w for w in block_workers[b] if w in rank), key=finish)
+        if local and finish(local[0])[0] <= max(ideal * (1 + slack), finish(best)[0]):
             w = local[0]
         else:
-            w = least
+            w = best
         chosen[b] = w
-        load[w] += costs[b]
+        load[w] += costs[b] / speed[w]
     return chosen
+
+
+def worker_loads(costs, placement, workers, speeds=None):
+    """Time-like load of every worker: the cost of its blocks over its speed."""
+    load = dict.fromkeys(sorted(workers), 0.0)
+    for c, w in zip(costs, placement):
+        if w in load:
+            load[w] += float(c) / (1.0 if speeds is None else float(speeds.get(w, 1.0)))
+    return load
+
+
+def imbalance(loads):
+    """max / mean of the loads (1 is perfect balance; 1 when there is no work)."""
+    values = list(loads.values()) if isinstance(loads, dict) else list(loads)
+    mean = sum(values) / len(values) if values else 0.0
+    return max(values) / mean if mean > 0 else 1.0
+
+
+def balanced_chunks(rows, costs, n_blocks):
+    """Row chunks of ``n_blocks`` contiguous blocks of near-equal cost.
+
+    The cost of a block is taken as spread evenly over its rows (rows for dense data,
+    non-zeros for sparse); cuts fall at the rows where the cumulative cost crosses
+    ``k / n_blocks`` of the total.  Empty input rows give empty blocks only if there
+    are fewer rows than blocks.
+    """
+    rows = np.asarray(rows, dtype=np.int64)
+    costs = np.asarray(costs, dtype=np.float64)
+    total_rows = int(rows.sum())
+    n_blocks = max(1, min(int(n_blocks), total_rows)) if total_rows else 1
+    # cumulative cost at the block boundaries (rows), interpolated linearly inside blocks
+    edges_rows = np.concatenate([[0], np.cumsum(rows)])
+    edges_cost = np.concatenate([[0.0], np.cumsum(np.where(rows > 0, costs, 0.0))])
+    if edges_cost[-1] <= 0:
+        edges_cost = edges_rows.astype(np.float64)
+    targets = edges_cost[-1] * np.arange(1, n_blocks) / n_blocks
+    cuts = np.interp(targets, edges_cost, edges_rows).round().astype(np.int64)
+    cuts = np.maximum.accumulate(np.clip(cuts, 0, total_rows))
+    bounds = np.concatenate([[0], cuts, [total_rows]])
+    chunks = np.diff(bounds)
+    # no empty block while there are rows to spare: move a row from the next non-empty
+    # neighbour (only happens when a single row holds most of the cost)
+    for i in np.flatnonzero(chunks == 0):
+        j = i + 1 if i + 1 < len(chunks) and chunks[i + 1] > 1 else i - 1
+        if 0 <= j < len(chunks) and chunks[j] > 1:
+            chunks[i] += 1
+            chunks[j] -= 1
+    return tuple(int(c) for c in chunks)
 
 
 def groups_by_worker(placement, workers):
@@ -441,6 +536,11 @@ class ShardSet:
         self.n_features = int(n_features)
         self.sparse = bool(sparse)
         self.token = uuid.uuid4().hex[:8]
+        #: cost of each block (rows x columns for dense blocks, non-zeros for sparse)
+        self.block_costs = self.block_rows.astype(np.float64) * max(self.n_features, 1)
+        self.skew_report = None  # set by build_shardset on a cluster
+        self.last_group_times = None  # compute time of each group in the last actor step
+        self._regroups = 0
         self._runners = None  # step actors, started on the first actor step
         self._scratch = None  # per-group memory in process (call_groups)
 
@@ -474,7 +574,57 @@ class ShardSet:
             self.sparse,
         )
         new.token = self.token
+        new.block_costs = self.block_costs
+        new.skew_report = self.skew_report
         return new
+
+    def placement(self):
+        """The worker of every block, in block order."""
+        out = [None] * len(self.block_rows)
+        for blocks, w in zip(self.groups, self.workers):
+            for b in blocks:
+                out[b] = w
+        return out
+
+    def regroup(self, placement):
+        """Move blocks so that block ``b`` lives on ``placement[b]``; returns the number
+        of blocks moved.  Only the moved blocks travel (a piece of each old shard is cut
+        where it lives, the pieces are combined on the new worker); the step actors are
+        restarted on the next step.  Sums do not change: they follow the block tree."""
+        if self.executor.kind != "dask":
+            return 0
+        old = self.placement()
+        moved = sum(1 for b, w in enumerate(placement) if old[b] != w)
+        if not moved:
+            return 0
+        where = {b: g for g, blocks in enumerate(self.groups) for b in blocks}
+        ex = self.executor
+        self._regroups += 1
+        tag = f"{self.token}-{self._regroups}"
+        new_groups, new_workers = groups_by_worker(placement, set(placement))
+        handles = []
+        for i, (blocks, w) in enumerate(zip(new_groups, new_workers)):
+            by_old = {}
+            for b in blocks:
+                by_old.setdefault(where[b], []).append(b)
+            if len(by_old) == 1:
+                (g_old, bl), = by_old.items()
+                if tuple(bl) == self.groups[g_old] and self.workers[g_old] == w:
+                    handles.append(self.handles[g_old])  # unchanged group
+                    continue
+            pieces = [
+                self.handles[g_old] if tuple(bl) == self.groups[g_old] else ex.submit_pinned(
+                    take_blocks, self.handles[g_old], bl, worker=self.workers[g_old],
+                    key=f"dgd-take-{tag}-{i}-{g_old}",
+                )
+                for g_old, bl in sorted(by_old.items())
+            ]
+            handles.append(ex.submit_pinned(combine_shards, *pieces, worker=w, key=f"dgd-shard-{tag}-{i}"))
+        ex.wait(handles)
+        self.handles, self.groups, self.workers = handles, [tuple(g) for g in new_groups], list(new_workers)
+        self._runners = None  # the old actors are released with their futures
+        self._scratch = None
+        return moved
 
     def uses_runners(self, split_every, result_bytes):
         """Whether steps with these settings go through actors (cluster, actor transport)."""
@@ -487,7 +637,9 @@ class ShardSet:
     def start_runners(self):
         """Start the step actors now (setup), if not started yet."""
         if self._runners is None:
-            self._runners = self.executor.start_runners(self.handles, self.workers, self.token)
+            # a new key per layout: the old actors may not be forgotten yet
+            token = f"{self.token}-{self._regroups}"
+            self._runners = self.executor.start_runners(self.handles, self.workers, token)
 
     def call_groups(self, fn, *args, name):
         """``fn(shard, scratch, *args)`` on every group at once; results in group order.
@@ -516,7 +668,10 @@ class ShardSet:
         ex = self.executor
         if self.uses_runners(split_every, result_bytes):
             self.start_runners()
-            return tree.root(tree.merge(*ex.call_runners(self._runners, fn, (*args, tree))))
+            results = ex.call_runners(self._runners, fn, (*args, tree))
+            self.last_group_times = [max(p.time_max for p in nodes.values()) for nodes in results]
+            return tree.root(tree.merge(*results))
+        self.last_group_times = None
         level = self.map(fn, *args, tree, name=f"dgd-{name}")
         depth = 0
         while len(level) > split_every:

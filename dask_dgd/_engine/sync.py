@@ -20,6 +20,7 @@ from ..exceptions import DivergenceError, ParameterError
 from ..losses import lipschitz_bound, objective_hessian, objective_value_gradient
 from ..optim import SGD, Adagrad, RMSprop
 from .shards import shard_check_finite, shard_loss_grad, shard_minibatch, shard_sample
+from .skew import DynamicBalancer
 
 __all__ = [
     "Evaluator",
@@ -59,13 +60,15 @@ class FitResult:
 class Evaluator:
     """The distributed objective: mean loss over the shards plus the penalty."""
 
-    def __init__(self, shards, objective, penalty, split_every, monitor, max_time=None):
+    def __init__(self, shards, objective, penalty, split_every, monitor, max_time=None, dynamic=False):
         self.shards = shards
         self.objective = objective
         self.penalty = penalty
         self.split_every = split_every
         self.monitor = monitor
         self.max_time = max_time
+        # moves blocks toward faster workers (synchronous steps through actors)
+        self.balancer = DynamicBalancer(shards) if dynamic and shards.executor.kind == "dask" else None
         self.n_steps = 0
         self._data_checked = False
         self._last_end = None  # perf_counter when the previous step's result arrived
@@ -83,7 +86,7 @@ class Evaluator:
         grad = partial.grad_sum / partial.weight_sum + pen_grad
         return value, grad
 
-    def _step(self, fn, params, *args, kind):
+    def _step(self, fn, params, *args, kind, work=None):
         t0, wall0 = time.perf_counter(), time.time()
         update_time = None if self._last_end is None else t0 - self._last_end
         self.n_steps += 1
@@ -111,7 +114,10 @@ class Evaluator:
             "reduce_time": _nonneg(wall1 - partial.end_max),
             "update_time": update_time,
         }
-        return value, grad, partial, self._last_end - t0
+        step_time = self._last_end - t0
+        if self.balancer is not None:
+            self.balancer.observe(self.n_steps, self.shards.block_costs if work is None else work)
+        return value, grad, partial, step_time
 
     def full(self, params):
         """Smooth objective value and gradient over all data (one distributed step)."""
@@ -121,7 +127,9 @@ class Evaluator:
         """Smooth objective value and gradient on the next step's mini-batch."""
         step = self.n_steps + 1
         take = batch_allocation(self.shards.block_rows, batch_size, (*seed, step))
-        return self._step(shard_minibatch, params, seed, step, take, kind="batch")
+        rows = np.maximum(self.shards.block_rows, 1)
+        work = self.shards.block_costs * (take / rows)
+        return self._step(shard_minibatch, params, seed, step, take, kind="batch", work=work)
 
     def out_of_time(self):
         """Whether the fit has run for ``max_time`` seconds (None: never)."""

@@ -97,6 +97,15 @@ SHARED_PARAMS_DOC = """    l1_ratio : float in [0, 1], default=0.0
     max_time : float or None, default=None
         Stop after this many seconds of training (any mode and solver); the model is
         then the last parameters reached, with a ConvergenceWarning.
+    rebalance : "auto", bool, default="auto"
+        Data skew handling for dask input on a cluster (see the user guide's "Data
+        skew").  "auto": blocks stay where Dask put them unless a worker would be more
+        than 10% over its share; if that cannot bring max/mean worker load to 1.1 (a
+        block larger than a share, or half the blocks tiny or empty) and moving the data
+        pays off over ``max_iter`` passes, the data is rechunked into equal-cost blocks
+        and placed again; during synchronous training, blocks move toward faster
+        workers.  True: always rechunk and place.  False: leave every block where it
+        is.  What was measured and done is in ``skew_report_``.
     split_every : int, default=8
         Fan-in of the tree that sums the per-group gradients.  Changing it changes the
         result only at floating-point rounding level.
@@ -162,6 +171,7 @@ class DGDLinearModel(BaseEstimator):
         "max_staleness": [None, Interval(numbers.Integral, 0, None, "left")],
         "staleness_scaling": [bool],
         "max_time": [None, Interval(numbers.Real, 0, None, "neither")],
+        "rebalance": [Options("auto"), bool],
         "split_every": [Interval(numbers.Integral, 2, None, "left")],
         "random_state": [None, Interval(numbers.Integral, 0, None, "left"), np.random.RandomState],
         "warm_start": [bool],
@@ -355,8 +365,10 @@ class DGDLinearModel(BaseEstimator):
         X, y, sample_weight = self._validate_fit_input(X, y, sample_weight, reset=reset)
         executor = get_executor(self.client, X)
         shards = build_shardset(
-            executor, X, y, sample_weight, y_numeric=not self._is_classifier()
+            executor, X, y, sample_weight, y_numeric=not self._is_classifier(),
+            rebalance=self.rebalance, passes=self.max_iter,
         )
+        self.skew_report_ = shards.skew_report
         summaries = shards.map_gather(shard_summary, self._is_classifier(), name="dgd-summary")
         if shards.n_rows == 0:
             raise InputError(
@@ -387,7 +399,8 @@ class DGDLinearModel(BaseEstimator):
         penalty = Penalty(alpha=float(self.alpha), l1_ratio=float(self.l1_ratio))
         monitor = Monitor(verbose=self.verbose, total=total)
         evaluator = Evaluator(
-            shards, objective, penalty, self.split_every, monitor, max_time=self.max_time
+            shards, objective, penalty, self.split_every, monitor, max_time=self.max_time,
+            dynamic=self.rebalance is not False and self.mode == "sync",
         )
         try:
             result = run(evaluator)

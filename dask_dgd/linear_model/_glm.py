@@ -34,6 +34,7 @@ class _Regressor(RegressorMixin, DGDLinearModel):
         max_staleness=None,
         staleness_scaling=False,
         max_time=None,
+        rebalance="auto",
         split_every=8,
         random_state=None,
         warm_start=False,
@@ -55,6 +56,7 @@ class _Regressor(RegressorMixin, DGDLinearModel):
         self.max_staleness = max_staleness
         self.staleness_scaling = staleness_scaling
         self.max_time = max_time
+        self.rebalance = rebalance
         self.split_every = split_every
         self.random_state = random_state
         self.warm_start = warm_start
@@ -212,6 +214,7 @@ class PoissonRegressor(_Regressor):
         max_staleness=None,
         staleness_scaling=False,
         max_time=None,
+        rebalance="auto",
         split_every=8,
         random_state=None,
         warm_start=False,
@@ -234,6 +237,7 @@ class PoissonRegressor(_Regressor):
             max_staleness=max_staleness,
             staleness_scaling=staleness_scaling,
             max_time=max_time,
+            rebalance=rebalance,
             split_every=split_every,
             random_state=random_state,
             warm_start=warm_start,

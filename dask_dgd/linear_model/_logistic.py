@@ -95,6 +95,7 @@ class LogisticRegression(ClassifierMixin, DGDLinearModel):
         max_staleness=None,
         staleness_scaling=False,
         max_time=None,
+        rebalance="auto",
         split_every=8,
         random_state=None,
         warm_start=False,
@@ -117,6 +118,7 @@ class LogisticRegression(ClassifierMixin, DGDLinearModel):
         self.max_staleness = max_staleness
         self.staleness_scaling = staleness_scaling
         self.max_time = max_time
+        self.rebalance = rebalance
         self.split_every = split_every
         self.random_state = random_state
         self.warm_start = warm_start

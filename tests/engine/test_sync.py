@@ -222,7 +222,10 @@ def test_embedded_cluster_is_started_once_and_logged(monkeypatch, logistic_data)
             records.append(record.getMessage())
 
     logger, handler = logging.getLogger("dask_dgd"), ListHandler()
-    monkeypatch.setattr(logger, "level", logging.INFO)
+    # setLevel, not the attribute: it also clears the logger's isEnabledFor cache, which
+    # earlier INFO calls at the default WARNING level have filled
+    old_level = logger.level
+    logger.setLevel(logging.INFO)
     logger.addHandler(handler)
     monkeypatch.setattr(cluster_mod, "LocalCluster", small_cluster)
     monkeypatch.setitem(cluster_mod._embedded, "client", None)
@@ -234,6 +237,7 @@ def test_embedded_cluster_is_started_once_and_logged(monkeypatch, logistic_data)
         np.testing.assert_allclose(a.coef_, b.coef_, rtol=1e-7)
     finally:
         logger.removeHandler(handler)
+        logger.setLevel(old_level)
         cluster_mod._close_embedded()
 
 

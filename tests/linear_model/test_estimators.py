@@ -92,10 +92,16 @@ def test_partial_fit_stream_learns(data):
 
 def test_partial_fit_after_fit_continues_from_fitted(data):
     X, y = data
-    est = LogisticRegression(tol=1e-8).fit(X, y)
+    # random_state fixed: one epoch of SGD moves the coefficients by 0.05-0.25 depending
+    # on the batches drawn (with random_state=None this test failed about 2 runs in 3
+    # against a fixed 0.1 bound)
+    est = LogisticRegression(tol=1e-8, random_state=0).fit(X, y)
     coef = est.coef_.copy()
     est.partial_fit(X, y)
-    np.testing.assert_allclose(est.coef_, coef, atol=0.1)
+    moved = np.abs(est.coef_ - coef).max()
+    fresh = LogisticRegression(random_state=0).partial_fit(X, y, classes=[0, 1])
+    from_scratch = np.abs(fresh.coef_ - coef).max()  # about 0.6
+    assert moved < 0.5 * from_scratch, (moved, from_scratch)
 
 
 def test_verbose_progress_and_logging(data, caplog, capsys):

@@ -1,0 +1,243 @@
+"""Data skew: measure the load of every worker, repartition and place blocks for it,
+and follow uneven workers during training.
+
+Synchronous steps wait for the most loaded worker, so skew is paid on every step.  The
+cost of a block is what a step spends on it: rows x columns for dense blocks, non-zeros
+(+ rows) for sparse ones.  A worker's load is the cost of its blocks divided by its
+speed; skew is max / mean load.
+
+At setup (:func:`plan`), with ``rebalance="auto"``:
+
+1. blocks stay where Dask put them unless a worker would be more than 10% over its
+   share (:func:`~.shards.place_blocks`, largest blocks first);
+2. if that cannot bring max/mean to :data:`SKEW_THRESHOLD` or below because a block
+   is larger than a share, or at least half the blocks are tiny or empty, the data is
+   rechunked into near-equal-cost blocks (``dask.array.rechunk``: oversized blocks are
+   split, tiny and empty ones merged) and placed again, provided moving the data costs
+   less than the time the better balance saves over the fit's ``max_iter`` passes
+   (dask config ``dgd.move-bytes-per-second`` and ``dgd.read-bytes-per-second``).
+
+``rebalance=True`` always rechunks and places; ``False`` leaves every block where it is.
+
+During synchronous training (:class:`DynamicBalancer`) the measured compute time of
+each group gives each worker's speed; when placing the blocks by speed would shorten
+the step by more than 10%, blocks move toward the faster workers.  Sums follow the
+block tree, so moving blocks never changes a result.
+"""
+
+import logging
+import math
+
+import dask
+import numpy as np
+
+from .shards import PLACEMENT_SLACK, balanced_chunks, imbalance, place_blocks, worker_loads
+
+__all__ = ["SKEW_THRESHOLD", "DynamicBalancer", "plan", "measure"]
+
+logger = logging.getLogger("dask_dgd")
+
+#: ``rebalance="auto"`` acts when max/mean worker load exceeds this.
+SKEW_THRESHOLD = 1.1
+#: A block is tiny below this fraction of the mean block cost.
+TINY_BLOCK = 0.1
+#: Bytes per second a block moves between workers (measured: 0.8 GB in 4.7 s on a
+#: 2-worker LocalCluster); dask config ``dgd.move-bytes-per-second``.
+MOVE_BYTES_PER_SECOND = 170e6
+#: Bytes per second a step reads on one worker (measured: 0.8 GB per 121 ms full-batch
+#: step, and 51 ms per 0.4 GB of excess load, in the skew benchmark); dask config
+#: ``dgd.read-bytes-per-second``.
+READ_BYTES_PER_SECOND = 6.6e9
+#: Seconds a step spends per block beyond its rows (the t_block of
+#: docs/performance.md): what merging a tiny or empty block saves.
+BLOCK_SECONDS = 3e-5
+#: Dynamic balancing moves blocks when the predicted step is this much shorter.
+DYNAMIC_GAIN = 0.1
+#: ... and only when the slowest worker computes at least this long per step (dask
+#: config ``dgd.dynamic-min-step-seconds``): shorter times are mostly noise, and a
+#: move costs a restart of the step actors.
+DYNAMIC_MIN_STEP_SECONDS = 0.02
+
+
+def measure(costs, placement, workers):
+    """Loads of the workers for a placement, and their max/mean."""
+    loads = worker_loads(costs, placement, workers)
+    return loads, imbalance(loads)
+
+
+def plan(rows, costs, nbytes, holders, workers, *, rebalance, passes):
+    """Decide what to do with the blocks at setup.
+
+    Parameters
+    ----------
+    rows, costs, nbytes : sequences
+        Per block: rows, cost and bytes (X, y and weights).
+    holders : list of tuple of str
+        Workers holding each block.
+    workers : list of str
+    rebalance : "auto", True or False
+    passes : int
+        Passes over the data the fit may make (its ``max_iter``): the horizon over which
+        moving data must pay off.
+
+    Returns
+    -------
+    action : {"none", "placed", "rechunk"}
+    placement : list of str or None
+        The worker of each block (None when the data must be rechunked first).
+    report : dict
+        Measurements (see :func:`report`).
+    """
+    current = [h[0] if h else None for h in holders]
+    loads0, skew0 = measure(costs, current, workers)
+    info = {
+        "n_blocks_in": len(rows),
+        "empty_blocks_in": int(sum(1 for r in rows if r == 0)),
+        "worker_load_before": loads0,
+        "imbalance_before": skew0,
+    }
+    if rebalance is False:
+        return "none", current, info
+    placed = place_blocks(costs, holders, workers)
+    loads1, skew1 = measure(costs, placed, workers)
+    total = float(sum(costs))
+    mean_cost = total / len(costs) if len(costs) else 0.0
+    tiny = sum(1 for c in costs if c < TINY_BLOCK * mean_cost)
+    share = total / len(workers) if workers else 0.0
+    oversized = any(c > (1 + PLACEMENT_SLACK) * share for c in costs)
+    # Blocks no larger than a share can be placed within one block of balance; only
+    # oversized blocks or a majority of tiny ones are worth new chunks (which depend on
+    # the number of workers, see the user guide's determinism note).
+    need = rebalance is True or (skew1 > SKEW_THRESHOLD and oversized) or tiny >= len(costs) / 2
+    if not need or len(workers) == 0:
+        return "placed", placed, info
+    if rebalance == "auto":
+        # A pass saves the excess load of the most loaded worker (read at the read
+        # speed) and the overhead of the merged blocks.  The rechunk rewrites every
+        # block whose boundaries change (a local copy, at the read speed) and moves the
+        # excess of every worker over its share between workers (at the move speed).
+        per_cost = float(sum(nbytes)) / total if total > 0 else 0.0
+        new = balanced_chunks(rows, costs, n_balanced_blocks(rows, costs, len(workers)))
+        kept = set(zip(np.cumsum((0,) + tuple(new))[:-1].tolist(), new))
+        starts = np.cumsum([0] + list(rows))[:-1].tolist()
+        rewritten = sum(b for b, s0, r in zip(nbytes, starts, rows) if r and (s0, r) not in kept)
+        transfer = sum(max(0.0, load - share) for load in loads1.values()) * per_cost
+        read_bw = float(dask.config.get("dgd.read-bytes-per-second", READ_BYTES_PER_SECOND))
+        move_bw = float(dask.config.get("dgd.move-bytes-per-second", MOVE_BYTES_PER_SECOND))
+        per_pass = (max(loads1.values()) - share) * per_cost / read_bw
+        per_pass += tiny / len(workers) * BLOCK_SECONDS  # merged blocks' overhead
+        info["rechunk_saves_seconds"] = passes * per_pass
+        info["rechunk_costs_seconds"] = rewritten / read_bw + transfer / move_bw
+        if info["rechunk_saves_seconds"] <= info["rechunk_costs_seconds"]:
+            return "placed", placed, info
+    return "rechunk", None, info
+
+
+def n_balanced_blocks(rows, costs, n_workers):
+    """How many blocks a rechunk makes: as many as the non-tiny blocks of the input,
+    at least one per worker, rounded up to a multiple of the number of workers."""
+    mean_cost = float(np.mean(costs)) if len(costs) else 0.0
+    keep = sum(1 for r, c in zip(rows, costs) if r > 0 and c >= TINY_BLOCK * mean_cost)
+    n = max(keep, n_workers, 1)
+    return int(math.ceil(n / n_workers) * n_workers) if n_workers else n
+
+
+def report(info, costs, placement, workers, action, moved_blocks, moved_bytes, cost_kind):
+    """The ``skew_report_`` dict: what was measured and done at setup."""
+    loads, skew = measure(costs, placement, workers)
+    costs = np.asarray(costs, dtype=np.float64)
+    mean = float(costs.mean()) if costs.size else 0.0
+    out = {
+        "cost": cost_kind,
+        **info,
+        "n_blocks": int(costs.size),
+        "block_cost_max_mean": float(costs.max() / mean) if mean > 0 else 1.0,
+        "worker_load_after": loads,
+        "imbalance_after": skew,
+        "action": action,
+        "moved_blocks": int(moved_blocks),
+        "moved_bytes": int(moved_bytes),
+        "dynamic": [],
+    }
+    logger.info(
+        "data skew: max/mean worker load %.2f before, %.2f after (%s; %d of %d blocks moved, "
+        "%d blocks now)", out["imbalance_before"], skew, action, moved_blocks,
+        out["n_blocks_in"], out["n_blocks"],
+    )
+    return out
+
+
+class DynamicBalancer:
+    """Moves blocks toward faster workers during synchronous training.
+
+    Each step's per-group compute times (actor steps only) and the work each group did
+    are accumulated; at step ``first`` and then every ``every`` steps, each worker's
+    speed is its work per second; the blocks are placed by speed
+    (:func:`~.shards.place_blocks`) and moved if that shortens the predicted step by
+    more than :data:`DYNAMIC_GAIN`.  The first step is left out (it loads the block
+    kernel in every worker process).
+    """
+
+    def __init__(self, shards, first=4, every=20):
+        self.shards = shards
+        self.first = first
+        self.every = every
+        self._reset()
+
+    def _reset(self):
+        self.work = {}
+        self.seconds = {}
+        self.steps = 0
+
+    def observe(self, step, block_work):
+        """Account one step; ``block_work`` is the work of each block in it."""
+        times = self.shards.last_group_times
+        if times is None or step < 2:
+            return None
+        for blocks, w, t in zip(self.shards.groups, self.shards.workers, times):
+            self.work[w] = self.work.get(w, 0.0) + float(sum(block_work[b] for b in blocks))
+            self.seconds[w] = self.seconds.get(w, 0.0) + float(t)
+        self.steps += 1
+        if step == self.first or (step > self.first and (step - self.first) % self.every == 0):
+            return self._check(step)
+        return None
+
+    def _check(self, step):
+        shards = self.shards
+        speeds = {w: self.work[w] / self.seconds[w] for w in self.work if self.seconds[w] > 0 and self.work[w] > 0}
+        slowest = max(self.seconds.values(), default=0.0) / max(self.steps, 1)
+        self._reset()
+        floor = float(dask.config.get("dgd.dynamic-min-step-seconds", DYNAMIC_MIN_STEP_SECONDS))
+        if slowest < floor:
+            return None
+        workers = shards.executor.workers()
+        if len(speeds) < 1 or len(workers) < 2:
+            return None
+        typical = float(np.median(list(speeds.values())))
+        speeds = {w: speeds.get(w, typical) for w in workers}  # idle workers: typical speed
+        costs = shards.block_costs
+        now = shards.placement()
+        holders = [(w,) for w in now]
+        new = place_blocks(costs, holders, workers, speeds=speeds)
+        before = max(worker_loads(costs, now, workers, speeds).values())
+        after = max(worker_loads(costs, new, workers, speeds).values())
+        if not (after < (1 - DYNAMIC_GAIN) * before):
+            return None
+        moved = shards.regroup(new)
+        entry = {
+            "step": int(step),
+            "speeds": {w: float(v / typical) for w, v in speeds.items()},
+            "predicted_step_ratio": float(after / before),
+            "moved_blocks": int(moved),
+            "rows_per_worker": {
+                w: int(sum(shards.block_rows[b] for b, x in enumerate(new) if x == w)) for w in workers
+            },
+        }
+        if shards.skew_report is not None:
+            shards.skew_report["dynamic"].append(entry)
+        logger.info(
+            "dynamic balancing at step %d: relative worker speeds %s; %d blocks moved, "
+            "predicted step %.2fx", step,
+            {w: round(v, 2) for w, v in entry["speeds"].items()}, moved, entry["predicted_step_ratio"],
+        )
+        return entry

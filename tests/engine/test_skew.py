@@ -1,0 +1,209 @@
+"""Data skew: measurement, rechunking and placement at setup, dynamic balancing."""
+
+import warnings
+
+import dask
+import dask.array as da
+import numpy as np
+import pytest
+import scipy.sparse as sp
+from distributed import futures_of, wait
+
+import dask_dgd
+from dask_dgd import ConvergenceWarning, InputError, LogisticRegression, ParameterError
+from dask_dgd._engine import skew
+from dask_dgd._engine.shards import balanced_chunks, imbalance, place_blocks, worker_loads
+from dask_dgd.exceptions import ClusterError
+from dask_dgd.testing import straggler
+
+N = 8000
+
+
+@pytest.fixture(scope="module")
+def data():
+    rng = np.random.default_rng(3)
+    X = rng.standard_normal((N, 5))
+    y = (rng.random(N) < 1 / (1 + np.exp(-(X @ np.array([1.0, -1.0, 0.5, 0.0, 2.0]))))).astype(float)
+    return X, y
+
+
+def _dask(X, y, chunks):
+    return da.from_array(X, chunks=(chunks, -1)), da.from_array(y, chunks=(chunks,))
+
+
+def _fit(client, X, y, **kw):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        return LogisticRegression(client=client, **{"tol": 1e-10, **kw}).fit(X, y)
+
+
+@pytest.fixture(scope="module")
+def balanced(client, data):
+    return _fit(client, *_dask(*data, N // 8))
+
+
+SKEWED = (int(0.9 * N),) + (N // 10 // 7,) * 6 + (N // 10 - 6 * (N // 10 // 7),)
+HALF_EMPTY = (N // 4, 0, N // 4, 0, N // 4, 0, N // 4, 0)
+
+
+@pytest.mark.parametrize(
+    "chunks, n_blocks", [(SKEWED, 8), (HALF_EMPTY, 4)], ids=["90%-in-one-block", "half-empty"]
+)
+def test_skewed_chunks_train_to_the_balanced_coefficients(client, data, balanced, chunks, n_blocks):
+    est = _fit(client, *_dask(*data, chunks))
+    report = est.skew_report_
+    if n_blocks == 8:  # the big block alone is 1.8x a worker's share
+        assert report["imbalance_before"] > 1.5
+    else:  # Dask may spread the non-empty blocks evenly; the empty ones are the skew
+        assert report["empty_blocks_in"] == 4
+    assert report["imbalance_after"] <= 1.1
+    # split the big block / merged the empty ones: as many blocks as non-empty ones
+    assert report["action"] == "rechunked" and report["n_blocks"] == n_blocks
+    if n_blocks == 8:  # rechunked to the balanced layout: the same sums, bit for bit
+        np.testing.assert_array_equal(est.coef_, balanced.coef_)
+    else:  # other blocks: the same optimum up to rounding
+        np.testing.assert_allclose(est.coef_, balanced.coef_, rtol=1e-8)
+    # without rebalancing the skew stays, and only rounding differs
+    kept = _fit(client, *_dask(*data, chunks), rebalance=False)
+    assert kept.skew_report_["imbalance_after"] == kept.skew_report_["imbalance_before"]
+    assert kept.skew_report_["action"] == "none" and kept.skew_report_["moved_blocks"] == 0
+    np.testing.assert_allclose(kept.coef_, balanced.coef_, rtol=1e-7)
+
+
+def test_data_on_one_worker_ends_up_split(client, data):
+    X, y = data
+    first = sorted(client.scheduler_info()["workers"])[0]
+    # fresh keys (name=False): keys already on the cluster would be reused where they are
+    Xd = da.from_array(X, chunks=(N // 8, -1), name=False)
+    yd = da.from_array(y, chunks=N // 8, name=False)
+    Xd, yd = client.persist([Xd, yd], workers=[first])
+    with client.as_current():
+        wait([Xd, yd])
+    assert {tuple(w) for w in client.who_has(Xd).values()} == {(first,)}
+    est = _fit(client, Xd, yd)
+    r = est.skew_report_
+    assert r["imbalance_before"] == pytest.approx(2.0)
+    assert r["action"] == "placed" and r["moved_blocks"] == 4
+    loads = r["worker_load_after"]
+    assert len(loads) == 2 and min(loads.values()) > 0 and r["imbalance_after"] == pytest.approx(1.0)
+
+
+def test_balanced_input_moves_nothing(client, balanced):
+    r = balanced.skew_report_
+    assert r["action"] == "placed" and r["moved_blocks"] == 0 and r["moved_bytes"] == 0
+    assert r["n_blocks"] == r["n_blocks_in"] == 8
+    assert r["imbalance_before"] == r["imbalance_after"] == pytest.approx(1.0)
+    assert r["cost"] == "rows x columns" and r["dynamic"] == []
+
+
+def test_empty_data_on_some_workers_and_zero_row_chunks_train(client, data):
+    X, y = data
+    # one chunk and no rebalancing: a worker without data, and empty chunks around it
+    est = _fit(client, *_dask(X, y, (0, N, 0)), rebalance=False)
+    assert est.skew_report_["imbalance_after"] == pytest.approx(2.0)
+    ref = _fit(client, *_dask(X, y, N // 8))
+    np.testing.assert_allclose(est.coef_, ref.coef_, rtol=1e-7)
+    # mini-batches and local/async modes over empty chunks
+    for mode in ("sync", "local", "async"):
+        m = _fit(client, *_dask(X, y, (0, N // 2, 0, 0, N // 2)), solver="sgd", batch_size=500,
+                 max_iter=2, mode=mode, rebalance=False)
+        assert np.all(np.isfinite(m.coef_))
+
+
+def test_sparse_blocks_are_balanced_by_non_zeros(client, data):
+    _, y = data
+    dense_rows = sp.random(N // 2, 40, density=0.5, format="csr", random_state=1)
+    sparse_rows = sp.random(N // 2, 40, density=0.02, format="csr", random_state=2)
+    S = sp.vstack([dense_rows, sparse_rows], format="csr")
+    Sd = da.from_array(S, chunks=(N // 4, 40), asarray=False)  # equal rows, unequal non-zeros
+    est = _fit(client, Sd, da.from_array(y, chunks=N // 4), rebalance=True)
+    r = est.skew_report_
+    assert r["cost"] == "non-zeros + rows" and r["imbalance_after"] <= 1.1
+    ref = LogisticRegression(tol=1e-10).fit(S, y)
+    np.testing.assert_allclose(est.coef_, ref.coef_, rtol=1e-6, atol=1e-9)
+
+
+def test_dynamic_balancing_moves_load_off_a_slow_worker(client, data):
+    X, y = data
+    Xb, yb = client.persist(list(_dask(np.tile(X, (8, 1)), np.tile(y, 8), N)))  # 8 blocks
+    slow = sorted(client.scheduler_info()["workers"])[-1]
+    common = dict(solver="gd", max_iter=12, tol=0.0)
+    with dask.config.set({"dgd.dynamic-min-step-seconds": 0.0}), straggler(client, slow, factor=3.0):
+        est = _fit(client, Xb, yb, **common)
+    moves = est.skew_report_["dynamic"]
+    assert moves, "no dynamic move under a 4x straggler"
+    rows = moves[-1]["rows_per_worker"]
+    assert rows[slow] <= 0.4 * sum(rows.values())  # was one half
+    assert moves[-1]["speeds"][slow] < 0.6
+    # the sums follow the block tree: moving blocks changes no bit of the result
+    still = _fit(client, Xb, yb, rebalance=False, **common)
+    np.testing.assert_array_equal(est.coef_, still.coef_)
+
+
+def test_public_rebalance(client, data):
+    X, y = data
+    Xd, yd = _dask(X, y, SKEWED)
+    Xo, yo, so, report = dask_dgd.rebalance(Xd, yd, client=client)
+    assert so is None and report["imbalance_after"] <= 1.1
+    assert Xo.chunks[0] == yo.chunks[0] == (N // 8,) * 8
+    np.testing.assert_array_equal(client.compute(Xo, sync=True), X)
+    np.testing.assert_array_equal(client.compute(yo, sync=True), y)
+    holders = client.who_has(futures_of(Xo))
+    per_worker = {}
+    for (key,), rows, w in zip(Xo.__dask_keys__(), Xo.chunks[0], report["placement"]):
+        assert w in holders[Xo.dask[key].key]  # each block is a future on its worker
+        per_worker[w] = per_worker.get(w, 0) + rows
+    assert sorted(per_worker.values()) == [N // 2, N // 2]
+    # X alone, a weight vector, errors
+    Xo2, yo2, so2, _ = dask_dgd.rebalance(Xd, sample_weight=da.ones(N, chunks=(SKEWED,)), client=client)
+    assert yo2 is None and so2.chunks[0] == Xo2.chunks[0]
+    with pytest.raises(InputError, match="X must be a dask array or dask DataFrame; got ndarray"):
+        dask_dgd.rebalance(X, client=client)
+    with pytest.raises(ParameterError, match="rebalance must be True or 'auto'; got False"):
+        dask_dgd.rebalance(Xd, client=client, rebalance=False)
+    with pytest.raises(ParameterError, match="client must be a distributed.Client or None; got str"):
+        dask_dgd.rebalance(Xd, client="tcp://x")
+    with pytest.raises(ClusterError, match="rebalance needs a Dask cluster"):
+        dask_dgd.rebalance(Xd)
+
+
+def test_bad_rebalance_parameter():
+    with pytest.raises(ParameterError, match=r"The 'rebalance' parameter of LogisticRegression must be"):
+        LogisticRegression(rebalance="yes").fit(np.eye(3), [0, 1, 0])
+
+
+# ------------------------------------------------------------------ the arithmetic
+def test_balanced_chunks_equalise_cost():
+    assert balanced_chunks([90, 5, 5], [90, 5, 5], 4) == (25, 25, 25, 25)
+    assert balanced_chunks([10, 0, 10, 0], [10, 0, 10, 0], 2) == (10, 10)
+    # cost spread evenly inside blocks: 10 heavy rows (cost 9 each), 90 light (cost 0.1)
+    chunks = balanced_chunks([10, 90], [90.0, 9.0], 2)
+    assert sum(chunks) == 100 and chunks[0] < 10
+    assert balanced_chunks([3], [3], 5) == (1, 1, 1)  # no more blocks than rows
+    assert balanced_chunks([0, 0], [0, 0], 2) == (0,)
+
+
+def test_place_blocks_by_speed_and_loads():
+    costs = [10.0] * 6
+    fast_slow = {"a": 2.0, "b": 1.0}
+    placement = place_blocks(costs, [("a",), ("b",)] * 3, ["a", "b"], speeds=fast_slow)
+    assert placement.count("a") == 4 and placement.count("b") == 2
+    loads = worker_loads(costs, placement, ["a", "b"], fast_slow)
+    assert loads == {"a": 20.0, "b": 20.0} and imbalance(loads) == 1.0
+    assert imbalance({"a": 0.0, "b": 0.0}) == 1.0
+
+
+def test_plan_decisions():
+    workers = ["a", "b"]
+    even = ([10] * 4, [10.0] * 4, [80] * 4, [("a",), ("a",), ("b",), ("b",)])
+    assert skew.plan(*even, workers, rebalance="auto", passes=100)[0] == "placed"
+    assert skew.plan(*even, workers, rebalance=True, passes=100)[0] == "rechunk"
+    action, placement, info = skew.plan(*even, workers, rebalance=False, passes=100)
+    assert action == "none" and placement == ["a", "a", "b", "b"]
+    big = ([90, 10], [90.0, 10.0], [720, 80], [("a",), ("b",)])
+    assert skew.plan(*big, workers, rebalance="auto", passes=100)[0] == "rechunk"
+    # a move that cannot pay off in the fit's passes is not made
+    with dask.config.set({"dgd.move-bytes-per-second": 1.0}):
+        action, _, info = skew.plan(*big, workers, rebalance="auto", passes=1)
+    assert action == "placed" and info["rechunk_costs_seconds"] > info["rechunk_saves_seconds"]
+    assert skew.n_balanced_blocks([90, 5, 0, 5], [90, 5, 0, 5], 2) == 4
