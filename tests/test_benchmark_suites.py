@@ -10,7 +10,7 @@ import math
 import numpy as np
 import pytest
 
-from benchmarks.suites import memory, modes, scaling, straggler
+from benchmarks.suites import memory, modes, scaling, skew, straggler
 
 RESULT_KEYS = {"title", "markdown", "table", "data"}
 
@@ -21,7 +21,7 @@ def _check_result(result):
     assert "|---|" in result["table"]
 
 
-@pytest.mark.parametrize("module", [modes, scaling, memory, straggler])
+@pytest.mark.parametrize("module", [modes, scaling, memory, straggler, skew])
 def test_suite_interface(module):
     assert module.NAME == module.__name__.rsplit(".", 1)[-1]
     assert module.DESCRIPTION
@@ -254,3 +254,21 @@ def test_straggler_suite_tiny():
     assert runs["none"]["async"][0]["rounds"] >= 2 * 15 - 1  # about one push per group and epoch
     assert sum(runs["straggler"]["async"][0]["updates"]) > 0
     assert "speed-up over sync under the straggler" in result["markdown"]
+
+
+def test_skewed_chunks():
+    assert skew.skewed_chunks(1000, 4, 0.75) == (750, 83, 84, 83)
+    assert sum(skew.skewed_chunks(2_000_000, 16, 0.75)) == 2_000_000
+
+
+def test_skew_suite_tiny():
+    result = skew.run("small", repeats=1, rows=16_000, features=4, chunks=8, steps=8, log=lambda msg: None)
+    _check_result(result)
+    runs = result["data"]["runs"]
+    (bal,), (sk,), (rb,) = runs["balanced"], runs["skewed"], runs["rebalanced"]
+    assert bal["moved_blocks"] == 0 and bal["imbalance_after"] == pytest.approx(1.0)
+    assert sk["action"] == "none" and sk["imbalance_after"] == sk["imbalance_before"] > 1.2
+    # "auto" weighs the move against the fit's 8 steps: either way no worse than before
+    assert rb["action"] in ("rechunked", "placed") and rb["imbalance_after"] <= rb["imbalance_before"]
+    assert result["data"]["ratio_rebalanced"] > 0 and result["data"]["ideal_step"] > 0
+    assert "dynamic step" in result["markdown"]
