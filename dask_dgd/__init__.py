@@ -27,6 +27,8 @@ _LAZY = {
     "optim": "dask_dgd.optim",
     "testing": "dask_dgd.testing",
     "rebalance": "dask_dgd._engine.cluster",
+    "compression": "dask_dgd.compression",
+    "communication_report": "dask_dgd.diagnostics",
 }
 
 __all__ = [
@@ -39,6 +41,8 @@ __all__ = [
     "ParameterError",
     "PoissonRegressor",
     "__version__",
+    "communication_report",
+    "compression",
     "datasets",
     "exceptions",
     "linear_model",

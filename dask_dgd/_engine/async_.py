@@ -252,6 +252,9 @@ class ServerCore:
                 "wait_time": max(s["wait"] for s in stats),
                 "updates_per_group": tuple(counts),
                 "comm_bytes": 2 * 8 * self.params.size * len(stats),
+                "bytes_up_raw": 8 * self.params.size * len(stats),
+                "bytes_up": 8 * self.params.size * len(stats),
+                "bytes_down": 8 * self.params.size * len(stats),
             }
         )
         self._round_start = now

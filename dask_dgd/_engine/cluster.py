@@ -172,6 +172,18 @@ def step_transport(n_groups, result_bytes, split_every):
     return "actor"
 
 
+def auto_split_every(n_groups, result_bytes, limit=None):
+    """``split_every="auto"``: 8, or the largest fan-in (>= 2) whose merges receive at
+    most ``dgd.driver-reduce-max-bytes`` (16 MiB) when the groups' results together
+    exceed it.  A smaller fan-in means more tree levels (one round trip each on the
+    task transport) and fewer bytes per merge."""
+    if limit is None:
+        limit = dask.config.get("dgd.driver-reduce-max-bytes", DRIVER_REDUCE_MAX_BYTES_DEFAULT)
+    if n_groups * result_bytes <= limit or result_bytes <= 0:
+        return 8
+    return int(max(2, min(8, limit // result_bytes)))
+
+
 def _worker_addresses(dask_scheduler=None):
     return list(dask_scheduler.workers)
 

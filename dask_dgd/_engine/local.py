@@ -210,6 +210,9 @@ def run_local(
             wait_time=max(times) - min(times),
             updates_per_group=(local_steps,) * len(results),
             comm_bytes=n_bytes,
+            bytes_up_raw=n_bytes // 2,
+            bytes_up=n_bytes // 2,
+            bytes_down=n_bytes // 2,
         )
         params = new_params
         if monitor.stop_requested:

@@ -28,7 +28,10 @@ RECORD_FIELDS = (
     "delay_mean",  # sync and local: 0
     "wait_time",  # longest time a group waited at the barrier (sync, local) or the bound
     "updates_per_group",  # tuple: optimizer steps each group took in this record
-    "comm_bytes",  # parameter and gradient bytes moved (8 per float64 entry per message)
+    "comm_bytes",  # bytes moved in this record: bytes_up + bytes_down
+    "bytes_up_raw",  # gradient (and loss) bytes the groups would send uncompressed
+    "bytes_up",  # ... as sent (compressed)
+    "bytes_down",  # parameter bytes sent to the groups
 )
 
 
@@ -90,3 +93,18 @@ class Monitor:
         if self._bar is not None:
             self._bar.close()
             self._bar = None
+
+
+def communicated(history):
+    """Totals of a fit's bytes (from its history): up the tree raw and as sent, down to
+    the groups, all, and the compression ratio of the way up."""
+    up_raw = int(history["bytes_up_raw"].fillna(0).sum()) if len(history) else 0
+    up = int(history["bytes_up"].fillna(0).sum()) if len(history) else 0
+    down = int(history["bytes_down"].fillna(0).sum()) if len(history) else 0
+    return {
+        "up_raw": up_raw,
+        "up": up,
+        "down": down,
+        "total": up + down,
+        "compression_ratio": up_raw / up if up else 1.0,
+    }

@@ -362,6 +362,36 @@ def sum_in_block_order(sums, n_params):
     return loss, grad, weight
 
 
+def shard_sums_compressed(shard, scratch, objective, params, seed, step, take, compressor, group_seed):
+    """One step's sums of this group (all rows, or the ``take`` rows of each block), the
+    gradient compressed (runs on the group's runner; ``scratch`` keeps the compressor's
+    state, e.g. the error-feedback residual, from step to step).
+
+    A non-finite gradient is sent raw and leaves the state alone, so the engine backs
+    off and the residual is not poisoned.
+    """
+    wall0, t0 = time.time(), time.perf_counter()
+    sums = batch_sums(shard, objective, params, seed, step, take)
+    loss, grad, weight = sum_in_block_order(sums, objective.n_params)
+    raw = 8 * grad.size
+    if np.all(np.isfinite(grad)) and np.isfinite(loss):
+        state = scratch.get("compression")
+        if state is None:
+            state = compressor.init(grad.size)
+        rng = np.random.default_rng([*group_seed, step])
+        payload, state = compressor.compress(grad, state, rng)
+        scratch["compression"] = state
+        sent = compressor.nbytes(payload)
+    else:
+        payload, sent = {"raw": grad}, raw
+    inject_faults(t0)
+    dt = time.perf_counter() - t0
+    return {
+        "loss": loss, "weight": weight, "payload": payload, "raw_bytes": raw + 16,
+        "sent_bytes": sent + 16, "time": dt, "start": wall0, "end": wall0 + dt,
+    }
+
+
 def shard_minibatch(shard, objective, params, seed, step, take, tree):
     """Sums over this step's sampled rows of each block (see :func:`batch_sums`)."""
     wall0, t0 = time.time(), time.perf_counter()

@@ -19,7 +19,14 @@ import scipy.sparse as sp
 from ..exceptions import DivergenceError, ParameterError
 from ..losses import lipschitz_bound, objective_hessian, objective_value_gradient
 from ..optim import SGD, Adagrad, RMSprop
-from .shards import shard_check_finite, shard_loss_grad, shard_minibatch, shard_sample
+from .reduce import Partial
+from .shards import (
+    shard_check_finite,
+    shard_loss_grad,
+    shard_minibatch,
+    shard_sample,
+    shard_sums_compressed,
+)
 from .skew import DynamicBalancer
 
 __all__ = [
@@ -60,8 +67,15 @@ class FitResult:
 class Evaluator:
     """The distributed objective: mean loss over the shards plus the penalty."""
 
-    def __init__(self, shards, objective, penalty, split_every, monitor, max_time=None, dynamic=False):
+    def __init__(
+        self, shards, objective, penalty, split_every, monitor, max_time=None, dynamic=False,
+        compressor=None, seed=(0,),
+    ):
         self.shards = shards
+        self.compressor = compressor
+        self.seed = tuple(seed)
+        #: bytes of this fit: up the tree (raw and as sent) and down to the groups
+        self.bytes = {"up_raw": 0, "up": 0, "down": 0}
         self.objective = objective
         self.penalty = penalty
         self.split_every = split_every
@@ -90,15 +104,24 @@ class Evaluator:
         t0, wall0 = time.perf_counter(), time.time()
         update_time = None if self._last_end is None else t0 - self._last_end
         self.n_steps += 1
-        partial = self.shards.map_reduce(
-            fn,
-            self.objective,
-            params,
-            *args,
-            split_every=self.split_every,
-            name=f"{kind}-{self.n_steps}",
-            result_bytes=8 * self.objective.n_params,
-        )
+        if self.compressor is not None:
+            partial, up_raw, up = self._compressed_step(fn, params, *args, kind=kind)
+        else:
+            partial = self.shards.map_reduce(
+                fn,
+                self.objective,
+                params,
+                *args,
+                split_every=self.split_every,
+                name=f"{kind}-{self.n_steps}",
+                result_bytes=8 * self.objective.n_params,
+            )
+            up_raw = up = (8 * self.objective.n_params + 16) * max(int(partial.n_groups), 1)
+        down = 8 * self.objective.n_params * self.shards.n_groups
+        self._bytes = {"bytes_up_raw": up_raw, "bytes_up": up, "bytes_down": down}
+        self.bytes["up_raw"] += up_raw
+        self.bytes["up"] += up
+        self.bytes["down"] += down
         wall1 = time.time()
         value, grad = self._finish(partial, params)
         if not self._data_checked:
@@ -118,6 +141,32 @@ class Evaluator:
         if self.balancer is not None:
             self.balancer.observe(self.n_steps, self.shards.block_costs if work is None else work)
         return value, grad, partial, step_time
+
+    def _compressed_step(self, fn, params, *args, kind):
+        """One step whose group gradients travel compressed: each group sums its
+        blocks, compresses (with its own error-feedback state), and the driver
+        decompresses and adds the groups in order."""
+        if fn is shard_loss_grad:
+            seed, step, take = self.seed, self.n_steps, None
+        else:  # shard_minibatch(seed, step, take)
+            seed, step, take = args
+        results = self.shards.call_groups(
+            shard_sums_compressed, self.objective, params, seed, step, take, self.compressor,
+            (*self.seed, 7919), name=f"{kind}-{self.n_steps}",
+        )
+        loss, grad, weight = 0.0, np.zeros(self.objective.n_params), 0.0
+        for r in results:  # group order
+            p = r["payload"]
+            loss += r["loss"]
+            weight += r["weight"]
+            grad += p["raw"] if set(p) == {"raw"} else self.compressor.decompress(p)
+        times = [r["time"] for r in results]
+        partial = Partial(
+            loss, grad, weight, min(times), max(times), len(results),
+            max(r["start"] for r in results), max(r["end"] for r in results),
+        )
+        self.shards.last_group_times = times
+        return partial, sum(r["raw_bytes"] for r in results), sum(r["sent_bytes"] for r in results)
 
     def full(self, params):
         """Smooth objective value and gradient over all data (one distributed step)."""
@@ -157,7 +206,8 @@ class Evaluator:
             delay_mean=0.0,
             wait_time=max(0.0, partial.time_max - partial.time_min),
             updates_per_group=(1,) * n_groups,
-            comm_bytes=2 * 8 * self.objective.n_params * n_groups,
+            comm_bytes=self._bytes["bytes_up"] + self._bytes["bytes_down"],
+            **self._bytes,
             **self._timing,
         )
 
@@ -504,7 +554,8 @@ def run_first_order(
     obj, pen, shards = evaluator.objective, evaluator.penalty, evaluator.shards
     decay_mask = pen.mask(obj)
     full_batch = batch_size is None or batch_size >= shards.n_rows
-    monotone = full_batch and is_descent_method(optimizer)
+    # a compressed gradient need not point downhill: only NaN/inf backs off then
+    monotone = full_batch and is_descent_method(optimizer) and evaluator.compressor is None
     if full_batch:
         steps_per_epoch = 1
         evaluate = evaluator.full
@@ -519,7 +570,10 @@ def run_first_order(
     value, grad, partial, dt = evaluate(params)
     if learning_rate == "auto":
         L = estimate_lipschitz(shards, obj, pen, params)
-        optimizer = optimizer.with_learning_rate(auto_learning_rate(optimizer, L, grad))
+        lr = auto_learning_rate(optimizer, L, grad)
+        if evaluator.compressor is not None:  # compressed gradients need a shorter step
+            lr *= evaluator.compressor.step_scale(obj.n_params)
+        optimizer = optimizer.with_learning_rate(lr)
     state = optimizer.init(params) if opt_state is None else opt_state
 
     it, good, backoffs = 0, None, 0

@@ -23,6 +23,9 @@ from .._engine.cluster import build_shardset, get_executor, is_dask_collection
 from .._engine.monitor import Monitor
 from .._engine.shards import check_chunking, shard_summary
 from .._engine.async_ import run_async
+from .._engine.cluster import auto_split_every
+from .._engine.monitor import communicated
+from ..compression import Compressor, PowerSGD, get_compressor
 from .._engine.local import run_local
 from .._engine.sync import Evaluator, run_first_order, run_lbfgs, run_newton
 from .._validation import Interval, Options, validate_params
@@ -106,9 +109,18 @@ SHARED_PARAMS_DOC = """    l1_ratio : float in [0, 1], default=0.0
         and placed again; during synchronous training, blocks move toward faster
         workers.  True: always rechunk and place.  False: leave every block where it
         is.  What was measured and done is in ``skew_report_``.
-    split_every : int, default=8
-        Fan-in of the tree that sums the per-group gradients.  Changing it changes the
-        result only at floating-point rounding level.
+    compression : None, str or compressor object, default=None
+        Compress what each group sends up the reduction (synchronous "gd"/"sgd" steps):
+        "fp16", "bf16", "topk:RATIO", "randomk:RATIO", "qsgd:LEVELS", "sign",
+        "powersgd:RANK" (multinomial models), or an object from
+        :mod:`dask_dgd.compression`.  The biased ones (topk, sign, powersgd) keep an
+        error-feedback residual on each group's worker.  The loss travels exactly; the
+        bytes are in ``history_`` and ``bytes_communicated_``.
+    split_every : int or "auto", default=8
+        Fan-in of the tree that sums the per-block gradients.  Changing it changes the
+        result only at floating-point rounding level.  "auto": 8, or fewer when the
+        groups' gradients together exceed 16 MiB, so that no merge receives more (see
+        the user guide's "Communication").
     random_state : int, RandomState or None, default=None
         Seed of the mini-batch sampling.
     warm_start : bool, default=False
@@ -172,7 +184,8 @@ class DGDLinearModel(BaseEstimator):
         "staleness_scaling": [bool],
         "max_time": [None, Interval(numbers.Real, 0, None, "neither")],
         "rebalance": [Options("auto"), bool],
-        "split_every": [Interval(numbers.Integral, 2, None, "left")],
+        "split_every": [Interval(numbers.Integral, 2, None, "left"), Options("auto")],
+        "compression": [None, str, Compressor],
         "random_state": [None, Interval(numbers.Integral, 0, None, "left"), np.random.RandomState],
         "warm_start": [bool],
         "verbose": [Interval(numbers.Integral, 0, None, "left"), bool],
@@ -193,6 +206,20 @@ class DGDLinearModel(BaseEstimator):
             opt = get_optimizer(opt)
         solver = self.solver
         has_l1 = self.alpha > 0 and self.l1_ratio > 0
+        if self.compression is not None:
+            get_compressor(self.compression)  # a bad name fails here, clearly
+            if self.mode != "sync":
+                raise ParameterError(
+                    f"compression applies to synchronous gradient steps; mode={self.mode!r} "
+                    "sends parameters, not gradients (use mode='sync')"
+                )
+            if solver in ("lbfgs", "newton") or isinstance(opt, LBFGS):
+                raise ParameterError(
+                    f"compression needs a first-order solver ('gd' or 'sgd'): "
+                    f"solver={solver!r} relies on exact gradients"
+                )
+            if solver == "auto":
+                solver = "sgd" if self.batch_size is not None else "gd"
         if self.mode != "sync":
             if solver in ("lbfgs", "newton"):
                 raise ParameterError(
@@ -398,9 +425,16 @@ class DGDLinearModel(BaseEstimator):
         """Run ``run(evaluator)`` on the shards and store what it returns."""
         penalty = Penalty(alpha=float(self.alpha), l1_ratio=float(self.l1_ratio))
         monitor = Monitor(verbose=self.verbose, total=total)
+        compressor = get_compressor(self.compression)
+        if isinstance(compressor, PowerSGD):
+            compressor = compressor.with_shape((objective.n_features, objective.n_outputs))
+        split_every = self.split_every
+        if split_every == "auto":
+            split_every = auto_split_every(shards.n_groups, 8 * objective.n_params)
         evaluator = Evaluator(
-            shards, objective, penalty, self.split_every, monitor, max_time=self.max_time,
+            shards, objective, penalty, split_every, monitor, max_time=self.max_time,
             dynamic=self.rebalance is not False and self.mode == "sync",
+            compressor=compressor, seed=self._seed(),
         )
         try:
             result = run(evaluator)
@@ -408,6 +442,8 @@ class DGDLinearModel(BaseEstimator):
             monitor.close()
         self.solver_ = solver
         self._store(result, objective, monitor.records)
+        self.split_every_ = split_every
+        self.bytes_communicated_ = communicated(self.history_)
         return result
 
     def _run(self, shards, objective, baseline):

@@ -35,6 +35,7 @@ class _Regressor(RegressorMixin, DGDLinearModel):
         staleness_scaling=False,
         max_time=None,
         rebalance="auto",
+        compression=None,
         split_every=8,
         random_state=None,
         warm_start=False,
@@ -57,6 +58,7 @@ class _Regressor(RegressorMixin, DGDLinearModel):
         self.staleness_scaling = staleness_scaling
         self.max_time = max_time
         self.rebalance = rebalance
+        self.compression = compression
         self.split_every = split_every
         self.random_state = random_state
         self.warm_start = warm_start
@@ -215,6 +217,7 @@ class PoissonRegressor(_Regressor):
         staleness_scaling=False,
         max_time=None,
         rebalance="auto",
+        compression=None,
         split_every=8,
         random_state=None,
         warm_start=False,
@@ -238,6 +241,7 @@ class PoissonRegressor(_Regressor):
             staleness_scaling=staleness_scaling,
             max_time=max_time,
             rebalance=rebalance,
+            compression=compression,
             split_every=split_every,
             random_state=random_state,
             warm_start=warm_start,

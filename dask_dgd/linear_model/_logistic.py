@@ -96,6 +96,7 @@ class LogisticRegression(ClassifierMixin, DGDLinearModel):
         staleness_scaling=False,
         max_time=None,
         rebalance="auto",
+        compression=None,
         split_every=8,
         random_state=None,
         warm_start=False,
@@ -119,6 +120,7 @@ class LogisticRegression(ClassifierMixin, DGDLinearModel):
         self.staleness_scaling = staleness_scaling
         self.max_time = max_time
         self.rebalance = rebalance
+        self.compression = compression
         self.split_every = split_every
         self.random_state = random_state
         self.warm_start = warm_start

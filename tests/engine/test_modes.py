@@ -195,7 +195,9 @@ def test_history_records_staleness_waits_and_updates(client, dask_data):
     local = _fit(LogisticRegression(mode="local", local_steps=3, **common), Xd, yd).history_
     assert local["updates_per_group"].iloc[0] == (1, 1)  # the synchronous start
     assert set(local["updates_per_group"].iloc[1:]) == {(3, 3)}
-    assert (local["comm_bytes"] == 2 * 8 * 7 * 2).all()  # 7 parameters, 2 groups, both ways
+    # 7 parameters, 2 groups, both ways (the synchronous start also sends loss and weight)
+    assert (local["comm_bytes"].iloc[1:] == 2 * 8 * 7 * 2).all()
+    assert local["comm_bytes"].iloc[0] == 2 * (8 * 7 + 16) + 2 * 8 * 7
     asyn = _fit(LogisticRegression(mode="async", **common), Xd, yd).history_.iloc[1:]
     assert asyn["step"].is_monotonic_increasing and asyn["time"].is_monotonic_increasing
     assert sum(sum(u) for u in asyn["updates_per_group"]) >= 2 * 8000 // 1000 - 2

@@ -84,7 +84,7 @@ def test_wrong_number_of_features_at_predict():
         ({"learning_rate": 0.0}, r"'learning_rate' parameter .*got 0.0"),
         ({"batch_size": 0}, r"'batch_size' parameter .* must be None or an int in \[1, inf\); got 0"),
         ({"max_iter": 0}, r"'max_iter' parameter"),
-        ({"split_every": 1}, r"'split_every' parameter .* an int in \[2, inf\); got 1"),
+        ({"split_every": 1}, r"'split_every' parameter .* an int in \[2, inf\) or one of 'auto'; got 1"),
         ({"client": "tcp://x"}, r"'client' parameter .* must be None or a distributed.Client; got 'tcp://x'"),
         ({"solver": "lbfgs", "optimizer": "adam"}, r"optimizer Adam is a first-order optimizer; it needs solver='gd'"),
         ({"solver": "lbfgs", "l1_ratio": 0.5, "alpha": 0.1}, r"solver='lbfgs' cannot handle an L1 penalty"),
