@@ -10,7 +10,7 @@ import math
 import numpy as np
 import pytest
 
-from benchmarks.suites import memory, modes, scaling, skew, straggler
+from benchmarks.suites import compression, memory, modes, scaling, skew, straggler
 
 RESULT_KEYS = {"title", "markdown", "table", "data"}
 
@@ -21,12 +21,13 @@ def _check_result(result):
     assert "|---|" in result["table"]
 
 
-@pytest.mark.parametrize("module", [modes, scaling, memory, straggler, skew])
+@pytest.mark.parametrize("module", [modes, scaling, memory, straggler, skew, compression])
 def test_suite_interface(module):
     assert module.NAME == module.__name__.rsplit(".", 1)[-1]
     assert module.DESCRIPTION
     assert set(module.SIZES) == {"small", "full"}
-    assert module.SIZES["full"]["rows"] == 2_000_000
+    # the reference size; compression's is the wide problem (200,000 x 20,000)
+    assert module.SIZES["full"]["rows"] == (200_000 if module is compression else 2_000_000)
     assert module.SIZES["small"]["rows"] < module.SIZES["full"]["rows"]
     with pytest.raises(TypeError, match=rf"unknown parameters for the {module.NAME} suite: \['not_a_parameter'\]"):
         module.run("small", not_a_parameter=1)
@@ -272,3 +273,20 @@ def test_skew_suite_tiny():
     assert rb["action"] in ("rechunked", "placed") and rb["imbalance_after"] <= rb["imbalance_before"]
     assert result["data"]["ratio_rebalanced"] > 0 and result["data"]["ideal_step"] > 0
     assert "dynamic step" in result["markdown"]
+
+
+def test_compression_suite_tiny(tmp_path):
+    png = tmp_path / "loss.png"
+    result = compression.run(
+        "small", rows=4_000, features=300, density=0.02, chunks=4, steps=15, budget=2,
+        compressors=("fp16", "sign"), plot=str(png), log=lambda msg: None,
+    )
+    _check_result(result)
+    runs = result["data"]["runs"]
+    assert set(runs) == {"none", "fp16", "sign"}
+    assert len(runs["none"]["loss"]) == 16 and len(runs["sign"]["loss"]) == 31
+    # fp16 sends a quarter of the bytes per step; sign about 1/50 (300 features)
+    assert runs["fp16"]["totals"]["compression_ratio"] == pytest.approx((301 * 8 + 16) / (301 * 2 + 8 + 16))
+    assert runs["sign"]["totals"]["compression_ratio"] > 30
+    assert compression.reach(runs["none"], result["data"]["target"]) is not None
+    assert png.stat().st_size > 10_000
