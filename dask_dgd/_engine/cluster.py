@@ -284,6 +284,14 @@ class DaskExecutor:
     def gather(self, handles):
         return self.client.gather(list(handles))
 
+    def where(self, handles, fallback):
+        """The worker holding each handle now (``fallback`` where none is known)."""
+        who = self.client.who_has(list(handles))
+        return [
+            w if w in who.get(h.key, ()) else (tuple(who.get(h.key, ())) or (w,))[0]
+            for h, w in zip(handles, fallback)
+        ]
+
     def wait(self, handles):
         """Wait for the tasks; re-raise the first error."""
         for h in handles:

@@ -435,6 +435,9 @@ def combine_shards(*shards):
 # Driver side.
 
 
+#: Worker losses a step survives (each: shards recomputed, runners restarted, retry).
+MAX_RECOVERIES = 3
+
 #: A worker keeps the blocks it holds unless that puts it this far above an equal share.
 PLACEMENT_SLACK = 0.1
 
@@ -571,6 +574,7 @@ class ShardSet:
         self.skew_report = None  # set by build_shardset on a cluster
         self.last_group_times = None  # compute time of each group in the last actor step
         self._regroups = 0
+        self.recoveries = []  # lost workers survived (see _call_runners)
         self._runners = None  # step actors, started on the first actor step
         self._scratch = None  # per-group memory in process (call_groups)
 
@@ -671,6 +675,61 @@ class ShardSet:
             token = f"{self.token}-{self._regroups}"
             self._runners = self.executor.start_runners(self.handles, self.workers, token)
 
+    def _call_runners(self, fn, args, stateful=False):
+        """Call every runner; if a worker holding one was lost, recover and retry.
+
+        A lost worker takes its runner (and the runner's scratch memory) with it; Dask
+        recomputes the lost shards from their persisted blocks on the remaining
+        workers.  The shards are waited for, their new places recorded, every runner
+        restarted (the groups' scratch memory starts afresh) and the call repeated
+        with the same arguments, so a synchronous step gives the same sums as if
+        nothing had happened.  Errors of the step itself are raised as they are.
+        """
+        for attempt in range(MAX_RECOVERIES + 1):
+            self.start_runners()
+            try:
+                return self.executor.call_runners(self._runners, fn, args, stateful=stateful)
+            except Exception as err:
+                if attempt == MAX_RECOVERIES or not self._lost_a_worker(err):
+                    raise
+                self._recover()
+
+    def _lost_a_worker(self, err):
+        """Whether ``err`` came from losing a group's worker.  A connection error may
+        arrive before the scheduler has noticed the loss: it is then given up to
+        ``dgd.worker-loss-timeout`` seconds (10) to do so."""
+        def lost():
+            alive = set(self.executor.workers())
+            return any(w not in alive for w in self.workers)
+
+        connection = isinstance(err, OSError) or "Actor was lost" in str(err)
+        if not connection:
+            return lost()
+        import dask
+
+        deadline = time.monotonic() + float(dask.config.get("dgd.worker-loss-timeout", 10))
+        while True:
+            if lost():
+                return True
+            if time.monotonic() > deadline:
+                return False
+            time.sleep(0.1)
+
+    def _recover(self):
+        """Wait for the shards after a worker loss; restart the runners."""
+        import logging
+
+        lost = sorted({w for w in self.workers if w not in set(self.executor.workers())})
+        self.executor.wait(self.handles)  # Dask recomputes the lost ones
+        self.workers = self.executor.where(self.handles, self.workers)
+        self._regroups += 1  # new runner keys
+        self._runners = None
+        self._scratch = None
+        self.recoveries.append({"lost": lost, "workers": list(self.workers)})
+        logging.getLogger("dask_dgd").warning(
+            "lost worker(s) %s: shards recomputed on %s, step retried", lost, sorted(set(self.workers))
+        )
+
     def call_groups(self, fn, *args, name):
         """``fn(shard, scratch, *args)`` on every group at once; results in group order.
 
@@ -679,8 +738,7 @@ class ShardSet:
         optimizer state that never travels.  Always goes through the group runners.
         """
         if self.executor.kind == "dask":
-            self.start_runners()
-            return self.executor.call_runners(self._runners, fn, args, stateful=True)
+            return self._call_runners(fn, args, stateful=True)
         if self._scratch is None:
             self._scratch = [{} for _ in self.handles]
         return [fn(h, scratch, *args) for h, scratch in zip(self.handles, self._scratch)]
@@ -697,8 +755,7 @@ class ShardSet:
         tree = BlockTree(len(self.block_rows), split_every)
         ex = self.executor
         if self.uses_runners(split_every, result_bytes):
-            self.start_runners()
-            results = ex.call_runners(self._runners, fn, (*args, tree))
+            results = self._call_runners(fn, (*args, tree))
             self.last_group_times = [max(p.time_max for p in nodes.values()) for nodes in results]
             return tree.root(tree.merge(*results))
         self.last_group_times = None
