@@ -59,6 +59,31 @@ def test_unbiased_compressors_are_unbiased(comp):
         assert var <= min(g.size / 16, np.sqrt(g.size) / 4) * np.sum(g**2)
 
 
+def test_extreme_magnitudes():
+    q = QSGD(4)
+    for g in (np.array([1e200, 1.0, -3e199]), np.array([1e-200, -2e-200, 0.0])):
+        out = _roundtrip(q, g)[1]
+        assert np.all(np.isfinite(out)) and np.all(np.abs(out) <= np.linalg.norm(g / np.max(np.abs(g))) * np.max(np.abs(g)) * 1.0001)
+    assert np.all(_roundtrip(QSGD(4), np.zeros(3))[1] == 0)
+
+
+def test_groups_draw_their_own_randomness():
+    from dask_dgd._engine.shards import make_shard, shard_sums_compressed
+    from dask_dgd.losses import LinearObjective, BinaryLogistic
+
+    rng = np.random.default_rng(0)
+    X, y = rng.standard_normal((40, 30)), (rng.random(40) > 0.5).astype(float)
+    obj = LinearObjective(BinaryLogistic(), 30)
+    a = make_shard(0, [X[:20]], [y[:20]], [None])
+    b = make_shard(1, [X[:20]], [y[:20]], [None])  # the same rows, another block index
+    params = np.zeros(31)
+    args = (obj, params, (0,), 1, None, RandomK(0.1), (0, 7919))
+    pa = shard_sums_compressed(a, {}, *args)["payload"]
+    pb = shard_sums_compressed(b, {}, *args)["payload"]
+    assert pa["seed"] != pb["seed"]  # the same step, different indices per group
+    assert shard_sums_compressed(a, {}, *args)["payload"]["seed"] == pa["seed"]  # reproducible
+
+
 def test_sign_and_its_bytes():
     comp = Sign()
     p, out = _roundtrip(comp, G)

@@ -146,8 +146,10 @@ class ServerCore:
             self._backoff(g)
             return self._after_push(now)
         self.good = max(self.good, msg["version"])
-        if weight > 0:
-            self.latest[g] = (loss, grad, weight)
+        if weight <= 0:  # only zero-weight rows drawn: no information, no update
+            self._round.append(stat)
+            return self._after_push(now)
+        self.latest[g] = (loss, grad, weight)
         parts = [p for p in self.latest if p is not None]
         if not parts:
             self._round.append(stat)
@@ -432,15 +434,19 @@ def run_async(
     # Every arrival moves the parameters along the whole aggregate, and n_groups
     # arrivals carry one synchronous step's gradients: the automatic step is the
     # synchronous one over n_groups (so the noise of a mini-batch is not amplified).
+    # Only groups holding rows take part: an empty group would push nothing, as fast as
+    # it can, and every push is an update along the others' stale sums.
+    group_rows = [int(sum(shards.block_rows[b] for b in g)) for g in shards.groups]
+    active = [g for g, r in enumerate(group_rows) if r > 0]
     optimizer = first_order_start(
         evaluator, params, optimizer, batch_size=batch_size, seed=seed,
-        learning_rate=learning_rate, divide=shards.n_groups,
+        learning_rate=learning_rate, divide=len(active),
     )
-    group_rows = [int(sum(shards.block_rows[b] for b in g)) for g in shards.groups]
     group_batch = [
-        None if full_batch else max(1, round(batch_size * r / shards.n_rows)) for r in group_rows
+        None if full_batch else max(1, round(batch_size * group_rows[g] / shards.n_rows))
+        for g in active
     ]
-    core_args = (params, optimizer, optimizer.init(params), obj, pen, shards.n_groups)
+    core_args = (params, optimizer, optimizer.init(params), obj, pen, len(active))
     core_kwargs = dict(
         n_rows=shards.n_rows,
         max_epochs=max_iter,
@@ -467,12 +473,14 @@ def run_async(
                 c.stop(converged=True)
 
         server = _InProcessServer(core, on_records)
-        for h, g, b in zip(shards.handles, range(shards.n_groups), group_batch):
-            async_group_loop(h, server, g, obj, seed, b)
+        for i, (g, b) in enumerate(zip(active, group_batch)):
+            async_group_loop(shards.handles[g], server, i, obj, seed, b)
         on_records(core)
         out = core.result()
     else:
-        out = _run_on_cluster(shards, core_args, core_kwargs, seed, obj, group_batch, feed, monitor, max_time)
+        out = _run_on_cluster(
+            shards, active, core_args, core_kwargs, seed, obj, group_batch, feed, monitor, max_time
+        )
     evaluator.n_steps = step0 + out["updates"]
     if out["error"] is not None:
         raise DivergenceError(out["error"])
@@ -487,17 +495,19 @@ def run_async(
     )
 
 
-def _run_on_cluster(shards, core_args, core_kwargs, seed, obj, group_batch, feed, monitor, max_time):
+def _run_on_cluster(shards, active, core_args, core_kwargs, seed, obj, group_batch, feed, monitor, max_time):
     ex = shards.executor
     server_future, server = ex.start_actor(
-        ParameterServer, core_args, core_kwargs, worker=shards.workers[0], key=f"dgd-server-{shards.token}"
+        ParameterServer, core_args, core_kwargs, worker=shards.workers[active[0]],
+        key=f"dgd-server-{shards.token}",
     )
     link = ServerLink(ex.actor_address(server_future), server_future.key)
     loops = [
         ex.submit_pinned(
-            async_group_loop, h, link, g, obj, seed, b, worker=w, key=f"dgd-async-{shards.token}-{g}"
+            async_group_loop, shards.handles[g], link, i, obj, seed, b, worker=shards.workers[g],
+            key=f"dgd-async-{shards.token}-{i}",
         )
-        for g, (h, w, b) in enumerate(zip(shards.handles, shards.workers, group_batch))
+        for i, (g, b) in enumerate(zip(active, group_batch))
     ]
     stopping = False
     try:
@@ -528,7 +538,12 @@ def _run_on_cluster(shards, core_args, core_kwargs, seed, obj, group_batch, feed
                 return out
             time.sleep(POLL_INTERVAL)
     finally:
-        for f in loops:
-            if not f.done():
-                f.cancel()
+        if not all(f.done() for f in loops):
+            try:  # wake loops waiting at the staleness bound, so they return
+                ex.call_actor(server.stop, message="interrupted")
+            except Exception:  # noqa: BLE001 - best effort while unwinding
+                pass
+            for f in loops:
+                if not f.done():
+                    f.cancel()
         del server, server_future

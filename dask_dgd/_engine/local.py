@@ -118,11 +118,15 @@ def run_local(
     decay_mask = pen.mask(obj)
     full_batch = batch_size is None or batch_size >= shards.n_rows
     steps_per_epoch = 1 if full_batch else math.ceil(shards.n_rows / batch_size)
-    # rounds until every group has taken max_iter epochs of local steps
-    total_rounds = math.ceil(max_iter * steps_per_epoch / local_steps)
+    # every group takes max_iter epochs of local steps; the last round may be shorter
+    total_steps = max_iter * steps_per_epoch
+    total_rounds = math.ceil(total_steps / local_steps)
+
+    def steps_after(n_rounds):
+        return min(total_steps, n_rounds * local_steps)
 
     def epochs_done(n_rounds):
-        return min(max_iter, n_rounds * local_steps // steps_per_epoch)
+        return steps_after(n_rounds) // steps_per_epoch
     seed = tuple(seed)
     params = np.array(params0, dtype=np.float64, copy=True)
 
@@ -143,6 +147,7 @@ def run_local(
         t0, wall0 = time.perf_counter(), time.time()
         update_time = None if last_end is None else t0 - last_end
         step = step0 + rounds * local_steps
+        n_local = steps_after(rounds + 1) - steps_after(rounds)
         results = shards.call_groups(
             shard_local_round,
             obj,
@@ -150,7 +155,7 @@ def run_local(
             params,
             optimizer,
             reset,
-            _takes(shards, batch_size, seed, step, local_steps),
+            _takes(shards, batch_size, seed, step, n_local),
             seed,
             step,
             decay_mask,
@@ -159,10 +164,12 @@ def run_local(
         wall1 = time.time()
         weight = sum(r.weight for r in results)
         loss_weight = sum(r.loss_weight for r in results)
-        finite = all(r.finite for r in results) and weight > 0
-        if finite:
+        finite = all(r.finite for r in results)
+        if finite and weight > 0:
             avg = sum(r.params_sum for r in results) / weight  # fixed (group) order
             finite = bool(np.all(np.isfinite(avg)))
+        elif finite:  # the round drew only zero-weight rows: no information, no move
+            avg = params
         if not finite:
             backoffs += 1
             if backoffs > MAX_BACKOFFS:
@@ -185,8 +192,8 @@ def run_local(
             updates, outer_state = outer_optimizer.update(delta, outer_state, params)
             new_params = params + updates
         rounds += 1
-        local_count += local_steps
-        epoch = min(max_iter, -(-rounds * local_steps // steps_per_epoch))
+        local_count += n_local
+        epoch = -(-steps_after(rounds) // steps_per_epoch)
         last_end = time.perf_counter()
         times = [r.time for r in results]
         evaluator.n_steps += 1
@@ -208,7 +215,7 @@ def run_local(
             delay_max=0,
             delay_mean=0.0,
             wait_time=max(times) - min(times),
-            updates_per_group=(local_steps,) * len(results),
+            updates_per_group=(n_local,) * len(results),
             comm_bytes=n_bytes,
             bytes_up_raw=n_bytes // 2,
             bytes_up=n_bytes // 2,
@@ -226,7 +233,7 @@ def run_local(
             break
     return FitResult(
         params=params,
-        n_iter=min(max_iter, -(-rounds * local_steps // steps_per_epoch)),
+        n_iter=-(-steps_after(rounds) // steps_per_epoch),
         converged=converged,
         n_steps=evaluator.n_steps,
         optimizer=optimizer,

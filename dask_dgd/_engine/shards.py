@@ -378,7 +378,9 @@ def shard_sums_compressed(shard, scratch, objective, params, seed, step, take, c
         state = scratch.get("compression")
         if state is None:
             state = compressor.init(grad.size)
-        rng = np.random.default_rng([*group_seed, step])
+        # the group's own draws (its first block names it), different every step
+        first = shard.blocks[0].index if shard.blocks else 0
+        rng = np.random.default_rng([*group_seed, step, first])
         payload, state = compressor.compress(grad, state, rng)
         scratch["compression"] = state
         sent = compressor.nbytes(payload)
@@ -521,17 +523,15 @@ def balanced_chunks(rows, costs, n_blocks):
         edges_cost = edges_rows.astype(np.float64)
     targets = edges_cost[-1] * np.arange(1, n_blocks) / n_blocks
     cuts = np.interp(targets, edges_cost, edges_rows).round().astype(np.int64)
-    cuts = np.maximum.accumulate(np.clip(cuts, 0, total_rows))
-    bounds = np.concatenate([[0], cuts, [total_rows]])
-    chunks = np.diff(bounds)
-    # no empty block while there are rows to spare: move a row from the next non-empty
-    # neighbour (only happens when a single row holds most of the cost)
-    for i in np.flatnonzero(chunks == 0):
-        j = i + 1 if i + 1 < len(chunks) and chunks[i + 1] > 1 else i - 1
-        if 0 <= j < len(chunks) and chunks[j] > 1:
-            chunks[i] += 1
-            chunks[j] -= 1
-    return tuple(int(c) for c in chunks)
+    bounds = np.concatenate([[0], np.clip(cuts, 0, total_rows), [total_rows]])
+    # no empty block (there are at least as many rows as blocks): every cut at least one
+    # row after the previous and one before the next (happens when a few rows hold
+    # most of the cost)
+    for i in range(1, n_blocks):
+        bounds[i] = max(bounds[i], bounds[i - 1] + 1)
+    for i in range(n_blocks - 1, 0, -1):
+        bounds[i] = min(bounds[i], bounds[i + 1] - 1)
+    return tuple(int(c) for c in np.diff(bounds))
 
 
 def groups_by_worker(placement, workers):
@@ -686,8 +686,8 @@ class ShardSet:
         nothing had happened.  Errors of the step itself are raised as they are.
         """
         for attempt in range(MAX_RECOVERIES + 1):
-            self.start_runners()
             try:
+                self.start_runners()
                 return self.executor.call_runners(self._runners, fn, args, stateful=stateful)
             except Exception as err:
                 if attempt == MAX_RECOVERIES or not self._lost_a_worker(err):
@@ -720,8 +720,18 @@ class ShardSet:
         import logging
 
         lost = sorted({w for w in self.workers if w not in set(self.executor.workers())})
-        self.executor.wait(self.handles)  # Dask recomputes the lost ones
-        self.workers = self.executor.where(self.handles, self.workers)
+        try:
+            self.executor.wait(self.handles)  # Dask recomputes the lost ones
+            workers = self.executor.where(self.handles, self.workers)
+        except Exception as err:
+            from ..exceptions import ClusterError
+
+            raise ClusterError(
+                f"lost worker(s) {lost} held shards that cannot be recomputed ({type(err).__name__}): "
+                "in-memory input is scattered to the workers and exists nowhere else; pass "
+                "a dask array (e.g. da.from_array(X, chunks=...)) to survive worker loss"
+            ) from err
+        self.workers = workers
         self._regroups += 1  # new runner keys
         self._runners = None
         self._scratch = None

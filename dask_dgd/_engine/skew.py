@@ -88,7 +88,11 @@ def plan(rows, costs, nbytes, holders, workers, *, rebalance, passes):
     report : dict
         Measurements (see :func:`report`).
     """
-    current = [h[0] if h else None for h in holders]
+    known = set(workers)
+    current = [next((w for w in h if w in known), None) for h in holders]
+    if any(w is None for w in current):  # held by no current worker: place those
+        placed0 = place_blocks(costs, [h if w is None else (w,) for h, w in zip(holders, current)], workers)
+        current = [w if w is not None else p for w, p in zip(current, placed0)]
     loads0, skew0 = measure(costs, current, workers)
     info = {
         "n_blocks_in": len(rows),

@@ -92,8 +92,9 @@ class FP16(Compressor):
 class BF16(Compressor):
     """bfloat16 (float32's exponent, 8 significant bits), rounded to nearest even.
 
-    Error bound: ``|decompress(compress(g)) - g| <= 2**-8 * |g|`` entrywise (for
-    values in float32's range).
+    Error bound: ``|decompress(compress(g)) - g| <= 2**-8 * |g|`` entrywise for
+    magnitudes between float32's smallest normal (1.2e-38) and about 3.39e38; larger
+    ones become infinite, smaller ones lose relative precision (as in any bfloat16).
     """
 
     ef_default: ClassVar[bool] = False
@@ -201,7 +202,8 @@ class QSGD(Compressor):
             raise ParameterError(f"qsgd levels must be an int in [1, 127]; got {self.levels!r}")
 
     def _encode(self, x, state, rng):
-        norm = float(np.linalg.norm(x))
+        top = float(np.max(np.abs(x), initial=0.0))  # scaled: no overflow or underflow
+        norm = top * float(np.linalg.norm(x / top)) if top > 0 else 0.0
         if norm == 0:
             return {"norm": 0.0, "q": np.zeros(x.size, dtype=np.int8)}, state
         scaled = np.abs(x) / norm * self.levels

@@ -194,7 +194,8 @@ def test_history_records_staleness_waits_and_updates(client, dask_data):
     np.testing.assert_allclose(sync["wait_time"], sync["compute_time_max"] - sync["compute_time_min"])
     local = _fit(LogisticRegression(mode="local", local_steps=3, **common), Xd, yd).history_
     assert local["updates_per_group"].iloc[0] == (1, 1)  # the synchronous start
-    assert set(local["updates_per_group"].iloc[1:]) == {(3, 3)}
+    # 2 epochs of 8 steps: five rounds of 3 local steps and a last one of 1
+    assert local["updates_per_group"].iloc[1:].tolist() == [(3, 3)] * 5 + [(1, 1)]
     # 7 parameters, 2 groups, both ways (the synchronous start also sends loss and weight)
     assert (local["comm_bytes"].iloc[1:] == 2 * 8 * 7 * 2).all()
     assert local["comm_bytes"].iloc[0] == 2 * (8 * 7 + 16) + 2 * 8 * 7
@@ -316,9 +317,11 @@ def test_server_backs_off_on_non_finite_sums():
 def test_max_iter_counts_epochs_in_every_mode(client, dask_data):
     _, _, Xd, yd = dask_data  # 8000 rows
     common = dict(alpha=ALPHA, tol=0.0, random_state=0, client=client)
-    # full batches: a round of 4 local steps is 4 epochs
+    # full batches: a round of 4 local steps is 4 epochs; the last round is cut short
     est = _fit(LogisticRegression(mode="local", solver="gd", local_steps=4, max_iter=8, **common), Xd, yd)
     assert est.n_iter_ == 8 and len(est.history_) == 1 + 2
+    est = _fit(LogisticRegression(mode="local", solver="gd", local_steps=4, max_iter=10, **common), Xd, yd)
+    assert est.n_iter_ == 10 and est.history_["updates_per_group"].iloc[1:].tolist() == [(4, 4), (4, 4), (2, 2)]
     # mini-batches of 500 rows: 16 steps per epoch, 4 rounds of 4 local steps
     est = _fit(LogisticRegression(mode="local", solver="sgd", batch_size=500, local_steps=4, max_iter=2, **common), Xd, yd)
     assert est.n_iter_ == 2 and len(est.history_) == 1 + 8
@@ -328,3 +331,27 @@ def test_max_iter_counts_epochs_in_every_mode(client, dask_data):
     est = _fit(LogisticRegression(mode="async", solver="sgd", batch_size=500, max_iter=2, **common), Xd, yd)
     pushes = sum(sum(u) for u in est.history_["updates_per_group"].iloc[1:])
     assert est.n_iter_ == 2 and pushes == 2 * 8000 // 250
+
+
+def test_zero_weight_batches_and_empty_groups(client, dask_data):
+    """A local round that draws only zero-weight rows moves nothing (no backoff); an
+    asynchronous fit leaves groups without rows out (they would push stale updates)."""
+    X, y, Xd, yd = dask_data
+    w = np.zeros(len(y))
+    w[::100] = 1.0  # 1% of the rows carry weight: small batches often draw none
+    common = dict(alpha=ALPHA, solver="sgd", batch_size=4, max_iter=1, tol=0.0, random_state=0, client=client)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        local = LogisticRegression(mode="local", local_steps=2, **common).fit(
+            Xd, yd, sample_weight=da.from_array(w, chunks=1000)
+        )
+    assert np.all(np.isfinite(local.coef_))
+    assert (local.history_["n_samples"].iloc[1:] == 0).any()  # such rounds happened
+    # one group with all the rows, one empty
+    Xe, ye = da.from_array(X, chunks=((8000, 0), -1)), da.from_array(y, chunks=((8000, 0),))
+    est = _fit(LogisticRegression(alpha=ALPHA, mode="async", solver="gd", max_iter=30, rebalance=False,
+                                  client=client), Xe, ye)
+    h = est.history_.iloc[1:]
+    assert set(len(u) for u in h["updates_per_group"]) == {1}  # one active group
+    ref = _fit(LogisticRegression(alpha=ALPHA, solver="gd", max_iter=30, client=client), Xd, yd)
+    assert abs(_objective(X, y, est) - _objective(X, y, ref)) < 1e-3

@@ -181,6 +181,9 @@ def test_balanced_chunks_equalise_cost():
     assert sum(chunks) == 100 and chunks[0] < 10
     assert balanced_chunks([3], [3], 5) == (1, 1, 1)  # no more blocks than rows
     assert balanced_chunks([0, 0], [0, 0], 2) == (0,)
+    # a few rows hold most of the cost: still no empty block
+    assert balanced_chunks([1, 100], [1000, 100], 4) == (1, 1, 1, 98)
+    assert 0 not in balanced_chunks([3, 100], [3000, 100], 8)
 
 
 def test_place_blocks_by_speed_and_loads():
@@ -207,3 +210,7 @@ def test_plan_decisions():
         action, _, info = skew.plan(*big, workers, rebalance="auto", passes=1)
     assert action == "placed" and info["rechunk_costs_seconds"] > info["rechunk_saves_seconds"]
     assert skew.n_balanced_blocks([90, 5, 0, 5], [90, 5, 0, 5], 2) == 4
+    # a block held only by a worker that is not (or no longer) in the cluster is placed
+    action, placement, _ = skew.plan([10, 10, 10], [10.0] * 3, [80] * 3, [("a",), ("b",), ("c",)],
+                                     workers, rebalance=False, passes=1)
+    assert action == "none" and placement[:2] == ["a", "b"] and placement[2] in workers

@@ -41,7 +41,7 @@ def data(process_client):
 def _fit(client, Xd, yd, **kw):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", ConvergenceWarning)
-        return LogisticRegression(client=client, solver="gd", tol=0.0, max_iter=60, **kw).fit(Xd, yd)
+        return LogisticRegression(client=client, **{"solver": "gd", "tol": 0.0, "max_iter": 60, **kw}).fit(Xd, yd)
 
 
 def _fit_killing_a_worker(client, Xd, yd, after, caplog, **kw):
@@ -85,3 +85,21 @@ def test_compressed_fit_survives_with_fresh_residuals(process_client, data, capl
     assert np.all(np.isfinite(est.coef_))
     assert abs(objective(est) - objective(ref)) < 1e-3
     assert (est.history_["bytes_up"] < est.history_["bytes_up_raw"]).all()
+
+
+def test_scattered_input_cannot_survive_and_says_why(process_client, data):
+    X, y, _, _ = data
+    t0 = time.perf_counter()
+    _fit(process_client, X, y, max_iter=1)  # how long the setup (scatter) takes
+    setup = time.perf_counter() - t0
+    victim = sorted(process_client.scheduler_info()["workers"])[-1]
+    pid = process_client.run(os.getpid, workers=[victim])[victim]
+    killer = threading.Timer(setup + 1.0, os.kill, (pid, signal.SIGKILL))
+    killer.start()
+    from dask_dgd.exceptions import ClusterError
+
+    est = LogisticRegression(client=process_client, solver="gd", tol=0.0, max_iter=100_000)
+    with pytest.raises(ClusterError, match=r"cannot be recomputed .* pass a dask array"):
+        est.fit(X, y)  # in-memory input: scattered to the workers, nowhere else to recompute it from
+    killer.join()
+    process_client.wait_for_workers(3, timeout=60)
