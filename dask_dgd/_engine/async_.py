@@ -521,7 +521,7 @@ def _run_on_cluster(shards, active, core_args, core_kwargs, seed, obj, group_bat
                         "worker was lost or the cluster is shutting down)"
                     )
                 failed.result()  # raises the group's error
-            records, stopped = ex.call_actor(server.drain)
+            records, _ = ex.call_actor(server.drain)
             feed(records)
             if not stopping and (monitor.stop_requested or (max_time is not None and monitor.elapsed() >= max_time)):
                 reason = "" if monitor.stop_requested else f"reached max_time={max_time} s"

@@ -601,8 +601,9 @@ def rebalance(X, y=None, sample_weight=None, *, client=None, rebalance=True, pas
     for arr, fs in zip(arrays, futures):
         if fs[0] is None:
             continue
+        who = client.who_has(list(fs))  # one request for all blocks
         placed = [
-            f if w in {a for a in client.who_has([f]).get(f.key, ())} else client.submit(
+            f if w in who.get(f.key, ()) else client.submit(
                 _identity, f, workers=[w], allow_other_workers=False, pure=False
             )
             for f, w in zip(fs, placement)

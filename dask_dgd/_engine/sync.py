@@ -74,8 +74,6 @@ class Evaluator:
         self.shards = shards
         self.compressor = compressor
         self.seed = tuple(seed)
-        #: bytes of this fit: up the tree (raw and as sent) and down to the groups
-        self.bytes = {"up_raw": 0, "up": 0, "down": 0}
         self.objective = objective
         self.penalty = penalty
         self.split_every = split_every
@@ -119,9 +117,6 @@ class Evaluator:
             up_raw = up = (8 * self.objective.n_params + 16) * max(int(partial.n_groups), 1)
         down = 8 * self.objective.n_params * self.shards.n_groups
         self._bytes = {"bytes_up_raw": up_raw, "bytes_up": up, "bytes_down": down}
-        self.bytes["up_raw"] += up_raw
-        self.bytes["up"] += up
-        self.bytes["down"] += down
         wall1 = time.time()
         value, grad = self._finish(partial, params)
         if not self._data_checked:
