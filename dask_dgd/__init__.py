@@ -21,6 +21,9 @@ _LAZY = {
     "LinearRegression": "dask_dgd.linear_model",
     "LogisticRegression": "dask_dgd.linear_model",
     "PoissonRegressor": "dask_dgd.linear_model",
+    "MatrixFactorization": "dask_dgd.recommender",
+    "ImplicitMatrixFactorization": "dask_dgd.recommender",
+    "recommender": "dask_dgd.recommender",
     "datasets": "dask_dgd.datasets",
     "linear_model": "dask_dgd.linear_model",
     "losses": "dask_dgd.losses",
@@ -34,9 +37,11 @@ _LAZY = {
 __all__ = [
     "ConvergenceWarning",
     "DivergenceError",
+    "ImplicitMatrixFactorization",
     "InputError",
     "LinearRegression",
     "LogisticRegression",
+    "MatrixFactorization",
     "NotFittedError",
     "ParameterError",
     "PoissonRegressor",
@@ -49,6 +54,7 @@ __all__ = [
     "losses",
     "optim",
     "rebalance",
+    "recommender",
     "testing",
 ]
 

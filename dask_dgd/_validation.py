@@ -89,3 +89,14 @@ def validate_params(estimator):
                 f"The {name!r} parameter of {type(estimator).__name__} must be {allowed}; "
                 f"got {value!r}"
             )
+
+
+def clone_keeping_client(estimator):
+    """``sklearn.base.clone`` that shares the ``client`` parameter instead of deep-copying
+    it (a live Client holds sockets; GridSearchCV clones the estimator for every fit)."""
+    from sklearn.base import clone
+
+    params = estimator.get_params(deep=False)
+    client = params.pop("client", None)
+    new = type(estimator)(**{name: clone(value, safe=False) for name, value in params.items()}, client=client)
+    return new

@@ -16,7 +16,7 @@ import numpy as np
 
 from .exceptions import ParameterError
 
-__all__ = ["make_classification", "make_poisson", "make_regression"]
+__all__ = ["make_classification", "make_poisson", "make_ratings", "make_regression"]
 
 
 # --------------------------------------------------------------------------- checks
@@ -358,3 +358,116 @@ def make_poisson(
         noise=0.0, chunks=chunks, random_state=random_state, return_coef=return_coef,
         dtype=dtype,
     )
+
+
+# --------------------------------------------------------------------------- ratings
+def _zipf_weights(rng, n, exponent):
+    w = 1.0 / np.arange(1, n + 1) ** exponent
+    return rng.permutation(w / w.sum())
+
+
+def make_ratings(
+    n_users=1000,
+    n_items=500,
+    n_ratings=20000,
+    *,
+    rank=10,
+    noise=0.5,
+    implicit=False,
+    power=0.5,
+    npartitions=None,
+    random_state=None,
+):
+    """Low-rank ratings with power-law user activity and item popularity.
+
+    Users and items are drawn with Zipf weights ``1 / rank^power`` (a few users rate
+    thousands of items, most rate a handful).  Explicit ratings are
+    ``3.5 + b_u + b_i + p_u . q_i + noise * e`` with ``b ~ N(0, 0.3^2)`` and factors
+    ``N(0, 1/rank)`` entries (so ``p_u . q_i`` has unit variance).  Implicit data (``implicit=True``)
+    draws each user's items without replacement with probability proportional to
+    ``popularity_i * exp(2 p_u . q_i)`` and has a ``count`` column (1 + Poisson(1)).
+    Each (user, item) pair occurs at most once; with strong skew (large ``power``) and
+    many ratings per user there may be fewer rows than ``n_ratings``.
+
+    Parameters
+    ----------
+    n_users, n_items, n_ratings : int
+    rank : int, default=10
+    noise : float, default=0.5
+        Standard deviation of the rating noise (explicit).
+    implicit : bool, default=False
+    power : float, default=0.5
+        Exponent of the Zipf weights (0: uniform).  At the default, with 50,000 users
+        and 2,000,000 ratings, the most active user has about 100x the median user's.
+    npartitions : int or None
+        None: a pandas DataFrame; an int: a dask DataFrame with that many partitions.
+    random_state : int, RandomState, Generator or None
+
+    Returns
+    -------
+    ratings : DataFrame with columns ``user``, ``item`` and ``rating`` (explicit) or
+        ``count`` (implicit), rows in random order
+    truth : dict with the true ``user_factors``, ``item_factors`` (and biases)
+
+    Examples
+    --------
+    >>> from dask_dgd.datasets import make_ratings
+    >>> ratings, truth = make_ratings(100, 50, 1000, rank=3, random_state=0)
+    >>> list(ratings.columns)
+    ['user', 'item', 'rating']
+    """
+    import pandas as pd
+
+    n_users = _check_int("n_users", n_users, 1, "pass e.g. n_users=1000")
+    n_items = _check_int("n_items", n_items, 1, "pass e.g. n_items=500")
+    n_ratings = _check_int("n_ratings", n_ratings, 1, "pass e.g. n_ratings=20000")
+    rank = _check_int("rank", rank, 1, "pass e.g. rank=10")
+    noise = _check_real("noise", noise, 0, "pass e.g. noise=0.5")
+    power = _check_real("power", power, 0, "pass e.g. power=1.0")
+    if n_ratings > n_users * n_items:
+        raise ParameterError(
+            f"n_ratings={n_ratings} exceeds n_users * n_items = {n_users * n_items}; ask for fewer ratings"
+        )
+    if npartitions is not None:
+        npartitions = _check_int("npartitions", npartitions, 1, "pass e.g. npartitions=8")
+    rng = np.random.default_rng(_check_seed(random_state))
+    P = rng.normal(0.0, 1.0 / np.sqrt(rank), (n_users, rank))
+    Q = rng.normal(0.0, 1.0 / np.sqrt(rank), (n_items, rank))
+    bu = rng.normal(0.0, 0.3, n_users)
+    bi = rng.normal(0.0, 0.3, n_items)
+    wu = _zipf_weights(rng, n_users, power)
+    wi = _zipf_weights(rng, n_items, power)
+    if implicit:
+        per_user = np.minimum(rng.multinomial(n_ratings, wu), n_items)
+        users, items = [], []
+        for a in range(0, n_users, 1024):
+            b = min(a + 1024, n_users)
+            logits = 2.0 * P[a:b] @ Q.T + np.log(wi)
+            keys = logits + rng.gumbel(size=logits.shape)  # Gumbel top-k: sampling without replacement
+            order = np.argsort(-keys, axis=1)
+            for uu in range(a, b):
+                m = per_user[uu]
+                users.append(np.full(m, uu))
+                items.append(order[uu - a, :m])
+        u = np.concatenate(users)
+        i = np.concatenate(items)
+        perm = rng.permutation(u.size)
+        frame = pd.DataFrame({"user": u[perm], "item": i[perm], "count": 1.0 + rng.poisson(1.0, u.size)})
+    else:
+        keys = np.zeros(0, dtype=np.int64)
+        for _ in range(20):  # draw pairs until enough distinct ones (popular pairs repeat)
+            m = int((n_ratings - keys.size) * 1.2) + 16
+            drawn = rng.choice(n_users, size=m, p=wu).astype(np.int64) * n_items + rng.choice(n_items, size=m, p=wi)
+            keys = np.unique(np.concatenate([keys, drawn]))
+            if keys.size >= n_ratings:
+                break
+        keys = rng.permutation(keys)[:n_ratings]
+        u, i = keys // n_items, keys % n_items
+        r = 3.5 + bu[u] + bi[i] + np.einsum("ij,ij->i", P[u], Q[i]) + noise * rng.standard_normal(u.size)
+        frame = pd.DataFrame({"user": u, "item": i, "rating": r})
+    truth = {"user_factors": P, "item_factors": Q, "user_bias": bu, "item_bias": bi}
+    if npartitions is not None:
+        import dask.dataframe as dd
+
+        frame = dd.from_pandas(frame, npartitions=npartitions, sort=False)
+    return frame, truth

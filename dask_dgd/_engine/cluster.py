@@ -99,8 +99,9 @@ def _nbytes(x):
     return getattr(x, "nbytes", 0)
 
 
-def get_executor(client, X):
-    """Resolve the ``client`` parameter into an executor for this fit."""
+def get_executor(client, X, nbytes=None):
+    """Resolve the ``client`` parameter into an executor for this fit (``nbytes``: the
+    in-memory size of ``X`` when it has no ``nbytes``, e.g. a DataFrame)."""
     if client is not None:
         if not isinstance(client, Client):
             raise ParameterError(
@@ -114,7 +115,7 @@ def get_executor(client, X):
     except ValueError:
         pass
     limit = dask.config.get("dgd.inprocess-max-bytes", INPROCESS_MAX_BYTES_DEFAULT)
-    if not is_dask_collection(X) and _nbytes(X) <= limit:
+    if not is_dask_collection(X) and (_nbytes(X) if nbytes is None else nbytes) <= limit:
         return InProcessExecutor()
     return DaskExecutor(embedded_client())
 

@@ -28,7 +28,7 @@ from .._engine.monitor import communicated
 from ..compression import Compressor, PowerSGD, get_compressor
 from .._engine.local import run_local
 from .._engine.sync import Evaluator, run_first_order, run_lbfgs, run_newton
-from .._validation import Interval, Options, validate_params
+from .._validation import Interval, Options, clone_keeping_client, validate_params
 from ..exceptions import ConvergenceWarning, InputError, ParameterError
 from ..losses import Penalty
 from ..optim import LBFGS, SGD, FirstOrderOptimizer, Schedule, get_optimizer
@@ -611,6 +611,9 @@ class DGDLinearModel(BaseEstimator):
             return X.map_blocks(_raw_block, coef, intercept, squeeze, dtype=dtype, **kwargs)
         X = validate_data(self, X, reset=False, accept_sparse="csr", dtype=[np.float64, np.float32])
         return _raw_block(X, coef, intercept, squeeze)
+
+    def __sklearn_clone__(self):
+        return clone_keeping_client(self)
 
     def __getstate__(self):
         state = dict(super().__getstate__())  # a copy: the live estimator keeps its client

@@ -1,0 +1,18 @@
+"""Recommenders: matrix factorization of explicit ratings and implicit feedback.
+
+Ratings are partitioned by user (balanced by number of ratings); each user's factors
+live with its shard on a worker and never travel; only item gradients are reduced.
+"""
+
+from ._metrics import evaluate_ranking, ndcg_at_k, precision_at_k, recall_at_k, train_test_split
+from ._mf import ImplicitMatrixFactorization, MatrixFactorization
+
+__all__ = [
+    "ImplicitMatrixFactorization",
+    "MatrixFactorization",
+    "evaluate_ranking",
+    "ndcg_at_k",
+    "precision_at_k",
+    "recall_at_k",
+    "train_test_split",
+]

@@ -1,0 +1,317 @@
+"""Matrix factorization: accuracy, sharding invariance, model parallelism, API, errors."""
+
+import pickle
+import warnings
+
+import dask.array as da
+import dask.dataframe as dd
+import numpy as np
+import pandas as pd
+import pytest
+from sklearn.base import clone
+from sklearn.model_selection import GridSearchCV
+
+from dask_dgd import ImplicitMatrixFactorization, InputError, MatrixFactorization, ParameterError
+from dask_dgd.datasets import make_ratings
+from dask_dgd.exceptions import DivergenceError
+from dask_dgd.recommender import evaluate_ranking, train_test_split
+
+
+@pytest.fixture(scope="module")
+def lowrank():
+    """Rank-3 ratings with little noise, split 90/10 per user."""
+    ratings, truth = make_ratings(300, 150, 12000, rank=3, noise=0.1, random_state=0)
+    train, test = train_test_split(ratings, 0.1, random_state=0)
+    return train, test
+
+
+def _quiet_fit(est, *args):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return est.fit(*args)
+
+
+def _bias_rmse(train, test):
+    """Test RMSE of the user + item bias baseline (n_components=0)."""
+    base = MatrixFactorization(n_components=0, alpha=0.01, max_iter=300, learning_rate=0.05, random_state=0)
+    _quiet_fit(base, train)
+    assert base.user_factors_.shape == (train["user"].nunique(), 0)
+    return -base.score(test)
+
+
+@pytest.mark.parametrize("batch_size", [None, 1000])
+def test_recovers_held_out_ratings_far_better_than_biases(lowrank, client, batch_size):
+    train, test = lowrank
+    mf = MatrixFactorization(n_components=3, alpha=0.002, learning_rate=0.05, max_iter=150 if batch_size is None else 30,
+                             batch_size=batch_size, random_state=0, client=client)
+    _quiet_fit(mf, dd.from_pandas(train, npartitions=3))
+    rmse = -mf.score(test)
+    baseline = _bias_rmse(train, test)
+    assert rmse < 0.5 * baseline, (rmse, baseline)
+    assert rmse < 0.3  # noise is 0.1, the signal has unit variance
+
+
+@pytest.mark.parametrize("batch_size", [None, 2000])
+def test_results_do_not_depend_on_the_number_of_shards(lowrank, client, batch_size):
+    train, _ = lowrank
+    ddf = dd.from_pandas(train, npartitions=4)
+    fits = []
+    for n_shards in (1, 2, 3):
+        mf = MatrixFactorization(n_components=3, max_iter=8, batch_size=batch_size, tol=0, random_state=1,
+                                 n_shards=n_shards, client=client).fit(ddf)
+        assert len(mf.shard_ratings_) == n_shards
+        fits.append(mf)
+    inproc = MatrixFactorization(n_components=3, max_iter=8, batch_size=batch_size, tol=0, random_state=1).fit(train)
+    for other in fits[1:] + [inproc]:
+        np.testing.assert_allclose(other.user_factors_, fits[0].user_factors_, rtol=0, atol=1e-10)
+        np.testing.assert_allclose(other.item_factors_, fits[0].item_factors_, rtol=0, atol=1e-10)
+        np.testing.assert_allclose(other.loss_curve_, fits[0].loss_curve_, rtol=1e-12)
+
+
+def _bytes_up(ratings, client, n_shards=2):
+    mf = MatrixFactorization(n_components=4, max_iter=2, tol=0, random_state=0, n_shards=n_shards, client=client)
+    mf.fit(ratings)
+    return mf.history_["bytes_up"].to_numpy()
+
+
+def _ratings(n_users, item_pool, n_items_total, per_user=8, seed=0):
+    """Each user rates ``per_user`` items drawn from the first ``item_pool`` ids; one
+    user rates item ``n_items_total - 1`` so that every fit has the same item table."""
+    rng = np.random.default_rng(seed)
+    users = np.repeat(np.arange(n_users), per_user)
+    items = np.concatenate([rng.choice(item_pool, per_user, replace=False) for _ in range(n_users)])
+    items[0] = n_items_total - 1
+    return pd.DataFrame({"user": users, "item": items, "rating": rng.normal(3, 1, users.size)})
+
+
+def test_user_factors_are_not_communicated(client):
+    """Bytes reduced per step follow the items the ratings touch, not the users."""
+    n_items = 2000
+    few_users = _bytes_up(_ratings(200, 60, n_items), client)
+    many_users = _bytes_up(_ratings(2000, 60, n_items), client)
+    more_items = _bytes_up(_ratings(200, 600, n_items), client)
+    # 10x the users, same items touched: the same bytes (up to the few items a shard misses)
+    assert many_users.max() <= few_users.max() * 1.05
+    # 10x the items touched: several times the bytes
+    assert more_items.min() > 4 * few_users.max()
+    # and far below a dense item-gradient table from each of the two shards
+    assert few_users.max() < 0.1 * 2 * n_items * 5 * 8
+
+
+def test_shards_are_balanced_by_ratings_not_users(client):
+    # three power users with 300 ratings each, 400 users with 5
+    rng = np.random.default_rng(0)
+    counts = np.r_[[300, 300, 300], np.full(400, 5)]
+    users = np.repeat(np.arange(counts.size), counts)
+    items = np.concatenate([rng.choice(400, c, replace=False) for c in counts])
+    ratings = pd.DataFrame({"user": users, "item": items, "rating": rng.normal(3, 1, users.size)})
+    mf = MatrixFactorization(n_components=2, max_iter=1, tol=0, n_shards=4, random_state=0, client=client)
+    _quiet_fit(mf, ratings)
+    loads = mf.shard_ratings_
+    assert loads.sum() == len(ratings)
+    assert loads.max() / loads.mean() < 1.01
+    # equal numbers of users per shard would put the power users together
+    by_users = np.array([c.sum() for c in np.array_split(counts, 4)])
+    assert by_users.max() / by_users.mean() > 1.8
+
+
+def test_string_ids_dask_array_input_and_y(lowrank, client):
+    train, test = lowrank
+    named = train.assign(user="u" + train["user"].astype(str), item="i" + train["item"].astype(str))
+    a = MatrixFactorization(n_components=3, max_iter=5, tol=0, random_state=0, client=client).fit(named)
+    assert a.user_ids_[0].startswith("u") and len(a.user_ids_) == train["user"].nunique()
+    pairs = train[["user", "item"]].to_numpy()
+    b = MatrixFactorization(n_components=3, max_iter=5, tol=0, random_state=0, client=client)
+    b.fit(da.from_array(pairs, chunks=(3000, 2)), da.from_array(train["rating"].to_numpy(), chunks=3000))
+    c = MatrixFactorization(n_components=3, max_iter=5, tol=0, random_state=0).fit(pairs, train["rating"].to_numpy())
+    np.testing.assert_allclose(b.item_factors_, c.item_factors_, atol=1e-10)
+    # string ids from a dask DataFrame: the same model as from pandas
+    d = MatrixFactorization(n_components=3, max_iter=5, tol=0, random_state=0, client=client)
+    d.fit(dd.from_pandas(named, npartitions=3))
+    np.testing.assert_array_equal(d.user_ids_, a.user_ids_)
+    np.testing.assert_allclose(d.user_factors_, a.user_factors_, atol=1e-10)
+    lazy = c.predict(dd.from_pandas(test[["user", "item"]], npartitions=2))
+    assert isinstance(lazy, da.Array)
+    np.testing.assert_allclose(lazy.compute(), c.predict(test), atol=1e-12)
+
+
+def test_unknown_users_and_items_fall_back_to_biases(lowrank):
+    train, _ = lowrank
+    mf = MatrixFactorization(n_components=3, max_iter=20, random_state=0)
+    _quiet_fit(mf, train)
+    u0, i0 = mf.user_ids_[0], mf.item_ids_[0]
+    pred = mf.predict(pd.DataFrame({"user": [u0, -1, u0, -1], "item": [i0, i0, -7, -7]}))
+    mu = mf.global_mean_
+    assert pred[1] == pytest.approx(mu + mf.item_bias_[0])
+    assert pred[2] == pytest.approx(mu + mf.user_bias_[0])
+    assert pred[3] == pytest.approx(mu)
+    full = mu + mf.user_bias_[0] + mf.item_bias_[0] + mf.user_factors_[0] @ mf.item_factors_[0]
+    assert pred[0] == pytest.approx(full)
+
+
+def test_recommend_and_similar_items(lowrank):
+    train, _ = lowrank
+    mf = MatrixFactorization(n_components=3, max_iter=50, random_state=0)
+    _quiet_fit(mf, train)
+    users = mf.user_ids_[:5]
+    ids, scores = mf.recommend(users, k=7)
+    assert ids.shape == scores.shape == (5, 7)
+    assert np.all(np.diff(scores, axis=1) <= 0)
+    for u, row in zip(users, ids):
+        rated = set(train.loc[train["user"] == u, "item"])
+        assert not rated & set(row)
+    # the scores are the predicted ratings, and the best unseen items are found
+    pred = mf.predict(pd.DataFrame({"user": np.repeat(users[0], 7), "item": ids[0]}))
+    np.testing.assert_allclose(pred, scores[0], atol=1e-10)
+    unseen = np.setdiff1d(mf.item_ids_, train.loc[train["user"] == users[0], "item"])
+    best = np.sort(mf.predict(pd.DataFrame({"user": users[0], "item": unseen})))[::-1][:7]
+    np.testing.assert_allclose(best, scores[0], atol=1e-10)
+    with_seen, _ = mf.recommend(users[:1], k=len(mf.item_ids_), exclude_seen=False)
+    assert set(with_seen[0]) == set(mf.item_ids_)
+    sims, cos = mf.similar_items(mf.item_ids_[:3], k=4)
+    assert sims.shape == (3, 4) and np.all(cos <= 1 + 1e-12)
+    assert not np.any(sims == mf.item_ids_[:3, None])
+    Q = mf.item_factors_ / np.linalg.norm(mf.item_factors_, axis=1, keepdims=True)
+    expected = np.argsort(-(Q @ Q[0]))[1:5]
+    np.testing.assert_array_equal(sims[0], mf.item_ids_[expected])
+
+
+def test_partial_fit_grows_the_model(lowrank, client):
+    train, _ = lowrank
+    mf = MatrixFactorization(n_components=3, max_iter=30, random_state=0, client=client)
+    _quiet_fit(mf, train)
+    n_users, n_items = len(mf.user_ids_), len(mf.item_ids_)
+    before = mf.item_factors_.copy()
+    new = pd.DataFrame({"user": [90_001, 90_001, 5], "item": [0, 10_000, 1], "rating": [4.0, 2.0, 3.0]})
+    mf.partial_fit(new)
+    assert len(mf.user_ids_) == n_users + 1 and mf.user_ids_[-1] == 90_001
+    assert len(mf.item_ids_) == n_items + 1 and mf.item_ids_[-1] == 10_000
+    assert mf.n_iter_ == 31 and len(mf.history_) == 31
+    assert not np.allclose(mf.item_factors_[:n_items], before)
+    # the untouched items moved only through their optimizer momentum; the new user is ranked
+    ids, _ = mf.recommend([90_001], k=3)
+    assert 0 not in ids[0] and 10_000 not in ids[0]
+    # a model started by partial_fit is fitted
+    fresh = MatrixFactorization(n_components=2, random_state=0).partial_fit(train)
+    assert fresh.n_iter_ == 1
+
+
+def test_pickle_without_cluster_and_sklearn_tools(lowrank, client):
+    train, test = lowrank
+    mf = MatrixFactorization(n_components=3, max_iter=20, random_state=0, client=client)
+    _quiet_fit(mf, train)
+    back = pickle.loads(pickle.dumps(mf))
+    assert back.client is None
+    np.testing.assert_array_equal(back.predict(test), mf.predict(test))
+    copy = clone(mf)  # keeps the live client (deep-copying it would fail)
+    assert copy.client is client and copy.get_params()["n_components"] == 3
+    assert not hasattr(copy, "item_factors_")
+    grid = GridSearchCV(MatrixFactorization(max_iter=40, random_state=0), {"alpha": [0.002, 0.5]}, cv=2)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        grid.fit(train)
+    assert grid.best_params_ == {"alpha": 0.002}
+
+
+@pytest.mark.parametrize("loss", ["bpr", "wls"])
+def test_implicit_ranks_held_out_items_better_than_popularity(loss, client):
+    data, _ = make_ratings(400, 200, 12000, rank=3, implicit=True, random_state=0)
+    train, test = train_test_split(data, 0.2, random_state=0)
+    est = ImplicitMatrixFactorization(loss=loss, n_components=3, max_iter=60, random_state=0,
+                                      rating_col="count", client=client)
+    _quiet_fit(est, dd.from_pandas(train, npartitions=2))
+    got = evaluate_ranking(est, test, k=10)
+    # popularity: the most-rated unseen items for everyone
+    pop = train["item"].value_counts().index.to_numpy()
+    seen = train.groupby("user")["item"].agg(set)
+    rel = test.groupby("user")["item"].agg(set)
+    recs = np.array([[i for i in pop if i not in seen.get(u, set())][:10] for u in rel.index])
+    from dask_dgd.recommender import ndcg_at_k
+
+    popular = ndcg_at_k(rel.to_list(), recs, 10)
+    assert got["ndcg"] > 1.3 * popular, (got, popular)
+    assert est.score(test) == pytest.approx(got["ndcg"])
+
+
+def test_implicit_results_do_not_depend_on_shards(client):
+    data, _ = make_ratings(200, 100, 4000, rank=3, implicit=True, random_state=1)
+    fits = [
+        ImplicitMatrixFactorization(loss=loss, n_components=3, max_iter=5, tol=0, batch_size=1000, random_state=2,
+                                    n_shards=n, rating_col="count", client=client).fit(data)
+        for loss in ("bpr", "wls")
+        for n in (1, 3)
+    ]
+    for a, b in (fits[0:2], fits[2:4]):
+        np.testing.assert_allclose(a.user_factors_, b.user_factors_, atol=1e-10)
+        np.testing.assert_allclose(a.item_factors_, b.item_factors_, atol=1e-10)
+
+
+# ------------------------------------------------------------------ bad input
+def _small():
+    return pd.DataFrame({"user": [1, 1, 2], "item": [1, 2, 1], "rating": [1.0, 2.0, 3.0]})
+
+
+@pytest.mark.parametrize(
+    "frame, kwargs, match",
+    [
+        (_small().drop(columns="item"), {}, "X has no column 'item'"),
+        (_small().rename(columns={"user": "uid"}), {}, "X has no column 'user'"),
+        (_small().drop(columns="rating"), {}, "the ratings have no column 'rating'"),
+        (_small().assign(rating=[1.0, np.nan, 2.0]), {}, "1 values of the 'rating' column are NaN or infinite"),
+        (_small().assign(rating=[1.0, np.inf, 2.0]), {}, "NaN or infinite"),
+        (_small().assign(user=[1, None, 2]), {}, "user or item ids are missing"),
+        (_small().iloc[:0], {}, r"the ratings are empty \(0 rows\)"),
+        (_small().assign(rating=["a", "b", "c"]), {}, "column must be numeric"),
+        (_small().assign(user=[1, "x", 2]), {}, "mix types that cannot be ordered"),
+    ],
+)
+def test_bad_ratings_are_clear_errors(frame, kwargs, match):
+    with pytest.raises(InputError, match=match):
+        MatrixFactorization(max_iter=1, **kwargs).fit(frame)
+
+
+def test_bad_input_on_a_cluster_is_found_where_the_data_lives(client):
+    bad = dd.from_pandas(_small().assign(rating=[1.0, np.nan, 2.0]), npartitions=2)
+    with pytest.raises(InputError, match="1 values of the 'rating' column are NaN"):
+        MatrixFactorization(max_iter=1, client=client).fit(bad)
+
+
+def test_bad_shapes_and_parameters():
+    with pytest.raises(InputError, match=r"\(n, 2\) array of \(user, item\) pairs; got shape \(3, 3\)"):
+        MatrixFactorization().fit(np.zeros((3, 3)), np.zeros(3))
+    with pytest.raises(InputError, match="y must be 1-D with one value per row of X"):
+        MatrixFactorization().fit(np.zeros((3, 2)), np.zeros(4))
+    with pytest.raises(ParameterError, match="'n_components' parameter of MatrixFactorization must be"):
+        MatrixFactorization(n_components=-1).fit(_small())
+    with pytest.raises(ParameterError, match="'n_components' parameter of ImplicitMatrixFactorization must be"):
+        ImplicitMatrixFactorization(n_components=0).fit(_small())
+    with pytest.raises(ParameterError, match="'optimizer' parameter"):
+        MatrixFactorization(optimizer="lbfgs").fit(_small())
+    with pytest.raises(ParameterError, match="'loss' parameter of ImplicitMatrixFactorization"):
+        ImplicitMatrixFactorization(loss="hinge").fit(_small())
+    with pytest.raises(InputError, match="confidence-weighted least squares needs strengths >= 0"):
+        ImplicitMatrixFactorization(loss="wls", rating_col="rating").fit(_small().assign(rating=[1.0, -1.0, 0.0]))
+
+
+def test_recommend_errors():
+    mf = MatrixFactorization(n_components=2, max_iter=3, random_state=0)
+    _quiet_fit(mf, _small())
+    with pytest.raises(ParameterError, match="k must be an int > 0; got 0"):
+        mf.recommend([1], k=0)
+    with pytest.raises(ParameterError, match="k must be an int > 0; got -2"):
+        mf.similar_items([1], k=-2)
+    with pytest.raises(InputError, match=r"2 user\(s\) were not seen in fit: 7, 9"):
+        mf.recommend([1, 7, 9])
+    with pytest.raises(InputError, match=r"1 item\(s\) were not seen in fit: 'zz'"):
+        mf.similar_items(["zz"])
+    # k larger than the items: every item, unseen first, seen ones last with -inf
+    ids, scores = mf.recommend([1], k=50)
+    assert ids.shape == (1, 2) and np.all(np.isneginf(scores))
+    ids, scores = mf.recommend([2], k=50)
+    assert ids[0, 0] == 2 and np.isfinite(scores[0, 0]) and np.isneginf(scores[0, 1])
+
+
+def test_divergence_names_the_step_and_the_remedy():
+    ratings, _ = make_ratings(50, 30, 600, random_state=0)
+    with pytest.raises(DivergenceError, match=r"the objective became .* at step \d+ .*lower learning_rate"):
+        MatrixFactorization(optimizer="sgd", learning_rate=1e4, max_iter=50, random_state=0).fit(ratings)
