@@ -10,7 +10,7 @@ import math
 import numpy as np
 import pytest
 
-from benchmarks.suites import compression, memory, modes, scaling, skew, straggler
+from benchmarks.suites import compression, memory, modes, recommender, scaling, skew, straggler
 
 RESULT_KEYS = {"title", "markdown", "table", "data"}
 
@@ -21,7 +21,7 @@ def _check_result(result):
     assert "|---|" in result["table"]
 
 
-@pytest.mark.parametrize("module", [modes, scaling, memory, straggler, skew, compression])
+@pytest.mark.parametrize("module", [modes, scaling, memory, straggler, skew, compression, recommender])
 def test_suite_interface(module):
     assert module.NAME == module.__name__.rsplit(".", 1)[-1]
     assert module.DESCRIPTION
@@ -290,3 +290,26 @@ def test_compression_suite_tiny(tmp_path):
     assert runs["sign"]["totals"]["compression_ratio"] > 30
     assert compression.reach(runs["none"], result["data"]["target"]) is not None
     assert png.stat().st_size > 10_000
+
+
+@pytest.mark.slow
+def test_recommender_suite_tiny():
+    """Spark ALS runs when pyspark and Java are here; otherwise the report says why."""
+    result = recommender.run(
+        "small", users=400, items=150, rows=8_000, epochs=10, spark_reg=(0.1,), spark_iter=2,
+        log=lambda msg: None,
+    )
+    _check_result(result)
+    data = result["data"]
+    (dgd,) = data["runs"]["synthetic"]["dask_dgd"]
+    (bias,) = data["runs"]["synthetic"]["bias"]
+    assert dgd["epochs"] == 10 and 0 < dgd["sec_per_epoch"] < dgd["wall"]
+    assert 0 < dgd["bytes_up_per_step"] and dgd["n_test"] > 0
+    assert len(dgd["shard_ratings"]) == 2 and max(dgd["shard_ratings"]) / min(dgd["shard_ratings"]) < 1.05
+    assert 0 < bias["rmse"] < 2
+    if data["spark_unavailable"] is None:
+        (spark_runs,) = data["runs"]["synthetic"]["spark"]
+        assert spark_runs[0]["reg"] == 0.1 and spark_runs[0]["rmse"] < 2
+        assert "Spark ALS regParam=0.1 (best)" in result["markdown"]
+    else:
+        assert "unavailable" in result["markdown"]

@@ -20,7 +20,10 @@ def _load(name, capsys):
 
 
 def test_every_example_is_tested():
-    tested = {"logistic_regression_cluster.py", "sparse_text_classification.py", "pipeline_gridsearch.py"}
+    tested = {
+        "logistic_regression_cluster.py", "sparse_text_classification.py", "pipeline_gridsearch.py",
+        "movielens_recommender.py",
+    }
     assert {p.name for p in EXAMPLES.glob("*.py")} == tested
 
 
@@ -104,3 +107,14 @@ def test_readme_usage_runs(capsys):
     n_iter, score, shape = capsys.readouterr().out.split(maxsplit=2)
     assert int(n_iter) >= 1 and float(score) > 0.75
     assert shape.strip() == "(1, 20)"
+
+
+@pytest.mark.slow
+def test_movielens_recommender(capsys, client):
+    result = _load("movielens_recommender.py", capsys)["main"](epochs=30, implicit_epochs=15, client=client)
+    out = capsys.readouterr().out
+    assert "test RMSE, matrix factorization:" in out and "movies closest to Toy Story (among the" in out
+    # real data, real signal: factors beat the bias model, implicit factors beat popularity
+    assert result["rmse_mf"] < result["rmse_bias"] < 1.0
+    assert result["ndcg_implicit"] > 1.2 * result["ndcg_popular"]
+    assert len(result["recommended"]) == 5 and len(set(result["similar"])) == 5

@@ -455,9 +455,18 @@ class FactorizationBase(BaseEstimator):
             scores[a : a + len(c)] = np.take_along_axis(top_s, order, axis=1)
         return self.item_ids_[ids], scores
 
-    def similar_items(self, items, k=10):
+    def similar_items(self, items, k=10, candidates=None):
         """The ``k`` items whose factors have the highest cosine similarity to each item's
         (the item itself left out).
+
+        Parameters
+        ----------
+        items : array-like of item ids
+            Items seen in ``fit``; an unknown one raises :class:`InputError`.
+        k : int, default=10
+        candidates : array-like of item ids or None, default=None
+            Rank only these items (e.g. the ones with enough ratings for their factors
+            to mean something); None: all items.
 
         Returns
         -------
@@ -465,18 +474,21 @@ class FactorizationBase(BaseEstimator):
         scores : numpy.ndarray of shape (n_items_asked, k), cosine similarities
         """
         check_is_fitted(self, "item_factors_")
-        k = min(self._check_k(k), len(self.item_ids_) - 1)
-        if k < 1:
-            raise InputError("similar_items needs at least two items in the model")
+        k = self._check_k(k)
         _, codes = self._known(items, self._item_index, "item")
+        pool = np.arange(len(self.item_ids_)) if candidates is None else self._known(
+            candidates, self._item_index, "candidate item")[1]
+        k = min(k, pool.size - 1)
+        if k < 1:
+            raise InputError("similar_items needs at least two items to rank among")
         Q = self.item_factors_
         norms = np.linalg.norm(Q, axis=1)
         norms[norms == 0] = 1.0
         Qn = Q / norms[:, None]
-        s = Qn[codes] @ Qn.T
-        s[np.arange(codes.size), codes] = -np.inf
+        s = Qn[codes] @ Qn[pool].T
+        s[pool[None, :] == codes[:, None]] = -np.inf  # never the item itself
         top = np.argsort(-s, axis=1, kind="stable")[:, :k]
-        return self.item_ids_[top], np.take_along_axis(s, top, axis=1)
+        return self.item_ids_[pool[top]], np.take_along_axis(s, top, axis=1)
 
     def __sklearn_clone__(self):
         return clone_keeping_client(self)

@@ -113,14 +113,22 @@ def evaluate_ranking(model, test, k=10, exclude_seen=True):
     }
 
 
+def _mix(z):
+    """SplitMix64 finaliser on a uint64 array (wrapping arithmetic)."""
+    z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+    z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+    return z ^ (z >> np.uint64(31))
+
+
 def _split_frame(df, user_col, item_col, time_col, test_size, seed):
     if not len(df):
         return df.assign(_test=np.zeros(0, dtype=bool))
     if time_col is not None:
         key = df[time_col].to_numpy()
     else:  # a random key that depends only on the rating, not on the partition
-        h = pd.util.hash_pandas_object(df[[user_col, item_col]], index=False, hash_key=f"{seed:016d}"[:16])
-        key = h.to_numpy()
+        h = pd.util.hash_pandas_object(df[[user_col, item_col]], index=False).to_numpy()
+        salt = np.uint64((seed * 0x9E3779B97F4A7C15) % 2**64)  # Python ints: no overflow
+        key = _mix(h ^ salt)
     order = pd.DataFrame({"u": df[user_col].to_numpy(), "k": key, "pos": np.arange(len(df))})
     order = order.sort_values(["u", "k", "pos"], kind="stable")
     rank_from_end = order.groupby("u", sort=False).cumcount(ascending=False).to_numpy()

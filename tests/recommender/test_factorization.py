@@ -174,6 +174,11 @@ def test_recommend_and_similar_items(lowrank):
     Q = mf.item_factors_ / np.linalg.norm(mf.item_factors_, axis=1, keepdims=True)
     expected = np.argsort(-(Q @ Q[0]))[1:5]
     np.testing.assert_array_equal(sims[0], mf.item_ids_[expected])
+    pool = mf.item_ids_[10:40]
+    only, _ = mf.similar_items(mf.item_ids_[[0, 12]], k=5, candidates=pool)
+    assert set(only.ravel()) <= set(pool) and 12 not in only[1]
+    with pytest.raises(InputError, match=r"1 candidate item\(s\) were not seen in fit"):
+        mf.similar_items(mf.item_ids_[:1], candidates=[-5])
 
 
 def test_partial_fit_grows_the_model(lowrank, client):
