@@ -24,6 +24,8 @@ _LAZY = {
     "MatrixFactorization": "dask_dgd.recommender",
     "ImplicitMatrixFactorization": "dask_dgd.recommender",
     "recommender": "dask_dgd.recommender",
+    "climate": "dask_dgd.climate",
+    "ClimateRegressor": "dask_dgd.climate",
     "datasets": "dask_dgd.datasets",
     "linear_model": "dask_dgd.linear_model",
     "losses": "dask_dgd.losses",
@@ -35,6 +37,7 @@ _LAZY = {
 }
 
 __all__ = [
+    "ClimateRegressor",
     "ConvergenceWarning",
     "DivergenceError",
     "ImplicitMatrixFactorization",
@@ -46,6 +49,7 @@ __all__ = [
     "ParameterError",
     "PoissonRegressor",
     "__version__",
+    "climate",
     "communication_report",
     "compression",
     "datasets",
