@@ -91,12 +91,26 @@ def validate_params(estimator):
             )
 
 
-def clone_keeping_client(estimator):
-    """``sklearn.base.clone`` that shares the ``client`` parameter instead of deep-copying
-    it (a live Client holds sockets; GridSearchCV clones the estimator for every fit)."""
-    from sklearn.base import clone
+def client_is_a_client(value):
+    """a distributed.Client"""
+    from distributed import Client
 
-    params = estimator.get_params(deep=False)
-    client = params.pop("client", None)
-    new = type(estimator)(**{name: clone(value, safe=False) for name, value in params.items()}, client=client)
-    return new
+    return isinstance(value, Client)
+
+
+class ClientParamMixin:
+    """For estimators with a ``client`` parameter: ``clone`` shares the live Client
+    instead of deep-copying it (it holds sockets; GridSearchCV clones for every fit), and
+    pickling drops it (a fitted model pickles and predicts without its cluster)."""
+
+    def __sklearn_clone__(self):
+        from sklearn.base import clone
+
+        params = self.get_params(deep=False)
+        client = params.pop("client", None)
+        return type(self)(**{name: clone(value, safe=False) for name, value in params.items()}, client=client)
+
+    def __getstate__(self):
+        state = dict(super().__getstate__())  # a copy: the live estimator keeps its client
+        state["client"] = None
+        return state

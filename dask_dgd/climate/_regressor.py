@@ -9,7 +9,7 @@ import xarray as xr
 from sklearn.base import BaseEstimator
 from sklearn.utils.validation import check_is_fitted
 
-from .._validation import Interval, Options, clone_keeping_client, validate_params
+from .._validation import ClientParamMixin, Interval, Options, client_is_a_client, validate_params
 from ..exceptions import InputError
 from ._design import (
     DesignMatrix,
@@ -24,12 +24,6 @@ __all__ = ["ClimateRegressor"]
 
 _FAMILIES = ("gaussian", "poisson", "binomial")
 
-
-def _client_like(value):
-    """a distributed.Client"""
-    from distributed import Client
-
-    return isinstance(value, Client)
 
 
 # --------------------------------------------------------------- pointwise math
@@ -104,7 +98,7 @@ def _pooled_block(Fb, coef, intercept, family):
     return eta.reshape(Fb.shape[1:])
 
 
-class ClimateRegressor(BaseEstimator):
+class ClimateRegressor(ClientParamMixin, BaseEstimator):
     """Regression on an xarray Dataset's grid cells: one pooled model or one per cell.
 
     Parameters
@@ -175,7 +169,7 @@ class ClimateRegressor(BaseEstimator):
         "family": [Options(*_FAMILIES)],
         "alpha": [Interval(numbers.Real, 0, None, "left")],
         "split_every": [Interval(numbers.Integral, 2, None, "left")],
-        "client": [None, _client_like],
+        "client": [None, client_is_a_client],
     }
 
     def __init__(
@@ -396,10 +390,3 @@ class ClimateRegressor(BaseEstimator):
         """Area-weighted coefficient of determination R^2 on ``ds``."""
         return self.evaluate(ds)["r2"]
 
-    def __sklearn_clone__(self):
-        return clone_keeping_client(self)
-
-    def __getstate__(self):
-        state = dict(super().__getstate__())
-        state["client"] = None
-        return state

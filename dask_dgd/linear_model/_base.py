@@ -28,7 +28,7 @@ from .._engine.monitor import communicated
 from ..compression import Compressor, PowerSGD, get_compressor
 from .._engine.local import run_local
 from .._engine.sync import Evaluator, run_first_order, run_lbfgs, run_newton
-from .._validation import Interval, Options, clone_keeping_client, validate_params
+from .._validation import ClientParamMixin, Interval, Options, client_is_a_client, validate_params
 from ..exceptions import ConvergenceWarning, InputError, ParameterError
 from ..losses import Penalty
 from ..optim import LBFGS, SGD, FirstOrderOptimizer, Schedule, get_optimizer
@@ -146,12 +146,6 @@ def _optimizer_like(value):
     return isinstance(value, (str, FirstOrderOptimizer, LBFGS))
 
 
-def _client_like(value):
-    """a distributed.Client"""
-    from distributed import Client
-
-    return isinstance(value, Client)
-
 
 def _raw_block(X, coef, intercept, squeeze):
     """Linear predictor of one block (runs on the workers for dask input)."""
@@ -164,7 +158,7 @@ def _raw_block(X, coef, intercept, squeeze):
     return raw[:, 0] if squeeze else raw
 
 
-class DGDLinearModel(BaseEstimator):
+class DGDLinearModel(ClientParamMixin, BaseEstimator):
     """Base class: a generalised linear model fitted by distributed gradient descent."""
 
     _parameter_constraints = {
@@ -189,7 +183,7 @@ class DGDLinearModel(BaseEstimator):
         "random_state": [None, Interval(numbers.Integral, 0, None, "left"), np.random.RandomState],
         "warm_start": [bool],
         "verbose": [Interval(numbers.Integral, 0, None, "left"), bool],
-        "client": [None, _client_like],
+        "client": [None, client_is_a_client],
     }
 
     def _is_classifier(self):
@@ -611,14 +605,6 @@ class DGDLinearModel(BaseEstimator):
             return X.map_blocks(_raw_block, coef, intercept, squeeze, dtype=dtype, **kwargs)
         X = validate_data(self, X, reset=False, accept_sparse="csr", dtype=[np.float64, np.float32])
         return _raw_block(X, coef, intercept, squeeze)
-
-    def __sklearn_clone__(self):
-        return clone_keeping_client(self)
-
-    def __getstate__(self):
-        state = dict(super().__getstate__())  # a copy: the live estimator keeps its client
-        state["client"] = None  # a fitted model pickles without its cluster
-        return state
 
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()

@@ -22,7 +22,7 @@ from .._engine.factorization import (
     shard_factor_init,
 )
 from .._engine.monitor import Monitor, communicated
-from .._validation import Interval, clone_keeping_client, validate_params
+from .._validation import ClientParamMixin, Interval, client_is_a_client, validate_params
 from ..exceptions import ConvergenceWarning, InputError, ParameterError
 from ..optim import FirstOrderOptimizer, Schedule, get_optimizer
 
@@ -37,12 +37,6 @@ def _optimizer_like(value):
     """an optimizer name ('adam', 'adagrad', 'rmsprop', 'sgd', 'adamw') or a first-order optimizer object"""
     return (isinstance(value, str) and value in _OPTIMIZERS) or isinstance(value, FirstOrderOptimizer)
 
-
-def _client_like(value):
-    """a distributed.Client"""
-    from distributed import Client
-
-    return isinstance(value, Client)
 
 
 def _ids_preview(ids, limit=5):
@@ -66,7 +60,7 @@ def _id_index(uniques, what):
     return index
 
 
-class FactorizationBase(BaseEstimator):
+class FactorizationBase(ClientParamMixin, BaseEstimator):
     """Matrix factorization trained by distributed gradient descent (base class)."""
 
     _kind = None  # "explicit", "bpr" or "wls"
@@ -86,7 +80,7 @@ class FactorizationBase(BaseEstimator):
         "max_time": [None, Interval(numbers.Real, 0, None, "neither")],
         "random_state": [None, Interval(numbers.Integral, 0, None, "left"), np.random.RandomState],
         "verbose": [Interval(numbers.Integral, 0, None, "left"), bool],
-        "client": [None, _client_like],
+        "client": [None, client_is_a_client],
     }
 
     # ------------------------------------------------------------- input
@@ -489,14 +483,6 @@ class FactorizationBase(BaseEstimator):
         s[pool[None, :] == codes[:, None]] = -np.inf  # never the item itself
         top = np.argsort(-s, axis=1, kind="stable")[:, :k]
         return self.item_ids_[pool[top]], np.take_along_axis(s, top, axis=1)
-
-    def __sklearn_clone__(self):
-        return clone_keeping_client(self)
-
-    def __getstate__(self):
-        state = dict(super().__getstate__())
-        state["client"] = None
-        return state
 
 
 def _assemble_state(user_states, shape):

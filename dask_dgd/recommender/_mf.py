@@ -5,7 +5,7 @@ import numbers
 import numpy as np
 
 from .._validation import Interval, Options
-from ._base import FactorizationBase, _client_like  # noqa: F401
+from ._base import FactorizationBase
 from ._metrics import evaluate_ranking
 
 __all__ = ["ImplicitMatrixFactorization", "MatrixFactorization"]

@@ -127,3 +127,12 @@ def test_random_state_none_is_still_valid(data):
         warnings.simplefilter("ignore", ConvergenceWarning)
         est = LogisticRegression(solver="sgd", batch_size=64, max_iter=2).fit(X, y)
     assert est.score(X, y) > 0.8
+
+
+def test_clone_shares_the_live_client(client):
+    """GridSearchCV clones the estimator: the client must not be deep-copied (sockets)."""
+    from sklearn.base import clone
+
+    est = dask_dgd.LogisticRegression(alpha=0.1, client=client)
+    copy = clone(est)
+    assert copy.client is client and copy.alpha == 0.1 and copy is not est
