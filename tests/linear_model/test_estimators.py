@@ -133,6 +133,6 @@ def test_clone_shares_the_live_client(client):
     """GridSearchCV clones the estimator: the client must not be deep-copied (sockets)."""
     from sklearn.base import clone
 
-    est = dask_dgd.LogisticRegression(alpha=0.1, client=client)
+    est = LogisticRegression(alpha=0.1, client=client)
     copy = clone(est)
     assert copy.client is client and copy.alpha == 0.1 and copy is not est
