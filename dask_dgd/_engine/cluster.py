@@ -218,12 +218,16 @@ class DaskExecutor:
                 a.run  # noqa: B018 - binds the proxy to this client now
         return futures, actors
 
-    def call_runners(self, runners, fn, args, stateful=False):
-        """``fn(shard, *args)`` on every runner at once; results in group order."""
+    def call_runners(self, runners, fn, args, stateful=False, per_group=None):
+        """``fn(shard, *args)`` on every runner at once; results in group order.
+        ``per_group``: one more tuple of arguments for each runner, appended to ``args``."""
         _, actors = runners
-        payload = pickle.dumps((fn, args))
+        if per_group is None:
+            payloads = [pickle.dumps((fn, args))] * len(actors)
+        else:
+            payloads = [pickle.dumps((fn, tuple(args) + tuple(extra))) for extra in per_group]
         with self.client.as_current():
-            calls = [a.run(payload, stateful) for a in actors]
+            calls = [a.run(payload, stateful) for a, payload in zip(actors, payloads)]
             return [pickle.loads(c.result()) for c in calls]
 
     def start_actor(self, cls, args, kwargs, *, worker, key):

@@ -284,6 +284,8 @@ def build_rating_shards(executor, parts, cols, users, items, n_shards):
     if run.dask:
         executor.wait(handles)
     shards = ShardSet(executor, handles, [(s,) for s in range(n_shards)], placed, loads, 0, False)
+    # each shard's users (global indices, sorted), as the shard itself holds them
+    shards.shard_users = [np.flatnonzero((shard_of == s) & (counts > 0)) for s in range(n_shards)]
     return shards, loads
 
 
@@ -513,16 +515,19 @@ def _run(shards, model, optimizer, V, state, user_init, max_iter, tol, n_batches
                 return FactorResult(V, state, epoch + 1, step, False, "max_time")
             if monitor.stop_requested:
                 return FactorResult(V, state, epoch + 1, step, True, "callback")
-            if stopper.add(loss, epoch + (batch + 1) // n_batches):
+            if tol > 0 and stopper.add(loss, epoch + (batch + 1) // n_batches):
                 return FactorResult(V, state, epoch + 1, step, True, "tol")
     return FactorResult(V, state, max_iter, step, False, stopped_by)
 
 
-def export_users(shards, n_users, width):
+def export_users(shards, n_users, width, U_base=None):
     """Gather every shard's user factors (once, at the end of a fit) into one table,
-    with the optimizer state rows and the seen (user, item) pairs as CSR arrays."""
+    with the optimizer state rows and the seen (user, item) pairs as CSR arrays.
+
+    ``U_base``: the table to update (continued training: users without new ratings
+    keep their rows); None: zeros."""
     parts = shards.call_groups(shard_factor_export, name="dgd-mf-export")
-    U = np.zeros((n_users, width))
+    U = np.zeros((n_users, width)) if U_base is None else np.array(U_base, dtype=np.float64)
     states = []
     seen_rows, seen_cols = [], []
     for users, Us, state, uptr, gi in parts:

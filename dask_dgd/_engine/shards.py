@@ -675,7 +675,7 @@ class ShardSet:
             token = f"{self.token}-{self._regroups}"
             self._runners = self.executor.start_runners(self.handles, self.workers, token)
 
-    def _call_runners(self, fn, args, stateful=False):
+    def _call_runners(self, fn, args, stateful=False, per_group=None):
         """Call every runner; if a worker holding one was lost, recover and retry.
 
         A lost worker takes its runner (and the runner's scratch memory) with it; Dask
@@ -688,7 +688,7 @@ class ShardSet:
         for attempt in range(MAX_RECOVERIES + 1):
             try:
                 self.start_runners()
-                return self.executor.call_runners(self._runners, fn, args, stateful=stateful)
+                return self.executor.call_runners(self._runners, fn, args, stateful=stateful, per_group=per_group)
             except Exception as err:
                 if attempt == MAX_RECOVERIES or not self._lost_a_worker(err):
                     raise
@@ -740,18 +740,21 @@ class ShardSet:
             "lost worker(s) %s: shards recomputed on %s, step retried", lost, sorted(set(self.workers))
         )
 
-    def call_groups(self, fn, *args, name):
+    def call_groups(self, fn, *args, name, per_group=None):
         """``fn(shard, scratch, *args)`` on every group at once; results in group order.
 
         ``scratch`` is a dict that stays with the group for the life of this ShardSet
         (the :class:`~.cluster.GroupRunner` actor's memory on a cluster), e.g. an
         optimizer state that never travels.  Always goes through the group runners.
+        ``per_group``: a tuple of extra arguments for each group (each group is sent
+        only its own), appended after ``args``.
         """
         if self.executor.kind == "dask":
-            return self._call_runners(fn, args, stateful=True)
+            return self._call_runners(fn, args, stateful=True, per_group=per_group)
         if self._scratch is None:
             self._scratch = [{} for _ in self.handles]
-        return [fn(h, scratch, *args) for h, scratch in zip(self.handles, self._scratch)]
+        extras = per_group if per_group is not None else [()] * len(self.handles)
+        return [fn(h, scratch, *args, *extra) for h, scratch, extra in zip(self.handles, self._scratch, extras)]
 
     def map_reduce(self, fn, *args, split_every, name, result_bytes=0):
         """One step: ``fn(shard, *args, tree)`` on every shard, reduced to the root.

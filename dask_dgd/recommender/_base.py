@@ -69,7 +69,7 @@ class FactorizationBase(ClientParamMixin, BaseEstimator):
         "n_components": [Interval(numbers.Integral, 1, None, "left")],
         "alpha": [Interval(numbers.Real, 0, None, "left")],
         "optimizer": [_optimizer_like],
-        "learning_rate": [Interval(numbers.Real, 0, None, "neither"), Schedule],
+        "learning_rate": [None, Interval(numbers.Real, 0, None, "neither"), Schedule],
         "batch_size": [None, Interval(numbers.Integral, 1, None, "left")],
         "max_iter": [Interval(numbers.Integral, 1, None, "left")],
         "tol": [Interval(numbers.Real, 0, None, "left")],
@@ -93,12 +93,30 @@ class FactorizationBase(ClientParamMixin, BaseEstimator):
         import dask.dataframe as dd
 
         ucol, icol, rcol = self.user_col, self.item_col, self._rating_col()
+        ycol = rcol if rcol is not None else "rating"
+        y_given = y is not None
         if isinstance(X, (pd.DataFrame, dd.DataFrame)):
+            if y is not None and isinstance(X, dd.DataFrame):
+                raise InputError(
+                    "with a dask DataFrame, pass the ratings as one of its columns (rating_col=...), not as y: "
+                    "a separate y cannot be matched to the rows by position"
+                )
             frame = X
         elif isinstance(X, da.Array):
             if X.ndim != 2 or X.shape[1] != 2:
                 raise InputError(f"X must be a DataFrame or an (n, 2) array of (user, item) pairs; got shape {X.shape}")
-            frame = dd.from_dask_array(X, columns=[ucol, icol])
+            if y is not None:
+                if any(np.isnan(c) for c in X.chunks[0]):
+                    X = X.compute_chunk_sizes()
+                yv = y if isinstance(y, da.Array) else da.from_array(np.asarray(y), chunks=(X.chunks[0],))
+                if yv.ndim != 1 or yv.shape[0] != X.shape[0]:
+                    raise InputError(f"y must be 1-D with one value per row of X ({X.shape[0]}); got shape {yv.shape}")
+                yv = yv.rechunk((X.chunks[0],))
+                # the same row chunks: the two frames get the same index and divisions
+                frame = dd.from_dask_array(X, columns=[ucol, icol]).assign(**{ycol: dd.from_dask_array(yv)})
+                y = None
+            else:
+                frame = dd.from_dask_array(X, columns=[ucol, icol])
         else:
             arr = np.asarray(X)
             if arr.ndim != 2 or arr.shape[1] != 2:
@@ -112,19 +130,13 @@ class FactorizationBase(ClientParamMixin, BaseEstimator):
                 f"X has no column {missing[0]!r} (columns: {list(frame.columns)}); "
                 "name the columns with user_col=..., item_col=..."
             )
-        if y is not None:
-            if rcol is None:
-                rcol = "rating"
-            if isinstance(frame, dd.DataFrame):
-                yv = y if is_dask_collection(y) else dd.from_array(np.asarray(y), chunksize=max(1, len(y)))
-                if isinstance(yv, da.Array):
-                    yv = dd.from_dask_array(yv)
-                frame = frame.assign(**{rcol: yv})
-            else:
-                yv = np.asarray(y)
-                if yv.ndim != 1 or yv.shape[0] != len(frame):
-                    raise InputError(f"y must be 1-D with one value per row of X ({len(frame)}); got shape {yv.shape}")
-                frame = frame.assign(**{rcol: yv})
+        if y is not None:  # in-memory frame: y pairs with the rows by position
+            yv = np.asarray(y)
+            if yv.ndim != 1 or yv.shape[0] != len(frame):
+                raise InputError(f"y must be 1-D with one value per row of X ({len(frame)}); got shape {yv.shape}")
+            frame = frame.assign(**{ycol: yv})
+        if y_given:
+            rcol = ycol
         if need_rating:
             if rcol is None or rcol not in frame.columns:
                 raise InputError(
@@ -147,11 +159,17 @@ class FactorizationBase(ClientParamMixin, BaseEstimator):
             return int(rs)
         return int(check_random_state(rs).randint(np.iinfo(np.int32).max))
 
+    #: learning rate of a named optimizer when ``learning_rate=None``
+    _default_learning_rate = 0.05
+
     def _optimizer(self):
+        """The optimizer: a name gets ``learning_rate`` (None: 0.05); an object keeps its
+        own rate unless ``learning_rate`` is given."""
         opt = self.optimizer
         if isinstance(opt, str):
-            opt = get_optimizer(opt)
-        return opt.with_learning_rate(self.learning_rate)
+            rate = self._default_learning_rate if self.learning_rate is None else self.learning_rate
+            return get_optimizer(opt).with_learning_rate(rate)
+        return opt if self.learning_rate is None else opt.with_learning_rate(self.learning_rate)
 
     # --------------------------------------------------------------- fit
     def _validate(self):
@@ -197,10 +215,11 @@ class FactorizationBase(ClientParamMixin, BaseEstimator):
         model = self._model(mu, len(items), seed)
         optimizer = self._optimizer()
         if continued:
-            V, item_state, user_init = self._continue_from(model, optimizer, len(users), len(items))
+            V, item_state, user_init, U_base, state_base = self._continue_from(model, optimizer, len(users), len(items))
         else:
+            self._forget_fit()
             V = init_rows(seed + 1, np.arange(len(items)), model.item_width, model.init_scale, model.item_bias)
-            item_state, user_init = optimizer.init(V), None
+            item_state, user_init, U_base, state_base = optimizer.init(V), None, None, None
         n_batches = 1
         if self.batch_size is not None:
             n_batches = max(1, int(round(facts["n"] / self.batch_size)))
@@ -212,10 +231,11 @@ class FactorizationBase(ClientParamMixin, BaseEstimator):
                 tol=self.tol, n_batches=n_batches, n_ratings=facts["n"], monitor=monitor,
                 max_time=self.max_time,
             )
-            U, user_states, seen_u, seen_i = export_users(shards, len(users), model.user_width)
+            U, user_states, seen_u, seen_i = export_users(shards, len(users), model.user_width, U_base)
         finally:
             monitor.close()
-        self._store(model, users, items, U, result, user_states, seen_u, seen_i, monitor.records, loads, continued)
+        self._store(model, users, items, U, result, _assemble_state(user_states, U.shape, state_base),
+                    seen_u, seen_i, monitor.records, loads, continued)
         if not continued and result.stopped_by == "max_iter" and self.tol > 0:
             warnings.warn(
                 f"{type(self).__name__} reached max_iter={self.max_iter} epochs before the objective "
@@ -247,11 +267,22 @@ class FactorizationBase(ClientParamMixin, BaseEstimator):
         user_state = _grow_state(self._user_state_, n_new, optimizer)
 
         def user_init(shards):
-            shards.call_groups(_init_from_tables, model, optimizer, U, user_state, name="dgd-mf-init")
+            # each shard is sent only its own users' rows
+            rows = [(U[users], _state_rows(user_state, users)) for users in shards.shard_users]
+            shards.call_groups(shard_factor_init, model, optimizer, name="dgd-mf-init", per_group=rows)
 
-        return V, item_state, user_init
+        return V, item_state, user_init, U, user_state
 
-    def _store(self, model, users, items, U, result, user_states, seen_u, seen_i, records, loads, continued):
+    _FITTED = ("user_ids_", "item_ids_", "_user_index", "_item_index", "user_factors_", "item_factors_",
+               "user_bias_", "item_bias_", "global_mean_", "_item_state_", "_user_state_", "_seen", "history_",
+               "loss_curve_", "n_iter_", "shard_ratings_", "bytes_communicated_", "_seed_")
+
+    def _forget_fit(self):
+        """Drop what an earlier fit left (a refit with other settings starts clean)."""
+        for name in self._FITTED:
+            self.__dict__.pop(name, None)
+
+    def _store(self, model, users, items, U, result, user_state, seen_u, seen_i, records, loads, continued):
         import scipy.sparse as sp
 
         k = model.n_components
@@ -268,7 +299,7 @@ class FactorizationBase(ClientParamMixin, BaseEstimator):
         if model.item_bias:
             self.item_bias_ = result.V[:, k].copy()
         self._item_state_ = result.state
-        self._user_state_ = _assemble_state(user_states, U.shape)
+        self._user_state_ = user_state
         seen = sp.csr_matrix(
             (np.ones(seen_u.size, dtype=np.int8), (seen_u, seen_i)), shape=(len(users), len(items))
         )
@@ -323,9 +354,12 @@ class FactorizationBase(ClientParamMixin, BaseEstimator):
         """One more epoch over new ratings, starting from the fitted factors.
 
         New users and items grow the model (their factors start from the seeded
-        initialisation, biases at 0); the optimizer states of the fitted model carry on.
-        The global mean of an explicit model stays that of the first fit.  On an
-        unfitted model this is ``fit`` with one epoch.
+        initialisation, biases at 0); the optimizer states of the fitted model carry on,
+        and users without new ratings keep their factors and state unchanged.  New rows
+        share the optimizer's step count, so with Adam their first moves are somewhat
+        larger than a fresh fit's (its bias correction assumes moments collected since
+        step 1).  The global mean of an explicit model stays that of the first fit.  On
+        an unfitted model this is ``fit`` with one epoch.
 
         Returns
         -------
@@ -397,9 +431,9 @@ class FactorizationBase(ClientParamMixin, BaseEstimator):
         return int(k)
 
     def _known(self, ids, index, what):
+        if isinstance(ids, (str, bytes)) or np.ndim(ids) == 0:
+            ids = [ids]  # one id, not a sequence of characters
         ids = np.asarray(list(ids) if not isinstance(ids, np.ndarray) else ids)
-        if ids.ndim == 0:
-            ids = ids[None]
         codes = index.get_indexer(ids)
         if np.any(codes < 0):
             unknown = ids[codes < 0]
@@ -470,11 +504,12 @@ class FactorizationBase(ClientParamMixin, BaseEstimator):
         check_is_fitted(self, "item_factors_")
         k = self._check_k(k)
         _, codes = self._known(items, self._item_index, "item")
-        pool = np.arange(len(self.item_ids_)) if candidates is None else self._known(
-            candidates, self._item_index, "candidate item")[1]
-        k = min(k, pool.size - 1)
+        pool = np.arange(len(self.item_ids_)) if candidates is None else np.unique(self._known(
+            candidates, self._item_index, "candidate item")[1])
+        # at most the candidates other than the item itself (for every asked item)
+        k = min(k, pool.size - int(np.isin(codes, pool).any()))
         if k < 1:
-            raise InputError("similar_items needs at least two items to rank among")
+            raise InputError("similar_items needs at least one candidate other than the item itself")
         Q = self.item_factors_
         norms = np.linalg.norm(Q, axis=1)
         norms[norms == 0] = 1.0
@@ -485,21 +520,30 @@ class FactorizationBase(ClientParamMixin, BaseEstimator):
         return self.item_ids_[pool[top]], np.take_along_axis(s, top, axis=1)
 
 
-def _assemble_state(user_states, shape):
-    """One optimizer state for the whole user table from each shard's state rows."""
+def _assemble_state(user_states, shape, base=None):
+    """One optimizer state for the whole user table from each shard's state rows
+    (written over ``base`` when continuing: users without new ratings keep theirs)."""
     if not user_states:
-        return None
+        return base
     first = user_states[0][1]
     fields = {}
     for name, value in first._asdict().items():
         if isinstance(value, np.ndarray) and value.ndim == 2:
-            full = np.zeros(shape)
+            full = np.zeros(shape) if base is None else np.array(getattr(base, name), dtype=np.float64)
             for users, state in user_states:
                 full[users] = getattr(state, name)
             fields[name] = full
         else:
             fields[name] = value
     return type(first)(**fields)
+
+
+def _state_rows(state, users):
+    """The rows of ``users`` in a whole-table optimizer state."""
+    return type(state)(**{
+        name: value[users] if isinstance(value, np.ndarray) and value.ndim == 2 else value
+        for name, value in state._asdict().items()
+    })
 
 
 def _grow_state(state, extra, optimizer):
@@ -514,11 +558,3 @@ def _grow_state(state, extra, optimizer):
             value = np.vstack([value, fresh])
         fields[name] = value
     return type(state)(**fields)
-
-
-def _init_from_tables(shard, scratch, model, optimizer, U, user_state):
-    """Start a shard's users from the given tables (continued training)."""
-    rows = {}
-    for name, value in user_state._asdict().items():
-        rows[name] = value[shard.users] if isinstance(value, np.ndarray) and value.ndim == 2 else value
-    return shard_factor_init(shard, scratch, model, optimizer, U[shard.users].copy(), type(user_state)(**rows))

@@ -103,7 +103,9 @@ def evaluate_ranking(model, test, k=10, exclude_seen=True):
     relevant = groups.to_numpy()[known]
     if not len(users):
         raise InputError("none of the test users was seen in fit; nothing to rank for")
-    recs, _ = model.recommend(users, k=k, exclude_seen=exclude_seen)
+    recs, scores = model.recommend(users, k=k, exclude_seen=exclude_seen)
+    recs = recs.astype(object)
+    recs[np.isneginf(scores)] = None  # padding past a user's unseen items is not a recommendation
     return {
         "precision": precision_at_k(relevant, recs, k),
         "recall": recall_at_k(relevant, recs, k),

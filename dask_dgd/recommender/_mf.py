@@ -19,8 +19,8 @@ _COMMON_DOC = """n_components : int, default=10
         Update rule, applied to the user factors on their shards and to the item
         factors on the driver (all are element-wise, so this is one optimizer on all
         parameters).  L-BFGS is not offered: the user factors never leave their shards.
-    learning_rate : float or Schedule, default={learning_rate}
-        Step size of the optimizer.
+    learning_rate : float, Schedule or None, default=None
+        Step size.  None: 0.05 for a named optimizer, an optimizer object's own rate.
     batch_size : int or None, default=None
         None: full-batch steps (every rating, every step).  An int: about
         ``n_ratings / batch_size`` steps per epoch, each on the ratings whose hashed key
@@ -29,7 +29,8 @@ _COMMON_DOC = """n_components : int, default=10
         Epochs (passes over the ratings).
     tol : float, default=1e-6
         Stop when the epoch-mean objective has not improved by more than ``tol`` for
-        5 epochs in a row; 0 runs ``max_iter`` epochs.
+        5 epochs in a row (with a ConvergenceWarning if ``max_iter`` comes first); 0
+        runs exactly ``max_iter`` epochs.
     init_scale : float, default=0.1
         Standard deviation of the initial factors (biases start at 0).
     user_col, item_col : str, default="user", "item"
@@ -126,7 +127,7 @@ class MatrixFactorization(FactorizationBase):
         alpha=0.1,
         alpha_bias=None,
         optimizer="adam",
-        learning_rate=0.05,
+        learning_rate=None,
         batch_size=None,
         max_iter=100,
         tol=1e-6,
@@ -247,7 +248,7 @@ class ImplicitMatrixFactorization(FactorizationBase):
         alpha_bias=None,
         confidence_scale=1.0,
         optimizer="adam",
-        learning_rate=0.05,
+        learning_rate=None,
         batch_size=None,
         max_iter=100,
         tol=1e-6,
@@ -295,9 +296,7 @@ class ImplicitMatrixFactorization(FactorizationBase):
 
 def _fill(cls):
     cls.__doc__ = cls.__doc__.format(
-        common=_COMMON_DOC.format(
-            alpha=cls().alpha, learning_rate=cls().learning_rate, max_iter=cls().max_iter
-        ),
+        common=_COMMON_DOC.format(alpha=cls().alpha, max_iter=cls().max_iter),
         attrs=_ATTRS_DOC,
     )
 

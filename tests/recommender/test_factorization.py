@@ -177,6 +177,9 @@ def test_recommend_and_similar_items(lowrank):
     pool = mf.item_ids_[10:40]
     only, _ = mf.similar_items(mf.item_ids_[[0, 12]], k=5, candidates=pool)
     assert set(only.ravel()) <= set(pool) and 12 not in only[1]
+    assert only.shape == (2, 5)  # five other candidates for each (item 12 is one of the pool)
+    single, _ = mf.similar_items(mf.item_ids_[0], k=9, candidates=mf.item_ids_[[0, 7]])
+    assert single.tolist() == [[mf.item_ids_[7]]]
     with pytest.raises(InputError, match=r"1 candidate item\(s\) were not seen in fit"):
         mf.similar_items(mf.item_ids_[:1], candidates=[-5])
 
@@ -186,19 +189,58 @@ def test_partial_fit_grows_the_model(lowrank, client):
     mf = MatrixFactorization(n_components=3, max_iter=30, random_state=0, client=client)
     _quiet_fit(mf, train)
     n_users, n_items = len(mf.user_ids_), len(mf.item_ids_)
-    before = mf.item_factors_.copy()
+    users_before, bias_before = mf.user_factors_.copy(), mf.user_bias_.copy()
+    state_before = mf._user_state_
     new = pd.DataFrame({"user": [90_001, 90_001, 5], "item": [0, 10_000, 1], "rating": [4.0, 2.0, 3.0]})
     mf.partial_fit(new)
     assert len(mf.user_ids_) == n_users + 1 and mf.user_ids_[-1] == 90_001
     assert len(mf.item_ids_) == n_items + 1 and mf.item_ids_[-1] == 10_000
     assert mf.n_iter_ == 31 and len(mf.history_) == 31
-    assert not np.allclose(mf.item_factors_[:n_items], before)
-    # the untouched items moved only through their optimizer momentum; the new user is ranked
-    ids, _ = mf.recommend([90_001], k=3)
-    assert 0 not in ids[0] and 10_000 not in ids[0]
+    # users without new ratings keep their factors, biases and optimizer state exactly
+    others = np.flatnonzero(mf.user_ids_[:n_users] != 5)
+    np.testing.assert_array_equal(mf.user_factors_[others], users_before[others])
+    np.testing.assert_array_equal(mf.user_bias_[others], bias_before[others])
+    np.testing.assert_array_equal(mf._user_state_.mu[others], state_before.mu[others])
+    five = int(np.flatnonzero(mf.user_ids_ == 5)[0])
+    assert not np.array_equal(mf.user_factors_[five], users_before[five])  # user 5 had a new rating
+    ids, _ = mf.recommend(90_001, k=3)  # one id, not a list
+    assert ids.shape == (1, 3) and 0 not in ids[0] and 10_000 not in ids[0]
     # a model started by partial_fit is fitted
     fresh = MatrixFactorization(n_components=2, random_state=0).partial_fit(train)
     assert fresh.n_iter_ == 1
+
+
+def test_refit_with_other_settings_starts_clean():
+    data, _ = make_ratings(60, 40, 600, implicit=True, random_state=0)
+    est = ImplicitMatrixFactorization(loss="bpr", n_components=2, max_iter=3, tol=0, random_state=0).fit(data)
+    assert hasattr(est, "item_bias_")
+    est.set_params(loss="wls").fit(data.iloc[:300])
+    assert not hasattr(est, "item_bias_")  # BPR's biases do not leak into the wls model
+    est.recommend(est.user_ids_[:2], k=3)
+
+
+def test_tol_zero_runs_every_epoch_and_optimizer_objects_keep_their_rate():
+    from dask_dgd.optim import SGD
+
+    ratings, _ = make_ratings(50, 30, 600, random_state=0)
+    mf = MatrixFactorization(n_components=2, optimizer="sgd", learning_rate=1.0, max_iter=25, tol=0,
+                             random_state=0).fit(ratings)
+    assert mf.n_iter_ == 25 and len(mf.history_) == 25
+    own = MatrixFactorization(n_components=2, optimizer=SGD(learning_rate=0.7), max_iter=2, tol=0,
+                              random_state=0).fit(ratings)
+    assert set(own.history_["step_size"]) == {0.7}
+    named = MatrixFactorization(n_components=2, max_iter=2, tol=0, random_state=0).fit(ratings)
+    assert set(named.history_["step_size"]) == {0.05}
+
+
+def test_ranking_ignores_padding_past_the_unseen_items():
+    data = pd.DataFrame({"user": [0, 0, 0, 1, 1], "item": [0, 1, 2, 0, 3]})
+    est = ImplicitMatrixFactorization(n_components=2, max_iter=2, tol=0, random_state=0).fit(data)
+    ids, scores = est.recommend(0, k=4)
+    assert np.isneginf(scores[0, 1:]).all()  # only item 3 is unseen
+    # the test repeats an item user 0 already has: excluded, never counted as a hit
+    got = evaluate_ranking(est, pd.DataFrame({"user": [0], "item": [1]}), k=4)
+    assert got["recall"] == 0.0 and got["precision"] == 0.0
 
 
 def test_pickle_without_cluster_and_sklearn_tools(lowrank, client):
@@ -279,6 +321,18 @@ def test_bad_input_on_a_cluster_is_found_where_the_data_lives(client):
     bad = dd.from_pandas(_small().assign(rating=[1.0, np.nan, 2.0]), npartitions=2)
     with pytest.raises(InputError, match="1 values of the 'rating' column are NaN"):
         MatrixFactorization(max_iter=1, client=client).fit(bad)
+
+
+def test_a_separate_y_with_a_dask_frame_is_refused_and_dask_pairs_take_numpy_y(lowrank, client):
+    train, _ = lowrank
+    with pytest.raises(InputError, match="with a dask DataFrame, pass the ratings as one of its columns"):
+        MatrixFactorization(client=client).fit(dd.from_pandas(train[["user", "item"]], npartitions=2),
+                                               train["rating"].to_numpy())
+    pairs = da.from_array(train[["user", "item"]].to_numpy(), chunks=(2500, 2))
+    a = MatrixFactorization(n_components=2, max_iter=3, tol=0, random_state=0, client=client)
+    a.fit(pairs, train["rating"].to_numpy())
+    b = MatrixFactorization(n_components=2, max_iter=3, tol=0, random_state=0).fit(train)
+    np.testing.assert_allclose(a.item_factors_, b.item_factors_, atol=1e-10)
 
 
 def test_bad_shapes_and_parameters():
