@@ -10,7 +10,7 @@ import math
 import numpy as np
 import pytest
 
-from benchmarks.suites import compression, memory, modes, recommender, scaling, skew, straggler
+from benchmarks.suites import climate, compression, memory, modes, recommender, scaling, skew, straggler
 
 RESULT_KEYS = {"title", "markdown", "table", "data"}
 
@@ -21,13 +21,15 @@ def _check_result(result):
     assert "|---|" in result["table"]
 
 
-@pytest.mark.parametrize("module", [modes, scaling, memory, straggler, skew, compression, recommender])
+@pytest.mark.parametrize("module", [modes, scaling, memory, straggler, skew, compression, recommender, climate])
 def test_suite_interface(module):
     assert module.NAME == module.__name__.rsplit(".", 1)[-1]
     assert module.DESCRIPTION
     assert set(module.SIZES) == {"small", "full"}
-    # the reference size; compression's is the wide problem (200,000 x 20,000)
-    assert module.SIZES["full"]["rows"] == (200_000 if module is compression else 2_000_000)
+    # the reference size; compression's is the wide problem (200,000 x 20,000),
+    # climate's the grid (10,000 cells x 2,000 steps)
+    expected = {compression: 200_000, climate: 20_000_000}.get(module, 2_000_000)
+    assert module.SIZES["full"]["rows"] == expected
     assert module.SIZES["small"]["rows"] < module.SIZES["full"]["rows"]
     with pytest.raises(TypeError, match=rf"unknown parameters for the {module.NAME} suite: \['not_a_parameter'\]"):
         module.run("small", not_a_parameter=1)
@@ -313,3 +315,18 @@ def test_recommender_suite_tiny():
         assert "Spark ALS regParam=0.1 (best)" in result["markdown"]
     else:
         assert "unavailable" in result["markdown"]
+
+
+@pytest.mark.slow
+def test_climate_suite_tiny():
+    result = climate.run("small", time=60, lat=6, lon=8, chunks=(30, 3, 4), pooled_time=60, steps=3,
+                         log=lambda msg: None)
+    _check_result(result)
+    data = result["data"]
+    assert data["max_coef_diff"] < 1e-8  # the same per-cell coefficients as scikit-learn's
+    (run,) = data["runs"]["sklearn"]
+    assert run["same_masked_cells"]
+    assert data["speedup"] > 0 and data["pooled_throughput"] > 0 and data["flat_throughput"] > 0
+    (pooled,), (flat,) = data["runs"]["pooled"], data["runs"]["flat"]
+    assert pooled["rows"] == flat["rows"] and pooled["steps"] == flat["steps"] == 4  # the start + 3 gd steps
+    np.testing.assert_allclose(pooled["coef"], flat["coef"], rtol=1e-8)  # the same model either way

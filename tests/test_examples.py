@@ -22,7 +22,7 @@ def _load(name, capsys):
 def test_every_example_is_tested():
     tested = {
         "logistic_regression_cluster.py", "sparse_text_classification.py", "pipeline_gridsearch.py",
-        "movielens_recommender.py",
+        "movielens_recommender.py", "climate_projection.py",
     }
     assert {p.name for p in EXAMPLES.glob("*.py")} == tested
 
@@ -118,3 +118,19 @@ def test_movielens_recommender(capsys, client):
     assert result["rmse_mf"] < result["rmse_bias"] < 1.0
     assert result["ndcg_implicit"] > 1.2 * result["ndcg_popular"]
     assert len(result["recommended"]) == 5 and len(set(result["similar"])) == 5
+
+
+@pytest.mark.slow
+def test_climate_projection(capsys, client, tmp_path):
+    result = _load("climate_projection.py", capsys)["main"](client=client, out_dir=str(tmp_path))
+    out = capsys.readouterr().out
+    scores = result["scores"]
+    assert "calendar 360_day" in out
+    # the per-cell models beat both baselines on the 60 held-out years
+    assert scores["pointwise"][0] < scores["persistence"][0] < scores["climatology"][0]
+    assert scores["pooled"][0] < scores["climatology"][0]
+    import xarray as xr
+
+    written = xr.open_dataarray(result["path"])
+    assert written.dims == ("time", "latitude", "longitude") and written.sizes["time"] == 63
+    written.close()

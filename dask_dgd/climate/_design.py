@@ -1,13 +1,13 @@
 """From an xarray Dataset to a lazy design matrix, and back.
 
-A Dataset with sample dimensions such as ``(time, lat, lon)`` becomes a stack of
-feature fields ``F`` (feature, time, lat, lon) — the predictor variables broadcast to
-the sample dimensions, their lags, a lead time, seasonal harmonics — all lazy, chunked
-like the data.  The design matrix has one row per (time, lat, lon) cell that is not
-masked: every block of ``F`` (one time chunk x one spatial chunk) becomes one row block
-of the matrix, its cells in C order, with the masked ones (NaN in any feature or in the
-target, or zero weight) dropped inside the block's task.  Nothing is computed until
-the matrix is.
+A Dataset with sample dimensions such as ``(time, lat, lon)`` becomes a set of lazy
+feature fields (:class:`Fields`) chunked like the data: predictors on the grid, their
+lags and a lead time, and fields that vary only in time (a ``(time,)`` index, seasonal
+harmonics) kept one-dimensional, never broadcast in memory.  The design matrix has one
+row per (time, lat, lon) cell that is not masked: every grid block (one time chunk x
+one spatial chunk) becomes one row block of the matrix, its cells in C order, with the
+masked ones (NaN in any feature or in the target, or zero weight) dropped inside the
+block's task.  Nothing is computed until the matrix is.
 
 Time shifts are in *steps* of the series, and a shift never crosses a gap: the value
 ``s`` steps back is used only when the calendar says it is ``s`` steps back (annual
@@ -16,7 +16,6 @@ otherwise the cell is masked.  Calendars: numpy datetime64 and cftime (360-day, 
 ...) alike.
 """
 
-import math
 import numbers
 
 import dask
@@ -26,7 +25,7 @@ import xarray as xr
 
 from ..exceptions import InputError, ParameterError
 
-__all__ = ["DesignMatrix", "FeatureSpec", "to_design_matrix", "from_design_matrix"]
+__all__ = ["DesignMatrix", "FeatureSpec", "Fields", "to_design_matrix", "from_design_matrix"]
 
 _LAT_NAMES = ("lat", "latitude", "nav_lat", "y_lat")
 
@@ -195,36 +194,104 @@ def _lags(lags, features):
 
 
 # ------------------------------------------------------------- feature fields
-def feature_fields(spec, ds, chunks=None):
-    """The stack of feature fields ``F`` (feature, *sample_dims) as a lazy DataArray,
-    chunked like the data (one chunk along ``feature``)."""
-    tdim = spec.time_dim
-    steps = time_steps(ds[tdim].values)
-    template = _template(spec, ds)
-    fields = []
-    for v in spec.features:
-        x = ds[v].astype(np.float64)
-        x, _ = xr.broadcast(x, template)
-        x = x.transpose(*spec.sample_dims)
-        for s in spec.lags[v]:
-            shift = s + spec.lead
-            if shift == 0:
-                fields.append(x)
-                continue
-            ok = np.zeros(steps.size, dtype=bool)
-            ok[shift:] = (steps[shift:] - steps[:-shift]) == shift  # no gap in between
-            shifted = x.shift({tdim: shift}).where(xr.DataArray(ok, dims=tdim, coords={tdim: ds[tdim]}))
-            fields.append(shifted)
-    if spec.seasonal:
-        for name, values in seasonal_terms(ds[tdim].values, spec.seasonal).items():
-            term = xr.DataArray(values, dims=tdim, coords={tdim: ds[tdim]})
-            term, _ = xr.broadcast(term, template)
-            fields.append(term.transpose(*spec.sample_dims))
-    F = xr.concat(fields, dim="feature", coords="minimal", compat="override", join="override")
-    F = F.assign_coords(feature=spec.names)
-    data = F.data if isinstance(F.data, da.Array) else da.from_array(F.data, chunks=chunks or "auto")
-    data = data.rechunk({0: -1})
-    return F.copy(data=data)
+class Fields:
+    """The lazy inputs of a model on one Dataset, chunked alike.
+
+    ``full``: the feature fields that vary over space (dims ``sample_dims``, the grid's
+    chunks); ``time``: those that vary only in time (dims ``(time,)``, the grid's time
+    chunks), never broadcast to the grid; ``order``: for each design column, ``(0, i)``
+    for ``full[i]`` or ``(1, i)`` for ``time[i]``; ``weight``: the per-cell weight on the
+    spatial dims (``cos(latitude)`` or ones); ``y``: the target on the grid (or None).
+    """
+
+    def __init__(self, spec, ds, need_target=True):
+        self.spec = spec
+        tdim = spec.time_dim
+        self.template = _template(spec, ds)
+        grid_chunks = self.template.data.chunks
+        self.grid_chunks = grid_chunks
+        self.coords = {d: ds[d] for d in spec.sample_dims if d in ds.coords}
+        steps = time_steps(ds[tdim].values)
+        full, time_only, order = [], [], []
+
+        def add(field):
+            if field.dims == (tdim,):
+                time_only.append(_as_dask(field.data, grid_chunks[:1]))
+                order.append((1, len(time_only) - 1))
+            else:
+                if set(field.dims) != set(spec.sample_dims):
+                    field, _ = xr.broadcast(field, self.template)
+                full.append(_as_dask(field.transpose(*spec.sample_dims).data, grid_chunks))
+                order.append((0, len(full) - 1))
+
+        for v in spec.features:
+            x = ds[v].astype(np.float64)
+            for s in spec.lags[v]:
+                shift = s + spec.lead
+                if shift == 0:
+                    add(x)
+                    continue
+                ok = np.zeros(steps.size, dtype=bool)
+                ok[shift:] = (steps[shift:] - steps[:-shift]) == shift  # no gap in between
+                add(x.shift({tdim: shift}).where(xr.DataArray(ok, dims=tdim)))
+        if spec.seasonal:
+            for values in seasonal_terms(ds[tdim].values, spec.seasonal).values():
+                add(xr.DataArray(values, dims=tdim))
+        self.full, self.time, self.order = full, time_only, order
+        self.y = None
+        if need_target:
+            y = ds[spec.target].astype(np.float64)
+            if set(y.dims) != set(spec.sample_dims):
+                y, _ = xr.broadcast(y, self.template)
+            self.y = _as_dask(y.transpose(*spec.sample_dims).data, grid_chunks)
+        space = spec.space_dims()
+        space_chunks = grid_chunks[1:]
+        shape = tuple(ds.sizes[d] for d in space)
+        if spec.area_weights:
+            lat = spec.lat_name(ds)
+            w = np.cos(np.deg2rad(np.asarray(ds[lat].values, dtype=np.float64))).clip(min=0.0)
+            w = xr.DataArray(w, dims=ds[lat].dims)
+            w = w.broadcast_like(xr.DataArray(np.zeros(shape), dims=space)).transpose(*space).values
+        else:
+            w = np.ones(shape)
+        self.weight = da.from_array(np.ascontiguousarray(w), chunks=space_chunks)
+
+    @property
+    def p(self):
+        return len(self.order)
+
+    @property
+    def numblocks(self):
+        return self.template.data.numblocks
+
+    def block_args(self, idx, with_target=True):
+        """The delayed inputs of grid block ``idx``: (y, weight, *full, *time)."""
+        if not hasattr(self, "_delayed"):
+            td = lambda a: a.to_delayed(optimize_graph=False)  # noqa: E731
+            self._delayed = (
+                None if self.y is None else td(self.y), td(self.weight),
+                [td(a) for a in self.full], [td(a) for a in self.time],
+            )
+        yd, wd, fd, tdd = self._delayed
+        y = yd[idx] if (with_target and yd is not None) else None
+        return (y, wd[idx[1:]], *[f[idx] for f in fd], *[t[idx[:1]] for t in tdd])
+
+    def blockwise_args(self, index, with_target=True):
+        """Arguments for ``da.blockwise``: the arrays with their index strings."""
+        args = []
+        if with_target:
+            args += [self.y, index]
+        args += [self.weight, index[1:]]
+        for a in self.full:
+            args += [a, index]
+        for a in self.time:
+            args += [a, index[:1]]
+        return args
+
+
+def _as_dask(a, chunks):
+    a = a if isinstance(a, da.Array) else da.from_array(np.asarray(a), chunks=chunks)
+    return a.rechunk(chunks) if a.chunks != tuple(chunks) else a
 
 
 def _template(spec, ds):
@@ -240,49 +307,58 @@ def _template(spec, ds):
     return xr.DataArray(da.zeros(shape, chunks=chunks), dims=spec.sample_dims, coords=coords)
 
 
-def target_field(spec, ds):
-    y = ds[spec.target].astype(np.float64)
-    y, _ = xr.broadcast(y, _template(spec, ds))
-    return y.transpose(*spec.sample_dims)
+def block_features(order, shape, blocks):
+    """The design columns of one grid block, ``(rows, p)`` in C order over the block's
+    (time, *space) cells; ``blocks`` are the full-field blocks then the time blocks."""
+    n_t = shape[0]
+    cells = int(np.prod(shape[1:], dtype=np.int64))
+    n_full = sum(1 for kind, _ in order if kind == 0)
+    X = np.empty((n_t * cells, len(order)))
+    for col, (kind, pos) in enumerate(order):
+        if kind == 0:
+            X[:, col] = np.asarray(blocks[pos]).reshape(-1)
+        else:
+            X[:, col] = np.repeat(np.asarray(blocks[n_full + pos]), cells)
+    return X
 
 
-def weight_field(spec, ds):
-    template = _template(spec, ds)
-    if not spec.area_weights:
-        return template + 1.0
-    lat = spec.lat_name(ds)
-    w = np.cos(np.deg2rad(ds[lat].astype(np.float64)))
-    w = w.clip(min=0.0)
-    w, _ = xr.broadcast(w, template)
-    return w.transpose(*spec.sample_dims)
+def _keep(order, yb, wb, blocks):
+    """The unmasked cells of a block (flat, C order): finite target, weight > 0, every
+    feature finite."""
+    n_t = yb.shape[0]
+    wcell = np.asarray(wb).reshape(-1)
+    cells = wcell.size
+    n_full = sum(1 for kind, _ in order if kind == 0)
+    keep = np.isfinite(yb.reshape(-1)) & np.tile(np.isfinite(wcell) & (wcell > 0), n_t)
+    for b in blocks[:n_full]:
+        keep &= np.isfinite(np.asarray(b).reshape(-1))
+    for b in blocks[n_full:]:
+        keep &= np.repeat(np.isfinite(np.asarray(b)), cells)
+    return keep
 
 
-def _aligned_blocks(F, y, w):
-    """F, y and w with the same chunks along the sample dimensions."""
-    chunks = F.data.chunks[1:]
-    y = y.data.rechunk(chunks) if isinstance(y.data, da.Array) else da.from_array(y.values, chunks=chunks)
-    w = w.data.rechunk(chunks) if isinstance(w.data, da.Array) else da.from_array(w.values, chunks=chunks)
-    return F.data, y, w
+def design_block(order, yb, wb, *blocks):
+    """``[X | y | w]`` of the unmasked cells of a block (C order), gathered column by
+    column straight from the fields (a time-only field is read once per time step)."""
+    keep = _keep(order, yb, wb, blocks)
+    idx = np.flatnonzero(keep)
+    wcell = np.asarray(wb, dtype=np.float64).reshape(-1)
+    cells = wcell.size
+    n_full = sum(1 for kind, _ in order if kind == 0)
+    p = len(order)
+    D = np.empty((idx.size, p + 2))
+    for col, (kind, pos) in enumerate(order):
+        if kind == 0:
+            D[:, col] = np.asarray(blocks[pos]).reshape(-1)[idx]
+        else:
+            D[:, col] = np.asarray(blocks[n_full + pos])[idx // cells]
+    D[:, p] = yb.reshape(-1)[idx]
+    D[:, p + 1] = wcell[idx % cells]
+    return D
 
 
-def _block_rows(Fb, yb, wb):
-    """The unmasked cells of one block: ``(X, y, w, keep)`` with ``keep`` in C order."""
-    p = Fb.shape[0]
-    X = Fb.reshape(p, -1).T
-    y = yb.reshape(-1)
-    w = wb.reshape(-1)
-    keep = np.isfinite(y) & np.isfinite(w) & (w > 0) & np.all(np.isfinite(X), axis=1)
-    return X, y, w, keep
-
-
-def design_block(Fb, yb, wb):
-    """``[X | y | w]`` of the unmasked cells of a block (C order)."""
-    X, y, w, keep = _block_rows(Fb, yb, wb)
-    return np.column_stack([X[keep], y[keep], w[keep]])
-
-
-def mask_block(Fb, yb, wb):
-    return _block_rows(Fb, yb, wb)[3].reshape(yb.shape)
+def mask_block(order, yb, wb, *blocks):
+    return _keep(order, yb, wb, blocks).reshape(yb.shape)
 
 
 class DesignMatrix:
@@ -299,18 +375,18 @@ class DesignMatrix:
     feature_names : list of str
     """
 
-    def __init__(self, spec, ds, F, y, w):
+    def __init__(self, spec, fields):
         self.spec = spec
         self.feature_names = spec.names
-        self._F, self._y, self._w = _aligned_blocks(F, y, w)
-        self._coords = {d: ds[d] for d in spec.sample_dims if d in ds.coords}
+        self._fields = fields
+        self._coords = fields.coords
         self._dims = spec.sample_dims
-        p = len(self.feature_names)
-        Fd, yd, wd = self._F.to_delayed(optimize_graph=False), self._y.to_delayed(optimize_graph=False), self._w.to_delayed(optimize_graph=False)
-        self._block_index = list(np.ndindex(*self._y.numblocks))
-        self._block_shapes = [tuple(c[i] for c, i in zip(self._y.chunks, idx)) for idx in self._block_index]
+        p = fields.p
+        self._block_index = list(np.ndindex(*fields.numblocks))
+        chunks = fields.grid_chunks
+        self._block_shapes = [tuple(c[i] for c, i in zip(chunks, idx)) for idx in self._block_index]
         blocks = [
-            da.from_delayed(dask.delayed(design_block)(Fd[(0,) + idx], yd[idx], wd[idx]),
+            da.from_delayed(dask.delayed(design_block)(fields.order, *fields.block_args(idx)),
                             shape=(np.nan, p + 2), dtype=np.float64)
             for idx in self._block_index
         ]
@@ -323,14 +399,16 @@ class DesignMatrix:
     def n_blocks(self):
         return len(self._block_index)
 
+    def _mask(self, idx):
+        return dask.delayed(mask_block)(self._fields.order, *self._fields.block_args(idx))
+
     def mask(self):
         """The cells kept (True) on the sample grid, as a lazy boolean DataArray."""
-        Fd, yd, wd = self._F.to_delayed(optimize_graph=False), self._y.to_delayed(optimize_graph=False), self._w.to_delayed(optimize_graph=False)
         blocks = {
-            idx: da.from_delayed(dask.delayed(mask_block)(Fd[(0,) + idx], yd[idx], wd[idx]), shape=shape, dtype=bool)
+            idx: da.from_delayed(self._mask(idx), shape=shape, dtype=bool)
             for idx, shape in zip(self._block_index, self._block_shapes)
         }
-        return xr.DataArray(_assemble(blocks, self._y.numblocks), dims=self._dims, coords=self._coords)
+        return xr.DataArray(_assemble(blocks, self._fields.numblocks), dims=self._dims, coords=self._coords)
 
     def to_dataarray(self, values, name=None, attrs=None):
         """Values of the design rows (e.g. predictions) back on the sample grid, NaN
@@ -340,30 +418,25 @@ class DesignMatrix:
         ``X.map_blocks``/an estimator's ``predict``) or an in-memory array of length
         ``n_samples``.
         """
-        Fd, yd, wd = self._F.to_delayed(optimize_graph=False), self._y.to_delayed(optimize_graph=False), self._w.to_delayed(optimize_graph=False)
         if isinstance(values, da.Array):
             if values.numblocks[0] != self.n_blocks:
                 raise InputError(
                     f"values have {values.numblocks[0]} row blocks but the design matrix has {self.n_blocks}; "
                     "pass values computed block by block from X (e.g. estimator.predict(dm.X))"
                 )
-            vd = [v for v in values.to_delayed(optimize_graph=False).ravel()]
+            vd = list(values.to_delayed(optimize_graph=False).ravel())
         else:
             values = np.asarray(values, dtype=np.float64)
-            counts = dask.compute(*[dask.delayed(np.count_nonzero)(dask.delayed(mask_block)(Fd[(0,) + i], yd[i], wd[i]))
-                                    for i in self._block_index])
+            counts = dask.compute(*[dask.delayed(np.count_nonzero)(self._mask(i)) for i in self._block_index])
             if values.shape[0] != sum(counts):
                 raise InputError(f"values have {values.shape[0]} rows; the design matrix has {sum(counts)}")
             edges = np.concatenate([[0], np.cumsum(counts)])
             vd = [values[a:b] for a, b in zip(edges[:-1], edges[1:])]
         blocks = {
-            idx: da.from_delayed(
-                dask.delayed(_unstack)(dask.delayed(mask_block)(Fd[(0,) + idx], yd[idx], wd[idx]), v),
-                shape=shape, dtype=np.float64,
-            )
+            idx: da.from_delayed(dask.delayed(_unstack)(self._mask(idx), v), shape=shape, dtype=np.float64)
             for idx, shape, v in zip(self._block_index, self._block_shapes, vd)
         }
-        return xr.DataArray(_assemble(blocks, self._y.numblocks), dims=self._dims, coords=self._coords,
+        return xr.DataArray(_assemble(blocks, self._fields.numblocks), dims=self._dims, coords=self._coords,
                             name=name, attrs=dict(attrs or {}))
 
 
@@ -430,16 +503,9 @@ def to_design_matrix(ds, features, target, sample_dims=("time", "lat", "lon"), *
     """
     spec = FeatureSpec(features, target, sample_dims, time_dim, lags, lead, seasonal, area_weights, lat)
     spec.check(ds, need_target=True)
-    return DesignMatrix(spec, ds, feature_fields(spec, ds), target_field(spec, ds), weight_field(spec, ds))
+    return DesignMatrix(spec, Fields(spec, ds))
 
 
 def from_design_matrix(dm, values, name=None, attrs=None):
     """The inverse of :func:`to_design_matrix`: row values back on the grid (NaN where masked)."""
     return dm.to_dataarray(values, name=name, attrs=attrs)
-
-
-def check_not_all_masked(n_rows, what="the data"):
-    if n_rows == 0 or (isinstance(n_rows, float) and math.isnan(n_rows)):
-        raise InputError(
-            f"every cell of {what} is masked (NaN in a feature or the target, or zero weight): nothing to fit"
-        )

@@ -11,14 +11,7 @@ from sklearn.utils.validation import check_is_fitted
 
 from .._validation import ClientParamMixin, Interval, Options, client_is_a_client, validate_params
 from ..exceptions import InputError
-from ._design import (
-    DesignMatrix,
-    FeatureSpec,
-    _aligned_blocks,
-    feature_fields,
-    target_field,
-    weight_field,
-)
+from ._design import DesignMatrix, FeatureSpec, Fields, block_features
 
 __all__ = ["ClimateRegressor"]
 
@@ -27,29 +20,33 @@ _FAMILIES = ("gaussian", "poisson", "binomial")
 
 
 # --------------------------------------------------------------- pointwise math
-def cell_stats(Fb, yb, wb):
+def cell_stats(order, yb, wb, *blocks):
     """Per-cell sufficient statistics of one (time chunk, spatial chunk) block.
 
-    Returns an array of shape ``(1, *space, p*p + p + 3)``: the weighted Gram matrix of
-    ``[1, x]``, the weighted ``[1, x]^T y``, ``sum w y^2``, ``sum w`` and the number of
-    unmasked time steps of every cell.  Masked time steps (NaN anywhere, zero weight)
-    contribute nothing.
+    ``blocks`` are the block's full-grid fields then its time-only fields (see
+    :class:`~._design.Fields`).  Returns an array of shape ``(1, *space, p*p + p + 3)``:
+    the weighted Gram matrix of ``[1, x]``, the weighted ``[1, x]^T y``, ``sum w y^2``,
+    ``sum w`` and the number of unmasked time steps of every cell (see :mod:`._kernels`).
+    Masked time steps (NaN anywhere) contribute nothing.
     """
-    p = Fb.shape[0] + 1
-    space = yb.shape[1:]
+    from ._kernels import cell_stats_kernel
+
     n_t = yb.shape[0]
-    X = np.concatenate([np.ones((1,) + yb.shape), Fb], axis=0).reshape(p, n_t, -1)  # (p, t, cells)
-    y = yb.reshape(n_t, -1)
-    w = wb.reshape(n_t, -1)
-    keep = np.isfinite(y) & np.isfinite(w) & (w > 0) & np.all(np.isfinite(X), axis=0)
-    w = np.where(keep, w, 0.0)
-    X = np.where(keep[None], X, 0.0)
-    y = np.where(keep, y, 0.0)
-    wX = X * w[None]
-    gram = np.einsum("itc,jtc->cij", wX, X)
-    xy = np.einsum("itc,tc->ci", wX, y)
-    rest = np.stack([np.sum(w * y * y, axis=0), np.sum(w, axis=0), np.sum(keep, axis=0)], axis=1)
-    out = np.concatenate([gram.reshape(gram.shape[0], -1), xy, rest], axis=1)
+    space = yb.shape[1:]
+    kind = np.array([k for k, _ in order], dtype=np.int64)
+    pos = np.array([i for _, i in order], dtype=np.int64)
+    n_full = int((kind == 0).sum())
+    full = np.empty((max(n_full, 1), n_t, int(np.prod(space, dtype=np.int64))))
+    for i in range(n_full):
+        full[i] = np.asarray(blocks[i], dtype=np.float64).reshape(n_t, -1)
+    timef = np.empty((max(len(blocks) - n_full, 1), n_t))
+    for i, b in enumerate(blocks[n_full:]):
+        timef[i] = np.asarray(b, dtype=np.float64)
+    y = np.ascontiguousarray(yb, dtype=np.float64).reshape(n_t, -1)
+    w = np.ascontiguousarray(wb, dtype=np.float64).reshape(-1)
+    p = len(order) + 1
+    out = np.empty((y.shape[1], p * p + p + 3))
+    cell_stats_kernel(full, timef, kind, pos, y, w, out)
     return out.reshape((1,) + space + (out.shape[1],))
 
 
@@ -81,21 +78,27 @@ def solve_cells(stats, p, alpha):
     return out.reshape(space + (p,))
 
 
-def _pointwise_block(Fb, coef):
-    """Predictions of one block from its cells' coefficients (``coef``: (*space, p))."""
-    X = np.concatenate([np.ones((1,) + Fb.shape[1:]), Fb], axis=0)  # (p, t, *space)
-    return np.einsum("pt...,...p->t...", X, coef)
+def _block_shape(order, wb, blocks):
+    """(time steps, *space) of a grid block from its weight block and its fields."""
+    return (np.shape(blocks[0])[0],) + tuple(np.shape(wb))  # every field block spans the time chunk
 
 
-def _pooled_block(Fb, coef, intercept, family):
-    p = Fb.shape[0]
-    X = Fb.reshape(p, -1).T
-    eta = X @ coef + intercept
+def _pointwise_block(order, coef, wb, *blocks):
+    """Predictions of one grid block from its cells' coefficients (``coef``: (*space, p))."""
+    shape = _block_shape(order, wb, blocks)
+    X = block_features(order, shape, blocks).reshape(shape[0], -1, len(order))
+    c = coef.reshape(-1, coef.shape[-1])
+    return (c[None, :, 0] + np.einsum("tcp,cp->tc", X, c[:, 1:])).reshape(shape)
+
+
+def _pooled_block(order, coef, intercept, family, wb, *blocks):
+    shape = _block_shape(order, wb, blocks)
+    eta = block_features(order, shape, blocks) @ coef + intercept
     if family == "poisson":
         eta = np.exp(eta)
     elif family == "binomial":
         eta = 1.0 / (1.0 + np.exp(-eta))
-    return eta.reshape(Fb.shape[1:])
+    return eta.reshape(shape)
 
 
 class ClimateRegressor(ClientParamMixin, BaseEstimator):
@@ -264,16 +267,15 @@ class ClimateRegressor(ClientParamMixin, BaseEstimator):
         self.feature_names_ = spec.names
         self.target_attrs_ = dict(ds[self.target].attrs)
         self.grid_ = {d: np.asarray(ds[d].values) for d in spec.space_dims() if d in ds.coords}
-        F = feature_fields(spec, ds)
-        Y, W = target_field(spec, ds), weight_field(spec, ds)
+        fields = Fields(spec, ds)
         if self.model == "pointwise":
-            self._fit_pointwise(spec, F, Y, W)
+            self._fit_pointwise(spec, fields)
         else:
-            self._fit_pooled(spec, ds, F, Y, W)
+            self._fit_pooled(spec, fields)
         return self
 
-    def _fit_pooled(self, spec, ds, F, Y, W):
-        dm = DesignMatrix(spec, ds, F, Y, W)
+    def _fit_pooled(self, spec, fields):
+        dm = DesignMatrix(spec, fields)
         est = self._linear_estimator()
         try:
             est.fit(dm.X, dm.y, sample_weight=dm.sample_weight)
@@ -290,18 +292,13 @@ class ClimateRegressor(ClientParamMixin, BaseEstimator):
         self.n_iter_ = est.n_iter_
         self.history_ = est.history_
 
-    def _fit_pointwise(self, spec, F, Y, W):
-        Fd, yd, wd = _aligned_blocks(F, Y, W)
-        p = Fd.shape[0] + 1
+    def _fit_pointwise(self, spec, fields):
+        p = fields.p + 1
         n_stats = p * p + p + 3
-        n_space = yd.ndim - 1
-        space_idx = "".join("abcdefgh"[i] for i in range(n_space))
+        index = "t" + "abcdefgh"[: len(spec.sample_dims) - 1]
         stats = da.blockwise(
-            cell_stats, "t" + space_idx + "s",
-            Fd, "f" + "t" + space_idx,
-            yd, "t" + space_idx,
-            wd, "t" + space_idx,
-            new_axes={"s": n_stats}, adjust_chunks={"t": lambda n: 1}, concatenate=True, dtype=np.float64,
+            cell_stats, index + "s", fields.order, None, *fields.blockwise_args(index),
+            new_axes={"s": n_stats}, adjust_chunks={"t": lambda n: 1}, dtype=np.float64,
         )
         total = stats.sum(axis=0, split_every=self.split_every)  # reduces over time chunks only
         coef = total.map_blocks(solve_cells, p, float(self.alpha), chunks=total.chunks[:-1] + ((p,),),
@@ -344,19 +341,19 @@ class ClimateRegressor(ClientParamMixin, BaseEstimator):
         check_is_fitted(self, "coef_")
         spec = self._spec()
         spec.check(ds, need_target=False)
-        F = feature_fields(spec, ds)
+        fields = Fields(spec, ds, need_target=False)
+        index = "t" + "abcdefgh"[: len(spec.sample_dims) - 1]
+        args = fields.blockwise_args(index, with_target=False)  # the weights (for the shape), the fields
         if self.model == "pointwise":
             self._check_grid(spec, ds)
-            Fd = F.data
-            coef = da.from_array(self._coef_table, chunks=Fd.chunks[2:] + ((self._coef_table.shape[-1],),))
-            n_space = Fd.ndim - 2
-            space_idx = "".join("abcdefgh"[i] for i in range(n_space))
-            out = da.blockwise(_pointwise_block, "t" + space_idx, Fd, "ft" + space_idx, coef, space_idx + "p",
+            chunks = fields.grid_chunks[1:] + ((self._coef_table.shape[-1],),)
+            coef = da.from_array(self._coef_table, chunks=chunks)
+            out = da.blockwise(_pointwise_block, index, fields.order, None, coef, index[1:] + "p", *args,
                                concatenate=True, dtype=np.float64)
         else:
             coef = np.asarray(self.coef_.values, dtype=np.float64)
-            out = F.data.map_blocks(_pooled_block, coef, self.intercept_, self.family, drop_axis=0,
-                                    dtype=np.float64)
+            out = da.blockwise(_pooled_block, index, fields.order, None, coef, None, self.intercept_, None,
+                               self.family, None, *args, dtype=np.float64)
         coords = {d: ds[d] for d in spec.sample_dims if d in ds.coords}
         return xr.DataArray(out, dims=spec.sample_dims, coords=coords, name=self.target,
                             attrs=dict(self.target_attrs_))
@@ -369,15 +366,16 @@ class ClimateRegressor(ClientParamMixin, BaseEstimator):
         """
         spec = self._spec()
         spec.check(ds, need_target=True)
-        pred = self.predict(ds)
-        y = target_field(spec, ds)
-        w = weight_field(spec, ds)
-        ok = np.isfinite(y) & np.isfinite(pred) & (w > 0)
-        w = w.where(ok, 0.0)
-        y0 = y.where(ok, 0.0)
-        e = (pred - y).where(ok, 0.0)
-        sw, swy, swy2, swe2, n = self._compute(w.sum().data, (w * y0).sum().data, (w * y0 * y0).sum().data,
-                                               (w * e * e).sum().data, ok.sum().data)
+        pred = self.predict(ds).data
+        fields = Fields(spec, ds, need_target=True)
+        y = fields.y
+        w = da.broadcast_to(fields.weight[None], y.shape, chunks=y.chunks)
+        ok = da.isfinite(y) & da.isfinite(pred) & (w > 0)
+        w = da.where(ok, w, 0.0)
+        y0 = da.where(ok, y, 0.0)
+        e = da.where(ok, pred - y, 0.0)
+        sw, swy, swy2, swe2, n = self._compute(w.sum(), (w * y0).sum(), (w * y0 * y0).sum(), (w * e * e).sum(),
+                                               ok.sum())
         if sw <= 0:
             raise InputError("no cell has both a target and a prediction to score")
         mean = swy / sw

@@ -60,9 +60,6 @@ def test_kernel_gradients_match_finite_differences(name):
 
 
 def test_bpr_negatives_avoid_rated_items_and_batches_are_a_partition():
-    U = np.zeros((NU, RANK))
-    V = np.zeros((NI, RANK + 1))
-    V[:, -1] = np.arange(NI)  # item bias = item index: the loss reveals the negatives
     buckets = K.batch_buckets(KEY, 1, 0, 4)
     assert buckets.min() >= 0 and buckets.max() <= 3
     np.testing.assert_array_equal(buckets, K.batch_buckets(KEY.copy(), 1, 0, 4))  # deterministic
