@@ -327,33 +327,34 @@ def _keep(order, yb, wb, blocks):
     feature finite."""
     n_t = yb.shape[0]
     wcell = np.asarray(wb).reshape(-1)
-    cells = wcell.size
     n_full = sum(1 for kind, _ in order if kind == 0)
     keep = np.isfinite(yb.reshape(-1)) & np.tile(np.isfinite(wcell) & (wcell > 0), n_t)
     for b in blocks[:n_full]:
         keep &= np.isfinite(np.asarray(b).reshape(-1))
+    steps_ok = np.ones(n_t, dtype=bool)
     for b in blocks[n_full:]:
-        keep &= np.repeat(np.isfinite(np.asarray(b)), cells)
+        steps_ok &= np.isfinite(np.asarray(b))
+    if not steps_ok.all():
+        keep &= np.repeat(steps_ok, wcell.size)
     return keep
 
 
 def design_block(order, yb, wb, *blocks):
     """``[X | y | w]`` of the unmasked cells of a block (C order), gathered column by
-    column straight from the fields (a time-only field is read once per time step)."""
+    column straight from the fields (boolean masks, no index arithmetic)."""
     keep = _keep(order, yb, wb, blocks)
-    idx = np.flatnonzero(keep)
     wcell = np.asarray(wb, dtype=np.float64).reshape(-1)
-    cells = wcell.size
+    n_t = yb.shape[0]
     n_full = sum(1 for kind, _ in order if kind == 0)
     p = len(order)
-    D = np.empty((idx.size, p + 2))
+    D = np.empty((int(np.count_nonzero(keep)), p + 2))
     for col, (kind, pos) in enumerate(order):
         if kind == 0:
-            D[:, col] = np.asarray(blocks[pos]).reshape(-1)[idx]
+            D[:, col] = np.asarray(blocks[pos]).reshape(-1)[keep]
         else:
-            D[:, col] = np.asarray(blocks[n_full + pos])[idx // cells]
-    D[:, p] = yb.reshape(-1)[idx]
-    D[:, p + 1] = wcell[idx % cells]
+            D[:, col] = np.repeat(np.asarray(blocks[n_full + pos]), wcell.size)[keep]
+    D[:, p] = yb.reshape(-1)[keep]
+    D[:, p + 1] = np.tile(wcell, n_t)[keep]
     return D
 
 
