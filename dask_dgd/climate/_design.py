@@ -32,19 +32,40 @@ _LAT_NAMES = ("lat", "latitude", "nav_lat", "y_lat")
 
 # ------------------------------------------------------------------- time axis
 def time_steps(time):
-    """Integer step number of every time (differences of 1 = consecutive steps)."""
-    t = xr.DataArray(np.asarray(time), dims="time")
+    """Integer step number of every time: consecutive steps of the series differ by 1.
+
+    Times are counted in calendar units (years when the median spacing is 360 days or
+    more, months when it is 28 days or more, otherwise multiples of the median spacing),
+    then divided by the series' own median step in those units (so seasonal means step
+    by 3 months, decadal data by 10 years).  A time that falls off that grid gets a step
+    number no other time can be a whole number of steps from: it is a gap for lags.
+    """
+    values = np.asarray(time)
+    t = xr.DataArray(values, dims="time")
     if t.size < 2:
         return np.arange(t.size, dtype=np.int64)
+    if not (np.issubdtype(values.dtype, np.datetime64) or hasattr(values.flat[0], "calendar")):
+        raise InputError(
+            f"lags, lead and seasonal terms need a time coordinate of dates (datetime64 or cftime); got dtype "
+            f"{values.dtype}: decode the times (xr.decode_cf) or set one (ds.assign_coords(time=...))"
+        )
     days = _days(t)
     spacing = float(np.median(np.diff(days)))
     if spacing <= 0:
         raise InputError("the time coordinate is not increasing; sort the Dataset by time first")
-    if spacing >= 360:  # annual
-        return t.dt.year.values.astype(np.int64)
-    if spacing >= 28:  # monthly
-        return (t.dt.year.values * 12 + t.dt.month.values).astype(np.int64)
-    return np.round((days - days[0]) / spacing).astype(np.int64)
+    if spacing >= 360:  # years
+        units = t.dt.year.values.astype(np.int64)
+    elif spacing >= 28:  # months
+        units = (t.dt.year.values * 12 + t.dt.month.values).astype(np.int64)
+    else:
+        return np.round((days - days[0]) / spacing).astype(np.int64)
+    units = units - units[0]
+    k = max(int(np.median(np.diff(units))), 1)
+    steps = units // k
+    off = units % k != 0
+    # off-grid times: far apart from everything and from each other
+    steps[off] = -(np.arange(1, off.sum() + 1, dtype=np.int64) * 4 * (units.size + 1)) - 10 * units.size
+    return steps
 
 
 def _days(t):
@@ -61,7 +82,8 @@ def seasonal_terms(time, harmonics):
     """``sin/cos(2 pi k f)`` for k = 1..harmonics, ``f`` the fraction of the year
     (day of year over the calendar's year length)."""
     t = xr.DataArray(np.asarray(time), dims="time")
-    frac = (t.dt.dayofyear.values - 1 + t.dt.hour.values / 24.0) / t.dt.days_in_year.values
+    day = t.dt.dayofyear.values - 1 + t.dt.hour.values / 24.0 + t.dt.minute.values / 1440.0
+    frac = day / t.dt.days_in_year.values
     out = {}
     for k in range(1, harmonics + 1):
         out[f"sin{k}"] = np.sin(2 * np.pi * k * frac)
@@ -83,9 +105,10 @@ class FeatureSpec:
         if not self.features and not seasonal:
             raise ParameterError("features is empty and seasonal is off: the model would have no inputs")
         self.target = target
-        self.sample_dims = tuple(sample_dims)
-        if time_dim not in self.sample_dims:
-            raise ParameterError(f"time_dim {time_dim!r} is not one of sample_dims {self.sample_dims}")
+        if time_dim not in tuple(sample_dims):
+            raise ParameterError(f"time_dim {time_dim!r} is not one of sample_dims {tuple(sample_dims)}")
+        # time first, whatever order the user gave (and whatever order the data is stored in)
+        self.sample_dims = (time_dim,) + tuple(d for d in sample_dims if d != time_dim)
         self.time_dim = time_dim
         self.lags = _lags(lags, self.features)
         if isinstance(lead, bool) or not isinstance(lead, numbers.Integral) or lead < 0:
@@ -146,6 +169,12 @@ class FeatureSpec:
             kind = ds[name].dtype.kind
             if kind not in "biuf":
                 raise InputError(f"variable {name!r} must be numeric; got dtype {ds[name].dtype}")
+        for name in self.features:
+            if self.static(ds, name) and self.lags[name] != [0]:
+                raise InputError(
+                    f"feature {name!r} has no {self.time_dim!r} dimension (a static field): it has no lags; "
+                    f"drop it from lags (got {self.lags[name]})"
+                )
         n_time = ds.sizes[self.time_dim]
         if self.max_shift >= n_time:
             raise InputError(
@@ -158,17 +187,28 @@ class FeatureSpec:
             if self.lat not in ds.coords and self.lat not in ds.variables:
                 raise InputError(f"the Dataset has no latitude coordinate {self.lat!r}")
             return self.lat
+        space = set(self.space_dims())
         for d in self.space_dims():
-            coord = ds[d] if d in ds.variables else None
             if d.lower() in _LAT_NAMES:
                 return d
-            if coord is not None and (coord.attrs.get("standard_name") == "latitude"
-                                      or coord.attrs.get("units") in ("degrees_north", "degree_north")):
-                return d
+        for name, coord in ds.coords.items():  # dimension or auxiliary (e.g. 2-D) coordinates
+            if not set(coord.dims) <= space or not coord.dims:
+                continue
+            if (coord.attrs.get("standard_name") == "latitude"
+                    or coord.attrs.get("units") in ("degrees_north", "degree_north", "degrees_N")
+                    or str(name).lower() in _LAT_NAMES):
+                return name
         raise InputError(
-            f"no latitude among the spatial dimensions {list(self.space_dims())} for the area weights; "
-            "pass lat='name' or area_weights=False"
+            f"no latitude among the spatial dimensions {list(self.space_dims())} or their coordinates for the "
+            "area weights; pass lat='name' or area_weights=False"
         )
+
+    def static(self, ds, name):
+        """Whether feature ``name`` has no time dimension (a static field)."""
+        return self.time_dim not in ds[name].dims
+
+    def needs_time_steps(self, ds):
+        return any(s + self.lead > 0 for v in self.features if not self.static(ds, v) for s in self.lags[v])
 
 
 def _lags(lags, features):
@@ -210,8 +250,11 @@ class Fields:
         self.template = _template(spec, ds)
         grid_chunks = self.template.data.chunks
         self.grid_chunks = grid_chunks
-        self.coords = {d: ds[d] for d in spec.sample_dims if d in ds.coords}
-        steps = time_steps(ds[tdim].values)
+        ref = _reference(spec, ds)
+        # every coordinate on the sample dimensions (dimension and auxiliary ones)
+        self.coords = {name: c for name, c in ds.coords.items() if set(c.dims) <= set(spec.sample_dims)}
+        self.out_dims = tuple(d for d in (ds[ref].dims if ref else spec.sample_dims) if d in spec.sample_dims)
+        steps = time_steps(ds[tdim].values) if spec.needs_time_steps(ds) else None
         full, time_only, order = [], [], []
 
         def add(field):
@@ -226,6 +269,9 @@ class Fields:
 
         for v in spec.features:
             x = ds[v].astype(np.float64)
+            if spec.static(ds, v):  # no time dimension: no lag, no lead
+                add(x)
+                continue
             for s in spec.lags[v]:
                 shift = s + spec.lead
                 if shift == 0:
@@ -235,6 +281,7 @@ class Fields:
                 ok[shift:] = (steps[shift:] - steps[:-shift]) == shift  # no gap in between
                 add(x.shift({tdim: shift}).where(xr.DataArray(ok, dims=tdim)))
         if spec.seasonal:
+            time_steps(ds[tdim].values)  # a clear error for a time coordinate that is not dates
             for values in seasonal_terms(ds[tdim].values, spec.seasonal).values():
                 add(xr.DataArray(values, dims=tdim))
         self.full, self.time, self.order = full, time_only, order
@@ -249,12 +296,14 @@ class Fields:
         shape = tuple(ds.sizes[d] for d in space)
         if spec.area_weights:
             lat = spec.lat_name(ds)
-            w = np.cos(np.deg2rad(np.asarray(ds[lat].values, dtype=np.float64))).clip(min=0.0)
+            values = np.asarray(ds[lat].values, dtype=np.float64)
+            radians = str(ds[lat].attrs.get("units", "")).lower() in ("radians", "radian", "rad")
+            w = np.cos(values if radians else np.deg2rad(values)).clip(min=0.0)
             w = xr.DataArray(w, dims=ds[lat].dims)
             w = w.broadcast_like(xr.DataArray(np.zeros(shape), dims=space)).transpose(*space).values
         else:
             w = np.ones(shape)
-        self.weight = da.from_array(np.ascontiguousarray(w), chunks=space_chunks)
+        self.weight = da.from_array(np.asarray(w, dtype=np.float64), chunks=space_chunks)
 
     @property
     def p(self):
@@ -287,6 +336,15 @@ class Fields:
         for a in self.time:
             args += [a, index[:1]]
         return args
+
+
+def _reference(spec, ds):
+    """The variable whose dimension order the outputs follow: the target if present,
+    else the first feature on all the sample dimensions."""
+    for name in ([spec.target] if spec.target in ds.variables else []) + spec.features:
+        if set(ds[name].dims) == set(spec.sample_dims):
+            return name
+    return None
 
 
 def _as_dask(a, chunks):
@@ -409,7 +467,8 @@ class DesignMatrix:
             idx: da.from_delayed(self._mask(idx), shape=shape, dtype=bool)
             for idx, shape in zip(self._block_index, self._block_shapes)
         }
-        return xr.DataArray(_assemble(blocks, self._fields.numblocks), dims=self._dims, coords=self._coords)
+        out = xr.DataArray(_assemble(blocks, self._fields.numblocks), dims=self._dims, coords=self._coords)
+        return out.transpose(*self._fields.out_dims)
 
     def to_dataarray(self, values, name=None, attrs=None):
         """Values of the design rows (e.g. predictions) back on the sample grid, NaN
@@ -437,8 +496,9 @@ class DesignMatrix:
             idx: da.from_delayed(dask.delayed(_unstack)(self._mask(idx), v), shape=shape, dtype=np.float64)
             for idx, shape, v in zip(self._block_index, self._block_shapes, vd)
         }
-        return xr.DataArray(_assemble(blocks, self._fields.numblocks), dims=self._dims, coords=self._coords,
-                            name=name, attrs=dict(attrs or {}))
+        out = xr.DataArray(_assemble(blocks, self._fields.numblocks), dims=self._dims, coords=self._coords,
+                           name=name, attrs=dict(attrs or {}))
+        return out.transpose(*self._fields.out_dims)
 
 
 def _unstack(mask, values):

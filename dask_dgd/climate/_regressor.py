@@ -53,28 +53,38 @@ def cell_stats(order, yb, wb, *blocks):
 def solve_cells(stats, p, alpha):
     """Weighted least squares (ridge ``alpha`` on the slopes) of every cell from its
     summed statistics: ``(*space, p)`` coefficients, intercept first; NaN for cells
-    without any unmasked step.  Singular cells get the minimum-norm solution."""
+    without any unmasked step.
+
+    As scikit-learn does, the intercept is taken out by centring: the slopes solve
+    ``(Sxx - sw m m^T + alpha I) b = Sxy - sw m my`` (``m``, ``my`` the weighted means),
+    and the intercept is ``my - m . b``.  A cell whose centred system is singular or
+    ill-conditioned (a feature constant in the cell, fewer steps than features) gets the
+    minimum-norm slopes (``lstsq``), like ``LinearRegression``.
+    """
     space = stats.shape[:-1]
     s = stats.reshape(-1, stats.shape[-1])
-    gram = s[:, : p * p].reshape(-1, p, p).copy()
+    gram = s[:, : p * p].reshape(-1, p, p)
     xy = s[:, p * p : p * p + p]
     count = s[:, p * p + p + 2]
-    reg = np.full(p, float(alpha))
-    reg[0] = 0.0  # the intercept is not penalised (scikit-learn's Ridge)
-    gram += np.diag(reg)
     out = np.full((s.shape[0], p), np.nan)
     ok = count > 0
     if ok.any():
         G, b = gram[ok], xy[ok]
-        try:
-            sol = np.linalg.solve(G, b[..., None])[..., 0]
-            bad = ~np.all(np.isfinite(sol), axis=1) | (np.linalg.cond(G) > 1e12)
-        except np.linalg.LinAlgError:
-            sol = np.empty_like(b)
-            bad = np.ones(b.shape[0], dtype=bool)
-        for i in np.flatnonzero(bad):  # rank-deficient cells: what lstsq (scikit-learn) gives
-            sol[i] = np.linalg.lstsq(G[i], b[i], rcond=None)[0]
-        out[ok] = sol
+        sw = G[:, 0, 0]
+        m = G[:, 0, 1:] / sw[:, None]
+        my = b[:, 0] / sw
+        C = G[:, 1:, 1:] - sw[:, None, None] * m[:, :, None] * m[:, None, :] + float(alpha) * np.eye(p - 1)
+        c = b[:, 1:] - sw[:, None] * m * my[:, None]
+        # relative conditioning of each cell's centred system
+        bad = np.linalg.cond(C) > 1e10 if p > 1 else np.zeros(len(C), dtype=bool)
+        beta = np.empty_like(c)
+        good = ~bad
+        if good.any():
+            beta[good] = np.linalg.solve(C[good], c[good][..., None])[..., 0]
+        for i in np.flatnonzero(bad):  # rank-deficient cells: minimum-norm slopes
+            beta[i] = np.linalg.lstsq(C[i], c[i], rcond=1e-10)[0]
+        out[ok, 0] = my - np.einsum("cp,cp->c", m, beta)
+        out[ok, 1:] = beta
     return out.reshape(space + (p,))
 
 
@@ -249,6 +259,9 @@ class ClimateRegressor(ClientParamMixin, BaseEstimator):
         return LinearRegression(**common)
 
     # --------------------------------------------------------------------- fit
+    _FITTED = ("spec_", "feature_names_", "target_attrs_", "grid_", "coef_", "intercept_", "n_samples_",
+               "n_iter_", "estimator_", "history_", "_coef_table")
+
     def fit(self, ds, y=None):
         """Fit on a Dataset holding the features and the target.
 
@@ -262,16 +275,20 @@ class ClimateRegressor(ClientParamMixin, BaseEstimator):
         -------
         self
         """
+        for name in self._FITTED:  # a refit starts clean (also if it fails)
+            self.__dict__.pop(name, None)
         spec = self._spec()
         spec.check(ds, need_target=True)
-        self.feature_names_ = spec.names
-        self.target_attrs_ = dict(ds[self.target].attrs)
-        self.grid_ = {d: np.asarray(ds[d].values) for d in spec.space_dims() if d in ds.coords}
         fields = Fields(spec, ds)
+        grid = {d: (ds.sizes[d], np.asarray(ds[d].values) if d in ds.coords else None) for d in spec.space_dims()}
         if self.model == "pointwise":
             self._fit_pointwise(spec, fields)
         else:
             self._fit_pooled(spec, fields)
+        self.spec_ = spec
+        self.feature_names_ = spec.names
+        self.target_attrs_ = dict(ds[self.target].attrs)
+        self.grid_ = grid
         return self
 
     def _fit_pooled(self, spec, fields):
@@ -287,7 +304,7 @@ class ClimateRegressor(ClientParamMixin, BaseEstimator):
             raise
         self.estimator_ = est
         coef = np.ravel(est.coef_)
-        self.coef_ = xr.DataArray(coef, dims="feature", coords={"feature": self.feature_names_})
+        self.coef_ = xr.DataArray(coef, dims="feature", coords={"feature": spec.names})
         self.intercept_ = float(np.ravel(est.intercept_)[0])
         self.n_iter_ = est.n_iter_
         self.history_ = est.history_
@@ -309,23 +326,26 @@ class ClimateRegressor(ClientParamMixin, BaseEstimator):
                 f"every cell of {self.target!r} or its features is masked (NaN) or has zero weight: nothing to fit"
             )
         space = spec.space_dims()
-        coords = {d: v for d, v in self.grid_.items()}
+        coords = {name: c for name, c in fields.coords.items() if c.dims and set(c.dims) <= set(space)}
+        names = {"feature": spec.names}
         self.intercept_ = xr.DataArray(coef[..., 0], dims=space, coords=coords, name="intercept")
-        self.coef_ = xr.DataArray(coef[..., 1:], dims=space + ("feature",),
-                                  coords={**coords, "feature": self.feature_names_}, name="coef")
+        self.coef_ = xr.DataArray(coef[..., 1:], dims=space + ("feature",), coords={**coords, **names}, name="coef")
         self.n_samples_ = xr.DataArray(count.astype(np.int64), dims=space, coords=coords, name="n_samples")
         self.n_iter_ = 1
         self._coef_table = coef
 
     # ----------------------------------------------------------------- predict
     def _check_grid(self, spec, ds):
-        for d, values in self.grid_.items():
-            got = np.asarray(ds[d].values)
-            if got.shape != values.shape or not np.array_equal(got, values):
+        for d, (size, values) in self.grid_.items():
+            got = np.asarray(ds[d].values) if d in ds.coords else None
+            same_size = d in ds.sizes and ds.sizes[d] == size
+            same_values = values is None or (got is not None and np.array_equal(got, values))
+            if not (same_size and same_values):
+                shown = f"{ds.sizes.get(d, 0)} values" + ("" if got is None else f", {got[:1].tolist()}..")
+                fitted = f"{size} values" + ("" if values is None else f", {values[:1].tolist()}..")
                 raise InputError(
-                    f"the {d!r} coordinate of this Dataset ({got.size} values, {got[:1].tolist()}..) differs from the "
-                    f"grid the pointwise model was fitted on ({values.size} values, {values[:1].tolist()}..); "
-                    "pointwise models predict on their own grid only"
+                    f"the {d!r} dimension of this Dataset ({shown}) differs from the grid the pointwise model was "
+                    f"fitted on ({fitted}); pointwise models predict on their own grid only"
                 )
 
     def predict(self, ds):
@@ -339,7 +359,7 @@ class ClimateRegressor(ClientParamMixin, BaseEstimator):
             training data).  Poisson: the expected count; binomial: the probability.
         """
         check_is_fitted(self, "coef_")
-        spec = self._spec()
+        spec = self.spec_  # the settings of the fit, not parameters changed since
         spec.check(ds, need_target=False)
         fields = Fields(spec, ds, need_target=False)
         index = "t" + "abcdefgh"[: len(spec.sample_dims) - 1]
@@ -354,9 +374,9 @@ class ClimateRegressor(ClientParamMixin, BaseEstimator):
             coef = np.asarray(self.coef_.values, dtype=np.float64)
             out = da.blockwise(_pooled_block, index, fields.order, None, coef, None, self.intercept_, None,
                                self.family, None, *args, dtype=np.float64)
-        coords = {d: ds[d] for d in spec.sample_dims if d in ds.coords}
-        return xr.DataArray(out, dims=spec.sample_dims, coords=coords, name=self.target,
+        pred = xr.DataArray(out, dims=spec.sample_dims, coords=fields.coords, name=spec.target,
                             attrs=dict(self.target_attrs_))
+        return pred.transpose(*fields.out_dims)
 
     def evaluate(self, ds):
         """Area-weighted skill on ``ds``: ``{"r2": ..., "rmse": ..., "n": cells scored}``.
@@ -364,10 +384,11 @@ class ClimateRegressor(ClientParamMixin, BaseEstimator):
         Cells where the target or the prediction is NaN are left out; weights are
         ``cos(latitude)`` (ones with ``area_weights=False``).
         """
-        spec = self._spec()
+        check_is_fitted(self, "coef_")
+        spec = self.spec_
         spec.check(ds, need_target=True)
-        pred = self.predict(ds).data
         fields = Fields(spec, ds, need_target=True)
+        pred = self.predict(ds).transpose(*spec.sample_dims).data
         y = fields.y
         w = da.broadcast_to(fields.weight[None], y.shape, chunks=y.chunks)
         ok = da.isfinite(y) & da.isfinite(pred) & (w > 0)

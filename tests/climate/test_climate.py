@@ -276,7 +276,7 @@ def test_bad_input_is_a_clear_error(client):
         ClimateRegressor(["a"], "tas", client=client).fit(ds.assign(tas=ds["tas"] * np.nan))
     fitted = ClimateRegressor(["a"], "tas", model="pointwise", client=client).fit(ds)
     other = _grid(Y=4)
-    with pytest.raises(InputError, match=r"the 'lat' coordinate of this Dataset \(4 values"):
+    with pytest.raises(InputError, match=r"the 'lat' dimension of this Dataset \(4 values"):
         fitted.predict(other)
     with pytest.raises(ParameterError, match="feature 'tas' is the target at lag 0 with lead=0"):
         ClimateRegressor(["tas"], "tas").fit(ds)
@@ -288,3 +288,85 @@ def test_bad_input_is_a_clear_error(client):
         ClimateRegressor(["a"], "tas").fit(ds.assign(a=ds["a"].expand_dims(member=2, axis=-1)))
     with pytest.raises(InputError, match="expected an xarray Dataset; got ndarray"):
         ClimateRegressor(["a"], "tas").fit(np.zeros(3))
+
+
+# ------------------------------------------------------------ review cases
+def test_pointwise_handles_large_means_and_rank_deficient_cells_like_scikit_learn(client):
+    rng = np.random.default_rng(3)
+    T = 80
+    time = xr.date_range("2000-01-01", periods=T, freq="D")
+    psl = 101_325 + rng.normal(0, 30, size=(T, 2, 2))  # Pa: large mean, small spread
+    psl[:, 0, 0] = 101_000.0  # constant in one cell: rank deficient
+    other = rng.normal(size=(T, 2, 2))
+    tas = 0.01 * psl + 2 * other - 730 + 0.1 * rng.normal(size=(T, 2, 2))
+    tas[5:, 1, 1] = np.nan  # too few steps for the features in this cell
+    ds = xr.Dataset({"psl": (("time", "lat", "lon"), psl), "o": (("time", "lat", "lon"), other),
+                     "tas": (("time", "lat", "lon"), tas)},
+                    coords={"time": time, "lat": [0.0, 10.0], "lon": [0.0, 10.0]}).chunk({"time": 40})
+    model = ClimateRegressor(["psl", "o"], "tas", model="pointwise", area_weights=False, client=client).fit(ds)
+    for i in range(2):
+        for j in range(2):
+            ok = np.isfinite(tas[:, i, j])
+            X = np.column_stack([psl[ok, i, j], other[ok, i, j]])
+            ref = SkLinear().fit(X, tas[ok, i, j])
+            new = np.array([[101_400.0, 0.5]])  # predictions away from the training values agree too
+            ours = model.intercept_.values[i, j] + new @ model.coef_.values[i, j]
+            np.testing.assert_allclose(ours, ref.predict(new), rtol=1e-6)
+            np.testing.assert_allclose(model.coef_.values[i, j], ref.coef_, atol=1e-5)
+
+
+def test_sample_dims_in_any_order_and_data_stored_in_any_order(client):
+    ds = _grid()
+    a = ClimateRegressor(["a", "index"], "tas", model="pointwise", client=client).fit(ds)
+    stored = ds.transpose("lon", "time", "lat")
+    b = ClimateRegressor(["a", "index"], "tas", model="pointwise", sample_dims=("lat", "lon", "time"),
+                         client=client).fit(stored)
+    xr.testing.assert_allclose(a.coef_, b.coef_.transpose(*a.coef_.dims))
+    pred = b.predict(stored)
+    assert pred.dims == ("lon", "time", "lat")  # the order of the data's target
+    xr.testing.assert_allclose(pred.transpose("time", "lat", "lon").compute(), a.predict(ds).compute())
+
+
+def test_lags_on_seasonal_means_and_decadal_data():
+    seasons = xr.date_range("2000-03-01", periods=40, freq="QS-MAR")
+    ds = _grid(T=40).assign_coords(time=seasons)
+    dm = to_design_matrix(ds, ["a"], "tas", lead=1, area_weights=False)
+    grid = dm.to_dataarray(dm.X[:, 0]).compute()
+    # lead 1 = the previous season, not "three months that are never there"
+    np.testing.assert_array_equal(grid.isel(time=5).values[1:, 1:], ds["a"].isel(time=4).values[1:, 1:])
+    decades = xr.date_range("1850-01-01", periods=20, freq="10YS")
+    dd_ = _grid(T=20).assign_coords(time=decades)
+    dm = to_design_matrix(dd_.drop_isel(time=[7]), ["a"], "tas", lags=[1], area_weights=False)
+    g = dm.to_dataarray(dm.X[:, 0]).compute()
+    assert np.isfinite(g.isel(time=3).values[1:, 1:]).all()
+    assert np.isnan(g.isel(time=7).values).all()  # after the missing decade: a gap
+
+
+def test_static_fields_other_coordinates_and_time_without_dates(client):
+    ds = _grid()
+    ds = ds.assign(orog=(("lat", "lon"), np.random.default_rng(0).normal(size=(5, 6))))
+    ds = ds.assign_coords(height=2.0, cell_area=(("lat", "lon"), np.ones((5, 6))))
+    model = ClimateRegressor(["a", "orog"], "tas", lead=1, client=client).fit(ds)
+    assert model.feature_names_ == ["a", "orog"]
+    pred = model.predict(ds)
+    assert set(pred.coords) == {"time", "lat", "lon", "height", "cell_area"}
+    with pytest.raises(InputError, match="feature 'orog' has no 'time' dimension \\(a static field\\): it has no lags"):
+        ClimateRegressor(["a", "orog"], "tas", lags=1).fit(ds)
+    numeric = _grid().assign_coords(time=np.arange(48.0))
+    ClimateRegressor(["a"], "tas", model="pointwise", client=client).fit(numeric)  # no lags: no dates needed
+    with pytest.raises(InputError, match="lags, lead and seasonal terms need a time coordinate of dates"):
+        ClimateRegressor(["a"], "tas", lags=[1]).fit(numeric)
+
+
+def test_predict_uses_the_fitted_settings_and_a_refit_starts_clean(client):
+    ds = _grid()
+    model = ClimateRegressor(["a"], "tas", model="pointwise", client=client).fit(ds)
+    before = model.predict(ds).compute()
+    model.set_params(seasonal=2, lags=[0, 1])  # not refitted: predictions must not change
+    xr.testing.assert_identical(model.predict(ds).compute(), before)
+    model.set_params(model="pooled", seasonal=None, lags=None).fit(ds)
+    assert not hasattr(model, "n_samples_") and hasattr(model, "estimator_")
+    no_coords = _grid().drop_vars(["lat", "lon"])
+    fitted = ClimateRegressor(["a"], "tas", model="pointwise", area_weights=False, client=client).fit(no_coords)
+    with pytest.raises(InputError, match=r"the 'lat' dimension of this Dataset \(4 values\) differs"):
+        fitted.predict(_grid(Y=4).drop_vars(["lat", "lon"]))
