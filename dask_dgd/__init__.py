@@ -34,6 +34,8 @@ _LAZY = {
     "rebalance": "dask_dgd._engine.cluster",
     "compression": "dask_dgd.compression",
     "communication_report": "dask_dgd.diagnostics",
+    "performance_report": "dask_dgd.diagnostics",
+    "plot_history": "dask_dgd.diagnostics",
 }
 
 __all__ = [
@@ -57,6 +59,8 @@ __all__ = [
     "linear_model",
     "losses",
     "optim",
+    "performance_report",
+    "plot_history",
     "rebalance",
     "recommender",
     "testing",

@@ -87,8 +87,9 @@ def _python_blocks(path):
     return re.findall(r"```python\n(.*?)```", path.read_text(), flags=re.S)
 
 
-def test_user_guide_code_runs(capsys):
+def test_user_guide_code_runs(capsys, tmp_path, monkeypatch):
     """The user guide's blocks run in order, in one namespace, without a cluster."""
+    monkeypatch.chdir(tmp_path)  # files the guide writes land here
     blocks = _python_blocks(ROOT / "docs" / "user_guide.md")
     assert len(blocks) >= 5
     namespace = {"__name__": "user_guide"}
@@ -98,6 +99,7 @@ def test_user_guide_code_runs(capsys):
     assert "The 'solver' parameter of LogisticRegression must be one of" in out
     assert "Input X contains NaN or infinity in block 0" in out
     assert "(4, 1) (4,)" in out
+    assert (tmp_path / "history.png").stat().st_size > 20_000  # plot_history's example
 
 
 @pytest.mark.slow
