@@ -114,3 +114,8 @@ class ClientParamMixin:
         state = dict(super().__getstate__())  # a copy: the live estimator keeps its client
         state["client"] = None
         return state
+
+
+def callbacks_like(value):
+    """a list of callables (each called with every step record)"""
+    return isinstance(value, (list, tuple)) and all(callable(cb) for cb in value)

@@ -118,7 +118,7 @@ def performance_report(estimator):
     --------
     >>> import numpy as np, dask_dgd
     >>> X = np.random.default_rng(0).standard_normal((500, 3))
-    >>> est = dask_dgd.LinearRegression(solver="gd", max_iter=5).fit(X, X @ [1.0, 2.0, 3.0])
+    >>> est = dask_dgd.LinearRegression(solver="gd", max_iter=5, tol=0).fit(X, X @ [1.0, 2.0, 3.0])
     >>> report = dask_dgd.performance_report(est)
     >>> sorted(report["phases"])
     ['broadcast', 'compute', 'other', 'reduce', 'update']

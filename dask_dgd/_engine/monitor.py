@@ -93,6 +93,10 @@ class Monitor:
         if self._bar is not None:
             self._bar.close()
             self._bar = None
+        for cb in self.callbacks:  # e.g. a writer flushing what it buffered
+            closer = getattr(cb, "close", None)
+            if callable(closer):
+                closer()
 
 
 def communicated(history):

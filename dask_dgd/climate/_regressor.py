@@ -138,7 +138,7 @@ class ClimateRegressor(ClientParamMixin, BaseEstimator):
         L2 penalty.  Pooled: on the weighted *mean* loss, as in
         :class:`dask_dgd.LinearRegression`; pointwise: per cell on the weighted *sum* of
         squared errors, as ``sklearn.linear_model.Ridge(alpha)`` (intercept unpenalised).
-    solver, optimizer, learning_rate, batch_size, max_iter, tol, random_state, verbose
+    solver, optimizer, learning_rate, batch_size, max_iter, tol, random_state, verbose, callbacks
         Pooled model: passed to the linear estimator (see :class:`dask_dgd.LinearRegression`).
     split_every : int, default=8
         Fan-in of the reduction trees.
@@ -209,6 +209,7 @@ class ClimateRegressor(ClientParamMixin, BaseEstimator):
         split_every=8,
         random_state=None,
         verbose=0,
+        callbacks=None,
         client=None,
     ):
         self.features = features
@@ -232,6 +233,7 @@ class ClimateRegressor(ClientParamMixin, BaseEstimator):
         self.split_every = split_every
         self.random_state = random_state
         self.verbose = verbose
+        self.callbacks = callbacks
         self.client = client
 
     # ----------------------------------------------------------------- helpers
@@ -251,7 +253,7 @@ class ClimateRegressor(ClientParamMixin, BaseEstimator):
         common = dict(alpha=self.alpha, solver=self.solver, optimizer=self.optimizer,
                       learning_rate=self.learning_rate, batch_size=self.batch_size, max_iter=self.max_iter,
                       tol=self.tol, split_every=self.split_every, random_state=self.random_state,
-                      verbose=self.verbose, client=self.client)
+                      verbose=self.verbose, callbacks=self.callbacks, client=self.client)
         if self.family == "poisson":
             return PoissonRegressor(**common)
         if self.family == "binomial":

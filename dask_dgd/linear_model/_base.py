@@ -28,7 +28,7 @@ from .._engine.monitor import communicated
 from ..compression import Compressor, PowerSGD, get_compressor
 from .._engine.local import run_local
 from .._engine.sync import Evaluator, run_first_order, run_lbfgs, run_newton
-from .._validation import ClientParamMixin, Interval, Options, client_is_a_client, validate_params
+from .._validation import ClientParamMixin, Interval, Options, callbacks_like, client_is_a_client, validate_params
 from ..exceptions import ConvergenceWarning, InputError, ParameterError
 from ..losses import Penalty
 from ..optim import LBFGS, SGD, FirstOrderOptimizer, Schedule, get_optimizer
@@ -127,6 +127,11 @@ SHARED_PARAMS_DOC = """    l1_ratio : float in [0, 1], default=0.0
         Start ``fit`` from the previous ``coef_`` and ``intercept_``.
     verbose : int, default=0
         1 shows a progress bar, 2 also logs one line per step (logger ``dask_dgd``).
+    callbacks : list of callables or None, default=None
+        Each is called with every step record (a dict, the future row of ``history_``);
+        one that returns ``True`` stops the fit after that step.  See
+        :mod:`dask_dgd.callbacks` (e.g. ``HistoryWriter`` to stream the history to a
+        CSV or Parquet file).
     client : distributed.Client or None, default=None
         The cluster to train on.  None: the default client if one exists; otherwise an
         in-memory input under 64 MiB is fitted in process, and anything else on an
@@ -183,6 +188,7 @@ class DGDLinearModel(ClientParamMixin, BaseEstimator):
         "random_state": [None, Interval(numbers.Integral, 0, None, "left"), np.random.RandomState],
         "warm_start": [bool],
         "verbose": [Interval(numbers.Integral, 0, None, "left"), bool],
+        "callbacks": [None, callbacks_like],
         "client": [None, client_is_a_client],
     }
 
@@ -418,7 +424,7 @@ class DGDLinearModel(ClientParamMixin, BaseEstimator):
     def _solve(self, shards, objective, solver, run, total=None):
         """Run ``run(evaluator)`` on the shards and store what it returns."""
         penalty = Penalty(alpha=float(self.alpha), l1_ratio=float(self.l1_ratio))
-        monitor = Monitor(verbose=self.verbose, total=total)
+        monitor = Monitor(verbose=self.verbose, callbacks=self.callbacks, total=total)
         compressor = get_compressor(self.compression)
         if isinstance(compressor, PowerSGD):
             compressor = compressor.with_shape((objective.n_features, objective.n_outputs))

@@ -40,6 +40,7 @@ class _Regressor(RegressorMixin, DGDLinearModel):
         random_state=None,
         warm_start=False,
         verbose=0,
+        callbacks=None,
         client=None,
     ):
         self.alpha = alpha
@@ -63,6 +64,7 @@ class _Regressor(RegressorMixin, DGDLinearModel):
         self.random_state = random_state
         self.warm_start = warm_start
         self.verbose = verbose
+        self.callbacks = callbacks
         self.client = client
 
     def _objective(self, n_features):
@@ -222,6 +224,7 @@ class PoissonRegressor(_Regressor):
         random_state=None,
         warm_start=False,
         verbose=0,
+        callbacks=None,
         client=None,
     ):
         super().__init__(
@@ -246,6 +249,7 @@ class PoissonRegressor(_Regressor):
             random_state=random_state,
             warm_start=warm_start,
             verbose=verbose,
+            callbacks=callbacks,
             client=client,
         )
 

@@ -101,6 +101,7 @@ class LogisticRegression(ClassifierMixin, DGDLinearModel):
         random_state=None,
         warm_start=False,
         verbose=0,
+        callbacks=None,
         client=None,
     ):
         self.alpha = alpha
@@ -125,6 +126,7 @@ class LogisticRegression(ClassifierMixin, DGDLinearModel):
         self.random_state = random_state
         self.warm_start = warm_start
         self.verbose = verbose
+        self.callbacks = callbacks
         self.client = client
 
     def _is_classifier(self):

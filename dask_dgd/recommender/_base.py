@@ -22,7 +22,7 @@ from .._engine.factorization import (
     shard_factor_init,
 )
 from .._engine.monitor import Monitor, communicated
-from .._validation import ClientParamMixin, Interval, client_is_a_client, validate_params
+from .._validation import ClientParamMixin, Interval, callbacks_like, client_is_a_client, validate_params
 from ..exceptions import ConvergenceWarning, InputError, ParameterError
 from ..optim import FirstOrderOptimizer, Schedule, get_optimizer
 
@@ -80,6 +80,7 @@ class FactorizationBase(ClientParamMixin, BaseEstimator):
         "max_time": [None, Interval(numbers.Real, 0, None, "neither")],
         "random_state": [None, Interval(numbers.Integral, 0, None, "left"), np.random.RandomState],
         "verbose": [Interval(numbers.Integral, 0, None, "left"), bool],
+        "callbacks": [None, callbacks_like],
         "client": [None, client_is_a_client],
     }
 
@@ -224,7 +225,8 @@ class FactorizationBase(ClientParamMixin, BaseEstimator):
         if self.batch_size is not None:
             n_batches = max(1, int(round(facts["n"] / self.batch_size)))
         max_iter = 1 if continued else self.max_iter
-        monitor = Monitor(verbose=self.verbose, total=max_iter * n_batches, desc=type(self).__name__)
+        monitor = Monitor(verbose=self.verbose, callbacks=self.callbacks, total=max_iter * n_batches,
+                          desc=type(self).__name__)
         try:
             result = run_factorization(
                 shards, model, optimizer, V, item_state, user_init=user_init, max_iter=max_iter,

@@ -44,6 +44,9 @@ _COMMON_DOC = """n_components : int, default=10
         Seeds the initial factors and the batches (and BPR's negative items).
     verbose : int, default=0
         0 silent, 1 a progress bar, 2 also a log line per step.
+    callbacks : list of callables or None, default=None
+        Each is called with every step record; one returning ``True`` stops the fit
+        (see :mod:`dask_dgd.callbacks`).
     client : distributed.Client or None, default=None
         The cluster to train on; None: the default client if any, else in process for
         small in-memory ratings, else an embedded LocalCluster."""
@@ -139,6 +142,7 @@ class MatrixFactorization(FactorizationBase):
         max_time=None,
         random_state=None,
         verbose=0,
+        callbacks=None,
         client=None,
     ):
         self.n_components = n_components
@@ -157,6 +161,7 @@ class MatrixFactorization(FactorizationBase):
         self.max_time = max_time
         self.random_state = random_state
         self.verbose = verbose
+        self.callbacks = callbacks
         self.client = client
 
     def score(self, X, y=None):
@@ -260,6 +265,7 @@ class ImplicitMatrixFactorization(FactorizationBase):
         max_time=None,
         random_state=None,
         verbose=0,
+        callbacks=None,
         client=None,
     ):
         self.n_components = n_components
@@ -280,6 +286,7 @@ class ImplicitMatrixFactorization(FactorizationBase):
         self.max_time = max_time
         self.random_state = random_state
         self.verbose = verbose
+        self.callbacks = callbacks
         self.client = client
 
     def _kind_now(self):
