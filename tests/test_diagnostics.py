@@ -15,7 +15,7 @@ from dask_dgd.testing import straggler
 
 @pytest.fixture(scope="module")
 def data():
-    X, y = make_regression(40_000, 10, chunks=5_000, random_state=0)
+    X, y = make_regression(200_000, 20, chunks=25_000, random_state=0)
     return X, y
 
 
@@ -41,9 +41,10 @@ def test_performance_report_adds_up_and_sees_a_straggler(client, data):
     slow = sorted(client.scheduler_info()["workers"])[-1]
     with straggler(client, slow, factor=3.0):
         slowed = dask_dgd.performance_report(_fit(client, X, y))
-    # the slow worker's groups take 4x as long: the gap and the imbalance show it
-    assert slowed["straggler_gap_share"] > 0.5 > even["straggler_gap_share"]
-    assert slowed["balance"] < 0.5 < even["balance"]
+    # the slow worker's groups take 4x as long (gap share 3/4, balance 1/4 if nothing
+    # else varied): the report shows it, far beyond the noise of the even fit
+    assert slowed["straggler_gap_share"] > 0.5 and slowed["straggler_gap_share"] > even["straggler_gap_share"] + 0.25
+    assert slowed["balance"] < 0.5 and slowed["balance"] < even["balance"] - 0.25
     # the estimate discounts the idle share of the fast groups
     assert slowed["parallel_efficiency"] < slowed["compute_share"]
 
