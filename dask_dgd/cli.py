@@ -2,7 +2,8 @@
 
 ``dask-dgd demo`` starts a local Dask cluster, trains the three linear estimators on
 synthetic data by distributed gradient descent and compares each with its
-scikit-learn counterpart fitted in memory on the same data.
+scikit-learn counterpart fitted in memory on the same data.  ``dask-dgd bench`` runs
+the repository's benchmark suites.
 
 Each subcommand is a :class:`Command`: a name, a help line, a function that adds its
 arguments to an :mod:`argparse` sub-parser and a function that runs it and returns
@@ -490,6 +491,49 @@ def _demo_arguments(p):
     )
 
 
+# ------------------------------------------------------------------------------ bench
+def _bench_arguments(p):
+    p.add_argument("--suite", required=True, metavar="NAME",
+                   help="a suite of the repository's benchmarks/ (linear, modes, straggler, skew, compression, "
+                        "scaling, memory, recommender, climate) or 'all'")
+    p.add_argument("--size", default="small", choices=["small", "full"],
+                   help="small: a minute or two per suite; full: the reference figures")
+    p.add_argument("--repeats", type=_int_at_least(1), default=None, help="override the suite's repeats")
+    p.add_argument("--no-write", action="store_true",
+                   help="print only; do not update benchmarks/RESULTS.md or benchmarks/out/")
+    p.add_argument("--root", default=".", help="the repository clone that holds benchmarks/")
+
+
+def _benchmarks(root):
+    """The repository's ``benchmarks`` package (it is not installed with dask_dgd)."""
+    import importlib
+
+    root = os.path.abspath(root)
+    if not os.path.isfile(os.path.join(root, "benchmarks", "__main__.py")):
+        raise CommandError(
+            f"no benchmarks/ folder in {root}: the benchmark suites live in the repository; run 'dask-dgd bench' "
+            "from a clone's root (or pass --root) after pip install '.[bench]'"
+        )
+    if root not in sys.path:
+        sys.path.insert(0, root)
+    return importlib.import_module("benchmarks.__main__"), importlib.import_module("benchmarks.suites")
+
+
+def run_bench(args):
+    runner, suites = _benchmarks(args.root)
+    if args.suite != "all" and args.suite not in suites.SUITES:
+        names = ", ".join(suites.SUITES)
+        print(f"{PROG} bench: error: unknown suite {args.suite!r}; choose one of {names} or all", file=sys.stderr)
+        return 2
+    argv = ["run", "--suite", args.suite, "--size", args.size]
+    if args.repeats is not None:
+        argv += ["--repeats", str(args.repeats)]
+    if args.no_write:
+        argv += ["--no-write"]
+    runner.main(argv)
+    return 0
+
+
 COMMANDS = [
     Command(
         name="demo",
@@ -509,6 +553,24 @@ COMMANDS = [
             "  dask-dgd demo\n"
             "  dask-dgd demo --rows 1000000 --workers 4 --out demo-results\n"
             "  dask-dgd demo --rows 5000 --features 5      (small and quick)"
+        ),
+    ),
+    Command(
+        name="bench",
+        help="run the benchmark suites against scikit-learn, dask-ml, Spark and the other peers",
+        description=(
+            "Run a suite of the repository's benchmarks (python -m benchmarks run ...): each\n"
+            "compares dask_dgd with its peers side by side in one run, prints the tables with\n"
+            "medians and ratios, and (unless --no-write) updates benchmarks/RESULTS.md and\n"
+            "benchmarks/out/. Needs a clone of the repository and pip install '.[bench]';\n"
+            "peers that cannot run here (e.g. Spark without Java) are reported as unavailable."
+        ),
+        add_arguments=_bench_arguments,
+        run=run_bench,
+        epilog=(
+            "examples:\n"
+            "  dask-dgd bench --suite linear --size small --no-write\n"
+            "  dask-dgd bench --suite all --size full"
         ),
     ),
 ]

@@ -202,3 +202,29 @@ def test_console_script_demo():
         assert table[task, "dask_dgd"]["rows"] == 1600
         assert float(table[task, "dask_dgd"]["diff"]) < 1e-3
     assert "total" in proc.stdout.splitlines()[-1]
+
+
+# ------------------------------------------------------------------------------ bench
+def test_bench_help_and_errors(tmp_path, capsys):
+    from dask_dgd.cli import main
+
+    assert main(["bench", "--help"]) == 0
+    assert "benchmarks/RESULTS.md" in capsys.readouterr().out
+    assert main(["bench", "--suite", "linear", "--root", str(tmp_path)]) == 1
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("dask-dgd bench: error: no benchmarks/ folder in") and "\n" not in err
+    root = str(Path(__file__).resolve().parent.parent)
+    assert main(["bench", "--suite", "nope", "--root", root]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("dask-dgd bench: error: unknown suite 'nope'; choose one of linear,") and "\n" not in err
+    assert main(["bench", "--suite", "linear", "--repeats", "0"]) == 2
+
+
+@pytest.mark.slow
+def test_bench_runs_a_suite(capsys):
+    from dask_dgd.cli import main
+
+    root = str(Path(__file__).resolve().parent.parent)
+    assert main(["bench", "--suite", "climate", "--size", "small", "--repeats", "1", "--no-write", "--root", root]) == 0
+    out = capsys.readouterr().out
+    assert "pointwise fit, 400 cells x 500 steps" in out and "|---|" in out
