@@ -197,10 +197,6 @@ def assign_users(counts, n_shards):
     return shard_of, loads
 
 
-def _bincount_part(pieces_codes, n):
-    return np.bincount(pieces_codes, minlength=n)
-
-
 class _Runner:
     """Setup tasks on the cluster (pinned where asked) or directly in process."""
 
@@ -263,9 +259,8 @@ def build_rating_shards(executor, parts, cols, users, items, n_shards):
     run = _Runner(executor)
     users_f, items_f = run.scatter(users), run.scatter(items)
     # ratings per user, counted where the partitions live
-    codes = [run.submit(_user_codes, p, cols[0], users_f, name="dgd-mf-count") for p in parts]
     counts = np.zeros(len(users), dtype=np.int64)
-    for c in run.gather([run.submit(_bincount_part, c, len(users), name="dgd-mf-count") for c in codes]):
+    for c in run.gather([run.submit(_user_counts, p, cols[0], users_f, name="dgd-mf-count") for p in parts]):
         counts += c
     n_shards = max(1, min(int(n_shards), len(users)))
     shard_of, loads = assign_users(counts, n_shards)
@@ -289,8 +284,9 @@ def build_rating_shards(executor, parts, cols, users, items, n_shards):
     return shards, loads
 
 
-def _user_codes(df, user_col, users):
-    return users.get_indexer(df[user_col])
+def _user_counts(df, user_col, users):
+    """Ratings of every user in one partition."""
+    return np.bincount(users.get_indexer(df[user_col]), minlength=len(users))
 
 
 # ------------------------------------------------------------------- shard steps
