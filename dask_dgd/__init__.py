@@ -8,6 +8,7 @@ import importlib
 
 from . import exceptions
 from .exceptions import (
+    CheckpointError,
     ConvergenceWarning,
     DivergenceError,
     InputError,
@@ -37,9 +38,13 @@ _LAZY = {
     "communication_report": "dask_dgd.diagnostics",
     "performance_report": "dask_dgd.diagnostics",
     "plot_history": "dask_dgd.diagnostics",
+    "load": "dask_dgd.persistence",
+    "save": "dask_dgd.persistence",
+    "persistence": "dask_dgd.persistence",
 }
 
 __all__ = [
+    "CheckpointError",
     "ClimateRegressor",
     "ConvergenceWarning",
     "DivergenceError",
@@ -59,12 +64,15 @@ __all__ = [
     "datasets",
     "exceptions",
     "linear_model",
+    "load",
     "losses",
     "optim",
     "performance_report",
+    "persistence",
     "plot_history",
     "rebalance",
     "recommender",
+    "save",
     "testing",
 ]
 

@@ -115,6 +115,35 @@ class ClientParamMixin:
         state["client"] = None
         return state
 
+    def save(self, path):
+        """Save this estimator to ``path`` in dask_dgd's safe format (no pickle).
+
+        A NumPy ``.npz`` file with JSON metadata and SHA-256 checksums, written
+        atomically; ``client`` and ``callbacks`` are not saved.  See
+        :func:`dask_dgd.persistence.save`.
+
+        Returns
+        -------
+        str
+            The path written.
+        """
+        from .persistence import save
+
+        return save(self, path)
+
+    @classmethod
+    def load(cls, path):
+        """The estimator of this class saved at ``path`` (see :func:`dask_dgd.load`).
+
+        Raises
+        ------
+        CheckpointError
+            If the file is corrupted, tampered with, or holds another estimator class.
+        """
+        from .persistence import load
+
+        return load(path, expected=cls)
+
 
 def callbacks_like(value):
     """a list of callables (each called with every step record)"""

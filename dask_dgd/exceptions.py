@@ -6,6 +6,7 @@ The hierarchy::
     ├── InputError (ValueError)      bad data: NaN/inf, shapes, chunking, labels
     │   └── ChunkingError            a dask collection chunked in a way training cannot use
     ├── ParameterError (ValueError)  a bad constructor parameter, found at fit time
+    ├── CheckpointError (ValueError) a checkpoint or saved model that cannot be trusted
     ├── BlockError (RuntimeError)    a failure inside a worker task, with the block named
     ├── DivergenceError (FloatingPointError)  the objective became NaN/inf or exploded
     └── ClusterError (RuntimeError)  the Dask cluster cannot run the fit
@@ -18,6 +19,7 @@ from sklearn.exceptions import ConvergenceWarning, NotFittedError
 
 __all__ = [
     "BlockError",
+    "CheckpointError",
     "ChunkingError",
     "ClusterError",
     "ConvergenceWarning",
@@ -43,6 +45,10 @@ class ChunkingError(InputError):
 
 class ParameterError(DGDError, ValueError):
     """An estimator or optimizer parameter has a bad value or type."""
+
+
+class CheckpointError(DGDError, ValueError):
+    """A checkpoint or saved model is missing, corrupted, tampered with, or for other data."""
 
 
 class BlockError(DGDError, RuntimeError):

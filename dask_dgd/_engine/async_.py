@@ -31,8 +31,8 @@ import time
 import numpy as np
 
 from ..exceptions import ClusterError, DivergenceError
-from .shards import batch_sums, inject_faults, sum_in_block_order
-from .sync import MAX_BACKOFFS, EpochStopper, FitResult, batch_allocation, first_order_start
+from .shards import batch_sums, inject_faults, releases_shards_on_error, sum_in_block_order
+from .sync import MAX_BACKOFFS, EpochStopper, FitResult, batch_allocation, divergence_message, first_order_start
 
 __all__ = ["ServerCore", "ParameterServer", "async_group_loop", "run_async"]
 
@@ -60,7 +60,9 @@ class ServerCore:
         max_time=None,
         time_message=None,
         start_wall=None,
+        max_backoffs=MAX_BACKOFFS,
     ):
+        self.max_backoffs = int(max_backoffs)
         self.params = np.array(params, dtype=np.float64, copy=True)
         self.optimizer = optimizer
         self.state = opt_state
@@ -183,14 +185,10 @@ class ServerCore:
     def _backoff(self, g):
         """Non-finite sums or parameters: back to the last good version, half the step."""
         self.backoffs += 1
-        if self.backoffs > MAX_BACKOFFS:
-            self.stop(
-                error=(
-                    f"asynchronous training diverged at update {self.version} even after "
-                    f"halving the learning rate {MAX_BACKOFFS} times; scale the features "
-                    "(e.g. StandardScaler) or pass a smaller learning_rate"
-                )
-            )
+        if self.backoffs > self.max_backoffs:
+            self.stop(error=divergence_message(
+                f"asynchronous training diverged at update {self.version}", self.max_backoffs
+            ))
             return
         params, state, optimizer = self.snapshots.get(self.good, self.snapshots[min(self.snapshots)])
         self.optimizer = optimizer.scale_learning_rate(0.5)
@@ -319,6 +317,21 @@ class ParameterServer:
         return self.core.result()
 
 
+def _leave_thread_pool():
+    """On a worker, take this long-running loop out of the worker's task slots
+    (``distributed.secede``).  Otherwise the loop holds a slot for the whole fit: on
+    single-threaded workers another fit's loop or setup task waits behind it, and two
+    asynchronous fits at once each trained some groups alone (objective several times
+    the optimum) while their other loops queued behind each other."""
+    try:
+        from distributed import get_worker, secede
+
+        get_worker()
+    except (ImportError, ValueError):
+        return  # in process: nothing to leave
+    secede()
+
+
 def async_group_loop(shard, server, g, objective, seed, group_batch):
     """One group's loop (a long-running task): push sums, pull parameters, compute.
 
@@ -326,6 +339,7 @@ def async_group_loop(shard, server, g, objective, seed, group_batch):
     blocks in proportion to their rows; the draw is seeded by the random state, the
     group's step count and the block.
     """
+    _leave_thread_pool()
     rows = [b.n_rows for b in shard.blocks]
     msg, steps = None, 0
     while True:
@@ -411,6 +425,7 @@ class _InProcessServer:
         return _Immediate(reply)
 
 
+@releases_shards_on_error
 def run_async(
     evaluator,
     params0,
@@ -423,6 +438,7 @@ def run_async(
     learning_rate="auto",
     max_staleness=None,
     staleness_scaling=False,
+    on_divergence="backoff",
 ):
     """Asynchronous training until ``max_iter`` epochs, the ``tol`` criterion,
     ``max_time`` seconds or a callback's stop (see the module docstring)."""
@@ -455,6 +471,7 @@ def run_async(
         staleness_scaling=staleness_scaling,
         max_time=None if max_time is None else max(0.0, max_time - monitor.elapsed()),
         time_message=evaluator.time_message(),
+        max_backoffs=0 if on_divergence == "raise" else MAX_BACKOFFS,
     )
     step0 = evaluator.n_steps
 
@@ -546,4 +563,6 @@ def _run_on_cluster(shards, active, core_args, core_kwargs, seed, obj, group_bat
             for f in loops:
                 if not f.done():
                     f.cancel()
+        # at once, not when the garbage collector gets to the called proxy's cycle
+        ex.release([server_future, getattr(server, "_future", None), *loops])
         del server, server_future

@@ -11,6 +11,7 @@ import logging
 import os
 import threading
 import uuid
+from contextlib import contextmanager
 
 import dask
 import dask.array as da
@@ -53,6 +54,31 @@ _embedded_lock = threading.Lock()
 
 def is_dask_collection(x):
     return dask.is_dask_collection(x)
+
+
+try:  # the client of this thread/task context (Client.current, get_client, wait)
+    from distributed.client import _current_client
+except ImportError:  # pragma: no cover - a distributed without it
+    _current_client = None
+
+
+@contextmanager
+def current_client(client):
+    """``client`` as the current client of this thread, the one that actor proxies
+    bind to and ``distributed.wait`` uses: ``Client.as_current`` without its
+    ``dask.config.set(scheduler="dask.distributed")``.  That config is process-wide;
+    set and restored by fits running at once in several threads, the restores can
+    interleave and leave it set for good, and every later ``dask.compute`` of the
+    process then asks for a distributed client."""
+    if _current_client is None:  # pragma: no cover
+        with client.as_current():
+            yield
+        return
+    token = _current_client.set(client)
+    try:
+        yield
+    finally:
+        _current_client.reset(token)
 
 
 def embedded_client():
@@ -212,11 +238,28 @@ class DaskExecutor:
             for g, (h, w) in enumerate(zip(handles, workers))
         ]
         # Actor proxies bind to the current client: ours, even if it is not the default.
-        with self.client.as_current():
+        with current_client(self.client):
             actors = [f.result() for f in futures]
             for a in actors:
                 a.run  # noqa: B018 - binds the proxy to this client now
         return futures, actors
+
+    def release_runners(self, runners):
+        """Release the actors of :meth:`start_runners` now: their futures and the
+        future each actor proxy holds (the proxy itself may live on in a reference
+        cycle until the garbage collector runs)."""
+        futures, actors = runners
+        self.release([*futures, *(getattr(a, "_future", None) for a in actors)])
+
+    @staticmethod
+    def release(futures):
+        """Release these futures now (each once; ``None`` entries are skipped)."""
+        for f in futures:
+            if f is not None:
+                try:
+                    f.release()
+                except Exception:  # noqa: BLE001 - a closed client has nothing left to release
+                    pass
 
     def call_runners(self, runners, fn, args, stateful=False, per_group=None):
         """``fn(shard, *args)`` on every runner at once; results in group order.
@@ -226,16 +269,17 @@ class DaskExecutor:
             payloads = [pickle.dumps((fn, args))] * len(actors)
         else:
             payloads = [pickle.dumps((fn, tuple(args) + tuple(extra))) for extra in per_group]
-        with self.client.as_current():
+        with current_client(self.client):
             calls = [a.run(payload, stateful) for a, payload in zip(actors, payloads)]
             return [pickle.loads(c.result()) for c in calls]
 
     def start_actor(self, cls, args, kwargs, *, worker, key):
-        """An actor ``cls(*args, **kwargs)`` on ``worker``: ``(future, proxy)``."""
+        """An actor ``cls(*args, **kwargs)`` on ``worker``: ``(future, proxy)``; give
+        both to :meth:`release_runners` as ``([future], [proxy])`` when done."""
         future = self.client.submit(
             cls, *args, **kwargs, key=key, workers=[worker], allow_other_workers=True, actor=True
         )
-        with self.client.as_current():
+        with current_client(self.client):
             return future, future.result()
 
     def actor_address(self, future):
@@ -244,7 +288,7 @@ class DaskExecutor:
 
     def call_actor(self, method, *args, **kwargs):
         """Call an actor's method and wait for its result."""
-        with self.client.as_current():
+        with current_client(self.client):
             return method(*args, **kwargs).result()
 
     def submit_pinned(self, fn, *args, worker, key):
@@ -439,7 +483,7 @@ def _balanced_blocks(client, X, y, sample_weight, workers, rebalance, passes):
     # One persist for all: X and y often share tasks (a DataFrame, a filter mask).
     arrays = client.persist([a for a in (X, y, sample_weight) if a is not None])
     xf = _futures_in_order(arrays[0])
-    with client.as_current():  # placement follows where the blocks are; errors
+    with current_client(client):  # placement follows where the blocks are; errors
         wait(xf)  # surface in make_shard
     if any(np.isnan(c) for c in arrays[0].chunks[0]):
         rows = client.gather([client.submit(_nrows, f, pure=False) for f in xf])
@@ -464,7 +508,7 @@ def _balanced_blocks(client, X, y, sample_weight, workers, rebalance, passes):
     if action == "rechunk":
         chunks = balanced_chunks(rows, costs, skew.n_balanced_blocks(rows, costs, len(workers)))
         arrays = client.persist([a.rechunk({0: chunks}) for a in arrays])
-        with client.as_current():
+        with current_client(client):
             wait(_futures_in_order(arrays[0]))
         rows = list(chunks)
         futures, costs, nbytes, holders = measured(arrays)
@@ -619,7 +663,7 @@ def rebalance(X, y=None, sample_weight=None, *, client=None, rebalance=True, pas
         index = (0,) * (arr.ndim - 1)
         graph = {(name, i, *index): f for i, f in enumerate(placed)}
         out.append(da.Array(graph, name, chunks=(tuple(rows),) + arr.chunks[1:], meta=arr._meta))
-    with client.as_current():
+    with current_client(client):
         wait([f for a in out for f in futures_of(a)])
     report["placement"] = list(placement)
     Xo = out[0]

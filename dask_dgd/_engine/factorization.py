@@ -26,7 +26,7 @@ import pandas as pd
 
 from ..exceptions import ClusterError, DivergenceError, InputError
 from ..losses import _factorization as kernels
-from .shards import ShardSet, inject_faults
+from .shards import ShardSet, inject_faults, releases_shards_on_error
 from .sync import EpochStopper
 
 __all__ = [
@@ -279,6 +279,8 @@ def build_rating_shards(executor, parts, cols, users, items, n_shards):
     if run.dask:
         executor.wait(handles)
     shards = ShardSet(executor, handles, [(s,) for s in range(n_shards)], placed, loads, 0, False)
+    if run.dask:  # the partitions (frame_parts) are this fit's: released with its shards
+        shards.inputs = list(parts)
     # each shard's users (global indices, sorted), as the shard itself holds them
     shards.shard_users = [np.flatnonzero((shard_of == s) & (counts > 0)) for s in range(n_shards)]
     return shards, loads
@@ -412,6 +414,7 @@ class FactorResult:
     stopped_by: str
 
 
+@releases_shards_on_error
 def run_factorization(shards, model, optimizer, V, state, *, user_init, max_iter, tol, n_batches,
                       n_ratings, monitor, max_time=None):
     """Train: ``max_iter`` epochs of ``n_batches`` synchronous steps each.

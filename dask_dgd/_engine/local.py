@@ -18,8 +18,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..exceptions import DivergenceError
-from .shards import batch_sums, inject_faults, sum_in_block_order
-from .sync import MAX_BACKOFFS, EpochStopper, FitResult, batch_allocation, first_order_start
+from .shards import batch_sums, inject_faults, releases_shards_on_error, sum_in_block_order
+from .sync import MAX_BACKOFFS, EpochStopper, FitResult, batch_allocation, divergence_message, first_order_start
 
 __all__ = ["LocalRound", "shard_local_round", "run_local"]
 
@@ -90,6 +90,7 @@ def _takes(shards, batch_size, seed, step0, local_steps):
     ]
 
 
+@releases_shards_on_error
 def run_local(
     evaluator,
     params0,
@@ -102,6 +103,7 @@ def run_local(
     batch_size=None,
     seed=(0,),
     learning_rate="auto",
+    on_divergence="backoff",
 ):
     """Local SGD rounds until ``max_iter`` epochs, the ``tol`` criterion or the time limit.
 
@@ -139,6 +141,7 @@ def run_local(
     step0 = evaluator.n_steps
     n_bytes = 2 * 8 * obj.n_params * shards.n_groups
 
+    max_backoffs = 0 if on_divergence == "raise" else MAX_BACKOFFS
     rounds, backoffs, reset, converged, message = 0, 0, True, False, ""
     local_count = 0  # local updates since the local states were (re)started
     stopper = EpochStopper(tol)
@@ -172,12 +175,8 @@ def run_local(
             avg = params
         if not finite:
             backoffs += 1
-            if backoffs > MAX_BACKOFFS:
-                raise DivergenceError(
-                    f"local SGD diverged in round {rounds + 1} even after halving the "
-                    f"learning rate {MAX_BACKOFFS} times; scale the features (e.g. "
-                    "StandardScaler) or pass a smaller learning_rate"
-                )
+            if backoffs > max_backoffs:
+                raise DivergenceError(divergence_message(f"local SGD diverged in round {rounds + 1}", max_backoffs))
             optimizer, reset, local_count = optimizer.scale_learning_rate(0.5), True, 0
             continue
         backoffs, reset = 0, False

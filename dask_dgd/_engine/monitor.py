@@ -70,10 +70,15 @@ class Monitor:
         rec = {name: fields.get(name) for name in RECORD_FIELDS}
         # Records made elsewhere (the parameter server) carry their wall-clock stamp.
         rec["time"] = fields["wall"] - self.wall0 if "wall" in fields else self.elapsed()
+        # optional fields (the validation scores of early stopping) follow the fixed ones
+        rec.update({k: v for k, v in fields.items() if k not in rec and k != "wall"})
         self.records.append(rec)
         if self._bar is not None:
             self._bar.update(1)
-            self._bar.set_postfix(loss=f"{rec['loss']:.6g}", refresh=False)
+            shown = {"loss": f"{rec['loss']:.6g}"}
+            if rec.get("val_score") is not None:
+                shown["val_score"] = f"{rec['val_score']:.6g}"
+            self._bar.set_postfix(shown, refresh=False)
         if self.verbose >= 2:
             logger.info(
                 "step %d iter %d loss %.8g |grad| %.3g step_size %s %.3fs",

@@ -10,9 +10,12 @@ the parameters travel.  Sums are reduced over a tree of the block indices
 by the number of workers.
 """
 
+import functools
+import itertools
 import math
 import time
 import uuid
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 import numpy as np
@@ -31,6 +34,8 @@ __all__ = [
     "balanced_chunks",
     "groups_by_worker",
     "make_shard",
+    "released_on_error",
+    "releases_shards_on_error",
 ]
 
 
@@ -171,12 +176,76 @@ def shard_check_finite(shard):
             )
 
 
+def max_abs_value(dtype):
+    """Largest magnitude accepted in X, y and sample_weight of this float dtype: the
+    power of ten below the cube root of its largest number (1e102 for float64, 1e12
+    for float32), so that products of three such numbers (feature x coefficient x
+    residual, the squares in the gradient's norm) stay finite."""
+    return 10.0 ** math.floor(math.log10(float(np.finfo(dtype).max)) / 3)
+
+
+def _abs_max(a):
+    """Largest |value| of a dense or sparse block (NaN if it holds NaN; 0 if empty)."""
+    if is_sparse(a):
+        a = a.data
+    if a.size == 0:
+        return 0.0
+    xp = get_namespace(a)
+    return max(float(xp.max(a)), -float(xp.min(a)))
+
+
+def check_block_values(block, labels=False):
+    """Raise :class:`InputError` for NaN/inf in X, or for values of X, y (regressors)
+    or sample_weight so large that the loss and its gradient overflow (one pass over
+    the block, at setup; see :func:`max_abs_value`)."""
+    parts = [("X", block.X, "scale the features (e.g. sklearn.preprocessing.StandardScaler, or other units)")]
+    if not labels:
+        parts.append(("y", block.y, "scale the target (e.g. divide it by its standard deviation, or other units)"))
+    if block.sample_weight is not None:
+        parts.append(("sample_weight", block.sample_weight, "divide the weights by their maximum (only their ratios matter)"))
+    for name, a, fix in parts:
+        big = _abs_max(a)
+        if name == "X" and not math.isfinite(big):
+            raise InputError(
+                f"Input X contains NaN or infinity in {_describe(block)}; drop or impute "
+                "those rows before fitting"
+            )
+        limit = max_abs_value(a.dtype)
+        if big > limit:
+            raise InputError(
+                f"Input {name} has values up to {big:.3g} in absolute value in {_describe(block)}; "
+                f"above {limit:.0e} ({np.dtype(a.dtype).name}) the loss and its gradient overflow: {fix}"
+            )
+
+
+def _label_error(block_or_none, y, err):
+    import pandas as pd
+
+    where = "" if block_or_none is None else f" in {_describe(block_or_none)}"
+    missing = np.flatnonzero(pd.isna(y)) if y.dtype == object else []
+    if len(missing):
+        rows = ", ".join(str(i) for i in missing[:5]) + (", ..." if len(missing) > 5 else "")
+        return InputError(
+            f"y has {len(missing)} missing label(s) (None or NaN){where}, at row(s) {rows}"
+            f"{' of the block' if where else ''}; drop those rows or give them a class before "
+            "fitting"
+        )
+    return InputError(
+        f"y mixes label types that cannot be ordered{where} ({err}); use one type for all "
+        "labels, e.g. y.astype(str)"
+    )
+
+
 def shard_summary(shard, labels=False):
-    """Weight sum, and the weighted y sum and minimum of y, or the label counts."""
+    """Weight sum, and the weighted y sum and minimum of y, or the label counts.
+
+    Also checks every block's values (:func:`check_block_values`): NaN/inf in X, and
+    magnitudes that would overflow the loss."""
     out = {"weight_sum": 0.0, "wy_sum": 0.0, "y_min": math.inf}
     for b in shard.blocks:
         if b.n_rows == 0:
             continue
+        check_block_values(b, labels)
         y = to_numpy(b.y)
         w = None if b.sample_weight is None else to_numpy(b.sample_weight)
         out["weight_sum"] += float(b.n_rows if w is None else w.sum())
@@ -186,7 +255,16 @@ def shard_summary(shard, labels=False):
     if labels:
         parts = [to_numpy(b.y) for b in shard.blocks if b.n_rows]
         y = np.concatenate(parts) if parts else np.array([])
-        out["labels"], out["label_counts"] = np.unique(y, return_counts=True)
+        try:
+            out["labels"], out["label_counts"] = np.unique(y, return_counts=True)
+        except TypeError as err:  # None/NaN among object labels, or mixed types
+            for b in shard.blocks:  # name the first block that cannot be sorted
+                part = to_numpy(b.y)
+                try:
+                    np.unique(part)
+                except TypeError:
+                    raise _label_error(b, part, err) from err
+            raise _label_error(None, y, err) from err
     return out
 
 
@@ -569,6 +647,9 @@ class ShardSet:
         self.n_features = int(n_features)
         self.sparse = bool(sparse)
         self.token = uuid.uuid4().hex[:8]
+        # numbers the map calls (shared with the ShardSets made by transform, which keep
+        # the token): every call's task keys are new, see _call_token
+        self._calls = itertools.count(1)
         #: cost of each block (rows x columns for dense blocks, non-zeros for sparse)
         self.block_costs = self.block_rows.astype(np.float64) * max(self.n_features, 1)
         self.skew_report = None  # set by build_shardset on a cluster
@@ -577,6 +658,9 @@ class ShardSet:
         self.recoveries = []  # lost workers survived (see _call_runners)
         self._runners = None  # step actors, started on the first actor step
         self._scratch = None  # per-group memory in process (call_groups)
+        #: futures of the fit's own copies of its input (e.g. computed partitions), let
+        #: go of by :meth:`release` with the shards
+        self.inputs = []
 
     @property
     def n_rows(self):
@@ -586,9 +670,19 @@ class ShardSet:
     def n_groups(self):
         return len(self.handles)
 
+    def _call_token(self):
+        """The token of one call's task keys: this fit's token and the call's number.
+
+        A key submitted again while the client still holds a future of it is not run
+        again: ``Client.submit`` hands back the old task's result.  Fits differ by token;
+        the number keeps two calls of one fit under one name (e.g. two row samples)
+        apart, even before the client has processed the release of the first.
+        """
+        return f"{self.token}-{next(self._calls)}"
+
     def map(self, fn, *args, name):
         """Run ``fn(shard, *args)`` on every shard; returns handles in group order."""
-        return self.executor.map_shards(fn, self.handles, self.workers, args, name, self.token)
+        return self.executor.map_shards(fn, self.handles, self.workers, args, name, self._call_token())
 
     def gather(self, handles):
         return self.executor.gather(handles)
@@ -608,6 +702,7 @@ class ShardSet:
             self.sparse,
         )
         new.token = self.token
+        new._calls = self._calls  # same token: one numbering, no key of one in the other
         new.block_costs = self.block_costs
         new.skew_report = self.skew_report
         return new
@@ -656,9 +751,44 @@ class ShardSet:
             handles.append(ex.submit_pinned(combine_shards, *pieces, worker=w, key=f"dgd-shard-{tag}-{i}"))
         ex.wait(handles)
         self.handles, self.groups, self.workers = handles, [tuple(g) for g in new_groups], list(new_workers)
-        self._runners = None  # the old actors are released with their futures
+        self._release_runners()  # restarted on the next step
         self._scratch = None
         return moved
+
+    def _release_runners(self):
+        """Let go of the step actors now: the scheduler forgets their keys and the
+        workers drop them, with the shard and scratch memory each holds.
+
+        Dropping the proxies is not enough: a Dask actor proxy that has been called sits
+        in a reference cycle (the closures of its calls), so only the garbage collector
+        would release its key, at some later time.
+        """
+        runners, self._runners = self._runners, None
+        if runners is not None:
+            self.executor.release_runners(runners)
+
+    def release(self):
+        """Let go now of everything this ShardSet holds on the cluster: its step actors
+        and its shards (idempotent; the ShardSet is unusable afterwards).
+
+        For a fit that ends by an exception, KeyboardInterrupt included (see
+        :func:`released_on_error`): its traceback keeps the fit's frames, and with
+        them this ShardSet, alive, e.g. in ``sys.last_traceback`` of an interactive
+        session.
+        """
+        self._release_runners()
+        self._scratch = None
+        handles, self.handles = self.handles, []
+        inputs, self.inputs = self.inputs, []
+        if self.executor.kind == "dask":
+            self.executor.release([*handles, *inputs])
+
+    def __del__(self):
+        # the end of a fit: its actors go at once (see _release_runners)
+        try:
+            self._release_runners()
+        except Exception:  # noqa: BLE001 - e.g. the client is closed; nothing to release
+            pass
 
     def uses_runners(self, split_every, result_bytes):
         """Whether steps with these settings go through actors (cluster, actor transport)."""
@@ -733,7 +863,7 @@ class ShardSet:
             ) from err
         self.workers = workers
         self._regroups += 1  # new runner keys
-        self._runners = None
+        self._release_runners()
         self._scratch = None
         self.recoveries.append({"lost": lost, "workers": list(self.workers)})
         logging.getLogger("dask_dgd").warning(
@@ -772,10 +902,11 @@ class ShardSet:
             self.last_group_times = [max(p.time_max for p in nodes.values()) for nodes in results]
             return tree.root(tree.merge(*results))
         self.last_group_times = None
-        level = self.map(fn, *args, tree, name=f"dgd-{name}")
+        call = self._call_token()
+        level = ex.map_shards(fn, self.handles, self.workers, (*args, tree), f"dgd-{name}", call)
         depth = 0
         while len(level) > split_every:
-            level = ex.merge_level(tree, level, f"dgd-reduce-{name}-{self.token}-{depth}")
+            level = ex.merge_level(tree, level, f"dgd-reduce-{name}-{call}-{depth}")
             depth += 1
         return tree.root(tree.merge(*self.gather(level)))
 
@@ -799,6 +930,31 @@ class InProcessExecutor:
         return [None]
 
 
+@contextmanager
+def released_on_error(shards):
+    """Release ``shards`` (:meth:`ShardSet.release`) when the block raises anything,
+    KeyboardInterrupt included, and re-raise: an interrupted or failed fit leaves no
+    shards, actors or tasks on the cluster, even while its traceback is kept."""
+    try:
+        yield shards
+    except BaseException:
+        shards.release()
+        raise
+
+
+def releases_shards_on_error(run):
+    """Decorate a training loop whose first argument is the fit's :class:`ShardSet`, or
+    an evaluator holding it as ``.shards``: when the loop raises anything,
+    KeyboardInterrupt included, the shards are released (:func:`released_on_error`)."""
+
+    @functools.wraps(run)
+    def wrapper(first, *args, **kwargs):
+        with released_on_error(getattr(first, "shards", first)):
+            return run(first, *args, **kwargs)
+
+    return wrapper
+
+
 def in_process_shardset(X, y, sample_weight, y_numeric=True):
     """One shard holding the whole in-memory input as a single block."""
     shard = make_shard(0, [X], [y], [sample_weight], y_numeric=y_numeric)
@@ -814,10 +970,32 @@ def even_blocks(n_rows, n_blocks):
     return list(zip(edges[:-1], edges[1:]))
 
 
+def check_finite_block(X, block_info=None):
+    """``X`` unchanged, or :class:`InputError` naming the row block if it holds NaN or
+    infinity (dask ``map_blocks`` at predict time, where the rows are not checked
+    otherwise: a NaN row would silently become class 0 or a NaN prediction)."""
+    if not _all_finite(X):
+        where = ""
+        if block_info and 0 in block_info:
+            start, stop = block_info[0]["array-location"][0]
+            where = f" in row block {block_info[0]['chunk-location'][0]}"
+            if not (math.isnan(start) or math.isnan(stop)):  # unknown chunk sizes: no rows
+                where += f" (rows {int(start)} to {int(stop) - 1})"
+        raise InputError(
+            f"Input X contains NaN or infinity{where}; predictions need finite features: "
+            "drop or impute those rows"
+        )
+    return X
+
+
 def check_chunking(X):
     """X must have a single chunk along columns (dask array)."""
     if X.ndim != 2:
-        raise InputError(f"X must be 2-D; got an array of shape {X.shape}")
+        fix = "X.reshape(-1, 1) for a single feature" if X.ndim == 1 else "X.reshape(X.shape[0], -1) to flatten"
+        raise InputError(
+            f"X must be 2-D; got an array of shape {X.shape}: (n_samples, n_features) is "
+            f"needed, use {fix}"
+        )
     if X.numblocks[1] != 1:
         raise ChunkingError(
             f"X is chunked along columns ({X.numblocks[1]} column chunks: {X.chunks[1]}); "

@@ -19,6 +19,7 @@ import scipy.sparse as sp
 from ..exceptions import DivergenceError, ParameterError
 from ..losses import lipschitz_bound, objective_hessian, objective_value_gradient
 from ..optim import SGD, Adagrad, RMSprop
+from .checkpoint import gather_compression, restore_compression
 from .reduce import Partial
 from .shards import (
     shard_check_finite,
@@ -47,6 +48,9 @@ NEWTON_SAMPLE_ROWS = 32768
 NEWTON_MAX_LINESEARCH = 30
 #: Consecutive learning-rate halvings after which a fit is declared divergent.
 MAX_BACKOFFS = 30
+#: An objective above this many times the initial one (or times 1, if that is smaller)
+#: has exploded: it is treated like NaN (back off, or raise with ``on_divergence="raise"``).
+EXPLOSION_FACTOR = 1e6
 #: Epochs without improvement of more than ``tol`` after which mini-batch training stops.
 N_ITER_NO_CHANGE = 5
 
@@ -82,6 +86,7 @@ class Evaluator:
         # moves blocks toward faster workers (synchronous steps through actors)
         self.balancer = DynamicBalancer(shards) if dynamic and shards.executor.kind == "dask" else None
         self.n_steps = 0
+        self.validator = None  # set by the estimator for early stopping
         self._data_checked = False
         self._last_end = None  # perf_counter when the previous step's result arrived
         self._timing = {}
@@ -182,8 +187,9 @@ class Evaluator:
     def time_message(self):
         return f"reached max_time={self.max_time} s"
 
-    def record(self, iteration, value, grad, partial, step_time, step_size):
-        """Report a step; ``value`` is the whole objective (with any L1 term)."""
+    def record(self, iteration, value, grad, partial, step_time, step_size, **extra):
+        """Report a step; ``value`` is the whole objective (with any L1 term); ``extra``
+        fields (e.g. validation scores) are added to the record."""
         n_groups = max(int(partial.n_groups), 1)
         return self.monitor.record(
             step=self.n_steps,
@@ -204,7 +210,21 @@ class Evaluator:
             comm_bytes=self._bytes["bytes_up"] + self._bytes["bytes_down"],
             **self._bytes,
             **self._timing,
+            **extra,
         )
+
+
+def divergence_message(what, max_backoffs):
+    """The message of a DivergenceError after ``max_backoffs`` halvings (0: on_divergence="raise")."""
+    if max_backoffs == 0:
+        return (
+            f"{what} (on_divergence='raise'); pass a smaller learning_rate, scale the features "
+            "(e.g. StandardScaler), or on_divergence='backoff' to halve the learning rate automatically"
+        )
+    return (
+        f"{what} even after halving the learning rate {max_backoffs} times; scale the features "
+        "(e.g. StandardScaler) or pass a smaller learning_rate"
+    )
 
 
 def _nonneg(seconds):
@@ -477,8 +497,9 @@ class EpochStopper:
     recorded during an epoch has not improved on the best epoch's by more than ``tol``
     for ``N_ITER_NO_CHANGE`` epochs in a row."""
 
-    def __init__(self, tol):
+    def __init__(self, tol, patience=N_ITER_NO_CHANGE):
         self.tol = tol
+        self.patience = int(patience)
         self.values = []
         self.best = math.inf
         self.no_change = 0
@@ -495,7 +516,7 @@ class EpochStopper:
         self.values = []
         self.no_change = self.no_change + 1 if mean > self.best - self.tol else 0
         self.best = min(self.best, mean)
-        return self.no_change >= N_ITER_NO_CHANGE
+        return self.no_change >= self.patience
 
 
 def first_order_start(evaluator, params, optimizer, *, batch_size, seed, learning_rate, divide=1):
@@ -533,6 +554,10 @@ def run_first_order(
     seed=(0,),
     learning_rate="auto",
     opt_state=None,
+    on_divergence="backoff",
+    checkpoint=None,
+    validator=None,
+    n_iter_no_change=N_ITER_NO_CHANGE,
 ):
     """Gradient descent with a first-order optimizer, full batch or mini-batch.
 
@@ -543,8 +568,22 @@ def run_first_order(
 
     A NaN/inf objective (or, full batch, any increase for a :func:`is_descent_method`)
     restores the last accepted parameters and halves the learning rate; ``MAX_BACKOFFS`` halvings
-    in a row raise :class:`DivergenceError`.  ``learning_rate="auto"`` replaces the
+    in a row raise :class:`DivergenceError`.  An *exploding* objective (above
+    ``EXPLOSION_FACTOR`` times the initial one, or that many times 1 when the initial one
+    is smaller) counts as NaN.  ``on_divergence="raise"`` raises at the first NaN/inf or
+    exploding objective instead of backing off.  ``learning_rate="auto"`` replaces the
     optimizer's learning rate by :func:`auto_learning_rate`; anything else keeps it.
+
+    ``checkpoint``: a :class:`~.checkpoint.Checkpointer`; the loop state is written every
+    ``checkpoint.every`` accepted steps and at the end, and a resumed fit continues from
+    the saved state exactly (the same steps, draws and updates as without the
+    interruption).
+
+    ``validator``: a :class:`~.validation.Validator`; at the end of every epoch (every
+    iteration, full batch) the parameters are scored on the validation set (fields
+    ``val_loss`` and ``val_score`` of the record), and training stops when the score has
+    not improved on the best one by more than ``tol`` for ``n_iter_no_change`` epochs
+    in a row (early stopping; the model is the last parameters, as scikit-learn's).
     """
     obj, pen, shards = evaluator.objective, evaluator.penalty, evaluator.shards
     decay_mask = pen.mask(obj)
@@ -561,32 +600,124 @@ def run_first_order(
             return evaluator.batch(params, tuple(seed), batch_size)
 
     total_steps = max_iter * steps_per_epoch
-    params = np.array(params0, dtype=np.float64, copy=True)
-    value, grad, partial, dt = evaluate(params)
-    if learning_rate == "auto":
-        L = estimate_lipschitz(shards, obj, pen, params)
-        lr = auto_learning_rate(optimizer, L, grad)
-        if evaluator.compressor is not None:  # compressed gradients need a shorter step
-            lr *= evaluator.compressor.step_scale(obj.n_params)
-        optimizer = optimizer.with_learning_rate(lr)
-    state = optimizer.init(params) if opt_state is None else opt_state
-
-    it, good, backoffs = 0, None, 0
-    stopper, n_values = EpochStopper(tol), 0
+    saved = checkpoint.load() if checkpoint is not None else None
     converged, message = False, ""
+    if saved is None:
+        params = np.array(params0, dtype=np.float64, copy=True)
+        value, grad, partial, dt = evaluate(params)
+        if learning_rate == "auto":
+            L = estimate_lipschitz(shards, obj, pen, params)
+            lr = auto_learning_rate(optimizer, L, grad)
+            if evaluator.compressor is not None:  # compressed gradients need a shorter step
+                lr *= evaluator.compressor.step_scale(obj.n_params)
+            optimizer = optimizer.with_learning_rate(lr)
+        state = optimizer.init(params) if opt_state is None else opt_state
+        it, good, backoffs, first_value = 0, None, 0, None
+        stopper, n_values = EpochStopper(tol, n_iter_no_change), 0
+        early = {"best": -math.inf, "no_change": 0}
+    else:
+        params, state, optimizer, value, grad = (
+            saved["params"], saved["opt_state"], saved["optimizer"], saved["value"], saved["grad"],
+        )
+        it, n_values, first_value = saved["iteration"], saved["n_values"], saved["first_value"]
+        early = saved["early"]
+        evaluator.n_steps = saved["n_steps"]
+        stopper = EpochStopper(tol, n_iter_no_change)
+        stopper.__dict__.update(saved["stopper"])
+        evaluator.monitor.records[:0] = saved["records"]
+        if evaluator.compressor is not None:
+            restore_compression(shards, saved["compression"])
+        good, backoffs = (params, state, value, grad, it), 0
+        converged, message = saved["converged"], saved["message"]
+        seed, evaluator.seed = saved["seed"], saved["evaluator_seed"]  # random_state=None draws anew
+    resumed = saved is not None
+
+    def loop_state(done):
+        return {
+            "params": params, "opt_state": state, "optimizer": optimizer, "value": value, "grad": grad,
+            "iteration": it, "n_values": n_values, "first_value": first_value, "n_steps": evaluator.n_steps,
+            "stopper": dict(vars(stopper)), "records": list(evaluator.monitor.records),
+            "compression": gather_compression(shards) if evaluator.compressor is not None else None,
+            "done": done, "converged": converged, "message": message,
+            "seed": tuple(seed), "evaluator_seed": tuple(evaluator.seed), "early": dict(early),
+        }
+
     while True:
-        # The whole objective (smooth part + L1): a proximal step may raise the smooth
-        # part alone while lowering the sum.
-        value = value + pen.l1_value(params, obj)
-        bad = not (math.isfinite(value) and np.all(np.isfinite(grad)))
-        if not bad and monotone and good is not None:
-            bad = value > good[2] + 1e-12 * abs(good[2])
-        if bad:
-            if good is None:
+        if resumed:
+            # the saved state passed every check before it was written; a finished fit
+            # (the final checkpoint) has nothing left to do
+            resumed, bad = False, False
+            if saved["done"]:
+                break
+        else:
+            # The whole objective (smooth part + L1): a proximal step may raise the smooth
+            # part alone while lowering the sum.
+            value = value + pen.l1_value(params, obj)
+            if first_value is None:
+                first_value = value
+            bad = not (math.isfinite(value) and np.all(np.isfinite(grad)))
+            exploded = not bad and value > EXPLOSION_FACTOR * max(abs(first_value), 1.0)
+            if bad and good is None:
                 raise DivergenceError(
                     f"the objective is not finite at the initial parameters (loss={value}); "
                     "check the data for extreme values or scale the features"
                 )
+            if (bad or exploded) and on_divergence == "raise":
+                what = "is not finite" if bad else f"exploded (initial loss {first_value:.6g})"
+                raise DivergenceError(
+                    f"the objective {what} at step {evaluator.n_steps} (loss={value}) with learning "
+                    f"rate {optimizer.current_learning_rate(good[1]):.6g}; pass a smaller learning_rate, "
+                    "scale the features (e.g. StandardScaler), or on_divergence='backoff' to halve "
+                    "the learning rate automatically"
+                )
+            bad = bad or exploded
+            if not bad and monotone and good is not None:
+                bad = value > good[2] + 1e-12 * abs(good[2])
+            if not bad:
+                backoffs = 0
+                good = (params, state, value, grad, it)
+                lr = optimizer.current_learning_rate(state)
+                epoch = it // steps_per_epoch
+                scores = {}
+                if validator is not None:
+                    scores = {"val_loss": None, "val_score": None}
+                    if it % steps_per_epoch == 0:
+                        scores = validator.evaluate(params)
+                evaluator.record(it if full_batch else epoch, value, grad, partial, dt, lr, **scores)
+                if evaluator.monitor.stop_requested:
+                    converged = True
+                    break
+                if scores.get("val_score") is not None:
+                    score = scores["val_score"]
+                    early["no_change"] = 0 if score > early["best"] + tol else early["no_change"] + 1
+                    early["best"] = max(early["best"], score)
+                    if early["no_change"] >= n_iter_no_change:
+                        converged = True
+                        message = (
+                            f"early stopping: the validation score did not improve by more than "
+                            f"tol={tol} for n_iter_no_change={n_iter_no_change} epochs"
+                        )
+                        break
+                if evaluator.out_of_time():
+                    message = evaluator.time_message()
+                    break
+                if full_batch:
+                    g_map = grad
+                    if pen.has_l1:
+                        g_map = (params - pen.prox(params - lr * grad, lr, obj)) / lr
+                    if np.max(np.abs(g_map), initial=0.0) <= tol:
+                        converged = True
+                        break
+                else:
+                    n_values += 1
+                    if stopper.add(value, n_values // steps_per_epoch):
+                        converged = True
+                        break
+                if it >= total_steps:
+                    break
+                if checkpoint is not None and checkpoint.due(it):
+                    checkpoint.save(loop_state(done=False))
+        if bad:
             backoffs += 1
             if backoffs > MAX_BACKOFFS:
                 raise DivergenceError(
@@ -596,32 +727,7 @@ def run_first_order(
                 )
             optimizer = optimizer.scale_learning_rate(0.5)
             params, state, value, grad, it = good
-        else:
-            backoffs = 0
-            good = (params, state, value, grad, it)
-            lr = optimizer.current_learning_rate(state)
-            epoch = it // steps_per_epoch
-            evaluator.record(it if full_batch else epoch, value, grad, partial, dt, lr)
-            if evaluator.monitor.stop_requested:
-                converged = True
-                break
-            if evaluator.out_of_time():
-                message = evaluator.time_message()
-                break
-            if full_batch:
-                g_map = grad
-                if pen.has_l1:
-                    g_map = (params - pen.prox(params - lr * grad, lr, obj)) / lr
-                if np.max(np.abs(g_map), initial=0.0) <= tol:
-                    converged = True
-                    break
-            else:
-                n_values += 1
-                if stopper.add(value, n_values // steps_per_epoch):
-                    converged = True
-                    break
-            if it >= total_steps:
-                break
+            bad = False
         lr = optimizer.current_learning_rate(state)
         updates, state = optimizer.update(grad, state, params, decay_mask=decay_mask)
         params = params + updates
@@ -631,6 +737,8 @@ def run_first_order(
         if not full_batch and it >= total_steps:
             break  # the last epoch is complete; a further batch would only be discarded
         value, grad, partial, dt = evaluate(params)
+    if checkpoint is not None:
+        checkpoint.save(loop_state(done=True))
     return FitResult(
         params=params,
         n_iter=it if full_batch else -(-it // steps_per_epoch),

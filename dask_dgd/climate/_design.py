@@ -169,6 +169,20 @@ class FeatureSpec:
             kind = ds[name].dtype.kind
             if kind not in "biuf":
                 raise InputError(f"variable {name!r} must be numeric; got dtype {ds[name].dtype}")
+        if need_target:
+            lacking = [d for d in self.sample_dims if d not in ds[self.target].dims]
+            if lacking:  # a broadcast target would repeat one value over every missing step/cell
+                raise InputError(
+                    f"the target {self.target!r} has dimensions {list(ds[self.target].dims)} and lacks the sample "
+                    f"dimension(s) {lacking}: a target must vary over every sample dimension "
+                    f"{list(self.sample_dims)}; choose another target, or set sample_dims to the target's dimensions"
+                )
+        empty = [d for d in self.sample_dims if ds.sizes[d] == 0]
+        if empty:
+            raise InputError(
+                f"the Dataset is empty along {empty} (size 0): there are no samples; select a non-empty "
+                "range (e.g. check the ds.sel(time=...) bounds)"
+            )
         for name in self.features:
             if self.static(ds, name) and self.lags[name] != [0]:
                 raise InputError(
@@ -361,6 +375,10 @@ def _template(spec, ds):
             ref = ds[name].transpose(*spec.sample_dims).data
             break
     chunks = ref.chunks if ref is not None else "auto"
+    if ref is not None and any(0 in c for c in chunks):
+        # zero-size chunks (e.g. after a selection) hold no cells: drop them, so that every
+        # grid block has at least one time step and one cell (the fit is the same without them)
+        chunks = tuple(tuple(n for n in c if n) or c for c in chunks)
     coords = {d: ds[d] for d in spec.sample_dims if d in ds.coords}
     return xr.DataArray(da.zeros(shape, chunks=chunks), dims=spec.sample_dims, coords=coords)
 

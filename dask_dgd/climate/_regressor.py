@@ -68,6 +68,13 @@ def solve_cells(stats, p, alpha):
     count = s[:, p * p + p + 2]
     out = np.full((s.shape[0], p), np.nan)
     ok = count > 0
+    overflow = ok & ~np.all(np.isfinite(s[:, : p * p + p + 1]), axis=1)
+    if overflow.any():  # the sums of squares of a cell overflowed: no system to solve
+        raise InputError(
+            f"the least-squares sums of {int(overflow.sum())} grid cell(s) overflow float64: a feature or the "
+            "target has values too large for sums of squares (|x| above about 1e150); scale the variables "
+            "(e.g. other units) before fitting"
+        )
     if ok.any():
         G, b = gram[ok], xy[ok]
         sw = G[:, 0, 0]

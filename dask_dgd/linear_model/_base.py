@@ -5,6 +5,7 @@ pick the objective, penalty and optimizer, run a solver and store the fitted att
 """
 
 import numbers
+import os
 import warnings
 
 import numpy as np
@@ -19,9 +20,11 @@ from sklearn.utils.validation import (
 )
 
 from .._backend import asarray_like, is_sparse
+from .._engine.checkpoint import Checkpointer
+from .._engine.validation import Validator, snapshot, split_validation
 from .._engine.cluster import build_shardset, get_executor, is_dask_collection
 from .._engine.monitor import Monitor
-from .._engine.shards import check_chunking, shard_summary
+from .._engine.shards import check_chunking, released_on_error, shard_summary
 from .._engine.async_ import run_async
 from .._engine.cluster import auto_split_every
 from .._engine.monitor import communicated
@@ -100,6 +103,41 @@ SHARED_PARAMS_DOC = """    l1_ratio : float in [0, 1], default=0.0
     max_time : float or None, default=None
         Stop after this many seconds of training (any mode and solver); the model is
         then the last parameters reached, with a ConvergenceWarning.
+    on_divergence : {"auto", "backoff", "raise"}, default="auto"
+        What a NaN/inf or exploding objective (a million times the initial one) does
+        in first-order training: "backoff" restores the last good parameters and
+        halves the learning rate (30 halvings in a row raise ``DivergenceError``);
+        "raise" raises ``DivergenceError`` at once, naming the step, the loss and the
+        remedy.  "auto": "backoff" with ``learning_rate="auto"``, "raise" when you
+        chose the learning rate (or the optimizer object's).
+    checkpoint : str, path or None, default=None
+        A folder where synchronous "gd"/"sgd" training writes ``checkpoint.npz`` every
+        ``checkpoint_every`` steps and at the end: parameters, optimizer and its state,
+        counters, seed, history and compression residuals, in dask_dgd's safe format
+        (NumPy ``.npz`` + JSON, checksummed, no pickle, written atomically).
+        ``fit(X, y, resume=True)`` continues from it exactly.
+    checkpoint_every : int, default=10
+        Steps (updates) between checkpoints.
+    early_stopping : bool, default=False
+        Hold out ``validation_fraction`` of the rows (drawn in each block where it
+        lives, seeded by ``random_state``) and stop synchronous "gd"/"sgd" training when
+        the validation score has not improved by more than ``tol`` for
+        ``n_iter_no_change`` epochs (every iteration is an epoch for "gd").  The score
+        is in ``history_`` (``val_loss``, ``val_score``) and ``validation_score_``; the
+        model is the last parameters, as in scikit-learn's ``SGDClassifier``.
+    validation_fraction : float in (0, 1), default=0.1
+        Share of the rows held out for early stopping.
+    n_iter_no_change : int, default=5
+        Epochs without improvement before stopping: of the validation score with
+        ``early_stopping``, else of the epoch's mean objective ("sgd").
+    scoring : None, str or callable, default=None
+        The validation score of early stopping.  None: minus the mean validation loss
+        (computed where the rows live).  A scikit-learn scorer name (e.g.
+        ``"accuracy"``, ``"r2"``, ``"neg_log_loss"``) or a callable
+        ``scorer(estimator, X, y)`` (higher is better; e.g. from
+        ``sklearn.metrics.make_scorer`` for a custom metric): the validation rows are
+        gathered to the driver once and a copy of the estimator with the current
+        coefficients is scored each epoch.
     rebalance : "auto", bool, default="auto"
         Data skew handling for dask input on a cluster (see the user guide's "Data
         skew").  "auto": blocks stay where Dask put them unless a worker would be more
@@ -182,6 +220,13 @@ class DGDLinearModel(ClientParamMixin, BaseEstimator):
         "max_staleness": [None, Interval(numbers.Integral, 0, None, "left")],
         "staleness_scaling": [bool],
         "max_time": [None, Interval(numbers.Real, 0, None, "neither")],
+        "on_divergence": [Options("auto", "backoff", "raise")],
+        "checkpoint": [None, str, os.PathLike],
+        "checkpoint_every": [Interval(numbers.Integral, 1, None, "left")],
+        "early_stopping": [bool],
+        "validation_fraction": [Interval(numbers.Real, 0, 1, "neither")],
+        "n_iter_no_change": [Interval(numbers.Integral, 1, None, "left")],
+        "scoring": [None, str, callable],
         "rebalance": [Options("auto"), bool],
         "split_every": [Interval(numbers.Integral, 2, None, "left"), Options("auto")],
         "compression": [None, str, Compressor],
@@ -307,6 +352,7 @@ class DGDLinearModel(ClientParamMixin, BaseEstimator):
             )
         if is_dask_collection(X) or is_dask_collection(y):
             self._check_dask_input(X, reset)
+            y, sample_weight = self._check_dask_targets(y, sample_weight)
             return X, y, sample_weight
         # X and y separately: non-finite values are left for the block checks, which
         # name the block (the same code path as for dask input).
@@ -330,7 +376,18 @@ class DGDLinearModel(ClientParamMixin, BaseEstimator):
             y = y.astype(np.float64)
         check_consistent_length(X, y)
         if sample_weight is not None:
-            sample_weight = np.asarray(sample_weight, dtype=np.float64)
+            raw = np.asarray(sample_weight)
+            problem = ""  # strings and complex numbers: no silent conversion
+            if raw.dtype.kind not in "USc":
+                try:
+                    sample_weight, problem = np.asarray(raw, dtype=np.float64), None
+                except (TypeError, ValueError) as err:
+                    problem = f" ({err})"
+            if problem is not None:
+                raise InputError(
+                    f"sample_weight must be numeric; got dtype {raw.dtype}{problem}; "
+                    "convert it, e.g. np.asarray(sample_weight, dtype=float)"
+                )
             if sample_weight.ndim == 0:
                 sample_weight = np.full(X.shape[0], float(sample_weight))
             if sample_weight.shape != (X.shape[0],):
@@ -359,6 +416,12 @@ class DGDLinearModel(ClientParamMixin, BaseEstimator):
             check_chunking(X)
             n_features = X.shape[1]
         if reset:
+            if n_features == 0:  # as scikit-learn's check for in-memory X
+                shape = (X.shape[0] if hasattr(X, "shape") and not isinstance(X, dd.DataFrame) else "?", 0)
+                raise InputError(
+                    f"Found array with 0 feature(s) (shape={shape}) while a minimum of 1 is "
+                    f"required by {type(self).__name__}"
+                )
             self.n_features_in_ = n_features
             if names is not None:
                 self.feature_names_in_ = names
@@ -367,6 +430,49 @@ class DGDLinearModel(ClientParamMixin, BaseEstimator):
         else:
             self._check_n_features(n_features)
             self._check_feature_names(names)
+
+    def _check_dask_targets(self, y, sample_weight):
+        """Shape and dtype of dask y and sample_weight, checked before any computation:
+        a column vector y is raveled (with scikit-learn's DataConversionWarning, as for
+        in-memory y); other 2-D targets, non-numeric regression targets and weights
+        are errors."""
+        import dask.array as da
+        from sklearn.exceptions import DataConversionWarning
+
+        name = type(self).__name__
+        if isinstance(y, da.Array):
+            if y.ndim == 2 and y.shape[1] == 1:
+                warnings.warn(
+                    "A column-vector y was passed when a 1d array was expected. Please change "
+                    "the shape of y to (n_samples, ), for example using ravel().",
+                    DataConversionWarning,
+                    stacklevel=4,
+                )
+                y = y[:, 0]
+            elif y.ndim != 1:
+                raise InputError(
+                    f"y must be 1-D (n_samples,); got a dask array of shape {y.shape}: {name} "
+                    "fits one target, fit one model per column"
+                )
+        kind = getattr(getattr(y, "dtype", None), "kind", None)
+        if not self._is_classifier() and kind is not None and kind not in "biuf":
+            raise InputError(
+                f"y must be numeric for {name}; got dtype {y.dtype}: convert it, e.g. "
+                "y.astype(float)"
+            )
+        if is_dask_collection(sample_weight):
+            kind = getattr(getattr(sample_weight, "dtype", None), "kind", None)
+            if kind is not None and kind not in "biuf":
+                raise InputError(
+                    f"sample_weight must be numeric; got dtype {sample_weight.dtype}: convert "
+                    "it, e.g. sample_weight.astype(float)"
+                )
+            if getattr(sample_weight, "ndim", 1) != 1:
+                raise InputError(
+                    f"sample_weight must be 1-D (n_samples,); got a dask array of shape "
+                    f"{sample_weight.shape}"
+                )
+        return y, sample_weight
 
     def _check_feature_names(self, names):
         """A dask DataFrame at predict time must have the columns seen in fit, in order."""
@@ -421,7 +527,7 @@ class DGDLinearModel(ClientParamMixin, BaseEstimator):
             params = objective.pack(coef, np.asarray(baseline, dtype=np.float64))
         return params
 
-    def _solve(self, shards, objective, solver, run, total=None):
+    def _solve(self, shards, objective, solver, run, total=None, validation=None):
         """Run ``run(evaluator)`` on the shards and store what it returns."""
         penalty = Penalty(alpha=float(self.alpha), l1_ratio=float(self.l1_ratio))
         monitor = Monitor(verbose=self.verbose, callbacks=self.callbacks, total=total)
@@ -436,8 +542,11 @@ class DGDLinearModel(ClientParamMixin, BaseEstimator):
             dynamic=self.rebalance is not False and self.mode == "sync",
             compressor=compressor, seed=self._seed(),
         )
+        if validation is not None:
+            evaluator.validator = self._validator(validation, objective, split_every)
         try:
-            result = run(evaluator)
+            with released_on_error(shards):  # an interrupted fit leaves nothing on the cluster
+                result = run(evaluator)
         finally:
             monitor.close()
         self.solver_ = solver
@@ -446,8 +555,82 @@ class DGDLinearModel(ClientParamMixin, BaseEstimator):
         self.bytes_communicated_ = communicated(self.history_)
         return result
 
-    def _run(self, shards, objective, baseline):
+    def _on_divergence(self):
+        if self.on_divergence != "auto":
+            return self.on_divergence
+        return "backoff" if self._learning_rate_mode() == "auto" else "raise"
+
+    def _checkpointer(self, solver, shards, resume):
+        """The fit's :class:`~.._engine.checkpoint.Checkpointer`, or None."""
+        if not isinstance(resume, bool):
+            raise ParameterError(f"resume must be True or False; got {resume!r}")
+        if self.checkpoint is None:
+            if resume:
+                raise ParameterError("resume=True needs checkpoint=<folder> (where the checkpoint is)")
+            return None
+        if self.early_stopping and not isinstance(self.random_state, numbers.Integral):
+            raise ParameterError(
+                "early_stopping with a checkpoint needs an int random_state: the validation "
+                "split must be the same when the fit resumes"
+            )
+        if solver not in ("gd", "sgd") or self.mode != "sync":
+            raise ParameterError(
+                f"checkpoints are written by synchronous first-order training (solver='gd' or "
+                f"'sgd', mode='sync'); got solver={solver!r}, mode={self.mode!r}.  L-BFGS and "
+                "Newton keep their curvature memory inside SciPy, where it cannot be saved: "
+                "use solver='gd' (e.g. optimizer='adam') to checkpoint"
+            )
+        skip = {"max_iter", "tol", "max_time", "verbose", "callbacks", "client", "checkpoint",
+                "checkpoint_every", "warm_start", "rebalance", "split_every"}
+        params = {
+            k: ("RandomState" if isinstance(v, np.random.RandomState) else repr(v))
+            for k, v in sorted(self.get_params(deep=False).items()) if k not in skip
+        }
+        fingerprint = {
+            "estimator": type(self).__name__,
+            **{f"parameter {k}": v for k, v in params.items()},
+            "n_rows": int(shards.n_rows),
+            "n_features": int(shards.n_features),
+            "blocks": [int(r) for r in shards.block_rows] if solver == "sgd" else len(shards.block_rows),
+            "classes": repr(getattr(self, "classes_", None)),
+        }
+        return Checkpointer(self.checkpoint, self.checkpoint_every, fingerprint, resume)
+
+    def _validation(self, solver, shards):
+        """``(training shards, validation shards or None)``."""
+        if not self.early_stopping:
+            return shards, None
+        if solver not in ("gd", "sgd") or self.mode != "sync":
+            raise ParameterError(
+                f"early_stopping needs synchronous first-order training (solver='gd' or 'sgd', "
+                f"mode='sync'); got solver={solver!r}, mode={self.mode!r}"
+            )
+        return split_validation(shards, (*self._seed(), 1), float(self.validation_fraction))
+
+    def _validator(self, val_shards, objective, split_every):
+        scorer, decode = self.scoring, None
+        if isinstance(scorer, str):
+            from sklearn.metrics import get_scorer
+
+            try:
+                scorer = get_scorer(scorer)
+            except ValueError as err:
+                raise ParameterError(f"scoring={self.scoring!r} is not a scikit-learn scorer name: {err}") from err
+        if scorer is not None and hasattr(self, "classes_"):
+            classes = self.classes_
+
+            def decode(codes):
+                return classes[codes.astype(np.int64)]
+
+        return Validator(
+            val_shards, objective, split_every, scorer=scorer,
+            make_estimator=lambda params: snapshot(self, objective, params), decode_y=decode,
+        )
+
+    def _run(self, shards, objective, baseline, resume=False):
         solver, optimizer = self._resolve_solver()
+        shards, val_shards = self._validation(solver, shards)
+        checkpoint = self._checkpointer(solver, shards, resume)
         params0 = self._initial_params(objective, baseline)
         if solver == "lbfgs":
 
@@ -466,6 +649,7 @@ class DGDLinearModel(ClientParamMixin, BaseEstimator):
                 batch_size=self.batch_size if solver == "sgd" else None,
                 seed=self._seed(),
                 learning_rate=self._learning_rate_mode(),
+                on_divergence=self._on_divergence(),
             )
             if self.mode == "local":
 
@@ -494,10 +678,21 @@ class DGDLinearModel(ClientParamMixin, BaseEstimator):
             else:
 
                 def run(evaluator):
-                    return run_first_order(evaluator, params0, optimizer, **common)
+                    return run_first_order(
+                        evaluator, params0, optimizer, checkpoint=checkpoint, validator=evaluator.validator,
+                        n_iter_no_change=self.n_iter_no_change, **common,
+                    )
 
         total = self.max_iter + 1 if solver == "gd" and self.mode == "sync" else None
-        result = self._solve(shards, objective, solver, run, total=total)
+        try:
+            result = self._solve(shards, objective, solver, run, total=total, validation=val_shards)
+        finally:
+            if val_shards is not None:
+                val_shards.release()
+        if val_shards is not None:
+            scores = self.history_["val_score"].dropna()
+            self.validation_score_ = float(scores.iloc[-1]) if len(scores) else None
+            self.best_validation_score_ = float(scores.max()) if len(scores) else None
         if not result.converged:
             detail = f" ({result.message})" if result.message else ""
             warnings.warn(
@@ -554,6 +749,7 @@ class DGDLinearModel(ClientParamMixin, BaseEstimator):
                 seed=(*self._seed(), self._partial_calls),
                 learning_rate=mode,
                 opt_state=state,
+                on_divergence=self._on_divergence(),
             )
 
         self._solve(shards, objective, "sgd", run)
@@ -603,6 +799,11 @@ class DGDLinearModel(ClientParamMixin, BaseEstimator):
                 self._check_n_features(X.shape[1])
             if X.dtype.kind not in "biuf":
                 raise InputError(f"X must be numeric; got dtype {X.dtype}")
+            from .._engine.shards import check_finite_block
+
+            # NaN/inf rows raise when computed (as scikit-learn does for in-memory X),
+            # instead of becoming NaN predictions or, for a classifier, classes_[0]
+            X = X.map_blocks(check_finite_block, dtype=X.dtype, meta=X._meta)
             dtype = np.float32 if X.dtype == np.float32 else np.float64
             if squeeze:
                 kwargs = {"drop_axis": 1}

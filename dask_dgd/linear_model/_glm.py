@@ -34,6 +34,13 @@ class _Regressor(RegressorMixin, DGDLinearModel):
         max_staleness=None,
         staleness_scaling=False,
         max_time=None,
+        on_divergence="auto",
+        checkpoint=None,
+        checkpoint_every=10,
+        early_stopping=False,
+        validation_fraction=0.1,
+        n_iter_no_change=5,
+        scoring=None,
         rebalance="auto",
         compression=None,
         split_every=8,
@@ -58,6 +65,13 @@ class _Regressor(RegressorMixin, DGDLinearModel):
         self.max_staleness = max_staleness
         self.staleness_scaling = staleness_scaling
         self.max_time = max_time
+        self.on_divergence = on_divergence
+        self.checkpoint = checkpoint
+        self.checkpoint_every = checkpoint_every
+        self.early_stopping = early_stopping
+        self.validation_fraction = validation_fraction
+        self.n_iter_no_change = n_iter_no_change
+        self.scoring = scoring
         self.rebalance = rebalance
         self.compression = compression
         self.split_every = split_every
@@ -75,7 +89,7 @@ class _Regressor(RegressorMixin, DGDLinearModel):
         wsum = sum(s["weight_sum"] for s in summaries)  # > 0, checked in _prepare
         return [sum(s["wy_sum"] for s in summaries) / wsum]
 
-    def fit(self, X, y, sample_weight=None):
+    def fit(self, X, y, sample_weight=None, resume=False):
         """Fit the model by distributed gradient descent.
 
         Parameters
@@ -86,6 +100,11 @@ class _Regressor(RegressorMixin, DGDLinearModel):
             Targets.
         sample_weight : array-like or dask array of shape (n_samples,), default=None
             Non-negative weights of the samples.
+        resume : bool, default=False
+            Continue from the checkpoint in the ``checkpoint`` folder (written by an
+            interrupted fit of the same settings on the same data) instead of starting
+            afresh; the result is that of the uninterrupted fit.  Without a checkpoint
+            there yet, the fit starts afresh.
 
         Returns
         -------
@@ -95,7 +114,7 @@ class _Regressor(RegressorMixin, DGDLinearModel):
         self._validate_params()
         shards, summaries = self._prepare(X, y, sample_weight)
         baseline = self._check_target(summaries)
-        self._run(shards, self._objective(self.n_features_in_), baseline)
+        self._run(shards, self._objective(self.n_features_in_), baseline, resume=resume)
         return self
 
     def partial_fit(self, X, y, sample_weight=None):
@@ -218,6 +237,13 @@ class PoissonRegressor(_Regressor):
         max_staleness=None,
         staleness_scaling=False,
         max_time=None,
+        on_divergence="auto",
+        checkpoint=None,
+        checkpoint_every=10,
+        early_stopping=False,
+        validation_fraction=0.1,
+        n_iter_no_change=5,
+        scoring=None,
         rebalance="auto",
         compression=None,
         split_every=8,
@@ -243,6 +269,13 @@ class PoissonRegressor(_Regressor):
             max_staleness=max_staleness,
             staleness_scaling=staleness_scaling,
             max_time=max_time,
+            on_divergence=on_divergence,
+            checkpoint=checkpoint,
+            checkpoint_every=checkpoint_every,
+            early_stopping=early_stopping,
+            validation_fraction=validation_fraction,
+            n_iter_no_change=n_iter_no_change,
+            scoring=scoring,
             rebalance=rebalance,
             compression=compression,
             split_every=split_every,

@@ -95,6 +95,13 @@ class LogisticRegression(ClassifierMixin, DGDLinearModel):
         max_staleness=None,
         staleness_scaling=False,
         max_time=None,
+        on_divergence="auto",
+        checkpoint=None,
+        checkpoint_every=10,
+        early_stopping=False,
+        validation_fraction=0.1,
+        n_iter_no_change=5,
+        scoring=None,
         rebalance="auto",
         compression=None,
         split_every=8,
@@ -120,6 +127,13 @@ class LogisticRegression(ClassifierMixin, DGDLinearModel):
         self.max_staleness = max_staleness
         self.staleness_scaling = staleness_scaling
         self.max_time = max_time
+        self.on_divergence = on_divergence
+        self.checkpoint = checkpoint
+        self.checkpoint_every = checkpoint_every
+        self.early_stopping = early_stopping
+        self.validation_fraction = validation_fraction
+        self.n_iter_no_change = n_iter_no_change
+        self.scoring = scoring
         self.rebalance = rebalance
         self.compression = compression
         self.split_every = split_every
@@ -140,12 +154,24 @@ class LogisticRegression(ClassifierMixin, DGDLinearModel):
     def _validate_fit_input(self, X, y, sample_weight, reset=True):
         X, y, sample_weight = super()._validate_fit_input(X, y, sample_weight, reset)
         if not is_dask_collection(y):
+            if y.dtype == object:  # None/NaN labels or mixed types: np.unique would fail
+                from .._engine.shards import _label_error
+
+                try:
+                    np.unique(y)
+                except TypeError as err:
+                    raise _label_error(None, y, err) from err
             check_classification_targets(y)
         return X, y, sample_weight
 
     def _labels(self, summaries):
         parts = [s["labels"] for s in summaries if len(s["labels"])]
-        labels, counts = np.unique(np.concatenate(parts), return_inverse=True)
+        try:
+            labels, counts = np.unique(np.concatenate(parts), return_inverse=True)
+        except TypeError as err:  # the workers' labels are of types that cannot be ordered
+            from .._engine.shards import _label_error
+
+            raise _label_error(None, np.concatenate(parts), err) from err
         total = np.zeros(len(labels))
         np.add.at(total, counts, np.concatenate([s["label_counts"] for s in summaries if len(s["labels"])]))
         if labels.dtype.kind == "f" and not np.all(labels == np.round(labels)):
@@ -196,7 +222,7 @@ class LogisticRegression(ClassifierMixin, DGDLinearModel):
         objective = LinearObjective(loss, self.n_features_in_, fit_intercept=self.fit_intercept)
         return shards, objective, baseline
 
-    def fit(self, X, y, sample_weight=None):
+    def fit(self, X, y, sample_weight=None, resume=False):
         """Fit the classifier by distributed gradient descent.
 
         Parameters
@@ -205,6 +231,9 @@ class LogisticRegression(ClassifierMixin, DGDLinearModel):
         y : array-like or dask array of shape (n_samples,)
             Class labels (numbers or strings).
         sample_weight : array-like or dask array of shape (n_samples,), default=None
+        resume : bool, default=False
+            Continue from the checkpoint in the ``checkpoint`` folder (see
+            :meth:`LinearRegression.fit`).
 
         Returns
         -------
@@ -215,7 +244,7 @@ class LogisticRegression(ClassifierMixin, DGDLinearModel):
         classes, counts = self._labels(summaries)
         shards, objective, baseline = self._setup(shards, classes, counts)
         self.classes_ = classes
-        self._run(shards, objective, baseline)
+        self._run(shards, objective, baseline, resume=resume)
         return self
 
     def partial_fit(self, X, y, classes=None, sample_weight=None):

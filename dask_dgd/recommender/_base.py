@@ -109,7 +109,9 @@ class FactorizationBase(ClientParamMixin, BaseEstimator):
             if y is not None:
                 if any(np.isnan(c) for c in X.chunks[0]):
                     X = X.compute_chunk_sizes()
-                yv = y if isinstance(y, da.Array) else da.from_array(np.asarray(y), chunks=(X.chunks[0],))
+                yv = y if isinstance(y, da.Array) else np.asarray(y)
+                if yv.ndim == 1 and yv.shape[0] == X.shape[0] and not isinstance(yv, da.Array):
+                    yv = da.from_array(yv, chunks=(X.chunks[0],))  # only once the lengths agree
                 if yv.ndim != 1 or yv.shape[0] != X.shape[0]:
                     raise InputError(f"y must be 1-D with one value per row of X ({X.shape[0]}); got shape {yv.shape}")
                 yv = yv.rechunk((X.chunks[0],))

@@ -8,6 +8,7 @@ import os
 import shutil
 import socket
 import subprocess
+from pathlib import Path
 import sys
 import time
 
@@ -34,6 +35,9 @@ def tcp_client(tmp_path_factory):
     address = f"tcp://127.0.0.1:{port}"
     logs = tmp_path_factory.mktemp("cluster")
     env = {**os.environ, "OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1"}
+    # the workers import this checkout's dask_dgd (as the tests do), not another install
+    root = str(Path(__file__).resolve().parents[2])
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH")) if p)
     dask = shutil.which("dask", path=os.path.dirname(sys.executable)) or shutil.which("dask")
     assert dask, "the `dask` command (from the distributed package) is not on PATH"
     procs = [

@@ -1,0 +1,346 @@
+"""The safe on-disk format of checkpoints and saved models: one ``.npz`` file.
+
+An archive is a NumPy ``.npz`` file (a zip of ``.npy`` arrays) read with
+``allow_pickle=False``: every array is plain numbers or fixed-width strings, and the
+structure around them (what each array is, scalars, strings, lists) is JSON, stored in
+the same file as the array ``__meta__`` (UTF-8 bytes).  Nothing is ever unpickled, so
+loading an archive cannot run code.
+
+Integrity: the metadata holds the SHA-256 of every array (its dtype, shape and bytes)
+and of itself; a truncated file, a flipped byte, an array added or removed, or an
+object (pickle) array is refused with :class:`~dask_dgd.exceptions.CheckpointError`.
+Writes are atomic: the file is written under a temporary name in the same folder,
+flushed to disk, then renamed over the target, so a reader sees the old file or the new
+one, never half of one.
+
+Python values are encoded by :func:`encode`: None, bools, numbers, strings, lists,
+tuples, dicts, NumPy arrays and scalars, SciPy CSR/CSC matrices, pandas DataFrames and
+Indexes, xarray DataArrays, NumPy RandomStates, and dask_dgd's own objects (estimators,
+optimizers, optimizer states, schedules, compressors, climate feature specs).  Decoding
+recreates only those types; a class is looked up only inside the ``dask_dgd`` package.
+"""
+
+import dataclasses
+import hashlib
+import importlib
+import json
+import math
+import os
+import tempfile
+
+import numpy as np
+
+from .exceptions import CheckpointError
+
+__all__ = ["read_archive", "write_archive", "encode", "decode"]
+
+FORMAT = "dask_dgd-archive"
+VERSION = 1
+_META = "__meta__"
+_PACKAGE = __name__.split(".")[0]
+
+
+# ------------------------------------------------------------------ files
+def _digest(arr):
+    h = hashlib.sha256()
+    h.update(f"{arr.dtype.str}|{arr.shape}|".encode())
+    h.update(np.ascontiguousarray(arr).tobytes())
+    return h.hexdigest()
+
+
+def _meta_digest(meta):
+    body = {k: v for k, v in meta.items() if k != "meta_sha256"}
+    return hashlib.sha256(json.dumps(body, sort_keys=True, allow_nan=False).encode()).hexdigest()
+
+
+def write_archive(path, kind, content, arrays):
+    """Write ``content`` (JSON-able) and ``arrays`` (name -> ndarray) to ``path`` atomically.
+
+    ``kind`` says what the archive holds ("model" or "checkpoint"); readers check it.
+    """
+    path = os.fspath(path)
+    for name, arr in arrays.items():
+        if arr.dtype.hasobject:
+            raise CheckpointError(f"array {name!r} holds Python objects; archives store numbers and strings only")
+    meta = {
+        "format": FORMAT,
+        "version": VERSION,
+        "kind": kind,
+        "content": content,
+        "arrays": {name: _digest(arr) for name, arr in arrays.items()},
+    }
+    meta["meta_sha256"] = _meta_digest(meta)
+    raw = np.frombuffer(json.dumps(meta, sort_keys=True, allow_nan=False).encode(), dtype=np.uint8)
+    folder = os.path.dirname(os.path.abspath(path))
+    os.makedirs(folder, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=".dgd-", suffix=".npz.tmp", dir=folder)
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            np.savez(fh, **{_META: raw}, **arrays)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+    return path
+
+
+def read_archive(path, kind):
+    """``(content, arrays)`` of the archive at ``path``, verified; CheckpointError if it
+    is missing, truncated, tampered with, holds pickles, or is not a ``kind`` archive."""
+    path = os.fspath(path)
+    if not os.path.isfile(path):
+        raise CheckpointError(f"no {kind} file at {path!r}")
+    what = f"{path!r} is not a valid dask_dgd {kind} file"
+    try:
+        with np.load(path, allow_pickle=False) as npz:
+            names = list(npz.files)
+            if _META not in names:
+                raise CheckpointError(f"{what}: it has no dask_dgd metadata")
+            arrays = {name: npz[name] for name in names}
+    except CheckpointError:
+        raise
+    except ValueError as err:
+        if "allow_pickle" in str(err) or "Object arrays" in str(err):
+            raise CheckpointError(f"{what}: it contains pickled Python objects, which are never loaded") from err
+        raise CheckpointError(f"{what}: {err} (truncated or corrupted)") from err
+    except Exception as err:  # zipfile and numpy raise many types on damaged bytes
+        raise CheckpointError(f"{what}: {type(err).__name__}: {err} (truncated or corrupted)") from err
+    try:
+        meta = json.loads(arrays.pop(_META).tobytes().decode())
+    except (UnicodeDecodeError, json.JSONDecodeError) as err:
+        raise CheckpointError(f"{what}: its metadata is not valid JSON (corrupted)") from err
+    if not isinstance(meta, dict) or meta.get("format") != FORMAT:
+        raise CheckpointError(f"{what}: unknown format")
+    if meta.get("meta_sha256") != _meta_digest(meta):
+        raise CheckpointError(f"{what}: the metadata checksum does not match (corrupted or edited)")
+    if meta.get("version") != VERSION:
+        raise CheckpointError(f"{what}: format version {meta.get('version')} (this dask_dgd reads {VERSION})")
+    if meta.get("kind") != kind:
+        raise CheckpointError(f"{path!r} is a dask_dgd {meta.get('kind')} file, not a {kind} file")
+    expected = meta["arrays"]
+    if set(expected) != set(arrays):
+        raise CheckpointError(
+            f"{what}: arrays {sorted(set(expected) ^ set(arrays))} were added or removed (tampered)"
+        )
+    for name, arr in arrays.items():
+        if _digest(arr) != expected[name]:
+            raise CheckpointError(f"{what}: the checksum of array {name!r} does not match (corrupted or tampered)")
+    return meta["content"], arrays
+
+
+# ------------------------------------------------------------------ values
+def _class_path(cls):
+    return f"{cls.__module__}:{cls.__qualname__}"
+
+
+def _own_class(path):
+    """The dask_dgd class named ``module:qualname``; nothing outside the package."""
+    module, _, qualname = path.partition(":")
+    if module != _PACKAGE and not module.startswith(_PACKAGE + "."):
+        raise CheckpointError(f"the file names class {path!r}, outside dask_dgd; refused")
+    try:
+        obj = importlib.import_module(module)
+        for part in qualname.split("."):
+            obj = getattr(obj, part)
+    except (ImportError, AttributeError) as err:
+        raise CheckpointError(f"the file names class {path!r}, which this dask_dgd does not have") from err
+    if not isinstance(obj, type):
+        raise CheckpointError(f"the file names {path!r}, which is not a class")
+    return obj
+
+
+class Encoder:
+    """Turns Python values into JSON plus arrays (collected in ``self.arrays``)."""
+
+    def __init__(self):
+        self.arrays = {}
+
+    def array(self, arr):
+        arr = np.asarray(arr)
+        tag = {}
+        if arr.dtype.hasobject:
+            flat = arr.ravel()
+            if all(isinstance(v, str) for v in flat):
+                arr = arr.astype(str) if arr.size else np.zeros(arr.shape, dtype="U1")
+                tag["object"] = True
+            else:
+                kinds = sorted({type(v).__name__ for v in flat})
+                raise CheckpointError(f"cannot save an array of Python objects of types {kinds}")
+        name = f"a{len(self.arrays)}"
+        self.arrays[name] = arr
+        return {"__array__": name, **tag}
+
+    def __call__(self, value):
+        import pandas as pd
+        import scipy.sparse as sp
+
+        if value is None or isinstance(value, (bool, str)):
+            return value
+        if isinstance(value, (int, np.integer)) and not isinstance(value, np.bool_):
+            return int(value) if isinstance(value, int) else {"__scalar__": self.array(np.asarray(value))}
+        if isinstance(value, float):
+            return value if math.isfinite(value) else {"__float__": repr(value)}
+        if isinstance(value, (np.generic,)):
+            return {"__scalar__": self.array(np.asarray(value))}
+        if isinstance(value, np.ndarray):
+            return self.array(value)
+        if isinstance(value, np.dtype):
+            return {"__dtype__": value.str}
+        if isinstance(value, np.random.RandomState):
+            name, keys, pos, has_gauss, cached = value.get_state()
+            return {"__randomstate__": [name, self.array(keys), int(pos), int(has_gauss), float(cached)]}
+        if sp.issparse(value):
+            m = value.tocsr() if value.format not in ("csr", "csc") else value
+            return {"__sparse__": m.format, "shape": list(m.shape), "data": self.array(m.data),
+                    "indices": self.array(m.indices), "indptr": self.array(m.indptr)}
+        if isinstance(value, pd.DataFrame):
+            return {"__dataframe__": [self(str(c)) for c in value.columns],
+                    "data": [self._column(value[c]) for c in value.columns],
+                    "index": self(value.index)}
+        if isinstance(value, pd.Index):
+            return {"__index__": self._column(value), "name": self(value.name)}
+        if _is_dataarray(value):
+            return {"__dataarray__": self(value.name), "dims": list(value.dims), "values": self.array(value.values),
+                    "coords": {k: {"dims": list(c.dims), "values": self.array(c.values), "attrs": self(dict(c.attrs))}
+                               for k, c in value.coords.items()},
+                    "attrs": self(dict(value.attrs))}
+        if isinstance(value, tuple) and hasattr(type(value), "_fields"):
+            return {"__namedtuple__": _class_path(type(value)), "fields": [self(v) for v in value]}
+        if isinstance(value, tuple):
+            return {"__tuple__": [self(v) for v in value]}
+        if isinstance(value, list):
+            return [self(v) for v in value]
+        if isinstance(value, dict):
+            if all(isinstance(k, str) for k in value):
+                return {"__dict__": {k: self(v) for k, v in value.items()}}
+            return {"__items__": [[self(k), self(v)] for k, v in value.items()]}
+        cls = type(value)
+        if cls.__module__.split(".")[0] == _PACKAGE:
+            if dataclasses.is_dataclass(value):
+                fields = {f.name: self(getattr(value, f.name)) for f in dataclasses.fields(value)}
+                return {"__dataclass__": _class_path(cls), "fields": fields}
+            state = value.__getstate__() if hasattr(value, "__getstate__") else vars(value)
+            if isinstance(state, dict):
+                return {"__object__": _class_path(cls), "state": {k: self(v) for k, v in state.items()}}
+        raise CheckpointError(
+            f"cannot save a value of type {cls.__module__}.{cls.__qualname__} in a dask_dgd file "
+            "(numbers, strings, arrays, data frames and dask_dgd objects only)"
+        )
+
+    def _column(self, col):
+        values = np.asarray(col)
+        if values.dtype.hasobject and not all(isinstance(v, str) for v in values):
+            return {"__list__": [self(v) for v in values]}
+        return self.array(values)
+
+
+def _is_dataarray(value):
+    try:
+        import xarray as xr
+    except ImportError:  # pragma: no cover - xarray is a dependency of the climate extra
+        return False
+    return isinstance(value, xr.DataArray)
+
+
+def encode(value):
+    """``(json_value, arrays)`` for a Python value; see the module docstring."""
+    enc = Encoder()
+    return enc(value), enc.arrays
+
+
+def decode(data, arrays):
+    """The Python value that :func:`encode` gave ``(data, arrays)`` for."""
+
+    def arr(ref):
+        name = ref["__array__"]
+        if name not in arrays:
+            raise CheckpointError(f"the file refers to a missing array {name!r} (corrupted)")
+        a = arrays[name]
+        return a.astype(object) if ref.get("object") else a
+
+    def go(v):
+        if v is None or isinstance(v, (bool, int, float, str)):
+            return v
+        if isinstance(v, list):
+            return [go(x) for x in v]
+        if not isinstance(v, dict):
+            raise CheckpointError(f"unexpected value {v!r} in the file (corrupted)")
+        if "__array__" in v:
+            return arr(v)
+        if "__scalar__" in v:
+            return arr(v["__scalar__"])[()]
+        if "__float__" in v:
+            return float(v["__float__"])
+        if "__dtype__" in v:
+            return np.dtype(v["__dtype__"])
+        if "__tuple__" in v:
+            return tuple(go(x) for x in v["__tuple__"])
+        if "__dict__" in v:
+            return {k: go(x) for k, x in v["__dict__"].items()}
+        if "__items__" in v:
+            return {_hashable(go(k)): go(x) for k, x in v["__items__"]}
+        if "__list__" in v:
+            out = np.empty(len(v["__list__"]), dtype=object)
+            out[:] = [go(x) for x in v["__list__"]]
+            return out
+        if "__randomstate__" in v:
+            name, keys, pos, has_gauss, cached = v["__randomstate__"]
+            rs = np.random.RandomState()
+            rs.set_state((name, arr(keys), pos, has_gauss, cached))
+            return rs
+        if "__sparse__" in v:
+            import scipy.sparse as sp
+
+            make = sp.csr_matrix if v["__sparse__"] == "csr" else sp.csc_matrix
+            return make((arr(v["data"]), arr(v["indices"]), arr(v["indptr"])), shape=tuple(v["shape"]))
+        if "__dataframe__" in v:
+            import pandas as pd
+
+            cols = [go(c) for c in v["__dataframe__"]]
+            data = {c: go(d) for c, d in zip(cols, v["data"])}
+            return pd.DataFrame(data, columns=cols, index=go(v["index"]))
+        if "__index__" in v:
+            import pandas as pd
+
+            return pd.Index(go(v["__index__"]), name=go(v["name"]))
+        if "__dataarray__" in v:
+            import xarray as xr
+
+            coords = {k: xr.Variable(c["dims"], arr(c["values"]), attrs=go(c["attrs"])) for k, c in v["coords"].items()}
+            return xr.DataArray(arr(v["values"]), dims=v["dims"], coords=coords, name=go(v["__dataarray__"]),
+                                attrs=go(v["attrs"]))
+        if "__namedtuple__" in v:
+            cls = _own_class(v["__namedtuple__"])
+            if not (issubclass(cls, tuple) and hasattr(cls, "_fields")):
+                raise CheckpointError(f"{v['__namedtuple__']!r} is not a named tuple")
+            return cls(*[go(x) for x in v["fields"]])
+        if "__dataclass__" in v:
+            cls = _own_class(v["__dataclass__"])
+            if not dataclasses.is_dataclass(cls):
+                raise CheckpointError(f"{v['__dataclass__']!r} is not a dataclass")
+            obj = object.__new__(cls)
+            names = {f.name for f in dataclasses.fields(cls)}
+            for k, x in v["fields"].items():
+                if k not in names:
+                    raise CheckpointError(f"{v['__dataclass__']!r} has no field {k!r}")
+                object.__setattr__(obj, k, go(x))
+            return obj
+        if "__object__" in v:
+            cls = _own_class(v["__object__"])
+            obj = cls.__new__(cls)
+            state = {k: go(x) for k, x in v["state"].items()}
+            if hasattr(obj, "__setstate__"):
+                obj.__setstate__(state)
+            else:
+                obj.__dict__.update(state)
+            return obj
+        raise CheckpointError(f"unknown value {sorted(v)} in the file (corrupted or from a newer dask_dgd)")
+
+    return go(data)
+
+
+def _hashable(k):
+    return tuple(_hashable(x) for x in k) if isinstance(k, list) else k

@@ -1,0 +1,122 @@
+"""Checkpoints of a running fit, and resuming from them.
+
+A checkpoint is one dask_dgd archive (``<directory>/checkpoint.npz``, see
+:mod:`dask_dgd._archive`: NumPy arrays + JSON, checksummed, never pickle) holding
+everything the synchronous first-order loop needs to continue bit for bit: the
+parameters, the optimizer (with its learning rate after the automatic choice and any
+halvings) and its state, the iteration and step counters (the mini-batch draws are
+functions of the seed and the step), the stopping rule's memory, the seed, the history
+so far, and each group's compression state (error-feedback residuals).  It is written
+atomically every ``checkpoint_every`` steps and when the fit ends.
+
+The checkpoint also records a *fingerprint* of the fit (the estimator class, the
+parameters that shape the trajectory, the data's rows, features, blocks and total
+weight); resuming with anything different is refused with a message naming the
+difference.
+"""
+
+import logging
+import os
+
+from .._archive import Encoder, decode, read_archive, write_archive
+from ..exceptions import CheckpointError
+
+__all__ = ["Checkpointer", "shard_scratch_get", "shard_scratch_set"]
+
+logger = logging.getLogger("dask_dgd")
+
+FILENAME = "checkpoint.npz"
+
+
+def shard_scratch_get(shard, scratch, key):
+    """A group's scratch entry (worker side)."""
+    return scratch.get(key)
+
+
+def shard_scratch_set(shard, scratch, key, value):
+    """Set a group's scratch entry (worker side); None removes it."""
+    if value is None:
+        scratch.pop(key, None)
+    else:
+        scratch[key] = value
+
+
+class Checkpointer:
+    """Writes and reads the checkpoints of one fit.
+
+    Parameters
+    ----------
+    directory : str or path
+        Folder of the checkpoint file (created if needed).
+    every : int
+        Write after every ``every`` accepted steps (and when the fit ends).
+    fingerprint : dict
+        JSON-able description of the fit that a resumed fit must match.
+    resume : bool
+        Whether :meth:`load` returns the saved state (False: start afresh and
+        overwrite it).
+    """
+
+    def __init__(self, directory, every, fingerprint, resume):
+        self.directory = os.fspath(directory)
+        self.path = os.path.join(self.directory, FILENAME)
+        self.every = int(every)
+        self.fingerprint = fingerprint
+        self.resume = bool(resume)
+        self.n_written = 0
+
+    def due(self, iteration):
+        return iteration > 0 and iteration % self.every == 0
+
+    def load(self):
+        """The saved loop state (a dict), or None when not resuming or there is none yet."""
+        if not self.resume:
+            return None
+        if not os.path.exists(self.path):
+            logger.info("resume=True but there is no checkpoint at %s yet: starting afresh", self.path)
+            return None
+        content, arrays = read_archive(self.path, "checkpoint")
+        saved = content.get("fingerprint")
+        if saved != self.fingerprint:
+            diff = sorted(
+                k for k in set(saved or {}) | set(self.fingerprint)
+                if (saved or {}).get(k) != self.fingerprint.get(k)
+            )
+            details = "; ".join(
+                f"{k}: checkpoint {(saved or {}).get(k)!r}, now {self.fingerprint.get(k)!r}" for k in diff
+            )
+            raise CheckpointError(
+                f"the checkpoint at {self.path!r} was written by another fit ({details}); "
+                "resume with the same estimator settings and data, or fit with resume=False to start over"
+            )
+        state = decode(content["state"], arrays)
+        logger.info("resuming from %s (step %d)", self.path, state["n_steps"])
+        return state
+
+    def save(self, state):
+        """Write ``state`` (a dict of encodable values) atomically."""
+        enc = Encoder()
+        content = {"fingerprint": self.fingerprint, "state": enc(state)}
+        write_archive(self.path, "checkpoint", content, enc.arrays)
+        self.n_written += 1
+
+
+def gather_compression(shards):
+    """Each group's compression state, keyed by the group's blocks."""
+    states = shards.call_groups(shard_scratch_get, "compression", name="dgd-checkpoint-get")
+    return [(tuple(int(b) for b in g), s) for g, s in zip(shards.groups, states)]
+
+
+def restore_compression(shards, saved):
+    """Give each group its saved compression state (groups of the same blocks only)."""
+    by_blocks = {tuple(blocks): state for blocks, state in saved}
+    values = [by_blocks.get(tuple(int(b) for b in g)) for g in shards.groups]
+    missing = sum(v is None for v in values) - sum(s is None for _, s in saved)
+    if missing > 0:
+        logger.warning(
+            "the data is grouped differently than when the checkpoint was written: %d group(s) "
+            "restart their compression residuals from zero", missing,
+        )
+    shards.call_groups(
+        shard_scratch_set, "compression", name="dgd-checkpoint-set", per_group=[(v,) for v in values]
+    )

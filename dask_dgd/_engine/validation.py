@@ -1,0 +1,144 @@
+"""Early stopping on a held-out validation set, split where the data lives.
+
+Every block keeps its own rows: a row is held out when a uniform draw from a
+generator seeded by (random state, block index) falls below ``validation_fraction``.
+The split is thus a function of the seed and the chunking only, nothing moves between
+workers, and the training and validation shard sets have the same groups and workers.
+
+The validation *loss* (the model's mean loss over the validation rows, without the
+penalty) is reduced like a gradient step, where the rows live.  A *scoring* other than
+the loss (a scikit-learn scorer name or a ``scorer(estimator, X, y)`` callable) needs
+the rows themselves: they are gathered to the driver once, and each evaluation scores a
+copy of the estimator holding the current parameters.
+"""
+
+import copy
+import math
+
+import numpy as np
+import scipy.sparse as sp
+
+from .._backend import get_namespace, is_sparse, to_numpy
+from ..exceptions import InputError
+from .shards import Block, Shard, shard_loss_grad, shard_sample
+
+__all__ = ["holdout_mask", "shard_holdout", "split_validation", "Validator"]
+
+#: Stream tag of the validation split's generator (apart from the mini-batch draws).
+_SPLIT_TAG = 104729
+
+
+def holdout_mask(index, n_rows, seed, fraction):
+    """Which of the ``n_rows`` rows of block ``index`` are held out (bool array)."""
+    rng = np.random.default_rng([*seed, _SPLIT_TAG, int(index)])
+    return rng.random(int(n_rows)) < fraction
+
+
+def _take(a, rows):
+    if a is None:
+        return None
+    if is_sparse(a):
+        return a[np.flatnonzero(rows)]
+    xp = get_namespace(a)
+    return a[xp.asarray(rows)]
+
+
+def shard_holdout(shard, seed, fraction, validation):
+    """The shard's held-out rows (``validation=True``) or the others (worker side)."""
+    blocks = []
+    for b in shard.blocks:
+        rows = holdout_mask(b.index, b.n_rows, seed, fraction)
+        if not validation:
+            rows = ~rows
+        blocks.append(Block(b.index, _take(b.X, rows), _take(b.y, rows), _take(b.sample_weight, rows)))
+    return Shard(tuple(blocks))
+
+
+def shard_block_rows(shard):
+    return [(b.index, b.n_rows) for b in shard.blocks]
+
+
+def _with_rows(shards, tag):
+    # its own token: the runners (actors) of a shard set are keyed by it, and the
+    # training and validation sets must not share them
+    shards.token = f"{shards.token}{tag}"
+    rows = np.zeros(len(shards.block_rows), dtype=np.int64)
+    for group in shards.map_gather(shard_block_rows, name="dgd-split-rows"):
+        for index, n in group:
+            rows[index] = n
+    scale = np.divide(rows, np.maximum(shards.block_rows, 1))
+    shards.block_costs = shards.block_costs * scale
+    shards.block_rows = rows
+    return shards
+
+
+def split_validation(shards, seed, fraction):
+    """``(train, validation)`` shard sets: each block's rows split by :func:`holdout_mask`."""
+    train = _with_rows(shards.transform(shard_holdout, tuple(seed), fraction, False, name="dgd-split-train"), "t")
+    val = _with_rows(shards.transform(shard_holdout, tuple(seed), fraction, True, name="dgd-split-validation"), "v")
+    if val.n_rows == 0 or train.n_rows == 0:
+        empty = "validation" if val.n_rows == 0 else "training"
+        raise InputError(
+            f"validation_fraction={fraction} of {shards.n_rows} rows leaves the {empty} set empty; "
+            "use more data, a larger or smaller validation_fraction, or early_stopping=False"
+        )
+    return train, val
+
+
+class Validator:
+    """Scores parameters on the validation shards.
+
+    ``scorer`` None: the mean validation loss (lower is better; the score is minus it).
+    Otherwise ``scorer(estimator, X, y)`` (higher is better) on the gathered rows, with
+    ``make_estimator(params)`` giving an estimator that holds ``params``.
+    """
+
+    def __init__(self, shards, objective, split_every, scorer=None, make_estimator=None, decode_y=None):
+        self.shards = shards
+        self.objective = objective
+        self.split_every = split_every
+        self.scorer = scorer
+        self.make_estimator = make_estimator
+        self.n_evaluations = 0
+        self.data = None
+        if scorer is not None:
+            X, y, w = _gather_rows(shards)
+            self.data = (X, y if decode_y is None else decode_y(y), w)
+
+    def evaluate(self, params):
+        """``{"val_loss": ..., "val_score": ...}`` at ``params``."""
+        self.n_evaluations += 1
+        partial = self.shards.map_reduce(
+            shard_loss_grad, self.objective, params, split_every=self.split_every,
+            name=f"validation-{self.n_evaluations}", result_bytes=8 * self.objective.n_params,
+        )
+        loss = partial.loss_sum / partial.weight_sum if partial.weight_sum > 0 else math.nan
+        if self.scorer is None:
+            return {"val_loss": float(loss), "val_score": -float(loss)}
+        X, y, w = self.data
+        est = self.make_estimator(params)
+        score = self.scorer(est, X, y) if w is None else self.scorer(est, X, y, sample_weight=w)
+        return {"val_loss": float(loss), "val_score": float(score)}
+
+
+def _gather_rows(shards):
+    """Every validation row on the driver, in block order: ``(X, y, weights or None)``."""
+    pieces = sorted(
+        (p for group in shards.map_gather(shard_sample, shards.block_rows, name="dgd-validation-gather")
+         for p in group),
+        key=lambda p: p[0],
+    )
+    Xs = [p[1] for p in pieces]
+    X = sp.vstack(Xs, format="csr") if Xs and sp.issparse(Xs[0]) else np.concatenate([to_numpy(x) for x in Xs])
+    y = np.concatenate([to_numpy(p[2]) for p in pieces])
+    w = np.concatenate([to_numpy(p[3]) for p in pieces])
+    return X, y, (None if np.all(w == 1.0) else w)
+
+
+def snapshot(estimator, objective, params):
+    """A shallow copy of ``estimator`` whose coefficients are ``params``."""
+    est = copy.copy(estimator)
+    est.client = None
+    coef, intercept = objective.unpack(np.asarray(params, dtype=np.float64))
+    est._set_coef(coef, intercept)
+    return est

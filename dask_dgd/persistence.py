@@ -1,0 +1,91 @@
+"""Save and load estimators without pickle: ``est.save(path)``, ``dask_dgd.load(path)``.
+
+The file is a dask_dgd archive (see :mod:`dask_dgd._archive`): a NumPy ``.npz`` read
+with ``allow_pickle=False`` whose JSON metadata names the estimator class (inside
+dask_dgd only), its parameters and its fitted attributes, with a SHA-256 checksum of
+every part.  Loading never runs code from the file; a corrupted or edited file is
+refused with :class:`~dask_dgd.exceptions.CheckpointError`.
+
+Two parameters cannot be stored and come back as None: ``client`` (a live connection;
+pass ``client=`` again with ``set_params`` to train on a cluster) and ``callbacks``
+(user functions).
+"""
+
+import os
+
+from ._archive import Encoder, _class_path, _own_class, decode, read_archive, write_archive
+from .exceptions import CheckpointError
+
+__all__ = ["save", "load"]
+
+#: Parameters that are never written (live objects or user code); loaded as None.
+NOT_SAVED = ("client", "callbacks")
+
+
+def save(estimator, path):
+    """Write ``estimator`` (fitted or not) to ``path``, atomically; returns the path.
+
+    Raises
+    ------
+    CheckpointError
+        If a parameter or fitted attribute has a type the format cannot hold (e.g. a
+        user-defined optimizer class outside dask_dgd).
+    """
+    from sklearn.base import BaseEstimator
+
+    if not isinstance(estimator, BaseEstimator) or not type(estimator).__module__.startswith("dask_dgd."):
+        raise CheckpointError(f"save writes dask_dgd estimators; got {type(estimator).__name__}")
+    params = estimator.get_params(deep=False)
+    enc = Encoder()
+    dropped = [name for name in NOT_SAVED if params.get(name) is not None]
+    saved = _encode_each(enc, {k: v for k, v in params.items() if k not in NOT_SAVED}, "parameter")
+    state = _encode_each(enc, {k: v for k, v in vars(estimator).items() if k not in params}, "attribute")
+    from . import __version__
+
+    content = {
+        "class": _class_path(type(estimator)),
+        "dask_dgd_version": __version__,
+        "params": saved,
+        "not_saved": dropped,
+        "state": state,
+    }
+    return write_archive(os.fspath(path), "model", content, enc.arrays)
+
+
+def _encode_each(enc, values, what):
+    out = {}
+    for name, value in values.items():
+        try:
+            out[name] = enc(value)
+        except CheckpointError as err:
+            raise CheckpointError(f"{what} {name!r} cannot be saved: {err}") from err
+    return out
+
+
+def load(path, expected=None):
+    """The estimator saved at ``path`` by :func:`save` (or ``est.save``).
+
+    ``expected``: a class the estimator must be an instance of (``Class.load`` passes
+    itself).  ``client`` and ``callbacks`` are None on the loaded estimator.
+
+    Raises
+    ------
+    CheckpointError
+        If the file is missing, truncated, corrupted or edited, holds a pickle, names a
+        class outside dask_dgd, or holds another kind of estimator than ``expected``.
+    """
+    content, arrays = read_archive(path, "model")
+    try:
+        cls = _own_class(content["class"])
+        params = {k: decode(v, arrays) for k, v in content["params"].items()}
+        state = {k: decode(v, arrays) for k, v in content["state"].items()}
+    except (KeyError, TypeError) as err:
+        raise CheckpointError(f"{os.fspath(path)!r} is not a valid dask_dgd model file: missing {err}") from err
+    if expected is not None and not issubclass(cls, expected):
+        raise CheckpointError(
+            f"{os.fspath(path)!r} holds a {cls.__name__}, not a {expected.__name__}; "
+            "use dask_dgd.load to load any estimator"
+        )
+    est = cls(**params)
+    est.__dict__.update(state)
+    return est

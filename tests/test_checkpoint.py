@@ -1,0 +1,199 @@
+"""Checkpoints: interrupt a fit, resume it, get the uninterrupted result; bad files refused."""
+
+import os
+import pickle
+import warnings
+
+import dask.array as da
+import numpy as np
+import pytest
+
+from dask_dgd import CheckpointError, ConvergenceWarning, DivergenceError, LinearRegression, LogisticRegression
+from dask_dgd import ParameterError, PoissonRegressor, optim
+
+rng = np.random.default_rng(0)
+X = rng.standard_normal((3000, 5))
+Y_BIN = (X @ [1.0, -1.0, 0.5, 0.0, 2.0] + rng.standard_normal(3000) > 0).astype(int)
+Y_MULTI = np.digitize(X[:, 0] + 0.5 * X[:, 1] + 0.3 * rng.standard_normal(3000), [-0.5, 0.5])
+
+
+class Interrupted(Exception):
+    pass
+
+
+class StopAt:
+    """A callback that raises at a given step (module level: it must pickle)."""
+
+    def __init__(self, step):
+        self.step = step
+
+    def __call__(self, record):
+        if record["step"] == self.step:
+            raise Interrupted(f"interrupted at step {self.step}")
+
+
+CASES = {
+    "gd-adam": (LogisticRegression, dict(solver="gd", optimizer="adam", max_iter=40, tol=0.0), Y_BIN),
+    "sgd-momentum": (LogisticRegression, dict(solver="sgd", batch_size=256, optimizer="rmsprop", max_iter=4,
+                                              tol=0.0, random_state=5), Y_MULTI),
+    # compressed sums depend on the grouping (each group compresses its own sum): no
+    # dynamic balancing, which moves blocks between groups as the workers' speeds vary
+    "gd-topk": (LinearRegression, dict(solver="gd", compression="topk:0.4", max_iter=30, tol=0.0, rebalance=False),
+                X @ [1.0, 2.0, 0.0, -1.0, 0.5]),
+    "gd-l1": (LinearRegression, dict(solver="gd", alpha=0.05, l1_ratio=0.5, max_iter=30, tol=0.0),
+              X @ [1.0, 2.0, 0.0, -1.0, 0.5]),
+}
+
+
+def _dask(y):
+    return da.from_array(X, chunks=(700, -1)), da.from_array(y, chunks=700)
+
+
+@pytest.mark.filterwarnings("ignore::sklearn.exceptions.ConvergenceWarning")
+@pytest.mark.parametrize("case", sorted(CASES))
+@pytest.mark.parametrize("where", ["cluster", "in-process"])
+def test_interrupted_and_resumed_equals_uninterrupted(tmp_path, client, case, where):
+    cls, params, y = CASES[case]
+    Xf, yf = client.persist(_dask(y)) if where == "cluster" else (X, y)  # one placement for all fits
+    kw = dict(client=client) if where == "cluster" else {}
+    ref = cls(**params, **kw).fit(Xf, yf)
+    folder = tmp_path / "ckpt"
+    est = cls(**params, **kw, checkpoint=folder, checkpoint_every=3, callbacks=[StopAt(11)])
+    with pytest.raises(Interrupted):
+        est.fit(Xf, yf)
+    assert os.listdir(folder) == ["checkpoint.npz"]
+    resumed = cls(**params, **kw, checkpoint=folder, checkpoint_every=3).fit(Xf, yf, resume=True)
+    np.testing.assert_allclose(resumed.coef_, ref.coef_, rtol=0, atol=1e-12)
+    np.testing.assert_allclose(resumed.intercept_, ref.intercept_, rtol=0, atol=1e-12)
+    # the history is the whole fit's: steps 1..9 from the checkpoint, the rest after it
+    assert resumed.history_["step"].tolist() == ref.history_["step"].tolist()
+    np.testing.assert_allclose(resumed.history_["loss"], ref.history_["loss"], rtol=0, atol=1e-12)
+    assert resumed.n_iter_ == ref.n_iter_
+
+
+def test_random_state_none_resumes_with_the_interrupted_fit_draws(tmp_path):
+    from dask_dgd._archive import decode, read_archive
+
+    params = dict(solver="sgd", batch_size=300, optimizer="adam", max_iter=3, tol=0.0, random_state=None)
+    est = LogisticRegression(**params, checkpoint=tmp_path, checkpoint_every=4, callbacks=[StopAt(14)])
+    with pytest.raises(Interrupted):
+        est.fit(X, Y_BIN)
+    content, arrays = read_archive(tmp_path / "checkpoint.npz", "checkpoint")
+    seed = decode(content["state"], arrays)["seed"]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        resumed = LogisticRegression(**params, checkpoint=tmp_path).fit(X, Y_BIN, resume=True)
+        ref = LogisticRegression(**{**params, "random_state": int(seed[0])}).fit(X, Y_BIN)
+    np.testing.assert_allclose(resumed.coef_, ref.coef_, rtol=0, atol=1e-12)
+
+
+def test_resuming_a_finished_fit_returns_it(tmp_path):
+    est = LinearRegression(solver="gd", checkpoint=tmp_path, max_iter=500).fit(X, X[:, 0] - X[:, 1])
+    again = LinearRegression(solver="gd", checkpoint=tmp_path, max_iter=500).fit(X, X[:, 0] - X[:, 1], resume=True)
+    np.testing.assert_array_equal(again.coef_, est.coef_)
+    assert again.n_iter_ == est.n_iter_ and len(again.history_) == len(est.history_)
+
+
+def test_resume_without_a_checkpoint_starts_afresh(tmp_path):
+    est = LinearRegression(solver="gd", checkpoint=tmp_path / "new").fit(X, X[:, 0], resume=True)
+    ref = LinearRegression(solver="gd").fit(X, X[:, 0])
+    np.testing.assert_array_equal(est.coef_, ref.coef_)
+
+
+def test_other_settings_or_data_are_refused(tmp_path):
+    LogisticRegression(solver="gd", max_iter=5, checkpoint=tmp_path).fit(X, Y_BIN)
+    with pytest.raises(CheckpointError, match=r"written by another fit \(parameter alpha: checkpoint '0.0001', now '0.5'\); resume with the same"):
+        LogisticRegression(solver="gd", alpha=0.5, checkpoint=tmp_path).fit(X, Y_BIN, resume=True)
+    with pytest.raises(CheckpointError, match=r"n_rows: checkpoint 3000, now 2999"):
+        LogisticRegression(solver="gd", checkpoint=tmp_path).fit(X[1:], Y_BIN[1:], resume=True)
+    with pytest.raises(CheckpointError, match=r"estimator: checkpoint 'LogisticRegression', now 'PoissonRegressor'"):
+        PoissonRegressor(solver="gd", alpha=1.0, checkpoint=tmp_path).fit(X, Y_BIN, resume=True)
+
+
+def _checkpoint_file(tmp_path):
+    LogisticRegression(solver="gd", max_iter=5, checkpoint=tmp_path).fit(X, Y_BIN)
+    return tmp_path / "checkpoint.npz"
+
+
+def test_flipped_truncated_and_pickled_checkpoints_are_refused(tmp_path):
+    path = _checkpoint_file(tmp_path)
+    raw = open(path, "rb").read()
+    est = LogisticRegression(solver="gd", max_iter=5, checkpoint=tmp_path)
+    # one flipped byte in the middle of the arrays
+    bad = bytearray(raw)
+    bad[len(raw) // 2] ^= 0xFF
+    path.write_bytes(bad)
+    with pytest.raises(CheckpointError, match="is not a valid dask_dgd checkpoint file"):
+        est.fit(X, Y_BIN, resume=True)
+    # truncated
+    path.write_bytes(raw[: len(raw) - 100])
+    with pytest.raises(CheckpointError, match="is not a valid dask_dgd checkpoint file.*(truncated|corrupted)"):
+        est.fit(X, Y_BIN, resume=True)
+    # a pickle, under the checkpoint's name
+    path.write_bytes(pickle.dumps({"params": np.zeros(6)}))
+    with pytest.raises(CheckpointError, match="is not a valid dask_dgd checkpoint file"):
+        est.fit(X, Y_BIN, resume=True)
+    # an npz holding an object (pickled) array
+    np.savez(path, __meta__=np.frombuffer(b"{}", np.uint8), params=np.array([{"a": 1}], dtype=object))
+    with pytest.raises(CheckpointError, match="contains pickled Python objects, which are never loaded"):
+        est.fit(X, Y_BIN, resume=True)
+    # a saved model is not a checkpoint
+    LogisticRegression().fit(X, Y_BIN).save(path)
+    with pytest.raises(CheckpointError, match="is a dask_dgd model file, not a checkpoint file"):
+        est.fit(X, Y_BIN, resume=True)
+
+
+def test_checkpoint_parameter_errors(tmp_path):
+    with pytest.raises(ParameterError, match=r"checkpoints are written by synchronous first-order training .* got solver='lbfgs', mode='sync'"):
+        LinearRegression(checkpoint=tmp_path).fit(X, X[:, 0])
+    with pytest.raises(ParameterError, match=r"got solver='gd', mode='local'"):
+        LinearRegression(solver="gd", mode="local", checkpoint=tmp_path).fit(X, X[:, 0])
+    with pytest.raises(ParameterError, match=r"resume=True needs checkpoint=<folder>"):
+        LinearRegression().fit(X, X[:, 0], resume=True)
+    with pytest.raises(ParameterError, match=r"'checkpoint_every' parameter .* got 0"):
+        LinearRegression(solver="gd", checkpoint=tmp_path, checkpoint_every=0).fit(X, X[:, 0])
+    with pytest.raises(ParameterError, match=r"'checkpoint' parameter .* got 3"):
+        LinearRegression(solver="gd", checkpoint=3).fit(X, X[:, 0])
+
+
+# ------------------------------------------------------------------ divergence guard
+def test_on_divergence_raise_names_step_loss_and_remedy():
+    y = np.exp(X[:, 0])  # a large fixed step makes the Poisson objective overflow
+    with pytest.raises(DivergenceError, match=r"the objective (is not finite|exploded \(initial loss [0-9.e+-]+\)) "
+                       r"at step \d+ \(loss=.*\) with learning rate 50; pass a smaller learning_rate.*"
+                       r"on_divergence='backoff'"):
+        PoissonRegressor(solver="gd", learning_rate=50.0, max_iter=50).fit(X, y)  # auto: raise
+
+
+def test_on_divergence_backoff_recovers_from_the_same_step():
+    y = np.exp(X[:, 0])
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        est = PoissonRegressor(solver="gd", learning_rate=50.0, max_iter=300, on_divergence="backoff").fit(X, y)
+    ref = PoissonRegressor(solver="lbfgs").fit(X, y)
+    assert np.all(np.isfinite(est.coef_))
+    assert est.history_["step_size"].iloc[-1] < 50.0  # halved
+    np.testing.assert_allclose(est.coef_, ref.coef_, atol=0.05)
+
+
+def test_exploding_loss_is_caught_before_it_overflows():
+    # momentum SGD with too long a step on badly scaled least squares grows
+    # geometrically (a momentum method may rise for a while, so only explosion stops it)
+    Xs = X * [1.0, 1.0, 1.0, 1.0, 30.0]
+    opt = optim.sgd(learning_rate=0.01, momentum=0.5)
+    with pytest.raises(DivergenceError, match=r"the objective exploded \(initial loss [0-9.]+\) at step \d+"):
+        LinearRegression(solver="gd", optimizer=opt, max_iter=500).fit(Xs, Xs[:, 4])
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        est = LinearRegression(solver="gd", optimizer=opt, max_iter=500, on_divergence="backoff").fit(Xs, Xs[:, 4])
+    losses = est.history_["loss"]
+    assert np.isfinite(losses).all() and losses.max() < 1e6 * losses.iloc[0]
+    assert losses.iloc[-1] < 1e-3 * losses.iloc[0]
+
+
+@pytest.mark.parametrize("mode", ["local", "async"])
+def test_on_divergence_raise_in_local_and_async_modes(client, mode):
+    y = np.exp(X[:, 0])
+    Xd, yd = da.from_array(X, chunks=(1000, -1)), da.from_array(y, chunks=1000)
+    with pytest.raises(DivergenceError, match=r"diverged .*\(on_divergence='raise'\); pass a smaller learning_rate"):
+        PoissonRegressor(solver="gd", mode=mode, learning_rate=50.0, max_iter=20, client=client).fit(Xd, yd)

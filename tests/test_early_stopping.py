@@ -1,0 +1,138 @@
+"""Early stopping on a validation set held out where the data lives; custom metrics."""
+
+import warnings
+
+import dask.array as da
+import numpy as np
+import pytest
+from sklearn.metrics import accuracy_score, make_scorer, r2_score
+
+from dask_dgd import ConvergenceWarning, InputError, LinearRegression, LogisticRegression, ParameterError
+from dask_dgd._engine.validation import holdout_mask
+
+rng = np.random.default_rng(0)
+# few rows, many features, no penalty: the validation loss turns up while training goes on
+X = rng.standard_normal((400, 60))
+Y = (X[:, :3] @ [1.0, -1.0, 0.5] + rng.standard_normal(400) > 0).astype(int)
+CHUNK = 100
+
+
+def _held_out(fraction, seed, n=400, chunk=CHUNK):
+    return np.concatenate([holdout_mask(b, min(chunk, n - b * chunk), (seed, 1), fraction)
+                           for b in range(-(-n // chunk))])
+
+
+def test_stops_when_the_validation_loss_stalls():
+    kw = dict(solver="sgd", batch_size=32, optimizer="adam", learning_rate=0.01, alpha=0.0, max_iter=200,
+              tol=0.0, random_state=0)
+    est = LogisticRegression(**kw, early_stopping=True, n_iter_no_change=3).fit(X, Y)
+    assert est.n_iter_ < 200
+    scores = est.history_["val_score"].dropna()
+    assert len(scores) == est.n_iter_ + 1  # at the start and after every epoch
+    # stopped exactly when 3 epochs in a row missed the best score by tol
+    best = scores.cummax()
+    assert (scores.iloc[-3:] <= best.iloc[-4]).all() and est.best_validation_score_ == scores.max()
+    # it stopped because the validation loss turned up, not the training loss
+    train = est.history_.groupby("iteration")["loss"].mean()
+    assert train.iloc[-1] < train.iloc[-4]
+    assert est.history_["val_loss"].dropna().iloc[-1] > est.history_["val_loss"].min()
+
+
+def test_validation_rows_are_not_trained_on(client):
+    """With a patience that never ends, the fit equals a plain fit on the training rows.
+
+    (No intercept: its starting value is the class balance of all rows, a start only.)"""
+    kw = dict(solver="gd", optimizer="adam", learning_rate=0.05, alpha=0.01, max_iter=30, tol=0.0, random_state=4,
+              fit_intercept=False)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        est = LogisticRegression(**kw, early_stopping=True, validation_fraction=0.25, n_iter_no_change=1000,
+                                 client=client)
+        est.fit(da.from_array(X, chunks=(CHUNK, -1)), da.from_array(Y, chunks=CHUNK))
+        held = _held_out(0.25, 4)
+        assert 60 < held.sum() < 140
+        train = LogisticRegression(**kw).fit(X[~held], Y[~held])
+    np.testing.assert_allclose(est.coef_, train.coef_, rtol=0, atol=1e-10)
+    # and the validation loss is the mean log-loss of the held-out rows
+    p = est.predict_proba(X[held])[:, 1]
+    log_loss = -np.mean(Y[held] * np.log(p) + (1 - Y[held]) * np.log(1 - p))
+    assert est.history_["val_loss"].iloc[-1] == pytest.approx(log_loss, rel=1e-10)
+
+
+def test_same_stop_whatever_the_reduction_tree(client):
+    """The split is a function of the seed and the chunking: another reduction tree
+    (or placement) stops at the same epoch with the same model, up to rounding."""
+    kw = dict(solver="sgd", batch_size=50, optimizer="adam", learning_rate=0.01, alpha=0.0, max_iter=100,
+              random_state=2, early_stopping=True, client=client)
+    Xd, yd = da.from_array(X, chunks=(CHUNK, -1)), da.from_array(Y, chunks=CHUNK)
+    a = LogisticRegression(**kw).fit(Xd, yd)
+    b = LogisticRegression(**kw, split_every=2, rebalance=False).fit(Xd, yd)
+    assert a.n_iter_ == b.n_iter_ < 100
+    np.testing.assert_allclose(a.coef_, b.coef_, rtol=0, atol=1e-10)
+
+
+def test_custom_metric_and_scorer_names():
+    kw = dict(solver="gd", optimizer="adam", learning_rate=0.05, alpha=0.0, max_iter=40, tol=0.0,
+              early_stopping=True, n_iter_no_change=1000, random_state=1)
+    held = _held_out(0.1, 1, chunk=400)  # in process: one block
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        est = LogisticRegression(**kw, scoring="accuracy").fit(X, np.array(["no", "yes"])[Y])
+        assert est.validation_score_ == accuracy_score(np.array(["no", "yes"])[Y[held]], est.predict(X[held]))
+        y = X[:, 0] - X[:, 1] + 0.5 * rng.standard_normal(400)
+        metric = make_scorer(lambda t, p: -np.max(np.abs(t - p)))  # a custom metric: minus the worst error
+        reg = LinearRegression(**kw, scoring=metric).fit(X, y)
+        assert reg.validation_score_ == pytest.approx(-np.max(np.abs(y[held] - reg.predict(X[held]))), rel=1e-12)
+        reg2 = LinearRegression(**kw, scoring="r2").fit(X, y)
+        assert reg2.validation_score_ == pytest.approx(r2_score(y[held], reg2.predict(X[held])), rel=1e-12)
+
+
+def test_early_stopping_errors():
+    with pytest.raises(ParameterError, match=r"early_stopping needs synchronous first-order training .*got solver='lbfgs'"):
+        LogisticRegression(early_stopping=True).fit(X, Y)
+    with pytest.raises(ParameterError, match=r"got solver='gd', mode='async'"):
+        LogisticRegression(solver="gd", mode="async", early_stopping=True).fit(X, Y)
+    with pytest.raises(ParameterError, match=r"'validation_fraction' parameter .* a float in \(0, 1\); got 1.0"):
+        LogisticRegression(solver="gd", early_stopping=True, validation_fraction=1.0).fit(X, Y)
+    with pytest.raises(ParameterError, match=r"'n_iter_no_change' parameter .* got 0"):
+        LogisticRegression(solver="gd", early_stopping=True, n_iter_no_change=0).fit(X, Y)
+    with pytest.raises(ParameterError, match=r"scoring='acuracy' is not a scikit-learn scorer name"):
+        LogisticRegression(solver="gd", early_stopping=True, scoring="acuracy").fit(X, Y)
+    with pytest.raises(InputError, match=r"validation_fraction=0.01 of 5 rows leaves the validation set empty"):
+        LogisticRegression(solver="gd", early_stopping=True, validation_fraction=0.01, random_state=0).fit(
+            X[:5], [0, 1, 0, 1, 1])
+    with pytest.raises(ParameterError, match="early_stopping with a checkpoint needs an int random_state"):
+        LogisticRegression(solver="gd", early_stopping=True, checkpoint="x").fit(X, Y)
+
+
+# ------------------------------------------------------------------ the callback
+def test_early_stopping_callback_on_any_field_and_mode(client):
+    from dask_dgd.callbacks import EarlyStopping
+
+    Xd, yd = da.from_array(X, chunks=(CHUNK, -1)), da.from_array(Y, chunks=CHUNK)
+    for mode in ("sync", "local"):
+        stop = EarlyStopping(monitor="loss", patience=2, min_delta=1e-3)
+        est = LogisticRegression(solver="gd", mode=mode, max_iter=500, tol=0.0, alpha=1e-2, callbacks=[stop],
+                                 client=client).fit(Xd, yd)
+        losses = est.history_["loss"].to_numpy()
+        assert stop.stopped_at == est.history_["step"].iloc[-1] and len(losses) < 500
+        # the last two records missed the best by at most min_delta
+        assert np.all(losses[-2:] > losses[:-2].min() - 1e-3)
+    # on the validation score, maximised
+    stop = EarlyStopping(monitor="val_score", mode="max", patience=2)
+    est = LogisticRegression(solver="gd", optimizer="adam", learning_rate=0.05, alpha=0.0, max_iter=300, tol=0.0,
+                             early_stopping=True, n_iter_no_change=1000, random_state=0, callbacks=[stop]).fit(X, Y)
+    assert est.n_iter_ < 300 and stop.best == est.history_["val_score"].max()
+
+
+def test_early_stopping_callback_errors():
+    from dask_dgd.callbacks import EarlyStopping
+
+    with pytest.raises(ParameterError, match="mode must be 'min' or 'max'; got 'up'"):
+        EarlyStopping(mode="up")
+    with pytest.raises(ParameterError, match="patience must be an int >= 1; got 0"):
+        EarlyStopping(patience=0)
+    with pytest.raises(ParameterError, match="min_delta must be a number >= 0; got -1"):
+        EarlyStopping(min_delta=-1)
+    with pytest.raises(ParameterError, match="EarlyStopping monitors 'val_acc', which the step records do not have"):
+        LinearRegression(solver="gd", callbacks=[EarlyStopping(monitor="val_acc")]).fit(X, X[:, 0])

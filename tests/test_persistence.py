@@ -1,0 +1,211 @@
+"""Saving and loading estimators in the safe format: round trips, and files refused."""
+
+import json
+import os
+import pickle
+import zipfile
+
+import numpy as np
+import pytest
+import xarray as xr
+
+import dask_dgd
+from dask_dgd import CheckpointError, LinearRegression, LogisticRegression, MatrixFactorization, PoissonRegressor
+from dask_dgd import ImplicitMatrixFactorization, optim
+from dask_dgd.climate import ClimateRegressor
+from dask_dgd.datasets import make_ratings
+
+rng = np.random.default_rng(0)
+X = rng.standard_normal((300, 4))
+Y_LABELS = np.array(["cat", "dog", "eel"])[(X[:, 0] > 0).astype(int) + (X[:, 1] > 0.5)]
+
+
+def _grid():
+    r = np.random.default_rng(1)
+    time = xr.date_range("2000-01-01", periods=36, freq="MS", calendar="360_day", use_cftime=True)
+    a = r.normal(size=(36, 3, 4))
+    y = 280 + 1.5 * a + 0.1 * r.normal(size=a.shape)
+    y[:, 0, 0] = np.nan
+    return xr.Dataset(
+        {"a": (("time", "lat", "lon"), a), "tas": (("time", "lat", "lon"), y, {"units": "K"})},
+        coords={"time": time, "lat": [-30.0, 0.0, 30.0], "lon": [0.0, 90.0, 180.0, 270.0]},
+    ).chunk({"time": 12})
+
+
+def _linear_cases():
+    y_reg = X @ [1.0, -2.0, 0.5, 0.0] + 0.1 * rng.standard_normal(300)
+    return [
+        (LinearRegression(), y_reg),
+        (LogisticRegression(solver="gd", optimizer=optim.adam(learning_rate=optim.CosineDecay(0.5, 50)),
+                            compression="topk:0.5", random_state=np.random.RandomState(3), max_iter=30), Y_LABELS),
+        (PoissonRegressor(solver="sgd", batch_size=64, max_iter=3, random_state=0), np.exp(0.3 * X[:, 0]).round()),
+    ]
+
+
+@pytest.mark.filterwarnings("ignore::sklearn.exceptions.ConvergenceWarning")
+@pytest.mark.parametrize("case", range(3))
+def test_linear_round_trip(tmp_path, case):
+    est, y = _linear_cases()[case]
+    est.fit(X, y)
+    path = est.save(tmp_path / "model.npz")
+    back = type(est).load(path)
+    assert type(back) is type(est)
+    np.testing.assert_array_equal(back.predict(X), est.predict(X))
+    np.testing.assert_array_equal(back.coef_, est.coef_)
+    assert back.n_iter_ == est.n_iter_
+    pd_equal = back.history_.equals(est.history_)
+    assert pd_equal, (back.history_.dtypes, est.history_.dtypes)
+    expect = {k: v for k, v in est.get_params().items() if k != "random_state"}
+    assert {k: v for k, v in back.get_params().items() if k != "random_state"} == expect
+    if isinstance(est.random_state, np.random.RandomState):  # the generator's state comes back too
+        assert back.random_state.randint(10**9) == est.random_state.randint(10**9)
+    # the optimizer state comes back: partial_fit continues identically
+    if est.solver_ in ("gd", "sgd"):
+        assert type(back._opt_state_) is type(est._opt_state_)
+        a, b = clone_fit_partial(est, y), clone_fit_partial(back, y)
+        np.testing.assert_array_equal(a, b)
+
+
+def clone_fit_partial(est, y):
+    kwargs = {"classes": est.classes_} if hasattr(est, "classes_") else {}
+    return np.ravel(pickle.loads(pickle.dumps(est)).partial_fit(X, y, **kwargs).coef_)
+
+
+def test_recommenders_round_trip(tmp_path, client):
+    frame, _ = make_ratings(n_users=60, n_items=40, n_ratings=1500, random_state=0)
+    frame["user"] = "u" + frame["user"].astype(str)  # string ids survive the trip
+    for est in (MatrixFactorization(n_components=3, max_iter=10, random_state=0),
+                ImplicitMatrixFactorization(n_components=3, max_iter=5, random_state=0)):
+        est.fit(frame)
+        back = dask_dgd.load(est.save(tmp_path / f"{type(est).__name__}.npz"))
+        users = frame["user"].unique()[:5]
+        np.testing.assert_array_equal(back.predict(frame.head(50)), est.predict(frame.head(50)))
+        ids_a, scores_a = est.recommend(users, k=4)
+        ids_b, scores_b = back.recommend(users, k=4)
+        np.testing.assert_array_equal(ids_a, ids_b)
+        np.testing.assert_array_equal(scores_a, scores_b)
+        assert back.user_ids_.dtype == est.user_ids_.dtype
+
+
+@pytest.mark.parametrize("model", ["pooled", "pointwise"])
+def test_climate_round_trip(tmp_path, model):
+    ds = _grid()
+    est = ClimateRegressor(features=["a"], target="tas", model=model).fit(ds)
+    back = ClimateRegressor.load(est.save(tmp_path / "climate.npz"))
+    xr.testing.assert_identical(back.predict(ds).compute(), est.predict(ds).compute())
+    if model == "pointwise":
+        xr.testing.assert_identical(back.coef_, est.coef_)
+
+
+def test_unfitted_and_client_not_saved(tmp_path, client):
+    est = LinearRegression(alpha=0.5, client=client, callbacks=[print])
+    back = LinearRegression.load(est.save(tmp_path / "m.npz"))
+    assert back.alpha == 0.5 and back.client is None and back.callbacks is None
+    assert not hasattr(back, "coef_")
+
+
+# ------------------------------------------------------------------ refused files
+@pytest.fixture
+def saved(tmp_path):
+    est = LinearRegression().fit(X, X[:, 0])
+    return est.save(tmp_path / "model.npz")
+
+
+def test_flipped_byte_is_refused(saved):
+    raw = bytearray(open(saved, "rb").read())
+    with zipfile.ZipFile(saved) as z:  # flip a byte inside an array, not the zip headers
+        info = [i for i in z.infolist() if i.filename != "__meta__.npy"][0]
+    raw[info.header_offset + 30 + len(info.filename) + info.file_size - 3] ^= 0x01
+    open(saved, "wb").write(raw)
+    with pytest.raises(CheckpointError, match="is not a valid dask_dgd model file.*(checksum|corrupted)"):
+        dask_dgd.load(saved)
+
+
+def test_every_flipped_byte_is_refused(saved):
+    raw = open(saved, "rb").read()
+    reference = dask_dgd.load(saved)
+    refused = 0
+    positions = range(0, len(raw), max(1, len(raw) // 300))
+    for pos in positions:
+        bad = bytearray(raw)
+        bad[pos] ^= 0x20
+        open(saved, "wb").write(bad)
+        try:
+            dask_dgd.load(saved)
+        except CheckpointError:
+            refused += 1
+        else:  # harmless flips: zip header bytes no reader uses (times, version fields)
+            est = dask_dgd.load(saved)
+            np.testing.assert_array_equal(est.coef_, reference.coef_)
+            assert est.get_params() == reference.get_params()
+    assert refused >= 0.8 * len(positions)  # measured: 87% of positions
+
+
+def test_truncated_is_refused(saved):
+    raw = open(saved, "rb").read()
+    for cut in (10, len(raw) // 2, len(raw) - 5):
+        open(saved, "wb").write(raw[:cut])
+        with pytest.raises(CheckpointError, match="is not a valid dask_dgd model file.*(truncated|corrupted)"):
+            dask_dgd.load(saved)
+
+
+def test_pickle_is_refused(tmp_path, saved):
+    # an npz holding a pickled object array
+    evil = tmp_path / "evil.npz"
+    np.savez(evil, __meta__=np.frombuffer(b"{}", np.uint8), coef=np.array([object()], dtype=object))
+    with pytest.raises(CheckpointError, match="contains pickled Python objects, which are never loaded"):
+        dask_dgd.load(evil)
+    # a plain pickle file
+    plain = tmp_path / "model.pkl"
+    plain.write_bytes(pickle.dumps(LinearRegression()))
+    with pytest.raises(CheckpointError, match="is not a valid dask_dgd model file"):
+        dask_dgd.load(plain)
+
+
+def _rewrite_meta(path, change):
+    with np.load(path) as npz:
+        arrays = {k: npz[k] for k in npz.files}
+    meta = json.loads(arrays["__meta__"].tobytes())
+    change(meta)
+    arrays["__meta__"] = np.frombuffer(json.dumps(meta).encode(), np.uint8)
+    np.savez(path, **arrays)
+
+
+def test_edited_metadata_is_refused(saved):
+    def edit(meta):
+        meta["content"]["params"]["alpha"] = 123.0
+
+    _rewrite_meta(saved, edit)
+    with pytest.raises(CheckpointError, match="the metadata checksum does not match"):
+        dask_dgd.load(saved)
+
+
+def test_class_outside_the_package_is_refused(saved):
+    from dask_dgd._archive import _meta_digest
+
+    def edit(meta):
+        meta["content"]["class"] = "os:system"
+        meta["meta_sha256"] = _meta_digest(meta)  # a forger who recomputes the checksum
+
+    _rewrite_meta(saved, edit)
+    with pytest.raises(CheckpointError, match="names class 'os:system', outside dask_dgd; refused"):
+        dask_dgd.load(saved)
+
+
+def test_wrong_class_and_missing_file(tmp_path, saved):
+    with pytest.raises(CheckpointError, match="holds a LinearRegression, not a LogisticRegression"):
+        LogisticRegression.load(saved)
+    with pytest.raises(CheckpointError, match="no model file at"):
+        dask_dgd.load(tmp_path / "nothing.npz")
+    with pytest.raises(CheckpointError, match="parameter .optimizer. cannot be saved: cannot save a value of type"):
+        LinearRegression(optimizer=optim.sgd(learning_rate=_NotOurs())).save(tmp_path / "x.npz")
+
+
+class _NotOurs(optim.Schedule):
+    def __call__(self, count):
+        return 0.1
+
+
+def test_atomic_write_leaves_no_temporary(tmp_path):
+    LinearRegression().fit(X, X[:, 0]).save(tmp_path / "m.npz")
+    assert os.listdir(tmp_path) == ["m.npz"]
