@@ -15,6 +15,7 @@ import pytest
 from dask_dgd import cli
 
 TASKS = ("logistic", "linear", "poisson")
+FAMILIES = ("recommend", "climate")
 
 
 def _table(text):
@@ -22,7 +23,7 @@ def _table(text):
     rows = {}
     for line in text.splitlines():
         parts = line.split()
-        if len(parts) >= 9 and parts[0] in TASKS and parts[1] in ("dask_dgd", "scikit-learn"):
+        if len(parts) >= 9 and parts[0] in TASKS + FAMILIES and parts[1] in ("dask_dgd", "scikit-learn", "bias-model"):
             rows[parts[0], parts[1]] = {
                 "rows": int(parts[2].replace(",", "")),
                 "wall_s": float(parts[3]),
@@ -40,7 +41,8 @@ def demo_run(tmp_path_factory):
     out_dir = tmp_path_factory.mktemp("demo")
     stdout, stderr = io.StringIO(), io.StringIO()
     with contextlib.redirect_stdout(stdout), contextlib.redirect_stderr(stderr):
-        code = cli.main(["demo", "--rows", "5000", "--features", "5", "--out", str(out_dir)])
+        code = cli.main(["demo", "--rows", "5000", "--features", "5", "--ratings", "4000", "--cells", "48",
+                         "--out", str(out_dir)])
     return code, stdout.getvalue(), stderr.getvalue(), out_dir
 
 
@@ -50,7 +52,8 @@ def test_demo_prints_the_comparison(demo_run):
     assert code == 0, err
     assert "Traceback" not in out + err
     table = _table(out)
-    assert set(table) == {(t, tool) for t in TASKS for tool in ("dask_dgd", "scikit-learn")}
+    assert set(table) == {(t, tool) for t in TASKS for tool in ("dask_dgd", "scikit-learn")} | {
+        ("recommend", "dask_dgd"), ("recommend", "bias-model"), ("climate", "dask_dgd"), ("climate", "scikit-learn")}
     for task in TASKS:
         ours, theirs = table[task, "dask_dgd"], table[task, "scikit-learn"]
         assert ours["rows"] == theirs["rows"] == 4000  # 20% of 5000 held out
@@ -63,6 +66,13 @@ def test_demo_prints_the_comparison(demo_run):
     assert table["logistic", "dask_dgd"]["score"] > 0.75
     assert table["linear", "dask_dgd"]["metric"] == "R2"
     assert table["poisson", "dask_dgd"]["metric"] == "D2"
+    # the factor model beats the bias baseline on held-out ratings
+    assert table["recommend", "dask_dgd"]["metric"] == "RMSE"
+    assert table["recommend", "dask_dgd"]["score"] < 0.95 * table["recommend", "bias-model"]["score"]
+    # one pass per cell gives scikit-learn's per-cell least squares
+    ours, theirs = table["climate", "dask_dgd"], table["climate", "scikit-learn"]
+    assert float(ours["diff"]) < 1e-8 and ours["score"] == pytest.approx(theirs["score"], rel=1e-8)
+    assert ours["objective"] == pytest.approx(theirs["objective"], rel=1e-8)
 
 
 @pytest.mark.slow
@@ -82,12 +92,12 @@ def test_demo_writes_outputs(demo_run):
         summary = list(csv.DictReader(f))
     assert [(r["task"], r["tool"]) for r in summary] == [
         (t, tool) for t in TASKS for tool in ("dask_dgd", "scikit-learn")
-    ]
+    ] + [("recommend", "dask_dgd"), ("recommend", "bias-model"), ("climate", "dask_dgd"), ("climate", "scikit-learn")]
     for r in summary:
-        if r["tool"] == "dask_dgd":
+        if r["tool"] == "dask_dgd" and r["task"] != "recommend":  # no peer optimum for MF
             assert float(r["max_abs_diff"]) < 1e-3
     history = pd.read_csv(out_dir / "history.csv")
-    assert set(history["task"]) == set(TASKS)
+    assert set(history["task"]) == set(TASKS) | {"recommend"}
     assert {"step", "loss", "grad_norm"} <= set(history.columns)
     if cli._has_module("matplotlib"):
         png = out_dir / "loss_curve.png"
@@ -197,7 +207,7 @@ def test_console_script_demo():
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "Traceback" not in proc.stdout + proc.stderr
     table = _table(proc.stdout)
-    assert len(table) == 6
+    assert len(table) == 10  # three linear tasks, the recommender and the climate model, two rows each
     for task in TASKS:
         assert table[task, "dask_dgd"]["rows"] == 1600
         assert float(table[task, "dask_dgd"]["diff"]) < 1e-3
