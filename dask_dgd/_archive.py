@@ -9,6 +9,10 @@ loading an archive cannot run code.
 Integrity: the metadata holds the SHA-256 of every array (its dtype, shape and bytes)
 and of itself; a truncated file, a flipped byte, an array added or removed, or an
 object (pickle) array is refused with :class:`~dask_dgd.exceptions.CheckpointError`.
+Checksums catch corruption and careless edits, not a forger, who can recompute them.
+Against deliberate tampering set a secret key (dask config ``dgd.archive-key``, e.g.
+the environment variable ``DASK_DGD__ARCHIVE_KEY``): files are then signed with
+HMAC-SHA256, and only files with a valid signature under that key are read.
 Writes are atomic: the file is written under a temporary name in the same folder,
 flushed to disk, then renamed over the target, so a reader sees the old file or the new
 one, never half of one.
@@ -22,11 +26,14 @@ recreates only those types; a class is looked up only inside the ``dask_dgd`` pa
 
 import dataclasses
 import hashlib
+import hmac
 import importlib
 import json
 import math
 import os
+from pathlib import Path, PurePath
 import tempfile
+import zipfile
 
 import numpy as np
 
@@ -38,6 +45,8 @@ FORMAT = "dask_dgd-archive"
 VERSION = 1
 _META = "__meta__"
 _PACKAGE = __name__.split(".")[0]
+#: Estimator parameters never written (live objects or user code); read back as None.
+UNSAVED_PARAMS = ("client", "callbacks")
 
 
 # ------------------------------------------------------------------ files
@@ -49,8 +58,22 @@ def _digest(arr):
 
 
 def _meta_digest(meta):
-    body = {k: v for k, v in meta.items() if k != "meta_sha256"}
+    body = {k: v for k, v in meta.items() if k not in ("meta_sha256", "hmac_sha256")}
     return hashlib.sha256(json.dumps(body, sort_keys=True, allow_nan=False).encode()).hexdigest()
+
+
+def _archive_key():
+    """The signing key (bytes) from dask config ``dgd.archive-key``, or None."""
+    import dask
+
+    key = dask.config.get("dgd.archive-key", None)
+    if key in (None, ""):
+        return None
+    return key.encode() if isinstance(key, str) else bytes(key)
+
+
+def _signature(key, meta):
+    return hmac.new(key, _meta_digest(meta).encode(), hashlib.sha256).hexdigest()
 
 
 def write_archive(path, kind, content, arrays):
@@ -70,7 +93,12 @@ def write_archive(path, kind, content, arrays):
         "arrays": {name: _digest(arr) for name, arr in arrays.items()},
     }
     meta["meta_sha256"] = _meta_digest(meta)
-    raw = np.frombuffer(json.dumps(meta, sort_keys=True, allow_nan=False).encode(), dtype=np.uint8)
+    key = _archive_key()
+    if key is not None:
+        meta["hmac_sha256"] = _signature(key, meta)
+    # insertion order kept in the file (e.g. history columns); the checksum is over a
+    # canonical (sorted) form, so it does not depend on the order
+    raw = np.frombuffer(json.dumps(meta, allow_nan=False).encode(), dtype=np.uint8)
     folder = os.path.dirname(os.path.abspath(path))
     os.makedirs(folder, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=".dgd-", suffix=".npz.tmp", dir=folder)
@@ -94,6 +122,8 @@ def read_archive(path, kind):
     if not os.path.isfile(path):
         raise CheckpointError(f"no {kind} file at {path!r}")
     what = f"{path!r} is not a valid dask_dgd {kind} file"
+    if not zipfile.is_zipfile(path):
+        raise CheckpointError(f"{what}: it is not a NumPy .npz archive (truncated, or another format)")
     try:
         with np.load(path, allow_pickle=False) as npz:
             names = list(npz.files)
@@ -116,6 +146,14 @@ def read_archive(path, kind):
         raise CheckpointError(f"{what}: unknown format")
     if meta.get("meta_sha256") != _meta_digest(meta):
         raise CheckpointError(f"{what}: the metadata checksum does not match (corrupted or edited)")
+    key = _archive_key()
+    if key is not None:
+        signature = meta.get("hmac_sha256")
+        if not isinstance(signature, str) or not hmac.compare_digest(signature, _signature(key, meta)):
+            raise CheckpointError(
+                f"{what}: it is not signed with this dgd.archive-key ("
+                f"{'unsigned' if signature is None else 'wrong signature: tampered, or another key'})"
+            )
     if meta.get("version") != VERSION:
         raise CheckpointError(f"{what}: format version {meta.get('version')} (this dask_dgd reads {VERSION})")
     if meta.get("kind") != kind:
@@ -136,10 +174,21 @@ def _class_path(cls):
     return f"{cls.__module__}:{cls.__qualname__}"
 
 
+def _inside(module):
+    return (module == _PACKAGE or module.startswith(_PACKAGE + ".")) and "__main__" not in module.split(".")
+
+
 def _own_class(path):
-    """The dask_dgd class named ``module:qualname``; nothing outside the package."""
+    """The dask_dgd class named ``module:qualname``; nothing outside the package.
+
+    The module must be a dask_dgd module other than ``__main__`` (importing that one
+    would run the command line), and the class found must itself be *defined* in
+    dask_dgd: a name a dask_dgd module merely imported (``logging.FileHandler``,
+    ``distributed.LocalCluster``) is refused.  Only already-imported modules and
+    dask_dgd's own submodules are imported.
+    """
     module, _, qualname = path.partition(":")
-    if module != _PACKAGE and not module.startswith(_PACKAGE + "."):
+    if not _inside(module):
         raise CheckpointError(f"the file names class {path!r}, outside dask_dgd; refused")
     try:
         obj = importlib.import_module(module)
@@ -149,6 +198,11 @@ def _own_class(path):
         raise CheckpointError(f"the file names class {path!r}, which this dask_dgd does not have") from err
     if not isinstance(obj, type):
         raise CheckpointError(f"the file names {path!r}, which is not a class")
+    if not _inside(obj.__module__) or obj.__qualname__ != qualname:
+        raise CheckpointError(
+            f"the file names {path!r}, which is {obj.__module__}.{obj.__qualname__}, a class "
+            "defined outside dask_dgd; refused"
+        )
     return obj
 
 
@@ -189,6 +243,8 @@ class Encoder:
             return self.array(value)
         if isinstance(value, np.dtype):
             return {"__dtype__": value.str}
+        if isinstance(value, PurePath):
+            return {"__path__": str(value)}
         if isinstance(value, np.random.RandomState):
             name, keys, pos, has_gauss, cached = value.get_state()
             return {"__randomstate__": [name, self.array(keys), int(pos), int(has_gauss), float(cached)]}
@@ -223,6 +279,9 @@ class Encoder:
                 fields = {f.name: self(getattr(value, f.name)) for f in dataclasses.fields(value)}
                 return {"__dataclass__": _class_path(cls), "fields": fields}
             state = value.__getstate__() if hasattr(value, "__getstate__") else vars(value)
+            if isinstance(state, dict) and hasattr(value, "get_params"):  # a nested estimator
+                state = {k: (None if k in UNSAVED_PARAMS or (k == "scoring" and callable(v)) else v)
+                         for k, v in state.items()}
             if isinstance(state, dict):
                 return {"__object__": _class_path(cls), "state": {k: self(v) for k, v in state.items()}}
         raise CheckpointError(
@@ -276,6 +335,8 @@ def decode(data, arrays):
             return float(v["__float__"])
         if "__dtype__" in v:
             return np.dtype(v["__dtype__"])
+        if "__path__" in v:
+            return Path(v["__path__"])
         if "__tuple__" in v:
             return tuple(go(x) for x in v["__tuple__"])
         if "__dict__" in v:

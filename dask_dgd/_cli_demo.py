@@ -24,7 +24,9 @@ def recommender_task(client, args, n_ratings):
     from .datasets import make_ratings
     from .recommender import train_test_split
 
-    n_users, n_items = max(20, n_ratings // 40), max(10, n_ratings // 100)
+    # about 40 ratings per user, and at least 3 cells of the matrix per rating
+    n_users = max(20, n_ratings // 40)
+    n_items = max(10, n_ratings // 100, -(-3 * n_ratings // n_users))
     frame, _ = make_ratings(n_users, n_items, n_ratings, rank=4, noise=0.5, random_state=args.seed + 3)
     train, test = train_test_split(frame, test_size=0.2, random_state=args.seed)
     train = dd.from_pandas(train, npartitions=2 * args.workers)

@@ -13,6 +13,8 @@ import contextlib
 import os
 import warnings
 
+import pandas as pd
+
 __all__ = ["MODELS", "train_arguments", "predict_arguments", "run_train", "run_predict"]
 
 #: --model name -> (estimator class path, kind)
@@ -49,6 +51,17 @@ def _output_path(text):
     folder = os.path.dirname(os.path.abspath(text))
     if not os.path.isdir(folder):
         raise argparse.ArgumentTypeError(f"the folder of {text!r} does not exist")
+    if os.path.isdir(text) and not text.rstrip("/").endswith(".zarr"):
+        raise argparse.ArgumentTypeError(f"{text!r} is a directory; name a file")
+    return text
+
+
+def _predictions_path(text):
+    text = _output_path(text)
+    if not text.rstrip("/").lower().endswith((".parquet", ".pq", ".csv") + _GRIDS):
+        raise argparse.ArgumentTypeError(
+            f"cannot tell the format of {text!r}: name it *.parquet, *.csv (tables), *.nc or *.zarr (grids)"
+        )
     return text
 
 
@@ -90,7 +103,7 @@ def train_arguments(p):
 def predict_arguments(p):
     p.add_argument("model", type=_model_file, help="a model saved by 'dask-dgd train' (*.npz)")
     p.add_argument("data", type=_existing_path, help="data to predict on: *.parquet, *.csv, *.nc or *.zarr")
-    p.add_argument("--out", required=True, type=_output_path,
+    p.add_argument("--out", required=True, type=_predictions_path,
                    help="where to write the predictions: *.parquet or *.csv for tables (a 'prediction' "
                         "column, plus --keep columns), *.nc or *.zarr for grids")
     p.add_argument("--keep", default="", help="comma-separated input columns copied next to the predictions")
@@ -147,14 +160,34 @@ def _columns(spec, available, what):
     return names
 
 
+def _build(cls, **kwargs):
+    """``cls(**kwargs)``; an unknown parameter is a usage error (exit status 2)."""
+    from .cli import UsageError
+
+    try:
+        return cls(**kwargs)
+    except TypeError as err:
+        raise UsageError(f"--param: {err}; see the parameters of dask_dgd.{cls.__name__}") from err
+
+
+#: Estimator parameters the command sets itself (from its flags), never --param.
+_RESERVED = ("client", "features", "target", "user_col", "item_col", "rating_col", "model")
+
+
 def run_train(args):
     """``dask-dgd train``: read, fit on the cluster, save."""
     import dask_dgd
 
     from .cli import CommandError
 
+    from .cli import UsageError
+
     cls_name, kind = MODELS[args.model]
     params = dict(args.param)
+    reserved = sorted(set(params) & set(_RESERVED))
+    if reserved:
+        raise UsageError(f"--param {reserved[0]}=... is set by the command (use its flags: --model, --target, "
+                         "--features, --user-col, --item-col, --scheduler)")
     if args.model.startswith("climate-"):
         params["model"] = args.model.split("-", 1)[1]
     grid = _is_grid(args.data)
@@ -170,12 +203,12 @@ def run_train(args):
                 raise CommandError("--features is required for gridded data (the predictor variables)")
             features = _columns(args.features, ds.data_vars, "--features")
             _columns(args.target, ds.data_vars, "--target")
-            est = cls(features=features, target=args.target, client=client, **params).fit(ds)
+            est = _build(cls, features=features, target=args.target, client=client, **params).fit(ds)
         elif kind == "ratings":
             frame = _read_table(args.data)
             _columns(",".join([args.user_col, args.item_col, args.target]), frame.columns, "columns")
-            est = cls(user_col=args.user_col, item_col=args.item_col, rating_col=args.target,
-                      client=client, **params).fit(frame[[args.user_col, args.item_col, args.target]])
+            est = _build(cls, user_col=args.user_col, item_col=args.item_col, rating_col=args.target,
+                         client=client, **params).fit(frame[[args.user_col, args.item_col, args.target]])
         else:
             if grid:  # a gridded file as a table: one row per grid point, incomplete rows dropped
                 frame = _read_grid(args.data).to_dask_dataframe().dropna()
@@ -184,8 +217,7 @@ def run_train(args):
             _columns(args.target, frame.columns, "--target")
             features = (_columns(args.features, frame.columns, "--features") if args.features
                         else [c for c in frame.columns if c != args.target])
-            y = frame[args.target].to_dask_array(lengths=True)
-            est = cls(client=client, **params).fit(frame[features], y)
+            est = _build(cls, client=client, **params).fit(frame[features], frame[args.target])
         est.set_params(client=None)
         path = est.save(args.out)
     for w in caught:
@@ -235,18 +267,15 @@ def run_predict(args):
         if not features:
             raise CommandError(f"the {name} in {args.model} was not trained on named columns")
         _columns(",".join(features), frame.columns, "the model's features")
-        X = frame[features].to_dask_array(lengths=True)
         est.set_params(client=client)
-        pred = est.predict(X)
-        import dask.dataframe as dd
+        import dask
 
-        result = dd.from_dask_array(pred.rechunk({0: X.chunks[0]}), columns="prediction").to_frame() \
-            if not hasattr(pred, "columns") else pred
-        if keep:
-            part = frame[keep].reset_index(drop=True)
-            result = dd.concat([part, result.reset_index(drop=True)], axis=1)
-        _write_table(result.compute().reset_index(drop=True), args.out)
-        print(f"wrote {X.shape[0]} predictions to {args.out}")
+        # the predictions and the kept columns, partition by partition in the same order
+        pred, kept = dask.compute(est.predict(frame[features]), frame[keep] if keep else None)
+        result = kept.reset_index(drop=True) if keep else pd.DataFrame(index=range(len(pred)))
+        result["prediction"] = pred
+        _write_table(result, args.out)
+        print(f"wrote {len(result)} predictions to {args.out}")
     return 0
 
 

@@ -29,13 +29,17 @@ import numpy as np
 
 from . import __version__, _cli_demo, _cli_train
 
-__all__ = ["COMMANDS", "CommandError", "Command", "build_parser", "main"]
+__all__ = ["COMMANDS", "CommandError", "Command", "UsageError", "build_parser", "main"]
 
 PROG = "dask-dgd"
 
 
 class CommandError(Exception):
     """A failure the user can fix; its message is printed as is, without a type name."""
+
+
+class UsageError(CommandError):
+    """A bad command line found only while running (e.g. an unknown --param): exit 2."""
 
 
 class _HelpFormatter(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescriptionHelpFormatter):
@@ -138,7 +142,7 @@ def main(argv=None):
         if not isinstance(err, CommandError):
             message = f"{type(err).__name__}: {message}"
         print(f"{PROG} {args.command}: error: {message}", file=sys.stderr)
-        return 1
+        return 2 if isinstance(err, UsageError) else 1
 
 
 # ------------------------------------------------------------------------------- demo

@@ -6,20 +6,20 @@ dask_dgd only), its parameters and its fitted attributes, with a SHA-256 checksu
 every part.  Loading never runs code from the file; a corrupted or edited file is
 refused with :class:`~dask_dgd.exceptions.CheckpointError`.
 
-Two parameters cannot be stored and come back as None: ``client`` (a live connection;
-pass ``client=`` again with ``set_params`` to train on a cluster) and ``callbacks``
-(user functions).
+Some parameters cannot be stored and come back as None: ``client`` (a live
+connection; pass ``client=`` again with ``set_params`` to train on a cluster),
+``callbacks`` and a ``scoring`` callable (user code; a scorer name is stored).
 """
 
 import os
 
-from ._archive import Encoder, _class_path, _own_class, decode, read_archive, write_archive
+from ._archive import UNSAVED_PARAMS, Encoder, _class_path, _own_class, decode, read_archive, write_archive
 from .exceptions import CheckpointError
 
 __all__ = ["save", "load"]
 
 #: Parameters that are never written (live objects or user code); loaded as None.
-NOT_SAVED = ("client", "callbacks")
+NOT_SAVED = UNSAVED_PARAMS
 
 
 def save(estimator, path):
@@ -37,8 +37,10 @@ def save(estimator, path):
         raise CheckpointError(f"save writes dask_dgd estimators; got {type(estimator).__name__}")
     params = estimator.get_params(deep=False)
     enc = Encoder()
-    dropped = [name for name in NOT_SAVED if params.get(name) is not None]
-    saved = _encode_each(enc, {k: v for k, v in params.items() if k not in NOT_SAVED}, "parameter")
+    # user code is not stored: a scoring callable (a scorer name is) comes back as None
+    unsaved = [*NOT_SAVED, *(["scoring"] if callable(params.get("scoring")) else [])]
+    dropped = [name for name in unsaved if params.get(name) is not None]
+    saved = _encode_each(enc, {k: v for k, v in params.items() if k not in unsaved}, "parameter")
     state = _encode_each(enc, {k: v for k, v in vars(estimator).items() if k not in params}, "attribute")
     from . import __version__
 
@@ -81,11 +83,18 @@ def load(path, expected=None):
         state = {k: decode(v, arrays) for k, v in content["state"].items()}
     except (KeyError, TypeError) as err:
         raise CheckpointError(f"{os.fspath(path)!r} is not a valid dask_dgd model file: missing {err}") from err
+    from sklearn.base import BaseEstimator
+
+    if not issubclass(cls, BaseEstimator):
+        raise CheckpointError(f"{os.fspath(path)!r} names {cls.__name__}, which is not a dask_dgd estimator; refused")
     if expected is not None and not issubclass(cls, expected):
         raise CheckpointError(
             f"{os.fspath(path)!r} holds a {cls.__name__}, not a {expected.__name__}; "
             "use dask_dgd.load to load any estimator"
         )
-    est = cls(**params)
+    try:
+        est = cls(**params)
+    except TypeError as err:
+        raise CheckpointError(f"{os.fspath(path)!r} is not a valid dask_dgd model file: {err}") from err
     est.__dict__.update(state)
     return est

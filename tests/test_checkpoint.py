@@ -197,3 +197,42 @@ def test_on_divergence_raise_in_local_and_async_modes(client, mode):
     Xd, yd = da.from_array(X, chunks=(1000, -1)), da.from_array(y, chunks=1000)
     with pytest.raises(DivergenceError, match=r"diverged .*\(on_divergence='raise'\); pass a smaller learning_rate"):
         PoissonRegressor(solver="gd", mode=mode, learning_rate=50.0, max_iter=20, client=client).fit(Xd, yd)
+
+
+@pytest.mark.filterwarnings("ignore::sklearn.exceptions.ConvergenceWarning")
+@pytest.mark.parametrize("solver", ["gd", "sgd"])
+def test_resume_honours_a_new_max_iter(tmp_path, solver):
+    """A finished fit resumed with a larger max_iter continues as if it had been given
+    that max_iter from the start; an interrupted one resumed with a smaller max_iter
+    stops at once."""
+    kw = dict(solver=solver, optimizer="adam", tol=0.0, random_state=3,
+              **({"batch_size": 500} if solver == "sgd" else {}))
+    short = LogisticRegression(**kw, max_iter=4, checkpoint=tmp_path).fit(X, Y_BIN)
+    longer = LogisticRegression(**kw, max_iter=9, checkpoint=tmp_path).fit(X, Y_BIN, resume=True)
+    ref = LogisticRegression(**kw, max_iter=9).fit(X, Y_BIN)
+    assert short.n_iter_ == 4 and longer.n_iter_ == ref.n_iter_ == 9
+    np.testing.assert_allclose(longer.coef_, ref.coef_, rtol=0, atol=1e-12)
+    assert longer.history_["step"].tolist() == ref.history_["step"].tolist()
+    assert list(longer.history_.columns) == list(ref.history_.columns)  # column order kept
+    # interrupted late, resumed with a smaller limit: no further step
+    folder = tmp_path / "late"
+    with pytest.raises(Interrupted):
+        LogisticRegression(**kw, max_iter=9, checkpoint=folder, checkpoint_every=2,
+                           callbacks=[StopAt(ref.history_["step"].iloc[-2])]).fit(X, Y_BIN)
+    stopped = LogisticRegression(**kw, max_iter=2, checkpoint=folder).fit(X, Y_BIN, resume=True)
+    assert len(stopped.history_) < len(ref.history_)
+    assert stopped.history_["step"].iloc[-1] < ref.history_["step"].iloc[-1]
+
+
+def test_fingerprint_covers_weights_and_is_the_same_in_every_process(tmp_path):
+    from dask_dgd._engine.checkpoint import stable_repr
+
+    LinearRegression(solver="gd", max_iter=3, checkpoint=tmp_path).fit(X, X[:, 0], sample_weight=np.ones(3000))
+    with pytest.raises(CheckpointError, match=r"weight_sum: checkpoint '3000', now '15000'"):
+        LinearRegression(solver="gd", checkpoint=tmp_path).fit(X, X[:, 0], sample_weight=np.full(3000, 5.0),
+                                                                 resume=True)
+    with pytest.raises(CheckpointError, match=r"weighted_target_sum"):
+        LinearRegression(solver="gd", checkpoint=tmp_path).fit(X, X[:, 1], resume=True)
+    # functions by name (not address), dicts whatever their order
+    assert stable_repr(stable_repr) == "dask_dgd._engine.checkpoint.stable_repr"
+    assert stable_repr({1: 2.0, 0: 1.0}) == stable_repr({0: 1.0, 1: 2.0})

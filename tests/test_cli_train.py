@@ -130,6 +130,48 @@ def test_bad_flags_and_missing_files_are_one_line_with_status_2(tmp_path, table,
     assert message in err and err.count("\n") == 1
 
 
+def test_a_parquet_folder_of_several_files(tmp_path, table, cluster, capsys):
+    frame, _ = table
+    folder = tmp_path / "parts.parquet"
+    folder.mkdir()
+    for i, lo in enumerate(range(0, 3000, 1000)):
+        frame.iloc[lo:lo + 1000].to_parquet(folder / f"part-{i}.parquet")
+    model, preds = str(tmp_path / "m.npz"), str(tmp_path / "p.parquet")
+    code, _, err = _run(["train", str(folder), "--model", "linear", "--target", "y", "--features", "a,b,c",
+                         "--out", model, "--scheduler", cluster.scheduler_address], capsys)
+    assert code == 0, err
+    code, _, err = _run(["predict", model, str(folder), "--out", preds, "--keep", "id",
+                         "--scheduler", cluster.scheduler_address], capsys)
+    assert code == 0, err
+    got = pd.read_parquet(preds)
+    np.testing.assert_array_equal(got["id"], frame["id"])
+    np.testing.assert_allclose(got["prediction"], dask_dgd.load(model).predict(frame[["a", "b", "c"]]), rtol=1e-12)
+
+
+@pytest.mark.parametrize("extra, message", [
+    (["--param", "colour=1"], "--param: .*unexpected keyword argument 'colour'"),
+    (["--param", "client=1"], r"--param client=... is set by the command"),
+    (["--param", "target=y"], r"--param target=... is set by the command"),
+])
+def test_bad_params_are_usage_errors(tmp_path, table, cluster, capsys, extra, message):
+    import re
+
+    _, path = table
+    code, _, err = _run(["train", path, "--model", "linear", "--target", "y", "--out", str(tmp_path / "m.npz"),
+                         "--scheduler", cluster.scheduler_address, *extra], capsys)
+    assert code == 2 and re.search(message, err) and err.count("\n") == 1
+
+
+def test_output_paths_are_checked(tmp_path, table, capsys):
+    _, path = table
+    code, _, err = _run(["train", path, "--model", "linear", "--target", "y", "--out", str(tmp_path)], capsys)
+    assert code == 2 and "is a directory; name a file" in err
+    model = tmp_path / "m.npz"
+    model.write_bytes(b"x")
+    code, _, err = _run(["predict", str(model), path, "--out", str(tmp_path / "p.json")], capsys)
+    assert code == 2 and "cannot tell the format of" in err
+
+
 def test_errors_while_running_are_one_line_with_status_1(tmp_path, table, cluster, capsys):
     _, path = table
     code, _, err = _run(["train", path, "--model", "linear", "--target", "nope", "--out", str(tmp_path / "m.npz"),

@@ -39,11 +39,10 @@ def test_stops_when_the_validation_loss_stalls():
 
 
 def test_validation_rows_are_not_trained_on(client):
-    """With a patience that never ends, the fit equals a plain fit on the training rows.
-
-    (No intercept: its starting value is the class balance of all rows, a start only.)"""
+    """With a patience that never ends, the fit equals a plain fit on the training rows
+    (the starting intercept too comes from the training rows' class balance)."""
     kw = dict(solver="gd", optimizer="adam", learning_rate=0.05, alpha=0.01, max_iter=30, tol=0.0, random_state=4,
-              fit_intercept=False)
+              class_weight="balanced")
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", ConvergenceWarning)
         est = LogisticRegression(**kw, early_stopping=True, validation_fraction=0.25, n_iter_no_change=1000,
@@ -52,10 +51,14 @@ def test_validation_rows_are_not_trained_on(client):
         held = _held_out(0.25, 4)
         assert 60 < held.sum() < 140
         train = LogisticRegression(**kw).fit(X[~held], Y[~held])
-    np.testing.assert_allclose(est.coef_, train.coef_, rtol=0, atol=1e-10)
+    # (4 blocks on the cluster, 1 in process: equal up to the rounding of the sums)
+    np.testing.assert_allclose(est.coef_, train.coef_, rtol=0, atol=1e-8)
+    np.testing.assert_allclose(est.intercept_, train.intercept_, rtol=0, atol=1e-8)
     # and the validation loss is the mean log-loss of the held-out rows
     p = est.predict_proba(X[held])[:, 1]
-    log_loss = -np.mean(Y[held] * np.log(p) + (1 - Y[held]) * np.log(1 - p))
+    counts = np.bincount(Y[~held])  # "balanced" weights, from the training rows
+    w = (counts.sum() / (2 * counts))[Y[held]]
+    log_loss = -np.average(Y[held] * np.log(p) + (1 - Y[held]) * np.log(1 - p), weights=w)
     assert est.history_["val_loss"].iloc[-1] == pytest.approx(log_loss, rel=1e-10)
 
 
@@ -136,3 +139,28 @@ def test_early_stopping_callback_errors():
         EarlyStopping(min_delta=-1)
     with pytest.raises(ParameterError, match="EarlyStopping monitors 'val_acc', which the step records do not have"):
         LinearRegression(solver="gd", callbacks=[EarlyStopping(monitor="val_acc")]).fit(X, X[:, 0])
+
+
+def test_scorer_on_a_dataframe_sees_the_column_names(client):
+    import dask.dataframe as dd
+    import pandas as pd
+
+    frame = pd.DataFrame(X[:, :5], columns=list("abcde"))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", UserWarning)  # "X does not have valid feature names" would fail
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        est = LogisticRegression(solver="gd", max_iter=5, tol=0.0, early_stopping=True, scoring="accuracy",
+                                 random_state=0, client=client).fit(
+            dd.from_pandas(frame, npartitions=4), da.from_array(Y, chunks=100))
+    assert 0.5 < est.validation_score_ <= 1.0
+
+
+def test_sgd_early_stopping_is_not_cut_short_by_the_training_objective_rule():
+    # the validation score improves every epoch: only max_iter may stop the fit
+    kw = dict(solver="sgd", batch_size=100, optimizer="sgd", learning_rate=1e-4, alpha=0.0, max_iter=12,
+              tol=0.0, early_stopping=True, n_iter_no_change=3, random_state=0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        est = LogisticRegression(**kw).fit(X, Y)
+    scores = est.history_["val_score"].dropna().to_numpy()
+    assert np.all(np.diff(scores) > 0) and est.n_iter_ == 12

@@ -97,6 +97,18 @@ def test_climate_round_trip(tmp_path, model):
         xr.testing.assert_identical(back.coef_, est.coef_)
 
 
+def test_nested_estimator_drops_user_code(tmp_path):
+    ds = _grid()
+    est = ClimateRegressor(features=["a"], target="tas", model="pooled", callbacks=[_count]).fit(ds)
+    back = ClimateRegressor.load(est.save(tmp_path / "c.npz"))
+    assert back.callbacks is None and back.estimator_.callbacks is None
+    xr.testing.assert_identical(back.predict(ds).compute(), est.predict(ds).compute())
+
+
+def _count(record):
+    return False
+
+
 def test_unfitted_and_client_not_saved(tmp_path, client):
     est = LinearRegression(alpha=0.5, client=client, callbacks=[print])
     back = LinearRegression.load(est.save(tmp_path / "m.npz"))
@@ -158,7 +170,7 @@ def test_pickle_is_refused(tmp_path, saved):
     # a plain pickle file
     plain = tmp_path / "model.pkl"
     plain.write_bytes(pickle.dumps(LinearRegression()))
-    with pytest.raises(CheckpointError, match="is not a valid dask_dgd model file"):
+    with pytest.raises(CheckpointError, match="is not a valid dask_dgd model file: it is not a NumPy .npz archive"):
         dask_dgd.load(plain)
 
 
@@ -190,6 +202,77 @@ def test_class_outside_the_package_is_refused(saved):
     _rewrite_meta(saved, edit)
     with pytest.raises(CheckpointError, match="names class 'os:system', outside dask_dgd; refused"):
         dask_dgd.load(saved)
+
+
+@pytest.mark.parametrize("name, message", [
+    # a name a dask_dgd module imported, not a dask_dgd class: could truncate a file
+    ("dask_dgd._engine.checkpoint:logging.FileHandler", "defined outside dask_dgd; refused"),
+    ("dask_dgd._engine.cluster:LocalCluster", "defined outside dask_dgd; refused"),
+    # importing dask_dgd.__main__ would run the command line
+    ("dask_dgd.__main__:main", "outside dask_dgd; refused"),
+    # a dask_dgd class that is not an estimator
+    ("dask_dgd.optim._first_order:SGD", "which is not a dask_dgd estimator; refused"),
+])
+def test_forged_class_names_are_refused(saved, tmp_path, name, message):
+    from dask_dgd._archive import _meta_digest
+
+    victim = tmp_path / "victim.txt"
+    victim.write_text("keep me")
+
+    def edit(meta):
+        meta["content"]["class"] = name
+        meta["content"]["params"] = {"filename": str(victim), "mode": "w"}
+        meta["meta_sha256"] = _meta_digest(meta)
+
+    _rewrite_meta(saved, edit)
+    with pytest.raises(CheckpointError, match=message):
+        dask_dgd.load(saved)
+    assert victim.read_text() == "keep me"
+
+
+def test_signed_files_with_an_archive_key(tmp_path):
+    import dask
+
+    from dask_dgd._archive import _meta_digest
+
+    est = LinearRegression().fit(X, X[:, 0])
+    unsigned = est.save(tmp_path / "unsigned.npz")
+    with dask.config.set({"dgd.archive-key": "s3cret"}):
+        signed = est.save(tmp_path / "signed.npz")
+        np.testing.assert_array_equal(dask_dgd.load(signed).coef_, est.coef_)
+        with pytest.raises(CheckpointError, match=r"not signed with this dgd.archive-key \(unsigned\)"):
+            dask_dgd.load(unsigned)
+
+        def forge(meta):  # a forger without the key recomputes the checksum
+            meta["content"]["params"]["alpha"] = 123.0
+            meta["meta_sha256"] = _meta_digest(meta)
+
+        _rewrite_meta(signed, forge)
+        with pytest.raises(CheckpointError, match=r"wrong signature: tampered, or another key"):
+            dask_dgd.load(signed)
+    with dask.config.set({"dgd.archive-key": "s3cret"}):
+        resigned = est.save(tmp_path / "resigned.npz")
+    with dask.config.set({"dgd.archive-key": "other"}):
+        with pytest.raises(CheckpointError, match="wrong signature: tampered, or another key"):
+            dask_dgd.load(resigned)
+
+
+def test_paths_and_scoring_callables(tmp_path):
+    from sklearn.metrics import make_scorer, r2_score
+
+    est = LinearRegression(solver="gd", checkpoint=tmp_path / "ck", scoring=make_scorer(r2_score)).fit(X, X[:, 0])
+    back = dask_dgd.load(est.save(tmp_path / "m.npz"))
+    assert back.checkpoint == tmp_path / "ck" and back.scoring is None
+    np.testing.assert_array_equal(back.coef_, est.coef_)
+    named = LinearRegression(scoring="r2").save(tmp_path / "n.npz")
+    assert dask_dgd.load(named).scoring == "r2"
+
+
+def test_non_archives_are_named_as_such(tmp_path):
+    text = tmp_path / "m.npz"
+    text.write_text("hello")
+    with pytest.raises(CheckpointError, match="it is not a NumPy .npz archive"):
+        dask_dgd.load(text)
 
 
 def test_wrong_class_and_missing_file(tmp_path, saved):

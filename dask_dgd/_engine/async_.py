@@ -281,8 +281,12 @@ class ParameterServer:
     """Dask actor around a :class:`ServerCore`; its methods run on the worker's event
     loop, so a group waiting at the staleness bound never blocks the others."""
 
-    def __init__(self, *args, **kwargs):
-        self.core = ServerCore(*args, **kwargs)
+    def __init__(self, *args, core_state=None, **kwargs):
+        if core_state is None:
+            self.core = ServerCore(*args, **kwargs)
+        else:  # restarted from the driver's copy (its first worker was lost)
+            self.core = ServerCore.__new__(ServerCore)
+            self.core.__dict__.update(core_state)
         self._cond = None
 
     def _condition(self):
@@ -312,6 +316,12 @@ class ParameterServer:
 
     async def drain(self):
         return self.core.drain()
+
+    async def drain_with_state(self):
+        """The records since the last drain, whether training stopped, and a copy of the
+        server's whole state (what a new server restarts from if this worker is lost)."""
+        records, stopped = self.core.drain()
+        return records, stopped, dict(vars(self.core))
 
     async def result(self):
         return self.core.result()
@@ -513,56 +523,145 @@ def run_async(
 
 
 def _run_on_cluster(shards, active, core_args, core_kwargs, seed, obj, group_batch, feed, monitor, max_time):
+    """Start the server and the loops; poll; survive lost workers.
+
+    A loop whose worker dies is rerun by Dask on another worker (its shard recomputed
+    from the input), and continues from the server's current parameters.  If the
+    server's own worker dies, a new server starts on a live worker from the copy of its
+    state that the driver takes at every poll (``drain_with_state``), and every loop is
+    restarted against it: the updates since that poll (at most ``POLL_INTERVAL``
+    seconds of them) are redone.  Up to ``MAX_SERVER_RESTARTS`` restarts; a cluster left
+    without workers raises ClusterError.
+    """
     ex = shards.executor
-    server_future, server = ex.start_actor(
-        ParameterServer, core_args, core_kwargs, worker=shards.workers[active[0]],
-        key=f"dgd-server-{shards.token}",
-    )
-    link = ServerLink(ex.actor_address(server_future), server_future.key)
-    loops = [
-        ex.submit_pinned(
-            async_group_loop, shards.handles[g], link, i, obj, seed, b, worker=shards.workers[g],
-            key=f"dgd-async-{shards.token}-{i}",
-        )
-        for i, (g, b) in enumerate(zip(active, group_batch))
-    ]
+    run = _AsyncRun(shards, active, core_args, core_kwargs, seed, obj, group_batch)
     stopping = False
     try:
+        run.start(None)
         while True:
-            failed = next((f for f in loops if f.status in ("error", "cancelled")), None)
-            if failed is not None:
-                ex.call_actor(server.stop, message="a group failed")
-                if failed.status == "cancelled":
-                    raise ClusterError(
-                        f"the asynchronous training loop {failed.key} was cancelled (its "
-                        "worker was lost or the cluster is shutting down)"
-                    )
-                failed.result()  # raises the group's error
-            records, _ = ex.call_actor(server.drain)
+            try:
+                failed = next((f for f in run.loops if f.status in ("error", "cancelled")), None)
+                if failed is not None and not run.server_lost():
+                    ex.call_actor_within(ACTOR_TIMEOUT, run.server.stop, "a group failed")
+                    if failed.status == "cancelled":
+                        raise ClusterError(
+                            f"the asynchronous training loop {failed.key} was cancelled (its "
+                            "worker was lost or the cluster is shutting down)"
+                        )
+                    failed.result()  # raises the group's error
+                records, _, run.state = ex.call_actor_within(ACTOR_TIMEOUT, run.server.drain_with_state)
+            except Exception as err:  # noqa: BLE001 - a lost server is told by the scheduler
+                if run.state is None or not run.server_lost(err):
+                    raise
+                run.restart()
+                continue
             feed(records)
             if not stopping and (monitor.stop_requested or (max_time is not None and monitor.elapsed() >= max_time)):
                 reason = "" if monitor.stop_requested else f"reached max_time={max_time} s"
-                ex.call_actor(server.stop, message=reason)
+                ex.call_actor_within(ACTOR_TIMEOUT, run.server.stop, reason)
                 stopping = True
-            if all(f.done() for f in loops):
-                if any(f.status != "finished" for f in loops):
+            if all(f.done() for f in run.loops):
+                if any(f.status != "finished" for f in run.loops):
                     continue  # reported at the top of the loop
                 # every loop returns only once the server has stopped
-                feed(ex.call_actor(server.drain)[0])
-                out = ex.call_actor(server.result)
+                feed(ex.call_actor_within(ACTOR_TIMEOUT, run.server.drain)[0])
+                out = ex.call_actor_within(ACTOR_TIMEOUT, run.server.result)
                 if monitor.stop_requested and not out["error"]:
                     out["converged"] = True
                 return out
             time.sleep(POLL_INTERVAL)
     finally:
-        if not all(f.done() for f in loops):
+        run.close()
+
+
+#: Seconds a poll of the server may take before its worker is suspected lost.
+ACTOR_TIMEOUT = 10.0
+#: Times the parameter server may be restarted after losing its worker, per fit.
+MAX_SERVER_RESTARTS = 3
+
+
+class _AsyncRun:
+    """The server actor and the loops of one asynchronous fit on a cluster."""
+
+    def __init__(self, shards, active, core_args, core_kwargs, seed, obj, group_batch):
+        self.shards, self.active, self.seed, self.obj, self.group_batch = shards, active, seed, obj, group_batch
+        self.core_args, self.core_kwargs = core_args, core_kwargs
+        self.ex = shards.executor
+        self.server_future = self.server = None
+        self.loops = []
+        self.state = None  # the driver's copy of the server state, from the last poll
+        self.restarts = 0
+        self.server_worker = None
+
+    def start(self, core_state):
+        ex, shards = self.ex, self.shards
+        live = set(ex.workers())
+        if not live:
+            raise ClusterError("the cluster has no workers left: the asynchronous fit cannot go on")
+        worker = shards.workers[self.active[0]]
+        if worker not in live:
+            worker = sorted(live)[0]
+        tag = "" if self.restarts == 0 else f"-r{self.restarts}"
+        kwargs = self.core_kwargs if core_state is None else {"core_state": core_state}
+        args = self.core_args if core_state is None else ()
+        self.server_future, self.server = ex.start_actor(
+            ParameterServer, args, kwargs, worker=worker, key=f"dgd-server-{shards.token}{tag}",
+        )
+        self.server_worker = ex.actor_address(self.server_future)
+        link = ServerLink(self.server_worker, self.server_future.key)
+        self.loops = [
+            ex.submit_pinned(
+                async_group_loop, shards.handles[g], link, i, self.obj, self.seed, b,
+                worker=shards.workers[g] if shards.workers[g] in live else worker,
+                key=f"dgd-async-{shards.token}-{i}{tag}",
+            )
+            for i, (g, b) in enumerate(zip(self.active, self.group_batch))
+        ]
+
+    def server_lost(self, err=None):
+        """Whether the server's worker has left the cluster (given the scheduler up to
+        ``dgd.worker-loss-timeout`` seconds to notice, after a connection error)."""
+        import dask
+
+        deadline = time.monotonic() + (float(dask.config.get("dgd.worker-loss-timeout", 10)) if err else 0)
+        while True:
+            if self.server_worker not in set(self.ex.workers()):
+                return True
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(0.1)
+
+    def restart(self):
+        import logging
+
+        if self.restarts >= MAX_SERVER_RESTARTS:
+            raise ClusterError(
+                f"the parameter server's worker was lost {self.restarts + 1} times; giving up"
+            )
+        lost = self.server_worker
+        self._stop_loops()
+        self.restarts += 1
+        state = dict(self.state)
+        state["records"] = []
+        # the loops start afresh: nobody holds parameters of an older version
+        state["pulled"] = [state["version"]] * state["n_groups"]
+        self.start(state)
+        logging.getLogger("dask_dgd").warning(
+            "lost the parameter server's worker %s: restarted on %s from update %d",
+            lost, self.server_worker, state["version"],
+        )
+
+    def _stop_loops(self):
+        for f in self.loops:
+            if not f.done():
+                f.cancel()
+        self.ex.release([self.server_future, getattr(self.server, "_future", None), *self.loops])
+        self.server = self.server_future = None
+
+    def close(self):
+        if self.server is not None and not all(f.done() for f in self.loops):
             try:  # wake loops waiting at the staleness bound, so they return
-                ex.call_actor(server.stop, message="interrupted")
+                self.ex.call_actor_within(ACTOR_TIMEOUT, self.server.stop, "interrupted")
             except Exception:  # noqa: BLE001 - best effort while unwinding
                 pass
-            for f in loops:
-                if not f.done():
-                    f.cancel()
-        # at once, not when the garbage collector gets to the called proxy's cycle
-        ex.release([server_future, getattr(server, "_future", None), *loops])
-        del server, server_future
+        self._stop_loops()

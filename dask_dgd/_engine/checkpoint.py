@@ -21,7 +21,7 @@ import os
 from .._archive import Encoder, decode, read_archive, write_archive
 from ..exceptions import CheckpointError
 
-__all__ = ["Checkpointer", "shard_scratch_get", "shard_scratch_set"]
+__all__ = ["Checkpointer", "data_fingerprint", "stable_repr", "shard_scratch_get", "shard_scratch_set"]
 
 logger = logging.getLogger("dask_dgd")
 
@@ -39,6 +39,47 @@ def shard_scratch_set(shard, scratch, key, value):
         scratch.pop(key, None)
     else:
         scratch[key] = value
+
+
+def shard_weighted_sums(shard):
+    """``(total weight, sum of weight * y)`` of the shard's rows (worker side)."""
+    import numpy as np
+
+    from .._backend import to_numpy
+
+    w_total = wy_total = 0.0
+    for b in shard.blocks:
+        y = to_numpy(b.y).astype(np.float64)
+        w = np.ones(len(y)) if b.sample_weight is None else to_numpy(b.sample_weight).astype(np.float64)
+        w_total += float(w.sum())
+        wy_total += float(w @ y)
+    return w_total, wy_total
+
+
+def data_fingerprint(shards):
+    """What a resumed fit's data must match: rows, features, total weight and weighted
+    target sum (to 10 significant digits: other chunkings round differently)."""
+    sums = shards.map_gather(shard_weighted_sums, name="dgd-checkpoint-data")
+    return {
+        "n_rows": int(shards.n_rows),
+        "n_features": int(shards.n_features),
+        "weight_sum": f"{sum(s[0] for s in sums):.10g}",
+        "weighted_target_sum": f"{sum(s[1] for s in sums):.10g}",
+    }
+
+
+def stable_repr(value):
+    """A description of a parameter that is the same in every process (no addresses)."""
+    import types
+
+    if isinstance(value, (types.FunctionType, types.BuiltinFunctionType, type)):
+        return f"{value.__module__}.{value.__qualname__}"
+    if isinstance(value, dict):
+        return "{" + ", ".join(sorted(f"{stable_repr(k)}: {stable_repr(v)}" for k, v in value.items())) + "}"
+    if isinstance(value, (list, tuple)):
+        return type(value).__name__ + "(" + ", ".join(stable_repr(v) for v in value) + ")"
+    text = repr(value)
+    return text if " at 0x" not in text else type(value).__module__ + "." + type(value).__qualname__
 
 
 class Checkpointer:

@@ -291,6 +291,12 @@ class DaskExecutor:
         with current_client(self.client):
             return method(*args, **kwargs).result()
 
+    def call_actor_within(self, timeout, method, *args):
+        """:meth:`call_actor` that gives up after ``timeout`` seconds (TimeoutError): a
+        call to an actor whose worker has gone may otherwise wait for ever."""
+        with current_client(self.client):
+            return method(*args).result(timeout=timeout)
+
     def submit_pinned(self, fn, *args, worker, key):
         """One task ``fn(*args)`` on ``worker`` (e.g. a long-running training loop)."""
         return self.client.submit(

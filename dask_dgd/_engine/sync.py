@@ -568,7 +568,7 @@ def run_first_order(
 
     A NaN/inf objective (or, full batch, any increase for a :func:`is_descent_method`)
     restores the last accepted parameters and halves the learning rate; ``MAX_BACKOFFS`` halvings
-    in a row raise :class:`DivergenceError`.  An *exploding* objective (above
+    in a row raise :class:`DivergenceError`.  An *exploding* full-batch objective (above
     ``EXPLOSION_FACTOR`` times the initial one, or that many times 1 when the initial one
     is smaller) counts as NaN.  ``on_divergence="raise"`` raises at the first NaN/inf or
     exploding objective instead of backing off.  ``learning_rate="auto"`` replaces the
@@ -627,10 +627,21 @@ def run_first_order(
         evaluator.monitor.records[:0] = saved["records"]
         if evaluator.compressor is not None:
             restore_compression(shards, saved["compression"])
-        good, backoffs = (params, state, value, grad, it), 0
-        converged, message = saved["converged"], saved["message"]
+        good, backoffs = saved["good"], 0
         seed, evaluator.seed = saved["seed"], saved["evaluator_seed"]  # random_state=None draws anew
-    resumed = saved is not None
+    # What a resumed fit does first.  "finished": nothing (it converged, or has done
+    # max_iter already, perhaps a smaller max_iter than before); "update": the saved
+    # state passed every check before it was written, so it is updated at once;
+    # "evaluate": the last epoch's update was made without evaluating it (a fit that
+    # ended at max_iter and is now given more), so it is evaluated and checked first.
+    resume = None
+    if saved is not None:
+        if saved["converged"] or it >= total_steps:
+            resume = "finished"
+            converged, message = saved["converged"], saved["message"]
+        else:
+            resume = "evaluate" if saved.get("phase") == "updated" else "update"
+    phase = "checked"
 
     def loop_state(done):
         return {
@@ -640,15 +651,16 @@ def run_first_order(
             "compression": gather_compression(shards) if evaluator.compressor is not None else None,
             "done": done, "converged": converged, "message": message,
             "seed": tuple(seed), "evaluator_seed": tuple(evaluator.seed), "early": dict(early),
+            "phase": phase, "good": good,
         }
 
     while True:
-        if resumed:
-            # the saved state passed every check before it was written; a finished fit
-            # (the final checkpoint) has nothing left to do
-            resumed, bad = False, False
-            if saved["done"]:
-                break
+        if resume == "finished":
+            break
+        if resume == "evaluate":
+            value, grad, partial, dt = evaluate(params)
+        if resume == "update":
+            bad = False
         else:
             # The whole objective (smooth part + L1): a proximal step may raise the smooth
             # part alone while lowering the sum.
@@ -656,7 +668,8 @@ def run_first_order(
             if first_value is None:
                 first_value = value
             bad = not (math.isfinite(value) and np.all(np.isfinite(grad)))
-            exploded = not bad and value > EXPLOSION_FACTOR * max(abs(first_value), 1.0)
+            # (full batch only: one mini-batch may legitimately be far above the first one)
+            exploded = full_batch and not bad and value > EXPLOSION_FACTOR * max(abs(first_value), 1.0)
             if bad and good is None:
                 raise DivergenceError(
                     f"the objective is not finite at the initial parameters (loss={value}); "
@@ -708,7 +721,7 @@ def run_first_order(
                     if np.max(np.abs(g_map), initial=0.0) <= tol:
                         converged = True
                         break
-                else:
+                elif validator is None:  # with early stopping, the validation score decides
                     n_values += 1
                     if stopper.add(value, n_values // steps_per_epoch):
                         converged = True
@@ -717,6 +730,7 @@ def run_first_order(
                     break
                 if checkpoint is not None and checkpoint.due(it):
                     checkpoint.save(loop_state(done=False))
+        resume = None
         if bad:
             backoffs += 1
             if backoffs > MAX_BACKOFFS:
@@ -735,6 +749,7 @@ def run_first_order(
             params = pen.prox(params, lr, obj)
         it += 1
         if not full_batch and it >= total_steps:
+            phase = "updated"
             break  # the last epoch is complete; a further batch would only be discarded
         value, grad, partial, dt = evaluate(params)
     if checkpoint is not None:

@@ -93,7 +93,8 @@ class Validator:
     ``make_estimator(params)`` giving an estimator that holds ``params``.
     """
 
-    def __init__(self, shards, objective, split_every, scorer=None, make_estimator=None, decode_y=None):
+    def __init__(self, shards, objective, split_every, scorer=None, make_estimator=None, decode_y=None,
+                 columns=None):
         self.shards = shards
         self.objective = objective
         self.split_every = split_every
@@ -103,6 +104,11 @@ class Validator:
         self.data = None
         if scorer is not None:
             X, y, w = _gather_rows(shards)
+            if columns is not None:  # fitted on a DataFrame: score one, with its column names
+                import pandas as pd
+
+                X = (pd.DataFrame.sparse.from_spmatrix(X, columns=columns) if sp.issparse(X)
+                     else pd.DataFrame(X, columns=columns))
             self.data = (X, y if decode_y is None else decode_y(y), w)
 
     def evaluate(self, params):

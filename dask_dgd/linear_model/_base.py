@@ -20,7 +20,7 @@ from sklearn.utils.validation import (
 )
 
 from .._backend import asarray_like, is_sparse
-from .._engine.checkpoint import Checkpointer
+from .._engine.checkpoint import Checkpointer, data_fingerprint, stable_repr
 from .._engine.validation import Validator, snapshot, split_validation
 from .._engine.cluster import build_shardset, get_executor, is_dask_collection
 from .._engine.monitor import Monitor
@@ -104,8 +104,8 @@ SHARED_PARAMS_DOC = """    l1_ratio : float in [0, 1], default=0.0
         Stop after this many seconds of training (any mode and solver); the model is
         then the last parameters reached, with a ConvergenceWarning.
     on_divergence : {"auto", "backoff", "raise"}, default="auto"
-        What a NaN/inf or exploding objective (a million times the initial one) does
-        in first-order training: "backoff" restores the last good parameters and
+        What a NaN/inf objective, or an exploding one (full batch, synchronous: a
+        million times the initial one), does in first-order training: "backoff" restores the last good parameters and
         halves the learning rate (30 halvings in a row raise ``DivergenceError``);
         "raise" raises ``DivergenceError`` at once, naming the step, the loss and the
         remedy.  "auto": "backoff" with ``learning_rate="auto"``, "raise" when you
@@ -493,8 +493,14 @@ class DGDLinearModel(ClientParamMixin, BaseEstimator):
             )
 
     # --------------------------------------------------------------------- fit
-    def _prepare(self, X, y, sample_weight, reset=True):
-        """Validated shards, the summary of the data, and the executor."""
+    def _prepare(self, X, y, sample_weight, reset=True, split=False):
+        """Validated shards and the summary of their data.
+
+        ``split`` (``fit`` with ``early_stopping``): the validation rows are held out
+        first (``shards.validation`` is ``(validation shards, their summaries)``, else
+        None), so the summaries, and all that is derived from them (the starting
+        intercept, class weights), are of the training rows only.
+        """
         X, y, sample_weight = self._validate_fit_input(X, y, sample_weight, reset=reset)
         executor = get_executor(self.client, X)
         shards = build_shardset(
@@ -502,12 +508,18 @@ class DGDLinearModel(ClientParamMixin, BaseEstimator):
             rebalance=self.rebalance, passes=self.max_iter,
         )
         self.skew_report_ = shards.skew_report
-        summaries = shards.map_gather(shard_summary, self._is_classifier(), name="dgd-summary")
         if shards.n_rows == 0:
+            shards.map_gather(shard_summary, self._is_classifier(), name="dgd-summary")  # bad blocks first
             raise InputError(
                 f"Found array with 0 sample(s) (shape=(0, {shards.n_features})) while a "
                 f"minimum of 1 is required by {type(self).__name__}"
             )
+        validation = None
+        if split and self.early_stopping:
+            shards, val_shards = self._validation(self._resolve_solver()[0], shards)
+            validation = (val_shards, val_shards.map_gather(shard_summary, self._is_classifier(), name="dgd-summary"))
+        summaries = shards.map_gather(shard_summary, self._is_classifier(), name="dgd-summary")
+        shards.validation = validation
         if sum(s["weight_sum"] for s in summaries) <= 0:
             raise InputError(
                 "Sample weights must contain at least one non-zero number: the total "
@@ -583,23 +595,20 @@ class DGDLinearModel(ClientParamMixin, BaseEstimator):
         skip = {"max_iter", "tol", "max_time", "verbose", "callbacks", "client", "checkpoint",
                 "checkpoint_every", "warm_start", "rebalance", "split_every"}
         params = {
-            k: ("RandomState" if isinstance(v, np.random.RandomState) else repr(v))
+            k: ("RandomState" if isinstance(v, np.random.RandomState) else stable_repr(v))
             for k, v in sorted(self.get_params(deep=False).items()) if k not in skip
         }
         fingerprint = {
             "estimator": type(self).__name__,
             **{f"parameter {k}": v for k, v in params.items()},
-            "n_rows": int(shards.n_rows),
-            "n_features": int(shards.n_features),
+            **data_fingerprint(shards),
             "blocks": [int(r) for r in shards.block_rows] if solver == "sgd" else len(shards.block_rows),
             "classes": repr(getattr(self, "classes_", None)),
         }
         return Checkpointer(self.checkpoint, self.checkpoint_every, fingerprint, resume)
 
     def _validation(self, solver, shards):
-        """``(training shards, validation shards or None)``."""
-        if not self.early_stopping:
-            return shards, None
+        """``(training shards, validation shards)``: the split of early stopping."""
         if solver not in ("gd", "sgd") or self.mode != "sync":
             raise ParameterError(
                 f"early_stopping needs synchronous first-order training (solver='gd' or 'sgd', "
@@ -625,11 +634,12 @@ class DGDLinearModel(ClientParamMixin, BaseEstimator):
         return Validator(
             val_shards, objective, split_every, scorer=scorer,
             make_estimator=lambda params: snapshot(self, objective, params), decode_y=decode,
+            columns=getattr(self, "feature_names_in_", None),
         )
 
     def _run(self, shards, objective, baseline, resume=False):
         solver, optimizer = self._resolve_solver()
-        shards, val_shards = self._validation(solver, shards)
+        val_shards = shards.validation[0] if getattr(shards, "validation", None) else None
         checkpoint = self._checkpointer(solver, shards, resume)
         params0 = self._initial_params(objective, baseline)
         if solver == "lbfgs":

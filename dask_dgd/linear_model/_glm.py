@@ -112,7 +112,7 @@ class _Regressor(RegressorMixin, DGDLinearModel):
             The fitted estimator.
         """
         self._validate_params()
-        shards, summaries = self._prepare(X, y, sample_weight)
+        shards, summaries = self._prepare(X, y, sample_weight, split=True)
         baseline = self._check_target(summaries)
         self._run(shards, self._objective(self.n_features_in_), baseline, resume=resume)
         return self

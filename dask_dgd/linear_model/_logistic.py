@@ -209,8 +209,19 @@ class LogisticRegression(ClassifierMixin, DGDLinearModel):
                 f"{type(self).__name__} needs samples of at least 2 classes in the data, "
                 f"but the data contains only one class: {classes.tolist()[0]!r}"
             )
+        validation = getattr(shards, "validation", None)
+        missing = classes[counts == 0]
+        if validation is not None and len(missing):
+            raise InputError(
+                f"classes {missing.tolist()} have no rows left for training after holding out "
+                f"validation_fraction={self.validation_fraction}; use a smaller "
+                "validation_fraction or early_stopping=False"
+            )
         cw = self._class_weights(classes, counts)
         shards = shards.transform(encode_shard, classes, cw, name="dgd-encode")
+        if validation is not None:
+            validation = (validation[0].transform(encode_shard, classes, cw, name="dgd-encode"), validation[1])
+        shards.validation = validation
         K = len(classes)
         loss = BinaryLogistic() if K == 2 else MultinomialLogistic(K)
         weighted = counts * (1.0 if cw is None else cw)
@@ -240,8 +251,12 @@ class LogisticRegression(ClassifierMixin, DGDLinearModel):
         self : object
         """
         self._validate_params()
-        shards, summaries = self._prepare(X, y, sample_weight)
-        classes, counts = self._labels(summaries)
+        shards, summaries = self._prepare(X, y, sample_weight, split=True)
+        # the classes of all rows; the counts (start, "balanced" weights) of the training rows
+        held_out = [] if shards.validation is None else [
+            {**s, "label_counts": np.zeros_like(s["label_counts"])} for s in shards.validation[1]
+        ]
+        classes, counts = self._labels(summaries + held_out)
         shards, objective, baseline = self._setup(shards, classes, counts)
         self.classes_ = classes
         self._run(shards, objective, baseline, resume=resume)

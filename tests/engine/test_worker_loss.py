@@ -5,6 +5,7 @@ kill); the victim is killed by its pid from a thread, half-way through the time 
 undisturbed fit takes.
 """
 
+import contextlib
 import logging
 import os
 import signal
@@ -103,3 +104,86 @@ def test_scattered_input_cannot_survive_and_says_why(process_client, data):
         est.fit(X, y)  # in-memory input: scattered to the workers, nowhere else to recompute it from
     killer.join()
     process_client.wait_for_workers(3, timeout=60)
+
+
+# ------------------------------------------------------------------ asynchronous fits
+_VICTIM = {}
+
+
+def _server_actors(dask_worker):
+    return [str(k) for k in dask_worker.state.actors if str(k).startswith("dgd-server-")]
+
+
+def _kill_at_step_30(record):
+    """From the driver, once the fit is under way: kill the worker holding the parameter
+    server, or another one (a loop's), as ``_VICTIM["which"]`` says."""
+    if record["step"] < 30 or "client" not in _VICTIM:
+        return
+    client = _VICTIM.pop("client")
+    holders = {w for w, keys in client.run(_server_actors).items() if keys}
+    (server,) = holders
+    workers = sorted(client.scheduler_info()["workers"])
+    target = server if _VICTIM["which"] == "server" else next(w for w in workers if w != server)
+    pid = client.run(os.getpid, workers=[target])[target]
+    _VICTIM["killed"] = target
+    os.kill(pid, signal.SIGKILL)
+
+
+def _async_fit(client, Xd, yd, **kw):
+    # a fixed, modest step: a few hundred updates, so the kill lands mid-fit
+    params = dict(solver="gd", mode="async", max_iter=300, tol=0.0, max_staleness=2, learning_rate=0.2)
+    return LogisticRegression(client=client, **params, **kw).fit(Xd, yd)
+
+
+@pytest.mark.parametrize("which", ["loop", "server"])
+def test_async_fit_survives_a_killed_worker(process_client, data, caplog, which):
+    _, _, Xd, yd = data
+    ref = _async_fit(process_client, Xd, yd)
+    _VICTIM.clear()
+    _VICTIM.update(client=process_client, which=which)
+    with caplog.at_level(logging.WARNING, logger="dask_dgd"):
+        est = _async_fit(process_client, Xd, yd, callbacks=[_kill_at_step_30])
+    target = _VICTIM["killed"]  # the kill happened during the fit ...
+    assert est.history_["step"].iloc[-1] > 100  # ... and the fit went on well after it
+    if which == "server":
+        assert any("lost the parameter server's worker" in r.getMessage() and target in r.getMessage()
+                   for r in caplog.records)
+    # nothing lost: the optimum of the undisturbed asynchronous fit, within its noise
+    np.testing.assert_allclose(est.coef_, ref.coef_, atol=2e-3)
+    process_client.wait_for_workers(3, timeout=60)
+
+
+@pytest.mark.parametrize("mode", ["sync", "async"])
+def test_losing_every_worker_is_a_clear_error_not_a_hang(mode):
+    import dask
+
+    from dask_dgd.exceptions import ClusterError
+
+    X = np.random.default_rng(1).standard_normal((20_000, 5))
+    y = (X[:, 0] > 0).astype(float)
+    cluster = LocalCluster(n_workers=2, threads_per_worker=1, processes=False, dashboard_address=":0",
+                           silence_logs=logging.CRITICAL)
+    client = Client(cluster, set_as_default=False)
+    try:
+        _CLUSTER["cluster"] = cluster
+        t0 = time.perf_counter()
+        with dask.config.set({"dgd.worker-timeout": 3}), pytest.raises(ClusterError, match="has no workers"):
+            LogisticRegression(client=client, solver="gd", mode=mode, max_iter=100_000, tol=0.0, learning_rate=0.01,
+                               callbacks=[_close_all_workers_at_step_5]).fit(
+                da.from_array(X, chunks=(2500, -1)), da.from_array(y, chunks=2500))
+        assert time.perf_counter() - t0 < 60
+    finally:
+        client.close()
+        # distributed's LocalCluster may trip on its own record of the workers that
+        # scale(0) removed (KeyError in _update_worker_status) while closing
+        with contextlib.suppress(KeyError):
+            cluster.close()
+
+
+_CLUSTER = {}
+
+
+def _close_all_workers_at_step_5(record):
+    if record["step"] >= 5 and "cluster" in _CLUSTER:
+        cluster = _CLUSTER.pop("cluster")
+        threading.Thread(target=cluster.scale, args=(0,)).start()
