@@ -1,5 +1,6 @@
 """Checkpoints: interrupt a fit, resume it, get the uninterrupted result; bad files refused."""
 
+import logging
 import os
 import pickle
 import warnings
@@ -10,6 +11,7 @@ import pytest
 
 from dask_dgd import CheckpointError, ConvergenceWarning, DivergenceError, LinearRegression, LogisticRegression
 from dask_dgd import ParameterError, PoissonRegressor, optim
+from dask_dgd._archive import decode, read_archive
 
 rng = np.random.default_rng(0)
 X = rng.standard_normal((3000, 5))
@@ -30,6 +32,14 @@ class StopAt:
     def __call__(self, record):
         if record["step"] == self.step:
             raise Interrupted(f"interrupted at step {self.step}")
+
+
+class StopAfter(StopAt):
+    """Raise at the first record at or past the step (asynchronous records skip steps)."""
+
+    def __call__(self, record):
+        if record["step"] >= self.step:
+            raise Interrupted(f"interrupted at step {record['step']}")
 
 
 CASES = {
@@ -144,9 +154,9 @@ def test_flipped_truncated_and_pickled_checkpoints_are_refused(tmp_path):
 
 
 def test_checkpoint_parameter_errors(tmp_path):
-    with pytest.raises(ParameterError, match=r"checkpoints are written by synchronous first-order training .* got solver='lbfgs', mode='sync'"):
+    with pytest.raises(ParameterError, match=r"checkpoints are written by first-order training in the sync or async mode .* got solver=.lbfgs., mode=.sync."):
         LinearRegression(checkpoint=tmp_path).fit(X, X[:, 0])
-    with pytest.raises(ParameterError, match=r"got solver='gd', mode='local'"):
+    with pytest.raises(ParameterError, match=r"got solver=.gd., mode=.local..*local SGD keeps its optimizer states on the workers"):
         LinearRegression(solver="gd", mode="local", checkpoint=tmp_path).fit(X, X[:, 0])
     with pytest.raises(ParameterError, match=r"resume=True needs checkpoint=<folder>"):
         LinearRegression().fit(X, X[:, 0], resume=True)
@@ -236,3 +246,36 @@ def test_fingerprint_covers_weights_and_is_the_same_in_every_process(tmp_path):
     # functions by name (not address), dicts whatever their order
     assert stable_repr(stable_repr) == "dask_dgd._engine.checkpoint.stable_repr"
     assert stable_repr({1: 2.0, 0: 1.0}) == stable_repr({0: 1.0, 1: 2.0})
+
+
+# ------------------------------------------------------------------ asynchronous fits
+@pytest.mark.parametrize("where", ["cluster", "in-process"])
+def test_async_interrupted_and_resumed_reaches_the_uninterrupted_optimum(tmp_path, client, where, caplog):
+    y = X @ [1.0, 2.0, 0.0, -1.0, 0.5] + 0.1 * rng.standard_normal(3000)
+    Xf, yf = client.persist(_dask(y)) if where == "cluster" else (X, y)
+    kw = dict(solver="gd", mode="async", optimizer="sgd", learning_rate=0.1, max_iter=150, tol=0.0,
+              max_staleness=1, **({"client": client} if where == "cluster" else {}))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        ref = LinearRegression(**kw).fit(Xf, yf)
+        folder = tmp_path / "ckpt"
+        with pytest.raises(Interrupted):
+            LinearRegression(**kw, checkpoint=folder, checkpoint_every=20, callbacks=[StopAfter(60)]).fit(Xf, yf)
+        content, arrays = read_archive(folder / "checkpoint.npz", "checkpoint")
+        at = decode(content["state"], arrays)["core"]["version"]
+        assert at >= 20  # written during the interrupted fit (at a poll: updates come in batches)
+        with caplog.at_level(logging.INFO, logger="dask_dgd"):
+            resumed = LinearRegression(**kw, checkpoint=folder, checkpoint_every=20).fit(Xf, yf, resume=True)
+    assert any(f"(step {at + 1})" in r.getMessage() for r in caplog.records if "resuming from" in r.getMessage())
+    # the history before the checkpoint is the interrupted fit's, kept
+    assert (resumed.history_["step"] <= at + 1).sum() >= 1
+
+    content, arrays = read_archive(folder / "checkpoint.npz", "checkpoint")
+    assert decode(content["state"], arrays)["done"]
+    steps = resumed.history_["step"].to_numpy()
+    assert steps[0] == 1 and np.all(np.diff(steps) >= 0) and steps[-1] > 60
+    # asynchronous: the same optimum within the mode's tolerance, not the same updates
+    exact = np.linalg.lstsq(np.c_[X, np.ones(3000)], y, rcond=None)[0]
+    np.testing.assert_allclose(resumed.coef_, exact[:5], atol=2e-3)
+    np.testing.assert_allclose(resumed.coef_, ref.coef_, atol=2e-3)
+    assert resumed.n_iter_ <= 150

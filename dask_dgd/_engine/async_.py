@@ -449,9 +449,16 @@ def run_async(
     max_staleness=None,
     staleness_scaling=False,
     on_divergence="backoff",
+    checkpoint=None,
 ):
     """Asynchronous training until ``max_iter`` epochs, the ``tol`` criterion,
-    ``max_time`` seconds or a callback's stop (see the module docstring)."""
+    ``max_time`` seconds or a callback's stop (see the module docstring).
+
+    ``checkpoint``: a :class:`~.checkpoint.Checkpointer`; the server's state (parameters,
+    optimizer and its state, version, clocks, rows seen, stopping rule) is written every
+    ``checkpoint.every`` server updates and at the end, from the copy the driver takes
+    at each poll.  A resumed fit starts a new server from it; being asynchronous, it
+    continues the same optimisation, not the same sequence of updates."""
     obj, pen, shards, monitor = evaluator.objective, evaluator.penalty, evaluator.shards, evaluator.monitor
     max_time = evaluator.max_time
     seed = tuple(seed)
@@ -464,10 +471,24 @@ def run_async(
     # it can, and every push is an update along the others' stale sums.
     group_rows = [int(sum(shards.block_rows[b] for b in g)) for g in shards.groups]
     active = [g for g, r in enumerate(group_rows) if r > 0]
-    optimizer = first_order_start(
-        evaluator, params, optimizer, batch_size=batch_size, seed=seed,
-        learning_rate=learning_rate, divide=len(active),
-    )
+    saved = checkpoint.load() if checkpoint is not None else None
+    if saved is None:
+        optimizer = first_order_start(
+            evaluator, params, optimizer, batch_size=batch_size, seed=seed,
+            learning_rate=learning_rate, divide=len(active),
+        )
+    else:
+        seed = tuple(saved["seed"])
+        monitor.records[:0] = saved["records"]
+        evaluator.n_steps = saved["step0"]
+        if saved["done"]:
+            out = saved["result"]
+            evaluator.n_steps = saved["step0"] + out["updates"]
+            return FitResult(
+                params=np.asarray(out["params"], dtype=np.float64), n_iter=out["epochs"],
+                converged=out["converged"], n_steps=evaluator.n_steps, optimizer=out["optimizer"],
+                opt_state=out["state"], message=out["message"],
+            )
     group_batch = [
         None if full_batch else max(1, round(batch_size * group_rows[g] / shards.n_rows))
         for g in active
@@ -484,18 +505,43 @@ def run_async(
         max_backoffs=0 if on_divergence == "raise" else MAX_BACKOFFS,
     )
     step0 = evaluator.n_steps
+    core_state = None if saved is None else _resumed_core(saved["core"], obj, pen, len(active), core_kwargs)
+    progress = {"saved": -1 if saved is None else saved["core"]["version"]}
+
+    def shifted(records):
+        return [{**rec, "step": rec["step"] + step0} for rec in records]
 
     def feed(records):
-        for rec in records:
-            rec = dict(rec)
-            rec["step"] += step0
+        for rec in shifted(records):
             monitor.record(**rec)
 
+    def write(state, done=False, result=None, pending=()):
+        """The server ``state`` and the history up to it: the records fed so far and
+        ``pending``, those drained with the state and not fed yet."""
+        records = list(monitor.records) + [monitor.make_record(**rec) for rec in shifted(pending)]
+        checkpoint.save({
+            "mode": "async", "core": _saveable_core(state), "records": records, "step0": step0,
+            "seed": seed, "done": done, "result": result, "n_steps": step0 + state["version"],
+        })
+        progress["saved"] = state["version"]
+
+    def on_state(state, pending):
+        """After every poll, before its records reach the callbacks (one may stop or
+        interrupt the fit): a checkpoint every ``checkpoint.every`` updates."""
+        if checkpoint is not None and state["version"] - progress["saved"] >= checkpoint.every and not state["stopped"]:
+            write(state, pending=pending)
+
     if shards.executor.kind != "dask":
-        core = ServerCore(*core_args, **core_kwargs)
+        if core_state is None:
+            core = ServerCore(*core_args, **core_kwargs)
+        else:
+            core = ServerCore.__new__(ServerCore)
+            core.__dict__.update(core_state)
 
         def on_records(c):
-            feed(c.drain()[0])
+            records = c.drain()[0]
+            on_state(vars(c), records)
+            feed(records)
             if monitor.stop_requested:
                 c.stop(converged=True)
 
@@ -504,10 +550,14 @@ def run_async(
             async_group_loop(shards.handles[g], server, i, obj, seed, b)
         on_records(core)
         out = core.result()
+        final_state = dict(vars(core))
     else:
-        out = _run_on_cluster(
-            shards, active, core_args, core_kwargs, seed, obj, group_batch, feed, monitor, max_time
+        out, final_state = _run_on_cluster(
+            shards, active, core_args, core_kwargs, seed, obj, group_batch, feed, monitor, max_time,
+            core_state=core_state, on_state=on_state,
         )
+    if checkpoint is not None and out["error"] is None:
+        write(final_state, done=True, result=out)
     evaluator.n_steps = step0 + out["updates"]
     if out["error"] is not None:
         raise DivergenceError(out["error"])
@@ -522,7 +572,33 @@ def run_async(
     )
 
 
-def _run_on_cluster(shards, active, core_args, core_kwargs, seed, obj, group_batch, feed, monitor, max_time):
+#: Server fields not written to checkpoints: the objective and penalty come from the
+#: resumed fit itself, the records from the driver's history.
+_NOT_CHECKPOINTED = ("objective", "penalty", "decay_mask", "records", "_round")
+
+
+def _saveable_core(state):
+    return {k: v for k, v in state.items() if k not in _NOT_CHECKPOINTED}
+
+
+def _resumed_core(saved, objective, penalty, n_groups, core_kwargs):
+    """A server state to restart from: the saved one, with this fit's objective, time
+    limit and group count (the per-group memory starts afresh if the count changed)."""
+    state = dict(saved)
+    state.update(
+        objective=objective, penalty=penalty, decay_mask=penalty.mask(objective), records=[], _round=[],
+        start_wall=time.time(), max_time=core_kwargs["max_time"], max_epochs=core_kwargs["max_epochs"],
+        stopped=False, converged=False, message="", error=None,
+    )
+    if state["n_groups"] != n_groups:
+        state.update(n_groups=n_groups, clock=[0] * n_groups, lead=[0] * n_groups,
+                     latest=[None] * n_groups)
+    state["pulled"] = [state["version"]] * n_groups
+    return state
+
+
+def _run_on_cluster(shards, active, core_args, core_kwargs, seed, obj, group_batch, feed, monitor, max_time,
+                    core_state=None, on_state=None):
     """Start the server and the loops; poll; survive lost workers.
 
     A loop whose worker dies is rerun by Dask on another worker (its shard recomputed
@@ -537,7 +613,7 @@ def _run_on_cluster(shards, active, core_args, core_kwargs, seed, obj, group_bat
     run = _AsyncRun(shards, active, core_args, core_kwargs, seed, obj, group_batch)
     stopping = False
     try:
-        run.start(None)
+        run.start(core_state)
         while True:
             try:
                 failed = next((f for f in run.loops if f.status in ("error", "cancelled")), None)
@@ -555,6 +631,8 @@ def _run_on_cluster(shards, active, core_args, core_kwargs, seed, obj, group_bat
                     raise
                 run.restart()
                 continue
+            if on_state is not None:
+                on_state(run.state, records)
             feed(records)
             if not stopping and (monitor.stop_requested or (max_time is not None and monitor.elapsed() >= max_time)):
                 reason = "" if monitor.stop_requested else f"reached max_time={max_time} s"
@@ -564,11 +642,12 @@ def _run_on_cluster(shards, active, core_args, core_kwargs, seed, obj, group_bat
                 if any(f.status != "finished" for f in run.loops):
                     continue  # reported at the top of the loop
                 # every loop returns only once the server has stopped
-                feed(ex.call_actor_within(ACTOR_TIMEOUT, run.server.drain)[0])
+                records, _, final_state = ex.call_actor_within(ACTOR_TIMEOUT, run.server.drain_with_state)
+                feed(records)
                 out = ex.call_actor_within(ACTOR_TIMEOUT, run.server.result)
                 if monitor.stop_requested and not out["error"]:
                     out["converged"] = True
-                return out
+                return out, final_state
             time.sleep(POLL_INTERVAL)
     finally:
         run.close()

@@ -66,12 +66,17 @@ class Monitor:
     def elapsed(self):
         return time.perf_counter() - self.t0
 
-    def record(self, **fields):
+    def make_record(self, **fields):
+        """The record :meth:`record` would add, without adding it."""
         rec = {name: fields.get(name) for name in RECORD_FIELDS}
         # Records made elsewhere (the parameter server) carry their wall-clock stamp.
         rec["time"] = fields["wall"] - self.wall0 if "wall" in fields else self.elapsed()
         # optional fields (the validation scores of early stopping) follow the fixed ones
         rec.update({k: v for k, v in fields.items() if k not in rec and k != "wall"})
+        return rec
+
+    def record(self, **fields):
+        rec = self.make_record(**fields)
         self.records.append(rec)
         if self._bar is not None:
             self._bar.update(1)

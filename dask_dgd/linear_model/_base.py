@@ -111,11 +111,13 @@ SHARED_PARAMS_DOC = """    l1_ratio : float in [0, 1], default=0.0
         remedy.  "auto": "backoff" with ``learning_rate="auto"``, "raise" when you
         chose the learning rate (or the optimizer object's).
     checkpoint : str, path or None, default=None
-        A folder where synchronous "gd"/"sgd" training writes ``checkpoint.npz`` every
+        A folder where "gd"/"sgd" training writes ``checkpoint.npz`` every
         ``checkpoint_every`` steps and at the end: parameters, optimizer and its state,
-        counters, seed, history and compression residuals, in dask_dgd's safe format
-        (NumPy ``.npz`` + JSON, checksummed, no pickle, written atomically).
-        ``fit(X, y, resume=True)`` continues from it exactly.
+        counters, seed, history and compression residuals (mode "async": the parameter
+        server's state), in dask_dgd's safe format (NumPy ``.npz`` + JSON, checksummed,
+        no pickle, written atomically).  ``fit(X, y, resume=True)`` continues from it:
+        exactly in mode "sync", to the same optimum in mode "async".  Not for
+        "lbfgs"/"newton" or mode "local".
     checkpoint_every : int, default=10
         Steps (updates) between checkpoints.
     early_stopping : bool, default=False
@@ -585,12 +587,13 @@ class DGDLinearModel(ClientParamMixin, BaseEstimator):
                 "early_stopping with a checkpoint needs an int random_state: the validation "
                 "split must be the same when the fit resumes"
             )
-        if solver not in ("gd", "sgd") or self.mode != "sync":
+        if solver not in ("gd", "sgd") or self.mode == "local":
             raise ParameterError(
-                f"checkpoints are written by synchronous first-order training (solver='gd' or "
-                f"'sgd', mode='sync'); got solver={solver!r}, mode={self.mode!r}.  L-BFGS and "
-                "Newton keep their curvature memory inside SciPy, where it cannot be saved: "
-                "use solver='gd' (e.g. optimizer='adam') to checkpoint"
+                f"checkpoints are written by first-order training in the sync or async mode "
+                f"(solver='gd' or 'sgd'); got solver={solver!r}, mode={self.mode!r}.  L-BFGS and "
+                "Newton keep their curvature memory inside SciPy, where it cannot be saved, and "
+                "local SGD keeps its optimizer states on the workers: use solver='gd' (e.g. "
+                "optimizer='adam') in mode 'sync' or 'async' to checkpoint"
             )
         skip = {"max_iter", "tol", "max_time", "verbose", "callbacks", "client", "checkpoint",
                 "checkpoint_every", "warm_start", "rebalance", "split_every"}
@@ -682,6 +685,7 @@ class DGDLinearModel(ClientParamMixin, BaseEstimator):
                         optimizer,
                         max_staleness=self.max_staleness,
                         staleness_scaling=self.staleness_scaling,
+                        checkpoint=checkpoint,
                         **common,
                     )
 
