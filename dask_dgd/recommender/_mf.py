@@ -5,6 +5,7 @@ import numbers
 import numpy as np
 
 from .._validation import Interval, Options
+from ..exceptions import InputError
 from ._base import FactorizationBase
 from ._metrics import evaluate_ranking
 
@@ -182,6 +183,14 @@ class MatrixFactorization(FactorizationBase):
             frame = frame.compute()
         pred = self._score_part(frame)
         r = frame[cols[2]].to_numpy(dtype=np.float64)
+        bad = int(np.count_nonzero(~np.isfinite(r)))
+        if bad:
+            raise InputError(
+                f"{bad} values of the {cols[2]!r} column are NaN or infinite; drop or fill them "
+                "before scoring"
+            )
+        if len(r) == 0:
+            raise InputError("the ratings to score are empty (0 rows)")
         return -float(np.sqrt(np.mean((pred - r) ** 2)))
 
 

@@ -352,6 +352,16 @@ def test_bad_shapes_and_parameters():
         ImplicitMatrixFactorization(loss="wls", rating_col="rating").fit(_small().assign(rating=[1.0, -1.0, 0.0]))
 
 
+def test_score_refuses_nan_and_empty_ratings():
+    mf = MatrixFactorization(n_components=2, max_iter=3, random_state=0)
+    _quiet_fit(mf, _small())
+    assert mf.score(_small()) <= 0
+    with pytest.raises(InputError, match=r"1 values of the 'rating' column are NaN or infinite; drop or fill them before scoring"):
+        mf.score(_small().assign(rating=[1.0, np.nan, 2.0]))
+    with pytest.raises(InputError, match=r"the ratings to score are empty \(0 rows\)"):
+        mf.score(_small().iloc[:0])
+
+
 def test_recommend_errors():
     mf = MatrixFactorization(n_components=2, max_iter=3, random_state=0)
     _quiet_fit(mf, _small())
