@@ -41,31 +41,12 @@ def shard_scratch_set(shard, scratch, key, value):
         scratch[key] = value
 
 
-def shard_weighted_sums(shard):
-    """``(total weight, sum of weight * y)`` of the shard's rows (worker side)."""
-    import numpy as np
-
-    from .._backend import to_numpy
-
-    w_total = wy_total = 0.0
-    for b in shard.blocks:
-        y = to_numpy(b.y).astype(np.float64)
-        w = np.ones(len(y)) if b.sample_weight is None else to_numpy(b.sample_weight).astype(np.float64)
-        w_total += float(w.sum())
-        wy_total += float(w @ y)
-    return w_total, wy_total
-
-
 def data_fingerprint(shards):
-    """What a resumed fit's data must match: rows, features, total weight and weighted
-    target sum (to 10 significant digits: other chunkings round differently)."""
-    sums = shards.map_gather(shard_weighted_sums, name="dgd-checkpoint-data")
-    return {
-        "n_rows": int(shards.n_rows),
-        "n_features": int(shards.n_features),
-        "weight_sum": f"{sum(s[0] for s in sums):.10g}",
-        "weighted_target_sum": f"{sum(s[1] for s in sums):.10g}",
-    }
+    """What a resumed fit's data must match: rows, features, and the totals of the
+    setup's summaries (``shards.totals``: total weight, weighted target sum or label
+    counts), floats to 10 significant digits (other chunkings round differently)."""
+    totals = {k: (f"{v:.10g}" if isinstance(v, float) else v) for k, v in getattr(shards, "totals", {}).items()}
+    return {"n_rows": int(shards.n_rows), "n_features": int(shards.n_features), **totals}
 
 
 def stable_repr(value):
@@ -104,7 +85,6 @@ class Checkpointer:
         self.every = int(every)
         self.fingerprint = fingerprint
         self.resume = bool(resume)
-        self.n_written = 0
 
     def due(self, iteration):
         return iteration > 0 and iteration % self.every == 0
@@ -139,7 +119,6 @@ class Checkpointer:
         enc = Encoder()
         content = {"fingerprint": self.fingerprint, "state": enc(state)}
         write_archive(self.path, "checkpoint", content, enc.arrays)
-        self.n_written += 1
 
 
 def gather_compression(shards):

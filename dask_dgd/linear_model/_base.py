@@ -522,6 +522,15 @@ class DGDLinearModel(ClientParamMixin, BaseEstimator):
             validation = (val_shards, val_shards.map_gather(shard_summary, self._is_classifier(), name="dgd-summary"))
         summaries = shards.map_gather(shard_summary, self._is_classifier(), name="dgd-summary")
         shards.validation = validation
+        shards.totals = {"weight_sum": float(sum(s["weight_sum"] for s in summaries))}
+        if self._is_classifier():
+            counts = {}
+            for s in summaries:
+                for label, n in zip(s.get("labels", ()), s.get("label_counts", ())):
+                    counts[label] = counts.get(label, 0) + int(n)
+            shards.totals["label_counts"] = repr(sorted(counts.items(), key=repr))
+        else:
+            shards.totals["weighted_target_sum"] = float(sum(s["wy_sum"] for s in summaries))
         if sum(s["weight_sum"] for s in summaries) <= 0:
             raise InputError(
                 "Sample weights must contain at least one non-zero number: the total "

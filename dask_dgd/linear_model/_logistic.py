@@ -209,7 +209,7 @@ class LogisticRegression(ClassifierMixin, DGDLinearModel):
                 f"{type(self).__name__} needs samples of at least 2 classes in the data, "
                 f"but the data contains only one class: {classes.tolist()[0]!r}"
             )
-        validation = getattr(shards, "validation", None)
+        validation, totals = getattr(shards, "validation", None), getattr(shards, "totals", {})
         missing = classes[counts == 0]
         if validation is not None and len(missing):
             raise InputError(
@@ -221,7 +221,7 @@ class LogisticRegression(ClassifierMixin, DGDLinearModel):
         shards = shards.transform(encode_shard, classes, cw, name="dgd-encode")
         if validation is not None:
             validation = (validation[0].transform(encode_shard, classes, cw, name="dgd-encode"), validation[1])
-        shards.validation = validation
+        shards.validation, shards.totals = validation, totals
         K = len(classes)
         loss = BinaryLogistic() if K == 2 else MultinomialLogistic(K)
         weighted = counts * (1.0 if cw is None else cw)
