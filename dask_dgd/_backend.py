@@ -13,7 +13,7 @@ import array_api_compat.numpy  # noqa: F401  (get_namespace() of nothing returns
 import numpy as np
 import scipy.sparse as sp
 
-__all__ = ["get_namespace", "is_sparse", "to_numpy", "asarray_like"]
+__all__ = ["get_namespace", "is_sparse", "to_numpy", "asarray_like", "finfo_max", "dtype_name", "take_rows"]
 
 
 def _cupyx_sparse():
@@ -59,14 +59,46 @@ def to_numpy(x):
         return x.get()
     if is_sparse(x):
         return x.get() if hasattr(x, "get") else x
+    if hasattr(x, "__array_namespace__") and array_api_compat.is_array_api_strict_namespace(x.__array_namespace__()):
+        import array_api_strict as xps  # its arrays off the CPU device refuse np.asarray
+
+        x = x.to_device(xps.Device("CPU_DEVICE"))
     return np.asarray(x)
 
 
-def asarray_like(values, like):
-    """``values`` (NumPy) moved to the namespace and device of ``like``."""
+def asarray_like(values, like, dtype=None):
+    """``values`` (NumPy) moved to the namespace and device of ``like`` (one copy to
+    the device; none for NumPy), as ``dtype`` if given (a dtype of that namespace)."""
     xp = get_namespace(like)
     if array_api_compat.is_numpy_namespace(xp):
-        return np.asarray(values)
+        return np.asarray(values, dtype=dtype)
     device = None if is_sparse(like) else array_api_compat.device(like)
-    return xp.asarray(values, device=device)
+    return xp.asarray(values, dtype=dtype, device=device)
 
+
+def finfo_max(dtype, like):
+    """Largest finite number of the floating ``dtype`` of the array ``like``."""
+    if is_sparse(like):
+        return float(np.finfo(like.dtype).max)
+    return float(get_namespace(like).finfo(dtype).max)
+
+
+def dtype_name(dtype):
+    """``"float64"``-style name of a dtype of any namespace."""
+    try:
+        return np.dtype(dtype).name
+    except TypeError:  # array_api_strict dtypes are not NumPy dtypes
+        return str(dtype).rsplit(".", 1)[-1].strip("'>)")
+
+
+
+def take_rows(a, rows):
+    """Rows ``rows`` (host NumPy integer indices or boolean mask) of the block ``a``,
+    in ``a``'s namespace and on its device (the indices are moved there, once)."""
+    rows = np.asarray(rows)
+    if rows.dtype == bool:
+        rows = np.flatnonzero(rows)
+    if isinstance(a, np.ndarray) or is_sparse(a):
+        return a[rows]
+    xp = get_namespace(a)
+    return xp.take(a, asarray_like(rows.astype(np.int64), a), axis=0)

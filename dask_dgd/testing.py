@@ -3,13 +3,21 @@
 :func:`straggler` slows one worker down, the classic failure of synchronous training,
 so that the training modes can be compared under it; :func:`failing_worker` makes the
 computations on one worker raise, to check that training stops with the error.
+:func:`on_array_api_strict` turns the blocks of an array into ``array_api_strict``
+arrays on a device of their own, so a pipeline can be checked for NumPy-only calls and
+host/device mixing without a GPU.
 """
 
 from contextlib import contextmanager
 
+import numpy as np
+
 from ._engine.shards import set_failure, set_slowdown
 
-__all__ = ["straggler", "failing_worker"]
+__all__ = ["straggler", "failing_worker", "on_array_api_strict", "STRICT_DEVICE"]
+
+#: The ``array_api_strict`` device :func:`on_array_api_strict` puts blocks on.
+STRICT_DEVICE = "device1"
 
 
 def _check(client, worker):
@@ -81,3 +89,45 @@ def failing_worker(client, worker, after=0, message="injected failure"):
         yield worker
     finally:
         client.run(set_failure, None, "", workers=[worker])
+
+
+def _strict_block(block, device):
+    import array_api_strict as xps
+
+    return xps.asarray(block, device=xps.Device(device))
+
+
+def on_array_api_strict(x, device=STRICT_DEVICE):
+    """``x`` with every block an ``array_api_strict`` array on ``device``.
+
+    ``array_api_strict`` is the reference implementation of the Array API: it has no
+    NumPy-only functions or methods, and refuses to mix arrays of different devices.
+    Training or predicting on such blocks fails on any NumPy-only call and on any
+    parameter that was not moved to the block's device, like CuPy would on a GPU.
+
+    Parameters
+    ----------
+    x : numpy.ndarray or dask.array.Array
+        A NumPy array is converted whole; a dask array block by block (lazily).  The
+        dask array keeps a NumPy ``_meta`` (dask needs a NumPy dtype, as it has for
+        CuPy-backed arrays).
+    device : str, default="device1"
+        Name of the ``array_api_strict`` device (``"CPU_DEVICE"``, ``"device1"`` or
+        ``"device2"``).
+
+    Examples
+    --------
+    >>> import numpy as np, dask.array as da
+    >>> X = on_array_api_strict(da.ones((4, 2), chunks=2))
+    >>> type(X.blocks[0].compute()).__module__
+    'array_api_strict._array_object'
+    """
+    import dask.array as da
+
+    from .exceptions import ParameterError
+
+    if isinstance(x, da.Array):
+        return x.map_blocks(_strict_block, device, dtype=x.dtype, meta=x._meta)
+    if isinstance(x, np.ndarray):
+        return _strict_block(x, device)
+    raise ParameterError(f"x must be a numpy.ndarray or a dask array; got {type(x).__name__}")

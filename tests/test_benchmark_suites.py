@@ -10,7 +10,7 @@ import math
 import numpy as np
 import pytest
 
-from benchmarks.suites import climate, compression, memory, modes, recommender, scaling, skew, straggler
+from benchmarks.suites import climate, compression, gpu, memory, modes, recommender, scaling, skew, straggler
 
 RESULT_KEYS = {"title", "markdown", "table", "data"}
 
@@ -21,7 +21,7 @@ def _check_result(result):
     assert "|---|" in result["table"]
 
 
-@pytest.mark.parametrize("module", [modes, scaling, memory, straggler, skew, compression, recommender, climate])
+@pytest.mark.parametrize("module", [modes, scaling, memory, straggler, skew, compression, recommender, climate, gpu])
 def test_suite_interface(module):
     assert module.NAME == module.__name__.rsplit(".", 1)[-1]
     assert module.DESCRIPTION
@@ -35,6 +35,25 @@ def test_suite_interface(module):
         module.run("small", not_a_parameter=1)
     with pytest.raises(ValueError, match=rf"unknown size 'huge' for the {module.NAME} suite"):
         module.run("huge")
+
+
+def test_gpu_suite_says_why_when_no_gpu(monkeypatch):
+    monkeypatch.setattr(gpu, "gpu_unavailable", lambda: "no CUDA device (device count 0)")
+    result = gpu.run("small")
+    _check_result(result)
+    assert result["data"] == {"available": False, "reason": "no CUDA device (device count 0)",
+                              "params": gpu.SIZES["small"]}
+    assert "GPU unavailable on this machine: no CUDA device (device count 0)" in result["markdown"]
+
+
+def test_gpu_unavailable_names_the_missing_piece():
+    try:
+        import cupy  # noqa: F401
+    except ImportError:
+        assert gpu.gpu_unavailable().startswith("CuPy is not installed")
+    else:
+        reason = gpu.gpu_unavailable()
+        assert reason is None or reason.startswith("no CUDA device")
 
 
 # ----------------------------------------------------------------------------- cost model

@@ -11,4 +11,4 @@ the size parameters, e.g. ``rows=20000``, for the test suite) returning
 """
 
 #: Registered suites, in the order ``--suite all`` runs them.
-SUITES = ("linear", "modes", "straggler", "skew", "compression", "scaling", "memory", "recommender", "climate")
+SUITES = ("linear", "modes", "straggler", "skew", "compression", "scaling", "memory", "recommender", "climate", "gpu")

@@ -18,9 +18,10 @@ import uuid
 from contextlib import contextmanager
 from dataclasses import dataclass
 
+import array_api_compat
 import numpy as np
 
-from .._backend import get_namespace, is_sparse, to_numpy
+from .._backend import asarray_like, dtype_name, finfo_max, get_namespace, is_sparse, take_rows, to_numpy
 from ..exceptions import BlockError, ChunkingError, DGDError, InputError
 from .reduce import BlockTree, Partial
 
@@ -130,9 +131,9 @@ def make_shard(indices, xs, ys, sws, y_numeric=True):
             )
         if sw is not None:
             sw = _as_float(sw, sparse_ok=False)
-        if not is_sparse(X) and X.dtype != np.float64:
+        xp = get_namespace(X)
+        if not is_sparse(X) and X.dtype != xp.float64:
             # float32 X: targets and weights in the same dtype once, not every step
-            xp = get_namespace(X)
             y = xp.astype(y, X.dtype) if y_numeric else y
             sw = None if sw is None else xp.astype(sw, X.dtype)
         if sw is not None:
@@ -176,12 +177,12 @@ def shard_check_finite(shard):
             )
 
 
-def max_abs_value(dtype):
-    """Largest magnitude accepted in X, y and sample_weight of this float dtype: the
-    power of ten below the cube root of its largest number (1e102 for float64, 1e12
-    for float32), so that products of three such numbers (feature x coefficient x
-    residual, the squares in the gradient's norm) stay finite."""
-    return 10.0 ** math.floor(math.log10(float(np.finfo(dtype).max)) / 3)
+def max_abs_value(largest):
+    """Largest magnitude accepted in X, y and sample_weight of a float dtype whose
+    largest number is ``largest``: the power of ten below its cube root (1e102 for
+    float64, 1e12 for float32), so that products of three such numbers (feature x
+    coefficient x residual, the squares in the gradient's norm) stay finite."""
+    return 10.0 ** math.floor(math.log10(largest) / 3)
 
 
 def _abs_max(a):
@@ -210,11 +211,11 @@ def check_block_values(block, labels=False):
                 f"Input X contains NaN or infinity in {_describe(block)}; drop or impute "
                 "those rows before fitting"
             )
-        limit = max_abs_value(a.dtype)
+        limit = max_abs_value(finfo_max(a.dtype, a))
         if big > limit:
             raise InputError(
                 f"Input {name} has values up to {big:.3g} in absolute value in {_describe(block)}; "
-                f"above {limit:.0e} ({np.dtype(a.dtype).name}) the loss and its gradient overflow: {fix}"
+                f"above {limit:.0e} ({dtype_name(a.dtype)}) the loss and its gradient overflow: {fix}"
             )
 
 
@@ -282,14 +283,14 @@ def encode_shard(shard, classes, class_weight=None):
                 f"{classes.tolist()}"
             )
         sw = b.sample_weight
+        y_new = codes.astype(np.float64)
         if class_weight is not None:
             cw = class_weight[codes]
             sw = cw if sw is None else to_numpy(sw) * cw
-        y_new = codes.astype(np.float64)
         if not is_sparse(b.X):  # targets and weights in X's namespace, device and dtype
-            xp = get_namespace(b.X)
-            y_new = xp.asarray(y_new, dtype=b.X.dtype)
-            sw = None if sw is None else xp.asarray(sw, dtype=b.X.dtype)
+            y_new = asarray_like(y_new, b.X, dtype=b.X.dtype)
+            if class_weight is not None:
+                sw = asarray_like(sw, b.X, dtype=b.X.dtype)
         blocks.append(Block(b.index, b.X, y_new, sw))
     return Shard(tuple(blocks))
 
@@ -306,8 +307,8 @@ def shard_sample(shard, take):
         if k <= 0:
             continue
         rows = np.unique(np.linspace(0, b.n_rows - 1, k).round().astype(np.int64))
-        sw = np.ones(len(rows)) if b.sample_weight is None else to_numpy(b.sample_weight)[rows]
-        out.append((b.index, to_numpy(b.X[rows]), to_numpy(b.y)[rows], sw))
+        sw = np.ones(len(rows)) if b.sample_weight is None else to_numpy(take_rows(b.sample_weight, rows))
+        out.append((b.index, to_numpy(take_rows(b.X, rows)), to_numpy(take_rows(b.y, rows)), sw))
     return out
 
 
@@ -388,15 +389,34 @@ def _group_nodes(sums, tree, wall0, t0):
     return tree.complete(leaves)
 
 
+class _Placement:
+    """The step's parameters moved to each device of a shard's blocks, once per device
+    (NumPy and SciPy blocks read the host parameters directly)."""
+
+    def __init__(self, objective, params):
+        self.objective, self.params, self.moved = objective, params, {}
+
+    def __call__(self, X):
+        if isinstance(X, np.ndarray) or is_sparse(X):
+            return None
+        key = (type(X), str(array_api_compat.device(X)))
+        if key not in self.moved:
+            self.moved[key] = self.objective.place(self.params, X)
+        return self.moved[key]
+
+
 def shard_loss_grad(shard, objective, params, tree):
     """Full-batch sums of every block of the shard, reduced over ``tree`` as far as
     this shard's blocks allow (see :class:`~.reduce.BlockTree`)."""
     wall0, t0 = time.time(), time.perf_counter()
     sums = {}
+    placed = _Placement(objective, params)
     for b in shard.blocks:
         try:
             with np.errstate(all="ignore"):  # non-finite sums are handled by the engine
-                sums[b.index] = objective.block_sums(params, b.X, b.y, b.sample_weight)
+                sums[b.index] = objective.block_sums(
+                    params, b.X, b.y, b.sample_weight, placed=placed(b.X)
+                )
         except Exception as err:
             raise _block_error(err, b) from err
     return _group_nodes(sums, tree, wall0, t0)
@@ -410,6 +430,7 @@ def batch_sums(shard, objective, params, seed, step, take):
     ``take=None`` uses every row.
     """
     sums = {}
+    placed = _Placement(objective, params)
     for b in shard.blocks:
         rows = None
         if take is not None:
@@ -422,7 +443,7 @@ def batch_sums(shard, objective, params, seed, step, take):
         try:
             with np.errstate(all="ignore"):  # non-finite sums are handled by the engine
                 sums[b.index] = objective.block_sums(
-                    params, b.X, b.y, b.sample_weight, rows=rows
+                    params, b.X, b.y, b.sample_weight, rows=rows, placed=placed(b.X)
                 )
         except Exception as err:
             raise _block_error(err, b) from err

@@ -18,7 +18,7 @@ import math
 import numpy as np
 import scipy.sparse as sp
 
-from .._backend import get_namespace, is_sparse, to_numpy
+from .._backend import take_rows, to_numpy
 from ..exceptions import InputError
 from .shards import Block, Shard, shard_loss_grad, shard_sample
 
@@ -35,12 +35,7 @@ def holdout_mask(index, n_rows, seed, fraction):
 
 
 def _take(a, rows):
-    if a is None:
-        return None
-    if is_sparse(a):
-        return a[np.flatnonzero(rows)]
-    xp = get_namespace(a)
-    return a[xp.asarray(rows)]
+    return None if a is None else take_rows(a, rows)
 
 
 def shard_holdout(shard, seed, fraction, validation):

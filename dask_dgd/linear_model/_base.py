@@ -19,7 +19,7 @@ from sklearn.utils.validation import (
     validate_data,
 )
 
-from .._backend import asarray_like, is_sparse
+from .._backend import asarray_like, get_namespace, is_sparse
 from .._engine.checkpoint import Checkpointer, data_fingerprint, stable_repr
 from .._engine.validation import Validator, snapshot, split_validation
 from .._engine.cluster import build_shardset, get_executor, is_dask_collection
@@ -192,10 +192,35 @@ def _optimizer_like(value):
 
 
 
+def _is_device_array(X):
+    """An array of another array-API namespace than NumPy (CuPy, array_api_strict...)."""
+    return not isinstance(X, np.ndarray) and not is_sparse(X) and hasattr(X, "__array_namespace__")
+
+
+def _predict_block(X, coef, intercept, squeeze, post, *post_args):
+    """Linear predictor of one block, then ``post(raw, *post_args)`` (an inverse link,
+    probabilities, classes) in the same task and the block's namespace and device.
+
+    ``X`` comes as a list of its column chunks (``blockwise`` without concatenation,
+    which dask could only do for NumPy-like blocks); training needs one column chunk,
+    and so does predict."""
+    if isinstance(X, list):
+        (X,) = X
+    raw = _raw_block(X, coef, intercept, squeeze)
+    return raw if post is None else post(raw, *post_args)
+
+
 def _raw_block(X, coef, intercept, squeeze):
     """Linear predictor of one block (runs on the workers for dask input)."""
-    coef = asarray_like(coef.astype(X.dtype, copy=False), X)  # float32 X: float32 out
-    intercept = asarray_like(intercept.astype(X.dtype, copy=False), X)
+    if is_sparse(X) or isinstance(X, np.ndarray):
+        coef = coef.astype(X.dtype, copy=False)  # float32 X: float32 out
+        intercept = intercept.astype(X.dtype, copy=False)
+    else:  # on X's device, once per block, in X's floating dtype
+        xp = get_namespace(X)
+        if not xp.isdtype(X.dtype, "real floating"):
+            X = xp.astype(X, xp.float64)
+        coef = asarray_like(coef, X, dtype=X.dtype)
+        intercept = asarray_like(intercept, X, dtype=X.dtype)
     raw = X @ coef
     if is_sparse(raw):  # pragma: no cover - scipy returns dense for sparse @ dense
         raw = raw.toarray()
@@ -805,8 +830,12 @@ class DGDLinearModel(ClientParamMixin, BaseEstimator):
         intercept = np.atleast_1d(np.asarray(self.intercept_, dtype=np.float64))
         return coef, intercept
 
-    def _raw(self, X, squeeze=True):
-        """Linear predictor: NumPy for in-memory X, a lazy dask array for dask X."""
+    def _raw(self, X, squeeze=True, post=None, post_args=(), out=None):
+        """Linear predictor, then ``post(raw, *post_args)`` if given, block by block:
+        NumPy for in-memory NumPy/SciPy X, an array of X's namespace on X's device for
+        an in-memory array of another namespace (CuPy...), a lazy dask array for dask X
+        (blocks of X's namespace).  ``out = (ndim, n_columns, dtype)`` describes
+        ``post``'s result (default: the raw predictor's)."""
         check_is_fitted(self, "coef_")
         coef, intercept = self._coef_matrix()
         squeeze = squeeze and coef.shape[1] == 1
@@ -828,13 +857,37 @@ class DGDLinearModel(ClientParamMixin, BaseEstimator):
             # instead of becoming NaN predictions or, for a classifier, classes_[0]
             X = X.map_blocks(check_finite_block, dtype=X.dtype, meta=X._meta)
             dtype = np.float32 if X.dtype == np.float32 else np.float64
-            if squeeze:
-                kwargs = {"drop_axis": 1}
+            ndim, n_cols = (1, None) if squeeze else (2, coef.shape[1])
+            if out is not None:
+                ndim, n_cols, dtype = out
+            import dask.array as da
+            from dask.array.utils import meta_from_array
+
+            if np.dtype(dtype).kind not in "biuf":  # e.g. string class labels: host blocks
+                meta = np.empty((0,) * ndim, dtype=dtype)
             else:
-                kwargs = {"chunks": (X.chunks[0], (coef.shape[1],))}
-            return X.map_blocks(_raw_block, coef, intercept, squeeze, dtype=dtype, **kwargs)
+                meta = meta_from_array(X._meta, ndim=ndim, dtype=dtype)
+            args = (coef, None, intercept, None, squeeze, None, post, None)
+            args += tuple(a for value in post_args for a in (value, None))
+            # align_arrays=False: dask would otherwise merge zero-row chunks away
+            kw = dict(concatenate=False, align_arrays=False, meta=meta)
+            if ndim == 1:
+                return da.blockwise(_predict_block, "i", X, "ij", *args, **kw)
+            return da.blockwise(_predict_block, "ik", X, "ij", *args, new_axes={"k": n_cols}, **kw)
+        if _is_device_array(X):  # an in-memory CuPy (or other array-API) array
+            self._check_device_array(X)
+            return _predict_block(X, coef, intercept, squeeze, post, *post_args)
         X = validate_data(self, X, reset=False, accept_sparse="csr", dtype=[np.float64, np.float32])
-        return _raw_block(X, coef, intercept, squeeze)
+        return _predict_block(X, coef, intercept, squeeze, post, *post_args)
+
+    def _check_device_array(self, X):
+        """scikit-learn's checks of an in-memory X, for arrays it cannot convert."""
+        from .._engine.shards import check_finite_block
+
+        if X.ndim != 2:
+            raise InputError(f"X must be 2-D; got an array of shape {tuple(X.shape)}")
+        self._check_n_features(X.shape[1])
+        check_finite_block(X)
 
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()

@@ -6,7 +6,13 @@ from sklearn.metrics import d2_tweedie_score, r2_score
 
 from ..exceptions import InputError
 from ..losses import HalfPoisson, HalfSquaredError, LinearObjective
+from .._backend import get_namespace
 from ._base import DGDLinearModel, SHARED_PARAMS_DOC
+
+
+def _exp_block(raw):
+    """Poisson's inverse link, in the block's namespace."""
+    return get_namespace(raw).exp(raw)
 
 __all__ = ["LinearRegression", "PoissonRegressor"]
 
@@ -136,16 +142,17 @@ class _Regressor(RegressorMixin, DGDLinearModel):
         return self
 
     def predict(self, X):
-        """Predicted targets: NumPy for in-memory ``X``, a lazy dask array for dask ``X``."""
-        return self._loss_inverse_link(self._raw(X))
+        """Predicted targets: NumPy for in-memory ``X``, a lazy dask array for dask ``X``
+        (blocks of ``X``'s namespace, e.g. CuPy, on its device)."""
+        return self._raw(X, post=self._inverse_link_block)
 
     def score(self, X, y, sample_weight=None):
         """R² of the predictions (lazy inputs are computed together)."""
         y_pred, y, sample_weight = _computed(self.predict(X), y, sample_weight)
         return r2_score(y, y_pred, sample_weight=sample_weight)
 
-    def _loss_inverse_link(self, raw):
-        return raw
+    #: Inverse link applied to each block's linear predictor (None: identity).
+    _inverse_link_block = None
 
 
 class LinearRegression(_Regressor):
@@ -299,10 +306,7 @@ class PoissonRegressor(_Regressor):
         mean = super()._check_target(summaries)[0]
         return [np.log(mean)]
 
-    def _loss_inverse_link(self, raw):
-        import dask.array as da
-
-        return da.exp(raw) if isinstance(raw, da.Array) else np.exp(raw)
+    _inverse_link_block = staticmethod(_exp_block)
 
     def score(self, X, y, sample_weight=None):
         """D², the fraction of Poisson deviance explained (1 is perfect)."""

@@ -2,11 +2,12 @@
 
 
 import numpy as np
+from sklearn.utils.validation import check_is_fitted
 from sklearn.base import ClassifierMixin
 from sklearn.metrics import accuracy_score
 from sklearn.utils.multiclass import check_classification_targets
 
-from .._backend import get_namespace
+from .._backend import asarray_like, get_namespace, to_numpy
 from .._engine.cluster import is_dask_collection
 from .._engine.shards import encode_shard
 from .._validation import Options
@@ -26,8 +27,22 @@ def _proba_block(raw, loss):
     return p
 
 
-def _take(indices, classes):
-    return classes[indices]
+def _log_proba_block(raw, loss):
+    xp = get_namespace(raw)
+    return xp.log(_proba_block(raw, loss))
+
+
+def _class_block(raw, classes):
+    """Most probable class of each row: in the block's namespace for numeric classes,
+    a host array (the labels' own dtype, e.g. strings) otherwise."""
+    xp = get_namespace(raw)
+    if raw.shape[1] > 1:
+        idx = xp.argmax(raw, axis=1)
+    else:
+        idx = xp.astype(raw[:, 0] > 0, xp.int64)
+    if classes.dtype.kind in "biuf" and not isinstance(raw, np.ndarray):
+        return xp.take(asarray_like(classes, raw), idx)
+    return classes[to_numpy(idx)]
 
 
 def _class_weight_like(value):
@@ -308,31 +323,31 @@ class LogisticRegression(ClassifierMixin, DGDLinearModel):
 
     def predict_proba(self, X):
         """Class probabilities, shape (n_samples, n_classes), columns in ``classes_`` order."""
-        raw = self._raw(X, squeeze=False)
-        loss = BinaryLogistic() if len(self.classes_) == 2 else MultinomialLogistic(len(self.classes_))
-        if is_dask_collection(raw):
-            return raw.map_blocks(
-                _proba_block, loss, chunks=(raw.chunks[0], (len(self.classes_),)), dtype=raw.dtype
-            )
-        return _proba_block(raw, loss)
+        check_is_fitted(self, "coef_")
+        return self._raw(X, squeeze=False, post=_proba_block, post_args=(self._link_loss(),),
+                         out=(2, len(self.classes_), self._float_dtype(X)))
 
     def predict_log_proba(self, X):
         """Logarithm of :meth:`predict_proba`."""
-        proba = self.predict_proba(X)
-        if is_dask_collection(proba):
-            import dask.array as da
-
-            return da.log(proba)
+        check_is_fitted(self, "coef_")
         with np.errstate(divide="ignore"):
-            return np.log(proba)
+            return self._raw(X, squeeze=False, post=_log_proba_block, post_args=(self._link_loss(),),
+                             out=(2, len(self.classes_), self._float_dtype(X)))
 
     def predict(self, X):
-        """Most probable class of each sample (lazy for dask ``X``)."""
-        raw = self._raw(X, squeeze=False)
-        idx = raw.argmax(axis=1) if raw.shape[1] > 1 else (raw[:, 0] > 0).astype(np.int64)
-        if is_dask_collection(idx):
-            return idx.map_blocks(_take, self.classes_, dtype=self.classes_.dtype)
-        return self.classes_[idx]
+        """Most probable class of each sample (lazy for dask ``X``; numeric classes stay
+        in ``X``'s namespace, e.g. CuPy, other labels come back as host arrays)."""
+        check_is_fitted(self, "coef_")
+        return self._raw(X, squeeze=False, post=_class_block, post_args=(self.classes_,),
+                         out=(1, None, self.classes_.dtype))
+
+    def _link_loss(self):
+        return BinaryLogistic() if len(self.classes_) == 2 else MultinomialLogistic(len(self.classes_))
+
+    @staticmethod
+    def _float_dtype(X):
+        dtype = getattr(X, "dtype", None)  # a dask array's is a NumPy dtype
+        return np.float32 if isinstance(dtype, np.dtype) and dtype == np.float32 else np.float64
 
     def score(self, X, y, sample_weight=None):
         """Mean accuracy (computes lazy inputs)."""

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import array_api_compat
 import numpy as np
 
-from .._backend import asarray_like, get_namespace, is_sparse, to_numpy
+from .._backend import asarray_like, get_namespace, is_sparse, take_rows, to_numpy
 from ..exceptions import InputError, ParameterError
 from . import _fused
 from ._penalty import Penalty
@@ -221,10 +221,17 @@ class LinearObjective:
                 f"X must have shape (n_samples, {self.n_features}), got {tuple(X.shape)}"
             )
 
-    def _on_block(self, params, X, xp):
+    def place(self, params, X):
+        """``params`` as the float64 parameter matrix on ``X``'s device (one transfer),
+        to pass as ``placed=`` to every block of that device in one step."""
+        return asarray_like(self._matrix(params), X)
+
+    def _on_block(self, params, X, xp, placed=None):
         """Coefficients and intercept on ``X``'s device, in the compute dtype."""
         dtype = X.dtype if xp.isdtype(X.dtype, "real floating") else xp.float64
-        matrix = xp.astype(asarray_like(self._matrix(params), X), dtype, copy=False)
+        if placed is None:
+            placed = self.place(params, X)
+        matrix = xp.astype(placed, dtype, copy=False)
         coef = matrix[: self.n_features, :]
         intercept = matrix[self.n_features, :] if self.fit_intercept else None
         return coef, intercept, dtype
@@ -276,7 +283,7 @@ class LinearObjective:
             row_bytes = max(self.n_features, 1) * itemsize
         return max(_MIN_SLICE_ROWS, int(size // row_bytes))
 
-    def block_sums(self, params, X, y, sample_weight=None, rows=None):
+    def block_sums(self, params, X, y, sample_weight=None, rows=None, placed=None):
         """Sums of the weighted loss, its gradient and the weights over one block.
 
         Parameters
@@ -293,6 +300,9 @@ class LinearObjective:
         rows : ndarray of int or None, default=None
             Host indices of the rows to sum over (a mini-batch); None means all rows.
             The fused kernel reads them in place; other paths take ``X[rows]``.
+        placed : array or None, default=None
+            ``self.place(params, X)`` computed once for all the blocks of a device in
+            this step (the engine does this per shard); None moves ``params`` here.
 
         Returns
         -------
@@ -318,14 +328,13 @@ class LinearObjective:
             if sums is not None:
                 return sums
         if rows is not None:
-            index = asarray_like(np.asarray(rows, dtype=np.int64), X) if not is_sparse(X) else rows
-            X, y = X[index], y[index]
-            sample_weight = None if sample_weight is None else sample_weight[index]
+            X, y = take_rows(X, rows), take_rows(y, rows)
+            sample_weight = None if sample_weight is None else take_rows(sample_weight, rows)
             n = X.shape[0]
         if is_sparse(X) and X.format != "csr":
             X = X.tocsr()
         xp = get_namespace(X, y, sample_weight)
-        coef, intercept, dtype = self._on_block(params, X, xp)
+        coef, intercept, dtype = self._on_block(params, X, xp, placed)
         y = xp.astype(y, dtype, copy=False)
         if sample_weight is None:
             weight_sum = float(n)
