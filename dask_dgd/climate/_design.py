@@ -9,6 +9,12 @@ one spatial chunk) becomes one row block of the matrix, its cells in C order, wi
 masked ones (NaN in any feature or in the target, or zero weight) dropped inside the
 block's task.  Nothing is computed until the matrix is.
 
+Every block task works in the array namespace of its block (NumPy, CuPy or any Array
+API array; see :mod:`._namespace`): the small NumPy inputs made on the driver (cell
+weights, seasonal terms, gap masks) move onto the block's device inside the task, and
+lags are built per block from the source blocks they need (no graph-level pad or
+rechunk), so a CuPy-backed Dataset stays on the GPU.
+
 Time shifts are in *steps* of the series, and a shift never crosses a gap: the value
 ``s`` steps back is used only when the calendar says it is ``s`` steps back (annual
 data: ``s`` years; monthly: ``s`` months; otherwise ``s`` times the median spacing),
@@ -16,14 +22,20 @@ otherwise the cell is masked.  Calendars: numpy datetime64 and cftime (360-day, 
 ...) alike.
 """
 
+import math
 import numbers
 
+import array_api_compat
 import dask
 import dask.array as da
 import numpy as np
 import xarray as xr
+from dask.array.utils import meta_from_array
+from dask.highlevelgraph import HighLevelGraph
 
+from .._backend import get_namespace
 from ..exceptions import InputError, ParameterError
+from ._namespace import align
 
 __all__ = ["DesignMatrix", "FeatureSpec", "Fields", "to_design_matrix", "from_design_matrix"]
 
@@ -293,7 +305,10 @@ class Fields:
                     continue
                 ok = np.zeros(steps.size, dtype=bool)
                 ok[shift:] = (steps[shift:] - steps[:-shift]) == shift  # no gap in between
-                add(x.shift({tdim: shift}).where(xr.DataArray(ok, dims=tdim)))
+                dims = [d for d in spec.sample_dims if d in x.dims]  # time first
+                x_t = x.transpose(*dims)
+                data = _as_dask(x_t.data, tuple(grid_chunks[spec.sample_dims.index(d)] for d in dims))
+                add(x_t.copy(data=shifted(data, shift, ok)))
         if spec.seasonal:
             time_steps(ds[tdim].values)  # a clear error for a time coordinate that is not dates
             for values in seasonal_terms(ds[tdim].values, spec.seasonal).values():
@@ -322,6 +337,13 @@ class Fields:
     @property
     def p(self):
         return len(self.order)
+
+    def meta(self, ndim, dtype=np.float64):
+        """An empty array of the data's array type (the first field that is not
+        NumPy-backed, e.g. CuPy; NumPy otherwise), for the outputs' dask meta."""
+        arrays = ([] if self.y is None else [self.y]) + self.full + self.time
+        ref = next((a._meta for a in arrays if not array_api_compat.is_numpy_array(a._meta)), np.empty(0))
+        return meta_from_array(ref, ndim=ndim, dtype=dtype)
 
     @property
     def numblocks(self):
@@ -383,59 +405,96 @@ def _template(spec, ds):
     return xr.DataArray(da.zeros(shape, chunks=chunks), dims=spec.sample_dims, coords=coords)
 
 
+def shifted(a, shift, ok):
+    """``a`` (a dask array, time first) ``shift`` steps later in time: row ``t`` holds
+    row ``t - shift``, NaN where ``t < shift`` or ``ok[t]`` is False (a gap).
+
+    Each output block is one task (:func:`shift_block`) on the source blocks it needs,
+    all in one graph layer, so no array is padded or rechunked at the graph level and the
+    blocks keep their namespace and device."""
+    edges = np.cumsum((0,) + a.chunks[0])
+    name = "climate-shift-" + dask.base.tokenize(a.name, shift, ok)
+    dsk = {}
+    for idx in np.ndindex(*a.numblocks):
+        t0, t1 = int(edges[idx[0]]), int(edges[idx[0] + 1])
+        lo, hi = max(t0 - shift, 0), t1 - shift  # source rows
+        n_pad = min(max(shift - t0, 0), t1 - t0)
+        ks = [k for k in range(len(a.chunks[0])) if edges[k] < hi and edges[k + 1] > lo] if hi > lo else []
+        start = lo - int(edges[ks[0]]) if ks else 0
+        pieces = [(a.name, k) + idx[1:] for k in ks] or [(a.name,) + idx]  # the block itself: its namespace
+        dsk[(name,) + idx] = (shift_block, n_pad, start, ok[t0:t1], *pieces)
+    graph = HighLevelGraph.from_collections(name, dsk, dependencies=[a])
+    return da.Array(graph, name, a.chunks, meta=a._meta)
+
+
+def shift_block(n_pad, start, ok, *pieces):
+    """One block of :func:`shifted`: ``n_pad`` rows of NaN, then rows ``start, start +
+    1, ...`` of the source ``pieces`` (consecutive time blocks), NaN where ``ok`` (one
+    bool per row, NumPy) is False."""
+    xp, (ok, *pieces) = align(ok, *pieces)
+    n = ok.shape[0]
+    ref = pieces[0]
+    parts = []
+    if n_pad:
+        parts.append(xp.full((n_pad,) + tuple(ref.shape[1:]), xp.nan, dtype=ref.dtype,
+                             device=array_api_compat.device(ref)))
+    if n > n_pad:
+        rows = pieces[0] if len(pieces) == 1 else xp.concat(pieces, axis=0)
+        parts.append(rows[start:start + n - n_pad, ...])
+    out = parts[0] if len(parts) == 1 else xp.concat(parts, axis=0)
+    return xp.where(xp.reshape(ok, (n,) + (1,) * (out.ndim - 1)), out, xp.nan)
+
+
+def _split(order, blocks):
+    n_full = sum(1 for kind, _ in order if kind == 0)
+    return blocks[:n_full], blocks[n_full:]
+
+
 def block_features(order, shape, blocks):
     """The design columns of one grid block, ``(rows, p)`` in C order over the block's
-    (time, *space) cells; ``blocks`` are the full-field blocks then the time blocks."""
-    n_t = shape[0]
-    cells = int(np.prod(shape[1:], dtype=np.int64))
-    n_full = sum(1 for kind, _ in order if kind == 0)
-    X = np.empty((n_t * cells, len(order)))
-    for col, (kind, pos) in enumerate(order):
-        if kind == 0:
-            X[:, col] = np.asarray(blocks[pos]).reshape(-1)
-        else:
-            X[:, col] = np.repeat(np.asarray(blocks[n_full + pos]), cells)
-    return X
+    (time, *space) cells; ``blocks`` are the full-field blocks then the time blocks
+    (NumPy time blocks move to the device of the others)."""
+    xp, blocks = align(*blocks)
+    cells = math.prod(shape[1:])
+    full, timef = _split(order, blocks)
+    cols = [xp.reshape(full[pos], (-1,)) if kind == 0 else xp.repeat(timef[pos], cells) for kind, pos in order]
+    return xp.stack(cols, axis=1)
 
 
-def _keep(order, yb, wb, blocks):
-    """The unmasked cells of a block (flat, C order): finite target, weight > 0, every
-    feature finite."""
+def _keep(xp, order, yb, wb, blocks):
+    """The unmasked cells of a block, ``(time, cells)``: finite target, weight > 0,
+    every feature finite (arrays already on one device, see :func:`.align`)."""
     n_t = yb.shape[0]
-    wcell = np.asarray(wb).reshape(-1)
-    n_full = sum(1 for kind, _ in order if kind == 0)
-    keep = np.isfinite(yb.reshape(-1)) & np.tile(np.isfinite(wcell) & (wcell > 0), n_t)
-    for b in blocks[:n_full]:
-        keep &= np.isfinite(np.asarray(b).reshape(-1))
-    steps_ok = np.ones(n_t, dtype=bool)
-    for b in blocks[n_full:]:
-        steps_ok &= np.isfinite(np.asarray(b))
-    if not steps_ok.all():
-        keep &= np.repeat(steps_ok, wcell.size)
+    wcell = xp.reshape(wb, (1, -1))
+    full, timef = _split(order, blocks)
+    keep = xp.reshape(xp.isfinite(yb), (n_t, -1)) & xp.isfinite(wcell) & (wcell > 0)
+    for b in full:
+        keep = keep & xp.reshape(xp.isfinite(b), (n_t, -1))
+    for b in timef:
+        keep = keep & xp.reshape(xp.isfinite(b), (n_t, 1))
     return keep
 
 
 def design_block(order, yb, wb, *blocks):
     """``[X | y | w]`` of the unmasked cells of a block (C order), gathered column by
-    column straight from the fields (boolean masks, no index arithmetic)."""
-    keep = _keep(order, yb, wb, blocks)
-    wcell = np.asarray(wb, dtype=np.float64).reshape(-1)
-    n_t = yb.shape[0]
-    n_full = sum(1 for kind, _ in order if kind == 0)
-    p = len(order)
-    D = np.empty((int(np.count_nonzero(keep)), p + 2))
-    for col, (kind, pos) in enumerate(order):
-        if kind == 0:
-            D[:, col] = np.asarray(blocks[pos]).reshape(-1)[keep]
-        else:
-            D[:, col] = np.repeat(np.asarray(blocks[n_full + pos]), wcell.size)[keep]
-    D[:, p] = yb.reshape(-1)[keep]
-    D[:, p + 1] = np.tile(wcell, n_t)[keep]
-    return D
+    column straight from the fields (boolean masks, no index arithmetic), in the
+    block's namespace and on its device."""
+    xp, (yb, wb, *blocks) = align(yb, wb, *blocks)
+    keep = _keep(xp, order, yb, wb, blocks)
+    n_t, cells = keep.shape
+    keep = xp.reshape(keep, (-1,))
+    full, timef = _split(order, blocks)
+    cols = [xp.reshape(full[pos], (-1,))[keep] if kind == 0 else xp.repeat(timef[pos], cells)[keep]
+            for kind, pos in order]
+    cols.append(xp.reshape(yb, (-1,))[keep])
+    cols.append(xp.reshape(xp.broadcast_to(xp.reshape(wb, (1, cells)), (n_t, cells)), (-1,))[keep])
+    return xp.stack(cols, axis=1)
 
 
 def mask_block(order, yb, wb, *blocks):
-    return _keep(order, yb, wb, blocks).reshape(yb.shape)
+    """The cells of a block kept in the design matrix (bool, the block's shape)."""
+    xp, (yb, wb, *blocks) = align(yb, wb, *blocks)
+    return xp.reshape(_keep(xp, order, yb, wb, blocks), yb.shape)
 
 
 class DesignMatrix:
@@ -464,7 +523,7 @@ class DesignMatrix:
         self._block_shapes = [tuple(c[i] for c, i in zip(chunks, idx)) for idx in self._block_index]
         blocks = [
             da.from_delayed(dask.delayed(design_block)(fields.order, *fields.block_args(idx)),
-                            shape=(np.nan, p + 2), dtype=np.float64)
+                            shape=(np.nan, p + 2), dtype=np.float64, meta=fields.meta(2))
             for idx in self._block_index
         ]
         D = da.concatenate(blocks, axis=0) if len(blocks) > 1 else blocks[0]
@@ -482,7 +541,7 @@ class DesignMatrix:
     def mask(self):
         """The cells kept (True) on the sample grid, as a lazy boolean DataArray."""
         blocks = {
-            idx: da.from_delayed(self._mask(idx), shape=shape, dtype=bool)
+            idx: da.from_delayed(self._mask(idx), shape=shape, dtype=bool, meta=self._fields.meta(len(shape), bool))
             for idx, shape in zip(self._block_index, self._block_shapes)
         }
         out = xr.DataArray(_assemble(blocks, self._fields.numblocks), dims=self._dims, coords=self._coords)
@@ -505,13 +564,14 @@ class DesignMatrix:
             vd = list(values.to_delayed(optimize_graph=False).ravel())
         else:
             values = np.asarray(values, dtype=np.float64)
-            counts = dask.compute(*[dask.delayed(np.count_nonzero)(self._mask(i)) for i in self._block_index])
+            counts = dask.compute(*[dask.delayed(_count)(self._mask(i)) for i in self._block_index])
             if values.shape[0] != sum(counts):
                 raise InputError(f"values have {values.shape[0]} rows; the design matrix has {sum(counts)}")
             edges = np.concatenate([[0], np.cumsum(counts)])
             vd = [values[a:b] for a, b in zip(edges[:-1], edges[1:])]
         blocks = {
-            idx: da.from_delayed(dask.delayed(_unstack)(self._mask(idx), v), shape=shape, dtype=np.float64)
+            idx: da.from_delayed(dask.delayed(_unstack)(self._mask(idx), v), shape=shape, dtype=np.float64,
+                                 meta=self._fields.meta(len(shape)))
             for idx, shape, v in zip(self._block_index, self._block_shapes, vd)
         }
         out = xr.DataArray(_assemble(blocks, self._fields.numblocks), dims=self._dims, coords=self._coords,
@@ -519,9 +579,15 @@ class DesignMatrix:
         return out.transpose(*self._fields.out_dims)
 
 
+def _count(mask):
+    return int(get_namespace(mask).count_nonzero(mask))
+
+
 def _unstack(mask, values):
-    out = np.full(mask.shape, np.nan)
-    out[mask] = np.asarray(values).reshape(-1)
+    """Row values back on a block's grid, NaN where masked (the block's namespace)."""
+    xp, (mask, values) = align(mask, values)
+    out = xp.full(mask.shape, xp.nan, dtype=xp.float64, device=array_api_compat.device(mask))
+    out[mask] = xp.astype(xp.reshape(values, (-1,)), xp.float64)
     return out
 
 

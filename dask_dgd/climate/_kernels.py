@@ -6,6 +6,11 @@ unmasked time steps.  The loop runs over time outside and cells inside, so it re
 block in memory order (about 2.4x faster than accumulating cell by cell, measured on a
 500 x 2,500 block); a time step where the target, the weight or any feature is not
 finite (or the weight is <= 0) adds nothing.
+
+This is the path of NumPy blocks only: Numba compiles for the CPU.  Blocks of any other
+array namespace (CuPy on a GPU, ``array_api_strict`` in the tests) get the same
+statistics from ``_regressor.cell_stats_xp``, written with Array API functions (masks
+and a batched ``matmul``) and run on the block's device.
 """
 
 import numba

@@ -1,7 +1,16 @@
-"""ClimateRegressor: pooled and pointwise regression on xarray gridded datasets."""
+"""ClimateRegressor: pooled and pointwise regression on xarray gridded datasets.
 
+The block functions (:func:`cell_stats`, :func:`_pointwise_block`,
+:func:`_pooled_block`, :func:`_score_block`) work in the array namespace of their
+block (NumPy, CuPy, ``array_api_strict``) and move the small NumPy inputs (weights,
+coefficients) onto its device once per task; the fitted attributes are NumPy, so a
+model fitted on GPU blocks predicts on NumPy blocks and the other way round.
+"""
+
+import math
 import numbers
 
+import array_api_compat
 import dask
 import dask.array as da
 import numpy as np
@@ -11,12 +20,12 @@ from sklearn.utils.validation import check_is_fitted
 
 from .._validation import ClientParamMixin, Interval, Options, client_is_a_client, validate_params
 from ..exceptions import InputError
-from ._design import DesignMatrix, FeatureSpec, Fields, block_features
+from ._design import DesignMatrix, FeatureSpec, Fields, _split, block_features
+from ._namespace import align, to_host
 
 __all__ = ["ClimateRegressor"]
 
 _FAMILIES = ("gaussian", "poisson", "binomial")
-
 
 
 # --------------------------------------------------------------- pointwise math
@@ -24,30 +33,78 @@ def cell_stats(order, yb, wb, *blocks):
     """Per-cell sufficient statistics of one (time chunk, spatial chunk) block.
 
     ``blocks`` are the block's full-grid fields then its time-only fields (see
-    :class:`~._design.Fields`).  Returns an array of shape ``(1, *space, p*p + p + 3)``:
-    the weighted Gram matrix of ``[1, x]``, the weighted ``[1, x]^T y``, ``sum w y^2``,
-    ``sum w`` and the number of unmasked time steps of every cell (see :mod:`._kernels`).
-    Masked time steps (NaN anywhere) contribute nothing.
+    :class:`~._design.Fields`).  Returns a NumPy array of shape ``(1, *space, p*p + p +
+    3)``: the weighted Gram matrix of ``[1, x]``, the weighted ``[1, x]^T y``, ``sum w
+    y^2``, ``sum w`` and the number of unmasked time steps of every cell.  Masked time
+    steps (NaN anywhere, weight <= 0) contribute nothing.
+
+    NumPy blocks go through the Numba kernel (:mod:`._kernels`); blocks of any other
+    namespace (CuPy, ``array_api_strict``) through :func:`cell_stats_xp` on their
+    device, and only the statistics come back to the host.
     """
+    xp, (yb, wb, *blocks) = align(yb, wb, *blocks)
+    n_t = yb.shape[0]
+    space = tuple(yb.shape[1:])
+    full, timef = _split(order, blocks)
+    if not array_api_compat.is_numpy_namespace(xp):
+        out = to_host(cell_stats_xp(
+            xp, order, xp.reshape(yb, (n_t, -1)), xp.reshape(wb, (-1,)),
+            [xp.reshape(b, (n_t, -1)) for b in full], list(timef),
+        ))
+        return out.reshape((1,) + space + (out.shape[1],))
     from ._kernels import cell_stats_kernel
 
-    n_t = yb.shape[0]
-    space = yb.shape[1:]
     kind = np.array([k for k, _ in order], dtype=np.int64)
     pos = np.array([i for _, i in order], dtype=np.int64)
-    n_full = int((kind == 0).sum())
-    full = np.empty((max(n_full, 1), n_t, int(np.prod(space, dtype=np.int64))))
-    for i in range(n_full):
-        full[i] = np.asarray(blocks[i], dtype=np.float64).reshape(n_t, -1)
-    timef = np.empty((max(len(blocks) - n_full, 1), n_t))
-    for i, b in enumerate(blocks[n_full:]):
-        timef[i] = np.asarray(b, dtype=np.float64)
+    n_full = len(full)
+    fields = np.empty((max(n_full, 1), n_t, math.prod(space)))
+    for i, b in enumerate(full):
+        fields[i] = np.asarray(b, dtype=np.float64).reshape(n_t, -1)
+    time_fields = np.empty((max(len(timef), 1), n_t))
+    for i, b in enumerate(timef):
+        time_fields[i] = np.asarray(b, dtype=np.float64)
     y = np.ascontiguousarray(yb, dtype=np.float64).reshape(n_t, -1)
     w = np.ascontiguousarray(wb, dtype=np.float64).reshape(-1)
     p = len(order) + 1
     out = np.empty((y.shape[1], p * p + p + 3))
-    cell_stats_kernel(full, timef, kind, pos, y, w, out)
+    cell_stats_kernel(fields, time_fields, kind, pos, y, w, out)
     return out.reshape((1,) + space + (out.shape[1],))
+
+
+def cell_stats_xp(xp, order, y, w, full, timef):
+    """The statistics of :func:`cell_stats` with the Array API functions of ``xp``:
+    ``(cells, p*p + p + 3)`` on the device of ``y``.
+
+    ``y``: (time, cells); ``w``: (cells,); ``full``: (time, cells) fields; ``timef``:
+    (time,) fields; all of ``xp`` on one device.  The masked design ``A`` (cells, p,
+    time), ``[1, x]`` with zeros where a step is masked, gives the Gram matrices as
+    one batched ``A diag(w) A^T`` (``matmul``) and ``[1, x]^T y`` as ``A diag(w) y``;
+    the same masking as the kernel, summed in another order (equal to it up to
+    rounding: within about 1e-15 of the block's largest statistic).
+    """
+    n_t, n_c = y.shape
+    dtype, device = y.dtype, array_api_compat.device(y)
+    ok = xp.isfinite(y) & xp.reshape(w > 0.0, (1, n_c))
+    for f in full:
+        ok = ok & xp.isfinite(f)
+    for g in timef:
+        ok = ok & xp.reshape(xp.isfinite(g), (n_t, 1))
+    wm = xp.where(ok, xp.reshape(w, (1, n_c)), 0.0)
+    ym = xp.where(ok, y, 0.0)
+    cols = [xp.ones((n_t, n_c), dtype=dtype, device=device)]
+    for kind, pos in order:
+        cols.append(full[pos] if kind == 0 else xp.broadcast_to(xp.reshape(timef[pos], (n_t, 1)), (n_t, n_c)))
+    A = xp.permute_dims(xp.where(ok, xp.stack(cols, axis=0), 0.0), (2, 0, 1))  # (cells, p, time)
+    p = A.shape[1]
+    Aw = A * xp.reshape(xp.permute_dims(wm, (1, 0)), (n_c, 1, n_t))
+    gram = xp.matmul(Aw, xp.matrix_transpose(A))
+    i = xp.arange(p, device=device)
+    upper = xp.reshape(i, (p, 1)) <= xp.reshape(i, (1, p))
+    gram = xp.where(upper, gram, xp.matrix_transpose(gram))  # exactly symmetric, as the kernel's
+    xy = xp.matmul(Aw, xp.reshape(xp.permute_dims(ym, (1, 0)), (n_c, n_t, 1)))
+    tail = [xp.sum(wm * ym * ym, axis=0), xp.sum(wm, axis=0), xp.sum(xp.astype(ok, dtype), axis=0)]
+    return xp.concat([xp.reshape(gram, (n_c, p * p)), xp.reshape(xy, (n_c, p)),
+                      xp.stack(tail, axis=1)], axis=1)
 
 
 def solve_cells(stats, p, alpha):
@@ -95,27 +152,43 @@ def solve_cells(stats, p, alpha):
     return out.reshape(space + (p,))
 
 
-def _block_shape(order, wb, blocks):
-    """(time steps, *space) of a grid block from its weight block and its fields."""
-    return (np.shape(blocks[0])[0],) + tuple(np.shape(wb))  # every field block spans the time chunk
-
-
 def _pointwise_block(order, coef, wb, *blocks):
-    """Predictions of one grid block from its cells' coefficients (``coef``: (*space, p))."""
-    shape = _block_shape(order, wb, blocks)
-    X = block_features(order, shape, blocks).reshape(shape[0], -1, len(order))
-    c = coef.reshape(-1, coef.shape[-1])
-    return (c[None, :, 0] + np.einsum("tcp,cp->tc", X, c[:, 1:])).reshape(shape)
+    """Predictions of one grid block from its cells' coefficients (``coef``: (*space,
+    p), NumPy), in the namespace of the block and on its device."""
+    xp, (coef, wb, *blocks) = align(coef, wb, *blocks)
+    shape = (blocks[0].shape[0],) + tuple(wb.shape)  # every field block spans the time chunk
+    c = xp.reshape(coef, (1, -1, coef.shape[-1]))
+    X = xp.reshape(block_features(order, shape, blocks), (shape[0], c.shape[1], len(order)))
+    return xp.reshape(c[..., 0] + xp.sum(X * c[..., 1:], axis=-1), shape)
 
 
 def _pooled_block(order, coef, intercept, family, wb, *blocks):
-    shape = _block_shape(order, wb, blocks)
-    eta = block_features(order, shape, blocks) @ coef + intercept
+    """Predictions of one grid block of a pooled model (identity, log or logit link)."""
+    xp, (coef, wb, *blocks) = align(np.asarray(coef, dtype=np.float64), wb, *blocks)
+    shape = (blocks[0].shape[0],) + tuple(wb.shape)
+    eta = xp.matmul(block_features(order, shape, blocks), coef) + float(intercept)
     if family == "poisson":
-        eta = np.exp(eta)
+        eta = xp.exp(eta)
     elif family == "binomial":
-        eta = 1.0 / (1.0 + np.exp(-eta))
-    return eta.reshape(shape)
+        eta = 1.0 / (1.0 + xp.exp(-eta))
+    return xp.reshape(eta, shape)
+
+
+def _score_block(yb, pb, wb):
+    """``(1, ..., 1, 5)`` NumPy sums of a grid block for :meth:`ClimateRegressor.evaluate`:
+    ``sum w``, ``sum w y``, ``sum w y^2``, ``sum w e^2``, cells scored."""
+    xp, (yb, pb, wb) = align(yb, pb, wb)
+    n_t = yb.shape[0]
+    y = xp.reshape(yb, (n_t, -1))
+    pred = xp.reshape(pb, (n_t, -1))
+    w = xp.broadcast_to(xp.reshape(wb, (1, -1)), y.shape)
+    ok = xp.isfinite(y) & xp.isfinite(pred) & (w > 0)
+    w = xp.where(ok, w, 0.0)
+    y0 = xp.where(ok, y, 0.0)
+    e = xp.where(ok, pred - y, 0.0)
+    sums = xp.stack([xp.sum(w), xp.sum(w * y0), xp.sum(w * y0 * y0), xp.sum(w * e * e),
+                     xp.sum(xp.astype(ok, y.dtype))])
+    return to_host(sums).reshape((1,) * len(yb.shape) + (5,))
 
 
 class ClimateRegressor(ClientParamMixin, BaseEstimator):
@@ -325,6 +398,7 @@ class ClimateRegressor(ClientParamMixin, BaseEstimator):
         stats = da.blockwise(
             cell_stats, index + "s", fields.order, None, *fields.blockwise_args(index),
             new_axes={"s": n_stats}, adjust_chunks={"t": lambda n: 1}, dtype=np.float64,
+            meta=np.empty((0,) * (len(index) + 1)),  # the statistics come back to the host
         )
         total = stats.sum(axis=0, split_every=self.split_every)  # reduces over time chunks only
         coef = total.map_blocks(solve_cells, p, float(self.alpha), chunks=total.chunks[:-1] + ((p,),),
@@ -366,6 +440,9 @@ class ClimateRegressor(ClientParamMixin, BaseEstimator):
             The ``sample_dims`` of ``ds`` with their coordinates, the target's name and
             attributes; NaN where a feature is NaN (or, pointwise, where the cell had no
             training data).  Poisson: the expected count; binomial: the probability.
+            Its dask blocks are of the array type of the Dataset's blocks, on their
+            device (CuPy-backed data gives CuPy predictions), whatever the model was
+            fitted on.
         """
         check_is_fitted(self, "coef_")
         spec = self.spec_  # the settings of the fit, not parameters changed since
@@ -378,11 +455,11 @@ class ClimateRegressor(ClientParamMixin, BaseEstimator):
             chunks = fields.grid_chunks[1:] + ((self._coef_table.shape[-1],),)
             coef = da.from_array(self._coef_table, chunks=chunks)
             out = da.blockwise(_pointwise_block, index, fields.order, None, coef, index[1:] + "p", *args,
-                               concatenate=True, dtype=np.float64)
+                               concatenate=True, dtype=np.float64, meta=fields.meta(len(index)))
         else:
             coef = np.asarray(self.coef_.values, dtype=np.float64)
             out = da.blockwise(_pooled_block, index, fields.order, None, coef, None, self.intercept_, None,
-                               self.family, None, *args, dtype=np.float64)
+                               self.family, None, *args, dtype=np.float64, meta=fields.meta(len(index)))
         pred = xr.DataArray(out, dims=spec.sample_dims, coords=fields.coords, name=spec.target,
                             attrs=dict(self.target_attrs_))
         return pred.transpose(*fields.out_dims)
@@ -398,14 +475,12 @@ class ClimateRegressor(ClientParamMixin, BaseEstimator):
         spec.check(ds, need_target=True)
         fields = Fields(spec, ds, need_target=True)
         pred = self.predict(ds).transpose(*spec.sample_dims).data
-        y = fields.y
-        w = da.broadcast_to(fields.weight[None], y.shape, chunks=y.chunks)
-        ok = da.isfinite(y) & da.isfinite(pred) & (w > 0)
-        w = da.where(ok, w, 0.0)
-        y0 = da.where(ok, y, 0.0)
-        e = da.where(ok, pred - y, 0.0)
-        sw, swy, swy2, swe2, n = self._compute(w.sum(), (w * y0).sum(), (w * y0 * y0).sum(), (w * e * e).sum(),
-                                               ok.sum())
+        index = "t" + "abcdefgh"[: len(spec.sample_dims) - 1]
+        sums = da.blockwise(_score_block, index + "s", fields.y, index, pred, index, fields.weight, index[1:],
+                            new_axes={"s": 5}, adjust_chunks={i: (lambda n: 1) for i in index}, dtype=np.float64,
+                            meta=np.empty((0,) * (len(index) + 1)))
+        (sums,) = self._compute(sums.sum(axis=tuple(range(len(index))), split_every=self.split_every))
+        sw, swy, swy2, swe2, n = (float(v) for v in sums)
         if sw <= 0:
             raise InputError("no cell has both a target and a prediction to score")
         mean = swy / sw
