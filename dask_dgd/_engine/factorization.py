@@ -14,6 +14,17 @@ depend on the sharding at all and item gradients only through the order in which
 shards' sums are added (floating-point tolerance).  Mini-batches are drawn by hashing
 each rating's key with the seed and the epoch (:func:`~dask_dgd.losses._factorization.batch_buckets`),
 so they are the same ratings however the data is sharded.
+
+Arrays other than NumPy (CuPy on a GPU): when the ratings come as a dask array of
+pairs whose blocks are of another array-API namespace, the ids are still mapped on the
+host (through pandas), but a zero-length array cut from a real input block on a worker
+(:func:`block_like`; the dask meta may be NumPy) travels to every shard, and the shard
+puts its rating arrays, its users' factors and their optimizer state in that namespace,
+on that device.  Each step the item table (and the items' Gram matrix) is copied to the
+shard's device once; the kernels run there (their array-API versions); what comes back
+to the driver is NumPy: the touched item-gradient rows, the users' Gram matrix and a few
+numbers.  The driver's item table and optimizer state, and everything exported at the
+end of a fit, stay NumPy.
 """
 
 import math
@@ -21,9 +32,11 @@ import time
 import uuid
 from dataclasses import dataclass
 
+import array_api_compat
 import numpy as np
 import pandas as pd
 
+from .._backend import asarray_like, get_namespace, to_numpy
 from ..exceptions import ClusterError, DivergenceError, InputError
 from ..losses import _factorization as kernels
 from .shards import ShardSet, inject_faults, releases_shards_on_error
@@ -32,6 +45,7 @@ from .sync import EpochStopper
 __all__ = [
     "FactorModel",
     "ShardResult",
+    "block_like",
     "check_scan",
     "frame_parts",
     "scan",
@@ -104,22 +118,29 @@ class FactorModel:
 class RatingShard:
     """The ratings of a set of users, sorted by (user, item, rating).
 
-    ``users`` are the shard's users (global indices, sorted); ``lu`` each rating's local
-    user index, ``gi`` its global item index, ``r`` its value, ``key`` its hash key and
-    ``uptr`` the start of each local user's ratings.
+    ``users`` are the shard's users (global indices, sorted; always NumPy); ``lu`` each
+    rating's local user index, ``gi`` its global item index, ``r`` its value, ``key`` its
+    hash key ``user * n_items + item`` (sorted) and ``uptr`` the start of each local
+    user's ratings.  Built from NumPy arrays; with ``like`` (an array of another
+    namespace, see :func:`block_like`) the rating arrays are then moved to its namespace
+    and device, where the shard's factors will live too.
     """
 
-    def __init__(self, users, lu, gi, r, n_items):
+    def __init__(self, users, lu, gi, r, n_items, like=None):
         self.users = users
-        self.lu = lu
-        self.gi = gi
-        self.r = r
-        self.key = users[lu].astype(np.uint64) * np.uint64(n_items) + gi.astype(np.uint64)
-        self.uptr = np.searchsorted(lu, np.arange(users.size + 1)).astype(np.int64)
+        key = users[lu].astype(np.uint64) * np.uint64(n_items) + gi.astype(np.uint64)
+        uptr = np.searchsorted(lu, np.arange(users.size + 1)).astype(np.int64)
+        self.like = like
+        move = (lambda a: a) if like is None else (lambda a: asarray_like(a, like))
+        self.lu, self.gi, self.r, self.key, self.uptr = (move(a) for a in (lu, gi, r, key, uptr))
 
     @property
     def n_rows(self):
-        return int(self.r.size)
+        return int(self.r.shape[0])
+
+    def to_shard(self, a):
+        """A NumPy array (parameters sent by the driver) in the shard's namespace and device."""
+        return a if self.like is None or a is None else asarray_like(a, self.like)
 
 
 # ------------------------------------------------------------------------- setup
@@ -164,15 +185,49 @@ def _piece(pieces, s):
     return pieces[s]
 
 
-def make_rating_shard(n_items, *pieces):
-    """A :class:`RatingShard` from the pieces every partition cut for it."""
+def make_rating_shard(n_items, like, *pieces):
+    """A :class:`RatingShard` from the pieces every partition cut for it (``like``:
+    see :class:`RatingShard`)."""
     u = np.concatenate([p[0] for p in pieces]) if pieces else np.zeros(0, np.int64)
     i = np.concatenate([p[1] for p in pieces]) if pieces else np.zeros(0, np.int32)
     r = np.concatenate([p[2] for p in pieces]) if pieces else np.zeros(0)
     order = np.lexsort((r, i, u))
     u, i, r = u[order], i[order], r[order]
     users, lu = np.unique(u, return_inverse=True)
-    return RatingShard(users, lu.astype(np.int32), i, r, n_items)
+    return RatingShard(users, lu.astype(np.int32), i, r, n_items, like)
+
+
+def _like_of(*blocks):
+    """A zero-length array of the namespace and device of the first block that is not
+    NumPy (``None`` entries skipped); None when all are NumPy."""
+    for b in blocks:
+        if b is None:
+            continue
+        xp = get_namespace(b)
+        if not array_api_compat.is_numpy_namespace(xp):
+            return xp.reshape(b[:0, ...], (0,))
+    return None
+
+
+def block_like(executor, *arrays):
+    """Where the arrays of a fit on dask arrays should live: a zero-length array cut,
+    on a worker, from the first block of the first dask array in ``arrays`` whose
+    blocks are not NumPy (the blocks are looked at: the dask meta may be NumPy when they
+    are not), or None when they are all NumPy (or no argument is a dask array).
+
+    Returns a future on a cluster (it is passed to the shards' setup tasks and resolved
+    there), else the array.
+    """
+    import dask
+    import dask.array as da
+
+    firsts = [a.to_delayed().ravel()[0] for a in arrays if isinstance(a, da.Array)]
+    if not firsts:
+        return None
+    probe = dask.delayed(_like_of)(*firsts, dask_key_name=f"dgd-mf-like-{uuid.uuid4().hex[:8]}")
+    if executor.kind == "dask":
+        return executor.client.compute(probe)
+    return probe.compute()  # pragma: no cover - dask input always gets a cluster
 
 
 def assign_users(counts, n_shards):
@@ -253,9 +308,11 @@ def scan(executor, parts, cols):
     }
 
 
-def build_rating_shards(executor, parts, cols, users, items, n_shards):
+def build_rating_shards(executor, parts, cols, users, items, n_shards, like=None):
     """Shards of ratings partitioned by user and balanced by ratings, placed one per
-    worker in turn; returns the :class:`~.shards.ShardSet` and the ratings per shard."""
+    worker in turn; returns the :class:`~.shards.ShardSet` and the ratings per shard.
+
+    ``like``: None (NumPy shards) or what :func:`block_like` returned."""
     run = _Runner(executor)
     users_f, items_f = run.scatter(users), run.scatter(items)
     # ratings per user, counted where the partitions live
@@ -274,13 +331,13 @@ def build_rating_shards(executor, parts, cols, users, items, n_shards):
     for s in range(n_shards):
         w = workers[s % len(workers)]
         mine = [run.submit(_piece, p, s, name="dgd-mf-piece") for p in pieces]
-        handles.append(run.submit(make_rating_shard, len(items), *mine, worker=w, name="dgd-mf-shard"))
+        handles.append(run.submit(make_rating_shard, len(items), like, *mine, worker=w, name="dgd-mf-shard"))
         placed.append(w)
     if run.dask:
         executor.wait(handles)
     shards = ShardSet(executor, handles, [(s,) for s in range(n_shards)], placed, loads, 0, False)
     if run.dask:  # the partitions (frame_parts) are this fit's: released with its shards
-        shards.inputs = list(parts)
+        shards.inputs = list(parts) + ([] if like is None else [like])
     # each shard's users (global indices, sorted), as the shard itself holds them
     shards.shard_users = [np.flatnonzero((shard_of == s) & (counts > 0)) for s in range(n_shards)]
     return shards, loads
@@ -313,30 +370,45 @@ class ShardResult:
         return (0 if self.idx is None else self.idx.nbytes) + self.rows.nbytes + extra + 3 * 8
 
 
+def _map_state(state, fn):
+    """An optimizer state (a NamedTuple) with ``fn`` applied to its array fields."""
+    return type(state)(**{
+        name: fn(value) if array_api_compat.is_array_api_obj(value) else value
+        for name, value in state._asdict().items()
+    })
+
+
 def shard_factor_init(shard, scratch, model, optimizer, U0, state0):
-    """Put the shard's user factors and optimizer state in its scratch memory."""
+    """Put the shard's user factors and optimizer state in its scratch memory (in the
+    shard's namespace and device; ``U0``, ``state0``: NumPy, from the driver)."""
     U = init_rows(model.seed, shard.users, model.user_width, model.init_scale, model.user_bias) if U0 is None else U0
+    U = shard.to_shard(np.ascontiguousarray(U, dtype=np.float64))
+    xp = get_namespace(U)
+    device = array_api_compat.device(U)
     scratch.clear()
-    scratch["U"] = np.ascontiguousarray(U, dtype=np.float64)
-    scratch["state"] = optimizer.init(scratch["U"]) if state0 is None else state0
-    scratch["gU"] = np.zeros_like(scratch["U"])
-    scratch["gV"] = np.zeros((model.n_items, model.item_width))
-    scratch["touched"] = np.zeros(model.n_items, dtype=bool)
-    scratch["all"] = np.arange(shard.n_rows, dtype=np.int64)
+    scratch["U"] = U
+    scratch["state"] = optimizer.init(U) if state0 is None else _map_state(state0, shard.to_shard)
+    scratch["gU"] = xp.zeros_like(U)
+    scratch["gV"] = xp.zeros((model.n_items, model.item_width), dtype=xp.float64, device=device)
+    scratch["touched"] = xp.zeros(model.n_items, dtype=xp.bool, device=device)
+    scratch["all"] = xp.arange(shard.n_rows, dtype=xp.int64, device=device)
     scratch["epoch"] = None
     return shard.n_rows
 
 
 def _rows(shard, scratch, seed, epoch, batch, n_batches):
+    """The rows of this step's ratings, increasing (so their users are sorted)."""
     if n_batches == 1:
         return scratch["all"]
     if scratch["epoch"] != epoch:
         b = kernels.batch_buckets(shard.key, seed, epoch, n_batches)
-        order = np.argsort(b, kind="stable")
+        xp = get_namespace(b)
+        order = xp.argsort(b, stable=True)
+        edges = xp.arange(n_batches + 1, dtype=b.dtype, device=array_api_compat.device(b))
         scratch["order"] = order
-        scratch["bounds"] = np.searchsorted(b[order], np.arange(n_batches + 1))
+        scratch["bounds"] = to_numpy(xp.searchsorted(xp.take(b, order), edges))
         scratch["epoch"] = epoch
-    lo, hi = scratch["bounds"][batch], scratch["bounds"][batch + 1]
+    lo, hi = int(scratch["bounds"][batch]), int(scratch["bounds"][batch + 1])
     return scratch["order"][lo:hi]
 
 
@@ -353,9 +425,12 @@ def _factor_step(shard, scratch, model, optimizer, V, gram_items, step, epoch, b
             "matrix factorization cannot continue without them: fit again"
         )
     t0 = time.perf_counter()
+    on_host = shard.like is None
+    V, gram_items = shard.to_shard(V), shard.to_shard(gram_items)  # once per step
     U, gU, gV, touched = scratch["U"], scratch["gU"], scratch["gV"], scratch["touched"]
+    xp = get_namespace(U)
     rows = _rows(shard, scratch, model.seed, epoch, batch, n_batches)
-    gU[:] = 0.0
+    gU[...] = 0.0
     if model.kind == "explicit":
         loss, sq = kernels.explicit_sums(
             shard.lu, shard.gi, shard.r, rows, U, V, model.mu, model.alpha, model.alpha_bias, gU, gV, touched
@@ -371,36 +446,56 @@ def _factor_step(shard, scratch, model, optimizer, V, gram_items, step, epoch, b
         )
     gram = None
     if model.kind == "wls":
-        gram = U.T @ U  # at the parameters of this step, before the update
+        gram = to_numpy(U.T @ U)  # at the parameters of this step, before the update
         _, g_all = kernels.wls_all_pairs(U, gram_items, 1.0 / n_batches)
         gU += g_all
-    # the item rows this step touched, sparse when that is smaller than the table
-    idx = np.flatnonzero(touched)
-    width = gV.shape[1]
-    if idx.size * (4 + 8 * width) < gV.nbytes:
-        idx = idx.astype(np.int32)
-        out = gV[idx]
-        gV[idx] = 0.0
-        touched[idx] = False
-    else:
-        idx, out = None, gV.copy()
-        gV[:] = 0.0
-        touched[:] = False
+    idx, out = _touched_rows(xp, scratch, on_host)  # the item rows this step touched
     grad_norm = 0.0
     if math.isfinite(loss):
         gU /= normalizer
-        grad_norm = float(np.linalg.norm(gU))  # scaled: no overflow
+        # scaled: no overflow
+        grad_norm = float(np.linalg.norm(gU)) if on_host else float(xp.sqrt(xp.sum(gU * gU)))
         updates, scratch["state"] = optimizer.update(gU, scratch["state"], U)
         U += updates
     inject_faults(t0)
-    return ShardResult(float(loss), float(sq), int(rows.size), idx, out, gram, grad_norm, time.perf_counter() - t0)
+    return ShardResult(float(loss), float(sq), int(rows.shape[0]), idx, out, gram, grad_norm, time.perf_counter() - t0)
+
+
+def _touched_rows(xp, scratch, on_host):
+    """The item-gradient rows this step touched, as NumPy (``idx`` None: the dense
+    table, when that is smaller), and the item gradient and flags reset to zero."""
+    gV, touched = scratch["gV"], scratch["touched"]
+    width = gV.shape[1]
+    dense_bytes = gV.shape[0] * width * 8
+    if on_host:  # reset only the touched rows: the table may be much larger
+        idx = np.flatnonzero(touched)
+        if idx.size * (4 + 8 * width) < dense_bytes:
+            idx = idx.astype(np.int32)
+            out = gV[idx]
+            gV[idx] = 0.0
+            touched[idx] = False
+            return idx, out
+        out = gV.copy()
+        gV[:] = 0.0
+        touched[:] = False
+        return None, out
+    idx = xp.nonzero(touched)[0]
+    if idx.shape[0] * (4 + 8 * width) < dense_bytes:
+        idx, out = to_numpy(idx).astype(np.int32), to_numpy(xp.take(gV, idx, axis=0))
+    else:
+        idx, out = None, to_numpy(gV)
+    # fresh zeros (a device memset) rather than a scatter; ``out`` may share gV's memory
+    scratch["gV"], scratch["touched"] = xp.zeros_like(gV), xp.zeros_like(touched)
+    return idx, out
 
 
 def shard_factor_export(shard, scratch):
-    """The shard's users, their factors and optimizer state, and its (user, item) pairs."""
+    """The shard's users, their factors and optimizer state, and its (user, item) pairs
+    (all NumPy)."""
     if "U" not in scratch:
         raise ClusterError("a shard lost its user factors (its worker was lost); fit again")
-    return shard.users, scratch["U"], scratch["state"], shard.uptr, shard.gi
+    return (shard.users, to_numpy(scratch["U"]), _map_state(scratch["state"], to_numpy),
+            to_numpy(shard.uptr), to_numpy(shard.gi))
 
 
 # --------------------------------------------------------------------- the loop

@@ -2,6 +2,8 @@
 
 Ratings are partitioned by user (balanced by number of ratings); each user's factors
 live with its shard on a worker and never travel; only item gradients are reduced.
+Ratings given as a dask array with CuPy blocks train on the GPU (the shards' arrays
+live there); the fitted model is NumPy either way.
 """
 
 from ._metrics import evaluate_ranking, ndcg_at_k, precision_at_k, recall_at_k, train_test_split

@@ -1,4 +1,14 @@
-"""Shared machinery of the matrix-factorization estimators."""
+"""Shared machinery of the matrix-factorization estimators.
+
+Ratings given as a dask array of (user, item) pairs (and ratings ``y``) whose blocks are
+not NumPy, e.g. CuPy, are trained where the blocks are: the ids are mapped on the host
+(through pandas, as for any input), and each shard keeps its ratings, its users' factors
+and their optimizer state in the blocks' namespace and device (see
+:mod:`dask_dgd._engine.factorization`).  The fitted attributes are NumPy either way: a
+model fitted on a GPU predicts on the CPU; ``predict`` on dask pairs answers in the
+namespace and on the device of each block.  DataFrames (pandas or dask) and in-memory
+arrays are trained on the host.
+"""
 
 import numbers
 import warnings
@@ -9,9 +19,11 @@ from sklearn.base import BaseEstimator
 from sklearn.utils import check_random_state
 from sklearn.utils.validation import check_is_fitted
 
+from .._backend import asarray_like, to_numpy
 from .._engine.cluster import get_executor, is_dask_collection
 from .._engine.factorization import (
     FactorModel,
+    block_like,
     build_rating_shards,
     check_scan,
     export_users,
@@ -43,6 +55,15 @@ def _ids_preview(ids, limit=5):
     shown = ", ".join(repr(v) for v in np.asarray(ids).tolist()[:limit])
     more = f" and {len(ids) - limit} more" if len(ids) > limit else ""
     return shown + more
+
+
+def _host_blocks(a):
+    """A dask array with NumPy blocks (a copy from the device per block if needed)."""
+    return a.map_blocks(to_numpy, dtype=a.dtype, meta=np.empty((0,) * a.ndim, dtype=a.dtype))
+
+
+def _pairs_shape_error(shape):
+    return InputError(f"X must be a DataFrame or an (n, 2) array of (user, item) pairs; got shape {shape}")
 
 
 def _id_index(uniques, what):
@@ -105,11 +126,12 @@ class FactorizationBase(ClientParamMixin, BaseEstimator):
             frame = X
         elif isinstance(X, da.Array):
             if X.ndim != 2 or X.shape[1] != 2:
-                raise InputError(f"X must be a DataFrame or an (n, 2) array of (user, item) pairs; got shape {X.shape}")
+                raise _pairs_shape_error(X.shape)
+            X = _host_blocks(X)  # the ids go through pandas
             if y is not None:
                 if any(np.isnan(c) for c in X.chunks[0]):
                     X = X.compute_chunk_sizes()
-                yv = y if isinstance(y, da.Array) else np.asarray(y)
+                yv = _host_blocks(y) if isinstance(y, da.Array) else to_numpy(y)
                 if yv.ndim == 1 and yv.shape[0] == X.shape[0] and not isinstance(yv, da.Array):
                     yv = da.from_array(yv, chunks=(X.chunks[0],))  # only once the lengths agree
                 if yv.ndim != 1 or yv.shape[0] != X.shape[0]:
@@ -121,11 +143,9 @@ class FactorizationBase(ClientParamMixin, BaseEstimator):
             else:
                 frame = dd.from_dask_array(X, columns=[ucol, icol])
         else:
-            arr = np.asarray(X)
+            arr = to_numpy(X)
             if arr.ndim != 2 or arr.shape[1] != 2:
-                raise InputError(
-                    f"X must be a DataFrame or an (n, 2) array of (user, item) pairs; got shape {arr.shape}"
-                )
+                raise _pairs_shape_error(arr.shape)
             frame = pd.DataFrame({ucol: arr[:, 0], icol: arr[:, 1]})
         missing = [c for c in (ucol, icol) if c not in frame.columns]
         if missing:
@@ -134,7 +154,7 @@ class FactorizationBase(ClientParamMixin, BaseEstimator):
                 "name the columns with user_col=..., item_col=..."
             )
         if y is not None:  # in-memory frame: y pairs with the rows by position
-            yv = np.asarray(y)
+            yv = to_numpy(y)
             if yv.ndim != 1 or yv.shape[0] != len(frame):
                 raise InputError(f"y must be 1-D with one value per row of X ({len(frame)}); got shape {yv.shape}")
             frame = frame.assign(**{ycol: yv})
@@ -214,7 +234,8 @@ class FactorizationBase(ClientParamMixin, BaseEstimator):
             seed = self._seed()
             mu = facts["rating_sum"] / facts["n"] if self._kind_now() == "explicit" else 0.0
         n_shards = self.n_shards or (len(executor.workers()) if executor.kind == "dask" else 1)
-        shards, loads = build_rating_shards(executor, parts, cols, users, items, n_shards)
+        like = block_like(executor, X, y)  # the namespace and device of dask-array blocks
+        shards, loads = build_rating_shards(executor, parts, cols, users, items, n_shards, like)
         model = self._model(mu, len(items), seed)
         optimizer = self._optimizer()
         if continued:
@@ -345,6 +366,9 @@ class FactorizationBase(ClientParamMixin, BaseEstimator):
             The ratings: a frame with the ``user_col``, ``item_col`` (and ``rating_col``)
             columns, or (user, item) pairs with the ratings in ``y``.  Ids may be of any
             orderable type (str, int); they are mapped to dense indices on the cluster.
+            A dask array of pairs whose blocks are CuPy (or another array-API
+            namespace) trains on their device: the shards' ratings, user factors and
+            optimizer states live there; the fitted attributes are NumPy.
         y : array-like of shape (n,), optional
             The ratings (or strengths), when not a column of ``X``.
 
@@ -404,6 +428,13 @@ class FactorizationBase(ClientParamMixin, BaseEstimator):
     def _score_part(self, df):
         return self._pair_scores(df[self.user_col].to_numpy(), df[self.item_col].to_numpy())
 
+    def _score_block(self, blocks):
+        """Scores of a block of pairs (given as the list of its one column block), in the
+        block's namespace and device."""
+        (block,) = blocks
+        pairs = to_numpy(block)
+        return asarray_like(self._pair_scores(pairs[:, 0], pairs[:, 1]), block)
+
     def predict(self, X):
         """Predicted ratings (explicit) or scores (implicit) of (user, item) pairs.
 
@@ -420,7 +451,20 @@ class FactorizationBase(ClientParamMixin, BaseEstimator):
         Returns
         -------
         numpy.ndarray of shape (n,), or a dask array for dask input
+            For a dask array of pairs, each block of the result is in the namespace and
+            on the device of the pairs' block (e.g. CuPy).
         """
+        import dask.array as da
+
+        if isinstance(X, da.Array):
+            check_is_fitted(self, "item_factors_")
+            if X.ndim != 2 or X.shape[1] != 2:
+                raise _pairs_shape_error(X.shape)
+            if len(X.chunks[1]) > 1:
+                X = X.rechunk({1: -1})
+            meta = asarray_like(np.zeros(0), X._meta)
+            # concatenate=False: dask would join a single column block with NumPy
+            return da.blockwise(self._score_block, "i", X, "ij", concatenate=False, dtype=np.float64, meta=meta)
         frame = self._codes(X)
         if is_dask_collection(frame):
             import dask.array as da

@@ -60,3 +60,23 @@ def test_empty_block_on_array_api_strict(make_problem):
     loss_sum, grad, weight_sum = objective.block_sums(params, strict(X), strict(y))
     assert (loss_sum, weight_sum) == (0.0, 0.0)
     np.testing.assert_array_equal(grad, np.zeros(objective.n_params))
+
+
+@pytest.mark.parametrize("name", LOSS_NAMES)
+def test_block_sums_on_another_device_with_rows_and_placed_params(make_problem, name):
+    """Blocks on a device of their own: the rows of a mini-batch and the parameters
+    must be moved there (array_api_strict refuses to mix devices)."""
+    device = xps.Device("device1")
+    objective, params, X, y, sw = make_problem(name, 300, 3, weighted=True)
+    rows = np.array([3, 5, 8, 13, 21, 34, 55, 89, 144, 233])
+    expected = objective.block_sums(params, X[rows], y[rows], sw[rows])
+    on = lambda a: xps.asarray(a, device=device)  # noqa: E731
+    Xs = on(X)
+    for placed in (None, objective.place(params, Xs)):
+        got = objective.block_sums(params, Xs, on(y), on(sw), rows=rows, placed=placed)
+        assert got[0] == pytest.approx(expected[0], rel=1e-12)
+        np.testing.assert_allclose(got[1], expected[1], rtol=1e-12, atol=1e-12)
+        assert got[2] == pytest.approx(expected[2], rel=1e-12)
+    assert objective.place(params, Xs).device == device
+    raw = objective.raw_prediction(params, Xs)
+    assert raw.device == device
