@@ -1,4 +1,4 @@
-"""``python -m benchmarks run --suite linear|modes|scaling|memory|all --size small|full``."""
+"""``python -m benchmarks run --suite NAME|all --size small|full`` (NAME: see benchmarks.suites.SUITES)."""
 
 import argparse
 import importlib
