@@ -49,6 +49,37 @@ def test_async_on_strict_blocks_reaches_the_optimum(client):
     assert all(is_strict_on_device(b) for b in blocks(client, est.predict(Xd)))
 
 
+@pytest.mark.parametrize("where", ["dask", "memory", "scalar"])
+def test_host_targets_and_weights_with_strict_X(client, where):
+    """NumPy y and sample weights next to device X blocks are moved to the device."""
+    X, y, w = problem("regression")
+    Xd = da.from_array(X, chunks=250)
+    if where == "dask":
+        y_host, w_host = da.from_array(y, chunks=250), da.from_array(w, chunks=250)
+    elif where == "memory":
+        y_host, w_host = y, w
+    else:
+        y_host, w_host = da.from_array(y, chunks=250), 2.0
+    kw = dict(solver="gd", max_iter=20, client=client)
+    ref = dask_dgd.LinearRegression(**kw).fit(Xd, y_host, sample_weight=w_host)
+    est = dask_dgd.LinearRegression(**kw).fit(on_array_api_strict(Xd), y_host, sample_weight=w_host)
+    np.testing.assert_allclose(est.coef_, ref.coef_, rtol=1e-10)
+    clf_ref = dask_dgd.LogisticRegression(**kw).fit(Xd, (y > 0).astype(int), sample_weight=w)
+    clf = dask_dgd.LogisticRegression(**kw).fit(on_array_api_strict(Xd), (y > 0).astype(int), sample_weight=w)
+    np.testing.assert_allclose(clf.coef_, clf_ref.coef_, rtol=1e-10)
+
+
+@pytest.mark.parametrize("kind", ["regression", "binary", "count"])
+def test_score_on_strict_blocks_equals_numpy(client, kind):
+    X, y, w = problem(kind)
+    cls = {"regression": dask_dgd.LinearRegression, "binary": dask_dgd.LogisticRegression,
+           "count": dask_dgd.PoissonRegressor}[kind]
+    est = cls(solver="lbfgs", client=client).fit(X, y)
+    Xs = on_array_api_strict(da.from_array(X, chunks=250))
+    ys, ws = on_array_api_strict(da.from_array(y, chunks=250)), on_array_api_strict(da.from_array(w, chunks=250))
+    assert est.score(Xs, ys, sample_weight=ws) == pytest.approx(est.score(X, y, sample_weight=w), rel=1e-12)
+
+
 def test_partial_fit_on_strict_blocks_equals_numpy(client):
     X, y, _ = problem("binary")
     kw = dict(optimizer="adam", batch_size=100, random_state=0, client=client)

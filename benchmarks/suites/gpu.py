@@ -126,9 +126,11 @@ def run(size, *, repeats=None, log=print, **overrides):
     # one worker process; its BLAS may use every core for the CPU comparison
     cluster, client = start_cluster(1, threads_per_worker=os.cpu_count() or 1)
     try:
+        import cupy  # for the metas (empty arrays; the blocks are made on the worker)
+
         X, y = make_data(client, p["rows"], p["features"], p["chunks"], p["seed"])
-        Xg = client.persist(X.map_blocks(_to_cupy, dtype=X.dtype, meta=None))
-        yg = client.persist(y.map_blocks(_to_cupy, dtype=y.dtype, meta=None))
+        Xg = client.persist(X.map_blocks(_to_cupy, dtype=X.dtype, meta=cupy.empty((0, 0), dtype=X.dtype)))
+        yg = client.persist(y.map_blocks(_to_cupy, dtype=y.dtype, meta=cupy.empty((0,), dtype=y.dtype)))
         wait([Xg, yg])
         device = client.submit(_device_name, pure=False).result()
         blocks = futures_of(Xg)

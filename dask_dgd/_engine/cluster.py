@@ -397,6 +397,10 @@ def _with_known_rows(client, arr):
 
 
 def _full_rows(block, value):
+    """A constant weight per row of ``block`` (given as the list of its single column
+    chunk), on the host: ``make_shard`` moves it next to a device ``X``."""
+    if isinstance(block, list):
+        (block,) = block
     return np.full(block.shape[0], value, dtype=np.float64)
 
 
@@ -425,8 +429,10 @@ def _to_dask_arrays(client, X, y, sample_weight):
             f"X must be numeric; got dtype {X.dtype}; encode non-numeric features first"
         )
     if sample_weight is not None and np.ndim(sample_weight) == 0:
-        sample_weight = X.map_blocks(
-            _full_rows, float(sample_weight), drop_axis=1, dtype=np.float64
+        # no concatenation of X's blocks (dask knows how only for NumPy-like ones)
+        sample_weight = da.blockwise(
+            _full_rows, "i", X, "ij", float(sample_weight), None, concatenate=False,
+            align_arrays=False, meta=np.empty((0,), dtype=np.float64),
         )
     arrays = [y, sample_weight]
     for i, a in enumerate(arrays):

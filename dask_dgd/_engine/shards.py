@@ -20,6 +20,7 @@ from dataclasses import dataclass
 
 import array_api_compat
 import numpy as np
+import scipy.sparse as sp
 
 from .._backend import asarray_like, dtype_name, finfo_max, get_namespace, is_sparse, take_rows, to_numpy
 from ..exceptions import BlockError, ChunkingError, DGDError, InputError
@@ -104,6 +105,14 @@ def _as_float(a, *, sparse_ok):
     return a
 
 
+def _like_X(a, X):
+    """A NumPy ``y`` or weight block moved to the namespace and device of a device
+    ``X`` block (CuPy, CuPy sparse, ...): users pass host targets and weights freely."""
+    if a is None or not isinstance(a, np.ndarray) or isinstance(X, np.ndarray) or sp.issparse(X):
+        return a
+    return asarray_like(a, X)
+
+
 def make_shard(indices, xs, ys, sws, y_numeric=True):
     """Validate blocks and wrap them as a :class:`Shard` (runs where the data lives).
 
@@ -118,7 +127,7 @@ def make_shard(indices, xs, ys, sws, y_numeric=True):
             raise InputError(f"X must be 2-D; block {index} has shape {tuple(X.shape)}")
         X = _as_float(X, sparse_ok=True)
         if y_numeric:
-            y = _as_float(y, sparse_ok=False)
+            y = _as_float(_like_X(y, X), sparse_ok=False)
         if y.ndim != 1:
             raise InputError(
                 f"y must be 1-D; block {index} of y has shape {tuple(y.shape)}; "
@@ -130,7 +139,7 @@ def make_shard(indices, xs, ys, sws, y_numeric=True):
                 f"X has {X.shape[0]}, y has {y.shape[0]}"
             )
         if sw is not None:
-            sw = _as_float(sw, sparse_ok=False)
+            sw = _as_float(_like_X(sw, X), sparse_ok=False)
         xp = get_namespace(X)
         if not is_sparse(X) and X.dtype != xp.float64:
             # float32 X: targets and weights in the same dtype once, not every step
@@ -287,7 +296,7 @@ def encode_shard(shard, classes, class_weight=None):
         if class_weight is not None:
             cw = class_weight[codes]
             sw = cw if sw is None else to_numpy(sw) * cw
-        if not is_sparse(b.X):  # targets and weights in X's namespace, device and dtype
+        if not sp.issparse(b.X):  # targets and weights in X's namespace, device and dtype
             y_new = asarray_like(y_new, b.X, dtype=b.X.dtype)
             if class_weight is not None:
                 sw = asarray_like(sw, b.X, dtype=b.X.dtype)

@@ -9,6 +9,7 @@ import os
 import warnings
 
 import numpy as np
+import scipy.sparse as sp
 from sklearn.base import BaseEstimator
 from sklearn.utils import check_random_state
 from sklearn.utils.validation import (
@@ -212,13 +213,19 @@ def _predict_block(X, coef, intercept, squeeze, post, *post_args):
 
 def _raw_block(X, coef, intercept, squeeze):
     """Linear predictor of one block (runs on the workers for dask input)."""
-    if is_sparse(X) or isinstance(X, np.ndarray):
+    if sp.issparse(X) or isinstance(X, np.ndarray):
+        if X.dtype.kind != "f":  # integer blocks of a dask X: float64, like fit
+            X = X.astype(np.float64)
         coef = coef.astype(X.dtype, copy=False)  # float32 X: float32 out
         intercept = intercept.astype(X.dtype, copy=False)
-    else:  # on X's device, once per block, in X's floating dtype
-        xp = get_namespace(X)
-        if not xp.isdtype(X.dtype, "real floating"):
-            X = xp.astype(X, xp.float64)
+    else:  # on X's device (CuPy, CuPy sparse, ...), once per block, in X's floating dtype
+        if is_sparse(X):
+            if X.dtype.kind != "f":
+                X = X.astype(np.float64)
+        else:
+            xp = get_namespace(X)
+            if not xp.isdtype(X.dtype, "real floating"):
+                X = xp.astype(X, xp.float64)
         coef = asarray_like(coef, X, dtype=X.dtype)
         intercept = asarray_like(intercept, X, dtype=X.dtype)
     raw = X @ coef
@@ -858,13 +865,17 @@ class DGDLinearModel(ClientParamMixin, BaseEstimator):
             X = X.map_blocks(check_finite_block, dtype=X.dtype, meta=X._meta)
             dtype = np.float32 if X.dtype == np.float32 else np.float64
             ndim, n_cols = (1, None) if squeeze else (2, coef.shape[1])
-            if out is not None:
-                ndim, n_cols, dtype = out
+            if out is not None:  # (ndim, n_cols, dtype), dtype None: the predictor's
+                ndim, n_cols, dtype = out[0], out[1], out[2] or dtype
             import dask.array as da
             from dask.array.utils import meta_from_array
 
             if np.dtype(dtype).kind not in "biuf":  # e.g. string class labels: host blocks
                 meta = np.empty((0,) * ndim, dtype=dtype)
+            elif sp.issparse(X._meta) or X._meta is None:  # dense results of sparse blocks
+                meta = np.empty((0,) * ndim, dtype=dtype)
+            elif is_sparse(X._meta):  # CuPy sparse blocks: dense CuPy results
+                meta = asarray_like(np.empty((0,) * ndim, dtype=dtype), X._meta)
             else:
                 meta = meta_from_array(X._meta, ndim=ndim, dtype=dtype)
             args = (coef, None, intercept, None, squeeze, None, post, None)

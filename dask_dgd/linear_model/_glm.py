@@ -321,7 +321,21 @@ class PoissonRegressor(_Regressor):
 
 
 def _computed(*arrays):
-    """NumPy versions of possibly lazy arrays, computed together."""
+    """Host NumPy versions of possibly lazy arrays (of any namespace, e.g. CuPy blocks),
+    computed together; scikit-learn's metrics then score them."""
     import dask
+    import dask.array as da
 
-    return dask.compute(*arrays)
+    from .._backend import to_numpy
+
+    lazy = [a.to_delayed().ravel().tolist() if isinstance(a, da.Array) else a for a in arrays]
+    done = dask.compute(*lazy)  # blocks, not concatenated: dask joins only NumPy-like ones
+    out = []
+    for a, value in zip(arrays, done):
+        if isinstance(a, da.Array):
+            parts = [to_numpy(b) for b in value]
+            value = np.concatenate(parts) if parts else np.empty((0,) + a.shape[1:], dtype=a.dtype)
+        elif value is not None and not isinstance(value, np.ndarray) and hasattr(value, "__array_namespace__"):
+            value = to_numpy(value)
+        out.append(value)
+    return tuple(out)

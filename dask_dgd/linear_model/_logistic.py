@@ -325,14 +325,14 @@ class LogisticRegression(ClassifierMixin, DGDLinearModel):
         """Class probabilities, shape (n_samples, n_classes), columns in ``classes_`` order."""
         check_is_fitted(self, "coef_")
         return self._raw(X, squeeze=False, post=_proba_block, post_args=(self._link_loss(),),
-                         out=(2, len(self.classes_), self._float_dtype(X)))
+                         out=(2, len(self.classes_), None))
 
     def predict_log_proba(self, X):
         """Logarithm of :meth:`predict_proba`."""
         check_is_fitted(self, "coef_")
         with np.errstate(divide="ignore"):
             return self._raw(X, squeeze=False, post=_log_proba_block, post_args=(self._link_loss(),),
-                             out=(2, len(self.classes_), self._float_dtype(X)))
+                             out=(2, len(self.classes_), None))
 
     def predict(self, X):
         """Most probable class of each sample (lazy for dask ``X``; numeric classes stay
@@ -344,10 +344,6 @@ class LogisticRegression(ClassifierMixin, DGDLinearModel):
     def _link_loss(self):
         return BinaryLogistic() if len(self.classes_) == 2 else MultinomialLogistic(len(self.classes_))
 
-    @staticmethod
-    def _float_dtype(X):
-        dtype = getattr(X, "dtype", None)  # a dask array's is a NumPy dtype
-        return np.float32 if isinstance(dtype, np.dtype) and dtype == np.float32 else np.float64
 
     def score(self, X, y, sample_weight=None):
         """Mean accuracy (computes lazy inputs)."""

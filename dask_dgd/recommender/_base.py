@@ -479,6 +479,8 @@ class FactorizationBase(ClientParamMixin, BaseEstimator):
         return int(k)
 
     def _known(self, ids, index, what):
+        if not isinstance(ids, np.ndarray) and hasattr(ids, "__array_namespace__"):
+            ids = to_numpy(ids)  # ids on a device (CuPy...): looked up on the host
         if isinstance(ids, (str, bytes)) or np.ndim(ids) == 0:
             ids = [ids]  # one id, not a sequence of characters
         ids = np.asarray(list(ids) if not isinstance(ids, np.ndarray) else ids)

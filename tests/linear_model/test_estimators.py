@@ -47,6 +47,34 @@ def test_predict_is_lazy_on_dask_and_numpy_on_numpy(client, data):
     assert 0.0 < est.score(Xd, da.from_array(y, chunks=400)) == est.score(X, y)
 
 
+def test_lazy_predictions_declare_what_they_compute(data):
+    """dtype and meta of the lazy predictions match the computed blocks: integer X is
+    predicted in float64 (not with truncated coefficients), sparse X gives dense
+    results, a float32 DataFrame float32 probabilities."""
+    import dask.dataframe as dd
+    import pandas as pd
+    import scipy.sparse as sp
+
+    X, y = data
+    est = LogisticRegression(solver="lbfgs").fit(X, y)
+    Xi = np.round(X * 3).astype(np.int64)
+    for method in ("predict_proba", "decision_function"):
+        lazy = getattr(est, method)(da.from_array(Xi, chunks=(400, -1)))
+        got = lazy.compute()
+        assert lazy.dtype == got.dtype == np.float64
+        np.testing.assert_allclose(got, getattr(est, method)(Xi.astype(np.float64)), rtol=1e-12)
+    Xs = da.from_array(sp.csr_matrix(X), chunks=(400, -1), asarray=False)
+    proba = est.predict_proba(Xs)
+    assert type(proba._meta) is np.ndarray
+    np.testing.assert_allclose(proba.sum(axis=1).compute(), 1.0)  # a reduction by the meta
+    assert (da.argmax(proba, axis=1).compute() == est.predict(X)).all()
+    frame = dd.from_pandas(pd.DataFrame(X.astype(np.float32), columns=[f"f{i}" for i in range(X.shape[1])]),
+                           npartitions=3)
+    est32 = LogisticRegression(solver="lbfgs").fit(frame, dd.from_pandas(pd.Series(y), npartitions=3))
+    lazy = est32.predict_proba(frame)
+    assert lazy.dtype == lazy.compute().dtype == np.float32
+
+
 def test_history_and_loss_curve(data):
     X, y = data
     est = LogisticRegression(tol=1e-8).fit(X, y)

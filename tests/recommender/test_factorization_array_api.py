@@ -176,3 +176,15 @@ def test_numpy_pairs_with_strict_ratings_train_on_the_device(client, data, kerne
     got = _fit(CASES["explicit"](client), pairs, on_array_api_strict(y))
     assert kernel_calls and all(all(c) for c in kernel_calls)
     assert_same_model(got, want, atol=1e-10)
+
+
+def test_recommend_and_similar_items_take_device_ids(client, data, kernel_calls, numpy_fits):
+    """Ids given as device arrays are looked up on the host, same answers."""
+    est = numpy_fit(numpy_fits, client, data, kernel_calls, "explicit")
+    users = np.asarray(est.user_ids_[:3])
+    items = np.asarray(est.item_ids_[:2])
+    for method, ids in (("recommend", users), ("similar_items", items)):
+        want = getattr(est, method)(ids, k=4)
+        got = getattr(est, method)(xps.asarray(ids, device=xps.Device(STRICT_DEVICE)), k=4)
+        for g, w in zip(got, want):
+            np.testing.assert_array_equal(g, w)
