@@ -1,6 +1,6 @@
-"""End-to-end checks of the linear estimators on blocks of another array namespace.
+"""End-to-end checks on blocks of another array namespace, and the data they use.
 
-Shared by ``tests/test_array_namespaces.py`` (``array_api_strict`` blocks on a device of
+The linear checks below are shared by ``tests/test_array_namespaces.py`` (``array_api_strict`` blocks on a device of
 their own: runs in every CI run, fails on any NumPy-only call or host/device mixing)
 and ``tests/gpu/test_gpu_linear.py`` (CuPy blocks on a CUDA device).  A *backend* is
 ``(convert, is_native, rtol)``: ``convert`` turns a NumPy or dask array into the other
@@ -104,3 +104,46 @@ def check_fit_predict(client, case, convert, is_native, rtol):
                                    rtol=max(rtol, 1e-5 if f32 else 1e-12), atol=1e-6 if f32 else 1e-10)
         assert out.shape == want.shape
     return est, ref
+
+
+def climate_grid(T=24, Y=4, X=5, seed=0):
+    """A small monthly (noleap) Dataset: a grid predictor ``a`` with a missing value, a
+    time-only ``index``, a static ``orog`` and the target ``tas`` with a land cell."""
+    import xarray as xr
+
+    rng = np.random.default_rng(seed)
+    time = xr.date_range("2000-01-01", periods=T, freq="MS", calendar="noleap", use_cftime=True)
+    a = rng.normal(size=(T, Y, X))
+    index = rng.normal(size=T)
+    slope = 1.0 + rng.normal(0, 0.5, size=(Y, X))
+    y = 280 + slope * a + 0.5 * index[:, None, None] + 0.1 * rng.normal(size=(T, Y, X))
+    y[:, 0, 0] = np.nan  # a land cell
+    a[5, 2, 3] = np.nan  # a missing observation
+    return xr.Dataset(
+        {"a": (("time", "lat", "lon"), a), "index": (("time",), index), "tas": (("time", "lat", "lon"), y),
+         "orog": (("lat", "lon"), rng.normal(size=(Y, X)))},
+        coords={"time": time, "lat": ("lat", np.linspace(-60, 60, Y), {"units": "degrees_north"}),
+                "lon": np.arange(X) * 30.0},
+    )
+
+
+def spy_factorization_kernels(monkeypatch, check):
+    """Record ``check(lu, gi, U, V)`` for every matrix-factorization kernel call on the
+    shards (the test cluster's workers are threads of this process)."""
+    from dask_dgd.losses import _factorization as kernels
+
+    calls = []
+
+    def spy(name):
+        real = getattr(kernels, name)
+
+        def wrapper(lu, gi, *args):
+            U, V = (args[3], args[4]) if name == "bpr_sums" else (args[2], args[3])
+            calls.append(check(lu, gi, U, V))
+            return real(lu, gi, *args)
+
+        return wrapper
+
+    for name in ("explicit_sums", "bpr_sums", "wls_sums"):
+        monkeypatch.setattr(kernels, name, spy(name))
+    return calls

@@ -21,6 +21,7 @@ from dask_dgd.climate._design import (_unstack, block_features, design_block, ma
 from dask_dgd.climate._namespace import to_host
 from dask_dgd.climate._regressor import _pointwise_block, _pooled_block, _score_block, cell_stats
 from dask_dgd.testing import STRICT_DEVICE, on_array_api_strict
+from namespace_checks import climate_grid
 
 DEVICE = xps.Device(STRICT_DEVICE)
 STRICT = type(xps.asarray(0.0))
@@ -189,20 +190,6 @@ def test_unstack_and_score_blocks_on_strict_equal_numpy():
 
 
 # -------------------------------------------------------------------- end to end
-def _grid(T=24, Y=4, X=5, seed=0):
-    rng = np.random.default_rng(seed)
-    time = xr.date_range("2000-01-01", periods=T, freq="MS", calendar="noleap", use_cftime=True)
-    a = rng.normal(size=(T, Y, X))
-    index = rng.normal(size=T)
-    slope = 1.0 + rng.normal(0, 0.5, size=(Y, X))
-    y = 280 + slope * a + 0.5 * index[:, None, None] + 0.1 * rng.normal(size=(T, Y, X))
-    y[:, 0, 0] = np.nan  # a land cell
-    a[5, 2, 3] = np.nan  # a missing observation
-    return xr.Dataset(
-        {"a": (("time", "lat", "lon"), a), "index": (("time",), index), "tas": (("time", "lat", "lon"), y)},
-        coords={"time": time, "lat": ("lat", np.linspace(-60, 60, Y), {"units": "degrees_north"}),
-                "lon": np.arange(X) * 30.0},
-    )
 
 
 def _chunked(ds):
@@ -244,7 +231,7 @@ POINTWISE = [
 
 @pytest.mark.parametrize("params", POINTWISE, ids=["seasonal", "lead+lags+ridge"])
 def test_pointwise_on_strict_blocks_equals_numpy(params, client):
-    ds = _grid()
+    ds = climate_grid()
     sds = _on_strict(ds)
     assert isinstance(sds["a"].data.blocks[0, 0, 0].compute(), STRICT)
     ref = ClimateRegressor(["a", "index"], "tas", model="pointwise", client=client, **params).fit(_chunked(ds))
@@ -268,7 +255,7 @@ POOLED = [
 
 @pytest.mark.parametrize("family, params", POOLED, ids=[f for f, _ in POOLED])
 def test_pooled_on_strict_blocks_equals_numpy(family, params, client):
-    ds = _grid()
+    ds = climate_grid()
     if family == "poisson":
         ds["tas"] = (ds["tas"] - 278).clip(0).round()
     elif family == "binomial":
@@ -284,7 +271,7 @@ def test_pooled_on_strict_blocks_equals_numpy(family, params, client):
 
 
 def test_design_matrix_on_strict_blocks(client):
-    ds = _grid()
+    ds = climate_grid()
     sds = _on_strict(ds)
     kw = dict(lags={"a": [0, 2]}, seasonal=1)
     dm = to_design_matrix(sds, ["a", "index"], "tas", **kw)

@@ -15,25 +15,9 @@ import xarray as xr
 from dask_dgd.climate import ClimateRegressor, to_design_matrix
 from dask_dgd.climate._design import design_block, mask_block
 from dask_dgd.climate._regressor import _pointwise_block, _pooled_block, cell_stats
+from namespace_checks import climate_grid
 
 CHUNKS = {"time": 12, "lat": 2, "lon": 5}
-
-
-def _grid(T=24, Y=4, X=5, seed=0):
-    rng = np.random.default_rng(seed)
-    time = xr.date_range("2000-01-01", periods=T, freq="MS", calendar="noleap", use_cftime=True)
-    a = rng.normal(size=(T, Y, X))
-    index = rng.normal(size=T)
-    slope = 1.0 + rng.normal(0, 0.5, size=(Y, X))
-    y = 280 + slope * a + 0.5 * index[:, None, None] + 0.1 * rng.normal(size=(T, Y, X))
-    y[:, 0, 0] = np.nan  # a land cell
-    a[5, 2, 3] = np.nan  # a missing observation
-    return xr.Dataset(
-        {"a": (("time", "lat", "lon"), a), "index": (("time",), index), "tas": (("time", "lat", "lon"), y),
-         "orog": (("lat", "lon"), rng.normal(size=(Y, X)))},
-        coords={"time": time, "lat": ("lat", np.linspace(-60, 60, Y), {"units": "degrees_north"}),
-                "lon": np.arange(X) * 30.0},
-    )
 
 
 @pytest.fixture
@@ -113,7 +97,7 @@ POINTWISE = [
 
 @pytest.mark.parametrize("name, features, params", POINTWISE, ids=[p[0] for p in POINTWISE])
 def test_pointwise_on_gpu_equals_cpu(name, features, params, cp, gpu_dataset, client):
-    ds = _grid()
+    ds = climate_grid()
     if name == "static+order":
         ds = ds.transpose("lon", "time", "lat")
     gds = gpu_dataset(ds)
@@ -135,7 +119,7 @@ POOLED = [
 
 @pytest.mark.parametrize("family, features, params", POOLED, ids=[p[0] for p in POOLED])
 def test_pooled_on_gpu_equals_cpu(family, features, params, cp, gpu_dataset, client):
-    ds = _grid()
+    ds = climate_grid()
     if family == "poisson":
         ds["tas"] = (ds["tas"] - 278).clip(0).round()
     elif family == "binomial":
@@ -150,7 +134,7 @@ def test_pooled_on_gpu_equals_cpu(family, features, params, cp, gpu_dataset, cli
 
 
 def test_design_matrix_on_gpu(cp, gpu_dataset, client):
-    ds = _grid().chunk(CHUNKS)  # the CPU design in the same row order
+    ds = climate_grid().chunk(CHUNKS)  # the CPU design in the same row order
     gds = gpu_dataset(ds)
     dm = to_design_matrix(gds, ["a", "index", "orog"], "tas", lags={"a": [0, 2]}, seasonal=1)
     ref = to_design_matrix(ds, ["a", "index", "orog"], "tas", lags={"a": [0, 2]}, seasonal=1)

@@ -13,7 +13,7 @@ import pytest
 
 from dask_dgd import ImplicitMatrixFactorization, MatrixFactorization
 from dask_dgd.datasets import make_ratings
-from dask_dgd.losses import _factorization as kernels
+from namespace_checks import spy_factorization_kernels
 
 
 @pytest.fixture(scope="module")
@@ -30,22 +30,9 @@ def data():
 @pytest.fixture
 def kernel_calls(monkeypatch, cp):
     """For every kernel call on the shards: whether ratings, factors and item table were
-    CuPy arrays (the test cluster's workers are threads of this process)."""
-    calls = []
-
-    def spy(name):
-        real = getattr(kernels, name)
-
-        def wrapper(lu, gi, *args):
-            U, V = (args[3], args[4]) if name == "bpr_sums" else (args[2], args[3])
-            calls.append(all(isinstance(a, cp.ndarray) for a in (lu, gi, U, V)))
-            return real(lu, gi, *args)
-
-        return wrapper
-
-    for name in ("explicit_sums", "bpr_sums", "wls_sums"):
-        monkeypatch.setattr(kernels, name, spy(name))
-    return calls
+    CuPy arrays."""
+    return spy_factorization_kernels(
+        monkeypatch, lambda lu, gi, U, V: all(isinstance(a, cp.ndarray) for a in (lu, gi, U, V)))
 
 
 CASES = {

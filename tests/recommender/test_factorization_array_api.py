@@ -18,8 +18,8 @@ import pytest
 from dask_dgd import ImplicitMatrixFactorization, MatrixFactorization
 from dask_dgd._backend import to_numpy
 from dask_dgd.datasets import make_ratings
-from dask_dgd.losses import _factorization as kernels
 from dask_dgd.testing import STRICT_DEVICE, on_array_api_strict
+from namespace_checks import spy_factorization_kernels
 
 
 def on_device(a):
@@ -46,22 +46,8 @@ def data():
 @pytest.fixture
 def kernel_calls(monkeypatch):
     """Every kernel call on the shards: whether its ratings, factors and item table were
-    array_api_strict arrays on the device (the workers are threads of this process)."""
-    calls = []
-
-    def spy(name):
-        real = getattr(kernels, name)
-
-        def wrapper(lu, gi, *args):
-            U, V = (args[3], args[4]) if name == "bpr_sums" else (args[2], args[3])
-            calls.append((on_device(lu), on_device(U), on_device(V)))
-            return real(lu, gi, *args)
-
-        return wrapper
-
-    for name in ("explicit_sums", "bpr_sums", "wls_sums"):
-        monkeypatch.setattr(kernels, name, spy(name))
-    return calls
+    array_api_strict arrays on the device."""
+    return spy_factorization_kernels(monkeypatch, lambda lu, gi, U, V: (on_device(lu), on_device(U), on_device(V)))
 
 
 CASES = {
