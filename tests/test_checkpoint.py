@@ -249,6 +249,25 @@ def test_fingerprint_covers_weights_and_is_the_same_in_every_process(tmp_path):
 
 
 # ------------------------------------------------------------------ asynchronous fits
+def test_async_checkpoint_written_when_one_poll_sees_the_whole_fit(tmp_path, client, monkeypatch):
+    """A slow driver can first poll after the server already stopped; a callback that
+    interrupts at that poll must still find the checkpoint."""
+    from dask_dgd._engine import async_
+
+    monkeypatch.setattr(async_, "POLL_INTERVAL", 3.0)  # the 40 updates end before the first poll
+    y = X @ [1.0, 2.0, 0.0, -1.0, 0.5]
+    folder = tmp_path / "ckpt"
+    kw = dict(solver="gd", mode="async", optimizer="sgd", learning_rate=0.1, max_iter=40, tol=0.0,
+              max_staleness=1, client=client, checkpoint=folder, checkpoint_every=10)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        with pytest.raises(Interrupted):
+            LinearRegression(**kw, callbacks=[StopAfter(5)]).fit(*_dask(y))
+    content, arrays = read_archive(folder / "checkpoint.npz", "checkpoint")
+    state = decode(content["state"], arrays)
+    assert not state["done"] and state["core"]["version"] >= 10  # the poll's, not a final write
+
+
 @pytest.mark.parametrize("where", ["cluster", "in-process"])
 def test_async_interrupted_and_resumed_reaches_the_uninterrupted_optimum(tmp_path, client, where, caplog):
     y = X @ [1.0, 2.0, 0.0, -1.0, 0.5] + 0.1 * rng.standard_normal(3000)

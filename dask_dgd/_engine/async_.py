@@ -527,8 +527,11 @@ def run_async(
 
     def on_state(state, pending):
         """After every poll, before its records reach the callbacks (one may stop or
-        interrupt the fit): a checkpoint every ``checkpoint.every`` updates."""
-        if checkpoint is not None and state["version"] - progress["saved"] >= checkpoint.every and not state["stopped"]:
+        interrupt the fit): a checkpoint every ``checkpoint.every`` updates, also when the
+        server has already stopped (a slow poll can see the whole fit at once, and a
+        callback may still interrupt it before the final write) unless it failed."""
+        if (checkpoint is not None and state["version"] - progress["saved"] >= checkpoint.every
+                and state.get("error") is None):
             write(state, pending=pending)
 
     if shards.executor.kind != "dask":

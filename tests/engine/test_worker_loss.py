@@ -90,6 +90,7 @@ def test_compressed_fit_survives_with_fresh_residuals(process_client, data, capl
 
 def test_scattered_input_cannot_survive_and_says_why(process_client, data):
     X, y, _, _ = data
+    process_client.wait_for_workers(3, timeout=60)  # a worker killed by an earlier test is back
     t0 = time.perf_counter()
     _fit(process_client, X, y, max_iter=1)  # how long the setup (scatter) takes
     setup = time.perf_counter() - t0
