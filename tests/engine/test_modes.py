@@ -137,8 +137,11 @@ def test_bounded_staleness_is_bounded_with_a_slow_worker(client, dask_data):
     assert f["staleness_max"].max() > 1
     counts = np.cumsum(np.array(f["updates_per_group"].tolist()), axis=0)
     assert np.max(np.abs(counts[:, 0] - counts[:, 1])) > 2
-    for est in (bounded, free):
-        assert _objective(X, y, est) < 0.7  # trained (log 2 = 0.693 at the start)
+    assert _objective(X, y, bounded) < 0.7  # trained (log 2 = 0.693 at the start)
+    # the unbounded run applies gradients up to several versions stale at the full step
+    # size: it usually trains too, but not always within 6 epochs (one CI run ended at
+    # 0.726); it must not blow up
+    assert np.all(np.isfinite(free.coef_)) and _objective(X, y, free) < 0.8
 
 
 @pytest.mark.timeout(120)
