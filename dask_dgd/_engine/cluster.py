@@ -48,6 +48,9 @@ logger = logging.getLogger("dask_dgd")
 #: In-memory inputs up to this many bytes are fitted in process when no client exists.
 INPROCESS_MAX_BYTES_DEFAULT = 64 * 2**20
 
+#: Seconds between checks that the worker of an actor call still exists.
+ACTOR_POLL = 5.0
+
 _embedded = {"client": None, "cluster": None}
 _embedded_lock = threading.Lock()
 
@@ -271,7 +274,21 @@ class DaskExecutor:
             payloads = [pickle.dumps((fn, tuple(args) + tuple(extra))) for extra in per_group]
         with current_client(self.client):
             calls = [a.run(payload, stateful) for a, payload in zip(actors, payloads)]
-            return [pickle.loads(c.result()) for c in calls]
+            return [pickle.loads(self._actor_result(c, a)) for c, a in zip(calls, actors)]
+
+    def _actor_result(self, call, actor):
+        """The result of an actor call, checking every :data:`ACTOR_POLL` seconds that
+        the actor's worker is still in the cluster: a call in flight when its worker
+        leaves (e.g. the whole cluster is scaled down) may otherwise never resolve.
+        A gone worker raises ``OSError("Actor was lost ...")``, which the shard set
+        treats as a lost worker (recovery, or ClusterError without workers)."""
+        address = getattr(actor, "_address", None)
+        while True:
+            try:
+                return call.result(timeout=ACTOR_POLL)
+            except TimeoutError:
+                if address is not None and address not in set(self.workers()):
+                    raise OSError(f"Actor was lost: its worker {address} left the cluster") from None
 
     def start_actor(self, cls, args, kwargs, *, worker, key):
         """An actor ``cls(*args, **kwargs)`` on ``worker``: ``(future, proxy)``; give
