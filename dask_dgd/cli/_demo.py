@@ -1,168 +1,39 @@
-"""The ``dask-dgd`` command.
+"""``dask-dgd demo``: dask_dgd next to scikit-learn on a local Dask cluster.
 
-``dask-dgd demo`` starts a local Dask cluster, trains the three linear estimators on
-synthetic data by distributed gradient descent and compares each with its
-scikit-learn counterpart fitted in memory on the same data.  ``dask-dgd train`` fits a
-model from a file and saves it, ``dask-dgd predict`` predicts with a saved model (see
-:mod:`dask_dgd._cli_train`), ``dask-dgd bench`` runs the repository's benchmark suites.
-
-Each subcommand is a :class:`Command`: a name, a help line, a function that adds its
-arguments to an :mod:`argparse` sub-parser and a function that runs it and returns
-the exit status.  New subcommands are added to ``COMMANDS``.
-
-Exit status: 0 on success, 1 when the command fails while running (one line on
-stderr), 2 for a bad command line (one line on stderr), 130 when interrupted.
+The three linear estimators are trained on synthetic dask arrays by distributed gradient
+descent and compared with their scikit-learn counterparts fitted in memory on the same
+rows with the matching penalty.  The recommender has no in-memory peer in scikit-learn:
+it is compared with the user+item bias model (``n_components=0``), the baseline a factor
+model must beat.  The pointwise climate model is compared with scikit-learn's
+``LinearRegression`` fitted cell by cell in memory, the usual way.  Each task returns
+the two rows of the table (:class:`~dask_dgd.cli.Result`) and the history of the
+dask_dgd fit.
 """
 
-import argparse
-import contextlib
 import csv
-import logging
 import math
 import os
 import sys
 import time
 import warnings
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 
 import numpy as np
 
-from . import __version__, _cli_demo, _cli_train
+from .. import __version__
+from ._common import (
+    CommandError,
+    Result,
+    _has_module,
+    _int_at_least,
+    _positive_float,
+    _quiet_distributed,
+)
 
-__all__ = ["COMMANDS", "CommandError", "Command", "UsageError", "build_parser", "main"]
-
-PROG = "dask-dgd"
-
-
-class CommandError(Exception):
-    """A failure the user can fix; its message is printed as is, without a type name."""
-
-
-class UsageError(CommandError):
-    """A bad command line found only while running (e.g. an unknown --param): exit 2."""
+__all__ = ["TABLE_NOTES", "climate_task", "demo_arguments", "format_table", "recommender_task", "run_demo"]
 
 
-class _HelpFormatter(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescriptionHelpFormatter):
-    """Show defaults; keep the line breaks of descriptions and epilogs."""
-
-
-# ----------------------------------------------------------------------------- parser
-class _Parser(argparse.ArgumentParser):
-    """An ArgumentParser whose usage errors are one line on stderr (exit status 2)."""
-
-    def error(self, message):
-        self.exit(2, f"{self.prog}: error: {message} (see '{self.prog} --help')\n")
-
-
-def _int_at_least(low):
-    def parse(text):
-        try:
-            value = int(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
-        if value < low:
-            raise argparse.ArgumentTypeError(f"must be at least {low}, got {value}")
-        return value
-
-    parse.__name__ = f"int >= {low}"
-    return parse
-
-
-def _positive_float(text):
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
-    if not (value > 0 and math.isfinite(value)):
-        raise argparse.ArgumentTypeError(f"must be a finite number > 0, got {text}")
-    return value
-
-
-@dataclass(frozen=True)
-class Command:
-    """A subcommand: ``add_arguments(parser)`` declares it, ``run(args) -> int`` runs it."""
-
-    name: str
-    help: str
-    description: str
-    add_arguments: object
-    run: object
-    epilog: str = ""
-
-
-def build_parser():
-    """The argument parser of ``dask-dgd`` with every subcommand in ``COMMANDS``."""
-    parser = _Parser(
-        prog=PROG,
-        description=(
-            "Scikit-learn estimators trained by distributed gradient descent on Dask. "
-            "Run 'dask-dgd demo' to see them train on a local cluster next to scikit-learn."
-        ),
-    )
-    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
-    parser.add_argument(
-        "--traceback",
-        action="store_true",
-        help="on an error, show the full Python traceback instead of one line (for bug reports)",
-    )
-    sub = parser.add_subparsers(dest="command", metavar="COMMAND", title="commands")
-    for command in COMMANDS:
-        p = sub.add_parser(
-            command.name,
-            help=command.help,
-            description=command.description,
-            epilog=command.epilog,
-            formatter_class=_HelpFormatter,
-        )
-        command.add_arguments(p)
-        p.set_defaults(run=command.run)
-    return parser
-
-
-def main(argv=None):
-    """Run ``dask-dgd`` with ``argv`` (default: ``sys.argv[1:]``); return the exit status."""
-    parser = build_parser()
-    try:
-        args = parser.parse_args(argv)
-    except SystemExit as exit_:  # --help, --version, or a usage error already printed
-        return exit_.code if isinstance(exit_.code, int) else 0
-    if args.command is None:
-        names = ", ".join(c.name for c in COMMANDS)
-        print(f"{PROG}: error: choose a command: {names} (see '{PROG} --help')", file=sys.stderr)
-        return 2
-    try:
-        return args.run(args)
-    except KeyboardInterrupt:
-        print(f"{PROG} {args.command}: interrupted", file=sys.stderr)
-        return 130
-    except Exception as err:
-        if args.traceback:
-            raise
-        message = " ".join(str(err).split()) or "(no message)"
-        if not isinstance(err, CommandError):
-            message = f"{type(err).__name__}: {message}"
-        print(f"{PROG} {args.command}: error: {message}", file=sys.stderr)
-        return 2 if isinstance(err, UsageError) else 1
-
-
-# ------------------------------------------------------------------------------- demo
-@dataclass
-class Result:
-    """One row of the demo's comparison table."""
-
-    task: str
-    tool: str
-    setting: str
-    rows: int
-    features: int
-    wall_s: float
-    n_iter: object
-    objective: float
-    metric: str
-    score: float
-    max_abs_diff: object = None
-
-
+# ------------------------------------------------------------------ linear models
 def _mean_loss(kind, y, z):
     """Mean loss of linear predictor ``z`` in dask_dgd's units (see the estimators)."""
     if kind == "logistic":
@@ -259,8 +130,8 @@ def _chunk_rows(n_rows, n_workers):
 def _logistic_task(client, args, n_rows):
     from sklearn.linear_model import LogisticRegression as SkLogistic
 
-    from . import LogisticRegression
-    from .datasets import make_classification
+    from .. import LogisticRegression
+    from ..datasets import make_classification
 
     X, y = make_classification(
         n_rows, args.features, chunks=_chunk_rows(n_rows, args.workers), random_state=args.seed
@@ -281,8 +152,8 @@ def _logistic_task(client, args, n_rows):
 def _linear_task(client, args, n_rows):
     from sklearn.linear_model import Ridge
 
-    from . import LinearRegression
-    from .datasets import make_regression
+    from .. import LinearRegression
+    from ..datasets import make_regression
 
     X, y = make_regression(
         n_rows, args.features, noise=1.0, intercept=1.0,
@@ -303,8 +174,8 @@ def _linear_task(client, args, n_rows):
 def _poisson_task(client, args, n_rows):
     from sklearn.linear_model import PoissonRegressor as SkPoisson
 
-    from . import PoissonRegressor
-    from .datasets import make_poisson
+    from .. import PoissonRegressor
+    from ..datasets import make_poisson
 
     X, y = make_poisson(
         n_rows, args.features, chunks=_chunk_rows(n_rows, args.workers), random_state=args.seed + 2
@@ -320,6 +191,126 @@ def _poisson_task(client, args, n_rows):
     )
 
 
+# ------------------------------------------------------- recommender and climate
+def recommender_task(client, args, n_ratings):
+    """Matrix factorization of power-law ratings on the cluster vs the bias model."""
+    import dask.dataframe as dd
+
+    from .. import MatrixFactorization
+    from ..datasets import make_ratings
+    from ..recommender import train_test_split
+
+    # about 40 ratings per user, and at least 3 cells of the matrix per rating
+    n_users = max(20, n_ratings // 40)
+    n_items = max(10, n_ratings // 100, -(-3 * n_ratings // n_users))
+    frame, _ = make_ratings(n_users, n_items, n_ratings, rank=4, noise=0.5, random_state=args.seed + 3)
+    train, test = train_test_split(frame, test_size=0.2, random_state=args.seed)
+    train = dd.from_pandas(train, npartitions=2 * args.workers)
+    common = dict(alpha=0.02, max_iter=60, learning_rate=0.05, random_state=args.seed, client=client)
+    rows, history = [], None
+    for tool, setting, est in (
+        ("dask_dgd", "rank 4, Adam, full batch", MatrixFactorization(n_components=4, verbose=1, **common)),
+        ("bias-model", "rank 0 (user+item biases)", MatrixFactorization(n_components=0, **common)),
+    ):
+        print(f"\n[recommender] {tool}: {setting} on {len(frame):,} ratings of {n_users:,} users x "
+              f"{n_items:,} items")
+        sys.stdout.flush()
+        t0 = time.perf_counter()
+        est.fit(train)
+        wall = time.perf_counter() - t0
+        rmse = float(np.sqrt(np.mean((est.predict(test[["user", "item"]]) - test["rating"].to_numpy()) ** 2)))
+        print(f"  done: {est.n_iter_} epochs, {wall:.2f} s, holdout RMSE {rmse:.4f}")
+        rows.append(Result(task="recommend", tool=tool, setting=setting, rows=int(len(frame) - len(test)),
+                           features=int(est.n_components), wall_s=wall, n_iter=int(est.n_iter_),
+                           objective=float(est.history_["loss"].iloc[-1]), metric="RMSE", score=rmse))
+        history = est.history_ if history is None else history
+    return rows, history
+
+
+def _grid(args, n_cells):
+    import xarray as xr
+
+    rng = np.random.default_rng(args.seed + 4)
+    T, ny = 120, max(2, int(np.sqrt(n_cells / 1.5)))
+    nx = max(2, n_cells // ny)
+    time_ = xr.date_range("2000-01-01", periods=T, freq="MS")  # datetime64: no cftime needed
+    a = rng.standard_normal((T, ny, nx))
+    index = rng.standard_normal(T)
+    slope = 1.0 + 0.5 * rng.standard_normal((ny, nx))
+    tas = 280.0 + slope * a + 0.3 * index[:, None, None] + 0.2 * rng.standard_normal((T, ny, nx))
+    tas[:, 0, 0] = np.nan  # a masked (land) cell
+    ds = xr.Dataset(
+        {"a": (("time", "lat", "lon"), a), "index": (("time",), index),
+         "tas": (("time", "lat", "lon"), tas, {"units": "K"})},
+        coords={"time": time_, "lat": np.linspace(-60, 60, ny), "lon": np.linspace(0, 357.5, nx)},
+    )
+    return ds
+
+
+def climate_task(client, args, n_cells):
+    """One regression per grid cell on the cluster vs scikit-learn cell by cell."""
+    from sklearn.linear_model import LinearRegression as SkLinear
+
+    from ..climate import ClimateRegressor
+
+    ds = _grid(args, n_cells)
+    train, test = ds.isel(time=slice(0, 96)), ds.isel(time=slice(96, None))
+    ny, nx = ds.sizes["lat"], ds.sizes["lon"]
+    print(f"\n[climate] dask_dgd ClimateRegressor(model='pointwise') on {ny} x {nx} cells x 96 months "
+          "(features: a, index)")
+    sys.stdout.flush()
+    t0 = time.perf_counter()
+    ours = ClimateRegressor(features=["a", "index"], target="tas", model="pointwise", client=client)
+    ours.fit(train.chunk({"time": 48, "lat": max(1, ny // 2)}))
+    t_ours = time.perf_counter() - t0
+    ours_rmse = float(ours.evaluate(test)["rmse"])
+    print(f"  done: one pass, {t_ours:.2f} s")
+    print("[climate] scikit-learn LinearRegression per cell, in memory")
+    t0 = time.perf_counter()
+    coef, intercept = np.full((ny, nx, 2), np.nan), np.full((ny, nx), np.nan)
+    pred = np.full(test["tas"].shape, np.nan)
+    a, index, y = train["a"].values, train["index"].values, train["tas"].values
+    for i in range(ny):
+        for j in range(nx):
+            ok = np.isfinite(y[:, i, j])
+            if not ok.any():
+                continue
+            X = np.column_stack([a[ok, i, j], index[ok]])
+            m = SkLinear().fit(X, y[ok, i, j])
+            coef[i, j], intercept[i, j] = m.coef_, m.intercept_
+            pred[:, i, j] = m.predict(np.column_stack([test["a"].values[:, i, j], test["index"].values]))
+    t_theirs = time.perf_counter() - t0
+    print(f"  done: {t_theirs:.2f} s")
+    w = np.cos(np.deg2rad(test["lat"].values))[None, :, None] * np.ones(test["tas"].shape)
+    ok = np.isfinite(pred) & np.isfinite(test["tas"].values)
+    their_rmse = float(np.sqrt(np.sum(w[ok] * (pred[ok] - test["tas"].values[ok]) ** 2) / np.sum(w[ok])))
+    ours_coef = ours.coef_.transpose("lat", "lon", "feature").values
+    diff = float(np.nanmax(np.abs(ours_coef - coef)))
+    common = dict(task="climate", rows=int(np.isfinite(y).sum()), features=2, metric="RMSE")
+    rows = [
+        Result(tool="dask_dgd", setting="pointwise, one blockwise pass", wall_s=t_ours, n_iter=1,
+               objective=_wmse(ours.predict(train).values, y, train), score=ours_rmse, max_abs_diff=diff,
+               **common),
+        Result(tool="scikit-learn", setting="LinearRegression per cell", wall_s=t_theirs, n_iter=None,
+               objective=_wmse(_sk_fitted(coef, intercept, train), y, train), score=their_rmse, **common),
+    ]
+    return rows, None
+
+
+def _sk_fitted(coef, intercept, train):
+    """The per-cell scikit-learn fits' predictions on the training months."""
+    a, index = train["a"].values, train["index"].values
+    return intercept[None] + coef[None, :, :, 0] * a + coef[None, :, :, 1] * index[:, None, None]
+
+
+def _wmse(pred, y, train):
+    """Area-weighted mean squared error over the observed cells (the training objective)."""
+    w = np.cos(np.deg2rad(train["lat"].values))[None, :, None] * np.ones(y.shape)
+    ok = np.isfinite(pred) & np.isfinite(y)
+    return float(np.sum(w[ok] * (pred[ok] - y[ok]) ** 2) / np.sum(w[ok]))
+
+
+# ------------------------------------------------------------ table and outputs
 def _fmt(value, spec):
     return "-" if value is None else format(value, spec)
 
@@ -391,24 +382,7 @@ def _write_outputs(out_dir, results, histories, reference):
     print(f"wrote {path}")
 
 
-@contextlib.contextmanager
-def _quiet_distributed():
-    """Keep the cluster's INFO/WARNING chatter (e.g. at shutdown) off the terminal."""
-    logger = logging.getLogger("distributed")
-    level = logger.level
-    logger.setLevel(logging.ERROR)
-    try:
-        yield
-    finally:
-        logger.setLevel(level)
-
-
-def _has_module(name):
-    import importlib.util
-
-    return importlib.util.find_spec(name) is not None
-
-
+# ---------------------------------------------------------------------- command
 def _print_warnings(caught):
     seen = set()
     for w in caught:
@@ -456,9 +430,9 @@ def run_demo(args):
                 results += [ours, theirs]
                 reference[task] = theirs.objective
             if not args.linear_only:
-                rows, histories["recommend"] = _cli_demo.recommender_task(client, args, args.ratings)
+                rows, histories["recommend"] = recommender_task(client, args, args.ratings)
                 results += rows
-                rows, _ = _cli_demo.climate_task(client, args, args.cells)
+                rows, _ = climate_task(client, args, args.cells)
                 results += rows
     print()
     _print_warnings(
@@ -472,7 +446,7 @@ def run_demo(args):
     return 0
 
 
-def _demo_arguments(p):
+def demo_arguments(p):
     p.add_argument(
         "--rows", type=_int_at_least(100), default=200_000,
         help="rows of the logistic-regression data set (a dask array, 20%% held out)",
@@ -510,126 +484,3 @@ def _demo_arguments(p):
         "--out", metavar="DIR", default=None,
         help="also write summary.csv, history.csv and loss_curve.png (needs matplotlib) to DIR",
     )
-
-
-# ------------------------------------------------------------------------------ bench
-def _bench_arguments(p):
-    p.add_argument("--suite", required=True, metavar="NAME",
-                   help="a suite of the repository's benchmarks/ (linear, modes, straggler, skew, compression, "
-                        "scaling, memory, recommender, climate) or 'all'")
-    p.add_argument("--size", default="small", choices=["small", "full"],
-                   help="small: a minute or two per suite; full: the reference figures")
-    p.add_argument("--repeats", type=_int_at_least(1), default=None, help="override the suite's repeats")
-    p.add_argument("--no-write", action="store_true",
-                   help="print only; do not update benchmarks/RESULTS.md or benchmarks/out/")
-    p.add_argument("--root", default=".", help="the repository clone that holds benchmarks/")
-
-
-def _benchmarks(root):
-    """The repository's ``benchmarks`` package (it is not installed with dask_dgd)."""
-    import importlib
-
-    root = os.path.abspath(root)
-    if not os.path.isfile(os.path.join(root, "benchmarks", "__main__.py")):
-        raise CommandError(
-            f"no benchmarks/ folder in {root}: the benchmark suites live in the repository; run 'dask-dgd bench' "
-            "from a clone's root (or pass --root) after pip install '.[bench]'"
-        )
-    if root not in sys.path:
-        sys.path.insert(0, root)
-    return importlib.import_module("benchmarks.__main__"), importlib.import_module("benchmarks.suites")
-
-
-def run_bench(args):
-    runner, suites = _benchmarks(args.root)
-    if args.suite != "all" and args.suite not in suites.SUITES:
-        names = ", ".join(suites.SUITES)
-        print(f"{PROG} bench: error: unknown suite {args.suite!r}; choose one of {names} or all", file=sys.stderr)
-        return 2
-    argv = ["run", "--suite", args.suite, "--size", args.size]
-    if args.repeats is not None:
-        argv += ["--repeats", str(args.repeats)]
-    if args.no_write:
-        argv += ["--no-write"]
-    runner.main(argv)
-    return 0
-
-
-COMMANDS = [
-    Command(
-        name="demo",
-        help="train on a local Dask cluster and compare with scikit-learn",
-        description=(
-            "Start a LocalCluster, generate synthetic data as dask arrays, train\n"
-            "dask_dgd's LogisticRegression, LinearRegression and PoissonRegressor on it by\n"
-            "distributed gradient descent (with a progress bar), fit scikit-learn's\n"
-            "LogisticRegression, Ridge and PoissonRegressor in memory on the same rows with\n"
-            "the matching penalty, and print wall time, iterations, objective, holdout score\n"
-            "and the largest coefficient difference of each pair."
-        ),
-        add_arguments=_demo_arguments,
-        run=run_demo,
-        epilog=(
-            "examples:\n"
-            "  dask-dgd demo\n"
-            "  dask-dgd demo --rows 1000000 --workers 4 --out demo-results\n"
-            "  dask-dgd demo --rows 5000 --features 5      (small and quick)"
-        ),
-    ),
-    Command(
-        name="train",
-        help="train a model from a Parquet, CSV, NetCDF or Zarr file and save it",
-        description=(
-            "Read the data lazily (dask.dataframe for tables, xarray for grids), train the\n"
-            "chosen model on a Dask cluster (--scheduler, or a LocalCluster started for the\n"
-            "command), print a summary and save the fitted model in dask_dgd's safe format\n"
-            "(NumPy .npz + JSON with checksums; load it with dask_dgd.load or 'dask-dgd predict')."
-        ),
-        add_arguments=_cli_train.train_arguments,
-        run=_cli_train.run_train,
-        epilog=(
-            "examples:\n"
-            "  dask-dgd train sales.parquet --model poisson --target units --out model.npz\n"
-            "  dask-dgd train data.csv --model logistic --target label --features a,b,c \\\n"
-            "      --param solver=sgd --param batch_size=1024 --param optimizer=adam --out m.npz\n"
-            "  dask-dgd train ratings.parquet --model mf --target rating --param n_components=16 --out mf.npz\n"
-            "  dask-dgd train tas.nc --model climate-pointwise --target tas --features psl --out c.npz\n"
-            "  dask-dgd train big.parquet --model linear --target y --scheduler tcp://10.0.0.5:8786 --out m.npz"
-        ),
-    ),
-    Command(
-        name="predict",
-        help="predict with a saved model on a Parquet, CSV, NetCDF or Zarr file",
-        description=(
-            "Load a model saved by 'dask-dgd train' (or est.save), read the data, predict on\n"
-            "the cluster and write the predictions: a table with a 'prediction' column (and the\n"
-            "--keep columns) for tabular models, the predicted variable on the grid for climate\n"
-            "models."
-        ),
-        add_arguments=_cli_train.predict_arguments,
-        run=_cli_train.run_predict,
-        epilog=(
-            "examples:\n"
-            "  dask-dgd predict model.npz new.parquet --out predictions.parquet --keep id\n"
-            "  dask-dgd predict c.npz tas_2100.nc --out tas_pred.nc"
-        ),
-    ),
-    Command(
-        name="bench",
-        help="run the benchmark suites against scikit-learn, dask-ml, Spark and the other peers",
-        description=(
-            "Run a suite of the repository's benchmarks (python -m benchmarks run ...): each\n"
-            "compares dask_dgd with its peers side by side in one run, prints the tables with\n"
-            "medians and ratios, and (unless --no-write) updates benchmarks/RESULTS.md and\n"
-            "benchmarks/out/. Needs a clone of the repository and pip install '.[bench]';\n"
-            "peers that cannot run here (e.g. Spark without Java) are reported as unavailable."
-        ),
-        add_arguments=_bench_arguments,
-        run=run_bench,
-        epilog=(
-            "examples:\n"
-            "  dask-dgd bench --suite linear --size small --no-write\n"
-            "  dask-dgd bench --suite all --size full"
-        ),
-    ),
-]

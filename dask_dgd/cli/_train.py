@@ -15,6 +15,8 @@ import warnings
 
 import pandas as pd
 
+from ._common import CommandError, UsageError, _quiet_distributed
+
 __all__ = ["MODELS", "train_arguments", "predict_arguments", "run_train", "run_predict"]
 
 #: --model name -> (estimator class path, kind)
@@ -114,8 +116,6 @@ def predict_arguments(p):
 def _client(args):
     from distributed import Client, LocalCluster
 
-    from .cli import CommandError, _quiet_distributed
-
     with _quiet_distributed():
         if args.scheduler:
             try:
@@ -151,8 +151,6 @@ def _read_grid(path):
 
 
 def _columns(spec, available, what):
-    from .cli import CommandError
-
     names = [c.strip() for c in spec.split(",") if c.strip()]
     missing = [c for c in names if c not in available]
     if missing:
@@ -162,8 +160,6 @@ def _columns(spec, available, what):
 
 def _build(cls, **kwargs):
     """``cls(**kwargs)``; an unknown parameter is a usage error (exit status 2)."""
-    from .cli import UsageError
-
     try:
         return cls(**kwargs)
     except TypeError as err:
@@ -177,10 +173,6 @@ _RESERVED = ("client", "features", "target", "user_col", "item_col", "rating_col
 def run_train(args):
     """``dask-dgd train``: read, fit on the cluster, save."""
     import dask_dgd
-
-    from .cli import CommandError
-
-    from .cli import UsageError
 
     cls_name, kind = MODELS[args.model]
     params = dict(args.param)
@@ -232,8 +224,6 @@ def run_train(args):
 def run_predict(args):
     """``dask-dgd predict``: load, read, predict, write."""
     import dask_dgd
-
-    from .cli import CommandError
 
     try:
         est = dask_dgd.load(args.model)
