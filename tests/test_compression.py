@@ -16,7 +16,7 @@ G = RNG.standard_normal(1000) * np.exp(RNG.standard_normal(1000))  # uneven magn
 
 
 def _roundtrip(comp, g, seed=0):
-    payload, _ = comp.compress(g, comp.init(g.size), np.random.default_rng(seed))
+    payload, _ = comp.compress(g, comp.init(g), np.random.default_rng(seed))
     return payload, comp.decompress(payload)
 
 
@@ -67,21 +67,30 @@ def test_extreme_magnitudes():
     assert np.all(_roundtrip(QSGD(4), np.zeros(3))[1] == 0)
 
 
-def test_groups_draw_their_own_randomness():
-    from dask_dgd._engine.shards import make_shard, shard_sums_compressed
+def test_blocks_draw_their_own_randomness():
+    from dask_dgd._engine.blocks import make_shard
+    from dask_dgd._engine.kernels import Draw, StepRequest, group_step
+    from dask_dgd._engine.objective import LinearTraining
+    from dask_dgd._engine.reduce import BlockTree
     from dask_dgd.losses import LinearObjective, BinaryLogistic
 
     rng = np.random.default_rng(0)
     X, y = rng.standard_normal((40, 30)), (rng.random(40) > 0.5).astype(float)
-    obj = LinearObjective(BinaryLogistic(), 30)
+    obj = LinearTraining(LinearObjective(BinaryLogistic(), 30))
     a = make_shard(0, [X[:20]], [y[:20]], [None])
     b = make_shard(1, [X[:20]], [y[:20]], [None])  # the same rows, another block index
-    params = np.zeros(31)
-    args = (obj, params, (0,), 1, None, RandomK(0.1), (0, 7919))
-    pa = shard_sums_compressed(a, {}, *args)["payload"]
-    pb = shard_sums_compressed(b, {}, *args)["payload"]
-    assert pa["seed"] != pb["seed"]  # the same step, different indices per group
-    assert shard_sums_compressed(a, {}, *args)["payload"]["seed"] == pa["seed"]  # reproducible
+    tree = BlockTree(2, 2)
+
+    def payload(shard, step=1):
+        request = StepRequest(np.zeros(31), draw=Draw((0,), step, None), compressor=RandomK(0.1),
+                              compression_seed=(0,))
+        (leaf,) = group_step(shard, {}, obj, request, tree).values()
+        return leaf.grad_sum.payload
+
+    pa, pb = payload(a), payload(b)
+    assert pa["seed"] != pb["seed"]  # the same step, different draws per block
+    assert payload(a)["seed"] == pa["seed"]  # reproducible
+    assert payload(a, step=2)["seed"] != pa["seed"]  # and new every step
 
 
 def test_sign_and_its_bytes():
@@ -94,8 +103,8 @@ def test_sign_and_its_bytes():
 
 
 def test_error_feedback_carries_exactly_what_was_dropped():
-    for comp in (TopK(0.01), Sign(), PowerSGD(1, shape=(20, 5))):
-        state = comp.init(G[:105].size)
+    for comp in (TopK(0.01), Sign(), PowerSGD(1)):
+        state = comp.init(G[:105].reshape(21, 5))
         assert comp.uses_error_feedback
         total_sent, total_true = np.zeros(105), np.zeros(105)
         rng = np.random.default_rng(1)
@@ -107,20 +116,22 @@ def test_error_feedback_carries_exactly_what_was_dropped():
             # sent + residual = everything pushed so far, exactly (up to rounding)
             np.testing.assert_allclose(total_sent + state["residual"], total_true, atol=1e-9)
     assert not FP16().uses_error_feedback and not RandomK().uses_error_feedback
-    assert TopK(0.1, error_feedback=False).init(10)["residual"] is None
+    assert TopK(0.1, error_feedback=False).init(np.zeros(10))["residual"] is None
 
 
 def test_powersgd_is_low_rank_and_warm_started():
     rank1 = np.outer(RNG.standard_normal(30), RNG.standard_normal(4))
-    g = np.concatenate([rank1.ravel(), [1.0, 2.0, 3.0, 4.0]])
-    comp = PowerSGD(1, shape=(30, 4), error_feedback=False)
-    state = comp.init(g.size)
+    g = rank1.ravel()
+    comp = PowerSGD(1, error_feedback=False)
+    state = comp.init(rank1)  # the template gives the matrix shape
     for _ in range(2):  # power iteration from the warm start
         payload, state = comp.compress(g, state, np.random.default_rng(0))
     np.testing.assert_allclose(comp.decompress(payload), g, atol=1e-10)
-    assert comp.nbytes(payload) == (30 + 4 + 4) * 8
-    with pytest.raises(ParameterError, match="powersgd compresses matrix-shaped gradients"):
-        PowerSGD(2, shape=(30, 1)).init(31)
+    assert comp.nbytes(payload) == (30 + 4) * 8
+    with pytest.raises(ParameterError, match=r"powersgd compresses matrix-shaped gradients.*\(30, 1\)"):
+        PowerSGD(2).init(np.zeros((30, 1)))
+    with pytest.raises(ParameterError, match=r"shape \(31,\)"):
+        PowerSGD(2).init(np.zeros(31))
 
 
 def test_get_compressor_and_errors():
@@ -197,9 +208,11 @@ def test_uncompressed_bytes_and_split_every_auto(client, wide):
     est = _fit(client, Xd, yd, max_iter=3, split_every="auto")
     assert est.split_every_ == 8
     h = est.history_
-    assert (h["bytes_up"] == h["bytes_up_raw"]).all() and (h["bytes_up"] == 2 * (8 * 201 + 16)).all()
+    # 8 blocks under the tree's one node, 4 on each worker: each group sends its 4 leaves
+    # (201 gradient entries, loss and weight each)
+    assert (h["bytes_up"] == h["bytes_up_raw"]).all() and (h["bytes_up"] == 8 * (8 * 201 + 16)).all()
     assert est.bytes_communicated_["total"] == int((h["bytes_up"] + h["bytes_down"]).sum())
-    from dask_dgd._engine.cluster import auto_split_every
+    from dask_dgd._engine.executor import auto_split_every
 
     assert auto_split_every(4, 1000) == 8
     assert auto_split_every(64, 2**20) == 8  # 64 MiB in all: merges of 8 receive 8 MiB
@@ -231,8 +244,9 @@ def test_multinomial_with_powersgd(client):
     Xd, yd = client.persist([da.from_array(X, chunks=(1000, -1)), da.from_array(y, chunks=1000)])
     plain = _fit(client, Xd, yd, max_iter=200)
     est = _fit(client, Xd, yd, max_iter=200, compression="powersgd:2")
-    # P (20 x 2), Q (5 x 2) and the 5 intercepts instead of 105 values (+ loss, weight)
-    assert est.bytes_communicated_["compression_ratio"] == pytest.approx((105 * 8 + 16) / (55 * 8 + 16))
+    # of the parameter matrix (20 coefficient rows and the intercept row, 5 classes): P (21
+    # x 2) and Q (5 x 2) instead of 105 values (+ loss, weight), for every block
+    assert est.bytes_communicated_["compression_ratio"] == pytest.approx((105 * 8 + 16) / (52 * 8 + 16))
     p0, p1 = plain.predict_proba(X), est.predict_proba(X)
     ll0 = -np.mean(np.log(p0[np.arange(4000), y]))
     ll1 = -np.mean(np.log(p1[np.arange(4000), y]))

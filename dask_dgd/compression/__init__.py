@@ -2,8 +2,8 @@
 
 Every compressor is a frozen dataclass with
 
-- ``init(n) -> state``: the state of one group for a gradient of ``n`` entries (the
-  error-feedback residual, PowerSGD's warm start);
+- ``init(template) -> state``: the state of one sender for gradients shaped like
+  ``template`` (the error-feedback residual, PowerSGD's matrix shape and warm start);
 - ``compress(g, state, rng) -> (payload, state)``: what travels, and the new state;
 - ``decompress(payload) -> g``: the gradient the receiver uses;
 - ``nbytes(payload) -> int``: the bytes of the payload's arrays and scalars.

@@ -41,9 +41,11 @@ class Compressor:
     def uses_error_feedback(self):
         return self.ef_default if self.error_feedback is None else bool(self.error_feedback)
 
-    def init(self, n):
-        """The state of one group for gradients of ``n`` entries."""
-        return {"residual": np.zeros(int(n)) if self.uses_error_feedback else None}
+    def init(self, template):
+        """The state for gradients shaped like ``template`` (an array in the gradient's
+        natural shape, e.g. the parameter matrix; compress takes it flattened)."""
+        template = np.asarray(template)
+        return {"residual": np.zeros(template.size) if self.uses_error_feedback else None}
 
     def compress(self, g, state, rng):
         """``(payload, new state)`` for the gradient ``g`` (1-D float64)."""
@@ -67,7 +69,7 @@ class Compressor:
 
     def step_scale(self, n):
         """Factor on the automatic learning rate for gradients of ``n`` entries: 1 for
-        compressors that keep the step stable (the casts, PowerSGD)."""
+        compressors that keep the step stable (the casts, sign, PowerSGD)."""
         return 1.0
 
 
@@ -246,45 +248,42 @@ class Sign(Compressor):
 class PowerSGD(Compressor):
     """Rank-``rank`` approximation of a matrix-shaped gradient by one power iteration.
 
-    The gradient of a model with ``n_outputs > 1`` (multinomial coefficients) is the
-    matrix ``M`` of shape ``(n - n_outputs) / n_outputs x n_outputs`` plus the
-    intercepts (sent as they are); ``P = M Q`` (orthonormalised), ``Q = M^T P``, and
+    The gradient is taken in the shape of the ``init`` template (a linear model's
+    parameter matrix ``(n_features + intercept, n_outputs)``, an item table
+    ``(n_items, width)``): ``M``; ``P = M Q`` (orthonormalised), ``Q = M^T P``, and
     ``P Q^T`` is received.  ``Q`` is kept from step to step (warm start), the error
-    feedback too (Vogels et al., 2019).  ``shape`` is set by the engine.
+    feedback too (Vogels et al., 2019).
     """
 
     rank: int = 2
-    shape: tuple = None  # (rows, columns) of the matrix part; the rest is sent raw
 
     def __post_init__(self):
         if isinstance(self.rank, bool) or not isinstance(self.rank, int) or self.rank < 1:
             raise ParameterError(f"powersgd rank must be an int >= 1; got {self.rank!r}")
 
-    def with_shape(self, shape):
-        return dataclasses.replace(self, shape=tuple(int(s) for s in shape))
-
-    def init(self, n):
-        if self.shape is None or self.shape[1] < 2:
+    def init(self, template):
+        template = np.asarray(template)
+        if template.ndim != 2 or template.shape[1] < 2:
             raise ParameterError(
                 "powersgd compresses matrix-shaped gradients (multinomial models, item "
-                f"factors); this gradient has {n} entries in one column: use topk or qsgd"
+                f"factors); this gradient has shape {template.shape}: use topk or qsgd"
             )
-        state = super().init(n)
-        rows, cols = self.shape
+        state = super().init(template)
+        rows, cols = template.shape
         rng = np.random.default_rng(0)
+        state["shape"] = (int(rows), int(cols))
         state["Q"] = np.linalg.qr(rng.standard_normal((cols, min(self.rank, cols))))[0]
         return state
 
     def _encode(self, x, state, rng):
-        rows, cols = self.shape
-        M = x[: rows * cols].reshape(rows, cols)
+        M = x.reshape(state["shape"])
         P = np.linalg.qr(M @ state["Q"])[0]
         Q = M.T @ P
         state["Q"] = np.linalg.qr(Q)[0]  # the next step's start
-        return {"P": P, "Q": Q, "rest": x[rows * cols:]}, state
+        return {"P": P, "Q": Q}, state
 
     def decompress(self, payload):
-        return np.concatenate([(payload["P"] @ payload["Q"].T).ravel(), payload["rest"]])
+        return (payload["P"] @ payload["Q"].T).ravel()
 
 
 _BY_NAME = {

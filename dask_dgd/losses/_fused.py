@@ -10,7 +10,7 @@ row is in L1 cache.  Measured on the same block (1 thread): about 1.6x one read,
 
 It is compiled with Numba on first use in each process (about 2 s; cached on disk
 afterwards) and used only for C-contiguous float32/float64 NumPy blocks and the four
-built-in losses; everything else (CuPy, sparse, other namespaces, custom losses) takes
+built-in losses (those with a ``fused_code``); everything else (CuPy, sparse, other namespaces, custom losses) takes
 the array-API path.  Sums run in float64 in a fixed order (four interleaved partial
 sums per dot product, no fast-math reassociation), so results are deterministic and do
 not depend on the SIMD width of the machine.
@@ -20,13 +20,10 @@ import math
 
 import numpy as np
 
-from ._pointwise import BinaryLogistic, HalfPoisson, HalfSquaredError, MultinomialLogistic
-
 __all__ = ["available", "dense_block_sums", "supports"]
 
 #: Rows per inner partial sum of the kernel.
 CHUNK = 256
-_LOSS_CODES = {HalfSquaredError: 0, BinaryLogistic: 1, HalfPoisson: 2, MultinomialLogistic: 3}
 _kernel = {}
 
 
@@ -130,7 +127,7 @@ def available():
 
 def supports(loss, X, y, sample_weight):
     """Whether the fused kernel applies to this loss and block (without compiling)."""
-    if type(loss) not in _LOSS_CODES:
+    if getattr(loss, "fused_code", None) is None:
         return False
     if type(X) is not np.ndarray or X.ndim != 2 or X.dtype not in (np.float32, np.float64):
         return False
@@ -166,7 +163,7 @@ def dense_block_sums(objective, matrix, X, y, sample_weight, rows=None):
         weight_sum = float((sw[rows] if use_rows else sw).sum())
     gradT = np.zeros((k, d))
     gint = np.zeros(k)
-    code = _LOSS_CODES[type(objective.loss)]
+    code = objective.loss.fused_code
     loss = kernel(
         X, rows, use_rows, y64, sw, has_weights, WT, b, code, gradT, gint, np.empty(k), np.empty(k)
     )

@@ -573,24 +573,16 @@ def objective_hessian(params, objective, penalty, X, y, sample_weight=None):
     ParameterError
         For a loss with more than one output (multinomial) or an unknown loss.
     """
-    from ._pointwise import BinaryLogistic, HalfPoisson, HalfSquaredError
-
     loss = objective.loss
-    if type(loss) not in (HalfSquaredError, BinaryLogistic, HalfPoisson):
+    if not getattr(loss, "has_hessian", False) or loss.n_outputs != 1:
         raise ParameterError(
             f"the Newton solver supports the single-output losses (linear, binary "
             f"logistic, Poisson regression); got {type(loss).__name__}: use solver='lbfgs'"
         )
     y = np.asarray(y, dtype=np.float64)
     w = np.ones(X.shape[0]) if sample_weight is None else np.asarray(sample_weight, np.float64)
-    raw = np.asarray(objective.raw_prediction(params, X), dtype=np.float64)[:, 0]
-    if isinstance(loss, HalfSquaredError):
-        h = np.ones_like(raw)
-    elif isinstance(loss, BinaryLogistic):
-        prob = 0.5 * (1.0 + np.tanh(0.5 * raw))
-        h = prob * (1.0 - prob)
-    else:
-        h = np.exp(raw)
+    raw = np.asarray(objective.raw_prediction(params, X), dtype=np.float64)
+    h = np.asarray(loss.hessian_weight(y, raw, np), dtype=np.float64)
     d = w * h / w.sum()
     if is_sparse(X):
         gram = np.asarray((X.T @ X.multiply(d[:, None])).todense())

@@ -6,6 +6,16 @@ respect to ``raw``.  The functions take the array namespace ``xp`` explicitly an
 only array-API calls on it, so the same code runs on NumPy, CuPy and
 ``array_api_strict`` arrays.  The losses are frozen dataclasses without state: they
 pickle to a worker, compare by value and print readably.
+
+Each loss declares what the engine may do with it (traits, asked instead of types):
+
+- ``curvature_bound``: an upper bound of the second derivative with respect to the
+  linear predictor (None when unbounded), for the automatic learning rate;
+- ``fused_code``: the loss's number in the fused Numba kernel
+  (:mod:`dask_dgd.losses._fused`), or None when the kernel does not know it;
+- ``hessian_weight(y, raw, xp)``: the second derivative per sample, for the Newton
+  solver's sample Hessian (single-output losses with a canonical link); a loss without
+  it (``has_hessian`` False) is refused by ``solver="newton"``.
 """
 
 import numbers
@@ -61,6 +71,8 @@ class HalfSquaredError:
     """
 
     curvature_bound: ClassVar[float | None] = 1.0
+    fused_code: ClassVar[int | None] = 0
+    has_hessian: ClassVar[bool] = True
 
     @property
     def n_outputs(self):
@@ -90,6 +102,10 @@ class HalfSquaredError:
     def inverse_link(self, raw, xp):
         """Predicted mean: the identity, as shape ``(n,)``."""
         return _column(raw)
+
+    def hessian_weight(self, y, raw, xp):
+        """Second derivative with respect to ``raw`` per sample: ones, shape ``(n,)``."""
+        return xp.ones_like(_column(raw))
 
 
 @dataclass(frozen=True)
@@ -124,6 +140,8 @@ class BinaryLogistic:
     """
 
     curvature_bound: ClassVar[float | None] = 0.25
+    fused_code: ClassVar[int | None] = 1
+    has_hessian: ClassVar[bool] = True
 
     @property
     def n_outputs(self):
@@ -156,6 +174,11 @@ class BinaryLogistic:
         """Probability of class 1, as shape ``(n,)``."""
         r = _column(raw)
         return xp.exp(r - xp.logaddexp(xp.zeros_like(r), r))
+
+    def hessian_weight(self, y, raw, xp):
+        """Second derivative with respect to ``raw`` per sample: ``p (1 - p)``."""
+        prob = 0.5 * (1.0 + xp.tanh(0.5 * _column(raw)))
+        return prob * (1.0 - prob)
 
 
 @dataclass(frozen=True)
@@ -205,6 +228,8 @@ class MultinomialLogistic:
     n_classes: int
 
     curvature_bound: ClassVar[float | None] = 0.5
+    fused_code: ClassVar[int | None] = 3
+    has_hessian: ClassVar[bool] = False
 
     def __post_init__(self):
         k = self.n_classes
@@ -299,6 +324,8 @@ class HalfPoisson:
     """
 
     curvature_bound: ClassVar[float | None] = None
+    fused_code: ClassVar[int | None] = 2
+    has_hessian: ClassVar[bool] = True
 
     @property
     def n_outputs(self):
@@ -328,4 +355,8 @@ class HalfPoisson:
 
     def inverse_link(self, raw, xp):
         """Predicted mean ``exp(raw)``, as shape ``(n,)``."""
+        return xp.exp(_column(raw))
+
+    def hessian_weight(self, y, raw, xp):
+        """Second derivative with respect to ``raw`` per sample: ``exp(raw)``."""
         return xp.exp(_column(raw))

@@ -23,7 +23,7 @@ from ._first_order import (
     rmsprop,
     sgd,
 )
-from ._lbfgs import LBFGS, lbfgs
+from ._lbfgs import LBFGS, lbfgs, lbfgs_direction, strong_wolfe
 from ._registry import OPTIMIZERS, get_optimizer
 from ._schedules import Constant, CosineDecay, InverseScaling, Schedule, StepDecay, as_schedule
 
@@ -51,6 +51,8 @@ __all__ = [
     "as_schedule",
     "get_optimizer",
     "lbfgs",
+    "lbfgs_direction",
     "rmsprop",
     "sgd",
+    "strong_wolfe",
 ]

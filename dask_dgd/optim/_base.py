@@ -22,9 +22,21 @@ class FirstOrderOptimizer:
 
     Subclasses call ``super().__post_init__()``, which validates and normalises the
     learning rate.
+
+    Traits (asked by the engine instead of testing types):
+
+    - ``full_batch_only``: needs exact full-batch gradients (False for all of these);
+    - ``adaptive``: the first update moves each coordinate by about the learning rate,
+      whatever the gradient's scale (Adam, AdamW, RMSprop, Adagrad), so an automatic
+      learning rate is a distance, not the inverse of a curvature;
+    - :attr:`descent_method`: every update is a positive diagonal scaling of minus the
+      gradient, so a short enough full-batch step always lowers the objective;
+    - :attr:`proximal_exact`: the update is a plain gradient step, the only one for
+      which the L1 penalty's proximal step gives the exact lasso solution.
     """
 
     full_batch_only: ClassVar[bool] = False
+    adaptive: ClassVar[bool] = True
 
     def __post_init__(self):
         object.__setattr__(self, "learning_rate", check_learning_rate(self.learning_rate))
@@ -36,6 +48,18 @@ class FirstOrderOptimizer:
     def update(self, grads, state, params, *, decay_mask=None):
         """The updates to add to ``params`` and the new state; inputs are not modified."""
         raise NotImplementedError
+
+    @property
+    def descent_method(self):
+        """Whether every update points downhill (a positive diagonal scaling of minus the
+        gradient): an increase of the full-batch objective then means the step was too
+        long.  Momentum methods, Adam and AdamW are legitimately non-monotone."""
+        return False
+
+    @property
+    def proximal_exact(self):
+        """Whether a proximal step after the update is exact (plain gradient steps only)."""
+        return False
 
     def current_learning_rate(self, state):
         """The learning rate that the next update (number ``state.count``) will use.
@@ -49,7 +73,7 @@ class FirstOrderOptimizer:
         -------
         float
         """
-        return self._learning_rate_at(state.count)
+        return self.learning_rate_at(state.count)
 
     def with_learning_rate(self, learning_rate):
         """A copy of this optimizer with another learning rate (a float or a Schedule)."""
@@ -63,7 +87,8 @@ class FirstOrderOptimizer:
             return self.with_learning_rate(self.learning_rate.scale(factor))
         return self.with_learning_rate(self.learning_rate * factor)
 
-    def _learning_rate_at(self, count):
+    def learning_rate_at(self, count):
+        """The learning rate of update number ``count`` (0 is the first)."""
         if isinstance(self.learning_rate, Schedule):
             return float(self.learning_rate(count))
         return self.learning_rate

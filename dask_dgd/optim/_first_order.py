@@ -6,7 +6,7 @@ operation is out of place, so the inputs are never modified.
 """
 
 import dataclasses
-from typing import Any, NamedTuple
+from typing import Any, ClassVar, NamedTuple
 
 from .._backend import get_namespace
 from ..exceptions import ParameterError
@@ -92,6 +92,18 @@ class SGD(FirstOrderOptimizer):
     momentum: float = 0.0
     nesterov: bool = False
 
+    adaptive: ClassVar[bool] = False
+
+    @property
+    def descent_method(self):
+        """Plain gradient descent (no momentum) always steps downhill."""
+        return self.momentum == 0
+
+    @property
+    def proximal_exact(self):
+        """Only plain gradient steps (no momentum) make the L1 proximal step exact."""
+        return self.momentum == 0
+
     def __post_init__(self):
         super().__post_init__()
         _set(self, "momentum", check_interval("momentum", self.momentum, 0, 1))
@@ -112,7 +124,7 @@ class SGD(FirstOrderOptimizer):
         ``decay_mask`` has no effect: SGD has no weight decay.  It is accepted so that
         every optimizer can be called the same way.
         """
-        lr = self._learning_rate_at(state.count)
+        lr = self.learning_rate_at(state.count)
         buffer = self.momentum * state.momentum_buffer + grads
         step = grads + self.momentum * buffer if self.nesterov else buffer
         return -lr * step, SGDState(count=state.count + 1, momentum_buffer=buffer)
@@ -227,7 +239,7 @@ class Adam(FirstOrderOptimizer):
         ``decay_mask`` has no effect: Adam has no weight decay (see :class:`AdamW`).  It is
         accepted so that every optimizer can be called the same way.
         """
-        lr = self._learning_rate_at(state.count)
+        lr = self.learning_rate_at(state.count)
         direction, new_state = _adam_direction(self, grads, state)
         return -lr * direction, new_state
 
@@ -307,7 +319,7 @@ class AdamW(FirstOrderOptimizer):
         decay_mask : bool array or None, default=None
             Where True, ``params`` decay; ``None`` decays every entry.
         """
-        lr = self._learning_rate_at(state.count)
+        lr = self.learning_rate_at(state.count)
         direction, new_state = _adam_direction(self, grads, state)
         decayed = params
         if decay_mask is not None:
@@ -405,6 +417,11 @@ class RMSprop(FirstOrderOptimizer):
     momentum: float = 0.0
     centered: bool = False
 
+    @property
+    def descent_method(self):
+        """Without momentum, a positive diagonal scaling of minus the gradient."""
+        return self.momentum == 0
+
     def __post_init__(self):
         super().__post_init__()
         _set(self, "decay", check_interval("decay", self.decay, 0, 1))
@@ -429,7 +446,7 @@ class RMSprop(FirstOrderOptimizer):
         every optimizer can be called the same way.
         """
         xp = get_namespace(grads)
-        lr = self._learning_rate_at(state.count)
+        lr = self.learning_rate_at(state.count)
         nu = self.decay * state.nu + (1.0 - self.decay) * (grads * grads)
         mean_grad = state.mean_grad
         if self.centered:
@@ -512,6 +529,11 @@ class Adagrad(FirstOrderOptimizer):
     initial_accumulator_value: float = 0.1
     eps: float = 1e-7
 
+    @property
+    def descent_method(self):
+        """Always a positive diagonal scaling of minus the gradient."""
+        return True
+
     def __post_init__(self):
         super().__post_init__()
         name = "initial_accumulator_value"
@@ -532,7 +554,7 @@ class Adagrad(FirstOrderOptimizer):
         every optimizer can be called the same way.
         """
         xp = get_namespace(grads)
-        lr = self._learning_rate_at(state.count)
+        lr = self.learning_rate_at(state.count)
         sum_of_squares = state.sum_of_squares + grads * grads
         updates = -lr * grads / (xp.sqrt(sum_of_squares) + self.eps)
         return updates, AdagradState(count=state.count + 1, sum_of_squares=sum_of_squares)

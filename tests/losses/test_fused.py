@@ -66,9 +66,18 @@ def test_fused_kernel_is_used_only_where_it_applies():
     assert not _fused.supports(loss, X, y.tolist(), None)
 
     class MyLoss(HalfSquaredError):
-        pass
+        fused_code = None  # a loss that changes the math leaves the kernel (a trait)
+
+        def loss_gradient(self, y, raw, xp):
+            diff = raw[:, 0] - y
+            return diff * diff, 2 * diff[:, None]
 
     assert not _fused.supports(MyLoss(), X, y, None)  # custom losses: array-API path
+
+    class Plain:  # any object without the trait
+        n_outputs = 1
+
+    assert not _fused.supports(Plain(), X, y, None)
 
 
 def test_empty_block_and_non_contiguous_block():
