@@ -33,7 +33,9 @@ _LAZY = {
     "losses": "dask_dgd.losses",
     "optim": "dask_dgd.optim",
     "testing": "dask_dgd.testing",
-    "rebalance": "dask_dgd._engine.cluster",
+    "rebalance": "dask_dgd._engine.ingest",
+    "train": "dask_dgd._engine.train",
+    "FitResult": "dask_dgd._engine.train",
     "compression": "dask_dgd.compression",
     "communication_report": "dask_dgd.diagnostics",
     "performance_report": "dask_dgd.diagnostics",
@@ -48,6 +50,7 @@ __all__ = [
     "ClimateRegressor",
     "ConvergenceWarning",
     "DivergenceError",
+    "FitResult",
     "ImplicitMatrixFactorization",
     "InputError",
     "LinearRegression",
@@ -74,6 +77,7 @@ __all__ = [
     "recommender",
     "save",
     "testing",
+    "train",
 ]
 
 

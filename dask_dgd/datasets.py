@@ -8,6 +8,21 @@ each block from its own random generator seeded by ``(random_state, block index)
 The same ``random_state`` and ``chunks`` therefore always give the same data, wherever
 and in whatever order the blocks are computed.  ``chunks=None`` gives the same data as
 a single chunk (``chunks=n_samples``).  Nothing is downloaded.
+
+The parameters the generators share:
+
+chunks : int, tuple of int or None, default=None
+    None returns NumPy arrays.  Otherwise dask arrays, lazily generated: an int is the
+    number of rows per block, a tuple gives the rows of every block (summing to
+    ``n_samples``).  Columns are always a single chunk, as the estimators need.
+random_state : int >= 0, numpy RandomState, Generator or None, default=0
+    Seed of the coefficients and the rows.  The same seed and ``chunks`` give the same
+    data; a different ``chunks`` gives different (equally distributed) rows.  None draws
+    a fresh seed.
+return_coef : bool, default=False
+    Also return the true coefficients.
+dtype : {numpy.float64, numpy.float32}, default=numpy.float64
+    Dtype of ``X`` (and of ``y`` for the regressions).
 """
 
 import numbers
@@ -166,27 +181,6 @@ def _lazy(args, tail, rows, n_features, kind, dtype):
 
 
 # ----------------------------------------------------------------------- public API
-_COMMON_DOC = """    chunks : int, tuple of int or None, default=None
-        None returns NumPy arrays.  Otherwise dask arrays, lazily generated: an int is
-        the number of rows per block, a tuple gives the rows of every block (summing to
-        ``n_samples``).  Columns are always a single chunk, as the estimators need.
-    random_state : int >= 0, numpy RandomState, Generator or None, default=0
-        Seed of the coefficients and the rows.  The same seed and ``chunks`` give the
-        same data; a different ``chunks`` gives different (equally distributed) rows.
-        None draws a fresh seed.
-    return_coef : bool, default=False
-        Also return the true coefficients.
-    dtype : {numpy.float64, numpy.float32}, default=numpy.float64
-        Dtype of ``X`` (and of ``y`` for the regressions)."""
-
-
-def _shared_doc(fn):
-    """Fill the ``%(common)s`` line of ``fn``'s docstring with the shared parameters."""
-    fn.__doc__ = fn.__doc__.replace("    %(common)s", _COMMON_DOC)
-    return fn
-
-
-@_shared_doc
 def make_regression(
     n_samples=1000,
     n_features=10,
@@ -214,7 +208,12 @@ def make_regression(
         ``X @ coef`` is normal with standard deviation ``signal``.
     intercept : float, default=0.0
         Added to every ``y``.
-    %(common)s
+
+    Other Parameters
+    ----------------
+    chunks, random_state, return_coef, dtype
+        The generators' shared parameters (see the :mod:`dask_dgd.datasets` module
+        docstring).
 
     Returns
     -------
@@ -245,7 +244,6 @@ def make_regression(
     )
 
 
-@_shared_doc
 def make_classification(
     n_samples=1000,
     n_features=10,
@@ -277,7 +275,12 @@ def make_classification(
         linear predictor.  Larger values make the classes easier to separate.
     intercept : float, default=0.0
         Added to every linear predictor (binary: shifts the share of class 1).
-    %(common)s
+
+    Other Parameters
+    ----------------
+    chunks, random_state, return_coef, dtype
+        The generators' shared parameters (see the :mod:`dask_dgd.datasets` module
+        docstring).
 
     Returns
     -------
@@ -306,7 +309,6 @@ def make_classification(
     )
 
 
-@_shared_doc
 def make_poisson(
     n_samples=1000,
     n_features=10,
@@ -331,7 +333,12 @@ def make_poisson(
         small (about 1 or less): the counts grow like ``exp(signal * z)``.
     intercept : float, default=0.5
         Log of the typical count.
-    %(common)s
+
+    Other Parameters
+    ----------------
+    chunks, random_state, return_coef, dtype
+        The generators' shared parameters (see the :mod:`dask_dgd.datasets` module
+        docstring).
 
     Returns
     -------

@@ -2,7 +2,11 @@
 
 :func:`straggler` slows one worker down, the classic failure of synchronous training,
 so that the training modes can be compared under it; :func:`failing_worker` makes the
-computations on one worker raise, to check that training stops with the error.
+computations on one worker raise, to check that training stops with the error;
+:func:`killing_worker` makes a worker process die in the middle of a fit, to check that
+the fit survives it.  The faults are triggered by progress (the worker's n-th group
+computation), never by a clock, so a test does the same on a quiet and on a busy
+machine.
 :func:`on_array_api_strict` turns the blocks of an array into ``array_api_strict``
 arrays on a device of their own, so a pipeline can be checked for NumPy-only calls and
 host/device mixing without a GPU.
@@ -12,9 +16,9 @@ from contextlib import contextmanager
 
 import numpy as np
 
-from ._engine.shards import set_failure, set_slowdown
+from ._engine.faults import set_failure, set_slowdown
 
-__all__ = ["straggler", "failing_worker", "on_array_api_strict", "STRICT_DEVICE"]
+__all__ = ["STRICT_DEVICE", "failing_worker", "killing_worker", "on_array_api_strict", "straggler"]
 
 #: The ``array_api_strict`` device :func:`on_array_api_strict` puts blocks on.
 STRICT_DEVICE = "device1"
@@ -89,6 +93,36 @@ def failing_worker(client, worker, after=0, message="injected failure"):
         yield worker
     finally:
         client.run(set_failure, None, "", workers=[worker])
+
+
+@contextmanager
+def killing_worker(client, worker, after=0):
+    """Make the worker *process* at ``worker`` kill itself (SIGKILL, as a crash or the
+    out-of-memory killer would) at its group computation number ``after + 1`` while
+    the block runs; its nanny starts a fresh worker, without the fault.
+
+    A group computation is a synchronous step, a local round or one asynchronous step
+    of a group on that worker (setup tasks are not counted).  Only for clusters of
+    worker processes (``LocalCluster(processes=True)``, ``dask worker``).
+
+    Examples
+    --------
+    >>> with killing_worker(client, address, after=10):  # doctest: +SKIP
+    ...     model.fit(X, y)  # the fit goes on without that worker
+    """
+    from .exceptions import ParameterError
+
+    if isinstance(after, bool) or not isinstance(after, int) or after < 0:
+        raise ParameterError(f"after must be an int >= 0; got {after!r}")
+    _check(client, worker)
+    client.run(set_kill, after, workers=[worker])
+    try:
+        yield worker
+    finally:
+        try:  # the worker may be gone (and its replacement has no fault)
+            client.run(set_kill, None, workers=[worker], on_error="ignore")
+        except Exception:  # noqa: BLE001 - a worker that left the cluster cannot be reached
+            pass
 
 
 def _strict_block(block, device):

@@ -126,24 +126,24 @@ def test_in_memory_strict_array_is_checked_like_numpy():
 
 def test_parameters_move_to_the_device_once_per_shard_and_step(client, monkeypatch):
     """One transfer per device per step, not one per block."""
-    from dask_dgd._engine import shards
+    from dask_dgd._engine.blocks import make_shard
+    from dask_dgd._engine.objective import LinearTraining
     from dask_dgd.losses import LinearObjective, HalfSquaredError
 
     X, y, _ = problem("regression", n=800)
     objective = LinearObjective(HalfSquaredError(), 5, fit_intercept=True)
     parts = [(i, on_array_api_strict(X[i * 200:(i + 1) * 200]), on_array_api_strict(y[i * 200:(i + 1) * 200]), None)
              for i in range(4)]
-    shard = shards.make_shard([p[0] for p in parts], [p[1] for p in parts], [p[2] for p in parts],
-                              [None] * 4)
+    shard = make_shard([p[0] for p in parts], [p[1] for p in parts], [p[2] for p in parts], [None] * 4)
     calls = []
     place = LinearObjective.place
     monkeypatch.setattr(LinearObjective, "place", lambda self, params, X: calls.append(1) or place(self, params, X))
     params = np.zeros(objective.n_params)
-    sums = shards.batch_sums(shard, objective, params, (0,), 0, None)
+    sums, _ = LinearTraining(objective).group_sums(shard, params, None, None, None)
     assert len(calls) == 1 and len(sums) == 4
     want = [objective.block_sums(params, X[i * 200:(i + 1) * 200], y[i * 200:(i + 1) * 200]) for i in range(4)]
     for i in range(4):
-        np.testing.assert_allclose(sums[i][1], want[i][1], rtol=1e-12)
+        np.testing.assert_allclose(sums[i].grad, want[i][1], rtol=1e-12)
 
 
 def test_take_rows_keeps_the_namespace_and_device():

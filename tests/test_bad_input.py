@@ -426,7 +426,8 @@ def test_large_values_below_the_limit_fit_without_nan(family):
     search give finite losses (the fit may stop early with a ConvergenceWarning)."""
     est = quiet(make(family, "numpy", None).fit, X * 1e50, TARGETS[family])
     assert np.all(np.isfinite(est.coef_)) and np.all(np.isfinite(est.intercept_))
-    assert np.isfinite(est.history_["loss"].iloc[-1])
+    # every step's objective is a number (a Poisson trial step may overflow to +inf)
+    assert not est.history_["loss"].isna().any() and np.isfinite(est.history_["loss"].iloc[0])
     with np.errstate(over="ignore"):
         pred = est.predict(X * 1e50)
     assert not np.any(np.isnan(np.asarray(pred, dtype=np.float64)))
@@ -633,7 +634,7 @@ def test_recommender_huge_ratings(kind, client):
     """Documented: ratings so large that the squared error overflows stop the fit with a
     DivergenceError at the first step (confidence-weighted strengths stay finite)."""
     huge = RATINGS.assign(rating=[1e300, 2.0, 3.0, 4.0, 5.0, 1.0, 2.0, 4.0])
-    with pytest.raises(DivergenceError, match=r"the objective became inf at step 1 \(epoch 1\)"):
+    with pytest.raises(DivergenceError, match=r"the objective is not finite at the initial parameters \(loss=inf\)"):
         rec("explicit", kind, client).fit(frame(kind, huge))
     wls = quiet(rec("wls", kind, client).fit, frame(kind, huge))
     assert np.all(np.isfinite(wls.item_factors_)) and np.all(np.isfinite(wls.user_factors_))

@@ -139,7 +139,7 @@ def engine_transport(groups, n_params, split_every, requested="auto"):
     """The transport the installed engine uses for a step (``requested`` as the
     ``dgd.step-transport`` setting); ``"task"`` for an engine without actor calls."""
     try:
-        from dask_dgd._engine.cluster import step_transport
+        from dask_dgd._engine.executor import step_transport
     except ImportError:
         return "task"
     import dask

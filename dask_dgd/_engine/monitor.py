@@ -3,37 +3,11 @@
 import logging
 import time
 
-__all__ = ["Monitor", "RECORD_FIELDS"]
+from .records import RECORD_FIELDS
+
+__all__ = ["Monitor", "RECORD_FIELDS", "communicated"]
 
 logger = logging.getLogger("dask_dgd")
-
-#: Fields of each step record (``history_`` columns), in order.
-RECORD_FIELDS = (
-    "step",  # 1-based distributed step (one gradient evaluation over the data or a batch)
-    "iteration",  # solver iteration (L-BFGS iteration, GD step, or SGD epoch)
-    "loss",  # objective value: mean loss + penalty (on the batch, for mini-batch steps)
-    "grad_norm",  # Euclidean norm of the objective's gradient
-    "step_size",  # learning rate applied after this step (L-BFGS: None)
-    "time",  # seconds since the fit started
-    "step_time",  # wall seconds of this step, driver side
-    "compute_time_max",  # slowest group's compute time in this step
-    "compute_time_min",  # fastest group's compute time in this step
-    "broadcast_time",  # driver sends the step -> the last group starts computing
-    "reduce_time",  # the last group finishes -> the reduced sums are on the driver
-    "update_time",  # driver time between the previous step's result and this step
-    "n_samples",  # rows that contributed to this step
-    "staleness_max",  # async: steps the pushing group was ahead of the slowest (bounded
-    "staleness_mean",  # by max_staleness); sync and local: 0
-    "delay_max",  # async: server updates between a gradient's pull and its push;
-    "delay_mean",  # sync and local: 0
-    "wait_time",  # longest time a group waited at the barrier (sync, local) or the bound
-    "updates_per_group",  # tuple: optimizer steps each group took in this record
-    "comm_bytes",  # bytes moved in this record: bytes_up + bytes_down
-    "bytes_up_raw",  # gradient (and loss) bytes the groups would send uncompressed
-    "bytes_up",  # ... as sent (compressed)
-    "bytes_down",  # parameter bytes sent to the groups
-)
-
 
 class Monitor:
     """Collects step records and shows them.
@@ -66,17 +40,19 @@ class Monitor:
     def elapsed(self):
         return time.perf_counter() - self.t0
 
-    def make_record(self, **fields):
-        """The record :meth:`record` would add, without adding it."""
-        rec = {name: fields.get(name) for name in RECORD_FIELDS}
-        # Records made elsewhere (the parameter server) carry their wall-clock stamp.
-        rec["time"] = fields["wall"] - self.wall0 if "wall" in fields else self.elapsed()
-        # optional fields (the validation scores of early stopping) follow the fixed ones
-        rec.update({k: v for k, v in fields.items() if k not in rec and k != "wall"})
+    def stamp(self, record):
+        """``record`` (from :func:`~.records.make_record`) with its ``time``: seconds since
+        the fit started, from its ``wall`` clock stamp if it was made in another
+        process (the parameter server)."""
+        rec = {name: record.get(name) for name in RECORD_FIELDS}
+        wall = record.get("wall")
+        rec["time"] = wall - self.wall0 if wall is not None else self.elapsed()
+        rec.update({k: v for k, v in record.items() if k not in rec and k != "wall"})
         return rec
 
-    def record(self, **fields):
-        rec = self.make_record(**fields)
+    def record(self, record):
+        """Add one step record: to the history, the bar, the log and the callbacks."""
+        rec = self.stamp(record)
         self.records.append(rec)
         if self._bar is not None:
             self._bar.update(1)

@@ -12,25 +12,66 @@ and sends up only those subtrees' roots; whoever receives the results of several
 (the driver, or a reduce task on the cluster) merges them and completes every node
 whose children have all arrived.  Contiguous blocks on a worker thus travel as a few
 partials; blocks scattered over workers travel as more, and the sums do not change.
+
+A partial's gradient is a dense NumPy vector, or a compact form that knows how to add
+itself to one (:class:`RowSparse`: the touched rows of an item table; a compressed
+payload, see :class:`Compressed`): those are expanded where they are first added.
 """
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
-__all__ = ["Partial", "BlockTree", "add_partials", "tree_sum"]
+__all__ = ["Partial", "BlockTree", "Compressed", "RowSparse", "add_partials", "tree_sum", "grad_nbytes"]
+
+
+@dataclass(frozen=True)
+class RowSparse:
+    """Rows ``idx`` of a ``(n_rows, width)`` table flattened to ``n_rows * width``
+    entries; the other rows are zero."""
+
+    idx: np.ndarray
+    rows: np.ndarray
+    n_rows: int
+
+    def add_to(self, acc):
+        acc.reshape(self.n_rows, -1)[self.idx] += self.rows
+
+    @property
+    def nbytes(self):
+        return int(self.idx.nbytes + self.rows.nbytes)
+
+
+@dataclass(frozen=True)
+class Compressed:
+    """A compressed gradient (``payload`` of ``compressor``), expanded when added."""
+
+    payload: dict
+    compressor: object
+
+    def add_to(self, acc):
+        acc += self.compressor.decompress(self.payload)
+
+    @property
+    def nbytes(self):
+        return int(self.compressor.nbytes(self.payload))
+
+
+def grad_nbytes(grad):
+    """Bytes of a partial's gradient as it travels."""
+    return int(grad.nbytes) if isinstance(grad, np.ndarray) else grad.nbytes
 
 
 @dataclass(frozen=True)
 class Partial:
-    """Sums from one or more groups of blocks.
+    """Sums from one or more blocks.
 
     Attributes
     ----------
     loss_sum, weight_sum : float
         Sample-weighted loss and total weight.
-    grad_sum : numpy.ndarray
-        Sample-weighted gradient sum, shape ``(n_params,)``.
+    grad_sum : numpy.ndarray, RowSparse or Compressed
+        Sample-weighted gradient sum, ``n_params`` entries.
     time_min, time_max : float
         Fastest and slowest compute time (seconds) among the groups summed.
     n_groups : int
@@ -39,35 +80,70 @@ class Partial:
         Latest wall-clock time (``time.time()`` on the workers) at which a group started
         and finished computing; the driver turns them into broadcast and reduce times.
         NaN when unknown.
+    extras : dict
+        Further sums the objective reduces with the gradient (floats or arrays, added
+        entry by entry), e.g. a matrix factorization's Gram matrix of the users.
     """
 
     loss_sum: float
-    grad_sum: np.ndarray
+    grad_sum: object
     weight_sum: float
     time_min: float
     time_max: float
     n_groups: int = 1
     start_max: float = float("nan")
     end_max: float = float("nan")
+    extras: dict = field(default_factory=dict)
 
 
-def add_partials(*parts):
-    """Sum partials left to right (the order fixes the rounding)."""
+def _dense(grad):
+    if isinstance(grad, np.ndarray):
+        return np.array(grad, dtype=np.float64, copy=True)
+    raise TypeError("the first partial of a sum needs its size: use _accumulate")
+
+
+def _accumulate(acc, grad):
+    if isinstance(grad, np.ndarray):
+        acc += grad
+    else:
+        grad.add_to(acc)
+
+
+def add_partials(*parts, size=None):
+    """Sum partials left to right (the order fixes the rounding).  ``size``: the
+    gradient's length, needed when the first gradient is not a dense vector."""
     first = parts[0]
     loss, weight = first.loss_sum, first.weight_sum
-    grad = np.array(first.grad_sum, dtype=np.float64, copy=True)
+    if isinstance(first.grad_sum, np.ndarray):
+        grad = _dense(first.grad_sum)
+    else:
+        grad = np.zeros(size if size is not None else _size_of(parts))
+        first.grad_sum.add_to(grad)
+    extras = {k: (np.array(v, dtype=np.float64, copy=True) if isinstance(v, np.ndarray) else v)
+              for k, v in first.extras.items()}
     tmin, tmax, n = first.time_min, first.time_max, first.n_groups
     start, end = first.start_max, first.end_max
     for p in parts[1:]:
         loss += p.loss_sum
         weight += p.weight_sum
-        grad += p.grad_sum
+        _accumulate(grad, p.grad_sum)
+        for k, v in p.extras.items():
+            extras[k] = extras[k] + v if k in extras else v
         tmin = min(tmin, p.time_min)
         tmax = max(tmax, p.time_max)
         n += p.n_groups
         start = np.fmax(start, p.start_max)
         end = np.fmax(end, p.end_max)
-    return Partial(loss, grad, weight, tmin, tmax, n, float(start), float(end))
+    return Partial(loss, grad, weight, tmin, tmax, n, float(start), float(end), extras)
+
+
+def _size_of(parts):
+    for p in parts:
+        if isinstance(p.grad_sum, np.ndarray):
+            return p.grad_sum.size
+        if isinstance(p.grad_sum, RowSparse):
+            return p.grad_sum.n_rows * (p.grad_sum.rows.shape[1] if p.grad_sum.rows.ndim == 2 else 1)
+    raise TypeError("cannot tell the gradient's size from these partials")
 
 
 def tree_sum(items, split_every):
@@ -83,19 +159,26 @@ class BlockTree:
 
     Nodes are keyed ``(level, index)``; leaves are ``(0, block_index)`` and the root is
     the single node of the last level (``levels`` gives the sizes, leaves first).
+    ``size`` is the length of the gradients (needed to expand compact leaves).
     """
 
-    def __init__(self, n_blocks, split_every):
+    def __init__(self, n_blocks, split_every, size=None):
         if split_every < 2:
             raise ValueError(f"split_every must be at least 2; got {split_every}")
         if n_blocks < 1:
             raise ValueError("nothing to reduce: no blocks")
         self.n_blocks = int(n_blocks)
         self.split_every = int(split_every)
+        self.size = size
         sizes = [self.n_blocks]
         while sizes[-1] > 1:
             sizes.append(-(-sizes[-1] // self.split_every))
         self.levels = sizes
+
+    @property
+    def depth(self):
+        """Levels above the leaves."""
+        return len(self.levels) - 1
 
     def _children(self, level, j):
         s = self.split_every
@@ -110,7 +193,7 @@ class BlockTree:
             for p in parents:
                 kids = self._children(level, p)
                 if all((level - 1, k) in nodes for k in kids):
-                    nodes[level, p] = add_partials(*(nodes[level - 1, k] for k in kids))
+                    nodes[level, p] = add_partials(*(nodes[level - 1, k] for k in kids), size=self.size)
                     for k in kids:
                         del nodes[level - 1, k]
         return nodes
@@ -123,11 +206,14 @@ class BlockTree:
         return self.complete(merged)
 
     def root(self, nodes):
-        """The root's Partial; raises if some block's sums are missing."""
+        """The root's Partial (a dense gradient); raises if some block's sums are missing."""
         top = (len(self.levels) - 1, 0)
         if top not in nodes:
             raise RuntimeError(
                 f"the reduction is incomplete: {len(nodes)} partial sum(s) left, expected the "
                 f"root of {self.n_blocks} blocks"
             )
-        return nodes[top]
+        node = nodes[top]
+        if not isinstance(node.grad_sum, np.ndarray):  # a single leaf, still compact
+            node = add_partials(node, size=self.size)
+        return node

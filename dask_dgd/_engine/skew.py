@@ -31,9 +31,19 @@ import math
 import dask
 import numpy as np
 
-from .shards import PLACEMENT_SLACK, balanced_chunks, imbalance, place_blocks, worker_loads
 
-__all__ = ["SKEW_THRESHOLD", "DynamicBalancer", "plan", "measure"]
+__all__ = [
+    "SKEW_THRESHOLD",
+    "DynamicBalancer",
+    "balanced_chunks",
+    "even_blocks",
+    "groups_by_worker",
+    "imbalance",
+    "measure",
+    "place_blocks",
+    "plan",
+    "worker_loads",
+]
 
 logger = logging.getLogger("dask_dgd")
 
@@ -58,6 +68,120 @@ DYNAMIC_GAIN = 0.1
 #: move costs a restart of the step actors.
 DYNAMIC_MIN_STEP_SECONDS = 0.02
 
+
+# ------------------------------------------------------------------ placement arithmetic
+PLACEMENT_SLACK = 0.1
+
+
+def place_blocks(costs, block_workers, workers, slack=PLACEMENT_SLACK, speeds=None):
+    """Choose the worker of each block: where it already is, unless that unbalances.
+
+    Blocks are taken largest first (ties by index); each goes to the least loaded of the
+    workers holding it if that keeps the worker within ``(1 + slack)`` of its fair share
+    of the total cost, and otherwise to the worker that would finish it first (the block
+    then moves): longest-processing-time-first scheduling, with a preference for the
+    data's current place.  Data Dask spread evenly never moves; data that sits on one
+    worker is spread.  ``speeds`` (relative, per worker; default all 1) make a worker's
+    load its cost divided by its speed and its fair share proportional to its speed.
+    Depends only on the costs, the current holders and the speeds.
+
+    Returns
+    -------
+    list of str
+        The worker of each block, in block order.
+    """
+    workers = sorted(workers)
+    rank = {w: i for i, w in enumerate(workers)}
+    speed = {w: 1.0 for w in workers}
+    if speeds is not None:
+        speed.update({w: float(v) for w, v in speeds.items() if w in speed and v > 0})
+    costs = [float(c) for c in costs]
+    total_speed = sum(speed.values())
+    # the time the work takes when spread in proportion to the speeds
+    ideal = sum(costs) / total_speed
+    load = dict.fromkeys(workers, 0.0)  # cost held, divided by speed: time
+    chosen = [None] * len(costs)
+    for b in sorted(range(len(costs)), key=lambda b: (-costs[b], b)):
+
+        def finish(w):
+            return (load[w] + costs[b] / speed[w], rank[w])
+
+        best = min(workers, key=finish)
+        local = sorted((w for w in block_workers[b] if w in rank), key=finish)
+        if local and finish(local[0])[0] <= max(ideal * (1 + slack), finish(best)[0]):
+            w = local[0]
+        else:
+            w = best
+        chosen[b] = w
+        load[w] += costs[b] / speed[w]
+    return chosen
+
+
+def worker_loads(costs, placement, workers, speeds=None):
+    """Time-like load of every worker: the cost of its blocks over its speed."""
+    load = dict.fromkeys(sorted(workers), 0.0)
+    for c, w in zip(costs, placement):
+        if w in load:
+            load[w] += float(c) / (1.0 if speeds is None else float(speeds.get(w, 1.0)))
+    return load
+
+
+def imbalance(loads):
+    """max / mean of the loads (1 is perfect balance; 1 when there is no work)."""
+    values = list(loads.values()) if isinstance(loads, dict) else list(loads)
+    mean = sum(values) / len(values) if values else 0.0
+    return max(values) / mean if mean > 0 else 1.0
+
+
+def balanced_chunks(rows, costs, n_blocks):
+    """Row chunks of ``n_blocks`` contiguous blocks of near-equal cost.
+
+    The cost of a block is taken as spread evenly over its rows (rows for dense data,
+    non-zeros for sparse); cuts fall at the rows where the cumulative cost crosses
+    ``k / n_blocks`` of the total.  Empty input rows give empty blocks only if there
+    are fewer rows than blocks.
+    """
+    rows = np.asarray(rows, dtype=np.int64)
+    costs = np.asarray(costs, dtype=np.float64)
+    total_rows = int(rows.sum())
+    n_blocks = max(1, min(int(n_blocks), total_rows)) if total_rows else 1
+    # cumulative cost at the block boundaries (rows), interpolated linearly inside blocks
+    edges_rows = np.concatenate([[0], np.cumsum(rows)])
+    edges_cost = np.concatenate([[0.0], np.cumsum(np.where(rows > 0, costs, 0.0))])
+    if edges_cost[-1] <= 0:
+        edges_cost = edges_rows.astype(np.float64)
+    targets = edges_cost[-1] * np.arange(1, n_blocks) / n_blocks
+    cuts = np.interp(targets, edges_cost, edges_rows).round().astype(np.int64)
+    bounds = np.concatenate([[0], np.clip(cuts, 0, total_rows), [total_rows]])
+    # no empty block (there are at least as many rows as blocks): every cut at least one
+    # row after the previous and one before the next (happens when a few rows hold
+    # most of the cost)
+    for i in range(1, n_blocks):
+        bounds[i] = max(bounds[i], bounds[i - 1] + 1)
+    for i in range(n_blocks - 1, 0, -1):
+        bounds[i] = min(bounds[i], bounds[i + 1] - 1)
+    return tuple(int(c) for c in np.diff(bounds))
+
+
+def groups_by_worker(placement, workers):
+    """Block indices of each worker that got blocks (ascending), and those workers."""
+    groups, owners = [], []
+    for w in sorted(workers):
+        blocks = tuple(b for b, p in enumerate(placement) if p == w)
+        if blocks:
+            groups.append(blocks)
+            owners.append(w)
+    return groups, owners
+
+
+def even_blocks(n_rows, n_blocks):
+    """Row boundaries of ``n_blocks`` near-equal contiguous blocks."""
+    n_blocks = max(1, min(n_blocks, n_rows)) if n_rows else 1
+    edges = np.linspace(0, n_rows, n_blocks + 1).round().astype(np.int64)
+    return list(zip(edges[:-1], edges[1:]))
+
+
+# ------------------------------------------------------------------ setup
 
 def measure(costs, placement, workers):
     """Loads of the workers for a placement, and their max/mean."""
@@ -195,7 +319,7 @@ class DynamicBalancer:
 
     def observe(self, step, block_work):
         """Account one step; ``block_work`` is the work of each block in it."""
-        times = self.shards.last_group_times
+        times = self.shards.collective.last_group_times
         if times is None or step < 2:
             return None
         for blocks, w, t in zip(self.shards.groups, self.shards.workers, times):
@@ -227,7 +351,7 @@ class DynamicBalancer:
         after = max(worker_loads(costs, new, workers, speeds).values())
         if not (after < (1 - DYNAMIC_GAIN) * before):
             return None
-        moved = shards.regroup(new)
+        moved = shards.collective.regroup(new)
         entry = {
             "step": int(step),
             "speeds": {w: float(v / typical) for w, v in speeds.items()},

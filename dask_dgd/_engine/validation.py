@@ -20,7 +20,10 @@ import scipy.sparse as sp
 
 from .._backend import take_rows, to_numpy
 from ..exceptions import InputError
-from .shards import Block, Shard, shard_loss_grad, shard_sample
+from .blocks import shard_sample
+from .kernels import StepRequest, group_step
+from .objective import LinearTraining
+from .blocks import Block, Shard
 
 __all__ = ["holdout_mask", "shard_holdout", "split_validation", "Validator"]
 
@@ -53,10 +56,7 @@ def shard_block_rows(shard):
     return [(b.index, b.n_rows) for b in shard.blocks]
 
 
-def _with_rows(shards, tag):
-    # its own token: the runners (actors) of a shard set are keyed by it, and the
-    # training and validation sets must not share them
-    shards.token = f"{shards.token}{tag}"
+def _with_rows(shards):
     rows = np.zeros(len(shards.block_rows), dtype=np.int64)
     for group in shards.map_gather(shard_block_rows, name="dgd-split-rows"):
         for index, n in group:
@@ -69,8 +69,12 @@ def _with_rows(shards, tag):
 
 def split_validation(shards, seed, fraction):
     """``(train, validation)`` shard sets: each block's rows split by :func:`holdout_mask`."""
-    train = _with_rows(shards.transform(shard_holdout, tuple(seed), fraction, False, name="dgd-split-train"), "t")
-    val = _with_rows(shards.transform(shard_holdout, tuple(seed), fraction, True, name="dgd-split-validation"), "v")
+    # each its own token: the runners (actors) of a shard set are keyed by it, and the
+    # training and validation sets must not share them
+    train = _with_rows(shards.transform(shard_holdout, tuple(seed), fraction, False, name="dgd-split-train",
+                                        token_suffix="t"))
+    val = _with_rows(shards.transform(shard_holdout, tuple(seed), fraction, True, name="dgd-split-validation",
+                                      token_suffix="v"))
     if val.n_rows == 0 or train.n_rows == 0:
         empty = "validation" if val.n_rows == 0 else "training"
         raise InputError(
@@ -92,6 +96,7 @@ class Validator:
                  columns=None):
         self.shards = shards
         self.objective = objective
+        self.training = LinearTraining(objective)
         self.split_every = split_every
         self.scorer = scorer
         self.make_estimator = make_estimator
@@ -109,9 +114,10 @@ class Validator:
     def evaluate(self, params):
         """``{"val_loss": ..., "val_score": ...}`` at ``params``."""
         self.n_evaluations += 1
-        partial = self.shards.map_reduce(
-            shard_loss_grad, self.objective, params, split_every=self.split_every,
-            name=f"validation-{self.n_evaluations}", result_bytes=8 * self.objective.n_params,
+        partial = self.shards.collective.reduce(
+            group_step, self.training, StepRequest(np.asarray(params, dtype=np.float64)),
+            split_every=self.split_every, size=self.objective.n_params, name=f"validation-{self.n_evaluations}",
+            stateless=True,
         )
         loss = partial.loss_sum / partial.weight_sum if partial.weight_sum > 0 else math.nan
         if self.scorer is None:

@@ -1,6 +1,7 @@
 """Generalised linear models trained by distributed gradient descent."""
 
+from ._base import DGDLinearModel
 from ._glm import LinearRegression, PoissonRegressor
 from ._logistic import LogisticRegression
 
-__all__ = ["LinearRegression", "LogisticRegression", "PoissonRegressor"]
+__all__ = ["DGDLinearModel", "LinearRegression", "LogisticRegression", "PoissonRegressor"]

@@ -7,7 +7,7 @@ from sklearn.metrics import d2_tweedie_score, r2_score
 from ..exceptions import InputError
 from ..losses import HalfPoisson, HalfSquaredError, LinearObjective
 from .._backend import get_namespace
-from ._base import DGDLinearModel, SHARED_PARAMS_DOC
+from ._base import DGDLinearModel
 
 
 def _exp_block(raw):
@@ -118,9 +118,9 @@ class _Regressor(RegressorMixin, DGDLinearModel):
             The fitted estimator.
         """
         self._validate_params()
-        shards, summaries = self._prepare(X, y, sample_weight, split=True)
+        shards, summaries, _ = self._prepare(X, y, sample_weight, split=True)
         baseline = self._check_target(summaries)
-        self._run(shards, self._objective(self.n_features_in_), baseline, resume=resume)
+        self._fit(shards, self._objective(self.n_features_in_), baseline, resume=resume)
         return self
 
     def partial_fit(self, X, y, sample_weight=None):
@@ -136,9 +136,9 @@ class _Regressor(RegressorMixin, DGDLinearModel):
         first = not hasattr(self, "coef_")
         if first:
             self._validate_params()
-        shards, summaries = self._prepare(X, y, sample_weight, reset=first)
+        shards, summaries, _ = self._prepare(X, y, sample_weight, reset=first)
         baseline = self._check_target(summaries) if first else None
-        self._run_partial(shards, self._objective(self.n_features_in_), baseline)
+        self._partial(shards, self._objective(self.n_features_in_), baseline)
         return self
 
     def predict(self, X):
@@ -156,7 +156,7 @@ class _Regressor(RegressorMixin, DGDLinearModel):
 
 
 class LinearRegression(_Regressor):
-    __doc__ = f"""Least squares (optionally ridge, lasso or elastic-net) by distributed DGD.
+    """Least squares (optionally ridge, lasso or elastic-net) by distributed DGD.
 
     Minimises the sample-weighted mean of ``0.5 * (y - X @ coef - intercept) ** 2`` plus
     ``alpha * (l1_ratio * ||coef||_1 + (1 - l1_ratio) / 2 * ||coef||_2^2)``.
@@ -167,7 +167,15 @@ class LinearRegression(_Regressor):
         Penalty strength; 0 is ordinary least squares.  scikit-learn's ``Ridge(alpha=a)``
         on ``n`` samples is ``alpha = a / n`` here (its loss is a sum, ours a mean);
         ``ElasticNet``/``Lasso`` use the same ``alpha`` and ``l1_ratio`` as we do.
-{SHARED_PARAMS_DOC}
+
+    Other Parameters
+    ----------------
+    l1_ratio, fit_intercept, solver, optimizer, learning_rate, batch_size, max_iter, tol, mode, \
+local_steps, outer_optimizer, max_staleness, staleness_scaling, max_time, on_divergence, \
+checkpoint, checkpoint_every, early_stopping, validation_fraction, n_iter_no_change, scoring, \
+rebalance, compression, split_every, random_state, warm_start, verbose, callbacks, client
+        The training parameters every linear estimator shares: see
+        :class:`~dask_dgd.linear_model.DGDLinearModel`.
 
     Attributes
     ----------
@@ -181,7 +189,7 @@ class LinearRegression(_Regressor):
     loss_curve_ : list of float
         Objective value at each step.
     history_ : pandas.DataFrame
-        One record per distributed step (see ``dask_dgd._engine.monitor.RECORD_FIELDS``).
+        One record per distributed step (see the user guide's Monitoring section).
     solver_ : str
         The solver actually used (``"auto"`` resolved).
 
@@ -198,7 +206,7 @@ class LinearRegression(_Regressor):
 
 
 class PoissonRegressor(_Regressor):
-    __doc__ = f"""Poisson regression with a log link, by distributed DGD.
+    """Poisson regression with a log link, by distributed DGD.
 
     Minimises the sample-weighted mean of ``exp(eta) - y * eta`` (half the Poisson
     deviance up to a constant), ``eta = X @ coef + intercept``, plus
@@ -209,7 +217,15 @@ class PoissonRegressor(_Regressor):
     ----------
     alpha : float, default=1.0
         Penalty strength (scikit-learn's default too).
-{SHARED_PARAMS_DOC}
+
+    Other Parameters
+    ----------------
+    l1_ratio, fit_intercept, solver, optimizer, learning_rate, batch_size, max_iter, tol, mode, \
+local_steps, outer_optimizer, max_staleness, staleness_scaling, max_time, on_divergence, \
+checkpoint, checkpoint_every, early_stopping, validation_fraction, n_iter_no_change, scoring, \
+rebalance, compression, split_every, random_state, warm_start, verbose, callbacks, client
+        The training parameters every linear estimator shares: see
+        :class:`~dask_dgd.linear_model.DGDLinearModel`.
 
     Attributes
     ----------

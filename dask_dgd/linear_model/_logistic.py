@@ -8,12 +8,12 @@ from sklearn.metrics import accuracy_score
 from sklearn.utils.multiclass import check_classification_targets
 
 from .._backend import asarray_like, get_namespace, to_numpy
-from .._engine.cluster import is_dask_collection
-from .._engine.shards import encode_shard
+from .._engine.blocks import _label_error, encode_shard
+from .._engine.executor import is_dask_collection
 from .._validation import Options
 from ..exceptions import InputError, ParameterError
 from ..losses import BinaryLogistic, LinearObjective, MultinomialLogistic
-from ._base import SHARED_PARAMS_DOC, DGDLinearModel
+from ._base import DGDLinearModel
 from ._glm import _computed
 
 __all__ = ["LogisticRegression"]
@@ -51,7 +51,7 @@ def _class_weight_like(value):
 
 
 class LogisticRegression(ClassifierMixin, DGDLinearModel):
-    __doc__ = f"""Logistic regression (binary or multinomial) by distributed DGD.
+    """Logistic regression (binary or multinomial) by distributed DGD.
 
     Two classes give the binary model (``coef_`` of shape (1, n_features)), more give the
     multinomial (softmax) model with one row of ``coef_`` per class.  The objective is
@@ -67,7 +67,15 @@ class LogisticRegression(ClassifierMixin, DGDLinearModel):
     class_weight : dict, "balanced" or None, default=None
         Weights multiplying the sample weights of each class; "balanced" uses
         ``n_samples / (n_classes * count(class))``, as scikit-learn.
-{SHARED_PARAMS_DOC}
+
+    Other Parameters
+    ----------------
+    l1_ratio, fit_intercept, solver, optimizer, learning_rate, batch_size, max_iter, tol, mode, \
+local_steps, outer_optimizer, max_staleness, staleness_scaling, max_time, on_divergence, \
+checkpoint, checkpoint_every, early_stopping, validation_fraction, n_iter_no_change, scoring, \
+rebalance, compression, split_every, random_state, warm_start, verbose, callbacks, client
+        The training parameters every linear estimator shares: see
+        :class:`~dask_dgd.linear_model.DGDLinearModel`.
 
     Attributes
     ----------
@@ -170,8 +178,6 @@ class LogisticRegression(ClassifierMixin, DGDLinearModel):
         X, y, sample_weight = super()._validate_fit_input(X, y, sample_weight, reset)
         if not is_dask_collection(y):
             if y.dtype == object:  # None/NaN labels or mixed types: np.unique would fail
-                from .._engine.shards import _label_error
-
                 try:
                     np.unique(y)
                 except TypeError as err:
@@ -184,8 +190,6 @@ class LogisticRegression(ClassifierMixin, DGDLinearModel):
         try:
             labels, counts = np.unique(np.concatenate(parts), return_inverse=True)
         except TypeError as err:  # the workers' labels are of types that cannot be ordered
-            from .._engine.shards import _label_error
-
             raise _label_error(None, np.concatenate(parts), err) from err
         total = np.zeros(len(labels))
         np.add.at(total, counts, np.concatenate([s["label_counts"] for s in summaries if len(s["labels"])]))
@@ -224,7 +228,7 @@ class LogisticRegression(ClassifierMixin, DGDLinearModel):
                 f"{type(self).__name__} needs samples of at least 2 classes in the data, "
                 f"but the data contains only one class: {classes.tolist()[0]!r}"
             )
-        validation, totals = getattr(shards, "validation", None), getattr(shards, "totals", {})
+        validation = shards.validation
         missing = classes[counts == 0]
         if validation is not None and len(missing):
             raise InputError(
@@ -235,8 +239,7 @@ class LogisticRegression(ClassifierMixin, DGDLinearModel):
         cw = self._class_weights(classes, counts)
         shards = shards.transform(encode_shard, classes, cw, name="dgd-encode")
         if validation is not None:
-            validation = (validation[0].transform(encode_shard, classes, cw, name="dgd-encode"), validation[1])
-        shards.validation, shards.totals = validation, totals
+            shards.validation = validation.transform(encode_shard, classes, cw, name="dgd-encode")
         K = len(classes)
         loss = BinaryLogistic() if K == 2 else MultinomialLogistic(K)
         weighted = counts * (1.0 if cw is None else cw)
@@ -266,15 +269,13 @@ class LogisticRegression(ClassifierMixin, DGDLinearModel):
         self : object
         """
         self._validate_params()
-        shards, summaries = self._prepare(X, y, sample_weight, split=True)
+        shards, summaries, val_summaries = self._prepare(X, y, sample_weight, split=True)
         # the classes of all rows; the counts (start, "balanced" weights) of the training rows
-        held_out = [] if shards.validation is None else [
-            {**s, "label_counts": np.zeros_like(s["label_counts"])} for s in shards.validation[1]
-        ]
+        held_out = [{**s, "label_counts": np.zeros_like(s["label_counts"])} for s in val_summaries]
         classes, counts = self._labels(summaries + held_out)
         shards, objective, baseline = self._setup(shards, classes, counts)
         self.classes_ = classes
-        self._run(shards, objective, baseline, resume=resume)
+        self._fit(shards, objective, baseline, resume=resume)
         return self
 
     def partial_fit(self, X, y, classes=None, sample_weight=None):
@@ -302,7 +303,7 @@ class LogisticRegression(ClassifierMixin, DGDLinearModel):
                 f"classes={list(classes)} differs from the classes of the first call, "
                 f"{self.classes_.tolist()}"
             )
-        shards, summaries = self._prepare(X, y, sample_weight, reset=first)
+        shards, summaries, _ = self._prepare(X, y, sample_weight, reset=first)
         seen, counts = self._labels(summaries)
         all_classes = np.unique(np.asarray(classes)) if first else self.classes_
         missing = np.setdiff1d(seen, all_classes)
@@ -314,7 +315,7 @@ class LogisticRegression(ClassifierMixin, DGDLinearModel):
         full_counts[np.searchsorted(all_classes, seen)] += counts
         shards, objective, baseline = self._setup(shards, all_classes, full_counts)
         self.classes_ = all_classes
-        self._run_partial(shards, objective, baseline)
+        self._partial(shards, objective, baseline)
         return self
 
     def decision_function(self, X):

@@ -6,10 +6,12 @@ Ratings given as a dask array with CuPy blocks train on the GPU (the shards' arr
 live there); the fitted model is NumPy either way.
 """
 
+from ._base import FactorizationBase
 from ._metrics import evaluate_ranking, ndcg_at_k, precision_at_k, recall_at_k, train_test_split
 from ._mf import ImplicitMatrixFactorization, MatrixFactorization
 
 __all__ = [
+    "FactorizationBase",
     "ImplicitMatrixFactorization",
     "MatrixFactorization",
     "evaluate_ranking",

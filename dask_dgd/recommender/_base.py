@@ -1,13 +1,13 @@
-"""Shared machinery of the matrix-factorization estimators.
+"""The matrix-factorization estimators' shell over :func:`dask_dgd.train`.
 
 Ratings given as a dask array of (user, item) pairs (and ratings ``y``) whose blocks are
 not NumPy, e.g. CuPy, are trained where the blocks are: the ids are mapped on the host
 (through pandas, as for any input), and each shard keeps its ratings, its users' factors
 and their optimizer state in the blocks' namespace and device (see
-:mod:`dask_dgd._engine.factorization`).  The fitted attributes are NumPy either way: a
-model fitted on a GPU predicts on the CPU; ``predict`` on dask pairs answers in the
-namespace and on the device of each block.  DataFrames (pandas or dask) and in-memory
-arrays are trained on the host.
+:mod:`._objective`).  The fitted attributes are NumPy either way: a model fitted on a
+GPU predicts on the CPU; ``predict`` on dask pairs answers in the namespace and on the
+device of each block.  DataFrames (pandas or dask) and in-memory arrays are trained on
+the host.
 """
 
 import numbers
@@ -16,33 +16,21 @@ import warnings
 import numpy as np
 import pandas as pd
 from sklearn.base import BaseEstimator
-from sklearn.utils import check_random_state
-from sklearn.utils.validation import check_is_fitted
 
-from .._backend import asarray_like, to_numpy
-from .._engine.cluster import get_executor, is_dask_collection
-from .._engine.factorization import (
-    FactorModel,
-    block_like,
-    build_rating_shards,
-    check_scan,
-    export_users,
-    frame_parts,
-    init_rows,
-    run_factorization,
-    scan,
-    shard_factor_init,
-)
-from .._engine.monitor import Monitor, communicated
-from .._validation import ClientParamMixin, Interval, callbacks_like, client_is_a_client, validate_params
-from ..exceptions import ConvergenceWarning, InputError, ParameterError
+from .._engine.checkpoint import stable_repr
+from .._engine.executor import get_executor, is_dask_collection
+from .._engine.train import seed_of, train
+from .._validation import TRAINING_CONSTRAINTS, ClientParamMixin, Interval, validate_params
+from ..exceptions import ConvergenceWarning
 from ..optim import FirstOrderOptimizer, Schedule, get_optimizer
+from ._input import as_frame, id_index
+from ._objective import FactorizationTraining, FactorModel
+from ._serving import RecommenderMixin
+from ._shards import block_like, build_rating_shards, check_scan, frame_parts, init_rows, scan
 
 __all__ = ["FactorizationBase"]
 
 _OPTIMIZERS = ("adam", "adagrad", "rmsprop", "sgd", "adamw")
-#: Users scored at once by recommend (a users x items block of scores).
-RECOMMEND_CHUNK = 1024
 
 
 def _optimizer_like(value):
@@ -50,140 +38,126 @@ def _optimizer_like(value):
     return (isinstance(value, str) and value in _OPTIMIZERS) or isinstance(value, FirstOrderOptimizer)
 
 
+class FactorizationBase(RecommenderMixin, ClientParamMixin, BaseEstimator):
+    """Base class of matrix factorization trained by distributed gradient descent.
 
-def _ids_preview(ids, limit=5):
-    shown = ", ".join(repr(v) for v in np.asarray(ids).tolist()[:limit])
-    more = f" and {len(ids) - limit} more" if len(ids) > limit else ""
-    return shown + more
+    Its subclasses (:class:`~dask_dgd.MatrixFactorization`,
+    :class:`~dask_dgd.ImplicitMatrixFactorization`) share these training parameters and
+    attributes.  The item table is trained like any model's parameters (its gradient
+    reduced over the shards every step); the user factors are each shard's local
+    parameters, updated where they live by the same optimizer.
 
+    Parameters
+    ----------
+    optimizer : {"adam", "adagrad", "rmsprop", "sgd", "adamw"} or optimizer object, default="adam"
+        Update rule, applied to the user factors on their shards and to the item
+        factors (all are element-wise, so this is one optimizer on all parameters).
+        L-BFGS is not offered: the user factors never leave their shards.
+    learning_rate : float, Schedule or None, default=None
+        Step size.  None: 0.05 for a named optimizer, an optimizer object's own rate.
+    batch_size : int or None, default=None
+        None: full-batch steps (every rating, every step).  An int: about
+        ``n_ratings / batch_size`` steps per epoch, each on the ratings whose hashed key
+        falls in that step's batch (the same batches however the data is sharded).
+    max_iter : int
+        Epochs (passes over the ratings).
+    tol : float, default=1e-6
+        Stop when the epoch-mean objective has not improved by more than ``tol`` for
+        5 epochs in a row (with a ConvergenceWarning if ``max_iter`` comes first); 0
+        runs exactly ``max_iter`` epochs.
+    init_scale : float, default=0.1
+        Standard deviation of the initial factors (biases start at 0).
+    user_col, item_col : str, default="user", "item"
+        Column names of the user and item ids in DataFrame input.
+    n_shards : int or None, default=None
+        Shards of the ratings (partitioned by user, balanced by number of ratings).
+        None: one per worker (one in process).
+    mode : {"sync", "local", "async"}, default="sync"
+        "sync": every step waits for all shards.  "local": each shard takes
+        ``local_steps`` steps on its own ratings (its users and a copy of the item
+        table), then the item tables are averaged.  "async": a parameter server
+        updates the item table on every shard's gradient as it arrives; each shard
+        updates its users after each of its steps.
+    local_steps, outer_optimizer : see :class:`~dask_dgd.linear_model.DGDLinearModel`
+        mode="local".
+    max_staleness, staleness_scaling : see :class:`~dask_dgd.linear_model.DGDLinearModel`
+        mode="async".
+    max_time : float or None, default=None
+        Stop after this many seconds (with a ConvergenceWarning).
+    on_divergence : {"auto", "backoff", "raise"}, default="auto"
+        A NaN/inf objective: "backoff" restores the last good item table and users (on
+        their shards) and halves the learning rate; "raise" raises ``DivergenceError``
+        naming the step and the remedy.  "auto": "backoff" with the default learning
+        rate, "raise" when you chose one.
+    checkpoint : str, path or None, default=None
+        A folder for ``checkpoint.npz`` every ``checkpoint_every`` steps and at the end:
+        the item table, its optimizer state, counters, history, and every shard's users
+        (factors and optimizer state).  ``fit(X, resume=True)`` continues from it: exactly
+        in the "sync" and "local" modes, to the same kind of solution in "async".
+    checkpoint_every : int, default=10
+        Steps (rounds, server updates) between checkpoints.
+    compression : None, str or compressor object, default=None
+        Compress each shard's item gradient (synchronous steps): "fp16", "bf16",
+        "topk:RATIO", "randomk:RATIO", "qsgd:LEVELS", "sign", "powersgd:RANK" (the item
+        gradient is a matrix), or an object from :mod:`dask_dgd.compression`.
+    split_every : int or "auto", default=8
+        Fan-in of the tree that adds the shards' item gradients.
+    random_state : int, RandomState or None, default=None
+        Seeds the initial factors and the batches (and BPR's negative items).
+    verbose : int, default=0
+        0 silent, 1 a progress bar, 2 also a log line per step.
+    callbacks : list of callables or None, default=None
+        Each is called with every step record; one returning ``True`` stops the fit
+        (see :mod:`dask_dgd.callbacks`).
+    client : distributed.Client or None, default=None
+        The cluster to train on; None: the default client if any, else in process for
+        small in-memory ratings, else an embedded LocalCluster.
 
-def _host_blocks(a):
-    """A dask array with NumPy blocks (a copy from the device per block if needed)."""
-    return a.map_blocks(to_numpy, dtype=a.dtype, meta=np.empty((0,) * a.ndim, dtype=a.dtype))
-
-
-def _pairs_shape_error(shape):
-    return InputError(f"X must be a DataFrame or an (n, 2) array of (user, item) pairs; got shape {shape}")
-
-
-def _id_index(uniques, what):
-    """A sorted pd.Index of the distinct ids found in the partitions."""
-    values = pd.unique(np.concatenate([np.asarray(u, dtype=object) for u in uniques])) if uniques else []
-    try:
-        index = pd.Index(values).sort_values()
-    except TypeError as err:
-        raise InputError(
-            f"the {what} ids mix types that cannot be ordered ({err}); use one type (e.g. all str)"
-        ) from err
-    if index.dtype == object:
-        inferred = pd.Index(list(index))  # ints stay ints when every id is an int
-        index = inferred if inferred.dtype != object or not len(index) else index
-    return index
-
-
-class FactorizationBase(ClientParamMixin, BaseEstimator):
-    """Matrix factorization trained by distributed gradient descent (base class)."""
+    Attributes
+    ----------
+    user_ids_, item_ids_ : ndarray
+        The ids seen in fit (and partial_fit), in the order of the factor rows.
+    user_factors_ : ndarray of shape (n_users, n_components)
+    item_factors_ : ndarray of shape (n_items, n_components)
+    n_iter_ : int
+        Epochs run.
+    history_ : pandas.DataFrame
+        One record per step (loss, grad_norm, step_time, compute times, bytes_up: the
+        item-gradient bytes reduced, bytes_down: the item table sent, ...).
+    loss_curve_ : list of float
+    shard_ratings_ : ndarray
+        Ratings per shard (the shards are balanced by ratings, not users).
+    bytes_communicated_ : dict
+        Totals of the bytes moved (see :func:`dask_dgd.communication_report`).
+    """
 
     _kind = None  # "explicit", "bpr" or "wls"
 
     _common_constraints = {
+        **TRAINING_CONSTRAINTS,
         "n_components": [Interval(numbers.Integral, 1, None, "left")],
         "alpha": [Interval(numbers.Real, 0, None, "left")],
         "optimizer": [_optimizer_like],
         "learning_rate": [None, Interval(numbers.Real, 0, None, "neither"), Schedule],
         "batch_size": [None, Interval(numbers.Integral, 1, None, "left")],
-        "max_iter": [Interval(numbers.Integral, 1, None, "left")],
-        "tol": [Interval(numbers.Real, 0, None, "left")],
         "init_scale": [Interval(numbers.Real, 0, None, "neither")],
         "user_col": [str],
         "item_col": [str],
         "n_shards": [None, Interval(numbers.Integral, 1, None, "left")],
-        "max_time": [None, Interval(numbers.Real, 0, None, "neither")],
         "random_state": [None, Interval(numbers.Integral, 0, None, "left"), np.random.RandomState],
-        "verbose": [Interval(numbers.Integral, 0, None, "left"), bool],
-        "callbacks": [None, callbacks_like],
-        "client": [None, client_is_a_client],
     }
 
-    # ------------------------------------------------------------- input
+    #: learning rate of a named optimizer when ``learning_rate=None``
+    _default_learning_rate = 0.05
+
     def _rating_col(self):
         return self.rating_col
 
     def _as_frame(self, X, y, *, need_rating):
-        """``X`` (and ``y``) as a pandas or dask DataFrame with the configured columns."""
-        import dask.array as da
-        import dask.dataframe as dd
+        return as_frame(self, X, y, need_rating=need_rating)
 
-        ucol, icol, rcol = self.user_col, self.item_col, self._rating_col()
-        ycol = rcol if rcol is not None else "rating"
-        y_given = y is not None
-        if isinstance(X, (pd.DataFrame, dd.DataFrame)):
-            if y is not None and isinstance(X, dd.DataFrame):
-                raise InputError(
-                    "with a dask DataFrame, pass the ratings as one of its columns (rating_col=...), not as y: "
-                    "a separate y cannot be matched to the rows by position"
-                )
-            frame = X
-        elif isinstance(X, da.Array):
-            if X.ndim != 2 or X.shape[1] != 2:
-                raise _pairs_shape_error(X.shape)
-            X = _host_blocks(X)  # the ids go through pandas
-            if y is not None:
-                if any(np.isnan(c) for c in X.chunks[0]):
-                    X = X.compute_chunk_sizes()
-                yv = _host_blocks(y) if isinstance(y, da.Array) else to_numpy(y)
-                if yv.ndim == 1 and yv.shape[0] == X.shape[0] and not isinstance(yv, da.Array):
-                    yv = da.from_array(yv, chunks=(X.chunks[0],))  # only once the lengths agree
-                if yv.ndim != 1 or yv.shape[0] != X.shape[0]:
-                    raise InputError(f"y must be 1-D with one value per row of X ({X.shape[0]}); got shape {yv.shape}")
-                yv = yv.rechunk((X.chunks[0],))
-                # the same row chunks: the two frames get the same index and divisions
-                frame = dd.from_dask_array(X, columns=[ucol, icol]).assign(**{ycol: dd.from_dask_array(yv)})
-                y = None
-            else:
-                frame = dd.from_dask_array(X, columns=[ucol, icol])
-        else:
-            arr = to_numpy(X)
-            if arr.ndim != 2 or arr.shape[1] != 2:
-                raise _pairs_shape_error(arr.shape)
-            frame = pd.DataFrame({ucol: arr[:, 0], icol: arr[:, 1]})
-        missing = [c for c in (ucol, icol) if c not in frame.columns]
-        if missing:
-            raise InputError(
-                f"X has no column {missing[0]!r} (columns: {list(frame.columns)}); "
-                "name the columns with user_col=..., item_col=..."
-            )
-        if y is not None:  # in-memory frame: y pairs with the rows by position
-            yv = to_numpy(y)
-            if yv.ndim != 1 or yv.shape[0] != len(frame):
-                raise InputError(f"y must be 1-D with one value per row of X ({len(frame)}); got shape {yv.shape}")
-            frame = frame.assign(**{ycol: yv})
-        if y_given:
-            rcol = ycol
-        if need_rating:
-            if rcol is None or rcol not in frame.columns:
-                raise InputError(
-                    f"the ratings have no column {rcol!r} (columns: {list(frame.columns)}); "
-                    "pass y=... or name the column with rating_col=..."
-                )
-        if rcol is not None and rcol in frame.columns:
-            dtype = frame[rcol].dtype
-            if not pd.api.types.is_numeric_dtype(dtype) or pd.api.types.is_bool_dtype(dtype):
-                raise InputError(f"the {rcol!r} column must be numeric; got dtype {frame[rcol].dtype}")
-            cols = (ucol, icol, rcol)
-        else:
-            cols = (ucol, icol, None)
-        keep = [c for c in cols if c is not None]
-        return frame[keep], cols
-
-    def _seed(self):
-        rs = self.random_state
-        if isinstance(rs, numbers.Integral):
-            return int(rs)
-        return int(check_random_state(rs).randint(np.iinfo(np.int32).max))
-
-    #: learning rate of a named optimizer when ``learning_rate=None``
-    _default_learning_rate = 0.05
+    def _kind_now(self):
+        return self._kind
 
     def _optimizer(self):
         """The optimizer: a name gets ``learning_rate`` (None: 0.05); an object keeps its
@@ -194,83 +168,85 @@ class FactorizationBase(ClientParamMixin, BaseEstimator):
             return get_optimizer(opt).with_learning_rate(rate)
         return opt if self.learning_rate is None else opt.with_learning_rate(self.learning_rate)
 
-    # --------------------------------------------------------------- fit
-    def _validate(self):
-        validate_params(self)
+    def _on_divergence(self):
+        """"auto": back off with the default learning rate, raise with one you chose."""
+        if self.on_divergence != "auto":
+            return self.on_divergence
+        chosen = self.learning_rate is not None or not isinstance(self.optimizer, str)
+        return "raise" if chosen else "backoff"
 
     def _model(self, mu, n_items, seed):
         alpha_bias = getattr(self, "alpha_bias", None)
         return FactorModel(
-            kind=self._kind_now(),
-            n_components=int(self.n_components),
-            alpha=float(self.alpha),
+            kind=self._kind_now(), n_components=int(self.n_components), alpha=float(self.alpha),
             alpha_bias=float(self.alpha if alpha_bias is None else alpha_bias),
-            confidence_scale=float(getattr(self, "confidence_scale", 0.0)),
-            init_scale=float(self.init_scale),
-            mu=float(mu),
-            n_items=int(n_items),
-            seed=seed,
+            confidence_scale=float(getattr(self, "confidence_scale", 0.0)), init_scale=float(self.init_scale),
+            mu=float(mu), n_items=int(n_items), seed=seed,
         )
 
-    def _kind_now(self):
-        return self._kind
-
-    def _train(self, X, y, *, continued):
-        self._validate()
+    # --------------------------------------------------------------- fit
+    def _train(self, X, y, *, continued, resume=False):
+        validate_params(self)
         frame, cols = self._as_frame(X, y, need_rating=self._kind_now() == "explicit")
         mem = 0 if is_dask_collection(frame) else int(frame.memory_usage(index=False).sum())
         executor = get_executor(self.client, frame, nbytes=mem)
         parts = frame_parts(executor, frame)
         facts = scan(executor, parts, cols)
         check_scan(facts, cols[2], self._kind_now())
-        users = _id_index(facts["users"], "user")
-        items = _id_index(facts["items"], "item")
+        users, items = id_index(facts["users"], "user"), id_index(facts["items"], "item")
         if continued:
-            users = self._grow("user_ids_", users)
-            items = self._grow("item_ids_", items)
-            seed = self._seed_
-            mu = getattr(self, "global_mean_", 0.0)
+            users, items = self._grow("user_ids_", users), self._grow("item_ids_", items)
+            seed, mu = self._seed_, getattr(self, "global_mean_", 0.0)
         else:
-            seed = self._seed()
+            seed = seed_of(self.random_state)[0]
             mu = facts["rating_sum"] / facts["n"] if self._kind_now() == "explicit" else 0.0
         n_shards = self.n_shards or (len(executor.workers()) if executor.kind == "dask" else 1)
         like = block_like(executor, X, y)  # the namespace and device of dask-array blocks
         shards, loads = build_rating_shards(executor, parts, cols, users, items, n_shards, like)
+        shards.totals = {"ratings": int(facts["n"]), "rating_sum": f"{facts['rating_sum']:.10g}",
+                         "users": len(users), "items": len(items)}
         model = self._model(mu, len(items), seed)
         optimizer = self._optimizer()
+        n_batches = 1 if self.batch_size is None else max(1, int(round(facts["n"] / self.batch_size)))
         if continued:
-            V, item_state, user_init, U_base, state_base = self._continue_from(model, optimizer, len(users), len(items))
+            V, item_state, inits, U_base, state_base = self._continue_from(model, optimizer, shards)
         else:
             self._forget_fit()
             V = init_rows(seed + 1, np.arange(len(items)), model.item_width, model.init_scale, model.item_bias)
-            item_state, user_init, U_base, state_base = optimizer.init(V), None, None, None
-        n_batches = 1
-        if self.batch_size is not None:
-            n_batches = max(1, int(round(facts["n"] / self.batch_size)))
+            item_state = inits = U_base = state_base = None
         max_iter = 1 if continued else self.max_iter
-        monitor = Monitor(verbose=self.verbose, callbacks=self.callbacks, total=max_iter * n_batches,
-                          desc=type(self).__name__)
-        try:
-            result = run_factorization(
-                shards, model, optimizer, V, item_state, user_init=user_init, max_iter=max_iter,
-                tol=self.tol, n_batches=n_batches, n_ratings=facts["n"], monitor=monitor,
-                max_time=self.max_time,
-            )
-            U, user_states, seen_u, seen_i = export_users(shards, len(users), model.user_width, U_base)
-        finally:
-            monitor.close()
+        result = train(
+            FactorizationTraining(model, n_batches), shards, solver="gd", optimizer=optimizer, max_iter=max_iter,
+            tol=self.tol, mode=self.mode, local_steps=self.local_steps, outer_optimizer=self.outer_optimizer,
+            max_staleness=self.max_staleness, staleness_scaling=self.staleness_scaling, max_time=self.max_time,
+            on_divergence=self._on_divergence(), checkpoint=None if continued else self.checkpoint,
+            checkpoint_every=self.checkpoint_every, resume=resume, fingerprint=self._fingerprint(),
+            compression=self.compression, split_every=self.split_every, random_state=seed,
+            params0=V.ravel(), opt_state=_flat_state(item_state), local_init=inits, verbose=self.verbose,
+            callbacks=self.callbacks, progress_total=max_iter * n_batches, progress_desc=type(self).__name__,
+            client=self.client,
+        )
+        U, user_states, seen_u, seen_i = _assemble_users(result.local, len(users), model.user_width, U_base,
+                                                         optimizer)
         self._store(model, users, items, U, result, _assemble_state(user_states, U.shape, state_base),
-                    seen_u, seen_i, monitor.records, loads, continued)
-        if not continued and result.stopped_by == "max_iter" and self.tol > 0:
-            warnings.warn(
-                f"{type(self).__name__} reached max_iter={self.max_iter} epochs before the objective "
-                f"stopped improving by tol={self.tol}; raise max_iter or learning_rate",
-                ConvergenceWarning,
-                stacklevel=3,
-            )
-        elif result.stopped_by == "max_time":
-            warnings.warn(f"{type(self).__name__} reached max_time={self.max_time} s", ConvergenceWarning, stacklevel=3)
+                    seen_u, seen_i, loads, continued)
+        if not result.converged:
+            if result.message.startswith("reached max_time"):
+                warnings.warn(f"{type(self).__name__} {result.message}", ConvergenceWarning, stacklevel=3)
+            elif not continued and self.tol > 0:
+                warnings.warn(
+                    f"{type(self).__name__} reached max_iter={self.max_iter} epochs before the objective "
+                    f"stopped improving by tol={self.tol}; raise max_iter or learning_rate",
+                    ConvergenceWarning, stacklevel=3,
+                )
         return self
+
+    def _fingerprint(self):
+        skip = {"max_iter", "tol", "max_time", "verbose", "callbacks", "client", "checkpoint", "checkpoint_every",
+                "split_every"}
+        return {"estimator": type(self).__name__,
+                **{f"parameter {k}": stable_repr(v) for k, v in sorted(self.get_params(deep=False).items())
+                   if k not in skip}}
 
     def _grow(self, attr, found):
         """The fitted ids followed by the new ones (in sorted order)."""
@@ -278,25 +254,21 @@ class FactorizationBase(ClientParamMixin, BaseEstimator):
         new = found[~found.isin(old)]
         return old.append(new) if len(new) else old
 
-    def _continue_from(self, model, optimizer, n_users, n_items):
-        """Item table, item state and user initialiser to continue training (partial_fit)."""
+    def _continue_from(self, model, optimizer, shards):
+        """Item table, item state and each shard's users to continue training (partial_fit)."""
+        n_users, n_items = shards.totals["users"], shards.totals["items"]
         V_old = self._item_table()
         extra = n_items - V_old.shape[0]
         V = np.vstack([V_old, init_rows(model.seed + 1, np.arange(V_old.shape[0], n_items), model.item_width,
                                         model.init_scale, model.item_bias)])
         item_state = _grow_state(self._item_state_, extra, optimizer)
         U_old = self._user_table()
-        n_new = n_users - U_old.shape[0]
         U = np.vstack([U_old, init_rows(model.seed, np.arange(U_old.shape[0], n_users), model.user_width,
                                         model.init_scale, model.user_bias)])
-        user_state = _grow_state(self._user_state_, n_new, optimizer)
-
-        def user_init(shards):
-            # each shard is sent only its own users' rows
-            rows = [(U[users], _state_rows(user_state, users)) for users in shards.shard_users]
-            shards.call_groups(shard_factor_init, model, optimizer, name="dgd-mf-init", per_group=rows)
-
-        return V, item_state, user_init, U, user_state
+        user_state = _grow_state(self._user_state_, n_users - U_old.shape[0], optimizer)
+        # each shard is sent only its own users' rows
+        inits = [(U[users], _state_rows(user_state, users)) for users in shards.group_meta]
+        return V, item_state, inits, U, user_state
 
     _FITTED = ("user_ids_", "item_ids_", "_user_index", "_item_index", "user_factors_", "item_factors_",
                "user_bias_", "item_bias_", "global_mean_", "_item_state_", "_user_state_", "_seen", "history_",
@@ -307,27 +279,24 @@ class FactorizationBase(ClientParamMixin, BaseEstimator):
         for name in self._FITTED:
             self.__dict__.pop(name, None)
 
-    def _store(self, model, users, items, U, result, user_state, seen_u, seen_i, records, loads, continued):
+    def _store(self, model, users, items, U, result, user_state, seen_u, seen_i, loads, continued):
         import scipy.sparse as sp
 
         k = model.n_components
+        V = result.params.reshape(model.n_items, model.item_width)
         self._seed_ = model.seed
-        self.user_ids_ = np.asarray(users)
-        self.item_ids_ = np.asarray(items)
-        self._user_index = pd.Index(users)
-        self._item_index = pd.Index(items)
+        self.user_ids_, self.item_ids_ = np.asarray(users), np.asarray(items)
+        self._user_index, self._item_index = pd.Index(users), pd.Index(items)
         self.user_factors_ = U[:, :k].copy()
-        self.item_factors_ = result.V[:, :k].copy()
+        self.item_factors_ = V[:, :k].copy()
         if model.user_bias:
             self.user_bias_ = U[:, k].copy()
             self.global_mean_ = model.mu
         if model.item_bias:
-            self.item_bias_ = result.V[:, k].copy()
-        self._item_state_ = result.state
+            self.item_bias_ = V[:, k].copy()
+        self._item_state_ = _table_state(result.opt_state, V.shape)
         self._user_state_ = user_state
-        seen = sp.csr_matrix(
-            (np.ones(seen_u.size, dtype=np.int8), (seen_u, seen_i)), shape=(len(users), len(items))
-        )
+        seen = sp.csr_matrix((np.ones(seen_u.size, dtype=np.int8), (seen_u, seen_i)), shape=(len(users), len(items)))
         seen.sum_duplicates()
         if continued and hasattr(self, "_seen"):
             old = self._seen
@@ -336,28 +305,26 @@ class FactorizationBase(ClientParamMixin, BaseEstimator):
             seen = seen + old
         seen.data[:] = 1
         self._seen = seen
-        history = pd.DataFrame.from_records(records)
+        history = result.history
         if continued and hasattr(self, "history_"):
             history = pd.concat([self.history_, history], ignore_index=True)
         self.history_ = history
         self.loss_curve_ = history["loss"].tolist() if len(history) else []
         self.n_iter_ = result.n_iter if not continued else getattr(self, "n_iter_", 0) + result.n_iter
         self.shard_ratings_ = np.asarray(loads)
+        from .._engine.monitor import communicated
+
         self.bytes_communicated_ = communicated(self.history_)
 
     def _item_table(self):
-        cols = [self.item_factors_]
-        if hasattr(self, "item_bias_"):
-            cols.append(self.item_bias_[:, None])
+        cols = [self.item_factors_] + ([self.item_bias_[:, None]] if hasattr(self, "item_bias_") else [])
         return np.hstack(cols)
 
     def _user_table(self):
-        cols = [self.user_factors_]
-        if hasattr(self, "user_bias_"):
-            cols.append(self.user_bias_[:, None])
+        cols = [self.user_factors_] + ([self.user_bias_[:, None]] if hasattr(self, "user_bias_") else [])
         return np.hstack(cols)
 
-    def fit(self, X, y=None):
+    def fit(self, X, y=None, resume=False):
         """Fit the factors to the ratings.
 
         Parameters
@@ -371,12 +338,20 @@ class FactorizationBase(ClientParamMixin, BaseEstimator):
             optimizer states live there; the fitted attributes are NumPy.
         y : array-like of shape (n,), optional
             The ratings (or strengths), when not a column of ``X``.
+        resume : bool, default=False
+            Continue from the checkpoint in the ``checkpoint`` folder (written by an
+            interrupted fit of the same settings on the same ratings): in modes "sync"
+            and "local" the result is that of the uninterrupted fit.
 
         Returns
         -------
         self
         """
-        return self._train(X, y, continued=False)
+        if not isinstance(resume, bool):
+            from ..exceptions import ParameterError
+
+            raise ParameterError(f"resume must be True or False; got {resume!r}")
+        return self._train(X, y, continued=False, resume=resume)
 
     def partial_fit(self, X, y=None):
         """One more epoch over new ratings, starting from the fitted factors.
@@ -404,170 +379,36 @@ class FactorizationBase(ClientParamMixin, BaseEstimator):
                 self.max_iter = max_iter
         return self._train(X, y, continued=True)
 
-    # ----------------------------------------------------------- predict
-    def _codes(self, X):
-        check_is_fitted(self, "item_factors_")
-        frame, _ = self._as_frame(X, None, need_rating=False)
-        return frame
 
-    def _pair_scores(self, users, items):
-        """Scores of (user, item) id pairs (NumPy); unknown ids contribute nothing."""
-        u = self._user_index.get_indexer(users)
-        i = self._item_index.get_indexer(items)
-        ku, ki = u >= 0, i >= 0
-        both = ku & ki
-        out = np.zeros(len(u))
-        out[both] = np.einsum("ij,ij->i", self.user_factors_[u[both]], self.item_factors_[i[both]])
-        if hasattr(self, "item_bias_"):
-            out[ki] += self.item_bias_[i[ki]]
-        if hasattr(self, "user_bias_"):
-            out[ku] += self.user_bias_[u[ku]]
-            out += self.global_mean_
-        return out
+def _flat_state(state):
+    """An item optimizer state as the engine keeps it (flat arrays)."""
+    if state is None:
+        return None
+    return type(state)(**{k: v.ravel() if isinstance(v, np.ndarray) and v.ndim == 2 else v
+                          for k, v in state._asdict().items()})
 
-    def _score_part(self, df):
-        return self._pair_scores(df[self.user_col].to_numpy(), df[self.item_col].to_numpy())
 
-    def _score_block(self, blocks):
-        """Scores of a block of pairs (given as the list of its one column block), in the
-        block's namespace and device."""
-        (block,) = blocks
-        pairs = to_numpy(block)
-        return asarray_like(self._pair_scores(pairs[:, 0], pairs[:, 1]), block)
+def _table_state(state, shape):
+    """The engine's flat item optimizer state in the item table's shape."""
+    if state is None:
+        return None
+    size = shape[0] * shape[1]
+    return type(state)(**{k: v.reshape(shape) if isinstance(v, np.ndarray) and v.size == size and v.ndim == 1
+                          else v for k, v in state._asdict().items()})
 
-    def predict(self, X):
-        """Predicted ratings (explicit) or scores (implicit) of (user, item) pairs.
 
-        Unknown users or items fall back to what is known: the rating of an unknown user
-        is ``global_mean_ + item_bias_`` (the item's bias model), of an unknown item
-        ``global_mean_ + user_bias_``, of both ``global_mean_``; the implicit score of an
-        unknown item is 0 and of an unknown user the item's bias (BPR) or 0 (wls).
-
-        Parameters
-        ----------
-        X : DataFrame or array of shape (n, 2)
-            (user, item) pairs, as in ``fit``.
-
-        Returns
-        -------
-        numpy.ndarray of shape (n,), or a dask array for dask input
-            For a dask array of pairs, each block of the result is in the namespace and
-            on the device of the pairs' block (e.g. CuPy).
-        """
-        import dask.array as da
-
-        if isinstance(X, da.Array):
-            check_is_fitted(self, "item_factors_")
-            if X.ndim != 2 or X.shape[1] != 2:
-                raise _pairs_shape_error(X.shape)
-            if len(X.chunks[1]) > 1:
-                X = X.rechunk({1: -1})
-            meta = asarray_like(np.zeros(0), X._meta)
-            # concatenate=False: dask would join a single column block with NumPy
-            return da.blockwise(self._score_block, "i", X, "ij", concatenate=False, dtype=np.float64, meta=meta)
-        frame = self._codes(X)
-        if is_dask_collection(frame):
-            import dask.array as da
-
-            out = frame.map_partitions(self._score_part, meta=np.zeros(0))
-            return out if isinstance(out, da.Array) else out.to_dask_array()
-        return self._score_part(frame)
-
-    def _check_k(self, k):
-        if isinstance(k, bool) or not isinstance(k, numbers.Integral) or k <= 0:
-            raise ParameterError(f"k must be an int > 0; got {k!r}")
-        return int(k)
-
-    def _known(self, ids, index, what):
-        if not isinstance(ids, np.ndarray) and hasattr(ids, "__array_namespace__"):
-            ids = to_numpy(ids)  # ids on a device (CuPy...): looked up on the host
-        if isinstance(ids, (str, bytes)) or np.ndim(ids) == 0:
-            ids = [ids]  # one id, not a sequence of characters
-        ids = np.asarray(list(ids) if not isinstance(ids, np.ndarray) else ids)
-        codes = index.get_indexer(ids)
-        if np.any(codes < 0):
-            unknown = ids[codes < 0]
-            raise InputError(
-                f"{unknown.size} {what}(s) were not seen in fit: {_ids_preview(unknown)}; "
-                f"predict() scores unknown {what}s with the bias fallback, recommend/similar_items need known ones"
-            )
-        return ids, codes
-
-    def recommend(self, users, k=10, exclude_seen=True):
-        """The ``k`` best-scored items for each user.
-
-        Parameters
-        ----------
-        users : array-like of user ids
-            Users seen in ``fit``; an unknown user raises :class:`InputError`.
-        k : int, default=10
-            Items per user (at most the number of items).
-        exclude_seen : bool, default=True
-            Leave out the items each user rated in ``fit``/``partial_fit``.  Slots past a
-            user's last unseen item have the score ``-inf``.
-
-        Returns
-        -------
-        item_ids : numpy.ndarray of shape (n_users, k)
-        scores : numpy.ndarray of shape (n_users, k)
-        """
-        check_is_fitted(self, "item_factors_")
-        k = min(self._check_k(k), len(self.item_ids_))
-        _, codes = self._known(users, self._user_index, "user")
-        item_bias = getattr(self, "item_bias_", np.zeros(len(self.item_ids_)))
-        user_part = np.zeros(len(self.user_ids_))
-        if hasattr(self, "user_bias_"):  # explicit: the scores are predicted ratings
-            user_part = self.user_bias_ + self.global_mean_
-        ids = np.empty((codes.size, k), dtype=np.int64)
-        scores = np.empty((codes.size, k))
-        for a in range(0, codes.size, RECOMMEND_CHUNK):
-            c = codes[a : a + RECOMMEND_CHUNK]
-            s = self.user_factors_[c] @ self.item_factors_.T + item_bias + user_part[c][:, None]
-            if exclude_seen:
-                seen = self._seen[c].tocoo()
-                s[seen.row, seen.col] = -np.inf
-            top = np.argpartition(-s, k - 1, axis=1)[:, :k] if k < s.shape[1] else np.tile(np.arange(s.shape[1]), (len(c), 1))
-            top_s = np.take_along_axis(s, top, axis=1)
-            order = np.argsort(-top_s, axis=1, kind="stable")
-            ids[a : a + len(c)] = np.take_along_axis(top, order, axis=1)
-            scores[a : a + len(c)] = np.take_along_axis(top_s, order, axis=1)
-        return self.item_ids_[ids], scores
-
-    def similar_items(self, items, k=10, candidates=None):
-        """The ``k`` items whose factors have the highest cosine similarity to each item's
-        (the item itself left out).
-
-        Parameters
-        ----------
-        items : array-like of item ids
-            Items seen in ``fit``; an unknown one raises :class:`InputError`.
-        k : int, default=10
-        candidates : array-like of item ids or None, default=None
-            Rank only these items (e.g. the ones with enough ratings for their factors
-            to mean something); None: all items.
-
-        Returns
-        -------
-        item_ids : numpy.ndarray of shape (n_items_asked, k)
-        scores : numpy.ndarray of shape (n_items_asked, k), cosine similarities
-        """
-        check_is_fitted(self, "item_factors_")
-        k = self._check_k(k)
-        _, codes = self._known(items, self._item_index, "item")
-        pool = np.arange(len(self.item_ids_)) if candidates is None else np.unique(self._known(
-            candidates, self._item_index, "candidate item")[1])
-        # at most the candidates other than the item itself (for every asked item)
-        k = min(k, pool.size - int(np.isin(codes, pool).any()))
-        if k < 1:
-            raise InputError("similar_items needs at least one candidate other than the item itself")
-        Q = self.item_factors_
-        norms = np.linalg.norm(Q, axis=1)
-        norms[norms == 0] = 1.0
-        Qn = Q / norms[:, None]
-        s = Qn[codes] @ Qn[pool].T
-        s[pool[None, :] == codes[:, None]] = -np.inf  # never the item itself
-        top = np.argsort(-s, axis=1, kind="stable")[:, :k]
-        return self.item_ids_[pool[top]], np.take_along_axis(s, top, axis=1)
+def _assemble_users(exports, n_users, width, U_base, optimizer):
+    """Every shard's exported users into one table, with their optimizer state rows and
+    the seen (user, item) pairs as CSR arrays (``U_base``: the table to update when
+    continuing: users without new ratings keep their rows)."""
+    U = np.zeros((n_users, width)) if U_base is None else np.array(U_base, dtype=np.float64)
+    states, seen_rows, seen_cols = [], [], []
+    for users, Us, state, uptr, gi in exports:
+        U[users] = Us
+        states.append((users, optimizer.init(Us) if state is None else state))
+        seen_rows.append(np.repeat(users, np.diff(uptr)))
+        seen_cols.append(gi)
+    return U, states, np.concatenate(seen_rows), np.concatenate(seen_cols)
 
 
 def _assemble_state(user_states, shape, base=None):

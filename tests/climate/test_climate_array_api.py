@@ -16,10 +16,13 @@ import pytest
 import xarray as xr
 
 from dask_dgd.climate import ClimateRegressor, to_design_matrix
-from dask_dgd.climate._design import (_unstack, block_features, design_block, mask_block, shift_block,
-                                      shifted)
+from dask_dgd.climate._blocks import block_features, design_block, mask_block, shift_block
+from dask_dgd.climate._design import _unstack, shifted
 from dask_dgd.climate._namespace import to_host
-from dask_dgd.climate._regressor import _pointwise_block, _pooled_block, _score_block, cell_stats
+from dask_dgd.climate._pointwise import cell_stats
+from dask_dgd.climate._pointwise import pointwise_block as _pointwise_block
+from dask_dgd.climate._pointwise import pooled_block as _pooled_block
+from dask_dgd.climate._pointwise import score_block as _score_block
 from dask_dgd.testing import STRICT_DEVICE, on_array_api_strict
 from namespace_checks import climate_grid
 

@@ -8,7 +8,9 @@ import numpy as np
 import pytest
 
 from dask_dgd import ConvergenceWarning, LogisticRegression, ParameterError, optim
-from dask_dgd._engine.async_ import ServerCore
+from dask_dgd._engine.modes.server import ServerCore
+from dask_dgd._engine.objective import LinearTraining
+from dask_dgd._engine.reduce import Partial
 from dask_dgd.losses import BinaryLogistic, LinearObjective, Penalty
 from dask_dgd.testing import failing_worker, straggler
 
@@ -201,7 +203,9 @@ def test_history_records_staleness_waits_and_updates(client, dask_data):
     assert local["updates_per_group"].iloc[1:].tolist() == [(3, 3)] * 5 + [(1, 1)]
     # 7 parameters, 2 groups, both ways (the synchronous start also sends loss and weight)
     assert (local["comm_bytes"].iloc[1:] == 2 * 8 * 7 * 2).all()
-    assert local["comm_bytes"].iloc[0] == 2 * (8 * 7 + 16) + 2 * 8 * 7
+    # the start's sums: each group holds 4 of the 8 blocks under the tree's one node, so
+    # it sends their 8 leaves (loss and weight with each), and the parameters go down twice
+    assert local["comm_bytes"].iloc[0] == 8 * (8 * 7 + 16) + 2 * 8 * 7
     asyn = _fit(LogisticRegression(mode="async", **common), Xd, yd).history_.iloc[1:]
     assert asyn["step"].is_monotonic_increasing and asyn["time"].is_monotonic_increasing
     assert sum(sum(u) for u in asyn["updates_per_group"]) >= 2 * 8000 // 1000 - 2
@@ -251,12 +255,12 @@ def _core(n_groups=2, **kw):
     opt = optim.sgd(learning_rate=0.5)
     params = np.zeros(obj.n_params)
     kw = {"n_rows": 100, "max_epochs": 10, "tol": 0.0, **kw}
-    return ServerCore(params, opt, opt.init(params), obj, pen, n_groups, **kw), obj
+    return ServerCore(params, opt, opt.init(params), LinearTraining(obj, pen), n_groups, **kw), obj
 
 
 def _msg(version, grad, weight=10.0, loss=5.0, rows=10):
-    return {"version": version, "loss": loss, "grad": np.asarray(grad, float), "weight": weight,
-            "rows": rows, "time": 0.01}
+    partial = Partial(loss, np.asarray(grad, float), weight, 0.01, 0.01)
+    return {"version": version, "partial": partial, "rows": rows, "time": 0.01}
 
 
 def test_server_steps_along_the_aggregate_of_the_latest_sums():

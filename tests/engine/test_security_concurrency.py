@@ -22,8 +22,9 @@ import pytest
 from distributed import Client, LocalCluster
 
 from dask_dgd import LinearRegression, LogisticRegression, MatrixFactorization
-from dask_dgd._engine import cluster as cluster_mod
-from dask_dgd._engine.cluster import DaskExecutor, build_shardset
+from dask_dgd._engine import executor as cluster_mod
+from dask_dgd._engine.executor import DaskExecutor
+from dask_dgd._engine.ingest import build_shardset
 from dask_dgd.datasets import make_ratings
 
 # the short fits stop at max_iter on purpose; a module-wide filter, because

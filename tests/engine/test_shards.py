@@ -2,20 +2,18 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 
-from dask_dgd._engine.shards import (
+from dask_dgd._engine.blocks import (
     Shard,
     encode_shard,
-    groups_by_worker,
     make_shard,
-    place_blocks,
     shard_check_finite,
-    shard_loss_grad,
-    shard_minibatch,
     shard_sample,
     shard_summary,
 )
+from dask_dgd._engine.kernels import Draw, StepRequest, group_step
+from dask_dgd._engine.objective import LinearTraining, batch_allocation
 from dask_dgd._engine.reduce import BlockTree
-from dask_dgd._engine.sync import batch_allocation
+from dask_dgd._engine.skew import groups_by_worker, place_blocks
 from dask_dgd.exceptions import BlockError, InputError
 from dask_dgd.losses import BinaryLogistic, HalfSquaredError, LinearObjective
 
@@ -84,6 +82,16 @@ def _shard(seed=0, sizes=(30, 0, 45)):
     xs = [rng.standard_normal((n, 3)) for n in sizes]
     ys = [rng.standard_normal(n) for n in sizes]
     return make_shard(0, xs, ys, [None] * len(sizes)), xs, ys
+
+
+def shard_loss_grad(shard, objective, params, tree):
+    """A full-batch step of one group (the engine's worker-side function)."""
+    return group_step(shard, {}, LinearTraining(objective), StepRequest(params), tree)
+
+
+def shard_minibatch(shard, objective, params, seed, step, take, tree):
+    """A mini-batch step of one group."""
+    return group_step(shard, {}, LinearTraining(objective), StepRequest(params, draw=Draw(seed, step, take)), tree)
 
 
 def _root(nodes_list, n_blocks=3, k=2):

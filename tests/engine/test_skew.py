@@ -12,7 +12,7 @@ from distributed import futures_of, wait
 import dask_dgd
 from dask_dgd import ConvergenceWarning, InputError, LogisticRegression, ParameterError
 from dask_dgd._engine import skew
-from dask_dgd._engine.shards import balanced_chunks, imbalance, place_blocks, worker_loads
+from dask_dgd._engine.skew import balanced_chunks, imbalance, place_blocks, worker_loads
 from dask_dgd.exceptions import ClusterError
 from dask_dgd.testing import straggler
 
@@ -61,13 +61,13 @@ def test_skewed_chunks_train_to_the_balanced_coefficients(client, data, balanced
     assert report["action"] == "rechunked" and report["n_blocks"] == n_blocks
     if n_blocks == 8:  # rechunked to the balanced layout: the same sums, bit for bit
         np.testing.assert_array_equal(est.coef_, balanced.coef_)
-    else:  # other blocks: the same optimum up to rounding
-        np.testing.assert_allclose(est.coef_, balanced.coef_, rtol=1e-8)
+    else:  # other blocks: the same optimum up to rounding (and tol=1e-10 on the gradient)
+        np.testing.assert_allclose(est.coef_, balanced.coef_, rtol=1e-8, atol=1e-9)
     # without rebalancing the skew stays, and only rounding differs
     kept = _fit(client, *_dask(*data, chunks), rebalance=False)
     assert kept.skew_report_["imbalance_after"] == kept.skew_report_["imbalance_before"]
     assert kept.skew_report_["action"] == "none" and kept.skew_report_["moved_blocks"] == 0
-    np.testing.assert_allclose(kept.coef_, balanced.coef_, rtol=1e-7)
+    np.testing.assert_allclose(kept.coef_, balanced.coef_, rtol=1e-7, atol=1e-9)
 
 
 def test_data_on_one_worker_ends_up_split(client, data):

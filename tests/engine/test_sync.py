@@ -11,9 +11,10 @@ import pandas as pd
 import pytest
 from distributed import Client, LocalCluster
 
-import dask_dgd._engine.cluster as cluster_mod
+import dask_dgd._engine.executor as cluster_mod
 from dask_dgd import LinearRegression, LogisticRegression
-from dask_dgd._engine.cluster import build_shardset, DaskExecutor
+from dask_dgd._engine.executor import DaskExecutor
+from dask_dgd._engine.ingest import build_shardset
 from dask_dgd.exceptions import ChunkingError, DivergenceError, InputError
 
 
@@ -71,7 +72,7 @@ def test_worker_count_and_transport_do_not_change_a_bit(client, logistic_data):
 
 
 def test_step_transport_choice(client):
-    from dask_dgd._engine.cluster import step_transport
+    from dask_dgd._engine.executor import step_transport
     from dask_dgd.exceptions import ParameterError
 
     assert step_transport(2, 808, 8) == "actor"
@@ -174,7 +175,7 @@ def test_divergent_learning_rate_backs_off(client, logistic_data):
 
 def test_divergence_error_names_step_and_remedy(client, monkeypatch, logistic_data):
     X, y = logistic_data
-    monkeypatch.setattr("dask_dgd._engine.sync.MAX_BACKOFFS", 2)
+    monkeypatch.setattr("dask_dgd._engine.update.MAX_BACKOFFS", 2)
     est = LinearRegression(client=client, solver="gd", learning_rate=1e6, on_divergence="backoff")
     with pytest.raises(DivergenceError, match=r"diverged at step \d+ .*halving the learning rate 2 times"):
         est.fit(da.from_array(X * 1e3, chunks=(500, -1)), da.from_array(X[:, 0], chunks=500))

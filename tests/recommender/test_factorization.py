@@ -195,7 +195,8 @@ def test_partial_fit_grows_the_model(lowrank, client):
     mf.partial_fit(new)
     assert len(mf.user_ids_) == n_users + 1 and mf.user_ids_[-1] == 90_001
     assert len(mf.item_ids_) == n_items + 1 and mf.item_ids_[-1] == 10_000
-    assert mf.n_iter_ == 31 and len(mf.history_) == 31
+    # one record per evaluation: the fit's 31 (30 epochs), then partial_fit's start and 1 epoch
+    assert mf.n_iter_ == 31 and len(mf.history_) == 31 + 2
     # users without new ratings keep their factors, biases and optimizer state exactly
     others = np.flatnonzero(mf.user_ids_[:n_users] != 5)
     np.testing.assert_array_equal(mf.user_factors_[others], users_before[others])
@@ -225,7 +226,7 @@ def test_tol_zero_runs_every_epoch_and_optimizer_objects_keep_their_rate():
     ratings, _ = make_ratings(50, 30, 600, random_state=0)
     mf = MatrixFactorization(n_components=2, optimizer="sgd", learning_rate=1.0, max_iter=25, tol=0,
                              random_state=0).fit(ratings)
-    assert mf.n_iter_ == 25 and len(mf.history_) == 25
+    assert mf.n_iter_ == 25 and len(mf.history_) == 25 + 1  # the start and 25 epochs
     own = MatrixFactorization(n_components=2, optimizer=SGD(learning_rate=0.7), max_iter=2, tol=0,
                               random_state=0).fit(ratings)
     assert set(own.history_["step_size"]) == {0.7}
@@ -382,5 +383,10 @@ def test_recommend_errors():
 
 def test_divergence_names_the_step_and_the_remedy():
     ratings, _ = make_ratings(50, 30, 600, random_state=0)
-    with pytest.raises(DivergenceError, match=r"the objective became .* at step \d+ .*lower learning_rate"):
-        MatrixFactorization(optimizer="sgd", learning_rate=1e4, max_iter=50, random_state=0).fit(ratings)
+    # a learning rate you chose raises at the first divergence (Adam: no monotone steps)
+    with pytest.raises(DivergenceError, match=r"the objective (is not finite|exploded .*) at step \d+ \(loss=.*\) "
+                                              r"with learning rate 10000; pass a smaller learning_rate, raise alpha"):
+        MatrixFactorization(learning_rate=1e4, max_iter=50, random_state=0).fit(ratings)
+    # plain gradient descent halves a step that raises the objective, and recovers
+    mf = MatrixFactorization(optimizer="sgd", learning_rate=1e4, max_iter=50, random_state=0).fit(ratings)
+    assert np.isfinite(mf.history_["loss"]).all() and mf.history_["step_size"].iloc[-1] < 1e4

@@ -1,0 +1,350 @@
+"""Input to shards: persisted, measured, balanced and validated blocks.
+
+In process, the whole in-memory input is one shard of one block.  On a cluster, an
+in-memory input is cut into one block per worker and scattered; a dask input keeps its
+chunks as blocks, which are persisted, measured and (``rebalance``, see :mod:`.skew`)
+rechunked and placed, each worker's blocks assembled into its shard there
+(:func:`~.blocks.make_shard`).
+"""
+
+import uuid
+
+import dask.array as da
+import numpy as np
+import pandas as pd
+from distributed import Client, futures_of, wait
+
+from .._backend import is_sparse
+from ..exceptions import ClusterError, InputError, ParameterError
+from . import skew
+from .blocks import check_chunking, make_shard
+from .executor import DaskExecutor, InProcessExecutor, _nbytes, current_client, is_dask_collection
+from .shards import ShardSet
+from .skew import balanced_chunks, even_blocks, groups_by_worker, place_blocks
+
+__all__ = ["build_shardset", "in_process_shardset", "rebalance"]
+
+
+def in_process_shardset(X, y, sample_weight, y_numeric=True):
+    """One shard holding the whole in-memory input as a single block."""
+    shard = make_shard(0, [X], [y], [sample_weight], y_numeric=y_numeric)
+    return ShardSet(InProcessExecutor(), [shard], [(0,)], [None], [X.shape[0]], X.shape[1], is_sparse(X))
+
+
+def _check_frame_dtypes(df):
+    for name, dtype in df.dtypes.items():
+        if isinstance(dtype, pd.api.extensions.ExtensionDtype) or not (
+            pd.api.types.is_numeric_dtype(dtype)
+        ):
+            raise InputError(
+                f"X column {name!r} has dtype {dtype}; training needs plain numeric "
+                f"columns: encode text/categories as numbers and convert nullable or "
+                f"boolean columns, e.g. X.astype({{{name!r}: 'float64'}})"
+            )
+
+
+def _futures_in_order(arr):
+    """The futures of a persisted array, in row-block order."""
+    by_key = {f.key: f for f in futures_of(arr)}
+    keys = [k[0] if arr.ndim == 2 else k for k in arr.__dask_keys__()]
+    return [by_key[k] for k in keys]
+
+
+def _nrows(x):
+    return x.shape[0]
+
+
+def _with_known_rows(client, arr):
+    """``arr`` persisted on the cluster, its row-chunk sizes computed there if unknown."""
+    arr = client.persist(arr)
+    if not any(np.isnan(c) for c in arr.chunks[0]):
+        return arr
+    futures = _futures_in_order(arr)
+    rows = client.gather([client.submit(_nrows, f, pure=False) for f in futures])
+    return da.Array(arr.dask, arr.name, chunks=(tuple(rows),) + arr.chunks[1:], meta=arr._meta)
+
+
+def _full_rows(block, value):
+    """A constant weight per row of ``block`` (given as the list of its single column
+    chunk), on the host: ``make_shard`` moves it next to a device ``X``."""
+    if isinstance(block, list):
+        (block,) = block
+    return np.full(block.shape[0], value, dtype=np.float64)
+
+
+def _known(chunks):
+    return not any(np.isnan(c) for c in chunks)
+
+
+def _to_dask_arrays(client, X, y, sample_weight):
+    """Dask arrays for X, y, weights with matching row blocks (computed on ``client``)."""
+    import dask.dataframe as dd
+
+    if isinstance(X, dd.DataFrame):
+        _check_frame_dtypes(X)
+        X = X.to_dask_array()
+    if isinstance(y, (dd.Series, dd.DataFrame)):
+        y = y.to_dask_array()
+        if y.ndim == 2 and y.shape[1] == 1:
+            y = y[:, 0]
+    if isinstance(sample_weight, dd.Series):
+        sample_weight = sample_weight.to_dask_array()
+    if not isinstance(X, da.Array):
+        X = da.asarray(X)
+    check_chunking(X)
+    if X.dtype.kind not in "biuf":
+        raise InputError(
+            f"X must be numeric; got dtype {X.dtype}; encode non-numeric features first"
+        )
+    if sample_weight is not None and np.ndim(sample_weight) == 0:
+        # no concatenation of X's blocks (dask knows how only for NumPy-like ones)
+        sample_weight = da.blockwise(
+            _full_rows, "i", X, "ij", float(sample_weight), None, concatenate=False,
+            align_arrays=False, meta=np.empty((0,), dtype=np.float64),
+        )
+    arrays = [y, sample_weight]
+    for i, a in enumerate(arrays):
+        if a is None:
+            continue
+        name = "y" if i == 0 else "sample_weight"
+        if isinstance(a, da.Array) and a.numblocks[0] == X.numblocks[0]:
+            if not (_known(a.chunks[0]) and _known(X.chunks[0])):
+                continue  # lengths are checked block by block in make_shard
+            if a.chunks[0] == X.chunks[0]:
+                continue
+        X = _with_known_rows(client, X)
+        if isinstance(a, da.Array):
+            a = _with_known_rows(client, a)
+        else:
+            a = np.asarray(a)
+        if a.shape[0] != X.shape[0]:
+            raise InputError(
+                f"X and {name} have different lengths: {X.shape[0]} and {a.shape[0]}"
+            )
+        if isinstance(a, da.Array):
+            arrays[i] = a.rechunk({0: X.chunks[0]})
+        else:
+            arrays[i] = da.from_array(a, chunks=(X.chunks[0],) + a.shape[1:])
+    return X, arrays[0], arrays[1]
+
+
+
+
+def _block_nnz(x):
+    return int(x.nnz) if is_sparse(x) else int(x.shape[0] * (x.shape[1] if x.ndim > 1 else 1))
+
+
+def _block_nbytes(*xs):
+    return int(sum(_nbytes(x) for x in xs if x is not None))
+
+
+def _known_chunks(arr, rows):
+    return da.Array(arr.dask, arr.name, chunks=(tuple(rows),) + arr.chunks[1:], meta=arr._meta)
+
+
+def _measure_blocks(client, xf, yf, sf):
+    """Non-zeros (dense: rows x columns) and bytes of every block, computed where the
+    blocks are."""
+    sizes = client.gather([client.submit(_block_nnz, f, pure=False) for f in xf])
+    nbytes = client.gather([
+        client.submit(_block_nbytes, x, y, s, pure=False) for x, y, s in zip(xf, yf, sf)
+    ])
+    return sizes, nbytes
+
+
+def _balanced_blocks(client, X, y, sample_weight, workers, rebalance, passes):
+    """Persist the inputs, measure their blocks and rebalance them (see :mod:`.skew`).
+
+    Returns the persisted arrays (known chunks), the block futures of X, y and weights,
+    rows and costs per block, the chosen placement and the skew report.
+    """
+    X, y, sample_weight = _to_dask_arrays(client, X, y, sample_weight)
+    sparse = is_sparse(X._meta)
+    # One persist for all: X and y often share tasks (a DataFrame, a filter mask).
+    arrays = client.persist([a for a in (X, y, sample_weight) if a is not None])
+    xf = _futures_in_order(arrays[0])
+    with current_client(client):  # placement follows where the blocks are; errors
+        wait(xf)  # surface in make_shard
+    if any(np.isnan(c) for c in arrays[0].chunks[0]):
+        rows = client.gather([client.submit(_nrows, f, pure=False) for f in xf])
+    else:
+        rows = [int(c) for c in arrays[0].chunks[0]]
+    arrays = [_known_chunks(a, rows) for a in arrays]
+
+    def measured(arrays):
+        fs = [_futures_in_order(a) for a in arrays]
+        futures = (fs[0], fs[1] if len(fs) > 1 else [None] * len(fs[0]), fs[2] if len(fs) > 2 else [None] * len(fs[0]))
+        sizes, nbytes = _measure_blocks(client, *futures)
+        # a step's cost: non-zeros (+ one per row) for sparse blocks, rows x columns for dense
+        costs = [z + r if sparse else z for z, r in zip(sizes, arrays[0].chunks[0])]
+        who = client.who_has(futures[0])
+        holders = [tuple(who.get(f.key, ())) for f in futures[0]]
+        return futures, costs, nbytes, holders
+
+    futures, costs, nbytes, holders = measured(arrays)
+    action, placement, info = skew.plan(
+        rows, costs, nbytes, holders, workers, rebalance=rebalance, passes=passes
+    )
+    if action == "rechunk":
+        chunks = balanced_chunks(rows, costs, skew.n_balanced_blocks(rows, costs, len(workers)))
+        arrays = client.persist([a.rechunk({0: chunks}) for a in arrays])
+        with current_client(client):
+            wait(_futures_in_order(arrays[0]))
+        rows = list(chunks)
+        futures, costs, nbytes, holders = measured(arrays)
+        placement = place_blocks(costs, holders, workers)
+    moved = [b for b, w in enumerate(placement) if w not in holders[b]]
+    report = skew.report(
+        info, costs, placement, workers, "rechunked" if action == "rechunk" else action,
+        len(moved), sum(nbytes[b] for b in moved), "non-zeros + rows" if sparse else "rows x columns",
+    )
+    return arrays, futures, rows, costs, placement, report
+
+
+def build_shardset(executor, X, y, sample_weight, *, y_numeric=True, rebalance="auto", passes=1):
+    """Turn the input into a :class:`ShardSet` for ``executor``.
+
+    In process: one shard, one block.  On a cluster: an in-memory input is cut into one
+    block per worker and scattered; a dask input keeps its chunks as blocks, which are
+    persisted, measured and (``rebalance``, see :mod:`.skew`) rechunked and placed,
+    each worker's blocks assembled into its shard there.  ``passes`` is the fit's
+    ``max_iter``: the horizon over which ``rebalance="auto"`` weighs moving data.
+    """
+    if isinstance(executor, InProcessExecutor):
+        return in_process_shardset(X, y, sample_weight, y_numeric=y_numeric)
+    client = executor.client
+    workers = executor.workers()
+    n_groups = len(workers)  # one group per worker
+    if not is_dask_collection(X) and not is_dask_collection(y):
+        return _scatter_shardset(executor, X, y, sample_weight, workers, n_groups, y_numeric)
+    arrays, (xf, yf, sf), rows, costs, placement, report = _balanced_blocks(
+        client, X, y, sample_weight, workers, rebalance, passes
+    )
+    X = arrays[0]
+    sparse = is_sparse(X._meta)
+    groups, owners = groups_by_worker(placement, workers)
+    token = uuid.uuid4().hex[:8]
+    handles = [
+        client.submit(
+            make_shard,
+            g,
+            [xf[b] for b in g],
+            [yf[b] for b in g],
+            [sf[b] for b in g],
+            y_numeric,
+            key=f"dgd-shard-{token}-{i}",
+            workers=[w],
+            allow_other_workers=True,
+            pure=False,
+        )
+        for i, (g, w) in enumerate(zip(groups, owners))
+    ]
+    for h in handles:  # wait; re-raise the first validation error, its block named
+        if h.exception() is not None:
+            h.result()
+    # Record where each shard really is (its worker may have been busy or gone).
+    who = client.who_has(handles)
+    owners = [
+        w if w in who.get(h.key, ()) else (tuple(who.get(h.key, ())) or (w,))[0]
+        for h, w in zip(handles, owners)
+    ]
+    return ShardSet(executor, handles, groups, owners, rows, X.shape[1], sparse,
+                    block_costs=np.asarray(costs, dtype=np.float64), skew_report=report)
+
+
+def _scatter_shardset(executor, X, y, sample_weight, workers, n_groups, y_numeric):
+    client = executor.client
+    bounds = even_blocks(X.shape[0], n_groups)
+    handles, groups, placement, rows = [], [], [], []
+    for i, (a, b) in enumerate(bounds):
+        sw = None if sample_weight is None else sample_weight[a:b]
+        shard = make_shard(i, [X[a:b]], [y[a:b]], [sw], y_numeric=y_numeric)
+        w = workers[i % len(workers)]
+        handles.append(client.scatter(shard, workers=[w], hash=False))
+        groups.append((i,))
+        placement.append(w)
+        rows.append(b - a)
+    return ShardSet(executor, handles, groups, placement, rows, X.shape[1], is_sparse(X))
+
+
+def _identity(x):
+    return x
+
+
+def rebalance(X, y=None, sample_weight=None, *, client=None, rebalance=True, passes=1):
+    """Balanced, persisted copies of dask arrays for your own pipelines.
+
+    The arrays are measured, rechunked into blocks of near-equal cost (oversized blocks
+    split, tiny and empty ones merged) and placed so that every worker holds an equal
+    share, moving blocks worker to worker only where needed: the same machinery as the
+    estimators' ``rebalance`` parameter (see the user guide, "Data skew").
+
+    Parameters
+    ----------
+    X : dask array or dask DataFrame
+        Rows in blocks (one chunk along the columns).
+    y, sample_weight : dask arrays, dask Series or None
+        Rechunked to X's new row blocks.
+    client : distributed.Client or None
+        None: the default client (an error if there is none).
+    rebalance : True or "auto", default=True
+        True always rechunks; "auto" only when placement alone cannot balance the
+        workers and the move pays off over ``passes`` passes over the data.
+    passes : int, default=1
+        See ``rebalance="auto"``.
+
+    Returns
+    -------
+    X, y, sample_weight, report
+        Dask arrays whose blocks are in the cluster's memory (y and sample_weight None
+        when not given) and the report of what was measured and done (as an
+        estimator's ``skew_report_``, plus ``placement``: the worker of each block).
+    """
+    import dask.dataframe as dd
+    from distributed import default_client
+
+    if rebalance not in (True, "auto"):
+        raise ParameterError(f"rebalance must be True or 'auto'; got {rebalance!r}")
+    if not (is_dask_collection(X) and (isinstance(X, (da.Array, dd.DataFrame)))):
+        raise InputError(f"X must be a dask array or dask DataFrame; got {type(X).__name__}")
+    if client is None:
+        try:
+            client = default_client()
+        except ValueError as err:
+            raise ClusterError(
+                "rebalance needs a Dask cluster: pass client=... or create a Client first"
+            ) from err
+    elif not isinstance(client, Client):
+        raise ParameterError(f"client must be a distributed.Client or None; got {type(client).__name__}")
+    workers = DaskExecutor(client).workers()
+    given_y = y is not None
+    if y is None:  # a placeholder with X's rows, dropped at the end
+        Xa = X.to_dask_array() if isinstance(X, dd.DataFrame) else X
+        y = Xa.map_blocks(_full_rows, 0.0, drop_axis=1, dtype=np.float64)
+    arrays, futures, rows, costs, placement, report = _balanced_blocks(
+        client, X, y, sample_weight, workers, rebalance, passes
+    )
+    out = []
+    for arr, fs in zip(arrays, futures):
+        if fs[0] is None:
+            continue
+        who = client.who_has(list(fs))  # one request for all blocks
+        placed = [
+            f if w in who.get(f.key, ()) else client.submit(
+                _identity, f, workers=[w], allow_other_workers=False, pure=False
+            )
+            for f, w in zip(fs, placement)
+        ]
+        # an array whose blocks are the placed futures themselves: no further task, the
+        # data stays where it was put
+        name = f"dgd-rebalanced-{uuid.uuid4().hex[:12]}"
+        index = (0,) * (arr.ndim - 1)
+        graph = {(name, i, *index): f for i, f in enumerate(placed)}
+        out.append(da.Array(graph, name, chunks=(tuple(rows),) + arr.chunks[1:], meta=arr._meta))
+    with current_client(client):
+        wait([f for a in out for f in futures_of(a)])
+    report["placement"] = list(placement)
+    Xo = out[0]
+    yo = out[1] if given_y else None
+    so = out[2] if sample_weight is not None else None
+    return Xo, yo, so, report

@@ -1,0 +1,262 @@
+"""What runs on the workers: one group's share of a step, and its memory.
+
+Every function here takes the group's :class:`~.shards.Shard` and its *scratch* dict
+(the memory of the group's runner between calls; a fresh dict for a task) first.  The
+driver sends one :class:`StepRequest` per step; :func:`group_step` evaluates the
+training objective on the group's blocks (all rows or the step's draw), keeps the
+group's own state, and returns the group's complete subtrees of the fixed block tree
+(:class:`~.reduce.BlockTree`).
+
+The group's memory (``scratch``):
+
+- ``scratch["blocks"][b]``: state of block ``b`` (its compression residual): it does
+  not depend on which worker holds the block, so it moves with the block when blocks
+  are regrouped, and a checkpoint keys it by block;
+- ``scratch["local"]``: snapshots of the group's *local parameters* (a matrix
+  factorization's user factors), ``key -> (params, optimizer state, gradient)``: the
+  driver names the snapshot a step starts from, so a step that diverged can be undone
+  where the parameters live (see :class:`LocalUpdate`);
+- ``scratch["round"]``: local SGD's optimizer state between rounds;
+- ``scratch["objective"]``: the training objective's own buffers (kept between steps).
+"""
+
+import math
+import time
+from dataclasses import dataclass
+
+import numpy as np
+
+from .faults import inject_faults
+from .reduce import Compressed, Partial
+
+__all__ = [
+    "BlockSums",
+    "Draw",
+    "LocalUpdate",
+    "StepRequest",
+    "group_block_states",
+    "group_memory",
+    "group_restore",
+    "group_local_export",
+    "group_local_init",
+    "group_set_block_states",
+    "group_step",
+    "local_snapshot",
+]
+
+#: Stream tag of the compression draws (apart from the mini-batch draws).
+COMPRESSION_TAG = 7919
+
+
+@dataclass(frozen=True)
+class BlockSums:
+    """One block's sums: loss, gradient (dense or compact), weight, and extras."""
+
+    loss: float
+    grad: object
+    weight: float
+    extras: dict
+
+
+@dataclass(frozen=True)
+class Draw:
+    """The rows of one mini-batch step: ``take[b]`` rows of block ``b`` (None: all),
+    drawn by a generator seeded with ``(seed, step, b)``; or, for models that batch by
+    hashing (matrix factorization), the batch ``batch`` of ``n_batches`` in ``epoch``."""
+
+    seed: tuple
+    step: int
+    take: object = None
+    epoch: int = 0
+    batch: int = 0
+    n_batches: int = 1
+
+
+@dataclass(frozen=True)
+class LocalUpdate:
+    """How a step treats the group's local parameters.
+
+    The group takes the snapshot ``source`` (its parameters, their optimizer state and
+    the local gradient computed there), applies that gradient times ``scale`` with
+    ``optimizer`` (None: no update, e.g. the very first step), evaluates the step at
+    the result and stores it as snapshot ``key``; snapshots other than ``keep`` and
+    ``key`` are dropped.  The driver sends, as ``source``, the snapshot of its last
+    accepted step, and its own optimizer: after a step that diverged it names the last
+    good one and its halved learning rate, so the local parameters back off with the
+    shared ones.
+    """
+
+    source: int
+    key: int
+    keep: tuple
+    optimizer: object = None
+    scale: float = 1.0
+
+
+@dataclass(frozen=True)
+class StepRequest:
+    """What the driver sends every group for one step."""
+
+    params: np.ndarray
+    aux: object = None
+    draw: Draw = None
+    local: LocalUpdate = None
+    compressor: object = None
+    compression_seed: tuple = (0,)
+
+
+def _blocks_state(scratch):
+    return scratch.setdefault("blocks", {})
+
+
+def _compress(scratch, compressor, template, index, grad, seed, step):
+    """Block ``index``'s gradient compressed with its own error-feedback state.
+
+    A non-finite gradient travels raw and leaves the state alone, so the engine backs
+    off and the residual is not poisoned."""
+    if not np.all(np.isfinite(grad)):
+        return grad
+    states = _blocks_state(scratch).setdefault(index, {})
+    state = states.get("compression")
+    if state is None:
+        state = compressor.init(template)
+    rng = np.random.default_rng([*seed, COMPRESSION_TAG, step, index])
+    payload, states["compression"] = compressor.compress(grad, state, rng)
+    return Compressed(payload, compressor)
+
+
+def local_snapshot(scratch, local):
+    """The local parameters and optimizer state a step evaluates at (see
+    :class:`LocalUpdate`); raises ClusterError when the snapshot is gone (its worker
+    was lost)."""
+    snaps = scratch.get("local")
+    if snaps is None or local.source not in snaps:
+        from ..exceptions import ClusterError
+
+        raise ClusterError(
+            "a group lost its local parameters (its worker was lost mid-fit): they live "
+            "only on that worker; fit again, or resume from a checkpoint"
+        )
+    params, state, grad = snaps[local.source]
+    if local.optimizer is not None and grad is not None:
+        if state is None:
+            state = local.optimizer.init(params)
+        updates, state = local.optimizer.update(grad * local.scale, state, params)
+        params = params + updates
+    return params, state
+
+
+def _store_local(scratch, local, params, state, grad):
+    snaps = scratch["local"]
+    snaps[local.key] = (params, state, grad)
+    for k in [k for k in snaps if k != local.key and k not in local.keep]:
+        del snaps[k]
+
+
+def group_step(shard, scratch, objective, request, tree):
+    """One group's share of a step: the training objective's sums over the group's
+    blocks at ``request.params``, as the group's complete subtrees of ``tree`` (or, with
+    compression, as compressed leaves: they are merged where they are received).
+
+    Every node carries the group's compute time and wall-clock stamps; one of them
+    counts the group (``n_groups=1``), so the root counts the groups that took part.
+    """
+    wall0, t0 = time.time(), time.perf_counter()
+    local = request.local
+    local_params = local_state = None
+    if local is not None:
+        local_params, local_state = local_snapshot(scratch, local)
+    sums, local_grad = objective.group_sums(shard, request.params, request.aux, request.draw, local_params,
+                                            scratch.setdefault("objective", {}))
+    if local is not None:
+        _store_local(scratch, local, local_params, local_state, local_grad)
+    comp = request.compressor
+    step = 0 if request.draw is None else request.draw.step
+    template = objective.grad_template() if comp is not None else None
+    leaves = {}
+    for i, index in enumerate(sorted(sums)):
+        s = sums[index]
+        grad = s.grad
+        if comp is not None:
+            grad = _compress(scratch, comp, template, index, objective.dense_grad(grad),
+                             request.compression_seed, step)
+        leaves[index] = (s, grad, int(i == 0))
+    inject_faults(t0)
+    dt = time.perf_counter() - t0
+    nodes = {
+        (0, index): Partial(s.loss, grad, s.weight, dt, dt, first, wall0, wall0 + dt, s.extras)
+        for index, (s, grad, first) in leaves.items()
+    }
+    if not nodes:  # a group without blocks still reports its time
+        return {}
+    return nodes if comp is not None else tree.complete(nodes)
+
+
+def group_block_states(shard, scratch):
+    """This group's per-block states (``{block: state}``), e.g. to move or checkpoint."""
+    return dict(_blocks_state(scratch))
+
+
+def group_set_block_states(shard, scratch, states):
+    """Replace this group's per-block states."""
+    scratch["blocks"] = {int(b): s for b, s in (states or {}).items()}
+
+
+def group_local_init(shard, scratch, objective, init):
+    """Create the group's local parameters (snapshot 0): ``objective.local_init(shard,
+    init)`` gives them and their optimizer state (``init``: what the driver sent this
+    group, e.g. its users' rows when training continues; None: the model's own start)."""
+    params, state = objective.local_init(shard, init)
+    scratch["local"] = {0: (params, state, None)}
+    return objective.local_size(params)
+
+
+def group_local_export(shard, scratch, objective, local):
+    """What the group exports of its local parameters at the end of a fit
+    (``objective.local_export``): their snapshot after ``local`` (the last step's
+    pending update applied when its optimizer is given) and their optimizer state."""
+    return objective.local_export(shard, *local_snapshot(scratch, local))
+
+
+def _host(value):
+    """``value`` with every array (also inside tuples, dicts and optimizer states)
+    copied to the host as NumPy."""
+    from .._backend import to_numpy
+
+    if isinstance(value, tuple) and hasattr(value, "_asdict"):  # an optimizer state
+        return type(value)(**{k: _host(v) for k, v in value._asdict().items()})
+    if isinstance(value, (tuple, list)):
+        return type(value)(_host(v) for v in value)
+    if isinstance(value, dict):
+        return {k: _host(v) for k, v in value.items()}
+    if hasattr(value, "__array_namespace__") or isinstance(value, np.ndarray):
+        return np.array(to_numpy(value), copy=True)
+    return value
+
+
+def group_memory(shard, scratch, local_keys):
+    """What a checkpoint keeps of this group's memory, on the host: its per-block
+    states, the snapshots ``local_keys`` of its local parameters, and its local SGD
+    state."""
+    local = scratch.get("local") or {}
+    return {
+        "blocks": _host(dict(_blocks_state(scratch))),
+        "local": {int(k): _host(local[k]) for k in local_keys if k in local},
+        "round": _host(scratch.get("round")),
+    }
+
+
+def group_restore(shard, scratch, objective, memory):
+    """Give this group the memory a checkpoint kept (see :func:`group_memory`), its
+    arrays moved to where the group's data lives (``objective.local_place``)."""
+    scratch["blocks"] = {int(b): st for b, st in (memory.get("blocks") or {}).items()}
+    place = getattr(objective, "local_place", None)
+    if memory.get("local"):
+        scratch["local"] = {int(k): (v if place is None else place(shard, v)) for k, v in memory["local"].items()}
+    if memory.get("round") is not None:
+        scratch["round"] = memory["round"]
+
+
+def finite(value, grad):
+    """Whether an objective value and its gradient are finite."""
+    return math.isfinite(value) and bool(np.all(np.isfinite(grad)))

@@ -1,0 +1,150 @@
+"""The one driver loop of every mode, solver and model family.
+
+::
+
+    outcome = solver.start()  (or solver.resume() from a checkpoint)
+    until a stop:
+        after an accepted step: ask the stop rules; write a checkpoint when due
+        outcome = solver.step()           # one distributed step (or poll)
+        its records go to the monitor     # history, bar, log, callbacks
+    solver.finish(stop); the final checkpoint
+
+What differs between full-batch and mini-batch gradient descent, L-BFGS, Newton, local
+SGD and the asynchronous parameter server is inside the solver (:mod:`.solvers`,
+:mod:`.modes`); the stop rules (:mod:`.stopping`), the records (:mod:`.records`) and
+the checkpoints (:mod:`.checkpoint`) are the loop's, written once.
+"""
+
+from .kernels import group_memory, group_restore
+from .stopping import Stop
+
+__all__ = ["Loop"]
+
+
+class Loop:
+    """Runs ``solver`` until a stop rule, the solver or an error ends the fit.
+
+    Parameters
+    ----------
+    ctx : Context
+        The fit's shared parts (shards, objective, step source, monitor, settings).
+    solver : Solver
+    stops : StopRules
+    checkpoint : Checkpointer or None
+    """
+
+    def __init__(self, ctx, solver, stops, checkpoint=None):
+        self.ctx, self.solver, self.stops, self.checkpoint = ctx, solver, stops, checkpoint
+        self.monitor = ctx.monitor
+        self._saved_progress = None
+
+    def emit(self, records):
+        for rec in records:
+            self.monitor.record(rec)
+
+    def run(self):
+        """Train; returns the :class:`~.stopping.Stop` that ended the fit."""
+        outcome = self._begin()
+        stop = outcome.stop
+        while stop is None:
+            if outcome.accepted:
+                stop = self.stops.check(self.solver, outcome)
+                if stop is not None:
+                    break
+                self._checkpoint_when_due()
+            outcome = self.solver.step()
+            self.emit(outcome.records)
+            stop = outcome.stop
+        stop = self.solver.finish(stop, self.emit) or stop
+        if self.checkpoint is not None:
+            self.save(stop)
+        return stop
+
+    def _begin(self):
+        saved = self.checkpoint.load() if self.checkpoint is not None else None
+        if saved is None:
+            outcome = self.solver.start()
+            self.emit(outcome.records)
+            return outcome
+        self.monitor.records[:0] = saved["records"]  # the history so far, not shown again
+        self.ctx.source.n_steps = saved["n_steps"]
+        self.ctx.reseed(saved["seed"])  # random_state=None: the interrupted fit's draws
+        self.solver.load_state_dict(saved["solver"])
+        self.stops.load_state_dict(saved["stops"])
+        self._restore_groups(saved["groups"])
+        self._saved_progress = self.solver.progress
+        done = saved.get("stop")
+        if done is not None and done["converged"]:
+            return _Finished(Stop(True, done["message"]))
+        outcome = self.solver.resume()
+        self.emit(outcome.records)
+        return outcome
+
+    # -------------------------------------------------------------- checkpoints
+    def _checkpoint_when_due(self):
+        progress = self.solver.progress
+        if (self.checkpoint is not None and self.checkpoint.due(progress)
+                and progress != self._saved_progress):
+            self.save()
+
+    def save(self, stop=None, pending=()):
+        """Write the loop's state: the solver's, the stop rules', the history (with
+        ``pending`` records not shown yet), the step count, the groups' memory."""
+        ctx = self.ctx
+        records = list(self.monitor.records) + [self.monitor.stamp(rec) for rec in pending]
+        state = {
+            "solver": self.solver.state_dict(),
+            "stops": self.stops.state_dict(),
+            "records": records,
+            "n_steps": ctx.source.n_steps,
+            "seed": list(ctx.seed),
+            "groups": self._gather_groups(),
+            "stop": None if stop is None else {"converged": stop.converged, "message": stop.message},
+        }
+        self.checkpoint.save(state)
+        self._saved_progress = self.solver.progress
+
+    def _gather_groups(self):
+        """Every group's memory (:func:`~.kernels.group_memory`), keyed by its blocks."""
+        if not self.ctx.keeps_group_memory:
+            return []
+        keys = self.solver.local_keys() if hasattr(self.solver, "local_keys") else ()
+        memories = self.ctx.shards.collective.call(group_memory, tuple(keys))
+        return [(list(g), m) for g, m in zip(self.ctx.shards.groups, memories)]
+
+    def _restore_groups(self, saved):
+        """Give each group the memory saved for its blocks: per-block states follow
+        their blocks wherever they are now; a group's own memory needs a group of the
+        same blocks (else it starts afresh, with a warning)."""
+        if not saved:
+            return
+        import logging
+
+        blocks, by_group = {}, {}
+        for g, memory in saved:
+            blocks.update({int(b): s for b, s in (memory.get("blocks") or {}).items()})
+            by_group[tuple(int(b) for b in g)] = memory
+        shards = self.ctx.shards
+        per_group, missing = [], 0
+        for g in shards.groups:
+            own = by_group.get(tuple(g), {})
+            if not own and any(m.get("local") or m.get("round") is not None for m in by_group.values()):
+                missing += 1
+            per_group.append(({"blocks": {b: blocks[b] for b in g if b in blocks},
+                               "local": own.get("local"), "round": own.get("round")},))
+        if missing:
+            logging.getLogger("dask_dgd").warning(
+                "the data is grouped differently than when the checkpoint was written: %d group(s) "
+                "restart their own state from zero", missing,
+            )
+        shards.collective.call(group_restore, self.ctx.objective, per_group=per_group)
+
+
+class _Finished:
+    """The outcome of a resumed fit that had already converged: nothing to do."""
+
+    records = ()
+    accepted = False
+
+    def __init__(self, stop):
+        self.stop = stop

@@ -1,0 +1,512 @@
+"""Asynchronous DGD: a parameter-server actor and one long-running loop per group.
+
+The server (:class:`ParameterServer`, a Dask actor on the first group's worker) holds
+the parameters and the optimizer state.  Each group runs :func:`async_group_loop` as
+one long task pinned to the worker holding its blocks: push the last sums, receive the
+current parameters, compute the next sums, and so on.  The server applies an update on
+every arrival, so no group ever waits for another, except under the staleness bound.
+
+Update rule.  The server keeps the latest sums ``(loss, gradient, weight)`` of every
+group and steps along their weighted mean (an *incremental aggregated gradient*) with
+the shared :class:`~..update.UpdateRule`: with data pinned to workers, applying each
+arrival alone would weight a fast worker's rows more than a slow one's and converge to
+the optimum of the wrong objective; the aggregate keeps every row's weight whatever the
+speeds.  A model's local parameters (matrix factorization's users) are updated by their
+group after each of its steps.
+
+Two measures of staleness are recorded for every applied gradient:
+
+- ``staleness``: how many steps the pushing group was ahead of the slowest group when
+  it received the parameters it computed on (its *clock lead*).  ``max_staleness=s``
+  makes a group that is ``s`` steps ahead wait (stale synchronous parallel); ``None``
+  never waits.
+- ``delay``: server updates applied between that pull and this push.
+
+``staleness_scaling=True`` divides each update by ``1 + delay``.
+"""
+
+import logging
+import math
+import time
+
+import numpy as np
+
+from ...exceptions import ClusterError, DivergenceError
+from ..faults import inject_faults
+from ..solvers import Outcome, Solver, start_step
+from ..stopping import Stop
+from ..update import MAX_BACKOFFS
+from .local import sum_blocks
+from .server import ParameterServer, ServerCore
+
+__all__ = ["AsyncTraining", "ParameterServer", "ServerCore", "async_group_loop"]
+
+#: Seconds between the driver's polls of the server (records, errors, max_time).
+POLL_INTERVAL = 0.05
+#: Seconds a poll of the server may take before its worker is suspected lost.
+ACTOR_TIMEOUT = 10.0
+#: Times the parameter server may be restarted after losing its worker, per fit.
+MAX_SERVER_RESTARTS = 3
+
+
+def _leave_thread_pool():
+    """On a worker, take this long-running loop out of the worker's task slots
+    (``distributed.secede``).  Otherwise the loop holds a slot for the whole fit: on
+    single-threaded workers another fit's loop or setup task waits behind it, and two
+    asynchronous fits at once each trained some groups alone (objective several times
+    the optimum) while their other loops queued behind each other."""
+    try:
+        from distributed import get_worker, secede
+
+        get_worker()
+    except (ImportError, ValueError):
+        return  # in process: nothing to leave
+    secede()
+
+
+def _group_scratch(ref):
+    """The group's memory: ``ref`` itself in process; on a worker, the scratch of the
+    group's runner actor (``ref`` is its key), if it lives on this worker."""
+    if isinstance(ref, dict) or ref is None:
+        return {} if ref is None else ref
+    try:
+        from distributed import get_worker
+
+        runner = get_worker().state.actors.get(ref)
+    except (ImportError, ValueError, AttributeError):
+        runner = None
+    return {} if runner is None else runner.scratch
+
+
+def async_group_loop(shard, scratch_ref, server, g, objective, batching, local_key, n_groups):
+    """One group's loop (a long-running task): push sums, pull parameters, compute.
+
+    The group's batches are its share of the synchronous mode's
+    (``batching.group_draw``), seeded by the group's step count.  A model's local
+    parameters live in the group's memory (snapshot ``local_key``, see
+    :mod:`..kernels`), where checkpoints and the export at the end find them; they are
+    updated after each step with the server's current optimizer, and when the server
+    rolls back (a divergence) they return to their state at the group's last good push.
+    """
+    _leave_thread_pool()
+    scratch = _group_scratch(scratch_ref)
+    local = good_local = None
+    if objective.has_local:
+        snaps = scratch.get("local") or {}
+        if local_key not in snaps:  # the group's worker was lost: its users start again
+            params, state = objective.local_init(shard, None)
+            snaps = scratch["local"] = {local_key: (params, state, None)}
+        local = good_local = snaps[local_key][:2]
+    rollbacks = 0
+    msg, steps = None, 0
+    while True:
+        reply = server.exchange(g, msg).result()
+        if reply["stop"]:
+            return steps
+        if local is not None and reply["rollbacks"] != rollbacks:
+            rollbacks, local = reply["rollbacks"], good_local
+        t0 = time.perf_counter()
+        draw = None if batching is None else batching.group_draw(shard, g, reply["clock"])
+        params = reply["params"]
+        sums, lgrad = objective.group_sums(shard, params, objective.step_aux(params), draw,
+                                           None if local is None else local[0], scratch.setdefault("objective", {}))
+        partial = sum_blocks(objective, sums)
+        if local is not None and partial.weight_sum > 0 and math.isfinite(partial.loss_sum):
+            good_local = local
+            opt = reply["optimizer"]
+            lstate = opt.init(local[0]) if local[1] is None else local[1]
+            updates, lstate = opt.update(lgrad * (1.0 / (partial.weight_sum * n_groups)), lstate, local[0])
+            local = (local[0] + updates, lstate)
+            scratch["local"] = {local_key: (local[0], local[1], None)}
+        inject_faults(t0)
+        rows = shard.n_rows if batching is None else batching.draw_rows(shard, draw, partial)
+        msg = {"version": reply["version"], "partial": partial, "rows": rows,
+               "time": time.perf_counter() - t0, "wait": reply["wait"]}
+        steps += 1
+
+
+class ServerLink:
+    """How a group's loop calls the server actor: through its worker's own connection.
+
+    A Dask ``Actor`` proxy inside a task binds a worker *client*, and on a threaded
+    ``LocalCluster`` that client becomes the default client of the user's process
+    (later ``client=None`` fits and ``dask.compute`` calls would go to that cluster).
+    The link sends the same ``actor_execute`` request the proxy would, over the
+    worker's RPC pool, and needs no client.
+    """
+
+    def __init__(self, address, key):
+        self.address = address
+        self.key = key
+
+    def exchange(self, g, msg):
+        from distributed import get_worker
+        from distributed.protocol import to_serialize
+        from distributed.utils import sync
+
+        worker = get_worker()
+
+        async def call():
+            return await worker.rpc(self.address).actor_execute(
+                actor=self.key,
+                function="exchange",
+                args=[to_serialize(g), to_serialize(msg)],
+                kwargs={},
+            )
+
+        out = sync(worker.loop, call)
+        if out["status"] != "OK":
+            raise out["exception"]
+        return _Immediate(out["result"])
+
+
+class _Immediate:
+    def __init__(self, value):
+        self._value = value
+
+    def result(self):
+        return self._value
+
+
+class _InProcessServer:
+    """The server for the in-process executor (one group): direct calls."""
+
+    def __init__(self, core, on_records):
+        self.core = core
+        self.on_records = on_records
+
+    def exchange(self, g, msg):
+        if msg is not None:
+            self.core.push(g, msg, msg.pop("wait", 0.0))
+        self.on_records(self.core)
+        reply = self.core.pull(g)
+        reply["wait"] = 0.0
+        return _Immediate(reply)
+
+
+#: Server fields not written to checkpoints: the objective comes from the resumed fit
+#: itself, the records from the driver's history.
+_NOT_CHECKPOINTED = ("objective", "records", "_round")
+
+
+def _saveable_core(state):
+    return {k: v for k, v in state.items() if k not in _NOT_CHECKPOINTED}
+
+
+class AsyncTraining(Solver):
+    """Asynchronous training until ``max_iter`` epochs, the ``tol`` criterion,
+    ``max_time`` seconds or a callback's stop (see the module docstring).
+
+    Its checkpoints hold the server's state (parameters, optimizer and its state,
+    version, clocks, rows seen, stopping rule), written every ``every`` server updates
+    from the copy the driver takes at each poll, before that poll's records reach the
+    callbacks.  A resumed fit starts a new server from it; being asynchronous, it
+    continues the same optimisation, not the same sequence of updates.
+    """
+
+    def __init__(self, ctx, params0, optimizer, *, max_staleness=None, staleness_scaling=False):
+        self.ctx = ctx
+        self.params0 = np.array(params0, dtype=np.float64, copy=True)
+        self.optimizer = optimizer
+        self.max_staleness, self.staleness_scaling = max_staleness, staleness_scaling
+        sh = ctx.shards
+        # Only groups holding rows take part: an empty group would push nothing, as fast
+        # as it can, and every push is an update along the others' stale sums.
+        group_rows = [int(sum(sh.block_rows[b] for b in g)) for g in sh.groups]
+        self.active = [g for g, r in enumerate(group_rows) if r > 0]
+        self.state = None  # the driver's copy of the server state, from the last poll
+        self.out = None
+        self.step0 = 0
+        self.run = None
+        self.save = None  # the loop's checkpoint writer (bound by train)
+        self.local_key = None  # the snapshot of the groups' local parameters
+        self._saved_version = -1
+        self._stopping = False
+        self._first_poll = True
+
+    @property
+    def progress(self):
+        return 0 if self.state is None else self.state["version"]
+
+    def _core_kwargs(self):
+        ctx = self.ctx
+        return dict(
+            n_rows=ctx.shards.n_rows, max_epochs=ctx.max_iter, tol=ctx.tol, max_staleness=self.max_staleness,
+            staleness_scaling=self.staleness_scaling,
+            max_time=None if ctx.max_time is None else max(0.0, ctx.max_time - ctx.monitor.elapsed()),
+            time_message=f"reached max_time={ctx.max_time} s",
+            max_backoffs=0 if ctx.on_divergence == "raise" else MAX_BACKOFFS,
+        )
+
+    def start(self):
+        # Every arrival moves the parameters along the whole aggregate, and n_groups
+        # arrivals carry one synchronous step's gradients: the automatic step is the
+        # synchronous one over n_groups (so the noise of a mini-batch is not amplified).
+        self.optimizer, res, record = start_step(self.ctx, self.params0, self.optimizer, divide=len(self.active))
+        self.local_key = res.local_key
+        self.step0 = self.ctx.source.n_steps
+        core = ServerCore(self.params0, self.optimizer, self.optimizer.init(self.params0), self.ctx.objective,
+                          len(self.active), **self._core_kwargs())
+        self.state = dict(vars(core))
+        self._launch(self.state)
+        return Outcome([record])
+
+    def resume(self):
+        state = dict(self.state)
+        kw = self._core_kwargs()
+        n = len(self.active)
+        state.update(objective=self.ctx.objective, records=[], _round=[], start_wall=time.time(),
+                     max_time=kw["max_time"], max_epochs=kw["max_epochs"], stopped=False, converged=False,
+                     message="", error=None)
+        if state["n_groups"] != n:  # the per-group memory starts afresh
+            state.update(n_groups=n, clock=[0] * n, lead=[0] * n, latest=[None] * n)
+        state["pulled"] = [state["version"]] * n
+        if state["rows_seen"] >= state["max_epochs"] * state["n_rows"]:
+            core = ServerCore.__new__(ServerCore)
+            core.__dict__.update(state)
+            self.out = core.result()
+            return Outcome(stop=Stop(False, f"reached max_iter={state['max_epochs']}"))
+        self.state = state
+        self._saved_version = state["version"]
+        self._launch(state)
+        return Outcome(accepted=False)
+
+    def _launch(self, core_state):
+        ctx = self.ctx
+        if ctx.shards.executor.kind != "dask":
+            core = ServerCore.__new__(ServerCore)
+            core.__dict__.update(core_state)
+            self.run = _InProcessRun(self, core)
+        else:
+            self.run = _ClusterRun(self, core_state)
+
+    def local_keys(self):
+        return (self.local_key,)
+
+    def close(self):
+        if self.run is not None and self.out is None:
+            self.run.close()
+
+    def _shifted(self, records):
+        return [{**rec, "step": rec["step"] + self.step0} for rec in records]
+
+    def on_poll(self, records, state):
+        """After a poll: the driver's copy of the state; a checkpoint every ``every``
+        updates, also when the server has already stopped (a slow poll can see the whole
+        fit at once, and a callback may still interrupt it) unless it failed; records
+        shifted to the fit's step numbers."""
+        self.state = state
+        self.ctx.source.n_steps = self.step0 + state["version"]
+        records = self._shifted(records)
+        cp = self.ctx.checkpoint
+        if (cp is not None and self.save is not None and state["version"] - self._saved_version >= cp.every
+                and state.get("error") is None):
+            self.save(pending=records)
+            self._saved_version = state["version"]
+        return records
+
+    def step(self):
+        out, records = self.run.poll()
+        if out is None:
+            return Outcome(records)
+        return Outcome(records, stop=self._finished(out))
+
+    def _finished(self, out):
+        self.out = out
+        self.ctx.source.n_steps = self.step0 + out["updates"]
+        if out["error"] is not None:
+            raise DivergenceError(out["error"])
+        if self.ctx.monitor.stop_requested:
+            out["converged"] = True
+        return Stop(out["converged"], out["message"])
+
+    def finish(self, stop, emit):
+        if self.out is not None or self.run is None:
+            return stop
+        out, records = self.run.stop(stop.message)
+        emit(records)
+        final = self._finished(out)
+        return Stop(stop.converged or final.converged, stop.message or final.message)
+
+    def result(self):
+        out = self.out
+        return np.asarray(out["params"], dtype=np.float64), out["epochs"], out["optimizer"], out["state"]
+
+    def state_dict(self):
+        return {"core": _saveable_core(self.state), "step0": self.step0, "local_key": self.local_key}
+
+    def load_state_dict(self, state):
+        self.state, self.step0, self.local_key = dict(state["core"]), state["step0"], state["local_key"]
+
+
+class _InProcessRun:
+    """Asynchronous training in this process (one group): the loop runs to its end in
+    one poll, the records going to the monitor as the server emits them."""
+
+    def __init__(self, solver, core):
+        self.solver, self.core = solver, core
+
+    def poll(self):
+        solver, ctx = self.solver, self.solver.ctx
+
+        def on_records(c):
+            records = solver.on_poll(c.drain()[0], dict(vars(c)))
+            for rec in records:
+                ctx.monitor.record(rec)
+            if ctx.monitor.stop_requested:
+                c.stop(converged=True)
+
+        server = _InProcessServer(self.core, on_records)
+        collective = ctx.shards.collective
+        scratch = collective.scratch()
+        for i, g in enumerate(solver.active):
+            async_group_loop(ctx.shards.handles[g], scratch[g], server, i, ctx.objective, ctx.batching,
+                             solver.local_key, len(solver.active))
+        on_records(self.core)
+        return self.core.result(), []
+
+    def stop(self, message):
+        self.core.stop(message=message)
+        return self.core.result(), []
+
+    def close(self):
+        pass
+
+
+class _ClusterRun:
+    """The server actor and the loops of one asynchronous fit on a cluster; polls; lost
+    workers survived.
+
+    A loop whose worker dies is rerun by Dask on another worker (its shard recomputed
+    from the input), and continues from the server's current parameters.  If the
+    server's own worker dies, a new server starts on a live worker from the copy of its
+    state that the driver takes at every poll, and every loop is restarted against it:
+    the updates since that poll (at most ``POLL_INTERVAL`` seconds of them) are redone.
+    Up to ``MAX_SERVER_RESTARTS`` restarts; a cluster left without workers raises
+    ClusterError.
+    """
+
+    def __init__(self, solver, core_state):
+        self.solver = solver
+        self.shards = solver.ctx.shards
+        self.ex = self.shards.executor
+        self.server_future = self.server = None
+        self.loops = []
+        self.restarts = 0
+        self.server_worker = None
+        self.first = True
+        self._start(core_state)
+
+    def _start(self, core_state):
+        ex, sh, solver = self.ex, self.shards, self.solver
+        live = set(ex.workers())
+        if not live:
+            raise ClusterError("the cluster has no workers left: the asynchronous fit cannot go on")
+        worker = sh.workers[solver.active[0]]
+        if worker not in live:
+            worker = sorted(live)[0]
+        tag = "" if self.restarts == 0 else f"-r{self.restarts}"
+        state = dict(core_state, objective=solver.ctx.objective, records=[], _round=[])
+        self.server_future, self.server = ex.start_actor(
+            ParameterServer, (), {"core_state": state}, worker=worker, key=f"dgd-server-{sh.token}{tag}",
+        )
+        self.server_worker = ex.actor_address(self.server_future)
+        link = ServerLink(self.server_worker, self.server_future.key)
+        n = len(solver.active)
+        runners = sh.collective.runner_keys()
+        self.loops = [
+            ex.submit_pinned(
+                async_group_loop, sh.handles[g], runners[g], link, i, solver.ctx.objective, solver.ctx.batching,
+                solver.local_key, n,
+                worker=sh.workers[g] if sh.workers[g] in live else worker, key=f"dgd-async-{sh.token}-{i}{tag}",
+            )
+            for i, g in enumerate(solver.active)
+        ]
+
+    def poll(self):
+        """One poll: ``(None, records)`` while training runs, ``(result, records)`` at the end."""
+        ex = self.ex
+        if not self.first:
+            time.sleep(POLL_INTERVAL)
+        self.first = False
+        try:
+            failed = next((f for f in self.loops if f.status in ("error", "cancelled")), None)
+            if failed is not None and not self.server_lost():
+                ex.call_actor_within(ACTOR_TIMEOUT, self.server.stop, "a group failed")
+                if failed.status == "cancelled":
+                    raise ClusterError(
+                        f"the asynchronous training loop {failed.key} was cancelled (its "
+                        "worker was lost or the cluster is shutting down)"
+                    )
+                failed.result()  # raises the group's error
+            records, _, state = ex.call_actor_within(ACTOR_TIMEOUT, self.server.drain_with_state)
+        except Exception as err:  # noqa: BLE001 - a lost server is told by the scheduler
+            if self.solver.state is None or not self.server_lost(err):
+                self.close()
+                raise
+            self.restart()
+            return None, []
+        records = self.solver.on_poll(records, state)
+        if all(f.done() for f in self.loops) and all(f.status == "finished" for f in self.loops):
+            # every loop returns only once the server has stopped
+            more, _, state = ex.call_actor_within(ACTOR_TIMEOUT, self.server.drain_with_state)
+            records += self.solver.on_poll(more, state)
+            out = ex.call_actor_within(ACTOR_TIMEOUT, self.server.result)
+            self.close()
+            return out, records
+        return None, records
+
+    def stop(self, message):
+        """Stop the server (a stop rule of the driver fired) and wait for the loops."""
+        self.ex.call_actor_within(ACTOR_TIMEOUT, self.server.stop, message)
+        records = []
+        while True:
+            out, more = self.poll()
+            records += more
+            if out is not None:
+                return out, records
+
+    def server_lost(self, err=None):
+        """Whether the server's worker has left the cluster (given the scheduler up to
+        ``dgd.worker-loss-timeout`` seconds to notice, after a connection error)."""
+        import dask
+
+        deadline = time.monotonic() + (float(dask.config.get("dgd.worker-loss-timeout", 10)) if err else 0)
+        while True:
+            if self.server_worker not in set(self.ex.workers()):
+                return True
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(0.1)
+
+    def restart(self):
+        if self.restarts >= MAX_SERVER_RESTARTS:
+            self.close()
+            raise ClusterError(f"the parameter server's worker was lost {self.restarts + 1} times; giving up")
+        lost = self.server_worker
+        self._stop_loops()
+        self.restarts += 1
+        state = dict(self.solver.state)
+        # the loops start afresh: nobody holds parameters of an older version
+        state["pulled"] = [state["version"]] * state["n_groups"]
+        self._start(state)
+        logging.getLogger("dask_dgd").warning(
+            "lost the parameter server's worker %s: restarted on %s from update %d",
+            lost, self.server_worker, state["version"],
+        )
+
+    def _stop_loops(self):
+        for f in self.loops:
+            if not f.done():
+                f.cancel()
+        self.ex.release([self.server_future, getattr(self.server, "_future", None), *self.loops])
+        self.server = self.server_future = None
+
+    def close(self):
+        if self.server is not None and not all(f.done() for f in self.loops):
+            try:  # wake loops waiting at the staleness bound, so they return
+                self.ex.call_actor_within(ACTOR_TIMEOUT, self.server.stop, "interrupted")
+            except Exception:  # noqa: BLE001 - best effort while unwinding
+                pass
+        if self.server is not None:
+            self._stop_loops()

@@ -1,0 +1,239 @@
+"""Local SGD: several optimizer steps per group between averagings.
+
+Each *round* broadcasts the parameters; every group takes ``local_steps`` steps of the
+:class:`~..update.UpdateRule` (whose optimizer state stays on the group's worker between
+rounds) on its own blocks, and the new parameters of the groups are averaged, weighted
+by the sample weight each group saw.  An optional *outer* optimizer then moves the
+parameters along the averaged delta (server momentum); without one the average is the
+new parameters.  A model's local parameters (matrix factorization's users) are updated
+by their group at every local step and never averaged.
+
+Mini-batches are the groups' shares of the synchronous mode's global batches (the
+same draws), so with ``local_steps=1`` and plain SGD a round is exactly a synchronous
+mini-batch step.
+"""
+
+import math
+import time
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..faults import inject_faults
+from ..kernels import _store_local, local_snapshot
+from ..records import Bytes, Timing, make_record
+from ..reduce import Partial, add_partials
+from ..solvers import Outcome, Solver, start_step
+from ..stopping import EpochStopper, Stop
+from ..update import Guard, UpdateRule
+
+__all__ = ["LocalRound", "LocalSGD", "group_round", "sum_blocks"]
+
+
+@dataclass(frozen=True)
+class LocalRound:
+    """What one group returns from a round.
+
+    ``params_sum`` is the group's final parameters times ``weight`` (the sample weight
+    of all its local batches); ``first`` are the sums of its first local batch, at the
+    broadcast parameters (the round's objective).
+    """
+
+    params_sum: np.ndarray
+    weight: float
+    first: Partial
+    time: float
+    start: float
+    end: float
+    finite: bool
+
+
+def sum_blocks(objective, sums, t=0.0):
+    """A group's per-block sums added in block order, as one :class:`~..reduce.Partial`."""
+    parts = [Partial(s.loss, s.grad, s.weight, t, t, 0, extras=s.extras) for _, s in sorted(sums.items())]
+    if not parts:
+        return Partial(0.0, np.zeros(objective.n_params), 0.0, t, t, 1)
+    total = add_partials(*parts, size=objective.n_params)
+    return Partial(total.loss_sum, total.grad_sum, total.weight_sum, t, t, 1, extras=total.extras)
+
+
+def group_round(shard, scratch, objective, rule, params, reset, draws, local):
+    """``len(draws)`` update-rule steps on this group's blocks from ``params`` (worker
+    side); ``draws[j]`` is local step ``j``'s batch (None: all rows).  The optimizer
+    state is kept in ``scratch`` across rounds; ``reset`` starts it afresh."""
+    wall0, t0 = time.time(), time.perf_counter()
+    state = None if reset else scratch.get("round")
+    if state is None:
+        state = rule.optimizer.init(params)
+    p = np.array(params, dtype=np.float64, copy=True)
+    lp = lstate = None
+    if local is not None:
+        lp, lstate = local_snapshot(scratch, local)
+    memory = scratch.setdefault("objective", {})
+    first, total, finite = None, 0.0, True
+    for draw in draws:
+        sums, lgrad = objective.group_sums(shard, p, objective.step_aux(p), draw, lp, memory)
+        partial = sum_blocks(objective, sums)
+        if first is None:
+            first = partial
+        weight = partial.weight_sum
+        if weight <= 0:
+            continue  # only zero-weight rows drawn: no information
+        total += weight
+        value, g = objective.finish(partial, p)
+        if not (math.isfinite(value) and np.all(np.isfinite(g))):
+            finite = False
+            break
+        p, state, _ = rule.apply(p, g, state)
+        if local is not None:
+            if lstate is None:
+                lstate = rule.optimizer.init(lp)
+            updates, lstate = rule.optimizer.update(lgrad * (1.0 / weight), lstate, lp)
+            lp = lp + updates
+    scratch["round"] = state
+    if local is not None and finite:
+        _store_local(scratch, local, lp, lstate, None)
+    inject_faults(t0)
+    dt = time.perf_counter() - t0
+    return LocalRound(total * p, total, first, dt, wall0, wall0 + dt, finite)
+
+
+class LocalSGD(Solver):
+    """Local SGD rounds until ``max_iter`` epochs, the ``tol`` criterion or a stop.
+
+    An epoch is ``steps_per_epoch`` local steps per group (one step with full
+    batches), so ``max_iter`` means the same passes over the data as in the synchronous
+    mode.  Stopping on ``tol`` follows synchronous mini-batch training
+    (:class:`~..stopping.EpochStopper`), on the round objectives (each round's first
+    local batches, at the broadcast parameters).  A NaN/inf round restores the round's
+    starting parameters, halves the learning rate and restarts the local optimizer
+    states.
+    """
+
+    def __init__(self, ctx, params0, optimizer, *, local_steps, outer_optimizer=None):
+        self.ctx = ctx
+        self.params = np.array(params0, dtype=np.float64, copy=True)
+        self.optimizer = optimizer
+        self.local_steps = int(local_steps)
+        self.outer = outer_optimizer
+        self.outer_state = None
+        full_batch = ctx.batching is None or getattr(ctx.batching, "full_batch", False)
+        self.steps_per_epoch = 1 if full_batch else ctx.batching.steps_per_epoch
+        self.total_steps = ctx.max_iter * self.steps_per_epoch
+        self.total_rounds = math.ceil(self.total_steps / self.local_steps)
+        self.guard = Guard(ctx.on_divergence, full_batch=full_batch, hint=ctx.objective.hint)
+        self.stopper = EpochStopper(ctx.tol)
+        self.rounds = 0
+        self.reset = True
+        self.local_count = 0  # local updates since the local states were (re)started
+        self.step0 = 0
+        self.local_key = 0  # the snapshot of the local parameters the next round starts from
+        self.value = None
+        self._last_end = None
+
+    @property
+    def progress(self):
+        return self.rounds
+
+    def _steps_after(self, n_rounds):
+        return min(self.total_steps, n_rounds * self.local_steps)
+
+    def start(self):
+        # one synchronous step for the learning rate and the data checks; the first
+        # round reuses its batch (as the synchronous mode's first update does)
+        self.optimizer, res, record = start_step(self.ctx, self.params, self.optimizer)
+        if res.local_key is not None:
+            self.local_key = res.local_key
+        self.outer_state = None if self.outer is None else self.outer.init(self.params)
+        self.step0 = self.ctx.source.n_steps
+        return Outcome([record])
+
+    def step(self):
+        ctx, src, obj = self.ctx, self.ctx.source, self.ctx.objective
+        t0, wall0 = time.perf_counter(), time.time()
+        update_time = None if self._last_end is None else t0 - self._last_end
+        step = self.step0 + self.rounds * self.local_steps
+        n_local = self._steps_after(self.rounds + 1) - self._steps_after(self.rounds)
+        draws = [None if ctx.batching is None else ctx.batching.draw(step + j) for j in range(n_local)]
+        local = src.local_update(self.local_key, keep=(self.local_key,)) if obj.has_local else None
+        if local is not None:
+            src.n_steps += 1  # the round's key (local_update numbers it n_steps + 1)
+        rule = UpdateRule(self.optimizer, obj.penalty)
+        results = ctx.shards.collective.call(group_round, obj, rule, self.params, self.reset, draws, local)
+        wall1 = time.time()
+        weight = sum(r.weight for r in results)
+        finite = all(r.finite for r in results)
+        if finite and weight > 0:
+            avg = sum(r.params_sum for r in results) / weight  # fixed (group) order
+            finite = bool(np.all(np.isfinite(avg)))
+        elif finite:  # the round drew only zero-weight rows: no information, no move
+            avg = self.params
+        if not finite:
+            self.guard.backoff(f"local SGD diverged in round {self.rounds + 1}", diverged=True)
+            self.optimizer, self.reset, self.local_count = self.optimizer.scale_learning_rate(0.5), True, 0
+            return Outcome(accepted=False)
+        self.guard.accepted()
+        self.reset = False
+        if local is not None:
+            self.local_key = local.key
+        first = add_partials(*(r.first for r in results if r.first is not None), size=obj.n_params)
+        smooth, _ = obj.finish(first, self.params)
+        self.value = smooth + obj.l1_value(self.params)
+        lr = self.optimizer.learning_rate_at(self.local_count)  # the groups' first local step
+        delta = self.params - avg
+        if self.outer is None:
+            new_params = avg
+        else:
+            updates, self.outer_state = self.outer.update(delta, self.outer_state, self.params)
+            new_params = self.params + updates
+        self.rounds += 1
+        self.local_count += n_local
+        self._last_end = time.perf_counter()
+        times = [r.time for r in results]
+        if local is None:
+            src.n_steps += 1
+        n_bytes = 8 * obj.n_params * len(results)
+        record = make_record(
+            step=src.n_steps, iteration=-(-self._steps_after(self.rounds) // self.steps_per_epoch), loss=self.value,
+            grad_norm=float(np.linalg.norm(delta)), step_size=lr,
+            timing=Timing(self._last_end - t0, max(times), min(times), max(r.start for r in results) - wall0,
+                          wall1 - max(r.end for r in results), update_time),
+            n_samples=weight, updates_per_group=(n_local,) * len(results), nbytes=Bytes(n_bytes, n_bytes, n_bytes),
+        )
+        self.params = new_params
+        return Outcome([record])
+
+    def stop_rule(self, outcome):
+        if self.rounds == 0:  # the synchronous start: no round yet
+            return None
+        if self.stopper.add(self.value, self._steps_after(self.rounds) // self.steps_per_epoch):
+            return Stop(True)
+        if self.rounds >= self.total_rounds:
+            return Stop(False, f"reached max_iter={self.ctx.max_iter}")
+        return None
+
+    def local_keys(self):
+        return (self.local_key,)
+
+    def result(self):
+        return self.params, -(-self._steps_after(self.rounds) // self.steps_per_epoch), self.optimizer, None
+
+    def state_dict(self):
+        return {
+            "params": self.params, "optimizer": self.optimizer, "outer_state": self.outer_state,
+            "rounds": self.rounds, "reset": self.reset, "local_count": self.local_count, "step0": self.step0,
+            "local_key": self.local_key, "value": self.value, "guard": self.guard.state_dict(),
+            "stopper": self.stopper.state_dict(),
+        }
+
+    def load_state_dict(self, state):
+        for k in ("params", "optimizer", "outer_state", "rounds", "reset", "local_count", "step0", "local_key",
+                  "value"):
+            setattr(self, k, state[k])
+        self.guard.load_state_dict(state["guard"])
+        self.stopper.load_state_dict(state["stopper"])
+
+    def resume(self):
+        if self.rounds >= self.total_rounds:
+            return Outcome(stop=Stop(False, f"reached max_iter={self.ctx.max_iter}"))
+        return Outcome(accepted=False)

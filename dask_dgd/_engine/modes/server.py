@@ -1,0 +1,271 @@
+"""The parameter server of asynchronous training: its rules and its actor.
+
+:class:`ServerCore` holds the parameters and the optimizer state and applies every
+group's push with the shared :class:`~..update.UpdateRule`, along the weighted mean of
+every group's latest sums (an incremental aggregated gradient); it enforces the
+staleness bound, backs off on divergence, stops on ``max_iter`` epochs, ``tol`` or the
+time limit, and makes one history record per round of pushes.  It knows no transport
+and is tested directly; :class:`ParameterServer` is the Dask actor around it.
+"""
+
+import asyncio
+import math
+import time
+
+import numpy as np
+
+from ..records import Bytes, Timing, make_record
+from ..reduce import add_partials
+from ..stopping import EpochStopper
+from ..update import MAX_BACKOFFS, UpdateRule, divergence_message
+
+__all__ = ["ParameterServer", "ServerCore"]
+
+
+class ServerCore:
+    """The parameter server's state and rules, free of any transport (tested directly)."""
+
+    def __init__(
+        self,
+        params,
+        optimizer,
+        opt_state,
+        objective,
+        n_groups,
+        *,
+        n_rows,
+        max_epochs,
+        tol,
+        max_staleness=None,
+        staleness_scaling=False,
+        max_time=None,
+        time_message=None,
+        start_wall=None,
+        max_backoffs=MAX_BACKOFFS,
+    ):
+        self.max_backoffs = int(max_backoffs)
+        self.params = np.array(params, dtype=np.float64, copy=True)
+        self.optimizer = optimizer
+        self.state = opt_state
+        self.objective = objective
+        self.n_groups = int(n_groups)
+        self.n_rows = int(n_rows)
+        self.max_epochs = int(max_epochs)
+        self.max_staleness = max_staleness
+        self.staleness_scaling = bool(staleness_scaling)
+        self.max_time = max_time
+        self.time_message = time_message or f"reached max_time={max_time} s"
+        self.start_wall = time.time() if start_wall is None else start_wall
+        self.version = 0  # updates applied
+        self.valid_from = 0  # pushes computed from older versions are discarded
+        self.rollbacks = 0  # backoffs so far (the groups' local parameters follow them)
+        self.clock = [0] * self.n_groups  # pushes received from each group
+        self.pulled = [0] * self.n_groups  # version each group last received
+        self.lead = [0] * self.n_groups  # its clock lead at that moment
+        self.latest = [None] * self.n_groups  # latest partial sums of each group
+        self.snapshots = {0: (self.params, self.state, self.optimizer)}
+        self.good = 0  # latest version whose parameters gave finite sums
+        self.backoffs = 0
+        self.rows_seen = 0
+        self.stopper = EpochStopper(tol)
+        self.stopped, self.converged, self.message, self.error = False, False, "", None
+        self.records = []
+        self._round = []
+        self._round_start = self.start_wall
+        self.n_pushes = 0
+
+    # ------------------------------------------------------------------ access
+    def clock_lead(self, g):
+        return self.clock[g] - min(self.clock)
+
+    def may_proceed(self, g):
+        """Whether group ``g`` may compute its next step now (the staleness bound)."""
+        s = self.max_staleness
+        return self.stopped or s is None or self.clock_lead(g) <= s
+
+    def pull(self, g):
+        """The current parameters for group ``g``, which computes on them next."""
+        self.pulled[g] = self.version
+        self.lead[g] = self.clock_lead(g)
+        self.snapshots.setdefault(self.version, (self.params, self.state, self.optimizer))
+        self._prune()
+        return {
+            "params": self.params,
+            "version": self.version,
+            "clock": self.clock[g],
+            "stop": self.stopped,
+            "optimizer": self.optimizer,
+            "rollbacks": self.rollbacks,
+        }
+
+    def stop(self, message="", converged=False, error=None):
+        if not self.stopped:
+            self.stopped, self.message, self.converged, self.error = True, message, converged, error
+            self._emit(time.time())
+
+    # ------------------------------------------------------------------ update
+    def push(self, g, msg, wait_time=0.0):
+        """Apply group ``g``'s sums (``msg`` from :func:`async_group_loop`)."""
+        if self.stopped:
+            return
+        now = time.time()
+        self.clock[g] += 1
+        self.n_pushes += 1
+        self.rows_seen += int(msg["rows"])
+        delay = self.version - msg["version"]
+        partial = msg["partial"]
+        stat = {"group": g, "lead": self.lead[g], "delay": delay, "wait": float(wait_time),
+                "time": float(msg["time"]), "weight": float(partial.weight_sum)}
+        if msg["version"] < self.valid_from:
+            self._round.append(stat)  # computed on parameters rolled back since
+            return self._after_push(now)
+        if not (math.isfinite(partial.loss_sum) and np.all(np.isfinite(partial.grad_sum))):
+            self._round.append(stat)
+            self._backoff()
+            return self._after_push(now)
+        self.good = max(self.good, msg["version"])
+        if partial.weight_sum <= 0:  # only zero-weight rows drawn: no information, no update
+            self._round.append(stat)
+            return self._after_push(now)
+        self.latest[g] = partial
+        parts = [p for p in self.latest if p is not None]
+        total = add_partials(*parts)  # group order: the rounding does not depend on arrival
+        smooth, agg = self.objective.finish(total, self.params)
+        value = smooth + self.objective.l1_value(self.params)
+        scale = 1.0 / (1.0 + delay) if self.staleness_scaling else 1.0
+        rule = UpdateRule(self.optimizer, self.objective.penalty)
+        params, state, lr = rule.apply(self.params, agg, self.state, scale)
+        if not np.all(np.isfinite(params)):
+            self._round.append(stat)
+            self._backoff()
+            return self._after_push(now)
+        self.backoffs = 0
+        self.params, self.state = params, state
+        self.version += 1
+        stat.update(value=value, grad_norm=float(np.linalg.norm(agg)), lr=scale * lr)
+        self._round.append(stat)
+        if self.stopper.add(value, self.rows_seen // self.n_rows):  # tol: the epoch's mean, as sync SGD
+            self.stop(converged=True)
+        return self._after_push(now)
+
+    def _backoff(self):
+        """Non-finite sums or parameters: back to the last good version, half the step."""
+        self.backoffs += 1
+        if self.backoffs > self.max_backoffs:
+            self.stop(error=divergence_message(
+                f"asynchronous training diverged at update {self.version}", self.max_backoffs,
+                self.objective.hint,
+            ))
+            return
+        params, state, optimizer = self.snapshots.get(self.good, self.snapshots[min(self.snapshots)])
+        self.optimizer = optimizer.scale_learning_rate(0.5)
+        self.params, self.state = params, state
+        self.latest = [None] * self.n_groups
+        self.version += 1
+        self.valid_from = self.version
+        self.rollbacks += 1
+        self.snapshots = {self.version: (self.params, self.state, self.optimizer)}
+        self.good = self.version
+
+    def _prune(self):
+        keep = set(self.pulled) | {self.good, self.version}
+        for v in [v for v in self.snapshots if v not in keep]:
+            del self.snapshots[v]
+
+    def _after_push(self, now):
+        if len(self._round) >= self.n_groups:
+            self._emit(now)
+        if self.stopped:
+            return
+        if self.rows_seen >= self.max_epochs * self.n_rows:
+            self.stop(message=f"reached max_iter={self.max_epochs}")
+        elif self.max_time is not None and now - self.start_wall >= self.max_time:
+            self.stop(message=self.time_message)
+
+    def _emit(self, now):
+        """One history record for the pushes since the last one (a round of
+        ``n_groups`` pushes, or what is left at the stop)."""
+        stats, self._round = self._round, []
+        if not stats:
+            return
+        applied = [s for s in stats if "value" in s]
+        last = applied[-1] if applied else {}
+        counts = [0] * self.n_groups
+        for s in stats:
+            counts[s["group"]] += 1
+        leads = [s["lead"] for s in stats]
+        delays = [s["delay"] for s in stats]
+        times = [s["time"] for s in stats]
+        n = 8 * self.params.size * len(stats)
+        self.records.append(make_record(
+            step=self.version, iteration=-(-self.rows_seen // self.n_rows), loss=last.get("value", math.nan),
+            grad_norm=last.get("grad_norm", math.nan), step_size=last.get("lr"),
+            timing=Timing(now - self._round_start, max(times), min(times), wait_time=max(s["wait"] for s in stats)),
+            n_samples=sum(s["weight"] for s in stats), updates_per_group=counts, nbytes=Bytes(n, n, n),
+            staleness=(max(leads), float(np.mean(leads))), delay=(max(delays), float(np.mean(delays))), wall=now,
+        ))
+        self._round_start = now
+
+    def drain(self):
+        """Records since the last drain, and whether training has stopped."""
+        records, self.records = self.records, []
+        return records, self.stopped
+
+    def result(self):
+        return {
+            "params": self.params,
+            "optimizer": self.optimizer,
+            "state": self.state,
+            "epochs": min(self.max_epochs, -(-self.rows_seen // self.n_rows)),
+            "converged": self.converged,
+            "message": self.message,
+            "error": self.error,
+            "updates": self.version,
+        }
+
+
+class ParameterServer:
+    """Dask actor around a :class:`ServerCore`; its methods run on the worker's event
+    loop, so a group waiting at the staleness bound never blocks the others."""
+
+    def __init__(self, *args, core_state=None, **kwargs):
+        if core_state is None:
+            self.core = ServerCore(*args, **kwargs)
+        else:  # restarted from the driver's copy (its first worker was lost)
+            self.core = ServerCore.__new__(ServerCore)
+            self.core.__dict__.update(core_state)
+        self._cond = None
+
+    def _condition(self):
+        if self._cond is None:
+            self._cond = asyncio.Condition()
+        return self._cond
+
+    async def exchange(self, g, msg):
+        """Apply ``msg`` (None on the first call), wait for the bound, return the
+        parameters to compute on next."""
+        core, cond = self.core, self._condition()
+        async with cond:
+            if msg is not None:
+                core.push(g, msg, msg.pop("wait", 0.0))
+            cond.notify_all()
+            t0 = time.perf_counter()
+            await cond.wait_for(lambda: core.may_proceed(g))
+            reply = core.pull(g)
+        reply["wait"] = time.perf_counter() - t0
+        return reply
+
+    async def stop(self, message="", error=None):
+        cond = self._condition()
+        async with cond:
+            self.core.stop(message=message, error=error)
+            cond.notify_all()
+
+    async def drain_with_state(self):
+        """The records since the last drain, whether training stopped, and a copy of the
+        server's whole state (what a new server restarts from if this worker is lost)."""
+        records, stopped = self.core.drain()
+        return records, stopped, dict(vars(self.core))
+
+    async def result(self):
+        return self.core.result()

@@ -1,0 +1,285 @@
+"""Training objectives: what the engine trains, family by family.
+
+A training objective tells the engine everything model-specific; the loop, the modes,
+the reduction and the update rule know nothing else about the model.  The protocol:
+
+Worker side (pickled into every step request; keep it small):
+
+- ``group_sums(shard, params, aux, draw, local, memory) -> ({block: BlockSums}, local_grad)``:
+  the sums of each of the group's blocks at ``params`` (all rows, or the rows of
+  ``draw``, a :class:`~.kernels.Draw`), and the gradient of the group's local
+  parameters ``local`` (None when the model has none); ``memory`` is a dict the
+  objective may keep buffers in between steps;
+- ``grad_template()``: an array shaped like the gradient in its natural form (the
+  parameter matrix), for compressors; ``dense_grad(grad)``: a block gradient as a
+  dense vector;
+- ``local_init(shard, init)``, ``local_size(params)``, ``local_export(params, state)``:
+  models with local parameters (``has_local``) only.
+
+Driver side:
+
+- ``n_params``, ``has_local``, ``hint`` (the remedy named in divergence messages),
+  ``penalty`` (``decay_mask``, ``has_l1``, ``prox(params, step)``; see
+  :class:`~.update.UpdateRule`);
+- ``step_aux(params)``: what a step sends besides the parameters (None);
+- ``finish(partial, params) -> (value, grad)``: the smooth objective and its gradient
+  from the reduced sums; ``l1_value(params)``: the non-smooth part;
+- ``record_extras(partial)``: fields the model adds to each step record;
+- ``batching(shards, batch_size, seed)``: how mini-batches are drawn (``steps_per_epoch``,
+  ``draw(step)``, ``work(step)``);
+- ``lipschitz(shards, params)``: a curvature estimate for ``learning_rate="auto"``;
+- ``check_data(shards)``: name the block whose data made the sums non-finite.
+
+:class:`LinearTraining` is the linear models' objective; matrix factorization's is
+:class:`dask_dgd.recommender._objective.FactorizationTraining`.
+"""
+
+import math
+from dataclasses import dataclass
+
+import array_api_compat
+import numpy as np
+import scipy.sparse as sp
+
+from .._backend import is_sparse, to_numpy
+from ..losses import LinearObjective, Penalty, lipschitz_bound, objective_hessian, objective_value_gradient
+from .blocks import _block_error, shard_check_finite, shard_sample
+from .kernels import BlockSums, Draw
+
+__all__ = ["BoundPenalty", "LinearTraining", "RowBatches", "batch_allocation", "gather_sample"]
+
+#: Rows sampled (in total, over all shards) to estimate the Lipschitz constant.
+LIPSCHITZ_SAMPLE_ROWS = 8192
+
+
+@dataclass(frozen=True)
+class BoundPenalty:
+    """An elastic-net :class:`~dask_dgd.losses.Penalty` bound to a linear objective's
+    parameter layout (what :class:`~.update.UpdateRule` needs)."""
+
+    penalty: Penalty
+    objective: LinearObjective
+
+    @property
+    def has_l1(self):
+        return self.penalty.has_l1
+
+    @property
+    def decay_mask(self):
+        return self.penalty.mask(self.objective)
+
+    def prox(self, params, step):
+        return self.penalty.prox(params, step, self.objective)
+
+
+def batch_allocation(block_rows, batch_size, seed):
+    """Rows each block contributes to one global batch of ``batch_size`` rows.
+
+    Each block gets the integer part of its proportional share; the remaining rows go
+    to blocks drawn without replacement with probability proportional to the fractional
+    parts, by a generator seeded with ``seed`` (random state and step).  Every row thus
+    has the same chance to be in a batch, whatever the block sizes, and the allocation
+    depends only on the block sizes and the seed.
+    """
+    rows = np.asarray(block_rows, dtype=np.int64)
+    total = rows.sum()
+    if batch_size >= total:
+        return rows.copy()
+    exact = rows * (batch_size / total)
+    take = np.floor(exact).astype(np.int64)
+    short = int(batch_size - take.sum())
+    if short:
+        frac = exact - take
+        rng = np.random.default_rng(list(seed))
+        take[rng.choice(len(rows), size=short, replace=False, p=frac / frac.sum())] += 1
+    return take
+
+
+@dataclass(frozen=True)
+class RowBatches:
+    """Mini-batches of ``batch_size`` rows: each block gives its share
+    (:func:`batch_allocation`), drawn by a generator seeded with (seed, step, block)."""
+
+    block_rows: np.ndarray
+    block_costs: np.ndarray
+    batch_size: int
+    seed: tuple
+
+    @property
+    def steps_per_epoch(self):
+        return math.ceil(int(np.sum(self.block_rows)) / self.batch_size)
+
+    def draw(self, step):
+        take = batch_allocation(self.block_rows, self.batch_size, (*self.seed, step))
+        return Draw(tuple(self.seed), int(step), take)
+
+    def group_draw(self, shard, g, clock):
+        """Asynchronous training: group ``g``'s batch at its ``clock``-th step, its
+        share of a global batch allocated over its blocks (None: all its rows)."""
+        rows = [b.n_rows for b in shard.blocks]
+        group_batch = max(1, round(self.batch_size * sum(rows) / int(np.sum(self.block_rows))))
+        if group_batch >= sum(rows):
+            return Draw(tuple(self.seed), int(clock), None)
+        alloc = batch_allocation(rows, group_batch, (*self.seed, g, clock))
+        return Draw(tuple(self.seed), int(clock), {b.index: int(k) for b, k in zip(shard.blocks, alloc)})
+
+    @staticmethod
+    def draw_rows(shard, draw, partial):
+        """Rows a group's step used (the server counts epochs with them)."""
+        if draw is None or draw.take is None:
+            return shard.n_rows
+        take = draw.take
+        return int(sum(take.values()) if isinstance(take, dict) else sum(take[b.index] for b in shard.blocks))
+
+
+class _Placement:
+    """The step's parameters moved to each device of a shard's blocks, once per device
+    (NumPy and SciPy blocks read the host parameters directly)."""
+
+    def __init__(self, objective, params):
+        self.objective, self.params, self.moved = objective, params, {}
+
+    def __call__(self, X):
+        if isinstance(X, np.ndarray) or is_sparse(X):
+            return None
+        key = (type(X), str(array_api_compat.device(X)))
+        if key not in self.moved:
+            self.moved[key] = self.objective.place(self.params, X)
+        return self.moved[key]
+
+
+def gather_sample(shards, n_rows):
+    """About ``n_rows`` evenly spaced rows of the data on the driver: ``(X, y, weights)``.
+
+    Each block gives rows in proportion to its size and the pieces are put in block
+    order, so the sample depends only on the data and its chunking, never on
+    placement.  The weights (sample weights, or ones) are scaled by total rows / sampled
+    rows so that weighted means over the sample estimate those over the data.  None if
+    the data has no rows.
+    """
+    rows = shards.block_rows
+    total = int(rows.sum())
+    if total == 0 or n_rows <= 0:
+        return None
+    take = np.ceil(np.minimum(n_rows, total) * rows / total).astype(np.int64)
+    pieces = sorted(
+        (p for group in shards.map_gather(shard_sample, take, name="dgd-sample") for p in group),
+        key=lambda p: p[0],
+    )
+    if not pieces:
+        return None
+    if sp.issparse(pieces[0][1]):
+        X = sp.vstack([p[1] for p in pieces], format="csr")
+    else:
+        X = np.concatenate([p[1] for p in pieces])
+    y = np.concatenate([p[2] for p in pieces])
+    w = np.concatenate([p[3] for p in pieces])
+    return X, y, w * (total / len(w))
+
+
+@dataclass(frozen=True)
+class LinearTraining:
+    """The training objective of a linear model: a
+    :class:`~dask_dgd.losses.LinearObjective` and its elastic-net
+    :class:`~dask_dgd.losses.Penalty` (see the module docstring for the protocol)."""
+
+    objective: LinearObjective
+    penalty_spec: Penalty = Penalty()
+
+    has_local = False
+    hint = "scale the features (e.g. StandardScaler)"
+
+    @property
+    def n_params(self):
+        return self.objective.n_params
+
+    @property
+    def penalty(self):
+        return BoundPenalty(self.penalty_spec, self.objective)
+
+    # ------------------------------------------------------------- worker side
+    def group_sums(self, shard, params, aux, draw, local, memory=None):
+        obj = self.objective
+        placed = _Placement(obj, params)
+        sums = {}
+        for b in shard.blocks:
+            rows = None
+            if draw is not None and draw.take is not None:
+                k = int(draw.take[b.index])
+                if k == 0:
+                    sums[b.index] = BlockSums(0.0, np.zeros(obj.n_params), 0.0, {})
+                    continue
+                rng = np.random.default_rng([*draw.seed, draw.step, b.index])
+                rows = np.sort(rng.choice(b.n_rows, size=k, replace=False))
+            try:
+                with np.errstate(all="ignore"):  # non-finite sums are handled by the engine
+                    loss, grad, weight = obj.block_sums(params, b.X, b.y, b.sample_weight, rows=rows,
+                                                        placed=placed(b.X))
+            except Exception as err:
+                raise _block_error(err, b) from err
+            sums[b.index] = BlockSums(loss, grad, weight, {})
+        return sums, None
+
+    def grad_template(self):
+        return np.zeros((self.objective.n_features + self.objective.fit_intercept, self.objective.n_outputs))
+
+    @staticmethod
+    def dense_grad(grad):
+        return to_numpy(grad)
+
+    # ------------------------------------------------------------- driver side
+    def step_aux(self, params):
+        return None
+
+    def finish(self, partial, params):
+        """Mean loss plus the smooth penalty, and its gradient.  A mini-batch can draw
+        only zero-weight rows: it then carries no loss (the whole data's total weight is
+        checked to be positive before training)."""
+        pen, pen_grad = self.penalty_spec.smooth_value_gradient(params, self.objective)
+        if partial.weight_sum <= 0:
+            return pen, pen_grad
+        return partial.loss_sum / partial.weight_sum + pen, partial.grad_sum / partial.weight_sum + pen_grad
+
+    def l1_value(self, params):
+        return self.penalty_spec.l1_value(params, self.objective)
+
+    def record_extras(self, partial):
+        return {}
+
+    def batching(self, shards, batch_size, seed):
+        if batch_size is None or batch_size >= shards.n_rows:
+            return None
+        return RowBatches(shards.block_rows, shards.block_costs, int(batch_size), tuple(seed))
+
+    def lipschitz(self, shards, params):
+        """Lipschitz estimate of the mean-loss gradient from an even sample of rows."""
+        sample = gather_sample(shards, LIPSCHITZ_SAMPLE_ROWS)
+        if sample is None:
+            return 1.0
+        X, _, w = sample
+        L = lipschitz_bound(self.objective, X, w, alpha_l2=self.penalty_spec.l2_strength, params=params)
+        return float(L) if L > 0 and math.isfinite(L) else 1.0
+
+    def check_data(self, shards):
+        """Raise InputError naming the first block of X with NaN or infinity (if any)."""
+        shards.map_gather(shard_check_finite, name="dgd-check-finite")
+
+    # ------------------------------------------------------------------ Newton
+    def sample_problem(self, shards, n_rows):
+        """The objective on an even row sample gathered to the driver:
+        ``(value_gradient(params), hessian(params))`` functions."""
+        X, y, w = gather_sample(shards, n_rows)
+        if not np.all(np.isfinite(X.data if sp.issparse(X) else X)):
+            self.check_data(shards)  # names the block
+        obj, pen = self.objective, self.penalty_spec
+
+        def value_gradient(params):
+            with np.errstate(all="ignore"):
+                return objective_value_gradient(params, obj, pen, X, y, w)
+
+        def hessian(params):
+            return objective_hessian(params, obj, pen, X, y, w)
+
+        hessian_check = objective_hessian  # an unsupported loss fails on one row, now
+        hessian_check(np.zeros(obj.n_params), obj, pen, X[:1], y[:1], w[:1])
+        return value_gradient, hessian

@@ -1,0 +1,563 @@
+"""Synchronous solvers: the template methods of the one driver loop.
+
+A solver has the same shape in every mode (see :class:`Solver`): ``start`` makes the
+first step, ``step`` proposes parameters, has them evaluated by the step source and
+decides (accept, back off, shorten a line search), ``stop_rule`` is its own tolerance
+and iteration rule, and ``state_dict`` is what a checkpoint keeps.  The loop
+(:mod:`.loop`) calls them in the same order for every solver and mode.
+
+- :class:`FirstOrder`: gradient steps of a first-order optimizer through the
+  :class:`~.update.UpdateRule`, full batch or mini-batch, with the divergence guard;
+- :class:`LBFGS`: limited-memory BFGS (two-loop recursion from
+  :mod:`dask_dgd.optim`) with a backtracking Armijo line search, every trial point one
+  distributed step;
+- :class:`Newton`: Newton steps with the Hessian of a row sample on the full gradient.
+
+Local SGD and asynchronous training are solvers too (:mod:`.modes`).
+"""
+
+import math
+from dataclasses import dataclass, field
+
+import dask
+import numpy as np
+import scipy.linalg
+import scipy.optimize
+
+from ..exceptions import DivergenceError, ParameterError
+from ..optim import lbfgs_direction, strong_wolfe
+from .records import make_record
+from .stopping import EpochStopper, Stop
+from .update import Guard, UpdateRule, auto_learning_rate, initial_divergence
+
+__all__ = ["FirstOrder", "LBFGS", "Newton", "Outcome", "Solver", "start_step"]
+
+#: Rows of the sample whose Hessian preconditions the Newton solver (dask config
+#: ``dgd.newton-sample-rows``).
+NEWTON_SAMPLE_ROWS = 32768
+#: Halvings of the Newton step before the line search gives up.
+NEWTON_MAX_LINESEARCH = 30
+#: Armijo's sufficient-decrease constant.
+ARMIJO = 1e-4
+
+
+@dataclass
+class Outcome:
+    """What one step of a solver produced.
+
+    ``records``: step records for the monitor; ``accepted``: whether the loop asks its
+    stop rules now (False after a step that is undone or a line-search trial);
+    ``stop``: the solver ends the fit itself."""
+
+    records: list = field(default_factory=list)
+    accepted: bool = True
+    stop: Stop = None
+
+    @property
+    def record(self):
+        return self.records[-1] if self.records else None
+
+
+class Solver:
+    """The template every solver fills (see the module docstring)."""
+
+    #: the counter checkpoints are due on (updates, rounds, server versions)
+    progress = 0
+
+    def start(self):
+        raise NotImplementedError
+
+    def step(self):
+        raise NotImplementedError
+
+    def stop_rule(self, outcome):
+        return None
+
+    def finish(self, stop, emit):
+        """The fit ends (``stop``): e.g. stop the parameter server; records produced
+        meanwhile go to ``emit``.  Returns the final stop."""
+        return stop
+
+    def close(self):
+        """Let go of what the solver holds on the cluster (also after an error)."""
+
+    def local_keys(self):
+        """The snapshots of the groups' local parameters a checkpoint keeps."""
+        return ()
+
+    def state_dict(self):
+        raise NotImplementedError
+
+    def load_state_dict(self, state):
+        raise NotImplementedError
+
+    def resume(self):
+        """The first outcome of a resumed fit (after :meth:`load_state_dict`)."""
+        raise NotImplementedError
+
+    def result(self):
+        """``(params, n_iter, optimizer, optimizer state)``."""
+        raise NotImplementedError
+
+
+def step_record(ctx, res, iteration, value, grad, step_size, **extra):
+    """The record of one synchronous step (``res``: a :class:`~.modes.sync.StepResult`)."""
+    obj = ctx.objective
+    n_groups = max(int(res.partial.n_groups), 1)
+    return make_record(
+        step=res.step, iteration=iteration, loss=value, grad_norm=obj.grad_norm(res.partial, grad)
+        if hasattr(obj, "grad_norm") else float(np.linalg.norm(grad)),
+        step_size=step_size, timing=res.timing, n_samples=res.partial.weight_sum,
+        updates_per_group=(1,) * n_groups, nbytes=res.nbytes, **obj.record_extras(res.partial), **extra,
+    )
+
+
+def start_step(ctx, params, optimizer, *, divide=1):
+    """The synchronous start of the local and asynchronous modes.
+
+    One step at ``params`` (full batch, or the first mini-batch): it checks the data,
+    gives the first history record, and the gradient for ``learning_rate="auto"``, whose
+    step is divided by ``divide``.  Returns ``(optimizer with its learning rate, the
+    step result, its record)``."""
+    src, obj = ctx.source, ctx.objective
+    draw = None if ctx.batching is None else ctx.batching.draw(src.n_steps + 1)
+    res = src.evaluate(params, draw, src.local_update(0))
+    if not res.finite:
+        raise initial_divergence(res.value)
+    if ctx.learning_rate == "auto":
+        L = obj.lipschitz(ctx.shards, params)
+        optimizer = optimizer.with_learning_rate(auto_learning_rate(optimizer, L, res.grad) / divide)
+    record = step_record(ctx, res, 0, res.value + obj.l1_value(params), res.grad, None)
+    return optimizer, res, record
+
+
+class FirstOrder(Solver):
+    """Gradient descent with a first-order optimizer, full batch or mini-batch.
+
+    Full batch: at most ``max_iter`` updates; stops when the largest entry of the
+    (proximal) gradient mapping is at most ``tol`` (models whose tolerance is on the
+    objective, ``objective.tol_on_objective``: the epoch rule below).  Mini-batch: at
+    most ``max_iter`` epochs of ``steps_per_epoch`` steps; stops when the epoch's mean
+    batch objective has not improved by more than ``tol`` for ``n_iter_no_change``
+    epochs (unless early stopping decides).
+
+    A step that diverged (:class:`~.update.Guard`) restores the last accepted
+    parameters (and, for models with local parameters, names their snapshot to the
+    groups) and halves the learning rate.  ``learning_rate="auto"`` replaces the
+    optimizer's learning rate by :func:`~.update.auto_learning_rate` (shortened for a
+    compressor).
+    """
+
+    def __init__(self, ctx, params0, optimizer, opt_state=None):
+        self.ctx = ctx
+        self.params = np.array(params0, dtype=np.float64, copy=True)
+        self.rule = UpdateRule(optimizer, ctx.objective.penalty)
+        self.state = opt_state
+        self.full_batch = ctx.batching is None or getattr(ctx.batching, "full_batch", False)
+        self.steps_per_epoch = 1 if self.full_batch else ctx.batching.steps_per_epoch
+        self.total_steps = ctx.max_iter * self.steps_per_epoch
+        monotone = self.full_batch and optimizer.descent_method and ctx.compressor is None
+        self.guard = Guard(ctx.on_divergence, full_batch=self.full_batch, monotone=monotone, hint=ctx.objective.hint)
+        self.stopper = EpochStopper(ctx.tol, ctx.n_iter_no_change)
+        self.on_objective = on_objective = getattr(ctx.objective, "tol_on_objective", False)
+        # a tolerance on the objective of 0 (models that declare it) runs every epoch
+        self.use_stopper = (not self.full_batch or on_objective) and ctx.validator is None \
+            and not (on_objective and ctx.tol <= 0)
+        self.it = 0  # updates applied
+        self.n_values = 0  # values given to the stopper
+        self.value = self.grad = None
+        self.good = None  # (params, state, value, grad, it, local key, local scale)
+        self.phase = "checked"
+        self.pending_backoff = False
+        self.resume_phase = None
+
+    @property
+    def progress(self):
+        return self.it
+
+    @property
+    def optimizer(self):
+        return self.rule.optimizer
+
+    def _draw(self):
+        batching = self.ctx.batching
+        return None if batching is None else batching.draw(self.ctx.source.n_steps + 1)
+
+    def start(self):
+        ctx, src = self.ctx, self.ctx.source
+        res = src.evaluate(self.params, self._draw(), src.local_update(0))
+        if ctx.learning_rate == "auto" and res.finite:
+            L = ctx.objective.lipschitz(ctx.shards, self.params)
+            lr = auto_learning_rate(self.optimizer, L, res.grad)
+            if ctx.compressor is not None:  # compressed gradients need a shorter step
+                lr *= ctx.compressor.step_scale(ctx.objective.n_params)
+            self.rule = UpdateRule(self.optimizer.with_learning_rate(lr), self.rule.penalty)
+        if self.state is None:
+            self.state = self.optimizer.init(self.params)
+        return self._observe(res)
+
+    def _observe(self, res):
+        """Check an evaluation; accept it (and record it) or mark a backoff."""
+        ctx = self.ctx
+        value = res.value + ctx.objective.l1_value(res.params)
+        good_value = None if self.good is None else self.good[2]
+        lr_good = self.optimizer.current_learning_rate(self.state if self.good is None else self.good[1])
+        if self.guard.check(value, res.grad, good_value, step=res.step, learning_rate=lr_good):
+            self.pending_backoff = True
+            self.value = value
+            return Outcome(accepted=False)
+        self.guard.accepted()
+        self.params, self.value, self.grad = res.params, value, res.grad
+        scale = 1.0 / res.partial.weight_sum if res.partial.weight_sum > 0 else 0.0
+        self.good = (self.params, self.state, value, self.grad, self.it, res.local_key, scale)
+        scores = {}
+        if ctx.validator is not None:
+            scores = {"val_loss": None, "val_score": None}
+            if self.it % self.steps_per_epoch == 0:
+                scores = ctx.validator.evaluate(self.params)
+        iteration = self.it if self.full_batch else self.it // self.steps_per_epoch
+        lr_next = self.optimizer.current_learning_rate(self.state)
+        record = step_record(ctx, res, iteration, value, self.grad, lr_next, **scores)
+        return Outcome([record])
+
+    def step(self):
+        src = self.ctx.source
+        if self.resume_phase == "evaluate":  # the last update was made but not evaluated
+            self.resume_phase = None
+            good = self.good
+            local = src.local_update(good[5], self.optimizer, good[6], keep=(good[5],))
+            return self._observe(src.evaluate(self.params, self._draw(), local))
+        if self.pending_backoff:
+            self.pending_backoff = False
+            self.guard.backoff(f"the objective diverged at step {src.n_steps} (loss={self.value})")
+            self.rule = self.rule.halved()
+            self.params, self.state, self.value, self.grad, self.it = self.good[:5]
+        good = self.good
+        params, self.state, _ = self.rule.apply(self.params, self.grad, self.state)
+        self.params = params
+        self.it += 1
+        if not self.full_batch and self.it >= self.total_steps:
+            self.phase = "updated"  # the last epoch is complete; a further batch would be discarded
+            return Outcome(stop=Stop(False, ""))
+        local = src.local_update(good[5], self.optimizer, good[6], keep=(good[5],))
+        return self._observe(src.evaluate(params, self._draw(), local))
+
+    def stop_rule(self, outcome):
+        ctx = self.ctx
+        if self.full_batch and not self.on_objective:
+            g_map = self.grad
+            pen = ctx.objective.penalty
+            if pen.has_l1:
+                lr = self.optimizer.current_learning_rate(self.state)
+                g_map = (self.params - pen.prox(self.params - lr * self.grad, lr)) / lr
+            if np.max(np.abs(g_map), initial=0.0) <= ctx.tol:
+                return Stop(True)
+        elif self.use_stopper:
+            self.n_values += 1
+            if self.stopper.add(self.value, self.n_values // self.steps_per_epoch):
+                return Stop(True)
+        if self.it >= self.total_steps:
+            return Stop(False, "")
+        return None
+
+    def result(self):
+        n_iter = self.it if self.full_batch else -(-self.it // self.steps_per_epoch)
+        return self.params, n_iter, self.optimizer, self.state
+
+    def local_keys(self):
+        return () if self.good is None or self.good[5] is None else (self.good[5],)
+
+    def local_export(self):
+        """The last accepted snapshot of the local parameters, with the update the
+        shared parameters took after it when the fit ended on an update (mini-batch)."""
+        from .kernels import LocalUpdate
+
+        good = self.good
+        if self.phase == "updated":
+            return LocalUpdate(good[5], -1, (), self.optimizer, good[6])
+        return LocalUpdate(good[5], -1, ())
+
+    # -------------------------------------------------------------- checkpoints
+    def state_dict(self):
+        return {
+            "params": self.params, "opt_state": self.state, "optimizer": self.optimizer, "value": self.value,
+            "grad": self.grad, "iteration": self.it, "n_values": self.n_values, "good": list(self.good),
+            "guard": self.guard.state_dict(), "stopper": self.stopper.state_dict(), "phase": self.phase,
+        }
+
+    def load_state_dict(self, state):
+        self.params, self.state, self.value, self.grad = (
+            state["params"], state["opt_state"], state["value"], state["grad"])
+        self.rule = UpdateRule(state["optimizer"], self.ctx.objective.penalty)
+        self.it, self.n_values = state["iteration"], state["n_values"]
+        self.good = tuple(state["good"])
+        self.guard.load_state_dict(state["guard"])
+        self.stopper.load_state_dict(state["stopper"])
+        self.phase = state["phase"]
+
+    def resume(self):
+        """A fit that converged or has done ``max_iter`` already (perhaps a smaller
+        ``max_iter`` than before) does nothing; one whose last update was made without
+        evaluating it (it ended at ``max_iter`` and is given more) evaluates it first;
+        otherwise the saved state passed every check and is updated at once."""
+        if self.it >= self.total_steps:
+            return Outcome(stop=Stop(False, ""))
+        if self.phase == "updated":
+            self.phase, self.resume_phase = "checked", "evaluate"
+        return Outcome(accepted=False)
+
+
+class LBFGS(Solver):
+    """Limited-memory BFGS on the distributed objective (smooth problems, full batch).
+
+    The direction is the two-loop recursion over the last ``memory`` pairs
+    (:func:`dask_dgd.optim.lbfgs_direction`, scaled by ``s.y / y.y``); the step length
+    comes from a line search for the strong Wolfe conditions
+    (:func:`dask_dgd.optim.strong_wolfe`), starting at 1 (``min(1, 1/|g|)`` on the first
+    iteration), each trial one distributed step (and one history record).  Converged
+    when the largest gradient entry is at most ``tol`` or the objective's relative
+    decrease is at rounding level (``64 eps``, scikit-learn's ``ftol`` for L-BFGS);
+    stops at ``max_iter`` iterations, ``max(4 max_iter, 50)`` evaluations, or a line
+    search of ``max_linesearch`` trials without decrease.  The line search is replayed
+    from its trials when a checkpoint is resumed, so a resumed fit takes the same steps.
+    """
+
+    def __init__(self, ctx, params0, settings):
+        if ctx.objective.penalty.has_l1:
+            raise ParameterError(
+                "solver='lbfgs' cannot handle an L1 penalty (l1_ratio > 0); use solver='gd' "
+                "(proximal gradient) or solver='auto'"
+            )
+        self.ctx, self.settings = ctx, settings
+        self.x = np.array(params0, dtype=np.float64, copy=True)
+        self.f = self.g = None
+        self.s, self.y = [], []
+        self.it = 0
+        self.max_evals = max(4 * ctx.max_iter, 50)
+        self.reduction = math.inf
+        self.direction = None  # of the line search in progress (None: none)
+        self.slope0 = self.t0 = self.t = None
+        self.trials = []  # (step, value, slope) of the line search so far
+        self.points = []  # (step, parameters, value, gradient) of its finite trials
+        self._search = None
+
+    @property
+    def progress(self):
+        return self.it
+
+    def _evaluate(self, x):
+        res = self.ctx.source.evaluate(x)
+        return res, step_record(self.ctx, res, self.it, res.value, res.grad, None)
+
+    def start(self):
+        res, record = self._evaluate(self.x)
+        if not res.finite:
+            raise initial_divergence(res.value)
+        self.f, self.g = res.value, res.grad
+        return Outcome([record])
+
+    def _line_search(self):
+        """The line search along the current direction, replayed over its trials."""
+        search = strong_wolfe(self.f, self.slope0, self.t0, self.settings.max_linesearch)
+        t = next(search)
+        for _, value, slope in self.trials:
+            t = search.send((value, slope))
+        self._search, self.t = search, t
+
+    def _new_direction(self):
+        d = lbfgs_direction(self.g, self.s, self.y)
+        if not float(self.g @ d) < 0:  # not a descent direction (rounding): steepest descent
+            self.s, self.y = [], []
+            d = -self.g
+        gnorm = float(np.linalg.norm(self.g))
+        self.direction, self.slope0 = d, float(self.g @ d)
+        self.t0 = min(1.0, 1.0 / gnorm) if self.it == 0 and gnorm > 0 else 1.0
+        self.trials, self.points = [], []
+        self._line_search()
+
+    def step(self):
+        if self.direction is None:
+            self._new_direction()
+        elif self._search is None:  # resumed in the middle of a line search
+            self._line_search()
+        trial = self.x + self.t * self.direction
+        res, record = self._evaluate(trial)
+        value, slope = (res.value, float(res.grad @ self.direction)) if res.finite else (math.inf, math.inf)
+        self.trials.append((self.t, value, slope))
+        if res.finite:
+            self.points.append((self.t, trial, res.value, res.grad))
+        if (res.finite and res.value <= self.f + 64 * np.finfo(float).eps * abs(self.f)
+                and np.max(np.abs(res.grad)) < np.max(np.abs(self.g))):
+            # at the optimum the values differ only by rounding: a smaller gradient then
+            # shows the step is right
+            accepted = self.t
+        else:
+            try:
+                self.t = self._search.send((value, slope))
+                return Outcome([record])
+            except StopIteration as done:
+                accepted = done.value
+        found = [p for p in self.points if p[0] == accepted and accepted > 0]
+        self.direction = self._search = None
+        if not found:
+            return Outcome([record], stop=Stop(
+                np.max(np.abs(self.g), initial=0.0) <= self.ctx.tol,
+                f"the line search found no decrease in {len(self.trials)} trials (the objective is flat at "
+                "rounding level, or the gradient is inaccurate)"))
+        _, x_new, f_new, g_new = found[-1]
+        s, y = x_new - self.x, g_new - self.g
+        if float(s @ y) > 1e-10 * float(y @ y):
+            self.s.append(s)
+            self.y.append(y)
+            del self.s[: -self.settings.memory], self.y[: -self.settings.memory]
+        self.reduction = (self.f - f_new) / max(abs(self.f), abs(f_new), 1.0)
+        self.x, self.f, self.g = x_new, f_new, g_new
+        self.it += 1
+        return Outcome([record])
+
+    def stop_rule(self, outcome):
+        if np.max(np.abs(self.g), initial=0.0) <= self.ctx.tol:
+            return Stop(True)
+        if self.reduction <= 0.0:
+            return Stop(True, "the relative reduction of the objective is at rounding level")
+        if self.it >= self.ctx.max_iter:
+            return Stop(False, f"reached max_iter={self.ctx.max_iter}")
+        if self.ctx.source.n_steps >= self.max_evals:
+            return Stop(False, f"reached {self.max_evals} evaluations of the objective")
+        return None
+
+    def result(self):
+        return self.x, self.it, self.settings, None
+
+    _STATE = ("x", "f", "g", "s", "y", "it", "reduction", "direction", "slope0", "t0", "t", "trials", "points")
+
+    def state_dict(self):
+        return {k: getattr(self, k) for k in self._STATE}
+
+    def load_state_dict(self, state):
+        for k in self._STATE:
+            v = state[k]
+            setattr(self, k, [tuple(p) for p in v] if k in ("trials", "points") else
+                    list(v) if k in ("s", "y") else v)
+        self._search = None
+
+    def resume(self):
+        return Outcome(accepted=False)
+
+
+class Newton(Solver):
+    """Newton's method with the Hessian of an even row sample, on the full gradient.
+
+    On the driver, a sample of ``dgd.newton-sample-rows`` rows (dask config, default
+    :data:`NEWTON_SAMPLE_ROWS`; all rows when the data has fewer) is gathered once; the
+    same objective is minimised on it (SciPy L-BFGS-B, from ``params0``) and its
+    Hessian ``H`` is formed there.  Each iteration takes one distributed step for the
+    full gradient ``g`` and moves by ``-H^{-1} g`` with an Armijo backtracking line
+    search (every trial point is one distributed step).  The sample Hessian is
+    refreshed at the current point whenever the full step was not accepted.
+    Convergence is linear with a rate of about ``sqrt(n_params / sample)`` (quadratic
+    when the sample is all the data); it stops when the largest gradient entry is at
+    most ``tol``.
+    """
+
+    def __init__(self, ctx, params0):
+        obj = ctx.objective
+        if obj.penalty.has_l1:
+            raise ParameterError(
+                "solver='newton' cannot handle an L1 penalty (l1_ratio > 0); use solver='gd' "
+                "(proximal gradient) or solver='auto'"
+            )
+        sample_rows = int(dask.config.get("dgd.newton-sample-rows", NEWTON_SAMPLE_ROWS))
+        if sample_rows < obj.n_params:
+            raise ParameterError(
+                f"dgd.newton-sample-rows must be at least the number of parameters "
+                f"({obj.n_params}); got {sample_rows}"
+            )
+        self.ctx = ctx
+        self.sample_value_gradient, self.sample_hessian = obj.sample_problem(ctx.shards, sample_rows)
+        res = scipy.optimize.minimize(
+            self.sample_value_gradient, params0, method="L-BFGS-B", jac=True,
+            options={"maxiter": 500, "gtol": ctx.tol, "ftol": 64 * np.finfo(float).eps},
+        )
+        start = self.sample_value_gradient(params0)[0]
+        params = res.x if np.all(np.isfinite(res.x)) and res.fun <= start else params0
+        self.x = np.asarray(params, dtype=np.float64)
+        self.factor = self._factor(self.x)
+        self.f = self.g = None
+        self.it = 0
+        self.direction = None
+        self.t = 1.0
+        self.trials = 0
+
+    @property
+    def progress(self):
+        return self.it
+
+    def _factor(self, params):
+        H = self.sample_hessian(params)
+        # A tiny ridge keeps the factorisation defined for rank-deficient samples.
+        ridge = 1e-10 * max(float(np.max(np.diag(H))), 1e-300)
+        try:
+            return scipy.linalg.cho_factor(H + ridge * np.eye(len(H)))
+        except (np.linalg.LinAlgError, ValueError) as err:
+            raise DivergenceError(
+                f"the sample Hessian of the objective is not positive definite or not "
+                f"finite ({err}); scale the features or use solver='lbfgs'"
+            ) from err
+
+    def start(self):
+        res = self.ctx.source.evaluate(self.x)
+        if not res.finite:
+            raise initial_divergence(res.value)
+        self.f, self.g = res.value, res.grad
+        return Outcome([step_record(self.ctx, res, 0, res.value, res.grad, None)])
+
+    def step(self):
+        if self.direction is None:
+            self.direction = -scipy.linalg.cho_solve(self.factor, self.g)
+            self.t, self.trials = 1.0, 0
+        slope = float(self.g @ self.direction)
+        trial = self.x + self.t * self.direction
+        res = self.ctx.source.evaluate(trial)
+        record = step_record(self.ctx, res, self.it + 1, res.value, res.grad, self.t)
+        self.trials += 1
+        if res.finite and (
+            res.value <= self.f + ARMIJO * self.t * slope
+            # at the optimum the values differ only by rounding: a smaller gradient then
+            # shows the step is right
+            or (res.value <= self.f + 64 * np.finfo(float).eps * abs(self.f)
+                and np.max(np.abs(res.grad)) < np.max(np.abs(self.g)))
+        ):
+            self.it += 1
+            if self.t < 1.0:
+                self.factor = self._factor(trial)  # the sample curvature was off here: refresh it
+            self.x, self.f, self.g = trial, res.value, res.grad
+            self.direction = None
+            return Outcome([record])
+        if self.trials >= NEWTON_MAX_LINESEARCH:
+            converged = np.max(np.abs(self.g), initial=0.0) <= max(self.ctx.tol, 1e-8)
+            return Outcome([record], stop=Stop(
+                converged, "the line search found no decrease (the objective is flat at rounding level)"))
+        self.t *= 0.5
+        return Outcome([record])
+
+    def stop_rule(self, outcome):
+        if np.max(np.abs(self.g), initial=0.0) <= self.ctx.tol:
+            return Stop(True)
+        if self.it >= self.ctx.max_iter:
+            return Stop(False, f"reached max_iter={self.ctx.max_iter}")
+        return None
+
+    def result(self):
+        return self.x, self.it, None, None
+
+    def state_dict(self):
+        return {"x": self.x, "f": self.f, "g": self.g, "it": self.it, "factor": list(self.factor),
+                "direction": self.direction, "t": self.t, "trials": self.trials}
+
+    def load_state_dict(self, state):
+        for k, v in state.items():
+            setattr(self, k, tuple(v) if k == "factor" else v)
+
+    def resume(self):
+        return Outcome(accepted=False)

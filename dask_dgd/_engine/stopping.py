@@ -1,0 +1,126 @@
+"""When training stops: the rules every mode shares.
+
+The driver loop asks, after every accepted step, in this order: a callback asked to
+stop (converged: the user decided), early stopping on the validation score, the time
+limit, the solver's own tolerance rule, the iteration limit.  The first that answers
+ends the fit with its ``(converged, message)``.  :class:`EpochStopper` is the tolerance
+rule of mini-batch training in every mode (the parameter server uses it too); this
+module imports no Dask.
+"""
+
+import math
+
+import numpy as np
+
+__all__ = ["N_ITER_NO_CHANGE", "EarlyStopping", "EpochStopper", "Stop", "StopRules"]
+
+#: Epochs without improvement of more than ``tol`` after which mini-batch training stops.
+N_ITER_NO_CHANGE = 5
+
+
+class Stop:
+    """Why a fit ended."""
+
+    def __init__(self, converged, message=""):
+        self.converged = bool(converged)
+        self.message = message
+
+
+class EpochStopper:
+    """The mini-batch stopping rule of every mode: the mean of the objective values
+    recorded during an epoch has not improved on the best epoch's by more than ``tol``
+    for ``patience`` epochs in a row."""
+
+    def __init__(self, tol, patience=N_ITER_NO_CHANGE):
+        self.tol = tol
+        self.patience = int(patience)
+        self.values = []
+        self.best = math.inf
+        self.no_change = 0
+        self.epochs = 0
+
+    def add(self, value, epochs_done):
+        """Record ``value``; ``epochs_done`` (epochs completed so far) closes the epoch
+        when it grows.  Returns True when training should stop."""
+        self.values.append(value)
+        if epochs_done <= self.epochs:
+            return False
+        self.epochs = epochs_done
+        mean = float(np.mean(self.values))
+        self.values = []
+        self.no_change = self.no_change + 1 if mean > self.best - self.tol else 0
+        self.best = min(self.best, mean)
+        return self.no_change >= self.patience
+
+    def state_dict(self):
+        return dict(vars(self))
+
+    def load_state_dict(self, state):
+        self.__dict__.update(state)
+
+
+class EarlyStopping:
+    """Stop when the validation score has not improved on the best one by more than
+    ``tol`` for ``patience`` evaluations in a row (the model is the last parameters,
+    as scikit-learn's)."""
+
+    def __init__(self, tol, patience):
+        self.tol = tol
+        self.patience = int(patience)
+        self.best = -math.inf
+        self.no_change = 0
+
+    def add(self, score):
+        self.no_change = 0 if score > self.best + self.tol else self.no_change + 1
+        self.best = max(self.best, score)
+        return self.no_change >= self.patience
+
+    def state_dict(self):
+        return {"best": self.best, "no_change": self.no_change}
+
+    def load_state_dict(self, state):
+        self.best, self.no_change = state["best"], state["no_change"]
+
+
+class StopRules:
+    """The shared stop rules of one fit (see the module docstring).
+
+    Parameters
+    ----------
+    monitor : Monitor
+        Its ``stop_requested`` (a callback returned True) and elapsed time.
+    max_time : float or None
+    early_stopping : EarlyStopping or None
+        Fed with the ``val_score`` of the step records that carry one.
+    """
+
+    def __init__(self, monitor, max_time=None, early_stopping=None):
+        self.monitor = monitor
+        self.max_time = max_time
+        self.early_stopping = early_stopping
+
+    def out_of_time(self):
+        return self.max_time is not None and self.monitor.elapsed() >= self.max_time
+
+    def time_message(self):
+        return f"reached max_time={self.max_time} s"
+
+    def check(self, solver, outcome):
+        """The :class:`Stop` after ``outcome`` (the solver's last step), or None."""
+        if self.monitor.stop_requested:
+            return Stop(True)
+        score = None if outcome.record is None else outcome.record.get("val_score")
+        if self.early_stopping is not None and score is not None and self.early_stopping.add(score):
+            es = self.early_stopping
+            return Stop(True, f"early stopping: the validation score did not improve by more than tol={es.tol} "
+                              f"for n_iter_no_change={es.patience} epochs")
+        if self.out_of_time():
+            return Stop(False, self.time_message())
+        return solver.stop_rule(outcome)
+
+    def state_dict(self):
+        return None if self.early_stopping is None else self.early_stopping.state_dict()
+
+    def load_state_dict(self, state):
+        if self.early_stopping is not None and state is not None:
+            self.early_stopping.load_state_dict(state)

@@ -1,0 +1,398 @@
+"""``dask_dgd.train``: the functional layer every estimator is a thin shell over.
+
+``train(objective, data, ...)`` shards the data (or takes shards prepared by an
+estimator), resolves the solver, the optimizer and the mode, assembles the step source,
+the solver, the stop rules, the monitor and the checkpoints, runs the one driver loop
+(:mod:`.loop`) and returns a :class:`FitResult`.
+"""
+
+import numbers
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ..compression import get_compressor
+from ..exceptions import InputError, ParameterError
+from ..losses import LinearObjective, Penalty
+from ..optim import LBFGS, FirstOrderOptimizer, get_optimizer
+from .checkpoint import Checkpointer, data_fingerprint, stable_repr
+from .executor import auto_split_every, get_executor
+from .kernels import LocalUpdate, group_local_export, group_local_init
+from .loop import Loop
+from .modes.async_ import AsyncTraining
+from .modes.local import LocalSGD
+from .modes.sync import SyncSource
+from .monitor import Monitor, communicated
+from .objective import LinearTraining
+from .shards import ShardSet, released_on_error
+from .skew import DynamicBalancer
+from .solvers import LBFGS as LBFGSSolver
+from .solvers import FirstOrder, Newton
+from .stopping import EarlyStopping, StopRules
+
+__all__ = ["FitResult", "resolve_solver", "train"]
+
+SOLVERS = ("auto", "lbfgs", "newton", "gd", "sgd")
+MODES = ("sync", "local", "async")
+
+
+@dataclass
+class FitResult:
+    """What :func:`train` returns.
+
+    Attributes
+    ----------
+    params : numpy.ndarray
+        The trained parameters (flat; a linear objective's ``unpack`` splits them).
+    n_iter : int
+        Iterations (full batch) or epochs (mini-batch, local, async).
+    converged : bool
+    message : str
+        Why training stopped when it did not converge (or how it converged).
+    n_steps : int
+        Distributed steps taken.
+    history : pandas.DataFrame
+        One row per step (see the user guide's Monitoring section).
+    solver, mode : str
+    optimizer : optimizer object
+        With the learning rate training ended with (after automatic choice and halvings).
+    opt_state : NamedTuple or None
+        The optimizer's state (first-order solvers), to continue training.
+    split_every : int
+        Fan-in of the reduction tree.
+    bytes_communicated : dict
+        Totals of the bytes moved (see :func:`dask_dgd.communication_report`).
+    local : list or None
+        Models with local parameters: what each group exported (its users' factors).
+    """
+
+    params: np.ndarray
+    n_iter: int
+    converged: bool
+    message: str
+    n_steps: int
+    history: object
+    solver: str
+    mode: str
+    optimizer: object = None
+    opt_state: object = None
+    split_every: int = 8
+    bytes_communicated: dict = field(default_factory=dict)
+    local: list = None
+
+
+@dataclass
+class Context:
+    """The parts of one fit the solvers share."""
+
+    shards: ShardSet
+    objective: object
+    source: SyncSource
+    monitor: Monitor
+    batching: object
+    compressor: object
+    checkpoint: object
+    max_iter: int
+    tol: float
+    learning_rate: str
+    on_divergence: str
+    n_iter_no_change: int
+    validator: object
+    max_time: float
+    keeps_group_memory: bool
+    seed: tuple = (0,)
+    batch_size: int = None
+
+    def reseed(self, seed):
+        """Draw with ``seed`` from now on (a resumed fit takes its checkpoint's)."""
+        self.seed = tuple(int(v) for v in seed)
+        self.source.seed = self.seed
+        self.batching = self.objective.batching(self.shards, self.batch_size, self.seed)
+
+
+def resolve_solver(solver, optimizer, *, batch_size, mode, compression, has_l1, learning_rate="auto"):
+    """``(solver, optimizer)`` from the solver/optimizer/batch_size/L1 settings: "auto"
+    picks "lbfgs", or "gd" for an L1 penalty or a first-order optimizer (and in the
+    local/async modes or with compression), or "sgd" when ``batch_size`` is set."""
+    opt = None if optimizer is None else get_optimizer(optimizer)
+    if compression is not None:
+        get_compressor(compression)  # a bad name fails here, clearly
+        if mode != "sync":
+            raise ParameterError(
+                f"compression applies to synchronous gradient steps; mode={mode!r} "
+                "sends parameters, not gradients (use mode='sync')"
+            )
+        if solver in ("lbfgs", "newton") or isinstance(opt, LBFGS):
+            raise ParameterError(
+                f"compression needs a first-order solver ('gd' or 'sgd'): "
+                f"solver={solver!r} relies on exact gradients"
+            )
+    if mode != "sync":
+        if solver in ("lbfgs", "newton"):
+            raise ParameterError(
+                f"mode={mode!r} takes first-order steps; solver={solver!r} is "
+                "synchronous only. Use solver='sgd' (with batch_size) or 'gd', or mode='sync'"
+            )
+        if isinstance(opt, LBFGS):
+            raise ParameterError(
+                f"mode={mode!r} needs a first-order optimizer; L-BFGS is synchronous full-batch only"
+            )
+    if solver == "auto":
+        if batch_size is not None:
+            solver = "sgd"
+        elif mode != "sync" or compression is not None or (opt is not None and not isinstance(opt, LBFGS)) \
+                or has_l1:
+            solver = "gd"
+        else:
+            solver = "lbfgs"
+    if solver == "newton":
+        if opt is not None:
+            raise ParameterError(f"solver='newton' takes no optimizer; got {type(opt).__name__}")
+        if batch_size is not None:
+            raise ParameterError("solver='newton' is full-batch only; drop batch_size or use solver='sgd'")
+        if has_l1:
+            raise ParameterError(
+                "solver='newton' cannot handle an L1 penalty (l1_ratio > 0); use "
+                "solver='gd' (proximal gradient) or solver='auto'"
+            )
+        return solver, None
+    if solver == "lbfgs":
+        if opt is not None and not isinstance(opt, LBFGS):
+            raise ParameterError(
+                f"optimizer {type(opt).__name__} is a first-order optimizer; it needs "
+                "solver='gd' (full batch) or solver='sgd' (mini-batch), not 'lbfgs'"
+            )
+        if batch_size is not None:
+            raise ParameterError("solver='lbfgs' is full-batch only; drop batch_size or use solver='sgd'")
+        return solver, opt or LBFGS()
+    if isinstance(opt, LBFGS):
+        raise ParameterError(f"the L-BFGS optimizer needs solver='lbfgs' (or 'auto'); got solver={solver!r}")
+    if solver == "sgd" and batch_size is None:
+        raise ParameterError("solver='sgd' needs a batch_size (rows per step), e.g. 256")
+    if solver == "gd" and batch_size is not None:
+        raise ParameterError(
+            f"solver='gd' takes full-batch steps but batch_size={batch_size} was "
+            "given; use solver='sgd' (or 'auto') for mini-batches"
+        )
+    return solver, first_order_optimizer(opt, has_l1=has_l1, learning_rate=learning_rate)
+
+
+def first_order_optimizer(opt, *, has_l1, learning_rate):
+    """``opt`` (default: plain SGD) with ``learning_rate`` applied unless "auto"; an L1
+    penalty needs an optimizer whose proximal step is exact."""
+    if opt is None:
+        opt = get_optimizer("sgd")
+    if has_l1 and not opt.proximal_exact:
+        raise ParameterError(
+            f"an L1 penalty is applied by a proximal step, which is exact only for plain gradient "
+            f"steps; optimizer {type(opt).__name__} would converge to another solution. Use "
+            "optimizer='sgd' (no momentum), or l1_ratio=0"
+        )
+    if learning_rate != "auto":
+        opt = opt.with_learning_rate(learning_rate)
+    return opt
+
+
+def learning_rate_mode(optimizer, learning_rate):
+    """ "auto" when the engine should derive the step (an optimizer given by name or
+    none, and learning_rate="auto"); otherwise the optimizer's own."""
+    by_name = optimizer is None or isinstance(optimizer, str)
+    return "auto" if by_name and learning_rate == "auto" else "fixed"
+
+
+def seed_of(random_state):
+    """The seed tuple of ``random_state`` (an int, a RandomState or None)."""
+    from sklearn.utils import check_random_state
+
+    if isinstance(random_state, numbers.Integral):
+        return (int(random_state),)
+    if isinstance(random_state, tuple):
+        return tuple(int(v) for v in random_state)
+    return (int(check_random_state(random_state).randint(np.iinfo(np.int32).max)),)
+
+
+def _shards_of(data, client, rebalance, max_iter):
+    """``data`` as a ShardSet: as given, or ``(X, y[, sample_weight])`` sharded."""
+    if isinstance(data, ShardSet):
+        return data
+    if not isinstance(data, (tuple, list)) or len(data) not in (2, 3):
+        raise InputError(
+            f"data must be a ShardSet or a tuple (X, y) or (X, y, sample_weight); got {type(data).__name__}"
+        )
+    from .blocks import shard_summary
+    from .ingest import build_shardset
+
+    X, y, *rest = data
+    shards = build_shardset(get_executor(client, X), X, y, rest[0] if rest else None,
+                            rebalance=rebalance, passes=max_iter)
+    summaries = shards.map_gather(shard_summary, False, name="dgd-summary")
+    shards.totals = {"weight_sum": float(sum(s["weight_sum"] for s in summaries))}
+    if shards.totals["weight_sum"] <= 0:
+        raise InputError("the total sample weight is zero: nothing to train on")
+    return shards
+
+
+def train(
+    objective,
+    data,
+    *,
+    penalty=None,
+    solver="auto",
+    optimizer=None,
+    learning_rate="auto",
+    batch_size=None,
+    max_iter=100,
+    tol=1e-4,
+    mode="sync",
+    local_steps=8,
+    outer_optimizer=None,
+    max_staleness=None,
+    staleness_scaling=False,
+    max_time=None,
+    on_divergence="auto",
+    checkpoint=None,
+    checkpoint_every=10,
+    resume=False,
+    fingerprint=None,
+    validator=None,
+    n_iter_no_change=5,
+    compression=None,
+    split_every=8,
+    rebalance="auto",
+    random_state=None,
+    params0=None,
+    opt_state=None,
+    local_init=None,
+    verbose=0,
+    callbacks=None,
+    progress_total=None,
+    progress_desc="dask-dgd",
+    client=None,
+):
+    """Train a model by distributed gradient descent.
+
+    Parameters
+    ----------
+    objective : LinearObjective or training objective
+        What to minimise: a :class:`dask_dgd.losses.LinearObjective` (with ``penalty``),
+        or a training objective of another model family (see
+        :mod:`dask_dgd._engine.objective` for the protocol).
+    data : ShardSet or tuple
+        ``(X, y)`` or ``(X, y, sample_weight)`` (NumPy, SciPy sparse, dask arrays or
+        DataFrames; sharded here), or shards prepared by an estimator.
+    penalty : Penalty or None
+        The elastic-net penalty of a ``LinearObjective`` (None: none).
+    solver, optimizer, learning_rate, batch_size, max_iter, tol, mode, local_steps,
+    outer_optimizer, max_staleness, staleness_scaling, max_time, on_divergence,
+    checkpoint, checkpoint_every, compression, split_every, rebalance, random_state,
+    n_iter_no_change, verbose, callbacks, client
+        As the estimators' parameters of the same names (see
+        :class:`dask_dgd.LinearRegression` and the user guide).
+    resume : bool
+        Continue from ``checkpoint``.
+    fingerprint : dict or None
+        More that a resumed fit must match (e.g. the estimator's parameters).
+    validator : object or None
+        Early stopping: scores parameters on held-out data (``evaluate(params)`` ->
+        ``{"val_loss", "val_score"}``).
+    params0, opt_state : arrays or None
+        Where to start (default: zeros) and an optimizer state to continue.
+    local_init : list or None
+        Models with local parameters: what each group starts from (None: the model's
+        own start).
+    progress_total, progress_desc
+        The progress bar's expected steps and label (``verbose >= 1``).
+
+    Returns
+    -------
+    FitResult
+    """
+    if isinstance(objective, LinearObjective):
+        objective = LinearTraining(objective, penalty if penalty is not None else Penalty())
+    if solver not in SOLVERS:
+        raise ParameterError(f"solver must be one of {SOLVERS}; got {solver!r}")
+    if mode not in MODES:
+        raise ParameterError(f"mode must be one of {MODES}; got {mode!r}")
+    if outer_optimizer is not None and not isinstance(outer_optimizer, FirstOrderOptimizer):
+        raise ParameterError(f"outer_optimizer must be a first-order optimizer; got {type(outer_optimizer).__name__}")
+    shards = _shards_of(data, client, rebalance, max_iter)
+    has_l1 = objective.penalty is not None and objective.penalty.has_l1
+    lr_mode = learning_rate_mode(optimizer, learning_rate)
+    solver, opt = resolve_solver(solver, optimizer, batch_size=batch_size, mode=mode, compression=compression,
+                                 has_l1=has_l1, learning_rate=learning_rate)
+    if on_divergence == "auto":
+        on_divergence = "backoff" if lr_mode == "auto" else "raise"
+    if split_every == "auto":
+        split_every = auto_split_every(shards.n_groups, 8 * objective.n_params)
+    seed = seed_of(random_state)
+    compressor = get_compressor(compression)
+    if progress_total is None and solver == "gd" and mode == "sync":
+        progress_total = int(max_iter) + 1
+    monitor = Monitor(verbose=verbose, callbacks=callbacks, total=progress_total, desc=progress_desc)
+    balancer = None
+    if rebalance is not False and mode == "sync" and shards.executor.kind == "dask" and not objective.has_local:
+        balancer = DynamicBalancer(shards)
+    source = SyncSource(shards, objective, split_every=split_every, compressor=compressor, seed=seed,
+                        balancer=balancer)
+    cp = None
+    if checkpoint is not None:
+        # the caller's description of the fit (an estimator's parameters), or the settings
+        fp = dict(fingerprint) if fingerprint is not None else {
+            "objective": stable_repr(objective), "solver": solver, "mode": mode, "optimizer": stable_repr(opt),
+            "compression": stable_repr(compressor)}
+        fp.update(data_fingerprint(shards))
+        fp["blocks"] = [int(r) for r in shards.block_rows] if solver == "sgd" else len(shards.block_rows)
+        cp = Checkpointer(checkpoint, checkpoint_every, fp, resume)
+    elif resume:
+        raise ParameterError("resume=True needs checkpoint=<folder> (where the checkpoint is)")
+    batch_size = batch_size if solver == "sgd" else None
+    batching = objective.batching(shards, batch_size, seed)
+    ctx = Context(
+        shards=shards, objective=objective, source=source, monitor=monitor, batching=batching, compressor=compressor,
+        checkpoint=cp, max_iter=int(max_iter), tol=float(tol), learning_rate=lr_mode, on_divergence=on_divergence,
+        n_iter_no_change=int(n_iter_no_change), validator=validator, max_time=max_time,
+        keeps_group_memory=compressor is not None or objective.has_local or mode == "local",
+        seed=seed, batch_size=batch_size,
+    )
+    params0 = np.zeros(objective.n_params) if params0 is None else np.asarray(params0, dtype=np.float64)
+    stops = StopRules(monitor, max_time, None if validator is None else EarlyStopping(tol, n_iter_no_change))
+    solver_obj = None
+    try:
+        with released_on_error(shards):
+            source.start()
+            if objective.has_local:
+                inits = [(None if local_init is None else local_init[g],) for g in range(shards.n_groups)]
+                shards.collective.call(group_local_init, objective, per_group=inits)
+            if mode == "local":
+                solver_obj = LocalSGD(ctx, params0, opt, local_steps=local_steps, outer_optimizer=outer_optimizer)
+            elif mode == "async":
+                solver_obj = AsyncTraining(ctx, params0, opt, max_staleness=max_staleness,
+                                           staleness_scaling=staleness_scaling)
+            elif solver == "lbfgs":
+                solver_obj = LBFGSSolver(ctx, params0, opt)
+            elif solver == "newton":
+                solver_obj = Newton(ctx, params0)
+            else:
+                solver_obj = FirstOrder(ctx, params0, opt, opt_state)
+            loop = Loop(ctx, solver_obj, stops, cp)
+            solver_obj.save = loop.save
+            stop = loop.run()
+            params, n_iter, opt_out, state_out = solver_obj.result()
+            local = None
+            if objective.has_local:
+                update = solver_obj.local_export() if hasattr(solver_obj, "local_export") else LocalUpdate(
+                    solver_obj.local_keys()[0], -1, ())
+                local = shards.collective.call(group_local_export, objective, update)
+    finally:
+        if solver_obj is not None:
+            solver_obj.close()
+        monitor.close()
+    import pandas as pd
+
+    history = pd.DataFrame.from_records(monitor.records)
+    return FitResult(
+        params=np.asarray(params, dtype=np.float64), n_iter=int(n_iter), converged=stop.converged,
+        message=stop.message, n_steps=source.n_steps, history=history, solver=solver, mode=mode,
+        optimizer=opt_out, opt_state=state_out, split_every=int(split_every),
+        bytes_communicated=communicated(history), local=local,
+    )

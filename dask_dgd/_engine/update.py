@@ -1,0 +1,165 @@
+"""The update rule and the divergence guard: written once, used by every mode.
+
+:class:`UpdateRule` (optimizer step, decoupled weight decay mask, proximal step of the
+L1 penalty) moves parameters along a gradient: on the driver in synchronous training,
+in each group during a local SGD round, in the parameter server of asynchronous
+training, and on the workers for a model's local parameters (matrix factorization's
+user factors).  :class:`Guard` decides when a step diverged and what to do about it:
+back off (restore the last good parameters, halve the learning rate) or raise
+:class:`~dask_dgd.exceptions.DivergenceError` with a message naming the step, the loss
+and the remedy.  This module imports no Dask: the server and the groups use it too.
+"""
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..exceptions import DivergenceError
+
+__all__ = [
+    "EXPLOSION_FACTOR",
+    "MAX_BACKOFFS",
+    "Guard",
+    "UpdateRule",
+    "auto_learning_rate",
+    "divergence_message",
+]
+
+#: Consecutive learning-rate halvings after which a fit is declared divergent.
+MAX_BACKOFFS = 30
+#: An objective above this many times the initial one (or times 1, if that is smaller)
+#: has exploded: it is treated like NaN (back off, or raise with ``on_divergence="raise"``).
+EXPLOSION_FACTOR = 1e6
+
+_DEFAULT_HINT = "scale the features (e.g. StandardScaler)"
+
+
+@dataclass(frozen=True)
+class UpdateRule:
+    """``params <- prox(params + scale * optimizer update)``.
+
+    Parameters
+    ----------
+    optimizer : FirstOrderOptimizer
+    penalty : object or None
+        The objective's penalty bound to its parameter layout: ``decay_mask`` (which
+        parameters AdamW decays), ``has_l1`` and ``prox(params, step)``; None for
+        parameters without one.
+    """
+
+    optimizer: object
+    penalty: object = None
+
+    def apply(self, params, grad, state, scale=1.0):
+        """``(new params, new optimizer state, learning rate used)``."""
+        opt = self.optimizer
+        lr = opt.current_learning_rate(state)
+        mask = None if self.penalty is None else self.penalty.decay_mask
+        updates, state = opt.update(grad, state, params, decay_mask=mask)
+        new = params + (updates if scale == 1.0 else scale * updates)
+        if self.penalty is not None and self.penalty.has_l1:
+            new = self.penalty.prox(new, scale * lr)
+        return new, state, lr
+
+    def halved(self):
+        """The same rule with half the learning rate."""
+        return UpdateRule(self.optimizer.scale_learning_rate(0.5), self.penalty)
+
+
+def auto_learning_rate(optimizer, lipschitz, grad0):
+    """A safe first step: 1/L for (momentum) SGD; for adaptive methods, whose first
+    update moves every coordinate by about the learning rate, the largest coordinate
+    move of that 1/L gradient step."""
+    if not optimizer.adaptive:
+        return 1.0 / lipschitz
+    gmax = float(np.max(np.abs(grad0))) if grad0.size else 0.0
+    return gmax / lipschitz if gmax > 0 else 1.0 / lipschitz
+
+
+def divergence_message(what, max_backoffs, hint=_DEFAULT_HINT):
+    """The message of a DivergenceError after ``max_backoffs`` halvings (0: on_divergence="raise")."""
+    if max_backoffs == 0:
+        return (
+            f"{what} (on_divergence='raise'); pass a smaller learning_rate, {hint}, "
+            "or on_divergence='backoff' to halve the learning rate automatically"
+        )
+    return f"{what} even after halving the learning rate {max_backoffs} times; {hint} or pass a smaller learning_rate"
+
+
+def initial_divergence(value):
+    """The DivergenceError of an objective that is not finite where training starts."""
+    return DivergenceError(
+        f"the objective is not finite at the initial parameters (loss={value}); "
+        "check the data and weights for extreme values or scale the features"
+    )
+
+
+class Guard:
+    """When a step diverged, and what follows.
+
+    Parameters
+    ----------
+    on_divergence : {"backoff", "raise"}
+    full_batch : bool
+        Whether the objective values are of the whole data: only then is an exploding
+        value (:data:`EXPLOSION_FACTOR` times the first) a divergence, and an increase
+        one for a descent method (one mini-batch may legitimately be far above another).
+    monotone : bool
+        Whether any increase of the objective is a divergence (full-batch steps of a
+        descent method, uncompressed).
+    hint : str
+        The model's remedy, in the messages.
+    """
+
+    def __init__(self, on_divergence="backoff", *, full_batch=True, monotone=False, hint=_DEFAULT_HINT):
+        self.raise_at_once = on_divergence == "raise"
+        self.max_backoffs = MAX_BACKOFFS
+        self.full_batch = bool(full_batch)
+        self.monotone = bool(monotone)
+        self.hint = hint
+        self.first_value = None
+        self.backoffs = 0
+
+    def check(self, value, grad, good_value, *, step, learning_rate):
+        """Whether the step at ``step`` (objective ``value``, its gradient) must be undone:
+        not finite, exploded, or (monotone) above ``good_value``, the last accepted one
+        (None: this is the first step).  Raises DivergenceError at the start, or at once
+        with ``on_divergence="raise"``."""
+        bad = not (math.isfinite(value) and bool(np.all(np.isfinite(grad))))
+        if bad and good_value is None:
+            raise initial_divergence(value)
+        if self.first_value is None and not bad:
+            self.first_value = value
+        exploded = (self.full_batch and not bad and self.first_value is not None
+                    and value > EXPLOSION_FACTOR * max(abs(self.first_value), 1.0))
+        if (bad or exploded) and self.raise_at_once:
+            what = "is not finite" if bad else f"exploded (initial loss {self.first_value:.6g})"
+            raise DivergenceError(
+                f"the objective {what} at step {step} (loss={value}) with learning rate {learning_rate:.6g}; "
+                f"pass a smaller learning_rate, {self.hint}, or on_divergence='backoff' to halve the learning "
+                "rate automatically"
+            )
+        if bad or exploded:
+            return True
+        return self.monotone and good_value is not None and value > good_value + 1e-12 * abs(good_value)
+
+    def backoff(self, what, diverged=False):
+        """Count one halving; raise DivergenceError after too many in a row, or at once
+        for a divergence (``diverged``: not finite) with ``on_divergence="raise"``.
+        ``what`` says where (e.g. "the objective diverged at step 12 (loss=nan)").  An
+        increase of a monotone method is no divergence: it always backs off."""
+        self.backoffs += 1
+        limit = 0 if diverged and self.raise_at_once else self.max_backoffs
+        if self.backoffs > limit:
+            raise DivergenceError(divergence_message(what, limit, self.hint))
+
+    def accepted(self):
+        """A good step: the count of halvings in a row starts again."""
+        self.backoffs = 0
+
+    def state_dict(self):
+        return {"first_value": self.first_value, "backoffs": self.backoffs}
+
+    def load_state_dict(self, state):
+        self.first_value, self.backoffs = state["first_value"], state["backoffs"]

@@ -1,0 +1,312 @@
+"""The training objective of matrix factorization: its model and the shards' sums.
+
+The engine trains the item table ``V`` (the shared parameters, flattened) like any
+other parameters; the user factors are the groups' *local parameters*: each shard's
+users live with it (model parallelism), updated where they are by the same update rule,
+and never travel (only at the end of a fit, and in checkpoints).  A step sends ``V`` (and,
+for confidence-weighted least squares, its Gram matrix) to every shard; each shard
+computes its loss and gradient sums with the kernels of
+:mod:`dask_dgd.losses._factorization` and sends back the gradient rows of the items its
+ratings touched (row-sparse, or dense when that is smaller), which the engine adds in
+the fixed block tree.
+
+A user's ratings are all in one shard, in a fixed order, so user gradients do not
+depend on the sharding at all and item gradients only through the order in which the
+shards' sums are added (floating-point tolerance).  Mini-batches are drawn by hashing
+each rating's key with the seed and the epoch
+(:func:`~dask_dgd.losses._factorization.batch_buckets`), so they are the same ratings
+however the data is sharded.
+"""
+
+import math
+from dataclasses import dataclass
+
+import array_api_compat
+import numpy as np
+
+from .._backend import get_namespace, to_numpy
+from .._engine.kernels import BlockSums, Draw
+from .._engine.reduce import RowSparse
+from ..losses import _factorization as kernels
+from ._shards import init_rows
+
+__all__ = ["FactorModel", "FactorizationTraining", "HashBatches"]
+
+
+@dataclass(frozen=True)
+class FactorModel:
+    """What a shard needs to know about the model (pure settings, picklable).
+
+    ``kind`` is ``"explicit"``, ``"bpr"`` or ``"wls"``; ``mu`` the global mean rating
+    (explicit); ``n_items`` the size of the item table.
+    """
+
+    kind: str
+    n_components: int
+    alpha: float
+    alpha_bias: float
+    confidence_scale: float
+    init_scale: float
+    mu: float
+    n_items: int
+    seed: int
+
+    @property
+    def user_bias(self):
+        return self.kind == "explicit"
+
+    @property
+    def item_bias(self):
+        return self.kind in ("explicit", "bpr")
+
+    @property
+    def user_width(self):
+        return self.n_components + self.user_bias
+
+    @property
+    def item_width(self):
+        return self.n_components + self.item_bias
+
+
+
+@dataclass(frozen=True)
+class NoPenalty:
+    """The shared parameters' penalty of a model whose penalty is in its loss."""
+
+    has_l1 = False
+    decay_mask = None
+
+    @staticmethod
+    def prox(params, step):
+        return params
+
+
+@dataclass(frozen=True)
+class HashBatches:
+    """Batches of matrix factorization: ``n_batches`` per epoch, each the ratings whose
+    hashed key falls in it (the same ratings however the data is sharded)."""
+
+    n_batches: int
+    seed: int
+
+    @property
+    def steps_per_epoch(self):
+        return self.n_batches
+
+    @property
+    def full_batch(self):
+        return self.n_batches == 1
+
+    def draw(self, step):
+        j = int(step) - 1
+        return Draw((self.seed,), int(step), None, j // self.n_batches, j % self.n_batches, self.n_batches)
+
+    def group_draw(self, shard, g, clock):
+        """Asynchronous training: the group's batch at its ``clock``-th step."""
+        clock = int(clock)
+        return Draw((self.seed,), clock, None, clock // self.n_batches, clock % self.n_batches, self.n_batches)
+
+    @staticmethod
+    def draw_rows(shard, draw, partial):
+        return int(partial.weight_sum)
+
+
+def _map_state(state, fn):
+    """An optimizer state (a NamedTuple) with ``fn`` applied to its array fields."""
+    if state is None:
+        return None
+    return type(state)(**{
+        name: fn(value) if array_api_compat.is_array_api_obj(value) else value
+        for name, value in state._asdict().items()
+    })
+
+
+def _rows(shard, memory, seed, draw):
+    """The rows of this step's ratings, increasing (so their users are sorted)."""
+    if draw is None or draw.n_batches == 1:
+        if "all" not in memory:
+            xp = get_namespace(shard.r)
+            memory["all"] = xp.arange(shard.n_rows, dtype=xp.int64, device=array_api_compat.device(shard.r))
+        return memory["all"]
+    if memory.get("epoch") != draw.epoch:
+        b = kernels.batch_buckets(shard.key, seed, draw.epoch, draw.n_batches)
+        xp = get_namespace(b)
+        order = xp.argsort(b, stable=True)
+        edges = xp.arange(draw.n_batches + 1, dtype=b.dtype, device=array_api_compat.device(b))
+        memory["order"] = order
+        memory["bounds"] = to_numpy(xp.searchsorted(xp.take(b, order), edges))
+        memory["epoch"] = draw.epoch
+    lo, hi = int(memory["bounds"][draw.batch]), int(memory["bounds"][draw.batch + 1])
+    return memory["order"][lo:hi]
+
+
+def _touched_rows(xp, memory, on_host):
+    """The item-gradient rows this step touched, as NumPy (``idx`` None: the dense
+    table, when that is smaller), and the item gradient and flags reset to zero."""
+    gV, touched = memory["gV"], memory["touched"]
+    width = gV.shape[1]
+    dense_bytes = gV.shape[0] * width * 8
+    if on_host:  # reset only the touched rows: the table may be much larger
+        idx = np.flatnonzero(touched)
+        if idx.size * (4 + 8 * width) < dense_bytes:
+            idx = idx.astype(np.int32)
+            out = gV[idx]
+            gV[idx] = 0.0
+            touched[idx] = False
+            return idx, out
+        out = gV.copy()
+        gV[:] = 0.0
+        touched[:] = False
+        return None, out
+    idx = xp.nonzero(touched)[0]
+    if idx.shape[0] * (4 + 8 * width) < dense_bytes:
+        idx, out = to_numpy(idx).astype(np.int32), to_numpy(xp.take(gV, idx, axis=0))
+    else:
+        idx, out = None, to_numpy(gV)
+    # fresh zeros (a device memset) rather than a scatter; ``out`` may share gV's memory
+    memory["gV"], memory["touched"] = xp.zeros_like(gV), xp.zeros_like(touched)
+    return idx, out
+
+
+@dataclass(frozen=True)
+class FactorizationTraining:
+    """Matrix factorization as a training objective of the engine (see
+    :mod:`dask_dgd._engine.objective` for the protocol): the item table is the shared
+    parameters, each shard's user factors its group's local parameters."""
+
+    model: FactorModel
+    n_batches: int = 1
+
+    has_local = True
+    tol_on_objective = True
+    hint = "raise alpha"
+    penalty = NoPenalty()
+
+    @property
+    def n_params(self):
+        return self.model.n_items * self.model.item_width
+
+    def _table(self, params):
+        return np.asarray(params, dtype=np.float64).reshape(self.model.n_items, self.model.item_width)
+
+    # ------------------------------------------------------------- worker side
+    def local_init(self, shard, init):
+        """The shard's users' factors (seeded, or ``init = (U, state)`` of a continued
+        fit) on the shard's device; their optimizer state (None: created at the first
+        update)."""
+        m = self.model
+        if init is None:
+            U, state = init_rows(m.seed, shard.users, m.user_width, m.init_scale, m.user_bias), None
+        else:
+            U, state = init
+        U = shard.to_shard(np.ascontiguousarray(U, dtype=np.float64))
+        return U, _map_state(state, shard.to_shard)
+
+    @staticmethod
+    def local_size(params):
+        return int(params.shape[0])
+
+    @staticmethod
+    def local_place(shard, snapshot):
+        """A snapshot read from a checkpoint, moved to the shard's device."""
+        params, state, grad = snapshot
+        move = shard.to_shard
+        return move(params), _map_state(state, move), None if grad is None else move(grad)
+
+    @staticmethod
+    def local_export(shard, params, state):
+        """The shard's users, their factors and optimizer state, and its (user, item)
+        pairs (all NumPy)."""
+        return (shard.users, to_numpy(params), _map_state(state, to_numpy), to_numpy(shard.uptr), to_numpy(shard.gi))
+
+    def group_sums(self, shard, params, aux, draw, local, memory=None):
+        """One shard's sums at the item table ``params`` and its users' factors ``local``:
+        loss, the touched item-gradient rows, the users' gradient (unscaled)."""
+        with np.errstate(over="ignore", invalid="ignore"):  # divergence is the engine's to handle
+            return self._group_sums(shard, params, aux, draw, local, {} if memory is None else memory)
+
+    def _group_sums(self, shard, params, aux, draw, U, memory):
+        m = self.model
+        V = shard.to_shard(self._table(params))
+        gram_items = shard.to_shard(aux)
+        xp = get_namespace(U)
+        if "gV" not in memory:
+            device = array_api_compat.device(U)
+            memory["gV"] = xp.zeros((m.n_items, m.item_width), dtype=xp.float64, device=device)
+            memory["touched"] = xp.zeros(m.n_items, dtype=xp.bool, device=device)
+        gU, gV, touched = xp.zeros_like(U), memory["gV"], memory["touched"]
+        rows = _rows(shard, memory, m.seed, draw)
+        step = 0 if draw is None else draw.step
+        if m.kind == "explicit":
+            loss, sq = kernels.explicit_sums(shard.lu, shard.gi, shard.r, rows, U, V, m.mu, m.alpha, m.alpha_bias,
+                                             gU, gV, touched)
+        elif m.kind == "bpr":
+            loss, sq = kernels.bpr_sums(shard.lu, shard.gi, shard.key, shard.uptr, rows, U, V, m.alpha,
+                                        m.alpha_bias, m.seed, step, gU, gV, touched)
+        else:
+            loss, sq = kernels.wls_sums(shard.lu, shard.gi, shard.r, rows, U, V, m.alpha, m.confidence_scale,
+                                        gU, gV, touched)
+        extras = {"sq_sum": float(sq)}
+        if m.kind == "wls":
+            extras["gram"] = to_numpy(U.T @ U)  # at this step's factors, before their update
+            _, g_all = kernels.wls_all_pairs(U, gram_items, 1.0 / self.n_batches)
+            gU += g_all
+        idx, out = _touched_rows(xp, memory, shard.like is None)
+        extras["local_sq"] = float(xp.sum(gU * gU)) if math.isfinite(float(loss)) else 0.0
+        grad = out.ravel() if idx is None else RowSparse(idx, out, m.n_items)
+        return {shard.index: BlockSums(float(loss), grad, float(rows.shape[0]), extras)}, gU
+
+    def grad_template(self):
+        return np.zeros((self.model.n_items, self.model.item_width))
+
+    def dense_grad(self, grad):
+        if isinstance(grad, np.ndarray):
+            return grad
+        out = np.zeros(self.n_params)
+        grad.add_to(out)
+        return out
+
+    # ------------------------------------------------------------- driver side
+    def step_aux(self, params):
+        """The items' Gram matrix (confidence-weighted least squares), once per step."""
+        if self.model.kind != "wls":
+            return None
+        V = self._table(params)
+        return V.T @ V
+
+    def finish(self, partial, params):
+        """Mean loss per rating (the penalty is in it) and the item table's gradient;
+        the all-pairs term of confidence-weighted least squares from the users' Gram."""
+        n = partial.weight_sum
+        loss, grad = partial.loss_sum, partial.grad_sum
+        if self.model.kind == "wls" and "gram" in partial.extras:
+            a_loss, a_grad = kernels.wls_all_pairs(self._table(params), partial.extras["gram"], 1.0 / self.n_batches)
+            loss = loss + a_loss
+            grad = grad + a_grad.ravel()
+        if n <= 0:
+            return 0.0, np.zeros(self.n_params)
+        return loss / n, grad / n
+
+    @staticmethod
+    def l1_value(params):
+        return 0.0
+
+    @staticmethod
+    def grad_norm(partial, grad):
+        n = partial.weight_sum
+        local = math.sqrt(max(partial.extras.get("local_sq", 0.0), 0.0)) / n if n > 0 else 0.0
+        return math.hypot(float(np.linalg.norm(grad)), local)
+
+    def record_extras(self, partial):
+        if self.model.kind != "explicit":
+            return {}
+        return {"rmse": math.sqrt(partial.extras.get("sq_sum", 0.0) / max(partial.weight_sum, 1))}
+
+    def batching(self, shards, batch_size, seed):
+        return HashBatches(self.n_batches, self.model.seed)
+
+    def lipschitz(self, shards, params):
+        raise NotImplementedError("matrix factorization takes its learning rate from the optimizer")
+
+    def check_data(self, shards):
+        """The ratings were checked at setup: a non-finite objective is a divergence."""

@@ -1,0 +1,316 @@
+"""Ratings as shards: partitioned by user, balanced by number of ratings.
+
+At setup the ratings (a pandas or dask DataFrame, or pairs) are scanned where their
+partitions live (ids, counts, rating sums), users and items are mapped to dense
+indices, users are assigned to shards so that every shard holds about the same number
+of ratings (a few power users hold a large share of them), and each shard's ratings are
+assembled on its worker as a :class:`RatingShard`, sorted by (user, item, rating).  The
+shards form the engine's :class:`~dask_dgd._engine.shards.ShardSet`: one block per
+shard, its users' factors kept there as the group's local parameters.
+
+Arrays other than NumPy (CuPy on a GPU): when the ratings come as a dask array of
+pairs whose blocks are of another array-API namespace, the ids are still mapped on the
+host (through pandas), but a zero-length array cut from a real input block on a worker
+(:func:`block_like`; the dask meta may be NumPy) travels to every shard, and the shard
+puts its rating arrays (and its users' factors) in that namespace, on that device.
+"""
+
+import math
+import uuid
+
+import array_api_compat
+import numpy as np
+import pandas as pd
+
+from .._backend import asarray_like, get_namespace
+from .._engine.shards import ShardSet
+from ..exceptions import InputError
+
+__all__ = [
+    "RatingShard",
+    "assign_users",
+    "block_like",
+    "build_rating_shards",
+    "check_scan",
+    "frame_parts",
+    "init_rows",
+    "scan",
+]
+
+#: Rows per block of the seeded initial factors (a row depends only on its id).
+INIT_BLOCK = 4096
+
+
+def init_rows(seed, ids, width, scale, bias):
+    """Initial factor rows of the given global ids: ``N(0, scale^2)``, bias column 0.
+
+    Row ``i`` is drawn from a generator seeded by ``(seed, i // INIT_BLOCK)``, so it is
+    the same on whichever shard (or the driver) creates it.
+    """
+    ids = np.asarray(ids, dtype=np.int64)
+    out = np.empty((ids.size, width))
+    if ids.size == 0:
+        return out
+    blocks = ids // INIT_BLOCK
+    for b in np.unique(blocks):
+        sel = blocks == b
+        table = np.random.default_rng([int(seed), 17, int(b)]).normal(0.0, scale, size=(INIT_BLOCK, width))
+        out[sel] = table[ids[sel] - b * INIT_BLOCK]
+    if bias:
+        out[:, -1] = 0.0
+    return out
+
+
+class RatingShard:
+    """The ratings of a set of users, sorted by (user, item, rating).
+
+    ``users`` are the shard's users (global indices, sorted; always NumPy); ``lu`` each
+    rating's local user index, ``gi`` its global item index, ``r`` its value, ``key`` its
+    hash key ``user * n_items + item`` (sorted) and ``uptr`` the start of each local
+    user's ratings.  Built from NumPy arrays; with ``like`` (an array of another
+    namespace, see :func:`block_like`) the rating arrays are then moved to its namespace
+    and device, where the shard's factors will live too.
+    """
+
+    def __init__(self, users, lu, gi, r, n_items, like=None, index=0):
+        self.index = int(index)
+        self.users = users
+        key = users[lu].astype(np.uint64) * np.uint64(n_items) + gi.astype(np.uint64)
+        uptr = np.searchsorted(lu, np.arange(users.size + 1)).astype(np.int64)
+        self.like = like
+        move = (lambda a: a) if like is None else (lambda a: asarray_like(a, like))
+        self.lu, self.gi, self.r, self.key, self.uptr = (move(a) for a in (lu, gi, r, key, uptr))
+
+    @property
+    def n_rows(self):
+        return int(self.r.shape[0])
+
+    def to_shard(self, a):
+        """A NumPy array (parameters sent by the driver) in the shard's namespace and device."""
+        return a if self.like is None or a is None else asarray_like(a, self.like)
+
+
+def scan_part(df, user_col, item_col, rating_col):
+    """Per-partition facts: unique users and items, counts and rating sums."""
+    out = {
+        "n": len(df),
+        "users": pd.unique(df[user_col].to_numpy()),
+        "items": pd.unique(df[item_col].to_numpy()),
+        "null_ids": int(df[user_col].isna().sum() + df[item_col].isna().sum()),
+        "bad_ratings": 0,
+        "rating_sum": 0.0,
+        "rating_min": math.inf,
+    }
+    if rating_col is not None:
+        r = df[rating_col].to_numpy(dtype=np.float64, na_value=np.nan)
+        finite = np.isfinite(r)
+        out["bad_ratings"] = int((~finite).sum())
+        out["rating_sum"] = float(r[finite].sum())
+        out["rating_min"] = float(r[finite].min()) if finite.any() else math.inf
+    return out
+
+
+def split_part(df, user_col, item_col, rating_col, users, items, user_shard, n_shards):
+    """Codes of one partition, cut into one piece per shard: ``[(u, i, r), ...]``."""
+    u = users.get_indexer(df[user_col])
+    i = items.get_indexer(df[item_col])
+    if rating_col is None:
+        r = np.ones(len(df))
+    else:
+        r = df[rating_col].to_numpy(dtype=np.float64)
+    s = user_shard[u]
+    order = np.argsort(s, kind="stable")
+    bounds = np.searchsorted(s[order], np.arange(n_shards + 1))
+    return [
+        (u[order[a:b]].astype(np.int64), i[order[a:b]].astype(np.int32), r[order[a:b]])
+        for a, b in zip(bounds[:-1], bounds[1:])
+    ]
+
+
+def _piece(pieces, s):
+    return pieces[s]
+
+
+def make_rating_shard(index, n_items, like, *pieces):
+    """Shard ``index``'s :class:`RatingShard` from the pieces every partition cut for it
+    (``like``: see :class:`RatingShard`)."""
+    u = np.concatenate([p[0] for p in pieces]) if pieces else np.zeros(0, np.int64)
+    i = np.concatenate([p[1] for p in pieces]) if pieces else np.zeros(0, np.int32)
+    r = np.concatenate([p[2] for p in pieces]) if pieces else np.zeros(0)
+    order = np.lexsort((r, i, u))
+    u, i, r = u[order], i[order], r[order]
+    users, lu = np.unique(u, return_inverse=True)
+    return RatingShard(users, lu.astype(np.int32), i, r, n_items, like, index)
+
+
+def _like_of(*blocks):
+    """A zero-length array of the namespace and device of the first block that is not
+    NumPy (``None`` entries skipped); None when all are NumPy."""
+    for b in blocks:
+        if b is None:
+            continue
+        xp = get_namespace(b)
+        if not array_api_compat.is_numpy_namespace(xp):
+            return xp.reshape(b[:0, ...], (0,))
+    return None
+
+
+def block_like(executor, *arrays):
+    """Where the arrays of a fit on dask arrays should live: a zero-length array cut,
+    on a worker, from the first block of the first dask array in ``arrays`` whose
+    blocks are not NumPy (the blocks are looked at: the dask meta may be NumPy when they
+    are not), or None when they are all NumPy (or no argument is a dask array).
+
+    Returns a future on a cluster (it is passed to the shards' setup tasks and resolved
+    there), else the array.
+    """
+    import dask
+    import dask.array as da
+
+    firsts = [a.to_delayed().ravel()[0] for a in arrays if isinstance(a, da.Array)]
+    if not firsts:
+        return None
+    probe = dask.delayed(_like_of)(*firsts, dask_key_name=f"dgd-mf-like-{uuid.uuid4().hex[:8]}")
+    if executor.kind == "dask":
+        return executor.client.compute(probe)
+    return probe.compute()  # pragma: no cover - dask input always gets a cluster
+
+
+def assign_users(counts, n_shards):
+    """Users to shards, balancing the number of ratings (longest-processing-time rule).
+
+    Users are taken by decreasing count (ties by index) and each goes to the shard with
+    the fewest ratings so far (ties to the lowest shard).  Returns the shard of every
+    user and the ratings of every shard.
+    """
+    import heapq
+
+    counts = np.asarray(counts, dtype=np.int64)
+    shard_of = np.zeros(counts.size, dtype=np.int64)
+    loads = np.zeros(n_shards, dtype=np.int64)
+    heap = [(0, s) for s in range(n_shards)]
+    for u in np.argsort(-counts, kind="stable"):
+        load, s = heapq.heappop(heap)
+        shard_of[u] = s
+        load += int(counts[u])
+        loads[s] = load
+        heapq.heappush(heap, (load, s))
+    return shard_of, loads
+
+
+class _Runner:
+    """Setup tasks on the cluster (pinned where asked) or directly in process."""
+
+    def __init__(self, executor):
+        self.executor = executor
+        self.dask = executor.kind == "dask"
+        self.token = uuid.uuid4().hex[:8]
+        self._n = 0
+
+    def submit(self, fn, *args, worker=None, name="dgd-mf-setup"):
+        if not self.dask:
+            return fn(*args)
+        self._n += 1
+        client = self.executor.client
+        pin = {} if worker is None else {"workers": [worker], "allow_other_workers": True}
+        return client.submit(fn, *args, key=f"{name}-{self.token}-{self._n}", pure=False, **pin)
+
+    def gather(self, items):
+        return self.executor.client.gather(list(items)) if self.dask else list(items)
+
+    def scatter(self, value):
+        if not self.dask:
+            return value
+        return self.executor.client.scatter(value, broadcast=True, hash=False)
+
+
+def frame_parts(executor, frame):
+    """The partitions of a pandas or dask DataFrame, as futures on a cluster."""
+    import dask
+
+    if dask.is_dask_collection(frame):
+        if executor.kind != "dask":  # pragma: no cover - dask input always gets a cluster
+            return [frame.compute()]
+        return executor.client.compute(frame.to_delayed())
+    if executor.kind != "dask":
+        return [frame]
+    n = max(1, min(len(executor.workers()), len(frame)))
+    edges = np.linspace(0, len(frame), n + 1).round().astype(int)
+    return executor.client.scatter([frame.iloc[a:b] for a, b in zip(edges[:-1], edges[1:])], hash=False)
+
+
+def scan(executor, parts, cols):
+    """Facts of the whole frame (combined on the driver from one task per partition)."""
+    run = _Runner(executor)
+    facts = run.gather([run.submit(scan_part, p, *cols, name="dgd-mf-scan") for p in parts])
+    return {
+        "n": sum(f["n"] for f in facts),
+        "users": [f["users"] for f in facts],
+        "items": [f["items"] for f in facts],
+        "null_ids": sum(f["null_ids"] for f in facts),
+        "bad_ratings": sum(f["bad_ratings"] for f in facts),
+        "rating_sum": sum(f["rating_sum"] for f in facts),
+        "rating_min": min([f["rating_min"] for f in facts] + [math.inf]),
+    }
+
+
+def build_rating_shards(executor, parts, cols, users, items, n_shards, like=None):
+    """Shards of ratings partitioned by user and balanced by ratings, placed one per
+    worker in turn; returns the :class:`~.shards.ShardSet` and the ratings per shard.
+
+    ``like``: None (NumPy shards) or what :func:`block_like` returned."""
+    run = _Runner(executor)
+    users_f, items_f = run.scatter(users), run.scatter(items)
+    # ratings per user, counted where the partitions live
+    counts = np.zeros(len(users), dtype=np.int64)
+    for c in run.gather([run.submit(_user_counts, p, cols[0], users_f, name="dgd-mf-count") for p in parts]):
+        counts += c
+    n_shards = max(1, min(int(n_shards), len(users)))
+    shard_of, loads = assign_users(counts, n_shards)
+    shard_of_f = run.scatter(shard_of)
+    pieces = [
+        run.submit(split_part, p, *cols, users_f, items_f, shard_of_f, n_shards, name="dgd-mf-split")
+        for p in parts
+    ]
+    workers = executor.workers() if run.dask else [None]
+    handles, placed = [], []
+    for s in range(n_shards):
+        w = workers[s % len(workers)]
+        mine = [run.submit(_piece, p, s, name="dgd-mf-piece") for p in pieces]
+        handles.append(run.submit(make_rating_shard, s, len(items), like, *mine, worker=w, name="dgd-mf-shard"))
+        placed.append(w)
+    if run.dask:
+        executor.wait(handles)
+    inputs = (list(parts) + ([] if like is None else [like])) if run.dask else []
+    # each shard's users (global indices, sorted), as the shard itself holds them
+    users_of = [np.flatnonzero((shard_of == s) & (counts > 0)) for s in range(n_shards)]
+    # the partitions (frame_parts) are this fit's: released with its shards
+    shards = ShardSet(executor, handles, [(s,) for s in range(n_shards)], placed, loads, 0, False,
+                      block_costs=np.asarray(loads, dtype=np.float64), group_meta=users_of, inputs=inputs)
+    return shards, loads
+
+
+def _user_counts(df, user_col, users):
+    """Ratings of every user in one partition."""
+    return np.bincount(users.get_indexer(df[user_col]), minlength=len(users))
+
+
+def check_scan(facts, rating_col, implicit_kind):
+    """Clear errors for empty data, missing ids and bad ratings."""
+    if facts["n"] == 0:
+        raise InputError("the ratings are empty (0 rows); fit needs at least one rating")
+    if facts["null_ids"]:
+        raise InputError(
+            f"{facts['null_ids']} user or item ids are missing (NaN/None); drop those rows before fitting"
+        )
+    if facts["bad_ratings"]:
+        raise InputError(
+            f"{facts['bad_ratings']} values of the {rating_col!r} column are NaN or infinite; "
+            "drop or fill them before fitting"
+        )
+    if implicit_kind == "wls" and facts["rating_min"] < 0:
+        raise InputError(
+            f"the {rating_col!r} column has a negative value ({facts['rating_min']:g}); confidence-weighted "
+            "least squares needs strengths >= 0 (confidence = 1 + confidence_scale * strength)"
+        )
+
