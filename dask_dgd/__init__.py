@@ -84,7 +84,8 @@ __all__ = [
 def __getattr__(name):
     if name in _LAZY:
         module = importlib.import_module(_LAZY[name])
-        value = module if module.__name__.endswith(name) else getattr(module, name)
+        # a name the module defines (train in dask_dgd._engine.train), else the module
+        value = getattr(module, name) if hasattr(module, name) else module
         globals()[name] = value
         return value
     raise AttributeError(f"module 'dask_dgd' has no attribute {name!r}")

@@ -31,9 +31,9 @@ import importlib
 import json
 import math
 import os
-from pathlib import Path, PurePath
 import tempfile
 import zipfile
+from pathlib import Path, PurePath
 
 import numpy as np
 

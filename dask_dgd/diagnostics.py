@@ -161,7 +161,8 @@ def performance_report(estimator):
         "straggler_gap_share": float(np.nanmedian(gap[ok] / comp_max[ok])) if ok.any() else math.nan,
         "balance": balance,
         "compute_share": share,
-        "parallel_efficiency": share * (1 + balance) / 2 if not (math.isnan(share) or math.isnan(balance)) else math.nan,
+        "parallel_efficiency": (share * (1 + balance) / 2 if not (math.isnan(share) or math.isnan(balance))
+                                else math.nan),
         "skew": skew,
         "bytes": communicated(h),
     }

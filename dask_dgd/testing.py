@@ -16,7 +16,7 @@ from contextlib import contextmanager
 
 import numpy as np
 
-from ._engine.faults import set_failure, set_slowdown
+from ._engine.faults import set_failure, set_kill, set_slowdown
 
 __all__ = ["STRICT_DEVICE", "failing_worker", "killing_worker", "on_array_api_strict", "straggler"]
 

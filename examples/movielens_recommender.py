@@ -75,8 +75,8 @@ def main(epochs=60, implicit_epochs=40, client=None):
     popular = train["item"].value_counts().index.to_numpy()
     pop_recs = np.array([[i for i in popular if i not in seen[u]][:10] for u in relevant.index])
     ndcg_pop = ndcg_at_k(relevant.to_list(), pop_recs, 10)
-    print(f"implicit (weighted least squares) precision@10 {ranking['precision']:.4f}  recall@10 {ranking['recall']:.4f}  "
-          f"NDCG@10 {ranking['ndcg']:.4f}")
+    print(f"implicit (weighted least squares) precision@10 {ranking['precision']:.4f}  "
+          f"recall@10 {ranking['recall']:.4f}  NDCG@10 {ranking['ndcg']:.4f}")
     print(f"most-popular baseline NDCG@10 {ndcg_pop:.4f}")
     return {"rmse_bias": rmse_bias, "rmse_mf": rmse_mf, "ndcg_implicit": ranking["ndcg"], "ndcg_popular": ndcg_pop,
             "recommended": ids[0].tolist(), "similar": similar[0].tolist(), "user": user}

@@ -14,12 +14,12 @@ import array_api_strict as xps
 import dask.array as da
 import numpy as np
 import pytest
+from namespace_checks import CASE_IDS, CASES, blocks, check_fit_predict, problem
 
 import dask_dgd
 from dask_dgd._backend import take_rows, to_numpy
 from dask_dgd.exceptions import ParameterError
 from dask_dgd.testing import STRICT_DEVICE, on_array_api_strict
-from namespace_checks import CASE_IDS, CASES, blocks, check_fit_predict, problem
 
 DEVICE = xps.Device(STRICT_DEVICE)
 
@@ -128,7 +128,7 @@ def test_parameters_move_to_the_device_once_per_shard_and_step(client, monkeypat
     """One transfer per device per step, not one per block."""
     from dask_dgd._engine.blocks import make_shard
     from dask_dgd._engine.objective import LinearTraining
-    from dask_dgd.losses import LinearObjective, HalfSquaredError
+    from dask_dgd.losses import HalfSquaredError, LinearObjective
 
     X, y, _ = problem("regression", n=800)
     objective = LinearObjective(HalfSquaredError(), 5, fit_intercept=True)

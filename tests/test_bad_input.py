@@ -693,7 +693,7 @@ def test_climate_missing_variables(model, client):
 @pytest.mark.parametrize("model", MODELS)
 def test_climate_target_lacking_a_sample_dim(model, lacking, client):
     ds = climate_grid()
-    ds = ds.assign(tas=ds["tas"].isel({d: 0 for d in lacking}, drop=True))
+    ds = ds.assign(tas=ds["tas"].isel(dict.fromkeys(lacking, 0), drop=True))
     with pytest.raises(InputError, match=rf"the target 'tas' has dimensions \[.*\] and lacks the sample dimension\(s\) "
                                          rf"\[{', '.join(repr(d) for d in lacking)}\]: a target must vary over every sample "
                                          r"dimension \['time', 'lat', 'lon'\]"):

@@ -9,8 +9,16 @@ import dask.array as da
 import numpy as np
 import pytest
 
-from dask_dgd import CheckpointError, ConvergenceWarning, DivergenceError, LinearRegression, LogisticRegression
-from dask_dgd import ParameterError, PoissonRegressor, optim
+from dask_dgd import (
+    CheckpointError,
+    ConvergenceWarning,
+    DivergenceError,
+    LinearRegression,
+    LogisticRegression,
+    ParameterError,
+    PoissonRegressor,
+    optim,
+)
 from dask_dgd._archive import decode, read_archive
 
 rng = np.random.default_rng(0)

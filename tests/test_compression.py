@@ -72,7 +72,7 @@ def test_blocks_draw_their_own_randomness():
     from dask_dgd._engine.kernels import Draw, StepRequest, group_step
     from dask_dgd._engine.objective import LinearTraining
     from dask_dgd._engine.reduce import BlockTree
-    from dask_dgd.losses import LinearObjective, BinaryLogistic
+    from dask_dgd.losses import BinaryLogistic, LinearObjective
 
     rng = np.random.default_rng(0)
     X, y = rng.standard_normal((40, 30)), (rng.random(40) > 0.5).astype(float)
@@ -108,7 +108,7 @@ def test_error_feedback_carries_exactly_what_was_dropped():
         assert comp.uses_error_feedback
         total_sent, total_true = np.zeros(105), np.zeros(105)
         rng = np.random.default_rng(1)
-        for step in range(30):
+        for _step in range(30):
             g = rng.standard_normal(105)
             payload, state = comp.compress(g, state, rng)
             total_sent += comp.decompress(payload)

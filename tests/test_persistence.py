@@ -10,8 +10,15 @@ import pytest
 import xarray as xr
 
 import dask_dgd
-from dask_dgd import CheckpointError, LinearRegression, LogisticRegression, MatrixFactorization, PoissonRegressor
-from dask_dgd import ImplicitMatrixFactorization, optim
+from dask_dgd import (
+    CheckpointError,
+    ImplicitMatrixFactorization,
+    LinearRegression,
+    LogisticRegression,
+    MatrixFactorization,
+    PoissonRegressor,
+    optim,
+)
 from dask_dgd.climate import ClimateRegressor
 from dask_dgd.datasets import make_ratings
 

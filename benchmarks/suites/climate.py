@@ -32,7 +32,7 @@ import warnings
 
 import numpy as np
 
-from .._common import median, md_table, start_cluster, suite_params
+from .._common import md_table, median, start_cluster, suite_params
 
 NAME = "climate"
 DESCRIPTION = "Pointwise per-cell fits vs one scikit-learn model per cell; pooled xarray fit vs the flat engine"
@@ -249,7 +249,8 @@ def run(size, *, repeats=None, log=print, **overrides):
         "markdown": "\n\n".join([reading, table]),
         "table": table,
         "data": {"parameters": {k: (list(v) if isinstance(v, tuple) else v) for k, v in p.items()}, "runs": runs,
-                 "speedup": speedup, "speedup_numpy_loop": sk_np / pw, "max_coef_diff": diff, "pooled_throughput": pooled_tp,
+                 "speedup": speedup, "speedup_numpy_loop": sk_np / pw, "max_coef_diff": diff,
+                 "pooled_throughput": pooled_tp,
                  "flat_throughput": flat_tp, "plumbing_ratio": plumbing,
                  "met": {"speedup": speedup >= TARGET_SPEEDUP, "plumbing": plumbing <= TARGET_PLUMBING}},
     }

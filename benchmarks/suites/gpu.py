@@ -119,9 +119,9 @@ def run(size, *, repeats=None, log=print, **overrides):
     if reason is not None:
         log(f"gpu suite: {reason}")
         return _unavailable_result(reason, p)
-    from distributed import futures_of, wait
-
     import os
+
+    from distributed import futures_of, wait
 
     # one worker process; its BLAS may use every core for the CPU comparison
     cluster, client = start_cluster(1, threads_per_worker=os.cpu_count() or 1)

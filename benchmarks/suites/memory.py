@@ -28,8 +28,7 @@ ratio says little there; the full size (0.8 GB per worker) is what the target is
 import time
 import warnings
 
-
-from .._common import suite_params, make_data, md_table, start_cluster
+from .._common import make_data, md_table, start_cluster, suite_params
 
 NAME = "memory"
 DESCRIPTION = "Peak resident memory per worker during lbfgs, gd and sgd fits, against its share of X"
@@ -168,7 +167,7 @@ def run(size, *, repeats=None, log=print, **overrides):
 
         fits = []
         for solver in p["solvers"]:
-            peaks = {w: 0 for w in idle}
+            peaks = dict.fromkeys(idle, 0)
             walls = []
             for _ in range(repeats):
                 client.run(_reset_peak)
@@ -193,7 +192,8 @@ def run(size, *, repeats=None, log=print, **overrides):
             share = start["bytes"].get(w, 0)
             rec = {
                 "solver": f["solver"], "worker": i, "address": w,
-                "fresh": fresh[w]["VmRSS"], "imported": imported[w]["VmRSS"], "idle": idle[w]["VmRSS"], "with_data": with_data[w]["VmRSS"],
+                "fresh": fresh[w]["VmRSS"], "imported": imported[w]["VmRSS"], "idle": idle[w]["VmRSS"],
+                "with_data": with_data[w]["VmRSS"],
                 "held_share": share, "even_share": even, "peak": peak,
                 "after": f["after"][w]["VmRSS"],
                 "peak_over_share": peak / even, "extra_over_share": (peak - idle[w]["VmRSS"]) / even,
@@ -201,13 +201,15 @@ def run(size, *, repeats=None, log=print, **overrides):
             }
             per.append(rec)
             rows.append([
-                f["solver"], i, _mib(rec["fresh"]), _mib(rec["imported"]), _mib(rec["idle"]), _mib(rec["with_data"]), _mib(share),
+                f["solver"], i, _mib(rec["fresh"]), _mib(rec["imported"]), _mib(rec["idle"]), _mib(rec["with_data"]),
+                _mib(share),
                 _mib(even), _mib(peak), f"**{rec['peak_over_share']:.2f}**",
                 f"{rec['extra_over_share']:.2f}", _mib(rec["after"]), _mib(rec["held_after"]),
                 f"{f['census']['copies']} / {f['census']['n_blocks']}",
             ])
     table = md_table(
-        ["fit", "worker", "fresh worker RSS", "after imports", "idle RSS", "RSS with data", "X held at start", "X.nbytes / workers",
+        ["fit", "worker", "fresh worker RSS", "after imports", "idle RSS", "RSS with data", "X held at start",
+         "X.nbytes / workers",
          "peak RSS in fit", "**peak / share**", "(peak - idle) / share", "RSS after fit",
          "X held after fit", "block copies / blocks"],
         rows,

@@ -32,7 +32,7 @@ import warnings
 
 import numpy as np
 
-from .._common import suite_params, gather_to_driver, make_data, md_table, median, start_cluster
+from .._common import gather_to_driver, make_data, md_table, median, start_cluster, suite_params
 
 NAME = "modes"
 DESCRIPTION = (

@@ -28,7 +28,7 @@ import warnings
 
 import numpy as np
 
-from .._common import median, md_table, start_cluster, suite_params
+from .._common import md_table, median, start_cluster, suite_params
 
 NAME = "recommender"
 DESCRIPTION = "Matrix factorization vs Spark MLlib ALS and the bias baseline (test RMSE, wall time, bytes)"
@@ -245,7 +245,8 @@ def run(size, *, repeats=None, log=print, **overrides):
     rows = []
     for name, s in summary.items():
         d, sp = s["dask_dgd"], s["spark"]
-        rows.append([name, f"dask_dgd MF (rank {p['rank']}, {cfg['epochs'] if name == 'movielens' else p['epochs']} epochs)",
+        epochs = cfg["epochs"] if name == "movielens" else p["epochs"]
+        rows.append([name, f"dask_dgd MF (rank {p['rank']}, {epochs} epochs)",
                      f"{d['wall']:.2f} s", None if sp is None else f"{s['time_ratio']:.2f}", f"{d['rmse']:.4f}",
                      f"{d['sec_per_epoch']:.3f}", f"{d['bytes_up_per_step'] / 2**20:.2f} MiB",
                      f"{d['bytes_down_per_step'] / 2**20:.2f} MiB"])

@@ -29,7 +29,7 @@ import warnings
 
 import numpy as np
 
-from .._common import suite_params, make_data, md_table, median, start_cluster
+from .._common import make_data, md_table, median, start_cluster, suite_params
 
 NAME = "scaling"
 DESCRIPTION = (
@@ -509,7 +509,8 @@ def run(size, *, repeats=None, log=print, **overrides):
         ["c", _sci(constants["c"]), f"s per parameter float per group per step (= {constants['c'] / 8:.3g} s/byte)"],
         ["d", _sci(constants["d"]), "s per inner tree level run as tasks on the cluster"],
         ["e", _sci(constants["e"]), "s per float of a partial merged in such a level"],
-        ["o", _sci(constants["o"]), "s per group per extra worker per core (this machine's contention; 0 in predictions)"],
+        ["o", _sci(constants["o"]),
+         "s per group per extra worker per core (this machine's contention; 0 in predictions)"],
     ]
     const_table = md_table(["constant", "value", "meaning"], const_rows)
     check = md_table(

@@ -107,7 +107,8 @@ def fit_once(client, X, y, Xn, yn, p, mode, target):
         "staleness_max": int(h["staleness_max"].max()),
         "delay_max": int(h["delay_max"].max()),
         # optimizer steps per group (local and async: after the synchronous start)
-        "updates": [int(u) for u in np.sum(np.array(h["updates_per_group"].iloc[0 if mode == "sync" else 1:].tolist()), axis=0)],
+        "updates": [int(u) for u in np.sum(
+            np.array(h["updates_per_group"].iloc[0 if mode == "sync" else 1:].tolist()), axis=0)],
         "compute_time_max": median(h["compute_time_max"].astype(float).tolist()),
     }
     return out
@@ -179,7 +180,8 @@ def run(size, *, repeats=None, log=print, **overrides):
     verdict_rows, met = [], False
     for m in ("local", "async"):
         r_slow, r_fast = ratios[True][m], ratios[False][m]
-        ok = r_slow is not None and r_fast is not None and r_slow <= 1 / TARGET_SPEEDUP and r_fast <= TARGET_NO_STRAGGLER
+        ok = (r_slow is not None and r_fast is not None and r_slow <= 1 / TARGET_SPEEDUP
+              and r_fast <= TARGET_NO_STRAGGLER)
         met = met or ok
         verdict_rows.append([
             m, None if r_slow is None else f"{1 / r_slow:.2f}x", None if r_fast is None else f"{r_fast:.2f}",
@@ -195,7 +197,8 @@ def run(size, *, repeats=None, log=print, **overrides):
             runs, sm = results[s][m], summary[s][m]
             rows_t.append([
                 "2x" if s else "none", m,
-                None if sm["time"] is None else f"{sm['time']:.2f} s" + (f" ({sm['misses']} missed)" if sm["misses"] else ""),
+                None if sm["time"] is None
+                else f"{sm['time']:.2f} s" + (f" ({sm['misses']} missed)" if sm["misses"] else ""),
                 None if ratios[s][m] is None else f"{ratios[s][m]:.2f}",
                 None if sm["rounds"] is None else f"{sm['rounds']:.0f}",
                 _fmt_bytes(sm["bytes"]),

@@ -2,8 +2,9 @@
 
 A :class:`Block` is one row block (features, targets, weights); a :class:`Shard` the
 blocks of one group.  These functions run where the data is (as setup tasks, or in
-process): they turn a group's chunks into a shard of validated blocks, summarise them (total weight, target sums, label counts), encode class labels, and
-take row samples.  Errors name the block.
+process): they turn a group's chunks into a shard of validated blocks, summarise them
+(total weight, target sums, label counts), encode class labels, and take row samples.
+Errors name the block.
 """
 
 import math
@@ -221,7 +222,8 @@ def check_block_values(block, labels=False):
     if not labels:
         parts.append(("y", block.y, "scale the target (e.g. divide it by its standard deviation, or other units)"))
     if block.sample_weight is not None:
-        parts.append(("sample_weight", block.sample_weight, "divide the weights by their maximum (only their ratios matter)"))
+        parts.append(("sample_weight", block.sample_weight,
+                      "divide the weights by their maximum (only their ratios matter)"))
     for name, a, fix in parts:
         big = _abs_max(a)
         if name == "X" and not math.isfinite(big):

@@ -189,7 +189,7 @@ class BlockTree:
         maximal ones (a node whose parent is present is dropped).  Returns a new dict."""
         nodes = dict(nodes)
         for level in range(1, len(self.levels)):
-            parents = sorted({j // self.split_every for (l, j) in nodes if l == level - 1})
+            parents = sorted({j // self.split_every for (lev, j) in nodes if lev == level - 1})
             for p in parents:
                 kids = self._children(level, p)
                 if all((level - 1, k) in nodes for k in kids):

@@ -31,7 +31,6 @@ import math
 import dask
 import numpy as np
 
-
 __all__ = [
     "SKEW_THRESHOLD",
     "DynamicBalancer",
@@ -92,7 +91,7 @@ def place_blocks(costs, block_workers, workers, slack=PLACEMENT_SLACK, speeds=No
     """
     workers = sorted(workers)
     rank = {w: i for i, w in enumerate(workers)}
-    speed = {w: 1.0 for w in workers}
+    speed = dict.fromkeys(workers, 1.0)
     if speeds is not None:
         speed.update({w: float(v) for w, v in speeds.items() if w in speed and v > 0})
     costs = [float(c) for c in costs]
@@ -103,7 +102,7 @@ def place_blocks(costs, block_workers, workers, slack=PLACEMENT_SLACK, speeds=No
     chosen = [None] * len(costs)
     for b in sorted(range(len(costs)), key=lambda b: (-costs[b], b)):
 
-        def finish(w):
+        def finish(w, b=b):
             return (load[w] + costs[b] / speed[w], rank[w])
 
         best = min(workers, key=finish)

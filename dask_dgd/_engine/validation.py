@@ -20,10 +20,9 @@ import scipy.sparse as sp
 
 from .._backend import take_rows, to_numpy
 from ..exceptions import InputError
-from .blocks import shard_sample
+from .blocks import Block, Shard, shard_sample
 from .kernels import StepRequest, group_step
 from .objective import LinearTraining
-from .blocks import Block, Shard
 
 __all__ = ["holdout_mask", "shard_holdout", "split_validation", "Validator"]
 

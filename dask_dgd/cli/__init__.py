@@ -20,13 +20,12 @@ The modules below this one import only downward: ``_main`` (parser, :func:`main`
 """
 
 from . import _main
-from ._common import Command, CommandError, UsageError
-from ._main import COMMANDS
 
 # The other names of the former module dask_dgd/cli.py that callers and tests use.
 from ._bench import run_bench  # noqa: F401
-from ._common import PROG, Result, _has_module, _quiet_distributed  # noqa: F401
+from ._common import PROG, Command, CommandError, Result, UsageError, _has_module, _quiet_distributed  # noqa: F401
 from ._demo import TABLE_NOTES, _write_outputs, format_table, run_demo  # noqa: F401
+from ._main import COMMANDS
 
 __all__ = ["COMMANDS", "CommandError", "Command", "UsageError", "build_parser", "main"]
 

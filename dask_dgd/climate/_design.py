@@ -243,7 +243,7 @@ def _lags(lags, features):
         for s in seq:
             if isinstance(s, bool) or not isinstance(s, numbers.Integral) or s < 0:
                 raise ParameterError(f"lags{where} must be ints >= 0 (time steps back); got {s!r}")
-        return sorted(set(int(s) for s in seq))
+        return sorted({int(s) for s in seq})
 
     if lags is None:
         return {v: [0] for v in features}

@@ -4,9 +4,9 @@ import numpy as np
 from sklearn.base import RegressorMixin
 from sklearn.metrics import d2_tweedie_score, r2_score
 
+from .._backend import get_namespace
 from ..exceptions import InputError
 from ..losses import HalfPoisson, HalfSquaredError, LinearObjective
-from .._backend import get_namespace
 from ._base import DGDLinearModel
 
 

@@ -2,10 +2,10 @@
 
 
 import numpy as np
-from sklearn.utils.validation import check_is_fitted
 from sklearn.base import ClassifierMixin
 from sklearn.metrics import accuracy_score
 from sklearn.utils.multiclass import check_classification_targets
+from sklearn.utils.validation import check_is_fitted
 
 from .._backend import asarray_like, get_namespace, to_numpy
 from .._engine.blocks import _label_error, encode_shard

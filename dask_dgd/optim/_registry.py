@@ -2,7 +2,7 @@
 
 from ..exceptions import ParameterError
 from ._base import FirstOrderOptimizer
-from ._first_order import Adagrad, Adam, AdamW, RMSprop, SGD
+from ._first_order import SGD, Adagrad, Adam, AdamW, RMSprop
 from ._lbfgs import LBFGS
 
 __all__ = ["OPTIMIZERS", "get_optimizer"]

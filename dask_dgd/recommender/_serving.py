@@ -141,7 +141,10 @@ class RecommenderMixin:
             if exclude_seen:
                 seen = self._seen[c].tocoo()
                 s[seen.row, seen.col] = -np.inf
-            top = np.argpartition(-s, k - 1, axis=1)[:, :k] if k < s.shape[1] else np.tile(np.arange(s.shape[1]), (len(c), 1))
+            if k < s.shape[1]:
+                top = np.argpartition(-s, k - 1, axis=1)[:, :k]
+            else:
+                top = np.tile(np.arange(s.shape[1]), (len(c), 1))
             top_s = np.take_along_axis(s, top, axis=1)
             order = np.argsort(-top_s, axis=1, kind="stable")
             ids[a : a + len(c)] = np.take_along_axis(top, order, axis=1)

@@ -14,6 +14,7 @@ import dask.array as da
 import numpy as np
 import pytest
 import xarray as xr
+from namespace_checks import climate_grid
 
 from dask_dgd.climate import ClimateRegressor, to_design_matrix
 from dask_dgd.climate._blocks import block_features, design_block, mask_block, shift_block
@@ -24,7 +25,6 @@ from dask_dgd.climate._pointwise import pointwise_block as _pointwise_block
 from dask_dgd.climate._pointwise import pooled_block as _pooled_block
 from dask_dgd.climate._pointwise import score_block as _score_block
 from dask_dgd.testing import STRICT_DEVICE, on_array_api_strict
-from namespace_checks import climate_grid
 
 DEVICE = xps.Device(STRICT_DEVICE)
 STRICT = type(xps.asarray(0.0))

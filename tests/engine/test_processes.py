@@ -8,9 +8,9 @@ import os
 import shutil
 import socket
 import subprocess
-from pathlib import Path
 import sys
 import time
+from pathlib import Path
 
 import dask.array as da
 import numpy as np

@@ -15,12 +15,15 @@ Y = (X @ [1.0, -1.0, 0.5, 2.0] + rng.standard_normal(3000) > 0).astype(float)
 
 def test_train_equals_the_estimator_in_process():
     objective = LinearObjective(BinaryLogistic(), 4)
+    exact = dask_dgd.train(objective, (X, Y), penalty=Penalty(alpha=1e-3), tol=1e-10)
+    est = LogisticRegression(alpha=1e-3, tol=1e-10).fit(X, Y)
+    coef, intercept = objective.unpack(exact.params)
+    # the estimator starts from the log-odds of the classes, train() from zeros: same optimum
+    np.testing.assert_allclose(coef[:, 0], est.coef_[0], atol=1e-8)
+    np.testing.assert_allclose(intercept, est.intercept_, atol=1e-8)
+    assert exact.solver == "lbfgs" and exact.converged
     result = dask_dgd.train(objective, (X, Y), penalty=Penalty(alpha=1e-3), solver="gd", optimizer="adam",
                             max_iter=50, tol=0.0)
-    est = LogisticRegression(alpha=1e-3, solver="gd", optimizer="adam", max_iter=50, tol=0.0).fit(X, Y)
-    coef, intercept = objective.unpack(result.params)
-    # the estimator starts from the log-odds of the classes, train() from zeros: same optimum
-    np.testing.assert_allclose(coef[:, 0], est.coef_[0], atol=5e-3)
     assert isinstance(result, dask_dgd.FitResult)
     assert result.solver == "gd" and result.mode == "sync" and result.n_iter == 50 and not result.converged
     assert len(result.history) == 51 and list(result.history.columns[:3]) == ["step", "iteration", "loss"]

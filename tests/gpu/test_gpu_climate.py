@@ -11,13 +11,13 @@ import dask
 import numpy as np
 import pytest
 import xarray as xr
+from namespace_checks import climate_grid
 
 from dask_dgd.climate import ClimateRegressor, to_design_matrix
 from dask_dgd.climate._blocks import design_block, mask_block
 from dask_dgd.climate._pointwise import cell_stats
 from dask_dgd.climate._pointwise import pointwise_block as _pointwise_block
 from dask_dgd.climate._pointwise import pooled_block as _pooled_block
-from namespace_checks import climate_grid
 
 CHUNKS = {"time": 12, "lat": 2, "lon": 5}
 

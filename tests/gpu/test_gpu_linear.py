@@ -8,10 +8,10 @@ blocks in every CI run, here on the GPU: fitted coefficients equal the CPU fit's
 import dask.array as da
 import numpy as np
 import pytest
+from namespace_checks import CASE_IDS, CASES, blocks, check_fit_predict, problem
 
 import dask_dgd
 from dask_dgd._backend import to_numpy
-from namespace_checks import CASE_IDS, CASES, blocks, check_fit_predict, problem
 
 
 @pytest.fixture(scope="module")

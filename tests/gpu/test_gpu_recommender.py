@@ -10,10 +10,10 @@ import warnings
 import dask.array as da
 import numpy as np
 import pytest
+from namespace_checks import spy_factorization_kernels
 
 from dask_dgd import ImplicitMatrixFactorization, MatrixFactorization
 from dask_dgd.datasets import make_ratings
-from namespace_checks import spy_factorization_kernels
 
 
 @pytest.fixture(scope="module")

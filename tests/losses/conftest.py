@@ -12,6 +12,7 @@ from dask_dgd.losses import (
     MultinomialLogistic,
 )
 
+
 def make_loss(name, n_classes=3):
     """A pointwise loss from its short name."""
     return {

@@ -12,9 +12,9 @@ import pytest
 
 from dask_dgd import ImplicitMatrixFactorization, MatrixFactorization
 from dask_dgd._backend import to_numpy
-from dask_dgd.recommender._shards import init_rows
 from dask_dgd.losses import _factorization as K
 from dask_dgd.optim import SGD
+from dask_dgd.recommender._shards import init_rows
 from dask_dgd.testing import STRICT_DEVICE
 
 RNG = np.random.default_rng(0)

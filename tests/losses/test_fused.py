@@ -11,8 +11,8 @@ from dask_dgd.losses import (
     HalfSquaredError,
     LinearObjective,
     MultinomialLogistic,
+    _fused,
 )
-from dask_dgd.losses import _fused
 
 LOSSES = {
     "squared": (HalfSquaredError(), lambda rng, n: rng.standard_normal(n)),

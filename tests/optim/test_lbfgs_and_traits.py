@@ -66,7 +66,7 @@ def test_cubic_minimizer():
     # the cubic through (0, 0) slope -1 and (2, 0) slope 1 (x^2 - 2x shape): minimum at 1
     assert cubic_minimizer(0.0, 0.0, -1.0, 2.0, 0.0, 1.0) == pytest.approx(1.0)
     assert cubic_minimizer(0.0, 0.0, -1.0, 2.0, math.inf, math.inf) == 1.0  # not finite: the middle
-    assert cubic_minimizer(0.0, 0.0, -1.0, 1.0, -2.0, -1.0, bounds=(1.01, 10.0)) == 10.0  # clipped
+    assert cubic_minimizer(0.0, 0.0, -1.0, 2.0, 0.0, 1.0, bounds=(1.5, 3.0)) == 1.5  # clipped to the bounds
 
 
 def test_optimizer_traits():
@@ -81,7 +81,7 @@ def test_optimizer_traits():
     }
     for name, (opt, adaptive, descent, proximal) in rows.items():
         assert (opt.adaptive, opt.descent_method, opt.proximal_exact) == (adaptive, descent, proximal), name
-    schedule = optim.sgd(learning_rate=optim.StepDecay(1.0, 0.5, 2))
+    schedule = optim.sgd(learning_rate=optim.StepDecay(1.0, step_size=2, gamma=0.5))
     assert [schedule.learning_rate_at(k) for k in range(5)] == [1.0, 1.0, 0.5, 0.5, 0.25]
 
 

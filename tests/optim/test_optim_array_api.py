@@ -6,11 +6,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+import array_api_strict as xps
 import numpy as np
 import pytest
 from numpy.testing import assert_allclose
-
-import array_api_strict as xps
 
 import dask_dgd.optim
 from dask_dgd.optim import SGD, Adagrad, Adam, AdamW, RMSprop, StepDecay

@@ -14,12 +14,12 @@ import array_api_strict as xps
 import dask.array as da
 import numpy as np
 import pytest
+from namespace_checks import spy_factorization_kernels
 
 from dask_dgd import ImplicitMatrixFactorization, MatrixFactorization
 from dask_dgd._backend import to_numpy
 from dask_dgd.datasets import make_ratings
 from dask_dgd.testing import STRICT_DEVICE, on_array_api_strict
-from namespace_checks import spy_factorization_kernels
 
 
 def on_device(a):
