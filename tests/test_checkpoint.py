@@ -8,6 +8,7 @@ import warnings
 import dask.array as da
 import numpy as np
 import pytest
+from interrupts import Interrupted, StopAfter, StopAt
 
 from dask_dgd import (
     CheckpointError,
@@ -25,29 +26,6 @@ rng = np.random.default_rng(0)
 X = rng.standard_normal((3000, 5))
 Y_BIN = (X @ [1.0, -1.0, 0.5, 0.0, 2.0] + rng.standard_normal(3000) > 0).astype(int)
 Y_MULTI = np.digitize(X[:, 0] + 0.5 * X[:, 1] + 0.3 * rng.standard_normal(3000), [-0.5, 0.5])
-
-
-class Interrupted(Exception):
-    pass
-
-
-class StopAt:
-    """A callback that raises at a given step (module level: it must pickle)."""
-
-    def __init__(self, step):
-        self.step = step
-
-    def __call__(self, record):
-        if record["step"] == self.step:
-            raise Interrupted(f"interrupted at step {self.step}")
-
-
-class StopAfter(StopAt):
-    """Raise at the first record at or past the step (asynchronous records skip steps)."""
-
-    def __call__(self, record):
-        if record["step"] >= self.step:
-            raise Interrupted(f"interrupted at step {record['step']}")
 
 
 CASES = {

@@ -1,6 +1,5 @@
 """Training modes: local SGD and asynchronous DGD, against synchronous training."""
 
-import time
 import warnings
 
 import dask.array as da
@@ -151,12 +150,11 @@ def test_a_failing_worker_stops_async_training_with_its_error(client, dask_data)
     _, _, Xd, yd = dask_data
     est = LogisticRegression(alpha=ALPHA, solver="sgd", batch_size=500, max_iter=1000, tol=0.0,
                              mode="async", client=client)
-    t0 = time.perf_counter()
-    # computation 1 is the synchronous start; the failure hits the asynchronous loop
+    # computation 1 is the synchronous start; the failure hits the asynchronous loop (a
+    # hang would be stopped by the test's timeout)
     with failing_worker(client, _workers(client)[0], after=1, message="disk on fire"):
         with pytest.raises(RuntimeError, match="disk on fire"):
             est.fit(Xd, yd)
-    assert time.perf_counter() - t0 < 60
     # the cluster is usable afterwards, the other loop was stopped
     _fit(LogisticRegression(alpha=ALPHA, mode="async", solver="sgd", batch_size=500, max_iter=1, client=client), Xd, yd)
 
@@ -182,12 +180,12 @@ def test_max_time_stops_training(client, dask_data, params):
     limit = 0.02 if params["solver"] in ("lbfgs", "newton") else 0.5
     est = LogisticRegression(alpha=ALPHA, max_iter=100_000, tol=0.0, max_time=limit, client=client, **params)
     with straggler(client, _workers(client)[0], factor=1.0):  # every step takes a while
-        t0 = time.perf_counter()
         with pytest.warns(ConvergenceWarning, match=rf"reached max_time={limit} s"):
             est.fit(Xd, yd)
-        wall = time.perf_counter() - t0
-    assert est.history_["time"].iloc[-1] < limit + 1.5
-    assert wall < 10.0
+    h = est.history_
+    assert est.n_iter_ < 100_000 and len(h) < 100_000
+    if params["mode"] != "async":  # checked after every step: it stops at the first past the limit
+        assert (h["time"].iloc[:-1] < limit).all()
 
 
 def test_history_records_staleness_waits_and_updates(client, dask_data):

@@ -625,7 +625,7 @@ def test_interrupted_fit_releases_cluster_state(client, mode, keep_traceback):
         assert excinfo is not None, "the fit was not interrupted"
         assert (excinfo[0] if keep_traceback else excinfo) is KeyboardInterrupt
         assert _STEPS[-1] >= 3 and not hasattr(est, "coef_") and not hasattr(est, "item_factors_")
-        deadline = time.monotonic() + 3.0
+        deadline = time.monotonic() + 30.0  # the scheduler forgets released keys soon; a busy machine takes longer
         while True:
             tasks, actors = _cluster_state(client)
             new = sorted(set(tasks) - set(tasks0))
