@@ -187,6 +187,13 @@ class FactorizationBase(RecommenderMixin, ClientParamMixin, BaseEstimator):
     # --------------------------------------------------------------- fit
     def _train(self, X, y, *, continued, resume=False):
         validate_params(self)
+        if self.checkpoint is not None and not continued and not isinstance(self.random_state, numbers.Integral):
+            from ..exceptions import ParameterError
+
+            raise ParameterError(
+                "a checkpoint of a matrix factorization needs an int random_state: its seed shapes the "
+                "initial factors and the batches, and a resumed fit must draw the same ones"
+            )
         frame, cols = self._as_frame(X, y, need_rating=self._kind_now() == "explicit")
         mem = 0 if is_dask_collection(frame) else int(frame.memory_usage(index=False).sum())
         executor = get_executor(self.client, frame, nbytes=mem)

@@ -390,3 +390,9 @@ def test_divergence_names_the_step_and_the_remedy():
     # plain gradient descent halves a step that raises the objective, and recovers
     mf = MatrixFactorization(optimizer="sgd", learning_rate=1e4, max_iter=50, random_state=0).fit(ratings)
     assert np.isfinite(mf.history_["loss"]).all() and mf.history_["step_size"].iloc[-1] < 1e4
+
+
+def test_checkpoint_needs_an_int_random_state(tmp_path):
+    ratings, _ = make_ratings(50, 30, 600, random_state=0)
+    with pytest.raises(ParameterError, match="a checkpoint of a matrix factorization needs an int random_state"):
+        MatrixFactorization(checkpoint=tmp_path).fit(ratings)
