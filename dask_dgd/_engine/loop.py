@@ -71,6 +71,7 @@ class Loop:
         self.ctx.reseed(saved["seed"])  # random_state=None: the interrupted fit's draws
         self.solver.load_state_dict(saved["solver"])
         self.stops.load_state_dict(saved["stops"])
+        self._restore_placement(saved.get("placement"))
         self._restore_groups(saved["groups"])
         self._saved_progress = self.solver.progress
         done = saved.get("stop")
@@ -98,6 +99,7 @@ class Loop:
             "records": records,
             "n_steps": ctx.source.n_steps,
             "seed": list(ctx.seed),
+            "placement": list(ctx.shards.placement()),
             "groups": self._gather_groups(),
             "stop": None if stop is None else {"converged": stop.converged, "message": stop.message},
         }
@@ -111,6 +113,19 @@ class Loop:
         keys = self.solver.local_keys() if hasattr(self.solver, "local_keys") else ()
         memories = self.ctx.shards.collective.call(group_memory, tuple(keys))
         return [(list(g), m) for g, m in zip(self.ctx.shards.groups, memories)]
+
+    def _restore_placement(self, saved):
+        """Put the blocks where the checkpoint's fit had them, if its workers are all still
+        here: a group's own memory (local SGD's optimizer state) belongs to a grouping of
+        blocks, and Dask may have placed the input otherwise this time (replicas, work
+        stealing).  Only for fits whose groups keep memory; else placement changes no sum."""
+        shards = self.ctx.shards
+        if not (saved and self.ctx.keeps_group_memory and shards.executor.kind == "dask"):
+            return
+        if list(saved) == shards.placement() or len(saved) != shards.n_blocks:
+            return
+        if set(saved) <= set(shards.executor.workers()):
+            shards.collective.regroup(list(saved))
 
     def _restore_groups(self, saved):
         """Give each group the memory saved for its blocks: per-block states follow

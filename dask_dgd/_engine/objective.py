@@ -36,6 +36,7 @@ Driver side:
 
 import math
 from dataclasses import dataclass
+from functools import cached_property
 
 import array_api_compat
 import numpy as np
@@ -64,7 +65,7 @@ class BoundPenalty:
     def has_l1(self):
         return self.penalty.has_l1
 
-    @property
+    @cached_property
     def decay_mask(self):
         return self.penalty.mask(self.objective)
 
@@ -193,7 +194,7 @@ class LinearTraining:
     def n_params(self):
         return self.objective.n_params
 
-    @property
+    @cached_property
     def penalty(self):
         return BoundPenalty(self.penalty_spec, self.objective)
 

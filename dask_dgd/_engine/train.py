@@ -389,6 +389,8 @@ def train(
         monitor.close()
     import pandas as pd
 
+    if shards.skew_report is not None:  # where the blocks ended up (they may have moved)
+        shards.skew_report["placement"] = list(shards.placement())
     history = pd.DataFrame.from_records(monitor.records)
     return FitResult(
         params=np.asarray(params, dtype=np.float64), n_iter=int(n_iter), converged=stop.converged,
