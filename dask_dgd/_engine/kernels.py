@@ -141,7 +141,14 @@ def local_snapshot(scratch, local):
     if local.optimizer is not None and grad is not None:
         if state is None:
             state = local.optimizer.init(params)
-        updates, state = local.optimizer.update(grad * local.scale, state, params)
+        scaled = scratch.setdefault("local_scaled", set())
+        if local.scale != 1.0 and local.source not in scaled:
+            # the gradient is this group's own array and its scale that of its step, the
+            # same for every use (a step that backs off applies it again, with the halved
+            # learning rate): scaled in place, once
+            grad *= local.scale
+            scaled.add(local.source)
+        updates, state = local.optimizer.update(grad, state, params)
         params = params + updates
     return params, state
 
@@ -149,8 +156,11 @@ def local_snapshot(scratch, local):
 def _store_local(scratch, local, params, state, grad):
     snaps = scratch["local"]
     snaps[local.key] = (params, state, grad)
+    scaled = scratch.setdefault("local_scaled", set())
+    scaled.discard(local.key)
     for k in [k for k in snaps if k != local.key and k not in local.keep]:
         del snaps[k]
+        scaled.discard(k)
 
 
 def group_step(shard, scratch, objective, request, tree):
@@ -239,9 +249,11 @@ def group_memory(shard, scratch, local_keys):
     states, the snapshots ``local_keys`` of its local parameters, and its local SGD
     state."""
     local = scratch.get("local") or {}
+    scaled = scratch.get("local_scaled", set())
     return {
         "blocks": _host(dict(_blocks_state(scratch))),
         "local": {int(k): _host(local[k]) for k in local_keys if k in local},
+        "local_scaled": [int(k) for k in local_keys if k in scaled],
         "round": _host(scratch.get("round")),
     }
 
@@ -253,6 +265,7 @@ def group_restore(shard, scratch, objective, memory):
     place = getattr(objective, "local_place", None)
     if memory.get("local"):
         scratch["local"] = {int(k): (v if place is None else place(shard, v)) for k, v in memory["local"].items()}
+        scratch["local_scaled"] = {int(k) for k in memory.get("local_scaled") or ()}
     if memory.get("round") is not None:
         scratch["round"] = memory["round"]
 

@@ -146,7 +146,8 @@ class Loop:
             if not own and any(m.get("local") or m.get("round") is not None for m in by_group.values()):
                 missing += 1
             per_group.append(({"blocks": {b: blocks[b] for b in g if b in blocks},
-                               "local": own.get("local"), "round": own.get("round")},))
+                               "local": own.get("local"), "local_scaled": own.get("local_scaled"),
+                               "round": own.get("round")},))
         if missing:
             logging.getLogger("dask_dgd").warning(
                 "the data is grouped differently than when the checkpoint was written: %d group(s) "

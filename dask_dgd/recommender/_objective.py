@@ -252,7 +252,8 @@ class FactorizationTraining:
             _, g_all = kernels.wls_all_pairs(U, gram_items, 1.0 / self.n_batches)
             gU += g_all
         idx, out = _touched_rows(xp, memory, shard.like is None)
-        extras["local_sq"] = float(xp.sum(gU * gU)) if math.isfinite(float(loss)) else 0.0
+        flat = xp.reshape(gU, (-1,))
+        extras["local_sq"] = float(xp.vecdot(flat, flat)) if math.isfinite(float(loss)) else 0.0
         grad = out.ravel() if idx is None else RowSparse(idx, out, m.n_items)
         return {shard.index: BlockSums(float(loss), grad, float(rows.shape[0]), extras)}, gU
 
