@@ -4,7 +4,8 @@
 temporary git worktree and runs the same fits with both code trees, alternating, each in
 a fresh process with its own 2-worker LocalCluster: a full-batch step's overhead (step
 time minus the slowest group's compute), L-BFGS and Newton to the optimum, mini-batch
-SGD, and matrix factorization (full batch and mini-batch).  It prints medians of the
+SGD, matrix factorization (full batch and mini-batch), and the climate regressor
+(pointwise, and pooled full-batch gd on an xarray grid).  It prints medians of the
 repeats and the ratio current / base of each: what a refactor of the engine cost or saved.
 """
 
@@ -58,6 +59,26 @@ if __name__ == "__main__":
                                               **kw).fit(ratings)
             out[f"{name}_wall_s"] = time.perf_counter() - t
             out[f"{name}_rmse"] = float(-mf.score(ratings))
+        import xarray as xr
+        from dask_dgd.climate import ClimateRegressor
+        T, Y, Xn = 1_000, 60, 60
+        rng = da.random.default_rng(0)
+        x = rng.standard_normal((T, Y, Xn), chunks=(250, 30, 30))
+        index = np.random.default_rng(1).standard_normal(T)
+        yv = 1.0 + 0.5 * x + 0.2 * da.from_array(index[:, None, None], chunks=(250, 1, 1)) \
+            + 0.1 * rng.standard_normal((T, Y, Xn), chunks=(250, 30, 30))
+        ds = xr.Dataset({"x": (("time", "lat", "lon"), x), "index": (("time",), index),
+                         "y": (("time", "lat", "lon"), yv)},
+                        coords={"lat": np.linspace(-60, 60, Y), "lon": np.linspace(0, 354, Xn)}).persist()
+        ClimateRegressor(["x", "index"], "y", model="pointwise", client=client).fit(ds.isel(time=slice(0, 50)))
+        t = time.perf_counter()
+        ClimateRegressor(["x", "index"], "y", model="pointwise", client=client).fit(ds)
+        out["climate_pointwise_wall_s"] = time.perf_counter() - t
+        t = time.perf_counter()
+        cr = ClimateRegressor(["x", "index"], "y", model="pooled", solver="gd", max_iter=20, tol=0,
+                              client=client).fit(ds)
+        out["climate_pooled_wall_s"] = time.perf_counter() - t
+        out["climate_pooled_step_ms"] = 1e3 * med(cr.history_["step_time"].iloc[1:].tolist())
     print("RESULT " + json.dumps(out))
 """
 
