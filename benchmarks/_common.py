@@ -135,7 +135,6 @@ def start_cluster(n_workers, threads_per_worker=1, memory_limit="auto"):
     return cluster, Client(cluster)
 
 
-
 def suite_params(name, sizes, size, repeats, overrides):
     """A suite's parameters: the size's values, then ``overrides`` (unknown names are an
     error), with ``repeats`` replacing the size's repeats when given."""
@@ -166,19 +165,21 @@ def true_model(features, seed):
 def make_data(client, rows, features, chunks, seed):
     """X ~ N(0, 1), y ~ Bernoulli(sigmoid(X coef + b)), generated and persisted on the workers."""
     import dask.array as da
-    from distributed import wait
+    from distributed import futures_of, wait
 
     rng = da.random.default_rng(seed)
     block = -(-rows // chunks)
     X = rng.standard_normal((rows, features), chunks=(block, features))
     X = client.persist(X)
-    wait(X)
+    with client.as_current():
+        wait(futures_of(X))
     coef, intercept = true_model(features, seed)
     u = rng.random(rows, chunks=(X.chunks[0],))
     z = X @ coef + intercept
     y = (u < z.map_blocks(_sigmoid, dtype=np.float64)).astype(np.float64)
     y = client.persist(y)
-    wait(y)
+    with client.as_current():
+        wait(futures_of(y))
     return X, y
 
 

@@ -7,18 +7,28 @@ computations on one worker raise, to check that training stops with the error;
 the fit survives it.  The faults are triggered by progress (the worker's n-th group
 computation), never by a clock, so a test does the same on a quiet and on a busy
 machine.
+:func:`process_cluster` starts a real cluster of separate `dask scheduler` and
+`dask worker` processes (what ``dask scheduler`` / ``dask worker`` on a laptop give) and
+yields a client to it.
 :func:`on_array_api_strict` turns the blocks of an array into ``array_api_strict``
 arrays on a device of their own, so a pipeline can be checked for NumPy-only calls and
 host/device mixing without a GPU.
 """
 
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
 from contextlib import contextmanager
+from pathlib import Path
 
 import numpy as np
 
 from ._engine.faults import set_failure, set_kill, set_slowdown
 
-__all__ = ["STRICT_DEVICE", "failing_worker", "killing_worker", "on_array_api_strict", "straggler"]
+__all__ = ["STRICT_DEVICE", "failing_worker", "killing_worker", "on_array_api_strict", "process_cluster", "straggler"]
 
 #: The ``array_api_strict`` device :func:`on_array_api_strict` puts blocks on.
 STRICT_DEVICE = "device1"
@@ -119,10 +129,83 @@ def killing_worker(client, worker, after=0):
     try:
         yield worker
     finally:
-        try:  # the worker may be gone (and its replacement has no fault)
-            client.run(set_kill, None, workers=[worker], on_error="ignore")
-        except Exception:  # noqa: BLE001 - a worker that left the cluster cannot be reached
-            pass
+        # The worker is usually gone (its replacement has no fault): calling a gone
+        # address would wait for the connect timeout (30 s by default).
+        if worker in client.scheduler_info()["workers"]:
+            try:
+                client.run(set_kill, None, workers=[worker], on_error="ignore")
+            except Exception:  # noqa: BLE001 - it may have left the cluster just now
+                pass
+
+
+@contextmanager
+def process_cluster(n_workers, *, log_dir=None, timeout=120):
+    """A `dask scheduler` process and ``n_workers`` single-threaded `dask worker`
+    processes (one ``dask worker --nworkers`` command, a nanny each) on loopback; yields
+    a :class:`distributed.Client` to it (not the default client) and stops everything
+    on exit.
+
+    The workers import the same ``dask_dgd`` as this process (its directory goes first
+    on their ``PYTHONPATH``) and run with one BLAS thread.  ``log_dir``: a directory for
+    ``scheduler.log`` and ``workers.log`` (default: discarded).  ``timeout``: seconds to
+    wait for all workers.
+
+    Examples
+    --------
+    >>> with process_cluster(8) as client:  # doctest: +SKIP
+    ...     LogisticRegression(client=client).fit(X, y)
+    """
+    import tempfile
+
+    from distributed import Client
+
+    from .exceptions import ParameterError
+
+    if isinstance(n_workers, bool) or not isinstance(n_workers, int) or n_workers < 1:
+        raise ParameterError(f"n_workers must be an int >= 1; got {n_workers!r}")
+    dask = shutil.which("dask", path=os.path.dirname(sys.executable)) or shutil.which("dask")
+    if dask is None:
+        raise RuntimeError("the `dask` command (from the distributed package) is not on PATH")
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    address = f"tcp://127.0.0.1:{port}"
+    here = str(Path(__file__).resolve().parents[1])
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1",
+           "PYTHONPATH": os.pathsep.join(p for p in (here, os.environ.get("PYTHONPATH")) if p)}
+    with tempfile.TemporaryDirectory(prefix="dgd-cluster-") as tmp:
+        logs = Path(log_dir) if log_dir is not None else None
+
+        def out(name):
+            return open(logs / name, "w") if logs is not None else subprocess.DEVNULL
+
+        procs = [subprocess.Popen([dask, "scheduler", "--host", "127.0.0.1", "--port", str(port), "--no-dashboard"],
+                                  stdout=out("scheduler.log"), stderr=subprocess.STDOUT, env=env)]
+        client = None
+        try:
+            procs.append(subprocess.Popen(
+                [dask, "worker", address, "--nthreads", "1", "--nworkers", str(n_workers), "--no-dashboard",
+                 "--local-directory", tmp], stdout=out("workers.log"), stderr=subprocess.STDOUT, env=env))
+            deadline = time.monotonic() + timeout
+            while client is None:
+                try:
+                    client = Client(address, timeout="5s", set_as_default=False)
+                except OSError:
+                    if time.monotonic() > deadline:
+                        raise
+                    time.sleep(0.5)
+            client.wait_for_workers(n_workers, timeout=timeout)
+            yield client
+        finally:
+            if client is not None:
+                client.close()
+            for proc in procs[::-1]:
+                proc.terminate()
+            for proc in procs:
+                try:
+                    proc.wait(timeout=60)
+                except subprocess.TimeoutExpired:
+                    proc.kill()
 
 
 def _strict_block(block, device):

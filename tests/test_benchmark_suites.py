@@ -10,7 +10,18 @@ import math
 import numpy as np
 import pytest
 
-from benchmarks.suites import climate, compression, gpu, memory, modes, recommender, scaling, skew, straggler
+from benchmarks.suites import (
+    climate,
+    compression,
+    gpu,
+    memory,
+    modes,
+    recommender,
+    scale,
+    scaling,
+    skew,
+    straggler,
+)
 
 RESULT_KEYS = {"title", "markdown", "table", "data"}
 
@@ -21,7 +32,7 @@ def _check_result(result):
     assert "|---|" in result["table"]
 
 
-@pytest.mark.parametrize("module", [modes, scaling, memory, straggler, skew, compression, recommender, climate, gpu])
+@pytest.mark.parametrize("module", [modes, scaling, scale, memory, straggler, skew, compression, recommender, climate, gpu])
 def test_suite_interface(module):
     assert module.NAME == module.__name__.rsplit(".", 1)[-1]
     assert module.DESCRIPTION
@@ -58,8 +69,7 @@ def test_gpu_unavailable_names_the_missing_piece():
 
 # ----------------------------------------------------------------------------- cost model
 TRUE = dict(
-    t_elem=1e-9, t_row=2e-8, t_block=3e-5, a=1e-3, b=4e-4, b_task=1.2e-3, c=2e-8, d=5e-4, e=1e-8,
-    o=2e-4,
+    t_elem=1e-9, t_row=2e-8, t_block=3e-5, a=1e-3, b=4e-4, c=2e-8, h=5e-4, w=2e-4, e=1e-8, o=2e-4,
 )
 
 
@@ -69,7 +79,7 @@ def _synthetic_records(constants, cores, noise=None):
     recs = []
     for rows, features in ((20_000, 20), (800, 10), (256, 2000)):
         for P in (1, 2, 4, 8):
-            for s, transport in ((8, "actor"), (2, "task")):
+            for s, transport in ((8, "tree"), (2, "tree"), (2, "star")):
                 groups, blocks, max_rows = scaling.layout(rows, 16, P)
                 pred = scaling.step_model(
                     constants, workers=P, rows=rows, features=features, chunks=16,
@@ -95,13 +105,22 @@ def test_layout_and_tree_levels():
     assert [scaling.tree_inner_levels(n, 2) for n in (2, 3, 4, 8)] == [0, 1, 1, 2]
 
 
+def test_tree_shape_follows_the_engines_runner_tree():
+    # (runners the driver calls, the most children of a runner on each level below)
+    assert scaling.tree_shape(1, 8) == (1, [])
+    assert scaling.tree_shape(8, 8) == (8, [])  # a star
+    assert scaling.tree_shape(64, 8) == (8, [7])
+    assert scaling.tree_shape(4, 2) == (2, [1])
+    assert scaling.tree_shape(8, 2) == (2, [2, 1])
+    assert scaling.tree_shape(512, 8)[0] == 8 and len(scaling.tree_shape(512, 8)[1]) == 2
+    assert scaling.tree_shape(64, 8, "star") == (64, [])
+
+
 def test_transport_rule_follows_the_engine_default():
-    assert scaling.transport_rule(64, 101, 8) == "actor"  # 64 x 808 B: summed on the driver
-    assert scaling.transport_rule(8, 10**7, 8) == "actor"  # no inner level to offload
-    assert scaling.transport_rule(512, 20_001, 8) == "task"  # 82 MB of partials
-    # The installed engine agrees (when it has the rule at all).
     for groups, g, s in ((64, 101, 8), (8, 10**7, 8), (512, 20_001, 8), (4, 11, 2)):
-        assert scaling.engine_transport(groups, g, s) in ("task", scaling.transport_rule(groups, g, s))
+        assert scaling.transport_rule(groups, g, s) == "tree"
+        assert scaling.engine_transport(groups, g, s) == "tree"
+    assert scaling.engine_transport(4, 11, 2, "actor") == "star"
     assert scaling.engine_transport(4, 11, 2, "task") == "task"
 
 
@@ -137,26 +156,38 @@ def test_efficiency_predictions_are_bounded():
         assert 0 < e["efficiency"] <= 1
         assert e["efficiency"] == pytest.approx(e["speedup"] / e["workers"])
         assert e["groups"] == min(e["workers"], e["chunks"])
-        assert e["dominant"] in ("compute", "fixed", "per_worker", "per_byte", "tree")
+        assert e["dominant"] in ("compute", "fixed", "driver", "tree")
         if e["chunks"] == 16:
             assert e["efficiency"] <= 16 / e["workers"] + 1e-12  # 16 blocks: at most 16 busy
     big = next(e for e in table if e["workers"] == 512 and e["chunks"] == 512)
-    assert big["dominant"] == "per_worker"  # b G = 0.2 s against 2 ms of compute
+    assert big["dominant"] != "compute" and big["depth"] == 3  # 4 ms of compute per 512th
+    # the tree bounds what the driver does: 8 runners called at 64 and at 512 workers
+    t64, t512 = (scaling.step_model(TRUE, workers=P, rows=2_000_000, features=100, chunks=P, split_every=8)
+                 for P in (64, 512))
+    assert t64["driver"] == pytest.approx(t512["driver"]) and t64["roots"] == t512["roots"] == 8
+    star = scaling.step_model(TRUE, workers=512, rows=2_000_000, features=100, chunks=512, split_every=8,
+                              transport="star")
+    assert star["driver"] == pytest.approx(64 * t512["driver"])
 
 
-def test_best_groups_minimises_the_step():
-    k = dict(TRUE, t_block=0.0, d=0.0, e=0.0)
-    rows, features = 2**21, 100
-    g_star = scaling.best_groups(k, rows=rows, features=features)
+def test_scenario_predictions_and_the_limit():
+    table = scaling.scenario_table(TRUE, split_every=8, workers_list=(64, 512, 4096))
+    assert len(table) == 3 * 3
+    for e in table:
+        assert 0 < e["efficiency"] <= 1 + 1e-12
+        assert e["groups"] == e["workers"]
+    weak = [e for e in table if "weak" in e["scenario"]]
+    assert all(e["rows"] == e["workers"] * 625_000 for e in weak)
+    # weak scaling keeps the compute per worker: efficiency falls only with the tree's depth
+    assert weak[0]["efficiency"] >= weak[1]["efficiency"] >= weak[2]["efficiency"]
+    limit = scaling.limit_workers(TRUE, rows=2_000_000, features=100, split_every=8)
 
-    def step(G):
-        return scaling.step_model(
-            k, workers=G, rows=rows, features=features, chunks=G, split_every=8
-        )["step"]
+    def eff(P):
+        t1 = scaling.step_model(TRUE, workers=1, rows=2_000_000, features=100, chunks=1, split_every=8)["step"]
+        return t1 / (P * scaling.step_model(TRUE, workers=P, rows=2_000_000, features=100, chunks=P,
+                                            split_every=8)["step"])
 
-    powers = [2**i for i in range(12)]
-    best = min(powers, key=step)
-    assert best / 2 <= g_star <= best * 2
+    assert eff(limit) < 0.5 <= eff(limit // 2)
 
 
 # ----------------------------------------------------------------------------- tiny runs
@@ -171,9 +202,9 @@ def test_scaling_suite_tiny():
     _check_result(result)
     data = result["data"]
     recs = data["records"]
-    # 3 data sets with the default transport, 2 as task steps with split_every=2, per size.
+    # 3 data sets with the default transport, 2 with split_every=2, per size.
     assert len(recs) == 3 * 5
-    assert {r["transport"] for r in recs if r["split_every"] == 2} == {"task"}
+    assert {r["transport"] for r in recs} == {"tree"}
     for r in recs:
         assert r["steps_per_fit"] == 4  # max_iter=3 updates: 4 distributed steps
         assert 0 < r["compute"] <= r["step"]
@@ -190,6 +221,40 @@ def test_scaling_suite_tiny():
     assert all(v >= 0 for k, v in data["constants"].items() if k != "cores")
     assert all(0 < e["efficiency"] <= 1 for e in data["efficiency"])
     assert "| main | 8,000 x 10 | 1 | 8 |" in result["markdown"]
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(400)
+def test_scale_suite_tiny():
+    """Separate `dask scheduler`/`dask worker` processes: star against the tree."""
+    result = scale.run(
+        "small", repeats=1, workers=(1, 2, 4), tiny_rows_per_block=8, wide_features=200, wide_workers=(4,),
+        rows=4_000, features=10, chunks=4, split_every=4, deep_split_every=2, max_iter=3,
+        predict_workers=(64,), log=lambda msg: None,
+    )
+    _check_result(result)
+    data = result["data"]
+    recs = data["records"]
+    # per size: tiny star s=4, tree s=4 and s=2; wide the same at 4 workers; main (s=4) at 1 and 2
+    keys = sorted((r["data"], r["workers"], r["transport"], r["split_every"]) for r in recs)
+    tiny = [("tiny", P, t, s) for P in (1, 2, 4) for t, s in (("star", 4), ("tree", 2), ("tree", 4))]
+    wide = [("wide", 4, t, s) for t, s in (("star", 4), ("tree", 2), ("tree", 4))]
+    assert keys == sorted([("main", 1, "tree", 4), ("main", 2, "tree", 4)] + tiny + wide)
+    for r in recs:
+        assert r["n_steps"] == 3  # max_iter=3: 4 steps, the first (starting the runners) left out
+        assert r["driver_cpu"] > 0 and r["step"] > 0 and r["driver_bytes"] > 0
+        assert math.isfinite(r["predicted_overhead"])
+        if r["transport"] == "star":  # the driver calls every group and hears every group
+            assert r["depth"] == 1 and r["messages"] == 2 * r["groups"]
+        else:  # fan-in 2 over 4 groups: 2 roots with a child each
+            assert r["messages"] == 2 * min(r["groups"], r["split_every"])
+            assert r["depth"] == (2 if r["groups"] > r["split_every"] else 1) == len(r["level_times"])
+    tiny4 = {r["transport"]: r for r in recs if (r["data"], r["workers"]) == ("tiny", 4)}
+    assert tiny4["tree"]["driver_bytes"] < tiny4["star"]["driver_bytes"]
+    assert data["targets"][0]["target"].startswith("driver messages per step") and data["targets"][0]["met"]
+    assert all(v >= 0 for k, v in data["constants"].items() if k != "cores")
+    assert {e["workers"] for e in data["predictions"]} == {64}
+    assert "### Predictions" in result["markdown"]
 
 
 @pytest.mark.slow

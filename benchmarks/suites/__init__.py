@@ -11,4 +11,5 @@ the size parameters, e.g. ``rows=20000``, for the test suite) returning
 """
 
 #: Registered suites, in the order ``--suite all`` runs them.
-SUITES = ("linear", "modes", "straggler", "skew", "compression", "scaling", "memory", "recommender", "climate", "gpu")
+SUITES = ("linear", "modes", "straggler", "skew", "compression", "scaling", "scale", "memory", "recommender", "climate",
+          "gpu")

@@ -11,15 +11,15 @@ single-threaded worker processes.  Three data sets separate the terms of the ste
 * ``wide``: few rows but many features, so the parameters and gradient sent per step are
   large (the per-byte term).
 
-All three run with the engine's default step transport (actor calls, every partial
-summed on the driver).  ``tiny`` and ``wide`` also run as task steps
-(``dgd.step-transport="task"``, the engine's choice for many groups with large
-partials) with ``split_every=2``, so that the reduction tree has inner levels on the
-cluster at 4 and 8 workers (the tree term).  The constants of the cost model (see
+All three run with the engine's default step transport (the runner tree of fan-in
+``split_every=8``: up to 8 groups, the driver calls every runner, a star).  ``tiny`` and
+``wide`` also run with ``split_every=2``, whose runner tree has levels below its roots
+at 3 or more groups (the tree terms).  The constants of the cost model (see
 ``docs/performance.md`` and :func:`step_model`) are fitted to all of these by
 non-negative least squares on relative errors, the measured and predicted step times are
 printed side by side, and the model predicts the strong-scaling efficiency of the main
-problem at 64 and 512 workers.
+problem at 64, 512 and 4,096 workers.  The ``scale`` suite measures the tree on up to 32
+worker processes and predicts larger problems and weak scaling.
 """
 
 import math
@@ -34,7 +34,7 @@ from .._common import make_data, md_table, median, start_cluster, suite_params
 NAME = "scaling"
 DESCRIPTION = (
     "Full-batch step time at 1, 2, 4, 8 workers; speed-up 1->2; a fitted cost model "
-    "and its strong-scaling predictions at 64 and 512 workers"
+    "and its strong-scaling predictions at 64, 512 and 4,096 workers"
 )
 
 SIZES = {
@@ -54,7 +54,7 @@ SIZES = {
         predict_rows=2_000_000,
         predict_features=100,
         predict_chunks=16,
-        predict_workers=(64, 512),
+        predict_workers=(64, 512, 4096),
         seed=0,
         cores=None,
     ),
@@ -74,7 +74,7 @@ SIZES = {
         predict_rows=2_000_000,
         predict_features=100,
         predict_chunks=16,
-        predict_workers=(64, 512),
+        predict_workers=(64, 512, 4096),
         seed=0,
         cores=None,
     ),
@@ -85,11 +85,7 @@ OPTIONAL_COLUMNS = ("broadcast_time", "reduce_time", "update_time")
 
 #: Names of the cost-model constants, in the order of the design matrix columns.
 COMPUTE_CONSTANTS = ("t_elem", "t_row", "t_block")
-COMM_CONSTANTS = ("a", "b", "b_task", "c", "d", "e", "o")
-#: The engine's default limit on the partials the driver sums itself
-#: (``dgd.driver-reduce-max-bytes``): beyond it, and with more groups than
-#: ``split_every``, steps run as tasks with the inner tree levels on the cluster.
-DRIVER_REDUCE_MAX_BYTES = 16 * 2**20
+COMM_CONSTANTS = ("a", "b", "c", "h", "w", "e", "o")
 TARGET_SPEEDUP = 1.8
 
 
@@ -115,7 +111,8 @@ def layout(rows, chunks, workers):
 
 
 def tree_inner_levels(n_items, split_every):
-    """Inner levels of the fixed reduction tree (levels summed before the last one)."""
+    """Inner levels of the fixed reduction tree over ``n_items`` (levels summed before
+    the last one)."""
     levels = 0
     while n_items > split_every:
         n_items = -(-n_items // split_every)
@@ -123,29 +120,37 @@ def tree_inner_levels(n_items, split_every):
     return levels
 
 
-def transport_rule(groups, n_params, split_every):
-    """The engine's default step transport (``dgd.step-transport="auto"``).
+def tree_shape(groups, split_every, transport="tree"):
+    """``(roots, children)`` of the runner tree a step takes: the runners the driver
+    calls, and for each level below them the most children one runner of that level
+    forwards to (the critical path).  The star: every group a root, no levels."""
+    if transport == "star" or groups <= 1:
+        return max(groups, 1), []
+    from dask_dgd._engine.topology import runner_tree
 
-    ``"actor"``: one actor call per group, every partial back to the driver, the tree
-    summed there; ``"task"`` (many groups with large partials): one task per group and
-    the inner levels of the tree as tasks on the cluster.
-    """
-    if groups > split_every and groups * 8 * n_params > DRIVER_REDUCE_MAX_BYTES:
-        return "task"
-    return "actor"
+    level, kids = list(runner_tree(range(groups), split_every)), []
+    roots = len(level)
+    while any(n.children for n in level):
+        kids.append(max(len(n.children) for n in level))
+        level = [c for n in level for c in n.children]
+    return roots, kids
+
+
+def transport_rule(groups, n_params, split_every):
+    """The engine's default step transport (``dgd.step-transport="auto"``): the runner
+    tree, which is the star while there are no more groups than ``split_every``."""
+    return "tree"
 
 
 def engine_transport(groups, n_params, split_every, requested="auto"):
     """The transport the installed engine uses for a step (``requested`` as the
-    ``dgd.step-transport`` setting); ``"task"`` for an engine without actor calls."""
-    try:
-        from dask_dgd._engine.executor import step_transport
-    except ImportError:
-        return "task"
+    ``dgd.step-transport`` setting): ``"tree"``, ``"star"`` or ``"task"``."""
     import dask
 
+    from dask_dgd._engine.executor import step_transport
+
     with dask.config.set({"dgd.step-transport": requested}):
-        return step_transport(groups, 8 * n_params, split_every)
+        return step_transport()
 
 
 # ----------------------------------------------------------------------------- the cost model
@@ -157,18 +162,22 @@ def compute_features(rec, cores):
 
 
 def comm_features(rec, cores):
-    """Design row of the communication term: 1, G (actor), G (task), g G, L, L g s, G (rho - 1).
+    """Design row of the communication term: 1, r, g r, L, K, g K, G (rho - 1).
 
-    ``L`` counts the inner tree levels that run on the cluster: none with actor calls
-    (the driver sums every partial; its cost is in the ``g G`` column).  The last column
-    is the measuring machine's contention: worker processes sharing cores answer their
-    calls late; it is zero with one core per worker (``cores=None``).
+    ``r`` runners are called by the driver (the star: every group; the tree: at most
+    ``split_every``), each costing the driver a call and a reply (``b``) and ``g`` floats
+    each way plus their merge (``c``).  Below the roots, ``L`` levels of the tree each
+    add a hop (``h``) and, on the critical path, a runner that forwards the step to and
+    merges the answers of ``k`` children (``K`` = the sum of ``k`` over the levels:
+    ``w`` per child, ``e`` per float merged).  The last column is the measuring
+    machine's contention: worker processes sharing cores answer late; zero with one
+    core per worker (``cores=None``).
     """
-    G, g, s = rec["groups"], rec["n_params"], rec["split_every"]
-    task = rec["transport"] == "task"
-    L = tree_inner_levels(G, s) if task else 0
+    G, g = rec["groups"], rec["n_params"]
+    r, kids = tree_shape(G, rec["split_every"], rec["transport"])
     rho = max(1.0, rec["workers"] / cores) if cores else 1.0
-    return [1.0, 0.0 if task else G, G if task else 0.0, g * G, L, L * g * s, G * (rho - 1.0)]
+    K = float(sum(kids))
+    return [1.0, r, g * r, len(kids), K, g * K, G * (rho - 1.0)]
 
 
 def _nnls_relative(A, b):
@@ -183,21 +192,26 @@ def _nnls_relative(A, b):
     return x / scale
 
 
+def fit_comm_constants(records, cores):
+    """The communication constants fitted to records' ``overhead`` (see
+    :func:`comm_features`), by non-negative least squares on relative errors."""
+    xo = _nnls_relative([comm_features(r, cores) for r in records], [r["overhead"] for r in records])
+    return dict(zip(COMM_CONSTANTS, xo.tolist()))
+
+
 def fit_cost_model(records, cores):
     """Fit the model's constants to measured records (see :func:`step_model`).
 
     Each record has ``workers, groups, max_group_blocks, max_group_rows, features,
-    n_params, split_every`` and the measured medians ``compute`` (slowest group's compute
-    time) and ``overhead`` (step time minus that).  The compute constants come from
-    ``compute``, the communication constants from ``overhead``; both by non-negative
-    least squares on relative errors.
+    n_params, split_every, transport`` and the measured medians ``compute`` (slowest
+    group's compute time) and ``overhead`` (step time minus that).  The compute
+    constants come from ``compute``, the communication constants from ``overhead``;
+    both by non-negative least squares on relative errors.
     """
     Ac = [compute_features(r, cores) for r in records]
-    Ao = [comm_features(r, cores) for r in records]
     xc = _nnls_relative(Ac, [r["compute"] for r in records])
-    xo = _nnls_relative(Ao, [r["overhead"] for r in records])
     constants = dict(zip(COMPUTE_CONSTANTS, xc.tolist()))
-    constants.update(zip(COMM_CONSTANTS, xo.tolist()))
+    constants.update(fit_comm_constants(records, cores))
     constants["cores"] = cores
     return constants
 
@@ -209,15 +223,16 @@ def step_model(
     """Predicted step time and its terms (seconds).
 
     ``T_step(P) = rho(P) (t_elem R_max (d+1) + t_row R_max + t_block B_max)   compute
-               + a + b G + c g G                      actor calls (the default)
-               + a + b_task G + c g G + L (d + e g s)  task steps, L inner levels on the cluster
-               + o G (rho(P) - 1)                       measuring machine only: shared cores``
+               + a + (b + c g) r                      the driver's calls (r runners)
+               + h L + (w + e g) K                    the levels of the tree below them
+               + o G (rho(P) - 1)                     measuring machine only: shared cores``
 
     with G = min(P, chunks) groups, B_max / R_max the blocks / rows of the largest group,
-    g = n_params floats (features + 1 for binary logistic regression), L the number of
-    inner reduction levels of fan-in s = ``split_every`` and rho(P) = max(1, P / cores)
-    the oversubscription of the measuring machine (1 for ``cores=None``: one core per
-    worker).  ``transport=None``: the engine's default rule (:func:`transport_rule`).
+    g = n_params floats (features + 1 for binary logistic regression), r, L and K the
+    shape of the runner tree of fan-in s = ``split_every`` (:func:`tree_shape`; the
+    star: r = G, L = K = 0) and rho(P) = max(1, P / cores) the oversubscription of the
+    measuring machine (1 for ``cores=None``: one core per worker).
+    ``transport=None``: the engine's default (the tree).
     """
     g = features + 1 if n_params is None else n_params
     groups, blocks, max_rows = layout(rows, chunks, workers)
@@ -232,17 +247,47 @@ def step_model(
     terms = {
         "compute": k["t_elem"] * cf[0] + k["t_row"] * cf[1] + k["t_block"] * cf[2],
         "fixed": k["a"] * of[0],
-        "per_worker": k["b"] * of[1] + k["b_task"] * of[2],
-        "per_byte": k["c"] * of[3],
-        "tree": k["d"] * of[4] + k["e"] * of[5],
+        "driver": k["b"] * of[1] + k["c"] * of[2],
+        "tree": k["h"] * of[3] + k["w"] * of[4] + k["e"] * of[5],
         "oversubscription": k["o"] * of[6],
     }
     terms["step"] = sum(terms.values())
-    terms.update(groups=groups, blocks=blocks, max_rows=max_rows, transport=rec["transport"])
+    terms.update(groups=groups, blocks=blocks, max_rows=max_rows, transport=rec["transport"],
+                 roots=int(of[1]), depth=1 + int(of[3]))
     return terms
 
 
-def efficiency_table(constants, *, rows, features, chunks, split_every, workers_list):
+#: The scenarios of the predictions: (name, rows at P workers, features, weak scaling).
+SCENARIOS = (
+    ("a: 2,000,000 x 100 (1.6 GB), strong", lambda P: 2_000_000, 100, False),
+    ("b: 20,000,000 x 100 (16 GB), strong", lambda P: 20_000_000, 100, False),
+    ("c: 0.5 GB of X per worker, weak", lambda P: P * (500_000_000 // (8 * 100)), 100, True),
+)
+
+
+def scenario_table(constants, *, split_every, workers_list, scenarios=SCENARIOS, transport=None):
+    """Predicted step, speed-up and efficiency (one core per worker, one block per
+    worker) for each scenario at each worker count, with the terms and the dominant
+    one.  Strong scaling: efficiency T(1) / (P T(P)); weak: T(1) / T(P).
+    ``transport``: ``"star"`` for the driver calling every group (default: the tree)."""
+    out = []
+    for name, rows_at, features, weak in scenarios:
+        base = step_model(constants, workers=1, rows=rows_at(1), features=features, chunks=1,
+                          split_every=split_every)["step"]
+        for P in workers_list:
+            t = step_model(constants, workers=P, rows=rows_at(P), features=features, chunks=P,
+                           split_every=split_every, transport=transport)
+            parts = {k: t[k] for k in ("compute", "fixed", "driver", "tree")}
+            eff = base / t["step"] if weak else base / (P * t["step"])
+            out.append(dict(
+                scenario=name, workers=P, rows=rows_at(P), groups=t["groups"], depth=t["depth"], roots=t["roots"],
+                **parts, step=t["step"], speedup=(P * base / t["step"]) if weak else base / t["step"],
+                efficiency=eff, dominant=max(parts, key=parts.get), base=base,
+            ))
+    return out
+
+
+def efficiency_table(constants, *, rows, features, chunks, split_every, workers_list, transport=None):
     """Predicted strong scaling (one core per worker) for several block layouts."""
     base = step_model(
         constants, workers=1, rows=rows, features=features, chunks=chunks, split_every=split_every
@@ -252,13 +297,13 @@ def efficiency_table(constants, *, rows, features, chunks, split_every, workers_
         for n_chunks, label in ((chunks, f"{chunks} (as measured)"), (max(P, chunks), f"{max(P, chunks)} (= workers)")):
             t = step_model(
                 constants, workers=P, rows=rows, features=features, chunks=n_chunks,
-                split_every=split_every,
+                split_every=split_every, transport=transport,
             )
-            parts = {k: t[k] for k in ("compute", "fixed", "per_worker", "per_byte", "tree")}
+            parts = {k: t[k] for k in ("compute", "fixed", "driver", "tree")}
             out.append(
                 dict(
                     workers=P, chunks=n_chunks, chunks_label=label, groups=t["groups"],
-                    transport=t["transport"],
+                    transport=t["transport"], depth=t["depth"],
                     **parts, step=t["step"], speedup=base / t["step"],
                     efficiency=base / (P * t["step"]), dominant=max(parts, key=parts.get),
                 )
@@ -266,16 +311,18 @@ def efficiency_table(constants, *, rows, features, chunks, split_every, workers_
     return base, out
 
 
-def best_groups(constants, *, rows, features):
-    """Group count minimising the predicted step, ignoring the tree and block terms.
-
-    ``T(G) ~ C / G + a + (b + c g) G`` with ``C`` the one-core compute of all the rows, so
-    ``G* = sqrt(C / (b + c g))``: beyond it, adding workers makes each step slower.
-    """
-    g = features + 1
-    C = constants["t_elem"] * rows * g + constants["t_row"] * rows
-    per_group = constants["b"] + constants["c"] * g
-    return math.sqrt(C / per_group) if per_group > 0 else math.inf
+def limit_workers(constants, *, rows, features, split_every, efficiency=0.5, max_workers=2**20):
+    """The smallest power-of-two worker count (one block each) at which the predicted
+    strong-scaling efficiency falls below ``efficiency`` (None: not below
+    ``max_workers``): where adding workers stops paying for a fixed problem."""
+    base = step_model(constants, workers=1, rows=rows, features=features, chunks=1, split_every=split_every)["step"]
+    P = 1
+    while P <= max_workers:
+        t = step_model(constants, workers=P, rows=rows, features=features, chunks=P, split_every=split_every)
+        if base / (P * t["step"]) < efficiency:
+            return P
+        P *= 2
+    return None
 
 
 # ----------------------------------------------------------------------------- measurement
@@ -424,11 +471,11 @@ def run(size, *, repeats=None, log=print, **overrides):
     for spec in datasets.values():
         spec["lr"] = safe_learning_rate(spec["rows"], spec["features"])
     s, s_tree = p["split_every"], p["tree_split_every"]
-    # Default transport at split_every=s; forced task steps with split_every=s_tree, whose
-    # tree has inner levels (on the cluster) at 3 or more groups.
+    # The default transport at split_every=s (a star up to s groups); the runner tree
+    # with split_every=s_tree, which has levels below its roots at 3 or more groups.
     configs = [
         ("main", s, "auto"), ("tiny", s, "auto"), ("wide", s, "auto"),
-        ("tiny", s_tree, "task"), ("wide", s_tree, "task"),
+        ("tiny", s_tree, "tree"), ("wide", s_tree, "tree"),
     ]
 
     t_start = time.perf_counter()
@@ -464,7 +511,7 @@ def run(size, *, repeats=None, log=print, **overrides):
         chunks=p["predict_chunks"], split_every=s, workers_list=p["predict_workers"],
     )
 
-    g_star = best_groups(constants, rows=p["predict_rows"], features=p["predict_features"])
+    limit = limit_workers(constants, rows=p["predict_rows"], features=p["predict_features"], split_every=s)
 
     # ---- tables
     measured = md_table(
@@ -504,11 +551,12 @@ def run(size, *, repeats=None, log=print, **overrides):
         ["t_row", _sci(constants["t_row"]), "s per row of the largest group (the pointwise loss and its derivative)"],
         ["t_block", _sci(constants["t_block"]), "s per block of the largest group (per-block call overhead)"],
         ["a", _sci(constants["a"]), "s per step, fixed (driver update and bookkeeping)"],
-        ["b", _sci(constants["b"]), "s per group per step, actor calls (one call out, its partials back)"],
-        ["b_task", _sci(constants["b_task"]), "s per group per step, task steps (through the scheduler)"],
-        ["c", _sci(constants["c"]), f"s per parameter float per group per step (= {constants['c'] / 8:.3g} s/byte)"],
-        ["d", _sci(constants["d"]), "s per inner tree level run as tasks on the cluster"],
-        ["e", _sci(constants["e"]), "s per float of a partial merged in such a level"],
+        ["b", _sci(constants["b"]), "s per runner the driver calls (one call out, its answer back)"],
+        ["c", _sci(constants["c"]),
+         f"s per parameter float per runner the driver calls (= {constants['c'] / 8:.3g} s/byte)"],
+        ["h", _sci(constants["h"]), "s per level of the runner tree below the roots (one hop)"],
+        ["w", _sci(constants["w"]), "s per child a runner forwards to and merges (critical path)"],
+        ["e", _sci(constants["e"]), "s per float of a child's answer merged by a runner"],
         ["o", _sci(constants["o"]),
          "s per group per extra worker per core (this machine's contention; 0 in predictions)"],
     ]
@@ -524,11 +572,11 @@ def run(size, *, repeats=None, log=print, **overrides):
         ],
     )
     eff_table = md_table(
-        ["workers", "chunks", "groups", "transport", "compute", "fixed a", "per-worker bG", "per-byte cgG",
-         "tree", "step", "speed-up", "efficiency", "dominant"],
+        ["workers", "chunks", "groups", "tree depth", "compute", "fixed a", "driver (b + c g) r",
+         "tree levels", "step", "speed-up", "efficiency", "dominant"],
         [
-            [e["workers"], e["chunks_label"], e["groups"], e["transport"], _t(e["compute"]), _t(e["fixed"]),
-             _t(e["per_worker"]), _t(e["per_byte"]), _t(e["tree"]), _t(e["step"]),
+            [e["workers"], e["chunks_label"], e["groups"], e["depth"], _t(e["compute"]), _t(e["fixed"]),
+             _t(e["driver"]), _t(e["tree"]), _t(e["step"]),
              f"{e['speedup']:.1f}x", f"{100 * e['efficiency']:.1f}%", e["dominant"]]
             for e in eff
         ],
@@ -558,9 +606,11 @@ def run(size, *, repeats=None, log=print, **overrides):
             f"### Predicted strong scaling, {p['predict_rows']:,} x {p['predict_features']} "
             f"(one core per worker, split_every={s}; T(1) = {_t(base)})",
             eff_table,
-            f"Past about G* = sqrt(C / (b + c g)) = **{g_star:.0f}** groups (C: one-core "
-            f"compute of all {p['predict_rows']:,} rows) each added worker makes the step "
-            f"slower: its compute saving C/G^2 is smaller than its per-group cost b + c g.",
+            f"With one block per worker, the predicted strong-scaling efficiency of this "
+            f"problem falls below 50% at **{limit if limit else 'more than 2^20'}** workers: "
+            f"there a worker's compute is as small as the step's fixed, driver and tree terms, "
+            f"which grow only with log(workers). Predictions for larger problems and weak "
+            f"scaling: the `scale` suite and `docs/performance.md`.",
         ]
     )
     table = "\n\n".join([measured, speed_line, const_table, check, eff_table])
@@ -578,7 +628,7 @@ def run(size, *, repeats=None, log=print, **overrides):
             "constants": constants,
             "predicted_step_1_worker": base,
             "efficiency": eff,
-            "best_groups": g_star,
+            "efficiency_below_half_at": limit,
             "measure_wall": measure_wall,
         },
     }

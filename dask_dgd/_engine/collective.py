@@ -2,29 +2,36 @@
 
 A :class:`Collective` owns the step actors of one :class:`~.shards.ShardSet` (one
 :class:`~.executor.GroupRunner` per group, on the group's worker, holding the shard and
-the group's memory) and offers two operations:
+the group's memory) and offers three operations:
 
 - :meth:`Collective.reduce`: every group evaluates a step function and answers with its
   complete subtrees of the fixed block tree; the subtrees are merged into the root.
+- :meth:`Collective.reduce_groups`: every group answers one partial (a local SGD
+  round); they are summed in a fixed tree over the groups.
 - :meth:`Collective.call`: every group runs a function; the results come back in group
-  order (setup of local parameters, exports, checkpoints, local SGD rounds).
+  order (setup of local parameters, exports, checkpoints: once per fit, not per step).
 
-In process, the same functions run on the shards directly.  On a cluster, a step is one
-actor call per group (merged on the driver), or, for large stateless steps on many
-groups, one task per group with the inner tree levels as tasks on the cluster
-(``dgd.step-transport``).  A lost worker is survived here: its shards are recomputed by
-Dask, the runners restarted and the call repeated, so a synchronous step gives the same
-sums as if nothing had happened.
+In process, the same functions run on the shards directly.  On a cluster, a reduction
+goes down and up the runner tree (:mod:`.topology`): the driver calls at most
+``split_every`` root runners, each forwards the step to its children, computes its own
+blocks, merges its subtree's answers in the fixed tree and answers its parent.  Where
+the merges happen never changes the sums (they follow the block tree), so the tree, the
+star (the driver calling every runner) and the in-process fit agree bit for bit
+(``dgd.step-transport``; task steps through the scheduler are the third way).  A lost
+worker, leaf or interior, is survived here: its shards are recomputed by Dask, the
+runners restarted, the tree rebuilt over the workers that hold the shards now and the
+call repeated, so a synchronous step gives the same sums as if nothing had happened.
 """
 
 import logging
 import time
 
 from .blocks import combine_shards, take_blocks
-from .executor import step_transport
+from .executor import answer_stats, merge_stats, step_transport
 from .kernels import group_block_states, group_set_block_states
-from .reduce import BlockTree, Compressed, grad_nbytes
+from .reduce import BlockTree
 from .skew import groups_by_worker
+from .topology import runner_tree, tree_depth
 
 __all__ = ["Collective", "MAX_RECOVERIES"]
 
@@ -39,10 +46,7 @@ def _stateless(shard, fn, *args):
     return fn(shard, {}, *args)
 
 
-def _node_bytes(partial):
-    """Bytes of one partial as it travels: its gradient, its extras, 16 for the scalars."""
-    extra = sum(int(getattr(v, "nbytes", 8)) for v in partial.extras.values())
-    return grad_nbytes(partial.grad_sum) + extra + 16
+_NO_STATS = {"times": {}, "up": 0, "up_raw": 0, "nodes": 0, "spans": []}
 
 
 class Collective:
@@ -55,8 +59,10 @@ class Collective:
         self._layout = 0  # numbers the runner layouts (new actor keys after a move)
         #: compute time of each group in the last step (actor steps; None otherwise)
         self.last_group_times = None
-        #: what the last reduce moved through the driver: messages and bytes
-        self.last_traffic = {"messages": 0, "nodes": 0, "bytes_up": 0, "bytes_up_raw": 0}
+        #: what the last reduce moved: tree depth, driver messages and bytes, the groups'
+        #: partials (count, bytes as sent and uncompressed), seconds through each level
+        self.last_traffic = {"depth": 0, "messages": 0, "driver_bytes": 0, "nodes": 0, "bytes_up": 0,
+                             "bytes_up_raw": 0, "level_times": []}
 
     # ------------------------------------------------------------------ runners
     @property
@@ -112,55 +118,78 @@ class Collective:
         if not self.on_cluster:
             extras = per_group if per_group is not None else [()] * len(self.shards.handles)
             return [fn(h, s, *args, *e) for h, s, e in zip(self.shards.handles, self.scratch(), extras)]
-        return self._with_recovery(fn, args, per_group)
+        return self._with_recovery(lambda: self.shards.executor.call_runners(self._runners, fn, args,
+                                                                             per_group=per_group))
 
-    def uses_tasks(self, result_bytes, split_every, stateless):
-        """Whether a step goes as tasks (cluster, stateless, ``dgd.step-transport``)."""
-        if not (self.on_cluster and stateless):
-            return False
-        return step_transport(self.shards.n_groups, result_bytes, split_every) == "task"
+    def uses_tasks(self, stateless):
+        """Whether a step goes as tasks (cluster, stateless, ``dgd.step-transport="task"``)."""
+        return self.on_cluster and stateless and step_transport() == "task"
 
     def reduce(self, fn, *args, split_every, size, name, stateless=False):
         """One step: ``fn(shard, scratch, *args, tree)`` on every group, each answering
         with its complete subtrees (or leaves) of the block tree, merged into the root
         :class:`~.reduce.Partial`.  ``size``: the gradient's length.  ``stateless``
         steps may run as tasks (they need no group memory)."""
-        sh = self.shards
-        tree = BlockTree(sh.n_blocks, split_every, size=size)
-        if self.uses_tasks(8 * size, split_every, stateless):
+        tree = BlockTree(self.shards.n_blocks, split_every, size=size)
+        if self.uses_tasks(stateless):
             return self._reduce_tasks(fn, args, tree, name)
-        results = self.call(fn, *args, tree)
-        self.last_group_times = (
-            [max((p.time_max for p in nodes.values()), default=0.0) for nodes in results] if self.on_cluster else None
-        )
-        self._count(results, size)
-        return tree.root(tree.merge(*results))
+        return tree.root(self._reduce(fn, (*args, tree), tree, leaf=False))
 
-    def _count(self, results, size):
-        """What the groups' answers weigh: nodes, bytes as sent and uncompressed."""
-        nodes = [p for r in results for p in r.values()]
-        sent = [_node_bytes(p) for p in nodes]
-        raw = [8 * size + 16 if isinstance(p.grad_sum, Compressed) else b for p, b in zip(nodes, sent)]
-        self.last_traffic = {"messages": 2 * len(results), "nodes": len(nodes), "bytes_up": sum(sent),
-                             "bytes_up_raw": sum(raw)}
+    def reduce_groups(self, fn, *args, split_every):
+        """``fn(shard, scratch, *args)`` on every group, each answering one
+        :class:`~.reduce.Partial`, summed in the tree of fan-in ``split_every`` over the
+        groups in group order (so the sum does not depend on where it is taken)."""
+        tree = BlockTree(self.shards.n_groups, split_every)
+        return tree.root(self._reduce(fn, args, tree, leaf=True))
+
+    def _reduce(self, fn, args, tree, leaf):
+        """The merged nodes of every group's answer (see :meth:`reduce`), through the
+        runner tree on a cluster; records the traffic and the groups' times."""
+        sh = self.shards
+        if not self.on_cluster:
+            nodes = [fn(h, s, *args) for h, s in zip(sh.handles, self.scratch())]
+            nodes = [{(0, g): n} for g, n in enumerate(nodes)] if leaf else nodes
+            stats = merge_stats(_NO_STATS, [answer_stats(n, g, tree.size) for g, n in enumerate(nodes)])
+            self._traffic(stats, depth=0, messages=0, driver_bytes=0)
+            self.last_group_times = None
+            return tree.merge(*nodes)
+        fan_in = tree.split_every if step_transport() == "tree" else max(sh.n_groups, 2)
+        ex = sh.executor
+
+        def attempt():
+            roots = runner_tree(range(sh.n_groups), fan_in)
+            return roots, ex.call_tree(self._runners, roots, (fn, args, tree, leaf))
+
+        roots, (answers, driver_bytes) = self._with_recovery(attempt)
+        stats = merge_stats(_NO_STATS, [a[1] for a in answers])
+        self._traffic(stats, depth=tree_depth(roots), messages=2 * len(roots), driver_bytes=driver_bytes)
+        self.last_group_times = [stats["times"].get(g, 0.0) for g in range(sh.n_groups)]
+        return tree.merge(*(a[0] for a in answers))
+
+    def _traffic(self, stats, *, depth, messages, driver_bytes):
+        self.last_traffic = {
+            "depth": depth, "messages": messages, "driver_bytes": driver_bytes, "nodes": stats["nodes"],
+            "bytes_up": stats["up"], "bytes_up_raw": stats["up_raw"], "level_times": stats["spans"],
+        }
 
     def _reduce_tasks(self, fn, args, tree, name):
         sh, ex = self.shards, self.shards.executor
         self.last_group_times = None
         call = sh._call_token()
         level = ex.map_shards(_stateless, sh.handles, sh.workers, (fn, *args, tree), f"dgd-{name}", call)
-        depth = 0
+        depth = 1
         while len(level) > tree.split_every:
             level = ex.merge_level(tree, level, f"dgd-reduce-{name}-{call}-{depth}")
             depth += 1
         results = ex.gather(level)
-        self._count(results, tree.size)
-        self.last_traffic["messages"] = 2 * len(level)
+        stats = merge_stats(_NO_STATS, [answer_stats(n, g, tree.size) for g, n in enumerate(results)])
+        self._traffic(stats, depth=depth, messages=2 * len(level), driver_bytes=None)
         return tree.root(tree.merge(*results))
 
     # ----------------------------------------------------------------- recovery
-    def _with_recovery(self, fn, args, per_group):
-        """Call every runner; if a worker holding one was lost, recover and retry.
+    def _with_recovery(self, attempt):
+        """``attempt()`` (a call of the runners); if a worker holding one was lost,
+        recover and retry.
 
         A lost worker takes its runner (and the runner's scratch memory) with it; Dask
         recomputes the lost shards from their persisted blocks on the remaining
@@ -168,13 +197,12 @@ class Collective:
         restarted (the groups' scratch memory starts afresh) and the call repeated
         with the same arguments.  Errors of the step itself are raised as they are.
         """
-        ex = self.shards.executor
-        for attempt in range(MAX_RECOVERIES + 1):
+        for tries in range(MAX_RECOVERIES + 1):
             try:
                 self.start()
-                return ex.call_runners(self._runners, fn, args, per_group=per_group)
+                return attempt()
             except Exception as err:
-                if attempt == MAX_RECOVERIES or not self._lost_a_worker(err):
+                if tries == MAX_RECOVERIES or not self._lost_a_worker(err):
                     raise
                 self._recover()
 

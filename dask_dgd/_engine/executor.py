@@ -9,10 +9,13 @@ An executor runs setup tasks on the shards (pinned to each shard's worker) and s
 the :class:`GroupRunner` actors that steps go through (see :mod:`.collective`).
 """
 
+import asyncio
 import atexit
+import contextvars
 import logging
 import os
 import threading
+import time
 from contextlib import contextmanager
 
 import dask
@@ -21,6 +24,8 @@ from distributed.protocol import pickle
 
 from .._backend import is_sparse
 from ..exceptions import ClusterError, ParameterError
+from .reduce import Compressed, partial_nbytes
+from .topology import tree_groups
 
 __all__ = [
     "DaskExecutor",
@@ -167,28 +172,125 @@ class GroupRunner:
         fn, args = pickle.loads(payload)
         return pickle.dumps(fn(self.shard, self.scratch, *args))
 
+    async def run_tree(self, payload, group, children):
+        """One reduction step through this runner's subtree (see :mod:`.topology`).
 
-def step_transport(n_groups, result_bytes, split_every):
-    """How a step reaches the groups: ``"actor"`` or ``"task"``.
+        ``payload`` is the pickled ``(fn, args, tree, leaf)``; ``group`` this runner's
+        group; ``children`` its subtrees as nested ``(group, address, key, children)``.
+        The step goes on to the children first (the same bytes, one copy each), then
+        ``fn(shard, scratch, *args)`` runs on this group's shard, in the worker's actor
+        thread (as :meth:`run`); its node dict (``{(0, group): result}`` when ``leaf``)
+        is merged with the children's answers in ``tree`` (a
+        :class:`~.reduce.BlockTree`: the fixed order, wherever the merge happens) and
+        returned pickled, with :func:`_answer_stats`.  A coroutine, so that a runner
+        waiting for its children holds no thread: two groups on one worker (after a
+        recovery) cannot block each other.
+        """
+        from distributed import get_worker
 
-    ``dgd.step-transport`` (``"auto"``, ``"actor"``, ``"task"``) decides; ``auto``
-    uses actor calls, whose partials all come back to the driver and are summed there
-    in the fixed tree, unless there are more groups than ``split_every`` and their
-    partials together exceed ``dgd.driver-reduce-max-bytes`` (16 MiB): then each step
-    is one task per group and the inner levels of the tree run as tasks on the
-    cluster, so the driver receives at most ``split_every`` partials.
+        worker = get_worker()
+        received = time.time()
+        calls = [asyncio.ensure_future(_call_child(worker, payload, child)) for child in children]
+        loop, pool = asyncio.get_running_loop(), worker.executors["actor"]
+        try:
+            own = await loop.run_in_executor(pool, contextvars.copy_context().run, self._own_nodes, payload, group,
+                                             received, not children)
+        finally:
+            answers = await asyncio.gather(*calls, return_exceptions=True)
+        for answer in answers:
+            if isinstance(answer, BaseException):
+                raise answer
+        if not children:
+            return own
+        return await loop.run_in_executor(pool, _merge_answers, own, answers, received)
+
+    def _own_nodes(self, payload, group, received, pickled):
+        fn, args, tree, leaf = pickle.loads(payload)
+        out = fn(self.shard, self.scratch, *args)
+        nodes = {(0, group): out} if leaf else out
+        answer = (nodes, answer_stats(nodes, group, tree.size, received), tree)
+        return pickle.dumps(answer[:2]) if pickled else answer
+
+
+def answer_stats(nodes, group, size, received=None):
+    """What a runner's answer reports besides its nodes: each group's compute time
+    (``times``), the bytes of the groups' own partials as sent and uncompressed
+    (``up``, ``up_raw``; ``size``: the gradient's length), how many partials they sent
+    (``nodes``), and ``spans``: the seconds from receiving the step to answering, of
+    the slowest runner of each level (this runner's level first)."""
+    sent = [partial_nbytes(p) for p in nodes.values()]
+    raw = [8 * size + 16 if isinstance(p.grad_sum, Compressed) else b for p, b in zip(nodes.values(), sent)]
+    return {
+        "times": {group: max((p.time_max for p in nodes.values()), default=0.0)},
+        "up": sum(sent),
+        "up_raw": sum(raw),
+        "nodes": len(sent),
+        "spans": [] if received is None else [time.time() - received],
+    }
+
+
+def _merge_answers(own, answers, received):
+    """A runner's answer: its own nodes merged with its children's answers."""
+    nodes, stats, tree = own
+    children = [pickle.loads(a) for a in answers]
+    merged = tree.merge(nodes, *(c[0] for c in children))
+    stats = merge_stats(stats, [c[1] for c in children])
+    stats["spans"] = [time.time() - received] + stats["spans"][1:]
+    return pickle.dumps((merged, stats))
+
+
+def merge_stats(first, others):
+    """The :func:`answer_stats` of several answers as one: ``first``'s level on top,
+    the others' levels below it (the driver passes an empty ``first``)."""
+    out = {"times": dict(first["times"]), "up": first["up"], "up_raw": first["up_raw"], "nodes": first["nodes"]}
+    for c in others:
+        out["times"].update(c["times"])
+        for k in ("up", "up_raw", "nodes"):
+            out[k] += c[k]
+    depth = max((len(c["spans"]) for c in others), default=0)
+    out["spans"] = list(first["spans"][:1]) + [
+        max(c["spans"][i] for c in others if i < len(c["spans"])) for i in range(depth)
+    ]
+    return out
+
+
+async def _call_child(worker, payload, child):
+    """``run_tree`` on a child runner, worker to worker; its answer's bytes."""
+    from distributed.protocol import to_serialize
+
+    group, address, key, children = child
+    try:
+        response = await worker.rpc(address).actor_execute(
+            actor=key, function="run_tree", args=[to_serialize(payload), group, to_serialize(children)], kwargs={},
+        )
+    except OSError as err:
+        raise OSError(f"Actor was lost: the runner of group {group} on {address} did not answer ({err})") from err
+    if response["status"] != "OK":
+        raise response["exception"]
+    return response["result"]
+
+
+#: Values of ``dgd.step-transport`` (``"actor"``: the earlier name of ``"star"``).
+TRANSPORTS = ("auto", "tree", "star", "actor", "task")
+
+
+def step_transport():
+    """How a reduction step reaches the groups: ``"tree"``, ``"star"`` or ``"task"``.
+
+    ``dgd.step-transport`` decides.  ``"auto"`` (the default) and ``"tree"``: actor
+    calls down and up the runner tree (:mod:`.topology`), the driver calling at most
+    ``split_every`` root runners; with no more groups than that, the tree is the star.
+    ``"star"`` (or ``"actor"``): the driver calls every runner and merges every answer
+    itself (its cost per step grows with the number of groups; for comparison).
+    ``"task"``: stateless steps as one task per group with the inner tree levels as
+    tasks (through the scheduler; steps that need group memory still use actors).
     """
     choice = dask.config.get("dgd.step-transport", "auto")
-    if choice not in ("auto", "actor", "task"):
+    if choice not in TRANSPORTS:
         raise ParameterError(
-            f"dask config dgd.step-transport must be 'auto', 'actor' or 'task'; got {choice!r}"
+            f"dask config dgd.step-transport must be one of {', '.join(map(repr, TRANSPORTS))}; got {choice!r}"
         )
-    if choice != "auto":
-        return choice
-    limit = dask.config.get("dgd.driver-reduce-max-bytes", DRIVER_REDUCE_MAX_BYTES_DEFAULT)
-    if n_groups > split_every and n_groups * result_bytes > limit:
-        return "task"
-    return "actor"
+    return {"auto": "tree", "actor": "star"}.get(choice, choice)
 
 
 def auto_split_every(n_groups, result_bytes, limit=None):
@@ -265,19 +367,46 @@ class DaskExecutor:
             calls = [a.run(payload) for a, payload in zip(actors, payloads)]
             return [pickle.loads(self._actor_result(c, a)) for c, a in zip(calls, actors)]
 
-    def _actor_result(self, call, actor):
+    def call_tree(self, runners, roots, step):
+        """:meth:`GroupRunner.run_tree` on the ``roots`` (a runner tree of
+        :func:`~.topology.runner_tree` over the groups) for ``step = (fn, args, tree,
+        leaf)``, pickled once and forwarded down each subtree.  Returns the roots'
+        answers ``(nodes, stats)`` in root order and the bytes through the driver (the
+        step sent to each root, the answers received)."""
+        _, actors = runners
+
+        def spec(node):
+            a = actors[node.group]
+            return node.group, a._address, a.key, tuple(spec(c) for c in node.children)
+
+        payload = pickle.dumps(step)
+        with current_client(self.client):
+            calls = [actors[r.group].run_tree(payload, r.group, tuple(spec(c) for c in r.children)) for r in roots]
+            answers = [
+                self._actor_result(c, actors[r.group], [actors[g]._address for g in tree_groups([r])])
+                for c, r in zip(calls, roots)
+            ]
+        return [pickle.loads(a) for a in answers], len(payload) * len(roots) + sum(len(a) for a in answers)
+
+    def _actor_result(self, call, actor, addresses=None):
         """The result of an actor call, checking every :data:`ACTOR_POLL` seconds that
-        the actor's worker is still in the cluster: a call in flight when its worker
-        leaves (e.g. the whole cluster is scaled down) may otherwise never resolve.
-        A gone worker raises ``OSError("Actor was lost ...")``, which the collective
-        treats as a lost worker (recovery, or ClusterError without workers)."""
-        address = getattr(actor, "_address", None)
+        the actor's worker (and every worker of ``addresses``: a runner tree's) is
+        still in the cluster: a call in flight when a worker leaves (e.g. the whole
+        cluster is scaled down, or a runner deep in the tree is lost without its
+        parent noticing) may otherwise never resolve.  A gone worker raises
+        ``OSError("Actor was lost ...")``, which the collective treats as a lost
+        worker (recovery, or ClusterError without workers)."""
+        if addresses is None:
+            addresses = [getattr(actor, "_address", None)]
+        addresses = [a for a in addresses if a is not None]
         while True:
             try:
                 return call.result(timeout=ACTOR_POLL)
             except TimeoutError:
-                if address is not None and address not in set(self.workers()):
-                    raise OSError(f"Actor was lost: its worker {address} left the cluster") from None
+                alive = set(self.workers())
+                gone = [a for a in addresses if a not in alive]
+                if gone:
+                    raise OSError(f"Actor was lost: its worker {gone[0]} left the cluster") from None
 
     def start_actor(self, cls, args, kwargs, *, worker, key):
         """An actor ``cls(*args, **kwargs)`` on ``worker``: ``(future, proxy)``; give

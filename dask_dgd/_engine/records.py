@@ -8,7 +8,7 @@ Dask, so it runs on the workers too.  Records become the rows of ``history_``.
 import math
 from dataclasses import dataclass
 
-__all__ = ["RECORD_FIELDS", "Bytes", "Timing", "make_record"]
+__all__ = ["RECORD_FIELDS", "Bytes", "Route", "Timing", "make_record"]
 
 #: Fields of each step record (``history_`` columns), in order.
 RECORD_FIELDS = (
@@ -24,6 +24,7 @@ RECORD_FIELDS = (
     "broadcast_time",  # driver sends the step -> the last group starts computing
     "reduce_time",  # the last group finishes -> the reduced sums are on the driver
     "update_time",  # driver time between the previous step's result and this step
+    "driver_cpu_time",  # CPU seconds of the driver process (all its threads) during this step
     "n_samples",  # rows that contributed to this step
     "staleness_max",  # async: steps the pushing group was ahead of the slowest (bounded
     "staleness_mean",  # by max_staleness); sync and local: 0
@@ -35,6 +36,10 @@ RECORD_FIELDS = (
     "bytes_up_raw",  # gradient (and loss) bytes the groups would send uncompressed
     "bytes_up",  # ... as sent (compressed)
     "bytes_down",  # parameter bytes sent to the groups
+    "tree_depth",  # levels of runners the step went through (1: the driver called every group; 0: in process)
+    "driver_messages",  # messages the driver sent and received for this record (star: 2 x groups)
+    "driver_bytes",  # bytes the driver sent and received for this record (None: unknown, e.g. task steps)
+    "level_times",  # tuple: seconds from receiving the step to answering, slowest runner of each tree level
 )
 
 
@@ -49,6 +54,23 @@ class Timing:
     reduce_time: float = None
     update_time: float = None
     wait_time: float = None
+    driver_cpu_time: float = None
+
+
+@dataclass(frozen=True)
+class Route:
+    """How a step travelled: runner-tree levels, the driver's messages and bytes, the
+    seconds through each level (the roots' first)."""
+
+    depth: int = None
+    messages: int = None
+    driver_bytes: int = None
+    level_times: tuple = ()
+
+    @classmethod
+    def of(cls, traffic):
+        """From a collective's ``last_traffic``."""
+        return cls(traffic["depth"], traffic["messages"], traffic["driver_bytes"], tuple(traffic["level_times"]))
 
 
 @dataclass(frozen=True)
@@ -67,7 +89,7 @@ def nonneg(seconds):
 
 
 def make_record(*, step, iteration, loss, grad_norm, step_size, timing, n_samples, updates_per_group,
-                nbytes, staleness=(0, 0.0), delay=(0, 0.0), **extra):
+                nbytes, route=None, staleness=(0, 0.0), delay=(0, 0.0), **extra):
     """One step record (a dict with :data:`RECORD_FIELDS` first, then ``extra`` fields,
     e.g. validation scores; ``time`` is filled in by the monitor, or given as ``wall``
     by a record made in another process)."""
@@ -87,6 +109,7 @@ def make_record(*, step, iteration, loss, grad_norm, step_size, timing, n_sample
         "broadcast_time": nonneg(timing.broadcast_time),
         "reduce_time": nonneg(timing.reduce_time),
         "update_time": timing.update_time,
+        "driver_cpu_time": timing.driver_cpu_time,
         "n_samples": n_samples,
         "staleness_max": staleness[0],
         "staleness_mean": float(staleness[1]),
@@ -98,6 +121,10 @@ def make_record(*, step, iteration, loss, grad_norm, step_size, timing, n_sample
         "bytes_up_raw": int(nbytes.up_raw),
         "bytes_up": int(nbytes.up),
         "bytes_down": int(nbytes.down),
+        "tree_depth": None if route is None else route.depth,
+        "driver_messages": None if route is None else route.messages,
+        "driver_bytes": None if route is None else route.driver_bytes,
+        "level_times": () if route is None else tuple(float(t) for t in route.level_times),
     }
     rec.update(extra)
     return rec

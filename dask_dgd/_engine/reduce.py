@@ -22,7 +22,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-__all__ = ["Partial", "BlockTree", "Compressed", "RowSparse", "add_partials", "tree_sum", "grad_nbytes"]
+__all__ = ["Partial", "BlockTree", "Compressed", "RowSparse", "add_partials", "tree_sum", "grad_nbytes",
+           "partial_nbytes"]
 
 
 @dataclass(frozen=True)
@@ -60,6 +61,31 @@ class Compressed:
 def grad_nbytes(grad):
     """Bytes of a partial's gradient as it travels."""
     return int(grad.nbytes) if isinstance(grad, np.ndarray) else grad.nbytes
+
+
+def partial_nbytes(partial):
+    """Bytes of one partial as it travels: its gradient, its extras, 16 for the scalars."""
+    extra = sum(int(getattr(v, "nbytes", 8)) for v in partial.extras.values())
+    return grad_nbytes(partial.grad_sum) + extra + 16
+
+
+def _sparse_sum(grads):
+    """Row-sparse gradients of one table summed, still row-sparse, or None when their
+    rows cover more than half the table (a dense vector is then smaller).
+
+    Every row is ``0.0`` plus the parts that touch it, left to right: the same
+    roundings as expanding them into a dense zero vector one after the other (which is
+    what the merge did before), so a sum does not depend on where it is taken."""
+    first = grads[0]
+    if not all(isinstance(g, RowSparse) and g.n_rows == first.n_rows for g in grads):
+        return None
+    idx = np.unique(np.concatenate([g.idx for g in grads]))
+    if 2 * idx.size > first.n_rows:
+        return None
+    rows = np.zeros((idx.size,) + first.rows.shape[1:], dtype=np.float64)
+    for g in grads:
+        rows[np.searchsorted(idx, g.idx)] += g.rows
+    return RowSparse(idx, rows, first.n_rows)
 
 
 @dataclass(frozen=True)
@@ -109,12 +135,17 @@ def _accumulate(acc, grad):
         grad.add_to(acc)
 
 
-def add_partials(*parts, size=None):
+def add_partials(*parts, size=None, keep_sparse=False):
     """Sum partials left to right (the order fixes the rounding).  ``size``: the
-    gradient's length, needed when the first gradient is not a dense vector."""
+    gradient's length, needed when the first gradient is not a dense vector.
+    ``keep_sparse``: row-sparse gradients of few rows sum to a row-sparse one (the
+    inner nodes of the block tree; the same values as the dense sum)."""
     first = parts[0]
     loss, weight = first.loss_sum, first.weight_sum
-    if isinstance(first.grad_sum, np.ndarray):
+    sparse = _sparse_sum([p.grad_sum for p in parts]) if keep_sparse and len(parts) > 1 else None
+    if sparse is not None:
+        grad = sparse
+    elif isinstance(first.grad_sum, np.ndarray):
         grad = _dense(first.grad_sum)
     else:
         grad = np.zeros(size if size is not None else _size_of(parts))
@@ -126,7 +157,8 @@ def add_partials(*parts, size=None):
     for p in parts[1:]:
         loss += p.loss_sum
         weight += p.weight_sum
-        _accumulate(grad, p.grad_sum)
+        if sparse is None:
+            _accumulate(grad, p.grad_sum)
         for k, v in p.extras.items():
             extras[k] = extras[k] + v if k in extras else v
         tmin = min(tmin, p.time_min)
@@ -193,7 +225,8 @@ class BlockTree:
             for p in parents:
                 kids = self._children(level, p)
                 if all((level - 1, k) in nodes for k in kids):
-                    nodes[level, p] = add_partials(*(nodes[level - 1, k] for k in kids), size=self.size)
+                    nodes[level, p] = add_partials(*(nodes[level - 1, k] for k in kids), size=self.size,
+                                                   keep_sparse=True)
                     for k in kids:
                         del nodes[level - 1, k]
         return nodes

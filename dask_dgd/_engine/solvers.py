@@ -108,7 +108,8 @@ def step_record(ctx, res, iteration, value, grad, step_size, **extra):
         step=res.step, iteration=iteration, loss=value, grad_norm=obj.grad_norm(res.partial, grad)
         if hasattr(obj, "grad_norm") else float(np.linalg.norm(grad)),
         step_size=step_size, timing=res.timing, n_samples=res.partial.weight_sum,
-        updates_per_group=(1,) * n_groups, nbytes=res.nbytes, **obj.record_extras(res.partial), **extra,
+        updates_per_group=(1,) * n_groups, nbytes=res.nbytes, route=res.route, **obj.record_extras(res.partial),
+        **extra,
     )
 
 

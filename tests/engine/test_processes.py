@@ -4,77 +4,28 @@ Process workers also make every task argument and result cross a pickle boundary
 serialisation bugs surface here.
 """
 
-import os
-import shutil
-import socket
-import subprocess
-import sys
-import time
-from pathlib import Path
-
 import dask.array as da
 import numpy as np
 import pytest
-from distributed import Client
 
 from dask_dgd import LinearRegression, LogisticRegression
+from dask_dgd.exceptions import ParameterError
+from dask_dgd.testing import process_cluster
 
 pytestmark = pytest.mark.slow
 
 
-def _free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
+@pytest.mark.parametrize("bad", [0, 2.0, True])
+def test_process_cluster_needs_a_worker_count(bad):
+    with pytest.raises(ParameterError, match=rf"n_workers must be an int >= 1; got {bad!r}"):
+        with process_cluster(bad):
+            pass
 
 
 @pytest.fixture(scope="module")
 def tcp_client(tmp_path_factory):
-    port = _free_port()
-    address = f"tcp://127.0.0.1:{port}"
-    logs = tmp_path_factory.mktemp("cluster")
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1"}
-    # the workers import this checkout's dask_dgd (as the tests do), not another install
-    root = str(Path(__file__).resolve().parents[2])
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH")) if p)
-    dask = shutil.which("dask", path=os.path.dirname(sys.executable)) or shutil.which("dask")
-    assert dask, "the `dask` command (from the distributed package) is not on PATH"
-    procs = [
-        subprocess.Popen(
-            [dask, "scheduler", "--host", "127.0.0.1", "--port", str(port), "--no-dashboard"],
-            stdout=open(logs / "scheduler.log", "w"), stderr=subprocess.STDOUT, env=env,
-        )
-    ]
-    try:
-        for i in range(2):
-            procs.append(
-                subprocess.Popen(
-                    [dask, "worker", address, "--nthreads", "1", "--nworkers", "1",
-                     "--no-dashboard", "--name", f"w{i}", "--local-directory", str(logs / f"w{i}")],
-                    stdout=open(logs / f"worker{i}.log", "w"), stderr=subprocess.STDOUT, env=env,
-                )
-            )
-        deadline = time.time() + 60
-        client = None
-        while client is None:
-            try:
-                client = Client(address, timeout="5s", set_as_default=False)
-            except OSError:
-                if time.time() > deadline:
-                    raise
-                time.sleep(0.5)
-        client.wait_for_workers(2, timeout=60)
+    with process_cluster(2, log_dir=tmp_path_factory.mktemp("cluster")) as client:
         yield client
-        client.close()
-    finally:
-        for p in procs[::-1]:
-            p.terminate()
-        for p in procs:
-            try:
-                p.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                p.kill()
 
 
 def test_train_through_tcp_scheduler_matches_in_process(tcp_client, logistic_data):
@@ -135,3 +86,41 @@ def test_local_and_async_modes_on_worker_processes(tcp_client, logistic_data):
     with failing_worker(tcp_client, workers[0], after=1, message="process worker failed"):
         with pytest.raises(RuntimeError, match="process worker failed"):
             LogisticRegression(client=tcp_client, solver="gd", mode="async", max_iter=10_000).fit(Xd, yd)
+
+
+@pytest.mark.timeout(600)
+def test_eight_worker_processes_through_the_tree_equal_two_workers_bit_for_bit(tcp_client, tmp_path_factory):
+    """Eight `dask worker` processes, steps through the runner tree (fan-in 2: the
+    driver calls two root runners, three levels; and the default fan-in 8, one level):
+    the coefficients equal those of the 2-worker cluster with the same ``split_every``
+    bit for bit, for full-batch and mini-batch fits, binary and multinomial."""
+    rng = np.random.default_rng(3)
+    X = rng.standard_normal((16_000, 12))
+    y = np.digitize(X @ rng.standard_normal(12) + rng.standard_normal(16_000), [-0.5, 0.5])
+    Xd, yd = da.from_array(X, chunks=(1_000, -1)), da.from_array(y, chunks=1_000)
+    fits = {
+        "lbfgs": dict(solver="lbfgs", max_iter=25, tol=0.0),
+        "sgd": dict(solver="sgd", optimizer="adam", batch_size=2_000, max_iter=2, tol=0.0, random_state=0),
+    }
+
+    def fit_all(client, split_every):
+        out = {}
+        for name, kw in fits.items():
+            for target in ("binary", "multinomial"):
+                yt = (yd > 0).astype(int) if target == "binary" else yd
+                est = LogisticRegression(client=client, split_every=split_every, **kw).fit(Xd, yt)
+                out[name, target] = est
+        return out
+
+    two, two_star = fit_all(tcp_client, 2), fit_all(tcp_client, 8)  # split_every fixes the block tree
+    with process_cluster(8, log_dir=tmp_path_factory.mktemp("cluster8")) as client8:
+        eight = fit_all(client8, 2)
+        star = fit_all(client8, 8)
+    for key, ref in two.items():
+        for other, same in ((eight[key], ref), (star[key], two_star[key])):
+            np.testing.assert_array_equal(other.coef_, same.coef_)
+            np.testing.assert_array_equal(other.intercept_, same.intercept_)
+        assert len(set(eight[key].skew_report_["placement"])) == 8
+        assert (eight[key].history_["tree_depth"] == 3).all()  # 8 groups, fan-in 2
+        assert (eight[key].history_["driver_messages"] == 4).all()
+        assert (star[key].history_["tree_depth"] == 1).all() and (star[key].history_["driver_messages"] == 16).all()

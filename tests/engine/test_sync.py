@@ -71,18 +71,18 @@ def test_worker_count_and_transport_do_not_change_a_bit(client, logistic_data):
         assert three_sampled[k].loss_curve_ == two_sampled[k].loss_curve_
 
 
-def test_step_transport_choice(client):
+def test_step_transport_choice():
     from dask_dgd._engine.executor import step_transport
     from dask_dgd.exceptions import ParameterError
 
-    assert step_transport(2, 808, 8) == "actor"
-    assert step_transport(64, 8 * 2**20, 8) == "task"  # 512 MiB of partials to the driver
-    assert step_transport(8, 8 * 2**20, 8) == "actor"  # one level: the driver sums anyway
-    with dask.config.set({"dgd.step-transport": "task"}):
-        assert step_transport(2, 808, 8) == "task"
+    assert step_transport() == "tree"  # auto: the tree (a star when there are few groups)
+    for name, expected in (("tree", "tree"), ("star", "star"), ("actor", "star"), ("task", "task")):
+        with dask.config.set({"dgd.step-transport": name}):
+            assert step_transport() == expected
     with dask.config.set({"dgd.step-transport": "mpi"}):
-        with pytest.raises(ParameterError, match="dgd.step-transport must be 'auto', 'actor' or 'task'; got 'mpi'"):
-            step_transport(2, 808, 8)
+        with pytest.raises(ParameterError, match="dgd.step-transport must be one of 'auto', 'tree', 'star', "
+                                                 "'actor', 'task'; got 'mpi'"):
+            step_transport()
 
 
 def test_shards_follow_the_blocks_placement_on_distinct_workers(client, logistic_data):

@@ -45,10 +45,11 @@ def _fit(client, Xd, yd, **kw):
         return LogisticRegression(client=client, **{"solver": "gd", "tol": 0.0, "max_iter": 60, **kw}).fit(Xd, yd)
 
 
-def _fit_killing_a_worker(client, Xd, yd, after, caplog, **kw):
-    """The fit with the last worker killed at its ``after + 1``-th group computation."""
+def _fit_killing_a_worker(client, Xd, yd, after, caplog, victim=-1, **kw):
+    """The fit with a worker (``victim``: its index in address order; the last one by
+    default) killed at its ``after + 1``-th group computation."""
     client.wait_for_workers(3, timeout=60)  # a worker killed by an earlier test is back
-    victim = sorted(client.scheduler_info()["workers"])[-1]
+    victim = sorted(client.scheduler_info()["workers"])[victim]
     with caplog.at_level(logging.WARNING, logger="dask_dgd"), killing_worker(client, victim, after=after):
         est = _fit(client, Xd, yd, **kw)
     assert any("lost worker(s)" in r.getMessage() and victim in r.getMessage() for r in caplog.records)
@@ -63,6 +64,25 @@ def test_sync_fit_survives_a_killed_worker_with_the_same_coefficients(process_cl
     # the sums follow the block tree: the retried step and all after it are unchanged
     np.testing.assert_array_equal(est.coef_, ref.coef_)
     np.testing.assert_array_equal(est.intercept_, ref.intercept_)
+
+
+@pytest.mark.parametrize("position", ["interior", "leaf"])
+def test_a_runner_lost_inside_the_tree_is_survived_with_the_same_coefficients(process_client, data, caplog,
+                                                                               position):
+    """Fan-in 2 over 3 groups (one per worker, in address order): the driver calls the
+    runners of groups 0 and 2, group 0's runner forwards the step to group 1's.  Losing
+    the interior runner (the driver's call fails) or its child (the interior runner's
+    call fails, and it tells the driver) is recovered: the tree is rebuilt over the
+    workers that hold the shards now, the step retried, the fit unchanged."""
+    _, _, Xd, yd = data
+    process_client.wait_for_workers(3, timeout=60)
+    ref = _fit(process_client, Xd, yd, split_every=2)
+    assert len(set(ref.skew_report_["placement"])) == 3 and (ref.history_["tree_depth"] == 2).all()
+    est = _fit_killing_a_worker(process_client, Xd, yd, 20, caplog, victim=0 if position == "interior" else 1,
+                                split_every=2)
+    np.testing.assert_array_equal(est.coef_, ref.coef_)
+    np.testing.assert_array_equal(est.intercept_, ref.intercept_)
+    assert est.history_["tree_depth"].iloc[-1] >= 1
 
 
 def test_compressed_fit_survives_with_fresh_residuals(process_client, data, caplog):

@@ -15,37 +15,38 @@ mini-batch step.
 
 import math
 import time
-from dataclasses import dataclass
 
 import numpy as np
 
 from ..faults import inject_faults
 from ..kernels import _store_local, local_snapshot
-from ..records import Bytes, Timing, make_record
+from ..records import Bytes, Route, Timing, make_record
 from ..reduce import Partial, add_partials
 from ..solvers import Outcome, Solver, start_step
 from ..stopping import EpochStopper, Stop
 from ..update import Guard, UpdateRule
 
-__all__ = ["LocalRound", "LocalSGD", "group_round", "sum_blocks"]
+__all__ = ["LocalSGD", "group_round", "round_first", "round_partial", "sum_blocks"]
 
 
-@dataclass(frozen=True)
-class LocalRound:
-    """What one group returns from a round.
+def round_partial(params_sum, weight, first, dt, wall0, finite):
+    """What one group returns from a round, as a :class:`~..reduce.Partial` that the
+    groups' tree sums: ``grad_sum`` is the group's final parameters times ``weight``
+    (the sample weight of all its local batches), ``loss_sum`` and the ``first_*``
+    extras the sums of its first local batch at the broadcast parameters (the round's
+    objective), ``nonfinite`` 1 where the group diverged."""
+    extras = {"first_grad": first.grad_sum, "first_weight": first.weight_sum, "nonfinite": 0.0 if finite else 1.0}
+    extras.update({f"first.{k}": v for k, v in first.extras.items()})
+    return Partial(first.loss_sum, params_sum, weight, dt, dt, 1, wall0, wall0 + dt, extras)
 
-    ``params_sum`` is the group's final parameters times ``weight`` (the sample weight
-    of all its local batches); ``first`` are the sums of its first local batch, at the
-    broadcast parameters (the round's objective).
-    """
 
-    params_sum: np.ndarray
-    weight: float
-    first: Partial
-    time: float
-    start: float
-    end: float
-    finite: bool
+def round_first(total):
+    """The round objective's sums (the groups' first local batches) from the summed
+    :func:`round_partial`."""
+    ex = total.extras
+    extras = {k[len("first."):]: v for k, v in ex.items() if k.startswith("first.")}
+    return Partial(total.loss_sum, ex["first_grad"], ex["first_weight"], total.time_min, total.time_max,
+                   total.n_groups, extras=extras)
 
 
 def sum_blocks(objective, sums, t=0.0):
@@ -95,7 +96,7 @@ def group_round(shard, scratch, objective, rule, params, reset, draws, local):
         _store_local(scratch, local, lp, lstate, None)
     inject_faults(t0)
     dt = time.perf_counter() - t0
-    return LocalRound(total * p, total, first, dt, wall0, wall0 + dt, finite)
+    return round_partial(total * p, total, first, dt, wall0, finite)
 
 
 class LocalSGD(Solver):
@@ -150,7 +151,7 @@ class LocalSGD(Solver):
 
     def step(self):
         ctx, src, obj = self.ctx, self.ctx.source, self.ctx.objective
-        t0, wall0 = time.perf_counter(), time.time()
+        t0, wall0, cpu0 = time.perf_counter(), time.time(), time.process_time()
         update_time = None if self._last_end is None else t0 - self._last_end
         step = self.step0 + self.rounds * self.local_steps
         n_local = self._steps_after(self.rounds + 1) - self._steps_after(self.rounds)
@@ -159,12 +160,14 @@ class LocalSGD(Solver):
         if local is not None:
             src.n_steps += 1  # the round's key (local_update numbers it n_steps + 1)
         rule = UpdateRule(self.optimizer, obj.penalty)
-        results = ctx.shards.collective.call(group_round, obj, rule, self.params, self.reset, draws, local)
+        coll = ctx.shards.collective
+        total = coll.reduce_groups(group_round, obj, rule, self.params, self.reset, draws, local,
+                                   split_every=src.split_every)
         wall1 = time.time()
-        weight = sum(r.weight for r in results)
-        finite = all(r.finite for r in results)
+        weight = total.weight_sum
+        finite = total.extras["nonfinite"] == 0
         if finite and weight > 0:
-            avg = sum(r.params_sum for r in results) / weight  # fixed (group) order
+            avg = total.grad_sum / weight  # summed in the fixed tree over the groups
             finite = bool(np.all(np.isfinite(avg)))
         elif finite:  # the round drew only zero-weight rows: no information, no move
             avg = self.params
@@ -176,8 +179,7 @@ class LocalSGD(Solver):
         self.reset = False
         if local is not None:
             self.local_key = local.key
-        first = add_partials(*(r.first for r in results if r.first is not None), size=obj.n_params)
-        smooth, _ = obj.finish(first, self.params)
+        smooth, _ = obj.finish(round_first(total), self.params)
         self.value = smooth + obj.l1_value(self.params)
         lr = self.optimizer.learning_rate_at(self.local_count)  # the groups' first local step
         delta = self.params - avg
@@ -189,16 +191,17 @@ class LocalSGD(Solver):
         self.rounds += 1
         self.local_count += n_local
         self._last_end = time.perf_counter()
-        times = [r.time for r in results]
         if local is None:
             src.n_steps += 1
-        n_bytes = 8 * obj.n_params * len(results)
+        n_groups, traffic = ctx.shards.n_groups, coll.last_traffic
+        n_bytes = 8 * obj.n_params * n_groups
         record = make_record(
             step=src.n_steps, iteration=-(-self._steps_after(self.rounds) // self.steps_per_epoch), loss=self.value,
             grad_norm=float(np.linalg.norm(delta)), step_size=lr,
-            timing=Timing(self._last_end - t0, max(times), min(times), max(r.start for r in results) - wall0,
-                          wall1 - max(r.end for r in results), update_time),
-            n_samples=weight, updates_per_group=(n_local,) * len(results), nbytes=Bytes(n_bytes, n_bytes, n_bytes),
+            timing=Timing(self._last_end - t0, total.time_max, total.time_min, total.start_max - wall0,
+                          wall1 - total.end_max, update_time, driver_cpu_time=time.process_time() - cpu0),
+            n_samples=weight, updates_per_group=(n_local,) * n_groups, nbytes=Bytes(n_bytes, n_bytes, n_bytes),
+            route=Route.of(traffic),
         )
         self.params = new_params
         return Outcome([record])

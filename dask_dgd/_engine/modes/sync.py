@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..kernels import LocalUpdate, StepRequest, group_step
-from ..records import Bytes, Timing
+from ..records import Bytes, Route, Timing
 
 __all__ = ["StepResult", "SyncSource"]
 
@@ -30,6 +30,7 @@ class StepResult:
     partial: object
     timing: Timing
     nbytes: Bytes
+    route: Route = None
     local_key: int = None
 
     @property
@@ -82,7 +83,7 @@ class SyncSource:
     def evaluate(self, params, draw=None, local=None, name="grad"):
         """One distributed step at ``params`` (all rows, or ``draw``'s)."""
         obj, sh = self.objective, self.shards
-        t0, wall0 = time.perf_counter(), time.time()
+        t0, wall0, cpu0 = time.perf_counter(), time.time(), time.process_time()
         update_time = None if self._last_end is None else t0 - self._last_end
         self.n_steps += 1
         aux = obj.step_aux(params)
@@ -109,10 +110,12 @@ class SyncSource:
             broadcast_time=partial.start_max - wall0,
             reduce_time=wall1 - partial.end_max,
             update_time=update_time,
+            driver_cpu_time=time.process_time() - cpu0,
         )
         if self.balancer is not None:
             self.balancer.observe(self.n_steps, sh.block_costs if draw is None or draw.take is None
                                   else sh.block_costs * (draw.take / np.maximum(sh.block_rows, 1)))
         return StepResult(self.n_steps, params, value, grad, partial, timing,
                           Bytes(traffic["bytes_up_raw"], traffic["bytes_up"], down),
+                          Route.of(traffic),
                           None if local is None else local.key)
