@@ -356,7 +356,9 @@ def test_skew_suite_tiny():
     _check_result(result)
     runs = result["data"]["runs"]
     (bal,), (sk,), (rb,) = runs["balanced"], runs["skewed"], runs["rebalanced"]
-    assert bal["moved_blocks"] == 0 and bal["imbalance_after"] == pytest.approx(1.0)
+    # equal blocks are never rechunked; where Dask put the generated blocks (unevenly,
+    # at times, on a busy machine) placement evens out
+    assert bal["action"] != "rechunked" and bal["imbalance_after"] == pytest.approx(1.0)
     assert sk["action"] == "none" and sk["imbalance_after"] == sk["imbalance_before"] > 1.2
     # "auto" weighs the move against the fit's 8 steps: either way no worse than before
     assert rb["action"] in ("rechunked", "placed") and rb["imbalance_after"] <= rb["imbalance_before"]
