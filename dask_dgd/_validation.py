@@ -9,6 +9,8 @@ import numbers
 import os
 from dataclasses import dataclass
 
+from dask.base import normalize_token
+
 from .compression import Compressor
 from .exceptions import ParameterError
 
@@ -179,3 +181,14 @@ TRAINING_CONSTRAINTS = {
     "callbacks": [None, callbacks_like],
     "client": [None, client_is_a_client],
 }
+
+
+@normalize_token.register(ClientParamMixin)
+def _tokenize_estimator(est):
+    """dask's token of an estimator with a ``client``: its type and pickled state
+    (parameters and fitted attributes, the client left out).  dask-ml registers a
+    tokenizer for every scikit-learn estimator that hashes ``get_params()``, client
+    included, which cannot be hashed: once dask-ml was imported, a bound method of such an
+    estimator given to ``map_partitions`` (a recommender's ``predict``) failed to
+    tokenize.  This registration comes first in the estimators' method resolution order."""
+    return type(est).__module__, type(est).__qualname__, normalize_token(est.__getstate__())

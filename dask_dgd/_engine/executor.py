@@ -1,9 +1,19 @@
 """Where group computations run: in this process, or on a Dask cluster.
 
-``client=None`` resolves, at fit time, to the default Dask client if one exists;
-otherwise small in-memory fits run in process (a cluster would only add latency) and
-everything else uses an embedded :class:`~distributed.LocalCluster`, started once on
-first need, reused by later fits and closed at interpreter exit.
+``client=None`` resolves, at fit time (:func:`get_executor`):
+
+* inside a Dask task (joblib's dask backend, a dask-ml search, a task the user
+  submitted): in-memory input is fitted in process, in the task's own thread, and dask
+  input on the task's cluster through the worker's client, the task seceding from its
+  worker's thread pool first (as :func:`distributed.worker_client` does) so that a
+  cluster of single-threaded workers cannot deadlock;
+* otherwise the default Dask client if one exists;
+* otherwise small in-memory fits run in process (a cluster would only add latency) and
+  everything else uses an embedded :class:`~distributed.LocalCluster` of worker
+  *threads* in this process (no ``if __name__ == "__main__":`` guard needed; worker
+  processes only when ``dgd.embedded-processes`` is set), started once on first need
+  and announced by one WARNING on the ``dask_dgd`` logger, reused by later fits and
+  closed at interpreter exit.
 
 An executor runs setup tasks on the shards (pinned to each shard's worker) and starts
 the :class:`GroupRunner` actors that steps go through (see :mod:`.collective`).
@@ -35,8 +45,10 @@ __all__ = [
     "current_client",
     "embedded_client",
     "get_executor",
+    "in_dask_task",
     "is_dask_collection",
     "step_transport",
+    "task_client",
 ]
 
 logger = logging.getLogger("dask_dgd")
@@ -47,7 +59,7 @@ INPROCESS_MAX_BYTES_DEFAULT = 64 * 2**20
 #: Seconds between checks that the worker of an actor call still exists.
 ACTOR_POLL = 5.0
 
-_embedded = {"client": None, "cluster": None}
+_embedded = {"client": None, "cluster": None, "announced": False}
 _embedded_lock = threading.Lock()
 
 
@@ -81,28 +93,35 @@ def current_client(client):
 
 
 def embedded_client():
-    """The process-wide embedded LocalCluster client, started on first call."""
+    """The process-wide embedded LocalCluster client, started on first call.
+
+    Worker threads in this process by default (``dgd.embedded-processes``: worker
+    processes, which need the ``__main__`` guard of multiprocessing); the first start
+    of the process is announced by one WARNING on the ``dask_dgd`` logger."""
     with _embedded_lock:
         client = _embedded["client"]
         if client is not None and client.status == "running":
             return client
         n_workers = int(dask.config.get("dgd.embedded-workers", None) or min(os.cpu_count() or 1, 4))
+        processes = bool(dask.config.get("dgd.embedded-processes", False))
         cluster = LocalCluster(
             n_workers=n_workers,
             threads_per_worker=1,
-            processes=True,
+            processes=processes,
             dashboard_address=":0",
             # Data errors reach the user as clean exceptions; keep worker tracebacks quiet.
             silence_logs=logging.CRITICAL,
         )
         client = Client(cluster, set_as_default=False)
         _embedded.update(client=client, cluster=cluster)
-        logger.info(
-            "dask_dgd started an embedded LocalCluster with %d single-threaded workers, "
-            "dashboard %s (pass client=... to use your own cluster)",
-            n_workers,
-            client.dashboard_link,
-        )
+        if not _embedded["announced"]:
+            _embedded["announced"] = True
+            logger.warning(
+                "dask_dgd: no Dask client given, so started an embedded LocalCluster of %d "
+                "single-threaded worker %s in this process, dashboard %s; reused by later fits. "
+                "To use your own cluster, create a distributed.Client first or pass client=...",
+                n_workers, "processes" if processes else "threads", client.dashboard_link,
+            )
         return client
 
 
@@ -124,14 +143,55 @@ def _nbytes(x):
     return getattr(x, "nbytes", 0)
 
 
+def in_dask_task():
+    """Whether this code runs inside a Dask task (on a worker)."""
+    try:
+        from distributed import get_worker
+
+        get_worker()
+    except (ImportError, ValueError):
+        return False
+    return True
+
+
+def leave_worker_pool():
+    """Secede this task's thread from its worker's thread pool (once), as
+    :func:`distributed.worker_client` does: the fit's own tasks then get the slot, and
+    a cluster of single-threaded workers cannot deadlock on a fit inside a task."""
+    from distributed import secede
+    from distributed.threadpoolexecutor import thread_state
+
+    if getattr(thread_state, "proceed", False):  # a pool thread not yet seceded
+        secede()
+
+
+def task_client(client=None):
+    """Inside a Dask task: ``client`` (None: the task's own, the worker's client), after
+    seceding the task from its worker's thread pool (:func:`leave_worker_pool`).
+    Elsewhere ``client`` unchanged."""
+    if not in_dask_task():
+        return client
+    if client is None:
+        from distributed import get_client
+
+        client = get_client()
+    leave_worker_pool()
+    return client
+
+
 def get_executor(client, X, nbytes=None):
     """Resolve the ``client`` parameter into an executor for this fit (``nbytes``: the
-    in-memory size of ``X`` when it has no ``nbytes``, e.g. a DataFrame)."""
+    in-memory size of ``X`` when it has no ``nbytes``, e.g. a DataFrame).  See the
+    module docstring for the order."""
+    if client is not None and not isinstance(client, Client):
+        raise ParameterError(
+            f"client must be a distributed.Client or None; got {type(client).__name__}"
+        )
+    if in_dask_task():
+        if client is None and not is_dask_collection(X):
+            return InProcessExecutor()
+        return DaskExecutor(task_client(client))
     if client is not None:
-        if not isinstance(client, Client):
-            raise ParameterError(
-                f"client must be a distributed.Client or None; got {type(client).__name__}"
-            )
         return DaskExecutor(client)
     try:
         from distributed import default_client

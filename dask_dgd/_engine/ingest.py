@@ -11,10 +11,10 @@ import uuid
 
 import dask.array as da
 import numpy as np
-import pandas as pd
 from distributed import Client, futures_of, wait
 
 from .._backend import is_sparse
+from .._frames import numeric_frame
 from ..exceptions import ClusterError, InputError, ParameterError
 from . import skew
 from .blocks import check_chunking, make_shard
@@ -29,18 +29,6 @@ def in_process_shardset(X, y, sample_weight, y_numeric=True):
     """One shard holding the whole in-memory input as a single block."""
     shard = make_shard(0, [X], [y], [sample_weight], y_numeric=y_numeric)
     return ShardSet(InProcessExecutor(), [shard], [(0,)], [None], [X.shape[0]], X.shape[1], is_sparse(X))
-
-
-def _check_frame_dtypes(df):
-    for name, dtype in df.dtypes.items():
-        if isinstance(dtype, pd.api.extensions.ExtensionDtype) or not (
-            pd.api.types.is_numeric_dtype(dtype)
-        ):
-            raise InputError(
-                f"X column {name!r} has dtype {dtype}; training needs plain numeric "
-                f"columns: encode text/categories as numbers and convert nullable or "
-                f"boolean columns, e.g. X.astype({{{name!r}: 'float64'}})"
-            )
 
 
 def _futures_in_order(arr):
@@ -81,8 +69,7 @@ def _to_dask_arrays(client, X, y, sample_weight):
     import dask.dataframe as dd
 
     if isinstance(X, dd.DataFrame):
-        _check_frame_dtypes(X)
-        X = X.to_dask_array()
+        X = numeric_frame(X).to_dask_array()
     if isinstance(y, (dd.Series, dd.DataFrame)):
         y = y.to_dask_array()
         if y.ndim == 2 and y.shape[1] == 1:

@@ -9,6 +9,7 @@ from sklearn.utils.validation import check_array, check_consistent_length, colum
 
 from .._engine.blocks import check_chunking
 from .._engine.executor import is_dask_collection
+from .._frames import is_frame, numeric_frame
 from ..exceptions import InputError
 
 __all__ = ["check_feature_names", "check_n_features", "validate_fit_input"]
@@ -20,6 +21,8 @@ def validate_fit_input(est, X, y, sample_weight, reset=True):
         raise InputError(
             f"{type(est).__name__} requires y to be passed, but the target y is None"
         )
+    if is_frame(X):  # the same columns accepted and refused for pandas and dask
+        X = numeric_frame(X)
     if is_dask_collection(X) or is_dask_collection(y):
         _check_dask_input(est, X, reset)
         y, sample_weight = _check_dask_targets(est, y, sample_weight)

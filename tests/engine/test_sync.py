@@ -204,15 +204,14 @@ def test_bad_dask_input_errors(client, logistic_data):
         _fit(client, da.from_array(X, chunks=(500, -1)), y).predict(da.from_array(X[:, :5], chunks=(500, -1)))
 
 
-def test_embedded_cluster_is_started_once_and_logged(monkeypatch, logistic_data):
+def test_embedded_cluster_is_threads_started_once_and_announced_once(monkeypatch, logistic_data):
     X, y = logistic_data
     started = []
     real = cluster_mod.LocalCluster
 
     def small_cluster(**kw):
         started.append(kw)
-        return real(**{**kw, "n_workers": 2, "processes": False, "dashboard_address": ":0",
-                       "silence_logs": logging.ERROR})
+        return real(**{**kw, "n_workers": 2, "dashboard_address": ":0", "silence_logs": logging.ERROR})
 
     # A handler of our own on the dask_dgd logger: starting an in-process cluster with
     # silence_logs may change the levels of pytest's capture handlers.
@@ -220,25 +219,33 @@ def test_embedded_cluster_is_started_once_and_logged(monkeypatch, logistic_data)
 
     class ListHandler(logging.Handler):
         def emit(self, record):
-            records.append(record.getMessage())
+            records.append((record.levelno, record.getMessage()))
 
     logger, handler = logging.getLogger("dask_dgd"), ListHandler()
-    # setLevel, not the attribute: it also clears the logger's isEnabledFor cache, which
-    # earlier INFO calls at the default WARNING level have filled
-    old_level = logger.level
-    logger.setLevel(logging.INFO)
     logger.addHandler(handler)
     monkeypatch.setattr(cluster_mod, "LocalCluster", small_cluster)
     monkeypatch.setitem(cluster_mod._embedded, "client", None)
+    monkeypatch.setitem(cluster_mod._embedded, "announced", False)
     try:
-        a = _fit(None, da.from_array(X, chunks=(500, -1)), da.from_array(y, chunks=500))
+        a = _fit(None, da.from_array(X, chunks=(500, -1)), da.from_array(y, chunks=1000))
         b = _fit(None, da.from_array(X, chunks=(1000, -1)), da.from_array(y, chunks=1000))
-        assert len(started) == 1
-        assert sum("started an embedded LocalCluster" in r for r in records) == 1
+        assert len(started) == 1 and started[0]["processes"] is False  # threads: no __main__ guard needed
+        cluster_mod._close_embedded()
+        _fit(None, da.from_array(X, chunks=(1000, -1)), da.from_array(y, chunks=1000))  # started again
+        assert len(started) == 2
+        announced = [(level, m) for level, m in records if "started an embedded LocalCluster" in m]
+        assert len(announced) == 1 and announced[0][0] == logging.WARNING
+        assert "single-threaded worker threads in this process" in announced[0][1]
+        assert "pass client=..." in announced[0][1]
         np.testing.assert_allclose(a.coef_, b.coef_, rtol=1e-7)
+        with dask.config.set({"dgd.embedded-processes": True}):
+            cluster_mod._close_embedded()
+            monkeypatch.setattr(cluster_mod, "LocalCluster", lambda **kw: started.append(kw) or real(
+                **{**kw, "n_workers": 1, "processes": False, "dashboard_address": ":0"}))
+            _fit(None, da.from_array(X, chunks=(1000, -1)), da.from_array(y, chunks=1000))
+        assert started[-1]["processes"] is True  # worker processes only when asked for
     finally:
         logger.removeHandler(handler)
-        logger.setLevel(old_level)
         cluster_mod._close_embedded()
 
 
@@ -270,7 +277,7 @@ def test_dataframe_column_checks(client, logistic_data):
     X, y = logistic_data
     pdf = pd.DataFrame(X, columns=[f"f{i}" for i in range(6)])
     bad = pdf.assign(f5=pd.Series(["a"] * 2000, dtype="string"))
-    with pytest.raises(InputError, match=r"X column 'f5' has dtype string; training needs plain numeric"):
+    with pytest.raises(InputError, match=r"X column 'f5' holds text \(dtype string\); training needs numbers: one-hot encode"):
         _fit(client, dd.from_pandas(bad, npartitions=2), dd.from_pandas(pd.Series(y), npartitions=2))
     est = _fit(client, dd.from_pandas(pdf, npartitions=2), dd.from_pandas(pd.Series(y), npartitions=2))
     renamed = dd.from_pandas(pdf.rename(columns={"f0": "zz"}), npartitions=2)
