@@ -1,24 +1,23 @@
 """dask_dgd: scikit-learn estimators trained by distributed gradient descent on Dask.
 
 The pure layers (:mod:`dask_dgd.optim`, :mod:`dask_dgd.losses`) import no Dask; the
-estimators, which need the engine, are imported on first use.
+estimators, which need the engine, and the errors (:mod:`dask_dgd.exceptions`, which
+subclass scikit-learn's ``NotFittedError`` and ``ConvergenceWarning``) are imported on
+first use, so ``import dask_dgd`` (and the ``dask-dgd`` command's parser) stays cheap.
 """
 
 import importlib
 
-from . import exceptions
-from .exceptions import (
-    CheckpointError,
-    ConvergenceWarning,
-    DivergenceError,
-    InputError,
-    NotFittedError,
-    ParameterError,
-)
-
 __version__ = "0.1.0"
 
 _LAZY = {
+    "exceptions": "dask_dgd.exceptions",
+    "CheckpointError": "dask_dgd.exceptions",
+    "ConvergenceWarning": "dask_dgd.exceptions",
+    "DivergenceError": "dask_dgd.exceptions",
+    "InputError": "dask_dgd.exceptions",
+    "NotFittedError": "dask_dgd.exceptions",
+    "ParameterError": "dask_dgd.exceptions",
     "LinearRegression": "dask_dgd.linear_model",
     "LogisticRegression": "dask_dgd.linear_model",
     "PoissonRegressor": "dask_dgd.linear_model",

@@ -120,6 +120,35 @@ def test_help(capsys):
     out = capsys.readouterr().out
     assert out.startswith("usage: dask-dgd")
     assert "demo" in out and "--traceback" in out
+    assert out.endswith(cli.EXIT_STATUS + "\n")
+    for status in ("  0    success", "  1    the data cannot be used", "  2    usage error", "  130  interrupted"):
+        assert status in out
+
+
+@pytest.mark.parametrize("command", ["demo", "train", "predict", "bench"])
+def test_every_command_help_ends_with_the_exit_status(command, capsys):
+    assert cli.main(["--traceback", command, "--help"]) == 0
+    out = capsys.readouterr().out
+    assert out.endswith(cli.EXIT_STATUS + "\n") and "examples:" in out
+
+
+def test_help_shows_only_real_defaults(capsys):
+    assert cli.main(["train", "--help"]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert "(default: None)" not in out and "(default: [])" not in out and "(default: False)" not in out
+    assert "the user id column (default: user)" in out
+    assert "--target TARGET the target column (tables) or variable (grids); for mf/implicit-mf the rating " \
+           "(strength) column --features" in out  # required: no default shown
+    assert "started for the command (default: no cluster for small input; see above)" in out
+
+
+def test_interrupted_is_status_130(monkeypatch, capsys):
+    def interrupted(args):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(cli, "COMMANDS", [cli.Command("train", "h", "d", lambda p: None, interrupted)])
+    assert cli.main(["train"]) == 130
+    assert capsys.readouterr().err == "dask-dgd train: interrupted\n"
 
 
 def test_demo_help_lists_every_option(capsys):
@@ -227,6 +256,7 @@ def test_bench_help_and_errors(tmp_path, capsys):
     assert main(["bench", "--suite", "nope", "--root", root]) == 2
     err = capsys.readouterr().err.strip()
     assert err.startswith("dask-dgd bench: error: unknown suite 'nope'; choose one of linear,") and "\n" not in err
+    assert err.endswith(" or all (see 'dask-dgd bench --help')")
     assert main(["bench", "--suite", "linear", "--repeats", "0"]) == 2
 
 

@@ -14,7 +14,7 @@ import subprocess
 import sys
 import threading
 
-from ._common import PROG, CommandError, _int_at_least
+from ._common import CommandError, UsageError, _int_at_least
 
 __all__ = ["bench_arguments", "run_bench"]
 
@@ -130,9 +130,7 @@ def run_bench(args):
     root = _benchmarks_root(args.root)
     suites = suite_names(root)
     if args.suite != "all" and args.suite not in suites:
-        names = ", ".join(suites)
-        print(f"{PROG} bench: error: unknown suite {args.suite!r}; choose one of {names} or all", file=sys.stderr)
-        return 2
+        raise UsageError(f"unknown suite {args.suite!r}; choose one of {', '.join(suites)} or all")
     argv = ["run", "--suite", args.suite, "--size", args.size]
     if args.repeats is not None:
         argv += ["--repeats", str(args.repeats)]

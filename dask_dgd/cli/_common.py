@@ -1,6 +1,7 @@
 """What every part of the ``dask-dgd`` command shares: the errors, a subcommand's
 description (:class:`Command`), a row of the demo's table (:class:`Result`), the
-argument types and small helpers.  It imports nothing else of :mod:`dask_dgd.cli`.
+argument types and small helpers.  It imports nothing else of :mod:`dask_dgd.cli`, and
+nothing heavy: the parser of every subcommand is built from it and :mod:`argparse` alone.
 """
 
 import argparse
@@ -9,17 +10,29 @@ import logging
 import math
 from dataclasses import dataclass
 
-__all__ = ["PROG", "Command", "CommandError", "Result", "UsageError"]
+__all__ = ["EXIT_STATUS", "PROG", "Command", "CommandError", "Result", "UsageError"]
 
 PROG = "dask-dgd"
 
+#: The exit statuses of every subcommand, shown at the end of each ``--help``.
+EXIT_STATUS = """\
+exit status:
+  0    success
+  1    the data cannot be used (file content, e.g. a file without rows or a model file
+       that cannot be read) or the run failed (e.g. the scheduler cannot be reached)
+  2    usage error: a bad option or option value, an unknown --param or a bad --param
+       value, a column named on the command line that the file does not have
+  130  interrupted
+  Each error is one line on stderr: 'dask-dgd COMMAND: error: ...' (--traceback: the
+  full Python traceback instead)."""
+
 
 class CommandError(Exception):
-    """A failure the user can fix; its message is printed as is, without a type name."""
+    """A failure the user can fix (exit status 1); its message is printed as is, without a type name."""
 
 
 class UsageError(CommandError):
-    """A bad command line found only while running (e.g. an unknown --param): exit 2."""
+    """A bad command line found only while running (e.g. an unknown --param): exit status 2."""
 
 
 @dataclass(frozen=True)

@@ -5,20 +5,56 @@ adds its arguments to an :mod:`argparse` sub-parser and a function that runs it 
 returns the exit status.  New subcommands are added to ``COMMANDS``.  :func:`main` and
 :func:`build_parser` take the list of commands to use; :mod:`dask_dgd.cli` passes its own
 ``COMMANDS`` at each call.
+
+Parsing imports nothing heavy: :func:`main` declares the arguments of the chosen
+subcommand only, and the demo's module (NumPy) is imported only when ``demo`` is chosen
+(:class:`_Deferred`); dask, distributed, scikit-learn and the estimators are imported by a
+subcommand's ``run``.  ``dask-dgd --help``, ``dask-dgd train --help`` and every usage error
+of ``train``, ``predict`` and ``bench`` need :mod:`argparse` alone.
+
+Exit status: 0 on success, 1 when the data cannot be used or the run fails, 2 for a usage
+error, 130 when interrupted; each error is one line on stderr (see ``EXIT_STATUS``).
 """
 
 import argparse
+import importlib
 import sys
+from dataclasses import dataclass
 
 from .. import __version__
-from . import _bench, _demo, _train
-from ._common import PROG, Command, CommandError, UsageError
+from . import _bench, _train
+from ._common import EXIT_STATUS, PROG, Command, CommandError, UsageError
 
 __all__ = ["COMMANDS", "build_parser", "main"]
 
 
-class _HelpFormatter(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescriptionHelpFormatter):
-    """Show defaults; keep the line breaks of descriptions and epilogs."""
+@dataclass(frozen=True)
+class _Deferred:
+    """The function ``name`` of the module ``module`` (relative to this package), imported
+    at its first call, so that building the parser does not import that module."""
+
+    module: str
+    name: str
+
+    def __call__(self, *args):
+        return getattr(importlib.import_module(self.module, __package__), self.name)(*args)
+
+
+class _HelpFormatter(argparse.RawDescriptionHelpFormatter):
+    """Keep the line breaks of descriptions and epilogs; show an option's default only when
+    it has one (not for required options, flags, or options whose default is None)."""
+
+    def _get_help_string(self, action):
+        text = action.help or ""
+        if "%(default)" not in text and _has_default(action):
+            text += " (default: %(default)s)"
+        return text
+
+
+def _has_default(action):
+    return (bool(action.option_strings) and not action.required and action.nargs != 0
+            and action.default is not None and action.default is not argparse.SUPPRESS
+            and action.default != [])
 
 
 class _Parser(argparse.ArgumentParser):
@@ -28,15 +64,19 @@ class _Parser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: error: {message} (see '{self.prog} --help')\n")
 
 
-def build_parser(commands=None):
-    """The argument parser of ``dask-dgd`` with every subcommand in ``commands`` (default ``COMMANDS``)."""
+def build_parser(commands=None, declare=None):
+    """The argument parser of ``dask-dgd`` with every subcommand in ``commands`` (default
+    ``COMMANDS``); ``declare``: the names of the subcommands whose arguments are declared
+    (default: all of them; the others are listed but take no arguments)."""
     commands = COMMANDS if commands is None else commands
     parser = _Parser(
         prog=PROG,
         description=(
-            "Scikit-learn estimators trained by distributed gradient descent on Dask. "
+            "Scikit-learn estimators trained by distributed gradient descent on Dask.\n"
             "Run 'dask-dgd demo' to see them train on a local cluster next to scikit-learn."
         ),
+        epilog=EXIT_STATUS,
+        formatter_class=_HelpFormatter,
     )
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     parser.add_argument(
@@ -50,19 +90,31 @@ def build_parser(commands=None):
             command.name,
             help=command.help,
             description=command.description,
-            epilog=command.epilog,
+            epilog="\n\n".join(filter(None, [command.epilog, EXIT_STATUS])),
             formatter_class=_HelpFormatter,
         )
-        command.add_arguments(p)
+        if declare is None or command.name in declare:
+            command.add_arguments(p)
         p.set_defaults(run=command.run)
     return parser
+
+
+def _chosen(argv, commands):
+    """The name of the subcommand in ``argv``: its first word that is not an option (the
+    options of ``dask-dgd`` itself take no value); empty when there is none."""
+    names = {c.name for c in commands}
+    for word in argv:
+        if word != "--" and not word.startswith("-"):
+            return {word} & names
+    return set()
 
 
 def main(argv=None, commands=None):
     """Run ``dask-dgd`` with ``argv`` (default: ``sys.argv[1:]``) and ``commands`` (default
     ``COMMANDS``); return the exit status."""
     commands = COMMANDS if commands is None else commands
-    parser = build_parser(commands)
+    argv = sys.argv[1:] if argv is None else list(argv)
+    parser = build_parser(commands, declare=_chosen(argv, commands))
     try:
         args = parser.parse_args(argv)
     except SystemExit as exit_:  # --help, --version, or a usage error already printed
@@ -79,11 +131,19 @@ def main(argv=None, commands=None):
     except Exception as err:
         if args.traceback:
             raise
-        message = " ".join(str(err).split()) or "(no message)"
-        if not isinstance(err, CommandError):
-            message = f"{type(err).__name__}: {message}"
-        print(f"{PROG} {args.command}: error: {message}", file=sys.stderr)
+        print(f"{PROG} {args.command}: error: {_message(err, args.command)}", file=sys.stderr)
         return 2 if isinstance(err, UsageError) else 1
+
+
+def _message(err, command):
+    """``err`` as one line: a command's own error as is (a usage error with the pointer to
+    ``--help`` that argparse's errors end with), any other with its type name."""
+    message = " ".join(str(err).split()) or "(no message)"
+    if isinstance(err, UsageError):
+        return f"{message} (see '{PROG} {command} --help')"
+    if isinstance(err, CommandError):
+        return message
+    return f"{type(err).__name__}: {message}"
 
 
 COMMANDS = [
@@ -98,8 +158,8 @@ COMMANDS = [
             "the matching penalty, and print wall time, iterations, objective, holdout score\n"
             "and the largest coefficient difference of each pair."
         ),
-        add_arguments=_demo.demo_arguments,
-        run=_demo.run_demo,
+        add_arguments=_Deferred("._demo", "demo_arguments"),
+        run=_Deferred("._demo", "run_demo"),
         epilog=(
             "examples:\n"
             "  dask-dgd demo\n"
@@ -111,10 +171,14 @@ COMMANDS = [
         name="train",
         help="train a model from a Parquet, CSV, NetCDF or Zarr file and save it",
         description=(
-            "Read the data lazily (dask.dataframe for tables, xarray for grids), train the\n"
-            "chosen model on a Dask cluster (--scheduler, or a LocalCluster started for the\n"
-            "command), print a summary and save the fitted model in dask_dgd's safe format\n"
-            "(NumPy .npz + JSON with checksums; load it with dask_dgd.load or 'dask-dgd predict')."
+            "Check the columns named on the command line against the file's header or schema,\n"
+            "read the data (tables up to 32 MiB into memory with pandas, larger ones lazily with\n"
+            "dask.dataframe; grids with xarray), train the chosen model, print a summary and\n"
+            "save the fitted model in dask_dgd's safe format (NumPy .npz + JSON with checksums;\n"
+            "load it with dask_dgd.load or 'dask-dgd predict').\n\n"
+            "Where it trains: on the cluster of --scheduler; on a LocalCluster of --workers\n"
+            "processes started for the command; otherwise small input in this process and\n"
+            "larger input on dask_dgd's embedded cluster (no cluster is started for small input)."
         ),
         add_arguments=_train.train_arguments,
         run=_train.run_train,
@@ -132,10 +196,11 @@ COMMANDS = [
         name="predict",
         help="predict with a saved model on a Parquet, CSV, NetCDF or Zarr file",
         description=(
-            "Load a model saved by 'dask-dgd train' (or est.save), read the data, predict on\n"
-            "the cluster and write the predictions: a table with a 'prediction' column (and the\n"
-            "--keep columns) for tabular models, the predicted variable on the grid for climate\n"
-            "models."
+            "Load a model saved by 'dask-dgd train' (or est.save), check the file's columns\n"
+            "against the model's features and --keep, read the data, predict (in this process,\n"
+            "or on the cluster of --scheduler or --workers) and write the predictions: a table\n"
+            "with a 'prediction' column (and the --keep columns) for tabular models, the\n"
+            "predicted variable on the grid for climate models."
         ),
         add_arguments=_train.predict_arguments,
         run=_train.run_predict,

@@ -1,0 +1,219 @@
+"""``dask-dgd`` as a user runs it: ``python -m dask_dgd`` in a child process.
+
+Every error path prints exactly one documented line on stderr, with exit status 2 for a
+usage error and 1 for data that cannot be used; parsing (``--help``, usage errors)
+imports nothing heavy.  Nothing here measures time.
+"""
+
+import inspect
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+import dask_dgd
+from dask_dgd import cli
+
+ROOT = Path(__file__).resolve().parent.parent
+
+#: Modules that parsing the command line must not import.
+HEAVY = ("dask", "distributed", "numpy", "pandas", "pyarrow", "scipy", "sklearn", "xarray",
+         "dask_dgd.linear_model", "dask_dgd.exceptions")
+
+
+def _env():
+    path = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
+    return {**os.environ, "PYTHONPATH": path}
+
+
+def _run(args, cwd):
+    proc = subprocess.run([sys.executable, "-m", "dask_dgd", *args], cwd=cwd, env=_env(),
+                          capture_output=True, text=True, timeout=300)
+    return proc.returncode, proc.stdout, proc.stderr
+
+
+@pytest.fixture(scope="module")
+def folder(tmp_path_factory):
+    """Small files, and a model trained on four.csv (in this process, no cluster)."""
+    path = tmp_path_factory.mktemp("cli")
+    (path / "four.csv").write_text("a,b,y\n1,2,3\n2,1,4\n3,5,9\n4,4,8\n")
+    (path / "header.csv").write_text("a,b,y\n")
+    (path / "empty.csv").write_text("")
+    (path / "text.csv").write_text("a,b,y\n1,x,3\n2,z,4\n")
+    (path / "nan.csv").write_text("a,b,y\n1,,3\n2,1,4\n")
+    (path / "no_b.csv").write_text("a,y\n1,3\n2,4\n")
+    (path / "bad.npz").write_bytes(b"not a model")
+    assert cli.main(["train", str(path / "four.csv"), "--model", "linear", "--target", "y",
+                     "--out", str(path / "m.npz")]) == 0
+    return path
+
+
+def _linear_params():
+    return ", ".join(sorted(n for n in inspect.signature(dask_dgd.LinearRegression).parameters if n != "client"))
+
+
+TRAIN = ["train", "four.csv", "--model", "linear", "--target", "y", "--out", "out.npz"]
+TRAIN_HINT = " (see 'dask-dgd train --help')"
+PREDICT_HINT = " (see 'dask-dgd predict --help')"
+
+USAGE_ERRORS = [
+    (["train", "four.csv", "--model", "linear", "--target", "nope", "--out", "out.npz"],
+     "dask-dgd train: error: --target: four.csv has no column 'nope'; its columns: a, b, y" + TRAIN_HINT),
+    ([*TRAIN, "--features", "a,zz,qq"],
+     "dask-dgd train: error: --features: four.csv has no columns 'zz', 'qq'; its columns: a, b, y" + TRAIN_HINT),
+    (["train", "four.csv", "--model", "mf", "--target", "y", "--out", "out.npz"],
+     "dask-dgd train: error: --user-col: four.csv has no column 'user'; its columns: a, b, y" + TRAIN_HINT),
+    ([*TRAIN, "--workers", "0"],
+     "dask-dgd train: error: argument --workers: must be at least 1, got 0" + TRAIN_HINT),
+    (["predict", "m.npz", "four.csv", "--out", "p.csv", "--workers", "0"],
+     "dask-dgd predict: error: argument --workers: must be at least 1, got 0" + PREDICT_HINT),
+    ([*TRAIN, "--workers", "2", "--scheduler", "tcp://localhost:8786"],
+     "dask-dgd train: error: argument --scheduler: not allowed with argument --workers" + TRAIN_HINT),
+    ([*TRAIN[:-1], "m.pkl"],
+     "dask-dgd train: error: argument --out: the model is saved in dask_dgd's format, a NumPy .npz file: "
+     "name it *.npz, got 'm.pkl'" + TRAIN_HINT),
+    ([*TRAIN, "--param", "max_iter=-3"],
+     "dask-dgd train: error: --param: The 'max_iter' parameter of LinearRegression must be an int in [1, inf); "
+     "got -3" + TRAIN_HINT),
+    ([*TRAIN, "--param", "colour=1"],
+     "dask-dgd train: error: --param colour: LinearRegression has no parameter 'colour'; its parameters: "
+     "{linear_params}" + TRAIN_HINT),
+    ([*TRAIN, "--param", "client=1"],
+     "dask-dgd train: error: --param client=... is set by the command (use its flags: --model, --target, "
+     "--features, --user-col, --item-col, --scheduler)" + TRAIN_HINT),
+    (["train", "four.csv", "--model", "climate-pooled", "--target", "y", "--features", "a", "--out", "c.npz"],
+     "dask-dgd train: error: --model climate-pooled needs gridded data; four.csv is a table" + TRAIN_HINT),
+    (["predict", "m.npz", "four.csv", "--out", "p.csv", "--keep", "a,zz"],
+     "dask-dgd predict: error: --keep: four.csv has no column 'zz'; its columns: a, b, y" + PREDICT_HINT),
+    (["predict", "m.npz", "four.csv", "--out", "p.nc"],
+     "dask-dgd predict: error: a LinearRegression writes a table: name --out *.parquet or *.csv" + PREDICT_HINT),
+    ([], "dask-dgd: error: choose a command: demo, train, predict, bench (see 'dask-dgd --help')"),
+]
+
+
+@pytest.mark.parametrize("args, line", USAGE_ERRORS, ids=lambda v: " ".join(v) if isinstance(v, list) else "")
+def test_usage_errors_are_the_documented_line_with_status_2(folder, args, line):
+    code, out, err = _run(args, folder)
+    assert (code, out, err) == (2, "", line.format(linear_params=_linear_params()) + "\n")
+
+
+def _text_dtype(folder):
+    return pd.read_csv(folder / "text.csv")["b"].dtype
+
+
+DATA_ERRORS = [
+    (["train", "header.csv", "--model", "linear", "--target", "y", "--out", "out.npz"],
+     "dask-dgd train: error: header.csv has no rows, only a header line"),
+    (["train", "empty.csv", "--model", "linear", "--target", "y", "--out", "out.npz"],
+     "dask-dgd train: error: empty.csv is empty: expected a header line and rows"),
+    (["train", "text.csv", "--model", "linear", "--target", "y", "--out", "out.npz"],
+     "dask-dgd train: error: text.csv: feature column 'b' (dtype {text_dtype}) is not numeric; leave it out "
+     "with --features, or encode it as numbers first (categories such as Yes/No as one-hot 0/1 columns, e.g. with "
+     "pandas.get_dummies)"),
+    (["train", "nan.csv", "--model", "linear", "--target", "y", "--out", "out.npz"],
+     "dask-dgd train: error: Input X contains NaN or infinity in block 0 (shape (2, 2)); drop or impute those "
+     "rows before fitting"),
+    (["predict", "m.npz", "no_b.csv", "--out", "p.csv"],
+     "dask-dgd predict: error: no_b.csv has no column 'b'; its columns: a, y (the LinearRegression in m.npz "
+     "needs a, b)"),
+    (["predict", "bad.npz", "four.csv", "--out", "p.csv"],
+     "dask-dgd predict: error: 'bad.npz' is not a valid dask_dgd model file: it is not a NumPy .npz archive "
+     "(truncated, or another format)"),
+]
+
+
+@pytest.mark.parametrize("args, line", DATA_ERRORS, ids=lambda v: " ".join(v) if isinstance(v, list) else "")
+def test_data_errors_are_the_documented_line_with_status_1(folder, args, line):
+    code, out, err = _run(args, folder)
+    assert (code, out, err) == (1, "", line.format(text_dtype=_text_dtype(folder)) + "\n")
+    assert not (folder / "out.npz").exists()
+
+
+def test_train_and_predict_a_small_csv_print_only_their_summary(folder):
+    code, out, err = _run(["train", "four.csv", "--model", "linear", "--target", "y", "--out", "ok.npz"], folder)
+    assert (code, err) == (0, "")
+    assert re.fullmatch(r"trained LinearRegression \(linear\) on four.csv: n_iter=\d+, final objective \S+\n"
+                        r"saved to ok.npz\n", out), out
+    assert "nan" not in out
+    code, out, err = _run(["predict", "ok.npz", "four.csv", "--out", "p.csv", "--keep", "a"], folder)
+    assert (code, out, err) == (0, "wrote 4 predictions to p.csv\n", "")
+    assert list(pd.read_csv(folder / "p.csv").columns) == ["a", "prediction"]
+
+
+@pytest.mark.slow
+def test_workers_start_a_local_cluster_quietly(folder):
+    code, out, err = _run(["train", "four.csv", "--model", "linear", "--target", "y", "--workers", "1",
+                           "--out", "w.npz"], folder)
+    assert (code, err) == (0, "") and out.endswith("saved to w.npz\n")
+    code, out, err = _run(["predict", "w.npz", "four.csv", "--out", "pw.csv", "--keep", "a", "--workers", "1"],
+                          folder)
+    assert (code, out, err) == (0, "wrote 4 predictions to pw.csv\n", "")
+    # nullable and boolean columns of a Parquet file, read by dask: no warning, no noise
+    pd.DataFrame({"a": pd.array([1, 2, 3, 4, 5, 6], dtype="Int64"), "b": [True, False, True, True, False, False],
+                  "y": [1.0, 2.0, 3.5, 4.0, 5.0, 6.5]}).to_parquet(folder / "ext.parquet")
+    code, out, err = _run(["train", "ext.parquet", "--model", "linear", "--target", "y", "--workers", "1",
+                           "--out", "e.npz"], folder)
+    assert (code, err) == (0, "") and out.endswith("saved to e.npz\n")
+    code, out, err = _run(["predict", "e.npz", "ext.parquet", "--out", "e.csv", "--keep", "a", "--workers", "1"],
+                          folder)
+    assert (code, out, err) == (0, "wrote 6 predictions to e.csv\n", "")
+    assert list(pd.read_csv(folder / "e.csv")["a"]) == [1, 2, 3, 4, 5, 6]
+    # a data error on the workers: the command's one line, not the workers' report first
+    code, out, err = _run(["train", "nan.csv", "--model", "linear", "--target", "y", "--workers", "1",
+                           "--out", "w2.npz"], folder)
+    assert (code, err) == (1, "dask-dgd train: error: Input X contains NaN or infinity in block 0 (shape (2, 2)); "
+                              "drop or impute those rows before fitting\n")
+    code, out, err = _run(["predict", "w.npz", "nan.csv", "--out", "pw.csv", "--workers", "1"], folder)
+    assert (code, err) == (1, "dask-dgd predict: error: Input X contains NaN or infinity; predictions need finite "
+                              "features: drop or impute those rows\n")
+
+
+# --------------------------------------------------------------------- what parsing imports
+_PROBE = """\
+import json, sys
+from dask_dgd.cli import main
+code = main(sys.argv[1:])
+print("\\nIMPORTED " + json.dumps([m for m in {heavy!r} if m in sys.modules]))
+sys.exit(code)
+"""
+
+
+@pytest.mark.parametrize("args, code", [
+    (["--help"], 0),
+    (["--version"], 0),
+    (["train", "--help"], 0),
+    (["predict", "--help"], 0),
+    (["bench", "--help"], 0),
+    ([], 2),
+    (["train", "four.csv", "--model", "ridge", "--target", "y", "--out", "out.npz"], 2),
+    ([*TRAIN, "--workers", "0"], 2),
+    ([*TRAIN[:-1], "m.pkl"], 2),
+    (["train", "four.csv", "--model", "linear", "--target", "nope", "--out", "out.npz"], 2),
+    (["train", "four.csv", "--model", "climate-pooled", "--target", "y", "--features", "a", "--out", "c.npz"], 2),
+    (["predict", "m.npz", "four.csv", "--out", "p.csv", "--keep", "zz"], 2),
+    (["train", "header.csv", "--model", "linear", "--target", "y", "--out", "out.npz"], 1),
+], ids=lambda v: " ".join(v) if isinstance(v, list) else str(v))
+def test_help_and_usage_errors_import_nothing_heavy(folder, args, code):
+    proc = subprocess.run([sys.executable, "-c", _PROBE.format(heavy=HEAVY), *args], cwd=folder, env=_env(),
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == code, proc.stderr
+    assert json.loads(proc.stdout.splitlines()[-1].removeprefix("IMPORTED ")) == []
+
+
+def test_import_dask_dgd_imports_nothing_heavy():
+    probe = f"import sys, dask_dgd; print([m for m in {HEAVY!r} if m in sys.modules])"
+    proc = subprocess.run([sys.executable, "-c", probe], env=_env(), capture_output=True, text=True, timeout=120)
+    assert (proc.returncode, proc.stdout) == (0, "[]\n"), proc.stderr
+
+
+def test_the_lazy_names_of_dask_dgd_resolve():
+    from dask_dgd import exceptions
+
+    assert dask_dgd.ConvergenceWarning is exceptions.ConvergenceWarning
+    assert issubclass(dask_dgd.ParameterError, ValueError) and dask_dgd.exceptions is exceptions
+    assert {"exceptions", "InputError", "NotFittedError"} <= set(dir(dask_dgd))
