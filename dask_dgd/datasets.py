@@ -9,6 +9,14 @@ The same ``random_state`` and ``chunks`` therefore always give the same data, wh
 and in whatever order the blocks are computed.  ``chunks=None`` gives the same data as
 a single chunk (``chunks=n_samples``).  Nothing is downloaded.
 
+Why not ``sklearn.datasets`` or ``dask_ml.datasets``: scikit-learn's generators build the
+whole array in memory and draw no GLM responses (no Poisson counts, no softmax labels
+from known coefficients); dask-ml's are not a dependency of this package and give
+neither the coefficients nor the same data for the same seed wherever a block is
+computed.  These generate each block on the worker that computes it, from a seed of
+its own, from known coefficients (``return_coef=True``), which is what the tests and
+benchmarks need; :func:`make_ratings` adds power-law skew, which neither offers.
+
 The parameters the generators share:
 
 chunks : int, tuple of int or None, default=None

@@ -34,3 +34,27 @@ def logistic_data():
     p = 1 / (1 + np.exp(-(X @ w + 0.3)))
     y = (rng.random(2000) < p).astype(np.int64)
     return X, y
+
+
+@pytest.fixture
+def bars(monkeypatch):
+    """Every tqdm bar opened (``tqdm.auto.tqdm``), each with ``shown`` (not disabled when
+    opened; tqdm disables a bar when closing it) and ``closed_at``: its position when it
+    was closed (None while open)."""
+    import tqdm.auto
+
+    opened = []
+
+    class Recorded(tqdm.auto.tqdm):
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            self.shown, self.closed_at = not self.disable, None
+            opened.append(self)
+
+        def close(self):
+            if self.closed_at is None:
+                self.closed_at = self.n
+            super().close()
+
+    monkeypatch.setattr(tqdm.auto, "tqdm", Recorded)
+    return opened

@@ -23,3 +23,71 @@ def test_docs_build_strictly(tmp_path):
     assert "Benchmark results" in (html / "benchmarks.html").read_text()
     for page in ("index", "user_guide", "api", "examples", "performance", "design"):
         assert (html / f"{page}.html").stat().st_size > 5_000
+
+
+# ------------------------------------------------- the API page names every public name
+API = (DOCS / "api.md").read_text()
+MODULES = ["dask_dgd", "dask_dgd.recommender", "dask_dgd.climate", "dask_dgd.datasets", "dask_dgd.optim",
+           "dask_dgd.losses", "dask_dgd.compression", "dask_dgd.testing", "dask_dgd.callbacks",
+           "dask_dgd.exceptions", "dask_dgd.linear_model", "dask_dgd.persistence", "dask_dgd.cli"]
+ESTIMATORS = ["LinearRegression", "LogisticRegression", "PoissonRegressor", "MatrixFactorization",
+              "ImplicitMatrixFactorization", "ClimateRegressor"]
+
+
+def _public_names():
+    import importlib
+
+    for module in MODULES:
+        for name in importlib.import_module(module).__all__:
+            yield module, name
+
+
+@pytest.mark.parametrize(("module", "name"), list(_public_names()), ids=lambda v: v)
+def test_api_page_names_every_public_name(module, name):
+    assert f"`{name}" in API or f"{name}(" in API or f", `{name}`" in API, f"{module}.{name} is not in docs/api.md"
+
+
+def _signatures(name):
+    """The argument lists written after ``name(`` on the API page."""
+    import re
+
+    return [m.group(1) for m in re.finditer(rf"\b{re.escape(name)}\(([^()]*(?:\([^()]*\)[^()]*)*)\)", API)]
+
+
+def _methods():
+    import inspect
+
+    import dask_dgd
+
+    for est in ESTIMATORS:
+        cls = getattr(dask_dgd, est)
+        for name, fn in inspect.getmembers(cls, inspect.isfunction):
+            if name.startswith("_") or not fn.__module__.startswith("dask_dgd"):
+                continue
+            params = [p for p in inspect.signature(fn).parameters if p not in ("self", "args", "kwargs")]
+            yield est, name, tuple(params)
+
+
+@pytest.mark.parametrize(("estimator", "method", "params"), list(_methods()), ids=lambda v: str(v))
+def test_api_page_gives_every_method_with_all_its_parameters(estimator, method, params):
+    """A method written on the page with an argument list that names all of its
+    parameters (e.g. ``similar_items(items, k=10, candidates=None)``)."""
+    written = _signatures(method)
+    assert written, f"{estimator}.{method} is not on docs/api.md"
+    import re
+
+    assert any(all(re.search(rf"\b{p}\b", args) for p in params) for args in written), (
+        f"{estimator}.{method}{params}: docs/api.md writes it as {written}")
+
+
+@pytest.mark.parametrize("command", ["demo", "train", "predict", "bench"])
+def test_api_page_gives_every_command_and_its_options(command):
+    from dask_dgd.cli import build_parser
+
+    parser = build_parser()
+    sub = next(a for a in parser._subparsers._group_actions if a.dest is not None or a.choices).choices[command]
+    assert f"dask-dgd {command}" in API
+    for action in sub._actions:
+        for option in action.option_strings:
+            if option.startswith("--") and option != "--help":
+                assert option in API, f"dask-dgd {command} {option} is not on docs/api.md"

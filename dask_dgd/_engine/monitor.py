@@ -1,13 +1,39 @@
 """What every engine reports: one record per step, to the history, a bar, logs, callbacks."""
 
+import contextlib
+import contextvars
 import logging
 import time
 
 from .records import RECORD_FIELDS
 
-__all__ = ["Monitor", "RECORD_FIELDS", "communicated"]
+__all__ = ["Monitor", "RECORD_FIELDS", "communicated", "progress_bar", "progress_label"]
 
 logger = logging.getLogger("dask_dgd")
+
+#: The label a fit's progress bar takes over its own (an estimator that fits another one
+#: inside, e.g. ClimateRegressor's pooled model, names the bar after itself).
+_LABEL = contextvars.ContextVar("dask_dgd_progress_label", default=None)
+
+
+@contextlib.contextmanager
+def progress_label(label):
+    """Progress bars opened inside this block are labelled ``label``."""
+    token = _LABEL.set(label)
+    try:
+        yield
+    finally:
+        _LABEL.reset(token)
+
+
+def progress_bar(verbose, total, desc, unit):
+    """A tqdm bar labelled ``desc`` (or the enclosing :func:`progress_label`) with
+    ``total`` units, or None when ``verbose < 1``."""
+    if int(verbose) < 1:
+        return None
+    from tqdm.auto import tqdm
+
+    return tqdm(total=total, desc=_LABEL.get() or desc, unit=unit, leave=False)
 
 class Monitor:
     """Collects step records and shows them.
@@ -21,21 +47,22 @@ class Monitor:
         Each is called with every record (a dict); if any returns ``True`` the fit stops
         after that step (the record's ``stopped_by`` names it).
     total : int or None
-        Expected number of steps, for the progress bar.
+        The iteration limit (``max_iter``: iterations, or epochs for mini-batch,
+        local and asynchronous training), the progress bar's total.  The bar advances
+        with the records' ``iteration`` and shows the loss and the distributed steps.
+    desc : str
+        The bar's label: the estimator's name (an enclosing :func:`progress_label`
+        takes precedence).
     """
 
-    def __init__(self, verbose=0, callbacks=(), total=None, desc="dask-dgd"):
+    def __init__(self, verbose=0, callbacks=(), total=None, desc="dask_dgd.train"):
         self.verbose = int(verbose)
         self.callbacks = list(callbacks or ())
         self.records = []
         self.t0 = time.perf_counter()
         self.wall0 = time.time()
         self.stop_requested = False
-        self._bar = None
-        if self.verbose >= 1:
-            from tqdm.auto import tqdm
-
-            self._bar = tqdm(total=total, desc=desc, unit="step", leave=False)
+        self._bar = progress_bar(self.verbose, total, desc, "iter")
 
     def elapsed(self):
         return time.perf_counter() - self.t0
@@ -55,8 +82,12 @@ class Monitor:
         rec = self.stamp(record)
         self.records.append(rec)
         if self._bar is not None:
-            self._bar.update(1)
-            shown = {"loss": f"{rec['loss']:.6g}"}
+            done = int(rec.get("iteration") or 0)
+            if self._bar.total is not None:
+                done = min(done, int(self._bar.total))
+            if done > self._bar.n:
+                self._bar.update(done - self._bar.n)
+            shown = {"loss": f"{rec['loss']:.6g}", "steps": len(self.records)}
             if rec.get("val_score") is not None:
                 shown["val_score"] = f"{rec['val_score']:.6g}"
             self._bar.set_postfix(shown, refresh=False)
@@ -74,6 +105,15 @@ class Monitor:
             if cb(rec) is True:
                 self.stop_requested = True
         return rec
+
+    def finish(self, n_iter):
+        """The fit ended after ``n_iter`` iterations: the bar shows them (a record is
+        stamped with the iteration it was computed in, e.g. a line search's trial)."""
+        if self._bar is not None:
+            done = int(n_iter) if self._bar.total is None else min(int(n_iter), int(self._bar.total))
+            if done != self._bar.n:
+                self._bar.n = done
+                self._bar.refresh()
 
     def close(self):
         if self._bar is not None:

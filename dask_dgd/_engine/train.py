@@ -266,7 +266,7 @@ def train(
     verbose=0,
     callbacks=None,
     progress_total=None,
-    progress_desc="dask-dgd",
+    progress_desc=None,
     client=None,
 ):
     """Train a model by distributed gradient descent.
@@ -301,7 +301,9 @@ def train(
         Models with local parameters: what each group starts from (None: the model's
         own start).
     progress_total, progress_desc
-        The progress bar's expected steps and label (``verbose >= 1``).
+        The progress bar's total (None: ``max_iter``; the bar counts iterations, or
+        epochs) and label (None: the ``"estimator"`` of ``fingerprint``, else
+        ``"dask_dgd.train"``), shown with ``verbose >= 1``.
 
     Returns
     -------
@@ -326,8 +328,10 @@ def train(
         split_every = auto_split_every(shards.n_groups, 8 * objective.n_params)
     seed = seed_of(random_state)
     compressor = get_compressor(compression)
-    if progress_total is None and solver == "gd" and mode == "sync":
-        progress_total = int(max_iter) + 1
+    if progress_total is None:
+        progress_total = int(max_iter)
+    if progress_desc is None:
+        progress_desc = (fingerprint or {}).get("estimator") or "dask_dgd.train"
     monitor = Monitor(verbose=verbose, callbacks=callbacks, total=progress_total, desc=progress_desc)
     balancer = None
     if rebalance is not False and mode == "sync" and shards.executor.kind == "dask" and not objective.has_local:
@@ -378,6 +382,7 @@ def train(
             solver_obj.save = loop.save
             stop = loop.run()
             params, n_iter, opt_out, state_out = solver_obj.result()
+            monitor.finish(n_iter)
             local = None
             if objective.has_local:
                 update = solver_obj.local_export() if hasattr(solver_obj, "local_export") else LocalUpdate(

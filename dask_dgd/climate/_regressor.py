@@ -14,8 +14,9 @@ import xarray as xr
 from sklearn.base import BaseEstimator
 from sklearn.utils.validation import check_is_fitted
 
+from .._engine.executor import task_client
 from .._validation import TRAINING_CONSTRAINTS, ClientParamMixin, Interval, Options, validate_params
-from ..exceptions import InputError
+from ..exceptions import InputError, ParameterError
 from ._design import DesignMatrix, FeatureSpec, Fields
 from ._pointwise import cell_stats, pointwise_block, pooled_block, score_block, solve_cells
 
@@ -29,11 +30,13 @@ class ClimateRegressor(ClientParamMixin, BaseEstimator):
 
     Parameters
     ----------
-    features : str or list of str
+    features : str, list of str or None, default=None
         Predictor variables (any subset of ``sample_dims``; e.g. a ``(time,)`` index is
-        broadcast to every cell).
-    target : str
-        The variable to predict.
+        broadcast to every cell).  None: every data variable of the Dataset but the
+        target whose dimensions are among ``sample_dims``, in the Dataset's order.
+    target : str or None, default=None
+        The variable to predict; required at ``fit`` (None raises ``ParameterError``
+        naming the Dataset's variables).
     model : {"pooled", "pointwise"}, default="pooled"
         ``"pooled"``: one model for all cells, trained by distributed gradient descent
         (the linear-model engine) over the time-and-space blocks of the design matrix.
@@ -93,7 +96,8 @@ random_state, verbose, callbacks
     """
 
     _parameter_constraints = {
-        "target": [str],
+        "features": [None, str, list, tuple],
+        "target": [None, str],
         "model": [Options("pooled", "pointwise")],
         "sample_dims": [tuple, list],
         "time_dim": [str],
@@ -112,8 +116,8 @@ random_state, verbose, callbacks
 
     def __init__(
         self,
-        features,
-        target,
+        features=None,
+        target=None,
         *,
         model="pooled",
         sample_dims=("time", "lat", "lon"),
@@ -181,16 +185,84 @@ random_state, verbose, callbacks
         self.callbacks = callbacks
         self.client = client
 
+    def __sklearn_tags__(self):
+        """scikit-learn's tags: the input is an xarray Dataset, not a table.
+
+        ``two_d_array=False`` tells ``check_estimator`` and ``parametrize_with_checks``
+        not to feed random 2-D arrays (they skip their data checks for such estimators,
+        as for text vectorizers); the target is a variable of the Dataset, so ``y`` is
+        not required; asynchronous training is not deterministic.
+        """
+        tags = super().__sklearn_tags__()
+        tags.input_tags.two_d_array = False
+        tags.input_tags.allow_nan = True  # masked cells (NaN) are dropped, by design
+        tags.target_tags.required = False
+        tags.non_deterministic = self.mode == "async" and self.model == "pooled"
+        return tags
+
     # ----------------------------------------------------------------- helpers
-    def _spec(self):
+    def _spec(self, ds=None):
         validate_params(self)
-        return FeatureSpec(self.features, self.target, self.sample_dims, self.time_dim, self.lags, self.lead,
+        target, features = self.target, self.features
+        if target is None:
+            names = "" if ds is None else f" (the Dataset's variables: {sorted(map(str, ds.data_vars))})"
+            raise ParameterError(
+                f"ClimateRegressor needs the variable to predict: pass target=<name>{names}, "
+                "e.g. ClimateRegressor(target='tas')"
+            )
+        if features is None:
+            if ds is None:
+                raise ParameterError("features=None is resolved against a Dataset at fit; the model is not fitted")
+            features = [str(v) for v in ds.data_vars
+                        if v != target and ds[v].dims and set(ds[v].dims) <= set(self.sample_dims)]
+            if not features and not self.seasonal:
+                raise ParameterError(
+                    f"features=None found no variable but {target!r} on dimensions among sample_dims "
+                    f"{tuple(self.sample_dims)} (the Dataset's variables: {sorted(map(str, ds.data_vars))}); "
+                    "pass features=[...]"
+                )
+        return FeatureSpec(features, target, self.sample_dims, self.time_dim, self.lags, self.lead,
                            self.seasonal, self.area_weights, self.lat)
 
     def _compute(self, *arrays):
-        if self.client is not None:
-            return tuple(self.client.gather(self.client.compute(list(arrays))))
+        client = task_client(self.client)  # inside a Dask task: its cluster, seceded
+        if client is not None:
+            return tuple(client.gather(client.compute(list(arrays))))
         return dask.compute(*arrays)
+
+    def _compute_with_progress(self, coef, count):
+        """``coef`` and ``count`` computed, with a progress bar over the spatial chunks
+        solved (``verbose >= 1``): futures as they complete on a cluster, the local
+        scheduler's task callbacks otherwise."""
+        from .._engine.monitor import progress_bar
+
+        n_chunks = int(np.prod(coef.numblocks))
+        bar = progress_bar(self.verbose, n_chunks, f"{type(self).__name__} (pointwise)", "chunk")
+        if bar is None:
+            return self._compute(coef, count)
+        coef_blocks, count_blocks = coef.to_delayed(), count.to_delayed()
+        blocks = list(coef_blocks.ravel()) + list(count_blocks.ravel())
+        try:
+            client = task_client(self.client) or _default_client()
+            if client is not None:
+                from distributed import as_completed
+
+                futures = client.compute(blocks)
+                watched = set(futures[:n_chunks])
+                for future in as_completed(futures, loop=client.loop):
+                    if future in watched:
+                        bar.update(1)
+                values = client.gather(futures)
+            else:
+                from dask.callbacks import Callback
+
+                keys = {b.key for b in blocks[:n_chunks]}
+                with Callback(posttask=lambda key, *_: bar.update(1) if key in keys else None):
+                    values = dask.compute(*blocks)
+        finally:
+            bar.close()
+        return (_assemble(values[:n_chunks], coef_blocks.shape),
+                _assemble(values[n_chunks:], count_blocks.shape))
 
     def _linear_estimator(self):
         from ..linear_model import LinearRegression, LogisticRegression, PoissonRegressor
@@ -226,10 +298,13 @@ random_state, verbose, callbacks
         """
         for name in self._FITTED:  # a refit starts clean (also if it fails)
             self.__dict__.pop(name, None)
-        spec = self._spec()
+        if not isinstance(ds, xr.Dataset):
+            raise InputError(
+                f"expected an xarray Dataset; got {type(ds).__name__}: ClimateRegressor fits a Dataset holding "
+                "the features and the target variables"
+            )
+        spec = self._spec(ds)
         if resume and self.model == "pointwise":
-            from ..exceptions import ParameterError
-
             raise ParameterError(
                 "resume=True continues a pooled model's training from its checkpoint; pointwise models are "
                 "solved in one pass and have none"
@@ -248,10 +323,13 @@ random_state, verbose, callbacks
         return self
 
     def _fit_pooled(self, spec, fields, resume=False):
+        from .._engine.monitor import progress_label
+
         dm = DesignMatrix(spec, fields)
         est = self._linear_estimator()
         try:
-            est.fit(dm.X, dm.y, sample_weight=dm.sample_weight, resume=resume)
+            with progress_label(f"{type(self).__name__} (pooled)"):
+                est.fit(dm.X, dm.y, sample_weight=dm.sample_weight, resume=resume)
         except InputError as err:
             if any(word in str(err) for word in ("empty", "0 rows", "no rows", "0 sample")):
                 raise InputError(
@@ -277,7 +355,7 @@ random_state, verbose, callbacks
         total = stats.sum(axis=0, split_every=self.split_every)  # reduces over time chunks only
         coef = total.map_blocks(solve_cells, p, float(self.alpha), chunks=total.chunks[:-1] + ((p,),),
                                 dtype=np.float64)
-        coef, count = self._compute(coef, total[..., -1])
+        coef, count = self._compute_with_progress(coef, total[..., -1])
         if not np.any(count > 0):
             raise InputError(
                 f"every cell of {self.target!r} or its features is masked (NaN) or has zero weight: nothing to fit"
@@ -367,3 +445,20 @@ random_state, verbose, callbacks
         """Area-weighted coefficient of determination R^2 on ``ds``."""
         return self.evaluate(ds)["r2"]
 
+
+def _default_client():
+    """The default distributed client, or None (then dask computes locally)."""
+    try:
+        from distributed import default_client
+
+        return default_client()
+    except (ImportError, ValueError):
+        return None
+
+
+def _assemble(values, shape):
+    """Computed blocks (in C order of the block grid ``shape``) as one array."""
+    grid = np.empty(shape, dtype=object)
+    for index, value in zip(np.ndindex(*shape), values):
+        grid[index] = value
+    return np.block(grid.tolist()) if grid.ndim else values[0]

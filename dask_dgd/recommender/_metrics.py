@@ -1,4 +1,12 @@
-"""Ranking metrics and a per-user train/test split for recommenders."""
+"""Ranking metrics and a per-user train/test split for recommenders.
+
+The metrics take each user's ``k`` recommended ids and a set of relevant ids, not
+scikit-learn's dense ``(n_users, n_items)`` score matrices: ``sklearn.metrics.ndcg_score``
+would need a users x items matrix (and counts users with nothing relevant as 0), while
+these run in O(users x k) on what ``recommend`` returns; on dense inputs ``ndcg_at_k``
+equals ``ndcg_score`` (tested), and scikit-learn has no precision or recall at k of
+ranked lists.
+"""
 
 import numbers
 

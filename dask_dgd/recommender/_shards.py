@@ -91,7 +91,7 @@ class RatingShard:
 
 
 def scan_part(df, user_col, item_col, rating_col):
-    """Per-partition facts: unique users and items, counts and rating sums."""
+    """Per-partition facts: unique users and items, counts, rating sums and sums of squares."""
     out = {
         "n": len(df),
         "users": pd.unique(df[user_col].to_numpy()),
@@ -99,6 +99,7 @@ def scan_part(df, user_col, item_col, rating_col):
         "null_ids": int(df[user_col].isna().sum() + df[item_col].isna().sum()),
         "bad_ratings": 0,
         "rating_sum": 0.0,
+        "rating_sq_sum": 0.0,
         "rating_min": math.inf,
     }
     if rating_col is not None:
@@ -106,6 +107,7 @@ def scan_part(df, user_col, item_col, rating_col):
         finite = np.isfinite(r)
         out["bad_ratings"] = int((~finite).sum())
         out["rating_sum"] = float(r[finite].sum())
+        out["rating_sq_sum"] = float(np.square(r[finite]).sum())
         out["rating_min"] = float(r[finite].min()) if finite.any() else math.inf
     return out
 
@@ -250,6 +252,7 @@ def scan(executor, parts, cols):
         "null_ids": sum(f["null_ids"] for f in facts),
         "bad_ratings": sum(f["bad_ratings"] for f in facts),
         "rating_sum": sum(f["rating_sum"] for f in facts),
+        "rating_sq_sum": sum(f["rating_sq_sum"] for f in facts),
         "rating_min": min([f["rating_min"] for f in facts] + [math.inf]),
     }
 

@@ -9,7 +9,7 @@ from sklearn.base import clone
 from sklearn.linear_model import LinearRegression as SkLinear
 from sklearn.linear_model import Ridge
 
-from dask_dgd import InputError, ParameterError
+from dask_dgd import ConvergenceWarning, InputError, ParameterError
 from dask_dgd.climate import ClimateRegressor, from_design_matrix, to_design_matrix
 
 
@@ -370,3 +370,24 @@ def test_predict_uses_the_fitted_settings_and_a_refit_starts_clean(client):
     fitted = ClimateRegressor(["a"], "tas", model="pointwise", area_weights=False, client=client).fit(no_coords)
     with pytest.raises(InputError, match=r"the 'lat' dimension of this Dataset \(4 values\) differs"):
         fitted.predict(_grid(Y=4).drop_vars(["lat", "lon"]))
+
+
+@pytest.mark.parametrize("scheduler", ["client", "local"])
+def test_fits_show_a_progress_bar_labelled_with_the_model(scheduler, bars, capsys, request):
+    """Pointwise: the spatial chunks solved (futures on a cluster, task callbacks
+    locally); pooled: the iterations of max_iter.  The results do not change."""
+    closed = lambda: [(b.desc, b.total, b.closed_at) for b in bars if b.shown]
+    client = request.getfixturevalue("client") if scheduler == "client" else None
+    ds = _grid()  # 2 x 2 spatial chunks
+    quiet = ClimateRegressor(["a", "index"], "tas", model="pointwise", client=client).fit(ds)
+    shown = ClimateRegressor(["a", "index"], "tas", model="pointwise", client=client, verbose=1).fit(ds)
+    assert "ClimateRegressor (pointwise):" in capsys.readouterr().err
+    assert closed() == [("ClimateRegressor (pointwise)", 4, 4)]
+    np.testing.assert_array_equal(shown.coef_.values, quiet.coef_.values)
+    np.testing.assert_array_equal(shown.n_samples_.values, quiet.n_samples_.values)
+    if scheduler == "client":
+        pooled = ClimateRegressor(["a", "index"], "tas", solver="gd", max_iter=5, tol=0, verbose=1, client=client)
+        with pytest.warns(ConvergenceWarning):
+            pooled.fit(ds)
+        assert "ClimateRegressor (pooled):" in capsys.readouterr().err
+        assert closed()[-1] == ("ClimateRegressor (pooled)", 5, 5)

@@ -137,7 +137,7 @@ def test_verbose_progress_and_logging(data, caplog, capsys):
     with caplog.at_level(logging.INFO, logger="dask_dgd"):
         LogisticRegression(verbose=2).fit(X, y)
     assert "step 1 iter 0 loss" in caplog.text
-    assert "dask-dgd" in capsys.readouterr().err  # tqdm bar
+    assert "LogisticRegression" in capsys.readouterr().err  # tqdm bar, labelled with the estimator
 
 
 def test_pipeline_gridsearch_and_clone(data):

@@ -396,3 +396,69 @@ def test_checkpoint_needs_an_int_random_state(tmp_path):
     ratings, _ = make_ratings(50, 30, 600, random_state=0)
     with pytest.raises(ParameterError, match="a checkpoint of a matrix factorization needs an int random_state"):
         MatrixFactorization(checkpoint=tmp_path).fit(ratings)
+
+
+def test_default_fits_converge_without_a_warning_and_beat_the_bias_model():
+    """With the defaults (max_iter=100, tol=5e-4 relative) fits on ordinary ratings stop
+    by the tolerance, as a Surprise, implicit or Spark ALS user expects, not by max_iter."""
+    from dask_dgd import ConvergenceWarning
+
+    ratings, _ = make_ratings(1000, 500, 20000, rank=5, noise=0.5, random_state=1)
+    train, test = train_test_split(ratings, 0.2, random_state=0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", ConvergenceWarning)
+        mf = MatrixFactorization(random_state=0).fit(train)
+        bias = MatrixFactorization(n_components=0, random_state=0).fit(train)
+        implicit, _ = make_ratings(1000, 500, 20000, rank=5, implicit=True, random_state=1)
+        for loss in ("bpr", "wls"):
+            est = ImplicitMatrixFactorization(loss=loss, rating_col="count", random_state=0).fit(implicit)
+            assert est.n_iter_ < est.max_iter
+    assert mf.n_iter_ < mf.max_iter and bias.n_iter_ < bias.max_iter
+    assert -mf.score(test) < 0.97 * -bias.score(test), (mf.score(test), bias.score(test))
+
+
+@pytest.mark.parametrize("kind", ["explicit", "bpr", "wls"])
+def test_tol_is_relative_to_the_starting_objective(kind):
+    """tol is scaled by the objective's value at the start, computed before training
+    from the ratings: it must match the first recorded objective."""
+    if kind == "explicit":
+        ratings, _ = make_ratings(200, 100, 3000, rank=3, random_state=0)
+        ratings["rating"] *= 10.0  # other units: the rule must not care
+        est = MatrixFactorization(max_iter=1, tol=0, random_state=0)
+        start = float(np.var(ratings["rating"]))
+    else:
+        ratings, _ = make_ratings(200, 100, 3000, rank=3, implicit=True, random_state=0)
+        est = ImplicitMatrixFactorization(loss=kind, rating_col="count", confidence_scale=2.0, max_iter=1, tol=0,
+                                          random_state=0)
+        start = np.log(2.0) if kind == "bpr" else 1.0 + 2.0 * float(ratings["count"].mean())
+    est.fit(ratings)
+    assert est.loss_curve_[0] == pytest.approx(start, rel=0.03)
+    facts = {"n": len(ratings), "rating_sum": float(ratings.iloc[:, 2].sum()),
+             "rating_sq_sum": float((ratings.iloc[:, 2] ** 2).sum())}
+    assert est._objective_scale(facts, ratings.columns[2]) == pytest.approx(start, rel=1e-9)
+
+
+def test_progress_bar_is_labelled_and_counts_epochs_of_max_iter(bars, capsys):
+    ratings, _ = make_ratings(100, 50, 1500, rank=3, random_state=0)
+    mf = MatrixFactorization(n_components=2, max_iter=6, tol=0, batch_size=500, verbose=1, random_state=0)
+    mf.fit(ratings)
+    assert "MatrixFactorization:" in capsys.readouterr().err
+    shown = [(b.desc, b.total, b.closed_at) for b in bars if b.shown]
+    assert shown[-1] == ("MatrixFactorization", 6, 6) and mf.n_iter_ == 6
+
+
+def test_dask_tokens_leave_the_client_out_even_after_dask_ml_is_imported(client):
+    """dask-ml registers a tokenizer for scikit-learn estimators that hashes
+    ``get_params()`` (the live client cannot be hashed): predicting on a dask DataFrame
+    with a model holding a client failed once dask-ml was imported in the process."""
+    pytest.importorskip("dask_ml.model_selection")
+    from dask.base import tokenize
+
+    ratings = _small()
+    model = MatrixFactorization(n_components=2, max_iter=5, tol=0, client=client).fit(dd.from_pandas(ratings, npartitions=2))
+    pred = model.predict(dd.from_pandas(ratings[["user", "item"]], npartitions=2)).compute()
+    np.testing.assert_allclose(pred, model.predict(ratings[["user", "item"]]))
+    copy = pickle.loads(pickle.dumps(model))  # the same state, no client
+    other = clone(model).fit(dd.from_pandas(ratings.assign(rating=[3.0, 2.0, 1.0]), npartitions=2))
+    assert tokenize(model) == tokenize(model) == tokenize(copy)  # deterministic: parameters and fitted state
+    assert tokenize(model) != tokenize(other)  # other fitted factors, another token

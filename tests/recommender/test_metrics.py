@@ -91,3 +91,20 @@ def test_make_ratings():
 
     with pytest.raises(PE, match="n_ratings=101 exceeds n_users \\* n_items = 100"):
         make_ratings(10, 10, 101)
+
+
+@pytest.mark.parametrize("k", [1, 3, 10])
+def test_ndcg_at_k_equals_scikit_learns_ndcg_score(k):
+    """On the dense problems scikit-learn's ``ndcg_score`` takes (every user scored on
+    every item), the sparse top-k version gives its values; ours never builds the
+    users x items matrix (recommend returns k ids per user)."""
+    from sklearn.metrics import ndcg_score
+
+    rng = np.random.default_rng(k)
+    n_users, n_items = 40, 25
+    relevance = rng.random((n_users, n_items)) < 0.15
+    relevance[relevance.sum(axis=1) == 0, 0] = True  # scikit-learn counts users with none as 0
+    scores = rng.random((n_users, n_items))
+    ranked = np.argsort(-scores, axis=1)[:, :k]
+    relevant = [set(np.flatnonzero(row)) for row in relevance]
+    assert ndcg_at_k(relevant, ranked, k) == pytest.approx(ndcg_score(relevance, scores, k=k), rel=1e-12)
