@@ -58,3 +58,13 @@ def bars(monkeypatch):
 
     monkeypatch.setattr(tqdm.auto, "tqdm", Recorded)
     return opened
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _close_the_embedded_cluster():
+    """Close dask_dgd's embedded cluster (if a test started it) while pytest's streams are
+    still open: at interpreter exit its scheduler would log to a closed capture stream."""
+    yield
+    from dask_dgd._engine.executor import _close_embedded
+
+    _close_embedded()

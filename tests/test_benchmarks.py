@@ -284,3 +284,20 @@ def test_update_results_replaces_only_its_section(tmp_path):
     update_results(fresh, "linear", "small", "x")
     assert fresh.read_text().startswith("# Benchmark results")
     assert f"{begin}\nx\n{end}" in fresh.read_text()
+
+
+@pytest.mark.slow
+def test_first_use_benchmark_runs_and_reports_each_command(capsys):
+    """``python -m benchmarks.first_use``: every start-up command with its exit status
+    (the usage error exits 2, the others 0) and the in-task search of both estimators."""
+    from benchmarks import first_use
+
+    assert first_use.main(["--repeats", "1"]) == 0
+    out = capsys.readouterr().out
+    rows = {line.split("|")[1].strip(): line.split("|")[2:-1] for line in out.splitlines() if line.startswith("| ")}
+    exits = {name: cells[1].strip() for name, cells in rows.items()
+             if len(cells) == 2 and name not in ("command", "estimator") and "LogisticRegression" not in name}
+    assert exits == {"import sklearn (peer)": "0", "import dask_dgd": "0", "dask-dgd --help": "0",
+                     "usage error (--target nope)": "2", "train, 4-row CSV": "0", "predict, 4-row CSV": "0"}
+    assert float(rows["sklearn LogisticRegression"][1].strip().rstrip("x")) == 1.0
+    assert float(rows["dask_dgd LogisticRegression"][0]) > 0
