@@ -51,6 +51,7 @@ def test_demo_prints_the_comparison(demo_run):
     code, out, err, _ = demo_run
     assert code == 0, err
     assert "Traceback" not in out + err
+    assert "warning:" not in out + err  # e.g. no ConvergenceWarning at the demo's (default) max_iter
     table = _table(out)
     assert set(table) == {(t, tool) for t in TASKS for tool in ("dask_dgd", "scikit-learn")} | {
         ("recommend", "dask_dgd"), ("recommend", "bias-model"), ("climate", "dask_dgd"), ("climate", "scikit-learn")}

@@ -208,7 +208,7 @@ def recommender_task(client, args, n_ratings):
     frame, _ = make_ratings(n_users, n_items, n_ratings, rank=4, noise=0.5, random_state=args.seed + 3)
     train, test = train_test_split(frame, test_size=0.2, random_state=args.seed)
     train = dd.from_pandas(train, npartitions=2 * args.workers)
-    common = dict(alpha=0.02, max_iter=60, learning_rate=0.05, random_state=args.seed, client=client)
+    common = dict(alpha=0.02, learning_rate=0.05, random_state=args.seed, client=client)  # max_iter: default
     rows, history = [], None
     for tool, setting, est in (
         ("dask_dgd", "rank 4, Adam, full batch", MatrixFactorization(n_components=4, verbose=1, **common)),
