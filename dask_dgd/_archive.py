@@ -62,14 +62,55 @@ def _meta_digest(meta):
     return hashlib.sha256(json.dumps(body, sort_keys=True, allow_nan=False).encode()).hexdigest()
 
 
+#: The shortest signing key accepted (bytes; a str is UTF-8 encoded): HMAC pads short
+#: keys with zeros, so a short key is close to no key at all.
+MIN_KEY_BYTES = 16
+
+#: Largest total size (bytes) of an archive's arrays once decompressed, unless dask config
+#: ``dgd.archive-max-bytes`` says otherwise: checked against the sizes the zip declares,
+#: before anything is decompressed (a 3 MB zip bomb declares its 3 GB).
+MAX_BYTES_DEFAULT = 2 * 2**30
+
+#: Largest metadata (JSON) accepted, bytes.
+MAX_META_BYTES = 256 * 2**20
+
+
 def _archive_key():
-    """The signing key (bytes) from dask config ``dgd.archive-key``, or None."""
+    """The signing key (bytes) from dask config ``dgd.archive-key``, or None when it is not
+    set.  Only a str or bytes of at least :data:`MIN_KEY_BYTES` bytes is a key: dask's
+    config parses ``DASK_DGD__ARCHIVE_KEY=42`` as the integer 42 (``bytes(42)`` would be 42
+    zero bytes, which HMAC treats as the empty key), ``True`` as a bool, ``None`` as
+    None; every such value is refused, never used or ignored."""
     import dask
 
-    key = dask.config.get("dgd.archive-key", None)
-    if key in (None, ""):
+    dgd = dask.config.get("dgd", {}) or {}
+    if "archive-key" not in dgd:
         return None
-    return key.encode() if isinstance(key, str) else bytes(key)
+    key = dgd["archive-key"]
+    if isinstance(key, str):
+        key = key.encode()
+    if not isinstance(key, bytes):
+        raise CheckpointError(
+            f"dask config dgd.archive-key must be a string of at least {MIN_KEY_BYTES} characters; got "
+            f"{type(key).__name__} {key!r} (an environment value that looks like a number, a boolean or None is "
+            "parsed as one: use a longer random string, e.g. from python -c 'import secrets; "
+            "print(secrets.token_hex(32))', or unset it to write unsigned files)"
+        )
+    if len(key) < MIN_KEY_BYTES:
+        raise CheckpointError(
+            f"dask config dgd.archive-key is {len(key)} bytes long; at least {MIN_KEY_BYTES} are needed "
+            "(HMAC pads short keys with zeros): use a longer random string"
+        )
+    return key
+
+
+def _max_bytes():
+    import dask
+
+    value = dask.config.get("dgd.archive-max-bytes", MAX_BYTES_DEFAULT)
+    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+        raise CheckpointError(f"dask config dgd.archive-max-bytes must be an int > 0; got {value!r}")
+    return value
 
 
 def _signature(key, meta):
@@ -91,6 +132,8 @@ def write_archive(path, kind, content, arrays):
         "kind": kind,
         "content": content,
         "arrays": {name: _digest(arr) for name, arr in arrays.items()},
+        # what each array decompresses to, checked against the zip before decompressing
+        "sizes": {name: [arr.dtype.str, list(arr.shape)] for name, arr in arrays.items()},
     }
     meta["meta_sha256"] = _meta_digest(meta)
     key = _archive_key()
@@ -107,12 +150,36 @@ def write_archive(path, kind, content, arrays):
             np.savez(fh, **{_META: raw}, **arrays)
             fh.flush()
             os.fsync(fh.fileno())
+        os.chmod(tmp, _file_mode(path))  # mkstemp's 0600 would ignore the umask
         os.replace(tmp, path)
     except BaseException:
         if os.path.exists(tmp):
             os.unlink(tmp)
         raise
     return path
+
+
+def _umask():
+    """This process's umask (read from /proc where it can be, without changing it)."""
+    try:
+        with open("/proc/self/status") as fh:
+            for line in fh:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError):
+        pass
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+def _file_mode(path):
+    """The permissions a written file gets: those of the file it replaces, else the
+    usual ``0o666`` less the umask (as ``open`` would give)."""
+    try:
+        return os.stat(path).st_mode & 0o7777
+    except OSError:
+        return 0o666 & ~_umask()
 
 
 def read_archive(path, kind):
@@ -125,40 +192,23 @@ def read_archive(path, kind):
     if not zipfile.is_zipfile(path):
         raise CheckpointError(f"{what}: it is not a NumPy .npz archive (truncated, or another format)")
     try:
-        with np.load(path, allow_pickle=False) as npz:
-            names = list(npz.files)
-            if _META not in names:
-                raise CheckpointError(f"{what}: it has no dask_dgd metadata")
-            arrays = {name: npz[name] for name in names}
+        with zipfile.ZipFile(path) as zf:
+            members = {info.filename: info for info in zf.infolist()}
+            meta = _read_meta(zf, members, what)
+            _check_signature(meta, what)
+            _check_sizes(meta, members, what)
+            arrays = _read_arrays(zf, members, what)
     except CheckpointError:
         raise
-    except ValueError as err:
-        if "allow_pickle" in str(err) or "Object arrays" in str(err):
-            raise CheckpointError(f"{what}: it contains pickled Python objects, which are never loaded") from err
-        raise CheckpointError(f"{what}: {err} (truncated or corrupted)") from err
     except Exception as err:  # zipfile and numpy raise many types on damaged bytes
         raise CheckpointError(f"{what}: {type(err).__name__}: {err} (truncated or corrupted)") from err
-    try:
-        meta = json.loads(arrays.pop(_META).tobytes().decode())
-    except (UnicodeDecodeError, json.JSONDecodeError) as err:
-        raise CheckpointError(f"{what}: its metadata is not valid JSON (corrupted)") from err
-    if not isinstance(meta, dict) or meta.get("format") != FORMAT:
-        raise CheckpointError(f"{what}: unknown format")
-    if meta.get("meta_sha256") != _meta_digest(meta):
-        raise CheckpointError(f"{what}: the metadata checksum does not match (corrupted or edited)")
-    key = _archive_key()
-    if key is not None:
-        signature = meta.get("hmac_sha256")
-        if not isinstance(signature, str) or not hmac.compare_digest(signature, _signature(key, meta)):
-            raise CheckpointError(
-                f"{what}: it is not signed with this dgd.archive-key ("
-                f"{'unsigned' if signature is None else 'wrong signature: tampered, or another key'})"
-            )
     if meta.get("version") != VERSION:
         raise CheckpointError(f"{what}: format version {meta.get('version')} (this dask_dgd reads {VERSION})")
     if meta.get("kind") != kind:
         raise CheckpointError(f"{path!r} is a dask_dgd {meta.get('kind')} file, not a {kind} file")
-    expected = meta["arrays"]
+    expected = meta.get("arrays")
+    if not isinstance(expected, dict) or "content" not in meta:
+        raise CheckpointError(f"{what}: its metadata is malformed (corrupted)")
     if set(expected) != set(arrays):
         raise CheckpointError(
             f"{what}: arrays {sorted(set(expected) ^ set(arrays))} were added or removed (tampered)"
@@ -167,6 +217,93 @@ def read_archive(path, kind):
         if _digest(arr) != expected[name]:
             raise CheckpointError(f"{what}: the checksum of array {name!r} does not match (corrupted or tampered)")
     return meta["content"], arrays
+
+
+def _read_meta(zf, members, what):
+    """The archive's metadata, parsed; refused if missing, oversized or not JSON."""
+    info = members.get(_META + ".npy")
+    if info is None:
+        raise CheckpointError(f"{what}: it has no dask_dgd metadata")
+    if info.file_size > MAX_META_BYTES:
+        raise CheckpointError(f"{what}: its metadata declares {info.file_size:,} bytes (corrupted or crafted)")
+    raw = _load_npy(zf, info, what)
+    try:
+        meta = json.loads(raw.tobytes().decode())
+    except (UnicodeDecodeError, ValueError, RecursionError) as err:  # ValueError: JSON, or a huge integer
+        raise CheckpointError(f"{what}: its metadata is not valid JSON (corrupted)") from err
+    if not isinstance(meta, dict) or meta.get("format") != FORMAT:
+        raise CheckpointError(f"{what}: unknown format")
+    try:
+        digest = _meta_digest(meta)
+    except (ValueError, TypeError, RecursionError) as err:
+        raise CheckpointError(f"{what}: its metadata cannot be checked ({type(err).__name__})") from err
+    if meta.get("meta_sha256") != digest:
+        raise CheckpointError(f"{what}: the metadata checksum does not match (corrupted or edited)")
+    return meta
+
+
+def _check_signature(meta, what):
+    key = _archive_key()
+    if key is not None:
+        signature = meta.get("hmac_sha256")
+        if not isinstance(signature, str) or not hmac.compare_digest(signature, _signature(key, meta)):
+            raise CheckpointError(
+                f"{what}: it is not signed with this dgd.archive-key ("
+                f"{'unsigned' if signature is None else 'wrong signature: tampered, or another key'})"
+            )
+
+
+def _check_sizes(meta, members, what):
+    """Before any array is decompressed: the zip's declared sizes within the cap, and
+    (files that record them) equal to what the metadata says each array is."""
+    declared = sum(info.file_size for name, info in members.items() if name != _META + ".npy")
+    limit = _max_bytes()
+    if declared > limit:
+        raise CheckpointError(
+            f"{what}: its arrays would take {declared:,} bytes once decompressed, over the limit of "
+            f"{limit:,} (dask config dgd.archive-max-bytes; a zip bomb, or raise the limit)"
+        )
+    sizes = meta.get("sizes")
+    if sizes is None:  # files written before sizes were recorded: the cap alone
+        return
+    arrays = {name[:-4] for name in members if name.endswith(".npy")} - {_META}
+    if not isinstance(sizes, dict) or set(sizes) != arrays or len(arrays) != len(members) - 1:
+        extra = sorted(set(members) - {_META + ".npy"} - {f"{n}.npy" for n in (sizes or {})})
+        raise CheckpointError(f"{what}: it holds members {extra} that its metadata does not list (tampered)")
+    try:
+        for name, (dtype, shape) in sizes.items():
+            info = members[name + ".npy"]
+            nbytes = np.dtype(dtype).itemsize * math.prod(int(n) for n in shape)
+            if not nbytes <= info.file_size <= nbytes + 4096:  # the .npy header is at most a few KiB
+                raise CheckpointError(
+                    f"{what}: array {name!r} declares {info.file_size:,} bytes, not the {nbytes:,} of its "
+                    "recorded shape (corrupted or crafted)"
+                )
+    except CheckpointError:
+        raise
+    except (KeyError, TypeError, ValueError) as err:
+        raise CheckpointError(f"{what}: its array sizes are malformed or do not match ({err!r})") from err
+
+
+def _load_npy(zf, info, what):
+    with zf.open(info) as fh:
+        try:
+            return np.lib.format.read_array(fh, allow_pickle=False)
+        except ValueError as err:
+            if "allow_pickle" in str(err) or "Object arrays" in str(err):
+                raise CheckpointError(f"{what}: it contains pickled Python objects, which are never loaded") from err
+            raise CheckpointError(f"{what}: {err} (truncated or corrupted)") from err
+
+
+def _read_arrays(zf, members, what):
+    arrays = {}
+    for name, info in members.items():
+        if name == _META + ".npy":
+            continue
+        if not name.endswith(".npy"):
+            raise CheckpointError(f"{what}: it holds {name!r}, which is not an array")
+        arrays[name[:-4]] = _load_npy(zf, info, what)
+    return arrays
 
 
 # ------------------------------------------------------------------ values

@@ -77,12 +77,22 @@ def load(path, expected=None):
         class outside dask_dgd, or holds another kind of estimator than ``expected``.
     """
     content, arrays = read_archive(path, "model")
+    what = f"{os.fspath(path)!r} is not a valid dask_dgd model file"
     try:
         cls = _own_class(content["class"])
         params = {k: decode(v, arrays) for k, v in content["params"].items()}
         state = {k: decode(v, arrays) for k, v in content["state"].items()}
-    except (KeyError, TypeError) as err:
-        raise CheckpointError(f"{os.fspath(path)!r} is not a valid dask_dgd model file: missing {err}") from err
+    except CheckpointError:
+        raise
+    except KeyError as err:
+        raise CheckpointError(f"{what}: missing {err}") from err
+    except (TypeError, ValueError, IndexError, AttributeError, OverflowError, RecursionError) as err:
+        # a crafted file that passed the checksums (e.g. forged sparse or random-state entries)
+        raise CheckpointError(f"{what}: malformed content ({type(err).__name__}: {err})") from err
+    # never restored from a file, whatever it holds: live objects and user code (a forged
+    # callback could write wherever it names at the next fit)
+    params.update({k: None for k in UNSAVED_PARAMS if k in params})
+    state = {k: v for k, v in state.items() if k not in params and not k.startswith("__")}
     from sklearn.base import BaseEstimator
 
     if not issubclass(cls, BaseEstimator):

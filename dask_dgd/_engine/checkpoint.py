@@ -110,8 +110,15 @@ class Checkpointer:
                 f"the checkpoint at {self.path!r} was written by another fit ({details}); "
                 "resume with the same estimator settings and data, or fit with resume=False to start over"
             )
-        state = decode(content["state"], arrays)
-        logger.info("resuming from %s (step %d)", self.path, state["n_steps"])
+        try:
+            state = decode(content["state"], arrays)
+            logger.info("resuming from %s (step %d)", self.path, state["n_steps"])
+        except CheckpointError:
+            raise
+        except (KeyError, TypeError, ValueError, IndexError, AttributeError, OverflowError, RecursionError) as err:
+            raise CheckpointError(
+                f"the checkpoint at {self.path!r} holds a malformed state ({type(err).__name__}: {err})"
+            ) from err
         return state
 
     def save(self, state):

@@ -15,6 +15,7 @@ SGD and the asynchronous parameter server is inside the solver (:mod:`.solvers`,
 the checkpoints (:mod:`.checkpoint`) are the loop's, written once.
 """
 
+from ..exceptions import CheckpointError
 from .kernels import group_memory, group_restore
 from .stopping import Stop
 
@@ -66,11 +67,16 @@ class Loop:
             outcome = self.solver.start()
             self.emit(outcome.records)
             return outcome
-        self.monitor.records[:0] = saved["records"]  # the history so far, not shown again
-        self.ctx.source.n_steps = saved["n_steps"]
-        self.ctx.reseed(saved["seed"])  # random_state=None: the interrupted fit's draws
-        self.solver.load_state_dict(saved["solver"])
-        self.stops.load_state_dict(saved["stops"])
+        try:
+            self.monitor.records[:0] = saved["records"]  # the history so far, not shown again
+            self.ctx.source.n_steps = saved["n_steps"]
+            self.ctx.reseed(saved["seed"])  # random_state=None: the interrupted fit's draws
+            self.solver.load_state_dict(saved["solver"])
+            self.stops.load_state_dict(saved["stops"])
+        except (KeyError, TypeError, ValueError, IndexError, AttributeError) as err:  # a crafted file
+            raise CheckpointError(
+                f"the checkpoint at {self.checkpoint.path!r} holds a malformed state ({type(err).__name__}: {err})"
+            ) from err
         self._restore_placement(saved.get("placement"))
         self._restore_groups(saved["groups"])
         self._saved_progress = self.solver.progress
