@@ -60,14 +60,16 @@ def _time(cmd, cwd, env):
 
 def _startup_commands(folder):
     py = sys.executable
-    train = [py, "-m", "dask_dgd", "train", "four.csv", "--model", "linear", "--target", "y", "--out", "m.npz"]
+    train = [py, "-m", "dask_dgd", "train", "four.csv", "--model", "linear", "--target", "y", "--out", "m.npz",
+             "--overwrite"]  # each repeat replaces the model of the one before
     return {
         "import sklearn (peer)": [py, "-c", "import sklearn.linear_model"],
         "import dask_dgd": [py, "-c", "import dask_dgd"],
         "dask-dgd --help": [py, "-m", "dask_dgd", "--help"],
-        "usage error (--target nope)": train[:-5] + ["--target", "nope", "--out", "m.npz"],
+        "usage error (--target nope)": train[:-6] + ["--target", "nope", "--out", "m.npz"],
         "train, 4-row CSV": train,
-        "predict, 4-row CSV": [py, "-m", "dask_dgd", "predict", "m.npz", "four.csv", "--out", "p.csv"],
+        "predict, 4-row CSV": [py, "-m", "dask_dgd", "predict", "m.npz", "four.csv", "--out", "p.csv",
+                               "--overwrite"],
     }
 
 

@@ -48,8 +48,14 @@ def folder(tmp_path_factory):
     (path / "nan.csv").write_text("a,b,y\n1,,3\n2,1,4\n")
     (path / "no_b.csv").write_text("a,y\n1,3\n2,4\n")
     (path / "bad.npz").write_bytes(b"not a model")
+    (path / "taken.csv").write_text("kept\n")
+    (path / "folder.csv").mkdir()
+    (path / "set.parquet").mkdir()  # a Parquet dataset: a folder of parts
+    pd.DataFrame({"a": [1.0, 2.0, 3.0], "b": [2.0, 1.0, 5.0], "y": [3.0, 4.0, 9.0]}).to_parquet(
+        path / "set.parquet" / "part.0.parquet")
     assert cli.main(["train", str(path / "four.csv"), "--model", "linear", "--target", "y",
                      "--out", str(path / "m.npz")]) == 0
+    (path / "m.csv").write_bytes((path / "m.npz").read_bytes())  # a model file under another name
     return path
 
 
@@ -102,6 +108,74 @@ def test_usage_errors_are_the_documented_line_with_status_2(folder, args, line):
     assert (code, out, err) == (2, "", line.format(linear_params=_linear_params()) + "\n")
 
 
+OUT_ERRORS = [
+    (["train", "four.csv", "--model", "linear", "--target", "y", "--out", ""],
+     "dask-dgd train: error: argument --out: expected a file name, got ''" + TRAIN_HINT),
+    (["predict", "m.npz", "four.csv", "--out", ""],
+     "dask-dgd predict: error: argument --out: expected a file name, got ''" + PREDICT_HINT),
+    (["predict", "m.npz", "four.csv", "--out", "folder.csv"],
+     "dask-dgd predict: error: argument --out: 'folder.csv' is a directory; name a file" + PREDICT_HINT),
+    (["predict", "m.npz", "four.csv", "--out", "new.csv/"],
+     "dask-dgd predict: error: argument --out: 'new.csv/' ends with '/': it names a directory; name a file"
+     + PREDICT_HINT),
+    (["predict", "m.npz", "four.csv", "--out", "nodir/p.csv"],
+     "dask-dgd predict: error: argument --out: the folder of 'nodir/p.csv' does not exist" + PREDICT_HINT),
+    (["train", "four.csv", "--model", "linear", "--target", "y", "--out", "four.csv/m.npz"],
+     "dask-dgd train: error: argument --out: the folder of 'four.csv/m.npz', {folder}/four.csv, is not a "
+     "directory" + TRAIN_HINT),
+    (["predict", "m.npz", "four.csv", "--out", "four.csv"],
+     "dask-dgd predict: error: --out four.csv is the data file four.csv: writing there would replace it; "
+     "name another file" + PREDICT_HINT),
+    (["predict", "m.npz", "four.csv", "--out", "./four.csv", "--overwrite"],
+     "dask-dgd predict: error: --out ./four.csv is the data file four.csv: writing there would replace it; "
+     "name another file" + PREDICT_HINT),
+    (["predict", "m.csv", "four.csv", "--out", "m.csv", "--overwrite"],
+     "dask-dgd predict: error: --out m.csv is the model file m.csv: writing there would replace it; "
+     "name another file" + PREDICT_HINT),
+    (["train", "set.parquet", "--model", "linear", "--target", "y", "--out", "set.parquet/m.npz"],
+     "dask-dgd train: error: --out set.parquet/m.npz is inside the data folder set.parquet: writing there would "
+     "change it; name a file outside it" + TRAIN_HINT),
+    (["train", "four.csv", "--model", "linear", "--target", "y", "--out", "m.npz"],
+     "dask-dgd train: error: --out m.npz exists; pass --overwrite to replace it, or name another file"
+     + TRAIN_HINT),
+    (["predict", "m.npz", "four.csv", "--out", "taken.csv"],
+     "dask-dgd predict: error: --out taken.csv exists; pass --overwrite to replace it, or name another file"
+     + PREDICT_HINT),
+]
+
+
+@pytest.mark.parametrize("args, line", OUT_ERRORS, ids=lambda v: " ".join(v) if isinstance(v, list) else "")
+def test_bad_out_is_the_documented_line_with_status_2_and_replaces_nothing(folder, args, line):
+    before = {p.name: p.read_bytes() for p in folder.iterdir() if p.is_file()}
+    code, out, err = _run(args, folder)
+    assert (code, out, err) == (2, "", line.format(folder=folder) + "\n")
+    assert {p.name: p.read_bytes() for p in folder.iterdir() if p.is_file()} == before
+    assert os.listdir(folder / "set.parquet") == ["part.0.parquet"]
+
+
+def test_overwrite_replaces_an_existing_out(folder, tmp_path):
+    (tmp_path / "four.csv").write_bytes((folder / "four.csv").read_bytes())
+    for name in ("m.npz", "p.csv"):
+        (tmp_path / name).write_text("old\n")
+    code, out, err = _run(["train", "four.csv", "--model", "linear", "--target", "y", "--out", "m.npz",
+                           "--overwrite"], tmp_path)
+    assert (code, err) == (0, "") and out.endswith("saved to m.npz\n")
+    code, out, err = _run(["predict", "m.npz", "four.csv", "--out", "p.csv", "--overwrite"], tmp_path)
+    assert (code, out, err) == (0, "wrote 4 predictions to p.csv\n", "")
+    assert list(pd.read_csv(tmp_path / "p.csv").columns) == ["prediction"]
+
+
+def test_out_in_a_folder_that_cannot_be_written_is_a_usage_error(folder, monkeypatch, capsys):
+    # os.access is what the check asks (as root, chmod would not make the folder unwritable)
+    access = os.access
+    monkeypatch.setattr(os, "access", lambda path, mode: False if path == str(folder) else access(path, mode))
+    code = cli.main(["predict", str(folder / "m.npz"), str(folder / "four.csv"), "--out", str(folder / "q.csv")])
+    assert (code, *capsys.readouterr()) == (
+        2, "", f"dask-dgd predict: error: argument --out: cannot write to the folder of '{folder}/q.csv', {folder}: "
+               f"permission denied{PREDICT_HINT}\n")
+    assert not (folder / "q.csv").exists()
+
+
 def _text_dtype(folder):
     return pd.read_csv(folder / "text.csv")["b"].dtype
 
@@ -140,9 +214,9 @@ def test_train_and_predict_a_small_csv_print_only_their_summary(folder):
     assert re.fullmatch(r"trained LinearRegression \(linear\) on four.csv: n_iter=\d+, final objective \S+\n"
                         r"saved to ok.npz\n", out), out
     assert "nan" not in out
-    code, out, err = _run(["predict", "ok.npz", "four.csv", "--out", "p.csv", "--keep", "a"], folder)
-    assert (code, out, err) == (0, "wrote 4 predictions to p.csv\n", "")
-    assert list(pd.read_csv(folder / "p.csv").columns) == ["a", "prediction"]
+    code, out, err = _run(["predict", "ok.npz", "four.csv", "--out", "ok.csv", "--keep", "a"], folder)
+    assert (code, out, err) == (0, "wrote 4 predictions to ok.csv\n", "")
+    assert list(pd.read_csv(folder / "ok.csv").columns) == ["a", "prediction"]
 
 
 @pytest.mark.slow
@@ -168,7 +242,7 @@ def test_workers_start_a_local_cluster_quietly(folder):
                            "--out", "w2.npz"], folder)
     assert (code, err) == (1, "dask-dgd train: error: Input X contains NaN or infinity in block 0 (shape (2, 2)); "
                               "drop or impute those rows before fitting\n")
-    code, out, err = _run(["predict", "w.npz", "nan.csv", "--out", "pw.csv", "--workers", "1"], folder)
+    code, out, err = _run(["predict", "w.npz", "nan.csv", "--out", "pw2.csv", "--workers", "1"], folder)
     assert (code, err) == (1, "dask-dgd predict: error: Input X contains NaN or infinity; predictions need finite "
                               "features: drop or impute those rows\n")
 
@@ -196,6 +270,9 @@ sys.exit(code)
     (["train", "four.csv", "--model", "linear", "--target", "nope", "--out", "out.npz"], 2),
     (["train", "four.csv", "--model", "climate-pooled", "--target", "y", "--features", "a", "--out", "c.npz"], 2),
     (["predict", "m.npz", "four.csv", "--out", "p.csv", "--keep", "zz"], 2),
+    (["predict", "m.npz", "four.csv", "--out", "four.csv"], 2),
+    (["predict", "m.npz", "four.csv", "--out", "taken.csv"], 2),
+    (["predict", "m.npz", "four.csv", "--out", "new.csv/"], 2),
     (["train", "header.csv", "--model", "linear", "--target", "y", "--out", "out.npz"], 1),
 ], ids=lambda v: " ".join(v) if isinstance(v, list) else str(v))
 def test_help_and_usage_errors_import_nothing_heavy(folder, args, code):

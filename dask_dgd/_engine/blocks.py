@@ -94,7 +94,9 @@ def _all_finite(a):
 
 
 def _as_float(a, *, sparse_ok):
-    """Cast a block to a floating dtype (float32 stays float32), CSR for sparse.
+    """Cast a block to float64 or float32 (float32 stays float32; float16 and integers
+    become float64, as scikit-learn's ``validate_data(dtype=[np.float64, np.float32])``
+    makes them for in-memory X), CSR for sparse.
 
     NumPy blocks are also made C-contiguous and aligned: an array deserialised from the
     network can sit at an odd offset in its buffer, and NumPy then skips BLAS for a
@@ -104,11 +106,11 @@ def _as_float(a, *, sparse_ok):
         if not sparse_ok:
             raise InputError(f"y must be dense; got a sparse {type(a).__name__}")
         a = a.tocsr()
-        if a.dtype.kind != "f":
+        if a.dtype not in (np.float64, np.float32):
             a = a.astype(np.float64)
         return a
     xp = get_namespace(a)
-    if not xp.isdtype(a.dtype, "real floating"):
+    if a.dtype != xp.float64 and a.dtype != xp.float32:
         a = xp.astype(a, xp.float64)
     if isinstance(a, np.ndarray):
         a = np.require(a, requirements="CA")

@@ -21,7 +21,8 @@ exit status:
   1    the data cannot be used (file content, e.g. a file without rows or a model file
        that cannot be read) or the run failed (e.g. the scheduler cannot be reached)
   2    usage error: a bad option or option value, an unknown --param or a bad --param
-       value, a column named on the command line that the file does not have
+       value, a column named on the command line that the file does not have, an --out
+       that is an input file, cannot be written, or exists (without --overwrite)
   130  interrupted
   Each error is one line on stderr: 'dask-dgd COMMAND: error: ...' (--traceback: the
   full Python traceback instead)."""

@@ -1,8 +1,10 @@
 """``dask-dgd train`` and ``dask-dgd predict``: fit from files, save, predict to files.
 
-Each command checks what it can before it reads any data: the columns named on the
-command line (``--target``, ``--features``, ``--user-col``, ``--item-col``, ``--keep``) and
-those a saved model needs against the file's header (CSV, read with :mod:`csv`) or schema
+Each command checks what it can before it reads any data: ``--out`` (a file in a
+folder that can be written to, neither an input file nor, without ``--overwrite``, an
+existing file), the columns named on the command line (``--target``, ``--features``,
+``--user-col``, ``--item-col``, ``--keep``) and those a saved model needs against the
+file's header (CSV, read with :mod:`csv`) or schema
 (Parquet, read with pyarrow; NetCDF and Zarr, opened lazily with xarray), and the
 ``--param`` values against the estimator's constraints.  Only then does it read the data
 and start or reach a cluster.
@@ -75,11 +77,23 @@ def _model_file(text):
 
 
 def _output_path(text):
-    folder = os.path.dirname(os.path.abspath(text))
-    if not os.path.isdir(folder):
-        raise argparse.ArgumentTypeError(f"the folder of {text!r} does not exist")
-    if os.path.isdir(text) and not _suffix_of(text).endswith(".zarr"):
+    """A path the command can write to: not empty, not a directory (but a Zarr store), in
+    an existing folder that can be written to.  Whether it exists is checked by
+    :func:`_check_out` (it depends on ``--overwrite`` and the input files)."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError(f"expected a file name, got {text!r}")
+    zarr = _suffix_of(text).endswith(".zarr")
+    if not zarr and os.path.isdir(text):
         raise argparse.ArgumentTypeError(f"{text!r} is a directory; name a file")
+    if not zarr and text.endswith(("/", os.sep)):
+        raise argparse.ArgumentTypeError(f"{text!r} ends with {text[-1]!r}: it names a directory; name a file")
+    folder = os.path.dirname(os.path.abspath(text))
+    if not os.path.exists(folder):
+        raise argparse.ArgumentTypeError(f"the folder of {text!r} does not exist")
+    if not os.path.isdir(folder):
+        raise argparse.ArgumentTypeError(f"the folder of {text!r}, {folder}, is not a directory")
+    if not os.access(folder, os.W_OK | os.X_OK):
+        raise argparse.ArgumentTypeError(f"cannot write to the folder of {text!r}, {folder}: permission denied")
     return text
 
 
@@ -101,6 +115,28 @@ def _predictions_path(text):
     return text
 
 
+def _is_inside(path, folder):
+    """Whether ``path`` is ``folder`` or lies under it (symbolic links resolved)."""
+    path, folder = os.path.realpath(path), os.path.realpath(folder)
+    return os.path.commonpath([path, folder]) == folder
+
+
+def _check_out(args, inputs):
+    """Refuse an ``--out`` that is one of the ``inputs`` (``(what, path)`` pairs) or lies
+    in an input folder (a Parquet dataset, a Zarr store), even with ``--overwrite``, and
+    an existing ``--out`` without ``--overwrite``: usage errors, found before any data is
+    read, so that no input and no earlier result is replaced by mistake."""
+    for what, path in inputs:
+        if os.path.exists(args.out) and os.path.samefile(args.out, path):
+            raise UsageError(f"--out {args.out} is the {what} file {path}: writing there would replace it; "
+                             "name another file")
+        if os.path.isdir(path) and _is_inside(args.out, path):
+            raise UsageError(f"--out {args.out} is inside the {what} folder {path}: writing there would change "
+                             "it; name a file outside it")
+    if os.path.lexists(args.out) and not args.overwrite:
+        raise UsageError(f"--out {args.out} exists; pass --overwrite to replace it, or name another file")
+
+
 def _param(text):
     key, sep, value = text.partition("=")
     if not sep or not key.isidentifier():
@@ -110,6 +146,12 @@ def _param(text):
     except (ValueError, SyntaxError):
         pass  # a bare word: a string (e.g. optimizer=adam)
     return key, value
+
+
+def _overwrite_argument(p):
+    p.add_argument("--overwrite", action="store_true",
+                   help="replace --out if it exists (without it an existing --out is refused; an input file "
+                        "is never replaced)")
 
 
 def _cluster_arguments(p, what):
@@ -136,6 +178,7 @@ def train_arguments(p):
     p.add_argument("--param", type=_param, action="append", default=[], metavar="KEY=VALUE",
                    help="an estimator parameter, repeatable (e.g. --param solver=gd --param max_iter=50 "
                         "--param optimizer=adam); values are Python literals or bare words")
+    _overwrite_argument(p)
     _cluster_arguments(p, "train")
 
 
@@ -146,6 +189,7 @@ def predict_arguments(p):
                    help="where to write the predictions: *.parquet or *.csv for tables (a 'prediction' "
                         "column, plus --keep columns), *.nc or *.zarr for grids")
     p.add_argument("--keep", default="", help="comma-separated input columns copied next to the predictions")
+    _overwrite_argument(p)
     _cluster_arguments(p, "predict")
 
 
@@ -408,7 +452,8 @@ def _summary(est, cls_name, args):
 
 
 def run_train(args):
-    """``dask-dgd train``: check the command line against the file, read, fit, save."""
+    """``dask-dgd train``: check --out and the command line against the file, read, fit, save."""
+    _check_out(args, [("data", args.data)])
     cls_name, kind = MODELS[args.model]
     user_params = _user_params(args)
     _check_data_kind(args, kind)
@@ -507,8 +552,9 @@ def _predict_partition(part, est):
 
 
 def run_predict(args):
-    """``dask-dgd predict``: check --keep, load the model, check the file's columns, read,
-    predict, write."""
+    """``dask-dgd predict``: check --out and --keep, load the model, check the file's
+    columns, read, predict, write."""
+    _check_out(args, [("model", args.model), ("data", args.data)])
     grid_out = _is_grid(args.out)
     if grid_out and args.keep:
         raise UsageError("--keep copies input columns into a table of predictions; --out names a grid")

@@ -41,17 +41,17 @@ def _predict_block(X, coef, intercept, squeeze, post, *post_args):
 def _raw_block(X, coef, intercept, squeeze):
     """Linear predictor of one block (runs on the workers for dask input)."""
     if sp.issparse(X) or isinstance(X, np.ndarray):
-        if X.dtype.kind != "f":  # integer blocks of a dask X: float64, like fit
+        if X.dtype not in (np.float64, np.float32):  # integer or float16 blocks of a dask X: float64, like fit
             X = X.astype(np.float64)
         coef = coef.astype(X.dtype, copy=False)  # float32 X: float32 out
         intercept = intercept.astype(X.dtype, copy=False)
     else:  # on X's device (CuPy, CuPy sparse, ...), once per block, in X's floating dtype
         if is_sparse(X):
-            if X.dtype.kind != "f":
+            if X.dtype not in (np.float64, np.float32):
                 X = X.astype(np.float64)
         else:
             xp = get_namespace(X)
-            if not xp.isdtype(X.dtype, "real floating"):
+            if X.dtype != xp.float64 and X.dtype != xp.float32:
                 X = xp.astype(X, xp.float64)
         coef = asarray_like(coef, X, dtype=X.dtype)
         intercept = asarray_like(intercept, X, dtype=X.dtype)

@@ -164,3 +164,19 @@ def test_clone_shares_the_live_client(client):
     est = LogisticRegression(alpha=0.1, client=client)
     copy = clone(est)
     assert copy.client is client and copy.alpha == 0.1 and copy is not est
+
+
+def test_float16_dask_X_fits_as_float16_numpy_X(client):
+    """scikit-learn's validation turns float16 X into float64; blocks of a float16 dask X
+    are fitted the same way (not checked against float16's range, with y cast to it)."""
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(600, 3)).astype(np.float16)
+    y = X.astype(np.float64) @ np.array([1.0, 2.0, 3.0]) + 10.0  # values above 1e1, float16's limit
+    reference = LinearRegression().fit(X, y)
+    est = LinearRegression(client=client).fit(da.from_array(X, chunks=(200, -1)), da.from_array(y, chunks=200))
+    np.testing.assert_allclose(est.coef_, reference.coef_, rtol=1e-9)
+    np.testing.assert_allclose(est.intercept_, reference.intercept_, rtol=1e-9)
+    lazy = est.predict(da.from_array(X, chunks=(200, -1)))
+    got = lazy.compute()
+    assert lazy.dtype == got.dtype == reference.predict(X).dtype == np.float64
+    np.testing.assert_allclose(got, reference.predict(X), rtol=1e-9)
