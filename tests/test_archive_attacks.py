@@ -249,3 +249,15 @@ def test_a_forged_checkpoint_state_is_a_checkpoint_error(drop, tmp_path):
     _forge(path, lambda meta: meta["content"]["state"]["__dict__"].pop(drop))
     with pytest.raises(CheckpointError, match=rf"holds a malformed state \(KeyError: '{drop}'\)"):
         est.fit(X, X[:, 0], resume=True)
+
+
+def test_checkpoint_at_an_existing_file_is_a_parameter_error(tmp_path):
+    """It was a raw FileExistsError naming a temporary file, after training had started."""
+    from dask_dgd.exceptions import ParameterError
+
+    existing = tmp_path / "notes.txt"
+    existing.write_text("mine")
+    with pytest.raises(ParameterError, match=r"checkpoint must name a folder \(created if missing\); '.*notes.txt' is "
+                                             r"an existing file"):
+        LinearRegression(solver="gd", max_iter=3, checkpoint=existing).fit(X, X[:, 0])
+    assert existing.read_text() == "mine"

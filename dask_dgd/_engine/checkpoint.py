@@ -19,7 +19,7 @@ import logging
 import os
 
 from .._archive import Encoder, decode, read_archive, write_archive
-from ..exceptions import CheckpointError
+from ..exceptions import CheckpointError, ParameterError
 
 __all__ = ["Checkpointer", "data_fingerprint", "stable_repr", "shard_scratch_get", "shard_scratch_set"]
 
@@ -81,6 +81,10 @@ class Checkpointer:
 
     def __init__(self, directory, every, fingerprint, resume):
         self.directory = os.fspath(directory)
+        if os.path.exists(self.directory) and not os.path.isdir(self.directory):
+            raise ParameterError(
+                f"checkpoint must name a folder (created if missing); {self.directory!r} is an existing file"
+            )
         self.path = os.path.join(self.directory, FILENAME)
         self.every = int(every)
         self.fingerprint = fingerprint
