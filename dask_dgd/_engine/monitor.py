@@ -82,9 +82,7 @@ class Monitor:
         rec = self.stamp(record)
         self.records.append(rec)
         if self._bar is not None:
-            done = int(rec.get("iteration") or 0)
-            if self._bar.total is not None:
-                done = min(done, int(self._bar.total))
+            done = self._clamped(rec.get("iteration") or 0)
             if done > self._bar.n:
                 self._bar.update(done - self._bar.n)
             shown = {"loss": f"{rec['loss']:.6g}", "steps": len(self.records)}
@@ -110,10 +108,14 @@ class Monitor:
         """The fit ended after ``n_iter`` iterations: the bar shows them (a record is
         stamped with the iteration it was computed in, e.g. a line search's trial)."""
         if self._bar is not None:
-            done = int(n_iter) if self._bar.total is None else min(int(n_iter), int(self._bar.total))
+            done = self._clamped(n_iter)
             if done != self._bar.n:
                 self._bar.n = done
                 self._bar.refresh()
+
+    def _clamped(self, n_iter):
+        """``n_iter`` as the bar shows it: at most its total."""
+        return int(n_iter) if self._bar.total is None else min(int(n_iter), int(self._bar.total))
 
     def close(self):
         if self._bar is not None:
