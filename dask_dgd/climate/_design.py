@@ -19,7 +19,9 @@ Time shifts are in *steps* of the series, and a shift never crosses a gap: the v
 ``s`` steps back is used only when the calendar says it is ``s`` steps back (annual
 data: ``s`` years; monthly: ``s`` months; otherwise ``s`` times the median spacing),
 otherwise the cell is masked.  Calendars: numpy datetime64 and cftime (360-day, noleap,
-...) alike.
+...) alike.  Shifts count positions, so they need the times strictly increasing (an
+unsorted, repeated or NaT time is an error, see :func:`time_steps`); a fit without
+shifts does not depend on the order.
 """
 
 import numbers
@@ -43,7 +45,7 @@ _LAT_NAMES = ("lat", "latitude", "nav_lat", "y_lat")
 
 
 # ------------------------------------------------------------------- time axis
-def time_steps(time):
+def time_steps(time, name="time"):
     """Integer step number of every time: consecutive steps of the series differ by 1.
 
     Times are counted in calendar units (years when the median spacing is 360 days or
@@ -51,20 +53,20 @@ def time_steps(time):
     then divided by the series' own median step in those units (so seasonal means step
     by 3 months, decadal data by 10 years).  A time that falls off that grid gets a step
     number no other time can be a whole number of steps from: it is a gap for lags.
+
+    The times must be dates in strictly increasing order (``name``, the coordinate's
+    name, is for the messages): a shift of ``s`` steps takes the row ``s`` positions
+    earlier, so a series out of order, with a repeated time or a missing one (NaT)
+    is an :class:`InputError` rather than rows silently dropped.
     """
     values = np.asarray(time)
+    _check_dates(values)
     t = xr.DataArray(values, dims="time")
     if t.size < 2:
         return np.arange(t.size, dtype=np.int64)
-    if not (np.issubdtype(values.dtype, np.datetime64) or hasattr(values.flat[0], "calendar")):
-        raise InputError(
-            f"lags, lead and seasonal terms need a time coordinate of dates (datetime64 or cftime); got dtype "
-            f"{values.dtype}: decode the times (xr.decode_cf) or set one (ds.assign_coords(time=...))"
-        )
     days = _days(t)
+    _check_order(values, days, name)
     spacing = float(np.median(np.diff(days)))
-    if spacing <= 0:
-        raise InputError("the time coordinate is not increasing; sort the Dataset by time first")
     if spacing >= 360:  # years
         units = t.dt.year.values.astype(np.int64)
     elif spacing >= 28:  # months
@@ -78,6 +80,50 @@ def time_steps(time):
     # off-grid times: far apart from everything and from each other
     steps[off] = -(np.arange(1, off.sum() + 1, dtype=np.int64) * 4 * (units.size + 1)) - 10 * units.size
     return steps
+
+
+def _check_dates(values):
+    if values.size and not (np.issubdtype(values.dtype, np.datetime64) or hasattr(values.flat[0], "calendar")):
+        raise InputError(
+            f"lags, lead and seasonal terms need a time coordinate of dates (datetime64 or cftime); got dtype "
+            f"{values.dtype}: decode the times (xr.decode_cf) or set one (ds.assign_coords(time=...))"
+        )
+
+
+def _check_order(values, days, name):
+    """Refuse a time axis that is not strictly increasing: lags count positions."""
+    missing = np.isnan(days)
+    if missing.any():
+        raise InputError(
+            f"the time coordinate {name!r} has {int(missing.sum())} missing value(s) (NaT), the first at position "
+            f"{int(np.flatnonzero(missing)[0])}: lags and lead need a date for every step; drop them with "
+            f"ds.dropna({name!r}, subset=[{name!r}]) or set the dates"
+        )
+    step = np.diff(days)
+    back = np.flatnonzero(step < 0)
+    if back.size:
+        i = int(back[0])
+        raise InputError(
+            f"the time coordinate {name!r} is not in increasing order: {_show(values[i + 1])} comes after "
+            f"{_show(values[i])} (positions {i} and {i + 1}, {back.size} step(s) back in all); lags and lead "
+            f"shift by steps of the series in the order stored: sort the Dataset with ds.sortby({name!r})"
+        )
+    same = np.flatnonzero(step == 0)
+    if same.size:
+        first = _show(values[int(same[0])])
+        raise InputError(
+            f"the time coordinate {name!r} has duplicate values ({same.size} repeated, the first {first} at "
+            f"positions {int(same[0])} and {int(same[0]) + 1}): lags and lead need one time per step; drop the "
+            f"repeats with ds.drop_duplicates({name!r}) or combine them (e.g. ds.groupby({name!r}).mean())"
+        )
+
+
+def _show(date):
+    """A date for a message: ``2000-04-01`` (with the time of day only when there is one)."""
+    if isinstance(date, np.datetime64):
+        return np.datetime_as_string(date, unit="auto")
+    text = str(date)
+    return text[:-9] if text.endswith(" 00:00:00") else text
 
 
 def _days(t):
@@ -210,13 +256,18 @@ class FeatureSpec:
 
     def lat_name(self, ds):
         if self.lat != "auto":
-            if self.lat not in ds.coords and self.lat not in ds.variables:
+            if self.lat not in ds.variables:
+                if self.lat in ds.dims:
+                    raise _bare_lat_error(ds, self.lat)
                 raise InputError(f"the Dataset has no latitude coordinate {self.lat!r}")
             return self.lat
         space = set(self.space_dims())
+        bare = None  # a latitude dimension without coordinate values: its index is no latitude
         for d in self.space_dims():
             if d.lower() in _LAT_NAMES:
-                return d
+                if d in ds.variables:
+                    return d
+                bare = bare or d
         for name, coord in ds.coords.items():  # dimension or auxiliary (e.g. 2-D) coordinates
             if not set(coord.dims) <= space or not coord.dims:
                 continue
@@ -224,10 +275,33 @@ class FeatureSpec:
                     or coord.attrs.get("units") in ("degrees_north", "degree_north", "degrees_N")
                     or str(name).lower() in _LAT_NAMES):
                 return name
+        if bare is not None:
+            raise _bare_lat_error(ds, bare)
         raise InputError(
             f"no latitude among the spatial dimensions {list(self.space_dims())} or their coordinates for the "
             "area weights; pass lat='name' or area_weights=False"
         )
+
+    def cell_weights(self, ds):
+        """``cos(latitude)`` of every cell (dims: the latitude coordinate's), checked: a
+        latitude dimension without coordinate values or latitudes outside [-90, 90]
+        degrees ([-pi/2, pi/2] with ``units="radians"``) are an :class:`InputError`."""
+        lat = self.lat_name(ds)
+        coord = ds[lat]
+        values = np.asarray(coord.values, dtype=np.float64)
+        radians = str(coord.attrs.get("units", "")).lower() in ("radians", "radian", "rad")
+        degrees = np.rad2deg(values) if radians else values
+        with np.errstate(invalid="ignore"):
+            beyond = np.abs(degrees) > 90.0 + 1e-4  # float32 rounding at the poles is within
+        if beyond.any():
+            lo, hi = np.nanmin(values), np.nanmax(values)
+            unit, bounds = ("radians", "[-pi/2, pi/2]") if radians else ("degrees", "[-90, 90]")
+            raise InputError(
+                f"the latitude coordinate {lat!r} ranges from {lo:g} to {hi:g} {unit}, outside {bounds}: area weights "
+                f"(cos(latitude)) need latitudes in {unit}; fix the coordinate or pass area_weights=False"
+            )
+        w = np.cos(np.deg2rad(degrees)).clip(min=0.0)
+        return xr.DataArray(w, dims=coord.dims)
 
     def static(self, ds, name):
         """Whether feature ``name`` has no time dimension (a static field)."""
@@ -235,6 +309,14 @@ class FeatureSpec:
 
     def needs_time_steps(self, ds):
         return any(s + self.lead > 0 for v in self.features if not self.static(ds, v) for s in self.lags[v])
+
+
+def _bare_lat_error(ds, dim):
+    return InputError(
+        f"area weights need the latitude of every cell in degrees, but the dimension {dim!r} has no coordinate "
+        f"values (its index 0..{ds.sizes[dim] - 1} is not a latitude): give it one "
+        f"(ds.assign_coords({dim}=...)) or pass area_weights=False"
+    )
 
 
 def _lags(lags, features):
@@ -267,7 +349,9 @@ class Fields:
     chunks); ``time``: those that vary only in time (dims ``(time,)``, the grid's time
     chunks), never broadcast to the grid; ``order``: for each design column, ``(0, i)``
     for ``full[i]`` or ``(1, i)`` for ``time[i]``; ``weight``: the per-cell weight on the
-    spatial dims (``cos(latitude)`` or ones); ``y``: the target on the grid (or None).
+    spatial dims (``cos(latitude)``, see :meth:`FeatureSpec.cell_weights`; ones with
+    ``area_weights=False`` or without a target, where it only gives the grid's shape);
+    ``y``: the target on the grid (or None).
     """
 
     def __init__(self, spec, ds, need_target=True):
@@ -280,7 +364,7 @@ class Fields:
         # every coordinate on the sample dimensions (dimension and auxiliary ones)
         self.coords = {name: c for name, c in ds.coords.items() if set(c.dims) <= set(spec.sample_dims)}
         self.out_dims = tuple(d for d in (ds[ref].dims if ref else spec.sample_dims) if d in spec.sample_dims)
-        steps = time_steps(ds[tdim].values) if spec.needs_time_steps(ds) else None
+        steps = time_steps(ds[tdim].values, tdim) if spec.needs_time_steps(ds) else None
         full, time_only, order = [], [], []
 
         def add(field):
@@ -310,7 +394,7 @@ class Fields:
                 data = _as_dask(x_t.data, tuple(grid_chunks[spec.sample_dims.index(d)] for d in dims))
                 add(x_t.copy(data=shifted(data, shift, ok)))
         if spec.seasonal:
-            time_steps(ds[tdim].values)  # a clear error for a time coordinate that is not dates
+            _check_dates(np.asarray(ds[tdim].values))  # the terms of each date: any order will do
             for values in seasonal_terms(ds[tdim].values, spec.seasonal).values():
                 add(xr.DataArray(values, dims=tdim))
         self.full, self.time, self.order = full, time_only, order
@@ -323,12 +407,8 @@ class Fields:
         space = spec.space_dims()
         space_chunks = grid_chunks[1:]
         shape = tuple(ds.sizes[d] for d in space)
-        if spec.area_weights:
-            lat = spec.lat_name(ds)
-            values = np.asarray(ds[lat].values, dtype=np.float64)
-            radians = str(ds[lat].attrs.get("units", "")).lower() in ("radians", "radian", "rad")
-            w = np.cos(values if radians else np.deg2rad(values)).clip(min=0.0)
-            w = xr.DataArray(w, dims=ds[lat].dims)
+        if spec.area_weights and need_target:  # without a target the weights only give the shape
+            w = spec.cell_weights(ds)
             w = w.broadcast_like(xr.DataArray(np.zeros(shape), dims=space)).transpose(*space).values
         else:
             w = np.ones(shape)
@@ -558,7 +638,8 @@ def to_design_matrix(ds, features, target, sample_dims=("time", "lat", "lon"), *
         Number of harmonics of the seasonal cycle (``sin``/``cos`` of ``2 pi k`` times
         the fraction of the calendar year), for any calendar.
     area_weights : bool, default=True
-        Weight each cell by ``cos(latitude)`` (its relative area).
+        Weight each cell by ``cos(latitude)`` (its relative area); needs a latitude
+        coordinate in degrees within [-90, 90] (radians with ``units="radians"``).
     lat : str, default="auto"
         The latitude coordinate for the weights ("auto": a spatial dimension named
         ``lat``/``latitude`` or with CF latitude attributes).
@@ -572,7 +653,10 @@ def to_design_matrix(ds, features, target, sample_dims=("time", "lat", "lon"), *
     Raises
     ------
     InputError
-        A missing variable or dimension, non-numeric data, lags longer than the series.
+        A missing variable or dimension, non-numeric data, lags longer than the series;
+        with lags or lead, a time coordinate out of order, with repeated or missing
+        (NaT) times; with area weights, a latitude dimension without coordinate values
+        or latitudes outside [-90, 90] degrees.
     ParameterError
         Bad ``lags``, ``lead`` or ``seasonal``.
     """
