@@ -4,7 +4,8 @@ In process, the whole in-memory input is one shard of one block.  On a cluster, 
 in-memory input is cut into one block per worker and scattered; a dask input keeps its
 chunks as blocks, which are persisted, measured and (``rebalance``, see :mod:`.skew`)
 rechunked and placed, each worker's blocks assembled into its shard there
-(:func:`~.blocks.make_shard`).
+(:func:`~.blocks.make_shard`).  Before any of that, the input is checked to fit in the
+workers' memory (:mod:`.memory`).
 """
 
 import uuid
@@ -19,6 +20,7 @@ from ..exceptions import ClusterError, InputError, ParameterError
 from . import skew
 from .blocks import check_chunking, make_shard
 from .executor import DaskExecutor, InProcessExecutor, _nbytes, current_client, is_dask_collection
+from .memory import check_block_bytes, check_worker_shares, dask_fit_bytes, in_memory_shares, worker_memory_limits
 from .shards import ShardSet
 from .skew import balanced_chunks, even_blocks, groups_by_worker, place_blocks
 
@@ -64,8 +66,9 @@ def _known(chunks):
     return not any(np.isnan(c) for c in chunks)
 
 
-def _to_dask_arrays(client, X, y, sample_weight):
-    """Dask arrays for X, y, weights with matching row blocks (computed on ``client``)."""
+def _to_dask_arrays(client, X, y, sample_weight, workers, *, as_fit, y_numeric):
+    """Dask arrays for X, y, weights with matching row blocks (computed on ``client``),
+    once :func:`_check_dask_fits` has found that they fit in the workers' memory."""
     import dask.dataframe as dd
 
     if isinstance(X, dd.DataFrame):
@@ -89,6 +92,7 @@ def _to_dask_arrays(client, X, y, sample_weight):
             _full_rows, "i", X, "ij", float(sample_weight), None, concatenate=False,
             align_arrays=False, meta=np.empty((0,), dtype=np.float64),
         )
+    _check_dask_fits(client, workers, X, y, sample_weight, as_fit=as_fit, y_numeric=y_numeric)
     arrays = [y, sample_weight]
     for i, a in enumerate(arrays):
         if a is None:
@@ -115,6 +119,33 @@ def _to_dask_arrays(client, X, y, sample_weight):
     return X, arrays[0], arrays[1]
 
 
+def _check_dask_fits(client, workers, X, y, sample_weight, *, as_fit, y_numeric):
+    """Refuse dask input whose share per worker, or whose largest block, exceeds the
+    workers' memory (see :mod:`.memory`), before anything is computed or persisted.
+
+    The share is the total spread evenly over the workers: what the balanced placement
+    (:mod:`.skew`) aims at, and a lower bound of the largest share whatever the
+    placement.  Unknown sizes (see :func:`.memory.dask_fit_bytes`) are not checked."""
+    sizes = dask_fit_bytes(X, y, sample_weight, as_fit=as_fit, y_numeric=y_numeric)
+    if sizes is None:
+        return
+    blocks, row = sizes
+    limits = worker_memory_limits(client)
+    given = ["X"] + [n for n, a in (("y", y), ("sample_weight", sample_weight)) if a is not None]
+    names = given[0] if len(given) == 1 else f"{', '.join(given[:-1])} and {given[-1]}"
+    if as_fit:
+        held = f"{names} as the fit holds them, {'float32' if X.dtype == np.float32 else 'float64'}"
+        if X.dtype not in (np.float32, np.float64):
+            held += f", next to the {X.dtype} blocks while they are cast"
+    else:
+        held = f"{names} as they are, {X.dtype}"
+    total = sum(blocks)
+    check_worker_shares(
+        client, {w: total / len(workers) for w in workers}, held=held, even=True, limits=limits,
+        spread="smaller chunks do not help: a fit keeps all of its data in the workers' memory at once, "
+        "so only more workers (or more memory per worker) make each worker's share smaller",
+    )
+    check_block_bytes(client, blocks, row, X.shape[0], limits=limits)
 
 
 def _block_nnz(x):
@@ -139,13 +170,16 @@ def _measure_blocks(client, xf, yf, sf):
     return sizes, nbytes
 
 
-def _balanced_blocks(client, X, y, sample_weight, workers, rebalance, passes):
+def _balanced_blocks(client, X, y, sample_weight, workers, rebalance, passes, *, as_fit=False, y_numeric=True):
     """Persist the inputs, measure their blocks and rebalance them (see :mod:`.skew`).
+
+    First they are checked to fit in the workers' memory (``as_fit``: as a fit's shards
+    will hold them, see :func:`_check_dask_fits`; else as they are).
 
     Returns the persisted arrays (known chunks), the block futures of X, y and weights,
     rows and costs per block, the chosen placement and the skew report.
     """
-    X, y, sample_weight = _to_dask_arrays(client, X, y, sample_weight)
+    X, y, sample_weight = _to_dask_arrays(client, X, y, sample_weight, workers, as_fit=as_fit, y_numeric=y_numeric)
     sparse = is_sparse(X._meta)
     # One persist for all: X and y often share tasks (a DataFrame, a filter mask).
     arrays = client.persist([a for a in (X, y, sample_weight) if a is not None])
@@ -191,8 +225,10 @@ def _balanced_blocks(client, X, y, sample_weight, workers, rebalance, passes):
 def build_shardset(executor, X, y, sample_weight, *, y_numeric=True, rebalance="auto", passes=1):
     """Turn the input into a :class:`ShardSet` for ``executor``.
 
-    In process: one shard, one block.  On a cluster: an in-memory input is cut into one
-    block per worker and scattered; a dask input keeps its chunks as blocks, which are
+    In process: one shard, one block.  On a cluster, once the input is found to fit in
+    the workers' memory (see :mod:`.memory`: refused with ``ClusterError`` otherwise,
+    before any transfer): an in-memory input is cut into one block per worker and
+    scattered; a dask input keeps its chunks as blocks, which are
     persisted, measured and (``rebalance``, see :mod:`.skew`) rechunked and placed,
     each worker's blocks assembled into its shard there.  ``passes`` is the fit's
     ``max_iter``: the horizon over which ``rebalance="auto"`` weighs moving data.
@@ -205,7 +241,7 @@ def build_shardset(executor, X, y, sample_weight, *, y_numeric=True, rebalance="
     if not is_dask_collection(X) and not is_dask_collection(y):
         return _scatter_shardset(executor, X, y, sample_weight, workers, n_groups, y_numeric)
     arrays, (xf, yf, sf), rows, costs, placement, report = _balanced_blocks(
-        client, X, y, sample_weight, workers, rebalance, passes
+        client, X, y, sample_weight, workers, rebalance, passes, as_fit=True, y_numeric=y_numeric
     )
     X = arrays[0]
     sparse = is_sparse(X._meta)
@@ -242,6 +278,14 @@ def build_shardset(executor, X, y, sample_weight, *, y_numeric=True, rebalance="
 def _scatter_shardset(executor, X, y, sample_weight, workers, n_groups, y_numeric):
     client = executor.client
     bounds = even_blocks(X.shape[0], n_groups)
+    shares = in_memory_shares(X, y, sample_weight, bounds, workers, y_numeric=y_numeric)
+    if shares is not None:  # before any piece is made or scattered
+        check_worker_shares(
+            client, {**dict.fromkeys(workers, 0), **shares},
+            held=f"its piece of {'X and y' if sample_weight is None else 'X, y and sample_weight'} as the fit "
+            f"holds them, {'float32' if X.dtype == np.float32 else 'float64'}",
+            spread="in-memory data is cut into one piece per worker, so more workers make every piece smaller",
+        )
     handles, groups, placement, rows = [], [], [], []
     for i, (a, b) in enumerate(bounds):
         sw = None if sample_weight is None else sample_weight[a:b]
