@@ -118,6 +118,31 @@ def test_other_settings_or_data_are_refused(tmp_path):
         PoissonRegressor(solver="gd", alpha=1.0, checkpoint=tmp_path).fit(X, Y_BIN, resume=True)
 
 
+@pytest.mark.filterwarnings("ignore::sklearn.exceptions.ConvergenceWarning")
+@pytest.mark.parametrize("finished", [True, False])
+def test_other_X_with_the_same_shape_and_y_is_refused(tmp_path, client, finished):
+    """The fingerprint covers X block by block (issue 22, item 3): a finished checkpoint
+    returned the old model for new X, an unfinished one continued on it."""
+    Xd, yd = _dask(Y_BIN)
+    kw = dict(solver="gd", max_iter=40 if finished else 200, tol=1e-12 if not finished else 1e-3, client=client,
+              checkpoint_every=1)
+    if finished:
+        LogisticRegression(checkpoint=tmp_path, **kw).fit(Xd, yd)
+    else:
+        with pytest.raises(Interrupted):
+            LogisticRegression(checkpoint=tmp_path, callbacks=[StopAt(10)], **kw).fit(Xd, yd)
+    X2 = X.copy()
+    X2[1500, 3] += 1e-9  # one value in block 2 of 5 (700 rows each)
+    with pytest.raises(CheckpointError, match=r"written by another fit \(data: X differs in block 2 \(of 5 blocks\)\); "
+                                              r"resume with the same estimator settings and data"):
+        LogisticRegression(checkpoint=tmp_path, **kw).fit(da.from_array(X2, chunks=(700, -1)), yd, resume=True)
+    X3 = X[::-1].copy()  # the rows in another order, y unchanged: every block differs
+    with pytest.raises(CheckpointError, match=r"data: X differs in blocks 0, 1, 2, 3, 4 \(of 5 blocks\)"):
+        LogisticRegression(checkpoint=tmp_path, **kw).fit(da.from_array(X3, chunks=(700, -1)), yd, resume=True)
+    # the same data resume (any placement: the digests are per block)
+    LogisticRegression(checkpoint=tmp_path, **kw).fit(Xd, yd, resume=True)
+
+
 def _checkpoint_file(tmp_path):
     LogisticRegression(solver="gd", max_iter=5, checkpoint=tmp_path).fit(X, Y_BIN)
     return tmp_path / "checkpoint.npz"

@@ -11,8 +11,9 @@ atomically every ``checkpoint_every`` steps and when the fit ends.
 
 The checkpoint also records a *fingerprint* of the fit (the estimator class, the
 parameters that shape the trajectory, the data's rows, features, blocks and total
-weight); resuming with anything different is refused with a message naming the
-difference.
+weight, and a CRC-32 of each block's X, y and weights taken in the setup's summary
+pass); resuming with anything different is refused with a message naming the
+difference (which array, which blocks).
 """
 
 import logging
@@ -21,7 +22,7 @@ import os
 from .._archive import Encoder, decode, read_archive, write_archive
 from ..exceptions import CheckpointError, ParameterError
 
-__all__ = ["Checkpointer", "data_fingerprint", "stable_repr", "shard_scratch_get", "shard_scratch_set"]
+__all__ = ["Checkpointer", "data_fingerprint", "digests_of", "stable_repr", "shard_scratch_get", "shard_scratch_set"]
 
 logger = logging.getLogger("dask_dgd")
 
@@ -44,9 +45,32 @@ def shard_scratch_set(shard, scratch, key, value):
 def data_fingerprint(shards):
     """What a resumed fit's data must match: rows, features, and the totals of the
     setup's summaries (``shards.totals``: total weight, weighted target sum or label
-    counts), floats to 10 significant digits (other chunkings round differently)."""
+    counts), floats to 10 significant digits (other chunkings round differently), and
+    each block's digest where the setup took them (``shards.totals["data"]``, see
+    :func:`digests_of`)."""
     totals = {k: (f"{v:.10g}" if isinstance(v, float) else v) for k, v in getattr(shards, "totals", {}).items()}
     return {"n_rows": int(shards.n_rows), "n_features": int(shards.n_features), **totals}
+
+
+def digests_of(summaries):
+    """The blocks' digests from the setup's summaries (``shard_summary(..., digest=True)``),
+    in block order: the fingerprint's ``"data"`` entry."""
+    return sorted((d for s in summaries for d in s.get("digests", ())), key=lambda d: d["block"])
+
+
+def _data_difference(saved, now):
+    """What differs between two ``"data"`` entries, block by block, in words."""
+    if not (isinstance(saved, list) and isinstance(now, list)) or len(saved) != len(now):
+        return f"the data are cut into {len(now)} blocks, the checkpoint's into " \
+               f"{len(saved) if isinstance(saved, list) else '?'}"
+    parts = []
+    for name in ("X", "y", "sample_weight"):
+        blocks = [str(b.get("block", i)) for i, (a, b) in enumerate(zip(saved, now))
+                  if not isinstance(a, dict) or a.get(name) != b.get(name)]
+        if blocks:
+            parts.append(f"{name} differs in block{'s' if len(blocks) > 1 else ''} {', '.join(blocks[:8])}"
+                         f"{', ...' if len(blocks) > 8 else ''}")
+    return "; ".join(parts) + f" (of {len(now)} blocks)"
 
 
 def stable_repr(value):
@@ -108,6 +132,7 @@ class Checkpointer:
                 if (saved or {}).get(k) != self.fingerprint.get(k)
             )
             details = "; ".join(
+                f"data: {_data_difference((saved or {}).get(k), self.fingerprint.get(k))}" if k == "data" else
                 f"{k}: checkpoint {(saved or {}).get(k)!r}, now {self.fingerprint.get(k)!r}" for k in diff
             )
             raise CheckpointError(

@@ -49,6 +49,16 @@ def _stateless(shard, fn, *args):
 _NO_STATS = {"times": {}, "up": 0, "up_raw": 0, "nodes": 0, "spans": []}
 
 
+def _step_of(name, previous):
+    """The step a reduction is for: the number its task name ends with (a synchronous
+    step is named ``grad-<step>``; a validation's ``validation-<n>`` is no step), else
+    ``previous``."""
+    tail = name.rsplit("-", 1)[-1]
+    if tail.isdigit() and not name.startswith("validation"):
+        return int(tail)
+    return previous
+
+
 class Collective:
     """The step transport of one shard set (see the module docstring)."""
 
@@ -57,6 +67,11 @@ class Collective:
         self._runners = None  # step actors, started on the first actor call
         self._scratch = None  # per-group memory in process
         self._layout = 0  # numbers the runner layouts (new actor keys after a move)
+        #: the step in flight, as the fit numbers it (named in a lost scheduler's error)
+        self.step = None
+        #: why a lost worker ends this fit, when it does (None: its shards are recomputed
+        #: by Dask and the call retried); set by the builder of the shards
+        self.unrecoverable = None
         #: compute time of each group in the last step (actor steps; None otherwise)
         self.last_group_times = None
         #: what the last reduce moved: tree depth, driver messages and bytes, the groups'
@@ -130,6 +145,7 @@ class Collective:
         with its complete subtrees (or leaves) of the block tree, merged into the root
         :class:`~.reduce.Partial`.  ``size``: the gradient's length.  ``stateless``
         steps may run as tasks (they need no group memory)."""
+        self.step = _step_of(name, self.step)
         tree = BlockTree(self.shards.n_blocks, split_every, size=size)
         if self.uses_tasks(stateless):
             return self._reduce_tasks(fn, args, tree, name)
@@ -139,6 +155,7 @@ class Collective:
         """``fn(shard, scratch, *args)`` on every group, each answering one
         :class:`~.reduce.Partial`, summed in the tree of fan-in ``split_every`` over the
         groups in group order (so the sum does not depend on where it is taken)."""
+        self.step = 1 if self.step is None else self.step + 1  # a round: one step
         tree = BlockTree(self.shards.n_groups, split_every)
         return tree.root(self._reduce(fn, args, tree, leaf=True))
 
@@ -176,12 +193,16 @@ class Collective:
         sh, ex = self.shards, self.shards.executor
         self.last_group_times = None
         call = sh._call_token()
-        level = ex.map_shards(_stateless, sh.handles, sh.workers, (fn, *args, tree), f"dgd-{name}", call)
-        depth = 1
-        while len(level) > tree.split_every:
-            level = ex.merge_level(tree, level, f"dgd-reduce-{name}-{call}-{depth}")
-            depth += 1
-        results = ex.gather(level)
+        try:
+            level = ex.map_shards(_stateless, sh.handles, sh.workers, (fn, *args, tree), f"dgd-{name}", call)
+            depth = 1
+            while len(level) > tree.split_every:
+                level = ex.merge_level(tree, level, f"dgd-reduce-{name}-{call}-{depth}")
+                depth += 1
+            results = ex.gather(level)
+        except Exception as err:
+            self._raise_if_scheduler_lost(err)
+            raise
         stats = merge_stats(_NO_STATS, [answer_stats(n, g, tree.size) for g, n in enumerate(results)])
         self._traffic(stats, depth=depth, messages=2 * len(level), driver_bytes=None)
         return tree.root(tree.merge(*results))
@@ -202,9 +223,24 @@ class Collective:
                 self.start()
                 return attempt()
             except Exception as err:
-                if tries == MAX_RECOVERIES or not self._lost_a_worker(err):
+                self._raise_if_scheduler_lost(err)
+                try:
+                    lost = tries < MAX_RECOVERIES and self._lost_a_worker(err)
+                    if lost:
+                        self._recover()
+                except Exception as inner:
+                    self._raise_if_scheduler_lost(inner)
                     raise
-                self._recover()
+                if not lost:
+                    raise
+
+    def _raise_if_scheduler_lost(self, err):
+        """Raise the executor's ClusterError of a lost scheduler (naming the step in
+        flight) if ``err`` came with the loss of the client's scheduler: no worker can
+        be waited for then, and no shard recomputed."""
+        ex = self.shards.executor
+        if getattr(ex, "kind", None) == "dask" and ex.scheduler_lost():
+            raise ex.scheduler_error(self.step) from err
 
     def _lost_a_worker(self, err):
         """Whether ``err`` came from losing a group's worker.  A connection error may
@@ -230,10 +266,16 @@ class Collective:
             time.sleep(0.1)
 
     def _recover(self):
-        """Wait for the shards after a worker loss; restart the runners."""
+        """Wait for the shards after a worker loss; restart the runners (or raise
+        ClusterError, saying why, for shards set :attr:`unrecoverable`)."""
         sh, ex = self.shards, self.shards.executor
         alive = set(ex.workers())
         lost = sorted({w for w in sh.workers if w not in alive})
+        if self.unrecoverable is not None:
+            from ..exceptions import ClusterError
+
+            at = "" if self.step is None else f" at step {self.step}"
+            raise ClusterError(f"lost worker(s) {lost}{at}: {self.unrecoverable}")
         try:
             ex.wait(sh.handles)  # Dask recomputes the lost ones
             workers = ex.where(sh.handles, sh.workers)

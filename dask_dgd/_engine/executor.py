@@ -498,14 +498,46 @@ class DaskExecutor:
             fn, *args, key=key, workers=[worker], allow_other_workers=True, pure=False
         )
 
+    @property
+    def scheduler_address(self):
+        """The address of the client's scheduler (None if it cannot be told)."""
+        try:
+            return self.client.scheduler.address
+        except Exception:  # noqa: BLE001 - a closed client may have no scheduler rpc left
+            return None
+
+    def scheduler_lost(self):
+        """Whether the client has lost its scheduler: it is reconnecting (every future
+        it held, the shards among them, was cancelled) or has given up and closed."""
+        return self.client.status not in ("running", "newly-created")
+
+    def scheduler_error(self, step=None):
+        """The :class:`~dask_dgd.exceptions.ClusterError` of a fit whose client lost its
+        scheduler (``step``: the step in flight, if known)."""
+        where = "" if step is None else f"; the fit stopped at step {step}"
+        return ClusterError(
+            f"lost the connection to the Dask scheduler at {self.scheduler_address} (the scheduler "
+            f"process died or is unreachable; client status {self.client.status!r}){where}: the "
+            "cluster's state, the fit's shards among it, is gone with it. Restart the scheduler and "
+            "its workers, then fit again; to continue instead of starting over, fit with "
+            "checkpoint=<folder> and call fit(..., resume=True) after a failure"
+        )
+
     def workers(self):
         timeout = dask.config.get("dgd.worker-timeout", 60)
+        if self.scheduler_lost():
+            raise self.scheduler_error()
         try:
             self.client.wait_for_workers(1, timeout=timeout)
             # Asked of the scheduler itself: the client's cached scheduler_info() can be
             # replaced by a background refresh that carries no per-worker entries.
             workers = sorted(self.client.run_on_scheduler(_worker_addresses))
-        except (TimeoutError, OSError) as err:
+        except (TimeoutError, OSError, RuntimeError) as err:
+            # RuntimeError: "ConnectionPool is closed", a client that lost its scheduler
+            if self.scheduler_lost():
+                raise self.scheduler_error() from err
+            if not isinstance(err, (TimeoutError, OSError)):
+                raise
             workers, cause = [], err
         else:
             cause = None

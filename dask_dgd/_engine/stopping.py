@@ -53,10 +53,11 @@ class EpochStopper:
         return self.no_change >= self.patience
 
     def state_dict(self):
-        return dict(vars(self))
+        return {**vars(self), "values": list(self.values)}  # a copy: add() appends in place
 
     def load_state_dict(self, state):
         self.__dict__.update(state)
+        self.values = list(self.values)
 
 
 class EarlyStopping:

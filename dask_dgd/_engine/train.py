@@ -6,6 +6,7 @@ the solver, the stop rules, the monitor and the checkpoints, runs the one driver
 (:mod:`.loop`) and returns a :class:`FitResult`.
 """
 
+import math
 import numbers
 from dataclasses import dataclass, field
 
@@ -15,7 +16,7 @@ from ..compression import get_compressor
 from ..exceptions import InputError, ParameterError
 from ..losses import LinearObjective, Penalty
 from ..optim import LBFGS, FirstOrderOptimizer, get_optimizer
-from .checkpoint import Checkpointer, data_fingerprint, stable_repr
+from .checkpoint import Checkpointer, data_fingerprint, digests_of, stable_repr
 from .executor import auto_split_every, get_executor
 from .kernels import LocalUpdate, group_local_export, group_local_init
 from .loop import Loop
@@ -79,6 +80,25 @@ class FitResult:
     split_every: int = 8
     bytes_communicated: dict = field(default_factory=dict)
     local: list = None
+
+    def objective_rise(self, factor=2.0):
+        """``(start, end)`` when the objective ended above ``factor`` times its value at
+        the initial parameters, else None: a learning rate too large for the problem
+        that kept the fit below the divergence guard's limit (see
+        :meth:`~.update.Guard.limit`), e.g. Adam oscillating far above the start.
+        ``end`` is the mean of the records of the last iteration (one record for full
+        batch; an epoch of mini-batches, which are noisy one by one)."""
+        h = self.history
+        if h is None or len(h) < 2 or "loss" not in h:
+            return None
+        start = float(h["loss"].iloc[0])
+        last = h.iloc[-1:] if "iteration" not in h else h[h["iteration"] == h["iteration"].iloc[-1]]
+        end = float(last["loss"].mean())
+        if not (math.isfinite(start) and math.isfinite(end)):
+            return None
+        if end > factor * start and end - start > 1e-8 * max(1.0, abs(start)):
+            return start, end
+        return None
 
 
 @dataclass
@@ -211,7 +231,7 @@ def seed_of(random_state):
     return (int(check_random_state(random_state).randint(np.iinfo(np.int32).max)),)
 
 
-def _shards_of(data, client, rebalance, max_iter):
+def _shards_of(data, client, rebalance, max_iter, digest=False):
     """``data`` as a ShardSet: as given, or ``(X, y[, sample_weight])`` sharded."""
     if isinstance(data, ShardSet):
         return data
@@ -225,8 +245,10 @@ def _shards_of(data, client, rebalance, max_iter):
     X, y, *rest = data
     shards = build_shardset(get_executor(client, X), X, y, rest[0] if rest else None,
                             rebalance=rebalance, passes=max_iter)
-    summaries = shards.map_gather(shard_summary, False, name="dgd-summary")
+    summaries = shards.map_gather(shard_summary, False, digest, name="dgd-summary")
     shards.totals = {"weight_sum": float(sum(s["weight_sum"] for s in summaries))}
+    if digest:
+        shards.totals["data"] = digests_of(summaries)
     if shards.totals["weight_sum"] <= 0:
         raise InputError("the total sample weight is zero: nothing to train on")
     return shards
@@ -317,7 +339,7 @@ def train(
         raise ParameterError(f"mode must be one of {MODES}; got {mode!r}")
     if outer_optimizer is not None and not isinstance(outer_optimizer, FirstOrderOptimizer):
         raise ParameterError(f"outer_optimizer must be a first-order optimizer; got {type(outer_optimizer).__name__}")
-    shards = _shards_of(data, client, rebalance, max_iter)
+    shards = _shards_of(data, client, rebalance, max_iter, digest=checkpoint is not None)
     has_l1 = objective.penalty is not None and objective.penalty.has_l1
     lr_mode = learning_rate_mode(optimizer, learning_rate)
     solver, opt = resolve_solver(solver, optimizer, batch_size=batch_size, mode=mode, compression=compression,

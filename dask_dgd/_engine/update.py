@@ -18,6 +18,7 @@ import numpy as np
 from ..exceptions import DivergenceError
 
 __all__ = [
+    "BATCH_EXPLOSION_FACTOR",
     "EXPLOSION_FACTOR",
     "MAX_BACKOFFS",
     "Guard",
@@ -31,6 +32,12 @@ MAX_BACKOFFS = 30
 #: An objective above this many times the initial one (or times 1, if that is smaller)
 #: has exploded: it is treated like NaN (back off, or raise with ``on_divergence="raise"``).
 EXPLOSION_FACTOR = 1e6
+#: The same for objectives that are not of the whole data at one set of parameters
+#: (mini-batches, a group's local batches, the parameter server's mix of groups' sums
+#: of different ages): one batch may be far above another, so only a much larger
+#: factor is a divergence.  Without it a divergent mini-batch or asynchronous fit grows
+#: to 1e40-1e120 before overflowing to inf, and returns such coefficients.
+BATCH_EXPLOSION_FACTOR = 1e12
 
 _DEFAULT_HINT = "scale the features (e.g. StandardScaler)"
 
@@ -121,6 +128,36 @@ class Guard:
         self.first_value = None
         self.backoffs = 0
 
+    def limit(self, *, batch=None):
+        """The value above which an objective has exploded (inf before the first one);
+        ``batch`` (default: not ``full_batch``) for values of parts of the data."""
+        if self.first_value is None:
+            return math.inf
+        batch = not self.full_batch if batch is None else batch
+        return (BATCH_EXPLOSION_FACTOR if batch else EXPLOSION_FACTOR) * max(abs(self.first_value), 1.0)
+
+    def start(self, value):
+        """The first objective value, the reference of :meth:`limit` (set once)."""
+        if self.first_value is None and math.isfinite(value):
+            self.first_value = value
+
+    def exploded(self, value, *, where, learning_rate):
+        """Whether finite ``value`` is above :meth:`limit`; raises DivergenceError at
+        once with ``on_divergence="raise"``.  ``where`` names the step (e.g. "at step 12")."""
+        if not value > self.limit():
+            return False
+        if self.raise_at_once:
+            raise DivergenceError(self._message(f"exploded (initial loss {self.first_value:.6g})", where, value,
+                                                learning_rate))
+        return True
+
+    def _message(self, what, where, value, learning_rate):
+        return (
+            f"the objective {what} {where} (loss={value}) with learning rate {learning_rate:.6g}; "
+            f"pass a smaller learning_rate, {self.hint}, or on_divergence='backoff' to halve the learning "
+            "rate automatically"
+        )
+
     def check(self, value, grad, good_value, *, step, learning_rate):
         """Whether the step at ``step`` (objective ``value``, its gradient) must be undone:
         not finite, exploded, or (monotone) above ``good_value``, the last accepted one
@@ -129,18 +166,12 @@ class Guard:
         bad = not (math.isfinite(value) and bool(np.all(np.isfinite(grad))))
         if bad and good_value is None:
             raise initial_divergence(value)
-        if self.first_value is None and not bad:
-            self.first_value = value
-        exploded = (self.full_batch and not bad and self.first_value is not None
-                    and value > EXPLOSION_FACTOR * max(abs(self.first_value), 1.0))
-        if (bad or exploded) and self.raise_at_once:
-            what = "is not finite" if bad else f"exploded (initial loss {self.first_value:.6g})"
-            raise DivergenceError(
-                f"the objective {what} at step {step} (loss={value}) with learning rate {learning_rate:.6g}; "
-                f"pass a smaller learning_rate, {self.hint}, or on_divergence='backoff' to halve the learning "
-                "rate automatically"
-            )
-        if bad or exploded:
+        if bad and self.raise_at_once:
+            raise DivergenceError(self._message("is not finite", f"at step {step}", value, learning_rate))
+        if bad:
+            return True
+        self.start(value)
+        if self.exploded(value, where=f"at step {step}", learning_rate=learning_rate):
             return True
         return self.monotone and good_value is not None and value > good_value + 1e-12 * abs(good_value)
 

@@ -8,7 +8,7 @@ import numpy as np
 from sklearn.base import BaseEstimator
 
 from .._engine.blocks import shard_summary
-from .._engine.checkpoint import stable_repr
+from .._engine.checkpoint import digests_of, stable_repr
 from .._engine.executor import get_executor
 from .._engine.ingest import build_shardset
 from .._engine.train import resolve_solver, seed_of, train
@@ -236,8 +236,11 @@ class DGDLinearModel(ClientParamMixin, BaseEstimator):
             shards, val = split_validation(shards, (*seed_of(self.random_state), 1), float(self.validation_fraction))
             shards.validation = val
             val_summaries = val.map_gather(shard_summary, classifier, name="dgd-summary")
-        summaries = shards.map_gather(shard_summary, classifier, name="dgd-summary")
+        # a checkpointed fit's data are fingerprinted block by block in the same pass
+        summaries = shards.map_gather(shard_summary, classifier, self.checkpoint is not None, name="dgd-summary")
         totals = {"weight_sum": float(sum(s["weight_sum"] for s in summaries))}
+        if self.checkpoint is not None:
+            totals["data"] = digests_of(summaries)
         if classifier:
             counts = {}
             for s in summaries:
@@ -338,7 +341,14 @@ class DGDLinearModel(ClientParamMixin, BaseEstimator):
             scores = self.history_["val_score"].dropna()
             self.validation_score_ = float(scores.iloc[-1]) if len(scores) else None
             self.best_validation_score_ = float(scores.max()) if len(scores) else None
-        if not result.converged:
+        rise = result.objective_rise()
+        if rise is not None:
+            warnings.warn(
+                f"{type(self).__name__}: the objective rose from {rise[0]:.6g} at the start to {rise[1]:.6g} "
+                f"(solver={result.solver!r}, mode={self.mode!r}); the learning rate is too large for these data: "
+                "lower learning_rate or scale the features", ConvergenceWarning, stacklevel=3,
+            )
+        elif not result.converged:
             detail = f" ({result.message})" if result.message else ""
             unit = "epochs" if result.solver == "sgd" or self.mode != "sync" else "iterations"
             warnings.warn(

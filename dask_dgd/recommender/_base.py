@@ -260,7 +260,14 @@ class FactorizationBase(RecommenderMixin, ClientParamMixin, BaseEstimator):
                                                          optimizer)
         self._store(model, users, items, U, result, _assemble_state(user_states, U.shape, state_base),
                     seen_u, seen_i, loads, continued)
-        if not result.converged:
+        rise = None if continued else result.objective_rise()
+        if rise is not None:
+            warnings.warn(
+                f"{type(self).__name__}: the objective rose from {rise[0]:.6g} at the start to {rise[1]:.6g}; the "
+                "learning rate is too large for these data: lower learning_rate (or raise alpha)",
+                ConvergenceWarning, stacklevel=3,
+            )
+        elif not result.converged:
             if result.message.startswith("reached max_time"):
                 warnings.warn(f"{type(self).__name__} {result.message}", ConvergenceWarning, stacklevel=3)
             elif not continued and self.tol > 0:

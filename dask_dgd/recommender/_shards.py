@@ -23,6 +23,7 @@ import numpy as np
 import pandas as pd
 
 from .._backend import asarray_like, get_namespace
+from .._engine.memory import check_worker_shares, worker_memory_limits
 from .._engine.shards import ShardSet
 from ..exceptions import InputError
 
@@ -39,6 +40,13 @@ __all__ = [
 
 #: Rows per block of the seeded initial factors (a row depends only on its id).
 INIT_BLOCK = 4096
+
+#: Bytes a :class:`RatingShard` holds per rating (``lu``, ``gi``: int32; ``r``: float64;
+#: ``key``: uint64) and per user (``users``, ``uptr``: int64).
+RATING_BYTES, USER_BYTES = 24, 16
+
+_SPREAD = ("the ratings are split over the workers by user, so more workers make each worker's share "
+           "smaller (smaller partitions do not: every partition stays in memory for the fit)")
 
 
 def init_rows(seed, ids, width, scale, bias):
@@ -226,6 +234,13 @@ class _Runner:
         return self.executor.client.scatter(value, broadcast=True, hash=False)
 
 
+class _Parts(list):
+    """The partitions of :func:`frame_parts`; ``scattered``: sent from this process's
+    memory (a pandas DataFrame on a cluster), so nothing can recompute them."""
+
+    scattered = False
+
+
 def frame_parts(executor, frame):
     """The partitions of a pandas or dask DataFrame, as futures on a cluster."""
     import dask
@@ -236,9 +251,54 @@ def frame_parts(executor, frame):
         return executor.client.compute(frame.to_delayed())
     if executor.kind != "dask":
         return [frame]
-    n = max(1, min(len(executor.workers()), len(frame)))
+    workers = executor.workers()
+    _check_frame_fits(executor.client, workers, frame)
+    n = max(1, min(len(workers), len(frame)))
     edges = np.linspace(0, len(frame), n + 1).round().astype(int)
-    return executor.client.scatter([frame.iloc[a:b] for a, b in zip(edges[:-1], edges[1:])], hash=False)
+    parts = _Parts(executor.client.scatter([frame.iloc[a:b] for a, b in zip(edges[:-1], edges[1:])], hash=False))
+    parts.scattered = True
+    return parts
+
+
+def _check_frame_fits(client, workers, frame):
+    """Refuse a pandas frame whose share per worker exceeds the workers' memory (see
+    :mod:`dask_dgd._engine.memory`), before any of it is scattered.
+
+    Each worker will hold its piece of the frame (kept for the fit) and its rating
+    shards, :data:`RATING_BYTES` per rating; spread evenly, that is a lower bound of the
+    largest share (users per shard are not known yet; :func:`build_rating_shards`
+    checks again with them).  The frame's bytes are pandas' shallow count, a lower
+    bound for object (string) columns.
+    """
+    total = int(frame.memory_usage(index=True, deep=False).sum()) + RATING_BYTES * len(frame)
+    check_worker_shares(
+        client, {w: total / len(workers) for w in workers}, even=True, spread=_SPREAD,
+        held=f"its piece of the ratings frame and its rating shards, {RATING_BYTES} bytes per rating",
+    )
+
+
+def _check_shards_fit(client, workers, parts, placed, loads, n_users):
+    """Refuse rating shards that would not fit in their workers' memory (see
+    :mod:`dask_dgd._engine.memory`), before any is built: each worker's share is the
+    input partitions it holds (kept for the fit; their sizes and places are known to
+    the scheduler) plus its shards (:data:`RATING_BYTES` per rating,
+    :data:`USER_BYTES` per user)."""
+    limits = worker_memory_limits(client)
+    if not any(limits.get(w) for w in workers):
+        return
+    shares = dict.fromkeys(workers, 0)
+    keys = [p.key for p in parts]
+    sizes, holders = client.nbytes(keys, summary=False), client.who_has(list(parts))
+    for p in parts:
+        for w in holders.get(p.key, ()):
+            shares[w] = shares.get(w, 0) + int(sizes.get(p.key, 0))
+    for w, load, users in zip(placed, loads, n_users):
+        shares[w] += RATING_BYTES * int(load) + USER_BYTES * int(users)
+    check_worker_shares(
+        client, shares, limits=limits, spread=_SPREAD,
+        held=f"its partitions of the ratings and its rating shards, {RATING_BYTES} bytes per rating "
+        f"and {USER_BYTES} per user",
+    )
 
 
 def scan(executor, parts, cols):
@@ -261,7 +321,13 @@ def build_rating_shards(executor, parts, cols, users, items, n_shards, like=None
     """Shards of ratings partitioned by user and balanced by ratings, placed one per
     worker in turn; returns the :class:`~.shards.ShardSet` and the ratings per shard.
 
-    ``like``: None (NumPy shards) or what :func:`block_like` returned."""
+    Once the ratings per user are counted and before any shard is built, the shards
+    are checked to fit in their workers' memory (:func:`_check_shards_fit`: refused
+    with ``ClusterError`` otherwise).
+
+    ``like``: None (NumPy shards) or what :func:`block_like` returned.  On a cluster a
+    lost worker ends the fit (its shard and its users' factors are gone): the shards'
+    collective is told why, for the kind of ``parts`` (:func:`frame_parts`)."""
     run = _Runner(executor)
     users_f, items_f = run.scatter(users), run.scatter(items)
     # ratings per user, counted where the partitions live
@@ -270,12 +336,16 @@ def build_rating_shards(executor, parts, cols, users, items, n_shards, like=None
         counts += c
     n_shards = max(1, min(int(n_shards), len(users)))
     shard_of, loads = assign_users(counts, n_shards)
+    workers = executor.workers() if run.dask else [None]
+    if run.dask and like is None:  # (shards on a device: not the workers' memory)
+        placed = [workers[s % len(workers)] for s in range(n_shards)]
+        n_users = np.bincount(shard_of[counts > 0], minlength=n_shards)
+        _check_shards_fit(executor.client, workers, parts, placed, loads, n_users)
     shard_of_f = run.scatter(shard_of)
     pieces = [
         run.submit(split_part, p, *cols, users_f, items_f, shard_of_f, n_shards, name="dgd-mf-split")
         for p in parts
     ]
-    workers = executor.workers() if run.dask else [None]
     handles, placed = [], []
     for s in range(n_shards):
         w = workers[s % len(workers)]
@@ -290,7 +360,28 @@ def build_rating_shards(executor, parts, cols, users, items, n_shards, like=None
     # the partitions (frame_parts) are this fit's: released with its shards
     shards = ShardSet(executor, handles, [(s,) for s in range(n_shards)], placed, loads, 0, False,
                       block_costs=np.asarray(loads, dtype=np.float64), group_meta=users_of, inputs=inputs)
+    if run.dask:
+        shards.collective.unrecoverable = _lost_worker_note(getattr(parts, "scattered", False))
     return shards, loads
+
+
+def _lost_worker_note(scattered):
+    """What a lost worker costs a matrix factorization, and what to do (the
+    :attr:`~dask_dgd._engine.collective.Collective.unrecoverable` of its shards);
+    ``scattered``: the partitions were sent from memory (a pandas DataFrame)."""
+    if not scattered:
+        built = ("its rating shard was assembled there from pieces of the dask DataFrame's partitions, cut with "
+                 "lookup tables of the ids that the fit does not keep, so Dask cannot recompute it")
+    else:
+        built = ("its rating shard was assembled there from the pieces of the pandas DataFrame sent to the "
+                 "workers, which Dask cannot recompute")
+    return (
+        f"{built}, and the user factors of its shard's users live only on their worker (in the memory of "
+        "its step runner): a matrix factorization cannot be recovered from a lost worker and the fit "
+        "stopped. Fit again, or fit with checkpoint=<folder> (and an int random_state) to save the "
+        "factors every checkpoint_every steps and, once the cluster has its workers back, call "
+        "fit(X, resume=True) to continue from the last checkpoint"
+    )
 
 
 def _user_counts(df, user_col, users):

@@ -35,7 +35,7 @@ from ...exceptions import ClusterError, DivergenceError
 from ..faults import inject_faults
 from ..solvers import Outcome, Solver, start_step
 from ..stopping import Stop
-from ..update import MAX_BACKOFFS
+from ..update import MAX_BACKOFFS, Guard
 from .local import sum_blocks
 from .server import ParameterServer, ServerCore
 
@@ -235,7 +235,7 @@ class AsyncTraining(Solver):
             staleness_scaling=self.staleness_scaling,
             max_time=None if ctx.max_time is None else max(0.0, ctx.max_time - ctx.monitor.elapsed()),
             time_message=f"reached max_time={ctx.max_time} s",
-            max_backoffs=0 if ctx.on_divergence == "raise" else MAX_BACKOFFS,
+            max_backoffs=0 if ctx.on_divergence == "raise" else MAX_BACKOFFS, n_iter_no_change=ctx.n_iter_no_change,
         )
 
     def start(self):
@@ -245,8 +245,12 @@ class AsyncTraining(Solver):
         self.optimizer, res, record = start_step(self.ctx, self.params0, self.optimizer, divide=len(self.active))
         self.local_key = res.local_key
         self.step0 = self.ctx.source.n_steps
+        # the server's aggregate mixes groups' sums of different ages: the guard's limit
+        # for parts of the data, from the objective at the start
+        guard = Guard(full_batch=False)
+        guard.start(res.value + self.ctx.objective.l1_value(self.params0))
         core = ServerCore(self.params0, self.optimizer, self.optimizer.init(self.params0), self.ctx.objective,
-                          len(self.active), **self._core_kwargs())
+                          len(self.active), explosion_limit=guard.limit(), **self._core_kwargs())
         self.state = dict(vars(core))
         self._launch(self.state)
         return Outcome([record])
@@ -255,6 +259,7 @@ class AsyncTraining(Solver):
         state = dict(self.state)
         kw = self._core_kwargs()
         n = len(self.active)
+        state.setdefault("explosion_limit", None)  # a checkpoint written before the limit existed
         state.update(objective=self.ctx.objective, records=[], _round=[], start_wall=time.time(),
                      max_time=kw["max_time"], max_epochs=kw["max_epochs"], stopped=False, converged=False,
                      message="", error=None)
@@ -441,7 +446,15 @@ class _ClusterRun:
                 failed.result()  # raises the group's error
             records, _, state = ex.call_actor_within(ACTOR_TIMEOUT, self.server.drain_with_state)
         except Exception as err:  # noqa: BLE001 - a lost server is told by the scheduler
-            if self.solver.state is None or not self.server_lost(err):
+            if ex.scheduler_lost():
+                self._scheduler_lost(err)
+            try:
+                server_lost = self.solver.state is not None and self.server_lost(err)
+            except ClusterError as lost:  # the scheduler went while we asked it
+                if ex.scheduler_lost():
+                    self._scheduler_lost(lost)
+                raise
+            if not server_lost:
                 self.close()
                 raise
             self.restart()
@@ -465,6 +478,14 @@ class _ClusterRun:
             records += more
             if out is not None:
                 return out, records
+
+    def _scheduler_lost(self, err):
+        """Raise the ClusterError of a lost scheduler, naming the last step the driver
+        saw; the server and the loops went with the cluster (their futures are
+        cancelled), only the driver's references are dropped."""
+        self.server = self.server_future = None
+        self.loops = []
+        raise self.ex.scheduler_error(self.solver.ctx.source.n_steps) from err
 
     def server_lost(self, err=None):
         """Whether the server's worker has left the cluster (given the scheduler up to

@@ -58,10 +58,12 @@ def sum_blocks(objective, sums, t=0.0):
     return Partial(total.loss_sum, total.grad_sum, total.weight_sum, t, t, 1, extras=total.extras)
 
 
-def group_round(shard, scratch, objective, rule, params, reset, draws, local):
+def group_round(shard, scratch, objective, rule, params, reset, draws, local, limit=math.inf):
     """``len(draws)`` update-rule steps on this group's blocks from ``params`` (worker
     side); ``draws[j]`` is local step ``j``'s batch (None: all rows).  The optimizer
-    state is kept in ``scratch`` across rounds; ``reset`` starts it afresh."""
+    state is kept in ``scratch`` across rounds; ``reset`` starts it afresh.  A local
+    objective that is not finite or above ``limit`` (the guard's, for parts of the
+    data) stops the round: the group diverged."""
     wall0, t0 = time.time(), time.perf_counter()
     state = None if reset else scratch.get("round")
     if state is None:
@@ -82,7 +84,7 @@ def group_round(shard, scratch, objective, rule, params, reset, draws, local):
             continue  # only zero-weight rows drawn: no information
         total += weight
         value, g = objective.finish(partial, p)
-        if not (math.isfinite(value) and np.all(np.isfinite(g))):
+        if not (math.isfinite(value) and value <= limit and np.all(np.isfinite(g))):
             finite = False
             break
         p, state, _ = rule.apply(p, g, state)
@@ -106,9 +108,13 @@ class LocalSGD(Solver):
     batches), so ``max_iter`` means the same passes over the data as in the synchronous
     mode.  Stopping on ``tol`` follows synchronous mini-batch training
     (:class:`~..stopping.EpochStopper`), on the round objectives (each round's first
-    local batches, at the broadcast parameters).  A NaN/inf round restores the round's
-    starting parameters, halves the learning rate and restarts the local optimizer
-    states.
+    local batches, at the broadcast parameters).  A round in which a group diverged (a
+    local objective NaN/inf, or exploded: :meth:`~..update.Guard.limit` for parts of the
+    data) restores the round's starting parameters, halves the learning rate and
+    restarts the local optimizer states; a round whose objective at the broadcast
+    parameters itself exploded (the previous round diverged after its last local
+    objective) restores the previous round's start.  ``on_divergence="raise"`` raises
+    at the first of these, as synchronous training does.
     """
 
     def __init__(self, ctx, params0, optimizer, *, local_steps, outer_optimizer=None):
@@ -123,7 +129,7 @@ class LocalSGD(Solver):
         self.total_steps = ctx.max_iter * self.steps_per_epoch
         self.total_rounds = math.ceil(self.total_steps / self.local_steps)
         self.guard = Guard(ctx.on_divergence, full_batch=full_batch, hint=ctx.objective.hint)
-        self.stopper = EpochStopper(ctx.tol)
+        self.stopper = EpochStopper(ctx.tol, ctx.n_iter_no_change)
         self.rounds = 0
         self.reset = True
         self.local_count = 0  # local updates since the local states were (re)started
@@ -131,6 +137,7 @@ class LocalSGD(Solver):
         self.local_key = 0  # the snapshot of the local parameters the next round starts from
         self.value = None
         self._last_end = None
+        self.previous = None  # the state at the start of the last accepted round
 
     @property
     def progress(self):
@@ -143,6 +150,7 @@ class LocalSGD(Solver):
         # one synchronous step for the learning rate and the data checks; the first
         # round reuses its batch (as the synchronous mode's first update does)
         self.optimizer, res, record = start_step(self.ctx, self.params, self.optimizer)
+        self.guard.start(res.value + self.ctx.objective.l1_value(self.params))
         if res.local_key is not None:
             self.local_key = res.local_key
         self.outer_state = None if self.outer is None else self.outer.init(self.params)
@@ -156,32 +164,43 @@ class LocalSGD(Solver):
         step = self.step0 + self.rounds * self.local_steps
         n_local = self._steps_after(self.rounds + 1) - self._steps_after(self.rounds)
         draws = [None if ctx.batching is None else ctx.batching.draw(step + j) for j in range(n_local)]
-        local = src.local_update(self.local_key, keep=(self.local_key,)) if obj.has_local else None
+        keep = (self.local_key,) if self.previous is None else (self.local_key, self.previous["local_key"])
+        local = src.local_update(self.local_key, keep=keep) if obj.has_local else None
         if local is not None:
             src.n_steps += 1  # the round's key (local_update numbers it n_steps + 1)
         rule = UpdateRule(self.optimizer, obj.penalty)
         coll = ctx.shards.collective
         total = coll.reduce_groups(group_round, obj, rule, self.params, self.reset, draws, local,
-                                   split_every=src.split_every)
+                                   self.guard.limit(batch=True), split_every=src.split_every)
         wall1 = time.time()
         weight = total.weight_sum
-        finite = total.extras["nonfinite"] == 0
+        smooth, _ = obj.finish(round_first(total), self.params)
+        value = smooth + obj.l1_value(self.params)  # the round's objective, at the broadcast parameters
+        lr = self.optimizer.learning_rate_at(self.local_count)  # the groups' first local step
+        where = f"in round {self.rounds + 1}"
+        start_bad = not math.isfinite(value) or self.guard.exploded(value, where=where, learning_rate=lr)
+        finite = total.extras["nonfinite"] == 0 and not start_bad
         if finite and weight > 0:
             avg = total.grad_sum / weight  # summed in the fixed tree over the groups
             finite = bool(np.all(np.isfinite(avg)))
         elif finite:  # the round drew only zero-weight rows: no information, no move
             avg = self.params
         if not finite:
-            self.guard.backoff(f"local SGD diverged in round {self.rounds + 1}", diverged=True)
+            self.guard.backoff(f"local SGD diverged {where} (loss={value})", diverged=True)
             self.optimizer, self.reset, self.local_count = self.optimizer.scale_learning_rate(0.5), True, 0
+            if start_bad and self.previous is not None:  # the previous round led here: undo it
+                prev, self.previous = self.previous, None
+                self.params, self.outer_state, self.rounds = prev["params"], prev["outer_state"], prev["rounds"]
+                self.local_key, self.value = prev["local_key"], prev["value"]
+                self.stopper.load_state_dict(prev["stopper"])
             return Outcome(accepted=False)
         self.guard.accepted()
+        self.previous = {"params": self.params, "outer_state": self.outer_state, "rounds": self.rounds,
+                         "local_key": self.local_key, "value": self.value, "stopper": self.stopper.state_dict()}
         self.reset = False
         if local is not None:
             self.local_key = local.key
-        smooth, _ = obj.finish(round_first(total), self.params)
-        self.value = smooth + obj.l1_value(self.params)
-        lr = self.optimizer.learning_rate_at(self.local_count)  # the groups' first local step
+        self.value = value
         delta = self.params - avg
         if self.outer is None:
             new_params = avg

@@ -42,8 +42,13 @@ class ServerCore:
         time_message=None,
         start_wall=None,
         max_backoffs=MAX_BACKOFFS,
+        explosion_limit=None,
+        n_iter_no_change=None,
     ):
         self.max_backoffs = int(max_backoffs)
+        # the aggregate objective above which training exploded (a divergence, like NaN);
+        # None: no limit (:meth:`~..update.Guard.limit` for parts of the data)
+        self.explosion_limit = explosion_limit
         self.params = np.array(params, dtype=np.float64, copy=True)
         self.optimizer = optimizer
         self.state = opt_state
@@ -67,7 +72,7 @@ class ServerCore:
         self.good = 0  # latest version whose parameters gave finite sums
         self.backoffs = 0
         self.rows_seen = 0
-        self.stopper = EpochStopper(tol)
+        self.stopper = EpochStopper(tol) if n_iter_no_change is None else EpochStopper(tol, n_iter_no_change)
         self.stopped, self.converged, self.message, self.error = False, False, "", None
         self.records = []
         self._round = []
@@ -121,23 +126,32 @@ class ServerCore:
             return self._after_push(now)
         if not (math.isfinite(partial.loss_sum) and np.all(np.isfinite(partial.grad_sum))):
             self._round.append(stat)
-            self._backoff()
+            self._backoff(f"asynchronous training diverged at update {self.version} (loss={partial.loss_sum})")
             return self._after_push(now)
-        self.good = max(self.good, msg["version"])
         if partial.weight_sum <= 0:  # only zero-weight rows drawn: no information, no update
+            self.good = max(self.good, msg["version"])
             self._round.append(stat)
             return self._after_push(now)
-        self.latest[g] = partial
-        parts = [p for p in self.latest if p is not None]
-        total = add_partials(*parts)  # group order: the rounding does not depend on arrival
+        latest = list(self.latest)
+        latest[g] = partial
+        # in group order: the rounding does not depend on the order of arrival
+        total = add_partials(*[p for p in latest if p is not None])
         smooth, agg = self.objective.finish(total, self.params)
         value = smooth + self.objective.l1_value(self.params)
+        limit = self.explosion_limit
+        if limit is not None and value > limit:
+            self._round.append(stat)
+            self._backoff(f"asynchronous training diverged at update {self.version}: the objective exploded "
+                          f"(loss={value}, above {limit:.3g})")
+            return self._after_push(now)
+        self.good = max(self.good, msg["version"])
+        self.latest = latest
         scale = 1.0 / (1.0 + delay) if self.staleness_scaling else 1.0
         rule = UpdateRule(self.optimizer, self.objective.penalty)
         params, state, lr = rule.apply(self.params, agg, self.state, scale)
         if not np.all(np.isfinite(params)):
             self._round.append(stat)
-            self._backoff()
+            self._backoff(f"asynchronous training diverged at update {self.version} (parameters not finite)")
             return self._after_push(now)
         self.backoffs = 0
         self.params, self.state = params, state
@@ -148,14 +162,12 @@ class ServerCore:
             self.stop(converged=True)
         return self._after_push(now)
 
-    def _backoff(self):
-        """Non-finite sums or parameters: back to the last good version, half the step."""
+    def _backoff(self, what):
+        """Non-finite or exploded sums, or non-finite parameters: back to the last good
+        version, half the step (``what``: the divergence, for the error at the limit)."""
         self.backoffs += 1
         if self.backoffs > self.max_backoffs:
-            self.stop(error=divergence_message(
-                f"asynchronous training diverged at update {self.version}", self.max_backoffs,
-                self.objective.hint,
-            ))
+            self.stop(error=divergence_message(what, self.max_backoffs, self.objective.hint))
             return
         params, state, optimizer = self.snapshots.get(self.good, self.snapshots[min(self.snapshots)])
         self.optimizer = optimizer.scale_learning_rate(0.5)

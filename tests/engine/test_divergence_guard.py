@@ -1,0 +1,126 @@
+"""The divergence guard in every mode and family (issue 22, item 6).
+
+A learning rate far too large makes the objective grow geometrically; before it
+overflows to inf it passes 1e40-1e120, and the fits used to return such coefficients
+(asynchronous and local SGD, mini-batches) with at most a "did not converge" warning.
+Now every mode treats an exploded objective like NaN: ``on_divergence="raise"`` (the
+"auto" choice with a learning rate you gave) raises DivergenceError at once, "backoff"
+restores the last good parameters and halves the learning rate.  A fit that stays
+below the guard's limit but ends far above where it started says that its learning rate
+is too large (it used to advise raising it).
+"""
+
+import warnings
+
+import dask.array as da
+import numpy as np
+import pandas as pd
+import pytest
+from sklearn.exceptions import ConvergenceWarning
+
+from dask_dgd._engine.update import BATCH_EXPLOSION_FACTOR, EXPLOSION_FACTOR, Guard
+from dask_dgd.exceptions import DivergenceError
+from dask_dgd.linear_model import LinearRegression
+from dask_dgd.recommender import MatrixFactorization
+
+TRUTH = np.arange(1.0, 6.0)
+
+
+@pytest.fixture(scope="module")
+def regression():
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(2000, 5))
+    y = X @ TRUTH + rng.normal(size=2000)
+    return da.from_array(X, chunks=500), da.from_array(y, chunks=500)
+
+
+@pytest.fixture(scope="module")
+def ratings():
+    rng = np.random.default_rng(0)
+    n = 3000
+    return pd.DataFrame({"user": rng.integers(0, 100, n), "item": rng.integers(0, 50, n),
+                         "rating": rng.integers(1, 6, n).astype(float)})
+
+
+def _sgd(client, mode, on_divergence, **kw):
+    return LinearRegression(client=client, mode=mode, optimizer="sgd", learning_rate=5.0, batch_size=100,
+                            max_iter=5, on_divergence=on_divergence, **kw)
+
+
+def test_guard_limits_for_the_whole_data_and_for_parts():
+    whole, part = Guard(full_batch=True), Guard(full_batch=False)
+    assert whole.limit() == part.limit() == np.inf  # no reference yet
+    for g in (whole, part):
+        g.start(-3.0)
+        g.start(50.0)  # the first value stays the reference
+    assert whole.limit() == EXPLOSION_FACTOR * 3.0
+    assert part.limit() == BATCH_EXPLOSION_FACTOR * 3.0
+    assert whole.limit(batch=True) == part.limit()
+    assert not part.exploded(BATCH_EXPLOSION_FACTOR, where="at step 2", learning_rate=1.0)
+    assert part.exploded(BATCH_EXPLOSION_FACTOR * 4, where="at step 2", learning_rate=1.0)
+    loud = Guard("raise", full_batch=False)
+    loud.start(0.5)  # below 1: the limit is relative to 1
+    with pytest.raises(DivergenceError, match=r"the objective exploded \(initial loss 0.5\) at step 7 \(loss=2000000000000.0\) "
+                                              r"with learning rate 0.1; pass a smaller learning_rate"):
+        loud.exploded(2e12, where="at step 7", learning_rate=0.1)
+
+
+@pytest.mark.parametrize("mode, match", [
+    ("sync", r"the objective exploded \(initial loss [0-9.]+\) at step \d+ \(loss=[0-9.e+]+\) with learning rate 5"),
+    ("local", r"local SGD diverged in round \d+ \(loss=[0-9.e+]+\) \(on_divergence='raise'\); pass a smaller "),
+    ("async", r"asynchronous training diverged at update \d+: the objective exploded \(loss=[0-9.e+]+, above "
+              r"[0-9.e+]+\) \(on_divergence='raise'\)"),
+])
+@pytest.mark.parametrize("on_divergence", ["raise", "auto"])  # "auto" with a learning rate given: raise
+def test_an_exploding_minibatch_fit_raises_in_every_mode(client, regression, mode, match, on_divergence):
+    with pytest.raises(DivergenceError, match=match):
+        _sgd(client, mode, on_divergence).fit(*regression)
+
+
+@pytest.mark.parametrize("mode", ["sync", "local", "async"])
+def test_backoff_brings_an_exploding_fit_back(client, regression, mode):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        est = _sgd(client, mode, "backoff").fit(*regression)
+    assert np.all(np.isfinite(est.coef_))
+    # without the guard: |coef| 1e55-1e65; the limit keeps the objective below 1e12 x the start
+    assert np.abs(est.coef_).max() < 1e7
+    assert est.history_["step_size"].iloc[-1] < 5.0  # halved
+
+
+def test_local_full_batch_rounds_use_the_whole_data_limit(client, regression):
+    est = LinearRegression(client=client, mode="local", solver="gd", optimizer="sgd", learning_rate=3.0,
+                           local_steps=4, max_iter=100, on_divergence="backoff", tol=1e-10,
+                           n_iter_no_change=100)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        est.fit(*regression)
+    # the round at parameters whose objective exploded went back to the round before
+    assert est.history_["step_size"].iloc[-1] == 1.5
+    np.testing.assert_allclose(est.coef_, TRUTH, atol=0.1)
+    assert est.n_iter_ == 100  # n_iter_no_change is honoured in local mode (it was fixed at 5)
+
+
+@pytest.mark.parametrize("mode", ["local", "async"])
+def test_matrix_factorization_explodes_loudly_outside_sync(client, ratings, mode):
+    est = MatrixFactorization(client=client, optimizer="sgd", learning_rate=300.0, batch_size=500, max_iter=20,
+                              mode=mode, random_state=0)
+    with pytest.raises(DivergenceError, match="diverged"):
+        est.fit(ratings)
+
+
+def test_matrix_factorization_says_its_learning_rate_is_too_large(client, ratings):
+    est = MatrixFactorization(client=client, optimizer="adam", learning_rate=5.0, max_iter=20, random_state=0)
+    with pytest.warns(ConvergenceWarning, match=r"MatrixFactorization: the objective rose from [0-9.]+ at the start "
+                                                r"to [0-9.e+]+; the learning rate is too large for these data: lower "
+                                                r"learning_rate") as record:
+        est.fit(ratings)
+    assert not any("raise max_iter or learning_rate" in str(w.message) for w in record)
+    assert est.history_["loss"].iloc[-1] > 100 * est.history_["loss"].iloc[0]
+
+
+def test_a_sound_fit_gives_no_rise_warning(client, ratings, regression):
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", ConvergenceWarning)
+        MatrixFactorization(client=client, max_iter=300, random_state=0).fit(ratings)
+        LinearRegression(client=client, mode="async", batch_size=100, max_iter=30, tol=1e-3).fit(*regression)
