@@ -78,14 +78,20 @@ def test_an_exploding_minibatch_fit_raises_in_every_mode(client, regression, mod
 
 
 @pytest.mark.parametrize("mode", ["sync", "local", "async"])
-def test_backoff_brings_an_exploding_fit_back(client, regression, mode):
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", ConvergenceWarning)
+def test_backoff_keeps_an_exploding_fit_below_the_limit(client, regression, mode):
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
         est = _sgd(client, mode, "backoff").fit(*regression)
+    loss = est.history_["loss"].dropna()
+    # without the guard: |coef| 1e55-1e65, losses 1e110 and more
+    assert loss.max() <= BATCH_EXPLOSION_FACTOR * max(loss.iloc[0], 1.0)
     assert np.all(np.isfinite(est.coef_))
-    # without the guard: |coef| 1e55-1e65; the limit keeps the objective below 1e12 x the start
-    assert np.abs(est.coef_).max() < 1e7
-    assert est.history_["step_size"].iloc[-1] < 5.0  # halved
+    assert est.history_["step_size"].dropna().iloc[-1] < 5.0  # halved
+    # asynchronous updates may end far above the start (the last good version can be
+    # well on its way up): then the fit says its learning rate is too large
+    rose = [w for w in caught if "the objective rose from" in str(w.message)]
+    last = loss[est.history_["iteration"] == est.history_["iteration"].iloc[-1]].mean()
+    assert bool(rose) == (last > 2 * loss.iloc[0])
 
 
 def test_local_full_batch_rounds_use_the_whole_data_limit(client, regression):

@@ -259,7 +259,10 @@ class AsyncTraining(Solver):
         state = dict(self.state)
         kw = self._core_kwargs()
         n = len(self.active)
-        state.setdefault("explosion_limit", None)  # a checkpoint written before the limit existed
+        # a checkpoint written before the limit existed
+        state.setdefault("explosion_limit", None)
+        state.setdefault("best_value", math.inf)
+        state.setdefault("best", state["good"])
         state.update(objective=self.ctx.objective, records=[], _round=[], start_wall=time.time(),
                      max_time=kw["max_time"], max_epochs=kw["max_epochs"], stopped=False, converged=False,
                      message="", error=None)

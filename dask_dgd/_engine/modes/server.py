@@ -70,6 +70,9 @@ class ServerCore:
         self.latest = [None] * self.n_groups  # latest partial sums of each group
         self.snapshots = {0: (self.params, self.state, self.optimizer)}
         self.good = 0  # latest version whose parameters gave finite sums
+        # the version whose push gave the lowest objective: where an explosion goes back
+        # to (the latest good version may be well on its way up)
+        self.best_value, self.best = math.inf, 0
         self.backoffs = 0
         self.rows_seen = 0
         self.stopper = EpochStopper(tol) if n_iter_no_change is None else EpochStopper(tol, n_iter_no_change)
@@ -142,9 +145,11 @@ class ServerCore:
         if limit is not None and value > limit:
             self._round.append(stat)
             self._backoff(f"asynchronous training diverged at update {self.version}: the objective exploded "
-                          f"(loss={value}, above {limit:.3g})")
+                          f"(loss={value}, above {limit:.3g})", to=self.best)
             return self._after_push(now)
         self.good = max(self.good, msg["version"])
+        if value < self.best_value and msg["version"] in self.snapshots:
+            self.best_value, self.best = value, msg["version"]
         self.latest = latest
         scale = 1.0 / (1.0 + delay) if self.staleness_scaling else 1.0
         rule = UpdateRule(self.optimizer, self.objective.penalty)
@@ -162,14 +167,16 @@ class ServerCore:
             self.stop(converged=True)
         return self._after_push(now)
 
-    def _backoff(self, what):
+    def _backoff(self, what, to=None):
         """Non-finite or exploded sums, or non-finite parameters: back to the last good
-        version, half the step (``what``: the divergence, for the error at the limit)."""
+        version (or version ``to``), half the step (``what``: the divergence, for the
+        error at the limit)."""
         self.backoffs += 1
         if self.backoffs > self.max_backoffs:
             self.stop(error=divergence_message(what, self.max_backoffs, self.objective.hint))
             return
-        params, state, optimizer = self.snapshots.get(self.good, self.snapshots[min(self.snapshots)])
+        target = self.good if to is None else to
+        params, state, optimizer = self.snapshots.get(target, self.snapshots[min(self.snapshots)])
         self.optimizer = optimizer.scale_learning_rate(0.5)
         self.params, self.state = params, state
         self.latest = [None] * self.n_groups
@@ -177,10 +184,10 @@ class ServerCore:
         self.valid_from = self.version
         self.rollbacks += 1
         self.snapshots = {self.version: (self.params, self.state, self.optimizer)}
-        self.good = self.version
+        self.good = self.best = self.version
 
     def _prune(self):
-        keep = set(self.pulled) | {self.good, self.version}
+        keep = set(self.pulled) | {self.good, self.best, self.version}
         for v in [v for v in self.snapshots if v not in keep]:
             del self.snapshots[v]
 
