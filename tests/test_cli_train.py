@@ -240,7 +240,9 @@ def test_small_input_is_fitted_and_predicted_without_starting_a_cluster(tmp_path
 def test_pointwise_climate_summary_reports_no_objective(tmp_path, capsys):
     path = tmp_path / "grid.nc"
     a = np.random.default_rng(3).normal(size=(12, 2, 3))
-    xr.Dataset({"a": (("time", "lat", "lon"), a), "tas": (("time", "lat", "lon"), 1 + 2 * a)}).to_netcdf(path)
+    # area weights need latitudes in degrees (a bare latitude dimension is refused)
+    xr.Dataset({"a": (("time", "lat", "lon"), a), "tas": (("time", "lat", "lon"), 1 + 2 * a)},
+               coords={"lat": [-10.0, 10.0], "lon": [0.0, 1.0, 2.0]}).to_netcdf(path)
     model = str(tmp_path / "c.npz")
     code, out, err = _run(["train", str(path), "--model", "climate-pointwise", "--target", "tas", "--features", "a",
                            "--out", model], capsys)
