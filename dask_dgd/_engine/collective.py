@@ -49,16 +49,6 @@ def _stateless(shard, fn, *args):
 _NO_STATS = {"times": {}, "up": 0, "up_raw": 0, "nodes": 0, "spans": []}
 
 
-def _step_of(name, previous):
-    """The step a reduction is for: the number its task name ends with (a synchronous
-    step is named ``grad-<step>``; a validation's ``validation-<n>`` is no step), else
-    ``previous``."""
-    tail = name.rsplit("-", 1)[-1]
-    if tail.isdigit() and not name.startswith("validation"):
-        return int(tail)
-    return previous
-
-
 class Collective:
     """The step transport of one shard set (see the module docstring)."""
 
@@ -140,22 +130,26 @@ class Collective:
         """Whether a step goes as tasks (cluster, stateless, ``dgd.step-transport="task"``)."""
         return self.on_cluster and stateless and step_transport() == "task"
 
-    def reduce(self, fn, *args, split_every, size, name, stateless=False):
+    def reduce(self, fn, *args, split_every, size, name, stateless=False, step=None):
         """One step: ``fn(shard, scratch, *args, tree)`` on every group, each answering
         with its complete subtrees (or leaves) of the block tree, merged into the root
         :class:`~.reduce.Partial`.  ``size``: the gradient's length.  ``stateless``
-        steps may run as tasks (they need no group memory)."""
-        self.step = _step_of(name, self.step)
+        steps may run as tasks (they need no group memory).  ``step``: the fit's number
+        of this step, named if it fails (None: not a training step)."""
+        if step is not None:
+            self.step = step
         tree = BlockTree(self.shards.n_blocks, split_every, size=size)
         if self.uses_tasks(stateless):
             return self._reduce_tasks(fn, args, tree, name)
         return tree.root(self._reduce(fn, (*args, tree), tree, leaf=False))
 
-    def reduce_groups(self, fn, *args, split_every):
+    def reduce_groups(self, fn, *args, split_every, step=None):
         """``fn(shard, scratch, *args)`` on every group, each answering one
         :class:`~.reduce.Partial`, summed in the tree of fan-in ``split_every`` over the
-        groups in group order (so the sum does not depend on where it is taken)."""
-        self.step = 1 if self.step is None else self.step + 1  # a round: one step
+        groups in group order (so the sum does not depend on where it is taken).
+        ``step``: the fit's number of this round, named if it fails."""
+        if step is not None:
+            self.step = step
         tree = BlockTree(self.shards.n_groups, split_every)
         return tree.root(self._reduce(fn, args, tree, leaf=True))
 

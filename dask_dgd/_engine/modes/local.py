@@ -171,7 +171,8 @@ class LocalSGD(Solver):
         rule = UpdateRule(self.optimizer, obj.penalty)
         coll = ctx.shards.collective
         total = coll.reduce_groups(group_round, obj, rule, self.params, self.reset, draws, local,
-                                   self.guard.limit(batch=True), split_every=src.split_every)
+                                   self.guard.limit(batch=True), split_every=src.split_every,
+                                   step=src.n_steps + (local is None))  # the round's record number
         wall1 = time.time()
         weight = total.weight_sum
         smooth, _ = obj.finish(round_first(total), self.params)

@@ -90,7 +90,7 @@ class SyncSource:
         request = StepRequest(params, aux, draw, local, self.compressor, self.seed)
         partial = sh.collective.reduce(
             group_step, obj, request, split_every=self.split_every, size=obj.n_params,
-            name=f"{name}-{self.n_steps}", stateless=local is None and self.compressor is None,
+            name=f"{name}-{self.n_steps}", stateless=local is None and self.compressor is None, step=self.n_steps,
         )
         wall1 = time.time()
         value, grad = obj.finish(partial, params)
