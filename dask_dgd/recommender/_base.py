@@ -220,7 +220,7 @@ class FactorizationBase(RecommenderMixin, ClientParamMixin, BaseEstimator):
         mem = 0 if is_dask_collection(frame) else int(frame.memory_usage(index=False).sum())
         executor = get_executor(self.client, frame, nbytes=mem)
         parts = frame_parts(executor, frame)
-        facts = scan(executor, parts, cols)
+        facts = scan(executor, parts, cols, digest=self.checkpoint is not None and not continued)
         check_scan(facts, cols[2], self._kind_now())
         users, items = id_index(facts["users"], "user"), id_index(facts["items"], "item")
         if continued:
@@ -234,6 +234,8 @@ class FactorizationBase(RecommenderMixin, ClientParamMixin, BaseEstimator):
         shards, loads = build_rating_shards(executor, parts, cols, users, items, n_shards, like)
         shards.totals = {"ratings": int(facts["n"]), "rating_sum": f"{facts['rating_sum']:.10g}",
                          "users": len(users), "items": len(items)}
+        if "digest" in facts:  # the ratings themselves, whatever their order or partitions
+            shards.totals["ratings digest"] = facts["digest"]
         model = self._model(mu, len(items), seed)
         optimizer = self._optimizer()
         n_batches = 1 if self.batch_size is None else max(1, int(round(facts["n"] / self.batch_size)))

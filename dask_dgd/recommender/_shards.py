@@ -98,8 +98,11 @@ class RatingShard:
         return a if self.like is None or a is None else asarray_like(a, self.like)
 
 
-def scan_part(df, user_col, item_col, rating_col):
-    """Per-partition facts: unique users and items, counts, rating sums and sums of squares."""
+def scan_part(df, user_col, item_col, rating_col, digest=False):
+    """Per-partition facts: unique users and items, counts, rating sums and sums of
+    squares; ``digest``: also the sum (mod 2**64) of the rows' hashes, which does not
+    depend on the rows' order or partitions (a matrix factorization's batches do not
+    either)."""
     out = {
         "n": len(df),
         "users": pd.unique(df[user_col].to_numpy()),
@@ -117,6 +120,9 @@ def scan_part(df, user_col, item_col, rating_col):
         out["rating_sum"] = float(r[finite].sum())
         out["rating_sq_sum"] = float(np.square(r[finite]).sum())
         out["rating_min"] = float(r[finite].min()) if finite.any() else math.inf
+    if digest:
+        cols = [c for c in (user_col, item_col, rating_col) if c is not None]
+        out["digest"] = int(pd.util.hash_pandas_object(df[cols], index=False).to_numpy().sum(dtype=np.uint64))
     return out
 
 
@@ -301,11 +307,13 @@ def _check_shards_fit(client, workers, parts, placed, loads, n_users):
     )
 
 
-def scan(executor, parts, cols):
-    """Facts of the whole frame (combined on the driver from one task per partition)."""
+def scan(executor, parts, cols, digest=False):
+    """Facts of the whole frame (combined on the driver from one task per partition);
+    ``digest`` (fits that write checkpoints): also the ratings' digest, a hex string
+    (see :func:`scan_part`)."""
     run = _Runner(executor)
-    facts = run.gather([run.submit(scan_part, p, *cols, name="dgd-mf-scan") for p in parts])
-    return {
+    facts = run.gather([run.submit(scan_part, p, *cols, digest, name="dgd-mf-scan") for p in parts])
+    out = {
         "n": sum(f["n"] for f in facts),
         "users": [f["users"] for f in facts],
         "items": [f["items"] for f in facts],
@@ -315,6 +323,9 @@ def scan(executor, parts, cols):
         "rating_sq_sum": sum(f["rating_sq_sum"] for f in facts),
         "rating_min": min([f["rating_min"] for f in facts] + [math.inf]),
     }
+    if digest:
+        out["digest"] = f"{sum(f['digest'] for f in facts) % 2**64:016x}"
+    return out
 
 
 def build_rating_shards(executor, parts, cols, users, items, n_shards, like=None):

@@ -11,7 +11,7 @@ import pytest
 from sklearn.base import clone
 from sklearn.model_selection import GridSearchCV
 
-from dask_dgd import ImplicitMatrixFactorization, InputError, MatrixFactorization, ParameterError
+from dask_dgd import CheckpointError, ImplicitMatrixFactorization, InputError, MatrixFactorization, ParameterError
 from dask_dgd.datasets import make_ratings
 from dask_dgd.exceptions import DivergenceError
 from dask_dgd.recommender import evaluate_ranking, train_test_split
@@ -390,6 +390,24 @@ def test_divergence_names_the_step_and_the_remedy():
     # plain gradient descent halves a step that raises the objective, and recovers
     mf = MatrixFactorization(optimizer="sgd", learning_rate=1e4, max_iter=50, random_state=0).fit(ratings)
     assert np.isfinite(mf.history_["loss"]).all() and mf.history_["step_size"].iloc[-1] < 1e4
+
+
+@pytest.mark.filterwarnings("ignore::sklearn.exceptions.ConvergenceWarning")
+def test_a_checkpoint_of_other_ratings_with_the_same_totals_is_refused(tmp_path, client):
+    """The fingerprint covers the ratings themselves (issue 22, item 3), whatever their
+    order or partitions: two ratings swapped between rows keep every total."""
+    ratings, _ = make_ratings(50, 30, 600, random_state=0)
+    kw = dict(n_components=3, max_iter=5, random_state=0, checkpoint=tmp_path, client=client)
+    MatrixFactorization(**kw).fit(ratings)
+    rows = ratings.index[ratings["rating"] != ratings["rating"].iloc[0]][0], ratings.index[0]
+    swapped = ratings.copy()
+    swapped.loc[list(rows), "rating"] = ratings.loc[list(rows[::-1]), "rating"].to_numpy()
+    with pytest.raises(CheckpointError, match=r"written by another fit \(ratings digest: checkpoint '[0-9a-f]{16}', "
+                                              r"now '[0-9a-f]{16}'\)"):
+        MatrixFactorization(**kw).fit(swapped, resume=True)
+    # the same ratings in another order, as a dask DataFrame of 3 partitions on the cluster
+    shuffled = dd.from_pandas(ratings.sample(frac=1.0, random_state=1), npartitions=3)
+    MatrixFactorization(**kw).fit(shuffled, resume=True)
 
 
 def test_checkpoint_needs_an_int_random_state(tmp_path):
