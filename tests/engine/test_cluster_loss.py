@@ -127,7 +127,7 @@ def test_losing_the_scheduler_mid_fit_is_a_cluster_error_that_says_so(scheduler_
 
 
 # ------------------------------------------------- a matrix factorization's worker
-@pytest.fixture(scope="module")
+@pytest.fixture  # a fresh cluster per case: never waits for a nanny to replace a killed worker
 def process_client():
     with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=":0",
                       silence_logs=logging.CRITICAL) as cluster, Client(cluster, set_as_default=False) as client:
@@ -141,7 +141,6 @@ def ratings():
 
 @pytest.mark.parametrize("source", ["dask", "pandas"])
 def test_a_lost_matrix_factorization_worker_says_what_was_lost_and_what_to_do(process_client, ratings, source):
-    process_client.wait_for_workers(2, timeout=60)  # a worker killed by the other case is back
     victim = sorted(process_client.scheduler_info()["workers"])[-1]
     X = dd.from_pandas(ratings, npartitions=4) if source == "dask" else ratings
     mf = MatrixFactorization(n_components=3, max_iter=60, tol=0, random_state=0, client=process_client)
@@ -155,5 +154,4 @@ def test_a_lost_matrix_factorization_worker_says_what_was_lost_and_what_to_do(pr
     assert "user factors" in message and "only on their worker" in message, message
     assert "cannot be recovered" in message
     assert "checkpoint=" in message and "resume=True" in message
-    process_client.wait_for_workers(2, timeout=60)
 
