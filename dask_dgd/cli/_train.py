@@ -446,6 +446,8 @@ def _summary(est, cls_name, args):
     history = getattr(est, "history_", None)
     if history is not None and len(history) and "loss" in history:
         how = f"n_iter={est.n_iter_}, final objective {history['loss'].iloc[-1]:.6g}"
+    elif getattr(est, "family", "gaussian") != "gaussian":  # climate-pointwise GLMs: Newton passes per cell
+        how = f"n_iter={est.n_iter_} Newton passes over the grid (every cell converged or warned)"
     else:  # e.g. climate-pointwise: least squares solved cell by cell in one pass
         how = f"n_iter={est.n_iter_}, solved in one pass (no training objective to report)"
     return f"trained {cls_name} ({args.model}) on {args.data}: {how}"

@@ -36,6 +36,7 @@ from dask.highlevelgraph import HighLevelGraph
 
 from .._backend import get_namespace
 from ..exceptions import InputError, ParameterError
+from ._axes import AUTO, latitude_bounds, resolve_dims
 from ._blocks import design_block, mask_block, shift_block
 from ._namespace import align
 from ._time import check_dates, seasonal_terms, time_steps
@@ -179,25 +180,31 @@ class FeatureSpec:
         )
 
     def cell_weights(self, ds):
-        """``cos(latitude)`` of every cell (dims: the latitude coordinate's), checked: a
-        latitude dimension without coordinate values or latitudes outside [-90, 90]
-        degrees ([-pi/2, pi/2] with ``units="radians"``) are an :class:`InputError`."""
+        """The area weight of every cell (dims: the latitude coordinate's), checked.
+
+        ``cos(latitude)`` of the cell's centre; with CF latitude bounds ``(lo, hi)`` (the
+        coordinate's ``bounds`` attribute names a variable of shape ``(nlat, 2)``), the
+        mean of ``cos`` over the cell, ``(sin(hi) - sin(lo)) / (hi - lo)`` in radians:
+        the cell's exact area per unit of latitude, on the scale of ``cos(centre)``.  A
+        latitude dimension without coordinate values, or latitudes or bounds outside
+        [-90, 90] degrees ([-pi/2, pi/2] with ``units="radians"``) are an
+        :class:`InputError`."""
         lat = self.lat_name(ds)
         coord = ds[lat]
-        values = np.asarray(coord.values, dtype=np.float64)
         radians = str(coord.attrs.get("units", "")).lower() in ("radians", "radian", "rad")
-        degrees = np.rad2deg(values) if radians else values
-        with np.errstate(invalid="ignore"):
-            beyond = np.abs(degrees) > 90.0 + 1e-4  # float32 rounding at the poles is within
-        if beyond.any():
-            lo, hi = np.nanmin(values), np.nanmax(values)
-            unit, bounds = ("radians", "[-pi/2, pi/2]") if radians else ("degrees", "[-90, 90]")
-            raise InputError(
-                f"the latitude coordinate {lat!r} ranges from {lo:g} to {hi:g} {unit}, outside {bounds}: area weights "
-                f"(cos(latitude)) need latitudes in {unit}; fix the coordinate or pass area_weights=False"
-            )
-        w = np.cos(np.deg2rad(degrees)).clip(min=0.0)
-        return xr.DataArray(w, dims=coord.dims)
+        degrees = _checked_degrees(np.asarray(coord.values, dtype=np.float64), radians,
+                                   f"the latitude coordinate {lat!r}")
+        bounds = latitude_bounds(ds, lat)
+        if bounds is None:
+            w = np.cos(np.deg2rad(degrees)).clip(min=0.0)
+            return xr.DataArray(w, dims=coord.dims)
+        name = coord.attrs.get("bounds", coord.encoding.get("bounds"))
+        lo, hi = np.deg2rad(_checked_degrees(bounds, radians, f"the latitude bounds variable {name!r} of {lat!r}")).T
+        width = hi - lo
+        flat = np.abs(width) < 1e-12  # a cell of no height: the limit of the mean is cos(lo)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            w = np.where(flat, np.cos(lo), (np.sin(hi) - np.sin(lo)) / np.where(flat, 1.0, width))
+        return xr.DataArray(w.clip(min=0.0), dims=coord.dims)
 
     def static(self, ds, name):
         """Whether feature ``name`` has no time dimension (a static field)."""
@@ -205,6 +212,21 @@ class FeatureSpec:
 
     def needs_time_steps(self, ds):
         return any(s + self.lead > 0 for v in self.features if not self.static(ds, v) for s in self.lags[v])
+
+
+def _checked_degrees(values, radians, what):
+    """``values`` (radians if ``radians``) in degrees, refused beyond [-90, 90]."""
+    degrees = np.rad2deg(values) if radians else values
+    with np.errstate(invalid="ignore"):
+        beyond = np.abs(degrees) > 90.0 + 1e-4  # float32 rounding at the poles is within
+    if beyond.any():
+        lo, hi = np.nanmin(values), np.nanmax(values)
+        unit, bounds = ("radians", "[-pi/2, pi/2]") if radians else ("degrees", "[-90, 90]")
+        raise InputError(
+            f"{what} ranges from {lo:g} to {hi:g} {unit}, outside {bounds}: area weights "
+            f"(cos(latitude)) need latitudes in {unit}; fix the coordinate or pass area_weights=False"
+        )
+    return degrees
 
 
 def _bare_lat_error(ds, dim):
@@ -245,7 +267,7 @@ class Fields:
     chunks); ``time``: those that vary only in time (dims ``(time,)``, the grid's time
     chunks), never broadcast to the grid; ``order``: for each design column, ``(0, i)``
     for ``full[i]`` or ``(1, i)`` for ``time[i]``; ``weight``: the per-cell weight on the
-    spatial dims (``cos(latitude)``, see :meth:`FeatureSpec.cell_weights`; ones with
+    spatial dims (the area weight, see :meth:`FeatureSpec.cell_weights`; ones with
     ``area_weights=False`` or without a target, where it only gives the grid's shape);
     ``y``: the target on the grid (or None).
     """
@@ -413,7 +435,8 @@ class DesignMatrix:
         (the row counts are unknown until computed).
     y : dask.array.Array of shape (n_samples,)
     sample_weight : dask.array.Array of shape (n_samples,)
-        ``cos(latitude)`` area weights (ones with ``area_weights=False``).
+        Area weights: ``cos(latitude)``, or its mean over each cell with CF latitude
+        bounds (ones with ``area_weights=False``).
     feature_names : list of str
     """
 
@@ -506,8 +529,8 @@ def _assemble(blocks, numblocks):
     return da.block(nest([]))
 
 
-def to_design_matrix(ds, features, target, sample_dims=("time", "lat", "lon"), *, time_dim="time", lags=None,
-                     lead=0, seasonal=None, area_weights=True, lat="auto"):
+def to_design_matrix(ds, features, target, sample_dims=AUTO, *, time_dim=AUTO, lags=None, lead=0, seasonal=None,
+                     area_weights=True, lat="auto"):
     """An xarray Dataset as a lazy design matrix (samples x features), without loading it.
 
     Parameters
@@ -519,10 +542,19 @@ def to_design_matrix(ds, features, target, sample_dims=("time", "lat", "lon"), *
         ``(time,)`` index is broadcast to every cell).
     target : str
         The variable to predict.
-    sample_dims : tuple of str, default=("time", "lat", "lon")
-        Dimensions whose cells are the samples.
-    time_dim : str, default="time"
-        The time dimension (lags, lead and seasonal terms act along it).
+    sample_dims : "auto" or tuple of str, default="auto"
+        Dimensions whose cells are the samples, e.g. ``("time", "lat", "lon")``.
+        ``"auto"``: the target's dimensions, each recognised as time, latitude-like (Y)
+        or longitude-like (X) by its coordinate's CF attributes (``axis``,
+        ``standard_name``, ``units`` such as ``degrees_north``), its date values or its
+        name (``time``/``valid_time``, ``lat``/``latitude``/``y``/``rlat``,
+        ``lon``/``longitude``/``x``/``rlon``, ...), ordered (time, Y, X); the choice is
+        logged at INFO on the ``dask_dgd.climate`` logger and kept in ``dm.spec``.  Any
+        other dimension of the target (a ``level``, an ensemble ``member``) must be
+        selected or reduced first, or ``sample_dims`` given explicitly.
+    time_dim : str, default="auto"
+        The time dimension (lags, lead and seasonal terms act along it); ``"auto"``: the
+        one of ``sample_dims`` recognised as time as above.
     lags : None, int, list of int or dict, default=None
         Time steps back of each predictor: None: only the current value (lag 0); an int
         ``n``: lags ``0..n``; a list: those lags for every feature; a dict: per feature
@@ -534,11 +566,16 @@ def to_design_matrix(ds, features, target, sample_dims=("time", "lat", "lon"), *
         Number of harmonics of the seasonal cycle (``sin``/``cos`` of ``2 pi k`` times
         the fraction of the calendar year), for any calendar.
     area_weights : bool, default=True
-        Weight each cell by ``cos(latitude)`` (its relative area); needs a latitude
-        coordinate in degrees within [-90, 90] (radians with ``units="radians"``).
+        Weight each cell by its relative area: ``cos(latitude)`` of its centre or, when
+        the latitude coordinate has CF ``bounds`` (a ``(nlat, 2)`` variable such as
+        ``lat_bnds``), the mean of ``cos`` over the cell,
+        ``(sin(hi) - sin(lo)) / (hi - lo)``.  Needs a latitude coordinate in degrees
+        within [-90, 90] (radians with ``units="radians"``); on a curvilinear grid the
+        2-D latitude coordinate (e.g. ``nav_lat(y, x)``), with ``cos`` of the centres.
     lat : str, default="auto"
         The latitude coordinate for the weights ("auto": a spatial dimension named
-        ``lat``/``latitude`` or with CF latitude attributes).
+        ``lat``/``latitude``, or a coordinate on the spatial dimensions with CF latitude
+        attributes).
 
     Returns
     -------
@@ -550,12 +587,15 @@ def to_design_matrix(ds, features, target, sample_dims=("time", "lat", "lon"), *
     ------
     InputError
         A missing variable or dimension, non-numeric data, lags longer than the series;
+        with ``"auto"`` dimensions, a target dimension that is not time, Y or X, or no
+        time dimension;
         with lags or lead, a time coordinate out of order, with repeated or missing
         (NaT) times; with area weights, a latitude dimension without coordinate values
-        or latitudes outside [-90, 90] degrees.
+        or latitudes (or their bounds) outside [-90, 90] degrees.
     ParameterError
-        Bad ``lags``, ``lead`` or ``seasonal``.
+        Bad ``sample_dims``, ``lags``, ``lead`` or ``seasonal``.
     """
+    sample_dims, time_dim = resolve_dims(ds, target, sample_dims, time_dim)
     spec = FeatureSpec(features, target, sample_dims, time_dim, lags, lead, seasonal, area_weights, lat)
     spec.check(ds, need_target=True)
     return DesignMatrix(spec, Fields(spec, ds))

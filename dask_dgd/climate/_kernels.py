@@ -16,7 +16,40 @@ and a batched ``matmul``) and run on the block's device.
 import numba
 import numpy as np
 
-__all__ = ["cell_stats_kernel"]
+__all__ = ["BINOMIAL", "POISSON", "cell_stats_kernel", "glm_stats_kernel"]
+
+
+@numba.njit(cache=True, nogil=True, boundscheck=False)
+def _load_step(full, timef, kind, pos, y, w, t, tv, wm, ym, xs):  # pragma: no cover - compiled
+    """Time step ``t`` of a block into the buffers: ``wm`` the cells' weights (0 where
+    the target, the weight or a grid feature is not finite), ``ym`` the target and
+    ``xs`` (p, cells) the design ``[1, x]`` (0 where masked).  False when a time-only
+    feature is not finite: the whole step is masked and the buffers are not filled."""
+    nc = y.shape[1]
+    nf = kind.shape[0]
+    for f in range(nf):
+        if kind[f] == 1:
+            tv[f + 1] = timef[pos[f], t]
+            if not np.isfinite(tv[f + 1]):
+                return False
+    for c in range(nc):
+        ok = np.isfinite(y[t, c]) and w[c] > 0.0
+        for f in range(nf):
+            if kind[f] == 0 and not np.isfinite(full[pos[f], t, c]):
+                ok = False
+        wm[c] = w[c] if ok else 0.0
+        ym[c] = y[t, c] if ok else 0.0
+    xs[0, :] = 1.0
+    for f in range(nf):
+        if kind[f] == 0:
+            src = full[pos[f], t]
+            for c in range(nc):
+                xs[f + 1, c] = src[c] if wm[c] != 0.0 else 0.0
+        else:
+            v = tv[f + 1]
+            for c in range(nc):
+                xs[f + 1, c] = v
+    return True
 
 
 @numba.njit(cache=True, nogil=True, boundscheck=False)
@@ -39,31 +72,8 @@ def cell_stats_kernel(full, timef, kind, pos, y, w, out):  # pragma: no cover - 
     ym = np.empty(nc)
     tv = np.empty(p)
     for t in range(nt):
-        t_ok = True
-        for f in range(nf):
-            if kind[f] == 1:
-                tv[f + 1] = timef[pos[f], t]
-                if not np.isfinite(tv[f + 1]):
-                    t_ok = False
-        if not t_ok:
+        if not _load_step(full, timef, kind, pos, y, w, t, tv, wm, ym, xs):
             continue
-        for c in range(nc):
-            ok = np.isfinite(y[t, c]) and w[c] > 0.0
-            for f in range(nf):
-                if kind[f] == 0 and not np.isfinite(full[pos[f], t, c]):
-                    ok = False
-            wm[c] = w[c] if ok else 0.0
-            ym[c] = y[t, c] if ok else 0.0
-        xs[0, :] = 1.0
-        for f in range(nf):
-            if kind[f] == 0:
-                src = full[pos[f], t]
-                for c in range(nc):
-                    xs[f + 1, c] = src[c] if wm[c] != 0.0 else 0.0
-            else:
-                v = tv[f + 1]
-                for c in range(nc):
-                    xs[f + 1, c] = v
         for i in range(p):
             xi = xs[i]
             for j in range(i, p):
@@ -81,6 +91,99 @@ def cell_stats_kernel(full, timef, kind, pos, y, w, out):  # pragma: no cover - 
             a[c] += wm[c] * ym[c] * ym[c]
             b[c] += wm[c]
             d[c] += 1.0 if wm[c] != 0.0 else 0.0
+    for i in range(p):
+        for j in range(i):
+            acc[i * p + j, :] = acc[j * p + i, :]
+    out[:, :] = acc.T
+
+
+POISSON, BINOMIAL = 1, 2
+
+
+@numba.njit(cache=True, nogil=True, boundscheck=False)
+def glm_stats_kernel(full, timef, kind, pos, y, w, coef, family, with_entropy, out):  # pragma: no cover - compiled
+    """Per-cell Newton statistics of a Poisson (``family == 1``, log link) or binomial
+    (``family == 2``, logit link) model at the coefficients ``coef`` (cells, p) of the
+    cells, for one block; the inputs are those of :func:`cell_stats_kernel`.
+
+    ``out``: (cells, p*p + p + 6): the weighted Hessian ``sum w v(mu) x x^T`` (the
+    Fisher information; observed = expected for these canonical links), ``sum w (y -
+    mu) x`` (minus half the deviance's gradient), the weighted deviance ``sum w d(y,
+    mu)`` less its part that does not depend on the coefficients, ``sum w``, the
+    number of unmasked steps, ``sum w y``, the number of unmasked targets outside the
+    family's range (y < 0; binomial: y > 1; left out of the deviance) and, if
+    ``with_entropy``, that constant part of the deviance (``2 sum w y log y``;
+    binomial: ``+ (1 - y) log(1 - y)``), else 0: it is computed once per fit.  One
+    ``exp`` per unmasked cell and step (binomial: and one ``log1p``).  The linear
+    predictor is clipped to [-700, 700] for the mean and variance so that neither
+    overflows; the deviance is exact (``inf`` where the mean overflows: a step that far
+    is rejected by the caller)."""
+    nt, nc = y.shape
+    nf = kind.shape[0]
+    p = nf + 1
+    S = p * p + p + 6
+    acc = np.zeros((S, nc))
+    wm = np.empty(nc)
+    xs = np.empty((p, nc))
+    ym = np.empty(nc)
+    wv = np.empty(nc)
+    wr = np.empty(nc)
+    tv = np.empty(p)
+    for t in range(nt):
+        if not _load_step(full, timef, kind, pos, y, w, t, tv, wm, ym, xs):
+            continue
+        dev = acc[p * p + p]
+        bad = acc[p * p + p + 4]
+        ent = acc[p * p + p + 5]
+        for c in range(nc):
+            if wm[c] == 0.0:
+                wv[c] = 0.0
+                wr[c] = 0.0
+                continue
+            eta = coef[c, 0]
+            for f in range(nf):
+                eta += coef[c, f + 1] * xs[f + 1, c]
+            yc = ym[c]
+            if family == 1:
+                mu = np.exp(min(max(eta, -700.0), 700.0))
+                var = mu
+                out_of_range = yc < 0.0
+                # 2 (y log(y / mu) - (y - mu)) = 2 (y log y - y) + 2 (mu - y eta)
+                d = 2.0 * ((mu if eta <= 700.0 else np.inf) - yc * eta)
+                if with_entropy and yc > 0.0:
+                    ent[c] += wm[c] * 2.0 * (yc * np.log(yc) - yc)
+            else:
+                q = np.exp(-abs(eta))  # in (0, 1]: no overflow
+                mu = 1.0 / (1.0 + q) if eta >= 0.0 else q / (1.0 + q)
+                var = mu * (1.0 - mu)
+                out_of_range = yc < 0.0 or yc > 1.0
+                # 2 (y log y + (1 - y) log(1 - y)) + 2 (log(1 + e^eta) - y eta)
+                d = 2.0 * (max(eta, 0.0) + np.log1p(q) - yc * eta)
+                if with_entropy and 0.0 < yc < 1.0:
+                    ent[c] += wm[c] * 2.0 * (yc * np.log(yc) + (1.0 - yc) * np.log1p(-yc))
+            wv[c] = wm[c] * var
+            wr[c] = wm[c] * (yc - mu)
+            if out_of_range:  # refused by the caller, not summed
+                bad[c] += 1.0
+            else:
+                dev[c] += wm[c] * d
+        for i in range(p):
+            xi = xs[i]
+            for j in range(i, p):
+                xj = xs[j]
+                a = acc[i * p + j]
+                for c in range(nc):
+                    a[c] += wv[c] * xi[c] * xj[c]
+            a = acc[p * p + i]
+            for c in range(nc):
+                a[c] += wr[c] * xi[c]
+        b = acc[p * p + p + 1]
+        n = acc[p * p + p + 2]
+        s = acc[p * p + p + 3]
+        for c in range(nc):
+            b[c] += wm[c]
+            n[c] += 1.0 if wm[c] != 0.0 else 0.0
+            s[c] += wm[c] * ym[c]
     for i in range(p):
         for j in range(i):
             acc[i * p + j, :] = acc[j * p + i, :]

@@ -45,10 +45,21 @@ def cell_stats(order, yb, wb, *blocks):
         return out.reshape((1,) + space + (out.shape[1],))
     from ._kernels import cell_stats_kernel
 
+    inputs = kernel_inputs(order, yb, wb, full, timef)
+    p = len(order) + 1
+    out = np.empty((math.prod(space), p * p + p + 3))
+    cell_stats_kernel(*inputs, out)
+    return out.reshape((1,) + space + (out.shape[1],))
+
+
+def kernel_inputs(order, yb, wb, full, timef):
+    """The Numba kernels' inputs of a NumPy block: ``(full, timef, kind, pos, y, w)``
+    (see :func:`~._kernels.cell_stats_kernel`), float64 and contiguous."""
+    n_t = yb.shape[0]
+    cells = math.prod(yb.shape[1:])
     kind = np.array([k for k, _ in order], dtype=np.int64)
     pos = np.array([i for _, i in order], dtype=np.int64)
-    n_full = len(full)
-    fields = np.empty((max(n_full, 1), n_t, math.prod(space)))
+    fields = np.empty((max(len(full), 1), n_t, cells))
     for i, b in enumerate(full):
         fields[i] = np.asarray(b, dtype=np.float64).reshape(n_t, -1)
     time_fields = np.empty((max(len(timef), 1), n_t))
@@ -56,10 +67,7 @@ def cell_stats(order, yb, wb, *blocks):
         time_fields[i] = np.asarray(b, dtype=np.float64)
     y = np.ascontiguousarray(yb, dtype=np.float64).reshape(n_t, -1)
     w = np.ascontiguousarray(wb, dtype=np.float64).reshape(-1)
-    p = len(order) + 1
-    out = np.empty((y.shape[1], p * p + p + 3))
-    cell_stats_kernel(fields, time_fields, kind, pos, y, w, out)
-    return out.reshape((1,) + space + (out.shape[1],))
+    return fields, time_fields, kind, pos, y, w
 
 
 def cell_stats_xp(xp, order, y, w, full, timef):
@@ -75,17 +83,7 @@ def cell_stats_xp(xp, order, y, w, full, timef):
     """
     n_t, n_c = y.shape
     dtype, device = y.dtype, array_api_compat.device(y)
-    ok = xp.isfinite(y) & xp.reshape(w > 0.0, (1, n_c))
-    for f in full:
-        ok = ok & xp.isfinite(f)
-    for g in timef:
-        ok = ok & xp.reshape(xp.isfinite(g), (n_t, 1))
-    wm = xp.where(ok, xp.reshape(w, (1, n_c)), 0.0)
-    ym = xp.where(ok, y, 0.0)
-    cols = [xp.ones((n_t, n_c), dtype=dtype, device=device)]
-    for kind, pos in order:
-        cols.append(full[pos] if kind == 0 else xp.broadcast_to(xp.reshape(timef[pos], (n_t, 1)), (n_t, n_c)))
-    A = xp.permute_dims(xp.where(ok, xp.stack(cols, axis=0), 0.0), (2, 0, 1))  # (cells, p, time)
+    ok, wm, ym, A = masked_design(xp, order, y, w, full, timef)
     p = A.shape[1]
     Aw = A * xp.reshape(xp.permute_dims(wm, (1, 0)), (n_c, 1, n_t))
     gram = xp.matmul(Aw, xp.matrix_transpose(A))
@@ -96,6 +94,26 @@ def cell_stats_xp(xp, order, y, w, full, timef):
     tail = [xp.sum(wm * ym * ym, axis=0), xp.sum(wm, axis=0), xp.sum(xp.astype(ok, dtype), axis=0)]
     return xp.concat([xp.reshape(gram, (n_c, p * p)), xp.reshape(xy, (n_c, p)),
                       xp.stack(tail, axis=1)], axis=1)
+
+
+def masked_design(xp, order, y, w, full, timef):
+    """``(ok, wm, ym, A)`` of a block for the Array API paths: the unmasked (time,
+    cells), the weights and the target with zeros where masked, and the design ``[1,
+    x]`` as (cells, p, time) with zeros where masked (the inputs of
+    :func:`cell_stats_xp`)."""
+    n_t, n_c = y.shape
+    ok = xp.isfinite(y) & xp.reshape(w > 0.0, (1, n_c))
+    for f in full:
+        ok = ok & xp.isfinite(f)
+    for g in timef:
+        ok = ok & xp.reshape(xp.isfinite(g), (n_t, 1))
+    wm = xp.where(ok, xp.reshape(w, (1, n_c)), 0.0)
+    ym = xp.where(ok, y, 0.0)
+    cols = [xp.ones((n_t, n_c), dtype=y.dtype, device=array_api_compat.device(y))]
+    for kind, pos in order:
+        cols.append(full[pos] if kind == 0 else xp.broadcast_to(xp.reshape(timef[pos], (n_t, 1)), (n_t, n_c)))
+    A = xp.permute_dims(xp.where(ok, xp.stack(cols, axis=0), 0.0), (2, 0, 1))
+    return ok, wm, ym, A
 
 
 def solve_cells(stats, p, alpha):
@@ -143,14 +161,25 @@ def solve_cells(stats, p, alpha):
     return out.reshape(space + (p,))
 
 
-def pointwise_block(order, coef, wb, *blocks):
+def pointwise_block(order, family, coef, wb, *blocks):
     """Predictions of one grid block from its cells' coefficients (``coef``: (*space,
-    p), NumPy), in the namespace of the block and on its device."""
+    p), NumPy), in the namespace of the block and on its device: the mean of the
+    ``family`` (identity, log or logit link).  A cell with an infinite intercept and
+    zero slopes (a target that never left 0, or 1) predicts that edge exactly."""
     xp, (coef, wb, *blocks) = align(coef, wb, *blocks)
     shape = (blocks[0].shape[0],) + tuple(wb.shape)  # every field block spans the time chunk
     c = xp.reshape(coef, (1, -1, coef.shape[-1]))
     X = xp.reshape(block_features(order, shape, blocks), (shape[0], c.shape[1], len(order)))
-    return xp.reshape(c[..., 0] + xp.sum(X * c[..., 1:], axis=-1), shape)
+    eta = c[..., 0] + xp.sum(X * c[..., 1:], axis=-1)
+    return xp.reshape(_inverse_link(xp, family, eta), shape)
+
+
+def _inverse_link(xp, family, eta):
+    if family == "poisson":
+        return xp.exp(eta)
+    if family == "binomial":
+        return 1.0 / (1.0 + xp.exp(-eta))
+    return eta
 
 
 def pooled_block(order, coef, intercept, family, wb, *blocks):
@@ -158,11 +187,7 @@ def pooled_block(order, coef, intercept, family, wb, *blocks):
     xp, (coef, wb, *blocks) = align(np.asarray(coef, dtype=np.float64), wb, *blocks)
     shape = (blocks[0].shape[0],) + tuple(wb.shape)
     eta = xp.matmul(block_features(order, shape, blocks), coef) + float(intercept)
-    if family == "poisson":
-        eta = xp.exp(eta)
-    elif family == "binomial":
-        eta = 1.0 / (1.0 + xp.exp(-eta))
-    return xp.reshape(eta, shape)
+    return xp.reshape(_inverse_link(xp, family, eta), shape)
 
 
 def score_block(yb, pb, wb):

@@ -5,6 +5,7 @@ pointwise models' math is in :mod:`._pointwise`.  The fitted attributes are NumP
 model fitted on GPU blocks predicts on NumPy blocks and the other way round.
 """
 
+import inspect
 import numbers
 
 import dask
@@ -17,6 +18,7 @@ from sklearn.utils.validation import check_is_fitted
 from .._engine.executor import task_client
 from .._validation import TRAINING_CONSTRAINTS, ClientParamMixin, Interval, Options, validate_params
 from ..exceptions import InputError, ParameterError
+from ._axes import AUTO, resolve_dims
 from ._design import DesignMatrix, FeatureSpec, Fields
 from ._pointwise import cell_stats, pointwise_block, pooled_block, score_block, solve_cells
 
@@ -44,33 +46,71 @@ class ClimateRegressor(ClientParamMixin, BaseEstimator):
         each (time chunk, spatial chunk) block gives its cells' Gram matrices, which
         are summed over the time chunks only (a tree reduction per spatial chunk, so
         the parameters are sharded by spatial chunk) and solved per cell — for this
-        quadratic objective the Newton step from zero is exact.
-    sample_dims, time_dim, lags, lead, seasonal, area_weights, lat
-        How the design matrix is built; see :func:`dask_dgd.climate.to_design_matrix`.
+        quadratic objective the Newton step from zero is exact.  Poisson and binomial
+        cells are fitted by Newton's method (IRLS) for all cells at once: each pass
+        over the data sums the cells' Hessians and scores over the time chunks, with
+        step halving, until every cell has converged (see ``tol``); a spatial chunk
+        whose cells have all converged is not read again.
+    sample_dims : "auto" or tuple of str, default="auto"
+        Dimensions whose cells are the samples.  ``"auto"``: the target's dimensions,
+        each recognised as time, latitude-like (Y: ``lat``, ``latitude``, ``y``,
+        ``rlat``, ...) or longitude-like (X) by its coordinate's CF attributes, date
+        values or name, ordered (time, Y, X); another dimension of the target (e.g.
+        ``level``) is an ``InputError``.  The choice is logged at INFO on the
+        ``dask_dgd.climate`` logger and kept as ``sample_dims_``.
+    time_dim : str, default="auto"
+        The time dimension; ``"auto"``: the one of ``sample_dims`` recognised as time.
+    lags, lead, seasonal, area_weights, lat
+        How the design matrix is built; see :func:`dask_dgd.climate.to_design_matrix`
+        (also for the rules of ``"auto"``).
     family : {"gaussian", "poisson", "binomial"}, default="gaussian"
-        Pooled model: the link (identity, log, logit); the target must be counts >= 0
-        for poisson and 0/1 for binomial.  Pointwise models are gaussian.
+        The link (identity, log, logit), pooled and pointwise alike; the target must
+        be counts >= 0 for poisson and 0/1 for binomial (pointwise: values in [0, 1],
+        i.e. proportions too).  A pointwise cell whose target never leaves 0 (or, for
+        binomial, 1) has no finite maximum-likelihood fit: its intercept is ``-inf``
+        (``+inf``), its slopes 0, and it predicts 0 (1) exactly.
     alpha : float, default=0.0
         L2 penalty.  Pooled: on the weighted *mean* loss, as in
-        :class:`dask_dgd.LinearRegression`; pointwise: per cell on the weighted *sum* of
-        squared errors, as ``sklearn.linear_model.Ridge(alpha)`` (intercept unpenalised).
+        :class:`dask_dgd.LinearRegression`; pointwise: per cell, the weighted deviance
+        plus ``alpha * |slopes|^2`` (intercept unpenalised): for gaussian cells the
+        weighted sum of squared errors, as ``sklearn.linear_model.Ridge(alpha)``; for
+        poisson cells ``alpha = n * alpha_sk`` of ``sklearn.linear_model.PoissonRegressor``
+        (n the cell's weighted steps), for binomial ``alpha = 1 / C`` of
+        ``LogisticRegression``.
+    max_iter : int, default=100
+        Pooled: the training's limit, as in :class:`~dask_dgd.linear_model.DGDLinearModel`.
+        Pointwise poisson and binomial: the most Newton passes over the data (cells not
+        converged by then keep their last accepted coefficients, with a
+        ``ConvergenceWarning`` giving their number).
+    tol : float, default=1e-4
+        Pooled: the training's tolerance, as in the linear estimators.  Pointwise
+        poisson and binomial: a cell has converged when its Newton step changes no
+        coefficient by more than ``tol * max(1, |coefficients|)`` or its objective fell
+        by at most ``tol**2 * (|objective| + 0.1)`` (R's ``glm`` criterion); that last
+        step is then taken too, so the coefficients are about ``tol**2`` from the
+        optimum (Newton's quadratic convergence).
     split_every : int, default=8
         Fan-in of the reduction trees.
     client : distributed.Client or None, default=None
 
     Other Parameters
     ----------------
-    solver, optimizer, learning_rate, batch_size, max_iter, tol, mode, local_steps, outer_optimizer, \
-max_staleness, staleness_scaling, max_time, on_divergence, checkpoint, checkpoint_every, compression, \
-random_state, verbose, callbacks
+    solver, optimizer, learning_rate, batch_size, mode, local_steps, outer_optimizer, max_staleness, \
+staleness_scaling, max_time, on_divergence, checkpoint, checkpoint_every, compression, random_state, \
+verbose, callbacks
         Pooled model: the training parameters of the linear estimator it fits (see
         :class:`~dask_dgd.linear_model.DGDLinearModel`): every training mode,
         compression, checkpoints with ``fit(ds, resume=True)``, the divergence guard and
-        the time limit.  Pointwise models are solved exactly in one pass and use none
-        of them.
+        the time limit.  Pointwise models use ``max_iter``, ``tol`` (above) and
+        ``verbose`` only; any other of these set to a value other than its default
+        is a ``ParameterError`` with ``model="pointwise"``, not silently ignored.
 
     Attributes
     ----------
+    sample_dims_ : tuple of str
+        The sample dimensions of the fit, time first (``"auto"`` resolved).
+    time_dim_ : str
+        The time dimension of the fit.
     feature_names_ : list of str
         Columns of the design matrix (``var``, ``var_lagK``, ``sinK``, ``cosK``).
     coef_ : xarray.DataArray
@@ -99,7 +139,7 @@ random_state, verbose, callbacks
         "features": [None, str, list, tuple],
         "target": [None, str],
         "model": [Options("pooled", "pointwise")],
-        "sample_dims": [tuple, list],
+        "sample_dims": [Options(AUTO), tuple, list],
         "time_dim": [str],
         "lead": [Interval(numbers.Integral, 0, None, "left")],
         "seasonal": [None, Interval(numbers.Integral, 1, None, "left")],
@@ -120,8 +160,8 @@ random_state, verbose, callbacks
         target=None,
         *,
         model="pooled",
-        sample_dims=("time", "lat", "lon"),
-        time_dim="time",
+        sample_dims=AUTO,
+        time_dim=AUTO,
         lags=None,
         lead=0,
         seasonal=None,
@@ -202,6 +242,9 @@ random_state, verbose, callbacks
 
     # ----------------------------------------------------------------- helpers
     def _spec(self, ds=None):
+        """The fit's :class:`FeatureSpec` on ``ds``: ``"auto"`` dimensions and
+        ``features=None`` resolved against it; the dimensions chosen are kept as
+        ``sample_dims_`` and ``time_dim_`` (time first)."""
         validate_params(self)
         target, features = self.target, self.features
         if target is None:
@@ -210,19 +253,22 @@ random_state, verbose, callbacks
                 f"ClimateRegressor needs the variable to predict: pass target=<name>{names}, "
                 "e.g. ClimateRegressor(target='tas')"
             )
+        sample_dims, time_dim = resolve_dims(ds, target, self.sample_dims, self.time_dim)
         if features is None:
             if ds is None:
                 raise ParameterError("features=None is resolved against a Dataset at fit; the model is not fitted")
             features = [str(v) for v in ds.data_vars
-                        if v != target and ds[v].dims and set(ds[v].dims) <= set(self.sample_dims)]
+                        if v != target and ds[v].dims and set(ds[v].dims) <= set(sample_dims)]
             if not features and not self.seasonal:
                 raise ParameterError(
                     f"features=None found no variable but {target!r} on dimensions among sample_dims "
-                    f"{tuple(self.sample_dims)} (the Dataset's variables: {sorted(map(str, ds.data_vars))}); "
+                    f"{tuple(sample_dims)} (the Dataset's variables: {sorted(map(str, ds.data_vars))}); "
                     "pass features=[...]"
                 )
-        return FeatureSpec(features, target, self.sample_dims, self.time_dim, self.lags, self.lead,
+        spec = FeatureSpec(features, target, sample_dims, time_dim, self.lags, self.lead,
                            self.seasonal, self.area_weights, self.lat)
+        self.sample_dims_, self.time_dim_ = spec.sample_dims, spec.time_dim
+        return spec
 
     def _compute(self, *arrays):
         client = task_client(self.client)  # inside a Dask task: its cluster, seceded
@@ -277,9 +323,27 @@ random_state, verbose, callbacks
             return LogisticRegression(**common)
         return LinearRegression(**common)
 
+    _POOLED_ONLY = ("solver", "optimizer", "learning_rate", "batch_size", "mode", "local_steps", "outer_optimizer",
+                    "max_staleness", "staleness_scaling", "max_time", "on_divergence", "checkpoint",
+                    "checkpoint_every", "compression", "random_state", "callbacks")
+
+    def _check_pointwise_params(self):
+        """The pooled model's training parameters are refused with ``model="pointwise"``
+        unless left at their defaults: a parameter is used or refused, never ignored."""
+        defaults = inspect.signature(type(self).__init__).parameters
+        changed = [name for name in self._POOLED_ONLY
+                   if not _is_default(getattr(self, name), defaults[name].default)]
+        if changed:
+            shown = ", ".join(f"{name}={getattr(self, name)!r}" for name in changed)
+            raise ParameterError(
+                f"{shown}: pointwise models do not use {'these' if len(changed) > 1 else 'this'} (they train no "
+                "pooled model by gradient descent: least squares is solved per cell, poisson and binomial cells by "
+                "Newton passes, with max_iter and tol); leave it at its default or use model='pooled'"
+            )
+
     # --------------------------------------------------------------------- fit
-    _FITTED = ("spec_", "feature_names_", "target_attrs_", "grid_", "coef_", "intercept_", "n_samples_",
-               "n_iter_", "estimator_", "history_", "_coef_table")
+    _FITTED = ("spec_", "sample_dims_", "time_dim_", "feature_names_", "target_attrs_", "grid_", "coef_",
+               "intercept_", "n_samples_", "n_iter_", "estimator_", "history_", "_coef_table")
 
     def fit(self, ds, y=None, resume=False):
         """Fit on a Dataset holding the features and the target.
@@ -309,6 +373,8 @@ random_state, verbose, callbacks
                 "resume=True continues a pooled model's training from its checkpoint; pointwise models are "
                 "solved in one pass and have none"
             )
+        if self.model == "pointwise":
+            self._check_pointwise_params()
         spec.check(ds, need_target=True)
         fields = Fields(spec, ds)
         grid = {d: (ds.sizes[d], np.asarray(ds[d].values) if d in ds.coords else None) for d in spec.space_dims()}
@@ -344,6 +410,8 @@ random_state, verbose, callbacks
         self.history_ = est.history_
 
     def _fit_pointwise(self, spec, fields):
+        if self.family != "gaussian":
+            return self._fit_pointwise_glm(spec, fields)
         p = fields.p + 1
         n_stats = p * p + p + 3
         index = "t" + "abcdefgh"[: len(spec.sample_dims) - 1]
@@ -360,13 +428,32 @@ random_state, verbose, callbacks
             raise InputError(
                 f"every cell of {self.target!r} or its features is masked (NaN) or has zero weight: nothing to fit"
             )
+        self.n_iter_ = 1
+        self._set_pointwise(spec, fields, coef, count)
+
+    def _fit_pointwise_glm(self, spec, fields):
+        from .._engine.monitor import progress_bar
+        from ._pointwise_glm import fit_cells
+
+        client = task_client(self.client)  # inside a Dask task: its cluster, seceded
+        bar = progress_bar(self.verbose, self.max_iter, f"{type(self).__name__} (pointwise {self.family})", "pass")
+        try:
+            coef, count, passes = fit_cells(fields, self.family, self.alpha, self.tol, self.max_iter,
+                                            self.split_every, client, self.target, progress=bar)
+        finally:
+            if bar is not None:
+                bar.total = bar.n  # converged before max_iter: the bar ends full
+                bar.close()
+        self.n_iter_ = passes
+        self._set_pointwise(spec, fields, coef, count)
+
+    def _set_pointwise(self, spec, fields, coef, count):
         space = spec.space_dims()
         coords = {name: c for name, c in fields.coords.items() if c.dims and set(c.dims) <= set(space)}
         names = {"feature": spec.names}
         self.intercept_ = xr.DataArray(coef[..., 0], dims=space, coords=coords, name="intercept")
         self.coef_ = xr.DataArray(coef[..., 1:], dims=space + ("feature",), coords={**coords, **names}, name="coef")
         self.n_samples_ = xr.DataArray(count.astype(np.int64), dims=space, coords=coords, name="n_samples")
-        self.n_iter_ = 1
         self._coef_table = coef
 
     # ----------------------------------------------------------------- predict
@@ -406,7 +493,8 @@ random_state, verbose, callbacks
             self._check_grid(spec, ds)
             chunks = fields.grid_chunks[1:] + ((self._coef_table.shape[-1],),)
             coef = da.from_array(self._coef_table, chunks=chunks)
-            out = da.blockwise(pointwise_block, index, fields.order, None, coef, index[1:] + "p", *args,
+            out = da.blockwise(pointwise_block, index, fields.order, None, self.family, None, coef, index[1:] + "p",
+                               *args,
                                concatenate=True, dtype=np.float64, meta=fields.meta(len(index)))
         else:
             coef = np.asarray(self.coef_.values, dtype=np.float64)
@@ -444,6 +532,10 @@ random_state, verbose, callbacks
     def score(self, ds, y=None):
         """Area-weighted coefficient of determination R^2 on ``ds``."""
         return self.evaluate(ds)["r2"]
+
+
+def _is_default(value, default):
+    return value is default or (type(value) is type(default) and value == default)
 
 
 def _default_client():

@@ -24,6 +24,7 @@ from dask_dgd.climate._pointwise import cell_stats
 from dask_dgd.climate._pointwise import pointwise_block as _pointwise_block
 from dask_dgd.climate._pointwise import pooled_block as _pooled_block
 from dask_dgd.climate._pointwise import score_block as _score_block
+from dask_dgd.climate._pointwise_glm import glm_stats
 from dask_dgd.testing import STRICT_DEVICE, on_array_api_strict
 
 DEVICE = xps.Device(STRICT_DEVICE)
@@ -87,6 +88,28 @@ def test_cell_stats_on_strict_equal_the_numba_kernel(shape):
     np.testing.assert_allclose(got, expected, rtol=1e-12, atol=1e-12 * np.abs(expected).max())
     gram = got[..., : p * p].reshape(got.shape[:-1] + (p, p))
     np.testing.assert_array_equal(gram, np.swapaxes(gram, -1, -2))  # exactly symmetric, as the kernel's
+
+
+@pytest.mark.parametrize("first", [True, False], ids=["first pass", "later pass"])
+@pytest.mark.parametrize("family", ["poisson", "binomial"])
+@pytest.mark.parametrize("shape", SHAPES, ids=SHAPE_IDS)
+def test_glm_stats_on_strict_equal_the_numba_kernel(shape, family, first):
+    order, y, w, full, timef = block_inputs(**shape)
+    rng = np.random.default_rng(1)
+    y = np.where(np.isfinite(y), rng.poisson(1.5, size=y.shape) if family == "poisson"
+                 else rng.random(y.shape) < 0.4, np.nan)
+    y[2, 2, 2] = -1.0 if family == "poisson" else 1.5  # outside the range: counted
+    p = len(order) + 1
+    coef = rng.normal(0, 0.1, size=y.shape[1:] + (p,)) / np.r_[1.0, [10.0 ** k for k in range(len(full))],
+                                                              np.ones(len(timef))]
+    expected = glm_stats(order, family, first, coef, y, w, *full, *timef)  # the Numba kernel
+    ys, ws, fs, ts = on_device(y, w, full, timef)
+    got = glm_stats(order, family, first, coef, ys, ws, *fs, *ts)
+    assert isinstance(got, np.ndarray) and got.shape == expected.shape == (1,) + y.shape[1:] + (p * p + p + 6,)
+    assert expected[..., -2].sum() == 1 and expected[..., -4].min() == 0  # the bad value; masked cells
+    assert (expected[..., -1] != 0).any() == (first and family == "poisson")  # 0/1 data: no constant
+    np.testing.assert_array_equal(got[..., -4], expected[..., -4])
+    np.testing.assert_allclose(got, expected, rtol=1e-12, atol=1e-12 * np.abs(expected).max())
 
 
 def test_block_functions_refuse_a_second_device():
@@ -163,8 +186,8 @@ def test_prediction_blocks_on_strict_equal_numpy(family):
     np.testing.assert_allclose(to_host(got), expected, rtol=1e-12, atol=0)
     table = rng.normal(size=y.shape[1:] + (len(order) + 1,))
     table[0, 0] = np.nan  # a cell without a model
-    expected = _pointwise_block(order, table, w, *full, *timef)
-    got = _pointwise_block(order, table, ws, *fs, *ts)
+    expected = _pointwise_block(order, "gaussian", table, w, *full, *timef)
+    got = _pointwise_block(order, "gaussian", table, ws, *fs, *ts)
     assert_strict(got, y.shape)
     np.testing.assert_allclose(to_host(got), expected, rtol=1e-12, atol=0)
     X = block_features(order, y.shape, [*full, *timef]).reshape(y.shape + (len(order),))
@@ -247,6 +270,26 @@ def test_pointwise_on_strict_blocks_equals_numpy(params, client):
     _check_predictions(client, model, ref, sds, ds)
     # fitted on strict blocks, predicts on NumPy
     xr.testing.assert_allclose(model.predict(_chunked(ds)).compute(), ref.predict(_chunked(ds)).compute())
+
+
+@pytest.mark.parametrize("family", ["poisson", "binomial"])
+def test_pointwise_glm_on_strict_blocks_equals_numpy(family, client):
+    ds = climate_grid(T=36)
+    rng = np.random.default_rng(5)
+    mean = np.exp(0.3 * ds["a"].fillna(0.0) + 0.2 * ds["index"])
+    ds["k"] = xr.where(np.isfinite(ds["tas"]), rng.poisson(mean.values) if family == "poisson"
+                       else rng.random(mean.shape) < mean / (1 + mean), np.nan).astype(np.float64)
+    sds = _on_strict(ds)
+    params = dict(model="pointwise", family=family, lags={"a": [0, 1]}, seasonal=1, client=client)
+    ref = ClimateRegressor(["a", "index"], "k", **params).fit(_chunked(ds))
+    model = ClimateRegressor(["a", "index"], "k", **params).fit(sds)
+    assert model.n_iter_ == ref.n_iter_ >= 3
+    np.testing.assert_allclose(model.coef_.values, ref.coef_.values, rtol=1e-9, atol=1e-10)
+    np.testing.assert_allclose(model.intercept_.values, ref.intercept_.values, rtol=1e-9, atol=1e-10)
+    pred = model.predict(sds)
+    (got,), (expected,) = _blocks(client, pred.data[:12, :2, :5]), _blocks(client, ref.predict(_chunked(ds)).data[:12, :2, :5])
+    assert_strict(got, expected.shape)
+    np.testing.assert_allclose(to_host(got), expected, rtol=1e-9, atol=1e-12)
 
 
 POOLED = [

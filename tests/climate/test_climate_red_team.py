@@ -32,6 +32,11 @@ def _shuffled(ds, seed=1):
 
 
 _POOLED = {"solver": "lbfgs", "max_iter": 200, "tol": 1e-10}
+
+
+def _training(model):
+    """The pooled model's training settings (pointwise models refuse them)."""
+    return _POOLED if model == "pooled" else {}
 _CALENDARS = ["datetime64", "360_day", "noleap"]
 
 
@@ -40,12 +45,12 @@ _CALENDARS = ["datetime64", "360_day", "noleap"]
 @pytest.mark.parametrize("model", ["pooled", "pointwise"])
 def test_shuffled_time_with_lags_is_refused(model, calendar, client):
     ds = _shuffled(_grid(calendar=calendar))
-    est = ClimateRegressor(["a"], "tas", model=model, lags=[0, 1], client=client, **_POOLED)
+    est = ClimateRegressor(["a"], "tas", model=model, lags=[0, 1], client=client, **_training(model))
     with pytest.raises(InputError, match=r"the time coordinate 'time' is not in increasing order: .* comes after "
                                          r".*sort the Dataset with ds\.sortby\('time'\)"):
         est.fit(ds)
     with pytest.raises(InputError, match=r"'time' is not in increasing order.*ds\.sortby\('time'\)"):
-        ClimateRegressor(["a"], "tas", model=model, lead=1, client=client, **_POOLED).fit(ds)
+        ClimateRegressor(["a"], "tas", model=model, lead=1, client=client, **_training(model)).fit(ds)
     with pytest.raises(InputError, match=r"'time' is not in increasing order.*ds\.sortby\('time'\)"):
         to_design_matrix(ds, ["a"], "tas", lags=[1])
 
@@ -74,7 +79,7 @@ def test_duplicate_times_with_lags_are_refused(model, calendar, client):
     doubled = ds.isel(time=[0, 1, 2, 3, 3, 4, 5] + list(range(6, 24)))
     with pytest.raises(InputError, match=r"the time coordinate 'time' has duplicate values \(1 repeated, the first "
                                          r"2000-04-01.*\): .*ds\.drop_duplicates\('time'\)"):
-        ClimateRegressor(["a"], "tas", model=model, lags=[0, 1], client=client, **_POOLED).fit(doubled)
+        ClimateRegressor(["a"], "tas", model=model, lags=[0, 1], client=client, **_training(model)).fit(doubled)
 
 
 def test_missing_times_with_lags_are_refused():
@@ -89,7 +94,7 @@ def test_missing_times_with_lags_are_refused():
 @pytest.mark.parametrize("model", ["pooled", "pointwise"])
 def test_order_does_not_matter_without_lags(model, client):
     ds = _grid(calendar="noleap")
-    kwargs = {"model": model, "seasonal": 1, "client": client, **_POOLED}
+    kwargs = {"model": model, "seasonal": 1, "client": client, **_training(model)}
     ref = ClimateRegressor(["a"], "tas", **kwargs).fit(ds)
     for other in (_shuffled(ds), ds.isel(time=slice(None, None, -1))):
         got = ClimateRegressor(["a"], "tas", **kwargs).fit(other)
@@ -109,18 +114,18 @@ def test_sorted_data_with_a_gap_still_fits_with_lags(client):
 @pytest.mark.parametrize("model", ["pooled", "pointwise"])
 def test_area_weights_refuse_a_latitude_dim_without_coordinate(model, client):
     ds = _grid(Y=120, X=2, T=12).drop_vars("lat")
-    est = ClimateRegressor(["a"], "tas", model=model, client=client, **_POOLED)
+    est = ClimateRegressor(["a"], "tas", model=model, client=client, **_training(model))
     msg = (r"area weights need the latitude of every cell in degrees, but the dimension 'lat' has no coordinate "
            r"values \(its index 0\.\.119 is not a latitude\): give it one \(ds\.assign_coords\(lat=\.\.\.\)\) "
            r"or pass area_weights=False")
     with pytest.raises(InputError, match=msg):
         est.fit(ds)
     with pytest.raises(InputError, match=msg):
-        ClimateRegressor(["a"], "tas", model=model, lat="lat", client=client, **_POOLED).fit(ds)
+        ClimateRegressor(["a"], "tas", model=model, lat="lat", client=client, **_training(model)).fit(ds)
     with pytest.raises(InputError, match=msg):
         to_design_matrix(ds, ["a"], "tas")
     # without area weights the same data fits every row
-    flat = ClimateRegressor(["a"], "tas", model=model, area_weights=False, client=client, **_POOLED).fit(ds)
+    flat = ClimateRegressor(["a"], "tas", model=model, area_weights=False, client=client, **_training(model)).fit(ds)
     assert np.isfinite(flat.coef_.values).all()
 
 
@@ -130,11 +135,11 @@ def test_area_weights_refuse_latitudes_beyond_90_degrees(model, client):
     msg = (r"the latitude coordinate 'lat' ranges from 0 to 119 degrees, outside \[-90, 90\]: area weights "
            r"\(cos\(latitude\)\) need latitudes in degrees; fix the coordinate or pass area_weights=False")
     with pytest.raises(InputError, match=msg):
-        ClimateRegressor(["a"], "tas", model=model, client=client, **_POOLED).fit(ds)
+        ClimateRegressor(["a"], "tas", model=model, client=client, **_training(model)).fit(ds)
     south = _grid(Y=3, X=2, T=12, lat=np.array([-95.0, 0.0, 10.0]))
     with pytest.raises(InputError, match=r"'lat' ranges from -95 to 10 degrees, outside \[-90, 90\]"):
-        ClimateRegressor(["a"], "tas", model=model, client=client, **_POOLED).fit(south)
-    flat = ClimateRegressor(["a"], "tas", model=model, area_weights=False, client=client, **_POOLED).fit(ds)
+        ClimateRegressor(["a"], "tas", model=model, client=client, **_training(model)).fit(south)
+    flat = ClimateRegressor(["a"], "tas", model=model, area_weights=False, client=client, **_training(model)).fit(ds)
     assert np.isfinite(flat.coef_.values).all()
 
 

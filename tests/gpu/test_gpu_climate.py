@@ -80,9 +80,9 @@ def test_block_functions_on_cupy_equal_numpy(cp):
         assert isinstance(out, cp.ndarray)
         np.testing.assert_array_equal(cp.asnumpy(out), fn(order, y, w, *args_np))
     table = rng.normal(size=(3, 4, 4))
-    out = _pointwise_block(order, table, w, *args_gpu)
+    out = _pointwise_block(order, "gaussian", table, w, *args_gpu)
     assert isinstance(out, cp.ndarray)
-    np.testing.assert_allclose(cp.asnumpy(out), _pointwise_block(order, table, w, *args_np), rtol=1e-12)
+    np.testing.assert_allclose(cp.asnumpy(out), _pointwise_block(order, "gaussian", table, w, *args_np), rtol=1e-12)
     for family in ("gaussian", "poisson", "binomial"):
         out = _pooled_block(order, table[0, 0, 1:] * 0.1, 0.2, family, w, *args_gpu)
         assert isinstance(out, cp.ndarray)
@@ -133,6 +133,25 @@ def test_pooled_on_gpu_equals_cpu(family, features, params, cp, gpu_dataset, cli
     np.testing.assert_allclose(model.coef_.values, ref.coef_.values, rtol=0, atol=1e-6)
     assert model.intercept_ == pytest.approx(ref.intercept_, abs=1e-6)
     _check_predictions(client, cp, model, ref, gds, ds)
+
+
+@pytest.mark.parametrize("family", ["poisson", "binomial"])
+def test_pointwise_glm_on_gpu_equals_cpu(family, cp, gpu_dataset, client):
+    ds = climate_grid(T=36)
+    if family == "poisson":
+        ds["tas"] = (ds["tas"] - 278).clip(0).round()
+    else:
+        ds["tas"] = (ds["tas"] > 280).astype(float).where(ds["tas"].notnull())
+    gds = gpu_dataset(ds)
+    kw = dict(model="pointwise", family=family, lags={"a": [0, 1]}, seasonal=1, client=client)
+    ref = ClimateRegressor(["a", "index"], "tas", **kw).fit(ds)
+    model = ClimateRegressor(["a", "index"], "tas", **kw).fit(gds)
+    assert isinstance(model.coef_.values, np.ndarray) and model.n_iter_ == ref.n_iter_
+    np.testing.assert_allclose(model.coef_.values, ref.coef_.values, rtol=1e-9, atol=1e-9)
+    np.testing.assert_allclose(model.intercept_.values, ref.intercept_.values, rtol=1e-9, atol=1e-9)
+    pred = model.predict(gds)
+    assert isinstance(pred.data.blocks[0, 0, 0].compute(), cp.ndarray)
+    xr.testing.assert_allclose(model.predict(ds).compute(), ref.predict(ds).compute(), atol=1e-9)
 
 
 def test_design_matrix_on_gpu(cp, gpu_dataset, client):

@@ -1,0 +1,355 @@
+"""Pointwise generalised linear models: one Poisson or binomial model per grid cell.
+
+A batched Newton method (IRLS) over all cells at once.  Each pass over the data maps
+every (time chunk, spatial chunk) block to its cells' Newton statistics at the cells'
+current coefficients (:func:`glm_stats`: Fisher information, score, deviance), sums
+them over the time chunks (a tree reduction per spatial chunk, as for the gaussian
+models) and updates every cell of a spatial chunk in one NumPy step
+(:func:`newton_update`).  The per-cell state (coefficients, last accepted point, step,
+objective) lives with its spatial chunk between passes (persisted on the cluster); the
+driver sees only a count of the cells still iterating in each chunk, and chunks whose
+cells have all converged are not read again.
+
+Each cell minimises its weighted deviance plus the ridge term, ``D_w(b)/2 + alpha/2
+|slopes|^2`` (for gaussian data that is half of ``sklearn.linear_model.Ridge``'s
+objective, so ``alpha`` means the same thing in every family).  Steps are Newton steps
+with step halving: a step whose objective is higher than the last accepted one is
+halved and tried again in the next pass, as R's ``glm.fit`` does.  A cell has
+converged when its Newton step changes no coefficient by more than ``tol x max(1,
+|coefficients|)`` or its objective fell by at most ``tol^2 (|objective| + 0.1)`` (R's
+criterion with its default 1e-8 at ``tol=1e-4``); the step computed in that last pass
+is then taken as well, so the coefficients are a Newton step more accurate than the
+criterion (quadratic convergence: about ``tol^2``).
+
+Cells whose target never leaves the edge of the family's range (all zeros; binomial:
+all ones too) have no finite maximum-likelihood fit: their intercept is ``-inf``
+(``+inf``), their slopes 0, and they predict 0 (1) exactly.
+"""
+
+import math
+import warnings
+
+import array_api_compat
+import dask.array as da
+import numpy as np
+
+from ..exceptions import ConvergenceWarning, InputError
+from ._blocks import split_fields
+from ._kernels import BINOMIAL, POISSON
+from ._namespace import align, to_host
+from ._pointwise import kernel_inputs, masked_design
+
+__all__ = ["GLM_FAMILIES", "fit_cells", "glm_stats", "glm_stats_xp", "newton_update"]
+
+GLM_FAMILIES = {"poisson": POISSON, "binomial": BINOMIAL}
+
+ACTIVE, CONVERGED, NO_DATA, EDGE = 0.0, 1.0, 2.0, 3.0
+_MIN_STEP = 2.0**-30  # step halving gives up below this share of the Newton step
+
+
+def n_stats(p):
+    """Columns of :func:`glm_stats`: Hessian, score, deviance, sum w, count, sum w y,
+    bad values, the deviance's constant."""
+    return p * p + p + 6
+
+
+def glm_stats(order, family, with_entropy, coef, yb, wb, *blocks):
+    """Per-cell Newton statistics of one (time chunk, spatial chunk) block at the
+    cells' coefficients ``coef`` (``(*space, p)``, NumPy): a NumPy array ``(1, *space,
+    p*p + p + 6)``, see :func:`~._kernels.glm_stats_kernel` for the columns.
+
+    NumPy blocks go through the Numba kernel, others (CuPy, ``array_api_strict``)
+    through :func:`glm_stats_xp` on their device."""
+    xp, (coef, yb, wb, *blocks) = align(coef, yb, wb, *blocks)
+    n_t = yb.shape[0]
+    space = tuple(yb.shape[1:])
+    p = len(order) + 1
+    full, timef = split_fields(order, blocks)
+    if not array_api_compat.is_numpy_namespace(xp):
+        out = to_host(glm_stats_xp(
+            xp, order, family, with_entropy, xp.reshape(coef, (-1, p)), xp.reshape(yb, (n_t, -1)),
+            xp.reshape(wb, (-1,)), [xp.reshape(b, (n_t, -1)) for b in full], list(timef),
+        ))
+        return out.reshape((1,) + space + (out.shape[1],))
+    from ._kernels import glm_stats_kernel
+
+    c = np.ascontiguousarray(coef, dtype=np.float64).reshape(-1, p)
+    out = np.empty((math.prod(space), n_stats(p)))
+    glm_stats_kernel(*kernel_inputs(order, yb, wb, full, timef), c, GLM_FAMILIES[family], bool(with_entropy), out)
+    return out.reshape((1,) + space + (out.shape[1],))
+
+
+def _xlogx(xp, v):
+    """``v log v`` with 0 at ``v = 0`` (``v >= 0``)."""
+    pos = v > 0.0
+    return xp.where(pos, v * xp.log(xp.where(pos, v, 1.0)), 0.0)
+
+
+def glm_stats_xp(xp, order, family, with_entropy, coef, y, w, full, timef):
+    """The statistics of :func:`glm_stats` with the Array API functions of ``xp``:
+    ``(cells, p*p + p + 6)`` on the device of ``y``; the inputs as in
+    :func:`~._pointwise.cell_stats_xp`, ``coef`` (cells, p).  Equal to the kernel's up
+    to rounding (the sums run in another order)."""
+    n_t, n_c = y.shape
+    dtype, device = y.dtype, array_api_compat.device(y)
+    ok, wm, ym, A = masked_design(xp, order, y, w, full, timef)  # A: (cells, p, time)
+    p = A.shape[1]
+    eta = xp.permute_dims(xp.matmul(xp.reshape(coef, (n_c, 1, p)), A)[:, 0, :], (1, 0))  # (time, cells)
+    eta = xp.where(ok, eta, 0.0)
+    if family == "poisson":
+        mu = xp.exp(xp.where(eta > 700.0, 700.0, xp.where(eta < -700.0, -700.0, eta)))
+        var = mu
+        bad = ok & (ym < 0.0)
+        d = 2.0 * (xp.where(eta > 700.0, xp.inf, mu) - ym * eta)
+        yc = xp.where(bad, 0.0, ym)
+        ent = 2.0 * (_xlogx(xp, yc) - yc)
+    else:
+        q = xp.exp(-xp.abs(eta))
+        mu = xp.where(eta >= 0.0, 1.0 / (1.0 + q), q / (1.0 + q))
+        var = mu * (1.0 - mu)
+        bad = ok & ((ym < 0.0) | (ym > 1.0))
+        d = 2.0 * (xp.where(eta > 0.0, eta, 0.0) + xp.log1p(q) - ym * eta)
+        yc = xp.where(bad, 0.0, ym)
+        ent = 2.0 * (_xlogx(xp, yc) + _xlogx(xp, 1.0 - yc))
+    wv = wm * var
+    wr = wm * (ym - mu)
+    Aw = A * xp.reshape(xp.permute_dims(wv, (1, 0)), (n_c, 1, n_t))
+    hess = xp.matmul(Aw, xp.matrix_transpose(A))
+    i = xp.arange(p, device=device)
+    upper = xp.reshape(i, (p, 1)) <= xp.reshape(i, (1, p))
+    hess = xp.where(upper, hess, xp.matrix_transpose(hess))
+    score = xp.matmul(A, xp.reshape(xp.permute_dims(wr, (1, 0)), (n_c, n_t, 1)))
+    tail = [xp.sum(xp.where(ok & ~bad, wm * d, 0.0), axis=0), xp.sum(wm, axis=0), xp.sum(xp.astype(ok, dtype), axis=0),
+            xp.sum(wm * ym, axis=0), xp.sum(xp.astype(bad, dtype), axis=0)]
+    tail.append(xp.sum(xp.where(ok & ~bad, wm * ent, 0.0), axis=0) if with_entropy else xp.zeros_like(tail[0]))
+    return xp.concat([xp.reshape(hess, (n_c, p * p)), xp.reshape(score, (n_c, p)), xp.stack(tail, axis=1)], axis=1)
+
+
+# ------------------------------------------------------------------ the state
+def state_width(p):
+    """Columns of a cell's state: the point to evaluate (p), the last accepted point
+    (p), the Newton step from it (p), its objective, the step length, the status, the
+    number of unmasked steps, the passes the cell took and the deviance's constant."""
+    return 3 * p + 6
+
+
+def initial_state(wb, p):
+    """The state of a spatial chunk before the first pass (``wb``: its cell weights,
+    for the shape): zero coefficients, nothing accepted, active."""
+    out = np.zeros(tuple(wb.shape) + (state_width(p),))
+    out[..., 3 * p] = np.inf
+    out[..., 3 * p + 1] = 1.0
+    out[..., 3 * p + 2] = ACTIVE
+    return out
+
+
+def _newton_steps(H, g, beta, alpha):
+    """The Newton steps ``(H + alpha P)^-1 (g - alpha P beta)`` of a batch of cells
+    (``P`` the identity without the intercept); minimum-norm steps (``lstsq``) for
+    cells whose system is singular or ill-conditioned."""
+    p = H.shape[-1]
+    pen = np.eye(p)
+    pen[0, 0] = 0.0
+    M = H + alpha * pen
+    rhs = g - alpha * beta * np.diag(pen)
+    eig = np.abs(np.linalg.eigvalsh(M))  # symmetric: cheaper than the SVD of cond()
+    with np.errstate(divide="ignore", invalid="ignore"):
+        bad = ~(eig.max(axis=1) < 1e12 * eig.min(axis=1))
+    d = np.empty_like(rhs)
+    good = ~bad
+    if good.any():
+        d[good] = np.linalg.solve(M[good], rhs[good][..., None])[..., 0]
+    for i in np.flatnonzero(bad):
+        d[i] = np.linalg.lstsq(M[i], rhs[i], rcond=1e-12)[0]
+    return d
+
+
+def newton_update(state, stats, p, family, alpha, tol, first):
+    """One pass's update of a spatial chunk's cells (NumPy, on the chunk's worker):
+    ``state`` (*space, 3p+6) and the summed ``stats`` (*space, p*p+p+6) at the state's
+    points; returns the new state.
+
+    ``first``: the statistics are at zero and only start the cells: each at the
+    intercept-only point of its mean target (shrunk half a step to the middle of the
+    range, so the log or logit is finite), cells without data set to NaN and cells
+    whose target stays at an edge of the range set to their infinite intercept."""
+    shape = state.shape
+    s = stats.reshape(-1, stats.shape[-1])
+    out = state.reshape(-1, shape[-1]).copy()
+    beta, acc, step = out[:, :p], out[:, p:2 * p], out[:, 2 * p:3 * p]
+    f_acc, length, status = out[:, 3 * p], out[:, 3 * p + 1], out[:, 3 * p + 2]
+    H = s[:, : p * p].reshape(-1, p, p)
+    g = s[:, p * p : p * p + p]
+    dev, sw, count, swy = s[:, p * p + p], s[:, p * p + p + 1], s[:, p * p + p + 2], s[:, p * p + p + 3]
+    if first:
+        out[:, 3 * p + 3] = count
+        out[:, 3 * p + 5] = s[:, -1]
+        nodata = count == 0
+        status[nodata] = NO_DATA
+        beta[nodata] = np.nan
+        low = ~nodata & (swy == 0.0)
+        high = ~nodata & (swy == sw) if family == "binomial" else np.zeros_like(low)
+        for cells, sign in ((low, -1.0), (high, 1.0)):
+            beta[cells] = 0.0
+            beta[cells, 0] = sign * np.inf
+            status[cells] = EDGE
+        start = (status == ACTIVE)
+        ybar = swy[start] / sw[start]
+        n = count[start]
+        mu0 = (ybar * n + 0.5) / (n + 1.0)
+        beta[start] = 0.0
+        beta[start, 0] = np.log(mu0) if family == "poisson" else np.log(mu0 / (1.0 - mu0))
+        acc[start] = beta[start]
+        return out.reshape(shape)
+    act = status == ACTIVE
+    if not act.any():
+        return out.reshape(shape)
+    out[act, 3 * p + 4] += 1
+    b = beta[act]
+    f = 0.5 * (dev[act] + out[act, 3 * p + 5]) + 0.5 * alpha * np.sum(b[:, 1:] ** 2, axis=1)
+    fa = f_acc[act]
+    with np.errstate(invalid="ignore"):
+        accept = np.isfinite(f) & (f <= fa + 1e-12 * np.abs(np.where(np.isfinite(fa), fa, 0.0)))
+    idx = np.flatnonzero(act)
+    # rejected: halve the step from the last accepted point
+    rej = idx[~accept]
+    if rej.size:
+        length[rej] *= 0.5
+        stuck = rej[length[rej] < _MIN_STEP]
+        beta[rej] = acc[rej] + length[rej, None] * step[rej]
+        beta[stuck] = acc[stuck]
+        status[stuck] = CONVERGED
+    ok = idx[accept]
+    if ok.size:
+        d = _newton_steps(H[ok], g[ok], beta[ok], alpha)
+        fo, fn = f_acc[ok], f[accept]
+        with np.errstate(invalid="ignore"):
+            small = np.max(np.abs(d), axis=1) <= tol * np.maximum(1.0, np.max(np.abs(beta[ok]), axis=1))
+            flat = np.isfinite(fo) & (fo - fn <= tol * tol * (np.abs(fn) + 0.1))
+        acc[ok] = beta[ok]
+        f_acc[ok] = fn
+        step[ok] = d
+        length[ok] = 1.0
+        beta[ok] = beta[ok] + d
+        status[ok[small | flat]] = CONVERGED
+    return out.reshape(shape)
+
+
+def final_coef(state, p):
+    """``(*space, p)`` coefficients of a state: the converged point, or the last
+    accepted one of a cell still iterating."""
+    beta, acc, status = state[..., :p], state[..., p:2 * p], state[..., 3 * p + 2]
+    return np.where((status == ACTIVE)[..., None], acc, beta)
+
+
+def _summary(state, stats, p, first):
+    """``(1,)*k + (3,)``: the chunk's cells still iterating, its unmasked targets
+    outside the family's range (first pass) and its cells with data."""
+    active = np.sum(state[..., 3 * p + 2] == ACTIVE)
+    bad = np.sum(stats[..., -2]) if first else 0.0
+    data = np.sum(state[..., 3 * p + 3] > 0)
+    return np.array([active, bad, data], dtype=np.float64).reshape((1,) * (state.ndim - 1) + (3,))
+
+
+# ------------------------------------------------------------------- the loop
+def fit_cells(fields, family, alpha, tol, max_iter, split_every, client, target, progress=None):
+    """Fit the per-cell models of ``fields`` (a :class:`~._design.Fields`): returns
+    ``(coef (*space, p), count (*space,), passes)`` as NumPy.
+
+    ``client``: a distributed Client or None (then dask's default scheduler);
+    ``progress``: an optional bar updated once per pass."""
+    p = fields.p + 1
+    index = "t" + "abcdefgh"[: fields.weight.ndim]
+    space_nb = fields.weight.numblocks
+    state = fields.weight.map_blocks(initial_state, p, new_axis=fields.weight.ndim,
+                                     chunks=fields.weight.chunks + ((state_width(p),),), dtype=np.float64)
+    active = dict.fromkeys(np.ndindex(*space_nb), True)
+    passes = 0
+    for it in range(max_iter + 1):
+        first = it == 0
+        coef = state[..., :p]
+        stats = da.blockwise(
+            glm_stats, index + "s", fields.order, None, family, None, first, None, coef, index[1:] + "p",
+            *fields.blockwise_args(index), new_axes={"s": n_stats(p)}, adjust_chunks={"t": lambda n: 1},
+            concatenate=True, dtype=np.float64, meta=np.empty((0,) * (len(index) + 1)),
+        )
+        total = stats.sum(axis=0, split_every=split_every)
+        new = da.map_blocks(newton_update, state, total, p, family, float(alpha), float(tol), first,
+                            dtype=np.float64, chunks=state.chunks)
+        summary = da.map_blocks(_summary, new, total, p, first, dtype=np.float64,
+                                chunks=tuple((1,) * n for n in space_nb) + ((3,),))
+        state = _select(new, state, active)
+        summary = _select(summary, None, active)
+        state, counts = _persist_and_count(state, summary, client)
+        passes += 0 if first else 1
+        if progress is not None and not first:
+            progress.update(1)
+        if first:
+            if counts[..., 1].sum() > 0:
+                n_bad = int(counts[..., 1].sum())
+                need = "counts >= 0" if family == "poisson" else "values in [0, 1] (0/1 outcomes or proportions)"
+                raise InputError(
+                    f"family={family!r} needs {need} as the target: {n_bad} unmasked value(s) of {target!r} are "
+                    "outside that range"
+                )
+            if counts[..., 2].sum() == 0:
+                raise InputError(
+                    f"every cell of {target!r} or its features is masked (NaN) or has zero weight: nothing to fit"
+                )
+        for idx in list(active):
+            if active[idx] and counts[idx][0] == 0:
+                active[idx] = False
+        if not any(active.values()):
+            break
+    final = state.map_blocks(final_coef, p, chunks=state.chunks[:-1] + ((p,),), dtype=np.float64)
+    count = state[..., 3 * p + 3]
+    left = state[..., 3 * p + 2] == ACTIVE
+    (coef, count, left) = _gather(client, final, count, left)
+    n_left = int(left.sum())
+    if n_left:
+        warnings.warn(
+            f"{n_left} of {int((count > 0).sum())} grid cells did not converge in max_iter={max_iter} Newton passes "
+            "(their coefficients are the last accepted ones); cells whose target is separated by the features "
+            "have no finite fit: pass alpha > 0, or raise max_iter",
+            ConvergenceWarning, stacklevel=3,
+        )
+    return coef, count, passes
+
+
+def _select(new, old, active):
+    """The blocks of ``new`` for the active spatial chunks and of ``old`` for the others
+    (``old=None``: only the active ones are needed, the others' summary is zeros)."""
+    def block(idx):
+        if active[idx] or old is None:
+            b = new.blocks[idx]
+            if old is None and not active[idx]:
+                return da.zeros(b.shape, chunks=b.shape, dtype=b.dtype)
+            return b
+        return old.blocks[idx]
+
+    def nest(prefix):
+        if len(prefix) == len(new.numblocks) - 1:
+            return [block(tuple(prefix))]
+        return [nest(prefix + [i]) for i in range(new.numblocks[len(prefix)])]
+
+    return da.block(nest([]))
+
+
+def _persist_and_count(state, summary, client):
+    """The new state persisted (on the cluster: it stays with the workers) and the
+    small per-chunk summary computed from the same pass."""
+    if client is not None:
+        state, summary = client.persist([state, summary])
+        return state, client.compute(summary).result()
+    import dask
+
+    state, summary = dask.persist(state, summary)
+    return state, summary.compute()
+
+
+def _gather(client, *arrays):
+    if client is not None:
+        return tuple(client.gather(client.compute(list(arrays))))
+    import dask
+
+    return dask.compute(*arrays)

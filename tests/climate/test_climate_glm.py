@@ -1,0 +1,258 @@
+"""Pointwise Poisson and binomial models: one GLM per grid cell by batched Newton passes.
+
+References: statsmodels' GLM (IRLS) fitted cell by cell, scikit-learn's
+PoissonRegressor and LogisticRegression for the penalised objective.
+"""
+
+import warnings
+
+import dask
+import numpy as np
+import pytest
+import statsmodels.api as sm
+import xarray as xr
+from dask.callbacks import Callback
+from sklearn.linear_model import LogisticRegression, PoissonRegressor
+
+from dask_dgd import ConvergenceWarning, InputError, ParameterError
+from dask_dgd.climate import ClimateRegressor
+from dask_dgd.climate._pointwise_glm import glm_stats
+
+DIMS = ("time", "lat", "lon")
+
+
+def _grid(T=96, Y=4, X=6, seed=0, chunks=None):
+    """Counts and 0/1 exceedances driven by a grid field ``a`` and a time series
+    ``index``, per-cell coefficients; cell (0, 0) never has an event, cell (0, 1)
+    always exceeds, cell (1, 1) is land (NaN) and a few values are missing."""
+    rng = np.random.default_rng(seed)
+    time = xr.date_range("2000-01-01", periods=T, freq="MS", calendar="noleap", use_cftime=True)
+    a = rng.normal(size=(T, Y, X))
+    index = rng.normal(size=T)
+    b0 = rng.normal(0.3, 0.3, (Y, X))
+    b1 = rng.normal(0.5, 0.2, (Y, X))
+    eta = b0 + b1 * a + 0.3 * index[:, None, None]
+    counts = rng.poisson(np.exp(eta)).astype(float)
+    exceed = (rng.random((T, Y, X)) < 1.0 / (1.0 + np.exp(-(eta - 0.3)))).astype(float)
+    counts[:, 0, 0] = 0.0
+    exceed[:, 0, 0] = 0.0
+    exceed[:, 0, 1] = 1.0
+    for v in (counts, exceed):
+        v[:, 1, 1] = np.nan
+        v[7, -2, -3] = np.nan
+    a[11, -1, -2] = np.nan
+    ds = xr.Dataset(
+        {"a": (DIMS, a), "index": (("time",), index), "n": (DIMS, counts), "e": (DIMS, exceed)},
+        coords={"time": time, "lat": ("lat", np.linspace(-60, 60, Y), {"units": "degrees_north"}),
+                "lon": np.arange(X) * 20.0},
+    )
+    return ds.chunk(chunks or {"time": 40, "lat": 2, "lon": 3})
+
+
+FAMILIES = {"poisson": ("n", sm.families.Poisson()), "binomial": ("e", sm.families.Binomial())}
+
+
+def _statsmodels(ds, target, family, design):
+    """statsmodels GLM per cell (None for the edge and land cells)."""
+    Y, X = ds.sizes["lat"], ds.sizes["lon"]
+    out = np.full((Y, X, design(ds, 0, 0).shape[1]), np.nan)
+    y = ds[target].values
+    for i in range(Y):
+        for j in range(X):
+            A = design(ds, i, j)
+            ok = np.isfinite(y[:, i, j]) & np.all(np.isfinite(A), axis=1)
+            if not ok.any() or np.nanmin(y[:, i, j]) == np.nanmax(y[:, i, j]):
+                continue
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                out[i, j] = sm.GLM(y[ok, i, j], A[ok], family=family).fit(tol=1e-13, maxiter=200).params
+    return out
+
+
+def _plain(ds, i, j):
+    return sm.add_constant(np.column_stack([ds["a"].values[:, i, j], ds["index"].values]), has_constant="add")
+
+
+def _table(model):
+    return np.concatenate([model.intercept_.values[..., None], model.coef_.values], axis=-1)
+
+
+@pytest.mark.parametrize("family", ["poisson", "binomial"])
+def test_pointwise_glm_equals_statsmodels_per_cell(family, client):
+    ds = _grid()
+    target, sm_family = FAMILIES[family]
+    model = ClimateRegressor(["a", "index"], target, model="pointwise", family=family, client=client).fit(ds)
+    expected = _statsmodels(ds, target, sm_family, _plain)
+    got = _table(model)
+    cells = np.isfinite(expected[..., 0])
+    assert cells.sum() >= 20
+    np.testing.assert_allclose(got[cells], expected[cells], rtol=1e-6, atol=1e-8)
+    assert 3 <= model.n_iter_ <= 10
+    assert model.coef_.dims == ("lat", "lon", "feature") and list(model.coef_.feature.values) == ["a", "index"]
+    np.testing.assert_array_equal(model.n_samples_.values[1, 1], 0)
+    assert np.isnan(got[1, 1]).all()  # land
+    assert model.n_samples_.values[2, 3] == ds.sizes["time"] - 1 == model.n_samples_.values[3, 4]
+
+
+def test_pointwise_glm_with_lags_and_seasonal_terms_equals_statsmodels():
+    ds = _grid(T=120)
+    model = ClimateRegressor(["a", "index"], "n", model="pointwise", family="poisson",
+                             lags={"a": [0, 2]}, seasonal=1).fit(ds)
+    assert model.feature_names_ == ["a", "a_lag2", "index", "sin1", "cos1"]
+    frac = (ds.time.dt.dayofyear.values - 1) / 365.0
+
+    def design(ds, i, j):
+        a = ds["a"].values[:, i, j]
+        lag = np.r_[np.nan, np.nan, a[:-2]]
+        cols = [a, lag, ds["index"].values, np.sin(2 * np.pi * frac), np.cos(2 * np.pi * frac)]
+        return sm.add_constant(np.column_stack(cols), has_constant="add")
+
+    expected = _statsmodels(ds, "n", sm.families.Poisson(), design)
+    cells = np.isfinite(expected[..., 0])
+    np.testing.assert_allclose(_table(model)[cells], expected[cells], rtol=1e-6, atol=1e-8)
+
+
+def test_pointwise_glm_predicts_the_mean_and_the_edges_exactly():
+    ds = _grid()
+    pois = ClimateRegressor(["a", "index"], "n", model="pointwise", family="poisson").fit(ds)
+    binom = ClimateRegressor(["a", "index"], "e", model="pointwise", family="binomial").fit(ds)
+    for model in (pois, binom):
+        assert model.intercept_.values[0, 0] == -np.inf and np.all(model.coef_.values[0, 0] == 0.0)
+    assert binom.intercept_.values[0, 1] == np.inf and np.all(binom.coef_.values[0, 1] == 0.0)
+    assert np.isfinite(pois.intercept_.values[0, 1])
+    mu, p = pois.predict(ds).compute(), binom.predict(ds).compute()
+    eta = pois.intercept_ + (pois.coef_.sel(feature="a") * ds["a"] + pois.coef_.sel(feature="index") * ds["index"])
+    xr.testing.assert_allclose(mu.transpose(*DIMS), np.exp(eta).transpose(*DIMS).compute())
+    assert np.all(mu.values[:, 0, 0] == 0.0) and np.all(p.values[:, 0, 0] == 0.0) and np.all(p.values[:, 0, 1] == 1.0)
+    assert np.all((p.values[np.isfinite(p.values)] >= 0) & (p.values[np.isfinite(p.values)] <= 1))
+    assert np.isnan(mu.values[:, 1, 1]).all()
+    # a GLM is scored by the R^2 of its mean, like the pooled models
+    assert 0.0 < pois.score(ds) < 1.0
+
+
+@pytest.mark.parametrize("family", ["poisson", "binomial"])
+def test_pointwise_glm_ridge_matches_scikit_learn(family):
+    ds = _grid(T=60)
+    alpha = 3.0
+    target = FAMILIES[family][0]
+    model = ClimateRegressor(["a", "index"], target, model="pointwise", family=family, alpha=alpha,
+                             area_weights=False, tol=1e-6).fit(ds)
+    y = ds[target].values
+    for i, j in [(0, 2), (1, 0), (2, 3), (3, 5)]:
+        X = np.column_stack([ds["a"].values[:, i, j], ds["index"].values])
+        ok = np.isfinite(y[:, i, j]) & np.all(np.isfinite(X), axis=1)
+        if family == "poisson":  # 1/(2n) deviance + alpha_sk/2 |b|^2, so alpha = n alpha_sk
+            ref = PoissonRegressor(alpha=alpha / ok.sum(), tol=1e-12, max_iter=10_000).fit(X[ok], y[ok, i, j])
+        else:  # C logloss + |b|^2 / 2, logloss = deviance / 2: alpha = 1 / C
+            ref = LogisticRegression(C=1.0 / alpha, tol=1e-12, max_iter=10_000).fit(X[ok], y[ok, i, j])
+        np.testing.assert_allclose(model.coef_.values[i, j], np.ravel(ref.coef_), rtol=1e-6, atol=1e-8)
+        np.testing.assert_allclose(model.intercept_.values[i, j], np.ravel(ref.intercept_)[0], rtol=1e-6, atol=1e-8)
+
+
+def test_pointwise_glm_steps_back_from_a_start_far_away():
+    """Counts in the thousands: a full Newton step from the cell's mean overshoots in
+    cells with a strong slope; step halving keeps every objective decreasing."""
+    ds = _grid(T=80)
+    ds["big"] = np.exp(5.0 + 2.5 * ds["a"]).fillna(0.0).round()
+    model = ClimateRegressor(["a"], "big", model="pointwise", family="poisson", tol=1e-8).fit(ds)
+    np.testing.assert_allclose(model.intercept_.values, 5.0, atol=1e-3)
+    np.testing.assert_allclose(model.coef_.values[..., 0], 2.5, atol=1e-3)
+
+
+def test_chunks_whose_cells_converged_are_not_read_again():
+    """One spatial chunk is all edge cells (no events): read once (the start pass),
+    while the other chunk's blocks are read on every pass."""
+    ds = _grid(Y=2, X=4, chunks={"time": 32, "lat": 2, "lon": 2})  # 3 time chunks x 2 spatial chunks
+    ds["n"] = ds["n"].where(ds.lon >= 40.0, 0.0).where(np.isfinite(ds["n"]))
+    ds["n"][:, 1, 1] = 0.0  # no land cell in the chunk of edges (it would have no data, not an edge)
+    calls = {}
+
+    def count(key, *args):
+        name = key[0] if isinstance(key, tuple) else key
+        if str(name).startswith("glm_stats"):
+            calls[key[-2]] = calls.get(key[-2], 0) + 1  # key: (name, time, lat, lon, 0) blocks
+
+    with dask.config.set(scheduler="sync"), Callback(pretask=count):
+        model = ClimateRegressor(["a", "index"], "n", model="pointwise", family="poisson").fit(ds)
+    assert np.all(model.intercept_.values[:, :2] == -np.inf)
+    assert calls[0] == 3  # the start pass over 3 time chunks, then never again
+    assert calls[1] == 3 * (model.n_iter_ + 1) and model.n_iter_ >= 3
+
+
+def test_a_separated_cell_warns_after_max_iter_and_a_penalty_fixes_it():
+    ds = _grid(T=40, Y=2, X=3, chunks={"time": 20, "lat": 1, "lon": 3})
+    e = ds["e"].values.copy()
+    e[:, 1, 0] = (ds["a"].values[:, 1, 0] > 0).astype(float)  # a splits the cell's events perfectly
+    ds["e"] = (DIMS, e)
+    with pytest.warns(ConvergenceWarning, match=r"^1 of 5 grid cells did not converge in max_iter=5 Newton passes"):
+        ClimateRegressor(["a"], "e", model="pointwise", family="binomial", max_iter=5).fit(ds)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", ConvergenceWarning)
+        model = ClimateRegressor(["a"], "e", model="pointwise", family="binomial", alpha=1.0).fit(ds)
+    assert np.isfinite(model.coef_.values[1, 0]).all() and model.coef_.values[1, 0, 0] > 1.0
+
+
+@pytest.mark.parametrize("family, value, message", [
+    ("poisson", -1.0, r"family='poisson' needs counts >= 0 as the target: 1 unmasked value\(s\) of 'n'"),
+    ("binomial", 2.0, r"family='binomial' needs values in \[0, 1\] .* 1 unmasked value\(s\) of 'n'"),
+])
+def test_a_target_outside_the_family_range_is_refused(family, value, message):
+    ds = _grid(T=24)
+    n = ds["n"].values.copy()
+    n = np.clip(n, 0, 1)
+    n[3, 2, 2] = value
+    ds["n"] = (DIMS, n)
+    with pytest.raises(InputError, match=message):
+        ClimateRegressor(["a"], "n", model="pointwise", family=family).fit(ds)
+
+
+def test_a_fully_masked_target_is_refused_for_glms_too():
+    ds = _grid(T=24)
+    ds["n"] = ds["n"] * np.nan
+    with pytest.raises(InputError, match="every cell of 'n' or its features is masked"):
+        ClimateRegressor(["a"], "n", model="pointwise", family="poisson").fit(ds)
+
+
+@pytest.mark.parametrize("params, shown", [
+    (dict(mode="async"), "mode='async'"),
+    (dict(optimizer="adam", checkpoint="ck"), "optimizer='adam', checkpoint='ck'"),
+    (dict(learning_rate=0.1), "learning_rate=0.1"),
+    (dict(compression="sign"), "compression='sign'"),
+])
+def test_pooled_training_parameters_are_refused_by_pointwise_models(params, shown):
+    ds = _grid(T=24)
+    for family in ("gaussian", "poisson"):
+        model = ClimateRegressor(["a"], "n", model="pointwise", family=family, **params)
+        with pytest.raises(ParameterError, match=rf"^{shown}: pointwise models do not use"):
+            model.fit(ds)
+    # the parameters pointwise models use are accepted
+    ClimateRegressor(["a"], "n", model="pointwise", family="poisson", max_iter=50, tol=1e-6, split_every=2).fit(ds)
+
+
+def test_glm_statistics_at_the_coefficients_are_the_deviance_and_its_derivatives():
+    """The kernel's statistics of one block against a direct computation."""
+    rng = np.random.default_rng(4)
+    T, C = 30, 5
+    x = rng.normal(size=(T, 1, C))
+    z = rng.normal(size=T)
+    y = rng.poisson(2.0, size=(T, 1, C)).astype(float)
+    y[3, 0, 2] = np.nan
+    w = np.linspace(0.5, 1.0, C)[None, :]
+    coef = rng.normal(0, 0.3, size=(1, C, 3))
+    out = glm_stats([(0, 0), (1, 0)], "poisson", True, coef, y, w, x, z)[0, 0]
+    again = glm_stats([(0, 0), (1, 0)], "poisson", False, coef, y, w, x, z)[0, 0]
+    np.testing.assert_array_equal(again[:, :-1], out[:, :-1])
+    assert np.all(again[:, -1] == 0.0)  # the deviance's constant: on the first pass only
+    for c in range(C):
+        ok = np.isfinite(y[:, 0, c])
+        A = np.column_stack([np.ones(T), x[:, 0, c], z])[ok]
+        eta = A @ coef[0, c]
+        mu = np.exp(eta)
+        yc = y[ok, 0, c]
+        ylogy = np.where(yc > 0, yc * np.log(np.where(yc > 0, yc, 1)), 0)
+        dev = 2 * np.sum(ylogy - yc * np.log(mu) - (yc - mu))
+        constant = 2 * np.sum(ylogy - yc)
+        np.testing.assert_allclose(out[c, :9].reshape(3, 3), w[0, c] * (A.T * mu) @ A, rtol=1e-12)
+        np.testing.assert_allclose(out[c, 9:12], w[0, c] * A.T @ (yc - mu), rtol=1e-12, atol=1e-12)
+        np.testing.assert_allclose(out[c, 12:], [w[0, c] * (dev - constant), w[0, c] * ok.sum(), ok.sum(),
+                                                 w[0, c] * yc.sum(), 0.0, w[0, c] * constant], rtol=1e-12)
