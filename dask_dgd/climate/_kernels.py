@@ -16,7 +16,7 @@ and a batched ``matmul``) and run on the block's device.
 import numba
 import numpy as np
 
-__all__ = ["BINOMIAL", "POISSON", "cell_stats_kernel", "glm_stats_kernel"]
+__all__ = ["BINOMIAL", "POISSON", "cell_stats_kernel", "glm_stats_kernel", "spd_solve_kernel"]
 
 
 @numba.njit(cache=True, nogil=True, boundscheck=False)
@@ -101,7 +101,7 @@ POISSON, BINOMIAL = 1, 2
 
 
 @numba.njit(cache=True, nogil=True, boundscheck=False)
-def glm_stats_kernel(full, timef, kind, pos, y, w, coef, family, with_entropy, out):  # pragma: no cover - compiled
+def glm_stats_kernel(full, timef, kind, pos, y, w, coef, family, start, out):  # pragma: no cover - compiled
     """Per-cell Newton statistics of a Poisson (``family == 1``, log link) or binomial
     (``family == 2``, logit link) model at the coefficients ``coef`` (cells, p) of the
     cells, for one block; the inputs are those of :func:`cell_stats_kernel`.
@@ -111,10 +111,15 @@ def glm_stats_kernel(full, timef, kind, pos, y, w, coef, family, with_entropy, o
     mu) x`` (minus half the deviance's gradient), the weighted deviance ``sum w d(y,
     mu)`` less its part that does not depend on the coefficients, ``sum w``, the
     number of unmasked steps, ``sum w y``, the number of unmasked targets outside the
-    family's range (y < 0; binomial: y > 1; left out of the deviance) and, if
-    ``with_entropy``, that constant part of the deviance (``2 sum w y log y``;
-    binomial: ``+ (1 - y) log(1 - y)``), else 0: it is computed once per fit.  One
-    ``exp`` per unmasked cell and step (binomial: and one ``log1p``).  The linear
+    family's range (y < 0; binomial: y > 1; left out of the deviance) and 0.
+
+    ``start``: the first pass of a fit, from the data instead of ``coef`` (R's start,
+    ``mu = y + 0.1``, binomial ``(y + 1/2) / 2``): the Hessian and ``sum w v z x``
+    with the working response ``z = eta + (y - mu) / v`` (their solve is the first IRLS
+    step), no deviance, and in the last column the deviance's part that does not
+    depend on the coefficients (``2 sum w (y log y - y)``; binomial ``2 sum w (y log y
+    + (1 - y) log(1 - y))``), computed once per fit.  One ``exp`` per unmasked cell and
+    step in later passes (binomial: and one ``log1p``).  The linear
     predictor is clipped to [-700, 700] for the mean and variance so that neither
     overflows; the deviance is exact (``inf`` where the mean overflows: a step that far
     is rejected by the caller)."""
@@ -140,18 +145,36 @@ def glm_stats_kernel(full, timef, kind, pos, y, w, coef, family, with_entropy, o
                 wv[c] = 0.0
                 wr[c] = 0.0
                 continue
+            yc = ym[c]
+            if start:  # IRLS from the data: mu = y + 0.1 (binomial: (y + 1/2) / 2), as R's glm
+                if family == 1:
+                    mu = max(yc, 0.0) + 0.1
+                    eta = np.log(mu)
+                    var = mu
+                    out_of_range = yc < 0.0
+                    if yc > 0.0:
+                        ent[c] += wm[c] * 2.0 * (yc * np.log(yc) - yc)
+                else:
+                    mu = (min(max(yc, 0.0), 1.0) + 0.5) / 2.0
+                    eta = np.log(mu / (1.0 - mu))
+                    var = mu * (1.0 - mu)
+                    out_of_range = yc < 0.0 or yc > 1.0
+                    if 0.0 < yc < 1.0:
+                        ent[c] += wm[c] * 2.0 * (yc * np.log(yc) + (1.0 - yc) * np.log1p(-yc))
+                wv[c] = wm[c] * var
+                wr[c] = wm[c] * (var * eta + (yc - mu))  # w var z, z the working response
+                if out_of_range:
+                    bad[c] += 1.0
+                continue
             eta = coef[c, 0]
             for f in range(nf):
                 eta += coef[c, f + 1] * xs[f + 1, c]
-            yc = ym[c]
             if family == 1:
                 mu = np.exp(min(max(eta, -700.0), 700.0))
                 var = mu
                 out_of_range = yc < 0.0
                 # 2 (y log(y / mu) - (y - mu)) = 2 (y log y - y) + 2 (mu - y eta)
                 d = 2.0 * ((mu if eta <= 700.0 else np.inf) - yc * eta)
-                if with_entropy and yc > 0.0:
-                    ent[c] += wm[c] * 2.0 * (yc * np.log(yc) - yc)
             else:
                 q = np.exp(-abs(eta))  # in (0, 1]: no overflow
                 mu = 1.0 / (1.0 + q) if eta >= 0.0 else q / (1.0 + q)
@@ -159,8 +182,6 @@ def glm_stats_kernel(full, timef, kind, pos, y, w, coef, family, with_entropy, o
                 out_of_range = yc < 0.0 or yc > 1.0
                 # 2 (y log y + (1 - y) log(1 - y)) + 2 (log(1 + e^eta) - y eta)
                 d = 2.0 * (max(eta, 0.0) + np.log1p(q) - yc * eta)
-                if with_entropy and 0.0 < yc < 1.0:
-                    ent[c] += wm[c] * 2.0 * (yc * np.log(yc) + (1.0 - yc) * np.log1p(-yc))
             wv[c] = wm[c] * var
             wr[c] = wm[c] * (yc - mu)
             if out_of_range:  # refused by the caller, not summed
@@ -188,3 +209,54 @@ def glm_stats_kernel(full, timef, kind, pos, y, w, coef, family, with_entropy, o
         for j in range(i):
             acc[i * p + j, :] = acc[j * p + i, :]
     out[:, :] = acc.T
+
+
+@numba.njit(cache=True, nogil=True, boundscheck=False)
+def spd_solve_kernel(M, b, pivot_min, x, ok):  # pragma: no cover - compiled
+    """Solve the symmetric positive (semi-)definite systems ``M[i] x[i] = b[i]`` of a
+    batch of cells by Cholesky on the Jacobi-scaled matrix (unit diagonal, so the test
+    does not depend on the features' units): ``ok[i]`` is False, and ``x[i]`` not set,
+    where a diagonal entry is not positive or a scaled pivot falls below ``pivot_min``
+    (about ``1 / cond``: singular or ill-conditioned, left to a minimum-norm solve)."""
+    n, p, _ = M.shape
+    L = np.empty((p, p))
+    s = np.empty(p)
+    z = np.empty(p)
+    for i in range(n):
+        good = True
+        for j in range(p):
+            d = M[i, j, j]
+            if not (d > 0.0) or not np.isfinite(d):
+                good = False
+                break
+            s[j] = 1.0 / np.sqrt(d)
+        if good:
+            for j in range(p):
+                for k in range(j + 1):
+                    v = M[i, j, k] * s[j] * s[k]
+                    for m in range(k):
+                        v -= L[j, m] * L[k, m]
+                    if k == j:
+                        if not (v > pivot_min):
+                            good = False
+                            break
+                        L[j, j] = np.sqrt(v)
+                    else:
+                        L[j, k] = v / L[k, k]
+                if not good:
+                    break
+        ok[i] = good
+        if not good:
+            continue
+        for j in range(p):  # L z = s b, L^T u = z, x = s u
+            v = b[i, j] * s[j]
+            for m in range(j):
+                v -= L[j, m] * z[m]
+            z[j] = v / L[j, j]
+        for j in range(p - 1, -1, -1):
+            v = z[j]
+            for m in range(j + 1, p):
+                v -= L[m, j] * z[m]
+            z[j] = v / L[j, j]
+        for j in range(p):
+            x[i, j] = z[j] * s[j]

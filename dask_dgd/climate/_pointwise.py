@@ -116,6 +116,25 @@ def masked_design(xp, order, y, w, full, timef):
     return ok, wm, ym, A
 
 
+def solve_spd(M, b, rcond):
+    """``x`` with ``M[i] x[i] = b[i]`` for a batch of symmetric positive semi-definite
+    systems: Cholesky of the Jacobi-scaled matrix (Numba, one pass, no SVD), and the
+    minimum-norm solution (``lstsq`` with ``rcond``) for the cells whose scaled
+    pivots fall below ``rcond`` (a feature constant in the cell, fewer steps than
+    features, collinear features): about those with a condition number above
+    ``1 / rcond`` once the features' scales are taken out."""
+    from ._kernels import spd_solve_kernel
+
+    M = np.ascontiguousarray(M, dtype=np.float64)
+    b = np.ascontiguousarray(b, dtype=np.float64)
+    x = np.empty_like(b)
+    ok = np.empty(len(M), dtype=np.bool_)
+    spd_solve_kernel(M, b, float(rcond), x, ok)
+    for i in np.flatnonzero(~ok):
+        x[i] = np.linalg.lstsq(M[i], b[i], rcond=rcond)[0]
+    return x
+
+
 def solve_cells(stats, p, alpha):
     """Weighted least squares (ridge ``alpha`` on the slopes) of every cell from its
     summed statistics: ``(*space, p)`` coefficients, intercept first; NaN for cells
@@ -125,7 +144,7 @@ def solve_cells(stats, p, alpha):
     ``(Sxx - sw m m^T + alpha I) b = Sxy - sw m my`` (``m``, ``my`` the weighted means),
     and the intercept is ``my - m . b``.  A cell whose centred system is singular or
     ill-conditioned (a feature constant in the cell, fewer steps than features) gets the
-    minimum-norm slopes (``lstsq``), like ``LinearRegression``.
+    minimum-norm slopes (``lstsq``), like ``LinearRegression`` (see :func:`solve_spd`).
     """
     space = stats.shape[:-1]
     s = stats.reshape(-1, stats.shape[-1])
@@ -148,14 +167,7 @@ def solve_cells(stats, p, alpha):
         my = b[:, 0] / sw
         C = G[:, 1:, 1:] - sw[:, None, None] * m[:, :, None] * m[:, None, :] + float(alpha) * np.eye(p - 1)
         c = b[:, 1:] - sw[:, None] * m * my[:, None]
-        # relative conditioning of each cell's centred system
-        bad = np.linalg.cond(C) > 1e10 if p > 1 else np.zeros(len(C), dtype=bool)
-        beta = np.empty_like(c)
-        good = ~bad
-        if good.any():
-            beta[good] = np.linalg.solve(C[good], c[good][..., None])[..., 0]
-        for i in np.flatnonzero(bad):  # rank-deficient cells: minimum-norm slopes
-            beta[i] = np.linalg.lstsq(C[i], c[i], rcond=1e-10)[0]
+        beta = solve_spd(C, c, 1e-10) if p > 1 else np.empty_like(c)
         out[ok, 0] = my - np.einsum("cp,cp->c", m, beta)
         out[ok, 1:] = beta
     return out.reshape(space + (p,))

@@ -1,6 +1,9 @@
 """Pointwise generalised linear models: one Poisson or binomial model per grid cell.
 
-A batched Newton method (IRLS) over all cells at once.  Each pass over the data maps
+A batched Newton method (IRLS) over all cells at once.  The first pass is the classic
+IRLS start from the data (R's ``glm``: the working response at ``mu = y + 0.1``,
+binomial ``(y + 1/2) / 2``), solved as one weighted least-squares step per cell; each
+later pass over the data maps
 every (time chunk, spatial chunk) block to its cells' Newton statistics at the cells'
 current coefficients (:func:`glm_stats`: Fisher information, score, deviance), sums
 them over the time chunks (a tree reduction per spatial chunk, as for the gaussian
@@ -37,7 +40,7 @@ from ..exceptions import ConvergenceWarning, InputError
 from ._blocks import split_fields
 from ._kernels import BINOMIAL, POISSON
 from ._namespace import align, to_host
-from ._pointwise import kernel_inputs, masked_design
+from ._pointwise import kernel_inputs, masked_design, solve_spd
 
 __all__ = ["GLM_FAMILIES", "fit_cells", "glm_stats", "glm_stats_xp", "newton_update"]
 
@@ -53,7 +56,7 @@ def n_stats(p):
     return p * p + p + 6
 
 
-def glm_stats(order, family, with_entropy, coef, yb, wb, *blocks):
+def glm_stats(order, family, start, coef, yb, wb, *blocks):
     """Per-cell Newton statistics of one (time chunk, spatial chunk) block at the
     cells' coefficients ``coef`` (``(*space, p)``, NumPy): a NumPy array ``(1, *space,
     p*p + p + 6)``, see :func:`~._kernels.glm_stats_kernel` for the columns.
@@ -67,7 +70,7 @@ def glm_stats(order, family, with_entropy, coef, yb, wb, *blocks):
     full, timef = split_fields(order, blocks)
     if not array_api_compat.is_numpy_namespace(xp):
         out = to_host(glm_stats_xp(
-            xp, order, family, with_entropy, xp.reshape(coef, (-1, p)), xp.reshape(yb, (n_t, -1)),
+            xp, order, family, start, xp.reshape(coef, (-1, p)), xp.reshape(yb, (n_t, -1)),
             xp.reshape(wb, (-1,)), [xp.reshape(b, (n_t, -1)) for b in full], list(timef),
         ))
         return out.reshape((1,) + space + (out.shape[1],))
@@ -75,7 +78,7 @@ def glm_stats(order, family, with_entropy, coef, yb, wb, *blocks):
 
     c = np.ascontiguousarray(coef, dtype=np.float64).reshape(-1, p)
     out = np.empty((math.prod(space), n_stats(p)))
-    glm_stats_kernel(*kernel_inputs(order, yb, wb, full, timef), c, GLM_FAMILIES[family], bool(with_entropy), out)
+    glm_stats_kernel(*kernel_inputs(order, yb, wb, full, timef), c, GLM_FAMILIES[family], bool(start), out)
     return out.reshape((1,) + space + (out.shape[1],))
 
 
@@ -85,7 +88,7 @@ def _xlogx(xp, v):
     return xp.where(pos, v * xp.log(xp.where(pos, v, 1.0)), 0.0)
 
 
-def glm_stats_xp(xp, order, family, with_entropy, coef, y, w, full, timef):
+def glm_stats_xp(xp, order, family, start, coef, y, w, full, timef):
     """The statistics of :func:`glm_stats` with the Array API functions of ``xp``:
     ``(cells, p*p + p + 6)`` on the device of ``y``; the inputs as in
     :func:`~._pointwise.cell_stats_xp`, ``coef`` (cells, p).  Equal to the kernel's up
@@ -94,25 +97,37 @@ def glm_stats_xp(xp, order, family, with_entropy, coef, y, w, full, timef):
     dtype, device = y.dtype, array_api_compat.device(y)
     ok, wm, ym, A = masked_design(xp, order, y, w, full, timef)  # A: (cells, p, time)
     p = A.shape[1]
-    eta = xp.permute_dims(xp.matmul(xp.reshape(coef, (n_c, 1, p)), A)[:, 0, :], (1, 0))  # (time, cells)
-    eta = xp.where(ok, eta, 0.0)
-    if family == "poisson":
-        mu = xp.exp(xp.where(eta > 700.0, 700.0, xp.where(eta < -700.0, -700.0, eta)))
-        var = mu
-        bad = ok & (ym < 0.0)
-        d = 2.0 * (xp.where(eta > 700.0, xp.inf, mu) - ym * eta)
+    if start:  # IRLS from the data (see the kernel)
+        if family == "poisson":
+            bad = ok & (ym < 0.0)
+            mu = xp.where(ym > 0.0, ym, 0.0) + 0.1
+            eta = xp.log(mu)
+            var = mu
+        else:
+            bad = ok & ((ym < 0.0) | (ym > 1.0))
+            mu = (xp.where(ym < 0.0, 0.0, xp.where(ym > 1.0, 1.0, ym)) + 0.5) / 2.0
+            eta = xp.log(mu / (1.0 - mu))
+            var = mu * (1.0 - mu)
         yc = xp.where(bad, 0.0, ym)
-        ent = 2.0 * (_xlogx(xp, yc) - yc)
+        ent = 2.0 * (_xlogx(xp, yc) - yc) if family == "poisson" else 2.0 * (_xlogx(xp, yc) + _xlogx(xp, 1.0 - yc))
+        wr = wm * (var * eta + (ym - mu))
+        d = xp.zeros_like(ym)
     else:
-        q = xp.exp(-xp.abs(eta))
-        mu = xp.where(eta >= 0.0, 1.0 / (1.0 + q), q / (1.0 + q))
-        var = mu * (1.0 - mu)
-        bad = ok & ((ym < 0.0) | (ym > 1.0))
-        d = 2.0 * (xp.where(eta > 0.0, eta, 0.0) + xp.log1p(q) - ym * eta)
-        yc = xp.where(bad, 0.0, ym)
-        ent = 2.0 * (_xlogx(xp, yc) + _xlogx(xp, 1.0 - yc))
+        eta = xp.permute_dims(xp.matmul(xp.reshape(coef, (n_c, 1, p)), A)[:, 0, :], (1, 0))  # (time, cells)
+        eta = xp.where(ok, eta, 0.0)
+        if family == "poisson":
+            mu = xp.exp(xp.where(eta > 700.0, 700.0, xp.where(eta < -700.0, -700.0, eta)))
+            var = mu
+            bad = ok & (ym < 0.0)
+            d = 2.0 * (xp.where(eta > 700.0, xp.inf, mu) - ym * eta)
+        else:
+            q = xp.exp(-xp.abs(eta))
+            mu = xp.where(eta >= 0.0, 1.0 / (1.0 + q), q / (1.0 + q))
+            var = mu * (1.0 - mu)
+            bad = ok & ((ym < 0.0) | (ym > 1.0))
+            d = 2.0 * (xp.where(eta > 0.0, eta, 0.0) + xp.log1p(q) - ym * eta)
+        wr = wm * (ym - mu)
     wv = wm * var
-    wr = wm * (ym - mu)
     Aw = A * xp.reshape(xp.permute_dims(wv, (1, 0)), (n_c, 1, n_t))
     hess = xp.matmul(Aw, xp.matrix_transpose(A))
     i = xp.arange(p, device=device)
@@ -121,7 +136,8 @@ def glm_stats_xp(xp, order, family, with_entropy, coef, y, w, full, timef):
     score = xp.matmul(A, xp.reshape(xp.permute_dims(wr, (1, 0)), (n_c, n_t, 1)))
     tail = [xp.sum(xp.where(ok & ~bad, wm * d, 0.0), axis=0), xp.sum(wm, axis=0), xp.sum(xp.astype(ok, dtype), axis=0),
             xp.sum(wm * ym, axis=0), xp.sum(xp.astype(bad, dtype), axis=0)]
-    tail.append(xp.sum(xp.where(ok & ~bad, wm * ent, 0.0), axis=0) if with_entropy else xp.zeros_like(tail[0]))
+    tail.append(xp.sum(xp.where(ok & ~bad, wm * ent, 0.0), axis=0) if start else xp.zeros_like(tail[0]))
+    tail[0] = tail[0] if not start else xp.zeros_like(tail[0])
     return xp.concat([xp.reshape(hess, (n_c, p * p)), xp.reshape(score, (n_c, p)), xp.stack(tail, axis=1)], axis=1)
 
 
@@ -152,16 +168,7 @@ def _newton_steps(H, g, beta, alpha):
     pen[0, 0] = 0.0
     M = H + alpha * pen
     rhs = g - alpha * beta * np.diag(pen)
-    eig = np.abs(np.linalg.eigvalsh(M))  # symmetric: cheaper than the SVD of cond()
-    with np.errstate(divide="ignore", invalid="ignore"):
-        bad = ~(eig.max(axis=1) < 1e12 * eig.min(axis=1))
-    d = np.empty_like(rhs)
-    good = ~bad
-    if good.any():
-        d[good] = np.linalg.solve(M[good], rhs[good][..., None])[..., 0]
-    for i in np.flatnonzero(bad):
-        d[i] = np.linalg.lstsq(M[i], rhs[i], rcond=1e-12)[0]
-    return d
+    return solve_spd(M, rhs, 1e-12)
 
 
 def newton_update(state, stats, p, family, alpha, tol, first):
@@ -169,10 +176,10 @@ def newton_update(state, stats, p, family, alpha, tol, first):
     ``state`` (*space, 3p+6) and the summed ``stats`` (*space, p*p+p+6) at the state's
     points; returns the new state.
 
-    ``first``: the statistics are at zero and only start the cells: each at the
-    intercept-only point of its mean target (shrunk half a step to the middle of the
-    range, so the log or logit is finite), cells without data set to NaN and cells
-    whose target stays at an edge of the range set to their infinite intercept."""
+    ``first``: the statistics are those of the start (see
+    :func:`~._kernels.glm_stats_kernel`): the first IRLS step is solved from them,
+    cells without data are set to NaN and cells whose target stays at an edge of the
+    range to their infinite intercept."""
     shape = state.shape
     s = stats.reshape(-1, stats.shape[-1])
     out = state.reshape(-1, shape[-1]).copy()
@@ -184,6 +191,7 @@ def newton_update(state, stats, p, family, alpha, tol, first):
     if first:
         out[:, 3 * p + 3] = count
         out[:, 3 * p + 5] = s[:, -1]
+        out[:, 3 * p + 4] = 1
         nodata = count == 0
         status[nodata] = NO_DATA
         beta[nodata] = np.nan
@@ -193,13 +201,10 @@ def newton_update(state, stats, p, family, alpha, tol, first):
             beta[cells] = 0.0
             beta[cells, 0] = sign * np.inf
             status[cells] = EDGE
-        start = (status == ACTIVE)
-        ybar = swy[start] / sw[start]
-        n = count[start]
-        mu0 = (ybar * n + 0.5) / (n + 1.0)
-        beta[start] = 0.0
-        beta[start, 0] = np.log(mu0) if family == "poisson" else np.log(mu0 / (1.0 - mu0))
-        acc[start] = beta[start]
+        start = np.flatnonzero(status == ACTIVE)
+        if start.size:
+            beta[start] = _newton_steps(H[start], g[start], np.zeros((start.size, p)), alpha)
+            acc[start] = beta[start]
         return out.reshape(shape)
     act = status == ACTIVE
     if not act.any():
@@ -254,7 +259,8 @@ def _summary(state, stats, p, first):
 # ------------------------------------------------------------------- the loop
 def fit_cells(fields, family, alpha, tol, max_iter, split_every, client, target, progress=None):
     """Fit the per-cell models of ``fields`` (a :class:`~._design.Fields`): returns
-    ``(coef (*space, p), count (*space,), passes)`` as NumPy.
+    ``(coef (*space, p), count (*space,), passes)`` as NumPy; ``passes`` counts the
+    passes over the data, the start's IRLS step included (at most ``max_iter``).
 
     ``client``: a distributed Client or None (then dask's default scheduler);
     ``progress``: an optional bar updated once per pass."""
@@ -265,7 +271,7 @@ def fit_cells(fields, family, alpha, tol, max_iter, split_every, client, target,
                                      chunks=fields.weight.chunks + ((state_width(p),),), dtype=np.float64)
     active = dict.fromkeys(np.ndindex(*space_nb), True)
     passes = 0
-    for it in range(max_iter + 1):
+    for it in range(max_iter):
         first = it == 0
         coef = state[..., :p]
         stats = da.blockwise(
@@ -281,8 +287,8 @@ def fit_cells(fields, family, alpha, tol, max_iter, split_every, client, target,
         state = _select(new, state, active)
         summary = _select(summary, None, active)
         state, counts = _persist_and_count(state, summary, client)
-        passes += 0 if first else 1
-        if progress is not None and not first:
+        passes += 1
+        if progress is not None:
             progress.update(1)
         if first:
             if counts[..., 1].sum() > 0:

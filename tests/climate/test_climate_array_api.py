@@ -108,6 +108,7 @@ def test_glm_stats_on_strict_equal_the_numba_kernel(shape, family, first):
     assert isinstance(got, np.ndarray) and got.shape == expected.shape == (1,) + y.shape[1:] + (p * p + p + 6,)
     assert expected[..., -2].sum() == 1 and expected[..., -4].min() == 0  # the bad value; masked cells
     assert (expected[..., -1] != 0).any() == (first and family == "poisson")  # 0/1 data: no constant
+    assert (expected[..., -6] != 0).any() == (not first)  # the deviance: not on the start pass
     np.testing.assert_array_equal(got[..., -4], expected[..., -4])
     np.testing.assert_allclose(got, expected, rtol=1e-12, atol=1e-12 * np.abs(expected).max())
 
