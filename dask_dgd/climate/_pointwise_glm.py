@@ -11,7 +11,8 @@ models) and updates every cell of a spatial chunk in one NumPy step
 (:func:`newton_update`).  The per-cell state (coefficients, last accepted point, step,
 objective) lives with its spatial chunk between passes (persisted on the cluster); the
 driver sees only a count of the cells still iterating in each chunk, and chunks whose
-cells have all converged are not read again.
+cells have all converged are not read again.  Inputs that fit in a quarter of the
+memory at hand are kept in memory between passes (:func:`_cached`).
 
 Each cell minimises its weighted deviance plus the ridge term, ``D_w(b)/2 + alpha/2
 |slopes|^2`` (for gaussian data that is half of ``sklearn.linear_model.Ridge``'s
@@ -267,6 +268,7 @@ def fit_cells(fields, family, alpha, tol, max_iter, split_every, client, target,
     p = fields.p + 1
     index = "t" + "abcdefgh"[: fields.weight.ndim]
     space_nb = fields.weight.numblocks
+    fields = _cached(fields, client)
     state = fields.weight.map_blocks(initial_state, p, new_axis=fields.weight.ndim,
                                      chunks=fields.weight.chunks + ((state_width(p),),), dtype=np.float64)
     active = dict.fromkeys(np.ndindex(*space_nb), True)
@@ -320,6 +322,41 @@ def fit_cells(fields, family, alpha, tol, max_iter, split_every, client, target,
             ConvergenceWarning, stacklevel=3,
         )
     return coef, count, passes
+
+
+CACHE_SHARE = 0.25  # the inputs are kept in memory between passes when they fill at most this share of it
+
+
+def _cached(fields, client):
+    """``fields`` with its arrays (target, features, lags) persisted when they fit in a
+    quarter of the memory at hand, so that the Newton passes after the first do not
+    read the store again (each pass reads every block; reading and decompressing a
+    Zarr store took about as long as the pass's computation in the benchmark).  At
+    hand: the workers' memory limits summed (a distributed cluster; workers without a
+    limit: no cache), or this process's available memory (dask's local scheduler).
+    Otherwise ``fields`` as it is, read again each pass (then the memory a fit holds
+    stays a few blocks per worker)."""
+    import copy
+
+    import dask
+
+    arrays = [a for a in [fields.y, *fields.full] if a is not None]
+    nbytes = sum(a.nbytes for a in arrays)
+    if client is not None:
+        from .._engine.memory import worker_memory_limits
+
+        limits = list(worker_memory_limits(client).values())
+        room = sum(limits) if limits and all(limits) else 0
+    else:
+        import psutil
+
+        room = psutil.virtual_memory().available
+    if not nbytes or nbytes > CACHE_SHARE * room:
+        return fields
+    kept = client.persist(arrays) if client is not None else list(dask.persist(*arrays))
+    out = copy.copy(fields)
+    out.y, out.full = (kept[0], kept[1:]) if fields.y is not None else (None, kept)
+    return out
 
 
 def _select(new, old, active):

@@ -284,3 +284,26 @@ def test_batched_spd_solve_is_scale_free_and_falls_back_to_minimum_norm():
     np.testing.assert_allclose(got_scaled * scale, np.linalg.solve(M0, b[..., None])[..., 0], rtol=1e-8)
     for i in (3, 4):
         np.testing.assert_allclose(got[i], np.linalg.lstsq(M[i], b[i], rcond=1e-10)[0], rtol=1e-9, atol=1e-12)
+
+
+@pytest.mark.parametrize("share, reads", [(0.25, 1), (0.0, None)], ids=["cached", "too big to cache"])
+def test_inputs_are_read_once_when_they_fit_in_memory(share, reads, monkeypatch):
+    """The Newton passes after the first use the inputs kept in memory when they fit
+    (a quarter of the memory at hand); otherwise every pass reads them again."""
+    from dask_dgd.climate import _pointwise_glm
+
+    monkeypatch.setattr(_pointwise_glm, "CACHE_SHARE", share)
+    ds = _grid(T=48, chunks={"time": 24, "lat": 2, "lon": 3})
+    calls = []
+
+    def read(block):  # stands for reading a block of the store
+        if block.size:  # not dask's call on an empty block for the meta
+            calls.append(block.shape)
+        return block
+
+    ds["n"] = ds["n"].copy(data=ds["n"].data.map_blocks(read, dtype=np.float64))
+    with dask.config.set(scheduler="sync"):
+        model = ClimateRegressor(["a", "index"], "n", model="pointwise", family="poisson").fit(ds)
+    n_blocks = ds["n"].data.npartitions
+    assert model.n_iter_ >= 3
+    assert len(calls) == n_blocks * (reads or model.n_iter_)
