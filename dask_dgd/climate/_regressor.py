@@ -435,7 +435,7 @@ verbose, callbacks
         from .._engine.monitor import progress_bar
         from ._pointwise_glm import fit_cells
 
-        client = task_client(self.client)  # inside a Dask task: its cluster, seceded
+        client = task_client(self.client) or _default_client()  # the cluster whose memory holds the state
         bar = progress_bar(self.verbose, self.max_iter, f"{type(self).__name__} (pointwise {self.family})", "pass")
         try:
             coef, count, passes = fit_cells(fields, self.family, self.alpha, self.tol, self.max_iter,
