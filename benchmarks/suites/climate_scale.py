@@ -426,7 +426,7 @@ def _grid_rows(p, r):
         rel = max(x["max_rel"] for x in g)
         tight = g[0].get("tight_rel")
         gaussian = rel > 1e-2  # far from every GLM fit: the family was not applied
-        rows.append([f"(d) {family} GLM, {cells}", f"{gw:.2f} s ({g[0]['passes']} Newton passes over the store)",
+        rows.append([f"(d) {family} GLM, {cells}", f"{gw:.2f} s ({g[0]['passes']} Newton passes)",
                      f"{sw:.1f} s: statsmodels GLM().fit() per cell, measured on {g[0]['sm_cells']} random sea "
                      f"cells ({median([x['sm_wall'] for x in g]):.2f} s in one process), extrapolated linearly to "
                      f"all cells / {p['workers']} workers", f"{sw / gw:.1f}x faster", f">= {TARGET_GLM:g}x",
@@ -557,8 +557,10 @@ def run(size, *, repeats=None, log=print, **overrides):
         + ", ".join(f"{g['grid']['space_chunks'][0]} x {g['grid']['space_chunks'][1]} cells ({g['cells']:,}-cell "
                     "grid)" for g in grids)
         + f": {store_text}. {LAND:.0%} of the cells are land (NaN targets). LocalCluster of {p['workers']} "
-        f"single-threaded worker processes; every run reads the store (nothing persisted, except the peer's box in "
-        f"(b)). xarray {xr.__version__}, dask {dask.__version__}, statsmodels {statsmodels.__version__}. Medians of "
+        f"single-threaded worker processes; every run reads the store (nothing persisted by the benchmark, except "
+        f"the peer's box in (b); a GLM fit reads it once and keeps its inputs in the workers' memory for its later "
+        f"Newton passes, when they fill at most a quarter of the workers' memory limits, as here). "
+        f"xarray {xr.__version__}, dask {dask.__version__}, statsmodels {statsmodels.__version__}. Medians of "
         f"{p['repeats']} repeat(s). (a) `y ~ 1 + trend`, trend in decimal years since the first month; (b) "
         f"features {grids[0].get('names')}, intercept first; extrapolated peers are stated as such; (d) "
         "`family=` on `model=\"pointwise\"`, `features=\"x1\"`, targets `count` and `exceed`. Coefficient differences "
