@@ -334,14 +334,17 @@ def _cached(fields, client):
     Zarr store took about as long as the pass's computation in the benchmark).  At
     hand: the workers' memory limits summed (a distributed cluster; workers without a
     limit: no cache), or this process's available memory (dask's local scheduler).
-    Otherwise ``fields`` as it is, read again each pass (then the memory a fit holds
-    stays a few blocks per worker)."""
+    Otherwise, and for blocks on a device (CuPy: GPU memory is not measured),
+    ``fields`` as it is, read again each pass (then the memory a fit holds stays a few
+    blocks per worker)."""
     import copy
 
     import dask
 
     arrays = [a for a in [fields.y, *fields.full] if a is not None]
     nbytes = sum(a.nbytes for a in arrays)
+    if not all(array_api_compat.is_numpy_array(a._meta) for a in arrays):
+        return fields  # blocks on a device (CuPy): its memory is not the workers' limit; read each pass
     if client is not None:
         from .._engine.memory import worker_memory_limits
 

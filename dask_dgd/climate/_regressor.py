@@ -107,6 +107,9 @@ verbose, callbacks
 
     Attributes
     ----------
+    family_ : str
+        The family of the fit: the link ``predict`` uses (a ``family`` set since takes
+        effect at the next fit).
     sample_dims_ : tuple of str
         The sample dimensions of the fit, time first (``"auto"`` resolved).
     time_dim_ : str
@@ -342,7 +345,7 @@ verbose, callbacks
             )
 
     # --------------------------------------------------------------------- fit
-    _FITTED = ("spec_", "sample_dims_", "time_dim_", "feature_names_", "target_attrs_", "grid_", "coef_",
+    _FITTED = ("spec_", "family_", "sample_dims_", "time_dim_", "feature_names_", "target_attrs_", "grid_", "coef_",
                "intercept_", "n_samples_", "n_iter_", "estimator_", "history_", "_coef_table")
 
     def fit(self, ds, y=None, resume=False):
@@ -383,6 +386,7 @@ verbose, callbacks
         else:
             self._fit_pooled(spec, fields, resume)
         self.spec_ = spec
+        self.family_ = self.family
         self.feature_names_ = spec.names
         self.target_attrs_ = dict(ds[self.target].attrs)
         self.grid_ = grid
@@ -485,6 +489,7 @@ verbose, callbacks
         """
         check_is_fitted(self, "coef_")
         spec = self.spec_  # the settings of the fit, not parameters changed since
+        family = getattr(self, "family_", self.family)  # a model saved before family_ existed
         spec.check(ds, need_target=False)
         fields = Fields(spec, ds, need_target=False)
         index = "t" + "abcdefgh"[: len(spec.sample_dims) - 1]
@@ -493,13 +498,13 @@ verbose, callbacks
             self._check_grid(spec, ds)
             chunks = fields.grid_chunks[1:] + ((self._coef_table.shape[-1],),)
             coef = da.from_array(self._coef_table, chunks=chunks)
-            out = da.blockwise(pointwise_block, index, fields.order, None, self.family, None, coef, index[1:] + "p",
+            out = da.blockwise(pointwise_block, index, fields.order, None, family, None, coef, index[1:] + "p",
                                *args,
                                concatenate=True, dtype=np.float64, meta=fields.meta(len(index)))
         else:
             coef = np.asarray(self.coef_.values, dtype=np.float64)
             out = da.blockwise(pooled_block, index, fields.order, None, coef, None, self.intercept_, None,
-                               self.family, None, *args, dtype=np.float64, meta=fields.meta(len(index)))
+                               family, None, *args, dtype=np.float64, meta=fields.meta(len(index)))
         pred = xr.DataArray(out, dims=spec.sample_dims, coords=fields.coords, name=spec.target,
                             attrs=dict(self.target_attrs_))
         return pred.transpose(*fields.out_dims)

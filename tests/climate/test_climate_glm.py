@@ -307,3 +307,14 @@ def test_inputs_are_read_once_when_they_fit_in_memory(share, reads, monkeypatch)
     n_blocks = ds["n"].data.npartitions
     assert model.n_iter_ >= 3
     assert len(calls) == n_blocks * (reads or model.n_iter_)
+
+
+@pytest.mark.parametrize("model_kind", ["pointwise", "pooled"])
+def test_predict_uses_the_family_of_the_fit(model_kind):
+    ds = _grid(T=24)
+    kw = dict(max_iter=200, tol=1e-10) if model_kind == "pooled" else {}
+    model = ClimateRegressor(["a"], "n", model=model_kind, family="poisson", **kw).fit(ds)
+    before = model.predict(ds).compute()
+    model.set_params(family="gaussian")  # takes effect at the next fit, as every parameter
+    xr.testing.assert_identical(model.predict(ds).compute(), before)
+    assert model.family_ == "poisson" and np.nanmin(before.values) >= 0
