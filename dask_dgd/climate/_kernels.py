@@ -16,7 +16,7 @@ and a batched ``matmul``) and run on the block's device.
 import numba
 import numpy as np
 
-__all__ = ["BINOMIAL", "POISSON", "cell_stats_kernel", "glm_stats_kernel", "spd_solve_kernel"]
+__all__ = ["BINOMIAL", "POISSON", "cell_stats_kernel", "glm_acc_kernel", "glm_eta_kernel", "spd_solve_kernel"]
 
 
 @numba.njit(cache=True, nogil=True, boundscheck=False)
@@ -101,103 +101,105 @@ POISSON, BINOMIAL = 1, 2
 
 
 @numba.njit(cache=True, nogil=True, boundscheck=False)
-def glm_stats_kernel(full, timef, kind, pos, y, w, coef, family, start, out):  # pragma: no cover - compiled
-    """Per-cell Newton statistics of a Poisson (``family == 1``, log link) or binomial
-    (``family == 2``, logit link) model at the coefficients ``coef`` (cells, p) of the
-    cells, for one block; the inputs are those of :func:`cell_stats_kernel`.
+def glm_eta_kernel(full, timef, kind, pos, coefT, t0, eta):  # pragma: no cover - compiled
+    """The linear predictor of rows ``t0, t0 + 1, ...`` of a block, ``eta`` (rows,
+    cells), at the cells' coefficients ``coefT`` (p, cells); the inputs are those of
+    :func:`cell_stats_kernel`.  Masked values are not cleared here (NaN stays NaN):
+    :func:`glm_acc_kernel` gives them no weight."""
+    nr, nc = eta.shape
+    nf = kind.shape[0]
+    for r in range(nr):
+        t = t0 + r
+        e = eta[r]
+        c0 = coefT[0]
+        for c in range(nc):
+            e[c] = c0[c]
+        for f in range(nf):
+            cf = coefT[f + 1]
+            if kind[f] == 0:
+                src = full[pos[f], t]
+                for c in range(nc):
+                    e[c] += cf[c] * src[c]
+            else:
+                v = timef[pos[f], t]
+                for c in range(nc):
+                    e[c] += cf[c] * v
 
-    ``out``: (cells, p*p + p + 6): the weighted Hessian ``sum w v(mu) x x^T`` (the
-    Fisher information; observed = expected for these canonical links), ``sum w (y -
-    mu) x`` (minus half the deviance's gradient), the weighted deviance ``sum w d(y,
-    mu)`` less its part that does not depend on the coefficients, ``sum w``, the
-    number of unmasked steps, ``sum w y``, the number of unmasked targets outside the
-    family's range (y < 0; binomial: y > 1; left out of the deviance) and 0.
 
-    ``start``: the first pass of a fit, from the data instead of ``coef`` (R's start,
-    ``mu = y + 0.1``, binomial ``(y + 1/2) / 2``): the Hessian and ``sum w v z x``
-    with the working response ``z = eta + (y - mu) / v`` (their solve is the first IRLS
-    step), no deviance, and in the last column the deviance's part that does not
-    depend on the coefficients (``2 sum w (y log y - y)``; binomial ``2 sum w (y log y
-    + (1 - y) log(1 - y))``), computed once per fit.  One ``exp`` per unmasked cell and
-    step in later passes (binomial: and one ``log1p``).  The linear
-    predictor is clipped to [-700, 700] for the mean and variance so that neither
-    overflows; the deviance is exact (``inf`` where the mean overflows: a step that far
-    is rejected by the caller)."""
-    nt, nc = y.shape
+@numba.njit(cache=True, nogil=True, boundscheck=False)
+def glm_acc_kernel(full, timef, kind, pos, y, w, t0, eta, mu, aux, family, start, acc):  # pragma: no cover
+    """Add rows ``t0, t0 + 1, ...`` of a block to the per-cell Newton statistics ``acc``
+    (p*p + p + 6, cells) of a Poisson (``family == 1``, log link) or binomial (``2``,
+    logit) model, given the rows' linear predictor ``eta``, mean ``mu`` and ``aux``
+    (rows, cells), computed by NumPy's vectorised ``exp``/``log1p`` (ten times Numba's
+    scalar ``exp`` here): ``aux`` is ``log(1 + e^-|eta|)`` for binomial, and on the
+    ``start`` pass the deviance's constant part of each value.
+
+    ``acc`` rows: the weighted Hessian ``sum w v(mu) x x^T`` (upper triangle; the
+    Fisher information, observed = expected for these canonical links), ``sum w (y -
+    mu) x`` (minus half the deviance's gradient), the weighted deviance less its part
+    that does not depend on the coefficients, ``sum w``, the number of unmasked steps,
+    ``sum w y``, the number of unmasked targets outside the family's range (y < 0;
+    binomial: y > 1; left out of the deviance) and that constant part of the deviance
+    (``start`` only: ``2 sum w (y log y - y)``; binomial ``2 sum w (y log y + (1 - y)
+    log(1 - y))``).  On the ``start`` pass ``eta``/``mu`` are R's start from the data
+    (``mu = y + 0.1``; binomial ``(y + 1/2) / 2``) and the score row holds ``sum w v z
+    x`` with the working response ``z = eta + (y - mu) / v``: their solve is the first
+    IRLS step; no deviance."""
+    nr, nc = eta.shape
     nf = kind.shape[0]
     p = nf + 1
-    S = p * p + p + 6
-    acc = np.zeros((S, nc))
     wm = np.empty(nc)
     xs = np.empty((p, nc))
     ym = np.empty(nc)
     wv = np.empty(nc)
     wr = np.empty(nc)
     tv = np.empty(p)
-    for t in range(nt):
-        if not _load_step(full, timef, kind, pos, y, w, t, tv, wm, ym, xs):
+    dev = acc[p * p + p]
+    bad = acc[p * p + p + 4]
+    ent = acc[p * p + p + 5]
+    for r in range(nr):
+        if not _load_step(full, timef, kind, pos, y, w, t0 + r, tv, wm, ym, xs):
             continue
-        dev = acc[p * p + p]
-        bad = acc[p * p + p + 4]
-        ent = acc[p * p + p + 5]
+        e = eta[r]
+        m = mu[r]
+        a = aux[r]
         for c in range(nc):
-            if wm[c] == 0.0:
+            wc = wm[c]
+            if wc == 0.0:
                 wv[c] = 0.0
                 wr[c] = 0.0
                 continue
             yc = ym[c]
-            if start:  # IRLS from the data: mu = y + 0.1 (binomial: (y + 1/2) / 2), as R's glm
-                if family == 1:
-                    mu = max(yc, 0.0) + 0.1
-                    eta = np.log(mu)
-                    var = mu
-                    out_of_range = yc < 0.0
-                    if yc > 0.0:
-                        ent[c] += wm[c] * 2.0 * (yc * np.log(yc) - yc)
-                else:
-                    mu = (min(max(yc, 0.0), 1.0) + 0.5) / 2.0
-                    eta = np.log(mu / (1.0 - mu))
-                    var = mu * (1.0 - mu)
-                    out_of_range = yc < 0.0 or yc > 1.0
-                    if 0.0 < yc < 1.0:
-                        ent[c] += wm[c] * 2.0 * (yc * np.log(yc) + (1.0 - yc) * np.log1p(-yc))
-                wv[c] = wm[c] * var
-                wr[c] = wm[c] * (var * eta + (yc - mu))  # w var z, z the working response
-                if out_of_range:
-                    bad[c] += 1.0
-                continue
-            eta = coef[c, 0]
-            for f in range(nf):
-                eta += coef[c, f + 1] * xs[f + 1, c]
             if family == 1:
-                mu = np.exp(min(max(eta, -700.0), 700.0))
-                var = mu
+                var = m[c]
                 out_of_range = yc < 0.0
-                # 2 (y log(y / mu) - (y - mu)) = 2 (y log y - y) + 2 (mu - y eta)
-                d = 2.0 * ((mu if eta <= 700.0 else np.inf) - yc * eta)
             else:
-                q = np.exp(-abs(eta))  # in (0, 1]: no overflow
-                mu = 1.0 / (1.0 + q) if eta >= 0.0 else q / (1.0 + q)
-                var = mu * (1.0 - mu)
+                var = m[c] * (1.0 - m[c])
                 out_of_range = yc < 0.0 or yc > 1.0
-                # 2 (y log y + (1 - y) log(1 - y)) + 2 (log(1 + e^eta) - y eta)
-                d = 2.0 * (max(eta, 0.0) + np.log1p(q) - yc * eta)
-            wv[c] = wm[c] * var
-            wr[c] = wm[c] * (yc - mu)
+            wv[c] = wc * var
+            if start:
+                wr[c] = wc * (var * e[c] + (yc - m[c]))
+            else:
+                wr[c] = wc * (yc - m[c])
             if out_of_range:  # refused by the caller, not summed
                 bad[c] += 1.0
-            else:
-                dev[c] += wm[c] * d
+            elif start:
+                ent[c] += wc * a[c]
+            elif family == 1:  # 2 (y log(y / mu) - (y - mu)) = 2 (y log y - y) + 2 (mu - y eta)
+                dev[c] += wc * 2.0 * (m[c] - yc * e[c])
+            else:  # 2 (y log y + (1 - y) log(1 - y)) + 2 (log(1 + e^eta) - y eta)
+                dev[c] += wc * 2.0 * (max(e[c], 0.0) + a[c] - yc * e[c])
         for i in range(p):
             xi = xs[i]
             for j in range(i, p):
                 xj = xs[j]
-                a = acc[i * p + j]
+                h = acc[i * p + j]
                 for c in range(nc):
-                    a[c] += wv[c] * xi[c] * xj[c]
-            a = acc[p * p + i]
+                    h[c] += wv[c] * xi[c] * xj[c]
+            g = acc[p * p + i]
             for c in range(nc):
-                a[c] += wr[c] * xi[c]
+                g[c] += wr[c] * xi[c]
         b = acc[p * p + p + 1]
         n = acc[p * p + p + 2]
         s = acc[p * p + p + 3]
@@ -205,10 +207,6 @@ def glm_stats_kernel(full, timef, kind, pos, y, w, coef, family, start, out):  #
             b[c] += wm[c]
             n[c] += 1.0 if wm[c] != 0.0 else 0.0
             s[c] += wm[c] * ym[c]
-    for i in range(p):
-        for j in range(i):
-            acc[i * p + j, :] = acc[j * p + i, :]
-    out[:, :] = acc.T
 
 
 @numba.njit(cache=True, nogil=True, boundscheck=False)

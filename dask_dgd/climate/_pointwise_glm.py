@@ -30,7 +30,6 @@ all ones too) have no finite maximum-likelihood fit: their intercept is ``-inf``
 (``+inf``), their slopes 0, and they predict 0 (1) exactly.
 """
 
-import math
 import warnings
 
 import array_api_compat
@@ -60,7 +59,7 @@ def n_stats(p):
 def glm_stats(order, family, start, coef, yb, wb, *blocks):
     """Per-cell Newton statistics of one (time chunk, spatial chunk) block at the
     cells' coefficients ``coef`` (``(*space, p)``, NumPy): a NumPy array ``(1, *space,
-    p*p + p + 6)``, see :func:`~._kernels.glm_stats_kernel` for the columns.
+    p*p + p + 6)``, see :func:`~._kernels.glm_acc_kernel` for the columns.
 
     NumPy blocks go through the Numba kernel, others (CuPy, ``array_api_strict``)
     through :func:`glm_stats_xp` on their device."""
@@ -75,12 +74,55 @@ def glm_stats(order, family, start, coef, yb, wb, *blocks):
             xp.reshape(wb, (-1,)), [xp.reshape(b, (n_t, -1)) for b in full], list(timef),
         ))
         return out.reshape((1,) + space + (out.shape[1],))
-    from ._kernels import glm_stats_kernel
+    from ._kernels import glm_acc_kernel, glm_eta_kernel
 
-    c = np.ascontiguousarray(coef, dtype=np.float64).reshape(-1, p)
-    out = np.empty((math.prod(space), n_stats(p)))
-    glm_stats_kernel(*kernel_inputs(order, yb, wb, full, timef), c, GLM_FAMILIES[family], bool(start), out)
+    inputs = kernel_inputs(order, yb, wb, full, timef)
+    y = inputs[4]
+    cells = y.shape[1]
+    coefT = np.ascontiguousarray(np.asarray(coef, dtype=np.float64).reshape(-1, p).T)
+    acc = np.zeros((n_stats(p), cells))
+    rows = max(1, ROWS_ELEMENTS // max(cells, 1))  # a few MiB of rows at a time
+    with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
+        for t0 in range(0, n_t, rows):
+            if start:
+                eta, mu, aux = _start_means(family, y[t0:t0 + rows])
+            else:
+                eta = np.empty((min(rows, n_t - t0), cells))
+                glm_eta_kernel(*inputs[:4], coefT, t0, eta)
+                mu, aux = _means(family, eta)
+            glm_acc_kernel(*inputs, t0, eta, mu, aux, GLM_FAMILIES[family], bool(start), acc)
+    for i in range(p):  # the Hessian's lower triangle from its upper one
+        for j in range(i):
+            acc[i * p + j] = acc[j * p + i]
+    out = acc.T
     return out.reshape((1,) + space + (out.shape[1],))
+
+
+ROWS_ELEMENTS = 2**18  # the NumPy stage of :func:`glm_stats` works on this many values at a time
+
+
+def _means(family, eta):
+    """``(mu, aux)`` of a linear predictor (NumPy's vectorised ``exp``/``log1p``): the
+    mean, and for binomial ``log(1 + e^-|eta|)`` for the deviance (else unused)."""
+    if family == "poisson":
+        return np.exp(np.clip(eta, -700.0, 700.0)), eta
+    q = np.exp(-np.abs(eta))
+    return np.where(eta >= 0.0, 1.0 / (1.0 + q), q / (1.0 + q)), np.log1p(q)
+
+
+def _start_means(family, y):
+    """``(eta, mu, aux)`` of R's IRLS start from the data (``mu = y + 0.1``; binomial
+    ``(y + 1/2) / 2``; values out of range clipped, they are refused anyway) and the
+    deviance's constant part of each value."""
+    from scipy.special import xlogy
+
+    if family == "poisson":
+        yc = np.maximum(y, 0.0)
+        mu = yc + 0.1
+        return np.log(mu), mu, 2.0 * (xlogy(yc, yc) - yc)
+    yc = np.clip(y, 0.0, 1.0)
+    mu = (yc + 0.5) / 2.0
+    return np.log(mu / (1.0 - mu)), mu, 2.0 * (xlogy(yc, yc) + xlogy(1.0 - yc, 1.0 - yc))
 
 
 def _xlogx(xp, v):
@@ -178,7 +220,7 @@ def newton_update(state, stats, p, family, alpha, tol, first):
     points; returns the new state.
 
     ``first``: the statistics are those of the start (see
-    :func:`~._kernels.glm_stats_kernel`): the first IRLS step is solved from them,
+    :func:`~._kernels.glm_acc_kernel`): the first IRLS step is solved from them,
     cells without data are set to NaN and cells whose target stays at an edge of the
     range to their infinite intercept."""
     shape = state.shape

@@ -229,8 +229,9 @@ def test_pooled_training_parameters_are_refused_by_pointwise_models(params, show
     ClimateRegressor(["a"], "n", model="pointwise", family="poisson", max_iter=50, tol=1e-6, split_every=2).fit(ds)
 
 
-def test_glm_statistics_at_the_coefficients_are_the_deviance_and_its_derivatives():
-    """The kernel's statistics of one block against a direct computation."""
+def test_glm_statistics_at_the_coefficients_are_the_deviance_and_its_derivatives(monkeypatch):
+    """The kernel's statistics of one block against a direct computation (its NumPy
+    stage in one piece, and row by row in pieces of 2 rows)."""
     rng = np.random.default_rng(4)
     T, C = 30, 5
     x = rng.normal(size=(T, 1, C))
@@ -241,6 +242,12 @@ def test_glm_statistics_at_the_coefficients_are_the_deviance_and_its_derivatives
     coef = rng.normal(0, 0.3, size=(1, C, 3))
     out = glm_stats([(0, 0), (1, 0)], "poisson", False, coef, y, w, x, z)[0, 0]
     start = glm_stats([(0, 0), (1, 0)], "poisson", True, coef, y, w, x, z)[0, 0]
+    from dask_dgd.climate import _pointwise_glm
+
+    monkeypatch.setattr(_pointwise_glm, "ROWS_ELEMENTS", 2 * C)
+    for first, whole in ((False, out), (True, start)):
+        np.testing.assert_allclose(glm_stats([(0, 0), (1, 0)], "poisson", first, coef, y, w, x, z)[0, 0], whole,
+                                   rtol=1e-13, atol=1e-13)
     for c in range(C):
         ok = np.isfinite(y[:, 0, c])
         A = np.column_stack([np.ones(T), x[:, 0, c], z])[ok]
