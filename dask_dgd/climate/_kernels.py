@@ -127,7 +127,7 @@ def glm_eta_kernel(full, timef, kind, pos, coefT, t0, eta):  # pragma: no cover 
 
 
 @numba.njit(cache=True, nogil=True, boundscheck=False)
-def glm_acc_kernel(full, timef, kind, pos, y, w, t0, eta, mu, aux, family, start, acc):  # pragma: no cover
+def glm_acc_kernel(full, timef, kind, pos, y, w, t0, eta, mu, aux, family, start, scratch, acc):  # pragma: no cover
     """Add rows ``t0, t0 + 1, ...`` of a block to the per-cell Newton statistics ``acc``
     (p*p + p + 6, cells) of a Poisson (``family == 1``, log link) or binomial (``2``,
     logit) model, given the rows' linear predictor ``eta``, mean ``mu`` and ``aux``
@@ -145,15 +145,16 @@ def glm_acc_kernel(full, timef, kind, pos, y, w, t0, eta, mu, aux, family, start
     log(1 - y))``).  On the ``start`` pass ``eta``/``mu`` are R's start from the data
     (``mu = y + 0.1``; binomial ``(y + 1/2) / 2``) and the score row holds ``sum w v z
     x`` with the working response ``z = eta + (y - mu) / v``: their solve is the first
-    IRLS step; no deviance."""
+    IRLS step; no deviance.  ``scratch``: (p + 4, cells) buffers, reused from call to
+    call (no allocation here)."""
     nr, nc = eta.shape
     nf = kind.shape[0]
     p = nf + 1
-    wm = np.empty(nc)
-    xs = np.empty((p, nc))
-    ym = np.empty(nc)
-    wv = np.empty(nc)
-    wr = np.empty(nc)
+    xs = scratch[:p]
+    wm = scratch[p]
+    ym = scratch[p + 1]
+    wv = scratch[p + 2]
+    wr = scratch[p + 3]
     tv = np.empty(p)
     dev = acc[p * p + p]
     bad = acc[p * p + p + 4]

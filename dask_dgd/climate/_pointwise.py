@@ -59,9 +59,12 @@ def kernel_inputs(order, yb, wb, full, timef):
     cells = math.prod(yb.shape[1:])
     kind = np.array([k for k, _ in order], dtype=np.int64)
     pos = np.array([i for _, i in order], dtype=np.int64)
-    fields = np.empty((max(len(full), 1), n_t, cells))
-    for i, b in enumerate(full):
-        fields[i] = np.asarray(b, dtype=np.float64).reshape(n_t, -1)
+    if len(full) == 1:  # one field: a view when it is float64 in C order (no copy of the block)
+        fields = np.ascontiguousarray(full[0], dtype=np.float64).reshape(1, n_t, cells)
+    else:
+        fields = np.empty((max(len(full), 1), n_t, cells))
+        for i, b in enumerate(full):
+            fields[i] = np.asarray(b, dtype=np.float64).reshape(n_t, -1)
     time_fields = np.empty((max(len(timef), 1), n_t))
     for i, b in enumerate(timef):
         time_fields[i] = np.asarray(b, dtype=np.float64)
