@@ -86,12 +86,15 @@ def classify(ds, dim):
     return axis, ("its name" if axis else None)
 
 
-def resolve_dims(ds, target, sample_dims=AUTO, time_dim=AUTO):
+def resolve_dims(ds, target, sample_dims=AUTO, time_dim=AUTO, features=None):
     """``(sample_dims, time_dim)`` with ``"auto"`` resolved against ``ds``'s ``target``.
 
     An explicit ``sample_dims`` and ``time_dim`` are returned as they are (checked
     later by the feature spec).  ``sample_dims="auto"``: the target's dimensions
-    ordered (time, Y, X); ``time_dim="auto"``: the one time dimension among them.
+    ordered (time, Y, X); ``time_dim="auto"``: the one time dimension among them.  A
+    time, Y or X dimension of a feature (``features``: names, or None) that the
+    target lacks is an error, as with explicit sample dimensions: a target must vary
+    over every sample dimension.
 
     Raises
     ------
@@ -114,6 +117,8 @@ def resolve_dims(ds, target, sample_dims=AUTO, time_dim=AUTO):
     if auto_dims and target not in ds.variables:
         raise InputError(f"the Dataset has no variable {target!r} (variables: {sorted(map(str, ds.data_vars))})")
     dims = tuple(ds[target].dims) if auto_dims else tuple(sample_dims)
+    if auto_dims:
+        _check_target_spans_features(ds, target, features, dims)
     where = f"the dimensions {list(dims)} of the target {target!r}" if auto_dims else f"sample_dims {dims}"
     found = {"T": [], "Y": [], "X": []}
     unknown = []
@@ -160,6 +165,27 @@ def resolve_dims(ds, target, sample_dims=AUTO, time_dim=AUTO):
         return chosen, time
     logger.info('time_dim="auto" chose %r among sample_dims %s: %s (%s)', time, dims, time, time_why)
     return sample_dims, time
+
+
+def _check_target_spans_features(ds, target, features, dims):
+    """The time, Y and X dimensions of the features all among the target's ``dims``."""
+    names = [features] if isinstance(features, str) else list(features or ())
+    grid = {}
+    for name in [target] + names:
+        if name not in ds.variables:
+            continue  # a missing feature is reported by the feature spec
+        for d in ds[name].dims:
+            axis, _ = classify(ds, d)
+            if axis in _KINDS and d not in grid:
+                grid[d] = axis
+    lacking = [d for d in grid if d not in dims]
+    if lacking:
+        every = [d for axis in "TYX" for d in grid if grid[d] == axis]
+        raise InputError(
+            f"the target {target!r} has dimensions {list(dims)} and lacks the sample dimension(s) {lacking}: a target "
+            f"must vary over every sample dimension {every} (the features have them); choose another target, or "
+            "select the features to the target's dimensions"
+        )
 
 
 def latitude_bounds(ds, name):

@@ -595,7 +595,7 @@ def to_design_matrix(ds, features, target, sample_dims=AUTO, *, time_dim=AUTO, l
     ParameterError
         Bad ``sample_dims``, ``lags``, ``lead`` or ``seasonal``.
     """
-    sample_dims, time_dim = resolve_dims(ds, target, sample_dims, time_dim)
+    sample_dims, time_dim = resolve_dims(ds, target, sample_dims, time_dim, features)
     spec = FeatureSpec(features, target, sample_dims, time_dim, lags, lead, seasonal, area_weights, lat)
     spec.check(ds, need_target=True)
     return DesignMatrix(spec, Fields(spec, ds))

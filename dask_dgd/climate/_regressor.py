@@ -256,7 +256,7 @@ verbose, callbacks
                 f"ClimateRegressor needs the variable to predict: pass target=<name>{names}, "
                 "e.g. ClimateRegressor(target='tas')"
             )
-        sample_dims, time_dim = resolve_dims(ds, target, self.sample_dims, self.time_dim)
+        sample_dims, time_dim = resolve_dims(ds, target, self.sample_dims, self.time_dim, features)
         if features is None:
             if ds is None:
                 raise ParameterError("features=None is resolved against a Dataset at fit; the model is not fitted")
