@@ -205,8 +205,8 @@ def glm_stats_xp(xp, order, family, start, coef, y, w, full, timef):
 def state_width(p):
     """Columns of a cell's state: the point to evaluate (p), the last accepted point
     (p), the Newton step from it (p), its objective, the step length, the status, the
-    number of unmasked steps, the passes the cell took and the deviance's constant."""
-    return 3 * p + 6
+    number of unmasked steps and the deviance's constant."""
+    return 3 * p + 5
 
 
 def initial_state(wb, p):
@@ -233,7 +233,7 @@ def _newton_steps(H, g, beta, alpha):
 
 def newton_update(state, stats, p, family, alpha, tol, first):
     """One pass's update of a spatial chunk's cells (NumPy, on the chunk's worker):
-    ``state`` (*space, 3p+6) and the summed ``stats`` (*space, p*p+p+6) at the state's
+    ``state`` (*space, 3p+5) and the summed ``stats`` (*space, p*p+p+6) at the state's
     points; returns the new state.
 
     ``first``: the statistics are those of the start (see
@@ -250,8 +250,7 @@ def newton_update(state, stats, p, family, alpha, tol, first):
     dev, sw, count, swy = s[:, p * p + p], s[:, p * p + p + 1], s[:, p * p + p + 2], s[:, p * p + p + 3]
     if first:
         out[:, 3 * p + 3] = count
-        out[:, 3 * p + 5] = s[:, -1]
-        out[:, 3 * p + 4] = 1
+        out[:, 3 * p + 4] = s[:, -1]
         nodata = count == 0
         status[nodata] = NO_DATA
         beta[nodata] = np.nan
@@ -269,9 +268,8 @@ def newton_update(state, stats, p, family, alpha, tol, first):
     act = status == ACTIVE
     if not act.any():
         return out.reshape(shape)
-    out[act, 3 * p + 4] += 1
     b = beta[act]
-    f = 0.5 * (dev[act] + out[act, 3 * p + 5]) + 0.5 * alpha * np.sum(b[:, 1:] ** 2, axis=1)
+    f = 0.5 * (dev[act] + out[act, 3 * p + 4]) + 0.5 * alpha * np.sum(b[:, 1:] ** 2, axis=1)
     fa = f_acc[act]
     with np.errstate(invalid="ignore"):
         accept = np.isfinite(f) & (f <= fa + 1e-12 * np.abs(np.where(np.isfinite(fa), fa, 0.0)))
@@ -425,12 +423,12 @@ def _select(new, old, active):
     """The blocks of ``new`` for the active spatial chunks and of ``old`` for the others
     (``old=None``: only the active ones are needed, the others' summary is zeros)."""
     def block(idx):
-        if active[idx] or old is None:
-            b = new.blocks[idx]
-            if old is None and not active[idx]:
-                return da.zeros(b.shape, chunks=b.shape, dtype=b.dtype)
-            return b
-        return old.blocks[idx]
+        if active[idx]:
+            return new.blocks[idx]
+        if old is not None:
+            return old.blocks[idx]
+        shape = tuple(c[i] for c, i in zip(new.chunks, idx + (0,)))
+        return da.zeros(shape, chunks=shape, dtype=new.dtype)
 
     def nest(prefix):
         if len(prefix) == len(new.numblocks) - 1:
