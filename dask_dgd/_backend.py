@@ -13,7 +13,8 @@ import array_api_compat.numpy  # noqa: F401  (get_namespace() of nothing returns
 import numpy as np
 import scipy.sparse as sp
 
-__all__ = ["get_namespace", "is_sparse", "to_numpy", "asarray_like", "finfo_max", "dtype_name", "take_rows"]
+__all__ = ["get_namespace", "is_sparse", "is_device_array", "to_numpy", "asarray_like", "finfo_max", "dtype_name",
+           "take_rows"]
 
 
 def _cupyx_sparse():
@@ -49,6 +50,15 @@ def get_namespace(*arrays):
     if not dense:
         return array_api_compat.numpy
     return array_api_compat.array_namespace(*dense)
+
+
+def is_device_array(x):
+    """True for a dense in-memory array of another namespace than NumPy: CuPy, or any
+    array with ``__array_namespace__`` (array_api_strict...). CuPy's arrays are asked
+    for by name: CuPy 14's ``ndarray`` has no ``__array_namespace__`` (seen on a GPU)."""
+    if isinstance(x, np.ndarray) or is_sparse(x):
+        return False
+    return array_api_compat.is_cupy_array(x) or hasattr(x, "__array_namespace__")
 
 
 def to_numpy(x):

@@ -231,7 +231,7 @@ def group_local_export(shard, scratch, objective, local):
 def _host(value):
     """``value`` with every array (also inside tuples, dicts and optimizer states)
     copied to the host as NumPy."""
-    from .._backend import to_numpy
+    from .._backend import is_device_array, to_numpy
 
     if isinstance(value, tuple) and hasattr(value, "_asdict"):  # an optimizer state
         return type(value)(**{k: _host(v) for k, v in value._asdict().items()})
@@ -239,7 +239,7 @@ def _host(value):
         return type(value)(_host(v) for v in value)
     if isinstance(value, dict):
         return {k: _host(v) for k, v in value.items()}
-    if hasattr(value, "__array_namespace__") or isinstance(value, np.ndarray):
+    if isinstance(value, np.ndarray) or is_device_array(value):
         return np.array(to_numpy(value), copy=True)
     return value
 

@@ -342,7 +342,7 @@ def _computed(*arrays):
     import dask
     import dask.array as da
 
-    from .._backend import to_numpy
+    from .._backend import is_device_array, to_numpy
 
     lazy = [a.to_delayed().ravel().tolist() if isinstance(a, da.Array) else a for a in arrays]
     done = dask.compute(*lazy)  # blocks, not concatenated: dask joins only NumPy-like ones
@@ -351,7 +351,7 @@ def _computed(*arrays):
         if isinstance(a, da.Array):
             parts = [to_numpy(b) for b in value]
             value = np.concatenate(parts) if parts else np.empty((0,) + a.shape[1:], dtype=a.dtype)
-        elif value is not None and not isinstance(value, np.ndarray) and hasattr(value, "__array_namespace__"):
+        elif value is not None and is_device_array(value):
             value = to_numpy(value)
         out.append(value)
     return tuple(out)

@@ -10,7 +10,7 @@ import numpy as np
 import scipy.sparse as sp
 from sklearn.utils.validation import check_is_fitted, validate_data
 
-from .._backend import asarray_like, get_namespace, is_sparse
+from .._backend import asarray_like, get_namespace, is_device_array, is_sparse
 from .._engine.blocks import check_chunking, check_finite_block
 from .._engine.executor import is_dask_collection
 from .._frames import is_frame, numeric_frame
@@ -18,11 +18,6 @@ from ..exceptions import InputError
 from ._input import check_feature_names, check_n_features
 
 __all__ = ["coef_matrix", "raw_prediction"]
-
-
-def _is_device_array(X):
-    """An array of another array-API namespace than NumPy (CuPy, array_api_strict...)."""
-    return not isinstance(X, np.ndarray) and not is_sparse(X) and hasattr(X, "__array_namespace__")
 
 
 def _predict_block(X, coef, intercept, squeeze, post, *post_args):
@@ -117,7 +112,7 @@ def raw_prediction(est, X, squeeze=True, post=None, post_args=(), out=None):
         if ndim == 1:
             return da.blockwise(_predict_block, "i", X, "ij", *args, **kw)
         return da.blockwise(_predict_block, "ik", X, "ij", *args, new_axes={"k": n_cols}, **kw)
-    if _is_device_array(X):  # an in-memory CuPy (or other array-API) array
+    if is_device_array(X):  # an in-memory CuPy (or other array-API) array
         _check_device_array(est, X)
         return _predict_block(X, coef, intercept, squeeze, post, *post_args)
     X = validate_data(est, X, reset=False, accept_sparse="csr", dtype=[np.float64, np.float32],

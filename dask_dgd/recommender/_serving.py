@@ -6,7 +6,7 @@ import numbers
 import numpy as np
 from sklearn.utils.validation import check_is_fitted
 
-from .._backend import asarray_like, to_numpy
+from .._backend import asarray_like, is_device_array, to_numpy
 from .._engine.executor import is_dask_collection
 from ..exceptions import InputError, ParameterError
 from ._input import ids_preview, pairs_shape_error
@@ -94,7 +94,7 @@ class RecommenderMixin:
         return int(k)
 
     def _known(self, ids, index, what):
-        if not isinstance(ids, np.ndarray) and hasattr(ids, "__array_namespace__"):
+        if is_device_array(ids):
             ids = to_numpy(ids)  # ids on a device (CuPy...): looked up on the host
         if isinstance(ids, (str, bytes)) or np.ndim(ids) == 0:
             ids = [ids]  # one id, not a sequence of characters
