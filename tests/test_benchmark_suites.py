@@ -5,14 +5,17 @@ they check the structure the runner needs and properties the numbers must have, 
 performance targets (those need the full size on a quiet machine).
 """
 
+import json
 import math
 
 import numpy as np
 import pytest
 
+from benchmarks.__main__ import _jsonable
 from benchmarks.suites import (
     climate,
     compression,
+    glm,
     gpu,
     memory,
     modes,
@@ -32,7 +35,8 @@ def _check_result(result):
     assert "|---|" in result["table"]
 
 
-@pytest.mark.parametrize("module", [modes, scaling, scale, memory, straggler, skew, compression, recommender, climate, gpu])
+@pytest.mark.parametrize("module", [modes, scaling, scale, memory, straggler, skew, compression, recommender, climate, gpu,
+                                    glm])
 def test_suite_interface(module):
     assert module.NAME == module.__name__.rsplit(".", 1)[-1]
     assert module.DESCRIPTION
@@ -419,3 +423,143 @@ def test_climate_suite_tiny():
     (pooled,), (flat,) = data["runs"]["pooled"], data["runs"]["flat"]
     assert pooled["rows"] == flat["rows"] and pooled["steps"] == flat["steps"] == 4  # the start + 3 gd steps
     np.testing.assert_allclose(pooled["coef"], flat["coef"], rtol=1e-8)  # the same model either way
+
+
+# ----------------------------------------------------------------------------- glm
+def test_glm_objective_is_what_the_peers_minimise():
+    """The suite's objective (mean loss + alpha penalty) is stationary at scikit-learn's and
+    glum's solutions under the suite's parameter mapping (C = 1 / (alpha n); glum's alpha)."""
+    from glum import GeneralizedLinearRegressor, TweedieDistribution
+    from scipy.optimize import approx_fprime
+    from sklearn.linear_model import TweedieRegressor
+
+    X, coef, rng = glm.glm_design(2_000, 4, 1, 3, seed=1)
+    y_bin = (rng.random(len(X)) < glm._sigmoid(X @ coef)).astype(float)
+    y_tw = glm.tweedie_sample(np.exp(X @ coef), 1.5, 1.0, rng)
+    alpha = 0.01
+    fits = {
+        "binomial": [glm._sk_logistic(1 / (alpha * len(X)), 0.0, solver="newton-cholesky", tol=1e-12)
+                     .fit(X, y_bin)],
+        "tweedie": [TweedieRegressor(power=1.5, link="log", alpha=alpha, solver="newton-cholesky", tol=1e-12)
+                    .fit(X, y_tw)],
+    }
+    fits["binomial"].append(GeneralizedLinearRegressor(family="binomial", alpha=alpha, gradient_tol=1e-12).fit(X, y_bin))
+    fits["tweedie"].append(GeneralizedLinearRegressor(family=TweedieDistribution(1.5), link="log", alpha=alpha,
+                                                      gradient_tol=1e-12).fit(X, y_tw))
+    for family, y in (("binomial", y_bin), ("tweedie", y_tw)):
+        problem = glm.Problem(family, family, X, y, None, None, alpha, 0.0, 1.5 if family == "tweedie" else None)
+        f = lambda p, problem=problem: problem.objective(p[1:], p[0])
+        for est in fits[family]:
+            params = np.r_[np.ravel(est.intercept_)[:1], np.ravel(est.coef_)]
+            assert np.max(np.abs(approx_fprime(params, f, 1e-7))) < 1e-5, (family, type(est))
+        # and moving off the solution raises it: the mapping of alpha is not off by a factor
+        wrong = glm._sk_logistic(1 / (alpha * len(X)) * 2, 0.0, solver="newton-cholesky", tol=1e-12).fit(X, y_bin) \
+            if family == "binomial" else TweedieRegressor(power=1.5, link="log", alpha=2 * alpha, solver="newton-cholesky",
+                                                           tol=1e-12).fit(X, y_tw)
+        good = fits[family][0]
+        assert problem.objective(wrong.coef_, wrong.intercept_) > problem.objective(good.coef_, good.intercept_) + 1e-9
+    # the binomial loss is scikit-learn's log-loss
+    from sklearn.metrics import log_loss
+
+    est = fits["binomial"][0]
+    assert glm.mean_loss("binomial", X, y_bin, est.coef_, est.intercept_) == pytest.approx(
+        log_loss(y_bin, est.predict_proba(X)[:, 1]), rel=1e-12)
+
+
+def test_glm_data_helpers():
+    X, y = glm.caravan()
+    assert X.shape == (5822, 85) and y.sum() == 348  # ISLR: 348 of 5822 bought insurance
+    np.testing.assert_allclose(X.mean(axis=0), 0, atol=1e-12)
+    X, coef, rng = glm.glm_design(1000, 3, 2, 4, seed=0)
+    assert X.shape == (1000, 3 + 2 * 3) and set(np.unique(X[:, 3:])) == {0.0, 1.0}
+    assert X[:, 3:6].sum(axis=1).max() == 1  # one-hot, first level dropped
+    y = glm.tweedie_sample(np.full(200_000, 2.0), 1.5, 1.0, np.random.default_rng(0))
+    assert y.mean() == pytest.approx(2.0, rel=0.02) and y.var() == pytest.approx(2.0**1.5, rel=0.05)
+    assert np.mean(y == 0) == pytest.approx(np.exp(-(2.0**0.5) / 0.5), abs=3e-3)  # P(no claim) = exp(-lambda)
+    Xl, yl, _ = glm.sparse_logistic(500, 6, seed=0)
+    amax = glm.alpha_max(Xl, yl, 1.0)
+    from glum import GeneralizedLinearRegressor
+
+    # just above alpha_max every coefficient is zero, just below one is not (glum's exact coordinate descent)
+    fit = lambda a: GeneralizedLinearRegressor(family="binomial", alpha=a, l1_ratio=1, gradient_tol=1e-12).fit(Xl, yl)
+    assert np.count_nonzero(fit(1.001 * amax).coef_) == 0 and np.count_nonzero(fit(0.99 * amax).coef_) > 0
+
+
+def test_glm_suite_rejects_unknown_problems_and_peers():
+    with pytest.raises(ValueError, match=r"unknown problems or peers \['lasso'\]"):
+        glm.run("small", problems=("lasso",))
+    with pytest.raises(ValueError, match=r"unknown problems or peers \['spark'\]"):
+        glm.run("small", peers=("spark",))
+
+
+@pytest.mark.slow
+def test_glm_caravan_in_process():
+    """dask_dgd's default solver and glum on Caravan, in process: the record structure and
+    the objectives (no timing asserted)."""
+    cfg = glm.suite_params("glm", glm.SIZES, "small", 1, {"peers": ("glum",)})
+    cfg["threads"] = 2
+    ctx = {"client": None, "peers": ["glum"], "not_built": {}, "h2o": None}
+    res = glm.run_caravan(cfg, ctx, lambda msg: None)
+    assert res["shape"] == [5822, 85] and res["alpha"] == pytest.approx(1 / (0.05 * 5822))
+    labels = [r["label"] for r in res["records"]]
+    assert labels == ["dask_dgd auto (in process)", "glum irls-cd"]
+    for rec in res["records"]:
+        assert rec["rungs"] and rec["gap"] >= 0 and rec["wall"] > 0
+        assert all(g["gap"] >= 0 for g in rec["rungs"])
+    glum_rec = res["records"][1]
+    assert glum_rec["reached"] and glum_rec["gap"] <= 1e-7  # glum's irls-cd is a reference-grade solver
+    assert 0 < res["nonzero"] < 85
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_glm_suite_tiny(monkeypatch):
+    """Every cluster problem at a tiny size: peers side by side at the same objective; a
+    missing peer and a dask_dgd estimator not built are reported, not failures."""
+    real = glm.dgd_estimator
+    monkeypatch.setattr(glm, "dgd_estimator", lambda name: None if name == "ElasticNetCV" else real(name))
+    real_why = glm._why_unimportable
+    monkeypatch.setattr(glm, "_why_unimportable",
+                        lambda m: "ModuleNotFoundError: No module named 'h2o'" if m == "h2o" else real_why(m))
+    result = glm.run(
+        "small", rows=4_000, features=5, chunks=4, glm_rows=3_000, glm_numeric=4, glm_categoricals=1, glm_levels=3,
+        path_rows=1_500, path_features=8, path_alphas=4, cv_rows=600, cv_features=5, cv_alphas=4,
+        problems=("logistic", "tweedie", "path", "cv"), peers=("sklearn", "glum", "h2o"), log=lambda msg: None,
+    )
+    _check_result(result)
+    data, md = result["data"], result["markdown"]
+    json.dumps(_jsonable(data))  # the runner writes it to benchmarks/out/
+    assert data["unavailable"] == {"h2o": "ModuleNotFoundError: No module named 'h2o'"}
+    assert "unavailable: ModuleNotFoundError: No module named 'h2o'" in md
+    assert data["not_built"] == {"cv least squares": "dask_dgd.ElasticNetCV"}
+    probs = data["problems"]
+    assert set(probs) == {"logistic", "tweedie", "path", "cv"}
+    for name in ("logistic", "tweedie"):
+        res = probs[name]
+        labels = {r["label"] for r in res["records"]}
+        assert {"scikit-learn lbfgs", "scikit-learn newton-cholesky", "glum irls", "dask_dgd default (auto)"} <= labels
+        assert res["best"] <= res["reference"] and res["best"] > 0
+        for rec in res["records"]:
+            assert rec["error"] is None, rec
+            assert rec["gap"] >= 0
+            # exact second-order solvers and dask_dgd's default reach the shared optimum
+            if rec["label"] in ("scikit-learn newton-cholesky", "glum irls", "dask_dgd default (auto)"):
+                assert rec["reached"], rec
+    path = probs["path"]
+    assert len(path["alphas"]) == 4 and path["nonzero"][0] == 0 and path["nonzero"][-1] > 0
+    for rec in path["records"]:
+        assert len(rec["rungs"][0]["runs"][0]["objective"]) == 4
+    assert next(r for r in path["records"] if r["peer"] == "glum")["reached"]
+    cv = probs["cv"]
+    logistic = {r["label"]: r for r in cv["logistic"]["rows"]}
+    assert set(logistic) == {"dask_dgd LogisticRegressionCV", "glum GeneralizedLinearRegressorCV",
+                             "scikit-learn LogisticRegressionCV (saga)"}
+    for r in logistic.values():
+        assert r["error"] is None
+        assert np.min(np.abs(np.log(np.array(cv["logistic"]["alphas"]) / r["alpha"]))) < 1e-9  # one of the grid
+        assert r["ratio"] == pytest.approx(r["cv_wall"] / r["fit_wall"])
+    assert not any(r["label"].startswith("dask_dgd") for r in cv["least squares"]["rows"])
+    assert "dask_dgd.ElasticNetCV not built" in md
+    targets = {t["target"].split(":")[0]: t for t in data["targets"]}
+    assert "value" in targets["logistic"] and targets["logistic"]["met"] in (True, False)
+    assert targets["cv least squares"]["measured"] == "not built"

@@ -286,13 +286,27 @@ def block_digest(block):
             "sample_weight": _crc(block.sample_weight)}
 
 
-def shard_summary(shard, labels=False, digest=False):
-    """Weight sum, and the weighted y sum and minimum of y, or the label counts;
-    ``digest``: also each block's :func:`block_digest` (fits that write checkpoints).
+def _offset_column(X):
+    """The last column of a block (its offset), dense float64 on the host."""
+    col = X[:, X.shape[1] - 1 :]
+    col = col.toarray() if is_sparse(col) else col
+    return np.asarray(to_numpy(col), dtype=np.float64).reshape(-1)
+
+
+def shard_summary(shard, labels=False, digest=False, offset=False):
+    """Weight sum, and the weighted y sum, minimum and maximum of y, or the labels with their
+    counts and weight totals (``labels``, ``label_counts``, ``label_weights``: the
+    sample weights of each class summed where the rows live, for
+    ``class_weight="balanced"``); ``digest``: also each block's :func:`block_digest`
+    (fits that write checkpoints); ``offset`` (X's last column is an offset): also
+    ``wo_sum``, the weighted sum of the offsets, and ``o_max`` and ``w_exp_o`` with
+    ``sum(w * exp(o)) == exp(o_max) * w_exp_o`` (a log link's starting intercept).
 
     Also checks every block's values (:func:`check_block_values`): NaN/inf in X, and
     magnitudes that would overflow the loss."""
-    out = {"weight_sum": 0.0, "wy_sum": 0.0, "y_min": math.inf}
+    out = {"weight_sum": 0.0, "wy_sum": 0.0, "y_min": math.inf, "y_max": -math.inf}
+    if offset:
+        out.update(wo_sum=0.0, o_max=-math.inf, w_exp_o=0.0)
     if digest:
         out["digests"] = [block_digest(b) for b in shard.blocks]
     for b in shard.blocks:
@@ -305,11 +319,24 @@ def shard_summary(shard, labels=False, digest=False):
         if not labels:
             out["wy_sum"] += float(y.sum() if w is None else w @ y)
             out["y_min"] = min(out["y_min"], float(y.min()))
+            out["y_max"] = max(out["y_max"], float(y.max()))
+        if offset:
+            o = _offset_column(b.X)
+            ws = np.ones_like(o) if w is None else w.astype(np.float64)
+            out["wo_sum"] += float(ws @ o)
+            top = max(out["o_max"], float(o.max()))
+            out["w_exp_o"] = out["w_exp_o"] * math.exp(out["o_max"] - top) + float(ws @ np.exp(o - top))
+            out["o_max"] = top
     if labels:
         parts = [to_numpy(b.y) for b in shard.blocks if b.n_rows]
         y = np.concatenate(parts) if parts else np.array([])
+        weights = [np.ones(b.n_rows) if b.sample_weight is None else to_numpy(b.sample_weight).astype(np.float64)
+                   for b in shard.blocks if b.n_rows]
         try:
-            out["labels"], out["label_counts"] = np.unique(y, return_counts=True)
+            out["labels"], inverse, out["label_counts"] = np.unique(y, return_inverse=True, return_counts=True)
+            out["label_weights"] = np.bincount(
+                inverse.reshape(-1), weights=np.concatenate(weights) if weights else None, minlength=len(out["labels"])
+            ).astype(np.float64)
         except TypeError as err:  # None/NaN among object labels, or mixed types
             for b in shard.blocks:  # name the first block that cannot be sorted
                 part = to_numpy(b.y)

@@ -11,7 +11,10 @@ and iteration rule, and ``state_dict`` is what a checkpoint keeps.  The loop
 - :class:`LBFGS`: limited-memory BFGS (two-loop recursion from
   :mod:`dask_dgd.optim`) with a backtracking Armijo line search, every trial point one
   distributed step;
-- :class:`Newton`: Newton steps with the Hessian of a row sample on the full gradient.
+- :class:`Newton`: Newton steps with the Hessian of a row sample on the full gradient;
+- :class:`~.cd.IRLSCD` (in :mod:`.cd`): L1/elastic-net penalties: the full distributed
+  Hessian each pass, coordinate descent on the quadratic model on the driver, a
+  backtracking line search.
 
 Local SGD and asynchronous training are solvers too (:mod:`.modes`).
 """
@@ -316,10 +319,15 @@ class LBFGS(Solver):
     comes from a line search for the strong Wolfe conditions
     (:func:`dask_dgd.optim.strong_wolfe`), starting at 1 (``min(1, 1/|g|)`` on the first
     iteration), each trial one distributed step (and one history record).  Converged
-    when the largest gradient entry is at most ``tol`` or the objective's relative
-    decrease is at rounding level (``64 eps``, scikit-learn's ``ftol`` for L-BFGS);
-    stops at ``max_iter`` iterations, ``max(4 max_iter, 50)`` evaluations, or a line
-    search of ``max_linesearch`` trials without decrease.  The line search is replayed
+    when the largest gradient entry is at most ``tol`` (scikit-learn's ``pgtol=tol``),
+    whatever ``tol``: near the optimum, where the objective's values differ only by
+    rounding, a trial whose largest gradient entry is smaller is accepted, and a trial
+    whose value ties with the current one is judged by the value its slope implies
+    (``f + t (slope_0 + slope_t) / 2``, exact for a quadratic), so a tiny ``tol`` is
+    reached when the gradient can get there.  Otherwise it stops, not converged, at
+    ``max_iter`` iterations, ``max(4 max_iter, 50)`` evaluations, or a line search of
+    ``max_linesearch`` trials with neither a decrease nor a smaller gradient (the
+    gradient is at its rounding level above ``tol``).  The line search is replayed
     from its trials when a checkpoint is resumed, so a resumed fit takes the same steps.
     """
 
@@ -335,7 +343,6 @@ class LBFGS(Solver):
         self.s, self.y = [], []
         self.it = 0
         self.max_evals = max(4 * ctx.max_iter, 50)
-        self.reduction = math.inf
         self.direction = None  # of the line search in progress (None: none)
         self.slope0 = self.t0 = self.t = None
         self.trials = []  # (step, value, slope) of the line search so far
@@ -359,7 +366,9 @@ class LBFGS(Solver):
 
     def _line_search(self):
         """The line search along the current direction, replayed over its trials."""
-        search = strong_wolfe(self.f, self.slope0, self.t0, self.settings.max_linesearch)
+        # values relative to the start's, so that those implied by the slopes (tiny near
+        # the optimum) are not lost to the rounding of the objective's size
+        search = strong_wolfe(0.0, self.slope0, self.t0, self.settings.max_linesearch)
         t = next(search)
         for _, value, slope in self.trials:
             t = search.send((value, slope))
@@ -383,7 +392,12 @@ class LBFGS(Solver):
             self._line_search()
         trial = self.x + self.t * self.direction
         res, record = self._evaluate(trial)
-        value, slope = (res.value, float(res.grad @ self.direction)) if res.finite else (math.inf, math.inf)
+        value, slope = (res.value - self.f, float(res.grad @ self.direction)) if res.finite else (math.inf, math.inf)
+        if res.finite and abs(value) <= 64 * np.finfo(float).eps * abs(self.f):
+            # the values tie at rounding level, the slopes do not: the search is given the
+            # change the slopes imply (the trapezoid rule, exact for the quadratic the
+            # objective is near its optimum), so a tiny tol is still reached
+            value = 0.5 * self.t * (self.slope0 + slope)
         self.trials.append((self.t, value, slope))
         if res.finite:
             self.points.append((self.t, trial, res.value, res.grad))
@@ -411,7 +425,6 @@ class LBFGS(Solver):
             self.s.append(s)
             self.y.append(y)
             del self.s[: -self.settings.memory], self.y[: -self.settings.memory]
-        self.reduction = (self.f - f_new) / max(abs(self.f), abs(f_new), 1.0)
         self.x, self.f, self.g = x_new, f_new, g_new
         self.it += 1
         return Outcome([record])
@@ -419,8 +432,6 @@ class LBFGS(Solver):
     def stop_rule(self, outcome):
         if np.max(np.abs(self.g), initial=0.0) <= self.ctx.tol:
             return Stop(True)
-        if self.reduction <= 0.0:
-            return Stop(True, "the relative reduction of the objective is at rounding level")
         if self.it >= self.ctx.max_iter:
             return Stop(False, f"reached max_iter={self.ctx.max_iter}")
         if self.ctx.source.n_steps >= self.max_evals:
@@ -430,7 +441,7 @@ class LBFGS(Solver):
     def result(self):
         return self.x, self.it, self.settings, None
 
-    _STATE = ("x", "f", "g", "s", "y", "it", "reduction", "direction", "slope0", "t0", "t", "trials", "points")
+    _STATE = ("x", "f", "g", "s", "y", "it", "direction", "slope0", "t0", "t", "trials", "points")
 
     def state_dict(self):
         return {k: getattr(self, k) for k in self._STATE}

@@ -16,6 +16,7 @@ from ..compression import get_compressor
 from ..exceptions import InputError, ParameterError
 from ..losses import LinearObjective, Penalty
 from ..optim import LBFGS, FirstOrderOptimizer, get_optimizer
+from .cd import IRLSCD, HessianTraining, cd_max_params, cd_support
 from .checkpoint import Checkpointer, data_fingerprint, digests_of, stable_repr
 from .executor import auto_split_every, get_executor
 from .kernels import LocalUpdate, group_local_export, group_local_init
@@ -33,7 +34,7 @@ from .stopping import EarlyStopping, StopRules
 
 __all__ = ["FitResult", "resolve_solver", "train"]
 
-SOLVERS = ("auto", "lbfgs", "newton", "gd", "sgd")
+SOLVERS = ("auto", "lbfgs", "newton", "cd", "gd", "sgd")
 MODES = ("sync", "local", "async")
 
 
@@ -130,10 +131,14 @@ class Context:
         self.batching = self.objective.batching(self.shards, self.batch_size, self.seed)
 
 
-def resolve_solver(solver, optimizer, *, batch_size, mode, compression, has_l1, learning_rate="auto"):
+def resolve_solver(solver, optimizer, *, batch_size, mode, compression, has_l1, learning_rate="auto",
+                   objective=None, early_stopping=False):
     """``(solver, optimizer)`` from the solver/optimizer/batch_size/L1 settings: "auto"
-    picks "lbfgs", or "gd" for an L1 penalty or a first-order optimizer (and in the
-    local/async modes or with compression), or "sgd" when ``batch_size`` is set."""
+    picks "lbfgs"; for an L1 penalty "cd" when the training ``objective`` is given and
+    can take it (a single-output loss with a Hessian, at most ``dgd.cd-max-params``
+    parameters, no early stopping), else "gd"; "gd" also for a first-order optimizer
+    (and in the local/async modes or with compression), or "sgd" when ``batch_size`` is
+    set."""
     opt = None if optimizer is None else get_optimizer(optimizer)
     if compression is not None:
         get_compressor(compression)  # a bad name fails here, clearly
@@ -142,13 +147,13 @@ def resolve_solver(solver, optimizer, *, batch_size, mode, compression, has_l1, 
                 f"compression applies to synchronous gradient steps; mode={mode!r} "
                 "sends parameters, not gradients (use mode='sync')"
             )
-        if solver in ("lbfgs", "newton") or isinstance(opt, LBFGS):
+        if solver in ("lbfgs", "newton", "cd") or isinstance(opt, LBFGS):
             raise ParameterError(
                 f"compression needs a first-order solver ('gd' or 'sgd'): "
                 f"solver={solver!r} relies on exact gradients"
             )
     if mode != "sync":
-        if solver in ("lbfgs", "newton"):
+        if solver in ("lbfgs", "newton", "cd"):
             raise ParameterError(
                 f"mode={mode!r} takes first-order steps; solver={solver!r} is "
                 "synchronous only. Use solver='sgd' (with batch_size) or 'gd', or mode='sync'"
@@ -160,11 +165,23 @@ def resolve_solver(solver, optimizer, *, batch_size, mode, compression, has_l1, 
     if solver == "auto":
         if batch_size is not None:
             solver = "sgd"
-        elif mode != "sync" or compression is not None or (opt is not None and not isinstance(opt, LBFGS)) \
-                or has_l1:
+        elif mode != "sync" or compression is not None or (opt is not None and not isinstance(opt, LBFGS)):
             solver = "gd"
+        elif has_l1:
+            small = objective is not None and cd_support(objective) is None \
+                and objective.n_params <= cd_max_params()
+            solver = "cd" if small and not early_stopping and opt is None else "gd"
         else:
             solver = "lbfgs"
+    if solver == "cd":
+        if opt is not None:
+            raise ParameterError(f"solver='cd' takes no optimizer; got {type(opt).__name__}")
+        if batch_size is not None:
+            raise ParameterError("solver='cd' is full-batch only; drop batch_size or use solver='sgd'")
+        reason = None if objective is None else cd_support(objective)
+        if reason is not None:
+            raise ParameterError(f"solver='cd' cannot train this model: {reason}; use solver='gd' or 'lbfgs'")
+        return solver, None
     if solver == "newton":
         if opt is not None:
             raise ParameterError(f"solver='newton' takes no optimizer; got {type(opt).__name__}")
@@ -343,11 +360,17 @@ def train(
     has_l1 = objective.penalty is not None and objective.penalty.has_l1
     lr_mode = learning_rate_mode(optimizer, learning_rate)
     solver, opt = resolve_solver(solver, optimizer, batch_size=batch_size, mode=mode, compression=compression,
-                                 has_l1=has_l1, learning_rate=learning_rate)
+                                 has_l1=has_l1, learning_rate=learning_rate, objective=objective,
+                                 early_stopping=validator is not None)
+    if solver == "cd":
+        if validator is not None:
+            raise ParameterError("early stopping needs solver='gd' or 'sgd'; solver='cd' stops on its tolerance")
+        objective = HessianTraining(objective)
     if on_divergence == "auto":
         on_divergence = "backoff" if lr_mode == "auto" else "raise"
     if split_every == "auto":
-        split_every = auto_split_every(shards.n_groups, 8 * objective.n_params)
+        per_partial = objective.n_params * (objective.n_params + 1 if solver == "cd" else 1)  # cd: the Hessian
+        split_every = auto_split_every(shards.n_groups, 8 * per_partial)
     seed = seed_of(random_state)
     compressor = get_compressor(compression)
     if progress_total is None:
@@ -398,6 +421,8 @@ def train(
                 solver_obj = LBFGSSolver(ctx, params0, opt)
             elif solver == "newton":
                 solver_obj = Newton(ctx, params0)
+            elif solver == "cd":
+                solver_obj = IRLSCD(ctx, params0)
             else:
                 solver_obj = FirstOrder(ctx, params0, opt, opt_state)
             loop = Loop(ctx, solver_obj, stops, cp)

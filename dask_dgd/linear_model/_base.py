@@ -17,7 +17,8 @@ from .._validation import TRAINING_CONSTRAINTS, ClientParamMixin, Interval, Opti
 from ..exceptions import ConvergenceWarning, InputError, ParameterError
 from ..losses import Penalty
 from ..optim import LBFGS, FirstOrderOptimizer, Schedule
-from ._input import validate_fit_input
+from ._inference import InferenceMixin
+from ._input import check_offset, validate_fit_input, with_offset
 from ._predict import coef_matrix, raw_prediction
 
 __all__ = ["DGDLinearModel"]
@@ -31,7 +32,7 @@ def _optimizer_like(value):
     return isinstance(value, (str, FirstOrderOptimizer, LBFGS))
 
 
-class DGDLinearModel(ClientParamMixin, BaseEstimator):
+class DGDLinearModel(InferenceMixin, ClientParamMixin, BaseEstimator):
     """Base class of the generalised linear models trained by distributed gradient descent.
 
     Its subclasses (:class:`~dask_dgd.LinearRegression`, :class:`~dask_dgd.LogisticRegression`,
@@ -41,21 +42,30 @@ class DGDLinearModel(ClientParamMixin, BaseEstimator):
     ----------
     l1_ratio : float in [0, 1], default=0.0
         Share of the L1 term in the elastic-net penalty (1 is the lasso).  The intercept
-        is never penalised.  L1 is handled by a proximal step, so it needs a first-order
-        solver ("gd" or "sgd"; "auto" picks "gd").
+        is never penalised.  L1 needs "cd" (coordinate descent on the distributed
+        Hessian, what "auto" picks for single-output models up to 1,024 parameters) or a
+        first-order solver with a proximal step ("gd" or "sgd").
     fit_intercept : bool, default=True
         Whether to fit an intercept.
-    solver : {"auto", "lbfgs", "newton", "gd", "sgd"}, default="auto"
+    solver : {"auto", "lbfgs", "newton", "cd", "gd", "sgd"}, default="auto"
         "lbfgs": limited-memory BFGS on the full distributed loss and gradient (a
         backtracking line search, every trial one distributed step), the exact optimum
         of any smooth convex problem.  "newton": Newton steps on the full distributed
         gradient with the Hessian of an even row sample (32,768 rows, dask config
         ``dgd.newton-sample-rows``) gathered to the driver, started from the sample's
         optimum; fewest passes over the data for the single-output models with up to a
-        few thousand parameters (not for multinomial or L1).  "gd": full-batch steps of
-        a first-order ``optimizer``.  "sgd": mini-batch steps of ``batch_size`` rows.
-        "auto" picks "lbfgs", or "gd" for an L1 penalty, a first-order ``optimizer``,
-        compression or the local/async modes, or "sgd" when ``batch_size`` is set.
+        few thousand parameters (not for multinomial or L1).  "cd": iteratively
+        reweighted least squares with coordinate descent (glum's "irls-cd"), for L1 and
+        elastic-net penalties: each pass gives the full gradient and Hessian
+        (``(n_params)^2`` numbers per worker), the penalised quadratic model is solved by
+        coordinate descent on the driver and a line search takes the step; it stops when
+        the largest entry of the minimum-norm subgradient is at most ``tol`` (single-output
+        models only).  "gd": full-batch steps of a first-order ``optimizer`` (proximal
+        gradient for L1).  "sgd": mini-batch steps of ``batch_size`` rows.  "auto" picks
+        "lbfgs"; for an L1 penalty "cd" up to 1,024 parameters (dask config
+        ``dgd.cd-max-params``) on single-output models without early stopping, else
+        "gd"; "gd" also for a first-order ``optimizer``, compression or the local/async
+        modes, and "sgd" when ``batch_size`` is set.
     optimizer : str or optimizer object, default=None
         For "gd"/"sgd": "sgd" (plain gradient descent, the default), "adam", "adamw",
         "rmsprop", "adagrad", or an object from :mod:`dask_dgd.optim` (e.g.
@@ -179,7 +189,7 @@ class DGDLinearModel(ClientParamMixin, BaseEstimator):
         "alpha": [Interval(numbers.Real, 0, None, "left")],
         "l1_ratio": [Interval(numbers.Real, 0, 1, "both")],
         "fit_intercept": [bool],
-        "solver": [Options("auto", "lbfgs", "newton", "gd", "sgd")],
+        "solver": [Options("auto", "lbfgs", "newton", "cd", "gd", "sgd")],
         "optimizer": [None, _optimizer_like],
         "learning_rate": [Options("auto"), Interval(numbers.Real, 0, None, "neither"), Schedule],
         "batch_size": [None, Interval(numbers.Integral, 1, None, "left")],
@@ -207,14 +217,19 @@ class DGDLinearModel(ClientParamMixin, BaseEstimator):
                               compression=self.compression, has_l1=self.alpha > 0 and self.l1_ratio > 0,
                               learning_rate=self.learning_rate)[0]
 
-    def _prepare(self, X, y, sample_weight, reset=True, split=False):
+    def _prepare(self, X, y, sample_weight, reset=True, split=False, offset=None, n_offsets=None):
         """Validated shards, the summaries of their data, and those of the held-out rows.
 
         ``split`` (``fit`` with ``early_stopping``): the validation rows are held out
         first (``shards.validation``), so the summaries, and all that is derived from
         them (the starting intercept, class weights), are of the training rows only.
+
+        ``offset`` travels as the last columns of X's blocks (``n_offsets`` of them
+        when the model's outputs are known, see :func:`~._input.check_offset`); the
+        objective is then built with ``offset=True``.
         """
         X, y, sample_weight = self._validate_fit_input(X, y, sample_weight, reset=reset)
+        X = with_offset(X, check_offset(offset, X, n_offsets))
         classifier = self._is_classifier()
         shards = build_shardset(get_executor(self.client, X), X, y, sample_weight, y_numeric=not classifier,
                                 rebalance=self.rebalance, passes=self.max_iter)
@@ -222,7 +237,7 @@ class DGDLinearModel(ClientParamMixin, BaseEstimator):
         if shards.n_rows == 0:
             shards.map_gather(shard_summary, classifier, name="dgd-summary")  # bad blocks first
             raise InputError(
-                f"Found array with 0 sample(s) (shape=(0, {shards.n_features})) while a "
+                f"Found array with 0 sample(s) (shape=(0, {self.n_features_in_})) while a "
                 f"minimum of 1 is required by {type(self).__name__}"
             )
         val_summaries = []
@@ -235,9 +250,10 @@ class DGDLinearModel(ClientParamMixin, BaseEstimator):
                 )
             shards, val = split_validation(shards, (*seed_of(self.random_state), 1), float(self.validation_fraction))
             shards.validation = val
-            val_summaries = val.map_gather(shard_summary, classifier, name="dgd-summary")
+            val_summaries = val.map_gather(shard_summary, classifier, False, offset is not None, name="dgd-summary")
         # a checkpointed fit's data are fingerprinted block by block in the same pass
-        summaries = shards.map_gather(shard_summary, classifier, self.checkpoint is not None, name="dgd-summary")
+        summaries = shards.map_gather(shard_summary, classifier, self.checkpoint is not None, offset is not None,
+                                      name="dgd-summary")
         totals = {"weight_sum": float(sum(s["weight_sum"] for s in summaries))}
         if self.checkpoint is not None:
             totals["data"] = digests_of(summaries)
@@ -283,6 +299,12 @@ class DGDLinearModel(ClientParamMixin, BaseEstimator):
 
     def _validator(self, val_shards, objective, split_every):
         scorer, decode = self.scoring, None
+        if scorer is not None and objective.offset:
+            raise ParameterError(
+                f"scoring={self.scoring!r} scores the estimator on the validation rows through its "
+                "predict(X), which cannot take their offset; use scoring=None (the validation loss, "
+                "computed with the offset) for early stopping with an offset"
+            )
         if isinstance(scorer, str):
             from sklearn.metrics import get_scorer
 
@@ -406,10 +428,10 @@ class DGDLinearModel(ClientParamMixin, BaseEstimator):
         self.coef_ = coef[:, 0].copy() if coef.shape[1] == 1 else coef.T.copy()
         self.intercept_ = float(intercept[0]) if intercept.shape[0] == 1 else intercept.copy()
 
-    def _raw(self, X, squeeze=True, post=None, post_args=(), out=None):
-        """Linear predictor, then ``post(raw, *post_args)``, block by block (see
-        :func:`~._predict.raw_prediction`)."""
-        return raw_prediction(self, X, squeeze, post, post_args, out)
+    def _raw(self, X, squeeze=True, post=None, post_args=(), out=None, offset=None):
+        """Linear predictor (plus ``offset``), then ``post(raw, *post_args)``, block by
+        block (see :func:`~._predict.raw_prediction`)."""
+        return raw_prediction(self, X, squeeze, post, post_args, out, offset=offset)
 
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()

@@ -87,15 +87,26 @@ class _Regressor(RegressorMixin, DGDLinearModel):
         self.callbacks = callbacks
         self.client = client
 
-    def _objective(self, n_features):
-        return LinearObjective(self._loss, n_features, fit_intercept=self.fit_intercept)
+    def _objective(self, n_features, offset=False):
+        return LinearObjective(self._loss, n_features, fit_intercept=self.fit_intercept, offset=offset)
 
     def _check_target(self, summaries):
         """Raise for targets the loss cannot take; return the baseline intercept."""
         wsum = sum(s["weight_sum"] for s in summaries)  # > 0, checked in _prepare
         return [sum(s["wy_sum"] for s in summaries) / wsum]
 
-    def fit(self, X, y, sample_weight=None, resume=False):
+    def _offset_start(self, summaries, baseline):
+        """The starting intercept ``baseline`` (of a fit without offset) moved by minus
+        the weighted mean offset: the optimum at zero coefficients for the identity
+        link, a start of the right scale for the others."""
+        wsum = sum(s["weight_sum"] for s in summaries)
+        return [baseline[0] - sum(s["wo_sum"] for s in summaries) / wsum]
+
+    def _baseline(self, summaries, offset):
+        baseline = self._check_target(summaries)
+        return baseline if offset is None else self._offset_start(summaries, baseline)
+
+    def fit(self, X, y, sample_weight=None, resume=False, offset=None):
         """Fit the model by distributed gradient descent.
 
         Parameters
@@ -111,23 +122,35 @@ class _Regressor(RegressorMixin, DGDLinearModel):
             interrupted fit of the same settings on the same data) instead of starting
             afresh; the result is that of the uninterrupted fit.  Without a checkpoint
             there yet, the fit starts afresh.
+        offset : array-like, dask array or Series of shape (n_samples,), default=None
+            Known terms added to the linear predictor with their coefficient fixed at 1
+            (``eta = X @ coef + intercept + offset``), as statsmodels' and glum's
+            ``offset``: ``np.log(exposure)`` makes a log-link model one of rates per unit
+            of exposure.  Must be finite; a dask offset must be partitioned like ``X``.
+            Pass the offset of new rows to :meth:`predict` too.
 
         Returns
         -------
         self : object
             The fitted estimator.
+
+        Raises
+        ------
+        InputError
+            For an offset of the wrong length or shape, non-numeric, or with NaN/inf.
         """
         self._validate_params()
-        shards, summaries, _ = self._prepare(X, y, sample_weight, split=True)
-        baseline = self._check_target(summaries)
-        self._fit(shards, self._objective(self.n_features_in_), baseline, resume=resume)
+        shards, summaries, _ = self._prepare(X, y, sample_weight, split=True, offset=offset, n_offsets=1)
+        baseline = self._baseline(summaries, offset)
+        self._fit(shards, self._objective(self.n_features_in_, offset is not None), baseline, resume=resume)
         return self
 
-    def partial_fit(self, X, y, sample_weight=None):
+    def partial_fit(self, X, y, sample_weight=None, offset=None):
         """One pass of mini-batch steps over ``X`` (``batch_size`` rows a step, 256 if None).
 
         Optimizer state and the learning rate carry over between calls, so a stream of
-        batches (or dask-ml's ``Incremental``) trains one model.
+        batches (or dask-ml's ``Incremental``) trains one model.  ``offset`` as in
+        :meth:`fit`, for these rows.
 
         Returns
         -------
@@ -136,19 +159,21 @@ class _Regressor(RegressorMixin, DGDLinearModel):
         first = not hasattr(self, "coef_")
         if first:
             self._validate_params()
-        shards, summaries, _ = self._prepare(X, y, sample_weight, reset=first)
-        baseline = self._check_target(summaries) if first else None
-        self._partial(shards, self._objective(self.n_features_in_), baseline)
+        shards, summaries, _ = self._prepare(X, y, sample_weight, reset=first, offset=offset, n_offsets=1)
+        baseline = self._baseline(summaries, offset) if first else None
+        self._partial(shards, self._objective(self.n_features_in_, offset is not None), baseline)
         return self
 
-    def predict(self, X):
+    def predict(self, X, offset=None):
         """Predicted targets: NumPy for in-memory ``X``, a lazy dask array for dask ``X``
-        (blocks of ``X``'s namespace, e.g. CuPy, on its device)."""
-        return self._raw(X, post=self._inverse_link_block)
+        (blocks of ``X``'s namespace, e.g. CuPy, on its device).  ``offset`` (shape
+        (n_samples,), as in :meth:`fit`) is added to the linear predictor before the
+        inverse link: ``exp(X @ coef_ + intercept_ + offset)`` for a log link."""
+        return self._raw(X, post=self._inverse_link_block, offset=offset)
 
-    def score(self, X, y, sample_weight=None):
+    def score(self, X, y, sample_weight=None, offset=None):
         """R² of the predictions (lazy inputs are computed together)."""
-        y_pred, y, sample_weight = _computed(self.predict(X), y, sample_weight)
+        y_pred, y, sample_weight = _computed(self.predict(X, offset=offset), y, sample_weight)
         return r2_score(y, y_pred, sample_weight=sample_weight)
 
     #: Inverse link applied to each block's linear predictor (None: identity).
@@ -322,11 +347,19 @@ rebalance, compression, split_every, random_state, warm_start, verbose, callback
         mean = super()._check_target(summaries)[0]
         return [np.log(mean)]
 
+    def _offset_start(self, summaries, baseline):
+        """``log(sum(w * y) / sum(w * exp(offset)))``: the optimum intercept at zero
+        coefficients (``baseline`` is ``log(mean(y))``)."""
+        top = max(s["o_max"] for s in summaries)
+        log_w_exp_o = top + np.log(sum(s["w_exp_o"] * np.exp(s["o_max"] - top) for s in summaries if s["w_exp_o"]))
+        wsum = sum(s["weight_sum"] for s in summaries)
+        return [baseline[0] + (np.log(wsum) - log_w_exp_o)]  # exactly baseline for zero offsets
+
     _inverse_link_block = staticmethod(_exp_block)
 
-    def score(self, X, y, sample_weight=None):
+    def score(self, X, y, sample_weight=None, offset=None):
         """D², the fraction of Poisson deviance explained (1 is perfect)."""
-        y_pred = self.predict(X)
+        y_pred = self.predict(X, offset=offset)
         y_pred, y, sample_weight = _computed(y_pred, y, sample_weight)
         return d2_tweedie_score(y, y_pred, sample_weight=sample_weight, power=1)
 

@@ -15,6 +15,7 @@ from ..exceptions import InputError, ParameterError
 from ..losses import BinaryLogistic, LinearObjective, MultinomialLogistic
 from ._base import DGDLinearModel
 from ._glm import _computed
+from ._input import _width_message
 
 __all__ = ["LogisticRegression"]
 
@@ -66,7 +67,10 @@ class LogisticRegression(ClassifierMixin, DGDLinearModel):
         ``SGDClassifier(loss="log_loss", alpha=a)`` is ``alpha = a``.
     class_weight : dict, "balanced" or None, default=None
         Weights multiplying the sample weights of each class; "balanced" uses
-        ``n_samples / (n_classes * count(class))``, as scikit-learn.
+        ``total_weight / (n_classes * weight(class))``, where ``weight(class)`` is the
+        sum of the sample weights of the class's rows (its count without sample
+        weights), as scikit-learn's ``compute_class_weight(..., sample_weight=...)``.
+        The totals are summed where the rows live.
 
     Other Parameters
     ----------------
@@ -186,26 +190,36 @@ rebalance, compression, split_every, random_state, warm_start, verbose, callback
         return X, y, sample_weight
 
     def _labels(self, summaries):
+        """The classes, their row counts and their sample-weight totals over ``summaries``."""
         parts = [s["labels"] for s in summaries if len(s["labels"])]
         try:
-            labels, counts = np.unique(np.concatenate(parts), return_inverse=True)
+            labels, inverse = np.unique(np.concatenate(parts), return_inverse=True)
         except TypeError as err:  # the workers' labels are of types that cannot be ordered
             raise _label_error(None, np.concatenate(parts), err) from err
         total = np.zeros(len(labels))
-        np.add.at(total, counts, np.concatenate([s["label_counts"] for s in summaries if len(s["labels"])]))
+        np.add.at(total, inverse, np.concatenate([s["label_counts"] for s in summaries if len(s["labels"])]))
+        weights = np.zeros(len(labels))
+        np.add.at(weights, inverse, np.concatenate([s["label_weights"] for s in summaries if len(s["labels"])]))
         if labels.dtype.kind == "f" and not np.all(labels == np.round(labels)):
             raise InputError(
                 f"Unknown label type: continuous; {type(self).__name__} needs class labels "
                 f"(got values like {labels[:3].tolist()})"
             )
-        return labels, total
+        return labels, total, weights
 
-    def _class_weights(self, classes, counts):
+    def _class_weights(self, classes, weights):
         cw = self.class_weight
         if cw is None:
             return None
-        if isinstance(cw, str):  # "balanced"
-            return counts.sum() / (len(classes) * counts)
+        if isinstance(cw, str):  # "balanced", from the classes' sample-weight totals
+            empty = classes[weights <= 0]
+            if len(empty):
+                raise InputError(
+                    f"class_weight='balanced' needs a positive total sample weight in every class; "
+                    f"classes {empty.tolist()} have total weight 0: give their rows positive weights, "
+                    "drop those classes, or pass a dict of class weights"
+                )
+            return weights.sum() / (len(classes) * weights)
         unknown = [k for k in cw if k not in set(classes.tolist())]
         if unknown:
             raise InputError(
@@ -222,7 +236,10 @@ rebalance, compression, split_every, random_state, warm_start, verbose, callback
             )
         return weights
 
-    def _setup(self, shards, classes, counts):
+    def _setup(self, shards, classes, counts, weights, offset=False):
+        """Encoded shards (class weights folded into the sample weights), the objective
+        and the starting intercept; ``offset``: X's blocks end with offset columns,
+        one for two classes, one per class otherwise."""
         if len(classes) < 2:
             raise InputError(
                 f"{type(self).__name__} needs samples of at least 2 classes in the data, "
@@ -236,22 +253,25 @@ rebalance, compression, split_every, random_state, warm_start, verbose, callback
                 f"validation_fraction={self.validation_fraction}; use a smaller "
                 "validation_fraction or early_stopping=False"
             )
-        cw = self._class_weights(classes, counts)
+        K = len(classes)
+        n_outputs = 1 if K == 2 else K
+        if offset and shards.n_features - self.n_features_in_ != n_outputs:
+            raise InputError(_width_message(shards.n_features - self.n_features_in_, n_outputs))
+        cw = self._class_weights(classes, weights)
         shards = shards.transform(encode_shard, classes, cw, name="dgd-encode")
         if validation is not None:
             shards.validation = validation.transform(encode_shard, classes, cw, name="dgd-encode")
-        K = len(classes)
         loss = BinaryLogistic() if K == 2 else MultinomialLogistic(K)
-        weighted = counts * (1.0 if cw is None else cw)
+        weighted = weights * (1.0 if cw is None else cw)
         p = np.clip(weighted / weighted.sum(), 1e-12, 1.0)
         if K == 2:
             baseline = [np.log(p[1] / p[0])]
         else:
             baseline = np.log(p) - np.log(p).mean()
-        objective = LinearObjective(loss, self.n_features_in_, fit_intercept=self.fit_intercept)
+        objective = LinearObjective(loss, self.n_features_in_, fit_intercept=self.fit_intercept, offset=offset)
         return shards, objective, baseline
 
-    def fit(self, X, y, sample_weight=None, resume=False):
+    def fit(self, X, y, sample_weight=None, resume=False, offset=None):
         """Fit the classifier by distributed gradient descent.
 
         Parameters
@@ -263,23 +283,36 @@ rebalance, compression, split_every, random_state, warm_start, verbose, callback
         resume : bool, default=False
             Continue from the checkpoint in the ``checkpoint`` folder (see
             :meth:`LinearRegression.fit`).
+        offset : array-like, dask array or Series, default=None
+            Known terms added to the linear predictor with coefficients fixed at 1:
+            shape (n_samples,) for two classes (added to the log-odds), (n_samples,
+            n_classes) for the multinomial model (one column per class, in
+            ``classes_`` order).  Pass the offset of new rows to :meth:`predict` and
+            the other prediction methods too.
 
         Returns
         -------
         self : object
+
+        Raises
+        ------
+        InputError
+            For an offset of the wrong length or shape, non-numeric, or with NaN/inf.
         """
         self._validate_params()
-        shards, summaries, val_summaries = self._prepare(X, y, sample_weight, split=True)
+        shards, summaries, val_summaries = self._prepare(X, y, sample_weight, split=True, offset=offset)
         # the classes of all rows; the counts (start, "balanced" weights) of the training rows
-        held_out = [{**s, "label_counts": np.zeros_like(s["label_counts"])} for s in val_summaries]
-        classes, counts = self._labels(summaries + held_out)
-        shards, objective, baseline = self._setup(shards, classes, counts)
+        held_out = [{**s, "label_counts": np.zeros_like(s["label_counts"]),
+                     "label_weights": np.zeros_like(s["label_weights"])} for s in val_summaries]
+        classes, counts, weights = self._labels(summaries + held_out)
+        shards, objective, baseline = self._setup(shards, classes, counts, weights, offset is not None)
         self.classes_ = classes
         self._fit(shards, objective, baseline, resume=resume)
         return self
 
-    def partial_fit(self, X, y, classes=None, sample_weight=None):
+    def partial_fit(self, X, y, classes=None, sample_weight=None, offset=None):
         """One pass of mini-batch steps over ``X``; ``classes`` is required on the first call.
+        ``offset`` as in :meth:`fit`, for these rows.
 
         Returns
         -------
@@ -303,8 +336,8 @@ rebalance, compression, split_every, random_state, warm_start, verbose, callback
                 f"classes={list(classes)} differs from the classes of the first call, "
                 f"{self.classes_.tolist()}"
             )
-        shards, summaries, _ = self._prepare(X, y, sample_weight, reset=first)
-        seen, counts = self._labels(summaries)
+        shards, summaries, _ = self._prepare(X, y, sample_weight, reset=first, offset=offset)
+        seen, counts, weights = self._labels(summaries)
         all_classes = np.unique(np.asarray(classes)) if first else self.classes_
         missing = np.setdiff1d(seen, all_classes)
         if missing.size:
@@ -313,40 +346,45 @@ rebalance, compression, split_every, random_state, warm_start, verbose, callback
             )
         full_counts = np.ones(len(all_classes))
         full_counts[np.searchsorted(all_classes, seen)] += counts
-        shards, objective, baseline = self._setup(shards, all_classes, full_counts)
+        full_weights = np.ones(len(all_classes))
+        full_weights[np.searchsorted(all_classes, seen)] += weights
+        shards, objective, baseline = self._setup(shards, all_classes, full_counts, full_weights, offset is not None)
         self.classes_ = all_classes
         self._partial(shards, objective, baseline)
         return self
 
-    def decision_function(self, X):
-        """Linear predictor: shape (n,) for two classes, (n, n_classes) otherwise."""
-        return self._raw(X)
+    def decision_function(self, X, offset=None):
+        """Linear predictor (plus ``offset``, shaped as in :meth:`fit`): shape (n,) for
+        two classes, (n, n_classes) otherwise."""
+        return self._raw(X, offset=offset)
 
-    def predict_proba(self, X):
-        """Class probabilities, shape (n_samples, n_classes), columns in ``classes_`` order."""
+    def predict_proba(self, X, offset=None):
+        """Class probabilities, shape (n_samples, n_classes), columns in ``classes_`` order
+        (``offset`` as in :meth:`fit`)."""
         check_is_fitted(self, "coef_")
         return self._raw(X, squeeze=False, post=_proba_block, post_args=(self._link_loss(),),
-                         out=(2, len(self.classes_), None))
+                         out=(2, len(self.classes_), None), offset=offset)
 
-    def predict_log_proba(self, X):
+    def predict_log_proba(self, X, offset=None):
         """Logarithm of :meth:`predict_proba`."""
         check_is_fitted(self, "coef_")
         with np.errstate(divide="ignore"):
             return self._raw(X, squeeze=False, post=_log_proba_block, post_args=(self._link_loss(),),
-                             out=(2, len(self.classes_), None))
+                             out=(2, len(self.classes_), None), offset=offset)
 
-    def predict(self, X):
+    def predict(self, X, offset=None):
         """Most probable class of each sample (lazy for dask ``X``; numeric classes stay
-        in ``X``'s namespace, e.g. CuPy, other labels come back as host arrays)."""
+        in ``X``'s namespace, e.g. CuPy, other labels come back as host arrays);
+        ``offset`` as in :meth:`fit`."""
         check_is_fitted(self, "coef_")
         return self._raw(X, squeeze=False, post=_class_block, post_args=(self.classes_,),
-                         out=(1, None, self.classes_.dtype))
+                         out=(1, None, self.classes_.dtype), offset=offset)
 
     def _link_loss(self):
         return BinaryLogistic() if len(self.classes_) == 2 else MultinomialLogistic(len(self.classes_))
 
 
-    def score(self, X, y, sample_weight=None):
+    def score(self, X, y, sample_weight=None, offset=None):
         """Mean accuracy (computes lazy inputs)."""
-        y_pred, y, sample_weight = _computed(self.predict(X), y, sample_weight)
+        y_pred, y, sample_weight = _computed(self.predict(X, offset=offset), y, sample_weight)
         return accuracy_score(y, y_pred, sample_weight=sample_weight)

@@ -10,26 +10,43 @@ import numpy as np
 import scipy.sparse as sp
 from sklearn.utils.validation import check_is_fitted, validate_data
 
-from .._backend import asarray_like, get_namespace, is_device_array, is_sparse
+from .._backend import asarray_like, get_namespace, is_device_array, is_sparse, to_numpy
 from .._engine.blocks import check_chunking, check_finite_block
 from .._engine.executor import is_dask_collection
 from .._frames import is_frame, numeric_frame
 from ..exceptions import InputError
-from ._input import check_feature_names, check_n_features
+from ._input import check_feature_names, check_n_features, check_offset
 
 __all__ = ["coef_matrix", "raw_prediction"]
 
 
-def _predict_block(X, coef, intercept, squeeze, post, *post_args):
-    """Linear predictor of one block, then ``post(raw, *post_args)`` (an inverse link,
-    probabilities, classes) in the same task and the block's namespace and device.
+def _predict_block(X, offset, coef, intercept, squeeze, post, *post_args):
+    """Linear predictor of one block (plus its ``offset`` rows, shape (n, n_outputs),
+    if not None), then ``post(raw, *post_args)`` (an inverse link, probabilities,
+    classes) in the same task and the block's namespace and device.
 
-    ``X`` comes as a list of its column chunks (``blockwise`` without concatenation,
-    which dask could only do for NumPy-like blocks); training needs one column chunk,
-    and so does predict."""
+    ``X`` (and ``offset``) come as lists of their column chunks (``blockwise`` without
+    concatenation, which dask could only do for NumPy-like blocks); training needs one
+    column chunk, and so does predict."""
     if isinstance(X, list):
         (X,) = X
-    raw = _raw_block(X, coef, intercept, squeeze)
+    raw = _raw_block(X, coef, intercept, False)
+    if offset is not None:
+        if isinstance(offset, list):
+            (offset,) = offset
+        offset = to_numpy(offset)
+        if offset.shape[0] != raw.shape[0]:
+            raise InputError(
+                f"X and offset have different numbers of rows in a block: {raw.shape[0]} and "
+                f"{offset.shape[0]}; chunk offset as X's rows"
+            )
+        if not np.all(np.isfinite(offset)):
+            raise InputError(
+                "offset contains NaN or infinity; an offset must be finite (log(exposure) needs exposure > 0)"
+            )
+        raw = raw + asarray_like(offset, raw, dtype=raw.dtype)
+    if squeeze:
+        raw = raw[:, 0]
     return raw if post is None else post(raw, *post_args)
 
 
@@ -64,8 +81,9 @@ def coef_matrix(est):
     return coef, intercept
 
 
-def raw_prediction(est, X, squeeze=True, post=None, post_args=(), out=None):
-    """Linear predictor, then ``post(raw, *post_args)`` if given, block by block:
+def raw_prediction(est, X, squeeze=True, post=None, post_args=(), out=None, offset=None):
+    """Linear predictor (plus ``offset``, see :func:`~._input.check_offset`), then
+    ``post(raw, *post_args)`` if given, block by block:
     NumPy for in-memory NumPy/SciPy X, an array of X's namespace on X's device for
     an in-memory array of another namespace (CuPy...), a lazy dask array for dask X
     (blocks of X's namespace).  ``out = (ndim, n_columns, dtype)`` describes
@@ -75,6 +93,8 @@ def raw_prediction(est, X, squeeze=True, post=None, post_args=(), out=None):
         X = numeric_frame(X)
     coef, intercept = coef_matrix(est)
     squeeze = squeeze and coef.shape[1] == 1
+    if offset is not None:
+        offset = check_offset(offset, X, coef.shape[1])
     if is_dask_collection(X):
         import dask.dataframe as dd
 
@@ -105,7 +125,19 @@ def raw_prediction(est, X, squeeze=True, post=None, post_args=(), out=None):
             meta = asarray_like(np.empty((0,) * ndim, dtype=dtype), X._meta)
         else:
             meta = meta_from_array(X._meta, ndim=ndim, dtype=dtype)
-        args = (coef, None, intercept, None, squeeze, None, post, None)
+        if offset is None:
+            args = (None, None)
+        else:  # X's row blocks, one column chunk; contracted "m": a list of one block
+            offset = offset.rechunk({1: -1})
+            if offset.numblocks[0] != X.numblocks[0] or offset.chunks[0] != X.chunks[0]:
+                if any(np.isnan(c) for c in X.chunks[0] + offset.chunks[0]):
+                    raise InputError(
+                        f"offset has {offset.numblocks[0]} row blocks and X {X.numblocks[0]}, of unknown "
+                        "sizes; partition offset as X (e.g. a column of the same DataFrame)"
+                    )
+                offset = offset.rechunk({0: X.chunks[0]})
+            args = (offset, "im")
+        args += (coef, None, intercept, None, squeeze, None, post, None)
         args += tuple(a for value in post_args for a in (value, None))
         # align_arrays=False: dask would otherwise merge zero-row chunks away
         kw = dict(concatenate=False, align_arrays=False, meta=meta)
@@ -114,11 +146,13 @@ def raw_prediction(est, X, squeeze=True, post=None, post_args=(), out=None):
         return da.blockwise(_predict_block, "ik", X, "ij", *args, new_axes={"k": n_cols}, **kw)
     if is_device_array(X):  # an in-memory CuPy (or other array-API) array
         _check_device_array(est, X)
-        return _predict_block(X, coef, intercept, squeeze, post, *post_args)
+        return _predict_block(X, offset, coef, intercept, squeeze, post, *post_args)
     X = validate_data(est, X, reset=False, accept_sparse="csr", dtype=[np.float64, np.float32],
                       ensure_all_finite=False)
     check_finite_block(X)  # the message of dask input's check (scikit-learn's runs to 9 lines)
-    return _predict_block(X, coef, intercept, squeeze, post, *post_args)
+    if offset is not None and offset.shape[0] != X.shape[0]:
+        raise InputError(f"offset has {offset.shape[0]} rows but X has {X.shape[0]}; pass one offset per sample")
+    return _predict_block(X, offset, coef, intercept, squeeze, post, *post_args)
 
 
 def _check_device_array(est, X):

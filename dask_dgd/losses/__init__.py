@@ -5,6 +5,7 @@ any array-API namespace, or a SciPy/CuPy sparse matrix) and returns sums that th
 engine adds across blocks.
 """
 
+from ._families import HalfGamma, HalfNegativeBinomial, HalfTweedie
 from ._linear import (
     SLICE_BYTES,
     LinearObjective,
@@ -18,8 +19,11 @@ from ._pointwise import BinaryLogistic, HalfPoisson, HalfSquaredError, Multinomi
 __all__ = [
     "SLICE_BYTES",
     "BinaryLogistic",
+    "HalfGamma",
+    "HalfNegativeBinomial",
     "HalfPoisson",
     "HalfSquaredError",
+    "HalfTweedie",
     "LinearObjective",
     "MultinomialLogistic",
     "Penalty",

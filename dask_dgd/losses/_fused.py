@@ -38,8 +38,8 @@ def _compile():
         return None
 
     @numba.njit(cache=True, nogil=True, boundscheck=False)
-    def kernel(X, rows, use_rows, y, sw, has_weights, WT, b, code, gradT, gint, raw, g):  # pragma: no cover
-        d = X.shape[1]
+    def kernel(X, rows, use_rows, y, sw, has_weights, WT, b, has_offset, code, gradT, gint, raw, g):  # pragma: no cover
+        d = WT.shape[1]  # the features; with has_offset, X's K columns after them are offsets
         n = rows.shape[0] if use_rows else X.shape[0]
         K = WT.shape[0]
         loss = 0.0
@@ -66,6 +66,8 @@ def _compile():
                     r0 += X[i, j] * WT[k, j]
                     j += 1
                 raw[k] = b[k] + ((r0 + r1) + (r2 + r3))
+                if has_offset:
+                    raw[k] += X[i, d + k]
             yi = y[i]
             wi = sw[i] if has_weights else 1.0
             if code == 0:  # half squared error
@@ -140,6 +142,8 @@ def dense_block_sums(objective, matrix, X, y, sample_weight, rows=None):
     """``(loss_sum, grad_sum, weight_sum)`` of one dense block, as ``block_sums``.
 
     ``matrix`` is the host float64 parameter matrix ``(n_features + fit_intercept, K)``;
+    with ``objective.offset`` the last ``K`` columns of ``X`` are added to the linear
+    predictor (coefficients fixed at 1, no gradient);
     ``y`` and ``sample_weight`` are 1-D of length ``X.shape[0]``; ``rows`` (int64
     indices) restricts the sums to those rows, read in place (no copy of ``X[rows]``).
     Returns None when the kernel is not available (the caller then takes the array-API
@@ -165,7 +169,7 @@ def dense_block_sums(objective, matrix, X, y, sample_weight, rows=None):
     gint = np.zeros(k)
     code = objective.loss.fused_code
     loss = kernel(
-        X, rows, use_rows, y64, sw, has_weights, WT, b, code, gradT, gint, np.empty(k), np.empty(k)
+        X, rows, use_rows, y64, sw, has_weights, WT, b, objective.offset, code, gradT, gint, np.empty(k), np.empty(k)
     )
     grad = gradT.T
     if objective.fit_intercept:

@@ -55,6 +55,12 @@ class LinearObjective:
         built-in losses with a fused Numba kernel that reads each row of ``X`` once
         (see ``dask_dgd.losses._fused``), when Numba is installed; every other block,
         and every block with ``"array-api"``, takes the array-API path.
+    offset : bool, default=False
+        Whether every block of ``X`` ends with ``n_outputs`` offset columns: known
+        terms added to the linear predictor with their coefficients fixed at 1 (as
+        statsmodels' and glum's ``offset``; ``log(exposure)`` for a rate model).  They
+        are data, not parameters: ``n_params`` is unchanged, and the gradient, Hessian
+        and Lipschitz estimate are those of the ``n_features`` columns before them.
 
     Attributes
     ----------
@@ -63,6 +69,8 @@ class LinearObjective:
     n_params : int
         Length of the flat parameter vector,
         ``(n_features + fit_intercept) * n_outputs``.
+    n_columns : int
+        Columns of the blocks of ``X``: ``n_features``, plus ``n_outputs`` with ``offset``.
 
     Raises
     ------
@@ -76,7 +84,8 @@ class LinearObjective:
     ``(n_features + fit_intercept, n_outputs)`` its rows are the coefficients
     :math:`W` followed, when ``fit_intercept``, by the intercept row :math:`b`.  For a
     block :math:`(X, y, s)` with sample weights :math:`s` (ones when omitted) the
-    linear predictor is :math:`R = X W + \mathbf 1 b^\top` and :meth:`block_sums`
+    linear predictor is :math:`R = X W + \mathbf 1 b^\top` (plus the offset columns
+    :math:`O` with ``offset``: :math:`R = X W + \mathbf 1 b^\top + O`) and :meth:`block_sums`
     returns
 
     .. math:: L = \sum_i s_i \ell(y_i, R_i), \qquad
@@ -110,6 +119,7 @@ class LinearObjective:
     fit_intercept: bool = True
     slice_bytes: int | None = None
     kernel: str = "auto"
+    offset: bool = False
 
     def __post_init__(self):
         n = self.n_features
@@ -117,6 +127,7 @@ class LinearObjective:
             raise ParameterError(f"n_features must be an integer >= 0, got {n!r}")
         object.__setattr__(self, "n_features", int(n))
         object.__setattr__(self, "fit_intercept", bool(self.fit_intercept))
+        object.__setattr__(self, "offset", bool(self.offset))
         size = self.slice_bytes
         if size is not None and (
             isinstance(size, bool) or not isinstance(size, numbers.Integral) or size < 1
@@ -143,6 +154,11 @@ class LinearObjective:
     def n_params(self):
         """Length of the flat parameter vector."""
         return (self.n_features + self.fit_intercept) * self.n_outputs
+
+    @property
+    def n_columns(self):
+        """Columns of the blocks of ``X`` (the features, then any offset columns)."""
+        return self.n_features + (self.n_outputs if self.offset else 0)
 
     # -- layout -------------------------------------------------------------------
 
@@ -216,10 +232,15 @@ class LinearObjective:
     # -- evaluation on a block ----------------------------------------------------
 
     def _check_block(self, X):
-        if len(X.shape) != 2 or X.shape[1] != self.n_features:
+        if len(X.shape) != 2 or X.shape[1] != self.n_columns:
+            what = f" ({self.n_features} features and {self.n_outputs} offset column(s))" if self.offset else ""
             raise InputError(
-                f"X must have shape (n_samples, {self.n_features}), got {tuple(X.shape)}"
+                f"X must have shape (n_samples, {self.n_columns}){what}, got {tuple(X.shape)}"
             )
+
+    def features_of(self, X):
+        """The feature columns of a host block (without the offset columns)."""
+        return X[:, : self.n_features] if self.offset else X
 
     def place(self, params, X):
         """``params`` as the float64 parameter matrix on ``X``'s device (one transfer),
@@ -234,6 +255,10 @@ class LinearObjective:
         matrix = xp.astype(placed, dtype, copy=False)
         coef = matrix[: self.n_features, :]
         intercept = matrix[self.n_features, :] if self.fit_intercept else None
+        if self.offset:  # the offset columns' coefficients: the identity, fixed
+            k = self.n_outputs
+            eye = xp.eye(k, dtype=dtype, device=array_api_compat.device(matrix))
+            coef = xp.concat([coef, eye], axis=0)
         return coef, intercept, dtype
 
     @staticmethod
@@ -243,13 +268,13 @@ class LinearObjective:
         return X.astype(dtype) if is_sparse(X) else xp.astype(X, dtype)
 
     def raw_prediction(self, params, X):
-        """Linear predictor ``X @ coef + intercept``.
+        """Linear predictor ``X @ coef + intercept`` (plus the offset columns).
 
         Parameters
         ----------
         params : ndarray of shape (n_params,)
             Host (NumPy) parameters.
-        X : array of shape (n_samples, n_features)
+        X : array of shape (n_samples, n_columns)
             Dense (any array-API namespace) or sparse CSR block.
 
         Returns
@@ -280,7 +305,7 @@ class LinearObjective:
             nnz_per_row = max(X.nnz / max(n, 1), 1.0)
             row_bytes = nnz_per_row * (itemsize + X.indices.dtype.itemsize)
         else:
-            row_bytes = max(self.n_features, 1) * itemsize
+            row_bytes = max(self.n_columns, 1) * itemsize
         return max(_MIN_SLICE_ROWS, int(size // row_bytes))
 
     def block_sums(self, params, X, y, sample_weight=None, rows=None, placed=None):
@@ -290,7 +315,7 @@ class LinearObjective:
         ----------
         params : ndarray of shape (n_params,)
             Host (NumPy) float64 parameters.
-        X : array of shape (n_samples, n_features)
+        X : array of shape (n_samples, n_columns)
             Dense block in any array-API namespace, or a SciPy / CuPy sparse matrix
             (CSR is fastest; other formats are converted).
         y : array of shape (n_samples,)
@@ -344,7 +369,7 @@ class LinearObjective:
 
         k = self.n_outputs
         device = array_api_compat.device(coef)
-        grad_coef = xp.zeros((self.n_features, k), dtype=xp.float64, device=device)
+        grad_coef = xp.zeros((self.n_columns, k), dtype=xp.float64, device=device)
         grad_intercept = xp.zeros((k,), dtype=xp.float64, device=device)
         loss_sum = xp.zeros((), dtype=xp.float64, device=device)
 
@@ -365,7 +390,7 @@ class LinearObjective:
             if intercept is not None:
                 grad_intercept += xp.sum(grad_raw, axis=0, dtype=xp.float64)
 
-        grad = to_numpy(grad_coef)
+        grad = to_numpy(grad_coef)[: self.n_features]  # not the fixed offset coefficients
         if self.fit_intercept:
             grad = np.concatenate([grad, to_numpy(grad_intercept)[None, :]])
         return float(to_numpy(loss_sum)), grad.ravel(), weight_sum
@@ -492,6 +517,7 @@ def lipschitz_bound(
     if is_sparse(X):
         X = to_numpy(X).tocsr()
     objective._check_block(X)
+    X_full, X = X, objective.features_of(X)  # the offset columns have no coefficients
     n = X.shape[0]
     if n == 0:
         raise InputError("X_sample has no rows; the Lipschitz bound needs data")
@@ -510,7 +536,7 @@ def lipschitz_bound(
     if curvature is None:
         if params is None:
             params = np.zeros(objective.n_params)
-        raw = np.asarray(objective.raw_prediction(params, X), dtype=np.float64)
+        raw = np.asarray(objective.raw_prediction(params, X_full), dtype=np.float64)
         curvature = float(np.exp(np.max(raw)))
 
     d = objective.n_features
@@ -584,6 +610,7 @@ def objective_hessian(params, objective, penalty, X, y, sample_weight=None):
     raw = np.asarray(objective.raw_prediction(params, X), dtype=np.float64)
     h = np.asarray(loss.hessian_weight(y, raw, np), dtype=np.float64)
     d = w * h / w.sum()
+    X = objective.features_of(X)
     if is_sparse(X):
         gram = np.asarray((X.T @ X.multiply(d[:, None])).todense())
         col = np.asarray(X.T @ d).ravel()

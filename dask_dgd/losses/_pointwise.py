@@ -15,7 +15,11 @@ Each loss declares what the engine may do with it (traits, asked instead of type
   (:mod:`dask_dgd.losses._fused`), or None when the kernel does not know it;
 - ``hessian_weight(y, raw, xp)``: the second derivative per sample, for the Newton
   solver's sample Hessian (single-output losses with a canonical link); a loss without
-  it (``has_hessian`` False) is refused by ``solver="newton"``.
+  it (``has_hessian`` False) is refused by ``solver="newton"``;
+- ``unit_variance(mu, xp)``: the variance function ``V(mu)`` of the family, for
+  Pearson residuals and the dispersion estimate of the coefficients' covariance;
+- ``fixed_dispersion``: True when the dispersion is known to be 1 (Poisson, binomial),
+  False when the covariance must estimate it from the data (Gaussian, Gamma, ...).
 """
 
 import numbers
@@ -73,6 +77,7 @@ class HalfSquaredError:
     curvature_bound: ClassVar[float | None] = 1.0
     fused_code: ClassVar[int | None] = 0
     has_hessian: ClassVar[bool] = True
+    fixed_dispersion: ClassVar[bool] = False
 
     @property
     def n_outputs(self):
@@ -106,6 +111,10 @@ class HalfSquaredError:
     def hessian_weight(self, y, raw, xp):
         """Second derivative with respect to ``raw`` per sample: ones, shape ``(n,)``."""
         return xp.ones_like(_column(raw))
+
+    def unit_variance(self, mu, xp):
+        """Variance function of the Gaussian family: ones like ``mu``."""
+        return xp.ones_like(mu)
 
 
 @dataclass(frozen=True)
@@ -142,6 +151,7 @@ class BinaryLogistic:
     curvature_bound: ClassVar[float | None] = 0.25
     fused_code: ClassVar[int | None] = 1
     has_hessian: ClassVar[bool] = True
+    fixed_dispersion: ClassVar[bool] = True
 
     @property
     def n_outputs(self):
@@ -179,6 +189,10 @@ class BinaryLogistic:
         """Second derivative with respect to ``raw`` per sample: ``p (1 - p)``."""
         prob = 0.5 * (1.0 + xp.tanh(0.5 * _column(raw)))
         return prob * (1.0 - prob)
+
+    def unit_variance(self, mu, xp):
+        """Variance function of the Bernoulli family: ``mu (1 - mu)``."""
+        return mu * (1.0 - mu)
 
 
 @dataclass(frozen=True)
@@ -326,6 +340,7 @@ class HalfPoisson:
     curvature_bound: ClassVar[float | None] = None
     fused_code: ClassVar[int | None] = 2
     has_hessian: ClassVar[bool] = True
+    fixed_dispersion: ClassVar[bool] = True
 
     @property
     def n_outputs(self):
@@ -360,3 +375,7 @@ class HalfPoisson:
     def hessian_weight(self, y, raw, xp):
         """Second derivative with respect to ``raw`` per sample: ``exp(raw)``."""
         return xp.exp(_column(raw))
+
+    def unit_variance(self, mu, xp):
+        """Variance function of the Poisson family: ``mu``."""
+        return mu

@@ -54,6 +54,9 @@ def test_public_names():
         [
             "SLICE_BYTES",
             "BinaryLogistic",
+            "HalfGamma",
+            "HalfNegativeBinomial",
+            "HalfTweedie",
             "HalfPoisson",
             "HalfSquaredError",
             "LinearObjective",

@@ -1,0 +1,359 @@
+"""The IRLS coordinate-descent solver (``solver="cd"``) and its parts.
+
+:class:`IRLSCD` is a solver of the one loop (the template of :class:`~.solvers.Solver`);
+this module also holds what it needs besides:
+
+- :class:`HessianTraining`: a linear model's training objective whose every
+  evaluation also sums, per block, the Hessian of the loss
+  ``X~^T diag(s_i h_i) X~`` (``X~``: ``X`` with a column of ones when there is an
+  intercept; ``h_i`` the loss's ``hessian_weight``); the sums travel in the partials'
+  ``extras`` and are tree-reduced with the gradient, in the same pass;
+- :func:`cd_solve`: coordinate descent with soft-thresholding on the quadratic model
+  plus the elastic-net penalty, on the driver (a Numba loop over a ``p x p`` matrix);
+- :func:`kkt_violation`: the largest entry of the minimum-norm subgradient, the
+  solver's stop rule;
+- :func:`cd_support`: whether a training objective can take the solver (and
+  ``solver="auto"``'s size limit, :data:`CD_MAX_PARAMS`).
+"""
+
+import math
+from dataclasses import dataclass
+
+import dask
+import numpy as np
+
+from .._backend import get_namespace, is_sparse, to_numpy
+from .kernels import BlockSums
+from .solvers import ARMIJO, NEWTON_MAX_LINESEARCH, Outcome, Solver, step_record
+from .stopping import Stop
+from .update import initial_divergence
+
+__all__ = ["CD_MAX_PARAMS", "IRLSCD", "HessianTraining", "block_hessian_sum", "cd_solve", "cd_support", "kkt_violation"]
+
+#: ``solver="auto"`` picks ``"cd"`` for L1 penalties up to this many parameters (dask
+#: config ``dgd.cd-max-params``): every pass sends one ``p x p`` matrix per group
+#: (8 MB at 1,000 parameters) and costs ``n p^2`` flops besides the gradient's ``n p``.
+CD_MAX_PARAMS = 1024
+#: Bytes of a dense block's rows copied at a time to form its Hessian sums.
+HESSIAN_SLICE_BYTES = 2**22
+#: Most sweeps over the coordinates per quadratic model.
+MAX_SWEEPS = 10000
+
+
+def cd_support(objective):
+    """None when ``objective`` (a training objective) can be trained with
+    ``solver="cd"``, else the reason it cannot (for error messages)."""
+    linear = getattr(objective, "objective", None)
+    loss = getattr(linear, "loss", None)
+    if loss is None or getattr(objective, "has_local", False):
+        return f"it trains linear models only, not {type(objective).__name__}"
+    if not getattr(loss, "has_hessian", False) or loss.n_outputs != 1:
+        return (f"it needs a single-output loss with a Hessian (linear, binary logistic, Poisson and the other "
+                f"GLM families); got {type(loss).__name__}")
+    if getattr(linear, "n_params", None) != linear.n_features + linear.fit_intercept:
+        return f"it needs one coefficient per feature (and an intercept); {type(linear).__name__} has another layout"
+    return None
+
+
+def cd_max_params():
+    """The size limit of ``solver="auto"``'s choice of ``"cd"`` (dask config
+    ``dgd.cd-max-params``, default :data:`CD_MAX_PARAMS`)."""
+    return int(dask.config.get("dgd.cd-max-params", CD_MAX_PARAMS))
+
+
+def block_hessian_sum(objective, params, X, y, sample_weight=None):
+    r"""The Hessian sums of one block: :math:`\tilde X^\top \operatorname{diag}(s_i h_i) \tilde X`.
+
+    Parameters
+    ----------
+    objective : LinearObjective
+        A single-output objective whose loss has ``hessian_weight``.
+    params : ndarray of shape (objective.n_params,)
+    X : array of shape (n_samples, objective.n_columns)
+        Dense (any array-API namespace) or sparse; the features, then any offset
+        columns (which have no coefficients).
+    y : array of shape (n_samples,)
+    sample_weight : array of shape (n_samples,) or None
+
+    Returns
+    -------
+    ndarray of shape (objective.n_params, objective.n_params)
+        On the host, float64, not divided by the total weight (blocks add up).
+    """
+    xp = get_namespace(X, y, sample_weight)
+    raw = objective.raw_prediction(params, X)
+    h = objective.loss.hessian_weight(xp.astype(y, raw.dtype, copy=False), raw, xp)
+    h = np.asarray(to_numpy(h), dtype=np.float64).reshape(-1)
+    if sample_weight is not None:
+        h = h * np.asarray(to_numpy(sample_weight), dtype=np.float64).reshape(-1)
+    d = objective.n_features
+    X = objective.features_of(X) if hasattr(objective, "features_of") else X  # not the offset columns
+    H = np.zeros((objective.n_params, objective.n_params))
+    if is_sparse(X):
+        Xh = to_numpy(X).tocsr().astype(np.float64)
+        import scipy.sparse as sp
+
+        weighted = sp.diags(h) @ Xh
+        H[:d, :d] = (Xh.T @ weighted).toarray()
+        col = np.asarray(weighted.sum(axis=0)).ravel()
+    else:
+        Xh = np.asarray(to_numpy(X))
+        rows = max(256, HESSIAN_SLICE_BYTES // (8 * max(d, 1)))
+        col = np.zeros(d)
+        for start in range(0, Xh.shape[0], rows):
+            Xs = np.asarray(Xh[start:start + rows], dtype=np.float64)
+            weighted = Xs * h[start:start + rows, None]
+            H[:d, :d] += Xs.T @ weighted
+            col += weighted.sum(axis=0)
+    if objective.fit_intercept:
+        H[d, :d] = H[:d, d] = col
+        H[d, d] = h.sum()
+    return H
+
+
+@dataclass(frozen=True)
+class HessianTraining:
+    """A linear model's training objective (``base``, a
+    :class:`~.objective.LinearTraining`) whose evaluations also reduce the loss's
+    Hessian sums (``extras["hessian"]`` of the partials, see :func:`block_hessian_sum`).
+    Everything else is the base objective's."""
+
+    base: object
+
+    def __getattr__(self, name):
+        if name == "base" or name.startswith("__"):  # unpickling: no base yet
+            raise AttributeError(name)
+        return getattr(self.base, name)
+
+    def group_sums(self, shard, params, aux, draw, local, memory=None):
+        from .blocks import _block_error
+
+        sums, local_grad = self.base.group_sums(shard, params, aux, draw, local, memory)
+        obj = self.base.objective
+        out = {}
+        for b in shard.blocks:
+            s = sums[b.index]
+            try:
+                with np.errstate(all="ignore"):
+                    H = block_hessian_sum(obj, params, b.X, b.y, b.sample_weight)
+            except Exception as err:
+                raise _block_error(err, b) from err
+            out[b.index] = BlockSums(s.loss, s.grad, s.weight, {**s.extras, "hessian": H})
+        return out, local_grad
+
+    def hessian(self, partial):
+        """The Hessian of the smooth objective (mean loss plus the L2 part of the
+        penalty) from a reduced partial."""
+        H = partial.extras["hessian"] / partial.weight_sum
+        diag = np.flatnonzero(self.base.penalty.decay_mask)
+        H[diag, diag] += self.base.penalty_spec.l2_strength
+        return 0.5 * (H + H.T)
+
+    def l1_weights(self):
+        """The L1 strength of every parameter (zero for the intercept)."""
+        return self.base.penalty_spec.l1_strength * self.base.penalty.decay_mask.astype(np.float64)
+
+
+def kkt_violation(grad, params, l1):
+    """The largest entry of the minimum-norm subgradient of ``f + sum_j l1_j |x_j|``
+    at ``params`` (``grad``: the gradient of the smooth part ``f``): zero exactly at
+    the optimum."""
+    grad, params, l1 = (np.asarray(v, dtype=np.float64) for v in (grad, params, l1))
+    sub = grad + l1 * np.sign(params)
+    at_zero = (params == 0) & (l1 > 0)
+    sub[at_zero] = np.sign(grad[at_zero]) * np.maximum(np.abs(grad[at_zero]) - l1[at_zero], 0.0)
+    return float(np.max(np.abs(sub), initial=0.0))
+
+
+_compiled = {}
+
+
+def _kernel():
+    """The Numba coordinate-descent loop (compiled on first use, cached on disk)."""
+    if "fn" not in _compiled:
+        import numba
+
+        @numba.njit(cache=True, nogil=True)
+        def sweeps(H, g, x0, l1, tol, max_sweeps):  # pragma: no cover - compiled
+            p = x0.shape[0]
+            x = x0.copy()
+            r = g.copy()  # the model's gradient at x: g + H (x - x0)
+            active = np.ones(p, dtype=np.bool_)
+            full = True
+            n = 0
+            while n < max_sweeps:
+                n += 1
+                change = 0.0
+                for j in range(p):
+                    if not (full or active[j]):
+                        continue
+                    hjj = H[j, j]
+                    if hjj <= 0.0:
+                        continue
+                    z = x[j] - r[j] / hjj
+                    t = l1[j] / hjj
+                    new = z - t if z > t else (z + t if z < -t else 0.0)
+                    delta = new - x[j]
+                    if delta != 0.0:
+                        x[j] = new
+                        for i in range(p):
+                            r[i] += H[i, j] * delta
+                        c = abs(delta) * hjj
+                        if c > change:
+                            change = c
+                    active[j] = new != 0.0 or l1[j] == 0.0
+                if change <= tol:
+                    if full:
+                        break
+                    full = True  # the active set settled: check every coordinate
+                else:
+                    full = False
+            return x, n
+
+        _compiled["fn"] = sweeps
+    return _compiled["fn"]
+
+
+def cd_solve(H, g, x0, l1, tol, max_sweeps=MAX_SWEEPS):
+    r"""Minimise the quadratic model plus the L1 term by coordinate descent.
+
+    .. math:: \min_x \; g^\top (x - x_0) + \tfrac12 (x - x_0)^\top H (x - x_0)
+              + \sum_j \lambda_j |x_j|
+
+    Cyclic sweeps with soft-thresholding, ``H`` kept whole; after a full sweep only the
+    non-zero (and unpenalised) coordinates are swept until no coordinate moves the
+    model's gradient by more than ``tol``, then a full sweep checks the rest.
+
+    Parameters
+    ----------
+    H : ndarray of shape (p, p)
+        Symmetric positive semi-definite.
+    g : ndarray of shape (p,)
+        Gradient of the smooth part at ``x0``.
+    x0 : ndarray of shape (p,)
+        The start (the current parameters).
+    l1 : ndarray of shape (p,)
+        L1 strengths ``lambda_j >= 0``.
+    tol : float
+        Stop when no coordinate's update changes the model's gradient by more than
+        ``tol`` in a full sweep.
+    max_sweeps : int
+
+    Returns
+    -------
+    x : ndarray of shape (p,)
+    n_sweeps : int
+    """
+    f64 = np.float64
+    x, n = _kernel()(np.ascontiguousarray(H, f64), np.asarray(g, f64), np.asarray(x0, f64),
+                     np.asarray(l1, f64), float(tol), int(max_sweeps))
+    return x, int(n)
+
+
+class IRLSCD(Solver):
+    """Iteratively reweighted least squares with coordinate descent (glum's "irls-cd"),
+    for L1 and elastic-net penalties on single-output models.
+
+    Every evaluation is one distributed pass giving the smooth objective ``f`` (mean
+    loss plus the L2 part), its gradient ``g`` and its Hessian ``H`` (the block sums
+    ``X~^T diag(s h) X~`` of :class:`~.cd.HessianTraining`, tree-reduced with the
+    gradient).  An iteration minimises the quadratic model
+    ``g.d + d^T H d / 2 + lambda ||x + d||_1`` on the driver by coordinate descent with
+    soft-thresholding (:func:`~.cd.cd_solve`, warm-started at the current parameters,
+    active set), then backtracks along ``d`` from step 1, halving, until the full
+    objective ``F = f + lambda ||x||_1`` decreases by at least ``1e-4 t Delta``
+    (``Delta = g.d + lambda (||x + d||_1 - ||x||_1)``, Tseng and Yun's rule); each trial
+    is one pass, and the accepted trial's pass already holds the next iteration's
+    gradient and Hessian.  Near the optimum, where values differ only by rounding, a
+    trial whose subgradient is smaller is accepted too.  Converged when the largest
+    entry of the minimum-norm subgradient (the KKT violation) is at most ``tol``.
+    """
+
+    def __init__(self, ctx, params0):
+        self.ctx = ctx
+        self.obj = ctx.objective
+        self.l1 = self.obj.l1_weights()
+        self.x = np.array(params0, dtype=np.float64, copy=True)
+        self.f = self.g = self.H = None
+        self.kkt = math.inf
+        self.it = 0
+        self.direction = None
+        self.delta = 0.0
+        self.t = 1.0
+        self.trials = 0
+
+    @property
+    def progress(self):
+        return self.it
+
+    def _evaluate(self, x):
+        res = self.ctx.source.evaluate(x)
+        value = res.value + self.obj.l1_value(x)
+        return res, value
+
+    def _take(self, res, value):
+        self.x, self.f, self.g = res.params, value, res.grad
+        self.H = self.obj.hessian(res.partial)
+        self.kkt = kkt_violation(self.g, self.x, self.l1)
+
+    def start(self):
+        res, value = self._evaluate(self.x)
+        if not res.finite:
+            raise initial_divergence(res.value)
+        self._take(res, value)
+        return Outcome([step_record(self.ctx, res, 0, value, res.grad, None)])
+
+    def step(self):
+        if self.direction is None:
+            inner_tol = max(0.25 * self.ctx.tol, min(0.1 * self.kkt, 1e-2))
+            x_new, _ = cd_solve(self.H, self.g, self.x, self.l1, inner_tol)
+            d = x_new - self.x
+            self.delta = float(self.g @ d) + float(self.l1 @ (np.abs(x_new) - np.abs(self.x)))
+            if not np.any(d) or not self.delta < 0:
+                return Outcome(stop=Stop(
+                    self.kkt <= self.ctx.tol,
+                    "the quadratic model gives no descent direction (the objective is flat at rounding level)"))
+            self.direction, self.t, self.trials = d, 1.0, 0
+        trial = self.x + self.t * self.direction
+        res, value = self._evaluate(trial)
+        record = step_record(self.ctx, res, self.it + 1, value, res.grad, self.t)
+        self.trials += 1
+        if res.finite and (
+            value <= self.f + ARMIJO * self.t * self.delta
+            # at the optimum the values differ only by rounding: a smaller subgradient
+            # then shows the step is right
+            or (value <= self.f + 64 * np.finfo(float).eps * abs(self.f)
+                and kkt_violation(res.grad, trial, self.l1) < self.kkt)
+        ):
+            self.it += 1
+            self._take(res, value)
+            self.direction = None
+            return Outcome([record])
+        if self.trials >= NEWTON_MAX_LINESEARCH:
+            return Outcome([record], stop=Stop(
+                self.kkt <= self.ctx.tol,
+                "the line search found no decrease (the objective is flat at rounding level)"))
+        self.t *= 0.5
+        return Outcome([record])
+
+    def stop_rule(self, outcome):
+        if self.kkt <= self.ctx.tol:
+            return Stop(True)
+        if self.it >= self.ctx.max_iter:
+            return Stop(False, f"reached max_iter={self.ctx.max_iter}")
+        return None
+
+    def result(self):
+        return self.x, self.it, None, None
+
+    _STATE = ("x", "f", "g", "H", "kkt", "it", "direction", "delta", "t", "trials")
+
+    def state_dict(self):
+        return {k: getattr(self, k) for k in self._STATE}
+
+    def load_state_dict(self, state):
+        for k in self._STATE:
+            setattr(self, k, state[k])
+
+    def resume(self):
+        return Outcome(accepted=False)

@@ -1,0 +1,582 @@
+"""GammaRegressor, TweedieRegressor and NegativeBinomialRegressor (BinomialRegressor: ``_binomial``).
+
+The GLM families beyond Poisson, each a :class:`~dask_dgd.linear_model._glm._Regressor`
+with its pointwise loss (:mod:`dask_dgd.losses`), its target checks, its inverse link
+and a D² score, as scikit-learn's ``GammaRegressor`` and ``TweedieRegressor``.
+"""
+
+import math
+import numbers
+
+import numpy as np
+from scipy.special import xlogy
+from sklearn.metrics import d2_tweedie_score
+
+from .._validation import Interval, Options
+from ..exceptions import InputError, ParameterError
+from ..losses import HalfGamma, HalfNegativeBinomial, HalfSquaredError, HalfTweedie
+from ._glm import _computed, _exp_block, _Regressor
+
+__all__ = ["GammaRegressor", "NegativeBinomialRegressor", "TweedieRegressor"]
+
+
+def _weighted_mean(summaries):
+    wsum = sum(s["weight_sum"] for s in summaries)  # > 0, checked in _prepare
+    return sum(s["wy_sum"] for s in summaries) / wsum
+
+
+def _d2(unit_deviance, y, y_pred, sample_weight):
+    """1 - deviance(y, y_pred) / deviance(y, weighted mean of y), as scikit-learn's D²."""
+    y = np.asarray(y, dtype=np.float64).reshape(-1)
+    y_pred = np.asarray(y_pred, dtype=np.float64).reshape(-1)
+    w = np.ones_like(y) if sample_weight is None else np.asarray(sample_weight, dtype=np.float64).reshape(-1)
+    if y.shape != y_pred.shape or w.shape != y.shape:
+        raise InputError(
+            f"y, the predictions and sample_weight must have one value per row; got shapes "
+            f"{y.shape}, {y_pred.shape} and {w.shape}"
+        )
+    numerator = float(w @ unit_deviance(y, y_pred))
+    null = np.full_like(y, np.average(y, weights=w))
+    denominator = float(w @ unit_deviance(y, null))
+    return 1.0 - numerator / denominator if denominator > 0 else math.nan
+
+
+class _FamilyRegressor(_Regressor):
+    """Shared parts of the log-link and logit-link families: ``alpha=1.0`` by default (as
+    scikit-learn's GLMs and :class:`~dask_dgd.PoissonRegressor`), the family's loss
+    built (and checked) before any data is read, and D² as the score."""
+
+    def __init__(
+        self,
+        *,
+        alpha=1.0,
+        l1_ratio=0.0,
+        fit_intercept=True,
+        solver="auto",
+        optimizer=None,
+        learning_rate="auto",
+        batch_size=None,
+        max_iter=100,
+        tol=1e-4,
+        mode="sync",
+        local_steps=8,
+        outer_optimizer=None,
+        max_staleness=None,
+        staleness_scaling=False,
+        max_time=None,
+        on_divergence="auto",
+        checkpoint=None,
+        checkpoint_every=10,
+        early_stopping=False,
+        validation_fraction=0.1,
+        n_iter_no_change=5,
+        scoring=None,
+        rebalance="auto",
+        compression=None,
+        split_every=8,
+        random_state=None,
+        warm_start=False,
+        verbose=0,
+        callbacks=None,
+        client=None,
+    ):
+        super().__init__(
+            alpha=alpha,
+            l1_ratio=l1_ratio,
+            fit_intercept=fit_intercept,
+            solver=solver,
+            optimizer=optimizer,
+            learning_rate=learning_rate,
+            batch_size=batch_size,
+            max_iter=max_iter,
+            tol=tol,
+            mode=mode,
+            local_steps=local_steps,
+            outer_optimizer=outer_optimizer,
+            max_staleness=max_staleness,
+            staleness_scaling=staleness_scaling,
+            max_time=max_time,
+            on_divergence=on_divergence,
+            checkpoint=checkpoint,
+            checkpoint_every=checkpoint_every,
+            early_stopping=early_stopping,
+            validation_fraction=validation_fraction,
+            n_iter_no_change=n_iter_no_change,
+            scoring=scoring,
+            rebalance=rebalance,
+            compression=compression,
+            split_every=split_every,
+            random_state=random_state,
+            warm_start=warm_start,
+            verbose=verbose,
+            callbacks=callbacks,
+            client=client,
+        )
+
+    def _family_loss(self):
+        """The pointwise loss of this estimator's parameters (raises ParameterError)."""
+        raise NotImplementedError
+
+    @property
+    def _loss(self):
+        return self._family_loss()
+
+    def _validate_params(self):
+        super()._validate_params()
+        self._family_loss()  # bad family parameters fail before the data is read
+
+    def _unit_deviance(self, y, y_pred):
+        """Unit deviance per row (NumPy, on the driver), for the D² score."""
+        raise NotImplementedError
+
+    def score(self, X, y, sample_weight=None, offset=None):
+        """D², the fraction of the family's deviance explained (1 is perfect).
+
+        Parameters
+        ----------
+        X : array-like, sparse matrix, dask array or dask DataFrame of shape (n_samples, n_features)
+        y : array-like or dask array of shape (n_samples,)
+        sample_weight : array-like or dask array of shape (n_samples,), default=None
+        offset : array-like or dask array of shape (n_samples,), default=None
+            Passed to :meth:`predict`.
+
+        Returns
+        -------
+        score : float
+            ``1 - D(y, predict(X, offset)) / D(y, mean)``, with ``D`` the weighted sum of
+            unit deviances and ``mean`` the weighted mean of ``y``, as scikit-learn's D²
+            (the null model has no offset, unlike statsmodels' ``null_deviance``); lazy
+            inputs are computed together.
+        """
+        y_pred, y, sample_weight = _computed(self.predict(X, offset=offset), y, sample_weight)
+        return self._d2(y, y_pred, sample_weight)
+
+    def _d2(self, y, y_pred, sample_weight):
+        return _d2(self._unit_deviance, y, y_pred, sample_weight)
+
+    def _log_baseline(self, summaries):
+        mean = _weighted_mean(summaries)
+        if not mean > 0:
+            raise InputError(
+                f"{type(self).__name__} with a log link requires y with a positive (weighted) mean; "
+                f"got {mean}"
+            )
+        return [math.log(mean)]
+
+    def __sklearn_tags__(self):
+        tags = super().__sklearn_tags__()
+        tags.target_tags.positive_only = True
+        return tags
+
+
+class GammaRegressor(_FamilyRegressor):
+    """Gamma regression with a log link, by distributed DGD.
+
+    Minimises the sample-weighted mean of ``eta + y * exp(-eta)`` (half the Gamma
+    deviance up to terms constant in ``eta``), ``eta = X @ coef + intercept``, plus
+    ``alpha * (l1_ratio * ||coef||_1 + (1 - l1_ratio) / 2 * ||coef||_2^2)``: the same
+    objective as scikit-learn's ``GammaRegressor(alpha=...)`` when ``l1_ratio=0``.
+
+    Parameters
+    ----------
+    alpha : float, default=1.0
+        Penalty strength (scikit-learn's default too).
+
+    Other Parameters
+    ----------------
+    l1_ratio, fit_intercept, solver, optimizer, learning_rate, batch_size, max_iter, tol, mode, \
+local_steps, outer_optimizer, max_staleness, staleness_scaling, max_time, on_divergence, \
+checkpoint, checkpoint_every, early_stopping, validation_fraction, n_iter_no_change, scoring, \
+rebalance, compression, split_every, random_state, warm_start, verbose, callbacks, client
+        The training parameters every linear estimator shares: see
+        :class:`~dask_dgd.linear_model.DGDLinearModel`.
+
+    Attributes
+    ----------
+    coef_ : ndarray of shape (n_features,)
+    intercept_ : float
+    n_features_in_, feature_names_in_, n_iter_, loss_curve_, history_, solver_
+        As in :class:`~dask_dgd.LinearRegression`.
+
+    Raises
+    ------
+    InputError
+        From ``fit``, if some ``y`` is not positive.
+
+    Notes
+    -----
+    The variance function is :math:`V(\\mu) = \\mu^2` (constant coefficient of
+    variation); see :class:`~dask_dgd.losses.HalfGamma`.  ``solver="newton"`` takes
+    Fisher-scoring steps.  ``score`` is D² with the Gamma deviance
+    (``d2_tweedie_score(power=2)``, scikit-learn's ``GammaRegressor.score``).
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from dask_dgd import GammaRegressor
+    >>> X = np.array([[0.0], [1.0], [2.0], [3.0]]); y = np.array([1.0, 2.0, 4.0, 8.0])
+    >>> reg = GammaRegressor(alpha=0.0, tol=1e-10).fit(X, y)
+    >>> round(float(reg.coef_[0]), 6), round(float(np.exp(reg.coef_[0])), 6)
+    (0.693147, 2.0)
+    """
+
+    def _family_loss(self):
+        return HalfGamma()
+
+    def _check_target(self, summaries):
+        y_min = min(s["y_min"] for s in summaries)
+        if not y_min > 0:
+            raise InputError(
+                f"GammaRegressor requires positive y (the Gamma family has support y > 0); the smallest "
+                f"value is {y_min}: drop the rows with y <= 0 or use TweedieRegressor with 1 < power < 2, "
+                "which takes zeros"
+            )
+        return self._log_baseline(summaries)
+
+    _inverse_link_block = staticmethod(_exp_block)
+
+    def _d2(self, y, y_pred, sample_weight):
+        return d2_tweedie_score(y, y_pred, sample_weight=sample_weight, power=2)
+
+
+class TweedieRegressor(_FamilyRegressor):
+    """Tweedie regression (normal, Poisson, compound Poisson-Gamma, Gamma, inverse Gaussian).
+
+    Minimises the sample-weighted mean of half the Tweedie deviance of variance power
+    ``power`` (up to terms constant in ``eta``), ``eta = X @ coef + intercept``, plus
+    ``alpha * (l1_ratio * ||coef||_1 + (1 - l1_ratio) / 2 * ||coef||_2^2)``: the same
+    objective as scikit-learn's ``TweedieRegressor(power=..., link=..., alpha=...)`` when
+    ``l1_ratio=0``.
+
+    Parameters
+    ----------
+    power : float, default=0.0
+        Variance power :math:`p` of :math:`V(\\mu) = \\mu^p`: 0 normal (``y`` any real),
+        1 Poisson (``y >= 0``), in (1, 2) compound Poisson-Gamma (``y >= 0``, zeros
+        allowed), 2 Gamma (``y > 0``), 3 inverse Gaussian (any ``p > 2``: ``y > 0``),
+        ``p < 0`` extreme stable (``y`` any real, log link only).  Powers in (0, 1) are
+        refused (no such distribution).
+    link : {"auto", "log", "identity"}, default="auto"
+        "auto" is "identity" for ``power <= 0`` and "log" otherwise, as in
+        scikit-learn.  "identity" is supported for ``power=0`` only (least squares,
+        :class:`~dask_dgd.losses.HalfSquaredError`): for ``power > 0`` the identity link
+        needs positive predictions, which the solvers do not enforce.
+    alpha : float, default=1.0
+        Penalty strength (scikit-learn's default too).
+
+    Other Parameters
+    ----------------
+    l1_ratio, fit_intercept, solver, optimizer, learning_rate, batch_size, max_iter, tol, mode, \
+local_steps, outer_optimizer, max_staleness, staleness_scaling, max_time, on_divergence, \
+checkpoint, checkpoint_every, early_stopping, validation_fraction, n_iter_no_change, scoring, \
+rebalance, compression, split_every, random_state, warm_start, verbose, callbacks, client
+        The training parameters every linear estimator shares: see
+        :class:`~dask_dgd.linear_model.DGDLinearModel`.
+
+    Attributes
+    ----------
+    coef_ : ndarray of shape (n_features,)
+    intercept_ : float
+    n_features_in_, feature_names_in_, n_iter_, loss_curve_, history_, solver_
+        As in :class:`~dask_dgd.LinearRegression`.
+
+    Raises
+    ------
+    ParameterError
+        From ``fit``, for a power in (0, 1), a non-finite power, or ``link="identity"``
+        with ``power != 0``.
+    InputError
+        From ``fit``, for targets outside the family's range (see ``power``), or a
+        non-positive weighted mean of ``y`` with the log link.
+
+    Notes
+    -----
+    See :class:`~dask_dgd.losses.HalfTweedie` for the loss and its Fisher weight
+    :math:`\\mu^{2-p}` (``solver="newton"`` takes Fisher-scoring steps).  With the log
+    link the objective is not convex in the coefficients for ``p > 2`` or ``p < 1``;
+    L-BFGS still finds scikit-learn's optimum on ordinary data.  ``score`` is
+    ``d2_tweedie_score`` with this ``power``, scikit-learn's ``TweedieRegressor.score``.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from dask_dgd import TweedieRegressor
+    >>> X = np.array([[0.0], [1.0], [2.0], [3.0]]); y = np.array([0.0, 1.0, 3.0, 7.0])
+    >>> reg = TweedieRegressor(power=1.5, alpha=0.0, tol=1e-10).fit(X, y)
+    >>> bool(reg.predict(X[:1])[0] > 0)
+    True
+    """
+
+    _parameter_constraints = {
+        **_FamilyRegressor._parameter_constraints,
+        "power": [numbers.Real],
+        "link": [Options("auto", "log", "identity")],
+    }
+
+    def __init__(
+        self,
+        *,
+        power=0.0,
+        link="auto",
+        alpha=1.0,
+        l1_ratio=0.0,
+        fit_intercept=True,
+        solver="auto",
+        optimizer=None,
+        learning_rate="auto",
+        batch_size=None,
+        max_iter=100,
+        tol=1e-4,
+        mode="sync",
+        local_steps=8,
+        outer_optimizer=None,
+        max_staleness=None,
+        staleness_scaling=False,
+        max_time=None,
+        on_divergence="auto",
+        checkpoint=None,
+        checkpoint_every=10,
+        early_stopping=False,
+        validation_fraction=0.1,
+        n_iter_no_change=5,
+        scoring=None,
+        rebalance="auto",
+        compression=None,
+        split_every=8,
+        random_state=None,
+        warm_start=False,
+        verbose=0,
+        callbacks=None,
+        client=None,
+    ):
+        self.power = power
+        self.link = link
+        super().__init__(
+            alpha=alpha,
+            l1_ratio=l1_ratio,
+            fit_intercept=fit_intercept,
+            solver=solver,
+            optimizer=optimizer,
+            learning_rate=learning_rate,
+            batch_size=batch_size,
+            max_iter=max_iter,
+            tol=tol,
+            mode=mode,
+            local_steps=local_steps,
+            outer_optimizer=outer_optimizer,
+            max_staleness=max_staleness,
+            staleness_scaling=staleness_scaling,
+            max_time=max_time,
+            on_divergence=on_divergence,
+            checkpoint=checkpoint,
+            checkpoint_every=checkpoint_every,
+            early_stopping=early_stopping,
+            validation_fraction=validation_fraction,
+            n_iter_no_change=n_iter_no_change,
+            scoring=scoring,
+            rebalance=rebalance,
+            compression=compression,
+            split_every=split_every,
+            random_state=random_state,
+            warm_start=warm_start,
+            verbose=verbose,
+            callbacks=callbacks,
+            client=client,
+        )
+
+    def _link(self):
+        if self.link != "auto":
+            return self.link
+        return "identity" if self.power <= 0 else "log"
+
+    def _family_loss(self):
+        loss = HalfTweedie(self.power)  # raises for power in (0, 1) or not finite
+        if self._link() == "log":
+            return loss
+        if loss.power != 0:
+            raise ParameterError(
+                f"TweedieRegressor supports link='identity' with power=0 only, got power={self.power!r}"
+                f"{' (link=auto is identity for power <= 0)' if self.link == 'auto' else ''}: "
+                "the identity link needs positive predictions for power > 0, which the solvers do "
+                "not enforce; use link='log'"
+            )
+        return HalfSquaredError()
+
+    def _check_target(self, summaries):
+        p = float(self.power)
+        y_min = min(s["y_min"] for s in summaries)
+        if 1 <= p < 2 and y_min < 0:
+            raise InputError(
+                f"TweedieRegressor with power={self.power!r} requires non-negative y; the smallest "
+                f"value is {y_min}"
+            )
+        if p >= 2 and not y_min > 0:
+            raise InputError(
+                f"TweedieRegressor with power={self.power!r} requires positive y; the smallest value is "
+                f"{y_min}: use a power in [1, 2) for data with zeros"
+            )
+        if self._link() == "identity":
+            return [_weighted_mean(summaries)]
+        return self._log_baseline(summaries)
+
+    @property
+    def _inverse_link_block(self):
+        return None if self._link() == "identity" else _exp_block
+
+    def _d2(self, y, y_pred, sample_weight):
+        return d2_tweedie_score(y, y_pred, sample_weight=sample_weight, power=float(self.power))
+
+    def __sklearn_tags__(self):
+        tags = super().__sklearn_tags__()
+        tags.target_tags.positive_only = self.power > 0
+        return tags
+
+
+class NegativeBinomialRegressor(_FamilyRegressor):
+    """Negative binomial (NB2) regression with a log link and a fixed ``theta``.
+
+    Minimises the sample-weighted mean of ``(y + theta) * log(theta + exp(eta)) - y * eta``
+    (half the negative binomial deviance up to terms constant in ``eta``),
+    ``eta = X @ coef + intercept``, plus
+    ``alpha * (l1_ratio * ||coef||_1 + (1 - l1_ratio) / 2 * ||coef||_2^2)``.  For counts
+    more dispersed than Poisson's: the variance is ``mu + mu**2 / theta``.
+
+    Parameters
+    ----------
+    theta : float, default=1.0
+        The shape ("size") of R's ``MASS::negative.binomial(theta)``; statsmodels'
+        ``families.NegativeBinomial(alpha=1 / theta)``.  As ``theta`` grows the model
+        approaches Poisson regression.  It is fixed, not estimated.
+    alpha : float, default=1.0
+        Penalty strength (the default of the other GLMs here and in scikit-learn).
+
+    Other Parameters
+    ----------------
+    l1_ratio, fit_intercept, solver, optimizer, learning_rate, batch_size, max_iter, tol, mode, \
+local_steps, outer_optimizer, max_staleness, staleness_scaling, max_time, on_divergence, \
+checkpoint, checkpoint_every, early_stopping, validation_fraction, n_iter_no_change, scoring, \
+rebalance, compression, split_every, random_state, warm_start, verbose, callbacks, client
+        The training parameters every linear estimator shares: see
+        :class:`~dask_dgd.linear_model.DGDLinearModel`.
+
+    Attributes
+    ----------
+    coef_ : ndarray of shape (n_features,)
+    intercept_ : float
+    n_features_in_, feature_names_in_, n_iter_, loss_curve_, history_, solver_
+        As in :class:`~dask_dgd.LinearRegression`.
+
+    Raises
+    ------
+    ParameterError
+        From ``fit``, if ``theta`` is not a finite number > 0.
+    InputError
+        From ``fit``, if some ``y`` is negative or the weighted sum of ``y`` is not positive.
+
+    Notes
+    -----
+    See :class:`~dask_dgd.losses.HalfNegativeBinomial` (``solver="newton"`` takes
+    Fisher-scoring steps, weight :math:`\\mu / (1 + \\mu / \\theta)`).  ``score`` is D²
+    with the negative binomial unit deviance
+    :math:`2 [y \\log(y / \\mu) - (y + \\theta) \\log((y + \\theta) / (\\mu + \\theta))]`.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from dask_dgd import NegativeBinomialRegressor
+    >>> X = np.array([[0.0], [1.0], [2.0], [3.0]]); y = np.array([1.0, 0.0, 4.0, 9.0])
+    >>> reg = NegativeBinomialRegressor(theta=2.0, alpha=0.0, tol=1e-10).fit(X, y)
+    >>> bool(reg.coef_[0] > 0)
+    True
+    """
+
+    _parameter_constraints = {
+        **_FamilyRegressor._parameter_constraints,
+        "theta": [Interval(numbers.Real, 0, None, "neither")],
+    }
+
+    def __init__(
+        self,
+        *,
+        theta=1.0,
+        alpha=1.0,
+        l1_ratio=0.0,
+        fit_intercept=True,
+        solver="auto",
+        optimizer=None,
+        learning_rate="auto",
+        batch_size=None,
+        max_iter=100,
+        tol=1e-4,
+        mode="sync",
+        local_steps=8,
+        outer_optimizer=None,
+        max_staleness=None,
+        staleness_scaling=False,
+        max_time=None,
+        on_divergence="auto",
+        checkpoint=None,
+        checkpoint_every=10,
+        early_stopping=False,
+        validation_fraction=0.1,
+        n_iter_no_change=5,
+        scoring=None,
+        rebalance="auto",
+        compression=None,
+        split_every=8,
+        random_state=None,
+        warm_start=False,
+        verbose=0,
+        callbacks=None,
+        client=None,
+    ):
+        self.theta = theta
+        super().__init__(
+            alpha=alpha,
+            l1_ratio=l1_ratio,
+            fit_intercept=fit_intercept,
+            solver=solver,
+            optimizer=optimizer,
+            learning_rate=learning_rate,
+            batch_size=batch_size,
+            max_iter=max_iter,
+            tol=tol,
+            mode=mode,
+            local_steps=local_steps,
+            outer_optimizer=outer_optimizer,
+            max_staleness=max_staleness,
+            staleness_scaling=staleness_scaling,
+            max_time=max_time,
+            on_divergence=on_divergence,
+            checkpoint=checkpoint,
+            checkpoint_every=checkpoint_every,
+            early_stopping=early_stopping,
+            validation_fraction=validation_fraction,
+            n_iter_no_change=n_iter_no_change,
+            scoring=scoring,
+            rebalance=rebalance,
+            compression=compression,
+            split_every=split_every,
+            random_state=random_state,
+            warm_start=warm_start,
+            verbose=verbose,
+            callbacks=callbacks,
+            client=client,
+        )
+
+    def _family_loss(self):
+        return HalfNegativeBinomial(self.theta)
+
+    def _check_target(self, summaries):
+        y_min = min(s["y_min"] for s in summaries)
+        if y_min < 0:
+            raise InputError(
+                f"NegativeBinomialRegressor requires non-negative y (counts); the smallest value is {y_min}"
+            )
+        return self._log_baseline(summaries)
+
+    _inverse_link_block = staticmethod(_exp_block)
+
+    def _unit_deviance(self, y, y_pred):
+        theta = float(self.theta)
+        return 2.0 * (xlogy(y, y / y_pred) - (y + theta) * np.log((y + theta) / (y_pred + theta)))

@@ -1,0 +1,486 @@
+r"""Regularization paths with cross-validation: every fold and every penalty in one pass.
+
+A cross-validated path fits ``n_folds * n_alphas`` linear models on the same rows.  Here
+they are *stacked*: the parameters are one matrix :math:`\Theta` of shape
+``(n_features + fit_intercept, K)``, one column per (fold, alpha) pair, and each block of
+rows evaluates all of them with one matrix-matrix product :math:`X \Theta`.  Which rows
+a column trains on is a per-row mask computed where the block lives, from a seed and the
+row's global position (:func:`fold_ids`): no copy of ``X`` and no fold array on the
+driver.  Column :math:`k` (fold :math:`f_k`) trains on the rows *not* in fold
+:math:`f_k`, with its own penalty; its held-out score is summed over the rows *in* fold
+:math:`f_k` (:meth:`PathObjective.held_out_sums`).
+
+:class:`PathTraining` is the engine's training objective of the stacked problem (see
+:mod:`dask_dgd._engine.objective` for the protocol): the sum over columns of each
+column's mean training loss plus its elastic-net penalty.  The problems are separable,
+so the gradient of the sum with respect to a column is that column's own gradient, and
+any solver of the engine minimises every column at once.
+"""
+
+import numbers
+from dataclasses import dataclass
+from functools import cached_property
+
+import array_api_compat
+import numpy as np
+
+from .._backend import asarray_like, get_namespace, is_sparse, to_numpy
+from ..exceptions import InputError, ParameterError
+from ._linear import SLICE_BYTES, LinearObjective, lipschitz_bound
+
+__all__ = ["PathObjective", "PathPenalty", "PathTraining", "fold_ids"]
+
+_M1, _M2, _M3 = np.uint64(0x9E3779B97F4A7C15), np.uint64(0xBF58476D1CE4E5B9), np.uint64(0x94D049BB133111EB)
+
+
+def _mix(x):
+    """SplitMix64's finaliser on a uint64 array (wrapping arithmetic)."""
+    with np.errstate(over="ignore"):
+        x = x + _M1
+        x = (x ^ (x >> np.uint64(30))) * _M2
+        x = (x ^ (x >> np.uint64(27))) * _M3
+    return x ^ (x >> np.uint64(31))
+
+
+def fold_ids(start, n_rows, n_folds, seed=0):
+    """Cross-validation fold of the rows ``start .. start + n_rows - 1`` of the data.
+
+    The rows are cut into windows of ``n_folds`` consecutive rows; within each window the
+    folds ``0 .. n_folds - 1`` are dealt in an order drawn from a hash of the seed and the
+    row number.  A fold's size is thus within one row of ``n_rows / n_folds`` (exactly
+    balanced, as scikit-learn's ``KFold``), and a row's fold depends only on its global
+    position and the seed: not on the chunking, nor on which worker holds it.
+
+    Parameters
+    ----------
+    start : int
+        Global index of the first row (the block's offset in the data).
+    n_rows : int
+        Rows of the block.
+    n_folds : int
+        Number of folds, at least 2.
+    seed : int, default=0
+        Non-negative seed.
+
+    Returns
+    -------
+    folds : ndarray of shape (n_rows,), int64
+        Values in ``0 .. n_folds - 1``.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from dask_dgd.losses._path import fold_ids
+    >>> whole = fold_ids(0, 10, 3, seed=1)
+    >>> np.array_equal(whole, np.concatenate([fold_ids(0, 4, 3, 1), fold_ids(4, 6, 3, 1)]))
+    True
+    >>> np.bincount(whole).tolist()
+    [4, 3, 3]
+    """
+    start, n_rows, k = int(start), int(n_rows), int(n_folds)
+    if n_rows == 0:
+        return np.zeros(0, dtype=np.int64)
+    first = start - start % k
+    stop = -(-(start + n_rows) // k) * k
+    rows = np.arange(first, stop, dtype=np.uint64)
+    h = _mix(rows ^ _mix(np.array([int(seed)], dtype=np.uint64)))
+    order = np.argsort(h.reshape(-1, k), axis=1, kind="stable")
+    ranks = np.empty_like(order)
+    np.put_along_axis(ranks, order, np.arange(k)[None, :], axis=1)
+    return ranks.ravel()[start - first: start - first + n_rows].astype(np.int64)
+
+
+@dataclass(frozen=True)
+class PathObjective:
+    r"""Stacked losses of ``K`` linear models, one per (fold, penalty) column.
+
+    Parameters
+    ----------
+    loss : pointwise loss
+        A single-output loss of :mod:`dask_dgd.losses` (``n_outputs == 1``): its
+        ``loss_gradient`` is evaluated on all columns at once.
+    n_features : int
+    column_folds : tuple of int
+        The fold of each column (length ``K``); column ``k`` trains on the rows whose
+        fold is not ``column_folds[k]``.
+    n_folds : int
+    block_starts : tuple of int
+        Global index of the first row of each block, by block index.
+    seed : int, default=0
+        Seed of :func:`fold_ids`.
+    fit_intercept : bool, default=True
+
+    Notes
+    -----
+    With :math:`\Theta = [W; b^\top]`, per-row folds :math:`\phi_i` and masks
+    :math:`m_{ik} = [\phi_i \ne f_k]`, a block returns
+
+    .. math:: L_k = \sum_i m_{ik} s_i \ell(y_i, R_{ik}), \qquad
+              \nabla_{\Theta} = [X, \mathbf 1]^\top G, \qquad
+              S_f = \sum_{i: \phi_i = f} s_i,
+
+    with :math:`R = X W + \mathbf 1 b^\top` and
+    :math:`G_{ik} = m_{ik} s_i \partial_r \ell(y_i, R_{ik})`.  Column :math:`k`'s mean
+    training loss is :math:`L_k / (\sum_f S_f - S_{f_k})`.
+    """
+
+    loss: object
+    n_features: int
+    column_folds: tuple
+    n_folds: int
+    block_starts: tuple
+    seed: int = 0
+    fit_intercept: bool = True
+
+    def __post_init__(self):
+        if getattr(self.loss, "n_outputs", None) != 1:
+            raise ParameterError(
+                f"a cross-validated path needs a single-output loss; got {self.loss!r}"
+            )
+        k = self.n_folds
+        if isinstance(k, bool) or not isinstance(k, numbers.Integral) or k < 2:
+            raise ParameterError(f"n_folds must be an integer >= 2, got {k!r}")
+        folds = tuple(int(f) for f in self.column_folds)
+        if not folds or min(folds) < 0 or max(folds) >= k:
+            raise ParameterError(f"column_folds must be folds in 0 .. {k - 1}, got {self.column_folds!r}")
+        object.__setattr__(self, "column_folds", folds)
+        object.__setattr__(self, "block_starts", tuple(int(s) for s in self.block_starts))
+
+    @property
+    def n_columns(self):
+        """Number of stacked models ``K``."""
+        return len(self.column_folds)
+
+    @property
+    def n_params(self):
+        """Length of the flat parameter vector, ``(n_features + fit_intercept) * K``."""
+        return (self.n_features + self.fit_intercept) * self.n_columns
+
+    def matrix(self, params):
+        """``params`` as the float64 matrix ``(n_features + fit_intercept, K)``."""
+        params = np.asarray(params, dtype=np.float64)
+        if params.shape != (self.n_params,):
+            raise InputError(f"params must have shape ({self.n_params},), got {params.shape}")
+        return params.reshape(self.n_features + self.fit_intercept, self.n_columns)
+
+    def unpack(self, params):
+        """``(coef, intercept)`` of shapes ``(n_features, K)`` and ``(K,)`` (zeros without
+        an intercept)."""
+        matrix = self.matrix(params)
+        icpt = matrix[self.n_features] if self.fit_intercept else np.zeros(self.n_columns)
+        return matrix[: self.n_features], icpt
+
+    def pack(self, coef, intercept=None):
+        """Flat parameters from ``coef`` ``(n_features, K)`` and ``intercept`` ``(K,)``."""
+        coef = np.asarray(coef, dtype=np.float64).reshape(self.n_features, self.n_columns)
+        if not self.fit_intercept:
+            return coef.ravel().copy()
+        icpt = np.zeros(self.n_columns) if intercept is None else intercept
+        return np.concatenate([coef, np.broadcast_to(np.asarray(icpt, np.float64), (1, self.n_columns))]).ravel()
+
+    def folds_of(self, index, n_rows):
+        """Folds of the rows of block ``index``."""
+        return fold_ids(self.block_starts[index], n_rows, self.n_folds, self.seed)
+
+    # -- evaluation on a block ----------------------------------------------------
+
+    def _prepare(self, params, X, y, sample_weight, index):
+        if len(X.shape) != 2 or X.shape[1] != self.n_features:
+            raise InputError(f"X must have shape (n_samples, {self.n_features}), got {tuple(X.shape)}")
+        n = X.shape[0]
+        if is_sparse(X) and X.format != "csr":
+            X = X.tocsr()
+        xp = get_namespace(X, y, sample_weight)
+        dtype = X.dtype if xp.isdtype(X.dtype, "real floating") else xp.float64
+        if X.dtype != dtype:
+            X = X.astype(dtype) if is_sparse(X) else xp.astype(X, dtype)
+        matrix = xp.astype(asarray_like(self.matrix(params), X), dtype, copy=False)
+        y = xp.reshape(xp.astype(y, dtype, copy=False), (n,))
+        if sample_weight is None:
+            w = xp.ones((n,), dtype=dtype, device=array_api_compat.device(matrix))
+        else:
+            w = xp.reshape(xp.astype(sample_weight, dtype, copy=False), (n,))
+        folds = self.folds_of(index, n)
+        return X, y, w, folds, matrix, xp, dtype
+
+    def _slices(self, X):
+        n = X.shape[0]
+        if is_sparse(X):
+            return max(n, 1)
+        return max(256, SLICE_BYTES // (8 * max(self.n_features, self.n_columns, 1)))
+
+    def _raw(self, X_s, matrix):
+        raw = X_s @ matrix[: self.n_features, :]
+        if self.fit_intercept:
+            raw = raw + matrix[self.n_features, :]
+        return raw
+
+    def _pointwise(self, y_s, raw, xp):
+        """The loss and its gradient on every column: ``(n, K)`` arrays."""
+        n, K = raw.shape
+        y_flat = xp.reshape(xp.broadcast_to(y_s[:, None], (n, K)), (n * K,))
+        loss, grad = self.loss.loss_gradient(y_flat, xp.reshape(raw, (n * K, 1)), xp)
+        return xp.reshape(loss, (n, K)), xp.reshape(grad, (n, K))
+
+    def block_sums(self, params, X, y, sample_weight=None, index=0):
+        """Training sums of every column over one block.
+
+        Parameters
+        ----------
+        params : ndarray of shape (n_params,)
+        X : array of shape (n_samples, n_features)
+            Dense (any array-API namespace) or sparse.
+        y : array of shape (n_samples,)
+        sample_weight : array of shape (n_samples,) or None
+        index : int
+            The block's index (its rows' folds follow from ``block_starts[index]``).
+
+        Returns
+        -------
+        column_loss : ndarray of shape (K,)
+            :math:`L_k`.
+        grad : ndarray of shape (n_params,)
+            Gradient of :math:`\\sum_k L_k`.
+        fold_weight : ndarray of shape (n_folds,)
+            :math:`S_f`.
+        """
+        X, y, w, folds, matrix, xp, dtype = self._prepare(params, X, y, sample_weight, index)
+        n, K, d = X.shape[0], self.n_columns, self.n_features
+        # train[i, k] = s_i [fold_i != f_k]: one gather from a (n_folds, K) table per slice
+        table = asarray_like(np.arange(self.n_folds)[:, None] != np.asarray(self.column_folds)[None, :], matrix)
+        table = xp.astype(table, dtype)
+        folds_dev = asarray_like(folds, matrix)
+        loss_cols = xp.zeros((K,), dtype=xp.float64, device=array_api_compat.device(matrix))
+        grad_coef = xp.zeros((d, K), dtype=xp.float64, device=array_api_compat.device(matrix))
+        grad_icpt = xp.zeros((K,), dtype=xp.float64, device=array_api_compat.device(matrix))
+        step = self._slices(X)
+        for start in range(0, n, step):
+            stop = min(start + step, n)
+            X_s = X[start:stop, :]
+            raw = self._raw(X_s, matrix)
+            loss, grad = self._pointwise(y[start:stop], raw, xp)
+            train = xp.take(table, folds_dev[start:stop], axis=0) * w[start:stop, None]
+            loss_cols += xp.sum(loss * train, axis=0, dtype=xp.float64)
+            grad = grad * train
+            grad_coef += xp.astype(X_s.T @ grad, xp.float64, copy=False)
+            grad_icpt += xp.sum(grad, axis=0, dtype=xp.float64)
+        grad = to_numpy(grad_coef)
+        if self.fit_intercept:
+            grad = np.concatenate([grad, to_numpy(grad_icpt)[None, :]])
+        w_host = np.asarray(to_numpy(w), dtype=np.float64)
+        fold_weight = np.bincount(folds, weights=w_host, minlength=self.n_folds)
+        return np.asarray(to_numpy(loss_cols), dtype=np.float64), grad.ravel(), fold_weight
+
+    def held_out_sums(self, params, X, y, sample_weight=None, index=0):
+        """Sums over the held-out rows of each column (the rows of its fold).
+
+        Returns
+        -------
+        sums : dict of ndarray of shape (K,)
+            ``"weight"`` :math:`\\sum s_i`, ``"loss"`` :math:`\\sum s_i \\ell`,
+            ``"squared_error"`` :math:`\\sum s_i (y_i - \\mu_i)^2`, ``"correct"``
+            (binary labels 0/1: rows whose sign of the raw prediction is right),
+            ``"wy"`` and ``"wyy"`` (:math:`\\sum s_i y_i`, :math:`\\sum s_i y_i^2`),
+            and ``"deviance"`` (:math:`\\sum s_i d(y_i, \\mu_i)`, the unit deviance of
+            the squared error, Poisson or binomial loss), where :math:`\\mu` is the
+            loss's ``inverse_link`` of the raw prediction.
+        """
+        X, y, w, folds, matrix, xp, dtype = self._prepare(params, X, y, sample_weight, index)
+        n, K = X.shape[0], self.n_columns
+        col_folds = asarray_like(np.asarray(self.column_folds), matrix)
+        folds_dev = asarray_like(folds, matrix)
+        keys = ("weight", "loss", "squared_error", "correct", "wy", "wyy", "deviance")
+        out = {key: np.zeros(K) for key in keys}
+        step = self._slices(X)
+        for start in range(0, n, step):
+            stop = min(start + step, n)
+            raw = self._raw(X[start:stop, :], matrix)
+            y_s = y[start:stop]
+            loss, _ = self._pointwise(y_s, raw, xp)
+            m = raw.shape[0]
+            mu = xp.reshape(self.loss.inverse_link(xp.reshape(raw, (m * K, 1)), xp), (m, K))
+            held = xp.astype(folds_dev[start:stop, None] == col_folds[None, :], dtype) * w[start:stop, None]
+            yy = y_s[:, None]
+            parts = {
+                "weight": held, "loss": loss * held, "squared_error": (yy - mu) ** 2 * held,
+                "correct": xp.astype((raw > 0) == (yy > 0.5), dtype) * held,
+                "wy": yy * held, "wyy": yy * yy * held, "deviance": self._deviance(yy, mu, loss, xp) * held,
+            }
+            for key in keys:
+                out[key] += np.asarray(to_numpy(xp.sum(parts[key], axis=0, dtype=xp.float64)))
+        return out
+
+    def _deviance(self, y, mu, loss, xp):
+        """Unit deviance per row and column (twice the loss minus its value at ``mu = y``)."""
+        unit_deviance = getattr(self.loss, "unit_deviance", None)
+        if callable(unit_deviance):  # a loss that knows its deviance says so
+            return unit_deviance(y, mu, xp)
+        name = type(self.loss).__name__
+        if name == "HalfSquaredError":
+            return 2.0 * loss
+        if name == "HalfPoisson":  # 2 (y log(y / mu) - y + mu), with 0 log 0 = 0
+            ylogy = xp.where(y > 0, y * xp.log(xp.where(y > 0, y, 1.0)), 0.0)
+            return 2.0 * (loss + ylogy - y)
+        if name == "BinaryLogistic":  # y in {0, 1}: the saturated loss is 0
+            return 2.0 * loss
+        return xp.full(loss.shape, xp.nan, dtype=loss.dtype)
+
+
+@dataclass(frozen=True)
+class PathPenalty:
+    r"""Elastic-net penalties of the stacked columns, one strength per column.
+
+    Column :math:`k` is penalised by
+    :math:`\lambda^{(1)}_k \lVert w_k \rVert_1 + \frac{\lambda^{(2)}_k}{2} \lVert w_k \rVert_2^2`
+    (``l1 = alpha * l1_ratio``, ``l2 = alpha * (1 - l1_ratio)``); intercepts are not.
+
+    Parameters
+    ----------
+    n_features : int
+    fit_intercept : bool
+    l1, l2 : tuple of float
+        Per-column strengths (length ``K``), non-negative.
+    """
+
+    n_features: int
+    fit_intercept: bool
+    l1: tuple
+    l2: tuple
+
+    def __post_init__(self):
+        l1 = tuple(float(v) for v in self.l1)
+        l2 = tuple(float(v) for v in self.l2)
+        if len(l1) != len(l2) or not all(np.isfinite(l1 + l2)) or min(l1 + l2) < 0:
+            raise ParameterError(f"l1 and l2 must be finite non-negative strengths of the same length; got {l1}, {l2}")
+        object.__setattr__(self, "l1", l1)
+        object.__setattr__(self, "l2", l2)
+
+    @property
+    def has_l1(self):
+        return any(v > 0 for v in self.l1)
+
+    @cached_property
+    def decay_mask(self):
+        K = len(self.l1)
+        mask = np.ones((self.n_features + self.fit_intercept, K), dtype=bool)
+        if self.fit_intercept:
+            mask[self.n_features] = False
+        return mask.ravel()
+
+    def _coef(self, params):
+        K = len(self.l1)
+        return np.asarray(params, dtype=np.float64).reshape(-1, K)[: self.n_features]
+
+    def smooth_value_gradient(self, params):
+        coef = self._coef(params)
+        l2 = np.asarray(self.l2)
+        grad = np.zeros((len(params) // len(self.l1), len(self.l1)))
+        grad[: self.n_features] = coef * l2
+        return 0.5 * float(np.sum(l2 * np.sum(coef * coef, axis=0))), grad.ravel()
+
+    def l1_value(self, params):
+        if not self.has_l1:
+            return 0.0
+        return float(np.sum(np.asarray(self.l1) * np.sum(np.abs(self._coef(params)), axis=0)))
+
+    def prox(self, params, step):
+        """Soft-threshold column ``k`` by ``step * l1[k]``."""
+        out = np.array(params, dtype=np.float64, copy=True).reshape(-1, len(self.l1))
+        threshold = float(step) * np.asarray(self.l1)
+        coef = out[: self.n_features]
+        out[: self.n_features] = np.sign(coef) * np.maximum(np.abs(coef) - threshold, 0.0)
+        return out.ravel()
+
+
+@dataclass(frozen=True)
+class PathTraining:
+    """The engine's training objective of a stacked path (see the module docstring).
+
+    The objective is :math:`\\sum_k \\big(L_k / T_k + P_k(w_k)\\big)`, :math:`T_k` the
+    training weight of column :math:`k`; full batch only.
+    """
+
+    objective: PathObjective
+    penalty: PathPenalty
+
+    has_local = False
+    hint = "scale the features (e.g. StandardScaler)"
+
+    @property
+    def n_params(self):
+        return self.objective.n_params
+
+    # ------------------------------------------------------------- worker side
+    def group_sums(self, shard, params, aux, draw, local, memory=None):
+        from .._engine.blocks import _block_error
+        from .._engine.kernels import BlockSums
+
+        sums = {}
+        for b in shard.blocks:
+            try:
+                with np.errstate(all="ignore"):  # non-finite sums are handled by the engine
+                    loss, grad, fold_w = self.objective.block_sums(params, b.X, b.y, b.sample_weight, b.index)
+            except Exception as err:
+                raise _block_error(err, b) from err
+            sums[b.index] = BlockSums(float(loss.sum()), grad, float(fold_w.sum()),
+                                      {"column_loss": loss, "fold_weight": fold_w})
+        return sums, None
+
+    def grad_template(self):
+        obj = self.objective
+        return np.zeros((obj.n_features + obj.fit_intercept, obj.n_columns))
+
+    @staticmethod
+    def dense_grad(grad):
+        return to_numpy(grad)
+
+    # ------------------------------------------------------------- driver side
+    def step_aux(self, params):
+        return None
+
+    def train_weights(self, fold_weight):
+        """Training weight of each column from the folds' weights."""
+        return float(np.sum(fold_weight)) - np.asarray(fold_weight)[list(self.objective.column_folds)]
+
+    def finish(self, partial, params):
+        T = self.train_weights(partial.extras["fold_weight"])
+        T = np.where(T > 0, T, np.inf)
+        pen, pen_grad = self.penalty.smooth_value_gradient(params)
+        value = float(np.sum(partial.extras["column_loss"] / T)) + pen
+        grad = (np.asarray(partial.grad_sum).reshape(-1, len(T)) / T).ravel() + pen_grad
+        return value, grad
+
+    def l1_value(self, params):
+        return self.penalty.l1_value(params)
+
+    def record_extras(self, partial):
+        return {}
+
+    def batching(self, shards, batch_size, seed):
+        if batch_size is not None:
+            raise ParameterError("a cross-validated path is trained full batch; batch_size must be None")
+        return None
+
+    def lipschitz(self, shards, params):
+        """Lipschitz estimate of one column's mean-loss gradient (all columns share the
+        rows' curvature; each trains on most of them) plus the largest L2 strength."""
+        from .._engine.objective import LIPSCHITZ_SAMPLE_ROWS, gather_sample
+
+        sample = gather_sample(shards, LIPSCHITZ_SAMPLE_ROWS)
+        if sample is None:
+            return 1.0
+        X, _, w = sample
+        obj = self.objective
+        single = LinearObjective(obj.loss, obj.n_features, fit_intercept=obj.fit_intercept)
+        start = None
+        if obj.loss.curvature_bound is None:  # Poisson: the curvature at the largest column
+            coef, icpt = obj.unpack(params)
+            k = int(np.argmax(np.abs(coef).sum(axis=0) + np.abs(icpt)))
+            start = single.pack(coef[:, k], icpt[k] if obj.fit_intercept else None)
+        L = lipschitz_bound(single, X, w, alpha_l2=max(self.penalty.l2), params=start)
+        return float(L) if L > 0 and np.isfinite(L) else 1.0
+
+    def check_data(self, shards):
+        from .._engine.blocks import shard_check_finite
+
+        shards.map_gather(shard_check_finite, name="dgd-check-finite")
