@@ -11,5 +11,5 @@ the size parameters, e.g. ``rows=20000``, for the test suite) returning
 """
 
 #: Registered suites, in the order ``--suite all`` runs them.
-SUITES = ("linear", "modes", "straggler", "skew", "compression", "scaling", "scale", "memory", "recommender", "climate",
-          "climate_scale", "gpu")
+SUITES = ("linear", "glm", "modes", "straggler", "skew", "compression", "scaling", "scale", "memory", "recommender",
+          "climate", "climate_scale", "gpu")
