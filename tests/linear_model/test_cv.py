@@ -98,6 +98,7 @@ def test_path_in_warm_started_groups_equals_the_whole_path(boston, monkeypatch):
 
     X, y = boston
     kw = dict(alphas=5, cv=3, tol=1e-9, max_iter=20000, random_state=2)
+    monkeypatch.setattr(cv_module, "PATH_GROUP", None)
     whole = ElasticNetCV(**kw).fit(X, y)
     calls = []
     real_train = cv_module.train
