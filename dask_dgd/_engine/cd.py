@@ -22,7 +22,8 @@ from dataclasses import dataclass
 import dask
 import numpy as np
 
-from .._backend import get_namespace, is_sparse, to_numpy
+from .._backend import get_namespace
+from ..losses._gram import weighted_gram
 from .kernels import BlockSums
 from .solvers import ARMIJO, NEWTON_MAX_LINESEARCH, Outcome, Solver, step_record
 from .stopping import Stop
@@ -34,8 +35,6 @@ __all__ = ["CD_MAX_PARAMS", "IRLSCD", "HessianTraining", "block_hessian_sum", "c
 #: config ``dgd.cd-max-params``): every pass sends one ``p x p`` matrix per group
 #: (8 MB at 1,000 parameters) and costs ``n p^2`` flops besides the gradient's ``n p``.
 CD_MAX_PARAMS = 1024
-#: Bytes of a dense block's rows copied at a time to form its Hessian sums.
-HESSIAN_SLICE_BYTES = 2**22
 #: Most sweeps over the coordinates per quadratic model.
 MAX_SWEEPS = 10000
 
@@ -82,33 +81,11 @@ def block_hessian_sum(objective, params, X, y, sample_weight=None):
     """
     xp = get_namespace(X, y, sample_weight)
     raw = objective.raw_prediction(params, X)
-    h = objective.loss.hessian_weight(xp.astype(y, raw.dtype, copy=False), raw, xp)
-    h = np.asarray(to_numpy(h), dtype=np.float64).reshape(-1)
+    h = xp.reshape(objective.loss.hessian_weight(xp.astype(y, raw.dtype, copy=False), raw, xp), (-1,))
     if sample_weight is not None:
-        h = h * np.asarray(to_numpy(sample_weight), dtype=np.float64).reshape(-1)
-    d = objective.n_features
+        h = h * xp.reshape(xp.astype(sample_weight, h.dtype, copy=False), (-1,))
     X = objective.features_of(X) if hasattr(objective, "features_of") else X  # not the offset columns
-    H = np.zeros((objective.n_params, objective.n_params))
-    if is_sparse(X):
-        Xh = to_numpy(X).tocsr().astype(np.float64)
-        import scipy.sparse as sp
-
-        weighted = sp.diags(h) @ Xh
-        H[:d, :d] = (Xh.T @ weighted).toarray()
-        col = np.asarray(weighted.sum(axis=0)).ravel()
-    else:
-        Xh = np.asarray(to_numpy(X))
-        rows = max(256, HESSIAN_SLICE_BYTES // (8 * max(d, 1)))
-        col = np.zeros(d)
-        for start in range(0, Xh.shape[0], rows):
-            Xs = np.asarray(Xh[start:start + rows], dtype=np.float64)
-            weighted = Xs * h[start:start + rows, None]
-            H[:d, :d] += Xs.T @ weighted
-            col += weighted.sum(axis=0)
-    if objective.fit_intercept:
-        H[d, :d] = H[:d, d] = col
-        H[d, d] = h.sum()
-    return H
+    return weighted_gram(X, h, objective.fit_intercept)
 
 
 @dataclass(frozen=True)
@@ -214,7 +191,7 @@ def _kernel():
     return _compiled["fn"]
 
 
-def cd_solve(H, g, x0, l1, tol, max_sweeps=MAX_SWEEPS):
+def cd_solve(H, g, x0, l1, tol, max_sweeps=MAX_SWEEPS, free=None):
     r"""Minimise the quadratic model plus the L1 term by coordinate descent.
 
     .. math:: \min_x \; g^\top (x - x_0) + \tfrac12 (x - x_0)^\top H (x - x_0)
@@ -238,6 +215,10 @@ def cd_solve(H, g, x0, l1, tol, max_sweeps=MAX_SWEEPS):
         Stop when no coordinate's update changes the model's gradient by more than
         ``tol`` in a full sweep.
     max_sweeps : int
+    free : int or None, default=None
+        An unpenalised coordinate (the intercept) minimised out in closed form: the
+        sweeps run on the Schur complement of ``H[free, free]``, as on centred
+        features, so that features far from zero do not slow them down.
 
     Returns
     -------
@@ -245,8 +226,18 @@ def cd_solve(H, g, x0, l1, tol, max_sweeps=MAX_SWEEPS):
     n_sweeps : int
     """
     f64 = np.float64
-    x, n = _kernel()(np.ascontiguousarray(H, f64), np.asarray(g, f64), np.asarray(x0, f64),
-                     np.asarray(l1, f64), float(tol), int(max_sweeps))
+    H, g, x0, l1 = np.asarray(H, f64), np.asarray(g, f64), np.asarray(x0, f64), np.asarray(l1, f64)
+    if free is not None and H[free, free] > 0 and l1[free] == 0:
+        keep = np.arange(len(x0)) != free
+        col = H[keep, free] / H[free, free]
+        Hs = H[np.ix_(keep, keep)] - np.outer(col, H[free, keep])
+        xk, n = _kernel()(np.ascontiguousarray(0.5 * (Hs + Hs.T)), g[keep] - col * g[free], x0[keep], l1[keep],
+                          float(tol), int(max_sweeps))
+        x = x0.copy()
+        x[keep] = xk
+        x[free] -= (g[free] + H[free, keep] @ (xk - x0[keep])) / H[free, free]
+        return x, int(n)
+    x, n = _kernel()(np.ascontiguousarray(H), g, x0, l1, float(tol), int(max_sweeps))
     return x, int(n)
 
 
@@ -273,6 +264,8 @@ class IRLSCD(Solver):
         self.ctx = ctx
         self.obj = ctx.objective
         self.l1 = self.obj.l1_weights()
+        linear = self.obj.objective
+        self.free = linear.n_params - 1 if linear.fit_intercept else None  # the intercept is last
         self.x = np.array(params0, dtype=np.float64, copy=True)
         self.f = self.g = self.H = None
         self.kkt = math.inf
@@ -306,7 +299,7 @@ class IRLSCD(Solver):
     def step(self):
         if self.direction is None:
             inner_tol = max(0.25 * self.ctx.tol, min(0.1 * self.kkt, 1e-2))
-            x_new, _ = cd_solve(self.H, self.g, self.x, self.l1, inner_tol)
+            x_new, _ = cd_solve(self.H, self.g, self.x, self.l1, inner_tol, free=self.free)
             d = x_new - self.x
             self.delta = float(self.g @ d) + float(self.l1 @ (np.abs(x_new) - np.abs(self.x)))
             if not np.any(d) or not self.delta < 0:

@@ -257,8 +257,8 @@ class LinearTraining:
         sample = gather_sample(shards, LIPSCHITZ_SAMPLE_ROWS)
         if sample is None:
             return 1.0
-        X, _, w = sample
-        L = lipschitz_bound(self.objective, X, w, alpha_l2=self.penalty_spec.l2_strength, params=params)
+        X, y, w = sample
+        L = lipschitz_bound(self.objective, X, w, alpha_l2=self.penalty_spec.l2_strength, params=params, y=y)
         return float(L) if L > 0 and math.isfinite(L) else 1.0
 
     def check_data(self, shards):

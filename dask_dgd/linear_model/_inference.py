@@ -33,6 +33,7 @@ from .._engine.executor import get_executor, is_dask_collection
 from .._engine.ingest import build_shardset
 from .._frames import is_frame
 from ..exceptions import InputError, ParameterError
+from ..losses._gram import weighted_gram
 from ._input import check_n_features
 from ._predict import coef_matrix
 
@@ -56,25 +57,6 @@ def _append_column(X, offset):
     X = xp.astype(X, xp.float64)
     column = asarray_like(to_numpy(offset), X, dtype=xp.float64)
     return xp.concat([X, column[:, None]], axis=1)
-
-
-def _gram(X, a, xp, fit_intercept):
-    r"""``[1, X]^T diag(a) [1, X]`` of one block, as a host float64 matrix, the intercept first."""
-    if is_sparse(X):
-        inner = X.T @ X.multiply(a[:, None])
-        inner = inner.toarray() if is_sparse(inner) else inner
-    else:
-        inner = X.T @ (X * a[:, None])
-    inner = np.asarray(to_numpy(inner), dtype=np.float64)
-    if not fit_intercept:
-        return inner
-    column = np.asarray(to_numpy(X.T @ a), dtype=np.float64).ravel()
-    d = inner.shape[0]
-    out = np.empty((d + 1, d + 1))
-    out[0, 0] = float(xp.sum(a))
-    out[0, 1:] = out[1:, 0] = column
-    out[1:, 1:] = inner
-    return out
 
 
 def _block_information(block, loss, coef, intercept, fit_intercept, has_offset, robust, pearson):
@@ -101,11 +83,11 @@ def _block_information(block, loss, coef, intercept, fit_intercept, has_offset, 
     # The loss's second derivative is linear in y (exponential families), so at y = mu it
     # is its expectation: the expected information, as statsmodels' IRLS (equal to the
     # observed one for canonical links).
-    out = {"fisher": _gram(X, w * loss.hessian_weight(mu, eta, xp), xp, fit_intercept),
+    out = {"fisher": weighted_gram(X, w * loss.hessian_weight(mu, eta, xp), fit_intercept, intercept_first=True),
            "n_obs": int(xp.sum(xp.astype(w > 0, xp.int64)))}
     if robust:
         score = w * loss.loss_gradient(y, eta, xp)[1][:, 0]
-        out["meat"] = _gram(X, score * score, xp, fit_intercept)
+        out["meat"] = weighted_gram(X, score * score, fit_intercept, intercept_first=True)
     if pearson:
         resid = (y - mu) * (y - mu) / loss.unit_variance(mu, xp)
         out["pearson"] = float(xp.sum(xp.where(w > 0, w * resid, xp.zeros_like(w))))

@@ -36,7 +36,8 @@ class HalfGamma:
     Attributes
     ----------
     curvature_bound : None
-        The second derivative :math:`y e^{-r}` is unbounded.
+        The second derivative :math:`y e^{-r}` is unbounded; ``local_curvature`` gives
+        it per row (it needs ``y``: ``curvature_needs_y`` is True).
     fixed_dispersion : bool
         False: the Gamma dispersion (shape's inverse) is estimated from the data.
 
@@ -61,6 +62,7 @@ class HalfGamma:
     """
 
     curvature_bound: ClassVar[float | None] = None
+    curvature_needs_y: ClassVar[bool] = True
     fused_code: ClassVar[int | None] = None
     has_hessian: ClassVar[bool] = True
     fixed_dispersion: ClassVar[bool] = False
@@ -99,9 +101,19 @@ class HalfGamma:
         """Fisher information weight per sample: ones, shape ``(n,)``."""
         return xp.ones_like(_column(raw))
 
+    def local_curvature(self, y, raw, xp):
+        """Observed second derivative with respect to ``raw`` per sample: ``y * exp(-raw)``."""
+        return y * xp.exp(-_column(raw))
+
     def unit_variance(self, mu, xp):
         """Variance function :math:`V(\\mu) = \\mu^2`."""
         return mu * mu
+
+    def unit_deviance(self, y, mu, xp):
+        """Gamma unit deviance :math:`2 (\\log(\\mu / y) + y / \\mu - 1)`, elementwise
+        (``y`` and ``mu`` broadcast; scikit-learn's ``mean_gamma_deviance`` per row)."""
+        ratio = y / mu
+        return 2.0 * (ratio - xp.log(ratio) - 1.0)
 
 
 @dataclass(frozen=True)
@@ -120,7 +132,8 @@ class HalfTweedie:
     Attributes
     ----------
     curvature_bound : None
-        The second derivative is unbounded.
+        The second derivative is unbounded; ``local_curvature`` gives it per row
+        (it needs ``y``: ``curvature_needs_y`` is True).
     fixed_dispersion : bool
         False: the dispersion is estimated from the data.
 
@@ -156,6 +169,7 @@ class HalfTweedie:
     power: float
 
     curvature_bound: ClassVar[float | None] = None
+    curvature_needs_y: ClassVar[bool] = True
     fused_code: ClassVar[int | None] = None
     has_hessian: ClassVar[bool] = True
     fixed_dispersion: ClassVar[bool] = False
@@ -215,9 +229,39 @@ class HalfTweedie:
         """Fisher information weight per sample: ``exp((2 - power) * raw)``, i.e. ``mu^(2-p)``."""
         return xp.exp((2.0 - self.power) * _column(raw))
 
+    def local_curvature(self, y, raw, xp):
+        """Observed second derivative with respect to ``raw`` per sample,
+        ``(2-p) mu^(2-p) - (1-p) y mu^(1-p)``: ``exp(raw)`` for ``p = 1``, ``y exp(-raw)``
+        for ``p = 2``, negative for some rows when ``p > 2`` or ``p < 1``."""
+        r, p = _column(raw), self.power
+        return (2.0 - p) * xp.exp((2.0 - p) * r) - (1.0 - p) * y * xp.exp((1.0 - p) * r)
+
     def unit_variance(self, mu, xp):
         """Variance function :math:`V(\\mu) = \\mu^p`."""
         return mu**self.power
+
+    def unit_deviance(self, y, mu, xp):
+        r"""Tweedie unit deviance of power :math:`p`, elementwise (``y`` and ``mu`` broadcast),
+        as scikit-learn's ``mean_tweedie_deviance`` per row: :math:`(y - \mu)^2` for
+        :math:`p = 0`, :math:`2 (y \log(y / \mu) - y + \mu)` for :math:`p = 1`,
+        :math:`2 (\log(\mu / y) + y / \mu - 1)` for :math:`p = 2`, and otherwise
+
+        .. math:: 2 \Big(\frac{\max(y, 0)^{2-p}}{(1-p)(2-p)} - \frac{y \mu^{1-p}}{1-p}
+                  + \frac{\mu^{2-p}}{2-p}\Big).
+        """
+        p = self.power
+        if p == 0.0:
+            return (y - mu) ** 2
+        if p == 1.0:
+            positive = y > 0
+            ylogy = xp.where(positive, y * xp.log(xp.where(positive, y, 1.0) / mu), 0.0)
+            return 2.0 * (ylogy - y + mu)
+        if p == 2.0:
+            ratio = y / mu
+            return 2.0 * (ratio - xp.log(ratio) - 1.0)
+        y_plus = xp.where(y > 0, y, 0.0)
+        return 2.0 * (y_plus ** (2.0 - p) / ((1.0 - p) * (2.0 - p)) - y * mu ** (1.0 - p) / (1.0 - p)
+                      + mu ** (2.0 - p) / (2.0 - p))
 
 
 @dataclass(frozen=True)
@@ -235,7 +279,8 @@ class HalfNegativeBinomial:
     Attributes
     ----------
     curvature_bound : None
-        The second derivative is unbounded in ``y``.
+        The second derivative is unbounded in ``y``; ``local_curvature`` gives it per
+        row (it needs ``y``: ``curvature_needs_y`` is True).
     fixed_dispersion : bool
         True: with ``theta`` fixed the dispersion is 1.
 
@@ -271,6 +316,7 @@ class HalfNegativeBinomial:
     theta: float
 
     curvature_bound: ClassVar[float | None] = None
+    curvature_needs_y: ClassVar[bool] = True
     fused_code: ClassVar[int | None] = None
     has_hessian: ClassVar[bool] = True
     fixed_dispersion: ClassVar[bool] = True
@@ -323,6 +369,23 @@ class HalfNegativeBinomial:
         log_sum = xp.logaddexp(xp.full_like(r, math.log(self.theta)), r)
         return self.theta * xp.exp(r - log_sum)
 
+    def local_curvature(self, y, raw, xp):
+        """Observed second derivative with respect to ``raw`` per sample,
+        ``(y + theta) theta mu / (theta + mu)^2``, without overflow."""
+        r = _column(raw)
+        log_theta = xp.full_like(r, math.log(self.theta))
+        log_sum = xp.logaddexp(log_theta, r)  # log(theta + mu)
+        return (y + self.theta) * xp.exp(r - log_sum) * xp.exp(log_theta - log_sum)
+
     def unit_variance(self, mu, xp):
         """Variance function :math:`V(\\mu) = \\mu + \\mu^2 / \\theta`."""
         return mu + mu * mu / self.theta
+
+    def unit_deviance(self, y, mu, xp):
+        r"""Negative binomial unit deviance, elementwise (``y`` and ``mu`` broadcast):
+        :math:`2 [y \log(y / \mu) - (y + \theta) \log((y + \theta) / (\mu + \theta))]`
+        with :math:`0 \log 0 = 0` (statsmodels' ``NegativeBinomial(alpha=1/theta)``)."""
+        theta = self.theta
+        positive = y > 0
+        ylogy = xp.where(positive, y * xp.log(xp.where(positive, y, 1.0) / mu), 0.0)
+        return 2.0 * (ylogy - (y + theta) * xp.log((y + theta) / (mu + theta)))

@@ -17,6 +17,7 @@ import numpy as np
 from .._backend import asarray_like, get_namespace, is_sparse, take_rows, to_numpy
 from ..exceptions import InputError, ParameterError
 from . import _fused
+from ._gram import weighted_gram
 from ._penalty import Penalty
 
 __all__ = ["LinearObjective", "lipschitz_bound", "objective_value_gradient", "objective_hessian"]
@@ -457,6 +458,7 @@ def lipschitz_bound(
     alpha_l2=0.0,
     *,
     params=None,
+    y=None,
     max_iter=50,
     tol=1e-7,
 ):
@@ -474,8 +476,12 @@ def lipschitz_bound(
     alpha_l2 : float, default=0.0
         Strength of the L2 penalty (``Penalty.l2_strength``), added to the bound.
     params : ndarray of shape (objective.n_params,) or None, default=None
-        Only used when the loss has no curvature bound (Poisson): the curvature is
-        taken at these parameters; None means all zeros.
+        Only used when the loss has no curvature bound (the log-link families): the
+        curvature is taken at these parameters; None means all zeros.
+    y : array-like of shape (n_samples,) or None, default=None
+        Targets of the sample's rows.  Only used when the loss has no curvature bound,
+        and needed when its second derivative depends on the targets (the loss's
+        ``curvature_needs_y``: Gamma, Tweedie, negative binomial; not Poisson).
     max_iter : int, default=50
         Power iterations.
     tol : float, default=1e-7
@@ -488,7 +494,10 @@ def lipschitz_bound(
     Raises
     ------
     InputError
-        If ``X_sample`` has no rows or the weights sum to zero.
+        If ``X_sample`` has no rows, the weights sum to zero, ``y`` has another
+        length, or ``y`` is missing for a loss whose curvature depends on it.
+    ParameterError
+        If the loss has neither a ``curvature_bound`` nor a ``local_curvature``.
 
     Notes
     -----
@@ -508,10 +517,17 @@ def lipschitz_bound(
     a few percent, and a gradient step of :math:`1/L` stays stable for any
     :math:`L > \lambda_{\max} / 2`.
 
-    For the Poisson loss the curvature :math:`e^{r}` is unbounded; this function
-    then uses :math:`c = \max_i e^{R_i}` over the sample at ``params``.  That is a
-    *local* estimate, valid near ``params`` only: a solver must be ready to shrink
-    its step (line search or divergence guard).
+    For the log-link families (Poisson, Gamma, Tweedie, negative binomial) the
+    curvature is unbounded; this function then uses
+    :math:`c = \max(0, \max_i \partial_r^2 \ell(y_i, R_i))` over the sample at
+    ``params``, from the loss's ``local_curvature(y, raw, xp)``: the *observed* second
+    derivative (:math:`e^{r}` for Poisson, :math:`y e^{-r}` for Gamma), not the Fisher
+    weight ``hessian_weight``, which differs from it for a non-canonical link.  The
+    Hessian at ``params`` is :math:`X_1^\top \operatorname{diag}(s_i \ell''_i) X_1`,
+    at most :math:`c` times the weighted Gram matrix (negative :math:`\ell''_i`, as
+    for Tweedie powers above 2, only lower it).  That is a *local* estimate, valid
+    near ``params`` only: a solver must be ready to shrink its step (line search or
+    divergence guard).
     """
     X = X_sample if is_sparse(X_sample) else np.asarray(to_numpy(X_sample))
     if is_sparse(X):
@@ -532,12 +548,22 @@ def lipschitz_bound(
         raise InputError(f"the sample weights sum to {total!r}; they must be positive")
     w = w / total
 
-    curvature = objective.loss.curvature_bound
+    loss, name = objective.loss, type(objective.loss).__name__
+    curvature = loss.curvature_bound
+    if curvature is None and not hasattr(loss, "local_curvature"):
+        raise ParameterError(f"{name} has neither a curvature_bound nor a local_curvature(y, raw, xp); "
+                             "pass a numeric learning_rate")
     if curvature is None:
-        if params is None:
-            params = np.zeros(objective.n_params)
-        raw = np.asarray(objective.raw_prediction(params, X_full), dtype=np.float64)
-        curvature = float(np.exp(np.max(raw)))
+        if y is None and getattr(loss, "curvature_needs_y", True):
+            raise InputError(f"the second derivative of {name} depends on the targets; pass them as y=")
+        if y is not None:
+            y = np.asarray(to_numpy(y), dtype=np.float64).reshape(-1)
+            if y.shape != (n,):
+                raise InputError(f"y must have shape ({n},), one target per row of X_sample, got {y.shape}")
+        raw = objective.raw_prediction(np.zeros(objective.n_params) if params is None else params, X_full)
+        with np.errstate(over="ignore"):  # overflow: an infinite bound, which the caller replaces
+            second = loss.local_curvature(y, np.asarray(raw, dtype=np.float64), np)
+        curvature = max(float(np.max(second)), 0.0)  # negative curvature only lowers the Hessian
 
     d = objective.n_features
     fit_intercept = objective.fit_intercept
@@ -609,21 +635,8 @@ def objective_hessian(params, objective, penalty, X, y, sample_weight=None):
     w = np.ones(X.shape[0]) if sample_weight is None else np.asarray(sample_weight, np.float64)
     raw = np.asarray(objective.raw_prediction(params, X), dtype=np.float64)
     h = np.asarray(loss.hessian_weight(y, raw, np), dtype=np.float64)
-    d = w * h / w.sum()
-    X = objective.features_of(X)
-    if is_sparse(X):
-        gram = np.asarray((X.T @ X.multiply(d[:, None])).todense())
-        col = np.asarray(X.T @ d).ravel()
-    else:
-        X = np.asarray(X, dtype=np.float64)
-        gram = X.T @ (X * d[:, None])
-        col = X.T @ d
+    H = weighted_gram(objective.features_of(X), w * h / w.sum(), objective.fit_intercept)
     n = objective.n_features
-    H = np.zeros((objective.n_params, objective.n_params))
-    H[:n, :n] = gram
-    if objective.fit_intercept:
-        H[n, :n] = H[:n, n] = col
-        H[n, n] = d.sum()
     penalty = Penalty() if penalty is None else penalty
     H[np.arange(n), np.arange(n)] += penalty.alpha * (1.0 - penalty.l1_ratio)
-    return 0.5 * (H + H.T)  # exactly symmetric (sparse products round differently)
+    return H

@@ -314,8 +314,11 @@ class HalfPoisson:
     Attributes
     ----------
     curvature_bound : None
-        The second derivative :math:`e^{r}` is unbounded; see
-        :func:`~dask_dgd.losses.lipschitz_bound` for a local estimate.
+        The second derivative :math:`e^{r}` is unbounded; ``local_curvature`` gives it
+        at given ``raw``, for the local estimate of
+        :func:`~dask_dgd.losses.lipschitz_bound`.
+    curvature_needs_y : bool
+        False: the second derivative does not depend on the targets.
 
     Notes
     -----
@@ -338,6 +341,7 @@ class HalfPoisson:
     """
 
     curvature_bound: ClassVar[float | None] = None
+    curvature_needs_y: ClassVar[bool] = False
     fused_code: ClassVar[int | None] = 2
     has_hessian: ClassVar[bool] = True
     fixed_dispersion: ClassVar[bool] = True
@@ -374,6 +378,11 @@ class HalfPoisson:
 
     def hessian_weight(self, y, raw, xp):
         """Second derivative with respect to ``raw`` per sample: ``exp(raw)``."""
+        return xp.exp(_column(raw))
+
+    def local_curvature(self, y, raw, xp):
+        """Second derivative with respect to ``raw`` per sample, ``exp(raw)``; ``y`` is
+        not used (it may be None)."""
         return xp.exp(_column(raw))
 
     def unit_variance(self, mu, xp):

