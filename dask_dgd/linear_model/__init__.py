@@ -3,21 +3,26 @@
 from ._base import DGDLinearModel
 from ._binomial import BinomialRegressor
 from ._cv import ElasticNetCV, LogisticRegressionCV, PoissonRegressorCV, fold_ids
+from ._cv_families import BinomialRegressorCV, GammaRegressorCV, NegativeBinomialRegressorCV, TweedieRegressorCV
 from ._families import GammaRegressor, NegativeBinomialRegressor, TweedieRegressor
 from ._glm import LinearRegression, PoissonRegressor
 from ._logistic import LogisticRegression
 
 __all__ = [
     "BinomialRegressor",
+    "BinomialRegressorCV",
     "DGDLinearModel",
     "ElasticNetCV",
     "GammaRegressor",
+    "GammaRegressorCV",
     "LinearRegression",
     "LogisticRegression",
     "LogisticRegressionCV",
     "NegativeBinomialRegressor",
+    "NegativeBinomialRegressorCV",
     "PoissonRegressor",
     "PoissonRegressorCV",
     "TweedieRegressor",
+    "TweedieRegressorCV",
     "fold_ids",
 ]

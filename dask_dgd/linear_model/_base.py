@@ -335,8 +335,9 @@ class DGDLinearModel(InferenceMixin, ClientParamMixin, BaseEstimator):
             random_state=self.random_state, verbose=self.verbose, callbacks=self.callbacks,
         )
 
-    def _fit(self, shards, objective, baseline, resume=False):
-        """Train on prepared shards and store the result."""
+    def _fit(self, shards, objective, baseline, resume=False, params0=None):
+        """Train on prepared shards and store the result (from ``params0`` if given,
+        else from the warm start or the baseline)."""
         if not isinstance(resume, bool):
             raise ParameterError(f"resume must be True or False; got {resume!r}")
         if self.checkpoint is not None and self.early_stopping and not isinstance(self.random_state, numbers.Integral):
@@ -353,7 +354,8 @@ class DGDLinearModel(InferenceMixin, ClientParamMixin, BaseEstimator):
             result = train(
                 objective, shards, penalty=Penalty(alpha=float(self.alpha), l1_ratio=float(self.l1_ratio)),
                 **self._training_kwargs(), resume=resume, fingerprint=self._fingerprint(), validator=validator,
-                params0=self._initial_params(objective, baseline), client=self.client,
+                params0=self._initial_params(objective, baseline) if params0 is None else params0,
+                client=self.client,
             )
         finally:
             if val is not None:

@@ -16,11 +16,15 @@ from sklearn.base import BaseEstimator, ClassifierMixin, RegressorMixin
 from sklearn.utils.validation import check_is_fitted
 
 from .._backend import asarray_like, get_namespace, is_sparse, to_numpy
+from .._engine.cd import cd_max_params
 from .._engine.train import train
-from .._validation import ClientParamMixin, Interval, Options, client_is_a_client, validate_params
+from .._validation import ClientParamMixin, Interval, Options, validate_params
 from ..exceptions import ConvergenceWarning, InputError, ParameterError
-from ..losses import BinaryLogistic, HalfPoisson, HalfSquaredError
+from ..losses import HalfPoisson, HalfSquaredError
 from ..losses._path import PathObjective, PathPenalty, PathTraining, fold_ids
+from ._cv_gram import alpha_max_of, fold_paths, fold_sums, solve_path
+from ._cv_logistic import path_attributes, scoring_shards
+from ._cv_params import _COMMON_CONSTRAINTS, _REGRESSOR_DOC_PARAMS, _grid_like, _ratios_like
 from ._glm import LinearRegression, PoissonRegressor
 from ._logistic import LogisticRegression, _class_weight_like
 
@@ -40,39 +44,6 @@ PATH_GROUP = 5
 MIN_GRID_L1_RATIO = 1e-3
 
 
-def _cv_like(value):
-    """an int >= 2 (the number of folds)"""
-    return isinstance(value, numbers.Integral) and not isinstance(value, bool) and value >= 2
-
-
-def _ratios_like(value):
-    """a float in [0, 1] or a non-empty list of them"""
-    values = np.atleast_1d(np.asarray(value, dtype=object))
-    return values.size > 0 and all(
-        isinstance(v, numbers.Real) and not isinstance(v, bool) and 0 <= v <= 1 for v in values)
-
-
-def _grid_like(value):
-    """an int >= 1 (how many, on a log scale) or a non-empty list of positive numbers"""
-    if isinstance(value, numbers.Integral) and not isinstance(value, bool):
-        return value >= 1
-    values = np.atleast_1d(np.asarray(value, dtype=object))
-    return values.ndim == 1 and values.size > 0 and all(
-        isinstance(v, numbers.Real) and not isinstance(v, bool) and np.isfinite(v) and v > 0 for v in values)
-
-
-_COMMON_CONSTRAINTS = {
-    "fit_intercept": [bool],
-    "cv": [_cv_like],
-    "solver": [Options("auto", "lbfgs", "gd")],
-    "max_iter": [Interval(numbers.Integral, 1, None, "left")],
-    "tol": [Interval(numbers.Real, 0, None, "left")],
-    "random_state": [None, Interval(numbers.Integral, 0, None, "left")],
-    "verbose": [Interval(numbers.Integral, 0, None, "left"), bool],
-    "client": [None, client_is_a_client],
-}
-
-
 def _block_starts(shards):
     return tuple(int(v) for v in np.concatenate([[0], np.cumsum(shards.block_rows)[:-1]]))
 
@@ -86,11 +57,13 @@ def _shard_fold_stats(shard, path):
         n = b.X.shape[0]
         folds = path.folds_of(b.index, n)
         y = np.asarray(to_numpy(b.y), dtype=np.float64).reshape(n)
+        X, o = path.features_and_offset(b.X)
+        if o is not None and isinstance(path.loss, HalfSquaredError):  # least squares regresses y - offset
+            y = y - np.asarray(to_numpy(o), dtype=np.float64).reshape(n)
         w = np.ones(n) if b.sample_weight is None else np.asarray(to_numpy(b.sample_weight), np.float64).reshape(n)
         onehot = np.zeros((n, F))
         onehot[np.arange(n), folds] = w
         M = np.concatenate([onehot, onehot * y[:, None]], axis=1)
-        X = b.X
         if is_sparse(X) or isinstance(X, np.ndarray):
             XtM = X.T @ M
         else:  # another namespace (CuPy): the product where X lives, in its floating dtype
@@ -172,25 +145,27 @@ class _PathCV(ClientParamMixin, BaseEstimator):
             return np.full(int(alphas), np.finfo(float).resolution)
         return np.geomspace(top, top * eps, num=int(alphas))
 
-    def _run_path(self, shards, loss, n_features, baseline, strengths, seed):
+    def _run_path(self, shards, loss, n_features, baseline, strengths, seed, score_shards=None, offset=False):
         """Train the stacked path of ``strengths`` (array ``(P, F, 2)`` of the L1 and L2
         strengths of penalty ``p`` (largest first) in fold ``f``) and score it.
 
-        Returns ``coef (P, F, d)``, ``intercept (P, F)``, the held-out sums (each
-        ``(P, F)``) and the iterations of each group."""
+        Returns ``coef (P, F, d)``, ``intercept (P, F)`` (a last axis of ``m`` for a loss
+        with ``m > 1`` outputs; ``baseline`` then has ``m`` entries), the held-out sums
+        (each ``(P, F)``, over ``score_shards`` if given) and the iterations of each group."""
         P, F, _ = strengths.shape
         starts = _block_starts(shards)
         group = P if PATH_GROUP is None else int(PATH_GROUP)
-        coef = np.zeros((P, F, n_features))
-        icpt = np.zeros((P, F))
-        warm_coef, warm_icpt = np.zeros((F, n_features)), np.full(F, float(baseline))
+        tail = (loss.n_outputs,) if loss.n_outputs > 1 else ()
+        coef, icpt = np.zeros((P, F, n_features) + tail), np.zeros((P, F) + tail)
+        warm_coef, warm_icpt = np.zeros((F, n_features) + tail), np.zeros((F,) + tail) + np.asarray(baseline, float)
         n_iter, converged = [], True
         for lo in range(0, P, group):
             hi = min(lo + group, P)
             cols = [(p, f) for p in range(lo, hi) for f in range(F)]
-            path = PathObjective(loss, n_features, tuple(f for _, f in cols), F, starts, seed, self.fit_intercept)
+            path = PathObjective(loss, n_features, tuple(f for _, f in cols), F, starts, seed, self.fit_intercept,
+                                 offset)
             penalty = PathPenalty(n_features, self.fit_intercept, tuple(strengths[p, f, 0] for p, f in cols),
-                                  tuple(strengths[p, f, 1] for p, f in cols))
+                                  tuple(strengths[p, f, 1] for p, f in cols), loss.n_outputs)
             solver = self.solver
             if solver == "auto":
                 solver = "gd" if penalty.has_l1 else "lbfgs"
@@ -216,9 +191,10 @@ class _PathCV(ClientParamMixin, BaseEstimator):
                 "increase max_iter, loosen tol, or scale the features", ConvergenceWarning, stacklevel=3,
             )
         cols = [(p, f) for p in range(P) for f in range(F)]
-        path = PathObjective(loss, n_features, tuple(f for _, f in cols), F, starts, seed, self.fit_intercept)
+        path = PathObjective(loss, n_features, tuple(f for _, f in cols), F, starts, seed, self.fit_intercept, offset)
         params = path.pack(np.stack([coef[p, f] for p, f in cols], axis=1), np.array([icpt[p, f] for p, f in cols]))
-        sums = _merged(shards.map_gather(_shard_held_out, path, params, name="dgd-cv-score"))
+        scored = shards if score_shards is None else score_shards
+        sums = _merged(scored.map_gather(_shard_held_out, path, params, name="dgd-cv-score"))
         return coef, icpt, {k: v.reshape(P, F) for k, v in sums.items()}, n_iter
 
     @staticmethod
@@ -241,31 +217,6 @@ class _PathCV(ClientParamMixin, BaseEstimator):
         release = getattr(shards, "release", None)
         if release is not None:
             release()
-
-
-_REGRESSOR_DOC_PARAMS = """
-    fit_intercept : bool, default=True
-        Whether to fit an intercept (never penalised).
-    cv : int, default=5
-        Number of folds.  Fold membership is computed on the workers from
-        ``random_state`` and each row's position in the data
-        (:func:`~dask_dgd.linear_model._cv.fold_ids`): folds are balanced within one row,
-        as ``KFold(shuffle=True)``, and do not depend on the chunking nor on which worker
-        holds a block.  scikit-learn splitters are not accepted: they need the rows'
-        positions on the driver.
-    solver : {"auto", "lbfgs", "gd"}, default="auto"
-        How the stacked path is trained: "lbfgs" (smooth penalties) or "gd" (proximal
-        gradient, for L1); "auto" picks "gd" when the path has an L1 part.
-    max_iter : int
-        Iterations of the path's solver (and of the refit).
-    tol : float, default=1e-4
-        Stop when the largest entry of every column's (proximal) gradient is at most
-        ``tol``; the refit uses the same tolerance.
-    random_state : int or None, default=None
-        Seed of the fold assignment (None: 0; the folds are always reproducible).
-    verbose : int, default=0
-    client : distributed.Client or None, default=None
-        As :class:`~dask_dgd.LinearRegression`'s."""
 
 
 class ElasticNetCV(RegressorMixin, _PathCV):
@@ -324,6 +275,7 @@ class ElasticNetCV(RegressorMixin, _PathCV):
         "l1_ratio": [_ratios_like],
         "eps": [Interval(numbers.Real, 0, None, "neither")],
         "alphas": [_grid_like],
+        "solver": [Options("auto", "cd", "lbfgs", "gd")],
     }
 
     def __init__(self, *, l1_ratio=0.5, eps=1e-3, alphas=100, fit_intercept=True, cv=5, solver="auto",
@@ -342,6 +294,8 @@ class ElasticNetCV(RegressorMixin, _PathCV):
 
     _loss = HalfSquaredError()
     _refit_class = LinearRegression
+    #: least squares: the path can be solved exactly from the folds' Gram matrices
+    _exact_gram = True
 
     def _refit_estimator(self):
         return self._refit_class(fit_intercept=self.fit_intercept, solver="auto", max_iter=self.max_iter,
@@ -350,7 +304,7 @@ class ElasticNetCV(RegressorMixin, _PathCV):
     def _path_score(self, sums):
         return -sums["squared_error"] / sums["weight"]
 
-    def fit(self, X, y, sample_weight=None):
+    def fit(self, X, y, sample_weight=None, offset=None):
         """Fit the path on every fold, choose the penalty, refit on all rows.
 
         Parameters
@@ -358,6 +312,10 @@ class ElasticNetCV(RegressorMixin, _PathCV):
         X : array-like, sparse matrix, dask array or dask DataFrame of shape (n_samples, n_features)
         y : array-like or dask array of shape (n_samples,)
         sample_weight : array-like or dask array of shape (n_samples,), default=None
+        offset : array-like, dask array or Series of shape (n_samples,), default=None
+            Known terms added to the linear predictor, coefficient fixed at 1, as the
+            family estimator's ``offset`` (``np.log(exposure)`` for rates): every fold,
+            the held-out scores and the refit use it.  Pass it to :meth:`predict` too.
 
         Returns
         -------
@@ -374,36 +332,59 @@ class ElasticNetCV(RegressorMixin, _PathCV):
         self._check_scoring()
         est = self._refit_estimator()
         est._validate_params()
-        shards, summaries, _ = est._prepare(X, y, sample_weight)
+        shards, summaries, _ = est._prepare(X, y, sample_weight, offset=offset, n_offsets=1)
         try:
-            baseline = float(est._check_target(summaries)[0]) if self.fit_intercept else 0.0
-            self._fit_shards(est, shards, baseline)
+            baseline = float(est._baseline(summaries, offset)[0])  # the target checks, with or without intercept
+            baseline = baseline if self.fit_intercept else 0.0
+            self._fit_shards(est, shards, baseline, offset is not None)
         finally:
             self._release(shards)
         return self
 
-    def _fit_shards(self, est, shards, baseline):
+    def _fit_shards(self, est, shards, baseline, offset=False):
         d, F, seed = est.n_features_in_, int(self.cv), self._seed()
-        probe = PathObjective(self._loss, d, (0,), F, _block_starts(shards), seed, self.fit_intercept)
+        probe = PathObjective(self._loss, d, (0,), F, _block_starts(shards), seed, self.fit_intercept, offset)
         stats = self._fold_stats(shards, probe)
         top = self._alpha_max(*stats, self.fit_intercept)
         ratios = np.atleast_1d(np.asarray(self.l1_ratio, dtype=np.float64))
+        exact = self._exact_path(d)
+        if exact:
+            W = stats[0].sum()
+            shift = np.append(stats[2].sum(axis=1) / W, stats[1].sum() / W) if self.fit_intercept else np.zeros(d + 1)
+            sums = fold_sums(shards, probe, shift)
+            top = alpha_max_of(sums.sum(axis=0), self.fit_intercept)  # from centred sums: no cancellation
         grids, scores, coefs, iters = [], [], [], 0
         for rho in ratios:
             grid = self._grid(self.alphas, self.eps, top, rho)
-            strengths = np.stack([np.stack([grid * rho, grid * (1 - rho)], axis=1)] * F, axis=1)
-            coef, icpt, sums, n_iter = self._run_path(shards, self._loss, d, baseline, strengths, seed)
+            if exact:
+                coef, icpt, score, converged = fold_paths(sums, grid, rho, self.fit_intercept, self.tol, shift)
+                iters += 1  # the pass of the fold sums
+                if not converged:
+                    warnings.warn(
+                        f"{type(self).__name__}: coordinate descent on a fold's Gram matrix did not reach "
+                        f"tol={self.tol} (collinear or badly scaled features?)", ConvergenceWarning, stacklevel=3,
+                    )
+            else:
+                strengths = np.stack([np.stack([grid * rho, grid * (1 - rho)], axis=1)] * F, axis=1)
+                coef, icpt, held, n_iter = self._run_path(shards, self._loss, d, baseline, strengths, seed,
+                                                          offset=offset)
+                score = self._path_score(held)
+                iters += sum(n_iter)
             grids.append(grid)
-            scores.append(self._path_score(sums))
+            scores.append(score)
             coefs.append(np.concatenate([coef, icpt[:, :, None]], axis=2) if self.fit_intercept else coef)
-            iters += sum(n_iter)
         scores = np.stack(scores)  # (n_l1, P, F)
         mean = scores.mean(axis=2)
         i, j = np.unravel_index(np.argmax(mean), mean.shape)  # the first best, as scikit-learn
         self.alpha_, self.l1_ratio_ = float(grids[i][j]), float(ratios[i])
         self._store_path(np.stack(grids), scores, np.stack(coefs), single=np.ndim(self.l1_ratio) == 0)
         est.set_params(alpha=self.alpha_, l1_ratio=self.l1_ratio_)
-        est._fit(shards, est._objective(d), [baseline])
+        objective, params0 = est._objective(d, offset), None
+        if exact:  # the refit starts at the exact solution on all rows: its first pass checks it
+            c, b, _, _ = solve_path(sums.sum(axis=0), grids[i][: j + 1], self.l1_ratio_, self.fit_intercept,
+                                    self.tol, shift)
+            params0 = objective.pack(c[-1][:, None], np.array([b[-1]]) if self.fit_intercept else None)
+        est._fit(shards, objective, [baseline], params0=params0)
         self.estimator_ = est
         self.coef_, self.intercept_ = est.coef_, est.intercept_
         self.n_features_in_ = est.n_features_in_
@@ -411,16 +392,30 @@ class ElasticNetCV(RegressorMixin, _PathCV):
             self.feature_names_in_ = est.feature_names_in_
         self.n_iter_ = iters + est.n_iter_
 
+    def _exact_path(self, d):
+        """Whether the path is solved exactly from the folds' Gram matrices (``"cd"``)."""
+        if self.solver == "cd" and not self._exact_gram:
+            raise ParameterError(
+                f"solver='cd' (the exact path from the folds' Gram matrices) is for least squares "
+                f"(ElasticNetCV); {type(self).__name__} takes 'auto', 'lbfgs' or 'gd'"
+            )
+        return self.solver == "cd" or (self.solver == "auto" and self._exact_gram and d + 2 <= cd_max_params())
+
     def _store_path(self, grids, scores, coefs, single):
         coefs = coefs.transpose(0, 2, 1, 3)  # (n_l1, F, P, d + 1)
         self.alphas_ = grids[0] if single else grids
         self.mse_path_ = -scores[0] if single else -scores
         self.coefs_paths_ = coefs[0] if single else coefs
 
-    def predict(self, X):
-        """Predictions of the refitted model."""
+    def predict(self, X, offset=None):
+        """Predictions of the refitted model (``offset`` as in :meth:`fit`, for these rows)."""
         check_is_fitted(self, "estimator_")
-        return self.estimator_.predict(X)
+        return self.estimator_.predict(X, offset=offset)
+
+    def score(self, X, y, sample_weight=None, offset=None):
+        """R² of the refitted model's predictions."""
+        check_is_fitted(self, "estimator_")
+        return self.estimator_.score(X, y, sample_weight=sample_weight, offset=offset)
 
 
 class PoissonRegressorCV(ElasticNetCV):
@@ -437,7 +432,9 @@ class PoissonRegressorCV(ElasticNetCV):
     Parameters
     ----------
     l1_ratio : float or list of float in [0, 1], default=0.0
-    eps : float, default=1e-3
+    eps : float, default=1e-6
+        ``alpha_min / alpha_max`` of the default grid (glum's default: with 1e-3 the
+        chosen alpha of log-link models on real data often sat at the grid's end).
     alphas : int or list of float, default=100
         An int: a log-scale grid from ``max|X^T s (y - ybar)| / (sum(s) max(l1_ratio,
         1e-3))`` (the lasso's alpha_max, with glmnet's floor of l1_ratio for ridge)
@@ -459,8 +456,9 @@ class PoissonRegressorCV(ElasticNetCV):
     _default_scoring = "neg_mean_poisson_deviance"
     _loss = HalfPoisson()
     _refit_class = PoissonRegressor
+    _exact_gram = False
 
-    def __init__(self, *, l1_ratio=0.0, eps=1e-3, alphas=100, scoring=None, fit_intercept=True, cv=5,
+    def __init__(self, *, l1_ratio=0.0, eps=1e-6, alphas=100, scoring=None, fit_intercept=True, cv=5,
                  solver="auto", max_iter=1000, tol=1e-4, random_state=None, verbose=0, client=None):
         super().__init__(l1_ratio=l1_ratio, eps=eps, alphas=alphas, fit_intercept=fit_intercept, cv=cv,
                          solver=solver, max_iter=max_iter, tol=tol, random_state=random_state, verbose=verbose,
@@ -478,10 +476,11 @@ class PoissonRegressorCV(ElasticNetCV):
 
 
 class LogisticRegressionCV(ClassifierMixin, _PathCV):
-    r"""Binary logistic regression with ``C`` (and ``l1_ratio``) chosen by cross-validation.
+    r"""Logistic regression (binary or multinomial) with ``C`` (and ``l1_ratio``) chosen by cross-validation.
 
     Every fold and every ``C`` is fitted in the same passes over ``X`` (one stacked
-    problem), scored on its held-out fold where the rows live, and the best ``C`` is
+    problem; ``n_classes`` columns per model for more than two classes, the softmax
+    loss), scored on its held-out fold where the rows live, and the best ``C`` is
     refitted on all rows by :class:`~dask_dgd.LogisticRegression`.  scikit-learn's
     objective for fold :math:`f` with training weight :math:`T_f` (sum of sample and
     class weights),
@@ -503,26 +502,21 @@ class LogisticRegressionCV(ClassifierMixin, _PathCV):
 
     Attributes
     ----------
-    classes_ : ndarray of shape (2,)
+    classes_ : ndarray of shape (n_classes,)
     Cs_ : ndarray of shape (n_Cs,)
-    C_, l1_ratio_ : ndarray of shape (1,)
+    C_, l1_ratio_ : ndarray of shape (1,) (binary) or (n_classes,) (the same value repeated)
     scores_ : dict
-        ``{classes_[1]: array of shape (n_folds, n_Cs)}`` (``(n_folds, n_Cs, n_l1_ratios)``
-        with ``l1_ratios``).
+        ``{class: array of shape (n_folds, n_Cs)}`` (``(n_folds, n_Cs, n_l1_ratios)`` with
+        ``l1_ratios``), keyed by ``classes_[1]`` (binary) or by every class (the same scores).
     coefs_paths_ : dict
-        ``{classes_[1]: array of shape (n_folds, n_Cs, n_features + fit_intercept)}``
-        (an ``n_l1_ratios`` axis before the last with ``l1_ratios``).
-    coef_ : ndarray of shape (1, n_features)
-    intercept_ : ndarray of shape (1,)
+        ``{class: array of shape (n_folds, n_Cs, n_features + fit_intercept)}`` (an
+        ``n_l1_ratios`` axis before the last with ``l1_ratios``): the binary model under
+        ``classes_[1]``, or each class's own coefficients (scikit-learn's legacy layout).
+    coef_ : ndarray of shape (1, n_features) or (n_classes, n_features)
+    intercept_ : ndarray of shape (1,) or (n_classes,)
     estimator_ : LogisticRegression
         The refitted model (``predict`` and ``predict_proba`` use it).
     n_iter_ : int
-
-    Raises
-    ------
-    InputError
-        From ``fit``, for more than two classes: the multinomial path is not
-        implemented.
     """
 
     _parameter_constraints = {
@@ -557,7 +551,7 @@ class LogisticRegressionCV(ClassifierMixin, _PathCV):
         ----------
         X : array-like, sparse matrix, dask array or dask DataFrame of shape (n_samples, n_features)
         y : array-like or dask array of shape (n_samples,)
-            Two class labels.
+            Class labels (two or more).
         sample_weight : array-like or dask array of shape (n_samples,), default=None
 
         Returns
@@ -571,25 +565,22 @@ class LogisticRegressionCV(ClassifierMixin, _PathCV):
                                  client=self.client)
         est._validate_params()
         shards, summaries, _ = est._prepare(X, y, sample_weight)
+        scored = None
         try:
             classes, counts, weights = est._labels(summaries)
-            if len(classes) > 2:
-                raise InputError(
-                    f"LogisticRegressionCV fits binary problems; y has {len(classes)} classes "
-                    f"{classes.tolist()[:5]}: the multinomial path is not implemented (use "
-                    "LogisticRegression with a chosen alpha)"
-                )
+            scored = scoring_shards(shards, classes, self.class_weight)
             shards, objective, baseline = est._setup(shards, classes, counts, weights)
             est.classes_ = classes
-            self._fit_shards(est, shards, objective, float(baseline[0]) if self.fit_intercept else 0.0, scoring)
+            self._fit_shards(est, shards, objective, np.asarray(baseline, float) * self.fit_intercept, scoring, scored)
         finally:
             self._release(shards)
+            self._release(scored)
         self.classes_ = classes
         return self
 
-    def _fit_shards(self, est, shards, objective, baseline, scoring):
-        d, F, seed = objective.n_features, int(self.cv), self._seed()
-        probe = PathObjective(BinaryLogistic(), d, (0,), F, _block_starts(shards), seed, self.fit_intercept)
+    def _fit_shards(self, est, shards, objective, baseline, scoring, scored=None):
+        d, F, seed, loss = objective.n_features, int(self.cv), self._seed(), objective.loss
+        probe = PathObjective(loss, d, (0,), F, _block_starts(shards), seed, self.fit_intercept)
         fw = self._fold_stats(shards, probe)[0]
         T = fw.sum() - fw  # training weight of each fold
         Cs = np.logspace(-4, 4, self.Cs) if isinstance(self.Cs, numbers.Integral) else \
@@ -597,26 +588,24 @@ class LogisticRegressionCV(ClassifierMixin, _PathCV):
         ratios = np.array([0.0]) if self.l1_ratios is None else np.atleast_1d(np.asarray(self.l1_ratios, float))
         order = np.argsort(Cs, kind="stable")  # smallest C (strongest penalty) first
         scores = np.zeros((F, len(Cs), len(ratios)))
-        paths = np.zeros((F, len(Cs), len(ratios), d + self.fit_intercept))
+        tail = (loss.n_outputs,) if loss.n_outputs > 1 else ()  # multinomial: a column per class
+        paths = np.zeros((F, len(Cs), len(ratios), d + self.fit_intercept) + tail)
         iters = 0
         for r, rho in enumerate(ratios):
             alpha = 1.0 / (Cs[order][:, None] * T[None, :])  # (P, F)
             strengths = np.stack([alpha * rho, alpha * (1 - rho)], axis=2)
-            coef, icpt, sums, n_iter = self._run_path(shards, BinaryLogistic(), d, baseline, strengths, seed)
+            coef, icpt, sums, n_iter = self._run_path(shards, loss, d, baseline, strengths, seed, scored)
             scores[:, order, r] = self._score(sums, scoring).T
             both = np.concatenate([coef, icpt[:, :, None]], axis=2) if self.fit_intercept else coef
-            paths[:, order, r] = both.transpose(1, 0, 2)
+            paths[:, order, r] = both.swapaxes(0, 1)
             iters += sum(n_iter)
         mean = scores.mean(axis=0)  # (n_Cs, n_l1)
         i, r = np.unravel_index(np.argmax(mean), mean.shape)
         self.Cs_ = Cs
-        self.C_, self.l1_ratio_ = np.array([Cs[i]]), np.array([ratios[r]])
-        key = est.classes_[1]
-        single = self.l1_ratios is None
-        self.scores_ = {key: scores[:, :, 0] if single else scores}
-        self.coefs_paths_ = {key: paths[:, :, 0] if single else paths}
+        self.C_, self.l1_ratio_, self.scores_, self.coefs_paths_ = path_attributes(
+            est.classes_, Cs[i], ratios[r], scores, paths, single=self.l1_ratios is None)
         est.set_params(alpha=1.0 / (Cs[i] * fw.sum()), l1_ratio=float(ratios[r]))
-        est._fit(shards, objective, [baseline])
+        est._fit(shards, objective, baseline)
         self.estimator_ = est
         self.coef_, self.intercept_ = est.coef_, est.intercept_
         self.n_features_in_ = est.n_features_in_

@@ -348,3 +348,75 @@ def test_block_sums_with_offset_columns(loss):
     np.testing.assert_allclose(fused.raw_prediction(params, Xo), X @ coef + intercept + offset, rtol=1e-12)
     with pytest.raises(InputError, match=rf"X must have shape \(n_samples, {4 + K}\) \(4 features and {K} offset "):
         fused.block_sums(params, X, y, w)
+
+
+# ---------------------------------------------------------------- cross-validated paths
+def _fold_deviance(family_model, X, y, offset, folds, alphas, deviance):
+    """Held-out mean deviance of ``family_model(alpha)`` fitted on each fold's training rows."""
+    out = np.zeros((len(alphas), folds.max() + 1))
+    for j, a in enumerate(alphas):
+        for k in range(out.shape[1]):
+            train = folds != k
+            model = family_model(a).fit(X[train], y[train], offset=offset[train])
+            out[j, k] = deviance(y[~train], model.predict(X[~train], offset=offset[~train]))
+    return out
+
+
+@pytest.mark.parametrize("name", ["PoissonRegressorCV", "TweedieRegressorCV"])
+def test_cv_paths_with_offset_match_per_fold_fits_on_insurance(name):
+    """Every fold's model and held-out deviance use the offset: the path equals the family
+    estimator (itself checked against statsmodels above) fitted on each fold with it."""
+    from sklearn.metrics import mean_poisson_deviance, mean_tweedie_deviance
+
+    import dask_dgd
+    from dask_dgd.linear_model import fold_ids
+
+    X, y, offset = _insurance()
+    X = X.to_numpy()
+    alphas = [0.01, 0.001, 0.0001]
+    if name == "PoissonRegressorCV":
+        single, extra, deviance = PoissonRegressor, {}, mean_poisson_deviance
+    else:
+        single, extra = dask_dgd.TweedieRegressor, {"power": 1.5}
+        deviance = lambda y_true, mu: mean_tweedie_deviance(y_true, mu, power=1.5)  # noqa: E731
+    cv = getattr(dask_dgd, name)(alphas=alphas, cv=4, tol=1e-10, max_iter=5000, random_state=3, **extra)
+    cv.fit(X, y, offset=offset)
+    want = _fold_deviance(lambda a: single(alpha=a, tol=1e-12, max_iter=1000, **extra), X, y, offset,
+                          fold_ids(0, len(y), 4, 3), alphas, deviance)
+    np.testing.assert_allclose(-cv.scores_, want, rtol=1e-7)
+    assert cv.alpha_ == alphas[int(np.argmin(want.mean(axis=1)))]
+    refit = single(alpha=cv.alpha_, tol=1e-12, max_iter=1000, **extra).fit(X, y, offset=offset)
+    np.testing.assert_allclose(cv.coef_, refit.coef_, atol=1e-6)
+    np.testing.assert_allclose(cv.predict(X[:5], offset=offset[:5]), refit.predict(X[:5], offset=offset[:5]),
+                               rtol=1e-6)
+    without = getattr(dask_dgd, name)(alphas=alphas, cv=4, tol=1e-10, max_iter=5000, random_state=3, **extra)
+    assert not np.allclose(without.fit(X, y).scores_, cv.scores_)  # the offset matters here
+
+
+@pytest.mark.parametrize("solver", ["cd", "gd"])
+def test_elastic_net_cv_with_offset_regresses_y_minus_offset(solver):
+    """Least squares with an offset is scikit-learn's ElasticNetCV of ``y - offset``."""
+    from sklearn.linear_model import ElasticNetCV as SkElasticNetCV
+    from sklearn.model_selection import PredefinedSplit
+
+    from dask_dgd import ElasticNetCV
+    from dask_dgd.linear_model import fold_ids
+
+    X, y, offset = _mtcars()
+    X = (X - X.mean(axis=0)) / X.std(axis=0)
+    ours = ElasticNetCV(alphas=6, cv=4, tol=1e-10, max_iter=100_000, random_state=1, solver=solver)
+    ours.fit(X, y, offset=offset)
+    ref = SkElasticNetCV(alphas=6, cv=PredefinedSplit(fold_ids(0, len(y), 4, 1)), tol=1e-14, max_iter=10**6)
+    ref.fit(X, y - offset)
+    np.testing.assert_allclose(ours.alphas_, ref.alphas_, rtol=1e-10)
+    np.testing.assert_allclose(ours.mse_path_, ref.mse_path_, rtol=1e-7)
+    np.testing.assert_allclose(ours.coef_, ref.coef_, atol=1e-6)
+    np.testing.assert_allclose(ours.predict(X, offset=offset), ref.predict(X) + offset, atol=1e-6)
+
+
+def test_cv_offsets_of_the_wrong_length_are_refused():
+    from dask_dgd import PoissonRegressorCV
+
+    X, y, offset = _insurance()
+    with pytest.raises(InputError, match=f"offset has {len(y) - 1} rows but X has {len(y)}; pass one offset per"):
+        PoissonRegressorCV(alphas=2).fit(X, y, offset=offset[:-1])
