@@ -97,6 +97,26 @@ def test_cd_solve_satisfies_the_optimality_conditions_of_its_model():
     assert 0 < np.count_nonzero(x[:-1]) < 7 and n_sweeps > 1
 
 
+def test_cd_solve_minimises_the_intercept_out_in_closed_form(boston):
+    """Features far from zero couple every coefficient with the intercept: plain sweeps
+    crawl (10,000 without converging on Boston + 1000), the Schur complement of the
+    intercept's entry (``free``) converges as on centred features, to the same model."""
+    X, y = boston
+    Z = np.c_[X + 1e3, np.ones(len(y))]
+    H, g = Z.T @ Z / len(y), -(Z.T @ y) / len(y)
+    l1 = np.r_[np.full(X.shape[1], 0.1), 0.0]
+    x, n = cd_solve(H, g, np.zeros(len(l1)), l1, 1e-10, free=len(l1) - 1)
+    assert kkt_violation(g + H @ x, x, l1) <= 1e-8 and n < 1000
+    _, n_plain = cd_solve(H, g, np.zeros(len(l1)), l1, 1e-10, max_sweeps=2000)
+    assert n_plain == 2000  # ran out of sweeps
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no ConvergenceWarning
+        ours = LinearRegression(alpha=0.1, l1_ratio=1.0, tol=1e-8, max_iter=100).fit(X + 1e3, y)
+    ref = sk.Lasso(alpha=0.1, tol=1e-14, max_iter=100000).fit(X + 1e3, y)
+    assert ours.solver_ == "cd" and ours.n_iter_ < 10
+    np.testing.assert_allclose(ours.coef_, ref.coef_, atol=1e-6)
+
+
 def test_kkt_violation_is_the_minimum_norm_subgradient():
     grad = np.array([0.5, -0.2, 0.7, 0.1])
     params = np.array([0.0, 0.0, 1.0, 3.0])
