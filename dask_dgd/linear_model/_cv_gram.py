@@ -80,13 +80,16 @@ def _sparse_hstack(Xk, yk):
 
 
 def _shard_fold_sums(shard, path, shift):
-    out = {}
-    for b in shard.blocks:
+    """The shard's blocks' sums added in block order: ``(first block index, sums)``
+    (one ``(n_folds, d + 2, d + 2)`` array per worker group travels, not one per block)."""
+    total, first = None, None
+    for b in sorted(shard.blocks, key=lambda b: b.index):
         try:
-            out[b.index] = _block_fold_sums(b, path, shift)
+            sums = _block_fold_sums(b, path, shift)
         except Exception as err:  # name the block
             raise _block_error(err, b) from err
-    return out
+        total, first = (sums, b.index) if total is None else (total + sums, first)
+    return first, total
 
 
 def fold_sums(shards, path, shift):
@@ -103,15 +106,15 @@ def fold_sums(shards, path, shift):
     Returns
     -------
     ndarray of shape (n_folds, d + 2, d + 2)
-        Summed in block order: the result does not depend on where the blocks live.
+        Each worker group sums its blocks, the driver the groups, in block order: the
+        result depends on where the blocks live only by rounding.
     """
     shift = np.asarray(shift, dtype=np.float64)
-    per_block = {}
-    for group in shards.map_gather(_shard_fold_sums, path, shift, name="dgd-cv-gram"):
-        per_block.update(group)
+    parts = sorted((first, sums) for first, sums in shards.map_gather(_shard_fold_sums, path, shift,
+                                                                          name="dgd-cv-gram") if sums is not None)
     total = None
-    for index in sorted(per_block):
-        total = per_block[index] if total is None else total + per_block[index]
+    for _, sums in parts:
+        total = sums if total is None else total + sums
     if shards.sparse and np.any(shift != 0):  # centre on the driver: sum s (z - c)(z - c)^T
         c = np.append(shift, 0.0)
         S, W = total[:, :, -1], total[:, -1, -1]
