@@ -22,6 +22,7 @@ driver, in float64.
 """
 
 import numpy as np
+import scipy.linalg
 
 from .._backend import asarray_like, get_namespace, is_sparse, take_rows, to_numpy
 from .._engine.blocks import _block_error
@@ -140,6 +141,11 @@ def _cd_exact(H, c, beta, l1, tol):
     """Solve ``min 1/2 b^T H b - c^T b + l1 |b|_1`` to a KKT violation <= ``tol``;
     returns the solution, the coordinate-descent sweeps and whether it converged."""
     inner, sweeps = tol / 10.0, 0
+    if not np.any(l1):  # ridge: the normal equations, directly (coordinate descent crawls on collinear columns)
+        try:
+            beta = scipy.linalg.solve(H, c, assume_a="pos")
+        except (np.linalg.LinAlgError, ValueError):  # singular (no L2 part, collinear columns)
+            beta = np.linalg.lstsq(H, c, rcond=None)[0]
     for _ in range(MAX_ROUNDS):
         grad = H @ beta - c
         if kkt_violation(grad, beta, l1) <= tol:
