@@ -17,8 +17,16 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from .collective import Collective
+from .reduce import BlockTree, Partial
 
 __all__ = ["ShardSet", "released_on_error", "releases_shards_on_error"]
+
+
+def _tree_nodes(shard, tree, fn, args):
+    """The maximal block-tree nodes of one group's blocks (see :meth:`ShardSet.tree_sum`)."""
+    leaves = {(0, b.index): Partial(0.0, np.asarray(fn(b, *args), dtype=np.float64).ravel(), 0.0, 0.0, 0.0)
+              for b in shard.blocks}
+    return tree.complete(leaves)
 
 
 @dataclass(eq=False)
@@ -123,6 +131,16 @@ class ShardSet:
 
     def map_gather(self, fn, *args, name):
         return self.gather(self.map(fn, *args, name=name))
+
+    def tree_sum(self, fn, *args, name, split_every=8):
+        """The float64 arrays ``fn(block, *args)`` of every block (all of one shape),
+        summed over the fixed block tree (:class:`~.reduce.BlockTree`): each group
+        combines the subtrees it holds where its blocks live, the driver the rest, so
+        the sum is the same bit for bit for any placement and only a few partial sums
+        per group travel.  Returns the flat sum."""
+        tree = BlockTree(self.n_blocks, split_every)
+        nodes = self.map_gather(_tree_nodes, tree, fn, args, name=name)
+        return tree.root(tree.merge(*nodes)).grad_sum
 
     def transform(self, fn, *args, name, token_suffix=""):
         """A new ShardSet whose shards are ``fn(shard, *args)`` (same groups, workers)."""

@@ -80,17 +80,11 @@ def _sparse_hstack(Xk, yk):
     return cusp.hstack([Xk.astype(np.float64), column], format="csr")
 
 
-def _shard_fold_sums(shard, path, shift):
-    """The shard's blocks' sums added in block order: ``(first block index, sums)``
-    (one ``(n_folds, d + 2, d + 2)`` array per worker group travels, not one per block)."""
-    total, first = None, None
-    for b in sorted(shard.blocks, key=lambda b: b.index):
-        try:
-            sums = _block_fold_sums(b, path, shift)
-        except Exception as err:  # name the block
-            raise _block_error(err, b) from err
-        total, first = (sums, b.index) if total is None else (total + sums, first)
-    return first, total
+def _named_block_fold_sums(block, path, shift):
+    try:
+        return _block_fold_sums(block, path, shift)
+    except Exception as err:  # name the block
+        raise _block_error(err, block) from err
 
 
 def fold_sums(shards, path, shift):
@@ -107,15 +101,14 @@ def fold_sums(shards, path, shift):
     Returns
     -------
     ndarray of shape (n_folds, d + 2, d + 2)
-        Each worker group sums its blocks, the driver the groups, in block order: the
-        result depends on where the blocks live only by rounding.
+        Summed over the fixed block tree (:meth:`~dask_dgd._engine.shards.ShardSet.tree_sum`):
+        the same bit for bit wherever the blocks live; a few partial sums per worker
+        group travel, not one per block.
     """
     shift = np.asarray(shift, dtype=np.float64)
-    parts = sorted((first, sums) for first, sums in shards.map_gather(_shard_fold_sums, path, shift,
-                                                                          name="dgd-cv-gram") if sums is not None)
-    total = None
-    for _, sums in parts:
-        total = sums if total is None else total + sums
+    d = path.n_features
+    total = shards.tree_sum(_named_block_fold_sums, path, shift, name="dgd-cv-gram")
+    total = total.reshape(path.n_folds, d + 2, d + 2)
     if shards.sparse and np.any(shift != 0):  # centre on the driver: sum s (z - c)(z - c)^T
         c = np.append(shift, 0.0)
         S, W = total[:, :, -1], total[:, -1, -1]

@@ -5,8 +5,9 @@ One distributed pass over the data: every block computes, where it lives, the Fi
 information :math:`\tilde X^\top \operatorname{diag}(s_i w_i) \tilde X` of its rows
 (:math:`\tilde X = [\mathbf 1, X]`, :math:`s_i` the sample weights, :math:`w_i` the
 expected second derivative of the loss), the sandwich's meat for robust errors and
-the Pearson statistic for the dispersion; only these small matrices travel, and the
-driver sums them in block order (the result does not depend on placement).
+the Pearson statistic for the dispersion; they are summed over the fixed block tree
+(each worker group its subtrees, the driver the rest: a few small matrices travel per
+group, and the sum does not depend on placement, bit for bit).
 
 The numbers are statsmodels' ``GLM(...).fit()`` defaults: the expected information, the
 dispersion estimated by Pearson's :math:`\chi^2 / (n - p)` where the family has one
@@ -105,17 +106,17 @@ def _block_information(block, loss, coef, intercept, fit_intercept, has_offset, 
     return out
 
 
-def shard_information(shard, loss, coef, intercept, fit_intercept, has_offset, robust, pearson):
-    """:func:`_block_information` of every block of a shard: ``[(block index, sums), ...]``."""
-    out = []
-    for b in shard.blocks:
-        try:
-            with np.errstate(over="ignore", invalid="ignore"):  # non-finite sums are refused, the block named
-                out.append((b.index, _block_information(b, loss, coef, intercept, fit_intercept, has_offset,
-                                                        robust, pearson)))
-        except Exception as err:  # name the block
-            raise _block_error(err, b) from err
-    return out
+def block_information(block, loss, coef, intercept, fit_intercept, has_offset, robust, pearson):
+    """:func:`_block_information` of one block as one flat array (for the block tree's
+    sum): the Fisher information, the meat if ``robust``, the Pearson statistic and the
+    count of weighted rows."""
+    try:
+        with np.errstate(over="ignore", invalid="ignore"):  # non-finite sums are refused, the block named
+            out = _block_information(block, loss, coef, intercept, fit_intercept, has_offset, robust, pearson)
+    except Exception as err:  # name the block
+        raise _block_error(err, block) from err
+    parts = [out["fisher"].ravel()] + ([out["meat"].ravel()] if robust else [])
+    return np.concatenate(parts + [[out.get("pearson", 0.0), float(out["n_obs"])]])
 
 
 def _offset_in_memory(offset, n_rows):
@@ -263,15 +264,18 @@ class InferenceMixin:
                 shards = shards.transform(encode_shard, self.classes_, weights, name="dgd-encode")
                 sets.append(shards)
             coef, intercept = coef_matrix(self)
-            parts = shards.map_gather(
-                shard_information, loss, coef[:, 0], float(intercept[0]), bool(self.fit_intercept), has_offset,
+            flat = shards.tree_sum(
+                block_information, loss, coef[:, 0], float(intercept[0]), bool(self.fit_intercept), has_offset,
                 robust, not loss.fixed_dispersion, name="dgd-inference",
             )
         finally:
             for s in sets:
                 s.release()
-        blocks = [sums for _, sums in sorted((p for part in parts for p in part), key=lambda p: p[0])]
-        return loss, {key: sum(b[key] for b in blocks[1:]) + blocks[0][key] for key in blocks[0]}
+        q = coef.shape[0] + bool(self.fit_intercept)
+        total = {"fisher": flat[: q * q].reshape(q, q), "pearson": float(flat[-2]), "n_obs": int(round(flat[-1]))}
+        if robust:
+            total["meat"] = flat[q * q: 2 * q * q].reshape(q, q)
+        return loss, total
 
     def covariance_matrix(self, X, y, sample_weight=None, offset=None, robust=False):
         r"""Covariance matrix of the estimated intercept and coefficients.
