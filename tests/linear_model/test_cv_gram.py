@@ -104,3 +104,31 @@ def test_auto_takes_the_exact_path_up_to_the_size_limit(boston):
     assert exact.n_iter_ <= 3 < stacked.n_iter_
     refit = LinearRegression(alpha=exact.alpha_, l1_ratio=exact.l1_ratio_, tol=1e-10, max_iter=50_000).fit(X, y)
     np.testing.assert_allclose(exact.coef_, refit.coef_, atol=1e-6)
+
+
+def test_fold_sums_are_the_block_trees_sum_bit_for_bit(client, boston):
+    """The sums travel through the fixed block tree: on 2 workers they equal, bit for bit,
+    the tree's sum of the blocks computed here in process (no dependence on placement)."""
+    from types import SimpleNamespace
+
+    import dask_dgd.linear_model._cv as cv_module
+    from dask_dgd._engine.reduce import Partial, tree_sum
+    from dask_dgd.linear_model._cv_gram import _block_fold_sums
+
+    X, y = boston
+    X = X * np.random.default_rng(3).uniform(0.1, 1e3, X.shape[1])  # magnitudes that make rounding order show
+    shift = np.append(X.mean(axis=0) * 0.9, y.mean())
+    est = LinearRegression(client=client)
+    shards, _, _ = est._prepare(da.from_array(X, chunks=(50, -1)), da.from_array(y, chunks=50), None)
+    try:
+        starts = cv_module._block_starts(shards)
+        probe = PathObjective(HalfSquaredError(), X.shape[1], (0,), 5, starts, seed=0)
+        got = fold_sums(shards, probe, shift)
+    finally:
+        shards.release()
+    blocks = [SimpleNamespace(X=X[a:a + 50], y=y[a:a + 50], sample_weight=None, index=i)
+              for i, a in enumerate(range(0, len(y), 50))]
+    leaves = [Partial(0.0, _block_fold_sums(b, probe, shift).ravel(), 0.0, 0.0, 0.0) for b in blocks]
+    want = tree_sum(leaves, 8).grad_sum.reshape(got.shape)
+    assert len(blocks) == len(starts) > 8  # more than one level of the tree
+    np.testing.assert_array_equal(got, want)
