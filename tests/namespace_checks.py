@@ -58,6 +58,14 @@ CASES = [
     ("multinomial-sgd-early-stopping", dask_dgd.LogisticRegression, "multinomial",
      {"solver": "sgd", "batch_size": 64, "early_stopping": True}, False, False),
     ("poisson-lbfgs", dask_dgd.PoissonRegressor, "count", {"solver": "lbfgs"}, True, False),
+    ("linear-cd-lasso", dask_dgd.LinearRegression, "regression",
+     {"solver": "cd", "alpha": 0.01, "l1_ratio": 1.0}, True, False),
+    ("poisson-cd-enet", dask_dgd.PoissonRegressor, "count", {"solver": "cd", "alpha": 0.01, "l1_ratio": 0.5},
+     False, False),
+    # the CV paths: the exact least-squares path (fold Gram matrices), the stacked one
+    ("elasticnet-cv-exact", dask_dgd.ElasticNetCV, "regression", {"alphas": 3, "cv": 3}, True, False),
+    ("poisson-cv-stacked", dask_dgd.PoissonRegressorCV, "count", {"alphas": [0.1, 0.01], "cv": 3}, False, False),
+    ("multinomial-cv", dask_dgd.LogisticRegressionCV, "multinomial", {"Cs": 2, "cv": 3}, True, False),
 ]
 CASE_IDS = [c[0] for c in CASES]
 

@@ -62,7 +62,7 @@ def _block_fold_sums(block, path, shift):
         else:
             f64 = xp.float64
             Xk = xp.astype(Xk, f64) - asarray_like(shift[:d], Xk, dtype=f64)
-            yk = xp.astype(yk, f64) - shift[d]
+            yk = xp.astype(yk, f64) - float(shift[d])
             Z = xp.concat([Xk, yk[:, None]], axis=1)
         out[k] = weighted_gram(Z, w[rows], fit_intercept=True)
     return out

@@ -10,6 +10,7 @@ derivative), the Fisher information and the sandwich's meat of the inference
 elastic-net path (:mod:`dask_dgd.linear_model._cv_gram`).
 """
 
+import array_api_compat
 import numpy as np
 
 from .._backend import asarray_like, get_namespace, is_sparse, to_numpy
@@ -57,11 +58,13 @@ def weighted_gram(X, a, fit_intercept=False, *, intercept_first=False):
         a = asarray_like(a, X) if isinstance(a, np.ndarray) else a
         a = xp.reshape(xp.astype(a, f64), (n,))
         rows = max(256, GRAM_SLICE_BYTES // (8 * max(d, 1)))
-        inner = xp.zeros((d, d), dtype=f64)
-        column = xp.zeros((d,), dtype=f64)
+        device = array_api_compat.device(X)
+        inner = xp.zeros((d, d), dtype=f64, device=device)
+        column = xp.zeros((d,), dtype=f64, device=device)
         for start in range(0, n, rows):
-            Xs = xp.astype(X[start:start + rows, :], f64)
-            weighted = Xs * a[start:start + rows, None]
+            stop = min(start + rows, n)  # the array API leaves out-of-bounds slices unspecified
+            Xs = xp.astype(X[start:stop, :], f64)
+            weighted = Xs * a[start:stop, None]
             inner = inner + Xs.T @ weighted
             column = column + xp.sum(weighted, axis=0)
         inner = np.asarray(to_numpy(inner), dtype=np.float64).reshape(d, d)
