@@ -48,50 +48,42 @@ def _block_starts(shards):
     return tuple(int(v) for v in np.concatenate([[0], np.cumsum(shards.block_rows)[:-1]]))
 
 
-def _shard_fold_stats(shard, path):
-    """Per block: the folds' weights and weighted target sums, and ``X^T`` times the
-    weights and the weighted targets of each fold (``(d, n_folds)``)."""
-    out = {}
+def _block_fold_stats(b, path):
+    """One block's folds' weights and weighted target sums, and ``X^T`` times the
+    weights and the weighted targets of each fold (``(d, n_folds)`` each), flat."""
     F = path.n_folds
-    for b in shard.blocks:
-        n = b.X.shape[0]
-        folds = path.folds_of(b.index, n)
-        y = np.asarray(to_numpy(b.y), dtype=np.float64).reshape(n)
-        X, o = path.features_and_offset(b.X)
-        if o is not None and isinstance(path.loss, HalfSquaredError):  # least squares regresses y - offset
-            y = y - np.asarray(to_numpy(o), dtype=np.float64).reshape(n)
-        w = np.ones(n) if b.sample_weight is None else np.asarray(to_numpy(b.sample_weight), np.float64).reshape(n)
-        onehot = np.zeros((n, F))
-        onehot[np.arange(n), folds] = w
-        M = np.concatenate([onehot, onehot * y[:, None]], axis=1)
-        if is_sparse(X) or isinstance(X, np.ndarray):
-            XtM = X.T @ M
-        else:  # another namespace (CuPy): the product where X lives, in its floating dtype
-            xp = get_namespace(X)
-            dtype = X.dtype if xp.isdtype(X.dtype, "real floating") else xp.float64
-            XtM = to_numpy(xp.astype(X, dtype, copy=False).T @ xp.astype(asarray_like(M, X), dtype))
-        XtM = np.asarray(XtM, dtype=np.float64).reshape(path.n_features, 2 * F)
-        out[b.index] = (onehot.sum(axis=0), (onehot * y[:, None]).sum(axis=0), XtM[:, :F], XtM[:, F:])
-    return out
+    n = b.X.shape[0]
+    folds = path.folds_of(b.index, n)
+    y = np.asarray(to_numpy(b.y), dtype=np.float64).reshape(n)
+    X, o = path.features_and_offset(b.X)
+    if o is not None and isinstance(path.loss, HalfSquaredError):  # least squares regresses y - offset
+        y = y - np.asarray(to_numpy(o), dtype=np.float64).reshape(n)
+    w = np.ones(n) if b.sample_weight is None else np.asarray(to_numpy(b.sample_weight), np.float64).reshape(n)
+    onehot = np.zeros((n, F))
+    onehot[np.arange(n), folds] = w
+    M = np.concatenate([onehot, onehot * y[:, None]], axis=1)
+    if is_sparse(X) or isinstance(X, np.ndarray):
+        XtM = X.T @ M
+    else:  # another namespace (CuPy): the product where X lives, in its floating dtype
+        xp = get_namespace(X)
+        dtype = X.dtype if xp.isdtype(X.dtype, "real floating") else xp.float64
+        XtM = to_numpy(xp.astype(X, dtype, copy=False).T @ xp.astype(asarray_like(M, X), dtype))
+    XtM = np.asarray(XtM, dtype=np.float64).reshape(path.n_features, 2 * F)
+    return np.concatenate([onehot.sum(axis=0), (onehot * y[:, None]).sum(axis=0), XtM[:, :F].ravel(),
+                           XtM[:, F:].ravel()])
 
 
-def _shard_held_out(shard, path, params):
-    """Per block: the held-out sums of every column (:meth:`PathObjective.held_out_sums`)."""
-    return {b.index: path.held_out_sums(params, b.X, b.y, b.sample_weight, b.index) for b in shard.blocks}
+def _held_out_keys(path):
+    """The names of :meth:`PathObjective.held_out_sums`, in the order they travel."""
+    if path.n_outputs > 1:
+        return ("weight", "loss", "correct", "deviance")
+    return ("weight", "loss", "squared_error", "correct", "wy", "wyy", "deviance")
 
 
-def _merged(per_group):
-    """Per-block results summed in block order (the result does not depend on placement)."""
-    items = sorted((i, v) for group in per_group for i, v in group.items())
-    total = None
-    for _, value in items:
-        if total is None:
-            total = value
-        elif isinstance(value, dict):
-            total = {k: total[k] + value[k] for k in total}
-        else:
-            total = tuple(a + b for a, b in zip(total, value))
-    return total
+def _block_held_out(b, path, params):
+    """One block's held-out sums of every column (:meth:`PathObjective.held_out_sums`), flat."""
+    sums = path.held_out_sums(params, b.X, b.y, b.sample_weight, b.index)
+    return np.concatenate([sums[k] for k in _held_out_keys(path)])
 
 
 class _PathCV(ClientParamMixin, BaseEstimator):
@@ -120,7 +112,10 @@ class _PathCV(ClientParamMixin, BaseEstimator):
         return scoring
 
     def _fold_stats(self, shards, path):
-        fw, fwy, Xtw, Xtwy = _merged(shards.map_gather(_shard_fold_stats, path, name="dgd-cv-folds"))
+        flat = shards.tree_sum(_block_fold_stats, path, name="dgd-cv-folds")  # the fixed block tree's sum
+        F, d = path.n_folds, path.n_features
+        fw, fwy = flat[:F], flat[F:2 * F]
+        Xtw, Xtwy = flat[2 * F:2 * F + d * F].reshape(d, F), flat[2 * F + d * F:].reshape(d, F)
         empty = np.flatnonzero(fw <= 0)
         if len(empty):
             raise InputError(
@@ -194,7 +189,8 @@ class _PathCV(ClientParamMixin, BaseEstimator):
         path = PathObjective(loss, n_features, tuple(f for _, f in cols), F, starts, seed, self.fit_intercept, offset)
         params = path.pack(np.stack([coef[p, f] for p, f in cols], axis=1), np.array([icpt[p, f] for p, f in cols]))
         scored = shards if score_shards is None else score_shards
-        sums = _merged(scored.map_gather(_shard_held_out, path, params, name="dgd-cv-score"))
+        flat = scored.tree_sum(_block_held_out, path, params, name="dgd-cv-score")
+        sums = dict(zip(_held_out_keys(path), flat.reshape(-1, path.n_columns)))
         return coef, icpt, {k: v.reshape(P, F) for k, v in sums.items()}, n_iter
 
     @staticmethod
