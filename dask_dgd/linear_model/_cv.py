@@ -73,17 +73,10 @@ def _block_fold_stats(b, path):
                            XtM[:, F:].ravel()])
 
 
-def _held_out_keys(path):
-    """The names of :meth:`PathObjective.held_out_sums`, in the order they travel."""
-    if path.n_outputs > 1:
-        return ("weight", "loss", "correct", "deviance")
-    return ("weight", "loss", "squared_error", "correct", "wy", "wyy", "deviance")
-
-
 def _block_held_out(b, path, params):
     """One block's held-out sums of every column (:meth:`PathObjective.held_out_sums`), flat."""
     sums = path.held_out_sums(params, b.X, b.y, b.sample_weight, b.index)
-    return np.concatenate([sums[k] for k in _held_out_keys(path)])
+    return np.concatenate([sums[k] for k in path.held_out_keys])
 
 
 class _PathCV(ClientParamMixin, BaseEstimator):
@@ -190,7 +183,7 @@ class _PathCV(ClientParamMixin, BaseEstimator):
         params = path.pack(np.stack([coef[p, f] for p, f in cols], axis=1), np.array([icpt[p, f] for p, f in cols]))
         scored = shards if score_shards is None else score_shards
         flat = scored.tree_sum(_block_held_out, path, params, name="dgd-cv-score")
-        sums = dict(zip(_held_out_keys(path), flat.reshape(-1, path.n_columns)))
+        sums = dict(zip(path.held_out_keys, flat.reshape(-1, path.n_columns)))
         return coef, icpt, {k: v.reshape(P, F) for k, v in sums.items()}, n_iter
 
     @staticmethod

@@ -208,6 +208,13 @@ class PathObjective:
         icpt = np.broadcast_to(np.asarray(icpt, np.float64), self._column_shape).reshape(1, width)
         return np.concatenate([coef, icpt]).ravel()
 
+    @property
+    def held_out_keys(self):
+        """The names of :meth:`held_out_sums`' sums, in a fixed order."""
+        if self.n_outputs > 1:
+            return ("weight", "loss", "correct", "deviance")
+        return ("weight", "loss", "squared_error", "correct", "wy", "wyy", "deviance")
+
     def folds_of(self, index, n_rows):
         """Folds of the rows of block ``index``."""
         return fold_ids(self.block_starts[index], n_rows, self.n_folds, self.seed)
@@ -345,7 +352,7 @@ class PathObjective:
         n, K = X.shape[0], self.n_columns
         col_folds = asarray_like(np.asarray(self.column_folds), matrix)
         folds_dev = asarray_like(folds, matrix)
-        keys = ("weight", "loss", "squared_error", "correct", "wy", "wyy", "deviance")
+        keys = self.held_out_keys
         out = {key: np.zeros(K) for key in keys}
         step = self._slices(X)
         for start in range(0, n, step):
@@ -371,7 +378,7 @@ class PathObjective:
         n, K, m = X.shape[0], self.n_columns, self.n_outputs
         col_folds = asarray_like(np.asarray(self.column_folds), matrix)
         folds_dev = asarray_like(folds, matrix)
-        keys = ("weight", "loss", "correct", "deviance")
+        keys = self.held_out_keys
         out = {key: np.zeros(K) for key in keys}
         step = self._slices(X)
         for start in range(0, n, step):
