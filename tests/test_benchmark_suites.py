@@ -343,9 +343,8 @@ def test_straggler_suite_tiny():
     runs = data["runs"]
     assert runs["straggler"]["sync"][0]["compute_time_max"] > runs["none"]["sync"][0]["compute_time_max"]
     assert runs["none"]["local"][0]["rounds"] == 1 + 4  # 15 epochs / 4 local passes per round
-    # pushes of both groups for at least the 5 epochs the tol=0 rule needs to stop (an
-    # asynchronous objective that stalls, as on a busy machine, ends the run early)
-    assert runs["none"]["async"][0]["rounds"] >= 2 * 5
+    # a fixed budget (no stop on a stalled objective): both groups push through the 15 epochs
+    assert runs["none"]["async"][0]["rounds"] >= 2 * 14
     assert sum(runs["straggler"]["async"][0]["updates"]) > 0
     assert "speed-up over sync under the straggler" in result["markdown"]
 

@@ -61,6 +61,9 @@ def _estimator(client, p, mode):
     extra = {"local_steps": p["local_steps"]} if mode == "local" else {}
     return LogisticRegression(
         alpha=p["alpha"], solver="gd", max_iter=p["max_iter"], tol=0.0, mode=mode,
+        # a fixed budget: no stop on a stalled objective (an asynchronous one can stall for
+        # a few epochs on a busy machine, and would end before it reached the target)
+        n_iter_no_change=p["max_iter"],
         random_state=p["seed"], client=client, **extra,
     )
 
