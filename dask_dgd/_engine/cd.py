@@ -25,7 +25,7 @@ import numpy as np
 from .._backend import get_namespace
 from ..losses._gram import weighted_gram
 from .kernels import BlockSums
-from .solvers import ARMIJO, NEWTON_MAX_LINESEARCH, Outcome, Solver, step_record
+from .solvers import ARMIJO, NEWTON_MAX_LINESEARCH, AttributeState, Outcome, Solver, step_record
 from .stopping import Stop
 from .update import initial_divergence
 
@@ -241,7 +241,7 @@ def cd_solve(H, g, x0, l1, tol, max_sweeps=MAX_SWEEPS, free=None):
     return x, int(n)
 
 
-class IRLSCD(Solver):
+class IRLSCD(AttributeState, Solver):
     """Iteratively reweighted least squares with coordinate descent (glum's "irls-cd"),
     for L1 and elastic-net penalties on single-output models.
 
@@ -340,13 +340,6 @@ class IRLSCD(Solver):
         return self.x, self.it, None, None
 
     _STATE = ("x", "f", "g", "H", "kkt", "it", "direction", "delta", "t", "trials")
-
-    def state_dict(self):
-        return {k: getattr(self, k) for k in self._STATE}
-
-    def load_state_dict(self, state):
-        for k in self._STATE:
-            setattr(self, k, state[k])
 
     def resume(self):
         return Outcome(accepted=False)

@@ -33,6 +33,7 @@ __all__ = [
     "BlockSums",
     "Draw",
     "LocalUpdate",
+    "SolvedLocal",
     "StepRequest",
     "group_block_states",
     "group_memory",
@@ -91,6 +92,16 @@ class LocalUpdate:
     keep: tuple
     optimizer: object = None
     scale: float = 1.0
+
+
+@dataclass(frozen=True)
+class SolvedLocal:
+    """Local parameters that an objective solved for in its step (alternating least
+    squares solves a matrix factorization's users exactly): what ``group_sums``
+    returns in place of a local gradient; they are stored as the step's snapshot, in
+    place of the ones the step started from."""
+
+    params: object
 
 
 @dataclass(frozen=True)
@@ -179,6 +190,8 @@ def group_step(shard, scratch, objective, request, tree):
     sums, local_grad = objective.group_sums(shard, request.params, request.aux, request.draw, local_params,
                                             scratch.setdefault("objective", {}))
     if local is not None:
+        if isinstance(local_grad, SolvedLocal):
+            local_params, local_grad = local_grad.params, None
         _store_local(scratch, local, local_params, local_state, local_grad)
     comp = request.compressor
     step = 0 if request.draw is None else request.draw.step

@@ -33,7 +33,7 @@ from .records import make_record
 from .stopping import EpochStopper, Stop
 from .update import Guard, UpdateRule, auto_learning_rate, initial_divergence
 
-__all__ = ["FirstOrder", "LBFGS", "Newton", "Outcome", "Solver", "start_step"]
+__all__ = ["AttributeState", "FirstOrder", "LBFGS", "Newton", "Outcome", "Solver", "start_step"]
 
 #: Rows of the sample whose Hessian preconditions the Newton solver (dask config
 #: ``dgd.newton-sample-rows``).
@@ -101,6 +101,20 @@ class Solver:
     def result(self):
         """``(params, n_iter, optimizer, optimizer state)``."""
         raise NotImplementedError
+
+
+class AttributeState:
+    """``state_dict``/``load_state_dict`` of a solver whose checkpointed state is the
+    attributes named in ``_STATE``."""
+
+    _STATE = ()
+
+    def state_dict(self):
+        return {k: getattr(self, k) for k in self._STATE}
+
+    def load_state_dict(self, state):
+        for k in self._STATE:
+            setattr(self, k, state[k])
 
 
 def step_record(ctx, res, iteration, value, grad, step_size, **extra):

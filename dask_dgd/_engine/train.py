@@ -16,6 +16,7 @@ from ..compression import get_compressor
 from ..exceptions import InputError, ParameterError
 from ..losses import LinearObjective, Penalty
 from ..optim import LBFGS, FirstOrderOptimizer, get_optimizer
+from .als import ALS
 from .cd import IRLSCD, HessianTraining, cd_max_params, cd_support
 from .checkpoint import Checkpointer, data_fingerprint, digests_of, stable_repr
 from .executor import auto_split_every, get_executor
@@ -34,7 +35,7 @@ from .stopping import EarlyStopping, StopRules
 
 __all__ = ["FitResult", "resolve_solver", "train"]
 
-SOLVERS = ("auto", "lbfgs", "newton", "cd", "gd", "sgd")
+SOLVERS = ("auto", "lbfgs", "newton", "cd", "als", "gd", "sgd")
 MODES = ("sync", "local", "async")
 
 
@@ -147,13 +148,13 @@ def resolve_solver(solver, optimizer, *, batch_size, mode, compression, has_l1, 
                 f"compression applies to synchronous gradient steps; mode={mode!r} "
                 "sends parameters, not gradients (use mode='sync')"
             )
-        if solver in ("lbfgs", "newton", "cd") or isinstance(opt, LBFGS):
+        if solver in ("lbfgs", "newton", "cd", "als") or isinstance(opt, LBFGS):
             raise ParameterError(
                 f"compression needs a first-order solver ('gd' or 'sgd'): "
                 f"solver={solver!r} relies on exact gradients"
             )
     if mode != "sync":
-        if solver in ("lbfgs", "newton", "cd"):
+        if solver in ("lbfgs", "newton", "cd", "als"):
             raise ParameterError(
                 f"mode={mode!r} takes first-order steps; solver={solver!r} is "
                 "synchronous only. Use solver='sgd' (with batch_size) or 'gd', or mode='sync'"
@@ -173,6 +174,18 @@ def resolve_solver(solver, optimizer, *, batch_size, mode, compression, has_l1, 
             solver = "cd" if small and not early_stopping and opt is None else "gd"
         else:
             solver = "lbfgs"
+    if solver == "als":
+        reason = f"not {type(objective).__name__}" if not hasattr(objective, "als_support") else \
+            objective.als_support()
+        if objective is not None and reason is not None:
+            raise ParameterError(
+                f"solver='als' trains matrix factorizations whose objective is quadratic in each side's factors "
+                f"(explicit ratings, or loss='wls'): {reason}")
+        if opt is not None:
+            raise ParameterError(f"solver='als' takes no optimizer; got {type(opt).__name__}")
+        if batch_size is not None:
+            raise ParameterError("solver='als' is full-batch only; drop batch_size")
+        return solver, None
     if solver == "cd":
         if opt is not None:
             raise ParameterError(f"solver='cd' takes no optimizer; got {type(opt).__name__}")
@@ -423,6 +436,8 @@ def train(
                 solver_obj = Newton(ctx, params0)
             elif solver == "cd":
                 solver_obj = IRLSCD(ctx, params0)
+            elif solver == "als":
+                solver_obj = ALS(ctx, params0)
             else:
                 solver_obj = FirstOrder(ctx, params0, opt, opt_state)
             loop = Loop(ctx, solver_obj, stops, cp)

@@ -20,13 +20,13 @@ from sklearn.base import BaseEstimator
 from .._engine.checkpoint import stable_repr
 from .._engine.executor import get_executor, is_dask_collection
 from .._engine.train import seed_of, train
-from .._validation import TRAINING_CONSTRAINTS, ClientParamMixin, Interval, validate_params
+from .._validation import TRAINING_CONSTRAINTS, ClientParamMixin, Interval, Options, validate_params
 from ..exceptions import ConvergenceWarning
 from ..optim import FirstOrderOptimizer, Schedule, get_optimizer
 from ._input import as_frame, id_index
 from ._objective import FactorizationTraining, FactorModel
 from ._serving import RecommenderMixin
-from ._shards import block_like, build_rating_shards, check_scan, frame_parts, init_rows, scan
+from ._shards import block_like, build_rating_shards, check_scan, frame_parts, init_rows, is_device_like, scan
 
 __all__ = ["FactorizationBase"]
 
@@ -49,6 +49,18 @@ class FactorizationBase(RecommenderMixin, ClientParamMixin, BaseEstimator):
 
     Parameters
     ----------
+    solver : {"auto", "als", "gd"}, default="auto"
+        "als": alternating least squares, for the least-squares objectives (explicit
+        ratings, ``loss="wls"``): each iteration takes 3 conjugate-gradient steps on
+        every user's system where the user lives, then 3 on the item systems, whose
+        products with a direction are reduced like gradients
+        (:mod:`dask_dgd._engine.als`); the same objective as "gd";
+        synchronous, full batch, NumPy shards; ``optimizer``, ``learning_rate`` and
+        ``on_divergence`` do not apply; ``max_iter`` counts iterations and the fit stops
+        when one improved the objective by at most ``tol`` (relative, as below).
+        "gd": gradient steps of ``optimizer``, in every mode, full or mini-batch.
+        "auto": "als" for the models listed in the subclass where it applies, else "gd".
+        ``partial_fit`` always takes gradient steps.
     optimizer : {"adam", "adagrad", "rmsprop", "sgd", "adamw"} or optimizer object, default="adam"
         Update rule, applied to the user factors on their shards and to the item
         factors (all are element-wise, so this is one optimizer on all parameters).
@@ -126,7 +138,9 @@ class FactorizationBase(RecommenderMixin, ClientParamMixin, BaseEstimator):
     user_factors_ : ndarray of shape (n_users, n_components)
     item_factors_ : ndarray of shape (n_items, n_components)
     n_iter_ : int
-        Epochs run.
+        Epochs run (iterations of alternating least squares).
+    solver_ : str
+        The solver of the last ``fit`` or ``partial_fit``: "als" or "gd".
     history_ : pandas.DataFrame
         One record per step (loss, grad_norm, step_time, compute times, bytes_up: the
         item-gradient bytes reduced, bytes_down: the item table sent, ...).
@@ -138,11 +152,14 @@ class FactorizationBase(RecommenderMixin, ClientParamMixin, BaseEstimator):
     """
 
     _kind = None  # "explicit", "bpr" or "wls"
+    #: the kinds ``solver="auto"`` trains by alternating least squares
+    _auto_als_kinds = ()
 
     _common_constraints = {
         **TRAINING_CONSTRAINTS,
         "n_components": [Interval(numbers.Integral, 1, None, "left")],
         "alpha": [Interval(numbers.Real, 0, None, "left")],
+        "solver": [Options("auto", "als", "gd")],
         "optimizer": [_optimizer_like],
         "learning_rate": [None, Interval(numbers.Real, 0, None, "neither"), Schedule],
         "batch_size": [None, Interval(numbers.Integral, 1, None, "left")],
@@ -239,6 +256,7 @@ class FactorizationBase(RecommenderMixin, ClientParamMixin, BaseEstimator):
         model = self._model(mu, len(items), seed)
         optimizer = self._optimizer()
         n_batches = 1 if self.batch_size is None else max(1, int(round(facts["n"] / self.batch_size)))
+        solver = "gd" if continued else self._solver(like)
         if continued:
             V, item_state, inits, U_base, state_base = self._continue_from(model, optimizer, shards)
         else:
@@ -247,7 +265,8 @@ class FactorizationBase(RecommenderMixin, ClientParamMixin, BaseEstimator):
             item_state = inits = U_base = state_base = None
         max_iter = 1 if continued else self.max_iter
         result = train(
-            FactorizationTraining(model, n_batches), shards, solver="gd", optimizer=optimizer, max_iter=max_iter,
+            FactorizationTraining(model, n_batches), shards, solver=solver,
+            optimizer=None if solver == "als" else optimizer, max_iter=max_iter,
             tol=self.tol * self._objective_scale(facts, cols[2]), mode=self.mode, local_steps=self.local_steps,
             outer_optimizer=self.outer_optimizer,
             max_staleness=self.max_staleness, staleness_scaling=self.staleness_scaling, max_time=self.max_time,
@@ -273,12 +292,37 @@ class FactorizationBase(RecommenderMixin, ClientParamMixin, BaseEstimator):
             if result.message.startswith("reached max_time"):
                 warnings.warn(f"{type(self).__name__} {result.message}", ConvergenceWarning, stacklevel=3)
             elif not continued and self.tol > 0:
+                what, remedy = ("iterations", "max_iter") if solver == "als" else \
+                    ("epochs", "max_iter or learning_rate")
                 warnings.warn(
-                    f"{type(self).__name__} reached max_iter={self.max_iter} epochs before the objective "
-                    f"stopped improving by tol={self.tol}; raise max_iter or learning_rate",
+                    f"{type(self).__name__} reached max_iter={self.max_iter} {what} before the objective "
+                    f"stopped improving by tol={self.tol}; raise {remedy}",
                     ConvergenceWarning, stacklevel=3,
                 )
         return self
+
+    def _solver(self, like):
+        """The solver of a new fit: ``"auto"`` takes alternating least squares where it
+        applies (a least-squares objective, synchronous full-batch steps without
+        compression, NumPy shards), else gradient steps."""
+        if is_device_like(like):
+            if self.solver == "als":
+                from ..exceptions import ParameterError
+
+                raise ParameterError(
+                    "solver='als' runs on NumPy shards; the ratings' blocks are of another array namespace "
+                    "(e.g. CuPy): use solver='gd' (or 'auto') to train on their device"
+                )
+            return "gd"
+        if self.solver == "als" and self.batch_size is not None:
+            from ..exceptions import ParameterError
+
+            raise ParameterError("solver='als' is full-batch only; drop batch_size")
+        if self.solver != "auto":
+            return self.solver
+        quadratic = self._kind_now() in self._auto_als_kinds
+        sync_full = self.mode == "sync" and self.batch_size is None and self.compression is None
+        return "als" if quadratic and sync_full else "gd"
 
     def _objective_scale(self, facts, rating_col):
         """The objective's value at the start (factors near 0, biases 0), from the scan:
@@ -326,7 +370,7 @@ class FactorizationBase(RecommenderMixin, ClientParamMixin, BaseEstimator):
 
     _FITTED = ("user_ids_", "item_ids_", "_user_index", "_item_index", "user_factors_", "item_factors_",
                "user_bias_", "item_bias_", "global_mean_", "_item_state_", "_user_state_", "_seen", "history_",
-               "loss_curve_", "n_iter_", "shard_ratings_", "bytes_communicated_", "_seed_")
+               "loss_curve_", "n_iter_", "solver_", "shard_ratings_", "bytes_communicated_", "_seed_")
 
     def _forget_fit(self):
         """Drop what an earlier fit left (a refit with other settings starts clean)."""
@@ -365,6 +409,7 @@ class FactorizationBase(RecommenderMixin, ClientParamMixin, BaseEstimator):
         self.history_ = history
         self.loss_curve_ = history["loss"].tolist() if len(history) else []
         self.n_iter_ = result.n_iter if not continued else getattr(self, "n_iter_", 0) + result.n_iter
+        self.solver_ = result.solver
         self.shard_ratings_ = np.asarray(loads)
         from .._engine.monitor import communicated
 
@@ -484,7 +529,9 @@ def _assemble_state(user_states, shape, base=None):
 
 
 def _state_rows(state, users):
-    """The rows of ``users`` in a whole-table optimizer state."""
+    """The rows of ``users`` in a whole-table optimizer state (None: none yet)."""
+    if state is None:
+        return None
     return type(state)(**{
         name: value[users] if isinstance(value, np.ndarray) and value.ndim == 2 else value
         for name, value in state._asdict().items()
@@ -494,7 +541,7 @@ def _state_rows(state, users):
 def _grow_state(state, extra, optimizer):
     """An optimizer state with ``extra`` more rows (in their initial state) for new
     users or items."""
-    if extra <= 0:
+    if extra <= 0 or state is None:  # (None: a fit by alternating least squares keeps no state)
         return state
     fields = {}
     for name, value in state._asdict().items():

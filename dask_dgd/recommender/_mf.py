@@ -42,7 +42,7 @@ class MatrixFactorization(FactorizationBase):
 
     Other Parameters
     ----------------
-    optimizer, learning_rate, batch_size, max_iter, tol, init_scale, user_col, item_col, n_shards, \
+    solver, optimizer, learning_rate, batch_size, max_iter, tol, init_scale, user_col, item_col, n_shards, \
 mode, local_steps, outer_optimizer, max_staleness, staleness_scaling, max_time, on_divergence, \
 checkpoint, checkpoint_every, compression, split_every, random_state, verbose, callbacks, client
         The training parameters both recommenders share: see
@@ -86,6 +86,7 @@ shard_ratings_, bytes_communicated_
         *,
         alpha=0.1,
         alpha_bias=None,
+        solver="auto",
         optimizer="adam",
         learning_rate=None,
         batch_size=None,
@@ -115,6 +116,7 @@ shard_ratings_, bytes_communicated_
         self.n_components = n_components
         self.alpha = alpha
         self.alpha_bias = alpha_bias
+        self.solver = solver
         self.optimizer = optimizer
         self.learning_rate = learning_rate
         self.batch_size = batch_size
@@ -213,7 +215,7 @@ class ImplicitMatrixFactorization(FactorizationBase):
 
     Other Parameters
     ----------------
-    optimizer, learning_rate, batch_size, max_iter, tol, init_scale, user_col, item_col, n_shards, \
+    solver, optimizer, learning_rate, batch_size, max_iter, tol, init_scale, user_col, item_col, n_shards, \
 mode, local_steps, outer_optimizer, max_staleness, staleness_scaling, max_time, on_divergence, \
 checkpoint, checkpoint_every, compression, split_every, random_state, verbose, callbacks, client
         The training parameters both recommenders share: see
@@ -234,6 +236,7 @@ shard_ratings_, bytes_communicated_
     """
 
     _kind = None
+    _auto_als_kinds = ("wls",)
     _parameter_constraints = {
         **FactorizationBase._common_constraints,
         "loss": [Options("bpr", "wls")],
@@ -250,6 +253,7 @@ shard_ratings_, bytes_communicated_
         alpha=0.01,
         alpha_bias=None,
         confidence_scale=1.0,
+        solver="auto",
         optimizer="adam",
         learning_rate=None,
         batch_size=None,
@@ -281,6 +285,7 @@ shard_ratings_, bytes_communicated_
         self.alpha = alpha
         self.alpha_bias = alpha_bias
         self.confidence_scale = confidence_scale
+        self.solver = solver
         self.optimizer = optimizer
         self.learning_rate = learning_rate
         self.batch_size = batch_size

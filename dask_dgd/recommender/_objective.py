@@ -25,12 +25,14 @@ import array_api_compat
 import numpy as np
 
 from .._backend import get_namespace, to_numpy
-from .._engine.kernels import BlockSums, Draw
+from .._engine.als import CG_STEPS
+from .._engine.kernels import BlockSums, Draw, SolvedLocal
 from .._engine.reduce import RowSparse
+from ..losses import _als
 from ..losses import _factorization as kernels
 from ._shards import init_rows
 
-__all__ = ["FactorModel", "FactorizationTraining", "HashBatches"]
+__all__ = ["AlsPhase", "FactorModel", "FactorizationTraining", "HashBatches"]
 
 
 @dataclass(frozen=True)
@@ -109,6 +111,24 @@ class HashBatches:
     @staticmethod
     def draw_rows(shard, draw, partial):
         return int(partial.weight_sum)
+
+
+@dataclass(frozen=True)
+class AlsPhase:
+    """What a step of alternating least squares asks of the shards (see
+    :mod:`dask_dgd._engine.als`): ``"solve"``: solve the users (``user_cg_steps``
+    conjugate-gradient steps each) at the item table sent (``gram``: its Gram matrix,
+    wls), then the usual sums at them;
+    ``"matvec"``: the table sent is a conjugate-gradient direction ``D``, return the
+    observed part of ``A_i d_i`` for every item."""
+
+    phase: str
+    gram: object = None
+    user_cg_steps: int = 3
+
+    @property
+    def nbytes(self):
+        return 0 if self.gram is None else int(self.gram.nbytes)
 
 
 def _map_state(state, fn):
@@ -222,8 +242,30 @@ class FactorizationTraining:
     def group_sums(self, shard, params, aux, draw, local, memory=None):
         """One shard's sums at the item table ``params`` and its users' factors ``local``:
         loss, the touched item-gradient rows, the users' gradient (unscaled)."""
+        memory = {} if memory is None else memory
         with np.errstate(over="ignore", invalid="ignore"):  # divergence is the engine's to handle
-            return self._group_sums(shard, params, aux, draw, local, {} if memory is None else memory)
+            if isinstance(aux, AlsPhase):
+                return self._als_sums(shard, params, aux, local, memory)
+            return self._group_sums(shard, params, aux, draw, local, memory)
+
+    def _als_sums(self, shard, params, aux, U, memory):
+        """A step of alternating least squares on this shard (see :class:`AlsPhase`)."""
+        m = self.model
+        explicit = m.kind == "explicit"
+        table = self._table(params)
+        if aux.phase == "solve":
+            U = _als.solve_users(shard.uptr, shard.gi, shard.r, table, aux.gram, m.mu, m.alpha, m.alpha_bias,
+                                 m.confidence_scale, explicit, U, aux.user_cg_steps)
+            sums, _ = self._group_sums(shard, params, aux.gram, None, U, memory)
+            return sums, SolvedLocal(U)
+        if "gV" not in memory:
+            memory["gV"] = np.zeros((m.n_items, m.item_width))
+            memory["touched"] = np.zeros(m.n_items, dtype=bool)
+        _als.item_matvec(shard.lu, shard.gi, shard.r, U, table, m.alpha, m.alpha_bias, m.confidence_scale, explicit,
+                         memory["gV"], memory["touched"])
+        idx, out = _touched_rows(np, memory, True)
+        grad = out.ravel() if idx is None else RowSparse(idx, out, m.n_items)
+        return {shard.index: BlockSums(0.0, grad, float(shard.n_rows), {})}, None
 
     def _group_sums(self, shard, params, aux, draw, U, memory):
         m = self.model
@@ -268,6 +310,27 @@ class FactorizationTraining:
         return out
 
     # ------------------------------------------------------------- driver side
+    @property
+    def als_shape(self):
+        """The item table's shape (alternating least squares)."""
+        return (self.model.n_items, self.model.item_width)
+
+    def als_support(self):
+        """None when alternating least squares can train this model, else why not."""
+        if self.model.kind == "bpr":
+            return "loss='bpr' is not a least-squares objective; use solver='gd'"
+        return None
+
+    def als_aux(self, phase, table):
+        """What a step of alternating least squares sends besides ``table``."""
+        gram = table.T @ table if phase == "solve" and self.model.kind == "wls" else None
+        return AlsPhase(phase, gram, CG_STEPS)
+
+    @staticmethod
+    def als_gram(partial):
+        """The users' Gram matrix of the all-pairs term (wls), or None."""
+        return partial.extras.get("gram")
+
     def step_aux(self, params):
         """The items' Gram matrix (confidence-weighted least squares), once per step."""
         if self.model.kind != "wls":

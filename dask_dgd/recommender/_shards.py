@@ -35,6 +35,7 @@ __all__ = [
     "check_scan",
     "frame_parts",
     "init_rows",
+    "is_device_like",
     "scan",
 ]
 
@@ -190,6 +191,14 @@ def block_like(executor, *arrays):
     if executor.kind == "dask":
         return executor.client.compute(probe)
     return probe.compute()  # pragma: no cover - dask input always gets a cluster
+
+
+def is_device_like(like):
+    """Whether :func:`block_like`'s answer (an array, a future of one, or None) names
+    an array namespace other than NumPy."""
+    if like is not None and hasattr(like, "result"):
+        like = like.result()
+    return like is not None
 
 
 def assign_users(counts, n_shards):

@@ -43,7 +43,7 @@ CASES = {
     "bpr-minibatch": lambda c: ImplicitMatrixFactorization(3, loss="bpr", max_iter=2, batch_size=200, tol=0,
                                                            random_state=3, client=c),
     "wls": lambda c: ImplicitMatrixFactorization(3, loss="wls", rating_col="rating", max_iter=5, tol=0,
-                                                 random_state=4, client=c),
+                                                 solver="gd", random_state=4, client=c),
     "wls-minibatch": lambda c: ImplicitMatrixFactorization(3, loss="wls", rating_col="rating", max_iter=2,
                                                            batch_size=200, tol=0, random_state=5, client=c),
 }

@@ -58,7 +58,8 @@ CASES = {
     "bpr-minibatch": lambda c: ImplicitMatrixFactorization(3, loss="bpr", max_iter=2, batch_size=150, tol=0,
                                                            random_state=3, client=c),
     "wls": lambda c: ImplicitMatrixFactorization(3, loss="wls", rating_col="rating", max_iter=4, tol=0,
-                                                 optimizer="sgd", learning_rate=0.05, random_state=4, client=c),
+                                                 solver="gd", optimizer="sgd", learning_rate=0.05, random_state=4,
+                                                 client=c),
     "wls-minibatch": lambda c: ImplicitMatrixFactorization(3, loss="wls", rating_col="rating", max_iter=2,
                                                            batch_size=150, tol=0, random_state=5, client=c),
 }

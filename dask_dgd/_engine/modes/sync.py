@@ -80,13 +80,14 @@ class SyncSource:
         return LocalUpdate(source=int(source), key=self.n_steps + 1, keep=tuple(int(k) for k in keep),
                            optimizer=optimizer, scale=float(scale))
 
-    def evaluate(self, params, draw=None, local=None, name="grad"):
-        """One distributed step at ``params`` (all rows, or ``draw``'s)."""
+    def evaluate(self, params, draw=None, local=None, name="grad", aux=None):
+        """One distributed step at ``params`` (all rows, or ``draw``'s); ``aux``: what
+        the step sends besides ``params`` (None: the objective's ``step_aux(params)``)."""
         obj, sh = self.objective, self.shards
         t0, wall0, cpu0 = time.perf_counter(), time.time(), time.process_time()
         update_time = None if self._last_end is None else t0 - self._last_end
         self.n_steps += 1
-        aux = obj.step_aux(params)
+        aux = obj.step_aux(params) if aux is None else aux
         request = StepRequest(params, aux, draw, local, self.compressor, self.seed)
         partial = sh.collective.reduce(
             group_step, obj, request, split_every=self.split_every, size=obj.n_params,

@@ -1,0 +1,128 @@
+"""Alternating least squares (``solver="als"``): a solver of the one loop.
+
+For models whose objective is quadratic in each side's factors (a matrix
+factorization of explicit ratings, or confidence-weighted least squares), with the
+item table ``V`` the shared parameters and each shard's users its local parameters.
+One iteration:
+
+1. one step sends ``V`` (and, for wls, ``V^T V``); every shard solves its users where
+   they live, by ``cg_steps`` conjugate-gradient steps each from their current rows
+   (:func:`dask_dgd.losses._als.solve_users`), and returns the
+   usual sums at the solved users: the objective, the item gradient (whose half is
+   ``A V - B``, minus the residual of the item systems) and, for wls, the users' Gram
+   matrix ``U^T U``;
+2. ``cg_steps`` steps of conjugate gradients on the item systems, all items at once,
+   each with its own step sizes (the systems are independent): each step sends the
+   direction ``D`` and the shards return the observed part of ``A_i d_i`` (row-sparse,
+   tree-reduced like a gradient); the driver adds ``D U^T U`` and updates ``V``, the
+   residuals and the directions.
+
+The item systems are sums over users, who live on different shards; conjugate
+gradients needs only their products with a direction, which reduce like gradients,
+so nothing of size ``items x width^2`` ever travels.  Warm-started from the previous
+``V``, a few steps suffice (the ``implicit`` library's conjugate-gradient ALS takes 3
+per iteration).  Every iteration decreases the objective (conjugate-gradient steps on
+convex quadratics, from the current rows, never increase it), so the fit stops when an
+iteration improved it by at most ``tol``, or after ``max_iter`` iterations.
+"""
+
+import numpy as np
+
+from ..exceptions import DivergenceError
+from .solvers import AttributeState, Outcome, Solver, step_record
+from .stopping import Stop
+from .update import initial_divergence
+
+__all__ = ["ALS", "CG_STEPS"]
+
+#: Conjugate-gradient steps on the item systems per iteration.
+CG_STEPS = 3
+
+
+def _rowdot(a, b):
+    return np.einsum("ij,ij->i", a, b)
+
+
+class ALS(AttributeState, Solver):
+    """Alternating least squares with conjugate-gradient item steps (see the module
+    docstring).  The training objective provides ``als_aux(phase, V)`` (what a step
+    sends besides the table), ``als_gram(partial)`` (the users' Gram matrix of the
+    all-pairs term, or None) and ``als_shape`` (the item table's shape)."""
+
+    def __init__(self, ctx, params0, cg_steps=CG_STEPS):
+        self.ctx = ctx
+        obj = ctx.objective
+        self.shape = obj.als_shape
+        self.V = np.array(params0, dtype=np.float64).reshape(self.shape)
+        self.cg_steps = int(cg_steps)
+        self.it = 0
+        self.key = 0  # the snapshot of the users the next step starts from
+        self.value = self.previous = None
+
+    @property
+    def progress(self):
+        return self.it
+
+    def start(self):
+        return self._iteration()
+
+    def step(self):
+        return self._iteration()
+
+    def _evaluate(self, table, phase):
+        src, obj = self.ctx.source, self.ctx.objective
+        res = src.evaluate(table.ravel(), None, src.local_update(self.key), aux=obj.als_aux(phase, table),
+                           name=f"als-{phase}")
+        self.key = res.local_key
+        return res
+
+    def _iteration(self):
+        res = self._evaluate(self.V, "solve")
+        if not res.finite:
+            if self.it == 0:
+                raise initial_divergence(res.value)
+            raise DivergenceError(f"alternating least squares diverged at iteration {self.it} (loss={res.value}); "
+                                  f"{self.ctx.objective.hint}")
+        n = res.partial.weight_sum
+        gram = self.ctx.objective.als_gram(res.partial)
+        record = step_record(self.ctx, res, self.it, res.value, res.grad, None)
+        V = self.V.copy()
+        R = -0.5 * n * res.grad.reshape(self.shape)  # B - A V
+        D = R.copy()
+        rs = _rowdot(R, R)
+        for _ in range(self.cg_steps):
+            if not np.any(rs > 0):
+                break
+            AD = n * self._evaluate(D, "matvec").grad.reshape(self.shape)
+            if gram is not None:
+                AD += D @ gram
+            dad = _rowdot(D, AD)
+            step = np.divide(rs, dad, out=np.zeros_like(rs), where=dad > 0)
+            V += step[:, None] * D
+            R -= step[:, None] * AD
+            rs_next = _rowdot(R, R)
+            beta = np.divide(rs_next, rs, out=np.zeros_like(rs), where=rs > 0)
+            D = R + beta[:, None] * D
+            rs = rs_next
+        self.V = V
+        self.it += 1
+        self.previous, self.value = self.value, res.value
+        return Outcome([record])
+
+    def stop_rule(self, outcome):
+        if self.previous is not None and self.previous - self.value <= self.ctx.tol:
+            return Stop(True)
+        if self.it >= self.ctx.max_iter:
+            return Stop(False, f"reached max_iter={self.ctx.max_iter}")
+        return None
+
+    def result(self):
+        return self.V.ravel(), self.it, None, None
+
+    def local_keys(self):
+        return (self.key,)
+
+    _STATE = ("V", "it", "key", "value", "previous")
+
+    def resume(self):
+        return Outcome(accepted=False)
