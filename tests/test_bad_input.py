@@ -633,7 +633,8 @@ def test_recommender_bad_shapes_and_columns(model, client):
 @pytest.mark.parametrize("kind", FRAMES)
 def test_recommender_huge_ratings(kind, client):
     """Documented: ratings so large that the squared error overflows stop the fit with a
-    DivergenceError at the first step (confidence-weighted strengths stay finite)."""
+    DivergenceError at the first step (confidence-weighted strengths stay finite: solver
+    "auto" takes gradient steps when the squares of the ratings overflow)."""
     huge = RATINGS.assign(rating=[1e300, 2.0, 3.0, 4.0, 5.0, 1.0, 2.0, 4.0])
     with pytest.raises(DivergenceError, match=r"the objective is not finite at the initial parameters \(loss=inf\)"):
         rec("explicit", kind, client).fit(frame(kind, huge))

@@ -562,3 +562,52 @@ def test_glm_suite_tiny(monkeypatch):
     targets = {t["target"].split(":")[0]: t for t in data["targets"]}
     assert "value" in targets["logistic"] and targets["logistic"]["met"] in (True, False)
     assert targets["cv least squares"]["measured"] == "not built"
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_recommender_peers_suite_small(monkeypatch):
+    """The small size end to end: every RMSE and ranking score is a real number, the folds
+    partition the rows, the three targets are listed, and a peer that cannot be imported
+    (implicit, forced here; Surprise and Spark wherever they are missing) is reported."""
+    from benchmarks.suites import SUITES, recommender_peers
+    from benchmarks.suites import _recpeers_data as rpd
+
+    assert recommender_peers.NAME in SUITES and recommender_peers.DESCRIPTION
+    real_why = rpd.why_unimportable
+    monkeypatch.setattr(rpd, "why_unimportable",
+                        lambda m: "ModuleNotFoundError: No module named 'implicit'" if m == "implicit" else real_why(m))
+    result = recommender_peers.run("small", log=lambda msg: None)
+    _check_result(result)
+    data, md = result["data"], result["markdown"]
+    json.dumps(_jsonable(data))  # the runner writes it to benchmarks/out/
+    assert data["unavailable"]["implicit"] == "ModuleNotFoundError: No module named 'implicit'"
+    assert "implicit: unavailable: ModuleNotFoundError: No module named 'implicit'" in md
+    surprise_here = real_why("surprise") is None
+    assert (data["unavailable"]["surprise"] is None) == surprise_here
+    for res in data["explicit"].values():
+        n = res["n_ratings"]
+        folds = rpd.make_folds(n, res["folds"], 0)
+        assert res["folds"] == 5 and res["fold_sizes"] == [len(f) for f in folds]
+        np.testing.assert_array_equal(np.sort(np.concatenate(folds)), np.arange(n))  # a partition of the rows
+        assert all(0 < k <= s for k, s in zip(res["n_test_known"], res["fold_sizes"]))
+        models = res["models"]
+        assert {"dask_dgd default", "dask_dgd bias"} <= set(models)
+        assert ("Surprise SVD" in models) == surprise_here
+        for key, m in models.items():
+            n_folds = data["parameters"]["cluster_folds"] if "(cluster)" in key else 5
+            assert len(m["rmse_folds"]) == n_folds and all(math.isfinite(r) and r > 0 for r in m["rmse_folds"]), key
+            assert m["rmse"] == pytest.approx(np.mean(m["rmse_folds"])) and m["wall"] > 0
+        lo, hi = res["scale"]
+        assert 0 < models["dask_dgd bias"]["rmse"] < hi - lo  # below the width of the rating scale
+        assert res["best_dgd"]["rmse"] == min(v["rmse"] for k, v in models.items() if k.startswith("dask_dgd n_"))
+    assert "dask_dgd default (cluster)" in data["explicit"]["movielens"]["models"]
+    ml = data["implicit"]["movielens"]
+    assert ml["n_test_users"] > 0 and not any(k.startswith("implicit ") for k in ml["models"])
+    for key, m in ml["models"].items():
+        assert 0 <= m["precision"] <= 1 and 0 <= m["ndcg"] <= 1 and m["wall"] > 0 and m["epochs"] >= 1, key
+    assert ml["models"]["dask_dgd wls default"]["solver"] == "als"  # solver="auto" picks ALS for wls
+    assert [t["target"] for t in data["targets"]] == list(recommender_peers.TARGETS) and len(data["targets"]) == 3
+    assert data["targets"][1]["met"] is None  # implicit ALS is the peer of target 2, reported unavailable
+    assert all(t["met"] in (True, False, None) for t in data["targets"])
+    assert md.count("| 1. default fit") == md.count("| 2. implicit") == md.count("| 3. explicit") == 1

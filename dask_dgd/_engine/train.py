@@ -307,6 +307,7 @@ def train(
     resume=False,
     fingerprint=None,
     validator=None,
+    validation_patience=None,
     n_iter_no_change=5,
     compression=None,
     split_every=8,
@@ -347,6 +348,11 @@ def train(
     validator : object or None
         Early stopping: scores parameters on held-out data (``evaluate(params)`` ->
         ``{"val_loss", "val_score"}``).
+    validation_patience : int or None
+        Early stopping on the ``val_score`` that the objective's own step records carry
+        (held-out data that every step evaluates in its pass, e.g. a matrix
+        factorization's held-out ratings): stop when it has not improved for this many
+        records that carry one.  None: no such rule.
     params0, opt_state : arrays or None
         Where to start (default: zeros) and an optimizer state to continue.
     local_init : list or None
@@ -417,7 +423,10 @@ def train(
         seed=seed, batch_size=batch_size,
     )
     params0 = np.zeros(objective.n_params) if params0 is None else np.asarray(params0, dtype=np.float64)
-    stops = StopRules(monitor, max_time, None if validator is None else EarlyStopping(tol, n_iter_no_change))
+    early = None if validator is None else EarlyStopping(tol, n_iter_no_change)
+    if validation_patience is not None:
+        early = EarlyStopping(0.0, validation_patience)
+    stops = StopRules(monitor, max_time, early)
     solver_obj = None
     try:
         with released_on_error(shards):

@@ -23,6 +23,7 @@ from .._engine.train import seed_of, train
 from .._validation import TRAINING_CONSTRAINTS, ClientParamMixin, Interval, Options, validate_params
 from ..exceptions import ConvergenceWarning
 from ..optim import FirstOrderOptimizer, Schedule, get_optimizer
+from ._auto import Setup, choose_alpha
 from ._input import as_frame, id_index
 from ._objective import FactorizationTraining, FactorModel
 from ._serving import RecommenderMixin
@@ -31,6 +32,9 @@ from ._shards import block_like, build_rating_shards, check_scan, frame_parts, i
 __all__ = ["FactorizationBase"]
 
 _OPTIMIZERS = ("adam", "adagrad", "rmsprop", "sgd", "adamw")
+#: The penalty of ``partial_fit`` on an unfitted model with ``alpha="auto"``, and of
+#: ``alpha="auto"`` when no rating can be held out.
+DEFAULT_ALPHA = 0.1
 
 
 def _optimizer_like(value):
@@ -59,7 +63,9 @@ class FactorizationBase(RecommenderMixin, ClientParamMixin, BaseEstimator):
         ``on_divergence`` do not apply; ``max_iter`` counts iterations and the fit stops
         when one improved the objective by at most ``tol`` (relative, as below).
         "gd": gradient steps of ``optimizer``, in every mode, full or mini-batch.
-        "auto": "als" for the models listed in the subclass where it applies, else "gd".
+        "auto": "als" for the models listed in the subclass where it applies (and
+        neither ``learning_rate`` nor an optimizer other than the default was given:
+        those ask for gradient steps), else "gd".
         ``partial_fit`` always takes gradient steps.
     optimizer : {"adam", "adagrad", "rmsprop", "sgd", "adamw"} or optimizer object, default="adam"
         Update rule, applied to the user factors on their shards and to the item
@@ -214,11 +220,14 @@ class FactorizationBase(RecommenderMixin, ClientParamMixin, BaseEstimator):
         chosen = self.learning_rate is not None or not isinstance(self.optimizer, str)
         return "raise" if chosen else "backoff"
 
-    def _model(self, mu, n_items, seed):
-        alpha_bias = getattr(self, "alpha_bias", None)
+    def _model(self, mu, n_items, seed, alpha, alpha_bias=None, n_components=None):
+        """The model's settings (``alpha_bias`` None: the estimator's, else ``alpha``;
+        ``n_components`` None: the estimator's)."""
+        if alpha_bias is None:
+            alpha_bias = getattr(self, "alpha_bias", None)
         return FactorModel(
-            kind=self._kind_now(), n_components=int(self.n_components), alpha=float(self.alpha),
-            alpha_bias=float(self.alpha if alpha_bias is None else alpha_bias),
+            kind=self._kind_now(), n_components=int(self.n_components if n_components is None else n_components),
+            alpha=float(alpha), alpha_bias=float(alpha if alpha_bias is None else alpha_bias),
             confidence_scale=float(getattr(self, "confidence_scale", 0.0)), init_scale=float(self.init_scale),
             mu=float(mu), n_items=int(n_items), seed=seed,
         )
@@ -248,30 +257,46 @@ class FactorizationBase(RecommenderMixin, ClientParamMixin, BaseEstimator):
             mu = facts["rating_sum"] / facts["n"] if self._kind_now() == "explicit" else 0.0
         n_shards = self.n_shards or (len(executor.workers()) if executor.kind == "dask" else 1)
         like = block_like(executor, X, y)  # the namespace and device of dask-array blocks
+        optimizer = self._optimizer()
+        n_batches = 1 if self.batch_size is None else max(1, int(round(facts["n"] / self.batch_size)))
+        solver = "gd" if continued else self._solver(like, facts)
+        scale = self._objective_scale(facts, cols[2])
+        max_iter, tol, path = (1 if continued else self.max_iter), self.tol * scale, None
+        alpha = self._alpha_now(continued)
+        alpha_bias = getattr(self, "alpha_bias_", None) if continued else None
+        if alpha == "auto":  # the penalty and the epochs chosen on held-out ratings, then refitted on all
+            # (ratings so large that their variance overflows: the first fit of the path stops
+            # with the documented DivergenceError)
+            setup = Setup(executor, parts, cols, users, items, n_shards, like, mu, seed, n_batches,
+                          scale if np.isfinite(scale) else 1.0)
+            alpha, alpha_bias, epochs, path, path_history = choose_alpha(self, setup, solver, optimizer)
+            if alpha is None:
+                alpha, path = DEFAULT_ALPHA, None
+                warnings.warn(f"{type(self).__name__}: no rating could be held out to choose alpha (every user has "
+                              f"a single rating); alpha='auto' used alpha={alpha}", UserWarning, stacklevel=3)
+            else:
+                max_iter, tol = epochs, 0.0  # the budget validated on the held-out ratings
+                path = (path, path_history)
         shards, loads = build_rating_shards(executor, parts, cols, users, items, n_shards, like)
         shards.totals = {"ratings": int(facts["n"]), "rating_sum": f"{facts['rating_sum']:.10g}",
                          "users": len(users), "items": len(items)}
         if "digest" in facts:  # the ratings themselves, whatever their order or partitions
             shards.totals["ratings digest"] = facts["digest"]
-        model = self._model(mu, len(items), seed)
-        optimizer = self._optimizer()
-        n_batches = 1 if self.batch_size is None else max(1, int(round(facts["n"] / self.batch_size)))
-        solver = "gd" if continued else self._solver(like)
+        model = self._model(mu, len(items), seed, alpha=alpha, alpha_bias=alpha_bias)
         if continued:
             V, item_state, inits, U_base, state_base = self._continue_from(model, optimizer, shards)
         else:
             self._forget_fit()
             V = init_rows(seed + 1, np.arange(len(items)), model.item_width, model.init_scale, model.item_bias)
             item_state = inits = U_base = state_base = None
-        max_iter = 1 if continued else self.max_iter
         result = train(
             FactorizationTraining(model, n_batches), shards, solver=solver,
             optimizer=None if solver == "als" else optimizer, max_iter=max_iter,
-            tol=self.tol * self._objective_scale(facts, cols[2]), mode=self.mode, local_steps=self.local_steps,
+            tol=tol, mode=self.mode, local_steps=self.local_steps,
             outer_optimizer=self.outer_optimizer,
             max_staleness=self.max_staleness, staleness_scaling=self.staleness_scaling, max_time=self.max_time,
             on_divergence=self._on_divergence(), checkpoint=None if continued else self.checkpoint,
-            checkpoint_every=self.checkpoint_every, resume=resume, fingerprint=self._fingerprint(),
+            checkpoint_every=self.checkpoint_every, resume=resume, fingerprint=self._fingerprint(alpha),
             compression=self.compression, split_every=self.split_every, random_state=seed,
             params0=V.ravel(), opt_state=_flat_state(item_state), local_init=inits, verbose=self.verbose,
             callbacks=self.callbacks, progress_total=max_iter, progress_desc=type(self).__name__,
@@ -280,7 +305,7 @@ class FactorizationBase(RecommenderMixin, ClientParamMixin, BaseEstimator):
         U, user_states, seen_u, seen_i = _assemble_users(result.local, len(users), model.user_width, U_base,
                                                          optimizer)
         self._store(model, users, items, U, result, _assemble_state(user_states, U.shape, state_base),
-                    seen_u, seen_i, loads, continued)
+                    seen_u, seen_i, loads, continued, path)
         rise = None if continued else result.objective_rise()
         if rise is not None:
             warnings.warn(
@@ -291,7 +316,7 @@ class FactorizationBase(RecommenderMixin, ClientParamMixin, BaseEstimator):
         elif not result.converged:
             if result.message.startswith("reached max_time"):
                 warnings.warn(f"{type(self).__name__} {result.message}", ConvergenceWarning, stacklevel=3)
-            elif not continued and self.tol > 0:
+            elif not continued and self.tol > 0 and path is None:
                 what, remedy = ("iterations", "max_iter") if solver == "als" else \
                     ("epochs", "max_iter or learning_rate")
                 warnings.warn(
@@ -301,10 +326,11 @@ class FactorizationBase(RecommenderMixin, ClientParamMixin, BaseEstimator):
                 )
         return self
 
-    def _solver(self, like):
+    def _solver(self, like, facts):
         """The solver of a new fit: ``"auto"`` takes alternating least squares where it
         applies (a least-squares objective, synchronous full-batch steps without
-        compression, NumPy shards), else gradient steps."""
+        compression, NumPy shards, ratings whose squares do not overflow: the normal
+        equations square the confidences), else gradient steps."""
         if is_device_like(like):
             if self.solver == "als":
                 from ..exceptions import ParameterError
@@ -321,8 +347,11 @@ class FactorizationBase(RecommenderMixin, ClientParamMixin, BaseEstimator):
         if self.solver != "auto":
             return self.solver
         quadratic = self._kind_now() in self._auto_als_kinds
-        sync_full = self.mode == "sync" and self.batch_size is None and self.compression is None
-        return "als" if quadratic and sync_full else "gd"
+        sync_full = self.mode == "sync" and self.batch_size is None and self.compression is None \
+            and np.isfinite(facts["rating_sq_sum"])
+        steps_asked = self.learning_rate is not None or not (isinstance(self.optimizer, str)
+                                                             and self.optimizer == "adam")
+        return "als" if quadratic and sync_full and not steps_asked else "gd"
 
     def _objective_scale(self, facts, rating_col):
         """The objective's value at the start (factors near 0, biases 0), from the scan:
@@ -339,10 +368,17 @@ class FactorizationBase(RecommenderMixin, ClientParamMixin, BaseEstimator):
         variance = facts["rating_sq_sum"] / n - mean * mean
         return float(variance) if variance > 1e-12 * max(1.0, mean * mean) else 1.0
 
-    def _fingerprint(self):
+    def _alpha_now(self, continued):
+        """The penalty of this fit: ``alpha`` ("auto" on a new fit), or, to continue
+        (``partial_fit`` of a fitted model), the fitted ``alpha_``."""
+        if self.alpha != "auto":
+            return float(self.alpha)
+        return self.alpha_ if continued else "auto"
+
+    def _fingerprint(self, alpha):
         skip = {"max_iter", "tol", "max_time", "verbose", "callbacks", "client", "checkpoint", "checkpoint_every",
                 "split_every"}
-        return {"estimator": type(self).__name__,
+        return {"estimator": type(self).__name__, "alpha": f"{alpha:.10g}",  # (sums in another order)
                 **{f"parameter {k}": stable_repr(v) for k, v in sorted(self.get_params(deep=False).items())
                    if k not in skip}}
 
@@ -370,15 +406,20 @@ class FactorizationBase(RecommenderMixin, ClientParamMixin, BaseEstimator):
 
     _FITTED = ("user_ids_", "item_ids_", "_user_index", "_item_index", "user_factors_", "item_factors_",
                "user_bias_", "item_bias_", "global_mean_", "_item_state_", "_user_state_", "_seen", "history_",
-               "loss_curve_", "n_iter_", "solver_", "shard_ratings_", "bytes_communicated_", "_seed_")
+               "loss_curve_", "n_iter_", "solver_", "shard_ratings_", "bytes_communicated_", "_seed_", "alpha_",
+               "alpha_bias_", "validation_path_")
 
     def _forget_fit(self):
         """Drop what an earlier fit left (a refit with other settings starts clean)."""
         for name in self._FITTED:
             self.__dict__.pop(name, None)
 
-    def _store(self, model, users, items, U, result, user_state, seen_u, seen_i, loads, continued):
+    def _store(self, model, users, items, U, result, user_state, seen_u, seen_i, loads, continued, path):
         import scipy.sparse as sp
+
+        if not continued:
+            self.alpha_, self.alpha_bias_ = model.alpha, model.alpha_bias
+            self.validation_path_ = None if path is None else path[0]
 
         k = model.n_components
         V = result.params.reshape(model.n_items, model.item_width)
@@ -404,10 +445,14 @@ class FactorizationBase(RecommenderMixin, ClientParamMixin, BaseEstimator):
         seen.data[:] = 1
         self._seen = seen
         history = result.history
+        if path is not None:  # the validation path's records, then the refit's
+            refit = history.assign(stage="refit", alpha=model.alpha, alpha_bias=model.alpha_bias)
+            history = pd.concat([path[1], refit], ignore_index=True)
         if continued and hasattr(self, "history_"):
             history = pd.concat([self.history_, history], ignore_index=True)
         self.history_ = history
-        self.loss_curve_ = history["loss"].tolist() if len(history) else []
+        final = history[history["stage"] != "validation"] if "stage" in history else history
+        self.loss_curve_ = final["loss"].tolist() if len(final) else []
         self.n_iter_ = result.n_iter if not continued else getattr(self, "n_iter_", 0) + result.n_iter
         self.solver_ = result.solver
         self.shard_ratings_ = np.asarray(loads)
@@ -460,22 +505,28 @@ class FactorizationBase(RecommenderMixin, ClientParamMixin, BaseEstimator):
         and users without new ratings keep their factors and state unchanged.  New rows
         share the optimizer's step count, so with Adam their first moves are somewhat
         larger than a fresh fit's (its bias correction assumes moments collected since
-        step 1).  The global mean of an explicit model stays that of the first fit.  On
-        an unfitted model this is ``fit`` with one epoch.
+        step 1).  The global mean of an explicit model stays that of the first fit, and
+        so does its penalty (``alpha_``).  On an unfitted model this is ``fit`` with one
+        epoch (``alpha="auto"``: at :data:`DEFAULT_ALPHA`, without a validation path).
+        ``partial_fit`` always takes gradient steps (``solver_ == "gd"``).
 
         Returns
         -------
         self
         """
         if not hasattr(self, "item_factors_"):
-            max_iter = self.max_iter
+            max_iter, alpha = self.max_iter, getattr(self, "alpha", None)
             self.max_iter = 1
+            if alpha == "auto":
+                self.alpha = DEFAULT_ALPHA
             try:
                 with warnings.catch_warnings():
                     warnings.simplefilter("ignore", ConvergenceWarning)
                     return self._train(X, y, continued=False)
             finally:
                 self.max_iter = max_iter
+                if alpha == "auto":
+                    self.alpha = alpha
         return self._train(X, y, continued=True)
 
 

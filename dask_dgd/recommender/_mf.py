@@ -32,11 +32,21 @@ class MatrixFactorization(FactorizationBase):
     n_components : int, default=10
         Rank of the factors (Spark's ``rank``).  With ``n_components=0`` the model is the
         user + item bias baseline :math:`\\mu + b_u + b_i`.
-    alpha : float, default=0.1
+    alpha : float or "auto", default="auto"
         L2 penalty of the factors, applied per rating (a user's or item's penalty
         grows with its number of ratings: the weighted-lambda rule of Spark's ALS).
+        "auto": chosen inside ``fit`` on held-out ratings, with the number of epochs:
+        10% of every user's ratings (a seeded hash of each rating; every user keeps
+        one) are held out where they live, the penalties ``v * 3**-j`` (``v``: the
+        ratings' variance, ``j = 0..5``, most regularised first) are fitted with early
+        stopping on the held-out RMSE, computed in every step's pass (the path stops
+        after two penalties worse than the best), and the best penalty is refitted on
+        all ratings for the epochs (iterations) at which it was best; a model with
+        several times the cost of one fit, never worse on held-out data than its own
+        bias-only model (``alpha_`` at the top of the path).  The path trains
+        synchronously (``mode`` applies to the refit).  See :mod:`dask_dgd.recommender._auto`.
     alpha_bias : float or None, default=None
-        L2 penalty of the biases (None: ``alpha``).
+        L2 penalty of the biases (None: the factors' penalty).
     rating_col : str, default="rating"
         Column of the ratings in DataFrame input.
 
@@ -55,6 +65,14 @@ shard_ratings_, bytes_communicated_
         See :class:`~dask_dgd.recommender.FactorizationBase`.
     user_bias_, item_bias_ : ndarray
     global_mean_ : float
+    alpha_ : float
+        The penalty of the fitted model (``alpha``, or the one ``"auto"`` chose).
+    validation_path_ : pandas.DataFrame or None
+        ``alpha="auto"``: one row per penalty fitted on the held-out split (``alpha``,
+        ``val_rmse``: the best held-out RMSE, ``n_iter``: the epochs to reach it,
+        ``epochs_run``); None otherwise.  ``history_`` then holds the path fits'
+        records (``stage="validation"``, with ``val_rmse``) before the refit's
+        (``stage="refit"``); ``loss_curve_`` is the refit's.
 
     Notes
     -----
@@ -73,8 +91,10 @@ shard_ratings_, bytes_communicated_
     """
 
     _kind = "explicit"
+    _auto_als_kinds = ("explicit",)
     _parameter_constraints = {
         **FactorizationBase._common_constraints,
+        "alpha": [Interval(numbers.Real, 0, None, "left"), Options("auto")],
         "n_components": [Interval(numbers.Integral, 0, None, "left")],
         "alpha_bias": [None, Interval(numbers.Real, 0, None, "left")],
         "rating_col": [str],
@@ -84,7 +104,7 @@ shard_ratings_, bytes_communicated_
         self,
         n_components=10,
         *,
-        alpha=0.1,
+        alpha="auto",
         alpha_bias=None,
         solver="auto",
         optimizer="adam",

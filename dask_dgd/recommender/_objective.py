@@ -160,6 +160,18 @@ def _rows(shard, memory, seed, draw):
     return memory["order"][lo:hi]
 
 
+def _validation_sums(val, U, V, mu):
+    """Squared error and count of a shard's held-out ratings at the factors ``U``, ``V``
+    (explicit ratings), in the factors' namespace."""
+    lu, gi, r = val
+    xp = get_namespace(U)
+    k = V.shape[1] - 1
+    P = xp.take(U, xp.astype(lu, xp.int64), axis=0)
+    Q = xp.take(V, xp.astype(gi, xp.int64), axis=0)
+    e = mu + P[:, k] + Q[:, k] + xp.sum(P[:, :k] * Q[:, :k], axis=1) - r
+    return float(xp.vecdot(e, e)), float(r.shape[0])
+
+
 def _touched_rows(xp, memory, on_host):
     """The item-gradient rows this step touched, as NumPy (``idx`` None: the dense
     table, when that is smaller), and the item gradient and flags reset to zero."""
@@ -258,7 +270,7 @@ class FactorizationTraining:
                                  m.confidence_scale, explicit, U, aux.user_cg_steps)
             sums, _ = self._group_sums(shard, params, aux.gram, None, U, memory)
             return sums, SolvedLocal(U)
-        if "gV" not in memory:
+        if "gV" not in memory or memory["gV"].shape != (m.n_items, m.item_width):
             memory["gV"] = np.zeros((m.n_items, m.item_width))
             memory["touched"] = np.zeros(m.n_items, dtype=bool)
         _als.item_matvec(shard.lu, shard.gi, shard.r, U, table, m.alpha, m.alpha_bias, m.confidence_scale, explicit,
@@ -272,7 +284,7 @@ class FactorizationTraining:
         V = shard.to_shard(self._table(params))
         gram_items = shard.to_shard(aux)
         xp = get_namespace(U)
-        if "gV" not in memory:
+        if "gV" not in memory or memory["gV"].shape != (m.n_items, m.item_width):  # (another model's buffers)
             device = array_api_compat.device(U)
             memory["gV"] = xp.zeros((m.n_items, m.item_width), dtype=xp.float64, device=device)
             memory["touched"] = xp.zeros(m.n_items, dtype=xp.bool, device=device)
@@ -289,6 +301,8 @@ class FactorizationTraining:
             loss, sq = kernels.wls_sums(shard.lu, shard.gi, shard.r, rows, U, V, m.alpha, m.confidence_scale,
                                         gU, gV, touched)
         extras = {"sq_sum": float(sq)}
+        if shard.val is not None and m.kind == "explicit" and (draw is None or draw.batch == draw.n_batches - 1):
+            extras["val_sq"], extras["val_n"] = _validation_sums(shard.val, U, V, m.mu)
         if m.kind == "wls":
             extras["gram"] = to_numpy(U.T @ U)  # at this step's factors, before their update
             _, g_all = kernels.wls_all_pairs(U, gram_items, 1.0 / self.n_batches)
@@ -364,7 +378,11 @@ class FactorizationTraining:
     def record_extras(self, partial):
         if self.model.kind != "explicit":
             return {}
-        return {"rmse": math.sqrt(partial.extras.get("sq_sum", 0.0) / max(partial.weight_sum, 1))}
+        out = {"rmse": math.sqrt(partial.extras.get("sq_sum", 0.0) / max(partial.weight_sum, 1))}
+        if partial.extras.get("val_n", 0) > 0:  # held-out ratings (alpha="auto"), at this step's factors
+            out["val_rmse"] = math.sqrt(partial.extras["val_sq"] / partial.extras["val_n"])
+            out["val_score"] = -out["val_rmse"]
+        return out
 
     def batching(self, shards, batch_size, seed):
         return HashBatches(self.n_batches, self.model.seed)

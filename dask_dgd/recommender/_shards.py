@@ -34,6 +34,7 @@ __all__ = [
     "build_rating_shards",
     "check_scan",
     "frame_parts",
+    "holdout_rows",
     "init_rows",
     "is_device_like",
     "scan",
@@ -41,6 +42,9 @@ __all__ = [
 
 #: Rows per block of the seeded initial factors (a row depends only on its id).
 INIT_BLOCK = 4096
+#: The hash of the validation split (:func:`holdout_rows`): an "epoch" no mini-batch
+#: draw uses, and the resolution of the held-out share.
+_HOLDOUT_EPOCH, _HOLDOUT_BUCKETS = 2**40 + 7, 2**20
 
 #: Bytes a :class:`RatingShard` holds per rating (``lu``, ``gi``: int32; ``r``: float64;
 #: ``key``: uint64) and per user (``users``, ``uptr``: int64).
@@ -81,7 +85,7 @@ class RatingShard:
     and device, where the shard's factors will live too.
     """
 
-    def __init__(self, users, lu, gi, r, n_items, like=None, index=0):
+    def __init__(self, users, lu, gi, r, n_items, like=None, index=0, val=None):
         self.index = int(index)
         self.users = users
         key = users[lu].astype(np.uint64) * np.uint64(n_items) + gi.astype(np.uint64)
@@ -89,6 +93,8 @@ class RatingShard:
         self.like = like
         move = (lambda a: a) if like is None else (lambda a: asarray_like(a, like))
         self.lu, self.gi, self.r, self.key, self.uptr = (move(a) for a in (lu, gi, r, key, uptr))
+        #: held-out ratings ``(lu, gi, r)`` (see :func:`holdout_rows`), or None
+        self.val = None if val is None else tuple(move(a) for a in val)
 
     @property
     def n_rows(self):
@@ -148,16 +154,41 @@ def _piece(pieces, s):
     return pieces[s]
 
 
-def make_rating_shard(index, n_items, like, *pieces):
+def holdout_rows(u, i, n_items, seed, fraction):
+    """Which ratings (global user and item indices ``u``, ``i``, sorted by user) are held
+    out for validation: each with probability ``fraction``, decided by a hash of the
+    rating's key and ``seed`` (the same ratings however they are sharded), except that
+    every user keeps the rating whose hash is largest for training."""
+    from ..losses._factorization import batch_buckets
+
+    key = u.astype(np.uint64) * np.uint64(n_items) + i.astype(np.uint64)
+    b = batch_buckets(key, seed, _HOLDOUT_EPOCH, _HOLDOUT_BUCKETS)
+    held = b < fraction * _HOLDOUT_BUCKETS
+    if u.size:
+        starts = np.flatnonzero(np.r_[True, u[1:] != u[:-1]])
+        seg = np.repeat(np.arange(starts.size), np.diff(np.r_[starts, u.size]))
+        top = np.flatnonzero(b == np.maximum.reduceat(b, starts)[seg])
+        held[top[np.r_[True, seg[top][1:] != seg[top][:-1]]]] = False  # the first top of each user
+    return held
+
+
+def make_rating_shard(index, n_items, like, holdout, *pieces):
     """Shard ``index``'s :class:`RatingShard` from the pieces every partition cut for it
-    (``like``: see :class:`RatingShard`)."""
+    (``like``: see :class:`RatingShard`; ``holdout``: None, or ``(seed, fraction)`` to
+    hold ratings out for validation, :func:`holdout_rows`)."""
     u = np.concatenate([p[0] for p in pieces]) if pieces else np.zeros(0, np.int64)
     i = np.concatenate([p[1] for p in pieces]) if pieces else np.zeros(0, np.int32)
     r = np.concatenate([p[2] for p in pieces]) if pieces else np.zeros(0)
     order = np.lexsort((r, i, u))
     u, i, r = u[order], i[order], r[order]
     users, lu = np.unique(u, return_inverse=True)
-    return RatingShard(users, lu.astype(np.int32), i, r, n_items, like, index)
+    lu = lu.astype(np.int32)
+    val = None
+    if holdout is not None:
+        held = holdout_rows(u, i, n_items, *holdout)
+        val = (lu[held], i[held], r[held])
+        lu, i, r = lu[~held], i[~held], r[~held]
+    return RatingShard(users, lu, i, r, n_items, like, index, val)
 
 
 def _like_of(*blocks):
@@ -337,7 +368,7 @@ def scan(executor, parts, cols, digest=False):
     return out
 
 
-def build_rating_shards(executor, parts, cols, users, items, n_shards, like=None):
+def build_rating_shards(executor, parts, cols, users, items, n_shards, like=None, holdout=None, own_inputs=True):
     """Shards of ratings partitioned by user and balanced by ratings, placed one per
     worker in turn; returns the :class:`~.shards.ShardSet` and the ratings per shard.
 
@@ -345,7 +376,10 @@ def build_rating_shards(executor, parts, cols, users, items, n_shards, like=None
     are checked to fit in their workers' memory (:func:`_check_shards_fit`: refused
     with ``ClusterError`` otherwise).
 
-    ``like``: None (NumPy shards) or what :func:`block_like` returned.  On a cluster a
+    ``like``: None (NumPy shards) or what :func:`block_like` returned; ``holdout``:
+    see :func:`make_rating_shard`; ``own_inputs``: the shards release the partitions
+    (and ``like``) with themselves (False: a shard set built for a part of the fit,
+    released before the partitions are done with).  On a cluster a
     lost worker ends the fit (its shard and its users' factors are gone): the shards'
     collective is told why, for the kind of ``parts`` (:func:`frame_parts`)."""
     run = _Runner(executor)
@@ -370,11 +404,12 @@ def build_rating_shards(executor, parts, cols, users, items, n_shards, like=None
     for s in range(n_shards):
         w = workers[s % len(workers)]
         mine = [run.submit(_piece, p, s, name="dgd-mf-piece") for p in pieces]
-        handles.append(run.submit(make_rating_shard, s, len(items), like, *mine, worker=w, name="dgd-mf-shard"))
+        handles.append(run.submit(make_rating_shard, s, len(items), like, holdout, *mine, worker=w,
+                                  name="dgd-mf-shard"))
         placed.append(w)
     if run.dask:
         executor.wait(handles)
-    inputs = (list(parts) + ([] if like is None else [like])) if run.dask else []
+    inputs = (list(parts) + ([] if like is None else [like])) if run.dask and own_inputs else []
     # each shard's users (global indices, sorted), as the shard itself holds them
     users_of = [np.flatnonzero((shard_of == s) & (counts > 0)) for s in range(n_shards)]
     # the partitions (frame_parts) are this fit's: released with its shards

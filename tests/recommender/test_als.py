@@ -95,7 +95,7 @@ def test_als_reaches_a_stationary_point_of_the_gradient_objective(small, kind):
 
 
 def test_als_history_counts_iterations_and_steps(small):
-    mf = MatrixFactorization(n_components=2, solver="als", max_iter=4, tol=0, random_state=0)
+    mf = MatrixFactorization(n_components=2, alpha=0.1, solver="als", max_iter=4, tol=0, random_state=0)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         mf.fit(small)
@@ -138,8 +138,11 @@ def test_auto_picks_als_where_it_applies(small):
     assert solver_of(ImplicitMatrixFactorization(loss="wls", batch_size=100)) == "gd"
     assert solver_of(ImplicitMatrixFactorization(loss="wls", compression="fp16")) == "gd"
     assert solver_of(ImplicitMatrixFactorization(loss="wls", mode="local")) == "gd"
-    assert solver_of(MatrixFactorization()) == "gd"
-    assert solver_of(MatrixFactorization(solver="als")) == "als"
+    assert solver_of(MatrixFactorization()) == "als"
+    # a learning rate or an optimizer other than the default asks for gradient steps
+    assert solver_of(MatrixFactorization(learning_rate=0.05)) == "gd"
+    assert solver_of(MatrixFactorization(optimizer="sgd")) == "gd"
+    assert solver_of(MatrixFactorization(optimizer="sgd", solver="als")) == "als"
     # partial_fit takes gradient steps from the factors of an ALS fit
     mf = ImplicitMatrixFactorization(loss="wls", n_components=2, max_iter=3, random_state=0).fit(small)
     more = pd.DataFrame({"user": [small["user"].iloc[0], 10_000], "item": [small["item"].iloc[1], 20_000]})

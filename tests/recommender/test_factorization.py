@@ -69,7 +69,8 @@ def test_results_do_not_depend_on_the_number_of_shards(lowrank, client, batch_si
 
 
 def _bytes_up(ratings, client, n_shards=2):
-    mf = MatrixFactorization(n_components=4, max_iter=2, tol=0, random_state=0, n_shards=n_shards, client=client)
+    mf = MatrixFactorization(n_components=4, alpha=0.1, solver="gd", max_iter=2, tol=0, random_state=0,
+                             n_shards=n_shards, client=client)
     mf.fit(ratings)
     return mf.history_["bytes_up"].to_numpy()
 
@@ -186,7 +187,7 @@ def test_recommend_and_similar_items(lowrank):
 
 def test_partial_fit_grows_the_model(lowrank, client):
     train, _ = lowrank
-    mf = MatrixFactorization(n_components=3, max_iter=30, random_state=0, client=client)
+    mf = MatrixFactorization(n_components=3, alpha=0.1, solver="gd", max_iter=30, random_state=0, client=client)
     _quiet_fit(mf, train)
     n_users, n_items = len(mf.user_ids_), len(mf.item_ids_)
     users_before, bias_before = mf.user_factors_.copy(), mf.user_bias_.copy()
@@ -224,13 +225,13 @@ def test_tol_zero_runs_every_epoch_and_optimizer_objects_keep_their_rate():
     from dask_dgd.optim import SGD
 
     ratings, _ = make_ratings(50, 30, 600, random_state=0)
-    mf = MatrixFactorization(n_components=2, optimizer="sgd", learning_rate=1.0, max_iter=25, tol=0,
+    mf = MatrixFactorization(n_components=2, alpha=0.1, optimizer="sgd", learning_rate=1.0, max_iter=25, tol=0,
                              random_state=0).fit(ratings)
     assert mf.n_iter_ == 25 and len(mf.history_) == 25 + 1  # the start and 25 epochs
-    own = MatrixFactorization(n_components=2, optimizer=SGD(learning_rate=0.7), max_iter=2, tol=0,
+    own = MatrixFactorization(n_components=2, alpha=0.1, optimizer=SGD(learning_rate=0.7), max_iter=2, tol=0,
                               random_state=0).fit(ratings)
     assert set(own.history_["step_size"]) == {0.7}
-    named = MatrixFactorization(n_components=2, max_iter=2, tol=0, random_state=0).fit(ratings)
+    named = MatrixFactorization(n_components=2, alpha=0.1, solver="gd", max_iter=2, tol=0, random_state=0).fit(ratings)
     assert set(named.history_["step_size"]) == {0.05}
 
 
@@ -386,9 +387,9 @@ def test_divergence_names_the_step_and_the_remedy():
     # a learning rate you chose raises at the first divergence (Adam: no monotone steps)
     with pytest.raises(DivergenceError, match=r"the objective (is not finite|exploded .*) at step \d+ \(loss=.*\) "
                                               r"with learning rate 10000; pass a smaller learning_rate, raise alpha"):
-        MatrixFactorization(learning_rate=1e4, max_iter=50, random_state=0).fit(ratings)
+        MatrixFactorization(alpha=0.1, learning_rate=1e4, max_iter=50, random_state=0).fit(ratings)
     # plain gradient descent halves a step that raises the objective, and recovers
-    mf = MatrixFactorization(optimizer="sgd", learning_rate=1e4, max_iter=50, random_state=0).fit(ratings)
+    mf = MatrixFactorization(alpha=0.1, optimizer="sgd", learning_rate=1e4, max_iter=50, random_state=0).fit(ratings)
     assert np.isfinite(mf.history_["loss"]).all() and mf.history_["step_size"].iloc[-1] < 1e4
 
 
@@ -442,7 +443,7 @@ def test_tol_is_relative_to_the_starting_objective(kind):
     if kind == "explicit":
         ratings, _ = make_ratings(200, 100, 3000, rank=3, random_state=0)
         ratings["rating"] *= 10.0  # other units: the rule must not care
-        est = MatrixFactorization(max_iter=1, tol=0, random_state=0)
+        est = MatrixFactorization(alpha=0.1, solver="gd", max_iter=1, tol=0, random_state=0)
         start = float(np.var(ratings["rating"]))
     else:
         ratings, _ = make_ratings(200, 100, 3000, rank=3, implicit=True, random_state=0)

@@ -51,7 +51,7 @@ def kernel_calls(monkeypatch):
 
 
 CASES = {
-    "explicit": lambda c: MatrixFactorization(3, max_iter=4, tol=0, random_state=0, client=c),
+    "explicit": lambda c: MatrixFactorization(3, solver="gd", max_iter=4, tol=0, random_state=0, client=c),
     "explicit-minibatch": lambda c: MatrixFactorization(3, max_iter=2, batch_size=150, optimizer="adagrad",
                                                         tol=0, random_state=1, client=c),
     "bpr": lambda c: ImplicitMatrixFactorization(3, loss="bpr", max_iter=4, tol=0, random_state=2, client=c),

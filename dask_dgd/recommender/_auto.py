@@ -1,0 +1,141 @@
+"""``alpha="auto"``: a matrix factorization's penalty and number of epochs chosen on
+held-out ratings, inside ``fit``.
+
+A share of every user's ratings (:data:`VALIDATION_FRACTION`, each rating by a seeded
+hash of its key, every user keeping at least one for training:
+:func:`~._shards.holdout_rows`) is held out on the shards themselves.  Two penalty
+paths, relative to the ratings' variance (so that they do not depend on their units),
+are fitted from the most to the least regularised, each fit evaluating the held-out
+RMSE in every step's pass and stopping when it has not improved for a few records
+(early stopping); a path stops when two penalties in a row do worse than its best:
+
+1. the bias model's (``n_components=0``), :data:`ALPHA_GRID`: its best penalty becomes
+   ``alpha_bias`` (unless given);
+2. the factors' (with that ``alpha_bias``), :data:`FACTOR_GRID`, starting far above,
+   where the factors all but vanish and the model is the bias model of step 1: the
+   chosen model does no worse on the held-out ratings than the bias model.
+
+The factors' penalty with the lowest held-out RMSE, and the number of epochs (or
+iterations) at which it was reached, are then refitted on all the ratings.
+"""
+
+import warnings
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from .._engine.train import train
+from ..exceptions import ConvergenceWarning
+from ._objective import FactorizationTraining
+from ._shards import build_rating_shards, init_rows
+
+__all__ = ["ALPHA_GRID", "VALIDATION_FRACTION", "Setup", "choose_alpha"]
+
+#: The penalties of the biases tried, times the ratings' variance (most regularised first).
+ALPHA_GRID = tuple(3.0 ** -j for j in range(6))
+#: The penalties of the factors tried, times the ratings' variance: from far above,
+#: where the factors vanish and the model is the bias model.
+FACTOR_GRID = tuple(3.0 ** -j for j in range(-3, 6))
+#: The share of each user's ratings held out.
+VALIDATION_FRACTION = 0.1
+#: Records without a better held-out RMSE before a fit of the path stops.
+PATIENCE = {"als": 2, "gd": 5}
+#: Penalties in a row worse than the best (by more than the relative ``WORSE``) before
+#: a path stops.
+PATH_PATIENCE, WORSE = 2, 1e-4
+
+
+@dataclass
+class Setup:
+    """What a fit found before training (the scan, the ids, the shards' layout)."""
+
+    executor: object
+    parts: object
+    cols: tuple
+    users: object
+    items: object
+    n_shards: int
+    like: object
+    mu: float
+    seed: int
+    n_batches: int
+    scale: float
+
+
+def _epochs_to(history, j, solver, full_batch):
+    """The epochs (iterations) a fit needs to reach record ``j`` of ``history``: an
+    alternating-least-squares record follows its iteration's user step; a full-batch
+    gradient record is made after ``iteration`` updates; a mini-batch record with a
+    held-out RMSE closes its epoch."""
+    it = int(history["iteration"].iloc[j])
+    return max(1, it + 1 if solver == "als" or not full_batch else it)
+
+
+def _path(est, shards, s, solver, optimizer, grid, n_components, alpha_bias, stage):
+    """Fit the penalties ``grid`` (most regularised first) on the held-out split; returns
+    the best row, the rows and the fits' records, or None when nothing was held out."""
+    rows, histories, best, worse = [], [], None, 0
+    for alpha in grid:
+        model = est._model(s.mu, len(s.items), s.seed, alpha=float(alpha), alpha_bias=alpha_bias,
+                           n_components=n_components)
+        V = init_rows(s.seed + 1, np.arange(len(s.items)), model.item_width, model.init_scale, model.item_bias)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", ConvergenceWarning)  # stopped by the held-out ratings
+            result = train(
+                FactorizationTraining(model, s.n_batches), shards, solver=solver,
+                optimizer=None if solver == "als" else optimizer, max_iter=est.max_iter, tol=0.0, mode="sync",
+                on_divergence=est._on_divergence(), compression=est.compression, split_every=est.split_every,
+                random_state=s.seed, params0=V.ravel(), validation_patience=PATIENCE[solver],
+                verbose=est.verbose, progress_desc=f"{type(est).__name__} alpha={alpha:.3g}", client=est.client,
+            )
+        h = result.history
+        if "val_rmse" not in h or not h["val_rmse"].notna().any():
+            return None
+        j = int(np.nanargmin(h["val_rmse"].to_numpy(dtype=float)))
+        rows.append({"stage": stage, "alpha": float(model.alpha), "alpha_bias": float(model.alpha_bias),
+                     "val_rmse": float(h["val_rmse"].iloc[j]), "n_iter": _epochs_to(h, j, solver, s.n_batches == 1),
+                     "epochs_run": int(result.n_iter)})
+        histories.append(h.assign(stage="validation", alpha=float(model.alpha), alpha_bias=float(model.alpha_bias)))
+        rmse = rows[-1]["val_rmse"]
+        if best is None or rmse < best["val_rmse"]:
+            best, worse = rows[-1], 0
+        elif rmse > best["val_rmse"] * (1 + WORSE):  # (ties: the factors vanish at the top of the path)
+            worse += 1
+            if worse >= PATH_PATIENCE:
+                break
+    return best, rows, histories
+
+
+def choose_alpha(est, s, solver, optimizer):
+    """Fit the penalty paths on held-out ratings (see the module docstring).
+
+    Returns ``(alpha, alpha_bias, epochs, path, history)``: the chosen penalties and
+    number of epochs, one row per penalty fitted (``stage``: "biases" or "factors",
+    ``alpha``, ``alpha_bias``, ``val_rmse``, ``n_iter``: epochs to the best held-out
+    RMSE, ``epochs_run``), and the path fits' step records (``stage="validation"``);
+    ``alpha`` is None when no rating could be held out (every user has one rating)."""
+    shards, _ = build_rating_shards(s.executor, s.parts, s.cols, s.users, s.items, s.n_shards, s.like,
+                                    holdout=(s.seed, VALIDATION_FRACTION), own_inputs=False)
+    rows, histories = [], []
+    try:
+        alpha_bias = est.alpha_bias
+        if alpha_bias is None:  # the bias model's own penalty first
+            found = _path(est, shards, s, solver, optimizer, s.scale * np.asarray(ALPHA_GRID), 0, None, "biases")
+            if found is None:
+                return None, None, None, pd.DataFrame(), pd.DataFrame()
+            best, r, h = found
+            alpha_bias = best["alpha"]
+            rows += r
+            histories += h
+        if est.n_components > 0:  # then the factors', from far above: the top is the bias model
+            found = _path(est, shards, s, solver, optimizer, s.scale * np.asarray(FACTOR_GRID),
+                          est.n_components, alpha_bias, "factors")
+            if found is None:
+                return None, None, None, pd.DataFrame(), pd.DataFrame()
+            best, r, h = found
+            rows += r
+            histories += h
+    finally:
+        shards.release()
+    return best["alpha"], alpha_bias, best["n_iter"], pd.DataFrame(rows), pd.concat(histories, ignore_index=True)
