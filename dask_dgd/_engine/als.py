@@ -15,7 +15,9 @@ One iteration:
    each with its own step sizes (the systems are independent): each step sends the
    direction ``D`` and the shards return the observed part of ``A_i d_i`` (row-sparse,
    tree-reduced like a gradient); the driver adds ``D U^T U`` and updates ``V``, the
-   residuals and the directions.
+   residuals and the directions.  These steps open the *next* iteration, so a fit ends
+   on a user step: the model it returns is the one its last record measured (the
+   users solved at the item table of that step).
 
 The item systems are sums over users, who live on different shards; conjugate
 gradients needs only their products with a direction, which reduce like gradients,
@@ -58,6 +60,7 @@ class ALS(AttributeState, Solver):
         self.it = 0
         self.key = 0  # the snapshot of the users the next step starts from
         self.value = self.previous = None
+        self.pending = None  # (residual, users' Gram, divisor) of the last solve
 
     @property
     def progress(self):
@@ -77,6 +80,9 @@ class ALS(AttributeState, Solver):
         return res
 
     def _iteration(self):
+        if self.pending is not None:  # the items' conjugate-gradient steps of the last solve
+            self.V = self._item_steps(self.V, *self.pending)
+            self.pending = None
         res = self._evaluate(self.V, "solve")
         if not res.finite:
             if self.it == 0:
@@ -84,10 +90,19 @@ class ALS(AttributeState, Solver):
             raise DivergenceError(f"alternating least squares diverged at iteration {self.it} (loss={res.value}); "
                                   f"{self.ctx.objective.hint}")
         n = res.partial.weight_sum
-        gram = self.ctx.objective.als_gram(res.partial)
+        # B - A V, with the users just solved; the item steps wait for the next iteration,
+        # so the model of the last record is the one the fit returns
+        self.pending = (-0.5 * n * res.grad.reshape(self.shape), self.ctx.objective.als_gram(res.partial), n)
         record = step_record(self.ctx, res, self.it, res.value, res.grad, None)
-        V = self.V.copy()
-        R = -0.5 * n * res.grad.reshape(self.shape)  # B - A V
+        self.it += 1
+        self.previous, self.value = self.value, res.value
+        return Outcome([record])
+
+    def _item_steps(self, V, R, gram, n):
+        """``cg_steps`` conjugate-gradient steps on every item's system from ``V``
+        (``R``: its residual ``B - A V``; ``gram``: the users' Gram matrix or None; ``n``
+        the sums' divisor)."""
+        V = V.copy()
         D = R.copy()
         rs = _rowdot(R, R)
         for _ in range(self.cg_steps):
@@ -99,15 +114,12 @@ class ALS(AttributeState, Solver):
             dad = _rowdot(D, AD)
             step = np.divide(rs, dad, out=np.zeros_like(rs), where=dad > 0)
             V += step[:, None] * D
-            R -= step[:, None] * AD
+            R = R - step[:, None] * AD
             rs_next = _rowdot(R, R)
             beta = np.divide(rs_next, rs, out=np.zeros_like(rs), where=rs > 0)
             D = R + beta[:, None] * D
             rs = rs_next
-        self.V = V
-        self.it += 1
-        self.previous, self.value = self.value, res.value
-        return Outcome([record])
+        return V
 
     def stop_rule(self, outcome):
         if self.previous is not None and self.previous - self.value <= self.ctx.tol:
@@ -122,7 +134,7 @@ class ALS(AttributeState, Solver):
     def local_keys(self):
         return (self.key,)
 
-    _STATE = ("V", "it", "key", "value", "previous")
+    _STATE = ("V", "it", "key", "value", "previous", "pending")
 
     def resume(self):
         return Outcome(accepted=False)

