@@ -4,6 +4,7 @@ similar items."""
 import numbers
 
 import numpy as np
+import pandas as pd
 from sklearn.utils.validation import check_is_fitted
 
 from .._backend import asarray_like, is_device_array, to_numpy
@@ -15,6 +16,17 @@ __all__ = ["RecommenderMixin"]
 
 #: Users scored at once by recommend (a users x items block of scores).
 RECOMMEND_CHUNK = 1024
+
+
+def _top(s, k):
+    """The ``k`` best columns of every row of ``s`` (best first) and their scores."""
+    if k < s.shape[1]:
+        top = np.argpartition(-s, k - 1, axis=1)[:, :k]
+    else:
+        top = np.tile(np.arange(s.shape[1]), (s.shape[0], 1))
+    top_s = np.take_along_axis(s, top, axis=1)
+    order = np.argsort(-top_s, axis=1, kind="stable")
+    return np.take_along_axis(top, order, axis=1), np.take_along_axis(top_s, order, axis=1)
 
 
 class RecommenderMixin:
@@ -50,7 +62,7 @@ class RecommenderMixin:
         pairs = to_numpy(block)
         return asarray_like(self._pair_scores(pairs[:, 0], pairs[:, 1]), block)
 
-    def predict(self, X):
+    def predict(self, X, user_items=None):
         """Predicted ratings (explicit) or scores (implicit) of (user, item) pairs.
 
         Unknown users or items fall back to what is known: the rating of an unknown user
@@ -62,6 +74,10 @@ class RecommenderMixin:
         ----------
         X : DataFrame or array of shape (n, 2)
             (user, item) pairs, as in ``fit``.
+        user_items : DataFrame or None, default=None
+            Fold-in (see :meth:`recommend`): the users of ``X`` are scored with factors
+            computed from their interactions here, the fitted items fixed (``X`` is
+            then computed in memory; the result is NumPy).
 
         Returns
         -------
@@ -71,6 +87,8 @@ class RecommenderMixin:
         """
         import dask.array as da
 
+        if user_items is not None:
+            return self._predict_folded(X, user_items)
         if isinstance(X, da.Array):
             check_is_fitted(self, "item_factors_")
             if X.ndim != 2 or X.shape[1] != 2:
@@ -87,6 +105,23 @@ class RecommenderMixin:
             out = frame.map_partitions(self._score_part, meta=np.zeros(0))
             return out if isinstance(out, da.Array) else out.to_dask_array()
         return self._score_part(frame)
+
+    def _predict_folded(self, X, user_items):
+        """``predict`` with the users' factors folded in from ``user_items``."""
+        frame = self._codes(X)
+        if hasattr(frame, "compute"):
+            frame = frame.compute()
+        users = frame[self.user_col].to_numpy()
+        unique = pd.unique(users)
+        P, user_part, _ = self._folded(unique, user_items)
+        row = pd.Index(unique).get_indexer(users)
+        i = self._item_index.get_indexer(frame[self.item_col].to_numpy())
+        known = i >= 0
+        out = np.zeros(len(frame)) if user_part is None else user_part[row].copy()
+        out[known] += np.einsum("ij,ij->i", P[row[known]], self.item_factors_[i[known]])
+        if hasattr(self, "item_bias_"):
+            out[known] += self.item_bias_[i[known]]
+        return out
 
     def _check_k(self, k):
         if isinstance(k, bool) or not isinstance(k, numbers.Integral) or k <= 0:
@@ -108,18 +143,30 @@ class RecommenderMixin:
             )
         return ids, codes
 
-    def recommend(self, users, k=10, exclude_seen=True):
+    def recommend(self, users, k=10, exclude_seen=True, user_items=None):
         """The ``k`` best-scored items for each user.
 
         Parameters
         ----------
         users : array-like of user ids
-            Users seen in ``fit``; an unknown user raises :class:`InputError`.
+            Users seen in ``fit`` (an unknown user raises :class:`InputError`), or, with
+            ``user_items``, any users.
         k : int, default=10
             Items per user (at most the number of items).
         exclude_seen : bool, default=True
-            Leave out the items each user rated in ``fit``/``partial_fit``.  Slots past a
-            user's last unseen item have the score ``-inf``.
+            Leave out the items each user rated in ``fit``/``partial_fit`` (with
+            ``user_items``: the items each user has there).  Slots past a user's last
+            unseen item have the score ``-inf``.
+        user_items : DataFrame or None, default=None
+            Fold-in: the users' interactions (the ``user_col``, ``item_col`` and, if the
+            model uses one, rating column), from which each user's factors are computed
+            with the fitted items fixed, without refitting (see
+            :mod:`dask_dgd.recommender._foldin`): explicit ratings and wls solve the
+            user's own least-squares problem exactly, BPR minimises the user's BPR
+            objective over all item pairs.  For users unseen in fit, or to recompute a
+            known user from other interactions.  Items unknown to the model are
+            ignored; a user without a known item in ``user_items`` is ranked by the
+            items' biases alone.
 
         Returns
         -------
@@ -128,28 +175,50 @@ class RecommenderMixin:
         """
         check_is_fitted(self, "item_factors_")
         k = min(self._check_k(k), len(self.item_ids_))
-        _, codes = self._known(users, self._user_index, "user")
         item_bias = getattr(self, "item_bias_", np.zeros(len(self.item_ids_)))
-        user_part = np.zeros(len(self.user_ids_))
-        if hasattr(self, "user_bias_"):  # explicit: the scores are predicted ratings
-            user_part = self.user_bias_ + self.global_mean_
-        ids = np.empty((codes.size, k), dtype=np.int64)
-        scores = np.empty((codes.size, k))
-        for a in range(0, codes.size, RECOMMEND_CHUNK):
-            c = codes[a : a + RECOMMEND_CHUNK]
-            s = self.user_factors_[c] @ self.item_factors_.T + item_bias + user_part[c][:, None]
-            if exclude_seen:
-                seen = self._seen[c].tocoo()
-                s[seen.row, seen.col] = -np.inf
-            if k < s.shape[1]:
-                top = np.argpartition(-s, k - 1, axis=1)[:, :k]
-            else:
-                top = np.tile(np.arange(s.shape[1]), (len(c), 1))
-            top_s = np.take_along_axis(s, top, axis=1)
-            order = np.argsort(-top_s, axis=1, kind="stable")
-            ids[a : a + len(c)] = np.take_along_axis(top, order, axis=1)
-            scores[a : a + len(c)] = np.take_along_axis(top_s, order, axis=1)
+        if user_items is None:
+            _, codes = self._known(users, self._user_index, "user")
+            P = self.user_factors_[codes]
+            user_part = self.user_bias_[codes] + self.global_mean_ if hasattr(self, "user_bias_") else None
+            seen = self._seen[codes] if exclude_seen else None
+        else:
+            P, user_part, seen = self._folded(users, user_items)
+            seen = seen if exclude_seen else None
+        n = P.shape[0]
+        ids = np.empty((n, k), dtype=np.int64)
+        scores = np.empty((n, k))
+        for a in range(0, n, RECOMMEND_CHUNK):
+            b = min(a + RECOMMEND_CHUNK, n)
+            s = P[a:b] @ self.item_factors_.T + item_bias
+            if user_part is not None:  # explicit: the scores are predicted ratings
+                s += user_part[a:b, None]
+            if seen is not None:
+                block = seen[a:b].tocoo()
+                s[block.row, block.col] = -np.inf
+            ids[a:b], scores[a:b] = _top(s, k)
         return self.item_ids_[ids], scores
+
+    def _folded(self, users, user_items):
+        """Fold-in rows of ``users`` from ``user_items``: factors, the explicit user part
+        (bias + global mean) or None, and the items each has there (CSR)."""
+        import scipy.sparse as sp
+
+        from ._foldin import fold_in
+
+        frame, _ = self._as_frame(user_items, None, need_rating=False)
+        if hasattr(frame, "compute"):
+            frame = frame.compute()
+        if is_device_array(users):
+            users = to_numpy(users)
+        if isinstance(users, (str, bytes)) or np.ndim(users) == 0:
+            users = [users]
+        rows, items = fold_in(self, frame, list(users))
+        k = self.item_factors_.shape[1]
+        user_part = rows[:, k] + self.global_mean_ if hasattr(self, "user_bias_") else None
+        indptr = np.cumsum([0] + [len(i) for i in items])
+        seen = sp.csr_matrix((np.ones(indptr[-1], dtype=np.int8), np.concatenate(items + [np.zeros(0, np.int64)]),
+                              indptr), shape=(len(items), len(self.item_ids_)))
+        return rows[:, :k], user_part, seen
 
     def similar_items(self, items, k=10, candidates=None):
         """The ``k`` items whose factors have the highest cosine similarity to each item's

@@ -1,0 +1,91 @@
+"""Fold-in: recommend and predict for users from their interactions, without refitting."""
+
+import warnings
+
+import numpy as np
+import pandas as pd
+import pytest
+import scipy.optimize
+
+from dask_dgd import ImplicitMatrixFactorization, MatrixFactorization
+from dask_dgd.datasets import make_ratings
+from dask_dgd.recommender._foldin import _bpr_value_grad, fold_in
+
+
+@pytest.fixture(scope="module")
+def ratings():
+    r, _ = make_ratings(80, 40, 1600, rank=2, noise=0.3, random_state=5)
+    return r.assign(rating=r["rating"] - r["rating"].min())  # strengths >= 0 for wls
+
+
+def _fit(est, data):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return est.fit(data)
+
+
+@pytest.mark.parametrize("kind", ["explicit", "wls"])
+def test_fold_in_solves_the_user_step_of_the_fitted_model(ratings, kind):
+    """A converged ALS fit's users satisfy their normal equations at the fitted items:
+    folding the known users in from their own training ratings gives them back."""
+    if kind == "explicit":
+        est = MatrixFactorization(n_components=3, alpha=0.2, alpha_bias=0.05, solver="als", tol=1e-13,
+                                  max_iter=2000, random_state=0)
+    else:
+        est = ImplicitMatrixFactorization(n_components=3, loss="wls", rating_col="rating", alpha=0.2,
+                                          confidence_scale=2.0, solver="als", tol=1e-13, max_iter=2000,
+                                          random_state=0)
+    mf = _fit(est, ratings)
+    assert mf.n_iter_ < 2000
+    rows, seen = fold_in(mf, ratings, list(mf.user_ids_))
+    np.testing.assert_allclose(rows, mf._user_table(), rtol=0, atol=1e-6)
+    assert all(len(s) == n for s, n in zip(seen, ratings.groupby("user").size().loc[mf.user_ids_]))
+    # recommend/predict with user_items equal to the training ratings: the fitted answers
+    ids, scores = mf.recommend(mf.user_ids_[:5], k=4)
+    ids_f, scores_f = mf.recommend(mf.user_ids_[:5], k=4, user_items=ratings)
+    np.testing.assert_array_equal(ids_f, ids)
+    np.testing.assert_allclose(scores_f, scores, atol=1e-5)
+    np.testing.assert_allclose(mf.predict(ratings, user_items=ratings), mf.predict(ratings), atol=1e-5)
+
+
+def test_bpr_fold_in_minimises_the_users_objective(ratings):
+    mf = _fit(ImplicitMatrixFactorization(n_components=3, loss="bpr", max_iter=30, random_state=0), ratings)
+    V = mf._item_table()
+    Q, b = V[:, :3], V[:, 3]
+    pos = np.zeros(len(V), dtype=bool)
+    pos[[0, 3, 7]] = True
+    args = (Q[pos], Q[~pos], b[pos], b[~pos], mf.alpha_)
+    p0 = np.array([0.3, -0.2, 0.5])
+    # the objective's gradient is its gradient
+    err = scipy.optimize.check_grad(lambda p: _bpr_value_grad(p, *args)[0], lambda p: _bpr_value_grad(p, *args)[1], p0)
+    assert err < 1e-6 * max(1.0, np.linalg.norm(_bpr_value_grad(p0, *args)[1]))
+    new = pd.DataFrame({"user": ["new"] * 3, "item": mf.item_ids_[[0, 3, 7]]})
+    rows, _ = fold_in(mf, new, ["new"])
+    assert np.linalg.norm(_bpr_value_grad(rows[0], *args)[1]) < 1e-5
+    assert _bpr_value_grad(rows[0], *args)[0] < _bpr_value_grad(np.zeros(3), *args)[0]
+
+
+@pytest.mark.parametrize("make", [
+    lambda: MatrixFactorization(n_components=2, random_state=0),
+    lambda: ImplicitMatrixFactorization(n_components=2, loss="wls", random_state=0),
+    lambda: ImplicitMatrixFactorization(n_components=2, loss="bpr", max_iter=20, random_state=0),
+], ids=["explicit", "wls", "bpr"])
+def test_recommend_for_new_users(ratings, make):
+    mf = _fit(make(), ratings)
+    items = mf.item_ids_
+    new = pd.DataFrame({"user": ["a", "a", "a", "b", "a"], "item": [items[0], items[1], "no such item", items[2],
+                                                                    items[0]],
+                        "rating": [5.0, 4.0, 3.0, 1.0, 4.5]})
+    ids, scores = mf.recommend(["a", "b", "c"], k=5, user_items=new)
+    assert ids.shape == (3, 5) and np.isfinite(scores).all()
+    assert not set(ids[0]) & {items[0], items[1]} and items[2] not in ids[1]  # their items are left out
+    # "c" has no interaction: the items' biases alone rank (BPR, explicit), or all tie at 0 (wls)
+    bias = getattr(mf, "item_bias_", np.zeros(len(items)))
+    np.testing.assert_allclose(np.sort(scores[2])[::-1], np.sort(bias)[::-1][:5] + getattr(mf, "global_mean_", 0.0))
+    # with exclude_seen=False the interactions' items may come back
+    ids_all, _ = mf.recommend(["a"], k=len(items), exclude_seen=False, user_items=new)
+    assert {items[0], items[1]} <= set(ids_all[0])
+    # the fitted model is unchanged
+    assert "a" not in set(mf.user_ids_) and len(mf.user_factors_) == ratings["user"].nunique()
+    pred = mf.predict(pd.DataFrame({"user": ["a", "a"], "item": [items[3], "zz"]}), user_items=new)
+    assert pred.shape == (2,) and np.isfinite(pred).all()
