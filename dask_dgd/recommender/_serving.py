@@ -29,6 +29,24 @@ def _top(s, k):
     return np.take_along_axis(top, order, axis=1), np.take_along_axis(top_s, order, axis=1)
 
 
+def _top_k_frame(users, P, user_part, seen, items, k):
+    """One partition of ``recommend_all``: the top ``k`` rows of these users."""
+    Q, bias, item_ids = items
+    s = P @ Q.T
+    if bias is not None:
+        s += bias
+    if user_part is not None:
+        s += user_part[:, None]
+    if seen is not None:
+        block = seen.tocoo()
+        s[block.row, block.col] = -np.inf
+    top, scores = _top(s, k)
+    keep = np.isfinite(scores)
+    rank = np.broadcast_to(np.arange(1, k + 1), top.shape)
+    return pd.DataFrame({"user": np.repeat(users, k).reshape(top.shape)[keep], "item": item_ids[top[keep]],
+                         "score": scores[keep], "rank": rank[keep].astype(np.int64)})
+
+
 class RecommenderMixin:
     """``predict``, ``recommend`` and ``similar_items`` of the fitted factors."""
 
@@ -197,6 +215,53 @@ class RecommenderMixin:
                 s[block.row, block.col] = -np.inf
             ids[a:b], scores[a:b] = _top(s, k)
         return self.item_ids_[ids], scores
+
+    def recommend_all(self, k=10, exclude_seen=True, users_per_partition=RECOMMEND_CHUNK):
+        """The ``k`` best-scored items of every user seen in fit, as a lazy dask DataFrame.
+
+        Each partition holds ``users_per_partition`` users (in the order of
+        ``user_ids_``) and is computed by its own task, from its block of the user
+        factors, its rows of the seen items and the item table (one key, shared by
+        every partition): with a distributed client, on the workers, in parallel.  The
+        user blocks come from the fitted model (the user factors are not kept on the
+        workers after fit).
+
+        Parameters
+        ----------
+        k : int, default=10
+        exclude_seen : bool, default=True
+            Leave out the items each user rated in fit; a user with fewer than ``k``
+            unseen items gets fewer rows.
+        users_per_partition : int, default=1024
+
+        Returns
+        -------
+        dask.dataframe.DataFrame
+            Columns ``user``, ``item``, ``score`` (float64) and ``rank`` (1 = best), one
+            row per recommendation, users in the order of ``user_ids_``, best first.
+        """
+        import dask
+        import dask.dataframe as dd
+
+        check_is_fitted(self, "item_factors_")
+        k = min(self._check_k(k), len(self.item_ids_))
+        size = users_per_partition
+        if isinstance(size, bool) or not isinstance(size, numbers.Integral) or size <= 0:
+            raise ParameterError(f"users_per_partition must be an int > 0; got {size!r}")
+        n = len(self.user_ids_)
+        items = dask.delayed((self.item_factors_, getattr(self, "item_bias_", None), self.item_ids_), pure=True,
+                             traverse=False)
+        user_part = self.user_bias_ + self.global_mean_ if hasattr(self, "user_bias_") else None
+        parts = []
+        for a in range(0, n, size):
+            b = min(a + size, n)
+            parts.append(dask.delayed(_top_k_frame, pure=True)(
+                self.user_ids_[a:b], self.user_factors_[a:b], None if user_part is None else user_part[a:b],
+                self._seen[a:b] if exclude_seen else None, items, k))
+        meta = pd.DataFrame({"user": pd.Series([], dtype=self.user_ids_.dtype),
+                             "item": pd.Series([], dtype=self.item_ids_.dtype),
+                             "score": pd.Series([], dtype=np.float64), "rank": pd.Series([], dtype=np.int64)})
+        return dd.from_delayed(parts, meta=meta, verify_meta=False)
 
     def _folded(self, users, user_items):
         """Fold-in rows of ``users`` from ``user_items``: factors, the explicit user part

@@ -7,7 +7,7 @@ import pandas as pd
 import pytest
 import scipy.optimize
 
-from dask_dgd import ImplicitMatrixFactorization, MatrixFactorization
+from dask_dgd import ImplicitMatrixFactorization, MatrixFactorization, ParameterError
 from dask_dgd.datasets import make_ratings
 from dask_dgd.recommender._foldin import _bpr_value_grad, fold_in
 
@@ -89,3 +89,25 @@ def test_recommend_for_new_users(ratings, make):
     assert "a" not in set(mf.user_ids_) and len(mf.user_factors_) == ratings["user"].nunique()
     pred = mf.predict(pd.DataFrame({"user": ["a", "a"], "item": [items[3], "zz"]}), user_items=new)
     assert pred.shape == (2,) and np.isfinite(pred).all()
+
+
+def test_recommend_all_is_a_lazy_frame_of_every_users_top_k(ratings, client):
+    import dask.dataframe as dd
+
+    mf = _fit(MatrixFactorization(n_components=2, random_state=0), ratings)
+    frame = mf.recommend_all(k=3, users_per_partition=25)
+    assert isinstance(frame, dd.DataFrame) and frame.npartitions == -(-len(mf.user_ids_) // 25)
+    got = client.compute(frame).result()  # computed on the cluster's workers
+    assert list(got.columns) == ["user", "item", "score", "rank"]
+    ids, scores = mf.recommend(mf.user_ids_, k=3)
+    finite = np.isfinite(scores)
+    np.testing.assert_array_equal(got["user"], np.repeat(mf.user_ids_, 3).reshape(ids.shape)[finite])
+    np.testing.assert_array_equal(got["item"], ids[finite])
+    np.testing.assert_allclose(got["score"], scores[finite])
+    assert got.groupby("user")["rank"].apply(lambda r: list(r) == list(range(1, len(r) + 1))).all()
+    # seen items included on request: every user gets k rows
+    assert len(mf.recommend_all(k=3, exclude_seen=False).compute()) == 3 * len(mf.user_ids_)
+    with pytest.raises(ParameterError, match=r"k must be an int > 0; got 0"):
+        mf.recommend_all(k=0)
+    with pytest.raises(ParameterError, match=r"users_per_partition must be an int > 0; got 2.5"):
+        mf.recommend_all(users_per_partition=2.5)
