@@ -568,7 +568,7 @@ def test_glm_suite_tiny(monkeypatch):
 @pytest.mark.timeout(300)
 def test_recommender_peers_suite_small(monkeypatch):
     """The small size end to end: every RMSE and ranking score is a real number, the folds
-    partition the rows, the three targets are listed, and a peer that cannot be imported
+    partition the rows, the four targets are listed, and a peer that cannot be imported
     (implicit, forced here; Surprise and Spark wherever they are missing) is reported."""
     from benchmarks.suites import SUITES, recommender_peers
     from benchmarks.suites import _recpeers_data as rpd
@@ -607,7 +607,12 @@ def test_recommender_peers_suite_small(monkeypatch):
     for key, m in ml["models"].items():
         assert 0 <= m["precision"] <= 1 and 0 <= m["ndcg"] <= 1 and m["wall"] > 0 and m["epochs"] >= 1, key
     assert ml["models"]["dask_dgd wls default"]["solver"] == "als"  # solver="auto" picks ALS for wls
-    assert [t["target"] for t in data["targets"]] == list(recommender_peers.TARGETS) and len(data["targets"]) == 3
+    assert [t["target"] for t in data["targets"]] == list(recommender_peers.TARGETS) and len(data["targets"]) == 4
+    fold = data["implicit"]["movielens"]["fold_in"]
+    for loss in ("wls", "bpr"):
+        for r in fold[loss]["runs"]:
+            assert all(0 <= r[key] <= 1 for key in ("refit", "fold-in", "partial_fit")) and r["n_new"] >= 1
+    assert data["targets"][3]["met"] in (True, False, None)  # None: the tiny refit ranked nothing right
     assert data["targets"][1]["met"] is None  # implicit ALS is the peer of target 2, reported unavailable
     assert all(t["met"] in (True, False, None) for t in data["targets"])
     assert md.count("| 1. default fit") == md.count("| 2. implicit") == md.count("| 3. explicit") == 1
