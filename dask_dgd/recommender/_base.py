@@ -147,6 +147,8 @@ class FactorizationBase(RecommenderMixin, ClientParamMixin, BaseEstimator):
         Epochs run (iterations of alternating least squares).
     solver_ : str
         The solver of the last ``fit`` or ``partial_fit``: "als" or "gd".
+    alpha_, alpha_bias_ : float
+        The penalties of the fitted model.
     history_ : pandas.DataFrame
         One record per step (loss, grad_norm, step_time, compute times, bytes_up: the
         item-gradient bytes reduced, bytes_down: the item table sent, ...).

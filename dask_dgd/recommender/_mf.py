@@ -65,8 +65,9 @@ shard_ratings_, bytes_communicated_
         See :class:`~dask_dgd.recommender.FactorizationBase`.
     user_bias_, item_bias_ : ndarray
     global_mean_ : float
-    alpha_ : float
-        The penalty of the fitted model (``alpha``, or the one ``"auto"`` chose).
+    alpha_, alpha_bias_ : float
+        The penalties of the fitted model (``alpha`` and ``alpha_bias``, or the ones
+        ``"auto"`` chose).
     validation_path_ : pandas.DataFrame or None
         ``alpha="auto"``: one row per penalty fitted on the held-out split (``alpha``,
         ``val_rmse``: the best held-out RMSE, ``n_iter``: the epochs to reach it,
