@@ -49,7 +49,9 @@ class ALS(AttributeState, Solver):
     """Alternating least squares with conjugate-gradient item steps (see the module
     docstring).  The training objective provides ``als_aux(phase, V)`` (what a step
     sends besides the table), ``als_gram(partial)`` (the users' Gram matrix of the
-    all-pairs term, or None) and ``als_shape`` (the item table's shape)."""
+    all-pairs term, or None), ``als_diag()`` (a per-column term of every item system's
+    diagonal that the shards do not add, or None) and ``als_shape`` (the item table's
+    shape)."""
 
     def __init__(self, ctx, params0, cg_steps=CG_STEPS):
         self.ctx = ctx
@@ -104,6 +106,7 @@ class ALS(AttributeState, Solver):
         the sums' divisor)."""
         V = V.copy()
         D = R.copy()
+        diag = self.ctx.objective.als_diag()
         rs = _rowdot(R, R)
         for _ in range(self.cg_steps):
             if not np.any(rs > 0):
@@ -111,6 +114,8 @@ class ALS(AttributeState, Solver):
             AD = n * self._evaluate(D, "matvec").grad.reshape(self.shape)
             if gram is not None:
                 AD += D @ gram
+            if diag is not None:
+                AD += D * diag
             dad = _rowdot(D, AD)
             step = np.divide(rs, dad, out=np.zeros_like(rs), where=dad > 0)
             V += step[:, None] * D

@@ -308,6 +308,7 @@ def train(
     fingerprint=None,
     validator=None,
     validation_patience=None,
+    validation_tol=0.0,
     n_iter_no_change=5,
     compression=None,
     split_every=8,
@@ -351,8 +352,8 @@ def train(
     validation_patience : int or None
         Early stopping on the ``val_score`` that the objective's own step records carry
         (held-out data that every step evaluates in its pass, e.g. a matrix
-        factorization's held-out ratings): stop when it has not improved for this many
-        records that carry one.  None: no such rule.
+        factorization's held-out ratings): stop when it has not improved by more than
+        ``validation_tol`` for this many records that carry one.  None: no such rule.
     params0, opt_state : arrays or None
         Where to start (default: zeros) and an optimizer state to continue.
     local_init : list or None
@@ -425,7 +426,7 @@ def train(
     params0 = np.zeros(objective.n_params) if params0 is None else np.asarray(params0, dtype=np.float64)
     early = None if validator is None else EarlyStopping(tol, n_iter_no_change)
     if validation_patience is not None:
-        early = EarlyStopping(0.0, validation_patience)
+        early = EarlyStopping(float(validation_tol), validation_patience)
     stops = StopRules(monitor, max_time, early)
     solver_obj = None
     try:

@@ -11,18 +11,20 @@ the minimiser of its own quadratic,
     \\qquad b_u = \\sum_{i \\in I(u)} t_{ui} z_i,
 
 where, for explicit ratings, ``z_i = [q_i, 1]`` (the last entry multiplies the user's
-bias), ``w = 1``, ``t = r - mu - b_i``, ``G = 0`` and ``Lambda = diag(alpha, ...,
-alpha, alpha_bias)``; for wls ``z_i = q_i``, ``w = c - 1 = confidence_scale * r``,
-``t = c``, ``G = Q^T Q`` (the all-pairs term) and ``Lambda = alpha I``.  ``n_u`` is the
-user's number of ratings (the weighted-lambda rule: alternating least squares
-minimises the objective of the gradient kernels, :mod:`._factorization`).
+bias), ``w = 1``, ``t = r - mu - b_i``, ``G = alpha_bias e_k e_k^T`` (the bias's
+penalty, once per user) and ``Lambda = diag(alpha, ..., alpha, 0)``; for wls
+``z_i = q_i``, ``w = c - 1 = confidence_scale * r``, ``t = c``, ``G = Q^T Q`` (the
+all-pairs term) and ``Lambda = alpha I``.  ``n_u`` is the user's number of ratings (the
+weighted-lambda rule of the factors: alternating least squares minimises the
+objective of the gradient steps, :mod:`dask_dgd.recommender._objective`).
 
 - :func:`solve_users`: a shard's users, each by a few conjugate-gradient steps on its
   own system from its current row (where the users live), as the ``implicit``
   library's solver does: at 100 components they cost a fraction of exact solves and
   ranked as well in our runs;
-- :func:`item_matvec`: the observed part of ``A_i d_i`` for every item an item table
-  ``D`` (a conjugate-gradient direction), summed over a shard's ratings; the
+- :func:`item_matvec`: the observed part of ``A_i d_i`` for every item of an item table
+  ``D`` (a conjugate-gradient direction), summed over a shard's ratings (the item
+  biases' penalty, once per item, is added on the driver); the
   item-side systems are sums over users, which live on different shards, so the items
   are solved by conjugate gradients whose products are tree-reduced like gradients
   (the Gram part ``D G`` is added on the driver).
@@ -49,7 +51,7 @@ def _user_matvec(lo, hi, gi, r, V, gram, lam, lam_b, conf, explicit, x, out):  #
         if not explicit:
             for c in range(width):
                 s += gram[a, c] * x[c]
-        out[a] = s + float(hi - lo) * (lam_b if explicit and a == k else lam) * x[a]
+        out[a] = s + (lam_b if explicit and a == k else float(hi - lo) * lam) * x[a]
     for j in range(lo, hi):
         i = gi[j]
         s = 0.0
@@ -129,7 +131,7 @@ def _item_matvec(lu, gi, r, U, D, lam, lam_b, conf, explicit, M, touched):  # pr
         for f in range(k):
             M[i, f] += s * U[u, f] + lam * D[i, f]
         if explicit:
-            M[i, k] += s + lam_b * D[i, k]
+            M[i, k] += s  # (the bias's penalty, once per item, is the driver's)
         touched[i] = True
 
 

@@ -450,6 +450,8 @@ class FactorizationBase(RecommenderMixin, ClientParamMixin, BaseEstimator):
         if path is not None:  # the validation path's records, then the refit's
             refit = history.assign(stage="refit", alpha=model.alpha, alpha_bias=model.alpha_bias)
             history = pd.concat([path[1], refit], ignore_index=True)
+            # object, not a chunked Arrow string column: its dask token changed when pickled
+            history["stage"] = history["stage"].astype(object)
         if continued and hasattr(self, "history_"):
             history = pd.concat([self.history_, history], ignore_index=True)
         self.history_ = history

@@ -36,7 +36,7 @@ def solve_rows(model, V, groups):
         if explicit:
             Z = np.hstack([Q[:, :k], np.ones((len(items), 1))])
             t = values - model["mu"] - Q[:, k]
-            A = Z.T @ Z + n * np.diag([model["alpha"]] * k + [model["alpha_bias"]])
+            A = Z.T @ Z + np.diag([n * model["alpha"]] * k + [model["alpha_bias"]])  # bias: once per user
             b = Z.T @ t
         else:
             w = model["confidence_scale"] * values

@@ -19,11 +19,15 @@ class MatrixFactorization(FactorizationBase):
 
     .. math::
 
-        \\frac{1}{N} \\sum_{(u,i)} \\left[(\\hat r_{ui} - r_{ui})^2
-        + \\alpha (\\lVert p_u\\rVert^2 + \\lVert q_i\\rVert^2)
-        + \\alpha_b (b_u^2 + b_i^2)\\right]
+        \\frac{1}{N} \\left[\\sum_{(u,i)} \\left((\\hat r_{ui} - r_{ui})^2
+        + \\alpha (\\lVert p_u\\rVert^2 + \\lVert q_i\\rVert^2)\\right)
+        + \\alpha_b \\left(\\sum_u b_u^2 + \\sum_i b_i^2\\right)\\right]
 
-    over the N training ratings, with :math:`\\mu` fixed at their mean.  Ratings are
+    over the N training ratings, with :math:`\\mu` fixed at their mean: the factors'
+    penalty is paid per rating (Spark ALS's weighted-lambda rule), the biases' once per
+    user and item, so that a bias is its mean residual shrunk by ``n / (n + alpha_b)``
+    (``n``: its ratings), strongly for users and items with few ratings (the baseline
+    of Koren's and Surprise's ``BaselineOnly``).  Ratings are
     partitioned by user into shards balanced by number of ratings; each user's factors
     live with its shard and never travel; only item gradients (row-sparse) are reduced.
 
@@ -37,16 +41,21 @@ class MatrixFactorization(FactorizationBase):
         grows with its number of ratings: the weighted-lambda rule of Spark's ALS).
         "auto": chosen inside ``fit`` on held-out ratings, with the number of epochs:
         10% of every user's ratings (a seeded hash of each rating; every user keeps
-        one) are held out where they live, the penalties ``v * 3**-j`` (``v``: the
-        ratings' variance, ``j = 0..5``, most regularised first) are fitted with early
-        stopping on the held-out RMSE, computed in every step's pass (the path stops
-        after two penalties worse than the best), and the best penalty is refitted on
-        all ratings for the epochs (iterations) at which it was best; a model with
-        several times the cost of one fit, never worse on held-out data than its own
-        bias-only model (``alpha_`` at the top of the path).  The path trains
-        synchronously (``mode`` applies to the refit).  See :mod:`dask_dgd.recommender._auto`.
+        one) are held out where they live; the bias model's penalty is chosen first
+        (see ``alpha_bias``), then the factors' among ``s * 3**-j`` (``s``: the
+        ratings' standard deviation, ``j = -3..5``, most regularised first, from where
+        the factors vanish), each fitted with early stopping on the held-out RMSE,
+        computed in every step's pass (a path stops after two penalties worse than its
+        best); the best penalty is refitted on all ratings for the epochs
+        (iterations) at which it was best.  A model costs several fits and does no
+        worse on the held-out ratings than its own bias model.  The path trains
+        synchronously (``mode`` applies to the refit).  See
+        :mod:`dask_dgd.recommender._auto`.
     alpha_bias : float or None, default=None
-        L2 penalty of the biases (None: the factors' penalty).
+        L2 penalty of each user's and item's bias, once per user and item (in units of
+        ratings: 10 halves the bias of an item with 10 ratings).  None: chosen with
+        ``alpha="auto"`` (on the bias model alone, among 100, 30, 10, 3, 1 and 0.3),
+        else equal to ``alpha``.
     rating_col : str, default="rating"
         Column of the ratings in DataFrame input.
 

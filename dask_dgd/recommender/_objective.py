@@ -277,7 +277,7 @@ class FactorizationTraining:
                          memory["gV"], memory["touched"])
         idx, out = _touched_rows(np, memory, True)
         grad = out.ravel() if idx is None else RowSparse(idx, out, m.n_items)
-        return {shard.index: BlockSums(0.0, grad, float(shard.n_rows), {})}, None
+        return {shard.index: BlockSums(0.0, grad, float(shard.n_rows), {"matvec": 1.0})}, None
 
     def _group_sums(self, shard, params, aux, draw, U, memory):
         m = self.model
@@ -292,8 +292,11 @@ class FactorizationTraining:
         rows = _rows(shard, memory, m.seed, draw)
         step = 0 if draw is None else draw.step
         if m.kind == "explicit":
-            loss, sq = kernels.explicit_sums(shard.lu, shard.gi, shard.r, rows, U, V, m.mu, m.alpha, m.alpha_bias,
+            # the biases' penalty is once per user and item, not per rating: the users'
+            # here (each user's ratings are all in this shard), the items' in finish
+            loss, sq = kernels.explicit_sums(shard.lu, shard.gi, shard.r, rows, U, V, m.mu, m.alpha, 0.0,
                                              gU, gV, touched)
+            loss += self._bias_penalty(xp, U, gU)
         elif m.kind == "bpr":
             loss, sq = kernels.bpr_sums(shard.lu, shard.gi, shard.key, shard.uptr, rows, U, V, m.alpha,
                                         m.alpha_bias, m.seed, step, gU, gV, touched)
@@ -345,6 +348,15 @@ class FactorizationTraining:
         """The users' Gram matrix of the all-pairs term (wls), or None."""
         return partial.extras.get("gram")
 
+    def als_diag(self):
+        """What the driver adds to every item system's diagonal (the item biases'
+        penalty, once per item: explicit ratings), per column, or None."""
+        if self.model.kind != "explicit":
+            return None
+        diag = np.zeros(self.model.item_width)
+        diag[-1] = self.model.alpha_bias
+        return diag
+
     def step_aux(self, params):
         """The items' Gram matrix (confidence-weighted least squares), once per step."""
         if self.model.kind != "wls":
@@ -352,11 +364,27 @@ class FactorizationTraining:
         V = self._table(params)
         return V.T @ V
 
+    def _bias_penalty(self, xp, table, grad):
+        """``alpha_bias`` times the sum of the squared biases (the last column of
+        ``table``), once per row per epoch (a step of ``n_batches`` takes its share);
+        its gradient is added to ``grad``'s last column."""
+        c = self.model.alpha_bias / self.n_batches
+        if c == 0.0:
+            return 0.0
+        b = table[:, -1]
+        grad[:, -1] = grad[:, -1] + (2.0 * c) * b
+        return c * float(xp.vecdot(b, b))
+
     def finish(self, partial, params):
         """Mean loss per rating (the penalty is in it) and the item table's gradient;
-        the all-pairs term of confidence-weighted least squares from the users' Gram."""
+        the all-pairs term of confidence-weighted least squares from the users' Gram;
+        the item biases' penalty (explicit ratings)."""
         n = partial.weight_sum
         loss, grad = partial.loss_sum, partial.grad_sum
+        if self.model.kind == "explicit" and "matvec" not in partial.extras:
+            g = np.zeros((self.model.n_items, self.model.item_width))
+            loss = loss + self._bias_penalty(np, self._table(params), g)
+            grad = grad + g.ravel()
         if self.model.kind == "wls" and "gram" in partial.extras:
             a_loss, a_grad = kernels.wls_all_pairs(self._table(params), partial.extras["gram"], 1.0 / self.n_batches)
             loss = loss + a_loss

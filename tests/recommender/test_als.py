@@ -43,8 +43,8 @@ def _explicit_gradient(mf, ratings):
     a, ab = mf.alpha, mf.alpha if mf.alpha_bias is None else mf.alpha_bias
     gP = 2 * (E @ Q + a * n_u[:, None] * P) / N
     gQ = 2 * (E.T @ P + a * n_i[:, None] * Q) / N
-    gbu = 2 * (E.sum(1) + ab * n_u * bu) / N
-    gbi = 2 * (E.sum(0) + ab * n_i * bi) / N
+    gbu = 2 * (E.sum(1) + ab * bu) / N  # the biases' penalty: once per user and item
+    gbi = 2 * (E.sum(0) + ab * bi) / N
     return np.concatenate([gP.ravel(), gQ.ravel(), gbu, gbi])
 
 
@@ -73,7 +73,7 @@ def _start_gradient(est, ratings, gradient):
 @pytest.mark.parametrize("kind", ["explicit", "wls"])
 def test_als_reaches_a_stationary_point_of_the_gradient_objective(small, kind):
     if kind == "explicit":
-        make = lambda: MatrixFactorization(n_components=3, alpha=0.2, alpha_bias=0.02, random_state=0)  # noqa: E731
+        make = lambda: MatrixFactorization(n_components=3, alpha=0.2, alpha_bias=2.0, random_state=0)  # noqa: E731
         gradient = _explicit_gradient
     else:
         make = lambda: ImplicitMatrixFactorization(  # noqa: E731

@@ -29,7 +29,7 @@ def test_fold_in_solves_the_user_step_of_the_fitted_model(ratings, kind):
     """A converged ALS fit's users satisfy their normal equations at the fitted items:
     folding the known users in from their own training ratings gives them back."""
     if kind == "explicit":
-        est = MatrixFactorization(n_components=3, alpha=0.2, alpha_bias=0.05, solver="als", tol=1e-13,
+        est = MatrixFactorization(n_components=3, alpha=0.2, alpha_bias=2.0, solver="als", tol=1e-13,
                                   max_iter=2000, random_state=0)
     else:
         est = ImplicitMatrixFactorization(n_components=3, loss="wls", rating_col="rating", alpha=0.2,
