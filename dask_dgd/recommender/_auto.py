@@ -18,8 +18,9 @@ RMSE in every step's pass and stopping when it has not improved for a few record
    chosen model does no worse on the held-out ratings than the bias model.
 
 Each path then tries the geometric midpoints on either side of its best penalty.  The
-factors' penalty with the lowest held-out RMSE, and the number of epochs (or
-iterations) at which it was reached, are then refitted on all the ratings.
+factors' penalty with the lowest held-out RMSE is then refitted on all the ratings: to
+convergence (alternating least squares), or for the epochs at which it was best
+(gradient steps).
 """
 
 import warnings
@@ -44,9 +45,9 @@ BIAS_GRID = (100.0, 30.0, 10.0, 3.0, 1.0, 0.3)
 FACTOR_GRID = tuple(3.0 ** -j for j in range(-3, 6))
 #: The share of each user's ratings held out.
 VALIDATION_FRACTION = 0.1
-#: Records without a held-out RMSE better by more than ``VAL_TOL`` times the ratings'
-#: standard deviation before a fit of the path stops.
-PATIENCE, VAL_TOL = {"als": 3, "gd": 5}, 1e-4
+#: Epochs without a held-out RMSE better by more than ``VAL_TOL`` times the ratings'
+#: standard deviation before a gradient fit of the path stops (early stopping).
+PATIENCE, VAL_TOL = 5, 1e-4
 #: Penalties in a row worse than the best (by more than the relative ``WORSE``) before
 #: a path stops.
 PATH_PATIENCE, WORSE = 2, 1e-4
@@ -108,20 +109,25 @@ def _walk(est, shards, s, solver, optimizer, grid, n_components, alpha_bias, sta
         model = est._model(s.mu, len(s.items), s.seed, alpha=float(alpha), alpha_bias=alpha_bias,
                            n_components=n_components)
         V = init_rows(s.seed + 1, np.arange(len(s.items)), model.item_width, model.init_scale, model.item_bias)
+        als = solver == "als"
         with warnings.catch_warnings():
-            warnings.simplefilter("ignore", ConvergenceWarning)  # stopped by the held-out ratings
+            warnings.simplefilter("ignore", ConvergenceWarning)  # (max_iter: the refit warns)
             result = train(
                 FactorizationTraining(model, s.n_batches), shards, solver=solver,
-                optimizer=None if solver == "als" else optimizer, max_iter=est.max_iter, tol=0.0, mode="sync",
-                on_divergence=est._on_divergence(), compression=est.compression, split_every=est.split_every,
-                random_state=s.seed, params0=V.ravel(), validation_patience=PATIENCE[solver],
-                validation_tol=VAL_TOL * np.sqrt(s.scale),
+                optimizer=None if als else optimizer, max_iter=est.max_iter, tol=est.tol * s.scale if als else 0.0,
+                mode="sync", on_divergence=est._on_divergence(), compression=est.compression,
+                split_every=est.split_every, random_state=s.seed, params0=V.ravel(),
+                validation_patience=None if als else PATIENCE, validation_tol=VAL_TOL * np.sqrt(s.scale),
                 verbose=est.verbose, progress_desc=f"{type(est).__name__} alpha={alpha:.3g}", client=est.client,
             )
         h = result.history
         if "val_rmse" not in h or not h["val_rmse"].notna().any():
             return None
-        j = int(np.nanargmin(h["val_rmse"].to_numpy(dtype=float)))
+        val = h["val_rmse"].to_numpy(dtype=float)
+        # alternating least squares: the converged model's held-out RMSE (its refit runs to
+        # convergence too); gradient steps: the best epoch's (early stopping, refitted for
+        # as many epochs)
+        j = int(np.flatnonzero(np.isfinite(val))[-1]) if als else int(np.nanargmin(val))
         rows.append({"stage": stage, "point": point, "alpha": float(model.alpha), "alpha_bias": float(model.alpha_bias),
                      "val_rmse": float(h["val_rmse"].iloc[j]), "n_iter": _epochs_to(h, j, solver, s.n_batches == 1),
                      "epochs_run": int(result.n_iter)})

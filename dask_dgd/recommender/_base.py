@@ -277,7 +277,8 @@ class FactorizationBase(RecommenderMixin, ClientParamMixin, BaseEstimator):
                 warnings.warn(f"{type(self).__name__}: no rating could be held out to choose alpha (every user has "
                               f"a single rating); alpha='auto' used alpha={alpha}", UserWarning, stacklevel=3)
             else:
-                max_iter, tol = epochs, 0.0  # the budget validated on the held-out ratings
+                if solver != "als":  # gradient steps: the epochs validated on the held-out ratings
+                    max_iter, tol = epochs, 0.0
                 path = (path, path_history)
         shards, loads = build_rating_shards(executor, parts, cols, users, items, n_shards, like)
         shards.totals = {"ratings": int(facts["n"]), "rating_sum": f"{facts['rating_sum']:.10g}",
@@ -318,7 +319,7 @@ class FactorizationBase(RecommenderMixin, ClientParamMixin, BaseEstimator):
         elif not result.converged:
             if result.message.startswith("reached max_time"):
                 warnings.warn(f"{type(self).__name__} {result.message}", ConvergenceWarning, stacklevel=3)
-            elif not continued and self.tol > 0 and path is None:
+            elif not continued and self.tol > 0 and (path is None or solver == "als"):
                 what, remedy = ("iterations", "max_iter") if solver == "als" else \
                     ("epochs", "max_iter or learning_rate")
                 warnings.warn(
