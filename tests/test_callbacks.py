@@ -49,9 +49,15 @@ def test_a_callback_can_stop_the_fit():
                                     callbacks=[lambda rec: rec["step"] >= 4]).fit(X, y)
     assert len(est.history_) == 4
     ratings, _ = make_ratings(60, 30, 600, random_state=0)
-    mf = dask_dgd.MatrixFactorization(n_components=2, max_iter=30, tol=0,
+    mf = dask_dgd.MatrixFactorization(n_components=2, alpha=0.1, max_iter=30, tol=0,
                                       callbacks=[lambda rec: rec["step"] >= 3]).fit(ratings)
-    assert len(mf.history_) == 3
+    # ALS: one record per iteration of 4 steps (steps 1, 5, ...): the second one stops it
+    assert mf.history_["step"].tolist() == [1, 5] and mf.n_iter_ == 2
+    # with alpha="auto", the callbacks see (and may stop) the refit; the path runs without them
+    auto = dask_dgd.MatrixFactorization(n_components=2, max_iter=30, tol=0, random_state=0,
+                                        callbacks=[lambda rec: rec["step"] >= 3]).fit(ratings)
+    refit = auto.history_[auto.history_["stage"] == "refit"]
+    assert refit["step"].tolist() == [1, 5] and len(auto.history_) > 2
 
 
 def test_callback_errors(tmp_path):

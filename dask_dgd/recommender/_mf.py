@@ -49,7 +49,8 @@ class MatrixFactorization(FactorizationBase):
         best); the best penalty is refitted on all ratings for the epochs
         (iterations) at which it was best.  A model costs several fits and does no
         worse on the held-out ratings than its own bias model.  The path trains
-        synchronously (``mode`` applies to the refit).  See
+        synchronously; ``mode``, ``callbacks``, ``max_time`` and ``checkpoint`` apply
+        to the refit (the path's fits run without them).  See
         :mod:`dask_dgd.recommender._auto`.
     alpha_bias : float or None, default=None
         L2 penalty of each user's and item's bias, once per user and item (in units of

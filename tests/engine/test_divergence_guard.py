@@ -109,8 +109,8 @@ def test_local_full_batch_rounds_use_the_whole_data_limit(client, regression):
 
 @pytest.mark.parametrize("mode", ["local", "async"])
 def test_matrix_factorization_explodes_loudly_outside_sync(client, ratings, mode):
-    est = MatrixFactorization(client=client, optimizer="sgd", learning_rate=300.0, batch_size=500, max_iter=20,
-                              mode=mode, random_state=0)
+    est = MatrixFactorization(client=client, alpha=0.1, optimizer="sgd", learning_rate=300.0, batch_size=500,
+                              max_iter=20, mode=mode, random_state=0)
     with pytest.raises(DivergenceError, match="diverged"):
         est.fit(ratings)
 

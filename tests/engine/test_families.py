@@ -52,8 +52,9 @@ class Family:
             return LogisticRegression(**{"solver": "gd", "optimizer": "adam", "max_iter": 30, "tol": 0.0,
                                          "client": self.client, **kw})
         if self.name == "mf":
-            return MatrixFactorization(**{"n_components": 3, "max_iter": 20, "random_state": 0,
-                                          "client": self.client, **kw})
+            # one fit by gradient steps (alpha="auto" fits a path; "auto" would take ALS)
+            return MatrixFactorization(**{"n_components": 3, "alpha": 0.1, "solver": "gd", "max_iter": 20,
+                                          "random_state": 0, "client": self.client, **kw})
         if self.name == "implicit":
             return ImplicitMatrixFactorization(**{"n_components": 3, "loss": "wls", "max_iter": 20, "random_state": 0,
                                                   "client": self.client, **kw})
