@@ -81,6 +81,11 @@ def fold_in(est, frame, users):
     user bias)), ``seen`` a list of item-code arrays."""
     ucol, icol = est.user_col, est.item_col
     rcol = est._rating_col()
+    if est._kind_now() == "explicit" and rcol not in frame.columns:
+        from ..exceptions import InputError
+
+        raise InputError(f"user_items has no {rcol!r} column: an explicit-rating model folds users in from their "
+                         f"ratings (columns: {list(frame.columns)})")
     codes = est._item_index.get_indexer(frame[icol].to_numpy())
     known = codes >= 0
     if rcol is not None and rcol in frame.columns:

@@ -111,3 +111,12 @@ def test_recommend_all_is_a_lazy_frame_of_every_users_top_k(ratings, client):
         mf.recommend_all(k=0)
     with pytest.raises(ParameterError, match=r"users_per_partition must be an int > 0; got 2.5"):
         mf.recommend_all(users_per_partition=2.5)
+
+
+def test_fold_in_of_explicit_ratings_needs_the_ratings(ratings):
+    from dask_dgd import InputError
+
+    mf = _fit(MatrixFactorization(n_components=2, alpha=0.1, random_state=0), ratings)
+    with pytest.raises(InputError, match=r"user_items has no 'rating' column: an explicit-rating model folds users "
+                                         r"in from their ratings \(columns: \['user', 'item'\]\)"):
+        mf.recommend(["new"], user_items=pd.DataFrame({"user": ["new"], "item": [mf.item_ids_[0]]}))
