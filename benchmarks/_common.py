@@ -20,7 +20,24 @@ __all__ = [
     "make_data",
     "gather_to_driver",
     "suite_params",
+    "one_line",
+    "why_unimportable",
 ]
+
+
+def one_line(err):
+    """``Type: message`` of an exception, on one line."""
+    return " ".join(f"{type(err).__name__}: {err}".split())
+
+
+def why_unimportable(module):
+    """Why ``module`` cannot be imported here (one line), or None: a peer that cannot
+    be imported is reported unavailable."""
+    try:
+        __import__(module)
+    except Exception as err:  # noqa: BLE001 - any import failure makes the peer unavailable
+        return one_line(err)
+    return None
 
 
 def log(msg):

@@ -12,6 +12,8 @@ import warnings
 import numpy as np
 import pandas as pd
 
+from .._common import why_unimportable
+
 __all__ = [
     "why_unimportable",
     "movielens",
@@ -27,19 +29,6 @@ __all__ = [
     "fit_surprise",
     "fit_implicit",
 ]
-
-
-def _one_line(err):
-    return " ".join(f"{type(err).__name__}: {err}".split())
-
-
-def why_unimportable(module):
-    """Why ``module`` cannot be imported here (one line), or None."""
-    try:
-        __import__(module)
-    except Exception as err:  # noqa: BLE001 - any import failure makes the peer unavailable
-        return _one_line(err)
-    return None
 
 
 # ----------------------------------------------------------------------------- data

@@ -88,6 +88,8 @@ from typing import NamedTuple
 import numpy as np
 
 from .._common import gather_to_driver, make_data, md_table, median, start_cluster, suite_params
+from .._common import one_line as _one_line
+from .._common import why_unimportable as _why_unimportable
 
 NAME = "glm"
 DESCRIPTION = (
@@ -277,10 +279,6 @@ def caravan():
 
 
 # ----------------------------------------------------------------------------- running tools
-def _one_line(err):
-    return " ".join(f"{type(err).__name__}: {err}".split())
-
-
 @contextlib.contextmanager
 def _recorded():
     """Catch every warning; the list of ``(category name, message)`` is yielded."""
@@ -440,14 +438,6 @@ class H2O:
 
 
 # ----------------------------------------------------------------------------- availability
-def _why_unimportable(module):
-    try:
-        __import__(module)
-    except Exception as err:  # noqa: BLE001 - any import failure makes the peer unavailable
-        return _one_line(err)
-    return None
-
-
 def dgd_estimator(name):
     """dask_dgd's estimator ``name`` (from the package, else its CV module), or None when not built."""
     import importlib

@@ -81,6 +81,8 @@ from typing import NamedTuple
 import numpy as np
 
 from .._common import gather_to_driver, make_data, md_table, median, start_cluster
+from .._common import one_line as _one_line
+from .._common import why_unimportable as _why_unimportable
 
 NAME = "linear"
 DESCRIPTION = (
@@ -464,19 +466,6 @@ def run_spark(data, tol, cfg):
         "intercept": float(model.intercept),
         "capped": n_iter >= cfg.max_iter,
     }
-
-
-def _one_line(err):
-    """``Type: message`` of an exception, on one line."""
-    return " ".join(f"{type(err).__name__}: {err}".split())
-
-
-def _why_unimportable(module):
-    try:
-        __import__(module)
-    except Exception as err:  # noqa: BLE001 - any import failure makes the peer unavailable
-        return _one_line(err)
-    return None
 
 
 def _why_no_java():

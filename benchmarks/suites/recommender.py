@@ -29,6 +29,7 @@ import warnings
 import numpy as np
 
 from .._common import md_table, median, start_cluster, suite_params
+from .._common import one_line as _one_line
 
 NAME = "recommender"
 DESCRIPTION = "Matrix factorization vs Spark MLlib ALS and the bias baseline (test RMSE, wall time, bytes)"
@@ -47,10 +48,6 @@ SIZES = {
 }
 
 TARGET_TIME_RATIO = 0.5  # dask_dgd wall / Spark ALS wall, with test RMSE <= Spark's
-
-
-def _one_line(err):
-    return " ".join(f"{type(err).__name__}: {err}".split())
 
 
 def spark_unavailable():
