@@ -10,29 +10,36 @@ RMSE in every step's pass and stopping when it has not improved for a few record
 (early stopping); a path stops when two penalties in a row do worse than its best:
 
 1. the bias model's (``n_components=0``), :data:`BIAS_GRID`: its best penalty becomes
-   ``alpha_bias`` (unless given);
+   ``alpha_bias`` (unless given: then the bias model is fitted at it);
 2. the factors' (with that ``alpha_bias``), :data:`FACTOR_GRID` times the ratings'
    standard deviation (the factors' penalty, per rating, scales with the ratings'
-   units), starting far above,
-   where the factors all but vanish and the model is the bias model of step 1: the
-   chosen model does no worse on the held-out ratings than the bias model.
+   units), starting far above, where the factors all but vanish and the model is the
+   bias model of step 1.
 
-Each path then tries the geometric midpoints on either side of its best penalty.  The
-factors' penalty with the lowest held-out RMSE is then refitted on all the ratings: to
-convergence (alternating least squares), or for the epochs at which it was best
-(gradient steps).
+Each path then tries the geometric midpoints on either side of its best penalty.
+
+A held-out share is small on small data, and the lowest held-out RMSE of a dozen
+penalties is partly luck.  Every step of the factors' path therefore also compares its
+held-out errors with the bias model's, rating by rating (:func:`~._shards.with_val_base`):
+a factors' penalty is chosen only if its mean improvement in squared error exceeds
+:data:`SE_RULE` standard errors of that paired mean.  The chosen penalty is the one with
+the lowest held-out RMSE among those, or the top of the path (the bias model, in effect)
+when no penalty passes.  It is then refitted on all the ratings: to convergence
+(alternating least squares), or for the epochs at which it was best (gradient steps).
 """
 
+import dataclasses
 import warnings
 from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
 
+from .._backend import to_numpy
 from .._engine.train import train
 from ..exceptions import ConvergenceWarning
 from ._objective import FactorizationTraining
-from ._shards import build_rating_shards, init_rows
+from ._shards import build_rating_shards, init_rows, with_val_base
 
 __all__ = ["BIAS_GRID", "FACTOR_GRID", "VALIDATION_FRACTION", "Setup", "choose_alpha"]
 
@@ -43,6 +50,12 @@ BIAS_GRID = (100.0, 30.0, 10.0, 3.0, 1.0, 0.3)
 #: The penalties of the factors tried, times the ratings' standard deviation: from far above,
 #: where the factors vanish and the model is the bias model.
 FACTOR_GRID = tuple(3.0 ** -j for j in range(-3, 6))
+#: Standard errors by which the factors' paired improvement over the bias model on the
+#: held-out ratings must exceed zero for a factors' penalty to be chosen: a one-sided
+#: test at about 2% for each penalty, since a dozen penalties are compared (at one
+#: standard error, the rule of Hastie, Tibshirani and Friedman, one of 22 held-out
+#: ratings' luck passed and lost 2.5% on the test ratings).
+SE_RULE = 2.0
 #: The share of each user's ratings held out.
 VALIDATION_FRACTION = 0.1
 #: Epochs without a held-out RMSE better by more than ``VAL_TOL`` times the ratings'
@@ -68,6 +81,9 @@ class Setup:
     seed: int
     n_batches: int
     scale: float
+    #: items none of whose ratings is left for training by the held-out split (set by
+    #: :func:`choose_alpha`): their factors start, and stay, at zero
+    cold: object = None
 
 
 def _epochs_to(history, j, solver, full_batch):
@@ -109,6 +125,8 @@ def _walk(est, shards, s, solver, optimizer, grid, n_components, alpha_bias, sta
         model = est._model(s.mu, len(s.items), s.seed, alpha=float(alpha), alpha_bias=alpha_bias,
                            n_components=n_components)
         V = init_rows(s.seed + 1, np.arange(len(s.items)), model.item_width, model.init_scale, model.item_bias)
+        if s.cold is not None:  # (no rating moves them: their held-out ratings get the bias model's prediction)
+            V[s.cold] = 0.0
         als = solver == "als"
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", ConvergenceWarning)  # (max_iter: the refit warns)
@@ -131,6 +149,11 @@ def _walk(est, shards, s, solver, optimizer, grid, n_components, alpha_bias, sta
         rows.append({"stage": stage, "point": point, "alpha": float(model.alpha), "alpha_bias": float(model.alpha_bias),
                      "val_rmse": float(h["val_rmse"].iloc[j]), "n_iter": _epochs_to(h, j, solver, s.n_batches == 1),
                      "epochs_run": int(result.n_iter)})
+        if "val_gain" in h:  # paired with the bias model's held-out errors
+            rows[-1]["val_gain"] = float(h["val_gain"].iloc[j])
+            rows[-1]["val_gain_se"] = float(h["val_gain_se"].iloc[j])
+        if n_components == 0:  # a bias model: its biases, for the factors' paired comparison
+            rows[-1]["_biases"] = _biases(result, len(s.users), len(s.items))
         histories.append(h.assign(stage="validation", alpha=float(model.alpha), alpha_bias=float(model.alpha_bias)))
         rmse = rows[-1]["val_rmse"]
         if best is None or rmse < best["val_rmse"]:
@@ -140,6 +163,30 @@ def _walk(est, shards, s, solver, optimizer, grid, n_components, alpha_bias, sta
             if stop and worse >= PATH_PATIENCE:
                 break
     return best, rows, histories
+
+
+def _item_counts(shard, n_items):
+    """The training ratings of every item in one shard."""
+    return np.bincount(to_numpy(shard.gi), minlength=n_items)
+
+
+def _biases(result, n_users, n_items):
+    """The user and item biases (by global index) of a bias model's fit."""
+    bu = np.zeros(n_users)
+    for users, Us, *_ in result.local:
+        bu[users] = Us[:, -1]
+    return bu, result.params.reshape(n_items, -1)[:, -1].copy()
+
+
+def _significant(best, rows):
+    """The factors' penalty chosen from the factor path's ``rows``: the lowest held-out
+    RMSE among those whose paired improvement over the bias model (mean difference of
+    squared errors, rating by rating) exceeds :data:`SE_RULE` standard errors; the top
+    of the path (the most regularised: the bias model) when none does."""
+    passed = [r for r in rows if r.get("val_gain", np.inf) > SE_RULE * r.get("val_gain_se", 0.0)]
+    if not passed:
+        return rows[0]
+    return min(passed, key=lambda r: r["val_rmse"]) if best not in passed else best
 
 
 def choose_alpha(est, s, solver, optimizer):
@@ -153,25 +200,31 @@ def choose_alpha(est, s, solver, optimizer):
     held out (every user has one rating)."""
     shards, _ = build_rating_shards(s.executor, s.parts, s.cols, s.users, s.items, s.n_shards, s.like,
                                     holdout=(s.seed, VALIDATION_FRACTION), own_inputs=False)
-    rows, histories = [], []
+    rows, histories, paired = [], [], None
     try:
-        alpha_bias = est.alpha_bias
-        if alpha_bias is None:  # the bias model's own penalty first
-            found = _path(est, shards, s, solver, optimizer, np.asarray(BIAS_GRID), 0, None, "biases")
-            if found is None:
-                return None, None, None, pd.DataFrame(), pd.DataFrame()
-            best, r, h = found
-            alpha_bias = best["alpha"]
-            rows += r
-            histories += h
+        trained = sum(shards.map_gather(_item_counts, len(s.items), name="dgd-mf-item-counts"))
+        s = dataclasses.replace(s, cold=trained == 0)
+        # the bias model: its own penalty's path, or the one given (the factors' baseline)
+        grid = BIAS_GRID if est.alpha_bias is None else (est.alpha_bias,)
+        found = _path(est, shards, s, solver, optimizer, np.asarray(grid, dtype=float), 0, None, "biases")
+        if found is None:
+            return None, None, None, pd.DataFrame(), pd.DataFrame()
+        best, rows, histories = found
+        alpha_bias = best["alpha_bias"]
         if est.n_components > 0:  # then the factors', from far above: the top is the bias model
-            found = _path(est, shards, s, solver, optimizer, np.sqrt(s.scale) * np.asarray(FACTOR_GRID),
+            paired = shards.transform(with_val_base, *best["_biases"], s.mu, name="dgd-mf-baseline",
+                                      token_suffix="-paired")
+            paired.group_meta = shards.group_meta
+            found = _path(est, paired, s, solver, optimizer, np.sqrt(s.scale) * np.asarray(FACTOR_GRID),
                           est.n_components, alpha_bias, "factors")
-            if found is None:
-                return None, None, None, pd.DataFrame(), pd.DataFrame()
             best, r, h = found
+            best = _significant(best, r)
             rows += r
             histories += h
     finally:
+        if paired is not None:
+            paired.release()
         shards.release()
-    return best["alpha"], alpha_bias, best["n_iter"], pd.DataFrame(rows), pd.concat(histories, ignore_index=True)
+    path = pd.DataFrame([{k: v for k, v in row.items() if k != "_biases"} for row in rows])
+    path["chosen"] = [row is best for row in rows]
+    return best["alpha"], alpha_bias, best["n_iter"], path, pd.concat(histories, ignore_index=True)

@@ -46,9 +46,13 @@ class MatrixFactorization(FactorizationBase):
         ratings' standard deviation, ``j = -3..5``, most regularised first, from where
         the factors vanish), each fitted with early stopping on the held-out RMSE,
         computed in every step's pass (a path stops after two penalties worse than its
-        best); the best penalty is refitted on all ratings for the epochs
-        (iterations) at which it was best.  A model costs several fits and does no
-        worse on the held-out ratings than its own bias model.  The path trains
+        best).  Every step also compares its held-out errors with the bias model's,
+        rating by rating: a factors' penalty counts only if its mean improvement in
+        squared error exceeds two standard errors (else the top of the path, the
+        bias model in effect, is kept), and the lowest held-out RMSE among those is
+        refitted on all ratings for the epochs (iterations) at which it was best.  A
+        model costs several fits and does not choose factors that its held-out
+        ratings cannot tell from the bias model's luck.  The path trains
         synchronously; ``mode``, ``callbacks``, ``max_time`` and ``checkpoint`` apply
         to the refit (the path's fits run without them).  See
         :mod:`dask_dgd.recommender._auto`.
@@ -79,9 +83,12 @@ shard_ratings_, bytes_communicated_
         The penalties of the fitted model (``alpha`` and ``alpha_bias``, or the ones
         ``"auto"`` chose).
     validation_path_ : pandas.DataFrame or None
-        ``alpha="auto"``: one row per penalty fitted on the held-out split (``alpha``,
-        ``val_rmse``: the best held-out RMSE, ``n_iter``: the epochs to reach it,
-        ``epochs_run``); None otherwise.  ``history_`` then holds the path fits'
+        ``alpha="auto"``: one row per penalty fitted on the held-out split (``stage``:
+        "biases" or "factors", ``point``: "grid" or "midpoint", ``alpha``,
+        ``alpha_bias``, ``val_rmse``: the held-out RMSE that counts, ``n_iter``: the
+        epochs to reach it, ``epochs_run``, ``val_gain`` and ``val_gain_se``: the
+        factors' mean improvement in held-out squared error over the bias model and
+        its standard error, ``chosen``: the row refitted); None otherwise.  ``history_`` then holds the path fits'
         records (``stage="validation"``, with ``val_rmse``) before the refit's
         (``stage="refit"``); ``loss_curve_`` is the refit's.
 

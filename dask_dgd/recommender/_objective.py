@@ -160,16 +160,24 @@ def _rows(shard, memory, seed, draw):
     return memory["order"][lo:hi]
 
 
-def _validation_sums(val, U, V, mu):
-    """Squared error and count of a shard's held-out ratings at the factors ``U``, ``V``
-    (explicit ratings), in the factors' namespace."""
-    lu, gi, r = val
+def _validation_sums(shard, U, V, mu):
+    """The step extras of a shard's held-out ratings at the factors ``U``, ``V``
+    (explicit ratings): their squared error ``val_sq`` and count ``val_n``; with a
+    baseline (:func:`~._shards.with_val_base`), the sum ``val_d`` and the sum of squares
+    ``val_d2`` of the rating-by-rating differences ``d = e**2 - e_base**2`` of the
+    squared errors (the paired comparison of :mod:`._auto`)."""
+    lu, gi, r = shard.val
     xp = get_namespace(U)
     k = V.shape[1] - 1
     P = xp.take(U, xp.astype(lu, xp.int64), axis=0)
     Q = xp.take(V, xp.astype(gi, xp.int64), axis=0)
     e = mu + P[:, k] + Q[:, k] + xp.sum(P[:, :k] * Q[:, :k], axis=1) - r
-    return float(xp.vecdot(e, e)), float(r.shape[0])
+    out = {"val_sq": float(xp.vecdot(e, e)), "val_n": float(r.shape[0])}
+    if shard.val_base is not None:
+        eb = shard.val_base - r
+        d = e * e - eb * eb
+        out["val_d"], out["val_d2"] = float(xp.sum(d)), float(xp.vecdot(d, d))
+    return out
 
 
 def _touched_rows(xp, memory, on_host):
@@ -305,7 +313,7 @@ class FactorizationTraining:
                                         gU, gV, touched)
         extras = {"sq_sum": float(sq)}
         if shard.val is not None and m.kind == "explicit" and (draw is None or draw.batch == draw.n_batches - 1):
-            extras["val_sq"], extras["val_n"] = _validation_sums(shard.val, U, V, m.mu)
+            extras.update(_validation_sums(shard, U, V, m.mu))
         if m.kind == "wls":
             extras["gram"] = to_numpy(U.T @ U)  # at this step's factors, before their update
             _, g_all = kernels.wls_all_pairs(U, gram_items, 1.0 / self.n_batches)
@@ -410,6 +418,11 @@ class FactorizationTraining:
         if partial.extras.get("val_n", 0) > 0:  # held-out ratings (alpha="auto"), at this step's factors
             out["val_rmse"] = math.sqrt(partial.extras["val_sq"] / partial.extras["val_n"])
             out["val_score"] = -out["val_rmse"]
+            if "val_d2" in partial.extras:  # paired with a baseline's held-out errors
+                n = partial.extras["val_n"]
+                mean = partial.extras["val_d"] / n
+                out["val_gain"] = -mean
+                out["val_gain_se"] = math.sqrt(max(partial.extras["val_d2"] / n - mean * mean, 0.0) / max(n - 1, 1))
         return out
 
     def batching(self, shards, batch_size, seed):

@@ -15,6 +15,7 @@ host (through pandas), but a zero-length array cut from a real input block on a 
 puts its rating arrays (and its users' factors) in that namespace, on that device.
 """
 
+import copy
 import math
 import uuid
 
@@ -22,7 +23,7 @@ import array_api_compat
 import numpy as np
 import pandas as pd
 
-from .._backend import asarray_like, get_namespace
+from .._backend import asarray_like, get_namespace, to_numpy
 from .._engine.memory import check_worker_shares, worker_memory_limits
 from .._engine.shards import ShardSet
 from ..exceptions import InputError
@@ -95,6 +96,9 @@ class RatingShard:
         self.lu, self.gi, self.r, self.key, self.uptr = (move(a) for a in (lu, gi, r, key, uptr))
         #: held-out ratings ``(lu, gi, r)`` (see :func:`holdout_rows`), or None
         self.val = None if val is None else tuple(move(a) for a in val)
+        #: the baseline model's prediction of every held-out rating (see
+        #: :func:`with_val_base`), or None
+        self.val_base = None
 
     @property
     def n_rows(self):
@@ -103,6 +107,18 @@ class RatingShard:
     def to_shard(self, a):
         """A NumPy array (parameters sent by the driver) in the shard's namespace and device."""
         return a if self.like is None or a is None else asarray_like(a, self.like)
+
+
+def with_val_base(shard, user_bias, item_bias, mu):
+    """A copy of ``shard`` (sharing its arrays) that knows a bias model's prediction
+    ``mu + user_bias[user] + item_bias[item]`` of each of its held-out ratings
+    (``user_bias``, ``item_bias``: NumPy, by global index), so that every step can
+    compare its own held-out errors with the bias model's, rating by rating."""
+    out = copy.copy(shard)
+    if shard.val is not None:
+        lu, gi, _ = (to_numpy(a) for a in shard.val)
+        out.val_base = shard.to_shard(mu + user_bias[shard.users[lu]] + item_bias[gi])
+    return out
 
 
 def scan_part(df, user_col, item_col, rating_col, digest=False):

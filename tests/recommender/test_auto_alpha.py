@@ -11,9 +11,10 @@ import pytest
 from dask_dgd import MatrixFactorization, ParameterError
 from dask_dgd.datasets import make_ratings
 from dask_dgd.recommender import train_test_split
-from dask_dgd.recommender._auto import BIAS_GRID, FACTOR_GRID
+from dask_dgd.recommender._auto import BIAS_GRID, FACTOR_GRID, SE_RULE
 from dask_dgd.recommender._base import DEFAULT_ALPHA
-from dask_dgd.recommender._shards import holdout_rows
+from dask_dgd.recommender._objective import _validation_sums
+from dask_dgd.recommender._shards import RatingShard, holdout_rows, with_val_base
 
 
 def _fit(est, *args):
@@ -56,6 +57,37 @@ def test_holdout_rows_hold_out_a_share_and_leave_every_user_a_rating():
     assert not np.array_equal(holdout_rows(u, i, 500, seed=8, fraction=0.1), held)
 
 
+def test_the_paired_comparison_sums_the_differences_of_squared_errors():
+    rng = np.random.default_rng(4)
+    users, n_items, k = np.array([3, 8, 11]), 6, 2
+    lu, gi, r = np.array([0, 1, 1, 2]), np.array([5, 0, 2, 2]), rng.normal(3, 1, 4)
+    shard = RatingShard(users, np.array([0, 2]), np.array([1, 1]), np.array([4.0, 2.0]), n_items,
+                        val=(lu, gi, r))
+    U, V = rng.normal(size=(3, k + 1)), rng.normal(size=(n_items, k + 1))
+    bu, bi = rng.normal(size=12), rng.normal(size=n_items)
+    sums = _validation_sums(with_val_base(shard, bu, bi, 3.5), U, V, 3.5)
+    e = 3.5 + U[lu, k] + V[gi, k] + (U[lu, :k] * V[gi, :k]).sum(1) - r
+    d = e**2 - (3.5 + bu[users[lu]] + bi[gi] - r) ** 2
+    assert sums["val_n"] == 4 and sums["val_sq"] == pytest.approx(e @ e, rel=1e-12)
+    assert sums["val_d"] == pytest.approx(d.sum(), rel=1e-12) and sums["val_d2"] == pytest.approx(d @ d, rel=1e-12)
+    assert set(_validation_sums(shard, U, V, 3.5)) == {"val_sq", "val_n"}  # (no baseline: no pairs)
+
+
+def test_factors_that_do_not_help_are_not_chosen():
+    # ratings of biases and noise only: no factor penalty does significantly better than
+    # the bias model on the held-out ratings, and the default is the bias model
+    rng = np.random.default_rng(5)
+    u, i = rng.integers(0, 300, 6000), rng.integers(0, 150, 6000)
+    y = 3.5 + rng.normal(0, 0.4, 300)[u] + rng.normal(0, 0.4, 150)[i] + rng.normal(0, 0.8, 6000)
+    ratings = pd.DataFrame({"user": u, "item": i, "rating": y}).drop_duplicates(["user", "item"])
+    mf = _fit(MatrixFactorization(n_components=5, random_state=0), ratings)
+    bias = _fit(MatrixFactorization(n_components=0, random_state=0), ratings)
+    factors = mf.validation_path_[mf.validation_path_["stage"] == "factors"]
+    assert (factors["val_gain"] <= SE_RULE * factors["val_gain_se"]).all()
+    assert mf.alpha_ == factors["alpha"].iloc[0] and mf.alpha_bias_ == bias.alpha_bias_
+    np.testing.assert_allclose(mf.predict(ratings), bias.predict(ratings), atol=1e-3)
+
+
 @pytest.mark.slow
 def test_the_default_does_not_lose_to_the_bias_model_on_sparse_real_ratings(insteval, movielens):
     for train, test in (insteval, movielens):
@@ -75,7 +107,8 @@ def test_the_path_and_the_refit_are_reported(movielens):
     train = movielens[0][movielens[0]["user"] <= 120]
     mf = _fit(MatrixFactorization(n_components=4, random_state=0), train)
     path = mf.validation_path_
-    assert list(path.columns) == ["stage", "point", "alpha", "alpha_bias", "val_rmse", "n_iter", "epochs_run"]
+    assert list(path.columns) == ["stage", "point", "alpha", "alpha_bias", "val_rmse", "n_iter", "epochs_run",
+                                  "val_gain", "val_gain_se", "chosen"]
     biases, factors = path[path["stage"] == "biases"], path[path["stage"] == "factors"]
     sd = float(train["rating"].std(ddof=0))
     for rows, values, grid in ((biases, biases["alpha_bias"], np.asarray(BIAS_GRID)),
@@ -87,10 +120,15 @@ def test_the_path_and_the_refit_are_reported(movielens):
         j = int(np.argmin(rows.loc[on_grid, "val_rmse"].to_numpy()))
         mids = [np.sqrt(walked[j] * walked[i]) for i in (j - 1, j + 1) if 0 <= i < len(walked)]
         np.testing.assert_allclose(values[~on_grid], mids, rtol=1e-9)
-    # the bias path's best penalty is the factors' alpha_bias; the factors' best is refitted
+    # the bias path's best penalty is the factors' alpha_bias and their paired baseline
     assert mf.alpha_bias_ == biases.loc[biases["val_rmse"].idxmin(), "alpha_bias"]
     assert (factors["alpha_bias"] == mf.alpha_bias_).all()
-    best = factors.loc[factors["val_rmse"].idxmin()]
+    assert biases["val_gain"].isna().all() and factors["val_gain_se"].notna().all()
+    # the factors' penalty refitted: the lowest held-out RMSE among those significantly
+    # better than the bias model, rating by rating; else the top of the path
+    significant = factors[factors["val_gain"] > SE_RULE * factors["val_gain_se"]]
+    best = significant.loc[significant["val_rmse"].idxmin()] if len(significant) else factors.iloc[0]
+    assert path["chosen"].sum() == 1 and path.loc[path["chosen"], "alpha"].item() == best["alpha"]
     # alternating least squares: every fit runs to convergence, the converged held-out
     # RMSE counts, and the refit runs to convergence too
     assert mf.solver_ == "als" and mf.alpha_ == best["alpha"]

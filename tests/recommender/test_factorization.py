@@ -461,7 +461,7 @@ def test_tol_is_relative_to_the_starting_objective(kind):
 
 def test_progress_bar_is_labelled_and_counts_epochs_of_max_iter(bars, capsys):
     ratings, _ = make_ratings(100, 50, 1500, rank=3, random_state=0)
-    mf = MatrixFactorization(n_components=2, max_iter=6, tol=0, batch_size=500, verbose=1, random_state=0)
+    mf = MatrixFactorization(n_components=2, alpha=0.1, max_iter=6, tol=0, batch_size=500, verbose=1, random_state=0)
     mf.fit(ratings)
     assert "MatrixFactorization:" in capsys.readouterr().err
     shown = [(b.desc, b.total, b.closed_at) for b in bars if b.shown]
