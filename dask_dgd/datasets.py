@@ -398,7 +398,7 @@ def make_ratings(
     Users and items are drawn with Zipf weights ``1 / rank^power`` (a few users rate
     thousands of items, most rate a handful).  Explicit ratings are
     ``3.5 + b_u + b_i + p_u . q_i + noise * e`` with ``b ~ N(0, 0.3^2)`` and factors
-    ``N(0, 1/rank)`` entries (so ``p_u . q_i`` has unit variance).  Implicit data (``implicit=True``)
+    ``N(0, 1/rank)`` entries (so ``p_u . q_i`` has variance ``1/rank``).  Implicit data (``implicit=True``)
     draws each user's items without replacement with probability proportional to
     ``popularity_i * exp(2 p_u . q_i)`` and has a ``count`` column (1 + Poisson(1)).
     Each (user, item) pair occurs at most once; with strong skew (large ``power``) and

@@ -1,28 +1,37 @@
-"""Fold-in: the factors of users from their interactions, with the fitted items fixed.
+"""Fold-in: the factors of users (items) from their interactions, with the fitted items
+(users) fixed.
 
-``recommend(users, user_items=...)`` scores users (new ones, or known ones with other
-interactions) without refitting: each user's row minimises the model's own objective
-with the item table fixed, as a fit's user step does.
+``recommend(users, user_items=...)`` and ``predict(X, user_items=...)`` score users (new
+ones, or known ones with other interactions) without refitting; ``fold_in_users`` and
+``fold_in_items`` write such rows into the model (new ids appended).  Each row minimises
+the model's own objective with the other side fixed, as a fit's alternating step does:
 
-- explicit ratings and confidence-weighted least squares: the row solves the user's
-  normal equations exactly (:func:`solve_rows`, the systems of
-  :mod:`dask_dgd.losses._als` with the fitted penalty);
-- BPR: the user's BPR objective over *every* (observed, unobserved) item pair, not a
-  sample, with the L2 penalty, minimised by L-BFGS (:func:`bpr_rows`).
+- explicit ratings and confidence-weighted least squares: the row solves its normal
+  equations exactly (:func:`solve_rows`, the systems of :mod:`dask_dgd.losses._als`
+  with the fitted penalty; the two sides are symmetric);
+- BPR, a user: the user's BPR objective over *every* (observed, unobserved) item pair,
+  not a sample, with the L2 penalty, minimised by L-BFGS (:func:`bpr_rows`);
+- BPR, an item: the expectation, over the fit's uniform draws of negative items, of
+  every BPR term the item enters: as the observed item of its users' pairs (against
+  each of their unobserved items) and as the drawn negative of every other user's
+  observed pairs (:func:`bpr_item_rows`), with the penalties of those draws.  Items
+  folded in together are not each other's negatives.
 
-Items of ``user_items`` unknown to the model are ignored (they have no factors); a user
-left without a known item gets the bias-only row (zeros: the items' biases alone rank).
+Ids of the other side unknown to the model are ignored (they have no factors); a row
+left without a known counterpart is zero (the biases alone rank a user; an item gets
+no factors and no bias).
 """
 
 import numpy as np
 import scipy.optimize
 import scipy.special
 
-__all__ = ["fold_in"]
+__all__ = ["bpr_item_rows", "bpr_rows", "fold_in", "solve_rows"]
 
 
 def solve_rows(model, V, groups):
-    """Each user's exact row: ``groups`` is a list of ``(item codes, values)``."""
+    """Each row's exact solution: ``groups`` is a list of ``(codes, values)`` of the
+    other side, whose fitted table is ``V`` (the explicit bias last)."""
     kind, k = model["kind"], model["n_components"]
     explicit = kind == "explicit"
     width = k + 1 if explicit else k
@@ -73,42 +82,100 @@ def bpr_rows(model, V, groups):
     return out
 
 
-def fold_in(est, frame, users):
-    """The rows of ``users`` computed from ``frame`` (their interactions) with ``est``'s
-    fitted items fixed; also the items each user has in ``frame`` (codes), to leave out.
+def _bpr_item_value_grad(theta, Up, Sp, mask, Ur, s_r, w_r, lam, lam_b, weight):
+    """An item's expected BPR objective (see the module docstring), divided by
+    ``weight``, and its gradient: ``theta`` is (factors, bias); ``Up`` its users'
+    factors, ``Sp`` their scores of every fitted item and ``mask`` their unobserved
+    items (as weights summing to 1 per user); ``Ur``, ``s_r``, ``w_r`` the other users'
+    observed pairs: the user's factors, the pair's score and the chance that the item
+    is drawn as its negative."""
+    q, b = theta[:-1], theta[-1]
+    x = (Up @ q + b)[:, None] - Sp  # the item against each unobserved item of its users
+    gx = -scipy.special.expit(-x) * mask
+    y = s_r - (Ur @ q + b)  # each other observed pair against the item
+    gy = scipy.special.expit(-y) * w_r  # d softplus(-y) / d(score of the item), weighted
+    value = (np.logaddexp(0.0, -x) * mask).sum() + w_r @ np.logaddexp(0.0, -y) \
+        + weight * (lam * (q @ q) + lam_b * b * b)
+    grad_q = Up.T @ gx.sum(axis=1) + Ur.T @ gy + 2.0 * weight * lam * q
+    grad_b = gx.sum() + gy.sum() + 2.0 * weight * lam_b * b
+    return value / weight, np.r_[grad_q, grad_b] / weight
 
-    Returns ``(U, seen)``: ``U`` of shape (len(users), n_components (+1 for the explicit
-    user bias)), ``seen`` a list of item-code arrays."""
-    ucol, icol = est.user_col, est.item_col
+
+def bpr_item_rows(model, U, V, seen, groups, own):
+    """Each item's row (factors, bias) minimising its expected BPR objective (module
+    docstring) with the users' factors ``U`` and the fitted items ``V`` (items x (k +
+    1)) fixed; ``seen``: the fitted (user, item) pairs (CSR); ``groups``: each item's
+    user codes; ``own``: each item's fitted code, or -1 (a known item is computed
+    anew: its fitted row is neither its rival nor its pairs' negative)."""
+    k, lam, lam_b = model["n_components"], model["alpha"], model["alpha_bias"]
+    coo = seen.tocoo()
+    rows, cols = coo.row, coo.col
+    s_pairs = np.einsum("ij,ij->i", U[rows], V[cols, :k]) + V[cols, k]
+    per_user = np.diff(seen.indptr)[rows]
+    out = np.zeros((len(groups), k + 1))
+    for g, (users, _) in enumerate(groups):
+        if not len(users):
+            continue
+        unobserved = 1.0 - seen[users].toarray()
+        if own[g] >= 0:
+            unobserved[:, own[g]] = 0.0
+        mask = unobserved / np.maximum(unobserved.sum(axis=1, keepdims=True), 1.0)
+        others = ~np.isin(rows, users) & (cols != own[g])
+        n_items = V.shape[0] + (own[g] < 0)  # the fitted items and a new one
+        w_pairs = 1.0 / (n_items - per_user)  # a negative: uniform over the user's unobserved items
+        weight = len(users) + w_pairs[others].sum()  # the draws that penalise the item
+        args = (U[users], U[users] @ V[:, :k].T + V[:, k], mask, U[rows[others]], s_pairs[others],
+                w_pairs[others], lam, lam_b, weight)
+        res = scipy.optimize.minimize(_bpr_item_value_grad, np.zeros(k + 1), args=args, jac=True,
+                                      method="L-BFGS-B", options={"maxiter": 200, "gtol": 1e-8})
+        out[g] = res.x
+    return out
+
+
+def fold_in(est, frame, ids, side="users"):
+    """The rows of ``ids`` (users, or items with ``side="items"``) computed from
+    ``frame`` (their interactions) with ``est``'s fitted other side fixed; also the
+    other side's codes each has in ``frame`` (to leave out, or to mark seen).
+
+    Returns ``(rows, codes)``: ``rows`` of shape (len(ids), n_components (+1 for an
+    explicit user's or an explicit or BPR item's bias)), ``codes`` a list of arrays."""
+    users = side == "users"
+    key_col, other_col = (est.user_col, est.item_col) if users else (est.item_col, est.user_col)
+    other_index = est._item_index if users else est._user_index
     rcol = est._rating_col()
     if est._kind_now() == "explicit" and rcol not in frame.columns:
         from ..exceptions import InputError
 
-        raise InputError(f"user_items has no {rcol!r} column: an explicit-rating model folds users in from their "
+        what = "user_items" if users else "item_users"
+        raise InputError(f"{what} has no {rcol!r} column: an explicit-rating model folds {side} in from their "
                          f"ratings (columns: {list(frame.columns)})")
-    codes = est._item_index.get_indexer(frame[icol].to_numpy())
+    codes = other_index.get_indexer(frame[other_col].to_numpy())
     known = codes >= 0
     if rcol is not None and rcol in frame.columns:
         values = frame[rcol].to_numpy(dtype=np.float64)
     else:
         values = np.ones(len(frame))
-    by_user = {}
-    for u, c, v in zip(frame[ucol].to_numpy()[known], codes[known], values[known]):
-        by_user.setdefault(u, ([], []))
-        by_user[u][0].append(c)
-        by_user[u][1].append(v)
+    by_id = {}
+    for key, c, v in zip(frame[key_col].to_numpy()[known], codes[known], values[known]):
+        by_id.setdefault(key, ([], []))
+        by_id[key][0].append(c)
+        by_id[key][1].append(v)
     groups = []
-    for u in users:
-        items, vals = by_user.get(u, ([], []))
-        items = np.asarray(items, dtype=np.int64)
+    for key in ids:
+        other, vals = by_id.get(key, ([], []))
+        other = np.asarray(other, dtype=np.int64)
         vals = np.asarray(vals, dtype=np.float64)
-        if len(items):  # a pair given twice counts once, with its last value
-            last = len(items) - 1 - np.unique(items[::-1], return_index=True)[1]
-            items, vals = items[last], vals[last]
-        groups.append((items, vals))
+        if len(other):  # a pair given twice counts once, with its last value
+            last = len(other) - 1 - np.unique(other[::-1], return_index=True)[1]
+            other, vals = other[last], vals[last]
+        groups.append((other, vals))
     model = {"kind": est._kind_now(), "n_components": est.item_factors_.shape[1], "alpha": est.alpha_,
              "alpha_bias": est.alpha_bias_, "mu": getattr(est, "global_mean_", 0.0),
              "confidence_scale": float(getattr(est, "confidence_scale", 0.0))}
     V = est._item_table()
-    rows = bpr_rows(model, V, groups) if model["kind"] == "bpr" else solve_rows(model, V, groups)
+    if model["kind"] == "bpr":
+        rows = bpr_rows(model, V, groups) if users else bpr_item_rows(
+            model, est.user_factors_, V, est._seen, groups, est._item_index.get_indexer(list(ids)))
+    else:
+        rows = solve_rows(model, V if users else est._user_table(), groups)
     return rows, [g[0] for g in groups]

@@ -285,6 +285,91 @@ class RecommenderMixin:
                               indptr), shape=(len(items), len(self.item_ids_)))
         return rows[:, :k], user_part, seen
 
+    def fold_in_users(self, user_items):
+        """Write the factors of users computed from their interactions into the model,
+        the fitted items fixed, without refitting: users new to the model are
+        appended (``user_ids_``, ``user_factors_``...), known ones get rows computed
+        from ``user_items`` alone (as :meth:`recommend` with ``user_items`` computes
+        them; see :mod:`dask_dgd.recommender._foldin`), and their pairs are marked seen.
+
+        Parameters
+        ----------
+        user_items : DataFrame
+            The users' interactions (the ``user_col``, ``item_col`` and, if the model
+            uses one, rating column); items unknown to the model are ignored.
+
+        Returns
+        -------
+        self
+        """
+        return self._fold_in(user_items, "users")
+
+    def fold_in_items(self, item_users):
+        """Write the factors of items computed from their interactions into the model,
+        the fitted users fixed, without refitting: items new to the model (cold-start
+        items) are appended to ``item_ids_``, ``item_factors_`` (and ``item_bias_``),
+        known ones get rows computed from ``item_users`` alone, and their pairs are
+        marked seen.  Explicit ratings and wls solve each item's least-squares problem
+        exactly; BPR minimises the item's expected BPR objective (it is the observed
+        item of its users' pairs and a possible negative of every other user's), see
+        :mod:`dask_dgd.recommender._foldin`.
+
+        Parameters
+        ----------
+        item_users : DataFrame
+            The items' interactions (the ``user_col``, ``item_col`` and, if the model
+            uses one, rating column); users unknown to the model are ignored, and an
+            item without a known user gets zero factors (and bias).
+
+        Returns
+        -------
+        self
+        """
+        return self._fold_in(item_users, "items")
+
+    def _fold_in(self, interactions, side):
+        import scipy.sparse as sp
+
+        from ._base import _grow_state
+        from ._foldin import fold_in
+
+        check_is_fitted(self, "item_factors_")
+        frame, _ = self._as_frame(interactions, None, need_rating=False)
+        if hasattr(frame, "compute"):
+            frame = frame.compute()
+        users = side == "users"
+        prefix = "user" if users else "item"
+        ids = pd.unique(frame[self.user_col if users else self.item_col].to_numpy())
+        rows, other = fold_in(self, frame, list(ids), side=side)
+        index = getattr(self, f"_{prefix}_index")
+        codes = index.get_indexer(ids)
+        new = codes < 0
+        k = self.item_factors_.shape[1]
+        factors, bias = f"{prefix}_factors_", f"{prefix}_bias_"
+        table = getattr(self, factors)
+        table[codes[~new]] = rows[~new, :k]
+        setattr(self, factors, np.vstack([table, rows[new, :k]]))
+        if hasattr(self, bias):
+            b = getattr(self, bias)
+            b[codes[~new]] = rows[~new, k]
+            setattr(self, bias, np.r_[b, rows[new, k]])
+        grown = index.append(pd.Index(ids[new]))
+        setattr(self, f"_{prefix}_index", grown)
+        setattr(self, f"{prefix}_ids_", np.asarray(grown))
+        state = f"_{prefix}_state_"
+        setattr(self, state, _grow_state(getattr(self, state), int(new.sum()), self._optimizer()))
+        codes[new] = np.arange(len(index), len(grown))
+        mine = np.repeat(codes, [len(o) for o in other])
+        theirs = np.concatenate(other + [np.zeros(0, np.int64)])
+        u, i = (mine, theirs) if users else (theirs, mine)
+        shape = (len(self.user_ids_), len(self.item_ids_))
+        seen = sp.csr_matrix(self._seen, shape=self._seen.shape)
+        seen.resize(shape)
+        seen = seen + sp.csr_matrix((np.ones(u.size, dtype=np.int8), (u, i)), shape=shape)
+        seen.data[:] = 1
+        self._seen = seen
+        return self
+
     def similar_items(self, items, k=10, candidates=None):
         """The ``k`` items whose factors have the highest cosine similarity to each item's
         (the item itself left out).

@@ -6,6 +6,7 @@ import numpy as np
 import pandas as pd
 import pytest
 import scipy.optimize
+from sklearn.base import clone
 
 from dask_dgd import ImplicitMatrixFactorization, MatrixFactorization, ParameterError
 from dask_dgd.datasets import make_ratings
@@ -120,3 +121,96 @@ def test_fold_in_of_explicit_ratings_needs_the_ratings(ratings):
     with pytest.raises(InputError, match=r"user_items has no 'rating' column: an explicit-rating model folds users "
                                          r"in from their ratings \(columns: \['user', 'item'\]\)"):
         mf.recommend(["new"], user_items=pd.DataFrame({"user": ["new"], "item": [mf.item_ids_[0]]}))
+
+
+@pytest.mark.parametrize("kind", ["explicit", "wls"])
+def test_item_fold_in_solves_the_item_step_and_adds_cold_items(ratings, kind):
+    """Items are folded in as users are, the fitted users fixed: the items of a
+    converged ALS fit come back from their own ratings; a held-out item is appended."""
+    if kind == "explicit":
+        est = MatrixFactorization(n_components=3, alpha=0.2, alpha_bias=2.0, solver="als", tol=1e-13,
+                                  max_iter=2000, random_state=0)
+    else:
+        est = ImplicitMatrixFactorization(n_components=3, loss="wls", rating_col="rating", alpha=0.2,
+                                          confidence_scale=2.0, solver="als", tol=1e-13, max_iter=2000,
+                                          random_state=0)
+    mf = _fit(est, ratings)
+    rows, users = fold_in(mf, ratings, list(mf.item_ids_), side="items")
+    np.testing.assert_allclose(rows, mf._item_table(), rtol=0, atol=1e-6)
+    assert all(len(u) == n for u, n in zip(users, ratings.groupby("item").size().loc[mf.item_ids_]))
+    cold = mf.item_ids_[0]
+    warm = _fit(clone(est), ratings[ratings["item"] != cold])
+    assert cold not in set(warm.item_ids_)
+    its = ratings[ratings["item"] == cold]
+    assert warm.fold_in_items(its) is warm
+    assert warm.item_ids_[-1] == cold and warm.item_factors_.shape == (len(mf.item_ids_), 3)
+    # its users have now seen it; the others may be recommended it
+    raters = warm._user_index.get_indexer(its["user"])
+    assert (warm._seen[:, -1].toarray().ravel() == np.isin(np.arange(len(warm.user_ids_)), raters)).all()
+    ids, scores = warm.recommend(warm.user_ids_, k=len(warm.item_ids_))
+    excluded = np.isneginf(scores[ids == cold])  # (left out: in a slot past the user's unseen items)
+    assert excluded.sum() == len(raters) and not excluded.all()
+    # its scores agree with the model fitted with it (the other items moved a little)
+    np.testing.assert_allclose(warm.predict(its), mf.predict(its), atol=0.2)
+    assert np.corrcoef(warm.predict(its), mf.predict(its))[0, 1] > 0.8
+
+
+def test_bpr_item_fold_in_minimises_the_items_expected_objective():
+    """The folded-in BPR item minimises the expectation, over the fit's negative draws,
+    of the BPR terms it enters: computed here term by term, with numerical derivatives."""
+    r, _ = make_ratings(30, 15, 200, rank=2, noise=0.3, random_state=5)
+    cold = r["item"].value_counts().index[3]
+    mf = _fit(ImplicitMatrixFactorization(n_components=2, loss="bpr", max_iter=30, random_state=0),
+              r[r["item"] != cold])
+    mf.fold_in_items(r.loc[r["item"] == cold, ["user", "item"]])
+    theta = np.r_[mf.item_factors_[-1], mf.item_bias_[-1]]
+    U, Q, b0 = mf.user_factors_, mf.item_factors_[:-1], mf.item_bias_[:-1]
+    seen = mf._seen[:, :-1].toarray().astype(bool)
+    raters = set(mf._user_index.get_indexer(r.loc[r["item"] == cold, "user"]))
+    lam, lam_b, n_items = mf.alpha_, mf.alpha_bias_, len(mf.item_ids_)
+
+    def expected(th):
+        q, b = th[:-1], th[-1]
+        total, penalty = 0.0, lam * (q @ q) + lam_b * b * b
+        for u in range(len(U)):
+            s, sx = Q @ U[u] + b0, U[u] @ q + b
+            if u in raters:  # the observed item, against a uniform unobserved one
+                total += np.mean(np.logaddexp(0.0, -(sx - s[~seen[u]]))) + penalty
+            else:  # drawn as the negative of each observed pair with chance 1 / unobserved
+                chance = 1.0 / (n_items - seen[u].sum())
+                total += chance * sum(np.logaddexp(0.0, -(s[p] - sx)) + penalty for p in np.flatnonzero(seen[u]))
+        return total
+
+    grad = [(expected(theta + 1e-6 * e) - expected(theta - 1e-6 * e)) / 2e-6 for e in np.eye(3)]
+    assert np.abs(grad).max() < 1e-5 * expected(theta)
+    assert expected(theta) < expected(np.zeros(3))
+
+
+def test_fold_in_users_adds_them_to_the_model(ratings):
+    mf = _fit(ImplicitMatrixFactorization(n_components=2, loss="wls", random_state=0), ratings)
+    items = mf.item_ids_
+    new = pd.DataFrame({"user": [1000, 1000, 1001], "item": [items[0], items[1], items[2]], "rating": [2.0, 1.0, 3.0]})
+    expected = mf.recommend([1000, 1001], k=5, user_items=new)
+    n_users = len(mf.user_ids_)
+    mf.fold_in_users(new)
+    assert list(mf.user_ids_[-2:]) == [1000, 1001] and mf.user_factors_.shape == (n_users + 2, 2)
+    got = mf.recommend([1000, 1001], k=5)  # their items are seen now
+    np.testing.assert_array_equal(got[0], expected[0])
+    np.testing.assert_allclose(got[1], expected[1])
+    assert set(mf.recommend_all(k=2).compute()["user"]) >= {1000, 1001}
+    # training goes on from the grown model
+    mf.partial_fit(pd.concat([ratings, new]))
+    assert mf.user_factors_.shape == (n_users + 2, 2) and np.isfinite(mf.user_factors_).all()
+
+
+def test_item_fold_in_errors(ratings):
+    from sklearn.exceptions import NotFittedError
+
+    from dask_dgd import InputError
+
+    with pytest.raises(NotFittedError, match="This MatrixFactorization instance is not fitted yet"):
+        MatrixFactorization().fold_in_items(ratings)
+    mf = _fit(MatrixFactorization(n_components=2, alpha=0.1, random_state=0), ratings)
+    with pytest.raises(InputError, match=r"item_users has no 'rating' column: an explicit-rating model folds items "
+                                         r"in from their ratings \(columns: \['user', 'item'\]\)"):
+        mf.fold_in_items(pd.DataFrame({"user": [mf.user_ids_[0]], "item": ["new"]}))
