@@ -25,7 +25,7 @@ from ..exceptions import ConvergenceWarning
 from ..optim import FirstOrderOptimizer, Schedule, get_optimizer
 from ._auto import Setup, choose_alpha
 from ._input import as_frame, id_index
-from ._objective import FactorizationTraining, FactorModel
+from ._objective import FactorizationTraining, FactorModel, grow_state
 from ._serving import RecommenderMixin
 from ._shards import block_like, build_rating_shards, check_scan, frame_parts, init_rows, is_device_like, scan
 
@@ -398,11 +398,11 @@ class FactorizationBase(RecommenderMixin, ClientParamMixin, BaseEstimator):
         extra = n_items - V_old.shape[0]
         V = np.vstack([V_old, init_rows(model.seed + 1, np.arange(V_old.shape[0], n_items), model.item_width,
                                         model.init_scale, model.item_bias)])
-        item_state = _grow_state(self._item_state_, extra, optimizer)
+        item_state = grow_state(self._item_state_, extra, optimizer)
         U_old = self._user_table()
         U = np.vstack([U_old, init_rows(model.seed, np.arange(U_old.shape[0], n_users), model.user_width,
                                         model.init_scale, model.user_bias)])
-        user_state = _grow_state(self._user_state_, n_users - U_old.shape[0], optimizer)
+        user_state = grow_state(self._user_state_, n_users - U_old.shape[0], optimizer)
         # each shard is sent only its own users' rows
         inits = [(U[users], _state_rows(user_state, users)) for users in shards.group_meta]
         return V, item_state, inits, U, user_state
@@ -592,17 +592,3 @@ def _state_rows(state, users):
         name: value[users] if isinstance(value, np.ndarray) and value.ndim == 2 else value
         for name, value in state._asdict().items()
     })
-
-
-def _grow_state(state, extra, optimizer):
-    """An optimizer state with ``extra`` more rows (in their initial state) for new
-    users or items."""
-    if extra <= 0 or state is None:  # (None: a fit by alternating least squares keeps no state)
-        return state
-    fields = {}
-    for name, value in state._asdict().items():
-        if isinstance(value, np.ndarray) and value.ndim == 2:
-            fresh = getattr(optimizer.init(np.zeros((extra, value.shape[1]))), name)
-            value = np.vstack([value, fresh])
-        fields[name] = value
-    return type(state)(**fields)

@@ -32,7 +32,7 @@ from ..losses import _als
 from ..losses import _factorization as kernels
 from ._shards import init_rows
 
-__all__ = ["AlsPhase", "FactorModel", "FactorizationTraining", "HashBatches"]
+__all__ = ["AlsPhase", "FactorModel", "FactorizationTraining", "HashBatches", "grow_state"]
 
 
 @dataclass(frozen=True)
@@ -433,3 +433,17 @@ class FactorizationTraining:
 
     def check_data(self, shards):
         """The ratings were checked at setup: a non-finite objective is a divergence."""
+
+
+def grow_state(state, extra, optimizer):
+    """An optimizer state with ``extra`` more rows (in their initial state) for new
+    users or items."""
+    if extra <= 0 or state is None:  # (None: a fit by alternating least squares keeps no state)
+        return state
+    fields = {}
+    for name, value in state._asdict().items():
+        if isinstance(value, np.ndarray) and value.ndim == 2:
+            fresh = getattr(optimizer.init(np.zeros((extra, value.shape[1]))), name)
+            value = np.vstack([value, fresh])
+        fields[name] = value
+    return type(state)(**fields)

@@ -11,6 +11,7 @@ from .._backend import asarray_like, is_device_array, to_numpy
 from .._engine.executor import is_dask_collection
 from ..exceptions import InputError, ParameterError
 from ._input import ids_preview, pairs_shape_error
+from ._objective import grow_state
 
 __all__ = ["RecommenderMixin"]
 
@@ -330,7 +331,6 @@ class RecommenderMixin:
     def _fold_in(self, interactions, side):
         import scipy.sparse as sp
 
-        from ._base import _grow_state
         from ._foldin import fold_in
 
         check_is_fitted(self, "item_factors_")
@@ -357,7 +357,7 @@ class RecommenderMixin:
         setattr(self, f"_{prefix}_index", grown)
         setattr(self, f"{prefix}_ids_", np.asarray(grown))
         state = f"_{prefix}_state_"
-        setattr(self, state, _grow_state(getattr(self, state), int(new.sum()), self._optimizer()))
+        setattr(self, state, grow_state(getattr(self, state), int(new.sum()), self._optimizer()))
         codes[new] = np.arange(len(index), len(grown))
         mine = np.repeat(codes, [len(o) for o in other])
         theirs = np.concatenate(other + [np.zeros(0, np.int64)])

@@ -19,6 +19,15 @@ def ratings():
     return r.assign(rating=r["rating"] - r["rating"].min())  # strengths >= 0 for wls
 
 
+def _converged_als(kind):
+    """An ALS estimator that runs to convergence (explicit ratings or wls)."""
+    if kind == "explicit":
+        return MatrixFactorization(n_components=3, alpha=0.2, alpha_bias=2.0, solver="als", tol=1e-13,
+                                   max_iter=2000, random_state=0)
+    return ImplicitMatrixFactorization(n_components=3, loss="wls", rating_col="rating", alpha=0.2,
+                                       confidence_scale=2.0, solver="als", tol=1e-13, max_iter=2000, random_state=0)
+
+
 def _fit(est, data):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
@@ -29,13 +38,7 @@ def _fit(est, data):
 def test_fold_in_solves_the_user_step_of_the_fitted_model(ratings, kind):
     """A converged ALS fit's users satisfy their normal equations at the fitted items:
     folding the known users in from their own training ratings gives them back."""
-    if kind == "explicit":
-        est = MatrixFactorization(n_components=3, alpha=0.2, alpha_bias=2.0, solver="als", tol=1e-13,
-                                  max_iter=2000, random_state=0)
-    else:
-        est = ImplicitMatrixFactorization(n_components=3, loss="wls", rating_col="rating", alpha=0.2,
-                                          confidence_scale=2.0, solver="als", tol=1e-13, max_iter=2000,
-                                          random_state=0)
+    est = _converged_als(kind)
     mf = _fit(est, ratings)
     assert mf.n_iter_ < 2000
     rows, seen = fold_in(mf, ratings, list(mf.user_ids_))
@@ -127,13 +130,7 @@ def test_fold_in_of_explicit_ratings_needs_the_ratings(ratings):
 def test_item_fold_in_solves_the_item_step_and_adds_cold_items(ratings, kind):
     """Items are folded in as users are, the fitted users fixed: the items of a
     converged ALS fit come back from their own ratings; a held-out item is appended."""
-    if kind == "explicit":
-        est = MatrixFactorization(n_components=3, alpha=0.2, alpha_bias=2.0, solver="als", tol=1e-13,
-                                  max_iter=2000, random_state=0)
-    else:
-        est = ImplicitMatrixFactorization(n_components=3, loss="wls", rating_col="rating", alpha=0.2,
-                                          confidence_scale=2.0, solver="als", tol=1e-13, max_iter=2000,
-                                          random_state=0)
+    est = _converged_als(kind)
     mf = _fit(est, ratings)
     rows, users = fold_in(mf, ratings, list(mf.item_ids_), side="items")
     np.testing.assert_allclose(rows, mf._item_table(), rtol=0, atol=1e-6)
