@@ -22,7 +22,7 @@ from .._engine.executor import get_executor, is_dask_collection
 from .._engine.train import seed_of, train
 from .._validation import TRAINING_CONSTRAINTS, ClientParamMixin, Interval, Options, validate_params
 from ..exceptions import ConvergenceWarning
-from ..optim import FirstOrderOptimizer, Schedule, get_optimizer
+from ..optim import CosineDecay, FirstOrderOptimizer, Schedule, get_optimizer
 from ._auto import Setup, choose_alpha
 from ._input import as_frame, id_index
 from ._objective import FactorizationTraining, FactorModel, grow_state
@@ -72,7 +72,11 @@ class FactorizationBase(RecommenderMixin, ClientParamMixin, BaseEstimator):
         factors (all are element-wise, so this is one optimizer on all parameters).
         L-BFGS is not offered: the user factors never leave their shards.
     learning_rate : float, Schedule or None, default=None
-        Step size.  None: 0.05 for a named optimizer, an optimizer object's own rate.
+        Step size.  None: 0.05 for a named optimizer, an optimizer object's own rate;
+        a synchronous BPR fit (``ImplicitMatrixFactorization(loss="bpr")``) with a
+        named optimizer anneals that 0.05 to 0 over its steps (cosine) and runs its
+        ``max_iter`` epochs: its objective is sampled, and ``tol`` would stop it on the
+        noise.
     batch_size : int or None, default=None
         None: full-batch steps (every rating, every step).  An int: about
         ``n_ratings / batch_size`` steps per epoch, each on the ratings whose hashed key
@@ -206,12 +210,19 @@ class FactorizationBase(RecommenderMixin, ClientParamMixin, BaseEstimator):
     def _kind_now(self):
         return self._kind
 
-    def _optimizer(self):
-        """The optimizer: a name gets ``learning_rate`` (None: 0.05); an object keeps its
-        own rate unless ``learning_rate`` is given."""
+    def _anneals(self):
+        """Whether a new fit's default rate is annealed (see :meth:`_optimizer`)."""
+        return False
+
+    def _optimizer(self, decay_steps=None):
+        """The optimizer: a name gets ``learning_rate`` (None: 0.05, or with
+        ``decay_steps``, 0.05 decayed to 0 over that many steps by a cosine); an object
+        keeps its own rate unless ``learning_rate`` is given."""
         opt = self.optimizer
         if isinstance(opt, str):
             rate = self._default_learning_rate if self.learning_rate is None else self.learning_rate
+            if decay_steps is not None and self.learning_rate is None:
+                rate = CosineDecay(rate, decay_steps)
             return get_optimizer(opt).with_learning_rate(rate)
         return opt if self.learning_rate is None else opt.with_learning_rate(self.learning_rate)
 
@@ -259,11 +270,13 @@ class FactorizationBase(RecommenderMixin, ClientParamMixin, BaseEstimator):
             mu = facts["rating_sum"] / facts["n"] if self._kind_now() == "explicit" else 0.0
         n_shards = self.n_shards or (len(executor.workers()) if executor.kind == "dask" else 1)
         like = block_like(executor, X, y)  # the namespace and device of dask-array blocks
-        optimizer = self._optimizer()
         n_batches = 1 if self.batch_size is None else max(1, int(round(facts["n"] / self.batch_size)))
         solver = "gd" if continued else self._solver(like, facts)
         scale = self._objective_scale(facts, cols[2])
         max_iter, tol, path = (1 if continued else self.max_iter), self.tol * scale, None
+        anneal = not continued and self._anneals()
+        # annealed: the rate decays to 0 over the fit's steps, which run in full
+        optimizer = self._optimizer(decay_steps=max_iter * n_batches if anneal else None)
         alpha = self._alpha_now(continued)
         alpha_bias = getattr(self, "alpha_bias_", None) if continued else None
         if alpha == "auto":  # the penalty and the epochs chosen on held-out ratings, then refitted on all
@@ -295,7 +308,7 @@ class FactorizationBase(RecommenderMixin, ClientParamMixin, BaseEstimator):
         result = train(
             FactorizationTraining(model, n_batches), shards, solver=solver,
             optimizer=None if solver == "als" else optimizer, max_iter=max_iter,
-            tol=tol, mode=self.mode, local_steps=self.local_steps,
+            tol=tol, n_iter_no_change=max_iter + 1 if anneal else 5, mode=self.mode, local_steps=self.local_steps,
             outer_optimizer=self.outer_optimizer,
             max_staleness=self.max_staleness, staleness_scaling=self.staleness_scaling, max_time=self.max_time,
             on_divergence=self._on_divergence(), checkpoint=None if continued else self.checkpoint,
@@ -319,7 +332,8 @@ class FactorizationBase(RecommenderMixin, ClientParamMixin, BaseEstimator):
         elif not result.converged:
             if result.message.startswith("reached max_time"):
                 warnings.warn(f"{type(self).__name__} {result.message}", ConvergenceWarning, stacklevel=3)
-            elif not continued and self.tol > 0 and (path is None or solver == "als"):
+            elif not continued and not anneal and self.tol > 0 and (path is None or solver == "als"):
+                # (an annealed fit runs its max_iter by design)
                 what, remedy = ("iterations", "max_iter") if solver == "als" else \
                     ("epochs", "max_iter or learning_rate")
                 warnings.warn(

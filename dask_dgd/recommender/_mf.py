@@ -353,6 +353,13 @@ shard_ratings_, bytes_communicated_
     def _kind_now(self):
         return self.loss
 
+    def _anneals(self):
+        """BPR with the default rate of a named optimizer, synchronous: its objective is
+        sampled (new negatives every step), so a relative-change test would stop it on
+        noise; the rate is annealed instead, and the fit runs its ``max_iter`` epochs."""
+        return self.loss == "bpr" and self.learning_rate is None and isinstance(self.optimizer, str) \
+            and self.mode == "sync"
+
     def _as_frame(self, X, y, *, need_rating):
         frame, cols = super()._as_frame(X, y, need_rating=False)
         return frame, cols

@@ -419,7 +419,8 @@ def test_checkpoint_needs_an_int_random_state(tmp_path):
 
 def test_default_fits_converge_without_a_warning_and_beat_the_bias_model():
     """With the defaults (max_iter=100, tol=5e-4 relative) fits on ordinary ratings stop
-    by the tolerance, as a Surprise, implicit or Spark ALS user expects, not by max_iter."""
+    by the tolerance, as a Surprise, implicit or Spark ALS user expects, not by max_iter
+    (BPR, annealed, runs its epochs without a warning)."""
     from dask_dgd import ConvergenceWarning
 
     ratings, _ = make_ratings(1000, 500, 20000, rank=5, noise=0.5, random_state=1)
@@ -429,9 +430,11 @@ def test_default_fits_converge_without_a_warning_and_beat_the_bias_model():
         mf = MatrixFactorization(random_state=0).fit(train)
         bias = MatrixFactorization(n_components=0, random_state=0).fit(train)
         implicit, _ = make_ratings(1000, 500, 20000, rank=5, implicit=True, random_state=1)
-        for loss in ("bpr", "wls"):
-            est = ImplicitMatrixFactorization(loss=loss, rating_col="count", random_state=0).fit(implicit)
-            assert est.n_iter_ < est.max_iter
+        wls = ImplicitMatrixFactorization(loss="wls", rating_col="count", random_state=0).fit(implicit)
+        assert wls.n_iter_ < wls.max_iter
+        # BPR's sampled objective: the annealed default runs its max_iter epochs, silently
+        bpr = ImplicitMatrixFactorization(loss="bpr", random_state=0).fit(implicit)
+        assert bpr.n_iter_ == bpr.max_iter
     assert mf.n_iter_ < mf.max_iter and bias.n_iter_ < bias.max_iter
     assert -mf.score(test) < 0.97 * -bias.score(test), (mf.score(test), bias.score(test))
 
@@ -483,3 +486,24 @@ def test_dask_tokens_leave_the_client_out_even_after_dask_ml_is_imported(client)
     other = clone(model).fit(dd.from_pandas(ratings.assign(rating=[3.0, 2.0, 1.0]), npartitions=2))
     assert tokenize(model) == tokenize(model) == tokenize(copy)  # deterministic: parameters and fitted state
     assert tokenize(model) != tokenize(other)  # other fitted factors, another token
+
+
+def test_bpr_default_rate_is_annealed_over_its_epochs():
+    """BPR's objective is sampled: with the default rate it is annealed (cosine, to 0)
+    and the fit runs its max_iter epochs instead of stopping on the noise of tol."""
+    from dask_dgd.optim import CosineDecay
+
+    ratings, _ = make_ratings(200, 80, 3000, implicit=True, random_state=0)
+    batches = ImplicitMatrixFactorization(n_components=2, max_iter=12, batch_size=1000, random_state=0).fit(ratings)
+    assert batches.n_iter_ == 12
+    steps = batches.history_["step_size"].to_numpy()
+    rates = CosineDecay(0.05, 12 * 3)  # 3 batches an epoch
+    assert len(steps) >= 12 * 3
+    np.testing.assert_allclose(steps, [rates(t) for t in range(len(steps))], rtol=1e-12)
+    # a rate you give, or another mode, is kept as it is (and tol applies)
+    for kw in ({"learning_rate": 0.05}, {"mode": "local", "local_steps": 2}):
+        fixed = ImplicitMatrixFactorization(n_components=2, max_iter=12, random_state=0, **kw).fit(ratings)
+        assert (fixed.history_["step_size"].dropna() == 0.05).all()
+    # wls by gradient steps: not sampled, not annealed
+    wls = ImplicitMatrixFactorization(n_components=2, loss="wls", solver="gd", max_iter=5, random_state=0).fit(ratings)
+    assert (wls.history_["step_size"] == 0.05).all()
