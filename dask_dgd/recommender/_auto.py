@@ -215,6 +215,8 @@ def choose_alpha(est, s, solver, optimizer):
             paired = shards.transform(with_val_base, *best["_biases"], s.mu, name="dgd-mf-baseline",
                                       token_suffix="-paired")
             paired.group_meta = shards.group_meta
+            if s.executor.kind == "dask":  # (what a lost worker costs, as for the shards it copies)
+                paired.collective.unrecoverable = shards.collective.unrecoverable
             found = _path(est, paired, s, solver, optimizer, np.sqrt(s.scale) * np.asarray(FACTOR_GRID),
                           est.n_components, alpha_bias, "factors")
             best, r, h = found
