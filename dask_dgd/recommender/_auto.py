@@ -23,9 +23,10 @@ penalties is partly luck.  Every step of the factors' path therefore also compar
 held-out errors with the bias model's, rating by rating (:func:`~._shards.with_val_base`):
 a factors' penalty is chosen only if its mean improvement in squared error exceeds
 :data:`SE_RULE` standard errors of that paired mean.  The chosen penalty is the one with
-the lowest held-out RMSE among those, or the top of the path (the bias model, in effect)
-when no penalty passes.  It is then refitted on all the ratings: to convergence
-(alternating least squares), or for the epochs at which it was best (gradient steps).
+the lowest held-out RMSE among those.  It is then refitted on all the ratings: to
+convergence (alternating least squares), or for the epochs at which it was best
+(gradient steps).  When no penalty passes, the refit is the bias model itself, its
+factors exactly zero (``alpha_`` reports the top of the path, where they vanish).
 """
 
 import dataclasses
@@ -181,23 +182,26 @@ def _biases(result, n_users, n_items):
 def _significant(best, rows):
     """The factors' penalty chosen from the factor path's ``rows``: the lowest held-out
     RMSE among those whose paired improvement over the bias model (mean difference of
-    squared errors, rating by rating) exceeds :data:`SE_RULE` standard errors; the top
-    of the path (the most regularised: the bias model) when none does."""
+    squared errors, rating by rating) exceeds :data:`SE_RULE` standard errors; None
+    when none does."""
     passed = [r for r in rows if r.get("val_gain", np.inf) > SE_RULE * r.get("val_gain_se", 0.0)]
     if not passed:
-        return rows[0]
+        return None
     return min(passed, key=lambda r: r["val_rmse"]) if best not in passed else best
 
 
 def choose_alpha(est, s, solver, optimizer):
     """Fit the penalty paths on held-out ratings (see the module docstring).
 
-    Returns ``(alpha, alpha_bias, epochs, path, history)``: the chosen penalties and
-    number of epochs, one row per penalty fitted (``stage``: "biases" or "factors",
-    ``point``: "grid" or "midpoint", ``alpha``, ``alpha_bias``, ``val_rmse``,
-    ``n_iter``: epochs to the best held-out RMSE, ``epochs_run``), and the path fits'
-    step records (``stage="validation"``); ``alpha`` is None when no rating could be
-    held out (every user has one rating)."""
+    Returns ``(alpha, alpha_bias, epochs, path, history, factors)``: the chosen
+    penalties and number of epochs, one row per penalty fitted (``stage``: "biases" or
+    "factors", ``point``: "grid" or "midpoint", ``alpha``, ``alpha_bias``,
+    ``val_rmse``, ``n_iter``: epochs to the best held-out RMSE, ``epochs_run``,
+    ``val_gain``, ``val_gain_se``, ``chosen``), the path fits' step records
+    (``stage="validation"``), and whether factors were chosen (False: no factors'
+    penalty beat the bias model, whose epochs are returned: the refit is the bias
+    model, its factors zero); ``alpha`` is None when no rating could be held out
+    (every user has one rating)."""
     shards, _ = build_rating_shards(s.executor, s.parts, s.cols, s.users, s.items, s.n_shards, s.like,
                                     holdout=(s.seed, VALIDATION_FRACTION), own_inputs=False)
     rows, histories, paired = [], [], None
@@ -208,9 +212,9 @@ def choose_alpha(est, s, solver, optimizer):
         grid = BIAS_GRID if est.alpha_bias is None else (est.alpha_bias,)
         found = _path(est, shards, s, solver, optimizer, np.asarray(grid, dtype=float), 0, None, "biases")
         if found is None:
-            return None, None, None, pd.DataFrame(), pd.DataFrame()
+            return None, None, None, pd.DataFrame(), pd.DataFrame(), True
         best, rows, histories = found
-        alpha_bias = best["alpha_bias"]
+        alpha_bias, epochs, factors = best["alpha_bias"], best["n_iter"], True
         if est.n_components > 0:  # then the factors', from far above: the top is the bias model
             paired = shards.transform(with_val_base, *best["_biases"], s.mu, name="dgd-mf-baseline",
                                       token_suffix="-paired")
@@ -219,8 +223,11 @@ def choose_alpha(est, s, solver, optimizer):
                 paired.collective.unrecoverable = shards.collective.unrecoverable
             found = _path(est, paired, s, solver, optimizer, np.sqrt(s.scale) * np.asarray(FACTOR_GRID),
                           est.n_components, alpha_bias, "factors")
-            best, r, h = found
-            best = _significant(best, r)
+            bias, (best, r, h) = best, found
+            chosen = _significant(best, r)
+            factors = chosen is not None
+            best = chosen if factors else r[0]
+            epochs = best["n_iter"] if factors else bias["n_iter"]
             rows += r
             histories += h
     finally:
@@ -229,4 +236,4 @@ def choose_alpha(est, s, solver, optimizer):
         shards.release()
     path = pd.DataFrame([{k: v for k, v in row.items() if k != "_biases"} for row in rows])
     path["chosen"] = [row is best for row in rows]
-    return best["alpha"], alpha_bias, best["n_iter"], path, pd.concat(histories, ignore_index=True)
+    return best["alpha"], alpha_bias, epochs, path, pd.concat(histories, ignore_index=True), factors

@@ -278,13 +278,14 @@ class FactorizationBase(RecommenderMixin, ClientParamMixin, BaseEstimator):
         # annealed: the rate decays to 0 over the fit's steps, which run in full
         optimizer = self._optimizer(decay_steps=max_iter * n_batches if anneal else None)
         alpha = self._alpha_now(continued)
+        factors = True  # (False: alpha="auto" found no factors that beat the bias model)
         alpha_bias = getattr(self, "alpha_bias_", None) if continued else None
         if alpha == "auto":  # the penalty and the epochs chosen on held-out ratings, then refitted on all
             # (ratings so large that their variance overflows: the first fit of the path stops
             # with the documented DivergenceError)
             setup = Setup(executor, parts, cols, users, items, n_shards, like, mu, seed, n_batches,
                           scale if np.isfinite(scale) else 1.0)
-            alpha, alpha_bias, epochs, path, path_history = choose_alpha(self, setup, solver, optimizer)
+            alpha, alpha_bias, epochs, path, path_history, factors = choose_alpha(self, setup, solver, optimizer)
             if alpha is None:
                 alpha, path = DEFAULT_ALPHA, None
                 warnings.warn(f"{type(self).__name__}: no rating could be held out to choose alpha (every user has "
@@ -298,7 +299,8 @@ class FactorizationBase(RecommenderMixin, ClientParamMixin, BaseEstimator):
                          "users": len(users), "items": len(items)}
         if "digest" in facts:  # the ratings themselves, whatever their order or partitions
             shards.totals["ratings digest"] = facts["digest"]
-        model = self._model(mu, len(items), seed, alpha=alpha, alpha_bias=alpha_bias)
+        model = self._model(mu, len(items), seed, alpha=alpha, alpha_bias=alpha_bias,
+                            n_components=None if factors else 0)
         if continued:
             V, item_state, inits, U_base, state_base = self._continue_from(model, optimizer, shards)
         else:
@@ -322,6 +324,8 @@ class FactorizationBase(RecommenderMixin, ClientParamMixin, BaseEstimator):
                                                          optimizer)
         self._store(model, users, items, U, result, _assemble_state(user_states, U.shape, state_base),
                     seen_u, seen_i, loads, continued, path)
+        if not factors:
+            self._zero_factors(optimizer)
         rise = None if continued else result.objective_rise()
         if rise is not None:
             warnings.warn(
@@ -478,6 +482,25 @@ class FactorizationBase(RecommenderMixin, ClientParamMixin, BaseEstimator):
         from .._engine.monitor import communicated
 
         self.bytes_communicated_ = communicated(self.history_)
+
+    def _zero_factors(self, optimizer):
+        """The bias model refitted by ``alpha="auto"`` (no factors beat it on the held-out
+        ratings) as a model of ``n_components`` factors, all exactly zero (their
+        optimizer state fresh, before the biases' column)."""
+        k = int(self.n_components)
+        self.user_factors_ = np.zeros((len(self.user_ids_), k))
+        self.item_factors_ = np.zeros((len(self.item_ids_), k))
+        for name in ("_item_state_", "_user_state_"):
+            state = getattr(self, name)
+            if state is None:
+                continue
+            fields = {}
+            for field, value in state._asdict().items():
+                if isinstance(value, np.ndarray) and value.ndim == 2:
+                    fresh = getattr(optimizer.init(np.zeros((value.shape[0], k))), field)
+                    value = np.hstack([fresh, value])
+                fields[field] = value
+            setattr(self, name, type(state)(**fields))
 
     def _item_table(self):
         cols = [self.item_factors_] + ([self.item_bias_[:, None]] if hasattr(self, "item_bias_") else [])

@@ -48,9 +48,10 @@ class MatrixFactorization(FactorizationBase):
         computed in every step's pass (a path stops after two penalties worse than its
         best).  Every step also compares its held-out errors with the bias model's,
         rating by rating: a factors' penalty counts only if its mean improvement in
-        squared error exceeds two standard errors (else the top of the path, the
-        bias model in effect, is kept), and the lowest held-out RMSE among those is
-        refitted on all ratings for the epochs (iterations) at which it was best.  A
+        squared error exceeds two standard errors, and the lowest held-out RMSE among
+        those is refitted on all ratings for the epochs (iterations) at which it was
+        best; if none passes, the refit is the bias model, its factors exactly zero
+        (``alpha_``: the top of the path).  A
         model costs several fits and does not choose factors that its held-out
         ratings cannot tell from the bias model's luck.  The path trains
         synchronously; ``mode``, ``callbacks``, ``max_time`` and ``checkpoint`` apply
