@@ -301,3 +301,14 @@ def test_first_use_benchmark_runs_and_reports_each_command(capsys):
                      "usage error (--target nope)": "2", "train, 4-row CSV": "0", "predict, 4-row CSV": "0"}
     assert float(rows["sklearn LogisticRegression"][1].strip().rstrip("x")) == 1.0
     assert float(rows["dask_dgd LogisticRegression"][0]) > 0
+
+
+def test_item_fold_in_benchmark_compares_fold_in_refit_and_fallback():
+    """``python -m benchmarks.item_fold_in``: cold items folded in predict their held-out
+    ratings better than the unknown-item fallback, close to a refit."""
+    from benchmarks import item_fold_in
+
+    lines = []
+    rows, medians = item_fold_in.run(draws=1, n_items=30, log=lines.append)
+    assert set(rows[0]) == {"fold-in", "refit", "no fold-in"} and lines[-1].startswith("median: fold-in")
+    assert medians["fold-in"] < medians["no fold-in"] and medians["fold-in"] < 1.05 * medians["refit"]
