@@ -24,6 +24,7 @@ from .._validation import TRAINING_CONSTRAINTS, ClientParamMixin, Interval, Opti
 from ..exceptions import ConvergenceWarning
 from ..optim import CosineDecay, FirstOrderOptimizer, Schedule, get_optimizer
 from ._auto import Setup, choose_alpha
+from ._foldin import model_of, new_user_rows
 from ._input import as_frame, id_index
 from ._objective import FactorizationTraining, FactorModel, grow_state
 from ._serving import RecommenderMixin
@@ -420,6 +421,10 @@ class FactorizationBase(RecommenderMixin, ClientParamMixin, BaseEstimator):
         U_old = self._user_table()
         U = np.vstack([U_old, init_rows(model.seed, np.arange(U_old.shape[0], n_users), model.user_width,
                                         model.init_scale, model.user_bias)])
+        if n_users > U_old.shape[0]:  # new users start folded in from their ratings, computed where they live
+            for idx, rows in shards.map_gather(new_user_rows, model_of(self), V_old, U_old.shape[0], V_old.shape[0],
+                                               name="dgd-mf-fold-in"):
+                U[idx] = rows
         user_state = grow_state(self._user_state_, n_users - U_old.shape[0], optimizer)
         # each shard is sent only its own users' rows
         inits = [(U[users], _state_rows(user_state, users)) for users in shards.group_meta]
@@ -542,8 +547,10 @@ class FactorizationBase(RecommenderMixin, ClientParamMixin, BaseEstimator):
     def partial_fit(self, X, y=None):
         """One more epoch over new ratings, starting from the fitted factors.
 
-        New users and items grow the model (their factors start from the seeded
-        initialisation, biases at 0); the optimizer states of the fitted model carry on,
+        New users and items grow the model: new users start folded in from their
+        ratings of known items (:func:`~dask_dgd.recommender._foldin.new_user_rows`, on
+        their shards), new items from the seeded initialisation (bias 0).  The
+        optimizer states of the fitted model carry on,
         and users without new ratings keep their factors and state unchanged.  New rows
         share the optimizer's step count, so with Adam their first moves are somewhat
         larger than a fresh fit's (its bias correction assumes moments collected since

@@ -26,7 +26,7 @@ import numpy as np
 import scipy.optimize
 import scipy.special
 
-__all__ = ["bpr_item_rows", "bpr_rows", "fold_in", "solve_rows"]
+__all__ = ["bpr_item_rows", "bpr_rows", "fold_in", "model_of", "new_user_rows", "solve_rows"]
 
 
 def solve_rows(model, V, groups):
@@ -132,6 +132,31 @@ def bpr_item_rows(model, U, V, seen, groups, own):
     return out
 
 
+def model_of(est):
+    """What fold-in needs of a fitted estimator's model."""
+    return {"kind": est._kind_now(), "n_components": est.item_factors_.shape[1], "alpha": est.alpha_,
+            "alpha_bias": est.alpha_bias_, "mu": getattr(est, "global_mean_", 0.0),
+            "confidence_scale": float(getattr(est, "confidence_scale", 0.0))}
+
+
+def new_user_rows(shard, model, V, n_users, n_items):
+    """On a rating shard (a ``partial_fit``'s): the fold-in rows of its users new to the
+    model (global index >= ``n_users``), from their ratings of the items the model
+    knows (index < ``n_items``; ``V``: their table).  Returns (global indices, rows)."""
+    from .._backend import to_numpy
+
+    users = np.asarray(shard.users)
+    mine = np.flatnonzero(users >= n_users)
+    uptr, gi, r = (to_numpy(a) for a in (shard.uptr, shard.gi, shard.r))
+    groups = []
+    for lu in mine:
+        items, values = gi[uptr[lu]:uptr[lu + 1]], r[uptr[lu]:uptr[lu + 1]]
+        known = items < n_items
+        groups.append((items[known].astype(np.int64), values[known]))
+    rows = bpr_rows(model, V, groups) if model["kind"] == "bpr" else solve_rows(model, V, groups)
+    return users[mine], rows
+
+
 def fold_in(est, frame, ids, side="users"):
     """The rows of ``ids`` (users, or items with ``side="items"``) computed from
     ``frame`` (their interactions) with ``est``'s fitted other side fixed; also the
@@ -169,9 +194,7 @@ def fold_in(est, frame, ids, side="users"):
             last = len(other) - 1 - np.unique(other[::-1], return_index=True)[1]
             other, vals = other[last], vals[last]
         groups.append((other, vals))
-    model = {"kind": est._kind_now(), "n_components": est.item_factors_.shape[1], "alpha": est.alpha_,
-             "alpha_bias": est.alpha_bias_, "mu": getattr(est, "global_mean_", 0.0),
-             "confidence_scale": float(getattr(est, "confidence_scale", 0.0))}
+    model = model_of(est)
     V = est._item_table()
     if model["kind"] == "bpr":
         rows = bpr_rows(model, V, groups) if users else bpr_item_rows(

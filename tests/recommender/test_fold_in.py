@@ -211,3 +211,23 @@ def test_item_fold_in_errors(ratings):
     with pytest.raises(InputError, match=r"item_users has no 'rating' column: an explicit-rating model folds items "
                                          r"in from their ratings \(columns: \['user', 'item'\]\)"):
         mf.fold_in_items(pd.DataFrame({"user": [mf.user_ids_[0]], "item": ["new"]}))
+
+
+@pytest.mark.parametrize("kind", ["explicit", "wls", "bpr"])
+def test_partial_fit_starts_new_users_folded_in(ratings, kind, client):
+    """partial_fit's new users start at their fold-in rows, computed on the shards that
+    hold their ratings (here on a cluster, from a dask frame), not at random rows."""
+    import dask.dataframe as dd
+
+    params = {"explicit": (MatrixFactorization, {"alpha": 0.1}),
+              "wls": (ImplicitMatrixFactorization, {"loss": "wls", "rating_col": "rating"}),
+              "bpr": (ImplicitMatrixFactorization, {"loss": "bpr", "max_iter": 20})}
+    cls, kw = params[kind]
+    newcomers = ratings["user"].isin(ratings["user"].unique()[:10])
+    mf = _fit(cls(n_components=2, random_state=0, **kw), ratings[~newcomers])
+    new_users = list(pd.unique(ratings.loc[newcomers, "user"]))
+    expected, _ = fold_in(mf, ratings[newcomers], new_users)
+    mf.set_params(learning_rate=1e-12, client=client)  # an epoch that moves nothing measurable
+    mf.partial_fit(dd.from_pandas(ratings[newcomers], npartitions=2))
+    got = mf._user_table()[mf._user_index.get_indexer(new_users)]
+    np.testing.assert_allclose(got, expected, rtol=0, atol=1e-6)
