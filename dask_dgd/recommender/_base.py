@@ -496,16 +496,7 @@ class FactorizationBase(RecommenderMixin, ClientParamMixin, BaseEstimator):
         self.user_factors_ = np.zeros((len(self.user_ids_), k))
         self.item_factors_ = np.zeros((len(self.item_ids_), k))
         for name in ("_item_state_", "_user_state_"):
-            state = getattr(self, name)
-            if state is None:
-                continue
-            fields = {}
-            for field, value in state._asdict().items():
-                if isinstance(value, np.ndarray) and value.ndim == 2:
-                    fresh = getattr(optimizer.init(np.zeros((value.shape[0], k))), field)
-                    value = np.hstack([fresh, value])
-                fields[field] = value
-            setattr(self, name, type(state)(**fields))
+            setattr(self, name, grow_state(getattr(self, name), k, optimizer, columns=True))
 
     def _item_table(self):
         cols = [self.item_factors_] + ([self.item_bias_[:, None]] if hasattr(self, "item_bias_") else [])

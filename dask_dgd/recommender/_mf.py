@@ -51,9 +51,9 @@ class MatrixFactorization(FactorizationBase):
         squared error exceeds two standard errors, and the lowest held-out RMSE among
         those is refitted on all ratings for the epochs (iterations) at which it was
         best; if none passes, the refit is the bias model, its factors exactly zero
-        (``alpha_``: the top of the path).  A
-        model costs several fits and does not choose factors that its held-out
-        ratings cannot tell from the bias model's luck.  The path trains
+        (``alpha_``: the top of the path).  A model costs several fits and does not
+        choose factors that its held-out ratings cannot tell from the bias model's
+        luck.  The path trains
         synchronously; ``mode``, ``callbacks``, ``max_time`` and ``checkpoint`` apply
         to the refit (the path's fits run without them).  See
         :mod:`dask_dgd.recommender._auto`.

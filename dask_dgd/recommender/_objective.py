@@ -435,15 +435,17 @@ class FactorizationTraining:
         """The ratings were checked at setup: a non-finite objective is a divergence."""
 
 
-def grow_state(state, extra, optimizer):
+def grow_state(state, extra, optimizer, columns=False):
     """An optimizer state with ``extra`` more rows (in their initial state) for new
-    users or items."""
+    users or items; ``columns``: ``extra`` more columns, before the others (factors
+    added in front of the biases' column)."""
     if extra <= 0 or state is None:  # (None: a fit by alternating least squares keeps no state)
         return state
     fields = {}
     for name, value in state._asdict().items():
         if isinstance(value, np.ndarray) and value.ndim == 2:
-            fresh = getattr(optimizer.init(np.zeros((extra, value.shape[1]))), name)
-            value = np.vstack([value, fresh])
+            shape = (value.shape[0], extra) if columns else (extra, value.shape[1])
+            fresh = getattr(optimizer.init(np.zeros(shape)), name)
+            value = np.hstack([fresh, value]) if columns else np.vstack([value, fresh])
         fields[name] = value
     return type(state)(**fields)
