@@ -29,7 +29,8 @@ from .solvers import ARMIJO, NEWTON_MAX_LINESEARCH, AttributeState, Outcome, Sol
 from .stopping import Stop
 from .update import initial_divergence
 
-__all__ = ["CD_MAX_PARAMS", "IRLSCD", "HessianTraining", "block_hessian_sum", "cd_solve", "cd_support", "kkt_violation"]
+__all__ = ["CD_MAX_PARAMS", "IRLSCD", "HessianTraining", "block_hessian_sum", "cd_max_params", "cd_model_params",
+           "cd_solve", "cd_support", "kkt_violation"]
 
 #: ``solver="auto"`` picks ``"cd"`` for L1 penalties up to this many parameters (dask
 #: config ``dgd.cd-max-params``): every pass sends one ``p x p`` matrix per group
@@ -49,9 +50,20 @@ def cd_support(objective):
     if not getattr(loss, "has_hessian", False) or loss.n_outputs != 1:
         return (f"it needs a single-output loss with a Hessian (linear, binary logistic, Poisson and the other "
                 f"GLM families); got {type(loss).__name__}")
+    if hasattr(linear, "column_folds"):  # a stacked path: PathIRLSCD (cd_path.py)
+        return None
     if getattr(linear, "n_params", None) != linear.n_features + linear.fit_intercept:
         return f"it needs one coefficient per feature (and an intercept); {type(linear).__name__} has another layout"
     return None
+
+
+def cd_model_params(objective):
+    """Parameters of one model of a training objective that ``solver="cd"`` takes: the
+    size its Hessian is ``p x p`` in (a stacked path's column, else all of them)."""
+    linear = objective.objective
+    if hasattr(linear, "column_folds"):
+        return linear.n_features + linear.fit_intercept
+    return objective.n_params
 
 
 def cd_max_params():
@@ -117,6 +129,11 @@ class HessianTraining:
                 raise _block_error(err, b) from err
             out[b.index] = BlockSums(s.loss, s.grad, s.weight, {**s.extras, "hessian": H})
         return out, local_grad
+
+    @property
+    def hessian_size(self):
+        """Floats of the Hessian sums one partial carries."""
+        return self.base.n_params ** 2
 
     def hessian(self, partial):
         """The Hessian of the smooth objective (mean loss plus the L2 part of the

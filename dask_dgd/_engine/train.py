@@ -17,7 +17,8 @@ from ..exceptions import InputError, ParameterError
 from ..losses import LinearObjective, Penalty
 from ..optim import LBFGS, FirstOrderOptimizer, get_optimizer
 from .als import ALS
-from .cd import IRLSCD, HessianTraining, cd_max_params, cd_support
+from .cd import IRLSCD, HessianTraining, cd_max_params, cd_model_params, cd_support
+from .cd_path import PathHessianTraining, PathIRLSCD
 from .checkpoint import Checkpointer, data_fingerprint, digests_of, stable_repr
 from .executor import auto_split_every, get_executor
 from .kernels import LocalUpdate, group_local_export, group_local_init
@@ -170,7 +171,7 @@ def resolve_solver(solver, optimizer, *, batch_size, mode, compression, has_l1, 
             solver = "gd"
         elif has_l1:
             small = objective is not None and cd_support(objective) is None \
-                and objective.n_params <= cd_max_params()
+                and cd_model_params(objective) <= cd_max_params()
             solver = "cd" if small and not early_stopping and opt is None else "gd"
         else:
             solver = "lbfgs"
@@ -385,11 +386,12 @@ def train(
     if solver == "cd":
         if validator is not None:
             raise ParameterError("early stopping needs solver='gd' or 'sgd'; solver='cd' stops on its tolerance")
-        objective = HessianTraining(objective)
+        path = hasattr(objective.objective, "column_folds")
+        objective = PathHessianTraining(objective) if path else HessianTraining(objective)
     if on_divergence == "auto":
         on_divergence = "backoff" if lr_mode == "auto" else "raise"
     if split_every == "auto":
-        per_partial = objective.n_params * (objective.n_params + 1 if solver == "cd" else 1)  # cd: the Hessian
+        per_partial = objective.n_params + (objective.hessian_size if solver == "cd" else 0)
         split_every = auto_split_every(shards.n_groups, 8 * per_partial)
     seed = seed_of(random_state)
     compressor = get_compressor(compression)
@@ -445,7 +447,7 @@ def train(
             elif solver == "newton":
                 solver_obj = Newton(ctx, params0)
             elif solver == "cd":
-                solver_obj = IRLSCD(ctx, params0)
+                solver_obj = PathIRLSCD(ctx, params0) if path else IRLSCD(ctx, params0)
             elif solver == "als":
                 solver_obj = ALS(ctx, params0)
             else:

@@ -142,7 +142,8 @@ class _PathCV(ClientParamMixin, BaseEstimator):
         (each ``(P, F)``, over ``score_shards`` if given) and the iterations of each group."""
         P, F, _ = strengths.shape
         starts = _block_starts(shards)
-        group = P if PATH_GROUP is None else int(PATH_GROUP)
+        solver = self._path_solver(loss, n_features)
+        group = P if PATH_GROUP is None or solver == "cd" else int(PATH_GROUP)  # cd walks the path itself
         tail = (loss.n_outputs,) if loss.n_outputs > 1 else ()
         coef, icpt = np.zeros((P, F, n_features) + tail), np.zeros((P, F) + tail)
         warm_coef, warm_icpt = np.zeros((F, n_features) + tail), np.zeros((F,) + tail) + np.asarray(baseline, float)
@@ -154,18 +155,16 @@ class _PathCV(ClientParamMixin, BaseEstimator):
                                  offset)
             penalty = PathPenalty(n_features, self.fit_intercept, tuple(strengths[p, f, 0] for p, f in cols),
                                   tuple(strengths[p, f, 1] for p, f in cols), loss.n_outputs)
-            solver = self.solver
-            if solver == "auto":
-                solver = "gd" if penalty.has_l1 else "lbfgs"
-            if solver == "lbfgs" and penalty.has_l1:
+            group_solver = ("gd" if penalty.has_l1 else "lbfgs") if solver == "auto" else solver
+            if group_solver == "lbfgs" and penalty.has_l1:
                 raise ParameterError(
-                    f"solver='lbfgs' cannot handle an L1 penalty (l1_ratio > 0); use solver='gd' or 'auto' "
+                    f"solver='lbfgs' cannot handle an L1 penalty (l1_ratio > 0); use solver='cd', 'gd' or 'auto' "
                     f"({type(self).__name__})"
                 )
             params0 = path.pack(np.stack([warm_coef[f] for _, f in cols], axis=1),
                                 np.array([warm_icpt[f] for _, f in cols]))
-            result = train(PathTraining(path, penalty), shards, solver=solver, max_iter=self.max_iter, tol=self.tol,
-                           rebalance=False, random_state=seed, verbose=self.verbose, params0=params0,
+            result = train(PathTraining(path, penalty), shards, solver=group_solver, max_iter=self.max_iter,
+                           tol=self.tol, rebalance=False, random_state=seed, verbose=self.verbose, params0=params0,
                            progress_desc=type(self).__name__, client=self.client)
             c, b = path.unpack(result.params)
             for k, (p, f) in enumerate(cols):
@@ -185,6 +184,16 @@ class _PathCV(ClientParamMixin, BaseEstimator):
         flat = scored.tree_sum(_block_held_out, path, params, name="dgd-cv-score")
         sums = dict(zip(path.held_out_keys, flat.reshape(-1, path.n_columns)))
         return coef, icpt, {k: v.reshape(P, F) for k, v in sums.items()}, n_iter
+
+    def _path_solver(self, loss, n_features):
+        """The stacked path's solver: "cd" (IRLS-CD along the path, :mod:`~dask_dgd._engine.cd_path`)
+        when asked, or for "auto" with a single-output loss that has a Hessian and at most
+        ``dgd.cd-max-params`` coefficients per model; else the one asked ("auto": each
+        group's "gd" or "lbfgs")."""
+        if self.solver != "auto":
+            return self.solver
+        fits = getattr(loss, "has_hessian", False) and loss.n_outputs == 1
+        return "cd" if fits and n_features + self.fit_intercept <= cd_max_params() else "auto"
 
     @staticmethod
     def _score(sums, scoring):
@@ -383,12 +392,7 @@ class ElasticNetCV(RegressorMixin, _PathCV):
 
     def _exact_path(self, d):
         """Whether the path is solved exactly from the folds' Gram matrices (``"cd"``)."""
-        if self.solver == "cd" and not self._exact_gram:
-            raise ParameterError(
-                f"solver='cd' (the exact path from the folds' Gram matrices) is for least squares "
-                f"(ElasticNetCV); {type(self).__name__} takes 'auto', 'lbfgs' or 'gd'"
-            )
-        return self.solver == "cd" or (self.solver == "auto" and self._exact_gram and d + 2 <= cd_max_params())
+        return self._exact_gram and (self.solver == "cd" or (self.solver == "auto" and d + 2 <= cd_max_params()))
 
     def _store_path(self, grids, scores, coefs, single):
         coefs = coefs.transpose(0, 2, 1, 3)  # (n_l1, F, P, d + 1)
@@ -594,7 +598,11 @@ class LogisticRegressionCV(ClassifierMixin, _PathCV):
         self.C_, self.l1_ratio_, self.scores_, self.coefs_paths_ = path_attributes(
             est.classes_, Cs[i], ratios[r], scores, paths, single=self.l1_ratios is None)
         est.set_params(alpha=1.0 / (Cs[i] * fw.sum()), l1_ratio=float(ratios[r]))
-        est._fit(shards, objective, baseline)
+        params0 = None
+        if not tail:  # the refit starts at the folds' mean solution of the chosen penalty
+            mean = paths[:, i, r].mean(axis=0)
+            params0 = objective.pack(mean[:d], mean[d:] if self.fit_intercept else None)
+        est._fit(shards, objective, baseline, params0=params0)
         self.estimator_ = est
         self.coef_, self.intercept_ = est.coef_, est.intercept_
         self.n_features_in_ = est.n_features_in_

@@ -33,7 +33,7 @@ def _grid_like(value):
 _COMMON_CONSTRAINTS = {
     "fit_intercept": [bool],
     "cv": [_cv_like],
-    "solver": [Options("auto", "lbfgs", "gd")],
+    "solver": [Options("auto", "cd", "lbfgs", "gd")],
     "max_iter": [Interval(numbers.Integral, 1, None, "left")],
     "tol": [Interval(numbers.Real, 0, None, "left")],
     "random_state": [None, Interval(numbers.Integral, 0, None, "left")],

@@ -19,7 +19,7 @@ __all__ = ["GRAM_SLICE_BYTES", "weighted_gram"]
 
 #: Bytes of a dense block's rows weighted at a time (the temporary ``X * a`` of one
 #: slice): the Gram matrix of a block of any length needs this much extra memory.
-GRAM_SLICE_BYTES = 2**22
+GRAM_SLICE_BYTES = 2**20
 
 
 def weighted_gram(X, a, fit_intercept=False, *, intercept_first=False):
@@ -56,14 +56,14 @@ def weighted_gram(X, a, fit_intercept=False, *, intercept_first=False):
     else:
         f64 = xp.float64
         a = asarray_like(a, X) if isinstance(a, np.ndarray) else a
-        a = xp.reshape(xp.astype(a, f64), (n,))
+        a = xp.reshape(xp.astype(a, f64, copy=False), (n,))
         rows = max(256, GRAM_SLICE_BYTES // (8 * max(d, 1)))
         device = array_api_compat.device(X)
         inner = xp.zeros((d, d), dtype=f64, device=device)
         column = xp.zeros((d,), dtype=f64, device=device)
         for start in range(0, n, rows):
             stop = min(start + rows, n)  # the array API leaves out-of-bounds slices unspecified
-            Xs = xp.astype(X[start:stop, :], f64)
+            Xs = xp.astype(X[start:stop, :], f64, copy=False)
             weighted = Xs * a[start:stop, None]
             inner = inner + Xs.T @ weighted
             column = column + xp.sum(weighted, axis=0)

@@ -21,14 +21,15 @@ any solver of the engine minimises every column at once.
 
 import numbers
 from dataclasses import dataclass, replace
-from functools import cached_property
 
 import array_api_compat
 import numpy as np
 
 from .._backend import asarray_like, get_namespace, is_sparse, to_numpy
 from ..exceptions import InputError, ParameterError
+from ._gram import weighted_gram
 from ._linear import SLICE_BYTES, LinearObjective, lipschitz_bound
+from ._path_penalty import PathPenalty
 from ._pointwise import MultinomialLogistic
 
 __all__ = ["PathObjective", "PathPenalty", "PathTraining", "fold_ids"]
@@ -268,19 +269,20 @@ class PathObjective:
             raw = raw + o_s[:, None]
         return raw
 
-    def _pointwise(self, y_s, raw, xp):
-        """The loss ``(n, K)`` and its gradient ``(n, K * m)`` on every column."""
-        n, K, m = raw.shape[0], self.n_columns, self.n_outputs
+    def _pointwise(self, y_s, raw, xp, K=None):
+        """The loss ``(n, K)`` and its gradient ``(n, K * m)`` on every column (or on the
+        ``K`` evaluated ones)."""
+        n, K, m = raw.shape[0], self.n_columns if K is None else K, self.n_outputs
         y_flat = xp.reshape(xp.broadcast_to(y_s[:, None], (n, K)), (n * K,))
         loss, grad = self.loss.loss_gradient(y_flat, xp.reshape(raw, (n * K, m)), xp)
         return xp.reshape(loss, (n, K)), xp.reshape(grad, (n, K * m))
 
     def _per_output(self, mask, xp):
         """A ``(n, K)`` array repeated over each column's ``m`` outputs: ``(n, K * m)``."""
-        n, K, m = mask.shape[0], self.n_columns, self.n_outputs
+        n, K, m = mask.shape[0], mask.shape[1], self.n_outputs
         return mask if m == 1 else xp.reshape(xp.broadcast_to(mask[:, :, None], (n, K, m)), (n, K * m))
 
-    def block_sums(self, params, X, y, sample_weight=None, index=0):
+    def block_sums(self, params, X, y, sample_weight=None, index=0, columns=None, grams=False):
         """Training sums of every column over one block.
 
         Parameters
@@ -292,6 +294,12 @@ class PathObjective:
         sample_weight : array of shape (n_samples,) or None
         index : int
             The block's index (its rows' folds follow from ``block_starts[index]``).
+        columns : sequence of int or None, default=None
+            Evaluate only these columns (the others' loss and gradient are zero): the
+            columns of the penalties a path solver is working on.  None: all.
+        grams : bool, default=False
+            Also return the Hessian sums of each fold's rows (single-output losses with
+            a ``hessian_weight``, see Returns).
 
         Returns
         -------
@@ -301,33 +309,78 @@ class PathObjective:
             Gradient of :math:`\\sum_k L_k`.
         fold_weight : ndarray of shape (n_folds,)
             :math:`S_f`.
+        fold_grams : ndarray of shape (n_folds, p, p), only with ``grams``
+            :math:`G_g = \\tilde X_g^\\top \\operatorname{diag}(s_i \\bar h_i) \\tilde X_g`
+            over the rows of fold :math:`g` (``p = n_features + fit_intercept``), where
+            :math:`\\bar h_i` is the mean of the loss's second derivative
+            :math:`h(y_i, R_{ik})` over the evaluated columns that train on row
+            :math:`i`.  Column :math:`k`'s loss Hessian is approximately
+            :math:`\\sum_{g \\ne f_k} G_g`: exact where those columns agree on the row's
+            curvature (the models of one penalty on different folds, fitted on mostly
+            the same rows, nearly do), and one Gram matrix's work for all folds.
         """
         X, y, w, folds, matrix, xp, dtype, o = self._prepare(params, X, y, sample_weight, index)
         n, K, d, m = X.shape[0], self.n_columns, self.n_features, self.n_outputs
+        cols = np.arange(K) if columns is None else np.asarray(columns, dtype=np.int64).reshape(-1)
+        if grams and m != 1:
+            raise ParameterError(f"the Hessian sums of a path need a single-output loss; {type(self.loss).__name__} "
+                                 f"has {m} outputs")
+        width = (cols[:, None] * m + np.arange(m)[None, :]).ravel()  # the evaluated parameter columns
+        sub = matrix if columns is None else xp.take(matrix, asarray_like(width, matrix), axis=1)
+        ka = len(cols)
         # train[i, k] = s_i [fold_i != f_k]: one gather from a (n_folds, K) table per slice
-        table = asarray_like(np.arange(self.n_folds)[:, None] != np.asarray(self.column_folds)[None, :], matrix)
+        col_folds = np.asarray(self.column_folds)[cols]
+        table = asarray_like(np.arange(self.n_folds)[:, None] != col_folds[None, :], matrix)
         table = xp.astype(table, dtype)
         folds_dev = asarray_like(folds, matrix)
-        loss_cols = xp.zeros((K,), dtype=xp.float64, device=array_api_compat.device(matrix))
-        grad_coef = xp.zeros((d, K * m), dtype=xp.float64, device=array_api_compat.device(matrix))
-        grad_icpt = xp.zeros((K * m,), dtype=xp.float64, device=array_api_compat.device(matrix))
+        device = array_api_compat.device(matrix)
+        loss_cols = xp.zeros((ka,), dtype=xp.float64, device=device)
+        grad_coef = xp.zeros((d, ka * m), dtype=xp.float64, device=device)
+        grad_icpt = xp.zeros((ka * m,), dtype=xp.float64, device=device)
+        curvature = [] if grams else None
         step = self._slices(X)
         for start in range(0, n, step):
             stop = min(start + step, n)
             X_s = X[start:stop, :]
-            raw = self._raw(X_s, matrix, None if o is None else o[start:stop])
-            loss, grad = self._pointwise(y[start:stop], raw, xp)
-            train = xp.take(table, folds_dev[start:stop], axis=0) * w[start:stop, None]
+            raw = self._raw(X_s, sub, None if o is None else o[start:stop])
+            loss, grad = self._pointwise(y[start:stop], raw, xp, ka)
+            mask = xp.take(table, folds_dev[start:stop], axis=0)
+            train = mask * w[start:stop, None]
             loss_cols += xp.sum(loss * train, axis=0, dtype=xp.float64)
             grad = grad * self._per_output(train, xp)
             grad_coef += xp.astype(X_s.T @ grad, xp.float64, copy=False)
             grad_icpt += xp.sum(grad, axis=0, dtype=xp.float64)
-        grad = to_numpy(grad_coef)
+            if grams:
+                curvature.append(self._mean_curvature(y[start:stop], raw, mask, xp) * w[start:stop])
+        out_loss = np.zeros(K)
+        out_loss[cols] = np.asarray(to_numpy(loss_cols), dtype=np.float64)
+        out_grad = np.zeros((d + self.fit_intercept, K * m))
+        out_grad[:d, width] = to_numpy(grad_coef)
         if self.fit_intercept:
-            grad = np.concatenate([grad, to_numpy(grad_icpt)[None, :]])
+            out_grad[d, width] = to_numpy(grad_icpt)
         w_host = np.asarray(to_numpy(w), dtype=np.float64)
         fold_weight = np.bincount(folds, weights=w_host, minlength=self.n_folds)
-        return np.asarray(to_numpy(loss_cols), dtype=np.float64), grad.ravel(), fold_weight
+        if not grams:
+            return out_loss, out_grad.ravel(), fold_weight
+        a = xp.concat(curvature) if curvature else xp.zeros((0,), dtype=dtype, device=device)
+        p = d + self.fit_intercept
+        fold_grams = np.zeros((self.n_folds, p, p))
+        for g in range(self.n_folds):
+            rows = np.flatnonzero(folds == g)
+            if len(rows):
+                take = asarray_like(rows, matrix)
+                X_g = X[rows] if is_sparse(X) else xp.take(X, take, axis=0)
+                fold_grams[g] = weighted_gram(X_g, xp.take(a, take, axis=0), self.fit_intercept)
+        return out_loss, out_grad.ravel(), fold_weight, fold_grams
+
+    def _mean_curvature(self, y_s, raw, mask, xp):
+        """:math:`\\bar h_i`: the loss's second derivative of each row, averaged over the
+        evaluated columns that train on it (``mask``); 0 for a row none trains on."""
+        n, ka = raw.shape[0], raw.shape[1]
+        y_flat = xp.reshape(xp.broadcast_to(y_s[:, None], (n, ka)), (n * ka,))
+        h = xp.reshape(self.loss.hessian_weight(y_flat, xp.reshape(raw, (n * ka, 1)), xp), (n, ka))
+        count = xp.sum(mask, axis=1)
+        return xp.sum(h * mask, axis=1) / xp.where(count > 0, count, 1.0)
 
     def held_out_sums(self, params, X, y, sample_weight=None, index=0):
         """Sums over the held-out rows of each column (the rows of its fold).
@@ -347,11 +400,27 @@ class PathObjective:
             ``"deviance"``.
         """
         X, y, w, folds, matrix, xp, dtype, o = self._prepare(params, X, y, sample_weight, index)
-        if self.n_outputs > 1:
-            return self._held_out_multi(X, y, w, folds, matrix, xp, dtype)
-        n, K = X.shape[0], self.n_columns
-        col_folds = asarray_like(np.asarray(self.column_folds), matrix)
-        folds_dev = asarray_like(folds, matrix)
+        K, m = self.n_columns, self.n_outputs
+        keys = self.held_out_keys
+        out = {key: np.zeros(K) for key in keys}
+        col_folds = np.asarray(self.column_folds)
+        for g in range(self.n_folds):  # a row is held out by its fold's columns only
+            rows, cols = np.flatnonzero(folds == g), np.flatnonzero(col_folds == g)
+            if not len(rows) or not len(cols):
+                continue
+            take = asarray_like(rows, matrix)
+            X_g = X[rows] if is_sparse(X) else xp.take(X, take, axis=0)
+            width = asarray_like((cols[:, None] * m + np.arange(m)[None, :]).ravel(), matrix)
+            sums = self._held_out_columns(X_g, xp.take(y, take, axis=0), xp.take(w, take, axis=0),
+                                          xp.take(matrix, width, axis=1),
+                                          None if o is None else xp.take(o, take, axis=0), xp)
+            for key in keys:
+                out[key][cols] += sums[key]
+        return out
+
+    def _held_out_columns(self, X, y, w, matrix, o, xp):
+        """:meth:`held_out_sums` of rows that every column of ``matrix`` holds out."""
+        n, K, m = X.shape[0], matrix.shape[1] // self.n_outputs, self.n_outputs
         keys = self.held_out_keys
         out = {key: np.zeros(K) for key in keys}
         step = self._slices(X)
@@ -359,40 +428,23 @@ class PathObjective:
             stop = min(start + step, n)
             raw = self._raw(X[start:stop, :], matrix, None if o is None else o[start:stop])
             y_s = y[start:stop]
-            loss, _ = self._pointwise(y_s, raw, xp)
-            m = raw.shape[0]
-            mu = xp.reshape(self.loss.inverse_link(xp.reshape(raw, (m * K, 1)), xp), (m, K))
-            held = xp.astype(folds_dev[start:stop, None] == col_folds[None, :], dtype) * w[start:stop, None]
-            yy = y_s[:, None]
-            parts = {
-                "weight": held, "loss": loss * held, "squared_error": (yy - mu) ** 2 * held,
-                "correct": xp.astype((raw > 0) == (yy > 0.5), dtype) * held,
-                "wy": yy * held, "wyy": yy * yy * held, "deviance": self._deviance(yy, mu, loss, xp) * held,
-            }
-            for key in keys:
-                out[key] += np.asarray(to_numpy(xp.sum(parts[key], axis=0, dtype=xp.float64)))
-        return out
-
-    def _held_out_multi(self, X, y, w, folds, matrix, xp, dtype):
-        """:meth:`held_out_sums` of a loss with ``m > 1`` outputs."""
-        n, K, m = X.shape[0], self.n_columns, self.n_outputs
-        col_folds = asarray_like(np.asarray(self.column_folds), matrix)
-        folds_dev = asarray_like(folds, matrix)
-        keys = self.held_out_keys
-        out = {key: np.zeros(K) for key in keys}
-        step = self._slices(X)
-        for start in range(0, n, step):
-            stop = min(start + step, n)
-            raw = self._raw(X[start:stop, :], matrix)
-            y_s = y[start:stop]
-            loss, _ = self._pointwise(y_s, raw, xp)
-            held = xp.astype(folds_dev[start:stop, None] == col_folds[None, :], dtype) * w[start:stop, None]
-            best = xp.argmax(xp.reshape(raw, (stop - start, K, m)), axis=2)
-            parts = {
-                "weight": held, "loss": loss * held,
-                "correct": xp.astype(xp.astype(best, dtype) == y_s[:, None], dtype) * held,
-                "deviance": self._deviance(y_s[:, None], None, loss, xp) * held,
-            }
+            loss, _ = self._pointwise(y_s, raw, xp, K)
+            held = xp.broadcast_to(w[start:stop, None], loss.shape)
+            if m > 1:
+                best = xp.argmax(xp.reshape(raw, (stop - start, K, m)), axis=2)
+                parts = {
+                    "weight": held, "loss": loss * held,
+                    "correct": xp.astype(xp.astype(best, loss.dtype) == y_s[:, None], loss.dtype) * held,
+                    "deviance": self._deviance(y_s[:, None], None, loss, xp) * held,
+                }
+            else:
+                mu = xp.reshape(self.loss.inverse_link(xp.reshape(raw, (raw.shape[0] * K, 1)), xp), raw.shape)
+                yy = y_s[:, None]
+                parts = {
+                    "weight": held, "loss": loss * held, "squared_error": (yy - mu) ** 2 * held,
+                    "correct": xp.astype((raw > 0) == (yy > 0.5), loss.dtype) * held,
+                    "wy": yy * held, "wyy": yy * yy * held, "deviance": self._deviance(yy, mu, loss, xp) * held,
+                }
             for key in keys:
                 out[key] += np.asarray(to_numpy(xp.sum(parts[key], axis=0, dtype=xp.float64)))
         return out
@@ -411,121 +463,6 @@ class PathObjective:
         if name in ("BinaryLogistic", "MultinomialLogistic"):  # one-hot y: the saturated loss is 0
             return 2.0 * loss
         return xp.full(loss.shape, xp.nan, dtype=loss.dtype)
-
-
-@dataclass(frozen=True)
-class PathPenalty:
-    r"""Elastic-net penalties of the stacked columns, one strength per column.
-
-    Column :math:`k` is penalised by
-    :math:`\lambda^{(1)}_k \lVert w_k \rVert_1 + \frac{\lambda^{(2)}_k}{2} \lVert w_k \rVert_2^2`
-    (``l1 = alpha * l1_ratio``, ``l2 = alpha * (1 - l1_ratio)``); intercepts are not.
-    With ``n_outputs = m``, :math:`w_k` is column :math:`k`'s ``(n_features, m)`` block
-    and the norms are entrywise.
-
-    Parameters
-    ----------
-    n_features : int
-    fit_intercept : bool
-    l1, l2 : tuple of float
-        Per-column strengths (length ``K``), non-negative.
-    n_outputs : int, default=1
-        Parameter columns per stacked model (the loss's ``n_outputs``).
-    recenter : bool, default=False
-        The loss does not change when a constant is added to a feature's ``m``
-        coefficients (the softmax): after each proximal step, shift them by the constant
-        that minimises the penalty (glmnet's step for the multinomial elastic net).
-
-    Notes
-    -----
-    With ``recenter``, the direction :math:`w_{jk} \to w_{jk} + c\,\mathbf 1` is seen by
-    the penalty only; without the shift, proximal gradient moves along it at the rate of
-    the L2 strength alone, which is slow for a weak penalty.  The shift minimises
-    :math:`\sum_c \frac{\lambda^{(2)}}{2}(w_c - t)^2 + \lambda^{(1)}|w_c - t|` over
-    :math:`t` exactly (the minimiser is a stationary point between two sorted
-    :math:`w_c` or one of them), so every step lowers the objective at least as much as
-    the proximal step alone, and the minimisers are the same.
-    """
-
-    n_features: int
-    fit_intercept: bool
-    l1: tuple
-    l2: tuple
-    n_outputs: int = 1
-    recenter: bool = False
-
-    def __post_init__(self):
-        l1 = tuple(float(v) for v in self.l1)
-        l2 = tuple(float(v) for v in self.l2)
-        if len(l1) != len(l2) or not all(np.isfinite(l1 + l2)) or min(l1 + l2) < 0:
-            raise ParameterError(f"l1 and l2 must be finite non-negative strengths of the same length; got {l1}, {l2}")
-        m = self.n_outputs
-        if isinstance(m, bool) or not isinstance(m, numbers.Integral) or m < 1:
-            raise ParameterError(f"n_outputs must be an integer >= 1, got {m!r}")
-        object.__setattr__(self, "l1", l1)
-        object.__setattr__(self, "l2", l2)
-        object.__setattr__(self, "n_outputs", int(m))
-
-    @property
-    def has_l1(self):
-        return any(v > 0 for v in self.l1)
-
-    def _per_param_column(self, strengths):
-        """Strengths ``(K,)`` repeated over each model's outputs: ``(K * m,)``."""
-        return np.repeat(np.asarray(strengths, dtype=np.float64), self.n_outputs)
-
-    @cached_property
-    def decay_mask(self):
-        mask = np.ones((self.n_features + self.fit_intercept, len(self.l1) * self.n_outputs), dtype=bool)
-        if self.fit_intercept:
-            mask[self.n_features] = False
-        return mask.ravel()
-
-    def _coef(self, params):
-        width = len(self.l1) * self.n_outputs
-        return np.asarray(params, dtype=np.float64).reshape(-1, width)[: self.n_features]
-
-    def smooth_value_gradient(self, params):
-        coef = self._coef(params)
-        l2 = self._per_param_column(self.l2)
-        grad = np.zeros((len(params) // len(l2), len(l2)))
-        grad[: self.n_features] = coef * l2
-        return 0.5 * float(np.sum(l2 * np.sum(coef * coef, axis=0))), grad.ravel()
-
-    def l1_value(self, params):
-        if not self.has_l1:
-            return 0.0
-        return float(np.sum(self._per_param_column(self.l1) * np.sum(np.abs(self._coef(params)), axis=0)))
-
-    def prox(self, params, step):
-        """Soft-threshold column ``k`` (all its outputs) by ``step * l1[k]``."""
-        threshold = float(step) * self._per_param_column(self.l1)
-        out = np.array(params, dtype=np.float64, copy=True).reshape(-1, len(threshold))
-        coef = out[: self.n_features]
-        out[: self.n_features] = np.sign(coef) * np.maximum(np.abs(coef) - threshold, 0.0)
-        if self.recenter and self.n_outputs > 1:
-            out[: self.n_features] = self._recentred(out[: self.n_features])
-        return out.ravel()
-
-    def _recentred(self, coef):
-        """``coef`` ``(d, K * m)`` with each feature's ``m`` outputs of each column shifted by
-        the constant minimising the column's penalty (see the Notes)."""
-        K, m = len(self.l1), self.n_outputs
-        w = coef.reshape(-1, K, m)
-        l1 = np.asarray(self.l1)[None, :, None]
-        l2 = np.asarray(self.l2)[None, :, None]
-        s = np.sort(w, axis=2)
-        below = np.arange(m + 1)  # entries below the shift, in each gap between sorted values
-        with np.errstate(divide="ignore", invalid="ignore"):  # no L2: only the sorted values count
-            stationary = w.mean(axis=2, keepdims=True) - l1 * (2 * below - m) / (m * l2)
-        inf = np.full(s.shape[:2] + (1,), np.inf)
-        gap = np.clip(np.where(l2 > 0, stationary, s[:, :, :1]), np.concatenate([-inf, s], axis=2),
-                      np.concatenate([s, inf], axis=2))
-        t = np.concatenate([gap, s], axis=2)  # (d, K, 2m + 1) candidates
-        dev = w[:, :, None, :] - t[:, :, :, None]
-        value = np.sum(0.5 * l2[..., None] * dev ** 2 + l1[..., None] * np.abs(dev), axis=3)
-        best = np.take_along_axis(t, np.argmin(value, axis=2)[:, :, None], axis=2)
-        return (w - np.where(l1 + l2 > 0, best, 0.0)).reshape(coef.shape)  # no penalty: no shift
 
 
 @dataclass(frozen=True)

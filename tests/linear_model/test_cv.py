@@ -228,10 +228,11 @@ def test_more_folds_than_rows_is_refused():
         ElasticNetCV(cv=5, alphas=2).fit(X, np.arange(3.0))
 
 
-def test_the_exact_path_is_for_least_squares_only(insurance):
-    X, y = insurance
-    with pytest.raises(ParameterError, match="solver='cd' .* is for least squares .*PoissonRegressorCV takes"):
-        PoissonRegressorCV(alphas=2, solver="cd").fit(X, y)
+def test_path_cd_needs_a_single_output_loss(default):
+    X, y = default
+    y3 = np.minimum(y + (X[:, 0] > 1), 2)  # three classes: the softmax has no per-column Hessian here
+    with pytest.raises(ParameterError, match="solver='cd' cannot train this model: it needs a single-output loss"):
+        LogisticRegressionCV(Cs=2, cv=3, solver="cd").fit(X[:600], y3[:600])
 
 
 def test_poisson_regressor_cv_refuses_negative_targets(insurance):

