@@ -62,9 +62,14 @@ CASES = [
      {"solver": "cd", "alpha": 0.01, "l1_ratio": 1.0}, True, False),
     ("poisson-cd-enet", dask_dgd.PoissonRegressor, "count", {"solver": "cd", "alpha": 0.01, "l1_ratio": 0.5},
      False, False),
-    # the CV paths: the exact least-squares path (fold Gram matrices), the stacked one
+    # the CV paths: the exact least-squares path (fold Gram matrices), IRLS-CD along the
+    # path (the fold Gram matrices of each pass), the stacked proximal-gradient one
     ("elasticnet-cv-exact", dask_dgd.ElasticNetCV, "regression", {"alphas": 3, "cv": 3}, True, False),
-    ("poisson-cv-stacked", dask_dgd.PoissonRegressorCV, "count", {"alphas": [0.1, 0.01], "cv": 3}, False, False),
+    ("poisson-cv-cd", dask_dgd.PoissonRegressorCV, "count", {"alphas": [0.1, 0.01], "cv": 3}, False, False),
+    ("logistic-cv-cd-enet", dask_dgd.LogisticRegressionCV, "binary", {"Cs": 3, "cv": 3, "l1_ratios": [0.5]},
+     True, False),
+    ("poisson-cv-stacked", dask_dgd.PoissonRegressorCV, "count", {"alphas": [0.1, 0.01], "cv": 3, "solver": "gd"},
+     False, False),
     ("multinomial-cv", dask_dgd.LogisticRegressionCV, "multinomial", {"Cs": 2, "cv": 3}, True, False),
 ]
 CASE_IDS = [c[0] for c in CASES]

@@ -3,9 +3,12 @@
 :class:`LogisticRegressionCV`, :class:`ElasticNetCV` and :class:`PoissonRegressorCV` fit
 ``n_folds x n_alphas`` models as one stacked problem (:mod:`dask_dgd.losses._path`)
 through the one engine (:func:`dask_dgd._engine.train.train`): each block of rows
-evaluates all the coefficient vectors with one product ``X @ W``, the folds are per-row
-masks computed on the workers, the held-out scores are sums computed where the rows
-live, and the best penalty is refitted on all rows by the ordinary estimator.
+evaluates the coefficient vectors it is asked for with one product ``X @ W``, the folds
+are per-row masks computed on the workers, the held-out scores are sums computed where
+the rows live, and the best penalty is refitted on all rows by the ordinary estimator.
+Single-output families take IRLS coordinate descent along the path by default
+(:mod:`dask_dgd._engine.cd_path`: one penalty at a time, all folds in the same passes);
+least squares its exact path from the folds' Gram matrices (:mod:`._cv_gram`).
 """
 
 import numbers
@@ -471,10 +474,14 @@ class PoissonRegressorCV(ElasticNetCV):
 class LogisticRegressionCV(ClassifierMixin, _PathCV):
     r"""Logistic regression (binary or multinomial) with ``C`` (and ``l1_ratio``) chosen by cross-validation.
 
-    Every fold and every ``C`` is fitted in the same passes over ``X`` (one stacked
-    problem; ``n_classes`` columns per model for more than two classes, the softmax
-    loss), scored on its held-out fold where the rows live, and the best ``C`` is
-    refitted on all rows by :class:`~dask_dgd.LogisticRegression`.  scikit-learn's
+    Every fold and every ``C`` is one column of a stacked problem (``n_classes``
+    columns per model for more than two classes, the softmax loss), trained over the
+    same passes over ``X``: for two classes by IRLS coordinate descent along the path
+    (``solver="auto"`` or ``"cd"``: the ``C`` in turn, all folds together, Newton steps),
+    else by proximal gradient or L-BFGS; each model is scored on its held-out fold where
+    the rows live, and the best ``C`` is refitted on all rows by
+    :class:`~dask_dgd.LogisticRegression` (for two classes, starting at the folds' mean
+    solution).  scikit-learn's
     objective for fold :math:`f` with training weight :math:`T_f` (sum of sample and
     class weights),
     :math:`C \sum_i s_i \ell_i + \frac{1-\rho}{2}\lVert w\rVert_2^2 + \rho\lVert w\rVert_1`,

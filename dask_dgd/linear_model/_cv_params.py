@@ -53,19 +53,24 @@ _REGRESSOR_DOC_PARAMS = """
         holds a block.  scikit-learn splitters are not accepted: they need the rows'
         positions on the driver.
     solver : {"auto", "cd", "lbfgs", "gd"}, default="auto"
-        "cd", for least squares only (:class:`ElasticNetCV`): the exact path, one pass
+        "cd": for least squares (:class:`ElasticNetCV`), the exact path: one pass
         over ``X`` computing every fold's Gram matrix, then coordinate descent on the
-        driver for every fold and penalty (:mod:`~dask_dgd.linear_model._cv_gram`).
-        Otherwise the stacked path is trained by "lbfgs" (smooth penalties) or "gd"
-        (proximal gradient, for L1).  "auto" picks "cd" for least squares up to
-        ``dgd.cd-max-params`` (1024) coefficients, else "gd" for a path with an L1 part,
-        else "lbfgs".
+        driver for every fold and penalty (:mod:`~dask_dgd.linear_model._cv_gram`); for
+        the other single-output families (binary logistic, Poisson, Gamma, Tweedie,
+        negative binomial, binomial), IRLS coordinate descent along the path, one
+        penalty at a time with every fold's Hessian from one Gram matrix's work per
+        pass (:mod:`~dask_dgd._engine.cd_path`).  "lbfgs" (smooth penalties) and "gd"
+        (proximal gradient, for L1) train the stacked path in warm-started groups of
+        penalties.  "auto" picks "cd" up to ``dgd.cd-max-params`` (1024) coefficients
+        per model, else "gd" for a path with an L1 part, else "lbfgs" (the multinomial
+        always takes "gd"/"lbfgs").
     max_iter : int
-        Iterations of the path's solver (and of the refit); with "cd", ``n_iter_``
-        counts the pass of the Gram matrices as one.
+        Iterations of the path's solver (and of the refit); with "cd", passes per
+        penalty, and ``n_iter_`` counts passes (the exact least-squares path: the pass
+        of the Gram matrices as one).
     tol : float, default=1e-4
-        Stop when the largest entry of every column's (proximal) gradient is at most
-        ``tol``; the refit uses the same tolerance.
+        Stop when the largest entry of every column's (proximal) gradient ("cd": its
+        minimum-norm subgradient) is at most ``tol``; the refit uses the same tolerance.
     random_state : int or None, default=None
         Seed of the fold assignment (None: 0; the folds are always reproducible).
     verbose : int, default=0

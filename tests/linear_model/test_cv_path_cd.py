@@ -142,3 +142,15 @@ def test_path_cd_on_a_cluster_does_not_depend_on_the_chunks(client, default):
         np.testing.assert_allclose(dist.scores_[1], local.scores_[1], rtol=1e-7)
         np.testing.assert_allclose(dist.coefs_paths_[1], local.coefs_paths_[1], atol=1e-7)
         np.testing.assert_allclose(dist.coef_, local.coef_, atol=1e-7)
+
+
+def test_path_cd_on_sparse_blocks_equals_dense(default):
+    import scipy.sparse as sp
+
+    X, y = default
+    X = np.where(np.abs(X) > 0.8, X, 0.0)  # mostly zeros
+    kw = dict(Cs=4, l1_ratios=[0.5], cv=3, scoring="neg_log_loss", tol=1e-10, max_iter=100, random_state=2)
+    dense = LogisticRegressionCV(**kw).fit(X, y)
+    sparse = LogisticRegressionCV(**kw).fit(sp.csr_matrix(X), y)
+    np.testing.assert_allclose(sparse.scores_[1], dense.scores_[1], rtol=1e-9)
+    np.testing.assert_allclose(sparse.coefs_paths_[1], dense.coefs_paths_[1], atol=1e-8)
