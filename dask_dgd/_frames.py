@@ -5,7 +5,8 @@ else float64): numeric columns of NumPy dtypes, booleans (what one-hot encoders 
 ``pandas.get_dummies`` and ``dask_ml.preprocessing.DummyEncoder`` produce), and pandas'
 nullable and pyarrow-backed numeric and boolean dtypes, whose missing values become NaN
 (and are refused as non-finite by the block checks, naming the block).  Refused with a
-hint naming the fix: categorical and text columns (one-hot encode them), dates and
+hint naming the fix: categorical and text columns (one-hot encode them, or hash them
+with :class:`dask_dgd.FeatureHasher`), dates and
 durations, and anything else.  The rule looks at dtypes only, so a dask DataFrame is
 checked before anything is computed, and gets the same answer as the same rows in
 pandas.
@@ -58,14 +59,15 @@ def _refusal(name, dtype, lazy):
             if lazy
             else f"pd.get_dummies(X, columns=[{shown}], dtype=float) or scikit-learn's OneHotEncoder in a Pipeline"
         )
+        hashed = "; or, for many categories, hash them on the workers: dask_dgd.FeatureHasher() in a Pipeline"
         if isinstance(dtype, pd.CategoricalDtype):
             return InputError(
                 f"X column {shown} is categorical (dtype {dtype}); training needs numbers: "
-                f"one-hot encode it, e.g. {encode}"
+                f"one-hot encode it, e.g. {encode}{hashed}"
             )
         return InputError(
             f"X column {shown} holds text (dtype {dtype}); training needs numbers: one-hot encode "
-            f"categories, e.g. {encode}; convert numbers stored as text with "
+            f"categories, e.g. {encode}{hashed}; convert numbers stored as text with "
             f"{'dd' if lazy else 'pd'}.to_numeric(X[{shown}])"
         )
     if pd.api.types.is_datetime64_any_dtype(dtype) or pd.api.types.is_timedelta64_dtype(dtype):

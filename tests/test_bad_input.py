@@ -150,7 +150,8 @@ def test_numbers_stored_as_strings_or_objects(family, kind, client):
         frame = dd.from_pandas(pd.DataFrame(X, columns=["a", "b", "c"]).assign(c=list("xyz") * 13 + ["x"]), npartitions=2)
         with pytest.raises(InputError, match=r"X column 'c' holds text \(dtype .*\); training needs numbers: one-hot encode "
                                              r"categories, e.g. X.categorize\(columns=\['c'\]\) and then dask_ml.preprocessing.DummyEncoder\(\); "
-                                             r"convert numbers stored as text with dd.to_numeric\(X\['c'\]\)"):
+                                             r"or, for many categories, hash them on the workers: dask_dgd.FeatureHasher\(\) in a "
+                                             r"Pipeline; convert numbers stored as text with dd.to_numeric\(X\['c'\]\)"):
             make(family, kind, client).fit(frame, da.from_array(TARGETS[family], chunks=20))
 
 
