@@ -312,3 +312,17 @@ def test_item_fold_in_benchmark_compares_fold_in_refit_and_fallback():
     rows, medians = item_fold_in.run(draws=1, n_items=30, log=lines.append)
     assert set(rows[0]) == {"fold-in", "refit", "no fold-in"} and lines[-1].startswith("median: fold-in")
     assert medians["fold-in"] < medians["no fold-in"] and medians["fold-in"] < 1.05 * medians["refit"]
+
+
+def test_hashing_throughput_benchmark_times_both_hashers():
+    """``python -m benchmarks.hashing_throughput``: both hashers timed on the same frame,
+    one row per variant, the ratio against dask_dgd's category hashing."""
+    from benchmarks import hashing_throughput
+
+    lines = []
+    out = hashing_throughput.run(rows=2000, columns=3, repeats=1, log=lines.append)
+    assert set(out) == {"dask_dgd (category columns)", "dask_dgd (text columns)", "scikit-learn (strings given)",
+                        "scikit-learn (strings built from the frame)"}
+    assert all(t > 0 for t in out.values())
+    assert lines[0].startswith("2,000 rows x 3 categorical columns") and len(lines) == 3 + len(out)
+    assert lines[3].endswith("| 1.00 |")

@@ -262,7 +262,7 @@ class PathIRLSCD(AttributeState, Solver):
         T, loss, grad, grams = self._parts(res)
         if not (np.all(np.isfinite(loss[cols])) and np.all(np.isfinite(grad[:, cols]))):
             raise initial_divergence(float(np.sum(loss[cols])))
-        self.T, self.grams = T, grams
+        self.T, self.grams = T, grams.copy()
         self.loss[cols], self.grad[:, cols] = loss[cols], grad[:, cols]
         for k in cols:
             self._refresh_kkt(k)
@@ -285,8 +285,11 @@ class PathIRLSCD(AttributeState, Solver):
         for s in range(self.started):
             self.stage_passes[s] += bool(self.pending[list(self.stages[s])].any())
         T, loss, grad, grams = self._parts(res)
-        if np.all(np.isfinite(grams)):
-            self.grams = grams
+        # a fold's rows are weighed only by the evaluated columns that train on them: keep
+        # the last Gram matrix of a fold that no moving column of another fold covered
+        covered = [g for g in range(len(grams)) if np.any(self.folds[moving] != g)]
+        if np.all(np.isfinite(grams[covered])):
+            self.grams[covered] = grams[covered]
         accepted = []
         for k in moving:
             ok = np.isfinite(loss[k]) and np.all(np.isfinite(grad[:, k]))
