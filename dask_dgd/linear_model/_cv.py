@@ -477,8 +477,8 @@ class LogisticRegressionCV(ClassifierMixin, _PathCV):
     Every fold and every ``C`` is one column of a stacked problem (``n_classes``
     columns per model for more than two classes, the softmax loss), trained over the
     same passes over ``X``: for two classes by IRLS coordinate descent along the path
-    (``solver="auto"`` or ``"cd"``: the ``C`` in turn, all folds together, Newton steps),
-    else by proximal gradient or L-BFGS; each model is scored on its held-out fold where
+    (``solver="cd"``, and ``"auto"`` up to ``dgd.cd-max-params`` coefficients: the ``C``
+    in turn, all folds together, Newton steps), else by proximal gradient or L-BFGS; each model is scored on its held-out fold where
     the rows live, and the best ``C`` is refitted on all rows by
     :class:`~dask_dgd.LogisticRegression` (for two classes, starting at the folds' mean
     solution).  scikit-learn's

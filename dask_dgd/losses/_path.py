@@ -94,6 +94,12 @@ def fold_ids(start, n_rows, n_folds, seed=0):
     return ranks.ravel()[start - first: start - first + n_rows].astype(np.int64)
 
 
+def _take_rows(X, rows, like, xp):
+    """``(rows as an index array where ``like`` lives, those rows of X)`` (CSR or dense)."""
+    take = asarray_like(rows, like)
+    return take, (X[rows] if is_sparse(X) else xp.take(X, take, axis=0))
+
+
 @dataclass(frozen=True)
 class PathObjective:
     r"""Stacked losses of ``K`` linear models, one per (fold, penalty) column.
@@ -325,7 +331,7 @@ class PathObjective:
         if grams and m != 1:
             raise ParameterError(f"the Hessian sums of a path need a single-output loss; {type(self.loss).__name__} "
                                  f"has {m} outputs")
-        width = (cols[:, None] * m + np.arange(m)[None, :]).ravel()  # the evaluated parameter columns
+        width = self._param_columns(cols)  # the evaluated parameter columns
         sub = matrix if columns is None else xp.take(matrix, asarray_like(width, matrix), axis=1)
         ka = len(cols)
         # train[i, k] = s_i [fold_i != f_k]: one gather from a (n_folds, K) table per slice
@@ -368,10 +374,14 @@ class PathObjective:
         for g in range(self.n_folds):
             rows = np.flatnonzero(folds == g)
             if len(rows):
-                take = asarray_like(rows, matrix)
-                X_g = X[rows] if is_sparse(X) else xp.take(X, take, axis=0)
+                take, X_g = _take_rows(X, rows, matrix, xp)
                 fold_grams[g] = weighted_gram(X_g, xp.take(a, take, axis=0), self.fit_intercept)
         return out_loss, out_grad.ravel(), fold_weight, fold_grams
+
+    def _param_columns(self, cols):
+        """The parameter columns of models ``cols`` (each model's ``m`` outputs in turn)."""
+        m = self.n_outputs
+        return (np.asarray(cols)[:, None] * m + np.arange(m)[None, :]).ravel()
 
     def _mean_curvature(self, y_s, raw, mask, xp):
         """:math:`\\bar h_i`: the loss's second derivative of each row, averaged over the
@@ -400,7 +410,7 @@ class PathObjective:
             ``"deviance"``.
         """
         X, y, w, folds, matrix, xp, dtype, o = self._prepare(params, X, y, sample_weight, index)
-        K, m = self.n_columns, self.n_outputs
+        K = self.n_columns
         keys = self.held_out_keys
         out = {key: np.zeros(K) for key in keys}
         col_folds = np.asarray(self.column_folds)
@@ -408,9 +418,8 @@ class PathObjective:
             rows, cols = np.flatnonzero(folds == g), np.flatnonzero(col_folds == g)
             if not len(rows) or not len(cols):
                 continue
-            take = asarray_like(rows, matrix)
-            X_g = X[rows] if is_sparse(X) else xp.take(X, take, axis=0)
-            width = asarray_like((cols[:, None] * m + np.arange(m)[None, :]).ravel(), matrix)
+            take, X_g = _take_rows(X, rows, matrix, xp)
+            width = asarray_like(self._param_columns(cols), matrix)
             sums = self._held_out_columns(X_g, xp.take(y, take, axis=0), xp.take(w, take, axis=0),
                                           xp.take(matrix, width, axis=1),
                                           None if o is None else xp.take(o, take, axis=0), xp)
