@@ -478,10 +478,10 @@ class LogisticRegressionCV(ClassifierMixin, _PathCV):
     columns per model for more than two classes, the softmax loss), trained over the
     same passes over ``X``: for two classes by IRLS coordinate descent along the path
     (``solver="cd"``, and ``"auto"`` up to ``dgd.cd-max-params`` coefficients: the ``C``
-    in turn, all folds together, Newton steps), else by proximal gradient or L-BFGS; each model is scored on its held-out fold where
-    the rows live, and the best ``C`` is refitted on all rows by
-    :class:`~dask_dgd.LogisticRegression` (for two classes, starting at the folds' mean
-    solution).  scikit-learn's
+    in turn, all folds together, Newton steps), else by proximal gradient or L-BFGS;
+    each model is scored on its held-out fold where the rows live, and the best ``C``
+    is refitted on all rows by :class:`~dask_dgd.LogisticRegression` (for two classes,
+    starting at the folds' mean solution).  scikit-learn's
     objective for fold :math:`f` with training weight :math:`T_f` (sum of sample and
     class weights),
     :math:`C \sum_i s_i \ell_i + \frac{1-\rho}{2}\lVert w\rVert_2^2 + \rho\lVert w\rVert_1`,
