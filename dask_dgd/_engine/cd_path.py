@@ -159,9 +159,10 @@ class PathIRLSCD(AttributeState, Solver):
         coef = x[: self.d]
         return loss + 0.5 * self.l2[k] * float(coef @ coef) + self.l1[k] * float(np.abs(coef).sum())
 
-    def _hessian(self, k):
+    def _hessian(self, k, total):
+        """Column ``k``'s Hessian from ``total``, the sum of every fold's Gram matrix."""
         f = self.folds[k]
-        H = (self.grams.sum(axis=0) - self.grams[f]) / self.T[k]
+        H = (total - self.grams[f]) / self.T[k]
         idx = np.arange(self.d)
         H[idx, idx] += self.l2[k]
         return H
@@ -170,11 +171,11 @@ class PathIRLSCD(AttributeState, Solver):
         _, g = self._smooth(k, self.loss[k], self.grad[:, k], self.x[:, k])
         self.kkt[k] = kkt_violation(g, self.x[:, k], self._l1_vec(k))
 
-    def _direction(self, k):
-        """Start column ``k``'s line search, or mark it done."""
+    def _direction(self, k, total):
+        """Start column ``k``'s line search, or mark it done (``total``: see :meth:`_hessian`)."""
         x, l1 = self.x[:, k], self._l1_vec(k)
         _, g = self._smooth(k, self.loss[k], self.grad[:, k], x)
-        H = self._hessian(k)
+        H = self._hessian(k, total)
         x_new = None
         if self.l1[k] == 0:  # a smooth model: its Newton step directly
             try:
@@ -216,7 +217,7 @@ class PathIRLSCD(AttributeState, Solver):
 
     def _plan(self):
         """Directions for the started stages' columns; the columns that move."""
-        moving = []
+        moving, total = [], self.grams.sum(axis=0)  # once per pass, not once per column
         for s in range(self.started):
             cols = self.stages[s]
             if self.stage_passes[s] >= self.ctx.max_iter:
@@ -229,7 +230,7 @@ class PathIRLSCD(AttributeState, Solver):
                     if self.kkt[k] <= self.ctx.tol:
                         self.done[k] = True
                     else:
-                        self._direction(k)
+                        self._direction(k, total)
             moving += [k for k in cols if self.pending[k]]
         return moving
 
