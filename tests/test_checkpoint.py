@@ -21,6 +21,7 @@ from dask_dgd import (
     optim,
 )
 from dask_dgd._archive import decode, read_archive
+from dask_dgd.compression import TopK
 
 rng = np.random.default_rng(0)
 X = rng.standard_normal((3000, 5))
@@ -35,6 +36,10 @@ CASES = {
     # each block compresses its own sums (with its own residual): any placement
     "gd-topk": (LinearRegression, dict(solver="gd", compression="topk:0.4", max_iter=30, tol=0.0),
                 X @ [1.0, 2.0, 0.0, -1.0, 0.5]),
+    # EF21 estimates on the blocks, their sum and the parameters' copy on the driver (the
+    # groups' copies are synced in full after the resume: the same values)
+    "gd-topk-downlink": (LinearRegression, dict(solver="gd", compression=TopK(0.2, downlink=True), max_iter=30,
+                                                tol=0.0), X @ [1.0, 2.0, 0.0, -1.0, 0.5]),
     "gd-l1": (LinearRegression, dict(solver="gd", alpha=0.05, l1_ratio=0.5, max_iter=30, tol=0.0),
               X @ [1.0, 2.0, 0.0, -1.0, 0.5]),
     # the quasi-Newton pairs and the line search are in the checkpoint too
@@ -42,6 +47,9 @@ CASES = {
     # local SGD: the groups' own optimizer states are gathered into the checkpoint
     "local": (LinearRegression, dict(solver="gd", mode="local", local_steps=2, optimizer="adam", max_iter=40,
                                      tol=0.0), X @ [1.0, 2.0, 0.0, -1.0, 0.5]),
+    # local SGD's compressed round changes: the groups' EF21 estimates and the driver's sum
+    "local-topk": (LinearRegression, dict(solver="gd", mode="local", local_steps=2, compression="topk:0.4",
+                                          max_iter=40, tol=0.0), X @ [1.0, 2.0, 0.0, -1.0, 0.5]),
 }
 
 

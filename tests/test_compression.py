@@ -32,14 +32,37 @@ def test_casts_within_their_bounds():
 
 
 def test_topk_keeps_the_largest_within_the_bound():
-    comp = TopK(0.05)
+    comp = TopK(0.05, warmup=False)
     p, out = _roundtrip(comp, G)
     k = 50
     assert np.count_nonzero(out) == k
     assert set(np.flatnonzero(out)) == set(np.argsort(np.abs(G))[-k:])
     err = np.sum((out - G) ** 2)
     assert err <= (1 - k / G.size) * np.sum(G**2) + 1e-6 * np.sum(G**2)
-    assert comp.nbytes(p) == k * (4 + 4) + 8
+    # float32 values; the indices as gaps in the smallest type that holds the largest
+    gaps = np.diff(np.flatnonzero(out), prepend=0)
+    width = 1 if gaps.max() <= 255 else 2
+    assert p["gaps"].itemsize == width
+    assert comp.nbytes(p) == k * (4 + width) + 8
+    # gaps of up to 2**32 - 1 and beyond stay exact
+    wide = {"n": 2**33, "gaps": np.array([5, 2**32 + 7], dtype=np.uint64), "values": np.ones(2, np.float32)}
+    from dask_dgd.compression._compressors import _gaps
+
+    assert _gaps(np.array([5, 2**32 + 12])).dtype == np.uint64
+    assert _gaps(np.array([3, 300])).dtype == np.uint16 and _gaps(np.array([3, 200])).dtype == np.uint8
+    np.testing.assert_array_equal(np.cumsum(wide["gaps"], dtype=np.int64), [5, 2**32 + 12])
+
+
+def test_topk_warmup_keeps_a_quarter_then_quarters_the_share():
+    comp = TopK(0.01)
+    state = comp.init(G)
+    kept = []
+    for _ in range(5):
+        payload, state = comp.compress(G, state, np.random.default_rng(0))
+        kept.append(payload["values"].size)
+    assert kept == [250, 63, 16, 10, 10]  # 1/4, 1/16, 1/64, then the ratio (1%)
+    assert [TopK(0.1).ratio_at(c) for c in range(3)] == [0.25, 0.1, 0.1]
+    assert TopK(0.5).ratio_at(0) == 0.5 and TopK(0.01, warmup=False).ratio_at(0) == 0.01
 
 
 @pytest.mark.parametrize("comp", [RandomK(0.1), QSGD(4)], ids=["randomk", "qsgd"])
@@ -102,8 +125,29 @@ def test_sign_and_its_bytes():
     assert np.sum((out - G) ** 2) == pytest.approx(np.sum(G**2) - np.sum(np.abs(G)) ** 2 / G.size)
 
 
+def test_ef21_estimate_is_the_sum_of_what_was_sent_and_tracks_the_gradient():
+    """EF21: each payload is the change of the sender's estimate; the receiver's running
+    sum of the payloads is the estimate exactly, and the estimate converges to a
+    gradient that stops changing (no step shortening needed)."""
+    comp = TopK(0.1)
+    assert comp.feedback == "ef21" and comp.accumulates and comp.step_scale(1000) == 1.0
+    assert TopK(0.1, error_feedback=True).feedback == "residual"
+    assert TopK(0.1, error_feedback=True).step_scale(1000) == pytest.approx(0.25)
+    assert QSGD(4, error_feedback="ef21").step_scale(1000) == 1.0
+    state = comp.init(G[:105])
+    received = np.zeros(105)
+    rng = np.random.default_rng(1)
+    for step in range(40):
+        g = rng.standard_normal(105) if step < 10 else G[:105]  # changing, then constant
+        payload, state = comp.compress(g, state, rng)
+        received += comp.decompress(payload)
+        np.testing.assert_allclose(received, state["residual"], rtol=0, atol=1e-12)
+    assert state["count"] == 40
+    np.testing.assert_allclose(state["residual"], G[:105], rtol=1e-6)
+
+
 def test_error_feedback_carries_exactly_what_was_dropped():
-    for comp in (TopK(0.01), Sign(), PowerSGD(1)):
+    for comp in (TopK(0.01, error_feedback=True), Sign(), PowerSGD(1)):
         state = comp.init(G[:105].reshape(21, 5))
         assert comp.uses_error_feedback
         total_sent, total_true = np.zeros(105), np.zeros(105)
@@ -151,6 +195,17 @@ def test_get_compressor_and_errors():
         QSGD(500)
     with pytest.raises(ParameterError, match="compression must be None, a name"):
         get_compressor(3)
+    # options after the name
+    assert get_compressor("topk:0.01+down") == TopK(0.01, downlink=True)
+    assert get_compressor("sign+ef21+down") == Sign(error_feedback="ef21", downlink=True)
+    assert get_compressor("qsgd:16+ef21").feedback == "ef21"
+    assert get_compressor("topk+residual").feedback == "residual" and get_compressor("topk+noef").feedback is None
+    assert get_compressor("topk:0.01+dgc") == TopK(0.01, momentum=0.9)
+    with pytest.raises(ParameterError, match=r"compression 'topk:0.01\+up': unknown option 'up'; choose among "
+                                             r"\['dgc', 'down', 'ef21', 'noef', 'residual'\]"):
+        get_compressor("topk:0.01+up")
+    with pytest.raises(ParameterError, match=r"compression 'sign\+ef21\+residual': two options set error_feedback"):
+        get_compressor("sign+ef21+residual")
 
 
 # -------------------------------------------------------------------------- training
@@ -262,7 +317,7 @@ def test_multinomial_with_powersgd(client):
     [
         (dict(compression="zip"), "unknown compression 'zip'"),
         (dict(compression="topk:0.1", solver="lbfgs"), "compression needs a first-order solver"),
-        (dict(compression="sign", mode="async"), "compression applies to synchronous gradient steps"),
+        (dict(compression="sign+down", mode="async"), "downlink compression applies to synchronous steps"),
         (dict(compression=3.0), "The 'compression' parameter of LogisticRegression must be"),
         (dict(split_every="fast"), "The 'split_every' parameter of LogisticRegression must be"),
         (dict(compression="powersgd:2"), "powersgd compresses matrix-shaped gradients"),

@@ -143,14 +143,15 @@ class Collective:
             return self._reduce_tasks(fn, args, tree, name)
         return tree.root(self._reduce(fn, (*args, tree), tree, leaf=False))
 
-    def reduce_groups(self, fn, *args, split_every, step=None):
+    def reduce_groups(self, fn, *args, split_every, step=None, size=None):
         """``fn(shard, scratch, *args)`` on every group, each answering one
         :class:`~.reduce.Partial`, summed in the tree of fan-in ``split_every`` over the
         groups in group order (so the sum does not depend on where it is taken).
-        ``step``: the fit's number of this round, named if it fails."""
+        ``step``: the fit's number of this round, named if it fails; ``size``: the
+        gradient's length (needed when the groups answer compressed)."""
         if step is not None:
             self.step = step
-        tree = BlockTree(self.shards.n_groups, split_every)
+        tree = BlockTree(self.shards.n_groups, split_every, size=size)
         return tree.root(self._reduce(fn, args, tree, leaf=True))
 
     def _reduce(self, fn, args, tree, leaf):

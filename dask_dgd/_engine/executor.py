@@ -34,8 +34,8 @@ from distributed.protocol import pickle
 
 from .._backend import is_sparse
 from ..exceptions import ClusterError, ParameterError
-from .reduce import Compressed, partial_nbytes
-from .topology import tree_groups
+from .reduce import Compressed, SparseVector, partial_nbytes
+from .topology import tree_depth, tree_groups
 
 __all__ = [
     "DaskExecutor",
@@ -279,7 +279,8 @@ def answer_stats(nodes, group, size, received=None):
     (``nodes``), and ``spans``: the seconds from receiving the step to answering, of
     the slowest runner of each level (this runner's level first)."""
     sent = [partial_nbytes(p) for p in nodes.values()]
-    raw = [8 * size + 16 if isinstance(p.grad_sum, Compressed) else b for p, b in zip(nodes.values(), sent)]
+    raw = [8 * size + 16 if isinstance(p.grad_sum, (Compressed, SparseVector)) else b
+           for p, b in zip(nodes.values(), sent)]
     return {
         "times": {group: max((p.time_max for p in nodes.values()), default=0.0)},
         "up": sum(sent),
@@ -328,6 +329,21 @@ async def _call_child(worker, payload, child):
     if response["status"] != "OK":
         raise response["exception"]
     return response["result"]
+
+
+def simulated_network_delay(nbytes, depth):
+    """Hold the driver for the time ``nbytes`` through its connection would take on a
+    slower network: ``nbytes * 8 / dgd.simulated-bandwidth`` (bits per second) plus
+    ``2 * depth * dgd.simulated-latency`` (seconds: a message down and one up per level).
+    Both unset (the default): no delay.  For benchmarks that check a network model
+    against a fit whose transport is slowed by its real bytes; never set in tests."""
+    bandwidth = dask.config.get("dgd.simulated-bandwidth", None)
+    latency = dask.config.get("dgd.simulated-latency", None)
+    if bandwidth is None and latency is None:
+        return 0.0
+    delay = (8.0 * nbytes / float(bandwidth) if bandwidth else 0.0) + 2 * depth * float(latency or 0.0)
+    time.sleep(delay)
+    return delay
 
 
 #: Values of ``dgd.step-transport`` (``"actor"``: the earlier name of ``"star"``).
@@ -446,7 +462,9 @@ class DaskExecutor:
                 self._actor_result(c, actors[r.group], [actors[g]._address for g in tree_groups([r])])
                 for c, r in zip(calls, roots)
             ]
-        return [pickle.loads(a) for a in answers], len(payload) * len(roots) + sum(len(a) for a in answers)
+        through = len(payload) * len(roots) + sum(len(a) for a in answers)
+        simulated_network_delay(through, tree_depth(roots))
+        return [pickle.loads(a) for a in answers], through
 
     def _actor_result(self, call, actor, addresses=None):
         """The result of an actor call, checking every :data:`ACTOR_POLL` seconds that

@@ -9,7 +9,8 @@ group's own state, and returns the group's complete subtrees of the fixed block 
 
 The group's memory (``scratch``):
 
-- ``scratch["blocks"][b]``: state of block ``b`` (its compression residual): it does
+- ``scratch["blocks"][b]``: state of block ``b`` (its compression residual or EF21
+  estimate, with the count of its payloads): it does
   not depend on which worker holds the block, so it moves with the block when blocks
   are regrouped, and a checkpoint keys it by block;
 - ``scratch["local"]``: snapshots of the group's *local parameters* (a matrix
@@ -17,7 +18,10 @@ The group's memory (``scratch``):
   driver names the snapshot a step starts from, so a step that diverged can be undone
   where the parameters live (see :class:`LocalUpdate`);
 - ``scratch["round"]``: local SGD's optimizer state between rounds;
-- ``scratch["objective"]``: the training objective's own buffers (kept between steps).
+  ``scratch["round_compression"]``: its compression residual (compressed rounds);
+- ``scratch["objective"]``: the training objective's own buffers (kept between steps);
+- ``scratch["down"]``: with downlink compression, ``(version, params)``: the group's
+  copy of the parameters, which the driver's compressed changes update.
 """
 
 import math
@@ -33,7 +37,9 @@ __all__ = [
     "BlockSums",
     "Draw",
     "LocalUpdate",
+    "Downlink",
     "SolvedLocal",
+    "StaleState",
     "StepRequest",
     "group_block_states",
     "group_memory",
@@ -105,8 +111,42 @@ class SolvedLocal:
 
 
 @dataclass(frozen=True)
+class Downlink:
+    """The parameters' way down with downlink compression: the group's copy of version
+    ``base`` plus ``payload`` (of ``compressor``) becomes version ``version``; with no
+    ``payload``, the request's ``params`` replace the copy (a full sync)."""
+
+    version: int
+    base: int = None
+    payload: dict = None
+    compressor: object = None
+
+    @property
+    def nbytes(self):
+        return 8 if self.payload is None else 8 + int(self.compressor.nbytes(self.payload))
+
+
+class StaleState(RuntimeError):
+    """A group's compression memory does not match the driver's: its copy of the
+    parameters (``what="params"``) or its blocks' EF21 estimates (``what="estimates"``)
+    were lost (a restarted runner, a resumed fit) or are of another step.  The driver
+    syncs them and repeats the step."""
+
+    def __init__(self, what, detail=""):
+        super().__init__(f"stale {what}: {detail}")
+        self.what = what
+
+    def __reduce__(self):
+        return type(self), (self.what, str(self).partition(": ")[2])
+
+
+@dataclass(frozen=True)
 class StepRequest:
-    """What the driver sends every group for one step."""
+    """What the driver sends every group for one step.
+
+    ``params`` is None when ``down`` carries the parameters' change (downlink
+    compression); ``ef_count`` is the driver's count of the EF21 payloads folded into its
+    sum (None: the compressor keeps no estimate; 0: every block starts afresh)."""
 
     params: np.ndarray
     aux: object = None
@@ -114,6 +154,8 @@ class StepRequest:
     local: LocalUpdate = None
     compressor: object = None
     compression_seed: tuple = (0,)
+    ef_count: int = None
+    down: Downlink = None
 
 
 def _blocks_state(scratch):
@@ -134,6 +176,39 @@ def _compress(scratch, compressor, template, index, grad, seed, step):
     rng = np.random.default_rng([*seed, COMPRESSION_TAG, step, index])
     payload, states["compression"] = compressor.compress(grad, state, rng)
     return Compressed(payload, compressor)
+
+
+def _step_params(scratch, request):
+    """``(version, parameters)`` a step evaluates at: ``(None, the request's)``, or
+    (downlink compression) the group's copy with the request's change added.  Raises
+    :class:`StaleState` before changing anything when the copy is not the one the change
+    was made for."""
+    down = request.down
+    if down is None:
+        return None, request.params
+    if down.payload is None:
+        copy = np.array(request.params, dtype=np.float64, copy=True)
+    else:
+        version, copy = scratch.get("down", (None, None))
+        if version != down.base:
+            raise StaleState("params", f"the group holds version {version}, the change is from {down.base}")
+        copy = copy + down.compressor.decompress(down.payload)
+    return down.version, copy
+
+
+def _check_estimates(scratch, blocks, count):
+    """Raise :class:`StaleState` unless the EF21 estimate of each of ``blocks`` has
+    ``count`` payloads behind it (``count=0``: their states are dropped, a fresh start)."""
+    states = _blocks_state(scratch)
+    if count == 0:
+        for b in blocks:
+            states.get(b, {}).pop("compression", None)
+        return
+    for b in blocks:
+        state = states.get(b, {}).get("compression")
+        have = 0 if state is None else state.get("count", 0)
+        if have != count:
+            raise StaleState("estimates", f"block {b} has {have} payloads behind its estimate, the driver {count}")
 
 
 def local_snapshot(scratch, local):
@@ -183,12 +258,17 @@ def group_step(shard, scratch, objective, request, tree):
     counts the group (``n_groups=1``), so the root counts the groups that took part.
     """
     wall0, t0 = time.time(), time.perf_counter()
+    version, params = _step_params(scratch, request)
     local = request.local
     local_params = local_state = None
     if local is not None:
         local_params, local_state = local_snapshot(scratch, local)
-    sums, local_grad = objective.group_sums(shard, request.params, request.aux, request.draw, local_params,
+    sums, local_grad = objective.group_sums(shard, params, request.aux, request.draw, local_params,
                                             scratch.setdefault("objective", {}))
+    if request.ef_count is not None:  # checked before any memory changes
+        _check_estimates(scratch, sorted(sums), request.ef_count)
+    if version is not None:
+        scratch["down"] = (version, params)
     if local is not None:
         if isinstance(local_grad, SolvedLocal):
             local_params, local_grad = local_grad.params, None
@@ -260,7 +340,7 @@ def _host(value):
 def group_memory(shard, scratch, local_keys):
     """What a checkpoint keeps of this group's memory, on the host: its per-block
     states, the snapshots ``local_keys`` of its local parameters, and its local SGD
-    state."""
+    state (optimizer state and compression residual)."""
     local = scratch.get("local") or {}
     scaled = scratch.get("local_scaled", set())
     return {
@@ -268,6 +348,7 @@ def group_memory(shard, scratch, local_keys):
         "local": {int(k): _host(local[k]) for k in local_keys if k in local},
         "local_scaled": [int(k) for k in local_keys if k in scaled],
         "round": _host(scratch.get("round")),
+        "round_compression": _host(scratch.get("round_compression")),
     }
 
 
@@ -281,6 +362,8 @@ def group_restore(shard, scratch, objective, memory):
         scratch["local_scaled"] = {int(k) for k in memory.get("local_scaled") or ()}
     if memory.get("round") is not None:
         scratch["round"] = memory["round"]
+    if memory.get("round_compression") is not None:
+        scratch["round_compression"] = memory["round_compression"]
 
 
 def finite(value, grad):

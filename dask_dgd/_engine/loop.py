@@ -70,6 +70,7 @@ class Loop:
         try:
             self.monitor.records[:0] = saved["records"]  # the history so far, not shown again
             self.ctx.source.n_steps = saved["n_steps"]
+            self.ctx.source.load_state_dict(saved.get("source"))
             self.ctx.reseed(saved["seed"])  # random_state=None: the interrupted fit's draws
             self.solver.load_state_dict(saved["solver"])
             self.stops.load_state_dict(saved["stops"])
@@ -104,6 +105,7 @@ class Loop:
             "stops": self.stops.state_dict(),
             "records": records,
             "n_steps": ctx.source.n_steps,
+            "source": ctx.source.state_dict(),
             "seed": list(ctx.seed),
             "placement": list(ctx.shards.placement()),
             "groups": self._gather_groups(),
@@ -153,7 +155,7 @@ class Loop:
                 missing += 1
             per_group.append(({"blocks": {b: blocks[b] for b in g if b in blocks},
                                "local": own.get("local"), "local_scaled": own.get("local_scaled"),
-                               "round": own.get("round")},))
+                               "round": own.get("round"), "round_compression": own.get("round_compression")},))
         if missing:
             logging.getLogger("dask_dgd").warning(
                 "the data is grouped differently than when the checkpoint was written: %d group(s) "

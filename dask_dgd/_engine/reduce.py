@@ -15,14 +15,16 @@ partials; blocks scattered over workers travel as more, and the sums do not chan
 
 A partial's gradient is a dense NumPy vector, or a compact form that knows how to add
 itself to one (:class:`RowSparse`: the touched rows of an item table; a compressed
-payload, see :class:`Compressed`): those are expanded where they are first added.
+payload, see :class:`Compressed`; :class:`SparseVector`, the exact sum of sparse
+payloads at an inner node): a merge keeps row-sparse and sparse sums compact while
+they cover at most half the vector, and expands the rest where they are first added.
 """
 
 from dataclasses import dataclass, field
 
 import numpy as np
 
-__all__ = ["Partial", "BlockTree", "Compressed", "RowSparse", "add_partials", "tree_sum", "grad_nbytes",
+__all__ = ["Partial", "BlockTree", "Compressed", "RowSparse", "SparseVector", "add_partials", "tree_sum", "grad_nbytes",
            "partial_nbytes"]
 
 
@@ -44,6 +46,35 @@ class RowSparse:
 
 
 @dataclass(frozen=True)
+class SparseVector:
+    """Entries ``idx`` (ascending) of a vector of ``n``; the others are zero.  The sum of
+    sparse compressed gradients (top-k) at an inner node of the block tree: exact, and
+    as it travels, 4 bytes an index and 8 a value."""
+
+    idx: np.ndarray
+    values: np.ndarray
+    n: int
+
+    def add_to(self, acc):
+        acc[self.idx] += self.values
+
+    def entries(self):
+        return self.idx, self.values
+
+    @property
+    def nbytes(self):
+        return int(4 * self.idx.size + self.values.nbytes)
+
+    def __reduce__(self):  # indices travel as int32 where they fit
+        idx = self.idx.astype(np.int32) if self.n <= np.iinfo(np.int32).max else self.idx
+        return _sparse_vector, (idx, self.values, self.n)
+
+
+def _sparse_vector(idx, values, n):
+    return SparseVector(idx.astype(np.int64), values, n)
+
+
+@dataclass(frozen=True)
 class Compressed:
     """A compressed gradient (``payload`` of ``compressor``), expanded when added."""
 
@@ -52,6 +83,11 @@ class Compressed:
 
     def add_to(self, acc):
         acc += self.compressor.decompress(self.payload)
+
+    def entries(self):
+        """``(indices, float64 values)`` of a sparse payload (top-k), else None."""
+        sparse = getattr(self.compressor, "entries", None)
+        return None if sparse is None else sparse(self.payload)
 
     @property
     def nbytes(self):
@@ -70,13 +106,16 @@ def partial_nbytes(partial):
 
 
 def _sparse_sum(grads):
-    """Row-sparse gradients of one table summed, still row-sparse, or None when their
-    rows cover more than half the table (a dense vector is then smaller).
+    """Row-sparse gradients of one table summed, still row-sparse (or sparse compressed
+    gradients summed to a :class:`SparseVector`), or None when their rows cover more
+    than half the table (a dense vector is then smaller).
 
     Every row is ``0.0`` plus the parts that touch it, left to right: the same
     roundings as expanding them into a dense zero vector one after the other (which is
     what the merge did before), so a sum does not depend on where it is taken."""
     first = grads[0]
+    if isinstance(first, (Compressed, SparseVector)):
+        return _sparse_vector_sum(grads)
     if not all(isinstance(g, RowSparse) and g.n_rows == first.n_rows for g in grads):
         return None
     idx = np.unique(np.concatenate([g.idx for g in grads]))
@@ -86,6 +125,23 @@ def _sparse_sum(grads):
     for g in grads:
         rows[np.searchsorted(idx, g.idx)] += g.rows
     return RowSparse(idx, rows, first.n_rows)
+
+
+def _sparse_vector_sum(grads):
+    parts = []
+    for g in grads:
+        entries = g.entries() if isinstance(g, (Compressed, SparseVector)) else None
+        if entries is None:
+            return None
+        parts.append(entries)
+    n = grads[0].n if isinstance(grads[0], SparseVector) else grads[0].payload["n"]
+    idx = np.unique(np.concatenate([i for i, _ in parts]))
+    if 2 * idx.size > n:
+        return None
+    values = np.zeros(idx.size)
+    for i, v in parts:
+        values[np.searchsorted(idx, i)] += v
+    return SparseVector(idx, values, int(n))
 
 
 @dataclass(frozen=True)
@@ -175,6 +231,8 @@ def _size_of(parts):
             return p.grad_sum.size
         if isinstance(p.grad_sum, RowSparse):
             return p.grad_sum.n_rows * (p.grad_sum.rows.shape[1] if p.grad_sum.rows.ndim == 2 else 1)
+        if isinstance(p.grad_sum, SparseVector):
+            return p.grad_sum.n
     raise TypeError("cannot tell the gradient's size from these partials")
 
 

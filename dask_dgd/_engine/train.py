@@ -6,6 +6,7 @@ the solver, the stop rules, the monitor and the checkpoints, runs the one driver
 (:mod:`.loop`) and returns a :class:`FitResult`.
 """
 
+import dataclasses
 import math
 import numbers
 from dataclasses import dataclass, field
@@ -143,16 +144,21 @@ def resolve_solver(solver, optimizer, *, batch_size, mode, compression, has_l1, 
     set."""
     opt = None if optimizer is None else get_optimizer(optimizer)
     if compression is not None:
-        get_compressor(compression)  # a bad name fails here, clearly
-        if mode != "sync":
+        comp = get_compressor(compression)  # a bad name fails here, clearly
+        if mode != "sync" and comp.downlink:
             raise ParameterError(
-                f"compression applies to synchronous gradient steps; mode={mode!r} "
-                "sends parameters, not gradients (use mode='sync')"
+                f"downlink compression applies to synchronous steps; mode={mode!r} sends the parameters in "
+                "full (drop '+down' / downlink=True, or use mode='sync')"
             )
         if solver in ("lbfgs", "newton", "cd", "als") or isinstance(opt, LBFGS):
             raise ParameterError(
                 f"compression needs a first-order solver ('gd' or 'sgd'): "
                 f"solver={solver!r} relies on exact gradients"
+            )
+        if comp.momentum and opt is not None and (opt.adaptive or getattr(opt, "momentum", 0.0)):
+            raise ParameterError(
+                f"compression momentum (DGC's momentum correction) keeps the momentum with the blocks; the "
+                f"driver's optimizer must be plain SGD, not {type(opt).__name__} with momentum or adaptive steps"
             )
     if mode != "sync":
         if solver in ("lbfgs", "newton", "cd", "als"):
@@ -242,6 +248,26 @@ def first_order_optimizer(opt, *, has_l1, learning_rate):
     if learning_rate != "auto":
         opt = opt.with_learning_rate(learning_rate)
     return opt
+
+
+def resolve_feedback(compressor, *, full_batch, has_local, optimizer=None):
+    """The compressor with its default feedback settled: EF21 (where it is the
+    compressor's default) for full-batch steps of a model without local parameters, the
+    residual otherwise: a mini-batch, or local parameters that move between steps
+    (matrix factorization's users), change each block's gradient every step, and the
+    EF21 estimate lags (measured: implicit matrix factorization, 20 steps of top-k 30%,
+    loss 0.61 with EF21 against 0.38 uncompressed).  The same rule holds for local SGD's
+    round changes and the asynchronous pushes.  A driver optimizer with momentum or
+    adaptive steps also takes the residual: it amplifies the entries of the EF21
+    estimate that lag (measured: 41 parameters, top-k 5%, 400 steps: momentum 0.9 at
+    0.635 and Adam at 0.531 with EF21, 0.4870 and 0.4874 with the residual, against
+    0.4849 uncompressed; plain gradient descent 0.4849 with EF21)."""
+    if compressor is None or compressor.error_feedback is not None or compressor.feedback != "ef21":
+        return compressor
+    plain = optimizer is None or not (optimizer.adaptive or getattr(optimizer, "momentum", 0.0))
+    if full_batch and not has_local and plain:
+        return dataclasses.replace(compressor, error_feedback="ef21")
+    return dataclasses.replace(compressor, error_feedback=True)
 
 
 def learning_rate_mode(optimizer, learning_rate):
@@ -403,6 +429,10 @@ def train(
     balancer = None
     if rebalance is not False and mode == "sync" and shards.executor.kind == "dask" and not objective.has_local:
         balancer = DynamicBalancer(shards)
+    batch_size = batch_size if solver == "sgd" else None
+    batching = objective.batching(shards, batch_size, seed)
+    compressor = resolve_feedback(compressor, full_batch=batching is None or getattr(batching, "full_batch", False),
+                                  has_local=objective.has_local, optimizer=opt)
     source = SyncSource(shards, objective, split_every=split_every, compressor=compressor, seed=seed,
                         balancer=balancer)
     cp = None
@@ -416,8 +446,6 @@ def train(
         cp = Checkpointer(checkpoint, checkpoint_every, fp, resume)
     elif resume:
         raise ParameterError("resume=True needs checkpoint=<folder> (where the checkpoint is)")
-    batch_size = batch_size if solver == "sgd" else None
-    batching = objective.batching(shards, batch_size, seed)
     ctx = Context(
         shards=shards, objective=objective, source=source, monitor=monitor, batching=batching, compressor=compressor,
         checkpoint=cp, max_iter=int(max_iter), tol=float(tol), learning_rate=lr_mode, on_divergence=on_divergence,

@@ -157,11 +157,13 @@ class DGDLinearModel(InferenceMixin, ClientParamMixin, BaseEstimator):
         toward faster workers.  True: always rechunk and place.  False: leave every
         block where it is.  What was measured and done is in ``skew_report_``.
     compression : None, str or compressor object, default=None
-        Compress what each block sends up the reduction (synchronous "gd"/"sgd" steps):
-        "fp16", "bf16", "topk:RATIO", "randomk:RATIO", "qsgd:LEVELS", "sign",
-        "powersgd:RANK" (multinomial models), or an object from
-        :mod:`dask_dgd.compression`.  The biased ones (topk, sign, powersgd) keep an
-        error-feedback residual per block, on the block's worker: the result does not
+        Compress what each block sends up the reduction ("gd"/"sgd" steps; local SGD's
+        round changes and the asynchronous pushes too): "fp16", "bf16", "topk:RATIO",
+        "randomk:RATIO", "qsgd:LEVELS", "sign", "powersgd:RANK" (multinomial models),
+        with options such as "+down" (the parameters sent down as compressed changes,
+        synchronous steps), or an object from :mod:`dask_dgd.compression`.  Top-k keeps
+        an EF21 estimate per block (full batch; the step is not shortened), sign and
+        PowerSGD an error-feedback residual, on the block's worker: the result does not
         depend on which worker holds which block.  The loss travels exactly; the bytes
         are in ``history_`` and ``bytes_communicated_``.
     split_every : int or "auto", default=8

@@ -94,9 +94,11 @@ def test_every_family_trains_in_every_mode(family, mode):
         assert set(est.history_["updates_per_group"].iloc[1:].map(sum)) != {0}
 
 
-def test_every_family_trains_with_compression(family):
-    plain = family.fit(family.make())
-    est = family.fit(family.make(compression="topk:0.3"))
+@pytest.mark.parametrize("mode", ["sync", "local", "async"])
+def test_every_family_trains_with_compression(family, mode):
+    kw = dict(mode=mode, **({"local_steps": 2} if mode == "local" else {}))
+    plain = family.fit(family.make(**kw))
+    est = family.fit(family.make(compression="topk:0.3", **kw))
     h = est.history_
     assert (h["bytes_up"].iloc[1:] < h["bytes_up_raw"].iloc[1:]).all()
     assert family.losses(est)[-1] < family.losses(est)[0]

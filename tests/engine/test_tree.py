@@ -15,6 +15,7 @@ from dask_dgd._engine.executor import DaskExecutor
 from dask_dgd._engine.ingest import build_shardset
 from dask_dgd._engine.reduce import BlockTree, Partial, RowSparse, add_partials, tree_sum
 from dask_dgd._engine.topology import runner_tree, tree_depth, tree_groups
+from dask_dgd.compression import TopK
 from dask_dgd.datasets import make_ratings
 
 pytestmark = pytest.mark.filterwarnings("ignore::sklearn.exceptions.ConvergenceWarning")
@@ -134,6 +135,9 @@ CASES = {
     "minibatch-adam": dict(solver="sgd", optimizer="adam", batch_size=700, max_iter=2, tol=0.0, random_state=0,
                            binary=True),
     "topk-compressed": dict(solver="gd", max_iter=15, tol=0.0, compression="topk:0.3", binary=True),
+    # EF21 payloads summed sparse at the inner runners, parameters' changes sent down
+    "topk-ef21-downlink": dict(solver="gd", max_iter=15, tol=0.0, compression=TopK(0.05, downlink=True),
+                               binary=True),
 }
 
 

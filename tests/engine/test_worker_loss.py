@@ -18,6 +18,7 @@ from distributed import Client, LocalCluster
 
 from dask_dgd import ConvergenceWarning, LogisticRegression
 from dask_dgd._engine.faults import set_kill
+from dask_dgd.compression import TopK
 from dask_dgd.testing import killing_worker
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
@@ -71,7 +72,7 @@ def _fit_killing_a_worker(client, Xd, yd, after, caplog, victim=-1, **kw):
     """The fit with a worker (``victim``: its index in address order; the last one by
     default) killed at its ``after + 1``-th group computation."""
     victim = sorted(client.scheduler_info()["workers"])[victim]
-    with caplog.at_level(logging.WARNING, logger="dask_dgd"), killing_worker(client, victim, after=after):
+    with caplog.at_level(logging.INFO, logger="dask_dgd"), killing_worker(client, victim, after=after):
         est = _fit(client, Xd, yd, **kw)
     assert any("lost worker(s)" in r.getMessage() and victim in r.getMessage() for r in caplog.records)
     return est
@@ -105,10 +106,14 @@ def test_a_runner_lost_inside_the_tree_is_survived_with_the_same_coefficients(pr
     assert est.history_["tree_depth"].iloc[-1] >= 1
 
 
-def test_compressed_fit_survives_with_fresh_residuals(process_client, data, caplog):
+@pytest.mark.parametrize("compression", ["topk:0.2", TopK(0.2, downlink=True)], ids=["ef21", "ef21-downlink"])
+def test_compressed_fit_survives_with_fresh_residuals(process_client, data, caplog, compression):
     X, y, Xd, yd = data
-    ref = _fit(process_client, Xd, yd, compression="topk:0.2")
-    est = _fit_killing_a_worker(process_client, Xd, yd, 20, caplog, compression="topk:0.2")
+    ref = _fit(process_client, Xd, yd, compression=compression)
+    est = _fit_killing_a_worker(process_client, Xd, yd, 20, caplog, compression=compression)
+    # the restarted runners hold no EF21 estimates (nor a copy of the parameters): the
+    # driver notices, syncs them and repeats the step
+    assert "compression memory is stale" in caplog.text
 
     def objective(m):
         z = X @ m.coef_[0] + m.intercept_[0]

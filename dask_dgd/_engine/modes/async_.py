@@ -25,6 +25,7 @@ Two measures of staleness are recorded for every applied gradient:
 ``staleness_scaling=True`` divides each update by ``1 + delay``.
 """
 
+import dataclasses
 import logging
 import math
 import time
@@ -33,6 +34,8 @@ import numpy as np
 
 from ...exceptions import ClusterError, DivergenceError
 from ..faults import inject_faults
+from ..kernels import COMPRESSION_TAG
+from ..reduce import Compressed
 from ..solvers import Outcome, Solver, start_step
 from ..stopping import Stop
 from ..update import MAX_BACKOFFS, Guard
@@ -78,7 +81,7 @@ def _group_scratch(ref):
     return {} if runner is None else runner.scratch
 
 
-def async_group_loop(shard, scratch_ref, server, g, objective, batching, local_key, n_groups):
+def async_group_loop(shard, scratch_ref, server, g, objective, batching, local_key, n_groups, compression=None):
     """One group's loop (a long-running task): push sums, pull parameters, compute.
 
     The group's batches are its share of the synchronous mode's
@@ -87,6 +90,10 @@ def async_group_loop(shard, scratch_ref, server, g, objective, batching, local_k
     :mod:`..kernels`), where checkpoints and the export at the end find them; they are
     updated after each step with the server's current optimizer, and when the server
     rolls back (a divergence) they return to their state at the group's last good push.
+
+    ``compression=(compressor, seed)``: the pushed gradient travels compressed, with
+    the group's memory (residual or EF21 estimate) in its scratch; an EF21 estimate
+    whose count of payloads is not the server's starts afresh.
     """
     _leave_thread_pool()
     scratch = _group_scratch(scratch_ref)
@@ -120,9 +127,27 @@ def async_group_loop(shard, scratch_ref, server, g, objective, batching, local_k
             scratch["local"] = {local_key: (local[0], local[1], None)}
         inject_faults(t0)
         rows = shard.n_rows if batching is None else batching.draw_rows(shard, draw, partial)
+        count = None
+        if compression is not None and np.all(np.isfinite(partial.grad_sum)):
+            partial, count = _compress_push(scratch, compression, objective, partial, reply["ef_count"], g, steps)
         msg = {"version": reply["version"], "partial": partial, "rows": rows,
-               "time": time.perf_counter() - t0, "wait": reply["wait"]}
+               "time": time.perf_counter() - t0, "wait": reply["wait"], "ef_count": count}
         steps += 1
+
+
+def _compress_push(scratch, compression, objective, partial, server_count, g, step):
+    """A group's push with its gradient compressed (see :func:`async_group_loop`), and
+    the count of payloads behind its EF21 estimate before this one."""
+    comp, seed = compression
+    state = scratch.get("push_compression")
+    if state is not None and comp.accumulates and state.get("count", 0) != server_count:
+        state = None  # the server holds another estimate (it restarted, or dropped a push)
+    if state is None:
+        state = comp.init(objective.grad_template())
+    count = state.get("count", 0)
+    rng = np.random.default_rng([*seed, COMPRESSION_TAG, g, step])
+    payload, scratch["push_compression"] = comp.compress(objective.dense_grad(partial.grad_sum), state, rng)
+    return dataclasses.replace(partial, grad_sum=Compressed(payload, comp)), count
 
 
 class ServerLink:
@@ -238,6 +263,12 @@ class AsyncTraining(Solver):
             max_backoffs=0 if ctx.on_divergence == "raise" else MAX_BACKOFFS, n_iter_no_change=ctx.n_iter_no_change,
         )
 
+    @property
+    def compression(self):
+        """The pushes' compression, ``(compressor, seed)`` (None: none)."""
+        ctx = self.ctx
+        return None if ctx.compressor is None else (ctx.compressor, tuple(ctx.seed))
+
     def start(self):
         # Every arrival moves the parameters along the whole aggregate, and n_groups
         # arrivals carry one synchronous step's gradients: the automatic step is the
@@ -266,8 +297,13 @@ class AsyncTraining(Solver):
         state.update(objective=self.ctx.objective, records=[], _round=[], start_wall=time.time(),
                      max_time=kw["max_time"], max_epochs=kw["max_epochs"], stopped=False, converged=False,
                      message="", error=None)
+        # checkpoints written before compressed pushes; resumed groups start their EF21
+        # estimates afresh (their counts are 0, which resets the server's)
+        state.setdefault("estimates", [None] * state["n_groups"])
+        state.setdefault("ef_counts", [0] * state["n_groups"])
         if state["n_groups"] != n:  # the per-group memory starts afresh
-            state.update(n_groups=n, clock=[0] * n, lead=[0] * n, latest=[None] * n)
+            state.update(n_groups=n, clock=[0] * n, lead=[0] * n, latest=[None] * n, estimates=[None] * n,
+                         ef_counts=[0] * n)
         state["pulled"] = [state["version"]] * n
         if state["rows_seen"] >= state["max_epochs"] * state["n_rows"]:
             core = ServerCore.__new__(ServerCore)
@@ -369,7 +405,7 @@ class _InProcessRun:
         scratch = collective.scratch()
         for i, g in enumerate(solver.active):
             async_group_loop(ctx.shards.handles[g], scratch[g], server, i, ctx.objective, ctx.batching,
-                             solver.local_key, len(solver.active))
+                             solver.local_key, len(solver.active), solver.compression)
         on_records(self.core)
         return self.core.result(), []
 
@@ -425,7 +461,7 @@ class _ClusterRun:
         self.loops = [
             ex.submit_pinned(
                 async_group_loop, sh.handles[g], runners[g], link, i, solver.ctx.objective, solver.ctx.batching,
-                solver.local_key, n,
+                solver.local_key, n, solver.compression,
                 worker=sh.workers[g] if sh.workers[g] in live else worker, key=f"dgd-async-{sh.token}-{i}{tag}",
             )
             for i, g in enumerate(solver.active)

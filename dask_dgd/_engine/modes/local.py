@@ -19,9 +19,9 @@ import time
 import numpy as np
 
 from ..faults import inject_faults
-from ..kernels import _store_local, local_snapshot
+from ..kernels import COMPRESSION_TAG, StaleState, _store_local, local_snapshot
 from ..records import Bytes, Route, Timing, make_record
-from ..reduce import Partial, add_partials
+from ..reduce import Compressed, Partial, add_partials
 from ..solvers import Outcome, Solver, start_step
 from ..stopping import EpochStopper, Stop
 from ..update import Guard, UpdateRule
@@ -35,17 +35,21 @@ def round_partial(params_sum, weight, first, dt, wall0, finite):
     (the sample weight of all its local batches), ``loss_sum`` and the ``first_*``
     extras the sums of its first local batch at the broadcast parameters (the round's
     objective), ``nonfinite`` 1 where the group diverged."""
-    extras = {"first_grad": first.grad_sum, "first_weight": first.weight_sum, "nonfinite": 0.0 if finite else 1.0}
+    extras = {"first_weight": first.weight_sum, "nonfinite": 0.0 if finite else 1.0}
+    if first.grad_sum is not None:  # (a compressed round sends no first-batch gradient)
+        extras["first_grad"] = first.grad_sum
     extras.update({f"first.{k}": v for k, v in first.extras.items()})
     return Partial(first.loss_sum, params_sum, weight, dt, dt, 1, wall0, wall0 + dt, extras)
 
 
-def round_first(total):
+def round_first(total, size):
     """The round objective's sums (the groups' first local batches) from the summed
-    :func:`round_partial`."""
+    :func:`round_partial` (a zero gradient of ``size`` entries when the groups sent
+    none: only the loss is used)."""
     ex = total.extras
     extras = {k[len("first."):]: v for k, v in ex.items() if k.startswith("first.")}
-    return Partial(total.loss_sum, ex["first_grad"], ex["first_weight"], total.time_min, total.time_max,
+    grad = ex["first_grad"] if "first_grad" in ex else np.zeros(size)
+    return Partial(total.loss_sum, grad, ex["first_weight"], total.time_min, total.time_max,
                    total.n_groups, extras=extras)
 
 
@@ -58,13 +62,22 @@ def sum_blocks(objective, sums, t=0.0):
     return Partial(total.loss_sum, total.grad_sum, total.weight_sum, t, t, 1, extras=total.extras)
 
 
-def group_round(shard, scratch, objective, rule, params, reset, draws, local, limit=math.inf):
+def group_round(shard, scratch, objective, rule, params, reset, draws, local, limit=math.inf, compression=None):
     """``len(draws)`` update-rule steps on this group's blocks from ``params`` (worker
     side); ``draws[j]`` is local step ``j``'s batch (None: all rows).  The optimizer
     state is kept in ``scratch`` across rounds; ``reset`` starts it afresh.  A local
     objective that is not finite or above ``limit`` (the guard's, for parts of the
-    data) stops the round: the group diverged."""
+    data) stops the round: the group diverged.
+
+    ``compression=(compressor, seed, round, ef_count)``: the group sends its weighted
+    *change* ``weight * (p - params)`` compressed, with its memory in ``scratch``
+    (``"round_compression"``: a residual, or an EF21 estimate of the change whose sum the
+    driver keeps; ``ef_count`` is the driver's count of payloads, checked first as in
+    :func:`~..kernels.group_step`), and no first-batch gradient (the driver uses only
+    the first batch's loss)."""
     wall0, t0 = time.time(), time.perf_counter()
+    if compression is not None and compression[0].accumulates:
+        _check_round_estimate(scratch, compression[3])
     state = None if reset else scratch.get("round")
     if state is None:
         state = rule.optimizer.init(params)
@@ -96,9 +109,39 @@ def group_round(shard, scratch, objective, rule, params, reset, draws, local, li
     scratch["round"] = state
     if local is not None and finite:
         _store_local(scratch, local, lp, lstate, None)
+    sent = total * p
+    if compression is not None and finite:
+        sent = _compress_round(shard, scratch, compression, objective, total * (p - params))
+        first = Partial(first.loss_sum, None, first.weight_sum, 0.0, 0.0, extras=first.extras)
     inject_faults(t0)
     dt = time.perf_counter() - t0
-    return round_partial(total * p, total, first, dt, wall0, finite)
+    return round_partial(sent, total, first, dt, wall0, finite)
+
+
+def _check_round_estimate(scratch, count):
+    """Raise StaleState unless the group's EF21 estimate has ``count`` payloads behind it
+    (``count=0``: it starts afresh)."""
+    state = scratch.get("round_compression")
+    if count == 0:
+        scratch.pop("round_compression", None)
+        return
+    have = 0 if state is None else state.get("count", 0)
+    if have != count:
+        raise StaleState("estimates", f"the group's round estimate has {have} payloads behind it, the driver "
+                                      f"{count}")
+
+
+def _compress_round(shard, scratch, compression, objective, change):
+    """A group's round change compressed with its memory (see :func:`group_round`)."""
+    comp, seed, round_, _ = compression
+    state = scratch.get("round_compression")
+    if state is None:
+        state = comp.init(objective.grad_template())
+    blocks = getattr(shard, "blocks", None)
+    tag = min((b.index for b in blocks), default=0) if blocks else int(getattr(shard, "index", 0))
+    rng = np.random.default_rng([*seed, COMPRESSION_TAG, round_, tag])
+    payload, scratch["round_compression"] = comp.compress(change, state, rng)
+    return Compressed(payload, comp)
 
 
 class LocalSGD(Solver):
@@ -138,6 +181,10 @@ class LocalSGD(Solver):
         self.value = None
         self._last_end = None
         self.previous = None  # the state at the start of the last accepted round
+        comp = ctx.compressor
+        # EF21: the sum of the groups' estimates of their round changes, and its payloads
+        self.estimate = np.zeros(self.params.size) if comp is not None and comp.accumulates else None
+        self.ef_count = 0
 
     @property
     def progress(self):
@@ -170,19 +217,41 @@ class LocalSGD(Solver):
             src.n_steps += 1  # the round's key (local_update numbers it n_steps + 1)
         rule = UpdateRule(self.optimizer, obj.penalty)
         coll = ctx.shards.collective
-        total = coll.reduce_groups(group_round, obj, rule, self.params, self.reset, draws, local,
-                                   self.guard.limit(batch=True), split_every=src.split_every,
-                                   step=src.n_steps + (local is None))  # the round's record number
+        comp = ctx.compressor
+        for attempt in range(2):
+            compression = None if comp is None else (comp, tuple(ctx.seed), self.rounds, self.ef_count)
+            try:
+                total = coll.reduce_groups(group_round, obj, rule, self.params, self.reset, draws, local,
+                                           self.guard.limit(batch=True), compression, split_every=src.split_every,
+                                           step=src.n_steps + (local is None),  # the round's record number
+                                           size=obj.n_params)
+                break
+            except StaleState:  # a group lost its estimate: all start afresh
+                if attempt:
+                    raise
+                self.estimate[:] = 0.0
+                self.ef_count = 0
         wall1 = time.time()
         weight = total.weight_sum
-        smooth, _ = obj.finish(round_first(total), self.params)
+        smooth, _ = obj.finish(round_first(total, obj.n_params), self.params)
         value = smooth + obj.l1_value(self.params)  # the round's objective, at the broadcast parameters
         lr = self.optimizer.learning_rate_at(self.local_count)  # the groups' first local step
         where = f"in round {self.rounds + 1}"
         start_bad = not math.isfinite(value) or self.guard.exploded(value, where=where, learning_rate=lr)
         finite = total.extras["nonfinite"] == 0 and not start_bad
+        change = total.grad_sum
+        if self.estimate is not None:  # EF21: the groups sent the changes of their estimates
+            if finite and np.all(np.isfinite(change)):
+                self.estimate += change
+                self.ef_count += 1
+                change = self.estimate
+            else:  # the groups' estimates are out of step with the sum: all start afresh
+                self.estimate[:] = 0.0
+                self.ef_count = 0
         if finite and weight > 0:
-            avg = total.grad_sum / weight  # summed in the fixed tree over the groups
+            avg = change / weight  # summed in the fixed tree over the groups
+            if comp is not None:  # the groups sent their weighted changes
+                avg = self.params + avg
             finite = bool(np.all(np.isfinite(avg)))
         elif finite:  # the round drew only zero-weight rows: no information, no move
             avg = self.params
@@ -215,12 +284,13 @@ class LocalSGD(Solver):
             src.n_steps += 1
         n_groups, traffic = ctx.shards.n_groups, coll.last_traffic
         n_bytes = 8 * obj.n_params * n_groups
+        up = (n_bytes, n_bytes) if comp is None else (traffic["bytes_up_raw"], traffic["bytes_up"])
         record = make_record(
             step=src.n_steps, iteration=-(-self._steps_after(self.rounds) // self.steps_per_epoch), loss=self.value,
             grad_norm=float(np.linalg.norm(delta)), step_size=lr,
             timing=Timing(self._last_end - t0, total.time_max, total.time_min, total.start_max - wall0,
                           wall1 - total.end_max, update_time, driver_cpu_time=time.process_time() - cpu0),
-            n_samples=weight, updates_per_group=(n_local,) * n_groups, nbytes=Bytes(n_bytes, n_bytes, n_bytes),
+            n_samples=weight, updates_per_group=(n_local,) * n_groups, nbytes=Bytes(*up, n_bytes),
             route=Route.of(traffic),
         )
         self.params = new_params
@@ -246,7 +316,7 @@ class LocalSGD(Solver):
             "params": self.params, "optimizer": self.optimizer, "outer_state": self.outer_state,
             "rounds": self.rounds, "reset": self.reset, "local_count": self.local_count, "step0": self.step0,
             "local_key": self.local_key, "value": self.value, "guard": self.guard.state_dict(),
-            "stopper": self.stopper.state_dict(),
+            "stopper": self.stopper.state_dict(), "estimate": self.estimate, "ef_count": self.ef_count,
         }
 
     def load_state_dict(self, state):
@@ -255,6 +325,9 @@ class LocalSGD(Solver):
             setattr(self, k, state[k])
         self.guard.load_state_dict(state["guard"])
         self.stopper.load_state_dict(state["stopper"])
+        if self.estimate is not None and state.get("estimate") is not None:
+            self.estimate = np.array(state["estimate"], dtype=np.float64)
+            self.ef_count = int(state["ef_count"])
 
     def resume(self):
         if self.rounds >= self.total_rounds:

@@ -6,16 +6,21 @@ every group's latest sums (an incremental aggregated gradient); it enforces the
 staleness bound, backs off on divergence, stops on ``max_iter`` epochs, ``tol`` or the
 time limit, and makes one history record per round of pushes.  It knows no transport
 and is tested directly; :class:`ParameterServer` is the Dask actor around it.
+
+Compressed pushes are decompressed on arrival; with EF21 feedback each push is the
+change of the group's estimate, which the server keeps (``estimates``, ``ef_counts``)
+and uses as the group's latest gradient.
 """
 
 import asyncio
+import dataclasses
 import math
 import time
 
 import numpy as np
 
 from ..records import Bytes, Timing, make_record
-from ..reduce import add_partials
+from ..reduce import Compressed, add_partials
 from ..stopping import EpochStopper
 from ..update import MAX_BACKOFFS, UpdateRule, divergence_message
 
@@ -81,6 +86,9 @@ class ServerCore:
         self._round = []
         self._round_start = self.start_wall
         self.n_pushes = 0
+        # compressed pushes with EF21 feedback: each group's estimate and its payloads
+        self.estimates = [None] * self.n_groups
+        self.ef_counts = [0] * self.n_groups
 
     # ------------------------------------------------------------------ access
     def clock_lead(self, g):
@@ -104,6 +112,7 @@ class ServerCore:
             "stop": self.stopped,
             "optimizer": self.optimizer,
             "rollbacks": self.rollbacks,
+            "ef_count": self.ef_counts[g],
         }
 
     def stop(self, message="", converged=False, error=None):
@@ -122,8 +131,15 @@ class ServerCore:
         self.rows_seen += int(msg["rows"])
         delay = self.version - msg["version"]
         partial = msg["partial"]
+        up = 8 * self.params.size
         stat = {"group": g, "lead": self.lead[g], "delay": delay, "wait": float(wait_time),
-                "time": float(msg["time"]), "weight": float(partial.weight_sum)}
+                "time": float(msg["time"]), "weight": float(partial.weight_sum), "up": up}
+        if isinstance(partial.grad_sum, Compressed):
+            stat["up"] = partial.grad_sum.nbytes
+            partial = self._received(g, partial, msg.get("ef_count"))
+            if partial is None:  # an EF21 payload for an estimate the server does not hold
+                self._round.append(stat)
+                return self._after_push(now)
         if msg["version"] < self.valid_from:
             self._round.append(stat)  # computed on parameters rolled back since
             return self._after_push(now)
@@ -166,6 +182,27 @@ class ServerCore:
         if self.stopper.add(value, self.rows_seen // self.n_rows):  # tol: the epoch's mean, as sync SGD
             self.stop(converged=True)
         return self._after_push(now)
+
+    def _received(self, g, partial, count):
+        """A compressed push as the gradient sums the aggregate uses: decompressed, or
+        (EF21) added to the group's estimate, which the server keeps whether or not the
+        push is applied (the group's estimate moved too).  None when the group's count
+        of payloads is not the server's (a restarted server or loop): the push is
+        dropped, and the group, seeing the server's count at its next pull, starts its
+        estimate afresh (count 0, which resets the server's too)."""
+        grad = partial.grad_sum
+        if not grad.compressor.accumulates:
+            return dataclasses.replace(partial, grad_sum=grad.compressor.decompress(grad.payload))
+        if count == 0 or self.estimates[g] is None:
+            if count != 0:
+                return None
+            self.estimates[g] = np.zeros(self.params.size)
+            self.ef_counts[g] = 0
+        elif count != self.ef_counts[g]:
+            return None
+        self.estimates[g] = self.estimates[g] + grad.compressor.decompress(grad.payload)
+        self.ef_counts[g] += 1
+        return dataclasses.replace(partial, grad_sum=self.estimates[g].copy())
 
     def _backoff(self, what, to=None):
         """Non-finite or exploded sums, or non-finite parameters: back to the last good
@@ -216,11 +253,12 @@ class ServerCore:
         delays = [s["delay"] for s in stats]
         times = [s["time"] for s in stats]
         n = 8 * self.params.size * len(stats)
+        up = sum(s.get("up", 8 * self.params.size) for s in stats)
         self.records.append(make_record(
             step=self.version, iteration=-(-self.rows_seen // self.n_rows), loss=last.get("value", math.nan),
             grad_norm=last.get("grad_norm", math.nan), step_size=last.get("lr"),
             timing=Timing(now - self._round_start, max(times), min(times), wait_time=max(s["wait"] for s in stats)),
-            n_samples=sum(s["weight"] for s in stats), updates_per_group=counts, nbytes=Bytes(n, n, n),
+            n_samples=sum(s["weight"] for s in stats), updates_per_group=counts, nbytes=Bytes(n, up, n),
             staleness=(max(leads), float(np.mean(leads))), delay=(max(delays), float(np.mean(delays))), wall=now,
         ))
         self._round_start = now

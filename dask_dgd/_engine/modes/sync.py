@@ -7,16 +7,26 @@ per group through the shard set's collective; the driver finishes the reduced su
 (mean loss, penalty) and measures the step (timings, bytes).
 """
 
+import dataclasses
+import logging
 import math
 import time
 from dataclasses import dataclass
 
 import numpy as np
 
-from ..kernels import LocalUpdate, StepRequest, group_step
+from ..kernels import COMPRESSION_TAG, Downlink, LocalUpdate, StaleState, StepRequest, group_step
 from ..records import Bytes, Route, Timing
 
 __all__ = ["StepResult", "SyncSource"]
+
+logger = logging.getLogger("dask_dgd")
+
+#: Stream tag of the downlink compression's draws.
+DOWNLINK_TAG = 31
+
+#: Downlink compression leaves unsent at most this share of the last step's length.
+DOWN_LAG = 0.5
 
 
 @dataclass
@@ -50,7 +60,12 @@ class SyncSource:
     compressor : Compressor or None
         Gradients travel compressed, block by block, each block with its own
         error-feedback state (see :mod:`..kernels`): the result does not depend on
-        which worker holds which block.
+        which worker holds which block.  With EF21 feedback the blocks send the changes
+        of their estimates and the source keeps their sum (``estimate``); with
+        ``downlink`` it sends the parameters' change against the groups' copy, which it
+        keeps too (``down``).  A group whose memory is stale (a restarted runner, a
+        resumed fit) makes the source sync it and repeat the step: the copy in full
+        (the same values: the fit does not change), the estimates from zero.
     seed : tuple
         Seed of the compression draws.
     balancer : DynamicBalancer or None
@@ -67,6 +82,34 @@ class SyncSource:
         self.n_steps = 0
         self._data_checked = False
         self._last_end = None  # perf_counter when the previous step's result arrived
+        ef21 = compressor is not None and compressor.accumulates
+        #: EF21: the sum of the blocks' estimates and how many payloads are behind it
+        self.estimate = np.zeros(objective.n_params) if ef21 else None
+        self.ef_count = 0
+        #: downlink: ``(version, params)``, the groups' copy (None: not sent yet)
+        self.down = None
+        self.down_state = {}  # the downlink compressor's own state (warm-up count, ...)
+        self.resyncs = 0  # steps repeated to sync stale memory
+        self._last_params = None  # the parameters of the previous step (downlink)
+
+    def state_dict(self):
+        """What a checkpoint keeps of the source: the EF21 sum, the groups' copy and the
+        parameters of the step it was sent for."""
+        return {"estimate": self.estimate, "ef_count": int(self.ef_count),
+                "down": None if self.down is None else [int(self.down[0]), self.down[1], self._last_params],
+                "down_state": self.down_state}
+
+    def load_state_dict(self, state):
+        if not state:
+            return
+        if self.estimate is not None and state.get("estimate") is not None:
+            self.estimate = np.asarray(state["estimate"], dtype=np.float64).copy()
+            self.ef_count = int(state["ef_count"])
+        down = state.get("down")
+        if self.compressor is not None and self.compressor.downlink and down is not None:
+            self.down = (int(down[0]), np.asarray(down[1], dtype=np.float64).copy())
+            self._last_params = np.asarray(down[2], dtype=np.float64).copy()
+            self.down_state = dict(state.get("down_state") or {})
 
     def start(self):
         """Start the step actors (setup, not part of the first step's time)."""
@@ -88,11 +131,7 @@ class SyncSource:
         update_time = None if self._last_end is None else t0 - self._last_end
         self.n_steps += 1
         aux = obj.step_aux(params) if aux is None else aux
-        request = StepRequest(params, aux, draw, local, self.compressor, self.seed)
-        partial = sh.collective.reduce(
-            group_step, obj, request, split_every=self.split_every, size=obj.n_params,
-            name=f"{name}-{self.n_steps}", stateless=local is None and self.compressor is None, step=self.n_steps,
-        )
+        partial, down_bytes = self._reduce(params, aux, draw, local, name)
         wall1 = time.time()
         value, grad = obj.finish(partial, params)
         if not self._data_checked:
@@ -103,7 +142,7 @@ class SyncSource:
                 self._data_checked = True  # finite sums over every row: the data is finite
         self._last_end = time.perf_counter()
         traffic = sh.collective.last_traffic
-        down = (8 * obj.n_params + int(getattr(aux, "nbytes", 0))) * sh.n_groups
+        down = (down_bytes + int(getattr(aux, "nbytes", 0))) * sh.n_groups
         timing = Timing(
             step_time=self._last_end - t0,
             compute_time_max=partial.time_max,
@@ -120,3 +159,67 @@ class SyncSource:
                           Bytes(traffic["bytes_up_raw"], traffic["bytes_up"], down),
                           Route.of(traffic),
                           None if local is None else local.key)
+
+    def _reduce(self, params, aux, draw, local, name):
+        """The step's reduced sums (EF21: with the source's sum of the estimates) and the
+        bytes of the parameters each group received.  A group that reports its memory
+        stale has it synced, and the step is repeated (at most twice: the copy, then the
+        estimates)."""
+        obj, sh, comp = self.objective, self.shards, self.compressor
+        down, sent = self._downlink(params)
+        for attempt in range(3):
+            request = StepRequest(sent if down is None or down.payload is None else None, aux, draw, local, comp,
+                                  self.seed, ef_count=None if self.estimate is None else self.ef_count, down=down)
+            try:
+                partial = sh.collective.reduce(
+                    group_step, obj, request, split_every=self.split_every, size=obj.n_params,
+                    name=f"{name}-{self.n_steps}", stateless=local is None and comp is None, step=self.n_steps,
+                )
+                break
+            except StaleState as err:
+                if attempt == 2:
+                    raise
+                self.resyncs += 1
+                logger.info("step %d: a group's compression memory is stale (%s); synced, step repeated",
+                            self.n_steps, err)
+                if err.what == "params":
+                    down = Downlink(down.version)  # the same values, in full
+                else:
+                    self.estimate[:] = 0.0
+                    self.ef_count = 0
+        if down is not None:
+            self.down = (down.version, sent)
+            self._last_params = np.array(params, dtype=np.float64, copy=True)
+        nbytes = 8 * obj.n_params if down is None or down.payload is None else down.nbytes
+        if self.estimate is not None:
+            finite = bool(np.all(np.isfinite(partial.grad_sum)))
+            self.estimate += partial.grad_sum
+            self.ef_count += 1
+            partial = dataclasses.replace(partial, grad_sum=self.estimate.copy())
+            if not finite:  # the blocks kept their estimates: all start afresh next step
+                self.estimate[:] = 0.0
+                self.ef_count = 0
+        return partial, nbytes
+
+    def _downlink(self, params):
+        """``(Downlink or None, the parameters the groups will hold)`` for a step at
+        ``params``: the compressed change against the groups' copy, or the copy in full
+        (the first step, or a sync after a group lost it)."""
+        comp = self.compressor
+        if comp is None or not comp.downlink:
+            return None, params
+        if self.down is None:
+            self.down_state = {**comp.init(self.objective.grad_template()), "residual": None}
+            return Downlink(1), np.array(params, dtype=np.float64, copy=True)
+        version, copy = self.down
+        params = np.asarray(params, dtype=np.float64)
+        rng = np.random.default_rng([*self.seed, COMPRESSION_TAG, DOWNLINK_TAG, self.n_steps])
+        # what stays unsent is at most half the last step's length: the gradient is
+        # taken within half a step of the driver's parameters (else the lag grows and
+        # the fit diverges; measured with top-k 1% of 201 parameters)
+        moved = np.inf if self._last_params is None else np.linalg.norm(params - self._last_params)
+        payload, state = comp.encode_change(params - copy, self.down_state, rng, bound=DOWN_LAG * moved)
+        self.down_state = state
+        if payload is None:
+            return Downlink(version + 1), params.copy()
+        return Downlink(version + 1, version, payload, comp), copy + comp.decompress(payload)
