@@ -373,16 +373,33 @@ def test_compression_suite_tiny(tmp_path):
     png = tmp_path / "loss.png"
     result = compression.run(
         "small", rows=4_000, features=300, density=0.02, chunks=4, steps=15, budget=2,
-        compressors=("fp16", "sign"), plot=str(png), log=lambda msg: None,
+        compressors=("fp16", "sign", "topk:0.05+down"), problems=("sparse", "multinomial"), multi_rows=2_000,
+        multi_features=20, multi_compressors=("powersgd:2",), slowed=("none", "topk:0.05+down"), plot=str(png),
+        log=lambda msg: None,
     )
     _check_result(result)
     runs = result["data"]["runs"]
-    assert set(runs) == {"none", "fp16", "sign"}
+    assert set(runs) == {"none", "fp16", "sign", "topk:0.05+down"}
     assert len(runs["none"]["loss"]) == 16 and len(runs["sign"]["loss"]) == 31
     # fp16 sends a quarter of the bytes per step; sign about 1/50 (300 features)
     assert runs["fp16"]["totals"]["compression_ratio"] == pytest.approx((301 * 8 + 16) / (301 * 2 + 8 + 16))
     assert runs["sign"]["totals"]["compression_ratio"] > 30
-    assert compression.reach(runs["none"], result["data"]["target"]) is not None
+    # the parameters go down in full (8 bytes x 301 x 2 groups a step) unless compressed
+    assert set(runs["sign"]["bytes_down"]) == {8 * 301 * 2}
+    assert sum(runs["topk:0.05+down"]["bytes_down"]) < 0.5 * sum(runs["sign"]["bytes_down"])
+    base = compression.reach(runs["none"], result["data"]["target"])
+    assert base is not None and base["1 Gbit/s"] > base["10 Gbit/s"] > base["time"]
+    # the model at 1 Gbit/s: every byte and 2 x 100 us a step on top of the local time
+    n = base["step"]
+    extra = 8 * (sum(runs["none"]["bytes_up"][:n]) + sum(runs["none"]["bytes_down"][:n])) / 1e9 + n * 2e-4
+    assert base["1 Gbit/s"] == pytest.approx(base["time"] + extra)
+    slowed = result["data"]["problems"]["sparse"]["slowed"]
+    assert set(slowed) == {"none", "topk:0.05+down"}
+    # what crossed the driver's connections, pickled, is at least what was accounted
+    assert all(s["pickled"] >= s["accounted"] for s in slowed.values())
+    assert set(result["data"]["problems"]) == {"sparse", "multinomial"}
+    assert "powersgd:2" in result["data"]["problems"]["multinomial"]["runs"]
+    assert "measured / modeled" in result["markdown"] and "faster at 1 Gbit/s" in result["markdown"]
     assert png.stat().st_size > 10_000
 
 
