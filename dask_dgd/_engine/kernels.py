@@ -39,6 +39,8 @@ __all__ = [
     "LocalUpdate",
     "Downlink",
     "SolvedLocal",
+    "check_payload_count",
+    "compress_into",
     "StaleState",
     "StepRequest",
     "group_block_states",
@@ -170,11 +172,17 @@ def _compress(scratch, compressor, template, index, grad, seed, step):
     if not np.all(np.isfinite(grad)):
         return grad
     states = _blocks_state(scratch).setdefault(index, {})
-    state = states.get("compression")
+    return compress_into(states, "compression", compressor, template, grad, [*seed, COMPRESSION_TAG, step, index])
+
+
+def compress_into(memory, key, compressor, template, grad, draw_key):
+    """``grad`` compressed with the compressor's memory kept in ``memory[key]`` (made
+    for gradients shaped like ``template`` when absent), drawing from a generator seeded
+    with ``draw_key``: the :class:`~.reduce.Compressed` payload that travels."""
+    state = memory.get(key)
     if state is None:
         state = compressor.init(template)
-    rng = np.random.default_rng([*seed, COMPRESSION_TAG, step, index])
-    payload, states["compression"] = compressor.compress(grad, state, rng)
+    payload, memory[key] = compressor.compress(grad, state, np.random.default_rng(draw_key))
     return Compressed(payload, compressor)
 
 
@@ -205,10 +213,15 @@ def _check_estimates(scratch, blocks, count):
             states.get(b, {}).pop("compression", None)
         return
     for b in blocks:
-        state = states.get(b, {}).get("compression")
-        have = 0 if state is None else state.get("count", 0)
-        if have != count:
-            raise StaleState("estimates", f"block {b} has {have} payloads behind its estimate, the driver {count}")
+        check_payload_count(states.get(b, {}).get("compression"), count, f"block {b}")
+
+
+def check_payload_count(state, count, name):
+    """Raise :class:`StaleState` unless the EF21 memory ``state`` (of ``name``) has
+    ``count`` payloads behind it."""
+    have = 0 if state is None else state.get("count", 0)
+    if have != count:
+        raise StaleState("estimates", f"{name} has {have} payloads behind its estimate, the driver {count}")
 
 
 def local_snapshot(scratch, local):

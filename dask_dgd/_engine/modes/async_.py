@@ -34,8 +34,7 @@ import numpy as np
 
 from ...exceptions import ClusterError, DivergenceError
 from ..faults import inject_faults
-from ..kernels import COMPRESSION_TAG
-from ..reduce import Compressed
+from ..kernels import COMPRESSION_TAG, compress_into
 from ..solvers import Outcome, Solver, start_step
 from ..stopping import Stop
 from ..update import MAX_BACKOFFS, Guard
@@ -141,13 +140,12 @@ def _compress_push(scratch, compression, objective, partial, server_count, g, st
     comp, seed = compression
     state = scratch.get("push_compression")
     if state is not None and comp.accumulates and state.get("count", 0) != server_count:
-        state = None  # the server holds another estimate (it restarted, or dropped a push)
-    if state is None:
-        state = comp.init(objective.grad_template())
-    count = state.get("count", 0)
-    rng = np.random.default_rng([*seed, COMPRESSION_TAG, g, step])
-    payload, scratch["push_compression"] = comp.compress(objective.dense_grad(partial.grad_sum), state, rng)
-    return dataclasses.replace(partial, grad_sum=Compressed(payload, comp)), count
+        del scratch["push_compression"]  # the server holds another estimate (it restarted, or dropped a push)
+        state = None
+    count = 0 if state is None else state.get("count", 0)
+    sent = compress_into(scratch, "push_compression", comp, objective.grad_template(),
+                         objective.dense_grad(partial.grad_sum), [*seed, COMPRESSION_TAG, g, step])
+    return dataclasses.replace(partial, grad_sum=sent), count
 
 
 class ServerLink:

@@ -19,9 +19,9 @@ import time
 import numpy as np
 
 from ..faults import inject_faults
-from ..kernels import COMPRESSION_TAG, StaleState, _store_local, local_snapshot
+from ..kernels import COMPRESSION_TAG, StaleState, _store_local, check_payload_count, compress_into, local_snapshot
 from ..records import Bytes, Route, Timing, make_record
-from ..reduce import Compressed, Partial, add_partials
+from ..reduce import Partial, add_partials
 from ..solvers import Outcome, Solver, start_step
 from ..stopping import EpochStopper, Stop
 from ..update import Guard, UpdateRule
@@ -121,27 +121,19 @@ def group_round(shard, scratch, objective, rule, params, reset, draws, local, li
 def _check_round_estimate(scratch, count):
     """Raise StaleState unless the group's EF21 estimate has ``count`` payloads behind it
     (``count=0``: it starts afresh)."""
-    state = scratch.get("round_compression")
     if count == 0:
         scratch.pop("round_compression", None)
         return
-    have = 0 if state is None else state.get("count", 0)
-    if have != count:
-        raise StaleState("estimates", f"the group's round estimate has {have} payloads behind it, the driver "
-                                      f"{count}")
+    check_payload_count(scratch.get("round_compression"), count, "the group's round")
 
 
 def _compress_round(shard, scratch, compression, objective, change):
     """A group's round change compressed with its memory (see :func:`group_round`)."""
     comp, seed, round_, _ = compression
-    state = scratch.get("round_compression")
-    if state is None:
-        state = comp.init(objective.grad_template())
     blocks = getattr(shard, "blocks", None)
     tag = min((b.index for b in blocks), default=0) if blocks else int(getattr(shard, "index", 0))
-    rng = np.random.default_rng([*seed, COMPRESSION_TAG, round_, tag])
-    payload, scratch["round_compression"] = comp.compress(change, state, rng)
-    return Compressed(payload, comp)
+    return compress_into(scratch, "round_compression", comp, objective.grad_template(), change,
+                         [*seed, COMPRESSION_TAG, round_, tag])
 
 
 class LocalSGD(Solver):
