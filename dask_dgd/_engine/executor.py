@@ -336,7 +336,8 @@ def simulated_network_delay(nbytes, depth):
     slower network: ``nbytes * 8 / dgd.simulated-bandwidth`` (bits per second) plus
     ``2 * depth * dgd.simulated-latency`` (seconds: a message down and one up per level).
     Both unset (the default): no delay.  For benchmarks that check a network model
-    against a fit whose transport is slowed by its real bytes; never set in tests."""
+    against a fit whose transport is slowed by its real bytes (the suite's tiny run in
+    the tests sets it too, and asserts bytes, never times)."""
     bandwidth = dask.config.get("dgd.simulated-bandwidth", None)
     latency = dask.config.get("dgd.simulated-latency", None)
     if bandwidth is None and latency is None:

@@ -221,8 +221,8 @@ def _gaps(idx):
 @dataclasses.dataclass(frozen=True)
 class TopK(Compressor):
     """The ``ceil(ratio * n)`` largest-magnitude entries: float32 values, and their
-    indices as gaps in the smallest unsigned type that holds them (one or two bytes an
-    entry at ratios of 1/256 or more of a gradient of up to 16M entries: lossless).
+    indices as gaps in the smallest unsigned type that holds the largest gap (lossless;
+    one or two bytes an entry unless two kept entries are more than 65,535 apart).
 
     Error bound: ``||decompress(compress(g)) - g||**2 <= (1 - k/n) ||g||**2`` (plus the
     float32 rounding of the kept values); biased.  Default feedback: ``"ef21"`` (the
