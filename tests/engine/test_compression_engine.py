@@ -267,6 +267,9 @@ def test_momentum_and_adam_take_the_residual_by_default(client, optimizer):
     ef21 = _fit(client, optimizer=opt, learning_rate=lr, max_iter=150, compression="topk:0.05+ef21")
     assert _objective(est) - _objective(plain) < 3e-3
     assert _objective(ef21) - _objective(plain) > _objective(est) - _objective(plain)
+    if optimizer == "adam":  # 1 bit an entry with its residual: 1.2e-4 above Adam at 400 steps (measured)
+        sign = _fit(client, optimizer=opt, learning_rate=lr, max_iter=150, compression="sign")
+        assert _objective(sign) - _objective(plain) < 5e-4
 
 
 def test_dgc_momentum_correction_keeps_the_velocity_with_the_sender():
