@@ -139,7 +139,7 @@ class Compressor:
         x = np.asarray(x, dtype=np.float64)
         payload, state = self._encode_within(x, dict(state), rng, bound)
         state["count"] = state.get("count", 0) + 1
-        if payload is not None and np.linalg.norm(x - self.decompress(payload)) > bound:
+        if payload is not None and np.isfinite(bound) and np.linalg.norm(x - self.decompress(payload)) > bound:
             payload = None
         return payload, state
 
@@ -267,8 +267,11 @@ class TopK(Compressor):
         n = x.size
         k = max(1, math.ceil(self.ratio_at(state.get("count", 0)) * n))
         if np.isfinite(bound) and k < n:
-            tail = np.sqrt(np.cumsum(np.sort(x * x)))  # norms of the smallest j entries
-            k = max(k, n - int(np.searchsorted(tail, 0.999 * bound, side="right")))
+            sq = x * x
+            rest = sq[np.argpartition(sq, n - k)[:n - k]]
+            if np.sqrt(np.sum(rest)) > 0.999 * bound:  # the usual share is not enough: sort (else no need)
+                tail = np.sqrt(np.cumsum(np.sort(sq)))  # norms of the smallest j entries
+                k = max(k, n - int(np.searchsorted(tail, 0.999 * bound, side="right")))
         return self._encode(x, state, rng, k=min(k, n))
 
     def decompress(self, payload):
