@@ -86,6 +86,12 @@ class Collective:
         self.start()
         return [f.key for f in self._runners[0]]
 
+    def runner_targets(self):
+        """``(worker address, actor key)`` of each group's runner (started if needed;
+        cluster only): how runners reach each other."""
+        self.start()
+        return self.shards.executor.runner_targets(self._runners)
+
     def scratch(self):
         """Each group's memory, in process."""
         if self._scratch is None:

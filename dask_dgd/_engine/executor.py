@@ -264,6 +264,14 @@ class GroupRunner:
             return own
         return await loop.run_in_executor(pool, _merge_answers, own, answers, received)
 
+    async def exchange(self, payload):
+        """A parameter shard's pull or push from another group (see :mod:`.sharding`):
+        ``fn(shard, scratch, *args)`` for the pickled ``(fn, args)``, run on the worker's
+        event loop, not in the actor thread: an owner busy with its own blocks (or
+        waiting for its own pulls) still answers.  Only quick reads and stores run here."""
+        fn, args = pickle.loads(payload)
+        return pickle.dumps(fn(self.shard, self.scratch, *args))
+
     def _own_nodes(self, payload, group, received, pickled):
         fn, args, tree, leaf = pickle.loads(payload)
         out = fn(self.shard, self.scratch, *args)
@@ -443,6 +451,12 @@ class DaskExecutor:
         with current_client(self.client):
             calls = [a.run(payload) for a, payload in zip(actors, payloads)]
             return [pickle.loads(self._actor_result(c, a)) for c, a in zip(calls, actors)]
+
+    @staticmethod
+    def runner_targets(runners):
+        """``(worker address, actor key)`` of every runner, in group order: where one
+        runner reaches another (:class:`~.sharding.ActorExchange`)."""
+        return [(a._address, a.key) for a in runners[1]]
 
     def call_tree(self, runners, roots, step):
         """:meth:`GroupRunner.run_tree` on the ``roots`` (a runner tree of

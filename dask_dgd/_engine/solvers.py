@@ -149,7 +149,47 @@ def start_step(ctx, params, optimizer, *, divide=1):
     return optimizer, res, record
 
 
-class FirstOrder(Solver):
+class EpochRules:
+    """What :class:`FirstOrder` and its sharded form (:mod:`.modes.sharded`) share:
+    full batch or ``steps_per_epoch`` mini-batches an epoch, the epoch rule of the
+    objective (``use_stopper``) and the limit of ``max_iter`` iterations or epochs."""
+
+    def _set_rules(self, ctx):
+        self.full_batch = ctx.batching is None or getattr(ctx.batching, "full_batch", False)
+        self.steps_per_epoch = 1 if self.full_batch else ctx.batching.steps_per_epoch
+        self.total_steps = ctx.max_iter * self.steps_per_epoch
+        self.stopper = EpochStopper(ctx.tol, ctx.n_iter_no_change)
+        self.n_values = 0  # values given to the stopper
+
+    def _epoch_or_limit(self):
+        """The epoch rule's stop (when ``use_stopper``), or the limit's."""
+        if self.use_stopper:
+            self.n_values += 1
+            if self.stopper.add(self.value, self.n_values // self.steps_per_epoch):
+                return Stop(True)
+        if self.it >= self.total_steps:
+            return Stop(False, "")
+        return None
+
+    @property
+    def n_iter(self):
+        return self.it if self.full_batch else -(-self.it // self.steps_per_epoch)
+
+    @property
+    def progress(self):
+        return self.it
+
+    @property
+    def optimizer(self):
+        return self.rule.optimizer
+
+    def _draw(self):
+        """The next step's mini-batch (None: full batch)."""
+        batching = self.ctx.batching
+        return None if batching is None else batching.draw(self.ctx.source.n_steps + 1)
+
+
+class FirstOrder(EpochRules, Solver):
     """Gradient descent with a first-order optimizer, full batch or mini-batch.
 
     Full batch: at most ``max_iter`` updates; stops when the largest entry of the
@@ -171,35 +211,20 @@ class FirstOrder(Solver):
         self.params = np.array(params0, dtype=np.float64, copy=True)
         self.rule = UpdateRule(optimizer, ctx.objective.penalty)
         self.state = opt_state
-        self.full_batch = ctx.batching is None or getattr(ctx.batching, "full_batch", False)
-        self.steps_per_epoch = 1 if self.full_batch else ctx.batching.steps_per_epoch
-        self.total_steps = ctx.max_iter * self.steps_per_epoch
+        self._set_rules(ctx)
         monotone = self.full_batch and optimizer.descent_method and ctx.compressor is None
         self.guard = Guard(ctx.on_divergence, full_batch=self.full_batch, monotone=monotone, hint=ctx.objective.hint)
-        self.stopper = EpochStopper(ctx.tol, ctx.n_iter_no_change)
         self.on_objective = on_objective = getattr(ctx.objective, "tol_on_objective", False)
         # a tolerance on the objective of 0 (models that declare it) runs every epoch
         self.use_stopper = (not self.full_batch or on_objective) and ctx.validator is None \
             and not (on_objective and ctx.tol <= 0)
         self.it = 0  # updates applied
-        self.n_values = 0  # values given to the stopper
         self.value = self.grad = None
         self.good = None  # (params, state, value, grad, it, local key, local scale)
         self.phase = "checked"
         self.pending_backoff = False
         self.resume_phase = None
 
-    @property
-    def progress(self):
-        return self.it
-
-    @property
-    def optimizer(self):
-        return self.rule.optimizer
-
-    def _draw(self):
-        batching = self.ctx.batching
-        return None if batching is None else batching.draw(self.ctx.source.n_steps + 1)
 
     def start(self):
         ctx, src = self.ctx, self.ctx.source
@@ -270,17 +295,10 @@ class FirstOrder(Solver):
                 g_map = (self.params - pen.prox(self.params - lr * self.grad, lr)) / lr
             if np.max(np.abs(g_map), initial=0.0) <= ctx.tol:
                 return Stop(True)
-        elif self.use_stopper:
-            self.n_values += 1
-            if self.stopper.add(self.value, self.n_values // self.steps_per_epoch):
-                return Stop(True)
-        if self.it >= self.total_steps:
-            return Stop(False, "")
-        return None
+        return self._epoch_or_limit()
 
     def result(self):
-        n_iter = self.it if self.full_batch else -(-self.it // self.steps_per_epoch)
-        return self.params, n_iter, self.optimizer, self.state
+        return self.params, self.n_iter, self.optimizer, self.state
 
     def local_keys(self):
         return () if self.good is None or self.good[5] is None else (self.good[5],)

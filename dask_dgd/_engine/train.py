@@ -26,9 +26,11 @@ from .kernels import LocalUpdate, group_local_export, group_local_init
 from .loop import Loop
 from .modes.async_ import AsyncTraining
 from .modes.local import LocalSGD
+from .modes.sharded import ShardedFirstOrder, ShardedSource
 from .modes.sync import SyncSource
 from .monitor import Monitor, communicated
 from .objective import LinearTraining
+from .sharding import ParamLayout
 from .shards import ShardSet, released_on_error
 from .skew import DynamicBalancer
 from .solvers import LBFGS as LBFGSSolver
@@ -69,6 +71,8 @@ class FitResult:
         Totals of the bytes moved (see :func:`dask_dgd.communication_report`).
     local : list or None
         Models with local parameters: what each group exported (its users' factors).
+    param_sharding : bool
+        Whether the parameters were sharded over the workers during the fit.
     """
 
     params: np.ndarray
@@ -84,6 +88,7 @@ class FitResult:
     split_every: int = 8
     bytes_communicated: dict = field(default_factory=dict)
     local: list = None
+    param_sharding: bool = False
 
     def objective_rise(self, factor=2.0):
         """``(start, end)`` when the objective ended above ``factor`` times its value at
@@ -311,6 +316,51 @@ def _shards_of(data, client, rebalance, max_iter, digest=False):
     return shards
 
 
+#: ``param_sharding="auto"`` shards models of at least this many parameters (dask config
+#: ``dgd.shard-params-min``).
+SHARD_PARAMS_MIN = 2**20
+
+#: Values of ``param_sharding``.
+SHARDING_CHOICES = ("auto", True, False)
+
+
+def resolve_sharding(param_sharding, *, objective, shards, solver, mode, compression, validator):
+    """Whether the parameters are sharded over the groups (see :mod:`.sharding`).
+
+    ``True`` requires what sharding supports and says what is not: a linear model
+    without offsets on sparse (CSR) input, trained synchronously by a first-order
+    solver ("gd" or "sgd"), without compression or early stopping.  ``"auto"`` shards
+    such a fit on a cluster with two or more groups when it has at least
+    ``dgd.shard-params-min`` (2**20) parameters; ``False`` never."""
+    import dask
+
+    if not any(param_sharding is c or (isinstance(c, str) and param_sharding == c) for c in SHARDING_CHOICES):
+        raise ParameterError(f"param_sharding must be 'auto', True or False; got {param_sharding!r}")
+    if param_sharding is False:
+        return False
+    reasons = []
+    if not isinstance(objective, LinearTraining):
+        reasons.append("it applies to linear models")
+    elif objective.objective.offset:
+        reasons.append("offsets are not supported")
+    if not shards.sparse:
+        reasons.append("it needs sparse (CSR) X")
+    if mode != "sync":
+        reasons.append(f"mode={mode!r} is not supported (only 'sync')")
+    if solver not in ("gd", "sgd"):
+        reasons.append(f"solver={solver!r} is not supported (only 'gd' and 'sgd')")
+    if compression is not None:
+        reasons.append("compression is not supported")
+    if validator is not None:
+        reasons.append("early stopping is not supported")
+    if param_sharding is True:
+        if reasons:
+            raise ParameterError("param_sharding=True cannot be used here: " + "; ".join(reasons))
+        return True
+    return (not reasons and shards.executor.kind == "dask" and shards.n_groups >= 2
+            and objective.n_params >= int(dask.config.get("dgd.shard-params-min", SHARD_PARAMS_MIN)))
+
+
 def train(
     objective,
     data,
@@ -340,6 +390,7 @@ def train(
     compression=None,
     split_every=8,
     rebalance="auto",
+    param_sharding=False,
     random_state=None,
     params0=None,
     opt_state=None,
@@ -369,6 +420,11 @@ def train(
     n_iter_no_change, verbose, callbacks, client
         As the estimators' parameters of the same names (see
         :class:`dask_dgd.LinearRegression` and the user guide).
+    param_sharding : {"auto", True, False}, default=False
+        Keep the parameters and the optimizer state split over the workers by feature
+        range, each step moving only the coefficients of the columns each group's
+        blocks touch (see :func:`resolve_sharding` for what it supports).  The
+        estimators default to ``"auto"``.
     resume : bool
         Continue from ``checkpoint``.
     fingerprint : dict or None
@@ -403,6 +459,8 @@ def train(
         raise ParameterError(f"mode must be one of {MODES}; got {mode!r}")
     if outer_optimizer is not None and not isinstance(outer_optimizer, FirstOrderOptimizer):
         raise ParameterError(f"outer_optimizer must be a first-order optimizer; got {type(outer_optimizer).__name__}")
+    if param_sharding is True and solver == "auto":
+        solver = "sgd" if batch_size is not None else "gd"
     shards = _shards_of(data, client, rebalance, max_iter, digest=checkpoint is not None)
     has_l1 = objective.penalty is not None and objective.penalty.has_l1
     lr_mode = learning_rate_mode(optimizer, learning_rate)
@@ -414,6 +472,8 @@ def train(
             raise ParameterError("early stopping needs solver='gd' or 'sgd'; solver='cd' stops on its tolerance")
         path = hasattr(objective.objective, "column_folds")
         objective = PathHessianTraining(objective) if path else HessianTraining(objective)
+    sharded = resolve_sharding(param_sharding, objective=objective, shards=shards, solver=solver, mode=mode,
+                               compression=compression, validator=validator)
     if on_divergence == "auto":
         on_divergence = "backoff" if lr_mode == "auto" else "raise"
     if split_every == "auto":
@@ -427,20 +487,28 @@ def train(
         progress_desc = (fingerprint or {}).get("estimator") or "dask_dgd.train"
     monitor = Monitor(verbose=verbose, callbacks=callbacks, total=progress_total, desc=progress_desc)
     balancer = None
-    if rebalance is not False and mode == "sync" and shards.executor.kind == "dask" and not objective.has_local:
+    if (rebalance is not False and mode == "sync" and not sharded and shards.executor.kind == "dask"
+            and not objective.has_local):
         balancer = DynamicBalancer(shards)
     batch_size = batch_size if solver == "sgd" else None
     batching = objective.batching(shards, batch_size, seed)
     compressor = resolve_feedback(compressor, full_batch=batching is None or getattr(batching, "full_batch", False),
                                   has_local=objective.has_local, optimizer=opt)
-    source = SyncSource(shards, objective, split_every=split_every, compressor=compressor, seed=seed,
-                        balancer=balancer)
+    if sharded:
+        source = ShardedSource(shards, objective, ParamLayout.split(objective.objective, shards.n_groups),
+                               split_every=split_every, seed=seed)
+        shards.collective.unrecoverable = (
+            "its parameter shard lived only there (param_sharding); fit again, or resume from a checkpoint")
+    else:
+        source = SyncSource(shards, objective, split_every=split_every, compressor=compressor, seed=seed,
+                            balancer=balancer)
     cp = None
     if checkpoint is not None:
         # the caller's description of the fit (an estimator's parameters), or the settings
         fp = dict(fingerprint) if fingerprint is not None else {
             "objective": stable_repr(objective), "solver": solver, "mode": mode, "optimizer": stable_repr(opt),
             "compression": stable_repr(compressor)}
+        fp["param_sharding"] = bool(sharded)
         fp.update(data_fingerprint(shards))
         fp["blocks"] = [int(r) for r in shards.block_rows] if solver == "sgd" else len(shards.block_rows)
         cp = Checkpointer(checkpoint, checkpoint_every, fp, resume)
@@ -453,7 +521,10 @@ def train(
         keeps_group_memory=compressor is not None or objective.has_local or mode == "local",
         seed=seed, batch_size=batch_size,
     )
-    params0 = np.zeros(objective.n_params) if params0 is None else np.asarray(params0, dtype=np.float64)
+    if params0 is not None:
+        params0 = np.asarray(params0, dtype=np.float64)
+    elif not sharded:
+        params0 = np.zeros(objective.n_params)
     early = None if validator is None else EarlyStopping(tol, n_iter_no_change)
     if validation_patience is not None:
         early = EarlyStopping(float(validation_tol), validation_patience)
@@ -465,7 +536,10 @@ def train(
             if objective.has_local:
                 inits = [(None if local_init is None else local_init[g],) for g in range(shards.n_groups)]
                 shards.collective.call(group_local_init, objective, per_group=inits)
-            if mode == "local":
+            if sharded:
+                source.setup(params0, opt_state)
+                solver_obj = ShardedFirstOrder(ctx, opt)
+            elif mode == "local":
                 solver_obj = LocalSGD(ctx, params0, opt, local_steps=local_steps, outer_optimizer=outer_optimizer)
             elif mode == "async":
                 solver_obj = AsyncTraining(ctx, params0, opt, max_staleness=max_staleness,
@@ -503,5 +577,5 @@ def train(
         params=np.asarray(params, dtype=np.float64), n_iter=int(n_iter), converged=stop.converged,
         message=stop.message, n_steps=source.n_steps, history=history, solver=solver, mode=mode,
         optimizer=opt_out, opt_state=state_out, split_every=int(split_every),
-        bytes_communicated=communicated(history), local=local,
+        bytes_communicated=communicated(history), local=local, param_sharding=bool(sharded),
     )

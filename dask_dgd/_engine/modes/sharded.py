@@ -1,0 +1,266 @@
+"""Sharded parameters, driver side: first-order training whose parameters stay on the workers.
+
+:class:`ShardedSource` is the step source of a fit with ``param_sharding`` (see
+:mod:`..sharding` for the worker side): it sets the owners up, and runs the two phases
+of a step through the runner tree, receiving only scalars.  :class:`ShardedFirstOrder`
+is the solver: the same decisions as :class:`~..solvers.FirstOrder` (the update rule,
+the divergence guard and its backoff, the tolerance and epoch rules, the records), made
+on the scalars the owners report; its parameters, optimizer state and gradient are
+the owners' slices.  The driver's memory does not grow with the number of parameters
+until the fit ends and its result is assembled.
+"""
+
+import math
+import time
+
+import numpy as np
+
+from ..records import Bytes, Route, Timing, make_record
+from ..sharding import (
+    ActorExchange,
+    LocalExchange,
+    ShardedRequest,
+    UpdateCommand,
+    sharded_eval,
+    sharded_memory,
+    sharded_restore,
+    sharded_setup,
+    sharded_slice,
+    sharded_update,
+)
+from ..solvers import EpochRules, Outcome, Solver
+from ..stopping import Stop
+from ..update import Guard, UpdateRule, auto_learning_rate, initial_divergence
+from .sync import StepResult, SyncSource
+
+__all__ = ["ShardedFirstOrder", "ShardedSource", "assemble"]
+
+
+def assemble(slices):
+    """One vector (or optimizer state) from the owners' slices, in owner order: arrays
+    are concatenated, scalars (a step count) taken from the first."""
+    first = slices[0]
+    if first is None:
+        return None
+    if isinstance(first, np.ndarray):
+        return np.concatenate(slices)
+    if isinstance(first, tuple) and hasattr(first, "_asdict"):
+        return type(first)(**{k: assemble([getattr(s, k) for s in slices]) for k in first._fields})
+    return first
+
+
+def split(vector, layout):
+    """The owners' slices of a flat vector (or optimizer state) laid out by ``layout``."""
+    if vector is None:
+        return [None] * layout.n_owners
+    if isinstance(vector, tuple) and hasattr(vector, "_asdict"):
+        parts = {k: split(v, layout) for k, v in vector._asdict().items()}
+        return [type(vector)(**{k: parts[k][o] for k in vector._fields}) for o in range(layout.n_owners)]
+    if isinstance(vector, np.ndarray) and vector.ndim == 1 and vector.size == layout.n_params:
+        return [vector[slice(*layout.flat_range(o))].copy() for o in range(layout.n_owners)]
+    return [vector] * layout.n_owners
+
+
+class ShardedSource(SyncSource):
+    """Synchronous steps whose parameters are sharded over the groups (no compression,
+    no balancing: a group's memory belongs to its blocks)."""
+
+    def __init__(self, shards, objective, layout, *, split_every, seed=(0,)):
+        super().__init__(shards, objective, split_every=split_every, seed=seed)
+        self.layout = layout
+        self.version = 0
+        self.exchange = None
+        #: non-zero columns (plus the intercept row) each group's blocks need
+        self.needs = None
+
+    def start(self):
+        super().start()
+        coll = self.shards.collective
+        self.exchange = ActorExchange(coll.runner_targets()) if coll.on_cluster else LocalExchange(coll.scratch())
+
+    def setup(self, params0=None, state0=None):
+        """Every group owns its slice (of ``params0``; zeros when None) and registers
+        the rows its blocks need with their owners."""
+        lay = self.layout
+        xs, states = split(params0, lay), split(state0, lay)
+        answers = self.shards.collective.call(
+            sharded_setup, self.objective.objective, lay, self.exchange,
+            per_group=[(g, xs[g], states[g]) for g in range(lay.n_owners)])
+        self.needs = [a[0] for a in answers]
+        self.version = 0
+
+    def evaluate(self, params=None, draw=None, local=None, name="grad", aux=None):
+        """Phase 1 at the owners' parameters of the next version (the pending update,
+        committed by the first pull), or at the current ones (the first step): the loss
+        and weight sums; ``params`` is ignored (the parameters are the owners')."""
+        sh = self.shards
+        t0, wall0, cpu0 = time.perf_counter(), time.time(), time.process_time()
+        update_time = None if self._last_end is None else t0 - self._last_end
+        if self.n_steps > 0:
+            self.version += 1
+        self.n_steps += 1
+        request = ShardedRequest(self.version, self.exchange, self.split_every, draw)
+        partial = sh.collective.reduce(sharded_eval, self.objective, request, split_every=self.split_every,
+                                       size=0, name=f"{name}-{self.n_steps}", step=self.n_steps)
+        wall1 = time.time()
+        value = partial.loss_sum / partial.weight_sum if partial.weight_sum > 0 else 0.0
+        traffic = sh.collective.last_traffic
+        self._last_end = time.perf_counter()
+        timing = Timing(
+            step_time=self._last_end - t0, compute_time_max=partial.time_max, compute_time_min=partial.time_min,
+            broadcast_time=partial.start_max - wall0, reduce_time=wall1 - partial.end_max,
+            update_time=update_time, driver_cpu_time=time.process_time() - cpu0,
+        )
+        nbytes = Bytes(8 * self.objective.n_params * sh.n_groups, int(partial.extras.get("bytes_pushed", 0)),
+                       int(partial.extras.get("bytes_pulled", 0)))
+        return StepResult(self.n_steps, None, value, np.zeros(0), partial, timing, nbytes, Route.of(traffic))
+
+    def command(self, kind, rule=None, init=None):
+        """Phase 2 (``kind`` ``"merge"``), the first update (``"update"``) or a backoff
+        on every owner; their scalars summed (largest entries: their maximum)."""
+        cmd = UpdateCommand(kind, self.version + 1, self.split_every, self.shards.n_blocks, rule, init)
+        root = self.shards.collective.reduce_groups(sharded_update, self.objective.penalty_spec, cmd,
+                                                    split_every=self.split_every, size=0)
+        return root.extras
+
+    def gather(self, which="current"):
+        """``(parameters, optimizer state)`` assembled from the owners' slices."""
+        slices = self.shards.collective.call(sharded_slice, which)
+        return assemble([s[0] for s in slices]), assemble([s[1] for s in slices])
+
+    def state_dict(self):
+        return {"version": self.version, "owners": self.shards.collective.call(sharded_memory)}
+
+    def load_state_dict(self, state):
+        if not state:
+            return
+        self.version = int(state["version"])
+        self._owners = state["owners"]
+
+    def restore(self):
+        """Give the owners the slices a checkpoint kept (after :meth:`setup`)."""
+        owners = getattr(self, "_owners", None)
+        if owners is not None:
+            if len(owners) != self.layout.n_owners:
+                from ...exceptions import CheckpointError
+
+                raise CheckpointError(
+                    f"the checkpoint's parameters are sharded over {len(owners)} groups, this fit has "
+                    f"{self.layout.n_owners}: resume with the same workers, or fit again")
+            self.shards.collective.call(sharded_restore, per_group=[(m,) for m in owners])
+            self._owners = None
+
+
+class ShardedFirstOrder(EpochRules, Solver):
+    """:class:`~..solvers.FirstOrder` over sharded parameters (see the module docstring).
+
+    Each step is two calls through the runner tree: the evaluation of the owners'
+    pending parameters (phase 1) and the merge of the gradient with the speculative
+    update from it (phase 2).  A step the guard rejects costs one more call: the
+    owners go back to the last accepted point and update from it with the halved
+    learning rate.
+    """
+
+    def __init__(self, ctx, optimizer):
+        self.ctx = ctx
+        self.src = ctx.source
+        self.rule = UpdateRule(optimizer)
+        self._set_rules(ctx)
+        monotone = self.full_batch and optimizer.descent_method
+        self.guard = Guard(ctx.on_divergence, full_batch=self.full_batch, monotone=monotone, hint=ctx.objective.hint)
+        self.use_stopper = not self.full_batch
+        self.it = 0
+        self.value = None
+        self.stats = {}  # the owners' scalars of the last accepted evaluation
+        self.good = None  # (value, iteration) of the last accepted evaluation
+        self.phase = "checked"
+        self.pending_backoff = False
+        self.has_l1 = ctx.objective.penalty.has_l1
+
+
+    def start(self):
+        ctx = self.ctx
+        res = self.src.evaluate(draw=self._draw())
+        stats = self.src.command("merge", init=self.optimizer)
+        if not (math.isfinite(res.value) and stats.get("nonfinite", 0) == 0):
+            raise initial_divergence(res.value)
+        if ctx.learning_rate == "auto":
+            L = ctx.objective.lipschitz(ctx.shards, None)
+            lr = auto_learning_rate(self.optimizer, L, np.array([float(stats["gmax"])]))
+            self.rule = UpdateRule(self.optimizer.with_learning_rate(lr))
+        outcome = self._observe(res, stats)
+        self.src.command("update", rule=self.rule)
+        return outcome
+
+    def _observe(self, res, stats):
+        value = res.value + stats.get("pen_x", 0.0) + stats.get("l1_x", 0.0)
+        good_value = None if self.good is None else self.good[0]
+        lr = self.optimizer.learning_rate_at(int(stats.get("count", 0)))
+        grad = np.array([0.0 if stats.get("nonfinite", 0) == 0 and res.partial.extras.get("nonfinite", 0) == 0
+                         else math.nan])
+        if self.guard.check(value, grad, good_value, step=res.step, learning_rate=lr):
+            self.pending_backoff = True
+            self.value = value
+            return Outcome(accepted=False)
+        self.guard.accepted()
+        self.value, self.stats, self.good = value, stats, (value, self.it)
+        iteration = self.it if self.full_batch else self.it // self.steps_per_epoch
+        n_groups = max(int(res.partial.n_groups), 1)
+        record = make_record(
+            step=res.step, iteration=iteration, loss=value, grad_norm=math.sqrt(stats.get("gsq", 0.0)),
+            step_size=lr, timing=res.timing, n_samples=res.partial.weight_sum,
+            updates_per_group=(1,) * n_groups, nbytes=res.nbytes, route=res.route)
+        return Outcome([record])
+
+    def step(self):
+        src = self.src
+        if self.pending_backoff:
+            self.pending_backoff = False
+            self.guard.backoff(f"the objective diverged at step {src.n_steps} (loss={self.value})")
+            self.rule = self.rule.halved()
+            self.it = self.good[1]
+            src.command("backoff", rule=self.rule)
+        self.it += 1
+        if not self.full_batch and self.it >= self.total_steps:
+            self.phase = "updated"
+            return Outcome(stop=Stop(False, ""))
+        res = src.evaluate(draw=self._draw())
+        stats = src.command("merge", rule=self.rule)
+        return self._observe(res, stats)
+
+    def stop_rule(self, outcome):
+        if self.full_batch and float(self.stats.get("gmap" if self.has_l1 else "gmax", math.inf)) <= self.ctx.tol:
+            return Stop(True)
+        return self._epoch_or_limit()
+
+    def result(self):
+        which = "pending" if self.phase == "updated" else "good" if self.pending_backoff else "current"
+        params, state = self.src.gather(which)
+        return params, self.n_iter, self.optimizer, state
+
+    # -------------------------------------------------------------- checkpoints
+    def state_dict(self):
+        return {"optimizer": self.optimizer, "value": self.value, "stats": dict(self.stats), "iteration": self.it,
+                "n_values": self.n_values, "good": list(self.good), "guard": self.guard.state_dict(),
+                "stopper": self.stopper.state_dict(), "phase": self.phase,
+                "pending_backoff": self.pending_backoff}
+
+    def load_state_dict(self, state):
+        self.rule = UpdateRule(state["optimizer"])
+        self.value, self.stats = state["value"], dict(state["stats"])
+        self.it, self.n_values = state["iteration"], state["n_values"]
+        self.good = tuple(state["good"])
+        self.guard.load_state_dict(state["guard"])
+        self.stopper.load_state_dict(state["stopper"])
+        self.phase, self.pending_backoff = state["phase"], state["pending_backoff"]
+
+    def resume(self):
+        """As :meth:`~..solvers.FirstOrder.resume`: the owners get their saved slices,
+        with the update after the last accepted step pending."""
+        self.src.restore()
+        if self.it >= self.total_steps:
+            return Outcome(stop=Stop(False, ""))
+        if self.phase == "updated":
+            self.phase = "checked"
+            self.it -= 1  # the pending update is evaluated by the next step, which counts it again
+        return Outcome(accepted=False)

@@ -1,0 +1,490 @@
+"""Sharded parameters, worker side: a wide linear model's coefficients split over the groups.
+
+With ``param_sharding`` the rows of the parameter matrix (one per feature, then the
+intercept) are split into equal feature ranges (:class:`ParamLayout`), one per group: the
+group *owns* them, with their optimizer state, in its runner's memory
+(``scratch["sharded"]``).  A step has two phases, each one call down and up the runner
+tree that carries only scalars to the driver:
+
+1. :func:`sharded_eval`: every group *pulls* from each owner the coefficients of the
+   columns its blocks touch (registered once, at :func:`sharded_setup`: a pull names only
+   the group and the version), evaluates its blocks on compact copies of them (their
+   columns renumbered, so the sums are those of the full block, bit for bit), sums its
+   complete subtrees of the fixed block tree as sparse vectors, and *pushes* each
+   owner the part of every subtree in the owner's range (a reduce-scatter: the bytes
+   are those of the non-zero columns, never of ``d``).  The driver gets the loss and
+   weight sums.
+2. :func:`sharded_update`: every owner merges what it received in the block tree (the
+   same additions in the same order as the unsharded sum, so the gradient is the same
+   bit for bit), finishes its slice of the gradient (mean plus the L2 part), and applies
+   the update rule to its slice; the driver gets the scalars it decides on (largest
+   gradient entry, squared norm, penalty values).
+
+Pulls and pushes go worker to worker (:class:`ActorExchange`: an actor call to the
+owner's runner, served on its event loop, so an owner busy with its own blocks still
+answers) or, in process, straight into the owners' memory (:class:`LocalExchange`).
+The update is speculative: an owner computes the next parameters as soon as it has the
+gradient and keeps the current ones; the driver's guard decides, and the next pull of
+the new version commits them (the last accepted point becomes the one a backoff
+returns to), or a backoff replaces them.  This module imports no Dask at import time.
+"""
+
+import asyncio
+import pickle
+import threading
+import time
+from dataclasses import dataclass, replace
+
+import numpy as np
+import scipy.sparse as sp
+
+from ..exceptions import ClusterError, InputError
+from .blocks import _block_error
+from .reduce import BlockTree, Partial, SparseVector
+
+__all__ = ["ActorExchange", "LocalExchange", "Max", "ParamLayout", "SlicePenalty", "ShardedRequest", "UpdateCommand",
+           "sharded_eval", "sharded_memory", "sharded_restore", "sharded_setup", "sharded_slice", "sharded_update"]
+
+KEY = "sharded"
+
+
+class Max(float):
+    """A float whose sum with another is their maximum: a largest entry reduced with
+    the other scalars of a partial's ``extras``."""
+
+    def __add__(self, other):
+        return Max(max(float(self), float(other)))
+
+    __radd__ = __add__
+
+    def __reduce__(self):
+        return Max, (float(self),)
+
+
+@dataclass(frozen=True)
+class ParamLayout:
+    """Which group owns which rows of the ``(n_features + fit_intercept, width)``
+    parameter matrix: group ``g`` owns rows ``bounds[g]`` to ``bounds[g + 1]`` (equal
+    feature ranges: hashed columns are spread evenly; the intercept goes with the last)."""
+
+    n_features: int
+    width: int
+    fit_intercept: bool
+    bounds: tuple
+
+    @classmethod
+    def split(cls, objective, n_owners):
+        rows = objective.n_features + int(objective.fit_intercept)
+        bounds = np.linspace(0, rows, int(n_owners) + 1).round().astype(np.int64)
+        return cls(int(objective.n_features), int(objective.n_outputs), bool(objective.fit_intercept),
+                   tuple(int(b) for b in bounds))
+
+    @property
+    def n_owners(self):
+        return len(self.bounds) - 1
+
+    @property
+    def n_params(self):
+        return (self.n_features + int(self.fit_intercept)) * self.width
+
+    def flat_range(self, owner):
+        """Owner ``owner``'s entries of the flat parameter vector: ``(lo, hi)``."""
+        return self.bounds[owner] * self.width, self.bounds[owner + 1] * self.width
+
+
+@dataclass(frozen=True)
+class SlicePenalty:
+    """The elastic-net penalty of one owner's slice (what :class:`~.update.UpdateRule`
+    needs): its first ``n_coef`` entries are coefficients, the rest intercepts."""
+
+    l2: float
+    l1: float
+    n_coef: int
+    size: int
+
+    @classmethod
+    def of(cls, penalty_spec, layout, owner):
+        lo, hi = layout.flat_range(owner)
+        n_coef = min(max(layout.n_features * layout.width - lo, 0), hi - lo)
+        return cls(float(penalty_spec.l2_strength), float(penalty_spec.l1_strength), int(n_coef), int(hi - lo))
+
+    @property
+    def has_l1(self):
+        return self.l1 > 0
+
+    @property
+    def decay_mask(self):
+        return np.arange(self.size) < self.n_coef
+
+    def smooth(self, x):
+        """The L2 part's value on this slice and its gradient."""
+        grad = np.zeros_like(x)
+        if self.l2 == 0.0:
+            return 0.0, grad
+        coef = x[: self.n_coef]
+        grad[: self.n_coef] = self.l2 * coef
+        return 0.5 * self.l2 * float(coef @ coef), grad
+
+    def l1_value(self, x):
+        return self.l1 * float(np.sum(np.abs(x[: self.n_coef]))) if self.l1 else 0.0
+
+    def prox(self, x, step):
+        out = x.copy()
+        threshold = float(step) * self.l1
+        if threshold > 0:
+            coef = x[: self.n_coef]
+            out[: self.n_coef] = np.sign(coef) * np.maximum(np.abs(coef) - threshold, 0.0)
+        return out
+
+
+# ----------------------------------------------------------------------- exchanges
+class LocalExchange:
+    """Pulls and pushes in process: straight into the owners' memory (the groups'
+    scratch dicts).  Bytes are counted as they would travel (the arrays' bytes)."""
+
+    def __init__(self, scratches):
+        self.scratches = scratches
+
+    def call(self, calls):
+        """``[(owner, fn, args)]`` -> ``(results, bytes sent, bytes received)``."""
+        results = [fn(None, self.scratches[o], *args) for o, fn, args in calls]
+        sent = sum(_payload_nbytes(args) for _, _, args in calls)
+        return results, sent, sum(_payload_nbytes(r) for r in results)
+
+    def __reduce__(self):
+        raise TypeError("a LocalExchange works only in process")
+
+
+def _payload_nbytes(value):
+    if isinstance(value, np.ndarray):
+        return int(value.nbytes)
+    if isinstance(value, SparseVector):
+        return value.nbytes
+    if isinstance(value, Partial):
+        return _payload_nbytes(value.grad_sum) + 16
+    if isinstance(value, dict):
+        return sum(_payload_nbytes(v) for v in value.values())
+    if isinstance(value, (tuple, list)):
+        return sum(_payload_nbytes(v) for v in value)
+    return 8
+
+
+class ActorExchange:
+    """Pulls and pushes worker to worker: ``GroupRunner.exchange`` on the owner's
+    runner (``targets[g]``: its worker's address and actor key), all of one call at
+    once, from the calling group's worker.  Bytes are the pickled messages'."""
+
+    def __init__(self, targets):
+        self.targets = [tuple(t) for t in targets]
+
+    def call(self, calls):
+        from distributed import get_worker
+        from distributed.utils import sync
+
+        worker = get_worker()
+        payloads = [pickle.dumps((fn, args)) for _, fn, args in calls]
+        answers = sync(worker.loop, _exchange_all, worker, [(*self.targets[o], p) for (o, _, _), p in
+                                                             zip(calls, payloads)])
+        return [pickle.loads(a) for a in answers], sum(map(len, payloads)), sum(map(len, answers))
+
+
+async def _exchange_all(worker, calls):
+    from distributed.protocol import to_serialize
+
+    async def one(address, key, payload):
+        try:
+            response = await worker.rpc(address).actor_execute(actor=key, function="exchange",
+                                                               args=[to_serialize(payload)], kwargs={})
+        except OSError as err:
+            raise OSError(f"Actor was lost: the owner of a parameter shard on {address} did not answer "
+                          f"({err})") from err
+        if response["status"] != "OK":
+            raise response["exception"]
+        return response["result"]
+
+    return await asyncio.gather(*(one(*c) for c in calls))
+
+
+# --------------------------------------------------------------------- requests
+@dataclass(frozen=True)
+class ShardedRequest:
+    """Phase 1 of a step: evaluate at parameter ``version`` (all rows, or ``draw``'s)."""
+
+    version: int
+    exchange: object
+    split_every: int
+    draw: object = None
+
+
+@dataclass(frozen=True)
+class UpdateCommand:
+    """Phase 2 of a step, or a backoff.
+
+    ``kind``: ``"merge"`` (merge the received sums into the gradient at the current
+    parameters; then, with ``rule``, update speculatively from them), ``"update"``
+    (update from the merged gradient with ``rule``: the first step, after the automatic
+    learning rate), ``"backoff"`` (update from the last accepted point with ``rule``,
+    the halved one).  The new parameters become version ``version``.  ``init``: an
+    optimizer whose state every owner starts (the first step, without a saved state).
+    """
+
+    kind: str
+    version: int
+    split_every: int = 8
+    n_blocks: int = 1
+    rule: object = None
+    init: object = None
+
+
+def _memory(scratch):
+    mem = scratch.get(KEY)
+    if mem is None:
+        mem = scratch[KEY] = {"rows": {}, "inbox": {}, "lock": threading.Lock()}
+    return mem
+
+
+def _owned(scratch):
+    mem = scratch.get(KEY)
+    if mem is None or "x" not in mem:
+        raise ClusterError(
+            "a group lost its parameter shard (its worker was lost mid-fit, or its runner restarted): "
+            "the shard lives only on that worker; fit again, or resume from a checkpoint"
+        )
+    return mem
+
+
+# ------------------------------------------------------------------------ setup
+def _compact(X, n_features):
+    """``(columns, compact CSR)``: the sorted columns block ``X`` touches and ``X`` with
+    its columns renumbered to them (the same entries in the same order)."""
+    if not sp.issparse(X):
+        raise InputError("param_sharding needs sparse (CSR) blocks of X; got dense blocks")
+    X = X.tocsr() if X.format != "csr" else X
+    cols = np.unique(X.indices).astype(np.int64)
+    indices = np.searchsorted(cols, X.indices).astype(X.indices.dtype, copy=False)
+    return cols, sp.csr_matrix((X.data, indices, X.indptr), shape=(X.shape[0], max(cols.size, 0)))
+
+
+def sharded_setup(shard, scratch, objective, layout, exchange, group, x0, state0):
+    """Set a group up: own its slice (``x0``, or zeros; ``state0``: its optimizer state
+    to continue from), compact its blocks, and register with every owner the rows of
+    the owner's range its blocks need.  Returns ``(non-zero columns, blocks)``."""
+    mem = _memory(scratch)
+    lo, hi = layout.flat_range(group)
+    mem.update(group=int(group), layout=layout, version=0, good=None, cand=None, pending=None,
+               x=np.zeros(hi - lo) if x0 is None else np.array(x0, dtype=np.float64, copy=True),
+               state=state0, grad=None)
+    blocks, union = {}, []
+    for b in shard.blocks:
+        cols, Xc = _compact(b.X, layout.n_features)
+        if cols.size and cols[-1] >= layout.n_features:
+            raise InputError(f"X must have {layout.n_features} columns; block {b.index} has column {cols[-1]}")
+        blocks[b.index] = [cols, Xc]
+        union.append(cols)
+    rows = np.unique(np.concatenate(union)) if union else np.zeros(0, dtype=np.int64)
+    if layout.fit_intercept:
+        rows = np.append(rows, layout.n_features)
+    for entry in blocks.values():
+        cols = entry[0]
+        if layout.fit_intercept:
+            cols = np.append(cols, layout.n_features)
+        entry.append(np.searchsorted(rows, cols))
+    mem["blocks"], mem["needs"] = blocks, rows
+    mem["split"] = np.searchsorted(rows, np.asarray(layout.bounds))
+    calls = [(o, _owner_register, (int(group), rows[mem["split"][o]:mem["split"][o + 1]] - layout.bounds[o]))
+             for o in range(layout.n_owners)]
+    exchange.call(calls)
+    return int(rows.size), len(blocks)
+
+
+def _owner_register(shard, scratch, group, rows):
+    _memory(scratch)["rows"][int(group)] = np.asarray(rows, dtype=np.int64)
+
+
+def _commit(mem, version):
+    """Make the pending parameters current when ``version`` is theirs (the driver
+    evaluates them: it accepted the point they were computed from)."""
+    with mem["lock"]:
+        pending = mem["pending"]
+        if pending is not None and pending[0] == version:
+            version, x, state, accepted = pending
+            if accepted:
+                mem["good"] = mem["cand"]
+            mem.update(version=version, x=x, state=state, grad=None, pending=None, cand=None)
+            mem["inbox"] = {}
+
+
+def _owner_pull(shard, scratch, group, version):
+    mem = _owned(scratch)
+    _commit(mem, version)
+    if mem["version"] != version:
+        raise ClusterError(f"a parameter shard is at version {mem['version']}, the step asks for {version}")
+    return mem["x"].reshape(-1, mem["layout"].width)[mem["rows"][int(group)]]
+
+
+def _owner_push(shard, scratch, group, version, nodes):
+    mem = _owned(scratch)
+    _commit(mem, version)
+    mem["inbox"][int(group)] = nodes
+
+
+# ------------------------------------------------------------------------ phase 1
+def _restrict(node, lo, hi):
+    """A node's sums for the entries ``lo`` to ``hi`` (renumbered from 0): its weight
+    and that slice of its gradient."""
+    g = node.grad_sum
+    if isinstance(g, SparseVector):
+        a, b = np.searchsorted(g.idx, (lo, hi))
+        if 3 * (b - a) > 2 * (hi - lo):  # 12 bytes an entry: dense is smaller (and adds the same)
+            dense = np.zeros(hi - lo)
+            dense[g.idx[a:b] - lo] = g.values[a:b]
+            g = dense
+        else:
+            g = SparseVector(g.idx[a:b] - lo, g.values[a:b], hi - lo)
+    else:
+        g = np.ascontiguousarray(g[lo:hi])
+    return Partial(0.0, g, node.weight_sum, 0.0, 0.0, 0)
+
+
+def _block_rows(b, draw):
+    """The rows of block ``b`` a step sums over: None (all), or sorted indices (as
+    :meth:`~.objective.LinearTraining.group_sums` draws them)."""
+    if draw is None or draw.take is None:
+        return None
+    k = int(draw.take[b.index])
+    rng = np.random.default_rng([*draw.seed, draw.step, b.index])
+    return np.sort(rng.choice(b.n_rows, size=k, replace=False)) if k else np.zeros(0, dtype=np.int64)
+
+
+def sharded_eval(shard, scratch, objective, request, tree):
+    """Phase 1 of a step on one group (see the module docstring): pull, evaluate, push.
+    Returns the group's complete subtrees of ``tree`` carrying the loss and weight sums
+    (and, in ``extras``: entries that are not finite, bytes pulled and pushed)."""
+    wall0, t0 = time.time(), time.perf_counter()
+    mem = _owned(scratch)
+    lay, obj, ex = mem["layout"], objective.objective, request.exchange
+    split, width, n = mem["split"], mem["layout"].width, mem["layout"].n_owners
+    calls = [(o, _owner_pull, (mem["group"], request.version)) for o in range(n)]
+    pulled, sent, received = ex.call(calls)
+    xg = np.empty((mem["needs"].size, width))
+    for o, values in enumerate(pulled):
+        xg[split[o]:split[o + 1]] = values
+    leaves, scalars = {}, {}
+    compact = mem.setdefault("objectives", {})
+    for i, b in enumerate(shard.blocks):
+        cols, Xc, pos = mem["blocks"][b.index]
+        rows = _block_rows(b, request.draw)
+        if rows is not None and rows.size == 0:
+            loss, grad, weight = 0.0, np.zeros(0), 0.0
+        else:
+            if cols.size not in compact:
+                compact[cols.size] = replace(obj, n_features=int(cols.size))
+            try:
+                with np.errstate(all="ignore"):
+                    loss, grad, weight = compact[cols.size].block_sums(xg[pos].ravel(), Xc, b.y, b.sample_weight,
+                                                                      rows=rows)
+            except Exception as err:
+                raise _block_error(err, b) from err
+        full = np.append(cols, lay.n_features) if lay.fit_intercept else cols
+        idx = (full[:, None] * width + np.arange(width)).ravel() if grad.size else np.zeros(0, dtype=np.int64)
+        bad = int(np.count_nonzero(~np.isfinite(grad)))
+        leaves[0, b.index] = Partial(loss, SparseVector(idx, grad, lay.n_params), weight, 0.0, 0.0, 0)
+        scalars[0, b.index] = Partial(loss, np.zeros(0), weight, 0.0, 0.0, int(i == 0), extras={"nonfinite": bad})
+    nodes = BlockTree(tree.n_blocks, tree.split_every, size=lay.n_params).complete(leaves)
+    pushes = [(o, _owner_push, (mem["group"], request.version,
+                                {key: _restrict(p, *lay.flat_range(o)) for key, p in nodes.items()}))
+              for o in range(n)]
+    _, sent2, received2 = ex.call(pushes)
+    dt = time.perf_counter() - t0
+    moved = {"bytes_pulled": received + sent, "bytes_pushed": sent2 + received2}
+    out = {}
+    for key, p in tree.complete(scalars).items():
+        extras = dict(p.extras)
+        if p.n_groups:
+            extras.update(moved)
+        out[key] = Partial(p.loss_sum, p.grad_sum, p.weight_sum, dt, dt, p.n_groups, wall0, wall0 + dt, extras)
+    return out
+
+
+# ------------------------------------------------------------------------ phase 2
+def _stats(mem, pen, rule=None):
+    """The scalars an owner reports of its gradient (when merged): largest entry (of
+    the proximal gradient mapping with an L1 part), squared norm, non-finite entries."""
+    g = mem["grad"]
+    if g is None:
+        return {}
+    out = {"gmax": Max(np.max(np.abs(g), initial=0.0)), "gsq": float(g @ g),
+           "nonfinite": int(np.count_nonzero(~np.isfinite(g)))}
+    if pen.has_l1 and rule is not None:
+        lr = rule.optimizer.current_learning_rate(mem["state"])
+        x = mem["x"]
+        out["gmap"] = Max(np.max(np.abs((x - pen.prox(x - lr * g, lr)) / lr), initial=0.0))
+    return out
+
+
+def sharded_update(shard, scratch, penalty_spec, command):
+    """Phase 2 (or a backoff) on one owner; answers one :class:`~.reduce.Partial`
+    whose ``extras`` hold its scalars (see :func:`_stats`; ``pen``, ``l1``: the
+    penalty values of the new parameters)."""
+    wall0, t0 = time.time(), time.perf_counter()
+    from .update import UpdateRule
+
+    mem = _owned(scratch)
+    lay, owner = mem["layout"], mem["group"]
+    pen = SlicePenalty.of(penalty_spec, lay, owner)
+    extras = {}
+    if command.init is not None and mem["state"] is None:
+        mem["state"] = command.init.init(mem["x"])
+    if command.kind == "merge":
+        lo, hi = lay.flat_range(owner)
+        tree = BlockTree(command.n_blocks, command.split_every, size=hi - lo)
+        root = tree.root(tree.merge(*mem["inbox"].values()))
+        mem["inbox"] = {}
+        pen_value, pen_grad = pen.smooth(mem["x"])
+        grad = pen_grad if root.weight_sum <= 0 else root.grad_sum / root.weight_sum + pen_grad
+        mem["grad"] = grad
+        mem["cand"] = (mem["x"], mem["state"], grad)
+        extras.update(_stats(mem, pen, command.rule), pen_x=pen_value, l1_x=pen.l1_value(mem["x"]),
+                      count=Max(getattr(mem["state"], "count", 0)))
+    if command.rule is not None:
+        if command.kind == "backoff":
+            if mem["good"] is None:
+                raise ClusterError("a parameter shard has no accepted point to back off to")
+            x, state, grad = mem["good"]
+            accepted = False
+        else:
+            x, state, grad = mem["cand"]
+            accepted = True
+        new, new_state, _ = UpdateRule(command.rule.optimizer, pen).apply(x, grad, state)
+        mem["pending"] = (int(command.version), new, new_state, accepted)
+        value, _ = pen.smooth(new)
+        extras.update(pen=value, l1=pen.l1_value(new))
+    dt = time.perf_counter() - t0
+    return Partial(0.0, np.zeros(0), 0.0, dt, dt, 1, wall0, wall0 + dt, extras)
+
+
+# ----------------------------------------------------------------- the slices
+def sharded_slice(shard, scratch, which):
+    """This owner's slice of the parameters: ``"current"`` (last evaluated),
+    ``"pending"`` (the update after it, if any) or ``"good"`` (last accepted)."""
+    mem = _owned(scratch)
+    if which == "pending" and mem["pending"] is not None:
+        return mem["pending"][1], mem["pending"][2]
+    if which == "good" and mem["good"] is not None:
+        return mem["good"][0], mem["good"][1]
+    return mem["x"], mem["state"]
+
+
+def sharded_memory(shard, scratch):
+    """What a checkpoint keeps of this owner: its version, slices and states."""
+    from .kernels import _host
+
+    mem = _owned(scratch)
+    return _host({k: mem[k] for k in ("version", "x", "state", "good", "cand", "pending", "grad")})
+
+
+def sharded_restore(shard, scratch, memory):
+    """Give this owner what :func:`sharded_memory` kept (after :func:`sharded_setup`)."""
+    mem = _owned(scratch)
+    mem.update({k: memory[k] for k in ("version", "x", "state", "good", "cand", "pending", "grad")})
+    mem["inbox"] = {}

@@ -1,0 +1,193 @@
+"""Sharded parameters (param_sharding): the same fit as unsharded, only scalars through the driver."""
+
+import logging
+import os
+
+import dask.array as da
+import numpy as np
+import pytest
+import scipy.sparse as sp
+from distributed import Client, LocalCluster
+from interrupts import Interrupted, StopAt
+
+from dask_dgd import train
+from dask_dgd._engine.modes.sharded import assemble, split
+from dask_dgd._engine.sharding import Max, ParamLayout, SlicePenalty
+from dask_dgd.exceptions import ParameterError
+from dask_dgd.losses import BinaryLogistic, HalfSquaredError, LinearObjective, MultinomialLogistic, Penalty
+from dask_dgd.optim import Adam
+
+N, D = 4000, 3000
+
+
+def _problem(d=D, classes=None, seed=0):
+    """Sparse rows whose non-zero columns lie in the first 3000 of ``d`` (the same data
+    embedded in a wider space for larger ``d``)."""
+    rng = np.random.default_rng(seed)
+    X = sp.random(N, D, density=0.004, format="csr", random_state=seed, data_rvs=rng.standard_normal)
+    X = sp.csr_matrix((X.data, X.indices, X.indptr), shape=(N, d))
+    w = rng.normal(size=D)
+    raw = X[:, :D] @ w
+    if classes:
+        y = np.digitize(raw + rng.logistic(size=N), np.quantile(raw, np.linspace(0, 1, classes + 1)[1:-1]))
+    else:
+        y = (raw + rng.logistic(size=N) > 0).astype(float)
+    return da.from_array(X, chunks=(500, d), asarray=False), da.from_array(y.astype(float), chunks=500)
+
+
+CASES = {
+    "gd": (BinaryLogistic(), dict(solver="gd", max_iter=25), Penalty(alpha=1e-3)),
+    "sgd-adam": (BinaryLogistic(), dict(solver="sgd", batch_size=400, max_iter=3, optimizer=Adam(0.05)),
+                 Penalty(alpha=1e-4)),
+    "elastic-net": (BinaryLogistic(), dict(solver="gd", max_iter=25), Penalty(alpha=2e-3, l1_ratio=0.5)),
+    "multinomial": (MultinomialLogistic(3), dict(solver="gd", max_iter=15), Penalty(alpha=1e-3)),
+    "squared-no-intercept": (HalfSquaredError(), dict(solver="sgd", batch_size=1000, max_iter=4, optimizer="rmsprop"),
+                             Penalty(alpha=1e-2)),
+}
+
+
+def _fit(client, case, sharding, data=None, **extra):
+    loss, kw, pen = CASES[case]
+    kw = {**kw, **{k: extra.pop(k) for k in list(extra) if k in kw}}
+    X, y = data if data is not None else _problem(classes=getattr(loss, "n_classes", None))
+    intercept = case != "squared-no-intercept"
+    obj = LinearObjective(loss, n_features=X.shape[1], fit_intercept=intercept)
+    return train(obj, (X, y), penalty=pen, param_sharding=sharding, random_state=0, client=client, **kw, **extra)
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_sharded_fit_equals_unsharded(client, case):
+    """The coefficients are the same bit for bit (the gradient's sums are the same
+    additions in the same order); the loss differs only by the penalty's sum over the
+    owners' slices (at most a few roundings)."""
+    data = client.persist(_problem(classes=3 if case == "multinomial" else None))
+    ref = _fit(client, case, False, data)
+    got = _fit(client, case, True, data)
+    assert got.param_sharding and not ref.param_sharding
+    np.testing.assert_array_equal(got.params, ref.params)
+    assert got.n_iter == ref.n_iter and len(got.history) == len(ref.history)
+    np.testing.assert_allclose(got.history["loss"], ref.history["loss"], rtol=1e-13, atol=0)
+    np.testing.assert_allclose(got.history["grad_norm"], ref.history["grad_norm"], rtol=1e-10)
+    assert got.converged == ref.converged
+    for field in ref.opt_state._fields:  # the optimizer state, assembled from the owners' slices
+        np.testing.assert_array_equal(getattr(got.opt_state, field), getattr(ref.opt_state, field))
+
+
+def test_sharded_in_process_equals_unsharded():
+    X, y = _problem()
+    X, y = X.compute(), y.compute()
+    obj = LinearObjective(BinaryLogistic(), n_features=D)
+    kw = dict(penalty=Penalty(alpha=1e-3), solver="sgd", batch_size=500, max_iter=2, optimizer="adagrad",
+              random_state=1)
+    ref, got = train(obj, (X, y), **kw), train(obj, (X, y), param_sharding=True, **kw)
+    np.testing.assert_array_equal(got.params, ref.params)
+
+
+def test_three_owners_and_the_backoff_are_the_same_fit():
+    """On 3 workers (3 owners), with a learning rate so large the guard backs off:
+    the same halvings at the same steps and the same coefficients."""
+    with LocalCluster(n_workers=3, threads_per_worker=1, processes=False, dashboard_address=":0",
+                      silence_logs=logging.ERROR) as cluster, Client(cluster, set_as_default=False) as c:
+        data = c.persist(_problem())
+        obj = LinearObjective(BinaryLogistic(), n_features=D)
+        kw = dict(penalty=Penalty(alpha=1e-3), solver="gd", max_iter=12, learning_rate=400.0,
+                  on_divergence="backoff", client=c, rebalance=False)
+        ref = train(obj, data, **kw)
+        got = train(obj, data, param_sharding=True, **kw)
+    assert got.history["step_size"].tolist() == ref.history["step_size"].tolist()
+    assert ref.history["step_size"].iloc[-1] < 400.0  # it did back off
+    np.testing.assert_array_equal(got.params, ref.params)
+    assert len(got.history) == len(ref.history)
+
+
+def test_driver_and_worker_bytes_follow_the_non_zero_columns_not_d(client):
+    """The same data in 3,000, 300,000 and 3,000,000 columns: the driver's bytes per
+    step and the groups' pulled and pushed bytes do not grow with d (a pushed entry
+    is 12 bytes where few columns of an owner's range are touched, 8 where most are);
+    unsharded, the gradients through the tree grow with d."""
+    data = {k: client.persist(_problem(k * D)) for k in (1, 100, 1000)}
+    fits = {(k, True): _fit(client, "gd", True, data[k], max_iter=5) for k in data}
+    fits[100, False] = _fit(client, "gd", False, data[100], max_iter=5)
+    h = {k: f.history.iloc[1:].median(numeric_only=True) for k, f in fits.items()}
+    for col, ratio in (("driver_bytes", 1.02), ("bytes_down", 1.02), ("bytes_up", 1.5)):
+        assert h[100, True][col] <= ratio * h[1, True][col], col
+        assert h[1000, True][col] <= 1.02 * h[100, True][col], col
+    assert h[100, False]["bytes_up"] > 20 * h[100, True]["bytes_up"]
+    assert h[100, False]["driver_bytes"] > 100 * h[100, True]["driver_bytes"]
+    # (the automatic learning rate's curvature estimate rounds differently in 3,000,000 columns)
+    np.testing.assert_allclose(fits[1000, True].params[:D], fits[1, True].params[:D], rtol=1e-9)
+    np.testing.assert_array_equal(fits[1000, True].params[D:-1], 0.0)
+
+
+@pytest.mark.parametrize("case", ["gd", "sgd-adam"])
+def test_interrupted_and_resumed_sharded_fit_equals_uninterrupted(tmp_path, client, case):
+    data = client.persist(_problem())
+    ref = _fit(client, case, True, data)
+    folder = tmp_path / "ckpt"
+    with pytest.raises(Interrupted):
+        _fit(client, case, True, data, checkpoint=folder, checkpoint_every=3, callbacks=[StopAt(11)])
+    assert os.listdir(folder) == ["checkpoint.npz"]
+    got = _fit(client, case, True, data, checkpoint=folder, checkpoint_every=3, resume=True)
+    np.testing.assert_array_equal(got.params, ref.params)
+    assert got.history["step"].tolist() == ref.history["step"].tolist()
+    np.testing.assert_allclose(got.history["loss"], ref.history["loss"], rtol=0, atol=1e-15)
+
+
+def test_auto_shards_wide_models_on_a_cluster_only(client):
+    import dask
+
+    data = client.persist(_problem())
+    obj = LinearObjective(BinaryLogistic(), n_features=D)
+    with dask.config.set({"dgd.shard-params-min": 1000}):
+        wide = train(obj, data, solver="gd", max_iter=2, param_sharding="auto", client=client)
+        lbfgs = train(obj, data, max_iter=2, param_sharding="auto", client=client)  # solver "auto": L-BFGS
+        local = train(obj, tuple(a.compute() for a in _problem()), solver="gd", max_iter=2, param_sharding="auto")
+    narrow = train(obj, data, solver="gd", max_iter=2, param_sharding="auto", client=client)
+    assert wide.param_sharding
+    assert not (lbfgs.param_sharding or local.param_sharding or narrow.param_sharding)
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    (dict(param_sharding="yes"), "param_sharding must be 'auto', True or False; got 'yes'"),
+    (dict(param_sharding=1), "param_sharding must be 'auto', True or False; got 1"),
+    (dict(param_sharding=True, solver="lbfgs"), "solver='lbfgs' is not supported (only 'gd' and 'sgd')"),
+    (dict(param_sharding=True, solver="gd", mode="async"), "mode='async' is not supported (only 'sync')"),
+    (dict(param_sharding=True, solver="gd", compression="topk:0.1"), "compression is not supported"),
+    (dict(param_sharding=True, dense=True), "it needs sparse (CSR) X"),
+    (dict(param_sharding=True, offset=True), "offsets are not supported"),
+])
+def test_what_sharding_does_not_support_is_refused(kwargs, message):
+    kwargs = dict(kwargs)
+    X, y = (a.compute() for a in _problem())
+    if kwargs.pop("dense", False):
+        X = X.toarray()[:, :50]
+    offset = kwargs.pop("offset", False)
+    if offset:
+        X = sp.hstack([X, sp.csr_matrix(np.zeros((N, 1)))], format="csr")
+    obj = LinearObjective(BinaryLogistic(), n_features=X.shape[1] - offset, offset=offset)
+    with pytest.raises(ParameterError) as err:
+        train(obj, (X, y), max_iter=2, **kwargs)
+    assert message in str(err.value)
+
+
+def test_layout_penalty_and_assembly():
+    """The owners' ranges cover the parameter matrix's rows once, the intercept with
+    the last; a slice's penalty is the full penalty's slice; assembly inverts the split."""
+    obj = LinearObjective(MultinomialLogistic(3), n_features=10)
+    lay = ParamLayout.split(obj, 3)
+    assert lay.bounds == (0, 4, 7, 11) and lay.n_params == 33
+    assert [lay.flat_range(o) for o in range(3)] == [(0, 12), (12, 21), (21, 33)]
+    x = np.random.default_rng(0).normal(size=33)
+    pen = Penalty(alpha=0.3, l1_ratio=0.25)
+    value, grad = pen.smooth_value_gradient(x, obj)
+    parts = [SlicePenalty.of(pen, lay, o) for o in range(3)]
+    assert [p.n_coef for p in parts] == [12, 9, 9]
+    np.testing.assert_array_equal(np.concatenate([p.smooth(s)[1] for p, s in zip(parts, split(x, lay))]), grad)
+    assert sum(p.smooth(s)[0] for p, s in zip(parts, split(x, lay))) == pytest.approx(value, rel=1e-14)
+    np.testing.assert_array_equal(np.concatenate([p.prox(s, 0.5) for p, s in zip(parts, split(x, lay))]),
+                                  pen.prox(x, 0.5, obj))
+    state = Adam(0.1).init(x)
+    back = assemble(split(state, lay))
+    assert back.count == state.count
+    np.testing.assert_array_equal(assemble(split(x, lay)), x)
+    assert Max(2.0) + 1.0 == 2.0 and 3.0 + Max(2.0) == 3.0 and isinstance(Max(1.0) + Max(4.0), Max)
