@@ -122,10 +122,16 @@ class Collective:
             pass
 
     # --------------------------------------------------------------- operations
-    def call(self, fn, *args, per_group=None):
+    def call(self, fn, *args, per_group=None, group=None):
         """``fn(shard, scratch, *args, *per_group[g])`` on every group at once; the
         results in group order.  ``scratch`` stays with the group for the life of the
-        shard set (the runner's memory on a cluster)."""
+        shard set (the runner's memory on a cluster).  ``group``: on that group only
+        (its result alone)."""
+        if group is not None:
+            if not self.on_cluster:
+                return fn(self.shards.handles[group], self.scratch()[group], *args)
+            return self._with_recovery(lambda: self.shards.executor.call_runners(
+                (None, [self._runners[1][group]]), fn, args))[0]
         if not self.on_cluster:
             extras = per_group if per_group is not None else [()] * len(self.shards.handles)
             return [fn(h, s, *args, *e) for h, s, e in zip(self.shards.handles, self.scratch(), extras)]

@@ -43,7 +43,8 @@ from .blocks import _block_error
 from .reduce import BlockTree, Partial, SparseVector
 
 __all__ = ["ActorExchange", "LocalExchange", "Max", "ParamLayout", "SlicePenalty", "ShardedRequest", "UpdateCommand",
-           "sharded_eval", "sharded_memory", "sharded_restore", "sharded_setup", "sharded_slice", "sharded_update"]
+           "ValidationRequest", "sharded_eval", "sharded_memory", "sharded_restore", "sharded_setup", "sharded_slice",
+           "sharded_update", "sharded_validate"]
 
 KEY = "sharded"
 
@@ -114,16 +115,24 @@ class SlicePenalty:
 
     @property
     def decay_mask(self):
-        return np.arange(self.size) < self.n_coef
+        """The entries AdamW decays (None: all, a slice of coefficients only)."""
+        return None if self.n_coef == self.size else np.arange(self.size) < self.n_coef
+
+    def value(self, x):
+        """The L2 part's value on this slice."""
+        coef = x[: self.n_coef]
+        return 0.5 * self.l2 * float(coef @ coef) if self.l2 else 0.0
+
+    def add_gradient(self, grad, x):
+        """``grad`` plus the L2 part's gradient (in place on the coefficients: the
+        intercepts' zeros would add nothing), as the unsharded objective adds them."""
+        if self.l2:
+            grad[: self.n_coef] += self.l2 * x[: self.n_coef]
+        return grad
 
     def smooth(self, x):
         """The L2 part's value on this slice and its gradient."""
-        grad = np.zeros_like(x)
-        if self.l2 == 0.0:
-            return 0.0, grad
-        coef = x[: self.n_coef]
-        grad[: self.n_coef] = self.l2 * coef
-        return 0.5 * self.l2 * float(coef @ coef), grad
+        return self.value(x), self.add_gradient(np.zeros_like(x), x)
 
     def l1_value(self, x):
         return self.l1 * float(np.sum(np.abs(x[: self.n_coef]))) if self.l1 else 0.0
@@ -214,6 +223,15 @@ class ShardedRequest:
     exchange: object
     split_every: int
     draw: object = None
+
+
+@dataclass(frozen=True)
+class ValidationRequest:
+    """Evaluate held-out blocks at the owners' parameters of ``version``."""
+
+    version: int
+    exchange: object
+    layout: ParamLayout
 
 
 @dataclass(frozen=True)
@@ -314,12 +332,14 @@ def _commit(mem, version):
             mem["inbox"] = {}
 
 
-def _owner_pull(shard, scratch, group, version):
+def _owner_pull(shard, scratch, group, version, rows=None):
+    """The owner's rows of the parameter matrix that ``group`` needs: those it
+    registered, or ``rows`` (a mini-batch's)."""
     mem = _owned(scratch)
     _commit(mem, version)
     if mem["version"] != version:
         raise ClusterError(f"a parameter shard is at version {mem['version']}, the step asks for {version}")
-    return mem["x"].reshape(-1, mem["layout"].width)[mem["rows"][int(group)]]
+    return mem["x"].reshape(-1, mem["layout"].width)[mem["rows"][int(group)] if rows is None else rows]
 
 
 def _owner_push(shard, scratch, group, version, nodes):
@@ -329,6 +349,31 @@ def _owner_push(shard, scratch, group, version, nodes):
 
 
 # ------------------------------------------------------------------------ phase 1
+def _pull(mem, request, batch):
+    """The coefficients the group's blocks need, as rows of the group's compact matrix
+    (ordered as ``mem["needs"]``): all of them, or (``batch``: each block's rows of a
+    mini-batch) only those the batch touches; the others stay 0 and are never read.
+    Returns ``(matrix, bytes sent, bytes received)``."""
+    lay, split, group = mem["layout"], mem["split"], mem["group"]
+    xg = np.zeros((mem["needs"].size, lay.width))
+    if batch is None:
+        wanted = [(split[o], split[o + 1], None) for o in range(lay.n_owners)]
+    else:
+        used = [mem["blocks"][b][2][mem["blocks"][b][1][rows].indices] for b, rows in batch.items()
+                if rows is not None and rows.size]
+        if lay.fit_intercept:
+            used.append(np.array([mem["needs"].size - 1]))
+        need = np.unique(np.concatenate(used)) if used else np.zeros(0, dtype=np.int64)
+        cut = np.searchsorted(need, split)
+        wanted = [(need[cut[o]:cut[o + 1]], None, (mem["needs"][need[cut[o]:cut[o + 1]]] - lay.bounds[o])
+                   .astype(np.int32)) for o in range(lay.n_owners)]
+    pulled, sent, received = request.exchange.call(
+        [(o, _owner_pull, (group, request.version, rows)) for o, (_, _, rows) in enumerate(wanted)])
+    for (at, end, _), values in zip(wanted, pulled):
+        xg[at if end is None else slice(at, end)] = values
+    return xg, sent, received
+
+
 def _restrict(node, lo, hi):
     """A node's sums for the entries ``lo`` to ``hi`` (renumbered from 0): its weight
     and that slice of its gradient."""
@@ -363,17 +408,14 @@ def sharded_eval(shard, scratch, objective, request, tree):
     wall0, t0 = time.time(), time.perf_counter()
     mem = _owned(scratch)
     lay, obj, ex = mem["layout"], objective.objective, request.exchange
-    split, width, n = mem["split"], mem["layout"].width, mem["layout"].n_owners
-    calls = [(o, _owner_pull, (mem["group"], request.version)) for o in range(n)]
-    pulled, sent, received = ex.call(calls)
-    xg = np.empty((mem["needs"].size, width))
-    for o, values in enumerate(pulled):
-        xg[split[o]:split[o + 1]] = values
+    width, n = lay.width, lay.n_owners
+    batch = {b.index: _block_rows(b, request.draw) for b in shard.blocks}
+    xg, sent, received = _pull(mem, request, None if request.draw is None or request.draw.take is None else batch)
     leaves, scalars = {}, {}
     compact = mem.setdefault("objectives", {})
     for i, b in enumerate(shard.blocks):
         cols, Xc, pos = mem["blocks"][b.index]
-        rows = _block_rows(b, request.draw)
+        rows = batch[b.index]
         if rows is not None and rows.size == 0:
             loss, grad, weight = 0.0, np.zeros(0), 0.0
         else:
@@ -388,6 +430,9 @@ def sharded_eval(shard, scratch, objective, request, tree):
         full = np.append(cols, lay.n_features) if lay.fit_intercept else cols
         idx = (full[:, None] * width + np.arange(width)).ravel() if grad.size else np.zeros(0, dtype=np.int64)
         bad = int(np.count_nonzero(~np.isfinite(grad)))
+        if rows is not None and grad.size:  # a mini-batch touches few columns: the others' zeros stay home
+            touched = np.repeat(np.any(grad.reshape(-1, width) != 0, axis=1), width)
+            idx, grad = idx[touched], grad[touched]
         leaves[0, b.index] = Partial(loss, SparseVector(idx, grad, lay.n_params), weight, 0.0, 0.0, 0)
         scalars[0, b.index] = Partial(loss, np.zeros(0), weight, 0.0, 0.0, int(i == 0), extras={"nonfinite": bad})
     nodes = BlockTree(tree.n_blocks, tree.split_every, size=lay.n_params).complete(leaves)
@@ -406,6 +451,39 @@ def sharded_eval(shard, scratch, objective, request, tree):
     return out
 
 
+def sharded_validate(shard, scratch, objective, request, tree):
+    """The loss and weight sums of held-out blocks at the owners' parameters of
+    ``request.version`` (a validation shard set's group: it pulls the rows its blocks
+    touch, named each time, and sends nothing back)."""
+    wall0, t0 = time.time(), time.perf_counter()
+    mem = scratch.get("validation")
+    width = objective.objective.n_outputs
+    if mem is None:
+        lay = request.layout
+        blocks = {b.index: _compact(b.X, lay.n_features) for b in shard.blocks}
+        needs = np.unique(np.concatenate([c for c, _ in blocks.values()] + [np.zeros(0, dtype=np.int64)]))
+        if lay.fit_intercept:
+            needs = np.append(needs, lay.n_features)
+        cut = np.searchsorted(needs, np.asarray(lay.bounds))
+        rows = [(needs[cut[o]:cut[o + 1]] - lay.bounds[o]).astype(np.int32) for o in range(lay.n_owners)]
+        mem = scratch["validation"] = {"blocks": blocks, "needs": needs, "rows": rows, "cut": cut}
+    pulled, _, _ = request.exchange.call([(o, _owner_pull, (-1, request.version, r)) for o, r in
+                                          enumerate(mem["rows"])])
+    xg = np.concatenate(pulled) if pulled else np.zeros((0, width))
+    scalars = {}
+    for i, b in enumerate(shard.blocks):
+        cols, Xc = mem["blocks"][b.index]
+        full = np.append(cols, request.layout.n_features) if request.layout.fit_intercept else cols
+        obj = replace(objective.objective, n_features=int(cols.size))
+        with np.errstate(all="ignore"):
+            loss, _, weight = obj.block_sums(xg[np.searchsorted(mem["needs"], full)].ravel(), Xc, b.y,
+                                             b.sample_weight)
+        scalars[0, b.index] = Partial(loss, np.zeros(0), weight, 0.0, 0.0, int(i == 0))
+    dt = time.perf_counter() - t0
+    return {k: Partial(p.loss_sum, p.grad_sum, p.weight_sum, dt, dt, p.n_groups, wall0, wall0 + dt)
+            for k, p in tree.complete(scalars).items()}
+
+
 # ------------------------------------------------------------------------ phase 2
 def _stats(mem, pen, rule=None):
     """The scalars an owner reports of its gradient (when merged): largest entry (of
@@ -413,8 +491,9 @@ def _stats(mem, pen, rule=None):
     g = mem["grad"]
     if g is None:
         return {}
-    out = {"gmax": Max(np.max(np.abs(g), initial=0.0)), "gsq": float(g @ g),
-           "nonfinite": int(np.count_nonzero(~np.isfinite(g)))}
+    gsq = float(g @ g)
+    out = {"gmax": Max(max(g.max(initial=0.0), -g.min(initial=0.0))), "gsq": gsq,
+           "nonfinite": 0 if np.isfinite(gsq) else int(np.count_nonzero(~np.isfinite(g)))}
     if pen.has_l1 and rule is not None:
         lr = rule.optimizer.current_learning_rate(mem["state"])
         x = mem["x"]
@@ -431,7 +510,9 @@ def sharded_update(shard, scratch, penalty_spec, command):
 
     mem = _owned(scratch)
     lay, owner = mem["layout"], mem["group"]
-    pen = SlicePenalty.of(penalty_spec, lay, owner)
+    if mem.get("penalty", (None,))[0] != penalty_spec:
+        mem["penalty"] = (penalty_spec, SlicePenalty.of(penalty_spec, lay, owner))
+    pen = mem["penalty"][1]
     extras = {}
     if command.init is not None and mem["state"] is None:
         mem["state"] = command.init.init(mem["x"])
@@ -440,9 +521,9 @@ def sharded_update(shard, scratch, penalty_spec, command):
         tree = BlockTree(command.n_blocks, command.split_every, size=hi - lo)
         root = tree.root(tree.merge(*mem["inbox"].values()))
         mem["inbox"] = {}
-        pen_value, pen_grad = pen.smooth(mem["x"])
-        grad = pen_grad if root.weight_sum <= 0 else root.grad_sum / root.weight_sum + pen_grad
-        mem["grad"] = grad
+        pen_value = pen.value(mem["x"])
+        grad = np.zeros_like(mem["x"]) if root.weight_sum <= 0 else root.grad_sum / root.weight_sum
+        mem["grad"] = grad = pen.add_gradient(grad, mem["x"])
         mem["cand"] = (mem["x"], mem["state"], grad)
         extras.update(_stats(mem, pen, command.rule), pen_x=pen_value, l1_x=pen.l1_value(mem["x"]),
                       count=Max(getattr(mem["state"], "count", 0)))
@@ -457,8 +538,7 @@ def sharded_update(shard, scratch, penalty_spec, command):
             accepted = True
         new, new_state, _ = UpdateRule(command.rule.optimizer, pen).apply(x, grad, state)
         mem["pending"] = (int(command.version), new, new_state, accepted)
-        value, _ = pen.smooth(new)
-        extras.update(pen=value, l1=pen.l1_value(new))
+        extras.update(pen=pen.value(new), l1=pen.l1_value(new))
     dt = time.perf_counter() - t0
     return Partial(0.0, np.zeros(0), 0.0, dt, dt, 1, wall0, wall0 + dt, extras)
 

@@ -351,8 +351,9 @@ def resolve_sharding(param_sharding, *, objective, shards, solver, mode, compres
         reasons.append(f"solver={solver!r} is not supported (only 'gd' and 'sgd')")
     if compression is not None:
         reasons.append("compression is not supported")
-    if validator is not None:
-        reasons.append("early stopping is not supported")
+    if validator is not None and (getattr(validator, "scorer", None) is not None
+                                  or not hasattr(validator, "evaluate_sharded")):
+        reasons.append("early stopping scores only the validation loss (scoring=None)")
     if param_sharding is True:
         if reasons:
             raise ParameterError("param_sharding=True cannot be used here: " + "; ".join(reasons))

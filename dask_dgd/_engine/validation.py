@@ -127,6 +127,21 @@ class Validator:
         return {"val_loss": float(loss), "val_score": float(score)}
 
 
+    def evaluate_sharded(self, source):
+        """``{"val_loss", "val_score"}`` at the parameters a
+        :class:`~.modes.sharded.ShardedSource` evaluated last: each validation group
+        pulls the coefficients its rows touch from their owners (the validation loss
+        only: a scorer needs the coefficients on the driver)."""
+        from .sharding import ValidationRequest, sharded_validate
+
+        self.n_evaluations += 1
+        partial = self.shards.collective.reduce(
+            sharded_validate, self.training, ValidationRequest(source.version, source.exchange, source.layout),
+            split_every=self.split_every, size=0, name=f"validation-{self.n_evaluations}")
+        loss = partial.loss_sum / partial.weight_sum if partial.weight_sum > 0 else math.nan
+        return {"val_loss": float(loss), "val_score": -float(loss)}
+
+
 def _gather_rows(shards):
     """Every validation row on the driver, in block order: ``(X, y, weights or None)``."""
     pieces = sorted(

@@ -156,6 +156,16 @@ class DGDLinearModel(InferenceMixin, ClientParamMixin, BaseEstimator):
         equal-cost blocks and placed again; during synchronous training, blocks move
         toward faster workers.  True: always rechunk and place.  False: leave every
         block where it is.  What was measured and done is in ``skew_report_``.
+    param_sharding : "auto", bool, default="auto"
+        Keep the coefficients and the optimizer state split over the workers by
+        feature range (wide sparse models, e.g. hashed features): each step a worker
+        pulls only the coefficients of the columns its blocks touch and sends each
+        owner its part of the gradient; the driver handles only scalars.  The same
+        coefficients as without (bit for bit).  "auto": on a cluster, for CSR input
+        with at least 2**20 parameters (dask config ``dgd.shard-params-min``) trained
+        by "gd" or "sgd" synchronously without compression or early stopping.  True:
+        always (an error names what is not supported); False: never.  See the user
+        guide's "Wide models".
     compression : None, str or compressor object, default=None
         Compress what each block sends up the reduction ("gd"/"sgd" steps; local SGD's
         round changes and the asynchronous pushes too): "fp16", "bf16", "topk:RATIO",
@@ -200,6 +210,7 @@ class DGDLinearModel(InferenceMixin, ClientParamMixin, BaseEstimator):
         "n_iter_no_change": [Interval(numbers.Integral, 1, None, "left")],
         "scoring": [None, str, callable],
         "rebalance": [Options("auto"), bool],
+        "param_sharding": [Options("auto"), bool],
         "random_state": [None, Interval(numbers.Integral, 0, None, "left"), np.random.RandomState],
         "warm_start": [bool],
     }
@@ -334,7 +345,8 @@ class DGDLinearModel(InferenceMixin, ClientParamMixin, BaseEstimator):
             staleness_scaling=self.staleness_scaling, max_time=self.max_time, on_divergence=self.on_divergence,
             checkpoint=self.checkpoint, checkpoint_every=self.checkpoint_every, n_iter_no_change=self.n_iter_no_change,
             compression=self.compression, split_every=self.split_every, rebalance=self.rebalance,
-            random_state=self.random_state, verbose=self.verbose, callbacks=self.callbacks,
+            param_sharding=self.param_sharding, random_state=self.random_state, verbose=self.verbose,
+            callbacks=self.callbacks,
         )
 
     def _fit(self, shards, objective, baseline, resume=False, params0=None):

@@ -72,6 +72,7 @@ class _FamilyRegressor(_Regressor):
         n_iter_no_change=5,
         scoring=None,
         rebalance="auto",
+        param_sharding="auto",
         compression=None,
         split_every=8,
         random_state=None,
@@ -104,6 +105,7 @@ class _FamilyRegressor(_Regressor):
             n_iter_no_change=n_iter_no_change,
             scoring=scoring,
             rebalance=rebalance,
+            param_sharding=param_sharding,
             compression=compression,
             split_every=split_every,
             random_state=random_state,
@@ -187,7 +189,7 @@ class GammaRegressor(_FamilyRegressor):
     l1_ratio, fit_intercept, solver, optimizer, learning_rate, batch_size, max_iter, tol, mode, \
 local_steps, outer_optimizer, max_staleness, staleness_scaling, max_time, on_divergence, \
 checkpoint, checkpoint_every, early_stopping, validation_fraction, n_iter_no_change, scoring, \
-rebalance, compression, split_every, random_state, warm_start, verbose, callbacks, client
+rebalance, param_sharding, compression, split_every, random_state, warm_start, verbose, callbacks, client
         The training parameters every linear estimator shares: see
         :class:`~dask_dgd.linear_model.DGDLinearModel`.
 
@@ -269,7 +271,7 @@ class TweedieRegressor(_FamilyRegressor):
     l1_ratio, fit_intercept, solver, optimizer, learning_rate, batch_size, max_iter, tol, mode, \
 local_steps, outer_optimizer, max_staleness, staleness_scaling, max_time, on_divergence, \
 checkpoint, checkpoint_every, early_stopping, validation_fraction, n_iter_no_change, scoring, \
-rebalance, compression, split_every, random_state, warm_start, verbose, callbacks, client
+rebalance, param_sharding, compression, split_every, random_state, warm_start, verbose, callbacks, client
         The training parameters every linear estimator shares: see
         :class:`~dask_dgd.linear_model.DGDLinearModel`.
 
@@ -341,6 +343,7 @@ rebalance, compression, split_every, random_state, warm_start, verbose, callback
         n_iter_no_change=5,
         scoring=None,
         rebalance="auto",
+        param_sharding="auto",
         compression=None,
         split_every=8,
         random_state=None,
@@ -375,6 +378,7 @@ rebalance, compression, split_every, random_state, warm_start, verbose, callback
             n_iter_no_change=n_iter_no_change,
             scoring=scoring,
             rebalance=rebalance,
+            param_sharding=param_sharding,
             compression=compression,
             split_every=split_every,
             random_state=random_state,
@@ -455,7 +459,7 @@ class NegativeBinomialRegressor(_FamilyRegressor):
     l1_ratio, fit_intercept, solver, optimizer, learning_rate, batch_size, max_iter, tol, mode, \
 local_steps, outer_optimizer, max_staleness, staleness_scaling, max_time, on_divergence, \
 checkpoint, checkpoint_every, early_stopping, validation_fraction, n_iter_no_change, scoring, \
-rebalance, compression, split_every, random_state, warm_start, verbose, callbacks, client
+rebalance, param_sharding, compression, split_every, random_state, warm_start, verbose, callbacks, client
         The training parameters every linear estimator shares: see
         :class:`~dask_dgd.linear_model.DGDLinearModel`.
 
@@ -522,6 +526,7 @@ rebalance, compression, split_every, random_state, warm_start, verbose, callback
         n_iter_no_change=5,
         scoring=None,
         rebalance="auto",
+        param_sharding="auto",
         compression=None,
         split_every=8,
         random_state=None,
@@ -555,6 +560,7 @@ rebalance, compression, split_every, random_state, warm_start, verbose, callback
             n_iter_no_change=n_iter_no_change,
             scoring=scoring,
             rebalance=rebalance,
+            param_sharding=param_sharding,
             compression=compression,
             split_every=split_every,
             random_state=random_state,

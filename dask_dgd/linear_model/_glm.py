@@ -48,6 +48,7 @@ class _Regressor(RegressorMixin, DGDLinearModel):
         n_iter_no_change=5,
         scoring=None,
         rebalance="auto",
+        param_sharding="auto",
         compression=None,
         split_every=8,
         random_state=None,
@@ -79,6 +80,7 @@ class _Regressor(RegressorMixin, DGDLinearModel):
         self.n_iter_no_change = n_iter_no_change
         self.scoring = scoring
         self.rebalance = rebalance
+        self.param_sharding = param_sharding
         self.compression = compression
         self.split_every = split_every
         self.random_state = random_state
@@ -198,7 +200,7 @@ class LinearRegression(_Regressor):
     l1_ratio, fit_intercept, solver, optimizer, learning_rate, batch_size, max_iter, tol, mode, \
 local_steps, outer_optimizer, max_staleness, staleness_scaling, max_time, on_divergence, \
 checkpoint, checkpoint_every, early_stopping, validation_fraction, n_iter_no_change, scoring, \
-rebalance, compression, split_every, random_state, warm_start, verbose, callbacks, client
+rebalance, param_sharding, compression, split_every, random_state, warm_start, verbose, callbacks, client
         The training parameters every linear estimator shares: see
         :class:`~dask_dgd.linear_model.DGDLinearModel`.
 
@@ -248,7 +250,7 @@ class PoissonRegressor(_Regressor):
     l1_ratio, fit_intercept, solver, optimizer, learning_rate, batch_size, max_iter, tol, mode, \
 local_steps, outer_optimizer, max_staleness, staleness_scaling, max_time, on_divergence, \
 checkpoint, checkpoint_every, early_stopping, validation_fraction, n_iter_no_change, scoring, \
-rebalance, compression, split_every, random_state, warm_start, verbose, callbacks, client
+rebalance, param_sharding, compression, split_every, random_state, warm_start, verbose, callbacks, client
         The training parameters every linear estimator shares: see
         :class:`~dask_dgd.linear_model.DGDLinearModel`.
 
@@ -293,6 +295,7 @@ rebalance, compression, split_every, random_state, warm_start, verbose, callback
         n_iter_no_change=5,
         scoring=None,
         rebalance="auto",
+        param_sharding="auto",
         compression=None,
         split_every=8,
         random_state=None,
@@ -325,6 +328,7 @@ rebalance, compression, split_every, random_state, warm_start, verbose, callback
             n_iter_no_change=n_iter_no_change,
             scoring=scoring,
             rebalance=rebalance,
+            param_sharding=param_sharding,
             compression=compression,
             split_every=split_every,
             random_state=random_state,

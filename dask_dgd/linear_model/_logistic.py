@@ -77,7 +77,7 @@ class LogisticRegression(ClassifierMixin, DGDLinearModel):
     l1_ratio, fit_intercept, solver, optimizer, learning_rate, batch_size, max_iter, tol, mode, \
 local_steps, outer_optimizer, max_staleness, staleness_scaling, max_time, on_divergence, \
 checkpoint, checkpoint_every, early_stopping, validation_fraction, n_iter_no_change, scoring, \
-rebalance, compression, split_every, random_state, warm_start, verbose, callbacks, client
+rebalance, param_sharding, compression, split_every, random_state, warm_start, verbose, callbacks, client
         The training parameters every linear estimator shares: see
         :class:`~dask_dgd.linear_model.DGDLinearModel`.
 
@@ -130,6 +130,7 @@ rebalance, compression, split_every, random_state, warm_start, verbose, callback
         n_iter_no_change=5,
         scoring=None,
         rebalance="auto",
+        param_sharding="auto",
         compression=None,
         split_every=8,
         random_state=None,
@@ -162,6 +163,7 @@ rebalance, compression, split_every, random_state, warm_start, verbose, callback
         self.n_iter_no_change = n_iter_no_change
         self.scoring = scoring
         self.rebalance = rebalance
+        self.param_sharding = param_sharding
         self.compression = compression
         self.split_every = split_every
         self.random_state = random_state

@@ -11,7 +11,7 @@ from distributed import Client, LocalCluster
 from interrupts import Interrupted, StopAt
 
 from dask_dgd import train
-from dask_dgd._engine.modes.sharded import assemble, split
+from dask_dgd._engine.modes.sharded import _fill_state, split
 from dask_dgd._engine.sharding import Max, ParamLayout, SlicePenalty
 from dask_dgd.exceptions import ParameterError
 from dask_dgd.losses import BinaryLogistic, HalfSquaredError, LinearObjective, MultinomialLogistic, Penalty
@@ -186,8 +186,42 @@ def test_layout_penalty_and_assembly():
     assert sum(p.smooth(s)[0] for p, s in zip(parts, split(x, lay))) == pytest.approx(value, rel=1e-14)
     np.testing.assert_array_equal(np.concatenate([p.prox(s, 0.5) for p, s in zip(parts, split(x, lay))]),
                                   pen.prox(x, 0.5, obj))
-    state = Adam(0.1).init(x)
-    back = assemble(split(state, lay))
-    assert back.count == state.count
-    np.testing.assert_array_equal(assemble(split(x, lay)), x)
+    state = Adam(0.1).init(x + 1.0)
+    back = None
+    for o, part in enumerate(split(state, lay)):
+        back = _fill_state(back, part, *lay.flat_range(o), lay.n_params)
+    assert back.count == state.count and back._fields == state._fields
+    for field in state._fields[1:]:
+        np.testing.assert_array_equal(getattr(back, field), getattr(state, field))
+    np.testing.assert_array_equal(np.concatenate(split(x, lay)), x)
     assert Max(2.0) + 1.0 == 2.0 and 3.0 + Max(2.0) == 3.0 and isinstance(Max(1.0) + Max(4.0), Max)
+
+
+@pytest.mark.filterwarnings("ignore::sklearn.exceptions.ConvergenceWarning")
+def test_estimator_with_sharding_and_early_stopping_equals_unsharded(client):
+    """An estimator's param_sharding, with early stopping on the validation loss (the
+    validation groups pull the coefficients their rows touch): the same fit."""
+    from dask_dgd import LogisticRegression
+
+    X, y = client.persist(_problem())
+    kw = dict(solver="sgd", batch_size=500, max_iter=6, alpha=1e-3, early_stopping=True, n_iter_no_change=2,
+              tol=1e-9, random_state=0, client=client)
+    ref = LogisticRegression(param_sharding=False, **kw).fit(X, y)
+    got = LogisticRegression(param_sharding=True, **kw).fit(X, y)
+    np.testing.assert_array_equal(got.coef_, ref.coef_)
+    np.testing.assert_array_equal(got.intercept_, ref.intercept_)
+    scored = ref.history_["val_loss"].notna()
+    assert scored.sum() >= 2
+    np.testing.assert_allclose(got.history_["val_loss"][scored], ref.history_["val_loss"][scored], rtol=1e-12)
+    assert got.n_iter_ == ref.n_iter_
+
+
+def test_estimator_refuses_a_bad_param_sharding_and_a_scorer():
+    from dask_dgd import LogisticRegression
+
+    X, y = (a.compute() for a in _problem())
+    with pytest.raises(ParameterError, match="param_sharding"):
+        LogisticRegression(param_sharding="on").fit(X, y)
+    with pytest.raises(ParameterError, match=r"early stopping scores only the validation loss \(scoring=None\)"):
+        LogisticRegression(solver="sgd", batch_size=500, param_sharding=True, early_stopping=True, scoring="accuracy",
+                           max_iter=2).fit(X, y)

@@ -33,20 +33,22 @@ from ..stopping import Stop
 from ..update import Guard, UpdateRule, auto_learning_rate, initial_divergence
 from .sync import StepResult, SyncSource
 
-__all__ = ["ShardedFirstOrder", "ShardedSource", "assemble"]
+__all__ = ["ShardedFirstOrder", "ShardedSource", "split"]
 
 
-def assemble(slices):
-    """One vector (or optimizer state) from the owners' slices, in owner order: arrays
-    are concatenated, scalars (a step count) taken from the first."""
-    first = slices[0]
-    if first is None:
-        return None
-    if isinstance(first, np.ndarray):
-        return np.concatenate(slices)
-    if isinstance(first, tuple) and hasattr(first, "_asdict"):
-        return type(first)(**{k: assemble([getattr(s, k) for s in slices]) for k in first._fields})
-    return first
+def _fill_state(state, part, lo, hi, n):
+    """``state`` (an optimizer state of ``n`` parameters, allocated on the first
+    slice) with ``part``'s arrays in entries ``lo`` to ``hi``; its scalars (a step
+    count) are the first slice's."""
+    if part is None or not (isinstance(part, tuple) and hasattr(part, "_asdict")):
+        return part if state is None else state
+    if state is None:
+        state = type(part)(**{k: np.empty(n) if isinstance(v, np.ndarray) and v.ndim == 1 else v
+                              for k, v in part._asdict().items()})
+    for k, v in part._asdict().items():
+        if isinstance(v, np.ndarray) and v.ndim == 1:
+            getattr(state, k)[lo:hi] = v
+    return state
 
 
 def split(vector, layout):
@@ -124,9 +126,16 @@ class ShardedSource(SyncSource):
         return root.extras
 
     def gather(self, which="current"):
-        """``(parameters, optimizer state)`` assembled from the owners' slices."""
-        slices = self.shards.collective.call(sharded_slice, which)
-        return assemble([s[0] for s in slices]), assemble([s[1] for s in slices])
+        """``(parameters, optimizer state)`` assembled from the owners' slices, owner
+        by owner into arrays allocated once (the driver holds the result and one slice)."""
+        lay = self.layout
+        params, state = np.empty(lay.n_params), None
+        for o in range(lay.n_owners):
+            x, st = self.shards.collective.call(sharded_slice, which, group=o)
+            lo, hi = lay.flat_range(o)
+            params[lo:hi] = x
+            state = _fill_state(state, st, lo, hi, lay.n_params)
+        return params, state
 
     def state_dict(self):
         return {"version": self.version, "owners": self.shards.collective.call(sharded_memory)}
@@ -168,7 +177,7 @@ class ShardedFirstOrder(EpochRules, Solver):
         self._set_rules(ctx)
         monotone = self.full_batch and optimizer.descent_method
         self.guard = Guard(ctx.on_divergence, full_batch=self.full_batch, monotone=monotone, hint=ctx.objective.hint)
-        self.use_stopper = not self.full_batch
+        self.use_stopper = not self.full_batch and ctx.validator is None
         self.it = 0
         self.value = None
         self.stats = {}  # the owners' scalars of the last accepted evaluation
@@ -204,12 +213,17 @@ class ShardedFirstOrder(EpochRules, Solver):
             return Outcome(accepted=False)
         self.guard.accepted()
         self.value, self.stats, self.good = value, stats, (value, self.it)
+        scores = {}
+        if self.ctx.validator is not None:
+            scores = {"val_loss": None, "val_score": None}
+            if self.it % self.steps_per_epoch == 0:
+                scores = self.ctx.validator.evaluate_sharded(self.src)
         iteration = self.it if self.full_batch else self.it // self.steps_per_epoch
         n_groups = max(int(res.partial.n_groups), 1)
         record = make_record(
             step=res.step, iteration=iteration, loss=value, grad_norm=math.sqrt(stats.get("gsq", 0.0)),
             step_size=lr, timing=res.timing, n_samples=res.partial.weight_sum,
-            updates_per_group=(1,) * n_groups, nbytes=res.nbytes, route=res.route)
+            updates_per_group=(1,) * n_groups, nbytes=res.nbytes, route=res.route, **scores)
         return Outcome([record])
 
     def step(self):
