@@ -544,15 +544,28 @@ def sharded_update(shard, scratch, penalty_spec, command):
 
 
 # ----------------------------------------------------------------- the slices
-def sharded_slice(shard, scratch, which):
-    """This owner's slice of the parameters: ``"current"`` (last evaluated),
-    ``"pending"`` (the update after it, if any) or ``"good"`` (last accepted)."""
+#: Entries of a slice sent to the driver at a time when a fit's result is assembled.
+GATHER_CHUNK = 2**20
+
+
+def sharded_slice(shard, scratch, which, field=None, start=0):
+    """Part of this owner's parameters: ``"current"`` (last evaluated), ``"pending"``
+    (the update after it, if any) or ``"good"`` (last accepted); their optimizer
+    state's ``field`` (None: the parameters), :data:`GATHER_CHUNK` entries from
+    ``start``.  With ``start=None``: the state with its arrays left out (None), and
+    the slice's length."""
     mem = _owned(scratch)
+    x, state = mem["x"], mem["state"]
     if which == "pending" and mem["pending"] is not None:
-        return mem["pending"][1], mem["pending"][2]
-    if which == "good" and mem["good"] is not None:
-        return mem["good"][0], mem["good"][1]
-    return mem["x"], mem["state"]
+        x, state = mem["pending"][1], mem["pending"][2]
+    elif which == "good" and mem["good"] is not None:
+        x, state = mem["good"][0], mem["good"][1]
+    if start is None:
+        if isinstance(state, tuple) and hasattr(state, "_asdict"):
+            state = type(state)(**{k: None if isinstance(v, np.ndarray) else v for k, v in state._asdict().items()})
+        return state, x.size
+    array = x if field is None else getattr(state, field)
+    return np.array(array[start:start + GATHER_CHUNK], copy=True)
 
 
 def sharded_memory(shard, scratch):

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 import array_api_compat
 import numpy as np
+import scipy.sparse as sp
 
 from .._backend import asarray_like, get_namespace, is_sparse, take_rows, to_numpy
 from ..exceptions import InputError, ParameterError
@@ -567,6 +568,17 @@ def lipschitz_bound(
 
     d = objective.n_features
     fit_intercept = objective.fit_intercept
+    v = None
+    if is_sparse(X):
+        # the iteration lives on the columns the sample touches (the others' rows and
+        # columns of the Gram matrix are zero): memory of the support, not of d (a
+        # hashed model's 2**22 columns); the start vector is the same, restricted
+        support = np.unique(X.indices)
+        if 2 * support.size < d:
+            X = sp.csr_matrix((X.data, np.searchsorted(support, X.indices), X.indptr), shape=(n, support.size))
+            v, d = _power_start(d, fit_intercept, support), int(support.size)
+    if v is None:
+        v = _power_start(d, fit_intercept)
 
     def matvec(v):
         u = X @ v[:d]
@@ -576,8 +588,6 @@ def lipschitz_bound(
         out = np.asarray(X.T @ u, dtype=np.float64)
         return np.concatenate([out, [u.sum()]]) if fit_intercept else out
 
-    v = np.random.default_rng(0).standard_normal(d + fit_intercept)
-    v /= np.linalg.norm(v)
     eigenvalue = 0.0
     for _ in range(max_iter):
         mv = matvec(v)
@@ -591,6 +601,29 @@ def lipschitz_bound(
         if converged:
             break
     return curvature * eigenvalue + float(alpha_l2)
+
+
+#: Entries of the power iteration's start vector drawn at a time (bounded memory).
+_START_CHUNK = 2**20
+
+
+def _power_start(d, fit_intercept, support=None):
+    """The power iteration's start: a fixed pseudo-random unit vector of ``d`` entries
+    (then the intercept's), or its entries at ``support`` (and the intercept's) scaled
+    as in the full vector, drawn a chunk at a time."""
+    rng = np.random.default_rng(0)
+    n = d + fit_intercept
+    if support is None:
+        v = rng.standard_normal(n)
+        return v / np.linalg.norm(v)
+    keep = np.append(support, d) if fit_intercept else support
+    parts, squares = [], 0.0
+    for start in range(0, n, _START_CHUNK):
+        chunk = rng.standard_normal(min(_START_CHUNK, n - start))
+        squares += float(chunk @ chunk)
+        lo, hi = np.searchsorted(keep, (start, start + chunk.size))
+        parts.append(chunk[keep[lo:hi] - start])
+    return np.concatenate(parts) / np.sqrt(squares)
 
 
 def objective_hessian(params, objective, penalty, X, y, sample_weight=None):

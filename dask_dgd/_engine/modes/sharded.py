@@ -17,6 +17,7 @@ import numpy as np
 
 from ..records import Bytes, Route, Timing, make_record
 from ..sharding import (
+    GATHER_CHUNK,
     ActorExchange,
     LocalExchange,
     ShardedRequest,
@@ -34,21 +35,6 @@ from ..update import Guard, UpdateRule, auto_learning_rate, initial_divergence
 from .sync import StepResult, SyncSource
 
 __all__ = ["ShardedFirstOrder", "ShardedSource", "split"]
-
-
-def _fill_state(state, part, lo, hi, n):
-    """``state`` (an optimizer state of ``n`` parameters, allocated on the first
-    slice) with ``part``'s arrays in entries ``lo`` to ``hi``; its scalars (a step
-    count) are the first slice's."""
-    if part is None or not (isinstance(part, tuple) and hasattr(part, "_asdict")):
-        return part if state is None else state
-    if state is None:
-        state = type(part)(**{k: np.empty(n) if isinstance(v, np.ndarray) and v.ndim == 1 else v
-                              for k, v in part._asdict().items()})
-    for k, v in part._asdict().items():
-        if isinstance(v, np.ndarray) and v.ndim == 1:
-            getattr(state, k)[lo:hi] = v
-    return state
 
 
 def split(vector, layout):
@@ -126,15 +112,27 @@ class ShardedSource(SyncSource):
         return root.extras
 
     def gather(self, which="current"):
-        """``(parameters, optimizer state)`` assembled from the owners' slices, owner
-        by owner into arrays allocated once (the driver holds the result and one slice)."""
-        lay = self.layout
+        """``(parameters, optimizer state)`` assembled from the owners' slices, a chunk
+        at a time into arrays allocated once (the driver holds the result and one
+        chunk of :data:`~..sharding.GATHER_CHUNK` entries)."""
+        lay, coll = self.layout, self.shards.collective
         params, state = np.empty(lay.n_params), None
         for o in range(lay.n_owners):
-            x, st = self.shards.collective.call(sharded_slice, which, group=o)
+            skeleton, size = coll.call(sharded_slice, which, None, None, group=o)
             lo, hi = lay.flat_range(o)
-            params[lo:hi] = x
-            state = _fill_state(state, st, lo, hi, lay.n_params)
+            fields = [None]
+            if isinstance(skeleton, tuple) and hasattr(skeleton, "_asdict"):
+                if state is None:
+                    state = skeleton._replace(**{k: np.empty(lay.n_params) for k, v in skeleton._asdict().items()
+                                                 if v is None})
+                fields += [k for k, v in skeleton._asdict().items() if v is None]
+            elif state is None:
+                state = skeleton
+            for field in fields:
+                target = params if field is None else getattr(state, field)
+                for start in range(0, size, GATHER_CHUNK):
+                    chunk = coll.call(sharded_slice, which, field, start, group=o)
+                    target[lo + start:lo + start + chunk.size] = chunk
         return params, state
 
     def state_dict(self):
