@@ -501,6 +501,25 @@ def _stats(mem, pen, rule=None):
     return out
 
 
+def _slice_penalty(mem, penalty_spec):
+    """The owner's :class:`SlicePenalty` (made once per penalty)."""
+    if mem.get("penalty", (None,))[0] != penalty_spec:
+        mem["penalty"] = (penalty_spec, SlicePenalty.of(penalty_spec, mem["layout"], mem["group"]))
+    return mem["penalty"][1]
+
+
+def _merged_gradient(mem, pen, command):
+    """The owner's slice of the gradient at its current parameters: what the groups
+    pushed, merged in the block tree (``command.n_blocks``, ``split_every``), divided
+    by the total weight, plus the L2 part (as ``LinearTraining.finish``)."""
+    lo, hi = mem["layout"].flat_range(mem["group"])
+    tree = BlockTree(command.n_blocks, command.split_every, size=hi - lo)
+    root = tree.root(tree.merge(*mem["inbox"].values()))
+    mem["inbox"] = {}
+    grad = np.zeros_like(mem["x"]) if root.weight_sum <= 0 else root.grad_sum / root.weight_sum
+    return pen.add_gradient(grad, mem["x"])
+
+
 def sharded_update(shard, scratch, penalty_spec, command):
     """Phase 2 (or a backoff) on one owner; answers one :class:`~.reduce.Partial`
     whose ``extras`` hold its scalars (see :func:`_stats`; ``pen``, ``l1``: the
@@ -509,23 +528,14 @@ def sharded_update(shard, scratch, penalty_spec, command):
     from .update import UpdateRule
 
     mem = _owned(scratch)
-    lay, owner = mem["layout"], mem["group"]
-    if mem.get("penalty", (None,))[0] != penalty_spec:
-        mem["penalty"] = (penalty_spec, SlicePenalty.of(penalty_spec, lay, owner))
-    pen = mem["penalty"][1]
+    pen = _slice_penalty(mem, penalty_spec)
     extras = {}
     if command.init is not None and mem["state"] is None:
         mem["state"] = command.init.init(mem["x"])
     if command.kind == "merge":
-        lo, hi = lay.flat_range(owner)
-        tree = BlockTree(command.n_blocks, command.split_every, size=hi - lo)
-        root = tree.root(tree.merge(*mem["inbox"].values()))
-        mem["inbox"] = {}
-        pen_value = pen.value(mem["x"])
-        grad = np.zeros_like(mem["x"]) if root.weight_sum <= 0 else root.grad_sum / root.weight_sum
-        mem["grad"] = grad = pen.add_gradient(grad, mem["x"])
+        mem["grad"] = grad = _merged_gradient(mem, pen, command)
         mem["cand"] = (mem["x"], mem["state"], grad)
-        extras.update(_stats(mem, pen, command.rule), pen_x=pen_value, l1_x=pen.l1_value(mem["x"]),
+        extras.update(_stats(mem, pen, command.rule), pen_x=pen.value(mem["x"]), l1_x=pen.l1_value(mem["x"]),
                       count=Max(getattr(mem["state"], "count", 0)))
     if command.rule is not None:
         if command.kind == "backoff":
@@ -550,7 +560,8 @@ GATHER_CHUNK = 2**20
 
 def sharded_slice(shard, scratch, which, field=None, start=0):
     """Part of this owner's parameters: ``"current"`` (last evaluated), ``"pending"``
-    (the update after it, if any) or ``"good"`` (last accepted); their optimizer
+    (the update after it, if any), ``"good"`` (last accepted) or ``"base"`` (L-BFGS's
+    last accepted point); their optimizer
     state's ``field`` (None: the parameters), :data:`GATHER_CHUNK` entries from
     ``start``.  With ``start=None``: the state with its arrays left out (None), and
     the slice's length."""
@@ -560,6 +571,8 @@ def sharded_slice(shard, scratch, which, field=None, start=0):
         x, state = mem["pending"][1], mem["pending"][2]
     elif which == "good" and mem["good"] is not None:
         x, state = mem["good"][0], mem["good"][1]
+    elif which == "base":  # L-BFGS: the last accepted point
+        x, state = mem["lbfgs"]["base"], None
     if start is None:
         if isinstance(state, tuple) and hasattr(state, "_asdict"):
             state = type(state)(**{k: None if isinstance(v, np.ndarray) else v for k, v in state._asdict().items()})
@@ -573,11 +586,13 @@ def sharded_memory(shard, scratch):
     from .kernels import _host
 
     mem = _owned(scratch)
-    return _host({k: mem[k] for k in ("version", "x", "state", "good", "cand", "pending", "grad")})
+    return _host({k: mem.get(k) for k in ("version", "x", "state", "good", "cand", "pending", "grad", "lbfgs")})
 
 
 def sharded_restore(shard, scratch, memory):
     """Give this owner what :func:`sharded_memory` kept (after :func:`sharded_setup`)."""
     mem = _owned(scratch)
-    mem.update({k: memory[k] for k in ("version", "x", "state", "good", "cand", "pending", "grad")})
+    mem.update({k: memory.get(k) for k in ("version", "x", "state", "good", "cand", "pending", "grad", "lbfgs")})
+    if mem["lbfgs"] is None:
+        del mem["lbfgs"]
     mem["inbox"] = {}

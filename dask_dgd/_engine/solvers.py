@@ -370,7 +370,7 @@ class LBFGS(Solver):
                 "(proximal gradient) or solver='auto'"
             )
         self.ctx, self.settings = ctx, settings
-        self.x = np.array(params0, dtype=np.float64, copy=True)
+        self.x = None if params0 is None else np.array(params0, dtype=np.float64, copy=True)
         self.f = self.g = None
         self.s, self.y = [], []
         self.it = 0
@@ -390,11 +390,55 @@ class LBFGS(Solver):
         return res, step_record(self.ctx, res, self.it, res.value, res.grad, None)
 
     def start(self):
+        return Outcome([self._start_point()])
+
+    # ------------------------------------------------- the vectors (on the driver here)
+    def _start_point(self):
+        """Evaluate the start; set ``f`` (and the gradient); its record."""
         res, record = self._evaluate(self.x)
         if not res.finite:
             raise initial_divergence(res.value)
         self.f, self.g = res.value, res.grad
-        return Outcome([record])
+        return record
+
+    def _gmax(self):
+        """The largest entry of the gradient at the current point."""
+        return float(np.max(np.abs(self.g), initial=0.0))
+
+    def _direction(self):
+        """Set the search direction (the two-loop recursion; steepest descent, with the
+        pairs dropped, when that is not a descent direction); ``(slope, |g|)``."""
+        d = lbfgs_direction(self.g, self.s, self.y)
+        if not float(self.g @ d) < 0:  # not a descent direction (rounding): steepest descent
+            self.s, self.y = [], []
+            d = -self.g
+        self.direction = d
+        return float(self.g @ d), float(np.linalg.norm(self.g))
+
+    def _try(self, t):
+        """Evaluate the trial point at step ``t``: ``(finite, value, slope, largest
+        gradient entry, record)``; a finite trial is kept in ``points``."""
+        trial = self.x + t * self.direction
+        res, record = self._evaluate(trial)
+        if not res.finite:
+            return False, res.value, math.inf, math.inf, record
+        self.points.append((t, trial, res.value, res.grad))
+        return True, res.value, float(res.grad @ self.direction), float(np.max(np.abs(res.grad))), record
+
+    def _move(self, accepted):
+        """Move to the trial point of step ``accepted`` and keep its pair (when its
+        curvature is positive); False when no finite trial has that step."""
+        found = [p for p in self.points if p[0] == accepted and accepted > 0]
+        if not found:
+            return False
+        _, x_new, f_new, g_new = found[-1]
+        s, y = x_new - self.x, g_new - self.g
+        if float(s @ y) > 1e-10 * float(y @ y):
+            self.s.append(s)
+            self.y.append(y)
+            del self.s[: -self.settings.memory], self.y[: -self.settings.memory]
+        self.x, self.f, self.g = x_new, f_new, g_new
+        return True
 
     def _line_search(self):
         """The line search along the current direction, replayed over its trials."""
@@ -407,12 +451,7 @@ class LBFGS(Solver):
         self._search, self.t = search, t
 
     def _new_direction(self):
-        d = lbfgs_direction(self.g, self.s, self.y)
-        if not float(self.g @ d) < 0:  # not a descent direction (rounding): steepest descent
-            self.s, self.y = [], []
-            d = -self.g
-        gnorm = float(np.linalg.norm(self.g))
-        self.direction, self.slope0 = d, float(self.g @ d)
+        self.slope0, gnorm = self._direction()
         self.t0 = min(1.0, 1.0 / gnorm) if self.it == 0 and gnorm > 0 else 1.0
         self.trials, self.points = [], []
         self._line_search()
@@ -422,19 +461,16 @@ class LBFGS(Solver):
             self._new_direction()
         elif self._search is None:  # resumed in the middle of a line search
             self._line_search()
-        trial = self.x + self.t * self.direction
-        res, record = self._evaluate(trial)
-        value, slope = (res.value - self.f, float(res.grad @ self.direction)) if res.finite else (math.inf, math.inf)
-        if res.finite and abs(value) <= 64 * np.finfo(float).eps * abs(self.f):
+        finite, f_trial, slope, gmax, record = self._try(self.t)
+        value = f_trial - self.f if finite else math.inf
+        if finite and abs(value) <= 64 * np.finfo(float).eps * abs(self.f):
             # the values tie at rounding level, the slopes do not: the search is given the
             # change the slopes imply (the trapezoid rule, exact for the quadratic the
             # objective is near its optimum), so a tiny tol is still reached
             value = 0.5 * self.t * (self.slope0 + slope)
         self.trials.append((self.t, value, slope))
-        if res.finite:
-            self.points.append((self.t, trial, res.value, res.grad))
-        if (res.finite and res.value <= self.f + 64 * np.finfo(float).eps * abs(self.f)
-                and np.max(np.abs(res.grad)) < np.max(np.abs(self.g))):
+        if (finite and f_trial <= self.f + 64 * np.finfo(float).eps * abs(self.f)
+                and gmax < self._gmax()):
             # at the optimum the values differ only by rounding: a smaller gradient then
             # shows the step is right
             accepted = self.t
@@ -444,25 +480,17 @@ class LBFGS(Solver):
                 return Outcome([record])
             except StopIteration as done:
                 accepted = done.value
-        found = [p for p in self.points if p[0] == accepted and accepted > 0]
         self.direction = self._search = None
-        if not found:
+        if not self._move(accepted):
             return Outcome([record], stop=Stop(
-                np.max(np.abs(self.g), initial=0.0) <= self.ctx.tol,
+                self._gmax() <= self.ctx.tol,
                 f"the line search found no decrease in {len(self.trials)} trials (the objective is flat at "
                 "rounding level, or the gradient is inaccurate)"))
-        _, x_new, f_new, g_new = found[-1]
-        s, y = x_new - self.x, g_new - self.g
-        if float(s @ y) > 1e-10 * float(y @ y):
-            self.s.append(s)
-            self.y.append(y)
-            del self.s[: -self.settings.memory], self.y[: -self.settings.memory]
-        self.x, self.f, self.g = x_new, f_new, g_new
         self.it += 1
         return Outcome([record])
 
     def stop_rule(self, outcome):
-        if np.max(np.abs(self.g), initial=0.0) <= self.ctx.tol:
+        if self._gmax() <= self.ctx.tol:
             return Stop(True)
         if self.it >= self.ctx.max_iter:
             return Stop(False, f"reached max_iter={self.ctx.max_iter}")

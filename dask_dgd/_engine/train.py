@@ -26,7 +26,7 @@ from .kernels import LocalUpdate, group_local_export, group_local_init
 from .loop import Loop
 from .modes.async_ import AsyncTraining
 from .modes.local import LocalSGD
-from .modes.sharded import ShardedFirstOrder, ShardedSource
+from .modes.sharded import ShardedFirstOrder, ShardedLBFGS, ShardedSource
 from .modes.sync import SyncSource
 from .monitor import Monitor, communicated
 from .objective import LinearTraining
@@ -328,8 +328,8 @@ def resolve_sharding(param_sharding, *, objective, shards, solver, mode, compres
     """Whether the parameters are sharded over the groups (see :mod:`.sharding`).
 
     ``True`` requires what sharding supports and says what is not: a linear model
-    without offsets on sparse (CSR) input, trained synchronously by a first-order
-    solver ("gd" or "sgd"), without compression or early stopping.  ``"auto"`` shards
+    without offsets on sparse (CSR) input, trained synchronously by "gd", "sgd" or
+    "lbfgs", without compression, and early stopping only on the validation loss.  ``"auto"`` shards
     such a fit on a cluster with two or more groups when it has at least
     ``dgd.shard-params-min`` (2**20) parameters; ``False`` never."""
     import dask
@@ -347,8 +347,8 @@ def resolve_sharding(param_sharding, *, objective, shards, solver, mode, compres
         reasons.append("it needs sparse (CSR) X")
     if mode != "sync":
         reasons.append(f"mode={mode!r} is not supported (only 'sync')")
-    if solver not in ("gd", "sgd"):
-        reasons.append(f"solver={solver!r} is not supported (only 'gd' and 'sgd')")
+    if solver not in ("gd", "sgd", "lbfgs"):
+        reasons.append(f"solver={solver!r} is not supported (only 'gd', 'sgd' and 'lbfgs')")
     if compression is not None:
         reasons.append("compression is not supported")
     if validator is not None and (getattr(validator, "scorer", None) is not None
@@ -460,8 +460,6 @@ def train(
         raise ParameterError(f"mode must be one of {MODES}; got {mode!r}")
     if outer_optimizer is not None and not isinstance(outer_optimizer, FirstOrderOptimizer):
         raise ParameterError(f"outer_optimizer must be a first-order optimizer; got {type(outer_optimizer).__name__}")
-    if param_sharding is True and solver == "auto":
-        solver = "sgd" if batch_size is not None else "gd"
     shards = _shards_of(data, client, rebalance, max_iter, digest=checkpoint is not None)
     has_l1 = objective.penalty is not None and objective.penalty.has_l1
     lr_mode = learning_rate_mode(optimizer, learning_rate)
@@ -539,7 +537,7 @@ def train(
                 shards.collective.call(group_local_init, objective, per_group=inits)
             if sharded:
                 source.setup(params0, opt_state)
-                solver_obj = ShardedFirstOrder(ctx, opt)
+                solver_obj = ShardedLBFGS(ctx, opt) if solver == "lbfgs" else ShardedFirstOrder(ctx, opt)
             elif mode == "local":
                 solver_obj = LocalSGD(ctx, params0, opt, local_steps=local_steps, outer_optimizer=outer_optimizer)
             elif mode == "async":

@@ -141,16 +141,18 @@ def test_auto_shards_wide_models_on_a_cluster_only(client):
     with dask.config.set({"dgd.shard-params-min": 1000}):
         wide = train(obj, data, solver="gd", max_iter=2, param_sharding="auto", client=client)
         lbfgs = train(obj, data, max_iter=2, param_sharding="auto", client=client)  # solver "auto": L-BFGS
-        local = train(obj, tuple(a.compute() for a in _problem()), solver="gd", max_iter=2, param_sharding="auto")
+        local_sgd = train(obj, data, solver="gd", mode="local", max_iter=2, param_sharding="auto", client=client)
+        in_process = train(obj, tuple(a.compute() for a in _problem()), solver="gd", max_iter=2,
+                           param_sharding="auto")
     narrow = train(obj, data, solver="gd", max_iter=2, param_sharding="auto", client=client)
-    assert wide.param_sharding
-    assert not (lbfgs.param_sharding or local.param_sharding or narrow.param_sharding)
+    assert wide.param_sharding and lbfgs.param_sharding and lbfgs.solver == "lbfgs"
+    assert not (local_sgd.param_sharding or in_process.param_sharding or narrow.param_sharding)
 
 
 @pytest.mark.parametrize("kwargs, message", [
     (dict(param_sharding="yes"), "param_sharding must be 'auto', True or False; got 'yes'"),
     (dict(param_sharding=1), "param_sharding must be 'auto', True or False; got 1"),
-    (dict(param_sharding=True, solver="lbfgs"), "solver='lbfgs' is not supported (only 'gd' and 'sgd')"),
+    (dict(param_sharding=True, solver="newton"), "solver='newton' is not supported (only 'gd', 'sgd' and 'lbfgs')"),
     (dict(param_sharding=True, solver="gd", mode="async"), "mode='async' is not supported (only 'sync')"),
     (dict(param_sharding=True, solver="gd", compression="topk:0.1"), "compression is not supported"),
     (dict(param_sharding=True, dense=True), "it needs sparse (CSR) X"),
@@ -223,3 +225,34 @@ def test_estimator_refuses_a_bad_param_sharding_and_a_scorer():
     with pytest.raises(ParameterError, match=r"early stopping scores only the validation loss \(scoring=None\)"):
         LogisticRegression(solver="sgd", batch_size=500, param_sharding=True, early_stopping=True, scoring="accuracy",
                            max_iter=2).fit(X, y)
+
+
+@pytest.mark.parametrize("case", ["logistic", "multinomial"])
+def test_sharded_lbfgs_reaches_the_unsharded_optimum(client, case):
+    """L-BFGS over sharded vectors (the two-loop recursion on the owners' dot products):
+    the same iterations as unsharded up to rounding, and the same optimum to 1e-10."""
+    loss = BinaryLogistic() if case == "logistic" else MultinomialLogistic(3)
+    X, y = client.persist(_problem(classes=3 if case == "multinomial" else None))
+    obj = LinearObjective(loss, n_features=D)
+    kw = dict(penalty=Penalty(alpha=1e-2), solver="lbfgs", max_iter=200, tol=1e-12, client=client)
+    ref = train(obj, (X, y), **kw)
+    got = train(obj, (X, y), param_sharding=True, **kw)
+    assert got.param_sharding and got.solver == "lbfgs"
+    np.testing.assert_allclose(got.params, ref.params, rtol=0, atol=1e-10)
+    early = min(8, len(ref.history))  # before rounding differences can add up
+    np.testing.assert_allclose(got.history["loss"][:early], ref.history["loss"][:early], rtol=1e-12)
+    assert abs(got.n_iter - ref.n_iter) <= 3
+
+
+def test_sharded_lbfgs_resumes_from_a_checkpoint(tmp_path, client):
+    data = client.persist(_problem())
+    obj = LinearObjective(BinaryLogistic(), n_features=D)
+    kw = dict(penalty=Penalty(alpha=1e-2), solver="lbfgs", max_iter=12, tol=1e-12, client=client,
+              param_sharding=True)
+    ref = train(obj, data, **kw)
+    folder = tmp_path / "ckpt"
+    with pytest.raises(Interrupted):
+        train(obj, data, checkpoint=folder, checkpoint_every=2, callbacks=[StopAt(9)], **kw)
+    got = train(obj, data, checkpoint=folder, checkpoint_every=2, resume=True, **kw)
+    np.testing.assert_array_equal(got.params, ref.params)
+    np.testing.assert_array_equal(got.history["loss"], ref.history["loss"])

@@ -16,6 +16,7 @@ import time
 import numpy as np
 
 from ..records import Bytes, Route, Timing, make_record
+from ..sharded_lbfgs import LbfgsCommand, sharded_lbfgs
 from ..sharding import (
     GATHER_CHUNK,
     ActorExchange,
@@ -29,12 +30,12 @@ from ..sharding import (
     sharded_slice,
     sharded_update,
 )
-from ..solvers import EpochRules, Outcome, Solver
+from ..solvers import LBFGS, EpochRules, Outcome, Solver
 from ..stopping import Stop
 from ..update import Guard, UpdateRule, auto_learning_rate, initial_divergence
 from .sync import StepResult, SyncSource
 
-__all__ = ["ShardedFirstOrder", "ShardedSource", "split"]
+__all__ = ["ShardedFirstOrder", "ShardedLBFGS", "ShardedSource", "sharded_record", "split"]
 
 
 def split(vector, layout):
@@ -47,6 +48,15 @@ def split(vector, layout):
     if isinstance(vector, np.ndarray) and vector.ndim == 1 and vector.size == layout.n_params:
         return [vector[slice(*layout.flat_range(o))].copy() for o in range(layout.n_owners)]
     return [vector] * layout.n_owners
+
+
+def sharded_record(res, iteration, value, gsq, step_size, **extra):
+    """The record of one sharded step (``gsq``: the gradient's squared norm, summed
+    over the owners)."""
+    return make_record(
+        step=res.step, iteration=iteration, loss=value, grad_norm=math.sqrt(gsq), step_size=step_size,
+        timing=res.timing, n_samples=res.partial.weight_sum, updates_per_group=(1,) * max(int(res.partial.n_groups), 1),
+        nbytes=res.nbytes, route=res.route, **extra)
 
 
 class ShardedSource(SyncSource):
@@ -217,12 +227,7 @@ class ShardedFirstOrder(EpochRules, Solver):
             if self.it % self.steps_per_epoch == 0:
                 scores = self.ctx.validator.evaluate_sharded(self.src)
         iteration = self.it if self.full_batch else self.it // self.steps_per_epoch
-        n_groups = max(int(res.partial.n_groups), 1)
-        record = make_record(
-            step=res.step, iteration=iteration, loss=value, grad_norm=math.sqrt(stats.get("gsq", 0.0)),
-            step_size=lr, timing=res.timing, n_samples=res.partial.weight_sum,
-            updates_per_group=(1,) * n_groups, nbytes=res.nbytes, route=res.route, **scores)
-        return Outcome([record])
+        return Outcome([sharded_record(res, iteration, value, stats.get("gsq", 0.0), lr, **scores)])
 
     def step(self):
         src = self.src
@@ -275,4 +280,136 @@ class ShardedFirstOrder(EpochRules, Solver):
         if self.phase == "updated":
             self.phase = "checked"
             self.it -= 1  # the pending update is evaluated by the next step, which counts it again
+        return Outcome(accepted=False)
+
+
+class ShardedLBFGS(LBFGS):
+    """:class:`~..solvers.LBFGS` over sharded vectors (see :mod:`..sharded_lbfgs`).
+
+    The same line search, ties and stops; what differs is where the vectors are: the
+    gradient, the pairs, the direction and the trial points are the owners' slices,
+    and the driver holds their dot products (``gram``, keyed by vector ids) and runs
+    the two-loop recursion on coefficients.  In exact arithmetic the directions are
+    those of the unsharded solver; in floating point the dot products are summed over
+    the owners, so the fits agree to rounding, not bit for bit.  An iteration whose
+    line search takes one trial costs four reductions: the direction with the trial
+    point, its evaluation, its gradient, and the new pair's dot products.
+    """
+
+    _STATE = ("f", "it", "direction", "slope0", "t0", "t", "trials", "points", "pairs", "g_id", "gmax_g", "next_id")
+
+    def __init__(self, ctx, settings):
+        super().__init__(ctx, None, settings)
+        self.src = ctx.source
+        self.gram = {}  # (id, id) -> the dot product of two vectors, summed over the owners
+        self.pairs = []  # (s id, y id), oldest first
+        self.g_id = self.gmax_g = None
+        self.next_id = 0
+
+    def _new_id(self):
+        self.next_id += 1
+        return self.next_id
+
+    def _command(self, kind, **kw):
+        src = self.src
+        cmd = LbfgsCommand(kind, src.version + 1, src.split_every, src.shards.n_blocks, **kw)
+        return src.shards.collective.reduce_groups(sharded_lbfgs, self.ctx.objective.penalty_spec, cmd,
+                                                   split_every=src.split_every, size=0).extras
+
+    def _point(self, vid):
+        """Evaluate the owners' next point; its gradient becomes vector ``vid``."""
+        res = self.src.evaluate()
+        st = self._command("merge", id=vid)
+        value = res.value + st["pen_x"]
+        finite = math.isfinite(value) and st["nonfinite"] == 0 and res.partial.extras.get("nonfinite", 0) == 0
+        return st, value, finite, sharded_record(res, self.it, value, st["gsq"], None)
+
+    def _start_point(self):
+        vid = self._new_id()
+        st, value, finite, record = self._point(vid)
+        if not finite:
+            raise initial_divergence(value)
+        self.f, self.g_id, self.gmax_g = value, vid, float(st["gmax"])
+        self.gram[vid, vid] = st["gsq"]
+        return record
+
+    def _gmax(self):
+        return self.gmax_g
+
+    def _dot(self, a, coeffs):
+        return sum(c * self.gram[a, k] for k, c in coeffs.items())
+
+    def _direction(self):
+        """The two-loop recursion of :func:`dask_dgd.optim.lbfgs_direction` on the
+        coefficients of ``q`` over the gradient and the pairs."""
+        q, alphas = {self.g_id: 1.0}, []
+        for sid, yid in reversed(self.pairs):
+            a = self._dot(sid, q) / self.gram[sid, yid]
+            alphas.append(a)
+            q[yid] = q.get(yid, 0.0) - a
+        if self.pairs:
+            sid, yid = self.pairs[-1]
+            scale = self.gram[sid, yid] / self.gram[yid, yid]
+            q = {k: v * scale for k, v in q.items()}
+        for (sid, yid), a in zip(self.pairs, reversed(alphas)):
+            b = self._dot(yid, q) / self.gram[sid, yid]
+            q[sid] = q.get(sid, 0.0) + (a - b)
+        slope = -self._dot(self.g_id, q)
+        if not slope < 0:  # not a descent direction (rounding): steepest descent
+            self.pairs, q = [], {self.g_id: 1.0}
+            slope = -self.gram[self.g_id, self.g_id]
+        self.direction = {int(k): -float(v) for k, v in q.items()}
+        return float(slope), math.sqrt(self.gram[self.g_id, self.g_id])
+
+    def _live(self):
+        return tuple(sorted({i for p in self.pairs for i in p} | {self.g_id} | {p[1] for p in self.points}))
+
+    def _try(self, t):
+        first = not self.trials  # the direction's first trial: the owners form the direction
+        self._command("trial", t=float(t), **(dict(coeffs=self.direction, live=self._live()) if first else {}))
+        vid = self._new_id()
+        st, value, finite, record = self._point(vid)
+        if not finite:
+            return False, value, math.inf, math.inf, record
+        self.points.append((t, vid, value, float(st["gmax"])))
+        return True, value, float(st["slope"]), float(st["gmax"]), record
+
+    def _move(self, accepted):
+        found = [p for p in self.points if p[0] == accepted and accepted > 0]
+        if not found:
+            return False
+        t, vid, f_new, gmax_new = found[-1]
+        sid, yid = self._new_id(), self._new_id()
+        live = (*sorted({i for p in self.pairs for i in p}), vid, sid, yid)
+        dots = self._command("accept", t=float(t), grad_id=vid, g_id=self.g_id, ids=(sid, yid), live=live)["dots"]
+        for a, row in zip((sid, yid, vid), dots):
+            for k, v in zip(live, row):
+                self.gram[a, k] = self.gram[k, a] = float(v)
+        if self.gram[sid, yid] > 1e-10 * self.gram[yid, yid]:
+            self.pairs.append((sid, yid))
+            del self.pairs[: -self.settings.memory]
+        self.f, self.g_id, self.gmax_g = f_new, vid, gmax_new
+        keep = {i for p in self.pairs for i in p} | {vid}
+        self.gram = {k: v for k, v in self.gram.items() if k[0] in keep and k[1] in keep}
+        self.points = []
+        return True
+
+    def result(self):
+        params, _ = self.src.gather("base")
+        return params, self.it, self.settings, None
+
+    def state_dict(self):
+        return {**{k: getattr(self, k) for k in self._STATE}, "gram": [[a, b, v] for (a, b), v in self.gram.items()]}
+
+    def load_state_dict(self, state):
+        for k in self._STATE:
+            v = state[k]
+            setattr(self, k, [tuple(p) for p in v] if k in ("trials", "points", "pairs") else v)
+        if self.direction is not None:
+            self.direction = {int(k): float(c) for k, c in dict(self.direction).items()}
+        self.gram = {(int(a), int(b)): float(v) for a, b, v in state["gram"]}
+        self._search = None
+
+    def resume(self):
+        self.src.restore()
         return Outcome(accepted=False)
