@@ -659,7 +659,10 @@ def test_wide_suite_tiny():
     json.dumps(_jsonable(data))  # the runner writes it to benchmarks/out/
     assert 0.15 < data["reference"]["ctr_train"] < 0.3
     assert data["reference"]["bayes"] < data["target"] < data["reference"]["constant"]
-    tools = {r["tool"]: r for r in data["runs"] if r["tool"] != "dask_dgd"}
+    tools = {r["tool"]: r for r in data["runs"] if r["tool"] not in ("dask_dgd", "dask_dgd-lbfgs")}
+    lbfgs = next(r for r in data["runs"] if r["tool"] == "dask_dgd-lbfgs")
+    assert "error" not in lbfgs and [c["epoch"] for c in lbfgs["curve"]] == [0, 1, 2]
+    assert lbfgs["curve"][2]["logloss"] < lbfgs["curve"][0]["logloss"]
     dgds = {r["sharding"]: r for r in data["runs"] if r["tool"] == "dask_dgd"}
     assert set(dgds) == {True, False} and "scikit-learn" in tools
     assert ("vw" in tools) != ("vw" in data["unavailable"])

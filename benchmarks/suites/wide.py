@@ -111,12 +111,13 @@ COMMON = dict(
 )
 SIZES = {
     "tiny": dict(COMMON, rows=4_000, chunk_rows=500, epochs=2, repeats=1, batch_size=1_000, spark_iters=(1, 2),
-                 memory_features=()),
+                 memory_features=(), lbfgs_iters=(1,)),
     "small": dict(COMMON, rows=200_000, chunk_rows=25_000, epochs=3, repeats=3, batch_size=5_000,
-                  spark_iters=(1, 2, 3, 5, 10), memory_features=(2**20,)),
+                  spark_iters=(1, 2, 3, 5, 10), memory_features=(2**20,), lbfgs_iters=(1, 2, 3, 5, 10)),
     # unsharded, a step moves 2 x 32 MiB per worker at 2**22: its run is cut to one epoch
     "full": dict(COMMON, rows=1_000_000, chunk_rows=100_000, epochs=5, repeats=1, batch_size=10_000,
-                 spark_iters=(1, 2, 5, 10, 20), memory_features=(2**20,), unsharded_epochs=1),
+                 spark_iters=(1, 2, 5, 10, 20), memory_features=(2**20,), unsharded_epochs=1,
+                 lbfgs_iters=(1, 2, 5, 10, 20)),
 }
 
 TARGET_SPARK_SPEEDUP = 10.0
@@ -482,6 +483,33 @@ def run_dask_dgd(client, data, p, sharding, log, *, n_features=None, epochs=None
     return out
 
 
+def run_dask_dgd_lbfgs(client, data, p, log):
+    """dask_dgd's default solver, L-BFGS, with sharded parameters: one fit per
+    ``max_iter`` of ``lbfgs_iters`` (and ``epochs``), each timed from scratch, as Spark's
+    ladder (an iteration is at least one pass over the rows)."""
+    import dask_dgd
+    from dask_dgd.losses import BinaryLogistic, LinearObjective, Penalty
+
+    objective = LinearObjective(BinaryLogistic(), n_features=int(p["n_features"]))
+    curve = [{"epoch": 0, "time": 0.0, "logloss": data["ref"]["constant"]}]
+    for k in sorted(set(p["lbfgs_iters"]) | {p["epochs"]}):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            t0 = time.perf_counter()
+            res = dask_dgd.train(objective, (data["X"], data["y"]), penalty=Penalty(alpha=p["alpha"]), solver="lbfgs",
+                                 max_iter=int(k), tol=1e-12, param_sharding=True, client=client)
+            wall = time.perf_counter() - t0
+        loss = heldout_logloss(res.params, data["X_test"], data["y_test"], p["n_features"])
+        curve.append({"epoch": int(k), "time": wall, "logloss": loss, "iterations": int(res.n_iter),
+                      "evaluations": int(res.n_steps)})
+        log(f"dask_dgd lbfgs (sharded) max_iter={k}: {wall:.1f}s, {res.n_steps} evaluations, held-out logloss "
+            f"{loss:.5f}")
+    at_e = next(c for c in curve if c["epoch"] == p["epochs"])
+    return {"tool": "dask_dgd-lbfgs", "label": "dask_dgd L-BFGS (param_sharding=True)", "sharding": True,
+            "threads": f"{p['workers']} workers x 1 thread", "cores": p["workers"], "curve": curve, "ladder": True,
+            "wall": at_e["time"], "final_logloss": at_e["logloss"], "epochs": p["epochs"]}
+
+
 # ----------------------------------------------------------------------------- peers
 def run_sklearn(data, p, log):
     """SGDClassifier, one partial_fit per epoch; the median curve of ``repeats``."""
@@ -638,6 +666,13 @@ def benchmark(p, log):
                 result["runs"].append({"tool": "dask_dgd", "label": f"dask_dgd (param_sharding={sharding})",
                                        "sharding": sharding, "error": one_line(err)})
                 log(f"dask_dgd param_sharding={sharding}: {one_line(err)}")
+        if p["lbfgs_iters"]:
+            try:
+                result["runs"].append(run_dask_dgd_lbfgs(client, data, p, log))
+            except Exception as err:  # noqa: BLE001 - reported in its row
+                result["runs"].append({"tool": "dask_dgd-lbfgs", "label": "dask_dgd L-BFGS (param_sharding=True)",
+                                       "sharding": True, "error": one_line(err)})
+                log(f"dask_dgd lbfgs: {one_line(err)}")
         memory = []
         for d in p["memory_features"]:
             Xd, yd = client.persist(list(click_log_dask(p, "train", n_features=d, intercept=intercept)))
@@ -777,19 +812,25 @@ def verdicts(result, p):
     out = []
     text = f">= {TARGET_SPARK_SPEEDUP:g}x faster than Spark MLlib to the same held-out logloss"
     sp = by_tool.get("spark")
+    # dask_dgd's fastest sharded run to the target (SGD, or its default solver L-BFGS)
+    ours = [r for r in result["runs"] if r["tool"] in ("dask_dgd", "dask_dgd-lbfgs") and r.get("sharding") is True
+            and "curve" in r]
+    fast = min((r for r in ours if r["time_to_target"] is not None), key=lambda r: r["time_to_target"], default=None)
     if "spark" in un:
         out.append(line(text, None, f"Spark unavailable ({un['spark']})"))
-    elif sp is None or dgd is None:
+    elif sp is None or not ours:
         out.append(line(text, None, "not run"))
-    elif dgd["time_to_target"] is None:
+    elif fast is None:
         out.append(line(text, False if sp["time_to_target"] is not None else None, "dask_dgd did not reach the target"))
     elif sp["time_to_target"] is None:
-        bound = max(c["time"] for c in sp["curve"]) / dgd["time_to_target"]
+        bound = max(c["time"] for c in sp["curve"]) / fast["time_to_target"]
         out.append(line(text, True if bound >= TARGET_SPARK_SPEEDUP else None,
-                        f"Spark did not reach the target; > {bound:.1f}x"))
+                        f"Spark did not reach the target; > {bound:.1f}x ({fast['label']})"))
     else:
-        ratio = sp["time_to_target"] / dgd["time_to_target"]
-        out.append(line(text, ratio >= TARGET_SPARK_SPEEDUP, f"{ratio:.2f}x"))
+        ratio = sp["time_to_target"] / fast["time_to_target"]
+        out.append(line(text, ratio >= TARGET_SPARK_SPEEDUP, f"{ratio:.2f}x ({fast['label']}: "
+                                                                f"{fast['time_to_target']:.2f} s against "
+                                                                f"{sp['time_to_target']:.2f} s)"))
     text = ">= SGDClassifier's logloss after the same number of epochs, at >= its per-core throughput"
     sk = by_tool.get("scikit-learn")
     if sk is None or dgd is None:

@@ -161,9 +161,10 @@ class DGDLinearModel(InferenceMixin, ClientParamMixin, BaseEstimator):
         feature range (wide sparse models, e.g. hashed features): each step a worker
         pulls only the coefficients of the columns its blocks touch and sends each
         owner its part of the gradient; the driver handles only scalars.  The same
-        coefficients as without (bit for bit).  "auto": on a cluster, for CSR input
-        with at least 2**20 parameters (dask config ``dgd.shard-params-min``) trained
-        by "gd" or "sgd" synchronously without compression or early stopping.  True:
+        coefficients as without (bit for bit; "lbfgs": to rounding).  "auto": on a
+        cluster, for CSR input with at least 2**20 parameters (dask config
+        ``dgd.shard-params-min``) trained by "gd", "sgd" or "lbfgs" synchronously
+        without compression (early stopping: on the validation loss only).  True:
         always (an error names what is not supported); False: never.  See the user
         guide's "Wide models".
     compression : None, str or compressor object, default=None
