@@ -340,7 +340,7 @@ class ShardedHeldOut(HeldOut):
 # ----------------------------------------------------------------------------- dask_dgd
 def fit_dask_dgd(X_train, y_train, X_test, y_test, *, sharding, epochs, client, n_features=2**22, alpha=1e-6,
                  batch_size=20_000, optimizer="sgd", learning_rate="auto", random_state=0, validator=None,
-                 callbacks=None):
+                 callbacks=None, ctr=None):
     """Fit hashed logistic regression with dask_dgd; returns the ``FitResult``.
 
     Parameters
@@ -357,6 +357,8 @@ def fit_dask_dgd(X_train, y_train, X_test, y_test, *, sharding, epochs, client, 
         switched off with ``n_iter_no_change=epochs + 1``).
     callbacks : list or None
         Passed to ``train`` (called with every step record).
+    ctr : float or None
+        The training CTR: the intercept starts at its log-odds (:func:`intercept_start`).
     """
     import dask_dgd
     from dask_dgd.losses import BinaryLogistic, LinearObjective, Penalty
@@ -366,8 +368,21 @@ def fit_dask_dgd(X_train, y_train, X_test, y_test, *, sharding, epochs, client, 
         objective, (X_train, y_train), penalty=Penalty(alpha=alpha), solver="sgd", optimizer=optimizer,
         learning_rate=learning_rate, batch_size=int(batch_size), max_iter=int(epochs), tol=0.0,
         n_iter_no_change=int(epochs) + 1, validator=validator, random_state=random_state, client=client,
-        param_sharding=sharding, callbacks=callbacks,
+        param_sharding=sharding, callbacks=callbacks, params0=intercept_start(n_features, ctr),
     )
+
+
+def intercept_start(n_features, ctr):
+    """The start every dask_dgd run takes, as the estimators do (and Spark): the
+    intercept at the log-odds of the training CTR, the coefficients at 0 (a sparse row:
+    no ``d`` floats on the driver); None without a CTR."""
+    import scipy.sparse as sp
+
+    if ctr is None:
+        return None
+    return sp.csr_matrix(([math.log(ctr / (1 - ctr))], ([0], [int(n_features)])), shape=(1, int(n_features) + 1))
+
+
 
 
 class RSSSampler:
@@ -453,7 +468,8 @@ def run_dask_dgd(client, data, p, sharding, log, *, n_features=None, epochs=None
         res = fit_dask_dgd(data["X"] if X is None else X, data["y"] if y is None else y, X_test, data["y_test"],
                            sharding=sharding, epochs=epochs, client=client, n_features=d, alpha=p["alpha"],
                            batch_size=p["batch_size"], optimizer=p["optimizer"], learning_rate=p["learning_rate"],
-                           random_state=p["seed"], validator=val, callbacks=[peak_so_far])
+                           random_state=p["seed"], validator=val, callbacks=[peak_so_far],
+                           ctr=data["ref"]["ctr_train"])
         wall = time.perf_counter() - t0
     if sharding is not False:
         val.close()
@@ -497,7 +513,8 @@ def run_dask_dgd_lbfgs(client, data, p, log):
             warnings.simplefilter("ignore")
             t0 = time.perf_counter()
             res = dask_dgd.train(objective, (data["X"], data["y"]), penalty=Penalty(alpha=p["alpha"]), solver="lbfgs",
-                                 max_iter=int(k), tol=1e-12, param_sharding=True, client=client)
+                                 max_iter=int(k), tol=1e-12, param_sharding=True, client=client,
+                                 params0=intercept_start(p["n_features"], data["ref"]["ctr_train"]))
             wall = time.perf_counter() - t0
         loss = heldout_logloss(res.params, data["X_test"], data["y_test"], p["n_features"])
         curve.append({"epoch": int(k), "time": wall, "logloss": loss, "iterations": int(res.n_iter),

@@ -135,6 +135,8 @@ def _sparse_vector_sum(grads):
             return None
         parts.append(entries)
     n = grads[0].n if isinstance(grads[0], SparseVector) else grads[0].payload["n"]
+    if 2 * max(i.size for i, _ in parts) > n:  # the union covers more than half: dense, without sorting it
+        return None
     idx = np.unique(np.concatenate([i for i, _ in parts]))
     if 2 * idx.size > n:
         return None

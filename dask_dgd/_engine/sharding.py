@@ -289,9 +289,11 @@ def sharded_setup(shard, scratch, objective, layout, exchange, group, x0, state0
     the owner's range its blocks need.  Returns ``(non-zero columns, blocks)``."""
     mem = _memory(scratch)
     lo, hi = layout.flat_range(group)
+    if x0 is None:
+        x0 = np.zeros(hi - lo)
+    x0 = x0.toarray().ravel() if sp.issparse(x0) else x0  # a sparse start, expanded here
     mem.update(group=int(group), layout=layout, version=0, good=None, cand=None, pending=None,
-               x=np.zeros(hi - lo) if x0 is None else np.array(x0, dtype=np.float64, copy=True),
-               state=state0, grad=None)
+               x=np.array(x0, dtype=np.float64, copy=True), state=state0, grad=None)
     blocks, union = {}, []
     for b in shard.blocks:
         cols, Xc = _compact(b.X, layout.n_features)
@@ -308,6 +310,8 @@ def sharded_setup(shard, scratch, objective, layout, exchange, group, x0, state0
             cols = np.append(cols, layout.n_features)
         entry.append(np.searchsorted(rows, cols))
     mem["blocks"], mem["needs"] = blocks, rows
+    for stale in ("needs_flat", "objectives", "lbfgs", "penalty"):  # of an earlier setup
+        mem.pop(stale, None)
     mem["split"] = np.searchsorted(rows, np.asarray(layout.bounds))
     calls = [(o, _owner_register, (int(group), rows[mem["split"][o]:mem["split"][o + 1]] - layout.bounds[o]))
              for o in range(layout.n_owners)]
@@ -374,21 +378,29 @@ def _pull(mem, request, batch):
     return xg, sent, received
 
 
-def _restrict(node, lo, hi):
-    """A node's sums for the entries ``lo`` to ``hi`` (renumbered from 0): its weight
-    and that slice of its gradient."""
+def _flat(rows, width):
+    """The flat parameter indices of rows of a ``width``-wide parameter matrix."""
+    return (np.asarray(rows, dtype=np.int64)[:, None] * width + np.arange(width)).ravel()
+
+
+def _restrict(node, a, b, needs_flat, lo, hi):
+    """What an owner gets of a group's node: its weight and the entries ``a`` to ``b``
+    of its gradient in the group's compact numbering (``needs_flat``: their flat
+    parameter indices), renumbered from the owner's first entry ``lo``; zeros left out
+    (they add nothing), dense when that is smaller (12 bytes an entry against 8)."""
     g = node.grad_sum
     if isinstance(g, SparseVector):
-        a, b = np.searchsorted(g.idx, (lo, hi))
-        if 3 * (b - a) > 2 * (hi - lo):  # 12 bytes an entry: dense is smaller (and adds the same)
-            dense = np.zeros(hi - lo)
-            dense[g.idx[a:b] - lo] = g.values[a:b]
-            g = dense
-        else:
-            g = SparseVector(g.idx[a:b] - lo, g.values[a:b], hi - lo)
+        i, j = np.searchsorted(g.idx, (a, b))
+        idx, values = needs_flat[g.idx[i:j]] - lo, g.values[i:j]
     else:
-        g = np.ascontiguousarray(g[lo:hi])
-    return Partial(0.0, g, node.weight_sum, 0.0, 0.0, 0)
+        values = g[a:b]
+        keep = values != 0
+        idx, values = needs_flat[a:b][keep] - lo, values[keep]
+    if 3 * idx.size > 2 * (hi - lo):
+        dense = np.zeros(hi - lo)
+        dense[idx] = values
+        return Partial(0.0, dense, node.weight_sum, 0.0, 0.0, 0)
+    return Partial(0.0, SparseVector(idx, values, hi - lo), node.weight_sum, 0.0, 0.0, 0)
 
 
 def _block_rows(b, draw):
@@ -413,6 +425,10 @@ def sharded_eval(shard, scratch, objective, request, tree):
     xg, sent, received = _pull(mem, request, None if request.draw is None or request.draw.take is None else batch)
     leaves, scalars = {}, {}
     compact = mem.setdefault("objectives", {})
+    if "needs_flat" not in mem:
+        mem["needs_flat"] = _flat(mem["needs"], width)
+    needs_flat = mem["needs_flat"]
+    n_compact = needs_flat.size
     for i, b in enumerate(shard.blocks):
         cols, Xc, pos = mem["blocks"][b.index]
         rows = batch[b.index]
@@ -427,17 +443,21 @@ def sharded_eval(shard, scratch, objective, request, tree):
                                                                       rows=rows)
             except Exception as err:
                 raise _block_error(err, b) from err
-        full = np.append(cols, lay.n_features) if lay.fit_intercept else cols
-        idx = (full[:, None] * width + np.arange(width)).ravel() if grad.size else np.zeros(0, dtype=np.int64)
+        # the block's entries in the group's compact numbering (positions in ``needs``)
+        idx = _flat(pos, width) if grad.size else np.zeros(0, dtype=np.int64)
         bad = int(np.count_nonzero(~np.isfinite(grad)))
         if rows is not None and grad.size:  # a mini-batch touches few columns: the others' zeros stay home
             touched = np.repeat(np.any(grad.reshape(-1, width) != 0, axis=1), width)
             idx, grad = idx[touched], grad[touched]
-        leaves[0, b.index] = Partial(loss, SparseVector(idx, grad, lay.n_params), weight, 0.0, 0.0, 0)
+        leaves[0, b.index] = Partial(loss, SparseVector(idx, grad, n_compact), weight, 0.0, 0.0, 0)
         scalars[0, b.index] = Partial(loss, np.zeros(0), weight, 0.0, 0.0, int(i == 0), extras={"nonfinite": bad})
-    nodes = BlockTree(tree.n_blocks, tree.split_every, size=lay.n_params).complete(leaves)
+    # the group's subtrees summed in its compact numbering: dense arrays of its columns
+    # where most are touched (no sorting of indices), sparse vectors where few are
+    nodes = BlockTree(tree.n_blocks, tree.split_every, size=n_compact).complete(leaves)
+    cut = mem["split"] * width
     pushes = [(o, _owner_push, (mem["group"], request.version,
-                                {key: _restrict(p, *lay.flat_range(o)) for key, p in nodes.items()}))
+                                {key: _restrict(p, cut[o], cut[o + 1], needs_flat, *lay.flat_range(o))
+                                 for key, p in nodes.items()}))
               for o in range(n)]
     _, sent2, received2 = ex.call(pushes)
     dt = time.perf_counter() - t0

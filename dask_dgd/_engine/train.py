@@ -12,6 +12,7 @@ import numbers
 from dataclasses import dataclass, field
 
 import numpy as np
+import scipy.sparse as sp
 
 from ..compression import get_compressor
 from ..exceptions import InputError, ParameterError
@@ -439,7 +440,9 @@ def train(
         factorization's held-out ratings): stop when it has not improved by more than
         ``validation_tol`` for this many records that carry one.  None: no such rule.
     params0, opt_state : arrays or None
-        Where to start (default: zeros) and an optimizer state to continue.
+        Where to start (default: zeros; a SciPy sparse row is expanded where the
+        parameters are kept: by each owner with ``param_sharding``) and an optimizer
+        state to continue.
     local_init : list or None
         Models with local parameters: what each group starts from (None: the model's
         own start).
@@ -520,7 +523,11 @@ def train(
         keeps_group_memory=compressor is not None or objective.has_local or mode == "local",
         seed=seed, batch_size=batch_size,
     )
-    if params0 is not None:
+    if params0 is not None and sp.issparse(params0):  # a sparse start: dense only where it is kept
+        params0 = sp.csr_matrix(params0, dtype=np.float64).reshape(1, -1)
+        if not sharded:
+            params0 = params0.toarray().ravel()
+    elif params0 is not None:
         params0 = np.asarray(params0, dtype=np.float64)
     elif not sharded:
         params0 = np.zeros(objective.n_params)

@@ -5,6 +5,7 @@ import numbers
 import warnings
 
 import numpy as np
+import scipy.sparse as sp
 from sklearn.base import BaseEstimator
 
 from .._engine.blocks import shard_summary
@@ -293,11 +294,15 @@ class DGDLinearModel(InferenceMixin, ClientParamMixin, BaseEstimator):
             intercept = np.atleast_1d(np.asarray(self.intercept_, dtype=np.float64))
             if coef.shape == (objective.n_features, objective.n_outputs):
                 return objective.pack(coef, intercept if self.fit_intercept else np.zeros_like(intercept))
-        params = np.zeros(objective.n_params)
-        if self.fit_intercept and baseline is not None:
-            coef, _ = objective.unpack(params)
-            params = objective.pack(coef, np.asarray(baseline, dtype=np.float64))
-        return params
+        if not (self.fit_intercept and baseline is not None):
+            return None  # zeros
+        # the intercepts alone, as a sparse row: a wide model's start is not d floats on
+        # the driver (train expands it where the parameters are kept)
+        k = objective.n_outputs
+        values = np.broadcast_to(np.asarray(baseline, dtype=np.float64), (k,))
+        return sp.csr_matrix((values, (np.zeros(k, dtype=np.int64), np.arange(objective.n_params - k,
+                                                                               objective.n_params))),
+                             shape=(1, objective.n_params))
 
     def _fingerprint(self):
         """What a resumed fit must share with the checkpoint's: the estimator, the

@@ -256,3 +256,19 @@ def test_sharded_lbfgs_resumes_from_a_checkpoint(tmp_path, client):
     got = train(obj, data, checkpoint=folder, checkpoint_every=2, resume=True, **kw)
     np.testing.assert_array_equal(got.params, ref.params)
     np.testing.assert_array_equal(got.history["loss"], ref.history["loss"])
+
+
+def test_a_sparse_start_is_expanded_where_the_parameters_are_kept(client):
+    """``params0`` as a sparse row (the estimators' intercept start): the same fit as the
+    dense start, sharded (each owner expands its slice) or not."""
+    data = client.persist(_problem())
+    obj = LinearObjective(BinaryLogistic(), n_features=D)
+    dense = np.zeros(obj.n_params)
+    dense[-1], dense[7] = -1.2, 0.3
+    start = sp.csr_matrix(dense)
+    kw = dict(penalty=Penalty(alpha=1e-3), solver="gd", max_iter=5, client=client)
+    ref = train(obj, data, params0=dense, **kw)
+    for sharding in (False, True):
+        got = train(obj, data, params0=start, param_sharding=sharding, **kw)
+        np.testing.assert_array_equal(got.params, ref.params)
+        assert got.history["loss"].iloc[0] == pytest.approx(ref.history["loss"].iloc[0], rel=1e-14)

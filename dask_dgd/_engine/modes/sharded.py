@@ -14,6 +14,7 @@ import math
 import time
 
 import numpy as np
+import scipy.sparse as sp
 
 from ..records import Bytes, Route, Timing, make_record
 from ..sharded_lbfgs import LbfgsCommand, sharded_lbfgs
@@ -47,6 +48,8 @@ def split(vector, layout):
         return [type(vector)(**{k: parts[k][o] for k in vector._fields}) for o in range(layout.n_owners)]
     if isinstance(vector, np.ndarray) and vector.ndim == 1 and vector.size == layout.n_params:
         return [vector[slice(*layout.flat_range(o))].copy() for o in range(layout.n_owners)]
+    if sp.issparse(vector):  # a sparse start: each owner expands its slice
+        return [sp.csr_matrix(vector[:, slice(*layout.flat_range(o))]) for o in range(layout.n_owners)]
     return [vector] * layout.n_owners
 
 
