@@ -34,6 +34,7 @@ import pickle
 import threading
 import time
 from dataclasses import dataclass, replace
+from functools import cached_property
 
 import numpy as np
 import scipy.sparse as sp
@@ -113,7 +114,7 @@ class SlicePenalty:
     def has_l1(self):
         return self.l1 > 0
 
-    @property
+    @cached_property
     def decay_mask(self):
         """The entries AdamW decays (None: all, a slice of coefficients only)."""
         return None if self.n_coef == self.size else np.arange(self.size) < self.n_coef
@@ -353,20 +354,16 @@ def _owner_push(shard, scratch, group, version, nodes):
 
 
 # ------------------------------------------------------------------------ phase 1
-def _pull(mem, request, batch):
+def _pull(mem, request, used):
     """The coefficients the group's blocks need, as rows of the group's compact matrix
-    (ordered as ``mem["needs"]``): all of them, or (``batch``: each block's rows of a
-    mini-batch) only those the batch touches; the others stay 0 and are never read.
+    (ordered as ``mem["needs"]``): all of them (``used`` None), or those at the
+    positions in ``used`` (a mini-batch's); the others stay 0 and are never read.
     Returns ``(matrix, bytes sent, bytes received)``."""
     lay, split, group = mem["layout"], mem["split"], mem["group"]
     xg = np.zeros((mem["needs"].size, lay.width))
-    if batch is None:
+    if used is None:
         wanted = [(split[o], split[o + 1], None) for o in range(lay.n_owners)]
     else:
-        used = [mem["blocks"][b][2][mem["blocks"][b][1][rows].indices] for b, rows in batch.items()
-                if rows is not None and rows.size]
-        if lay.fit_intercept:
-            used.append(np.array([mem["needs"].size - 1]))
         need = np.unique(np.concatenate(used)) if used else np.zeros(0, dtype=np.int64)
         cut = np.searchsorted(need, split)
         wanted = [(need[cut[o]:cut[o + 1]], None, (mem["needs"][need[cut[o]:cut[o + 1]]] - lay.bounds[o])
@@ -376,6 +373,23 @@ def _pull(mem, request, batch):
     for (at, end, _), values in zip(wanted, pulled):
         xg[at if end is None else slice(at, end)] = values
     return xg, sent, received
+
+
+def _batch_view(b, Xc, pos, rows, fit_intercept):
+    """Block ``b``'s rows ``rows`` as they are evaluated: the compact block's rows with
+    their columns renumbered to those they touch (the same entries in the same order),
+    their targets and weights, and the positions in the group's ``needs`` of the
+    parameter rows they use (with the intercept's)."""
+    from .._backend import take_rows
+
+    Xr = Xc[rows]
+    sub = np.unique(Xr.indices)
+    X = sp.csr_matrix((Xr.data, np.searchsorted(sub, Xr.indices).astype(Xr.indices.dtype, copy=False), Xr.indptr),
+                      shape=(rows.size, sub.size))
+    cols = pos[:-1] if fit_intercept else pos
+    at = np.append(cols[sub], pos[-1]) if fit_intercept else cols[sub]
+    w = None if b.sample_weight is None else take_rows(b.sample_weight, rows)
+    return X, take_rows(b.y, rows), w, at
 
 
 def _flat(rows, width):
@@ -421,8 +435,14 @@ def sharded_eval(shard, scratch, objective, request, tree):
     mem = _owned(scratch)
     lay, obj, ex = mem["layout"], objective.objective, request.exchange
     width, n = lay.width, lay.n_owners
-    batch = {b.index: _block_rows(b, request.draw) for b in shard.blocks}
-    xg, sent, received = _pull(mem, request, None if request.draw is None or request.draw.take is None else batch)
+    views = {}
+    for b in shard.blocks:  # what each block evaluates: all of it, or its batch's rows and columns
+        _, Xc, pos = mem["blocks"][b.index]
+        rows = _block_rows(b, request.draw)
+        views[b.index] = ((Xc, b.y, b.sample_weight, pos) if rows is None else
+                          None if rows.size == 0 else _batch_view(b, Xc, pos, rows, lay.fit_intercept))
+    batch = request.draw is not None and request.draw.take is not None
+    xg, sent, received = _pull(mem, request, [v[3] for v in views.values() if v is not None] if batch else None)
     leaves, scalars = {}, {}
     compact = mem.setdefault("objectives", {})
     if "needs_flat" not in mem:
@@ -430,25 +450,22 @@ def sharded_eval(shard, scratch, objective, request, tree):
     needs_flat = mem["needs_flat"]
     n_compact = needs_flat.size
     for i, b in enumerate(shard.blocks):
-        cols, Xc, pos = mem["blocks"][b.index]
-        rows = batch[b.index]
-        if rows is not None and rows.size == 0:
-            loss, grad, weight = 0.0, np.zeros(0), 0.0
+        view = views[b.index]
+        if view is None:  # no row of this block in the batch
+            loss, grad, weight, pos = 0.0, np.zeros(0), 0.0, np.zeros(0, dtype=np.int64)
         else:
-            if cols.size not in compact:
-                compact[cols.size] = replace(obj, n_features=int(cols.size))
+            X, y, w, pos = view
+            n_cols = X.shape[1]
+            if n_cols not in compact:
+                compact[n_cols] = replace(obj, n_features=int(n_cols))
             try:
                 with np.errstate(all="ignore"):
-                    loss, grad, weight = compact[cols.size].block_sums(xg[pos].ravel(), Xc, b.y, b.sample_weight,
-                                                                      rows=rows)
+                    loss, grad, weight = compact[n_cols].block_sums(xg[pos].ravel(), X, y, w)
             except Exception as err:
                 raise _block_error(err, b) from err
         # the block's entries in the group's compact numbering (positions in ``needs``)
-        idx = _flat(pos, width) if grad.size else np.zeros(0, dtype=np.int64)
+        idx = _flat(pos, width)
         bad = int(np.count_nonzero(~np.isfinite(grad)))
-        if rows is not None and grad.size:  # a mini-batch touches few columns: the others' zeros stay home
-            touched = np.repeat(np.any(grad.reshape(-1, width) != 0, axis=1), width)
-            idx, grad = idx[touched], grad[touched]
         leaves[0, b.index] = Partial(loss, SparseVector(idx, grad, n_compact), weight, 0.0, 0.0, 0)
         scalars[0, b.index] = Partial(loss, np.zeros(0), weight, 0.0, 0.0, int(i == 0), extras={"nonfinite": bad})
     # the group's subtrees summed in its compact numbering: dense arrays of its columns
@@ -542,8 +559,8 @@ def _merged_gradient(mem, pen, command):
 
 def sharded_update(shard, scratch, penalty_spec, command):
     """Phase 2 (or a backoff) on one owner; answers one :class:`~.reduce.Partial`
-    whose ``extras`` hold its scalars (see :func:`_stats`; ``pen``, ``l1``: the
-    penalty values of the new parameters)."""
+    whose ``extras`` hold its scalars (see :func:`_stats`; ``pen_x``, ``l1_x``: the
+    penalty's values at the parameters evaluated)."""
     wall0, t0 = time.time(), time.perf_counter()
     from .update import UpdateRule
 
@@ -568,7 +585,6 @@ def sharded_update(shard, scratch, penalty_spec, command):
             accepted = True
         new, new_state, _ = UpdateRule(command.rule.optimizer, pen).apply(x, grad, state)
         mem["pending"] = (int(command.version), new, new_state, accepted)
-        extras.update(pen=pen.value(new), l1=pen.l1_value(new))
     dt = time.perf_counter() - t0
     return Partial(0.0, np.zeros(0), 0.0, dt, dt, 1, wall0, wall0 + dt, extras)
 

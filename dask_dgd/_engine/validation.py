@@ -126,7 +126,6 @@ class Validator:
         score = self.scorer(est, X, y) if w is None else self.scorer(est, X, y, sample_weight=w)
         return {"val_loss": float(loss), "val_score": float(score)}
 
-
     def evaluate_sharded(self, source):
         """``{"val_loss", "val_score"}`` at the parameters a
         :class:`~.modes.sharded.ShardedSource` evaluated last: each validation group
