@@ -222,7 +222,6 @@ class ShardedRequest:
 
     version: int
     exchange: object
-    split_every: int
     draw: object = None
 
 
@@ -273,7 +272,7 @@ def _owned(scratch):
 
 
 # ------------------------------------------------------------------------ setup
-def _compact(X, n_features):
+def _compact(X):
     """``(columns, compact CSR)``: the sorted columns block ``X`` touches and ``X`` with
     its columns renumbered to them (the same entries in the same order)."""
     if not sp.issparse(X):
@@ -281,7 +280,7 @@ def _compact(X, n_features):
     X = X.tocsr() if X.format != "csr" else X
     cols = np.unique(X.indices).astype(np.int64)
     indices = np.searchsorted(cols, X.indices).astype(X.indices.dtype, copy=False)
-    return cols, sp.csr_matrix((X.data, indices, X.indptr), shape=(X.shape[0], max(cols.size, 0)))
+    return cols, sp.csr_matrix((X.data, indices, X.indptr), shape=(X.shape[0], cols.size))
 
 
 def sharded_setup(shard, scratch, objective, layout, exchange, group, x0, state0):
@@ -297,7 +296,7 @@ def sharded_setup(shard, scratch, objective, layout, exchange, group, x0, state0
                x=np.array(x0, dtype=np.float64, copy=True), state=state0, grad=None)
     blocks, union = {}, []
     for b in shard.blocks:
-        cols, Xc = _compact(b.X, layout.n_features)
+        cols, Xc = _compact(b.X)
         if cols.size and cols[-1] >= layout.n_features:
             raise InputError(f"X must have {layout.n_features} columns; block {b.index} has column {cols[-1]}")
         blocks[b.index] = [cols, Xc]
@@ -497,7 +496,7 @@ def sharded_validate(shard, scratch, objective, request, tree):
     width = objective.objective.n_outputs
     if mem is None:
         lay = request.layout
-        blocks = {b.index: _compact(b.X, lay.n_features) for b in shard.blocks}
+        blocks = {b.index: _compact(b.X) for b in shard.blocks}
         needs = np.unique(np.concatenate([c for c, _ in blocks.values()] + [np.zeros(0, dtype=np.int64)]))
         if lay.fit_intercept:
             needs = np.append(needs, lay.n_features)

@@ -100,7 +100,7 @@ class ShardedSource(SyncSource):
         if self.n_steps > 0:
             self.version += 1
         self.n_steps += 1
-        request = ShardedRequest(self.version, self.exchange, self.split_every, draw)
+        request = ShardedRequest(self.version, self.exchange, draw)
         partial = sh.collective.reduce(sharded_eval, self.objective, request, split_every=self.split_every,
                                        size=0, name=f"{name}-{self.n_steps}", step=self.n_steps)
         wall1 = time.time()
