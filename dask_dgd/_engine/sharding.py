@@ -310,7 +310,7 @@ def sharded_setup(shard, scratch, objective, layout, exchange, group, x0, state0
             cols = np.append(cols, layout.n_features)
         entry.append(np.searchsorted(rows, cols))
     mem["blocks"], mem["needs"] = blocks, rows
-    for stale in ("needs_flat", "objectives", "lbfgs", "penalty"):  # of an earlier setup
+    for stale in ("needs_flat", "lbfgs", "penalty"):  # of an earlier setup
         mem.pop(stale, None)
     mem["split"] = np.searchsorted(rows, np.asarray(layout.bounds))
     calls = [(o, _owner_register, (int(group), rows[mem["split"][o]:mem["split"][o + 1]] - layout.bounds[o]))
@@ -443,7 +443,6 @@ def sharded_eval(shard, scratch, objective, request, tree):
     batch = request.draw is not None and request.draw.take is not None
     xg, sent, received = _pull(mem, request, [v[3] for v in views.values() if v is not None] if batch else None)
     leaves, scalars = {}, {}
-    compact = mem.setdefault("objectives", {})
     if "needs_flat" not in mem:
         mem["needs_flat"] = _flat(mem["needs"], width)
     needs_flat = mem["needs_flat"]
@@ -454,12 +453,9 @@ def sharded_eval(shard, scratch, objective, request, tree):
             loss, grad, weight, pos = 0.0, np.zeros(0), 0.0, np.zeros(0, dtype=np.int64)
         else:
             X, y, w, pos = view
-            n_cols = X.shape[1]
-            if n_cols not in compact:
-                compact[n_cols] = replace(obj, n_features=int(n_cols))
             try:
-                with np.errstate(all="ignore"):
-                    loss, grad, weight = compact[n_cols].block_sums(xg[pos].ravel(), X, y, w)
+                with np.errstate(all="ignore"):  # (a mini-batch's columns differ every step: not kept)
+                    loss, grad, weight = replace(obj, n_features=int(X.shape[1])).block_sums(xg[pos].ravel(), X, y, w)
             except Exception as err:
                 raise _block_error(err, b) from err
         # the block's entries in the group's compact numbering (positions in ``needs``)
