@@ -41,6 +41,7 @@ import scipy.sparse as sp
 
 from ..exceptions import ClusterError, InputError
 from .blocks import _block_error
+from .faults import inject_faults
 from .reduce import BlockTree, Partial, SparseVector
 
 __all__ = ["ActorExchange", "LocalExchange", "Max", "ParamLayout", "SlicePenalty", "ShardedRequest", "UpdateCommand",
@@ -472,6 +473,7 @@ def sharded_eval(shard, scratch, objective, request, tree):
                                  for key, p in nodes.items()}))
               for o in range(n)]
     _, sent2, received2 = ex.call(pushes)
+    inject_faults(t0)
     dt = time.perf_counter() - t0
     moved = {"bytes_pulled": received + sent, "bytes_pushed": sent2 + received2}
     out = {}

@@ -216,3 +216,27 @@ def _close_all_workers_at_step_5(record):
     if record["step"] >= 5 and "cluster" in _CLUSTER:
         cluster = _CLUSTER.pop("cluster")
         threading.Thread(target=cluster.scale, args=(0,)).start()
+
+
+# ------------------------------------------------------------------ sharded parameters
+def test_a_sharded_fit_that_loses_a_worker_says_why(process_client):
+    """A worker killed mid-fit takes its parameter shard with it: the fit ends with a
+    ClusterError naming the lost worker, the step and why (no hang, no wrong result)."""
+    import scipy.sparse as sp
+
+    from dask_dgd.exceptions import ClusterError
+
+    rng = np.random.default_rng(0)
+    X = sp.random(6_000, 5_000, density=0.002, format="csr", random_state=0)
+    y = (X @ rng.standard_normal(5_000) + rng.logistic(size=6_000) > 0).astype(float)
+    workers = sorted(process_client.scheduler_info()["workers"])
+    blocks = [process_client.submit(sp.csr_matrix, X[i * 500:(i + 1) * 500], workers=[workers[i % 3]],
+                                    allow_other_workers=True, pure=False) for i in range(12)]
+    labels = [process_client.submit(np.array, y[i * 500:(i + 1) * 500], workers=[workers[i % 3]],
+                                    allow_other_workers=True, pure=False) for i in range(12)]
+    Xd = da.concatenate([da.from_delayed(b, (500, 5_000), meta=sp.csr_matrix((0, 0))) for b in blocks])
+    yd = da.concatenate([da.from_delayed(b, (500,), dtype=float) for b in labels])
+    est = LogisticRegression(client=process_client, solver="gd", tol=0.0, max_iter=60, param_sharding=True)
+    with killing_worker(process_client, workers[-1], after=3), pytest.raises(
+            ClusterError, match=r"lost worker\(s\) .* at step \d+: its parameter shard lived only there"):
+        est.fit(Xd, yd)
