@@ -200,9 +200,13 @@ def add_partials(*parts, size=None, keep_sparse=False):
     inner nodes of the block tree; the same values as the dense sum)."""
     first = parts[0]
     loss, weight = first.loss_sum, first.weight_sum
-    # (a node of one child too: expanding it would send a dense vector up, e.g. the last
-    # node of a level, or a sharded fit's push of ``d`` entries for one block's few)
-    sparse = _sparse_sum([p.grad_sum for p in parts]) if keep_sparse else None
+    if keep_sparse and len(parts) == 1 and not isinstance(first.grad_sum, np.ndarray):
+        # a node of one child (the last of a level) keeps its child's compact sum as it
+        # is: expanding it would send a dense vector up (a sharded fit's push of d
+        # entries for one block's few)
+        sparse = first.grad_sum
+    else:
+        sparse = _sparse_sum([p.grad_sum for p in parts]) if keep_sparse and len(parts) > 1 else None
     if sparse is not None:
         grad = sparse
     elif isinstance(first.grad_sum, np.ndarray):
