@@ -150,10 +150,11 @@ def client3():
 def test_compressed_fits_are_bit_identical_on_two_and_three_workers(client, client3, compression):
     # rebalance="auto" spreads the blocks over every worker at setup (rebalance=False
     # would leave them where Dask computed them, on fewer workers on a busy machine),
-    # and dynamic balancing may move them during the fit: the sums do not change
+    # and dynamic balancing may move them during the fit (on a busy machine, once all
+    # onto one worker by the end): the sums do not change
     two = _fit(client, compression=compression, max_iter=25, rebalance="auto")
     three = _fit(client3, compression=compression, max_iter=25, rebalance="auto")
-    assert len(set(three.skew_report_["placement"])) >= 2
+    assert len(three.history_["updates_per_group"].iloc[0]) >= 2  # the first step had 2 or more groups
     np.testing.assert_array_equal(three.coef_, two.coef_)
     np.testing.assert_array_equal(three.intercept_, two.intercept_)
     assert three.loss_curve_ == two.loss_curve_
