@@ -42,7 +42,7 @@ import scipy.sparse as sp
 from ..exceptions import ClusterError, InputError
 from .blocks import _block_error
 from .faults import inject_faults
-from .reduce import BlockTree, Partial, SparseVector
+from .reduce import BlockTree, Partial, SparseVector, grad_nbytes, partial_nbytes
 
 __all__ = ["ActorExchange", "LocalExchange", "Max", "ParamLayout", "SlicePenalty", "ShardedRequest", "UpdateCommand",
            "ValidationRequest", "sharded_eval", "sharded_memory", "sharded_restore", "sharded_setup", "sharded_slice",
@@ -132,10 +132,6 @@ class SlicePenalty:
             grad[: self.n_coef] += self.l2 * x[: self.n_coef]
         return grad
 
-    def smooth(self, x):
-        """The L2 part's value on this slice and its gradient."""
-        return self.value(x), self.add_gradient(np.zeros_like(x), x)
-
     def l1_value(self, x):
         return self.l1 * float(np.sum(np.abs(x[: self.n_coef]))) if self.l1 else 0.0
 
@@ -167,12 +163,11 @@ class LocalExchange:
 
 
 def _payload_nbytes(value):
-    if isinstance(value, np.ndarray):
-        return int(value.nbytes)
-    if isinstance(value, SparseVector):
-        return value.nbytes
+    """Bytes of a pull's or push's arguments or answer as they would travel."""
     if isinstance(value, Partial):
-        return _payload_nbytes(value.grad_sum) + 16
+        return partial_nbytes(value)
+    if isinstance(value, (np.ndarray, SparseVector)):
+        return grad_nbytes(value)
     if isinstance(value, dict):
         return sum(_payload_nbytes(v) for v in value.values())
     if isinstance(value, (tuple, list)):

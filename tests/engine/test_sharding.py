@@ -184,8 +184,9 @@ def test_layout_penalty_and_assembly():
     value, grad = pen.smooth_value_gradient(x, obj)
     parts = [SlicePenalty.of(pen, lay, o) for o in range(3)]
     assert [p.n_coef for p in parts] == [12, 9, 9]
-    np.testing.assert_array_equal(np.concatenate([p.smooth(s)[1] for p, s in zip(parts, split(x, lay))]), grad)
-    assert sum(p.smooth(s)[0] for p, s in zip(parts, split(x, lay))) == pytest.approx(value, rel=1e-14)
+    np.testing.assert_array_equal(np.concatenate([p.add_gradient(np.zeros_like(s), s)
+                                                  for p, s in zip(parts, split(x, lay))]), grad)
+    assert sum(p.value(s) for p, s in zip(parts, split(x, lay))) == pytest.approx(value, rel=1e-14)
     np.testing.assert_array_equal(np.concatenate([p.prox(s, 0.5) for p, s in zip(parts, split(x, lay))]),
                                   pen.prox(x, 0.5, obj))
     state = Adam(0.1).init(x + 1.0)

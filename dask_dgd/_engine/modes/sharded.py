@@ -71,8 +71,6 @@ class ShardedSource(SyncSource):
         self.layout = layout
         self.version = 0
         self.exchange = None
-        #: non-zero columns (plus the intercept row) each group's blocks need
-        self.needs = None
 
     def start(self):
         super().start()
@@ -84,10 +82,8 @@ class ShardedSource(SyncSource):
         the rows its blocks need with their owners."""
         lay = self.layout
         xs, states = split(params0, lay), split(state0, lay)
-        answers = self.shards.collective.call(
-            sharded_setup, self.objective.objective, lay, self.exchange,
-            per_group=[(g, xs[g], states[g]) for g in range(lay.n_owners)])
-        self.needs = [a[0] for a in answers]
+        self.shards.collective.call(sharded_setup, self.objective.objective, lay, self.exchange,
+                                    per_group=[(g, xs[g], states[g]) for g in range(lay.n_owners)])
         self.version = 0
 
     def evaluate(self, params=None, draw=None, local=None, name="grad", aux=None):
