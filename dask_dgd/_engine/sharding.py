@@ -46,7 +46,7 @@ from .reduce import BlockTree, Partial, SparseVector, grad_nbytes, partial_nbyte
 
 __all__ = ["ActorExchange", "LocalExchange", "Max", "ParamLayout", "SlicePenalty", "ShardedRequest", "UpdateCommand",
            "ValidationRequest", "sharded_eval", "sharded_memory", "sharded_restore", "sharded_setup", "sharded_slice",
-           "sharded_update", "sharded_validate"]
+           "group_sums", "owner_parts", "sharded_update", "sharded_validate"]
 
 KEY = "sharded"
 
@@ -306,7 +306,7 @@ def sharded_setup(shard, scratch, objective, layout, exchange, group, x0, state0
             cols = np.append(cols, layout.n_features)
         entry.append(np.searchsorted(rows, cols))
     mem["blocks"], mem["needs"] = blocks, rows
-    for stale in ("needs_flat", "lbfgs", "penalty"):  # of an earlier setup
+    for stale in ("needs_flat", "lbfgs", "penalty", "async"):  # of an earlier setup
         mem.pop(stale, None)
     mem["split"] = np.searchsorted(rows, np.asarray(layout.bounds))
     calls = [(o, _owner_register, (int(group), rows[mem["split"][o]:mem["split"][o + 1]] - layout.bounds[o]))
@@ -349,10 +349,11 @@ def _owner_push(shard, scratch, group, version, nodes):
 
 
 # ------------------------------------------------------------------------ phase 1
-def _pull(mem, request, used):
+def _pull(mem, exchange, fn, head, used):
     """The coefficients the group's blocks need, as rows of the group's compact matrix
     (ordered as ``mem["needs"]``): all of them (``used`` None), or those at the
     positions in ``used`` (a mini-batch's); the others stay 0 and are never read.
+    Each owner answers ``fn(shard, scratch, group, head, rows)``.
     Returns ``(matrix, bytes sent, bytes received)``."""
     lay, split, group = mem["layout"], mem["split"], mem["group"]
     xg = np.zeros((mem["needs"].size, lay.width))
@@ -363,8 +364,7 @@ def _pull(mem, request, used):
         cut = np.searchsorted(need, split)
         wanted = [(need[cut[o]:cut[o + 1]], None, (mem["needs"][need[cut[o]:cut[o + 1]]] - lay.bounds[o])
                    .astype(np.int32)) for o in range(lay.n_owners)]
-    pulled, sent, received = request.exchange.call(
-        [(o, _owner_pull, (group, request.version, rows)) for o, (_, _, rows) in enumerate(wanted)])
+    pulled, sent, received = exchange.call([(o, fn, (group, head, rows)) for o, (_, _, rows) in enumerate(wanted)])
     for (at, end, _), values in zip(wanted, pulled):
         xg[at if end is None else slice(at, end)] = values
     return xg, sent, received
@@ -422,27 +422,24 @@ def _block_rows(b, draw):
     return np.sort(rng.choice(b.n_rows, size=k, replace=False)) if k else np.zeros(0, dtype=np.int64)
 
 
-def sharded_eval(shard, scratch, objective, request, tree):
-    """Phase 1 of a step on one group (see the module docstring): pull, evaluate, push.
-    Returns the group's complete subtrees of ``tree`` carrying the loss and weight sums
-    (and, in ``extras``: entries that are not finite, bytes pulled and pushed)."""
-    wall0, t0 = time.time(), time.perf_counter()
-    mem = _owned(scratch)
-    lay, obj, ex = mem["layout"], objective.objective, request.exchange
-    width, n = lay.width, lay.n_owners
+def group_sums(shard, mem, objective, draw, pull):
+    """Evaluate a group's blocks (all rows, or ``draw``'s) at the coefficients
+    ``pull(used)`` brings (see :func:`_pull`): ``(leaves, scalars, bytes pulled)``,
+    the leaves' gradients as sparse vectors in the group's compact numbering."""
+    lay, obj = mem["layout"], objective.objective
+    width = lay.width
     views = {}
     for b in shard.blocks:  # what each block evaluates: all of it, or its batch's rows and columns
         _, Xc, pos = mem["blocks"][b.index]
-        rows = _block_rows(b, request.draw)
+        rows = _block_rows(b, draw)
         views[b.index] = ((Xc, b.y, b.sample_weight, pos) if rows is None else
                           None if rows.size == 0 else _batch_view(b, Xc, pos, rows, lay.fit_intercept))
-    batch = request.draw is not None and request.draw.take is not None
-    xg, sent, received = _pull(mem, request, [v[3] for v in views.values() if v is not None] if batch else None)
+    batch = draw is not None and draw.take is not None
+    xg, sent, received = pull([v[3] for v in views.values() if v is not None] if batch else None)
     leaves, scalars = {}, {}
     if "needs_flat" not in mem:
         mem["needs_flat"] = _flat(mem["needs"], width)
-    needs_flat = mem["needs_flat"]
-    n_compact = needs_flat.size
+    n_compact = mem["needs_flat"].size
     for i, b in enumerate(shard.blocks):
         view = views[b.index]
         if view is None:  # no row of this block in the batch
@@ -459,18 +456,35 @@ def sharded_eval(shard, scratch, objective, request, tree):
         bad = int(np.count_nonzero(~np.isfinite(grad)))
         leaves[0, b.index] = Partial(loss, SparseVector(idx, grad, n_compact), weight, 0.0, 0.0, 0)
         scalars[0, b.index] = Partial(loss, np.zeros(0), weight, 0.0, 0.0, int(i == 0), extras={"nonfinite": bad})
+    return leaves, scalars, sent + received
+
+
+def owner_parts(mem, node):
+    """A group's sum ``node`` (its compact numbering) cut into the owners' ranges
+    (see :func:`_restrict`), one part per owner."""
+    lay, width = mem["layout"], mem["layout"].width
+    cut = mem["split"] * width
+    return [_restrict(node, cut[o], cut[o + 1], mem["needs_flat"], *lay.flat_range(o)) for o in range(lay.n_owners)]
+
+
+def sharded_eval(shard, scratch, objective, request, tree):
+    """Phase 1 of a step on one group (see the module docstring): pull, evaluate, push.
+    Returns the group's complete subtrees of ``tree`` carrying the loss and weight sums
+    (and, in ``extras``: entries that are not finite, bytes pulled and pushed)."""
+    wall0, t0 = time.time(), time.perf_counter()
+    mem = _owned(scratch)
+    leaves, scalars, pulled = group_sums(shard, mem, objective, request.draw, lambda used: _pull(
+        mem, request.exchange, _owner_pull, request.version, used))
     # the group's subtrees summed in its compact numbering: dense arrays of its columns
     # where most are touched (no sorting of indices), sparse vectors where few are
-    nodes = BlockTree(tree.n_blocks, tree.split_every, size=n_compact).complete(leaves)
-    cut = mem["split"] * width
-    pushes = [(o, _owner_push, (mem["group"], request.version,
-                                {key: _restrict(p, cut[o], cut[o + 1], needs_flat, *lay.flat_range(o))
-                                 for key, p in nodes.items()}))
-              for o in range(n)]
-    _, sent2, received2 = ex.call(pushes)
+    nodes = BlockTree(tree.n_blocks, tree.split_every, size=mem["needs_flat"].size).complete(leaves)
+    parts = {key: owner_parts(mem, p) for key, p in nodes.items()}
+    pushes = [(o, _owner_push, (mem["group"], request.version, {key: ps[o] for key, ps in parts.items()}))
+              for o in range(mem["layout"].n_owners)]
+    _, sent2, received2 = request.exchange.call(pushes)
     inject_faults(t0)
     dt = time.perf_counter() - t0
-    moved = {"bytes_pulled": received + sent, "bytes_pushed": sent2 + received2}
+    moved = {"bytes_pulled": pulled, "bytes_pushed": sent2 + received2}
     out = {}
     for key, p in tree.complete(scalars).items():
         extras = dict(p.extras)

@@ -27,7 +27,7 @@ from .kernels import LocalUpdate, group_local_export, group_local_init
 from .loop import Loop
 from .modes.async_ import AsyncTraining
 from .modes.local import LocalSGD
-from .modes.sharded import ShardedFirstOrder, ShardedLBFGS, ShardedSource
+from .modes.sharded import ShardedAsync, ShardedFirstOrder, ShardedLBFGS, ShardedSource
 from .modes.sync import SyncSource
 from .monitor import Monitor, communicated
 from .objective import LinearTraining
@@ -330,7 +330,8 @@ def resolve_sharding(param_sharding, *, objective, shards, solver, mode, compres
 
     ``True`` requires what sharding supports and says what is not: a linear model
     without offsets on sparse (CSR) input, trained synchronously by "gd", "sgd" or
-    "lbfgs", without compression, and early stopping only on the validation loss.  ``"auto"`` shards
+    "lbfgs" or asynchronously (:mod:`.sharded_async`), without compression, and early
+    stopping (synchronous only) on the validation loss.  ``"auto"`` shards
     such a fit on a cluster with two or more groups when it has at least
     ``dgd.shard-params-min`` (2**20) parameters; ``False`` never."""
     import dask
@@ -346,8 +347,8 @@ def resolve_sharding(param_sharding, *, objective, shards, solver, mode, compres
         reasons.append("offsets are not supported")
     if not shards.sparse:
         reasons.append("it needs sparse (CSR) X")
-    if mode != "sync":
-        reasons.append(f"mode={mode!r} is not supported (only 'sync')")
+    if mode == "local":
+        reasons.append("mode='local' is not supported (only 'sync' and 'async')")
     if solver not in ("gd", "sgd", "lbfgs"):
         reasons.append(f"solver={solver!r} is not supported (only 'gd', 'sgd' and 'lbfgs')")
     if compression is not None:
@@ -544,7 +545,11 @@ def train(
                 shards.collective.call(group_local_init, objective, per_group=inits)
             if sharded:
                 source.setup(params0, opt_state)
-                solver_obj = ShardedLBFGS(ctx, opt) if solver == "lbfgs" else ShardedFirstOrder(ctx, opt)
+                if mode == "async":
+                    solver_obj = ShardedAsync(ctx, opt, max_staleness=max_staleness,
+                                              staleness_scaling=staleness_scaling)
+                else:
+                    solver_obj = ShardedLBFGS(ctx, opt) if solver == "lbfgs" else ShardedFirstOrder(ctx, opt)
             elif mode == "local":
                 solver_obj = LocalSGD(ctx, params0, opt, local_steps=local_steps, outer_optimizer=outer_optimizer)
             elif mode == "async":

@@ -178,7 +178,9 @@ def test_max_time_stops_training(client, dask_data, params):
     _, _, Xd, yd = dask_data
     # the full-batch solvers converge in a few steps: a limit that ends them after one
     limit = 0.02 if params["solver"] in ("lbfgs", "newton") else 0.5
-    est = LogisticRegression(alpha=ALPHA, max_iter=100_000, tol=0.0, max_time=limit, client=client, **params)
+    # (n_iter_no_change: no epoch rule may stop it first, however fast the machine)
+    est = LogisticRegression(alpha=ALPHA, max_iter=100_000, tol=0.0, n_iter_no_change=100_000, max_time=limit,
+                             client=client, **params)
     with straggler(client, _workers(client)[0], factor=1.0):  # every step takes a while
         with pytest.warns(ConvergenceWarning, match=rf"reached max_time={limit} s"):
             est.fit(Xd, yd)

@@ -153,7 +153,7 @@ def test_auto_shards_wide_models_on_a_cluster_only(client):
     (dict(param_sharding="yes"), "param_sharding must be 'auto', True or False; got 'yes'"),
     (dict(param_sharding=1), "param_sharding must be 'auto', True or False; got 1"),
     (dict(param_sharding=True, solver="newton"), "solver='newton' is not supported (only 'gd', 'sgd' and 'lbfgs')"),
-    (dict(param_sharding=True, solver="gd", mode="async"), "mode='async' is not supported (only 'sync')"),
+    (dict(param_sharding=True, solver="gd", mode="local"), "mode='local' is not supported (only 'sync' and 'async')"),
     (dict(param_sharding=True, solver="gd", compression="topk:0.1"), "compression is not supported"),
     (dict(param_sharding=True, dense=True), "it needs sparse (CSR) X"),
     (dict(param_sharding=True, offset=True), "offsets are not supported"),

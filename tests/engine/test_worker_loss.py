@@ -219,9 +219,11 @@ def _close_all_workers_at_step_5(record):
 
 
 # ------------------------------------------------------------------ sharded parameters
-def test_a_sharded_fit_that_loses_a_worker_says_why(process_client):
+@pytest.mark.parametrize("mode", ["sync", "async"])
+def test_a_sharded_fit_that_loses_a_worker_says_why(process_client, mode):
     """A worker killed mid-fit takes its parameter shard with it: the fit ends with a
-    ClusterError naming the lost worker, the step and why (no hang, no wrong result)."""
+    ClusterError naming the lost worker, the step (the coordinator's update, async)
+    and why (no hang, no wrong result)."""
     import scipy.sparse as sp
 
     from dask_dgd.exceptions import ClusterError
@@ -236,7 +238,8 @@ def test_a_sharded_fit_that_loses_a_worker_says_why(process_client):
                                     allow_other_workers=True, pure=False) for i in range(12)]
     Xd = da.concatenate([da.from_delayed(b, (500, 5_000), meta=sp.csr_matrix((0, 0))) for b in blocks])
     yd = da.concatenate([da.from_delayed(b, (500,), dtype=float) for b in labels])
-    est = LogisticRegression(client=process_client, solver="gd", tol=0.0, max_iter=60, param_sharding=True)
+    est = LogisticRegression(client=process_client, solver="gd", tol=0.0, max_iter=60, param_sharding=True,
+                             mode=mode)
     with killing_worker(process_client, workers[-1], after=3), pytest.raises(
-            ClusterError, match=r"lost worker\(s\) .* at step \d+: its parameter shard lived only there"):
+            ClusterError, match=r"lost worker\(s\) .* at (step|update) \d+: its parameter shard lived only there"):
         est.fit(Xd, yd)

@@ -227,6 +227,8 @@ class AsyncTraining(Solver):
     continues the same optimisation, not the same sequence of updates.
     """
 
+    core_class = ServerCore  # the server's rules
+
     def __init__(self, ctx, params0, optimizer, *, max_staleness=None, staleness_scaling=False):
         self.ctx = ctx
         self.params0 = np.array(params0, dtype=np.float64, copy=True)
@@ -304,7 +306,7 @@ class AsyncTraining(Solver):
                          ef_counts=[0] * n)
         state["pulled"] = [state["version"]] * n
         if state["rows_seen"] >= state["max_epochs"] * state["n_rows"]:
-            core = ServerCore.__new__(ServerCore)
+            core = self.core_class.__new__(self.core_class)
             core.__dict__.update(state)
             self.out = core.result()
             return Outcome(stop=Stop(False, f"reached max_iter={state['max_epochs']}"))
@@ -316,11 +318,18 @@ class AsyncTraining(Solver):
     def _launch(self, core_state):
         ctx = self.ctx
         if ctx.shards.executor.kind != "dask":
-            core = ServerCore.__new__(ServerCore)
+            core = self.core_class.__new__(self.core_class)
             core.__dict__.update(core_state)
             self.run = _InProcessRun(self, core)
         else:
             self.run = _ClusterRun(self, core_state)
+
+    def loop_call(self, i, g, scratch_ref, server):
+        """``(function, *args)`` of the loop of group ``g``, the ``i``-th active one
+        (``scratch_ref``: its memory, see :func:`_group_scratch`)."""
+        ctx = self.ctx
+        return (async_group_loop, ctx.shards.handles[g], scratch_ref, server, i, ctx.objective, ctx.batching,
+                self.local_key, len(self.active), self.compression)
 
     def local_keys(self):
         return (self.local_key,)
@@ -402,8 +411,8 @@ class _InProcessRun:
         collective = ctx.shards.collective
         scratch = collective.scratch()
         for i, g in enumerate(solver.active):
-            async_group_loop(ctx.shards.handles[g], scratch[g], server, i, ctx.objective, ctx.batching,
-                             solver.local_key, len(solver.active), solver.compression)
+            fn, *args = solver.loop_call(i, g, scratch[g], server)
+            fn(*args)
         on_records(self.core)
         return self.core.result(), []
 
@@ -450,16 +459,15 @@ class _ClusterRun:
         tag = "" if self.restarts == 0 else f"-r{self.restarts}"
         state = dict(core_state, objective=solver.ctx.objective, records=[], _round=[])
         self.server_future, self.server = ex.start_actor(
-            ParameterServer, (), {"core_state": state}, worker=worker, key=f"dgd-server-{sh.token}{tag}",
+            ParameterServer, (), {"core_state": state, "core_class": solver.core_class}, worker=worker,
+            key=f"dgd-server-{sh.token}{tag}",
         )
         self.server_worker = ex.actor_address(self.server_future)
         link = ServerLink(self.server_worker, self.server_future.key)
-        n = len(solver.active)
         runners = sh.collective.runner_keys()
         self.loops = [
             ex.submit_pinned(
-                async_group_loop, sh.handles[g], runners[g], link, i, solver.ctx.objective, solver.ctx.batching,
-                solver.local_key, n, solver.compression,
+                *solver.loop_call(i, g, runners[g], link),
                 worker=sh.workers[g] if sh.workers[g] in live else worker, key=f"dgd-async-{sh.token}-{i}{tag}",
             )
             for i, g in enumerate(solver.active)
@@ -480,6 +488,7 @@ class _ClusterRun:
                         f"the asynchronous training loop {failed.key} was cancelled (its "
                         "worker was lost or the cluster is shutting down)"
                     )
+                self._unrecoverable(failed.exception())
                 failed.result()  # raises the group's error
             records, _, state = ex.call_actor_within(ACTOR_TIMEOUT, self.server.drain_with_state)
         except Exception as err:  # noqa: BLE001 - a lost server is told by the scheduler
@@ -537,7 +546,30 @@ class _ClusterRun:
                 return False
             time.sleep(0.1)
 
+    def _unrecoverable(self, err):
+        """Raise ClusterError when the fit's groups keep state no other worker has
+        (sharded parameters: ``collective.unrecoverable`` says why) and a group's
+        worker has left (given the scheduler ``dgd.worker-loss-timeout`` seconds to
+        notice, after ``err``)."""
+        import dask
+
+        why = self.shards.collective.unrecoverable
+        if why is None:
+            return
+        deadline = time.monotonic() + float(dask.config.get("dgd.worker-loss-timeout", 10))
+        while True:
+            alive = set(self.ex.workers())
+            lost = sorted({w for w in self.shards.workers if w not in alive})
+            if lost:
+                self.close()
+                version = "?" if self.solver.state is None else self.solver.state["version"]
+                raise ClusterError(f"lost worker(s) {lost} at update {version}: {why}") from err
+            if time.monotonic() >= deadline:
+                return
+            time.sleep(0.1)
+
     def restart(self):
+        self._unrecoverable(None)
         if self.restarts >= MAX_SERVER_RESTARTS:
             self.close()
             raise ClusterError(f"the parameter server's worker was lost {self.restarts + 1} times; giving up")

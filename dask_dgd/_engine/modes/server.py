@@ -24,7 +24,7 @@ from ..reduce import Compressed, add_partials
 from ..stopping import EpochStopper
 from ..update import MAX_BACKOFFS, UpdateRule, divergence_message
 
-__all__ = ["ParameterServer", "ServerCore"]
+__all__ = ["ParameterServer", "ServerCore", "ShardedCore"]
 
 
 class ServerCore:
@@ -131,9 +131,9 @@ class ServerCore:
         self.rows_seen += int(msg["rows"])
         delay = self.version - msg["version"]
         partial = msg["partial"]
-        up = 8 * self.params.size
         stat = {"group": g, "lead": self.lead[g], "delay": delay, "wait": float(wait_time),
-                "time": float(msg["time"]), "weight": float(partial.weight_sum), "up": up}
+                "time": float(msg["time"]), "weight": float(partial.weight_sum),
+                "up": msg.get("up", 8 * self.params.size), "down": msg.get("down", 8 * self.params.size)}
         if isinstance(partial.grad_sum, Compressed):
             stat["up"] = partial.grad_sum.nbytes
             partial = self._received(g, partial, msg.get("ef_count"))
@@ -143,7 +143,8 @@ class ServerCore:
         if msg["version"] < self.valid_from:
             self._round.append(stat)  # computed on parameters rolled back since
             return self._after_push(now)
-        if not (math.isfinite(partial.loss_sum) and np.all(np.isfinite(partial.grad_sum))):
+        if not (math.isfinite(partial.loss_sum) and np.all(np.isfinite(partial.grad_sum))
+                and not partial.extras.get("nonfinite", 0)):
             self._round.append(stat)
             self._backoff(f"asynchronous training diverged at update {self.version} (loss={partial.loss_sum})")
             return self._after_push(now)
@@ -155,8 +156,7 @@ class ServerCore:
         latest[g] = partial
         # in group order: the rounding does not depend on the order of arrival
         total = add_partials(*[p for p in latest if p is not None])
-        smooth, agg = self.objective.finish(total, self.params)
-        value = smooth + self.objective.l1_value(self.params)
+        value, agg = self._aggregate(total, msg)
         limit = self.explosion_limit
         if limit is not None and value > limit:
             self._round.append(stat)
@@ -168,8 +168,7 @@ class ServerCore:
             self.best_value, self.best = value, msg["version"]
         self.latest = latest
         scale = 1.0 / (1.0 + delay) if self.staleness_scaling else 1.0
-        rule = UpdateRule(self.optimizer, self.objective.penalty)
-        params, state, lr = rule.apply(self.params, agg, self.state, scale)
+        params, state, lr = self._update(agg, scale, msg)
         if not np.all(np.isfinite(params)):
             self._round.append(stat)
             self._backoff(f"asynchronous training diverged at update {self.version} (parameters not finite)")
@@ -177,11 +176,24 @@ class ServerCore:
         self.backoffs = 0
         self.params, self.state = params, state
         self.version += 1
-        stat.update(value=value, grad_norm=float(np.linalg.norm(agg)), lr=scale * lr)
+        stat.update(value=value, grad_norm=self._grad_norm(agg, msg), lr=scale * lr)
         self._round.append(stat)
         if self.stopper.add(value, self.rows_seen // self.n_rows):  # tol: the epoch's mean, as sync SGD
             self.stop(converged=True)
         return self._after_push(now)
+
+    def _aggregate(self, total, msg):
+        """The objective at the current parameters and the aggregate gradient, from
+        the sum of every group's latest sums (``msg``: the push, for subclasses)."""
+        smooth, agg = self.objective.finish(total, self.params)
+        return smooth + self.objective.l1_value(self.params), agg
+
+    def _update(self, agg, scale, msg):
+        """The update along ``agg``: ``(parameters, optimizer state, learning rate)``."""
+        return UpdateRule(self.optimizer, self.objective.penalty).apply(self.params, agg, self.state, scale)
+
+    def _grad_norm(self, agg, msg):
+        return float(np.linalg.norm(agg))
 
     def _received(self, g, partial, count):
         """A compressed push as the gradient sums the aggregate uses: decompressed, or
@@ -252,8 +264,8 @@ class ServerCore:
         leads = [s["lead"] for s in stats]
         delays = [s["delay"] for s in stats]
         times = [s["time"] for s in stats]
-        n = 8 * self.params.size * len(stats)
-        up = sum(s.get("up", 8 * self.params.size) for s in stats)
+        n = sum(s["down"] for s in stats)
+        up = sum(s["up"] for s in stats)
         self.records.append(make_record(
             step=self.version, iteration=-(-self.rows_seen // self.n_rows), loss=last.get("value", math.nan),
             grad_norm=last.get("grad_norm", math.nan), step_size=last.get("lr"),
@@ -281,15 +293,44 @@ class ServerCore:
         }
 
 
+class ShardedCore(ServerCore):
+    """The coordinator of asynchronous training over sharded parameters (see
+    :mod:`..sharded_async`): the clocks, the staleness bound, the stops, the backoffs
+    and the records of :class:`ServerCore`, on scalars.  The owners have updated their
+    slices by the time a push's scalars arrive; the objective is the latest sums' mean
+    plus each owner's latest penalty value.  Its pulls name the mark (the version of
+    the best objective), where a backoff sends the owners."""
+
+    def __init__(self, optimizer, objective, n_groups, n_owners, **kwargs):
+        super().__init__(np.zeros(0), optimizer, None, objective, n_groups, **kwargs)
+        self.penalties = [0.0] * int(n_owners)
+
+    def pull(self, g):
+        return {**super().pull(g), "mark": self.best}
+
+    def _aggregate(self, total, msg):
+        for o, answer in enumerate(msg["owners"]):
+            if not answer.get("dropped"):
+                self.penalties[o] = answer["pen"] + answer["l1"]
+        return total.loss_sum / total.weight_sum + math.fsum(self.penalties), None
+
+    def _update(self, agg, scale, msg):
+        lrs = [a["lr"] for a in msg["owners"] if "lr" in a]
+        return self.params, self.state, max(lrs, default=0.0)
+
+    def _grad_norm(self, agg, msg):
+        return math.sqrt(math.fsum(a.get("gsq", 0.0) for a in msg["owners"]))
+
+
 class ParameterServer:
     """Dask actor around a :class:`ServerCore`; its methods run on the worker's event
     loop, so a group waiting at the staleness bound never blocks the others."""
 
-    def __init__(self, *args, core_state=None, **kwargs):
+    def __init__(self, *args, core_state=None, core_class=ServerCore, **kwargs):
         if core_state is None:
-            self.core = ServerCore(*args, **kwargs)
+            self.core = core_class(*args, **kwargs)
         else:  # restarted from the driver's copy (its first worker was lost)
-            self.core = ServerCore.__new__(ServerCore)
+            self.core = core_class.__new__(core_class)
             self.core.__dict__.update(core_state)
         self._cond = None
 

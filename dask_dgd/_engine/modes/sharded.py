@@ -17,6 +17,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from ..records import Bytes, Route, Timing, make_record
+from ..sharded_async import Ticket, sharded_async_loop
 from ..sharded_lbfgs import LbfgsCommand, sharded_lbfgs
 from ..sharding import (
     GATHER_CHUNK,
@@ -34,9 +35,12 @@ from ..sharding import (
 from ..solvers import LBFGS, EpochRules, Outcome, Solver
 from ..stopping import Stop
 from ..update import Guard, UpdateRule, auto_learning_rate, initial_divergence
+from .async_ import AsyncTraining
+from .server import ShardedCore
 from .sync import StepResult, SyncSource
 
-__all__ = ["ShardedFirstOrder", "ShardedLBFGS", "ShardedSource", "sharded_record", "split"]
+__all__ = ["ShardedAsync", "ShardedFirstOrder", "ShardedLBFGS", "ShardedSource", "sharded_record", "sharded_start",
+           "split"]
 
 
 def split(vector, layout):
@@ -60,6 +64,23 @@ def sharded_record(res, iteration, value, gsq, step_size, **extra):
         step=res.step, iteration=iteration, loss=value, grad_norm=math.sqrt(gsq), step_size=step_size,
         timing=res.timing, n_samples=res.partial.weight_sum, updates_per_group=(1,) * max(int(res.partial.n_groups), 1),
         nbytes=res.nbytes, route=res.route, **extra)
+
+
+def sharded_start(ctx, optimizer, draw, divide=1):
+    """The first evaluation of a sharded fit (at the owners' start, all rows or
+    ``draw``'s), its merge with every owner's optimizer state started, and the
+    automatic learning rate (its step divided by ``divide``): ``(optimizer, step
+    result, owners' scalars)``."""
+    src = ctx.source
+    res = src.evaluate(draw=draw)
+    stats = src.command("merge", init=optimizer)
+    if not (math.isfinite(res.value) and stats.get("nonfinite", 0) == 0):
+        raise initial_divergence(res.value)
+    if ctx.learning_rate == "auto":
+        L = ctx.objective.lipschitz(ctx.shards, None)
+        lr = auto_learning_rate(optimizer, L, np.array([float(stats["gmax"])])) / divide
+        optimizer = optimizer.with_learning_rate(lr)
+    return optimizer, res, stats
 
 
 class ShardedSource(SyncSource):
@@ -195,15 +216,8 @@ class ShardedFirstOrder(EpochRules, Solver):
 
 
     def start(self):
-        ctx = self.ctx
-        res = self.src.evaluate(draw=self._draw())
-        stats = self.src.command("merge", init=self.optimizer)
-        if not (math.isfinite(res.value) and stats.get("nonfinite", 0) == 0):
-            raise initial_divergence(res.value)
-        if ctx.learning_rate == "auto":
-            L = ctx.objective.lipschitz(ctx.shards, None)
-            lr = auto_learning_rate(self.optimizer, L, np.array([float(stats["gmax"])]))
-            self.rule = UpdateRule(self.optimizer.with_learning_rate(lr))
+        opt, res, stats = sharded_start(self.ctx, self.optimizer, self._draw())
+        self.rule = UpdateRule(opt)
         outcome = self._observe(res, stats)
         self.src.command("update", rule=self.rule)
         return outcome
@@ -412,3 +426,52 @@ class ShardedLBFGS(LBFGS):
     def resume(self):
         self.src.restore()
         return Outcome(accepted=False)
+
+
+class ShardedAsync(AsyncTraining):
+    """:class:`~.async_.AsyncTraining` over sharded parameters: the owners are the
+    parameter server (see :mod:`..sharded_async`) and a :class:`~.server.ShardedCore`
+    actor coordinates on scalars.  The start is a synchronous sharded step (its
+    evaluation and merge: the optimizer state of every owner, the automatic learning
+    rate divided over the groups as in the unsharded mode).  Its checkpoints hold the
+    coordinator's state and the owners' slices, read while the loops run: like the
+    unsharded server's, a resumed fit continues the optimisation, not the sequence of
+    updates (the owners' latest gradient slices start afresh)."""
+
+    core_class = ShardedCore
+
+    def __init__(self, ctx, optimizer, *, max_staleness=None, staleness_scaling=False):
+        super().__init__(ctx, np.zeros(0), optimizer, max_staleness=max_staleness,
+                         staleness_scaling=staleness_scaling)
+        self.src = ctx.source
+
+    def start(self):
+        ctx = self.ctx
+        draw = None if ctx.batching is None else ctx.batching.draw(self.src.n_steps + 1)
+        self.optimizer, res, stats = sharded_start(ctx, self.optimizer, draw, divide=len(self.active))
+        self.step0 = self.src.n_steps
+        value = res.value + stats.get("pen_x", 0.0) + stats.get("l1_x", 0.0)
+        guard = Guard(full_batch=False)
+        guard.start(value)
+        core = ShardedCore(self.optimizer, ctx.objective, len(self.active), self.src.layout.n_owners,
+                           explosion_limit=guard.limit(), **self._core_kwargs())
+        self.state = dict(vars(core))
+        self._launch(self.state)
+        return Outcome([sharded_record(res, 0, value, stats.get("gsq", 0.0), None)])
+
+    def resume(self):
+        self.src.restore()
+        self.state.setdefault("penalties", [0.0] * self.src.layout.n_owners)
+        return super().resume()
+
+    def loop_call(self, i, g, scratch_ref, server):
+        ctx, src = self.ctx, self.src
+        ticket = Ticket(0, 0, self.optimizer, src.layout.n_owners, bool(self.staleness_scaling),
+                        ctx.objective.penalty_spec)
+        return (sharded_async_loop, ctx.shards.handles[g], scratch_ref, server, i, ctx.objective, ctx.batching,
+                ticket, src.exchange)
+
+    def result(self):
+        out = self.out
+        params, state = self.src.gather("current")
+        return params, out["epochs"], out["optimizer"], state
