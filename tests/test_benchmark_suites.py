@@ -659,10 +659,14 @@ def test_wide_suite_tiny():
     json.dumps(_jsonable(data))  # the runner writes it to benchmarks/out/
     assert 0.15 < data["reference"]["ctr_train"] < 0.3
     assert data["reference"]["bayes"] < data["target"] < data["reference"]["constant"]
-    tools = {r["tool"]: r for r in data["runs"] if r["tool"] not in ("dask_dgd", "dask_dgd-lbfgs")}
-    lbfgs = next(r for r in data["runs"] if r["tool"] == "dask_dgd-lbfgs")
-    assert "error" not in lbfgs and [c["epoch"] for c in lbfgs["curve"]] == [0, 1, 2]
-    assert lbfgs["curve"][2]["logloss"] < lbfgs["curve"][0]["logloss"]
+    tools = {r["tool"]: r for r in data["runs"] if r["tool"] not in ("dask_dgd", "dask_dgd-lbfgs", "dask_dgd-async")}
+    for ladder in ("dask_dgd-lbfgs", "dask_dgd-async"):
+        run = next(r for r in data["runs"] if r["tool"] == ladder)
+        assert "error" not in run and [c["epoch"] for c in run["curve"]] == [0, 1, 2], run
+        assert run["curve"][2]["logloss"] < run["curve"][0]["logloss"]
+    # an asynchronous push moves the batch's columns (up and down), not 2**22 coefficients
+    pushes = next(r for r in data["runs"] if r["tool"] == "dask_dgd-async")["curve"][1:]
+    assert all(0 < c["bytes_per_push"] < 2 * 500 * 26 * 12 for c in pushes)
     dgds = {r["sharding"]: r for r in data["runs"] if r["tool"] == "dask_dgd"}
     assert set(dgds) == {True, False} and "scikit-learn" in tools
     assert ("vw" in tools) != ("vw" in data["unavailable"])

@@ -111,13 +111,14 @@ COMMON = dict(
 )
 SIZES = {
     "tiny": dict(COMMON, rows=4_000, chunk_rows=500, epochs=2, repeats=1, batch_size=1_000, spark_iters=(1, 2),
-                 memory_features=(), lbfgs_iters=(1,)),
+                 memory_features=(), lbfgs_iters=(1,), async_epochs=(1,)),
     "small": dict(COMMON, rows=200_000, chunk_rows=25_000, epochs=3, repeats=3, batch_size=5_000,
-                  spark_iters=(1, 2, 3, 5, 10), memory_features=(2**20,), lbfgs_iters=(1, 2, 3, 5, 10)),
+                  spark_iters=(1, 2, 3, 5, 10), memory_features=(2**20,), lbfgs_iters=(1, 2, 3, 5, 10),
+                  async_epochs=(1, 2)),
     # unsharded, a step moves 2 x 32 MiB per worker at 2**22: its run is cut to one epoch
     "full": dict(COMMON, rows=1_000_000, chunk_rows=100_000, epochs=5, repeats=1, batch_size=10_000,
                  spark_iters=(1, 2, 5, 10, 20), memory_features=(2**20,), unsharded_epochs=1,
-                 lbfgs_iters=(1, 2, 5, 10, 20)),
+                 lbfgs_iters=(1, 2, 5, 10, 20), async_epochs=(1, 2)),
 }
 
 TARGET_SPARK_SPEEDUP = 10.0
@@ -499,32 +500,60 @@ def run_dask_dgd(client, data, p, sharding, log, *, n_features=None, epochs=None
     return out
 
 
-def run_dask_dgd_lbfgs(client, data, p, log):
-    """dask_dgd's default solver, L-BFGS, with sharded parameters: one fit per
-    ``max_iter`` of ``lbfgs_iters`` (and ``epochs``), each timed from scratch, as Spark's
-    ladder (an iteration is at least one pass over the rows)."""
+def _sharded_ladder(client, data, p, log, tool, label, ks, fit_kwargs, describe):
+    """One sharded fit per ``max_iter`` of ``ks`` (and ``epochs``), each timed from
+    scratch (``fit_kwargs``: the solver's settings; ``describe(result)``: what the
+    curve and the log keep of each fit)."""
     import dask_dgd
     from dask_dgd.losses import BinaryLogistic, LinearObjective, Penalty
 
     objective = LinearObjective(BinaryLogistic(), n_features=int(p["n_features"]))
     curve = [{"epoch": 0, "time": 0.0, "logloss": data["ref"]["constant"]}]
-    for k in sorted(set(p["lbfgs_iters"]) | {p["epochs"]}):
+    for k in sorted(set(ks) | {p["epochs"]}):
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             t0 = time.perf_counter()
-            res = dask_dgd.train(objective, (data["X"], data["y"]), penalty=Penalty(alpha=p["alpha"]), solver="lbfgs",
-                                 max_iter=int(k), tol=1e-12, param_sharding=True, client=client,
+            res = dask_dgd.train(objective, (data["X"], data["y"]), penalty=Penalty(alpha=p["alpha"]), max_iter=int(k),
+                                 param_sharding=True, client=client, **fit_kwargs(k),
                                  params0=intercept_start(p["n_features"], data["ref"]["ctr_train"]))
             wall = time.perf_counter() - t0
         loss = heldout_logloss(res.params, data["X_test"], data["y_test"], p["n_features"])
-        curve.append({"epoch": int(k), "time": wall, "logloss": loss, "iterations": int(res.n_iter),
-                      "evaluations": int(res.n_steps)})
-        log(f"dask_dgd lbfgs (sharded) max_iter={k}: {wall:.1f}s, {res.n_steps} evaluations, held-out logloss "
-            f"{loss:.5f}")
+        facts, text = describe(res)
+        curve.append({"epoch": int(k), "time": wall, "logloss": loss, **facts})
+        log(f"{label} max_iter={k}: {wall:.1f}s, {text}, held-out logloss {loss:.5f}")
     at_e = next(c for c in curve if c["epoch"] == p["epochs"])
-    return {"tool": "dask_dgd-lbfgs", "label": "dask_dgd L-BFGS (param_sharding=True)", "sharding": True,
-            "threads": f"{p['workers']} workers x 1 thread", "cores": p["workers"], "curve": curve, "ladder": True,
-            "wall": at_e["time"], "final_logloss": at_e["logloss"], "epochs": p["epochs"]}
+    return {"tool": tool, "label": label, "sharding": True, "threads": f"{p['workers']} workers x 1 thread",
+            "cores": p["workers"], "curve": curve, "ladder": True, "wall": at_e["time"],
+            "final_logloss": at_e["logloss"], "epochs": p["epochs"]}
+
+
+def run_dask_dgd_lbfgs(client, data, p, log):
+    """dask_dgd's default solver, L-BFGS, with sharded parameters: one fit per
+    ``max_iter`` of ``lbfgs_iters`` (and ``epochs``), each timed from scratch, as Spark's
+    ladder (an iteration is at least one pass over the rows)."""
+    def describe(res):
+        return ({"iterations": int(res.n_iter), "evaluations": int(res.n_steps)}, f"{res.n_steps} evaluations")
+
+    return _sharded_ladder(client, data, p, log, "dask_dgd-lbfgs", "dask_dgd L-BFGS (param_sharding=True)",
+                           p["lbfgs_iters"], lambda k: dict(solver="lbfgs", tol=1e-12), describe)
+
+
+def run_dask_dgd_async(client, data, p, log):
+    """Asynchronous mini-batch SGD with sharded parameters (the owners are the
+    parameter server): one fit per ``max_iter`` of ``async_epochs`` (and ``epochs``),
+    each timed from scratch (no per-epoch validation in the asynchronous mode)."""
+    def settings(k):
+        return dict(solver="sgd", mode="async", optimizer=p["optimizer"], learning_rate=p["learning_rate"],
+                    batch_size=int(p["batch_size"]), tol=0.0, n_iter_no_change=int(k) + 1, random_state=p["seed"])
+
+    def describe(res):
+        h = res.history.iloc[1:]
+        pushes = max(1, int(h["updates_per_group"].map(sum).sum()))
+        per = float(h["bytes_up"].sum() + h["bytes_down"].sum()) / pushes
+        return {"pushes": pushes, "bytes_per_push": per}, f"{pushes} pushes ({per / 2**20:.2f} MiB each)"
+
+    return _sharded_ladder(client, data, p, log, "dask_dgd-async", "dask_dgd SGD, mode='async' (param_sharding=True)",
+                           p["async_epochs"], settings, describe)
 
 
 # ----------------------------------------------------------------------------- peers
@@ -690,6 +719,13 @@ def benchmark(p, log):
                 result["runs"].append({"tool": "dask_dgd-lbfgs", "label": "dask_dgd L-BFGS (param_sharding=True)",
                                        "sharding": True, "error": one_line(err)})
                 log(f"dask_dgd lbfgs: {one_line(err)}")
+        if p["async_epochs"]:
+            try:
+                result["runs"].append(run_dask_dgd_async(client, data, p, log))
+            except Exception as err:  # noqa: BLE001 - reported in its row
+                result["runs"].append({"tool": "dask_dgd-async", "sharding": True, "error": one_line(err),
+                                       "label": "dask_dgd SGD, mode='async' (param_sharding=True)"})
+                log(f"dask_dgd async: {one_line(err)}")
         memory = []
         for d in p["memory_features"]:
             Xd, yd = client.persist(list(click_log_dask(p, "train", n_features=d, intercept=intercept)))
@@ -830,7 +866,8 @@ def verdicts(result, p):
     text = f">= {TARGET_SPARK_SPEEDUP:g}x faster than Spark MLlib to the same held-out logloss"
     sp = by_tool.get("spark")
     # dask_dgd's fastest sharded run to the target (SGD, or its default solver L-BFGS)
-    ours = [r for r in result["runs"] if r["tool"] in ("dask_dgd", "dask_dgd-lbfgs") and r.get("sharding") is True
+    ours = [r for r in result["runs"] if r["tool"] in ("dask_dgd", "dask_dgd-lbfgs", "dask_dgd-async")
+            and r.get("sharding") is True
             and "curve" in r]
     fast = min((r for r in ours if r["time_to_target"] is not None), key=lambda r: r["time_to_target"], default=None)
     if "spark" in un:
