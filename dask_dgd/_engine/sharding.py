@@ -29,8 +29,6 @@ the new version commits them (the last accepted point becomes the one a backoff
 returns to), or a backoff replaces them.  This module imports no Dask at import time.
 """
 
-import asyncio
-import pickle
 import threading
 import time
 from dataclasses import dataclass, replace
@@ -41,12 +39,13 @@ import scipy.sparse as sp
 
 from ..exceptions import ClusterError, InputError
 from .blocks import _block_error
+from .exchange import ActorExchange, LocalExchange
 from .faults import inject_faults
-from .reduce import BlockTree, Partial, SparseVector, grad_nbytes, partial_nbytes
+from .reduce import BlockTree, Partial, SparseVector
 
 __all__ = ["ActorExchange", "LocalExchange", "Max", "ParamLayout", "SlicePenalty", "ShardedRequest", "UpdateCommand",
            "ValidationRequest", "sharded_eval", "sharded_memory", "sharded_restore", "sharded_setup", "sharded_slice",
-           "group_sums", "owner_parts", "sharded_update", "sharded_validate"]
+           "dense_state", "group_sums", "owner_parts", "sparse_state", "sharded_update", "sharded_validate"]
 
 KEY = "sharded"
 
@@ -144,73 +143,6 @@ class SlicePenalty:
         return out
 
 
-# ----------------------------------------------------------------------- exchanges
-class LocalExchange:
-    """Pulls and pushes in process: straight into the owners' memory (the groups'
-    scratch dicts).  Bytes are counted as they would travel (the arrays' bytes)."""
-
-    def __init__(self, scratches):
-        self.scratches = scratches
-
-    def call(self, calls):
-        """``[(owner, fn, args)]`` -> ``(results, bytes sent, bytes received)``."""
-        results = [fn(None, self.scratches[o], *args) for o, fn, args in calls]
-        sent = sum(_payload_nbytes(args) for _, _, args in calls)
-        return results, sent, sum(_payload_nbytes(r) for r in results)
-
-    def __reduce__(self):
-        raise TypeError("a LocalExchange works only in process")
-
-
-def _payload_nbytes(value):
-    """Bytes of a pull's or push's arguments or answer as they would travel."""
-    if isinstance(value, Partial):
-        return partial_nbytes(value)
-    if isinstance(value, (np.ndarray, SparseVector)):
-        return grad_nbytes(value)
-    if isinstance(value, dict):
-        return sum(_payload_nbytes(v) for v in value.values())
-    if isinstance(value, (tuple, list)):
-        return sum(_payload_nbytes(v) for v in value)
-    return 8
-
-
-class ActorExchange:
-    """Pulls and pushes worker to worker: ``GroupRunner.exchange`` on the owner's
-    runner (``targets[g]``: its worker's address and actor key), all of one call at
-    once, from the calling group's worker.  Bytes are the pickled messages'."""
-
-    def __init__(self, targets):
-        self.targets = [tuple(t) for t in targets]
-
-    def call(self, calls):
-        from distributed import get_worker
-        from distributed.utils import sync
-
-        worker = get_worker()
-        payloads = [pickle.dumps((fn, args)) for _, fn, args in calls]
-        answers = sync(worker.loop, _exchange_all, worker, [(*self.targets[o], p) for (o, _, _), p in
-                                                             zip(calls, payloads)])
-        return [pickle.loads(a) for a in answers], sum(map(len, payloads)), sum(map(len, answers))
-
-
-async def _exchange_all(worker, calls):
-    from distributed.protocol import to_serialize
-
-    async def one(address, key, payload):
-        try:
-            response = await worker.rpc(address).actor_execute(actor=key, function="exchange",
-                                                               args=[to_serialize(payload)], kwargs={})
-        except OSError as err:
-            raise OSError(f"Actor was lost: the owner of a parameter shard on {address} did not answer "
-                          f"({err})") from err
-        if response["status"] != "OK":
-            raise response["exception"]
-        return response["result"]
-
-    return await asyncio.gather(*(one(*c) for c in calls))
-
-
 # --------------------------------------------------------------------- requests
 @dataclass(frozen=True)
 class ShardedRequest:
@@ -288,6 +220,7 @@ def sharded_setup(shard, scratch, objective, layout, exchange, group, x0, state0
     if x0 is None:
         x0 = np.zeros(hi - lo)
     x0 = x0.toarray().ravel() if sp.issparse(x0) else x0  # a sparse start, expanded here
+    state0 = dense_state(state0)
     mem.update(group=int(group), layout=layout, version=0, good=None, cand=None, pending=None,
                x=np.array(x0, dtype=np.float64, copy=True), state=state0, grad=None)
     blocks, union = {}, []
@@ -313,6 +246,22 @@ def sharded_setup(shard, scratch, objective, layout, exchange, group, x0, state0
              for o in range(layout.n_owners)]
     exchange.call(calls)
     return int(rows.size), len(blocks)
+
+
+def dense_state(state):
+    """An optimizer state whose vectors may be SciPy rows (a ``sparse_params`` result,
+    continued), with those expanded."""
+    if isinstance(state, tuple) and hasattr(state, "_asdict"):
+        return state._replace(**{k: v.toarray().ravel() for k, v in state._asdict().items() if sp.issparse(v)})
+    return state
+
+
+def sparse_state(state):
+    """The optimizer state's vectors as SciPy CSR rows (the inverse of :func:`dense_state`)."""
+    if isinstance(state, tuple) and hasattr(state, "_asdict"):
+        return state._replace(**{k: sp.csr_matrix(v.reshape(1, -1)) for k, v in state._asdict().items()
+                                 if isinstance(v, np.ndarray) and v.ndim == 1})
+    return state
 
 
 def _owner_register(shard, scratch, group, rows):
@@ -600,13 +549,14 @@ def sharded_update(shard, scratch, penalty_spec, command):
 GATHER_CHUNK = 2**20
 
 
-def sharded_slice(shard, scratch, which, field=None, start=0):
+def sharded_slice(shard, scratch, which, field=None, start=0, nonzero=False):
     """Part of this owner's parameters: ``"current"`` (last evaluated), ``"pending"``
     (the update after it, if any), ``"good"`` (last accepted) or ``"base"`` (L-BFGS's
     last accepted point); their optimizer
     state's ``field`` (None: the parameters), :data:`GATHER_CHUNK` entries from
     ``start``.  With ``start=None``: the state with its arrays left out (None), and
-    the slice's length."""
+    the slice's length.  ``nonzero``: ``(indices, values)`` of the chunk's non-zero
+    entries (indices from ``start``)."""
     mem = _owned(scratch)
     x, state = mem["x"], mem["state"]
     if which == "pending" and mem["pending"] is not None:
@@ -619,8 +569,11 @@ def sharded_slice(shard, scratch, which, field=None, start=0):
         if isinstance(state, tuple) and hasattr(state, "_asdict"):
             state = type(state)(**{k: None if isinstance(v, np.ndarray) else v for k, v in state._asdict().items()})
         return state, x.size
-    array = x if field is None else getattr(state, field)
-    return np.array(array[start:start + GATHER_CHUNK], copy=True)
+    chunk = (x if field is None else getattr(state, field))[start:start + GATHER_CHUNK]
+    if nonzero:
+        at = np.flatnonzero(chunk)
+        return at, chunk[at]
+    return np.array(chunk, copy=True)
 
 
 def sharded_memory(shard, scratch):

@@ -31,7 +31,7 @@ from .modes.sharded import ShardedAsync, ShardedFirstOrder, ShardedLBFGS, Sharde
 from .modes.sync import SyncSource
 from .monitor import Monitor, communicated
 from .objective import LinearTraining
-from .sharding import ParamLayout
+from .sharding import ParamLayout, dense_state, sparse_state
 from .shards import ShardSet, released_on_error
 from .skew import DynamicBalancer
 from .solvers import LBFGS as LBFGSSolver
@@ -50,8 +50,9 @@ class FitResult:
 
     Attributes
     ----------
-    params : numpy.ndarray
-        The trained parameters (flat; a linear objective's ``unpack`` splits them).
+    params : numpy.ndarray or scipy.sparse.csr_matrix
+        The trained parameters (flat; a linear objective's ``unpack`` splits them),
+        or one CSR row of their non-zero entries (``sparse_params``).
     n_iter : int
         Iterations (full batch) or epochs (mini-batch, local, async).
     converged : bool
@@ -132,6 +133,7 @@ class Context:
     keeps_group_memory: bool
     seed: tuple = (0,)
     batch_size: int = None
+    sparse_params: bool = False  # the result's vectors as SciPy rows of their non-zeros
 
     def reseed(self, seed):
         """Draw with ``seed`` from now on (a resumed fit takes its checkpoint's)."""
@@ -394,6 +396,7 @@ def train(
     split_every=8,
     rebalance="auto",
     param_sharding=False,
+    sparse_params=False,
     random_state=None,
     params0=None,
     opt_state=None,
@@ -428,6 +431,11 @@ def train(
         range, each step moving only the coefficients of the columns each group's
         blocks touch (see :func:`resolve_sharding` for what it supports).  The
         estimators default to ``"auto"``.
+    sparse_params : bool, default=False
+        Return the parameters (and the optimizer state's vectors) as SciPy CSR rows
+        of their non-zero entries; with ``param_sharding`` the owners send only
+        those, so the driver never holds a dense vector of the model.  An
+        ``opt_state`` with such rows may be continued.
     resume : bool
         Continue from ``checkpoint``.
     fingerprint : dict or None
@@ -522,7 +530,7 @@ def train(
         checkpoint=cp, max_iter=int(max_iter), tol=float(tol), learning_rate=lr_mode, on_divergence=on_divergence,
         n_iter_no_change=int(n_iter_no_change), validator=validator, max_time=max_time,
         keeps_group_memory=compressor is not None or objective.has_local or mode == "local",
-        seed=seed, batch_size=batch_size,
+        seed=seed, batch_size=batch_size, sparse_params=bool(sparse_params),
     )
     if params0 is not None and sp.issparse(params0):  # a sparse start: dense only where it is kept
         params0 = sp.csr_matrix(params0, dtype=np.float64).reshape(1, -1)
@@ -532,6 +540,8 @@ def train(
         params0 = np.asarray(params0, dtype=np.float64)
     elif not sharded:
         params0 = np.zeros(objective.n_params)
+    if not sharded:  # a state continued from a sparse_params result: dense here
+        opt_state = dense_state(opt_state)
     early = None if validator is None else EarlyStopping(tol, n_iter_no_change)
     if validation_patience is not None:
         early = EarlyStopping(float(validation_tol), validation_patience)
@@ -584,8 +594,12 @@ def train(
     if shards.skew_report is not None:  # where the blocks ended up (they may have moved)
         shards.skew_report["placement"] = list(shards.placement())
     history = pd.DataFrame.from_records(monitor.records)
+    if sparse_params and not sp.issparse(params):
+        params = sp.csr_matrix(np.asarray(params, dtype=np.float64).reshape(1, -1))
+        state_out = sparse_state(state_out)
     return FitResult(
-        params=np.asarray(params, dtype=np.float64), n_iter=int(n_iter), converged=stop.converged,
+        params=params if sp.issparse(params) else np.asarray(params, dtype=np.float64), n_iter=int(n_iter),
+        converged=stop.converged,
         message=stop.message, n_steps=source.n_steps, history=history, solver=solver, mode=mode,
         optimizer=opt_out, opt_state=state_out, split_every=int(split_every),
         bytes_communicated=communicated(history), local=local, param_sharding=bool(sharded),

@@ -7,6 +7,7 @@ import warnings
 import numpy as np
 import scipy.sparse as sp
 from sklearn.base import BaseEstimator
+from sklearn.utils.validation import check_is_fitted
 
 from .._engine.blocks import shard_summary
 from .._engine.checkpoint import digests_of, stable_repr
@@ -164,10 +165,18 @@ class DGDLinearModel(InferenceMixin, ClientParamMixin, BaseEstimator):
         owner its part of the gradient; the driver handles only scalars.  The same
         coefficients as without (bit for bit; "lbfgs": to rounding).  "auto": on a
         cluster, for CSR input with at least 2**20 parameters (dask config
-        ``dgd.shard-params-min``) trained by "gd", "sgd" or "lbfgs" synchronously
-        without compression (early stopping: on the validation loss only).  True:
+        ``dgd.shard-params-min``) trained by "gd", "sgd" or "lbfgs" synchronously, or
+        by "gd" or "sgd" with ``mode="async"`` (the owners are then the parameter
+        server), without compression (early stopping: on the validation loss only).  True:
         always (an error names what is not supported); False: never.  See the user
         guide's "Wide models".
+    sparse_coef : bool, default=False
+        Store ``coef_`` as a SciPy CSR matrix of shape ``(n_outputs, n_features)``, as
+        scikit-learn's ``sparsify()`` does: the storage of a wide hashed or L1 model's
+        non-zero coefficients only.  With sharded parameters the owners send the
+        driver only their non-zero coefficients (and optimizer state), so the
+        driver never holds a dense vector of the model.  ``predict`` works on it
+        as is; :meth:`densify` and :meth:`sparsify` convert a fitted model.
     compression : None, str or compressor object, default=None
         Compress what each block sends up the reduction ("gd"/"sgd" steps; local SGD's
         round changes and the asynchronous pushes too): "fp16", "bf16", "topk:RATIO",
@@ -213,6 +222,7 @@ class DGDLinearModel(InferenceMixin, ClientParamMixin, BaseEstimator):
         "scoring": [None, str, callable],
         "rebalance": [Options("auto"), bool],
         "param_sharding": [Options("auto"), bool],
+        "sparse_coef": [bool],
         "random_state": [None, Interval(numbers.Integral, 0, None, "left"), np.random.RandomState],
         "warm_start": [bool],
     }
@@ -290,10 +300,9 @@ class DGDLinearModel(InferenceMixin, ClientParamMixin, BaseEstimator):
 
     def _initial_params(self, objective, baseline):
         if self.warm_start and hasattr(self, "coef_"):
-            coef = np.asarray(self.coef_, dtype=np.float64).T.reshape(objective.n_features, -1)
-            intercept = np.atleast_1d(np.asarray(self.intercept_, dtype=np.float64))
+            coef, intercept = coef_matrix(self, sparse=True)
             if coef.shape == (objective.n_features, objective.n_outputs):
-                return objective.pack(coef, intercept if self.fit_intercept else np.zeros_like(intercept))
+                return self._packed(objective, coef, intercept)
         if not (self.fit_intercept and baseline is not None):
             return None  # zeros
         # the intercepts alone, as a sparse row: a wide model's start is not d floats on
@@ -308,7 +317,7 @@ class DGDLinearModel(InferenceMixin, ClientParamMixin, BaseEstimator):
         """What a resumed fit must share with the checkpoint's: the estimator, the
         parameters that shape the trajectory, the classes."""
         skip = {"max_iter", "tol", "max_time", "verbose", "callbacks", "client", "checkpoint",
-                "checkpoint_every", "warm_start", "rebalance", "split_every"}
+                "checkpoint_every", "warm_start", "rebalance", "split_every", "sparse_coef"}
         params = {
             k: ("RandomState" if isinstance(v, np.random.RandomState) else stable_repr(v))
             for k, v in sorted(self.get_params(deep=False).items()) if k not in skip
@@ -351,7 +360,8 @@ class DGDLinearModel(InferenceMixin, ClientParamMixin, BaseEstimator):
             staleness_scaling=self.staleness_scaling, max_time=self.max_time, on_divergence=self.on_divergence,
             checkpoint=self.checkpoint, checkpoint_every=self.checkpoint_every, n_iter_no_change=self.n_iter_no_change,
             compression=self.compression, split_every=self.split_every, rebalance=self.rebalance,
-            param_sharding=self.param_sharding, random_state=self.random_state, verbose=self.verbose,
+            param_sharding=self.param_sharding, sparse_params=self.sparse_coef, random_state=self.random_state,
+            verbose=self.verbose,
             callbacks=self.callbacks,
         )
 
@@ -419,8 +429,8 @@ class DGDLinearModel(InferenceMixin, ClientParamMixin, BaseEstimator):
         fitted = hasattr(self, "coef_")
         state = getattr(self, "_opt_state_", None) if fitted else None
         if fitted:
-            coef, intercept = coef_matrix(self)
-            params0 = objective.pack(coef, intercept if self.fit_intercept else None)
+            coef, intercept = coef_matrix(self, sparse=True)
+            params0 = self._packed(objective, coef, intercept)
         else:
             params0 = self._initial_params(objective, baseline)
         self._partial_calls = getattr(self, "_partial_calls", 0) + 1
@@ -434,9 +444,29 @@ class DGDLinearModel(InferenceMixin, ClientParamMixin, BaseEstimator):
                        **kw, params0=params0, opt_state=state, client=self.client)
         self._store(result, objective)
 
+    def _packed(self, objective, coef, intercept):
+        """The parameter vector of ``coef`` (n_features x n_outputs) and ``intercept``;
+        a sparse ``coef`` gives a sparse row (dense only where the parameters are kept)."""
+        intercept = intercept if self.fit_intercept else np.zeros_like(intercept)
+        if not sp.issparse(coef):
+            return objective.pack(coef, intercept if self.fit_intercept else None)
+        rows = sp.vstack([sp.csr_matrix(coef), sp.csr_matrix(intercept.reshape(1, -1))] if self.fit_intercept
+                         else [sp.csr_matrix(coef)], format="csr")
+        return sp.csr_matrix(rows.reshape(1, -1))
+
     def _store(self, result, objective):
-        coef, intercept = objective.unpack(result.params)
-        self._set_coef(coef, intercept)
+        params = result.params
+        if sp.issparse(params):  # sparse_coef: the non-zero entries only
+            k = objective.n_outputs
+            rows = sp.csr_matrix(params).reshape(objective.n_params // k, k).tocsr()
+            coef = rows[:objective.n_features]
+            intercept = (rows[objective.n_features:].toarray().ravel() if objective.fit_intercept
+                         else np.zeros(k))
+            self.coef_ = sp.csr_matrix(coef.T)
+            self.intercept_ = float(intercept[0]) if k == 1 else intercept
+        else:
+            coef, intercept = objective.unpack(params)
+            self._set_coef(coef, intercept)
         self.n_iter_ = result.n_iter
         self.history_ = result.history
         self.loss_curve_ = self.history_["loss"].tolist() if len(self.history_) else []
@@ -445,6 +475,22 @@ class DGDLinearModel(InferenceMixin, ClientParamMixin, BaseEstimator):
         self.solver_ = result.solver
         self.split_every_ = result.split_every
         self.bytes_communicated_ = result.bytes_communicated
+
+    def sparsify(self):
+        """Store ``coef_`` as a SciPy CSR matrix of shape ``(n_outputs, n_features)``
+        (scikit-learn's ``sparsify``); returns the estimator."""
+        check_is_fitted(self, "coef_")
+        coef, _ = coef_matrix(self, sparse=True)
+        self.coef_ = sp.csr_matrix(coef.T)
+        return self
+
+    def densify(self):
+        """Store ``coef_`` as a dense array again (scikit-learn's ``densify``); returns
+        the estimator."""
+        check_is_fitted(self, "coef_")
+        coef, _ = coef_matrix(self)
+        self.coef_ = coef[:, 0].copy() if coef.shape[1] == 1 else coef.T.copy()
+        return self
 
     def _set_coef(self, coef, intercept):
         self.coef_ = coef[:, 0].copy() if coef.shape[1] == 1 else coef.T.copy()

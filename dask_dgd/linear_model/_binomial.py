@@ -40,7 +40,7 @@ class BinomialRegressor(_FamilyRegressor):
     l1_ratio, fit_intercept, solver, optimizer, learning_rate, batch_size, max_iter, tol, mode, \
 local_steps, outer_optimizer, max_staleness, staleness_scaling, max_time, on_divergence, \
 checkpoint, checkpoint_every, early_stopping, validation_fraction, n_iter_no_change, scoring, \
-rebalance, param_sharding, compression, split_every, random_state, warm_start, verbose, callbacks, client
+rebalance, param_sharding, sparse_coef, compression, split_every, random_state, warm_start, verbose, callbacks, client
         The training parameters every linear estimator shares: see
         :class:`~dask_dgd.linear_model.DGDLinearModel`.
 

@@ -73,6 +73,7 @@ class _FamilyRegressor(_Regressor):
         scoring=None,
         rebalance="auto",
         param_sharding="auto",
+        sparse_coef=False,
         compression=None,
         split_every=8,
         random_state=None,
@@ -106,6 +107,7 @@ class _FamilyRegressor(_Regressor):
             scoring=scoring,
             rebalance=rebalance,
             param_sharding=param_sharding,
+            sparse_coef=sparse_coef,
             compression=compression,
             split_every=split_every,
             random_state=random_state,
@@ -189,7 +191,7 @@ class GammaRegressor(_FamilyRegressor):
     l1_ratio, fit_intercept, solver, optimizer, learning_rate, batch_size, max_iter, tol, mode, \
 local_steps, outer_optimizer, max_staleness, staleness_scaling, max_time, on_divergence, \
 checkpoint, checkpoint_every, early_stopping, validation_fraction, n_iter_no_change, scoring, \
-rebalance, param_sharding, compression, split_every, random_state, warm_start, verbose, callbacks, client
+rebalance, param_sharding, sparse_coef, compression, split_every, random_state, warm_start, verbose, callbacks, client
         The training parameters every linear estimator shares: see
         :class:`~dask_dgd.linear_model.DGDLinearModel`.
 
@@ -271,7 +273,7 @@ class TweedieRegressor(_FamilyRegressor):
     l1_ratio, fit_intercept, solver, optimizer, learning_rate, batch_size, max_iter, tol, mode, \
 local_steps, outer_optimizer, max_staleness, staleness_scaling, max_time, on_divergence, \
 checkpoint, checkpoint_every, early_stopping, validation_fraction, n_iter_no_change, scoring, \
-rebalance, param_sharding, compression, split_every, random_state, warm_start, verbose, callbacks, client
+rebalance, param_sharding, sparse_coef, compression, split_every, random_state, warm_start, verbose, callbacks, client
         The training parameters every linear estimator shares: see
         :class:`~dask_dgd.linear_model.DGDLinearModel`.
 
@@ -344,6 +346,7 @@ rebalance, param_sharding, compression, split_every, random_state, warm_start, v
         scoring=None,
         rebalance="auto",
         param_sharding="auto",
+        sparse_coef=False,
         compression=None,
         split_every=8,
         random_state=None,
@@ -379,6 +382,7 @@ rebalance, param_sharding, compression, split_every, random_state, warm_start, v
             scoring=scoring,
             rebalance=rebalance,
             param_sharding=param_sharding,
+            sparse_coef=sparse_coef,
             compression=compression,
             split_every=split_every,
             random_state=random_state,
@@ -459,7 +463,7 @@ class NegativeBinomialRegressor(_FamilyRegressor):
     l1_ratio, fit_intercept, solver, optimizer, learning_rate, batch_size, max_iter, tol, mode, \
 local_steps, outer_optimizer, max_staleness, staleness_scaling, max_time, on_divergence, \
 checkpoint, checkpoint_every, early_stopping, validation_fraction, n_iter_no_change, scoring, \
-rebalance, param_sharding, compression, split_every, random_state, warm_start, verbose, callbacks, client
+rebalance, param_sharding, sparse_coef, compression, split_every, random_state, warm_start, verbose, callbacks, client
         The training parameters every linear estimator shares: see
         :class:`~dask_dgd.linear_model.DGDLinearModel`.
 
@@ -527,6 +531,7 @@ rebalance, param_sharding, compression, split_every, random_state, warm_start, v
         scoring=None,
         rebalance="auto",
         param_sharding="auto",
+        sparse_coef=False,
         compression=None,
         split_every=8,
         random_state=None,
@@ -561,6 +566,7 @@ rebalance, param_sharding, compression, split_every, random_state, warm_start, v
             scoring=scoring,
             rebalance=rebalance,
             param_sharding=param_sharding,
+            sparse_coef=sparse_coef,
             compression=compression,
             split_every=split_every,
             random_state=random_state,

@@ -49,6 +49,7 @@ class _Regressor(RegressorMixin, DGDLinearModel):
         scoring=None,
         rebalance="auto",
         param_sharding="auto",
+        sparse_coef=False,
         compression=None,
         split_every=8,
         random_state=None,
@@ -81,6 +82,7 @@ class _Regressor(RegressorMixin, DGDLinearModel):
         self.scoring = scoring
         self.rebalance = rebalance
         self.param_sharding = param_sharding
+        self.sparse_coef = sparse_coef
         self.compression = compression
         self.split_every = split_every
         self.random_state = random_state
@@ -200,7 +202,7 @@ class LinearRegression(_Regressor):
     l1_ratio, fit_intercept, solver, optimizer, learning_rate, batch_size, max_iter, tol, mode, \
 local_steps, outer_optimizer, max_staleness, staleness_scaling, max_time, on_divergence, \
 checkpoint, checkpoint_every, early_stopping, validation_fraction, n_iter_no_change, scoring, \
-rebalance, param_sharding, compression, split_every, random_state, warm_start, verbose, callbacks, client
+rebalance, param_sharding, sparse_coef, compression, split_every, random_state, warm_start, verbose, callbacks, client
         The training parameters every linear estimator shares: see
         :class:`~dask_dgd.linear_model.DGDLinearModel`.
 
@@ -250,7 +252,7 @@ class PoissonRegressor(_Regressor):
     l1_ratio, fit_intercept, solver, optimizer, learning_rate, batch_size, max_iter, tol, mode, \
 local_steps, outer_optimizer, max_staleness, staleness_scaling, max_time, on_divergence, \
 checkpoint, checkpoint_every, early_stopping, validation_fraction, n_iter_no_change, scoring, \
-rebalance, param_sharding, compression, split_every, random_state, warm_start, verbose, callbacks, client
+rebalance, param_sharding, sparse_coef, compression, split_every, random_state, warm_start, verbose, callbacks, client
         The training parameters every linear estimator shares: see
         :class:`~dask_dgd.linear_model.DGDLinearModel`.
 
@@ -296,6 +298,7 @@ rebalance, param_sharding, compression, split_every, random_state, warm_start, v
         scoring=None,
         rebalance="auto",
         param_sharding="auto",
+        sparse_coef=False,
         compression=None,
         split_every=8,
         random_state=None,
@@ -329,6 +332,7 @@ rebalance, param_sharding, compression, split_every, random_state, warm_start, v
             scoring=scoring,
             rebalance=rebalance,
             param_sharding=param_sharding,
+            sparse_coef=sparse_coef,
             compression=compression,
             split_every=split_every,
             random_state=random_state,

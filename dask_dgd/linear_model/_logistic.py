@@ -77,7 +77,7 @@ class LogisticRegression(ClassifierMixin, DGDLinearModel):
     l1_ratio, fit_intercept, solver, optimizer, learning_rate, batch_size, max_iter, tol, mode, \
 local_steps, outer_optimizer, max_staleness, staleness_scaling, max_time, on_divergence, \
 checkpoint, checkpoint_every, early_stopping, validation_fraction, n_iter_no_change, scoring, \
-rebalance, param_sharding, compression, split_every, random_state, warm_start, verbose, callbacks, client
+rebalance, param_sharding, sparse_coef, compression, split_every, random_state, warm_start, verbose, callbacks, client
         The training parameters every linear estimator shares: see
         :class:`~dask_dgd.linear_model.DGDLinearModel`.
 
@@ -131,6 +131,7 @@ rebalance, param_sharding, compression, split_every, random_state, warm_start, v
         scoring=None,
         rebalance="auto",
         param_sharding="auto",
+        sparse_coef=False,
         compression=None,
         split_every=8,
         random_state=None,
@@ -164,6 +165,7 @@ rebalance, param_sharding, compression, split_every, random_state, warm_start, v
         self.scoring = scoring
         self.rebalance = rebalance
         self.param_sharding = param_sharding
+        self.sparse_coef = sparse_coef
         self.compression = compression
         self.split_every = split_every
         self.random_state = random_state

@@ -65,16 +65,24 @@ def _raw_block(X, coef, intercept, squeeze):
             xp = get_namespace(X)
             if X.dtype != xp.float64 and X.dtype != xp.float32:
                 X = xp.astype(X, xp.float64)
-        coef = asarray_like(coef, X, dtype=X.dtype)
+        coef = asarray_like(coef.toarray() if sp.issparse(coef) else coef, X, dtype=X.dtype)
         intercept = asarray_like(intercept, X, dtype=X.dtype)
     raw = X @ coef
-    if is_sparse(raw):  # pragma: no cover - scipy returns dense for sparse @ dense
+    if is_sparse(raw):  # a sparse coef_ (sparse_coef, sparsify()) and sparse X
         raw = raw.toarray()
+    raw = np.asarray(raw) if isinstance(raw, np.matrix) else raw
     raw = raw + intercept
     return raw[:, 0] if squeeze else raw
 
 
-def coef_matrix(est):
+def coef_matrix(est, sparse=False):
+    """``(coef, intercept)``: the coefficients as an (n_features, n_outputs) matrix
+    (SciPy CSC when ``coef_`` is sparse and ``sparse``, else dense) and the intercepts."""
+    if sp.issparse(est.coef_):
+        coef = sp.csc_matrix(est.coef_.T, dtype=np.float64)
+        if not sparse:
+            coef = coef.toarray()
+        return coef, np.atleast_1d(np.asarray(est.intercept_, dtype=np.float64))
     coef = np.asarray(est.coef_, dtype=np.float64)
     coef = coef[:, None] if coef.ndim == 1 else coef.T
     intercept = np.atleast_1d(np.asarray(est.intercept_, dtype=np.float64))
@@ -91,7 +99,7 @@ def raw_prediction(est, X, squeeze=True, post=None, post_args=(), out=None, offs
     check_is_fitted(est, "coef_")
     if is_frame(X):
         X = numeric_frame(X)
-    coef, intercept = coef_matrix(est)
+    coef, intercept = coef_matrix(est, sparse=True)
     squeeze = squeeze and coef.shape[1] == 1
     if offset is not None:
         offset = check_offset(offset, X, coef.shape[1])

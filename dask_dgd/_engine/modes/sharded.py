@@ -16,13 +16,12 @@ import time
 import numpy as np
 import scipy.sparse as sp
 
+from ..exchange import ActorExchange, LocalExchange
 from ..records import Bytes, Route, Timing, make_record
 from ..sharded_async import Ticket, sharded_async_loop
 from ..sharded_lbfgs import LbfgsCommand, sharded_lbfgs
 from ..sharding import (
     GATHER_CHUNK,
-    ActorExchange,
-    LocalExchange,
     ShardedRequest,
     UpdateCommand,
     sharded_eval,
@@ -141,28 +140,39 @@ class ShardedSource(SyncSource):
                                                     split_every=self.split_every, size=0)
         return root.extras
 
-    def gather(self, which="current"):
+    def gather(self, which="current", sparse=False):
         """``(parameters, optimizer state)`` assembled from the owners' slices, a chunk
         at a time into arrays allocated once (the driver holds the result and one
-        chunk of :data:`~..sharding.GATHER_CHUNK` entries)."""
+        chunk of :data:`~..sharding.GATHER_CHUNK` entries).  ``sparse``: each vector
+        as a SciPy CSR row of its non-zero entries, the only ones the owners send."""
         lay, coll = self.layout, self.shards.collective
-        params, state = np.empty(lay.n_params), None
+        n = lay.n_params
+        found = {}  # field (None: the parameters) -> dense array, or [(indices, values)]
+        state = None
         for o in range(lay.n_owners):
             skeleton, size = coll.call(sharded_slice, which, None, None, group=o)
-            lo, hi = lay.flat_range(o)
+            lo, _ = lay.flat_range(o)
             fields = [None]
             if isinstance(skeleton, tuple) and hasattr(skeleton, "_asdict"):
-                if state is None:
-                    state = skeleton._replace(**{k: np.empty(lay.n_params) for k, v in skeleton._asdict().items()
-                                                 if v is None})
                 fields += [k for k, v in skeleton._asdict().items() if v is None]
-            elif state is None:
+            if state is None:
                 state = skeleton
             for field in fields:
-                target = params if field is None else getattr(state, field)
+                target = found.setdefault(field, [] if sparse else np.empty(n))
                 for start in range(0, size, GATHER_CHUNK):
-                    chunk = coll.call(sharded_slice, which, field, start, group=o)
-                    target[lo + start:lo + start + chunk.size] = chunk
+                    chunk = coll.call(sharded_slice, which, field, start, sparse, group=o)
+                    if sparse:
+                        target.append((chunk[0] + (lo + start), chunk[1]))
+                    else:
+                        target[lo + start:lo + start + chunk.size] = chunk
+        if sparse:
+            found = {k: sp.csr_matrix((np.concatenate([v for _, v in parts]),
+                                       (np.zeros(sum(i.size for i, _ in parts), dtype=np.int64),
+                                        np.concatenate([i for i, _ in parts]))), shape=(1, n))
+                     for k, parts in found.items()}
+        params = found.pop(None)
+        if found:
+            state = state._replace(**found)
         return params, state
 
     def state_dict(self):
@@ -265,7 +275,7 @@ class ShardedFirstOrder(EpochRules, Solver):
 
     def result(self):
         which = "pending" if self.phase == "updated" else "good" if self.pending_backoff else "current"
-        params, state = self.src.gather(which)
+        params, state = self.src.gather(which, self.ctx.sparse_params)
         return params, self.n_iter, self.optimizer, state
 
     # -------------------------------------------------------------- checkpoints
@@ -408,7 +418,7 @@ class ShardedLBFGS(LBFGS):
         return True
 
     def result(self):
-        params, _ = self.src.gather("base")
+        params, _ = self.src.gather("base", self.ctx.sparse_params)
         return params, self.it, self.settings, None
 
     def state_dict(self):
@@ -473,5 +483,5 @@ class ShardedAsync(AsyncTraining):
 
     def result(self):
         out = self.out
-        params, state = self.src.gather("current")
+        params, state = self.src.gather("current", self.ctx.sparse_params)
         return params, out["epochs"], out["optimizer"], state
