@@ -130,8 +130,8 @@ def test_auto_shards_asynchronous_fits_and_refuses_local_sgd(client):
 
 
 def test_estimator_trains_asynchronously_over_sharded_parameters(client):
-    """LogisticRegression(mode="async") on three workers, parameters sharded: it
-    predicts as the unsharded estimator does (both near the optimum)."""
+    """LogisticRegression(mode="async") on three workers, parameters sharded: as good
+    a fit as the unsharded estimator's (not the same updates: asynchronous)."""
     with LocalCluster(n_workers=3, threads_per_worker=1, processes=False, dashboard_address=":0",
                       silence_logs=logging.ERROR) as cluster, Client(cluster, set_as_default=False) as c:
         X, y = c.persist(_problem())
@@ -142,5 +142,7 @@ def test_estimator_trains_asynchronously_over_sharded_parameters(client):
             ref = LogisticRegression(param_sharding=False, **kw).fit(X, y)
         Xl, yl = c.compute([X, y], sync=True)
     assert sp.issparse(Xl) and Xl.shape == (N, D)
-    assert abs(got.score(Xl, yl) - ref.score(Xl, yl)) < 0.03
-    assert got.score(Xl, yl) > 0.6
+    # the order of arrival moves the accuracy by +-0.015 and the last losses by +-1% here
+    assert got.score(Xl, yl) > 0.8 and ref.score(Xl, yl) > 0.8 and 0.45 < yl.mean() < 0.55
+    last = [est.history_["loss"].iloc[-5:].mean() for est in (got, ref)]
+    assert abs(last[0] - last[1]) <= 0.05 * last[1]

@@ -121,9 +121,12 @@ def blocks5(client5):
 
 
 def _fit_each(fit, transports=("tree", "star", "task")):
+    """``fit()`` once per transport, with no dynamic balancing: on a busy machine it
+    could move every block off a worker mid-fit, changing the tree these tests read."""
     out = {}
     for t in transports:
-        with dask.config.set({"dgd.step-transport": t}), warnings.catch_warnings():
+        with dask.config.set({"dgd.step-transport": t, "dgd.dynamic-min-step-seconds": 1e9}), \
+                warnings.catch_warnings():
             warnings.simplefilter("ignore")
             out[t] = fit()
     return out
