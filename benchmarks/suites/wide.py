@@ -712,20 +712,17 @@ def benchmark(p, log):
                 result["runs"].append({"tool": "dask_dgd", "label": f"dask_dgd (param_sharding={sharding})",
                                        "sharding": sharding, "error": one_line(err)})
                 log(f"dask_dgd param_sharding={sharding}: {one_line(err)}")
-        if p["lbfgs_iters"]:
+        ladders = (("lbfgs_iters", run_dask_dgd_lbfgs, "dask_dgd-lbfgs", "dask_dgd L-BFGS (param_sharding=True)"),
+                   ("async_epochs", run_dask_dgd_async, "dask_dgd-async",
+                    "dask_dgd SGD, mode='async' (param_sharding=True)"))
+        for key, run_ladder, tool, label in ladders:
+            if not p[key]:
+                continue
             try:
-                result["runs"].append(run_dask_dgd_lbfgs(client, data, p, log))
+                result["runs"].append(run_ladder(client, data, p, log))
             except Exception as err:  # noqa: BLE001 - reported in its row
-                result["runs"].append({"tool": "dask_dgd-lbfgs", "label": "dask_dgd L-BFGS (param_sharding=True)",
-                                       "sharding": True, "error": one_line(err)})
-                log(f"dask_dgd lbfgs: {one_line(err)}")
-        if p["async_epochs"]:
-            try:
-                result["runs"].append(run_dask_dgd_async(client, data, p, log))
-            except Exception as err:  # noqa: BLE001 - reported in its row
-                result["runs"].append({"tool": "dask_dgd-async", "sharding": True, "error": one_line(err),
-                                       "label": "dask_dgd SGD, mode='async' (param_sharding=True)"})
-                log(f"dask_dgd async: {one_line(err)}")
+                result["runs"].append({"tool": tool, "label": label, "sharding": True, "error": one_line(err)})
+                log(f"{label}: {one_line(err)}")
         memory = []
         for d in p["memory_features"]:
             Xd, yd = client.persist(list(click_log_dask(p, "train", n_features=d, intercept=intercept)))
