@@ -43,8 +43,10 @@ def test_async_on_strict_blocks_reaches_the_optimum(client):
     optimum = np.linalg.lstsq(np.c_[X, np.ones(len(X))], y, rcond=None)[0]
     Xd = on_array_api_strict(da.from_array(X, chunks=250))
     yd = on_array_api_strict(da.from_array(y, chunks=250))
+    # max_staleness: with unbounded staleness a worker slowed 10x (a busy machine) left
+    # the fit 1.0 from the optimum after 300 epochs; bounded at 2, within 2e-6
     est = dask_dgd.LinearRegression(solver="gd", mode="async", max_iter=300, tol=0, random_state=0,
-                                    client=client).fit(Xd, yd)
+                                    max_staleness=2, client=client).fit(Xd, yd)
     np.testing.assert_allclose(est.coef_, optimum[:-1], atol=2e-3)
     assert all(is_strict_on_device(b) for b in blocks(client, est.predict(Xd)))
 

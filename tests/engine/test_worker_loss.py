@@ -29,9 +29,16 @@ pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
 # run under load once waited more than 3 minutes for it), not these tests'.
 @pytest.fixture
 def process_client():
-    with LocalCluster(n_workers=3, threads_per_worker=1, processes=True, dashboard_address=":0",
-                      silence_logs=logging.CRITICAL) as cluster, Client(cluster, set_as_default=False) as client:
-        yield client
+    cluster = LocalCluster(n_workers=3, threads_per_worker=1, processes=True, dashboard_address=":0",
+                           silence_logs=logging.CRITICAL)
+    try:
+        with Client(cluster, set_as_default=False) as client:
+            yield client
+    finally:
+        # distributed's LocalCluster may trip on its record of a worker these tests
+        # killed (KeyError in _update_worker_status) while closing: seen once in CI
+        with contextlib.suppress(KeyError):
+            cluster.close()
 
 
 @pytest.fixture
