@@ -1,7 +1,9 @@
-"""The IRLS coordinate-descent solver (``solver="cd"``) and its parts.
+"""The exact-Hessian solver (``solver="newton"`` and ``"cd"``) and its parts.
 
-:class:`IRLSCD` is a solver of the one loop (the template of :class:`~.solvers.Solver`);
-this module also holds what it needs besides:
+:class:`IRLSCD` is a solver of the one loop (the template of :class:`~.solvers.Solver`):
+Newton/IRLS steps with the Hessian reduced in the gradient's pass, the quadratic model
+minimised on the driver by a direct solve (:func:`newton_step`) or, with an L1 part, by
+coordinate descent.  This module also holds what it needs besides:
 
 - :class:`HessianTraining`: a linear model's training objective whose every
   evaluation also sums, per block, the Hessian of the loss
@@ -10,6 +12,9 @@ this module also holds what it needs besides:
   ``extras`` and are tree-reduced with the gradient, in the same pass;
 - :func:`cd_solve`: coordinate descent with soft-thresholding on the quadratic model
   plus the elastic-net penalty, on the driver (a Numba loop over a ``p x p`` matrix);
+- :func:`newton_step`: the minimiser of the quadratic model without an L1 part, by
+  Cholesky, or an eigendecomposition that leaves out the near-null directions of a
+  singular or indefinite Hessian;
 - :func:`kkt_violation`: the largest entry of the minimum-norm subgradient, the
   solver's stop rule;
 - :func:`cd_support`: whether a training objective can take the solver (and
@@ -21,21 +26,30 @@ from dataclasses import dataclass
 
 import dask
 import numpy as np
+import scipy.linalg
 
 from .._backend import get_namespace
 from ..losses._gram import weighted_gram
+from .curvature import LeastSquaresModel, curvature
 from .kernels import BlockSums
 from .solvers import ARMIJO, NEWTON_MAX_LINESEARCH, AttributeState, Outcome, Solver, step_record
 from .stopping import Stop
 from .update import initial_divergence
 
 __all__ = ["CD_MAX_PARAMS", "IRLSCD", "HessianTraining", "block_hessian_sum", "cd_max_params", "cd_model_params",
-           "cd_solve", "cd_support", "kkt_violation"]
+           "cd_solve", "cd_support", "kkt_violation", "newton_step"]
 
 #: ``solver="auto"`` picks ``"cd"`` for L1 penalties up to this many parameters (dask
 #: config ``dgd.cd-max-params``): every pass sends one ``p x p`` matrix per group
 #: (8 MB at 1,000 parameters) and costs ``n p^2`` flops besides the gradient's ``n p``.
 CD_MAX_PARAMS = 1024
+#: Newton steps switch from the Hessian's sums to R factors (``curvature.py``) when the
+#: Hessian's condition number is above this: the design's is then above 1e4, and each
+#: Newton step from the formed Hessian refines the parameters by less than 1e-8 of
+#: their error.
+QR_CONDITION = 1e8
+#: Most steps taken after the tolerance is met, while the model predicts a decrease.
+MAX_POLISH = 5
 #: Most sweeps over the coordinates per quadratic model.
 MAX_SWEEPS = 10000
 
@@ -73,7 +87,9 @@ def cd_max_params():
 
 
 def block_hessian_sum(objective, params, X, y, sample_weight=None):
-    r"""The Hessian sums of one block: :math:`\tilde X^\top \operatorname{diag}(s_i h_i) \tilde X`.
+    r"""The Hessian sums of one block: :math:`\tilde X^\top \operatorname{diag}(s_i h_i) \tilde X`,
+    with :math:`h_i` the loss's curvature (:func:`~.curvature.curvature`: observed where
+    it is not negative, else Fisher's).
 
     Parameters
     ----------
@@ -93,7 +109,7 @@ def block_hessian_sum(objective, params, X, y, sample_weight=None):
     """
     xp = get_namespace(X, y, sample_weight)
     raw = objective.raw_prediction(params, X)
-    h = xp.reshape(objective.loss.hessian_weight(xp.astype(y, raw.dtype, copy=False), raw, xp), (-1,))
+    h = curvature(objective.loss, xp.astype(y, raw.dtype, copy=False), raw, xp)
     if sample_weight is not None:
         h = h * xp.reshape(xp.astype(sample_weight, h.dtype, copy=False), (-1,))
     X = objective.features_of(X) if hasattr(objective, "features_of") else X  # not the offset columns
@@ -146,6 +162,48 @@ class HessianTraining:
     def l1_weights(self):
         """The L1 strength of every parameter (zero for the intercept)."""
         return self.base.penalty_spec.l1_strength * self.base.penalty.decay_mask.astype(np.float64)
+
+
+def newton_step(H, g, x=None):
+    r"""The step ``d`` minimising ``g.d + d^T H d / 2``: ``-H^{-1} g``.
+
+    ``H`` may be a :class:`~.curvature.LeastSquaresModel` (the model as R factors, at the
+    parameters ``x``): its own least-squares solve.  For a matrix: Cholesky when ``H``
+    is positive definite and not near singular (its condition estimated from the
+    factor's diagonal below ``eps ** -0.5``); otherwise an
+    eigendecomposition, with the directions of eigenvalues at most
+    ``p * eps * max eigenvalue`` (near-null, or negative) left out: the
+    minimum-norm step in the rest, as a least-squares solver's for collinear columns.
+    Repeated Newton steps then refine the solution from exact gradients (the
+    Hessian need only be close).
+    """
+    if isinstance(H, LeastSquaresModel):
+        return H.step(x)
+    H = np.asarray(H, dtype=np.float64)
+    g = np.asarray(g, dtype=np.float64)
+    try:
+        c, low = scipy.linalg.cho_factor(H)
+        diag = np.abs(np.diag(c))
+        if np.all(np.isfinite(c)) and diag.min() > diag.max() * np.finfo(float).eps ** 0.25:
+            return -scipy.linalg.cho_solve((c, low), g)
+    except (np.linalg.LinAlgError, ValueError):
+        pass
+    vals, vecs = scipy.linalg.eigh(H)
+    top = float(np.max(np.abs(vals), initial=0.0))
+    keep = vals > len(g) * np.finfo(float).eps * top
+    if not np.any(keep):
+        return np.zeros_like(g)
+    V = vecs[:, keep]
+    return -(V @ ((V.T @ g) / vals[keep]))
+
+
+def _ill_conditioned(H):
+    """Whether the Hessian matrix ``H`` has a condition number above
+    :data:`QR_CONDITION` (or is singular): Newton steps from it lose too many digits."""
+    if not isinstance(H, np.ndarray):
+        return False
+    vals = np.linalg.eigvalsh(H)
+    return not vals[0] > 0 or vals[-1] > QR_CONDITION * vals[0]
 
 
 def kkt_violation(grad, params, l1):
@@ -259,16 +317,18 @@ def cd_solve(H, g, x0, l1, tol, max_sweeps=MAX_SWEEPS, free=None):
 
 
 class IRLSCD(AttributeState, Solver):
-    """Iteratively reweighted least squares with coordinate descent (glum's "irls-cd"),
-    for L1 and elastic-net penalties on single-output models.
+    """Newton's method (IRLS) with the exact Hessian, and with coordinate descent for L1
+    and elastic-net penalties (glum's "irls-cd"), on single-output models.
 
     Every evaluation is one distributed pass giving the smooth objective ``f`` (mean
     loss plus the L2 part), its gradient ``g`` and its Hessian ``H`` (the block sums
     ``X~^T diag(s h) X~`` of :class:`~.cd.HessianTraining`, tree-reduced with the
-    gradient).  An iteration minimises the quadratic model
-    ``g.d + d^T H d / 2 + lambda ||x + d||_1`` on the driver by coordinate descent with
+    gradient), in the scaled coordinates of :mod:`.scaling` when the fit is scaled.
+    An iteration minimises the quadratic model
+    ``g.d + d^T H d / 2 + lambda ||x + d||_1`` on the driver: without an L1 part by a
+    direct solve (:func:`newton_step`: a Newton step), else by coordinate descent with
     soft-thresholding (:func:`~.cd.cd_solve`, warm-started at the current parameters,
-    active set), then backtracks along ``d`` from step 1, halving, until the full
+    active set); then it backtracks along ``d`` from step 1, halving, until the full
     objective ``F = f + lambda ||x||_1`` decreases by at least ``1e-4 t Delta``
     (``Delta = g.d + lambda (||x + d||_1 - ||x||_1)``, Tseng and Yun's rule); each trial
     is one pass, and the accepted trial's pass already holds the next iteration's
@@ -286,6 +346,7 @@ class IRLSCD(AttributeState, Solver):
         self.x = np.array(params0, dtype=np.float64, copy=True)
         self.f = self.g = self.H = None
         self.kkt = math.inf
+        self.polished = 0  # steps asked for after the tolerance was met
         self.it = 0
         self.direction = None
         self.delta = 0.0
@@ -302,28 +363,47 @@ class IRLSCD(AttributeState, Solver):
         return res, value
 
     def _take(self, res, value):
+        """Move to the evaluated point; the records of any further pass it took (the
+        switch to R factors)."""
         self.x, self.f, self.g = res.params, value, res.grad
         self.H = self.obj.hessian(res.partial)
         self.kkt = kkt_violation(self.g, self.x, self.l1)
+        least_squares = getattr(self.obj, "least_squares", None)
+        if least_squares is None or np.any(self.l1) or not _ill_conditioned(self.H):
+            return []
+        # the Hessian's condition is the square of the design's: solve the Newton steps
+        # from R factors from now on (curvature.py), starting with one pass here
+        self.obj = self.ctx.objective = self.ctx.source.objective = least_squares()
+        res, value = self._evaluate(self.x)
+        self.H = self.obj.hessian(res.partial)
+        return [step_record(self.ctx, res, self.it, value, res.grad, None)]
 
     def start(self):
         res, value = self._evaluate(self.x)
         if not res.finite:
             raise initial_divergence(res.value)
-        self._take(res, value)
-        return Outcome([step_record(self.ctx, res, 0, value, res.grad, None)])
+        extra = self._take(res, value)
+        return Outcome([step_record(self.ctx, res, 0, value, res.grad, None), *extra])
 
-    def step(self):
-        if self.direction is None:
+    def _plan(self):
+        """Set the direction of the next step (the quadratic model's minimiser) and its
+        model decrease ``delta``; False when the model gives no descent direction."""
+        if np.any(self.l1):
             inner_tol = max(0.25 * self.ctx.tol, min(0.1 * self.kkt, 1e-2))
             x_new, _ = cd_solve(self.H, self.g, self.x, self.l1, inner_tol, free=self.free)
-            d = x_new - self.x
-            self.delta = float(self.g @ d) + float(self.l1 @ (np.abs(x_new) - np.abs(self.x)))
-            if not np.any(d) or not self.delta < 0:
-                return Outcome(stop=Stop(
-                    self.kkt <= self.ctx.tol,
-                    "the quadratic model gives no descent direction (the objective is flat at rounding level)"))
-            self.direction, self.t, self.trials = d, 1.0, 0
+        else:
+            x_new = self.x + newton_step(self.H, self.g, self.x)
+        d = x_new - self.x
+        self.delta = float(self.g @ d) + float(self.l1 @ (np.abs(x_new) - np.abs(self.x)))
+        self.direction, self.t, self.trials = d, 1.0, 0
+        return bool(np.any(d)) and self.delta < 0
+
+    def step(self):
+        if self.direction is None and not self._plan():
+            self.direction = None
+            return Outcome(stop=Stop(
+                self.kkt <= self.ctx.tol,
+                "the quadratic model gives no descent direction (the objective is flat at rounding level)"))
         trial = self.x + self.t * self.direction
         res, value = self._evaluate(trial)
         record = step_record(self.ctx, res, self.it + 1, value, res.grad, self.t)
@@ -336,9 +416,9 @@ class IRLSCD(AttributeState, Solver):
                 and kkt_violation(res.grad, trial, self.l1) < self.kkt)
         ):
             self.it += 1
-            self._take(res, value)
+            extra = self._take(res, value)
             self.direction = None
-            return Outcome([record])
+            return Outcome([record, *extra])
         if self.trials >= NEWTON_MAX_LINESEARCH:
             return Outcome([record], stop=Stop(
                 self.kkt <= self.ctx.tol,
@@ -347,8 +427,22 @@ class IRLSCD(AttributeState, Solver):
         return Outcome([record])
 
     def stop_rule(self, outcome):
+        if self.kkt <= self.ctx.tol and self.direction is not None and self.polished:
+            return None  # a line search after the tolerance was met goes on
         if self.kkt <= self.ctx.tol:
-            return Stop(True)
+            # more steps once the tolerance is met, while the quadratic model predicts a
+            # decrease above the objective's rounding level (at most MAX_POLISH):
+            # Newton's steps converge quadratically, so one step usually ends it, and
+            # leaves the parameters far closer to the optimum than the gradient's
+            # tolerance alone (measured: 3e-4 to 2e-7 relative on unscaled GLMs); on a
+            # design of standardised condition 1e10 rounding slows the last digits and
+            # a few more steps reach them
+            if self.polished >= MAX_POLISH or self.it >= self.ctx.max_iter or not (
+                    self._plan() and -self.delta > 64 * np.finfo(float).eps * abs(self.f)):
+                self.direction = None
+                return Stop(True)
+            self.polished += 1
+            return None
         if self.it >= self.ctx.max_iter:
             return Stop(False, f"reached max_iter={self.ctx.max_iter}")
         return None
@@ -356,7 +450,10 @@ class IRLSCD(AttributeState, Solver):
     def result(self):
         return self.x, self.it, None, None
 
-    _STATE = ("x", "f", "g", "H", "kkt", "it", "direction", "delta", "t", "trials")
+    def gap(self):
+        return self.kkt
+
+    _STATE = ("x", "f", "g", "H", "kkt", "it", "direction", "delta", "t", "trials", "polished")
 
     def resume(self):
         return Outcome(accepted=False)

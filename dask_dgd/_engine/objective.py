@@ -43,7 +43,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from .._backend import is_sparse, to_numpy
-from ..losses import LinearObjective, Penalty, lipschitz_bound, objective_hessian, objective_value_gradient
+from ..losses import LinearObjective, Penalty, lipschitz_bound
 from .blocks import _block_error, shard_check_finite, shard_sample
 from .kernels import BlockSums, Draw
 
@@ -264,23 +264,3 @@ class LinearTraining:
     def check_data(self, shards):
         """Raise InputError naming the first block of X with NaN or infinity (if any)."""
         shards.map_gather(shard_check_finite, name="dgd-check-finite")
-
-    # ------------------------------------------------------------------ Newton
-    def sample_problem(self, shards, n_rows):
-        """The objective on an even row sample gathered to the driver:
-        ``(value_gradient(params), hessian(params))`` functions."""
-        X, y, w = gather_sample(shards, n_rows)
-        if not np.all(np.isfinite(X.data if sp.issparse(X) else X)):
-            self.check_data(shards)  # names the block
-        obj, pen = self.objective, self.penalty_spec
-
-        def value_gradient(params):
-            with np.errstate(all="ignore"):
-                return objective_value_gradient(params, obj, pen, X, y, w)
-
-        def hessian(params):
-            return objective_hessian(params, obj, pen, X, y, w)
-
-        hessian_check = objective_hessian  # an unsupported loss fails on one row, now
-        hessian_check(np.zeros(obj.n_params), obj, pen, X[:1], y[:1], w[:1])
-        return value_gradient, hessian

@@ -11,9 +11,9 @@ and iteration rule, and ``state_dict`` is what a checkpoint keeps.  The loop
 - :class:`LBFGS`: limited-memory BFGS (two-loop recursion from
   :mod:`dask_dgd.optim`) with a backtracking Armijo line search, every trial point one
   distributed step;
-- :class:`Newton`: Newton steps with the Hessian of a row sample on the full gradient;
-- :class:`~.cd.IRLSCD` (in :mod:`.cd`): L1/elastic-net penalties: the full distributed
-  Hessian each pass, coordinate descent on the quadratic model on the driver, a
+- :class:`~.cd.IRLSCD` (in :mod:`.cd`): Newton/IRLS (``solver="newton"``, and
+  ``"cd"`` for L1/elastic-net penalties): the exact distributed Hessian each pass, the
+  quadratic model minimised on the driver (a direct solve, or coordinate descent), a
   backtracking line search.
 
 Local SGD and asynchronous training are solvers too (:mod:`.modes`).
@@ -22,22 +22,16 @@ Local SGD and asynchronous training are solvers too (:mod:`.modes`).
 import math
 from dataclasses import dataclass, field
 
-import dask
 import numpy as np
-import scipy.linalg
-import scipy.optimize
 
-from ..exceptions import DivergenceError, ParameterError
+from ..exceptions import ParameterError
 from ..optim import lbfgs_direction, strong_wolfe
 from .records import make_record
 from .stopping import EpochStopper, Stop
 from .update import Guard, UpdateRule, auto_learning_rate, initial_divergence
 
-__all__ = ["AttributeState", "FirstOrder", "LBFGS", "Newton", "Outcome", "Solver", "start_step"]
+__all__ = ["AttributeState", "FirstOrder", "LBFGS", "Outcome", "Solver", "start_step"]
 
-#: Rows of the sample whose Hessian preconditions the Newton solver (dask config
-#: ``dgd.newton-sample-rows``).
-NEWTON_SAMPLE_ROWS = 32768
 #: Halvings of the Newton step before the line search gives up.
 NEWTON_MAX_LINESEARCH = 30
 #: Armijo's sufficient-decrease constant.
@@ -87,6 +81,11 @@ class Solver:
     def local_keys(self):
         """The snapshots of the groups' local parameters a checkpoint keeps."""
         return ()
+
+    def gap(self):
+        """The largest entry of the (sub)gradient at the result, in the coordinates the
+        solver ran in (what its ``tol`` is compared with); None where it has none."""
+        return None
 
     def state_dict(self):
         raise NotImplementedError
@@ -286,16 +285,20 @@ class FirstOrder(EpochRules, Solver):
         return self._observe(src.evaluate(params, self._draw(), local))
 
     def stop_rule(self, outcome):
-        ctx = self.ctx
-        if self.full_batch and not self.on_objective:
-            g_map = self.grad
-            pen = ctx.objective.penalty
-            if pen.has_l1:
-                lr = self.optimizer.current_learning_rate(self.state)
-                g_map = (self.params - pen.prox(self.params - lr * self.grad, lr)) / lr
-            if np.max(np.abs(g_map), initial=0.0) <= ctx.tol:
-                return Stop(True)
+        if self.full_batch and not self.on_objective and self.gap() <= self.ctx.tol:
+            return Stop(True)
         return self._epoch_or_limit()
+
+    def gap(self):
+        """The largest entry of the (proximal) gradient mapping (full batch)."""
+        if not self.full_batch or self.grad is None:
+            return None
+        g_map = self.grad
+        pen = self.ctx.objective.penalty
+        if pen.has_l1:
+            lr = self.optimizer.current_learning_rate(self.state)
+            g_map = (self.params - pen.prox(self.params - lr * self.grad, lr)) / lr
+        return float(np.max(np.abs(g_map), initial=0.0))
 
     def result(self):
         return self.params, self.n_iter, self.optimizer, self.state
@@ -405,6 +408,9 @@ class LBFGS(Solver):
         """The largest entry of the gradient at the current point."""
         return float(np.max(np.abs(self.g), initial=0.0))
 
+    def gap(self):
+        return None if self.g is None else self._gmax()
+
     def _direction(self):
         """Set the search direction (the two-loop recursion; steepest descent, with the
         pairs dropped, when that is not a descent direction); ``(slope, |g|)``."""
@@ -512,124 +518,6 @@ class LBFGS(Solver):
             setattr(self, k, [tuple(p) for p in v] if k in ("trials", "points") else
                     list(v) if k in ("s", "y") else v)
         self._search = None
-
-    def resume(self):
-        return Outcome(accepted=False)
-
-
-class Newton(Solver):
-    """Newton's method with the Hessian of an even row sample, on the full gradient.
-
-    On the driver, a sample of ``dgd.newton-sample-rows`` rows (dask config, default
-    :data:`NEWTON_SAMPLE_ROWS`; all rows when the data has fewer) is gathered once; the
-    same objective is minimised on it (SciPy L-BFGS-B, from ``params0``) and its
-    Hessian ``H`` is formed there.  Each iteration takes one distributed step for the
-    full gradient ``g`` and moves by ``-H^{-1} g`` with an Armijo backtracking line
-    search (every trial point is one distributed step).  The sample Hessian is
-    refreshed at the current point whenever the full step was not accepted.
-    Convergence is linear with a rate of about ``sqrt(n_params / sample)`` (quadratic
-    when the sample is all the data); it stops when the largest gradient entry is at
-    most ``tol``.
-    """
-
-    def __init__(self, ctx, params0):
-        obj = ctx.objective
-        if obj.penalty.has_l1:
-            raise ParameterError(
-                "solver='newton' cannot handle an L1 penalty (l1_ratio > 0); use solver='gd' "
-                "(proximal gradient) or solver='auto'"
-            )
-        sample_rows = int(dask.config.get("dgd.newton-sample-rows", NEWTON_SAMPLE_ROWS))
-        if sample_rows < obj.n_params:
-            raise ParameterError(
-                f"dgd.newton-sample-rows must be at least the number of parameters "
-                f"({obj.n_params}); got {sample_rows}"
-            )
-        self.ctx = ctx
-        self.sample_value_gradient, self.sample_hessian = obj.sample_problem(ctx.shards, sample_rows)
-        res = scipy.optimize.minimize(
-            self.sample_value_gradient, params0, method="L-BFGS-B", jac=True,
-            options={"maxiter": 500, "gtol": ctx.tol, "ftol": 64 * np.finfo(float).eps},
-        )
-        start = self.sample_value_gradient(params0)[0]
-        params = res.x if np.all(np.isfinite(res.x)) and res.fun <= start else params0
-        self.x = np.asarray(params, dtype=np.float64)
-        self.factor = self._factor(self.x)
-        self.f = self.g = None
-        self.it = 0
-        self.direction = None
-        self.t = 1.0
-        self.trials = 0
-
-    @property
-    def progress(self):
-        return self.it
-
-    def _factor(self, params):
-        H = self.sample_hessian(params)
-        # A tiny ridge keeps the factorisation defined for rank-deficient samples.
-        ridge = 1e-10 * max(float(np.max(np.diag(H))), 1e-300)
-        try:
-            return scipy.linalg.cho_factor(H + ridge * np.eye(len(H)))
-        except (np.linalg.LinAlgError, ValueError) as err:
-            raise DivergenceError(
-                f"the sample Hessian of the objective is not positive definite or not "
-                f"finite ({err}); scale the features or use solver='lbfgs'"
-            ) from err
-
-    def start(self):
-        res = self.ctx.source.evaluate(self.x)
-        if not res.finite:
-            raise initial_divergence(res.value)
-        self.f, self.g = res.value, res.grad
-        return Outcome([step_record(self.ctx, res, 0, res.value, res.grad, None)])
-
-    def step(self):
-        if self.direction is None:
-            self.direction = -scipy.linalg.cho_solve(self.factor, self.g)
-            self.t, self.trials = 1.0, 0
-        slope = float(self.g @ self.direction)
-        trial = self.x + self.t * self.direction
-        res = self.ctx.source.evaluate(trial)
-        record = step_record(self.ctx, res, self.it + 1, res.value, res.grad, self.t)
-        self.trials += 1
-        if res.finite and (
-            res.value <= self.f + ARMIJO * self.t * slope
-            # at the optimum the values differ only by rounding: a smaller gradient then
-            # shows the step is right
-            or (res.value <= self.f + 64 * np.finfo(float).eps * abs(self.f)
-                and np.max(np.abs(res.grad)) < np.max(np.abs(self.g)))
-        ):
-            self.it += 1
-            if self.t < 1.0:
-                self.factor = self._factor(trial)  # the sample curvature was off here: refresh it
-            self.x, self.f, self.g = trial, res.value, res.grad
-            self.direction = None
-            return Outcome([record])
-        if self.trials >= NEWTON_MAX_LINESEARCH:
-            converged = np.max(np.abs(self.g), initial=0.0) <= max(self.ctx.tol, 1e-8)
-            return Outcome([record], stop=Stop(
-                converged, "the line search found no decrease (the objective is flat at rounding level)"))
-        self.t *= 0.5
-        return Outcome([record])
-
-    def stop_rule(self, outcome):
-        if np.max(np.abs(self.g), initial=0.0) <= self.ctx.tol:
-            return Stop(True)
-        if self.it >= self.ctx.max_iter:
-            return Stop(False, f"reached max_iter={self.ctx.max_iter}")
-        return None
-
-    def result(self):
-        return self.x, self.it, None, None
-
-    def state_dict(self):
-        return {"x": self.x, "f": self.f, "g": self.g, "it": self.it, "factor": list(self.factor),
-                "direction": self.direction, "t": self.t, "trials": self.trials}
-
-    def load_state_dict(self, state):
-        for k, v in state.items():
-            setattr(self, k, tuple(v) if k == "factor" else v)
 
     def resume(self):
         return Outcome(accepted=False)

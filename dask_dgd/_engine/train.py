@@ -31,11 +31,12 @@ from .modes.sharded import ShardedAsync, ShardedFirstOrder, ShardedLBFGS, Sharde
 from .modes.sync import SyncSource
 from .monitor import Monitor, communicated
 from .objective import LinearTraining
+from .scaling import ScaledTraining, column_scaling
 from .sharding import ParamLayout, dense_state, sparse_state
 from .shards import ShardSet, released_on_error
 from .skew import DynamicBalancer
 from .solvers import LBFGS as LBFGSSolver
-from .solvers import FirstOrder, Newton
+from .solvers import FirstOrder
 from .stopping import EarlyStopping, StopRules
 
 __all__ = ["FitResult", "resolve_solver", "train"]
@@ -75,6 +76,10 @@ class FitResult:
         Models with local parameters: what each group exported (its users' factors).
     param_sharding : bool
         Whether the parameters were sharded over the workers during the fit.
+    gap : float or None
+        The largest entry of the (sub)gradient at the result, in the coordinates the
+        solver ran in (``history.attrs["coordinates"]``): what ``tol`` is compared
+        with; None for solvers that stop on another rule (mini-batch, local, async).
     """
 
     params: np.ndarray
@@ -91,6 +96,7 @@ class FitResult:
     bytes_communicated: dict = field(default_factory=dict)
     local: list = None
     param_sharding: bool = False
+    gap: float = None
 
     def objective_rise(self, factor=2.0):
         """``(start, end)`` when the objective ended above ``factor`` times its value at
@@ -145,11 +151,12 @@ class Context:
 def resolve_solver(solver, optimizer, *, batch_size, mode, compression, has_l1, learning_rate="auto",
                    objective=None, early_stopping=False):
     """``(solver, optimizer)`` from the solver/optimizer/batch_size/L1 settings: "auto"
-    picks "lbfgs"; for an L1 penalty "cd" when the training ``objective`` is given and
-    can take it (a single-output loss with a Hessian, at most ``dgd.cd-max-params``
-    parameters, no early stopping), else "gd"; "gd" also for a first-order optimizer
-    (and in the local/async modes or with compression), or "sgd" when ``batch_size`` is
-    set."""
+    picks the exact-Hessian solver when the training ``objective`` is given and can
+    take it (a single-output loss with a Hessian, at most ``dgd.cd-max-params``
+    parameters, no early stopping, no optimizer given): "newton", or "cd" for an L1
+    penalty; otherwise "lbfgs", or "gd" for an L1 penalty; "gd" also for a first-order
+    optimizer (and in the local/async modes or with compression), or "sgd" when
+    ``batch_size`` is set."""
     opt = None if optimizer is None else get_optimizer(optimizer)
     if compression is not None:
         comp = get_compressor(compression)  # a bad name fails here, clearly
@@ -183,12 +190,10 @@ def resolve_solver(solver, optimizer, *, batch_size, mode, compression, has_l1, 
             solver = "sgd"
         elif mode != "sync" or compression is not None or (opt is not None and not isinstance(opt, LBFGS)):
             solver = "gd"
-        elif has_l1:
-            small = objective is not None and cd_support(objective) is None \
-                and cd_model_params(objective) <= cd_max_params()
-            solver = "cd" if small and not early_stopping and opt is None else "gd"
         else:
-            solver = "lbfgs"
+            small = objective is not None and cd_support(objective) is None \
+                and cd_model_params(objective) <= cd_max_params() and not early_stopping and opt is None
+            solver = ("cd" if small else "gd") if has_l1 else ("newton" if small else "lbfgs")
     if solver == "als":
         reason = f"not {type(objective).__name__}" if not hasattr(objective, "als_support") else \
             objective.als_support()
@@ -218,8 +223,11 @@ def resolve_solver(solver, optimizer, *, batch_size, mode, compression, has_l1, 
         if has_l1:
             raise ParameterError(
                 "solver='newton' cannot handle an L1 penalty (l1_ratio > 0); use "
-                "solver='gd' (proximal gradient) or solver='auto'"
+                "solver='cd' (coordinate descent on the same Newton steps) or solver='auto'"
             )
+        reason = None if objective is None else cd_support(objective)
+        if reason is not None:
+            raise ParameterError(f"solver='newton' cannot train this model: {reason}; use solver='lbfgs'")
         return solver, None
     if solver == "lbfgs":
         if opt is not None and not isinstance(opt, LBFGS):
@@ -317,6 +325,16 @@ def _shards_of(data, client, rebalance, max_iter, digest=False):
     if shards.totals["weight_sum"] <= 0:
         raise InputError("the total sample weight is zero: nothing to train on")
     return shards
+
+
+def scaled_solve(objective):
+    """Whether a full-batch solver (newton, cd, lbfgs) trains ``objective`` in scaled
+    coordinates (:mod:`.scaling`): a linear model's, unless the dask config
+    ``dgd.scale-features`` is False (the benchmarks' comparison)."""
+    import dask
+
+    return isinstance(getattr(objective, "base", objective), LinearTraining) and bool(
+        dask.config.get("dgd.scale-features", True))
 
 
 #: ``param_sharding="auto"`` shards models of at least this many parameters (dask config
@@ -478,17 +496,24 @@ def train(
     solver, opt = resolve_solver(solver, optimizer, batch_size=batch_size, mode=mode, compression=compression,
                                  has_l1=has_l1, learning_rate=learning_rate, objective=objective,
                                  early_stopping=validator is not None)
-    if solver == "cd":
-        if validator is not None:
-            raise ParameterError("early stopping needs solver='gd' or 'sgd'; solver='cd' stops on its tolerance")
-        path = hasattr(objective.objective, "column_folds")
-        objective = PathHessianTraining(objective) if path else HessianTraining(objective)
+    path = solver in ("cd", "newton") and hasattr(objective.objective, "column_folds")
+    if solver in ("cd", "newton") and validator is not None:
+        raise ParameterError(
+            f"early stopping needs solver='gd', 'sgd' or 'lbfgs'; solver={solver!r} stops on its tolerance")
     sharded = resolve_sharding(param_sharding, objective=objective, shards=shards, solver=solver, mode=mode,
                                compression=compression, validator=validator)
+    scaling = None
+    if solver in ("cd", "newton", "lbfgs") and not (sharded or path) and scaled_solve(objective):
+        # Newton steps start from the Hessian's sums and move to R factors (curvature.py)
+        # when the Hessian is too ill-conditioned (cd.IRLSCD)
+        scaling = column_scaling(shards, objective.objective)
+        objective = ScaledTraining(objective, scaling, None if solver == "lbfgs" else "gram")
+    elif solver in ("cd", "newton"):
+        objective = PathHessianTraining(objective) if path else HessianTraining(objective)
     if on_divergence == "auto":
         on_divergence = "backoff" if lr_mode == "auto" else "raise"
     if split_every == "auto":
-        per_partial = objective.n_params + (objective.hessian_size if solver == "cd" else 0)
+        per_partial = objective.n_params + (objective.hessian_size if solver in ("cd", "newton") else 0)
         split_every = auto_split_every(shards.n_groups, 8 * per_partial)
     seed = seed_of(random_state)
     compressor = get_compressor(compression)
@@ -540,6 +565,8 @@ def train(
         params0 = np.asarray(params0, dtype=np.float64)
     elif not sharded:
         params0 = np.zeros(objective.n_params)
+    if scaling is not None:
+        params0 = scaling.to_scaled(params0)
     if not sharded:  # a state continued from a sparse_params result: dense here
         opt_state = dense_state(opt_state)
     early = None if validator is None else EarlyStopping(tol, n_iter_no_change)
@@ -567,9 +594,7 @@ def train(
                                            staleness_scaling=staleness_scaling)
             elif solver == "lbfgs":
                 solver_obj = LBFGSSolver(ctx, params0, opt)
-            elif solver == "newton":
-                solver_obj = Newton(ctx, params0)
-            elif solver == "cd":
+            elif solver in ("cd", "newton"):
                 solver_obj = PathIRLSCD(ctx, params0) if path else IRLSCD(ctx, params0)
             elif solver == "als":
                 solver_obj = ALS(ctx, params0)
@@ -579,6 +604,9 @@ def train(
             solver_obj.save = loop.save
             stop = loop.run()
             params, n_iter, opt_out, state_out = solver_obj.result()
+            gap = solver_obj.gap()
+            if scaling is not None:
+                params = scaling.to_original(params)
             monitor.finish(n_iter)
             local = None
             if objective.has_local:
@@ -594,6 +622,9 @@ def train(
     if shards.skew_report is not None:  # where the blocks ended up (they may have moved)
         shards.skew_report["placement"] = list(shards.placement())
     history = pd.DataFrame.from_records(monitor.records)
+    # the records' gradients are those of the coordinates the solver ran in
+    history.attrs["coordinates"] = "original" if scaling is None else (
+        "centred and scaled" if scaling.centred else "scaled")
     if sparse_params and not sp.issparse(params):
         params = sp.csr_matrix(np.asarray(params, dtype=np.float64).reshape(1, -1))
         state_out = sparse_state(state_out)
@@ -603,4 +634,5 @@ def train(
         message=stop.message, n_steps=source.n_steps, history=history, solver=solver, mode=mode,
         optimizer=opt_out, opt_state=state_out, split_every=int(split_every),
         bytes_communicated=communicated(history), local=local, param_sharding=bool(sharded),
+        gap=None if gap is None else float(gap),
     )

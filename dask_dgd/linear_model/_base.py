@@ -34,6 +34,32 @@ def _optimizer_like(value):
     return isinstance(value, (str, FirstOrderOptimizer, LBFGS))
 
 
+#: Solvers whose every step is a line search on the full objective.
+LINE_SEARCH_SOLVERS = ("newton", "cd", "lbfgs")
+
+
+def non_convergence_message(name, result, mode, max_iter, tol):
+    """The warning of a fit that stopped short: why, the measured gap against ``tol``,
+    and advice true for the solver that ran."""
+    detail = f" ({result.message})" if result.message else ""
+    unit = "epochs" if result.solver == "sgd" or mode != "sync" else "iterations"
+    gap = ""
+    if result.gap is not None:
+        where = result.history.attrs.get("coordinates", "original") if result.history is not None else "original"
+        cols = "standardised columns" if where != "original" else "the features' units"
+        gap = f"; the largest gradient entry is {result.gap:.3g} ({cols}) against tol={tol:g}"
+    if result.solver in ("newton", "cd"):
+        advice = ("increase max_iter; Newton steps that stall point to a singular or separable problem "
+                  "(collinear columns, classes a hyperplane separates): a small penalty (alpha > 0) fixes it")
+    elif result.solver == "lbfgs":
+        advice = ("increase max_iter, or use solver='newton' (single-output models of up to dgd.cd-max-params "
+                  "parameters)")
+    else:
+        advice = "increase max_iter, loosen tol, or scale the features"
+    return (f"{name} did not converge in max_iter={max_iter} {unit} (solver={result.solver!r}, mode={mode!r})"
+            f"{detail}{gap}; {advice}")
+
+
 class DGDLinearModel(InferenceMixin, ClientParamMixin, BaseEstimator):
     """Base class of the generalised linear models trained by distributed gradient descent.
 
@@ -395,7 +421,9 @@ class DGDLinearModel(InferenceMixin, ClientParamMixin, BaseEstimator):
             scores = self.history_["val_score"].dropna()
             self.validation_score_ = float(scores.iloc[-1]) if len(scores) else None
             self.best_validation_score_ = float(scores.max()) if len(scores) else None
-        rise = result.objective_rise()
+        # the line-search solvers record their trial points: only a first-order fit's
+        # objective can end above its start
+        rise = None if result.solver in LINE_SEARCH_SOLVERS else result.objective_rise()
         if rise is not None:
             warnings.warn(
                 f"{type(self).__name__}: the objective rose from {rise[0]:.6g} at the start to {rise[1]:.6g} "
@@ -403,15 +431,8 @@ class DGDLinearModel(InferenceMixin, ClientParamMixin, BaseEstimator):
                 "lower learning_rate or scale the features", ConvergenceWarning, stacklevel=3,
             )
         elif not result.converged:
-            detail = f" ({result.message})" if result.message else ""
-            unit = "epochs" if result.solver == "sgd" or self.mode != "sync" else "iterations"
-            warnings.warn(
-                f"{type(self).__name__} did not converge in max_iter={self.max_iter} {unit} "
-                f"(solver={result.solver!r}, mode={self.mode!r}){detail}; increase max_iter, loosen tol, "
-                "or scale the features",
-                ConvergenceWarning,
-                stacklevel=3,
-            )
+            warnings.warn(non_convergence_message(type(self).__name__, result, self.mode, self.max_iter, self.tol),
+                          ConvergenceWarning, stacklevel=3)
         return result
 
     def _partial(self, shards, objective, baseline):
@@ -468,6 +489,7 @@ class DGDLinearModel(InferenceMixin, ClientParamMixin, BaseEstimator):
             coef, intercept = objective.unpack(params)
             self._set_coef(coef, intercept)
         self.n_iter_ = result.n_iter
+        self.converged_ = bool(result.converged)
         self.history_ = result.history
         self.loss_curve_ = self.history_["loss"].tolist() if len(self.history_) else []
         self._optimizer_ = result.optimizer

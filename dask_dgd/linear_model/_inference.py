@@ -20,6 +20,7 @@ differs for the log link of Gamma, Tweedie and negative binomial models.
 """
 
 import numbers
+import warnings
 
 import numpy as np
 import pandas as pd
@@ -33,7 +34,7 @@ from .._engine.blocks import _all_finite, _block_error, encode_shard
 from .._engine.executor import get_executor, is_dask_collection
 from .._engine.ingest import build_shardset
 from .._frames import is_frame
-from ..exceptions import InputError, ParameterError
+from ..exceptions import ConvergenceWarning, InputError, ParameterError
 from ..losses._gram import weighted_gram
 from ._input import check_n_features
 from ._predict import coef_matrix
@@ -382,7 +383,8 @@ class InferenceMixin:
         table : pandas.DataFrame
             Index: ``"intercept"`` (when fitted), then ``feature_names_in_`` (or
             ``x0 .. x{d-1}``).  Columns: ``coef``, ``se``, ``z``, ``p_value`` (two-sided,
-            normal), ``ci_lower``, ``ci_upper``.
+            normal), ``ci_lower``, ``ci_upper``.  ``table.attrs["converged"]`` is False
+            (and a ``ConvergenceWarning`` says so) when the fit stopped short.
 
         Examples
         --------
@@ -402,6 +404,11 @@ class InferenceMixin:
         if isinstance(level, bool) or not isinstance(level, numbers.Real) or not 0 < level < 1:
             raise ParameterError(f"confidence_level must be a number in (0, 1), e.g. 0.95; got {level!r}")
         se = self.std_errors(X, y, sample_weight, offset, robust)
+        if not getattr(self, "converged_", True):
+            warnings.warn(
+                f"{type(self).__name__} did not converge (see the warning of fit, or history_): the estimates and "
+                "their standard errors are not those of the optimum; refit with a larger max_iter",
+                ConvergenceWarning, stacklevel=2)
         coef, intercept = coef_matrix(self)
         estimates = coef[:, 0]
         names = getattr(self, "feature_names_in_", None)
@@ -412,8 +419,10 @@ class InferenceMixin:
         with np.errstate(divide="ignore", invalid="ignore"):
             z = estimates / se
         q = norm.ppf(0.5 + level / 2)
-        return pd.DataFrame(
+        table = pd.DataFrame(
             {"coef": estimates, "se": se, "z": z, "p_value": 2 * norm.sf(np.abs(z)),
              "ci_lower": estimates - q * se, "ci_upper": estimates + q * se},
             index=pd.Index(names),
         )
+        table.attrs["converged"] = bool(getattr(self, "converged_", True))
+        return table

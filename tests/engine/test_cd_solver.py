@@ -264,10 +264,16 @@ def test_auto_resolution(loss, n_features, kw, expected):
     assert solver == expected
 
 
-def test_auto_resolution_without_l1_or_objective_is_unchanged():
+def test_auto_resolution_without_l1_picks_newton_for_small_models_else_lbfgs():
     common = dict(optimizer=None, batch_size=None, mode="sync", compression=None)
     assert resolve_solver("auto", has_l1=False, objective=_training(BinaryLogistic(), 5, l1_ratio=0), **common)[0] \
-        == "lbfgs"
+        == "newton"
+    assert resolve_solver("auto", has_l1=False, objective=_training(BinaryLogistic(), 5, l1_ratio=0),
+                          early_stopping=True, **common)[0] == "lbfgs"
+    with dask.config.set({"dgd.cd-max-params": 5}):
+        assert resolve_solver("auto", has_l1=False, objective=_training(BinaryLogistic(), 5, l1_ratio=0),
+                              **common)[0] == "lbfgs"
+    assert resolve_solver("auto", has_l1=False, **common)[0] == "lbfgs"
     assert resolve_solver("auto", has_l1=True, **common)[0] == "gd"
 
 

@@ -1,5 +1,7 @@
-"""L-BFGS honours tol as scikit-learn users read it: the largest gradient entry (pgtol),
-however small, without a floor at the objective's rounding level."""
+"""L-BFGS honours tol as scikit-learn users read it on standardised columns: the largest
+gradient entry (pgtol) with respect to the coefficients of the centred and scaled
+columns (the coordinates the solver runs in), however small, without a floor at the
+objective's rounding level."""
 
 import numpy as np
 import pytest
@@ -27,9 +29,13 @@ def insurance():
 
 
 def largest_gradient(est, loss, X, y, alpha):
+    """The largest gradient entry in the coordinates of standardised columns: the
+    coefficient of ``(x_j - mean_j) / std_j`` has gradient ``(g_j - mean_j g_b) / std_j``."""
     obj = LinearObjective(loss, X.shape[1])
     params = obj.pack(est.coef_.reshape(-1), np.reshape(est.intercept_, -1))
-    return np.max(np.abs(objective_value_gradient(params, obj, Penalty(alpha=alpha), X, y)[1]))
+    g = objective_value_gradient(params, obj, Penalty(alpha=alpha), X, y)[1]
+    mean, std = X.mean(axis=0), X.std(axis=0)
+    return np.max(np.abs(np.r_[(g[:-1] - mean * g[-1]) / std, g[-1]]))
 
 
 @pytest.fixture(scope="module")

@@ -1,6 +1,5 @@
-"""The sample-Hessian Newton solver: same optimum as L-BFGS, fewer distributed steps."""
+"""The exact-Hessian Newton solver: same optimum as L-BFGS, fewer distributed steps."""
 
-import dask
 import numpy as np
 import pytest
 import scipy.sparse as sp
@@ -46,7 +45,7 @@ def test_objective_hessian_matches_finite_differences(loss, fit_intercept, spars
 
 def test_objective_hessian_refuses_multinomial():
     obj = LinearObjective(MultinomialLogistic(3), 2)
-    with pytest.raises(ParameterError, match="the Newton solver supports the single-output losses .* got MultinomialLogistic: use solver='lbfgs'"):
+    with pytest.raises(ParameterError, match="supports the single-output losses .* got MultinomialLogistic: use solver='lbfgs'"):
         objective_hessian(np.zeros(obj.n_params), obj, None, np.ones((3, 2)), np.zeros(3))
 
 
@@ -66,35 +65,38 @@ def test_newton_reaches_the_lbfgs_optimum_on_a_cluster(client, make):
     X = rng.standard_normal((6000, 6))
     Est, y = make(X, rng)
     Xd, yd = da.from_array(X, chunks=(1000, -1)), da.from_array(y, chunks=1000)
-    with dask.config.set({"dgd.newton-sample-rows": 1500}):  # a real sample: 1,500 of 6,000 rows
-        newton = Est(client=client, solver="newton", tol=1e-9, alpha=1e-3).fit(Xd, yd)
+    newton = Est(client=client, solver="newton", tol=1e-9, alpha=1e-3).fit(Xd, yd)
     lbfgs = Est(client=client, solver="lbfgs", tol=1e-9, alpha=1e-3).fit(Xd, yd)
     np.testing.assert_allclose(newton.coef_, lbfgs.coef_, rtol=1e-6, atol=1e-8)
     np.testing.assert_allclose(newton.intercept_, lbfgs.intercept_, rtol=1e-6, atol=1e-8)
     assert newton.solver_ == "newton"
-    # to a moderate tolerance the sample Hessian saves distributed steps
-    with dask.config.set({"dgd.newton-sample-rows": 1500}):
-        quick = Est(client=client, solver="newton", tol=1e-5, alpha=1e-3).fit(Xd, yd)
+    # to a moderate tolerance the exact Hessian saves distributed steps
+    quick = Est(client=client, solver="newton", tol=1e-5, alpha=1e-3).fit(Xd, yd)
     quick_lbfgs = Est(client=client, solver="lbfgs", tol=1e-5, alpha=1e-3).fit(Xd, yd)
     assert len(quick.history_) < len(quick_lbfgs.history_)
     assert quick.loss_curve_[-1] <= quick_lbfgs.loss_curve_[-1] * (1 + 1e-6)
     # deterministic, like every synchronous solver
-    with dask.config.set({"dgd.newton-sample-rows": 1500}):
-        again = Est(client=client, solver="newton", tol=1e-9, alpha=1e-3).fit(Xd, yd)
+    again = Est(client=client, solver="newton", tol=1e-9, alpha=1e-3).fit(Xd, yd)
     np.testing.assert_array_equal(again.coef_, newton.coef_)
 
 
-def test_newton_with_the_whole_data_as_sample_is_exact_newton():
+def test_newton_converges_quadratically():
     X, y = make_classification(n_samples=2000, n_features=5, random_state=0)
     est = LogisticRegression(solver="newton", tol=1e-10).fit(X, y)
     ref = LogisticRegression(solver="lbfgs", tol=1e-10).fit(X, y)
     np.testing.assert_allclose(est.coef_, ref.coef_, rtol=1e-7, atol=1e-9)
-    assert len(est.history_) <= 3  # the sample (all rows) optimum is the optimum
+    assert est.n_iter_ <= 8 and len(est.history_) <= est.n_iter_ + 3  # full steps, hardly a halving
+    grads = est.history_["grad_norm"].to_numpy()
+    # quadratic convergence: once the gradient is small, each step squares it (times a
+    # constant of the problem, about 12 here; a linear rate would break this at once)
+    small = grads[grads < 1e-2]
+    assert len(small) >= 3
+    assert all(after <= max(100 * before**2, 1e-13) for before, after in zip(small, small[1:]))
 
 
 def test_newton_errors():
     X, y = make_classification(n_samples=200, n_features=3, n_classes=3, random_state=0)
-    with pytest.raises(ParameterError, match="got MultinomialLogistic: use solver='lbfgs'"):
+    with pytest.raises(ParameterError, match=r"solver='newton' cannot train this model: it needs a single-output loss .*got MultinomialLogistic; use solver='lbfgs'"):
         LogisticRegression(solver="newton").fit(X, y)
     Xb, yb = make_classification(n_samples=200, n_features=3, random_state=0)
     with pytest.raises(ParameterError, match="solver='newton' cannot handle an L1 penalty"):
@@ -103,9 +105,6 @@ def test_newton_errors():
         LogisticRegression(solver="newton", batch_size=10).fit(Xb, yb)
     with pytest.raises(ParameterError, match="solver='newton' takes no optimizer; got Adam"):
         LogisticRegression(solver="newton", optimizer="adam").fit(Xb, yb)
-    with dask.config.set({"dgd.newton-sample-rows": 2}):
-        with pytest.raises(ParameterError, match=r"dgd.newton-sample-rows must be at least the number of parameters \(4\); got 2"):
-            LogisticRegression(solver="newton").fit(Xb, yb)
     Xn = Xb.copy()
     Xn[7, 1] = np.nan
     with pytest.raises(InputError, match=r"Input X contains NaN or infinity in block 0"):

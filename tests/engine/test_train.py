@@ -21,7 +21,7 @@ def test_train_equals_the_estimator_in_process():
     # the estimator starts from the log-odds of the classes, train() from zeros: same optimum
     np.testing.assert_allclose(coef[:, 0], est.coef_[0], atol=1e-8)
     np.testing.assert_allclose(intercept, est.intercept_, atol=1e-8)
-    assert exact.solver == "lbfgs" and exact.converged
+    assert exact.solver == "newton" and exact.converged  # "auto": 5 parameters, a Hessian
     result = dask_dgd.train(objective, (X, Y), penalty=Penalty(alpha=1e-3), solver="gd", optimizer="adam",
                             max_iter=50, tol=0.0)
     assert isinstance(result, dask_dgd.FitResult)
@@ -35,7 +35,10 @@ def test_train_on_a_cluster_in_every_mode(client):
     Xd, yd = client.persist([da.from_array(X, chunks=(500, -1)), da.from_array(Y, chunks=500)])
     objective = LinearObjective(HalfSquaredError(), 4)
     exact = np.linalg.lstsq(np.c_[X, np.ones(3000)], Y, rcond=None)[0]
-    lbfgs = dask_dgd.train(objective, (Xd, yd), tol=1e-10, client=client)
+    newton = dask_dgd.train(objective, (Xd, yd), tol=1e-10, client=client)
+    assert newton.solver == "newton" and newton.converged
+    np.testing.assert_allclose(newton.params, exact, atol=1e-12)
+    lbfgs = dask_dgd.train(objective, (Xd, yd), solver="lbfgs", tol=1e-10, client=client)
     assert lbfgs.solver == "lbfgs" and lbfgs.converged
     np.testing.assert_allclose(lbfgs.params, exact, atol=1e-8)
     for mode in ("local", "async"):

@@ -81,14 +81,35 @@ def test_history_and_loss_curve(data):
     assert list(est.history_.columns) == list(RECORD_FIELDS)
     assert est.loss_curve_ == est.history_["loss"].tolist()
     assert est.loss_curve_[-1] <= est.loss_curve_[0]
-    assert est.n_iter_ > 0 and est.solver_ == "lbfgs"
+    assert est.n_iter_ > 0 and est.solver_ == "newton"
     assert (est.history_["step"].diff().dropna() == 1).all()
 
 
 def test_max_iter_warns_convergence(data):
     X, y = data
-    with pytest.warns(ConvergenceWarning, match=r"did not converge in max_iter=2 iterations \(solver='lbfgs', mode='sync'\)"):
-        LogisticRegression(max_iter=2, tol=1e-12).fit(X, y)
+    with pytest.warns(ConvergenceWarning, match=r"did not converge in max_iter=2 iterations \(solver='lbfgs', mode='sync'\) "
+                      r"\(reached max_iter=2\); the largest gradient entry is \S+ \(standardised columns\) against "
+                      r"tol=1e-12; increase max_iter, or use solver='newton'"):
+        LogisticRegression(solver="lbfgs", max_iter=2, tol=1e-12).fit(X, y)
+    with pytest.warns(ConvergenceWarning, match=r"did not converge in max_iter=1 iterations \(solver='newton', mode='sync'\) "
+                      r"\(reached max_iter=1\); the largest gradient entry is \S+ \(standardised columns\) against "
+                      r"tol=1e-12; increase max_iter; Newton steps that stall point to a singular or separable problem"):
+        LogisticRegression(max_iter=1, tol=1e-12).fit(X, y)
+
+
+def test_coef_table_of_a_fit_that_stopped_short_says_so():
+    rng = np.random.default_rng(3)
+    X = rng.standard_normal((400, 3))
+    y = (X @ [1.0, -0.5, 0.2] + rng.logistic(size=400) > 0).astype(int)
+    with pytest.warns(ConvergenceWarning, match="did not converge in max_iter=1"):
+        short = LogisticRegression(alpha=0, max_iter=1, tol=1e-12).fit(X, y)
+    assert not short.converged_
+    with pytest.warns(ConvergenceWarning, match=r"LogisticRegression did not converge \(see the warning of fit, or "
+                      r"history_\): the estimates and their standard errors are not those of the optimum"):
+        table = short.coef_table(X, y)
+    assert table.attrs["converged"] is False
+    done = LogisticRegression(alpha=0).fit(X, y)
+    assert done.converged_ and done.coef_table(X, y).attrs["converged"] is True
     with pytest.warns(ConvergenceWarning, match=r"max_iter=3 iterations \(solver='gd', mode='sync'\)"):
         LogisticRegression(solver="gd", max_iter=3).fit(X, y)
 

@@ -269,9 +269,13 @@ class ShardedFirstOrder(EpochRules, Solver):
         return self._observe(res, stats)
 
     def stop_rule(self, outcome):
-        if self.full_batch and float(self.stats.get("gmap" if self.has_l1 else "gmax", math.inf)) <= self.ctx.tol:
+        if self.full_batch and self.gap() <= self.ctx.tol:
             return Stop(True)
         return self._epoch_or_limit()
+
+    def gap(self):
+        """The largest entry of the (proximal) gradient mapping (full batch)."""
+        return float(self.stats.get("gmap" if self.has_l1 else "gmax", math.inf)) if self.full_batch else None
 
     def result(self):
         which = "pending" if self.phase == "updated" else "good" if self.pending_backoff else "current"

@@ -1,0 +1,180 @@
+r"""What a block adds to a Newton step in scaled coordinates: the weighted Gram matrix
+of its centred and scaled columns, or the R factor of its weighted working design.
+
+Both describe the quadratic model of Newton's method in the coordinates of
+:mod:`.scaling`, computed where the block lives from its own columns centred and
+scaled (:func:`block_scaled_gram`, :func:`block_r_factor`), so that columns far from
+zero beside their spread lose no digits to the centring.  The Gram matrix is the
+Hessian, summed like the gradient, and cheap (one BLAS product); the R factors are
+for designs too ill-conditioned for it.
+
+A Newton step of a single-output linear model minimises the quadratic model
+
+.. math:: \frac{1}{2W} \sum_i s_i h_i (\tilde x_i^\top d - u_i)^2
+          + \frac{1}{2} \lVert \Lambda^{1/2} (x + d) \rVert^2,
+          \qquad u_i = -\ell'_i / h_i,
+
+(``s`` the sample weights, ``W`` their sum, ``h`` the curvature of the loss per row,
+:math:`\Lambda` the L2 penalty's diagonal, :math:`\tilde x_i` the row's centred and
+scaled columns and a one for the intercept).  Forming the Hessian
+:math:`\sum s h \tilde x \tilde x^\top` squares the design's condition number: columns
+whose standardised condition is 1e8 give a Hessian the float64 rounding cannot
+resolve, and the solver stops where the gradient is small but the objective is not
+at its optimum.  So, as R's ``glm`` and statsmodels do, the step is solved from a QR
+factorisation of the weighted design: each block computes the R factor of
+:math:`[\sqrt{s h}\, \tilde X \mid \sqrt{s h}\, u]` (slices of rows at a time), and
+the factors are merged up the fixed block tree by stacking two and factorising again
+(TSQR, Demmel et al. 2012): :class:`RFactor` adds that way, so it travels in a
+partial's ``extras`` like any sum, in a fixed order (the same bits on any placement).
+On the driver the small problem :math:`\min \lVert R d - c \rVert^2 / W + \lVert
+\Lambda^{1/2}(x + d) \rVert^2` is solved by an SVD-based least-squares solve
+(:class:`LeastSquaresModel`), whose error grows with the design's condition, not its
+square, and which takes the minimum-norm step for exactly collinear columns.
+"""
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from .._backend import get_namespace, is_sparse, to_numpy
+from ..losses._gram import GRAM_SLICE_BYTES
+
+__all__ = ["LeastSquaresModel", "RFactor", "block_r_factor", "block_scaled_gram", "curvature"]
+
+
+def _r_of(A):
+    """The R factor of ``A`` (host float64), square or with fewer rows."""
+    return np.linalg.qr(A, mode="r")
+
+
+@dataclass(frozen=True, eq=False)
+class RFactor:
+    """An upper-triangular factor ``R`` with ``R^T R = A^T A`` of the rows behind it;
+    two add by factorising their stacked factors."""
+
+    R: np.ndarray
+
+    def __add__(self, other):
+        return RFactor(_r_of(np.vstack([self.R, other.R])))
+
+    @property
+    def nbytes(self):
+        return int(self.R.nbytes)
+
+
+def curvature(loss, y, raw, xp):
+    """Per-row curvature ``h`` of a single-output loss: the observed second derivative
+    (``local_curvature``) where it is not negative, the Fisher weight
+    (``hessian_weight``) where it is: Newton's steps (quadratic convergence) wherever
+    they are defined, Fisher scoring on the other rows."""
+    h = xp.reshape(loss.hessian_weight(y, raw, xp), (-1,))
+    observed = getattr(loss, "local_curvature", None)
+    if observed is not None:
+        h_obs = xp.reshape(observed(y, raw, xp), (-1,))
+        h = xp.where(h_obs >= 0, h_obs, h)
+    return h
+
+
+def _working(objective, params, X, y, sample_weight):
+    """``(a, u)`` of a block on the host: the weighted curvature ``s h`` of each row
+    (zero where it is not positive) and the working response ``-l' / h``."""
+    xp = get_namespace(X, y, sample_weight)
+    raw = objective.raw_prediction(params, X)
+    loss = objective.loss
+    y = xp.astype(y, raw.dtype, copy=False)
+    _, d_raw = loss.loss_gradient(y, raw, xp)
+    h = curvature(loss, y, raw, xp)
+    d_raw = xp.reshape(d_raw, (-1,))
+    a = h if sample_weight is None else h * xp.reshape(xp.astype(sample_weight, h.dtype, copy=False), (-1,))
+    positive = a > 0
+    a = xp.where(positive, a, xp.zeros_like(a))
+    u = xp.where(positive, -d_raw / xp.where(positive, h, xp.ones_like(h)), xp.zeros_like(h))
+    return (np.asarray(to_numpy(v), dtype=np.float64) for v in (a, u))
+
+
+def _scaled_slices(objective, X, scaling, extra):
+    """The block's feature columns centred and scaled, ``[(X_s - mean) / scale, 1]``
+    (the ones when the model has an intercept), slice by slice of rows, each with
+    ``extra`` columns left for the caller: ``(start, stop, A)``."""
+    F = objective.features_of(X) if hasattr(objective, "features_of") else X
+    n, d = F.shape
+    q = d + objective.fit_intercept
+    rows = max(256, GRAM_SLICE_BYTES // (8 * (q + extra)))
+    for start in range(0, n, rows):
+        stop = min(start + rows, n)
+        Fs = F[start:stop]
+        Fs = Fs.toarray() if is_sparse(Fs) else Fs
+        Fs = np.asarray(Fs if isinstance(Fs, np.ndarray) else to_numpy(Fs), dtype=np.float64)
+        A = np.empty((stop - start, q + extra))
+        A[:, :d] = (Fs - scaling.mean) / scaling.scale
+        if objective.fit_intercept:
+            A[:, d] = 1.0
+        yield start, stop, A
+
+
+def block_scaled_gram(objective, params, X, y, sample_weight, scaling):
+    r"""The Hessian sums of one block in scaled coordinates:
+    :math:`	ilde Z^	op \operatorname{diag}(s_i h_i) 	ilde Z` with :math:`	ilde Z`
+    the centred, scaled columns and a one for the intercept (module docstring), ``h``
+    from :func:`curvature`; float64 on the host, not divided by the total weight."""
+    a, _ = _working(objective, params, X, y, sample_weight)
+    q = objective.n_params
+    G = np.zeros((q, q))
+    for start, stop, A in _scaled_slices(objective, X, scaling, 0):
+        G += A.T @ (A * a[start:stop, None])
+    return np.triu(G) + np.triu(G, 1).T
+
+
+def block_r_factor(objective, params, X, y, sample_weight, scaling):
+    r"""The :class:`RFactor` of one block's weighted working design (module docstring).
+
+    Parameters
+    ----------
+    objective : LinearObjective
+        Single output, a loss with ``loss_gradient`` and ``hessian_weight``.
+    params : ndarray of shape (objective.n_params,)
+        Original (unscaled) parameters.
+    X, y, sample_weight : the block
+    scaling : ColumnScaling
+        The columns' centres and scales (:mod:`.scaling`).
+    """
+    a, u = _working(objective, params, X, y, sample_weight)
+    root = np.sqrt(a)
+    q = objective.n_params
+    R = np.zeros((0, q + 1))
+    for start, stop, A in _scaled_slices(objective, X, scaling, 1):
+        A[:, :q] *= root[start:stop, None]
+        A[:, q] = root[start:stop] * u[start:stop]
+        R = _r_of(np.vstack([R, A]))
+    return RFactor(R)
+
+
+@dataclass(frozen=True)
+class LeastSquaresModel:
+    r"""The quadratic model of a Newton step from the reduced R factor (module docstring).
+
+    ``R`` of shape ``(q + 1, q + 1)`` or fewer rows (its last column the weighted
+    working response), ``weight_sum`` :math:`W`, ``ridge`` the diagonal of
+    :math:`\Lambda` in the solver's coordinates."""
+
+    R: np.ndarray
+    weight_sum: float
+    ridge: np.ndarray
+
+    def step(self, x):
+        """The step ``d`` minimising the model at ``x``."""
+        q = self.ridge.size
+        R = self.R[:, :q] / np.sqrt(self.weight_sum)
+        c = self.R[:, q] / np.sqrt(self.weight_sum)
+        root = np.sqrt(self.ridge)
+        A = np.vstack([R, np.diag(root)])
+        rhs = np.concatenate([c, -root * x])
+        return np.linalg.lstsq(A, rhs, rcond=None)[0]
+
+    @property
+    def hessian(self):
+        """The model's Hessian ``R^T R / W + Lambda`` (formed: its condition is the
+        square of the design's)."""
+        q = self.ridge.size
+        R = self.R[:, :q]
+        return R.T @ R / self.weight_sum + np.diag(self.ridge)

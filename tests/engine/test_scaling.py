@@ -1,0 +1,140 @@
+"""Scaled coordinates (``_engine/scaling.py``) and the blocks' parts of Newton's steps
+(``_engine/curvature.py``): exact maps, the same optimum, the Hessian's condition not
+squared."""
+
+import dask
+import numpy as np
+import pytest
+import scipy.sparse as sp
+
+import dask_dgd
+from dask_dgd._engine.blocks import Block
+from dask_dgd._engine.curvature import LeastSquaresModel, RFactor, block_r_factor, block_scaled_gram
+from dask_dgd._engine.executor import get_executor
+from dask_dgd._engine.ingest import build_shardset
+from dask_dgd._engine.scaling import ColumnScaling, column_scaling
+from dask_dgd.losses import (
+    BinaryLogistic,
+    HalfPoisson,
+    HalfSquaredError,
+    LinearObjective,
+    MultinomialLogistic,
+    Penalty,
+    objective_hessian,
+    objective_value_gradient,
+)
+
+
+def _matrix(scaling, n_params):
+    """T as an explicit matrix, column by column."""
+    return np.column_stack([scaling.to_original(e) for e in np.eye(n_params)])
+
+
+@pytest.mark.parametrize("n_outputs, fit_intercept", [(1, True), (3, True), (1, False), (3, False)])
+def test_the_maps_are_one_linear_change_of_variables(n_outputs, fit_intercept):
+    rng = np.random.default_rng(0)
+    d = 4
+    scaling = ColumnScaling(rng.normal(size=d) * 100, 10.0 ** rng.uniform(-3, 3, d), n_outputs, fit_intercept)
+    assert scaling.centred == fit_intercept
+    P = (d + fit_intercept) * n_outputs
+    T = _matrix(scaling, P)
+    p = rng.normal(size=P)
+    np.testing.assert_allclose(scaling.to_scaled(scaling.to_original(p)), p, rtol=1e-12)
+    np.testing.assert_allclose(scaling.to_original(p), T @ p, rtol=1e-12)
+    g = rng.normal(size=P)
+    np.testing.assert_allclose(scaling.grad_to_scaled(g), T.T @ g, rtol=1e-12, atol=1e-12)
+    if fit_intercept:  # the intercept takes the centring: the coefficients are only scaled
+        np.testing.assert_allclose(T[:d * n_outputs, :d * n_outputs], np.diag(np.repeat(1 / scaling.scale, n_outputs)))
+
+
+def _shards(X, y, w=None):
+    return build_shardset(get_executor(None, X), X, y, w, rebalance=False)
+
+
+def test_column_scaling_is_the_weighted_mean_and_std():
+    rng = np.random.default_rng(1)
+    X = rng.normal(size=(500, 3)) * [1e-3, 1.0, 1e5] + [1950.0, 0.0, -3e6]
+    X[:, 1] = 7.0  # a constant column keeps scale 1
+    w = rng.uniform(0.5, 2.0, 500)
+    for data in (X, sp.csr_matrix(X)):
+        s = column_scaling(_shards(data, np.zeros(500), w), LinearObjective(HalfSquaredError(), 3))
+        mean = w @ X / w.sum()
+        np.testing.assert_allclose(s.mean, mean, rtol=1e-12)
+        np.testing.assert_allclose(s.scale[[0, 2]], np.sqrt(w @ (X - mean) ** 2 / w.sum())[[0, 2]], rtol=1e-9)
+        assert s.scale[1] == 1.0
+    rms = column_scaling(_shards(X, np.zeros(500), w), LinearObjective(HalfSquaredError(), 3, fit_intercept=False))
+    assert not rms.centred
+    np.testing.assert_allclose(rms.scale, np.sqrt(w @ X**2 / w.sum()), rtol=1e-12)
+
+
+def test_r_factors_and_scaled_gram_give_the_newton_step():
+    rng = np.random.default_rng(2)
+    X, y, w = rng.normal(size=(300, 3)) * [2.0, 1.0, 0.5] + 1.0, rng.poisson(2.0, 300) * 1.0, rng.uniform(1, 2, 300)
+    obj = LinearObjective(HalfPoisson(), 3)
+    scaling = ColumnScaling(X.mean(axis=0), X.std(axis=0))
+    params = np.array([0.1, -0.2, 0.05, 0.3])
+    whole = block_r_factor(obj, params, X, y, w, scaling)
+    halves = block_r_factor(obj, params, X[:170], y[:170], w[:170], scaling) + \
+        block_r_factor(obj, params, X[170:], y[170:], w[170:], scaling)
+    assert isinstance(halves, RFactor) and halves.nbytes == 8 * 5 * 5
+    np.testing.assert_allclose(halves.R.T @ halves.R, whole.R.T @ whole.R, rtol=1e-10, atol=1e-10)
+    # the model's step is Newton's on the same objective (Hessian and gradient formed here)
+    pen = Penalty(alpha=0.1)
+    T = _matrix(scaling, 4)
+    x = scaling.to_scaled(params)
+    _, g = objective_value_gradient(params, obj, pen, X, y, w)
+    H = objective_hessian(params, obj, pen, X, y, w)
+    ridge = 0.1 * np.r_[1 / scaling.scale**2, 0.0]
+    model = LeastSquaresModel(whole.R, float(w.sum()), ridge)
+    np.testing.assert_allclose(model.hessian, T.T @ H @ T, rtol=1e-9, atol=1e-12)
+    gram = block_scaled_gram(obj, params, X, y, w, scaling) / w.sum() + np.diag(ridge)
+    np.testing.assert_allclose(gram, T.T @ H @ T, rtol=1e-10, atol=1e-12)
+    np.testing.assert_allclose(model.step(x), -np.linalg.solve(T.T @ H @ T, T.T @ g), rtol=1e-8, atol=1e-12)
+
+
+@pytest.mark.parametrize("solver, loss, l1_ratio", [
+    ("newton", BinaryLogistic(), 0.0), ("lbfgs", MultinomialLogistic(3), 0.0), ("cd", HalfSquaredError(), 0.5),
+])
+def test_scaled_fits_reach_the_unscaled_optimum(solver, loss, l1_ratio):
+    """The change of variables keeps the penalty in the data's units: the same minimiser."""
+    rng = np.random.default_rng(3)
+    X = rng.normal(size=(800, 4)) * [0.5, 2.0, 1.0, 3.0] + [1.0, -2.0, 0.0, 4.0]
+    eta = X @ [0.4, -0.3, 0.2, 0.1]
+    y = {"BinaryLogistic": (rng.random(800) < 1 / (1 + np.exp(-eta))) * 1.0,
+         "MultinomialLogistic": np.argmax(eta[:, None] * [1, 0, -1] + rng.gumbel(size=(800, 3)), axis=1) * 1.0,
+         "HalfSquaredError": eta + rng.normal(size=800)}[type(loss).__name__]
+    obj = LinearObjective(loss, 4)
+    kw = dict(penalty=Penalty(alpha=0.05, l1_ratio=l1_ratio), solver=solver, tol=1e-10, max_iter=3000)
+    scaled = dask_dgd.train(obj, (X, y), **kw)
+    with dask.config.set({"dgd.scale-features": False}):
+        plain = dask_dgd.train(obj, (X, y), **kw)
+    assert scaled.converged and plain.converged
+    assert scaled.history.attrs["coordinates"] == "centred and scaled"
+    assert plain.history.attrs["coordinates"] == "original"
+    np.testing.assert_allclose(scaled.params, plain.params, rtol=1e-7, atol=1e-8)
+
+
+def test_newton_on_r_factors_resolves_what_the_hessian_cannot():
+    """Two columns whose standardised condition is 2e8 (the second differs from the first
+    by 1e-8 of its size, and the target depends on that difference): their Hessian's
+    condition is 4e16, past float64; the R factors keep the fit accurate to the data's
+    own condition."""
+    rng = np.random.default_rng(4)
+    z = rng.normal(size=(2000, 2))
+    X = np.column_stack([z[:, 0], z[:, 0] + 1e-8 * z[:, 1]]) * [1e3, 1e-2] + [5e4, 0.0]
+    y = z[:, 0] + 3.0 * z[:, 1] + 0.1 * rng.normal(size=2000)
+    mean, std = X.mean(axis=0), X.std(axis=0)
+    ref = np.linalg.lstsq(np.c_[(X - mean) / std, np.ones(2000)], y, rcond=None)[0]
+    want = (X - mean) / std @ ref[:2] + ref[2]
+    est = dask_dgd.LinearRegression().fit(X, y)
+    assert np.max(np.abs(X @ est.coef_ + est.intercept_ - want)) <= 1e-6 * np.max(np.abs(want))
+    with dask.config.set({"dgd.scale-features": False}):  # Newton on the formed, unscaled Hessian
+        bad = dask_dgd.LinearRegression(solver="newton").fit(X, y)
+    assert np.max(np.abs(X @ bad.coef_ + bad.intercept_ - want)) > 1e-3 * np.max(np.abs(want))
+
+
+def test_block_r_factor_takes_the_block_layout():
+    b = Block(0, np.ones((3, 2)), np.zeros(3))
+    obj = LinearObjective(HalfSquaredError(), 2)
+    R = block_r_factor(obj, np.zeros(3), b.X, b.y, None, ColumnScaling(np.zeros(2), np.ones(2)))
+    assert R.R.shape == (3, 4)  # fewer rows than columns: the factor of the rows there are
