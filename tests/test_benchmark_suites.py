@@ -690,3 +690,23 @@ def test_wide_suite_tiny():
         assert sum(phrase in v for v in data["verdicts"]) == count, phrase
         assert phrase in md
     assert "spark" not in data["unavailable"]  # not asked for
+
+
+def test_accuracy_suite_tiny():
+    from benchmarks.suites import accuracy
+
+    assert accuracy.NAME == "accuracy" and accuracy.DESCRIPTION and set(accuracy.SIZES) == {"small", "full"}
+    result = accuracy.run("small", repeats=1, log=lambda msg: None)
+    _check_result(result)
+    json.dumps(_jsonable(result["data"]))
+    nist = {r["problem"]: r for r in result["data"]["nist"]}
+    assert set(nist) == {"Longley", "Wampler1", "Wampler2"}
+    # the scores are measured, not assumed: scikit-learn's least squares loses Wampler's digits
+    assert nist["Wampler1"]["scikit-learn"] < 8 <= nist["Wampler1"]["dask_dgd"]
+    glm_rows = result["data"]["glm"]
+    assert len(glm_rows) == 4 and all(r["dask_dgd s"] > 0 and r["statsmodels gap"] < 1e-8 for r in glm_rows)
+    assert "Target LRE >= 8 by default" in result["markdown"]
+    with pytest.raises(ValueError, match=r"unknown problems for the accuracy suite: \['nist2'\]"):
+        accuracy.run("small", problems=("nist2",))
+    with pytest.raises(TypeError, match=r"unknown parameters for the accuracy suite: \['rows'\]"):
+        accuracy.run("small", rows=10)

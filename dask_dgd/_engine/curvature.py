@@ -102,11 +102,12 @@ def _scaled_slices(objective, X, scaling, extra):
     rows = max(256, GRAM_SLICE_BYTES // (8 * (q + extra)))
     for start in range(0, n, rows):
         stop = min(start + rows, n)
-        Fs = F[start:stop]
+        Fs = F[start:stop, :]  # the array API wants every axis indexed
         Fs = Fs.toarray() if is_sparse(Fs) else Fs
         Fs = np.asarray(Fs if isinstance(Fs, np.ndarray) else to_numpy(Fs), dtype=np.float64)
         A = np.empty((stop - start, q + extra))
-        A[:, :d] = (Fs - scaling.mean) / scaling.scale
+        np.subtract(Fs, scaling.mean, out=A[:, :d])
+        A[:, :d] /= scaling.scale
         if objective.fit_intercept:
             A[:, d] = 1.0
         yield start, stop, A
@@ -118,10 +119,12 @@ def block_scaled_gram(objective, params, X, y, sample_weight, scaling):
     the centred, scaled columns and a one for the intercept (module docstring), ``h``
     from :func:`curvature`; float64 on the host, not divided by the total weight."""
     a, _ = _working(objective, params, X, y, sample_weight)
+    root = np.sqrt(a)
     q = objective.n_params
     G = np.zeros((q, q))
     for start, stop, A in _scaled_slices(objective, X, scaling, 0):
-        G += A.T @ (A * a[start:stop, None])
+        A *= root[start:stop, None]
+        G += A.T @ A  # NumPy's symmetric rank-k product (BLAS syrk)
     return np.triu(G) + np.triu(G, 1).T
 
 

@@ -76,24 +76,32 @@ class DGDLinearModel(InferenceMixin, ClientParamMixin, BaseEstimator):
     fit_intercept : bool, default=True
         Whether to fit an intercept.
     solver : {"auto", "lbfgs", "newton", "cd", "gd", "sgd"}, default="auto"
-        "lbfgs": limited-memory BFGS on the full distributed loss and gradient (a
-        backtracking line search, every trial one distributed step), the exact optimum
-        of any smooth convex problem.  "newton": Newton steps on the full distributed
-        gradient with the Hessian of an even row sample (32,768 rows, dask config
-        ``dgd.newton-sample-rows``) gathered to the driver, started from the sample's
-        optimum; fewest passes over the data for the single-output models with up to a
-        few thousand parameters (not for multinomial or L1).  "cd": iteratively
-        reweighted least squares with coordinate descent (glum's "irls-cd"), for L1 and
-        elastic-net penalties: each pass gives the full gradient and Hessian
-        (``(n_params)^2`` numbers per worker), the penalised quadratic model is solved by
-        coordinate descent on the driver and a line search takes the step; it stops when
-        the largest entry of the minimum-norm subgradient is at most ``tol`` (single-output
-        models only).  "gd": full-batch steps of a first-order ``optimizer`` (proximal
-        gradient for L1).  "sgd": mini-batch steps of ``batch_size`` rows.  "auto" picks
-        "lbfgs"; for an L1 penalty "cd" up to 1,024 parameters (dask config
-        ``dgd.cd-max-params``) on single-output models without early stopping, else
-        "gd"; "gd" also for a first-order ``optimizer``, compression or the local/async
-        modes, and "sgd" when ``batch_size`` is set.
+        "newton": Newton's method (IRLS) with the exact Hessian, tree-reduced in the
+        gradient's pass (the observed curvature where it is not negative, Fisher's
+        elsewhere), a stable solve on the driver and a backtracking line search;
+        single-output models only (not multinomial, not L1).  When the Hessian's
+        condition number passes 1e8 (near-collinear columns), the steps are solved from
+        R factors of the weighted design merged up the block tree instead (TSQR: the
+        design's condition, not its square).  Once the largest gradient entry is at most
+        ``tol`` it takes up to 5 more steps while they still lower the objective above
+        its rounding level.  "cd": the same passes, with coordinate descent on the
+        penalised quadratic model on the driver, for L1 and elastic-net penalties (glum's
+        "irls-cd"); it stops when the largest entry of the minimum-norm subgradient is at
+        most ``tol``.  "lbfgs": limited-memory BFGS on the full distributed loss and
+        gradient (a line search, every trial one distributed step): the cheapest pass,
+        for wide models and multinomial; on ill-conditioned data a gradient within
+        ``tol`` can leave the coefficients far from the optimum.  All three solve in
+        scaled coordinates (columns centred and scaled, a change of variables that keeps
+        the optimum and the penalty's meaning; ``coef_`` in the data's units), so
+        ``tol`` is judged on the gradient of standardised columns.  "gd": full-batch
+        steps of a first-order ``optimizer`` (proximal gradient for L1).  "sgd":
+        mini-batch steps of ``batch_size`` rows.  "auto" picks "newton" for
+        single-output models of up to 1,024 parameters (dask config
+        ``dgd.cd-max-params``) whose Hessian costs at most 1e9 rows x parameters^2 a pass
+        (``dgd.newton-auto-work``), else "lbfgs"; for an L1 penalty "cd" up to 1,024
+        parameters, else "gd"; no early stopping with "newton" or "cd"; "gd" also for a
+        first-order ``optimizer``, compression or the local/async modes, and "sgd" when
+        ``batch_size`` is set.
     optimizer : str or optimizer object, default=None
         For "gd"/"sgd": "sgd" (plain gradient descent, the default), "adam", "adamw",
         "rmsprop", "adagrad", or an object from :mod:`dask_dgd.optim` (e.g.
@@ -115,7 +123,8 @@ class DGDLinearModel(InferenceMixin, ClientParamMixin, BaseEstimator):
         "sgd" and the local/async modes.
     tol : float, default=1e-4
         "lbfgs"/"newton"/"gd": stop when the largest entry of the (proximal) gradient is
-        at most ``tol``.  "sgd" and the local/async modes: stop when the epoch's mean
+        at most ``tol`` (for "lbfgs"/"newton"/"cd" the gradient of standardised columns,
+        the coordinates they solve in).  "sgd" and the local/async modes: stop when the epoch's mean
         objective has not improved by more than ``tol`` for ``n_iter_no_change`` epochs.
     mode : {"sync", "local", "async"}, default="sync"
         How the groups (the blocks each worker holds) train together.  "sync": every

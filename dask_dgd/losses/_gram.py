@@ -5,8 +5,8 @@ features and, for a model with an intercept, a column of ones.  It is the Hessia
 of a linear model's loss (``a`` the sample weights times the loss's second
 derivative), the Fisher information and the sandwich's meat of the inference
 (:mod:`dask_dgd.linear_model._inference`), the Hessian sums of ``solver="cd"``
-(:mod:`dask_dgd._engine.cd`), the Newton solver's sample Hessian
-(:func:`~dask_dgd.losses.objective_hessian`) and the fold Gram matrices of the exact
+(:mod:`dask_dgd._engine.cd`) when the fit is not scaled, the Hessian of an in-memory
+problem (:func:`~dask_dgd.losses.objective_hessian`) and the fold Gram matrices of the exact
 elastic-net path (:mod:`dask_dgd.linear_model._cv_gram`).
 """
 

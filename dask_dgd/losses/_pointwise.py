@@ -13,9 +13,10 @@ Each loss declares what the engine may do with it (traits, asked instead of type
   linear predictor (None when unbounded), for the automatic learning rate;
 - ``fused_code``: the loss's number in the fused Numba kernel
   (:mod:`dask_dgd.losses._fused`), or None when the kernel does not know it;
-- ``hessian_weight(y, raw, xp)``: the second derivative per sample, for the Newton
-  solver's sample Hessian (single-output losses with a canonical link); a loss without
-  it (``has_hessian`` False) is refused by ``solver="newton"``;
+- ``hessian_weight(y, raw, xp)``: the second derivative per sample (Fisher's for a
+  non-canonical link; ``local_curvature`` gives the observed one, which the Newton
+  solver uses where it is not negative); a loss without it (``has_hessian`` False) is
+  refused by ``solver="newton"``;
 - ``unit_variance(mu, xp)``: the variance function ``V(mu)`` of the family, for
   Pearson residuals and the dispersion estimate of the coefficients' covariance;
 - ``fixed_dispersion``: True when the dispersion is known to be 1 (Poisson, binomial),
