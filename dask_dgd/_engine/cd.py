@@ -30,9 +30,10 @@ import scipy.linalg
 
 from .._backend import get_namespace
 from ..losses._gram import weighted_gram
+from ..optim._linesearch import MAX_HALVINGS, accepts, rounding_level
 from .curvature import LeastSquaresModel, curvature
 from .kernels import BlockSums
-from .solvers import ARMIJO, NEWTON_MAX_LINESEARCH, AttributeState, Outcome, Solver, step_record
+from .solvers import AttributeState, Outcome, Solver, step_record
 from .stopping import Stop
 from .update import initial_divergence
 
@@ -408,18 +409,15 @@ class IRLSCD(AttributeState, Solver):
         res, value = self._evaluate(trial)
         record = step_record(self.ctx, res, self.it + 1, value, res.grad, self.t)
         self.trials += 1
-        if res.finite and (
-            value <= self.f + ARMIJO * self.t * self.delta
-            # at the optimum the values differ only by rounding: a smaller subgradient
-            # then shows the step is right
-            or (value <= self.f + 64 * np.finfo(float).eps * abs(self.f)
-                and kkt_violation(res.grad, trial, self.l1) < self.kkt)
-        ):
+        # at the optimum the values differ only by rounding: a smaller subgradient then
+        # shows the step is right
+        if res.finite and accepts(value, self.f, self.t, self.delta, kkt_violation(res.grad, trial, self.l1),
+                                  self.kkt):
             self.it += 1
             extra = self._take(res, value)
             self.direction = None
             return Outcome([record, *extra])
-        if self.trials >= NEWTON_MAX_LINESEARCH:
+        if self.trials >= MAX_HALVINGS:
             return Outcome([record], stop=Stop(
                 self.kkt <= self.ctx.tol,
                 "the line search found no decrease (the objective is flat at rounding level)"))
@@ -438,7 +436,7 @@ class IRLSCD(AttributeState, Solver):
             # design of standardised condition 1e10 rounding slows the last digits and
             # a few more steps reach them
             if self.polished >= MAX_POLISH or self.it >= self.ctx.max_iter or not (
-                    self._plan() and -self.delta > 64 * np.finfo(float).eps * abs(self.f)):
+                    self._plan() and -self.delta > rounding_level(self.f)):
                 self.direction = None
                 return Stop(True)
             self.polished += 1

@@ -24,9 +24,10 @@ from dataclasses import dataclass
 import numpy as np
 import scipy.linalg
 
+from ..optim._linesearch import MAX_HALVINGS, accepts
 from .cd import cd_solve, kkt_violation
 from .kernels import BlockSums
-from .solvers import ARMIJO, NEWTON_MAX_LINESEARCH, AttributeState, Outcome, Solver, step_record
+from .solvers import AttributeState, Outcome, Solver, step_record
 from .stopping import Stop
 from .update import initial_divergence
 
@@ -296,10 +297,9 @@ class PathIRLSCD(AttributeState, Solver):
             ok = np.isfinite(loss[k]) and np.all(np.isfinite(grad[:, k]))
             f_old = self._full(k, self.loss[k], self.x[:, k])
             f_new = self._full(k, loss[k], trial[:, k]) if ok else np.inf
-            if ok and (f_new <= f_old + ARMIJO * self.t[k] * self.delta[k]
-                       or (f_new <= f_old + 64 * np.finfo(float).eps * abs(f_old)
-                           and kkt_violation(self._smooth(k, loss[k], grad[:, k], trial[:, k])[1], trial[:, k],
-                                             self._l1_vec(k)) < self.kkt[k])):
+            if ok and accepts(f_new, f_old, self.t[k], self.delta[k],
+                              kkt_violation(self._smooth(k, loss[k], grad[:, k], trial[:, k])[1], trial[:, k],
+                                            self._l1_vec(k)), self.kkt[k]):
                 self.x[:, k], self.loss[k], self.grad[:, k] = trial[:, k], loss[k], grad[:, k]
                 self._refresh_kkt(k)
                 self.pending[k] = False
@@ -308,7 +308,7 @@ class PathIRLSCD(AttributeState, Solver):
             else:
                 self.trials[k] += 1
                 self.t[k] *= 0.5
-                if self.trials[k] >= NEWTON_MAX_LINESEARCH:
+                if self.trials[k] >= MAX_HALVINGS:
                     self.pending[k] = False
                     self.done[k] = True
                     if self.kkt[k] > self.ctx.tol:

@@ -92,10 +92,10 @@ def _working(objective, params, X, y, sample_weight):
     return (np.asarray(to_numpy(v), dtype=np.float64) for v in (a, u))
 
 
-def _scaled_slices(objective, X, scaling, extra):
+def _scaled_slices(objective, X, scaling, extra, scale=True):
     """The block's feature columns centred and scaled, ``[(X_s - mean) / scale, 1]``
-    (the ones when the model has an intercept), slice by slice of rows, each with
-    ``extra`` columns left for the caller: ``(start, stop, A)``."""
+    (the ones when the model has an intercept; only centred unless ``scale``), slice by
+    slice of rows, each with ``extra`` columns left for the caller: ``(start, stop, A)``."""
     F = objective.features_of(X) if hasattr(objective, "features_of") else X
     n, d = F.shape
     q = d + objective.fit_intercept
@@ -107,7 +107,8 @@ def _scaled_slices(objective, X, scaling, extra):
         Fs = np.asarray(Fs if isinstance(Fs, np.ndarray) else to_numpy(Fs), dtype=np.float64)
         A = np.empty((stop - start, q + extra))
         np.subtract(Fs, scaling.mean, out=A[:, :d])
-        A[:, :d] /= scaling.scale
+        if scale:
+            A[:, :d] /= scaling.scale
         if objective.fit_intercept:
             A[:, d] = 1.0
         yield start, stop, A
@@ -122,10 +123,13 @@ def block_scaled_gram(objective, params, X, y, sample_weight, scaling):
     root = np.sqrt(a)
     q = objective.n_params
     G = np.zeros((q, q))
-    for start, stop, A in _scaled_slices(objective, X, scaling, 0):
+    for start, stop, A in _scaled_slices(objective, X, scaling, 0, scale=False):
         A *= root[start:stop, None]
         G += A.T @ A  # NumPy's symmetric rank-k product (BLAS syrk)
-    return np.triu(G) + np.triu(G, 1).T
+    G = np.triu(G) + np.triu(G, 1).T
+    inv = np.ones(q)
+    inv[:scaling.scale.size] = 1.0 / scaling.scale  # scaling the small matrix is exact to rounding
+    return G * inv[:, None] * inv[None, :]
 
 
 def block_r_factor(objective, params, X, y, sample_weight, scaling):

@@ -26,16 +26,13 @@ import numpy as np
 
 from ..exceptions import ParameterError
 from ..optim import lbfgs_direction, strong_wolfe
+from ..optim._linesearch import rounding_level, ties
 from .records import make_record
 from .stopping import EpochStopper, Stop
 from .update import Guard, UpdateRule, auto_learning_rate, initial_divergence
 
 __all__ = ["AttributeState", "FirstOrder", "LBFGS", "Outcome", "Solver", "start_step"]
 
-#: Halvings of the Newton step before the line search gives up.
-NEWTON_MAX_LINESEARCH = 30
-#: Armijo's sufficient-decrease constant.
-ARMIJO = 1e-4
 
 
 @dataclass
@@ -469,14 +466,13 @@ class LBFGS(Solver):
             self._line_search()
         finite, f_trial, slope, gmax, record = self._try(self.t)
         value = f_trial - self.f if finite else math.inf
-        if finite and abs(value) <= 64 * np.finfo(float).eps * abs(self.f):
+        if finite and abs(value) <= rounding_level(self.f):
             # the values tie at rounding level, the slopes do not: the search is given the
             # change the slopes imply (the trapezoid rule, exact for the quadratic the
             # objective is near its optimum), so a tiny tol is still reached
             value = 0.5 * self.t * (self.slope0 + slope)
         self.trials.append((self.t, value, slope))
-        if (finite and f_trial <= self.f + 64 * np.finfo(float).eps * abs(self.f)
-                and gmax < self._gmax()):
+        if finite and ties(f_trial, self.f) and gmax < self._gmax():
             # at the optimum the values differ only by rounding: a smaller gradient then
             # shows the step is right
             accepted = self.t

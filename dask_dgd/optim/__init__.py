@@ -23,7 +23,8 @@ from ._first_order import (
     rmsprop,
     sgd,
 )
-from ._lbfgs import LBFGS, lbfgs, lbfgs_direction, strong_wolfe
+from ._lbfgs import LBFGS, lbfgs, lbfgs_direction
+from ._linesearch import strong_wolfe
 from ._registry import OPTIMIZERS, get_optimizer
 from ._schedules import Constant, CosineDecay, InverseScaling, Schedule, StepDecay, as_schedule
 

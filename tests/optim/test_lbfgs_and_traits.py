@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from dask_dgd import optim
 from dask_dgd.losses import BinaryLogistic, HalfPoisson, HalfSquaredError, MultinomialLogistic
 from dask_dgd.optim import lbfgs_direction, strong_wolfe
-from dask_dgd.optim._lbfgs import cubic_minimizer
+from dask_dgd.optim._linesearch import cubic_minimizer
 
 
 def _search(f, df, t0, max_trials=20):
