@@ -38,7 +38,7 @@ from .stopping import Stop
 from .update import initial_divergence
 
 __all__ = ["CD_MAX_PARAMS", "IRLSCD", "HessianTraining", "block_hessian_sum", "cd_max_params", "cd_model_params",
-           "cd_solve", "cd_support", "kkt_violation", "newton_step"]
+           "cd_solve", "cd_support", "kkt_violation", "newton_step", "newton_support"]
 
 #: ``solver="auto"`` picks ``"cd"`` for L1 penalties up to this many parameters (dask
 #: config ``dgd.cd-max-params``): every pass sends one ``p x p`` matrix per group
@@ -70,6 +70,18 @@ def cd_support(objective):
     if getattr(linear, "n_params", None) != linear.n_features + linear.fit_intercept:
         return f"it needs one coefficient per feature (and an intercept); {type(linear).__name__} has another layout"
     return None
+
+
+def newton_support(objective):
+    """None when ``objective`` can be trained with ``solver="newton"`` (what
+    :func:`cd_support` allows, and multi-output losses with ``hessian_blocks``, the
+    multinomial: their Hessian is summed in scaled coordinates only), else why not."""
+    reason = cd_support(objective)
+    loss = getattr(getattr(objective, "objective", None), "loss", None)
+    if reason is not None and getattr(loss, "n_outputs", 1) > 1 and hasattr(loss, "hessian_blocks") \
+            and not getattr(objective, "has_local", False) and not hasattr(objective.objective, "column_folds"):
+        return None
+    return reason
 
 
 def cd_model_params(objective):
@@ -372,9 +384,12 @@ class IRLSCD(AttributeState, Solver):
         least_squares = getattr(self.obj, "least_squares", None)
         if least_squares is None or np.any(self.l1) or not _ill_conditioned(self.H):
             return []
+        switched = least_squares()
+        if switched is None:
+            return []
         # the Hessian's condition is the square of the design's: solve the Newton steps
         # from R factors from now on (curvature.py), starting with one pass here
-        self.obj = self.ctx.objective = self.ctx.source.objective = least_squares()
+        self.obj = self.ctx.objective = self.ctx.source.objective = switched
         res, value = self._evaluate(self.x)
         self.H = self.obj.hessian(res.partial)
         return [step_record(self.ctx, res, self.it, value, res.grad, None)]

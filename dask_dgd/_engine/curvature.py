@@ -116,20 +116,49 @@ def _scaled_slices(objective, X, scaling, extra, scale=True):
 
 def block_scaled_gram(objective, params, X, y, sample_weight, scaling):
     r"""The Hessian sums of one block in scaled coordinates:
-    :math:`	ilde Z^	op \operatorname{diag}(s_i h_i) 	ilde Z` with :math:`	ilde Z`
+    :math:`\tilde Z^\top \operatorname{diag}(s_i h_i) \tilde Z` with :math:`\tilde Z`
     the centred, scaled columns and a one for the intercept (module docstring), ``h``
-    from :func:`curvature`; float64 on the host, not divided by the total weight."""
-    a, _ = _working(objective, params, X, y, sample_weight)
-    root = np.sqrt(a)
-    q = objective.n_params
-    G = np.zeros((q, q))
+    from :func:`curvature`; float64 on the host, not divided by the total weight.  A
+    multi-output loss (``hessian_blocks``: the multinomial's ``diag(p) - p p^T`` per
+    row) gives the ``(q K) x (q K)`` matrix in the parameters' layout (column ``j``'s
+    coefficient of output ``k`` at ``j K + k``): one weighted Gram matrix per pair of
+    outputs."""
+    q = objective.n_features + objective.fit_intercept
+    k = objective.n_outputs
+    if k == 1:
+        a, _ = _working(objective, params, X, y, sample_weight)
+        weights = {(0, 0): np.sqrt(a)}
+    else:
+        W = _output_blocks(objective, params, X, y, sample_weight)
+        weights = {(r, c): W[:, r, c] for r in range(k) for c in range(r, k)}
+    H = np.zeros((q, k, q, k))
     for start, stop, A in _scaled_slices(objective, X, scaling, 0, scale=False):
-        A *= root[start:stop, None]
-        G += A.T @ A  # NumPy's symmetric rank-k product (BLAS syrk)
-    G = np.triu(G) + np.triu(G, 1).T
+        for (r, c), w in weights.items():
+            if k == 1:
+                B = A * w[start:stop, None]
+                G = B.T @ B  # NumPy's symmetric rank-k product (BLAS syrk)
+            else:
+                G = A.T @ (A * w[start:stop, None])
+            H[:, r, :, c] += G
+            if r != c:
+                H[:, c, :, r] += G.T
+    H = H.reshape(q * k, q * k)
+    H = np.triu(H) + np.triu(H, 1).T
     inv = np.ones(q)
     inv[:scaling.scale.size] = 1.0 / scaling.scale  # scaling the small matrix is exact to rounding
-    return G * inv[:, None] * inv[None, :]
+    inv = np.repeat(inv, k)
+    return H * inv[:, None] * inv[None, :]
+
+
+def _output_blocks(objective, params, X, y, sample_weight):
+    """The per-row ``(K, K)`` Hessians of a multi-output loss times the sample weights,
+    on the host."""
+    xp = get_namespace(X, y, sample_weight)
+    raw = objective.raw_prediction(params, X)
+    W = objective.loss.hessian_blocks(xp.astype(y, raw.dtype, copy=False), raw, xp)
+    if sample_weight is not None:
+        W = W * xp.reshape(xp.astype(sample_weight, W.dtype, copy=False), (-1, 1, 1))
+    return np.asarray(to_numpy(W), dtype=np.float64)
 
 
 def block_r_factor(objective, params, X, y, sample_weight, scaling):

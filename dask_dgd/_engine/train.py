@@ -19,7 +19,7 @@ from ..exceptions import InputError, ParameterError
 from ..losses import LinearObjective, Penalty
 from ..optim import LBFGS, FirstOrderOptimizer, get_optimizer
 from .als import ALS
-from .cd import IRLSCD, HessianTraining, cd_max_params, cd_model_params, cd_support
+from .cd import IRLSCD, HessianTraining, cd_max_params, cd_model_params, cd_support, newton_support
 from .cd_path import PathHessianTraining, PathIRLSCD
 from .checkpoint import Checkpointer, data_fingerprint, digests_of, stable_repr
 from .executor import auto_split_every, get_executor
@@ -192,10 +192,13 @@ def resolve_solver(solver, optimizer, *, batch_size, mode, compression, has_l1, 
         elif mode != "sync" or compression is not None or (opt is not None and not isinstance(opt, LBFGS)):
             solver = "gd"
         else:
-            small = objective is not None and cd_support(objective) is None \
+            support = cd_support if has_l1 else newton_support
+            small = objective is not None and support(objective) is None \
                 and cd_model_params(objective) <= cd_max_params() and not early_stopping and opt is None
             cheap = n_rows is None or n_rows * cd_model_params(objective) ** 2 <= newton_auto_work() \
                 if small else False
+            if small and not has_l1 and objective.objective.loss.n_outputs > 1:
+                small = scaled_solve(objective)  # the multinomial's Hessian is summed in scaled coordinates only
             solver = ("cd" if small else "gd") if has_l1 else ("newton" if small and cheap else "lbfgs")
     if solver == "als":
         reason = f"not {type(objective).__name__}" if not hasattr(objective, "als_support") else \
@@ -228,7 +231,10 @@ def resolve_solver(solver, optimizer, *, batch_size, mode, compression, has_l1, 
                 "solver='newton' cannot handle an L1 penalty (l1_ratio > 0); use "
                 "solver='cd' (coordinate descent on the same Newton steps) or solver='auto'"
             )
-        reason = None if objective is None else cd_support(objective)
+        reason = None if objective is None else newton_support(objective)
+        if reason is None and objective is not None and objective.objective.loss.n_outputs > 1 \
+                and not scaled_solve(objective):
+            reason = "a multi-output model's Hessian is summed in scaled coordinates, and dgd.scale-features is off"
         if reason is not None:
             raise ParameterError(f"solver='newton' cannot train this model: {reason}; use solver='lbfgs'")
         return solver, None

@@ -307,6 +307,13 @@ class MultinomialLogistic:
         """Class probabilities (softmax), as shape ``(n, n_classes)``."""
         return self._log_softmax_parts(raw, xp)[1]
 
+    def hessian_blocks(self, y, raw, xp):
+        """The Hessian of each row's loss with respect to its ``raw`` row,
+        ``diag(p) - p p^T``, as shape ``(n, n_classes, n_classes)`` (``y`` is not used)."""
+        prob = self._log_softmax_parts(raw, xp)[1]
+        eye = xp.eye(self.n_classes, dtype=prob.dtype, device=array_api_compat.device(raw))
+        return prob[:, :, None] * eye[None, :, :] - prob[:, :, None] * prob[:, None, :]
+
 
 @dataclass(frozen=True)
 class HalfPoisson:

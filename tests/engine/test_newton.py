@@ -1,5 +1,6 @@
 """The exact-Hessian Newton solver: same optimum as L-BFGS, fewer distributed steps."""
 
+import dask
 import numpy as np
 import pytest
 import scipy.sparse as sp
@@ -94,9 +95,23 @@ def test_newton_converges_quadratically():
     assert all(after <= max(100 * before**2, 1e-13) for before, after in zip(small, small[1:]))
 
 
+def test_multinomial_newton_reaches_the_lbfgs_optimum():
+    """The multinomial's Hessian (one Gram matrix per pair of classes) in scaled
+    coordinates: Newton is what "auto" picks, and it reaches L-BFGS's optimum."""
+    X, y = make_classification(n_samples=3000, n_features=4, n_classes=3, random_state=1)
+    X = X * [1.0, 100.0, 0.01, 1.0] + [0.0, 5e3, 0.0, -20.0]
+    est = LogisticRegression(alpha=1e-3, tol=1e-10).fit(X, y)
+    ref = LogisticRegression(alpha=1e-3, solver="lbfgs", tol=1e-10, max_iter=1000).fit(X, y)
+    assert est.solver_ == "newton" and est.converged_ and est.n_iter_ <= 10
+    np.testing.assert_allclose(est.predict_proba(X), ref.predict_proba(X), rtol=0, atol=1e-8)
+    np.testing.assert_allclose(est.coef_, ref.coef_, rtol=1e-6, atol=1e-9)
+
+
 def test_newton_errors():
     X, y = make_classification(n_samples=200, n_features=3, n_classes=3, random_state=0)
-    with pytest.raises(ParameterError, match=r"solver='newton' cannot train this model: it needs a single-output loss .*got MultinomialLogistic; use solver='lbfgs'"):
+    with dask.config.set({"dgd.scale-features": False}), pytest.raises(
+            ParameterError, match=r"solver='newton' cannot train this model: a multi-output model's Hessian is summed "
+                                  r"in scaled coordinates, and dgd.scale-features is off; use solver='lbfgs'"):
         LogisticRegression(solver="newton").fit(X, y)
     Xb, yb = make_classification(n_samples=200, n_features=3, random_state=0)
     with pytest.raises(ParameterError, match="solver='newton' cannot handle an L1 penalty"):

@@ -138,3 +138,27 @@ def test_block_r_factor_takes_the_block_layout():
     obj = LinearObjective(HalfSquaredError(), 2)
     R = block_r_factor(obj, np.zeros(3), b.X, b.y, None, ColumnScaling(np.zeros(2), np.ones(2)))
     assert R.R.shape == (3, 4)  # fewer rows than columns: the factor of the rows there are
+
+
+def _near_collinear(seed=4):
+    rng = np.random.default_rng(seed)
+    z = rng.normal(size=(2000, 2))
+    X = np.column_stack([z[:, 0], z[:, 0] + 1e-8 * z[:, 1], rng.normal(size=2000)]) * [1e3, 1e-2, 1.0] + [5e4, 0, 3]
+    y = (rng.random(2000) < 1 / (1 + np.exp(-(z[:, 0] + 3.0 * z[:, 1])))).astype(np.float64)
+    return X, y
+
+
+def test_the_switch_to_r_factors_is_recorded_and_resumes_from_a_checkpoint(tmp_path):
+    from interrupts import Interrupted, StopAt
+
+    X, y = _near_collinear()
+    params = dict(alpha=0, tol=1e-6)  # the gradient's rounding level here is about 1e-6
+    ref = dask_dgd.LogisticRegression(**params).fit(X, y)
+    # the first pass's Hessian is too ill-conditioned: one more pass at the start sends R factors
+    assert ref.solver_ == "newton" and ref.history_["iteration"].tolist()[:2] == [0, 0]
+    folder = tmp_path / "ckpt"
+    with pytest.raises(Interrupted):
+        dask_dgd.LogisticRegression(**params, checkpoint=folder, checkpoint_every=1, callbacks=[StopAt(4)]).fit(X, y)
+    resumed = dask_dgd.LogisticRegression(**params, checkpoint=folder, checkpoint_every=1).fit(X, y, resume=True)
+    np.testing.assert_allclose(resumed.coef_, ref.coef_, rtol=1e-9)
+    assert resumed.converged_ and resumed.n_iter_ == ref.n_iter_
