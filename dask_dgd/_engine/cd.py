@@ -31,8 +31,7 @@ import scipy.linalg
 from .._backend import get_namespace
 from ..losses._gram import weighted_gram
 from ..optim._linesearch import MAX_HALVINGS, accepts, rounding_level
-from .curvature import LeastSquaresModel, curvature
-from .kernels import BlockSums
+from .curvature import LeastSquaresModel, curvature, with_block_extra
 from .solvers import AttributeState, Outcome, Solver, step_record
 from .stopping import Stop
 from .update import initial_divergence
@@ -144,20 +143,10 @@ class HessianTraining:
         return getattr(self.base, name)
 
     def group_sums(self, shard, params, aux, draw, local, memory=None):
-        from .blocks import _block_error
-
         sums, local_grad = self.base.group_sums(shard, params, aux, draw, local, memory)
         obj = self.base.objective
-        out = {}
-        for b in shard.blocks:
-            s = sums[b.index]
-            try:
-                with np.errstate(all="ignore"):
-                    H = block_hessian_sum(obj, params, b.X, b.y, b.sample_weight)
-            except Exception as err:
-                raise _block_error(err, b) from err
-            out[b.index] = BlockSums(s.loss, s.grad, s.weight, {**s.extras, "hessian": H})
-        return out, local_grad
+        return with_block_extra(sums, shard, "hessian",
+                                lambda b: block_hessian_sum(obj, params, b.X, b.y, b.sample_weight)), local_grad
 
     @property
     def hessian_size(self):

@@ -39,7 +39,25 @@ import numpy as np
 from .._backend import get_namespace, is_sparse, to_numpy
 from ..losses._gram import GRAM_SLICE_BYTES
 
-__all__ = ["LeastSquaresModel", "RFactor", "block_r_factor", "block_scaled_gram", "curvature"]
+__all__ = ["LeastSquaresModel", "RFactor", "block_r_factor", "block_scaled_gram", "curvature", "with_block_extra"]
+
+
+def with_block_extra(sums, shard, key, compute):
+    """The blocks' sums (``{block: BlockSums}`` of ``shard``) with ``compute(block)``
+    added to each one's ``extras`` under ``key`` (a failure names the block)."""
+    from .blocks import _block_error
+    from .kernels import BlockSums
+
+    out = {}
+    for b in shard.blocks:
+        s = sums[b.index]
+        try:
+            with np.errstate(all="ignore"):
+                extra = compute(b)
+        except Exception as err:
+            raise _block_error(err, b) from err
+        out[b.index] = BlockSums(s.loss, s.grad, s.weight, {**s.extras, key: extra})
+    return out
 
 
 def _r_of(A):

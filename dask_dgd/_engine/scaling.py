@@ -219,22 +219,12 @@ class ScaledTraining:
         sums, local_grad = self.base.group_sums(shard, original, aux, draw, local, memory)
         if self.curvature is None:
             return sums, local_grad
-        from .blocks import _block_error
-        from .curvature import block_r_factor, block_scaled_gram
-        from .kernels import BlockSums
+        from .curvature import block_r_factor, block_scaled_gram, with_block_extra
 
-        block_fn, key = (block_r_factor, "r") if self.curvature == "qr" else (block_scaled_gram, "hessian")
+        fn, key = (block_r_factor, "r") if self.curvature == "qr" else (block_scaled_gram, "hessian")
         obj = self.base.objective
-        out = {}
-        for b in shard.blocks:
-            s = sums[b.index]
-            try:
-                with np.errstate(all="ignore"):
-                    extra = block_fn(obj, original, b.X, b.y, b.sample_weight, self.scaling)
-            except Exception as err:
-                raise _block_error(err, b) from err
-            out[b.index] = BlockSums(s.loss, s.grad, s.weight, {**s.extras, key: extra})
-        return out, local_grad
+        return with_block_extra(sums, shard, key,
+                                lambda b: fn(obj, original, b.X, b.y, b.sample_weight, self.scaling)), local_grad
 
     # ------------------------------------------------------------- driver side
     def finish(self, partial, params):
