@@ -696,7 +696,7 @@ def test_accuracy_suite_tiny():
     from benchmarks.suites import accuracy
 
     assert accuracy.NAME == "accuracy" and accuracy.DESCRIPTION and set(accuracy.SIZES) == {"small", "full"}
-    result = accuracy.run("small", repeats=1, log=lambda msg: None)
+    result = accuracy.run("small", repeats=1, multinomial_problems=4, log=lambda msg: None)
     _check_result(result)
     json.dumps(_jsonable(result["data"]))
     nist = {r["problem"]: r for r in result["data"]["nist"]}
@@ -706,6 +706,8 @@ def test_accuracy_suite_tiny():
     glm_rows = result["data"]["glm"]
     assert len(glm_rows) == 4 and all(r["dask_dgd s"] > 0 and r["statsmodels gap"] < 1e-8 for r in glm_rows)
     assert "Target LRE >= 8 by default" in result["markdown"]
+    multi = result["data"]["multinomial"]
+    assert len(multi) == 4 and all(r["solver"] == "newton" and r["gap"] >= 0 for r in multi)
     with pytest.raises(ValueError, match=r"unknown problems for the accuracy suite: \['nist2'\]"):
         accuracy.run("small", problems=("nist2",))
     with pytest.raises(TypeError, match=r"unknown parameters for the accuracy suite: \['rows'\]"):

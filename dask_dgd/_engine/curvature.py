@@ -110,14 +110,15 @@ def _working(objective, params, X, y, sample_weight):
     return (np.asarray(to_numpy(v), dtype=np.float64) for v in (a, u))
 
 
-def _scaled_slices(objective, X, scaling, extra, scale=True):
+def _scaled_slices(objective, X, scaling, extra, scale=True, rows_factor=1):
     """The block's feature columns centred and scaled, ``[(X_s - mean) / scale, 1]``
     (the ones when the model has an intercept; only centred unless ``scale``), slice by
-    slice of rows, each with ``extra`` columns left for the caller: ``(start, stop, A)``."""
+    slice of rows, each with ``extra`` columns left for the caller: ``(start, stop, A)``;
+    ``rows_factor``: fewer rows a slice, for a caller that expands each row."""
     F = objective.features_of(X) if hasattr(objective, "features_of") else X
     n, d = F.shape
     q = d + objective.fit_intercept
-    rows = max(256, GRAM_SLICE_BYTES // (8 * (q + extra)))
+    rows = max(256, GRAM_SLICE_BYTES // (8 * (q + extra) * rows_factor))
     for start in range(0, n, rows):
         stop = min(start + rows, n)
         Fs = F[start:stop, :]  # the array API wants every axis indexed
@@ -182,23 +183,51 @@ def _output_blocks(objective, params, X, y, sample_weight):
 def block_r_factor(objective, params, X, y, sample_weight, scaling):
     r"""The :class:`RFactor` of one block's weighted working design (module docstring).
 
+    A multinomial (``n_outputs`` K > 1) gives each row K pseudo-rows: pseudo-row ``k``
+    is :math:`\sqrt{s p_k}\,(e_k - p) \otimes \tilde z` with working response
+    :math:`\sqrt{s}\,([y = k] - p_k) / \sqrt{p_k}`; their sums of squares are the
+    row's Hessian :math:`(\operatorname{diag}(p) - p p^\top) \otimes \tilde z \tilde z^\top`
+    and their products with the response its negative gradient, so the same
+    least-squares step is Newton's, at the design's condition.
+
     Parameters
     ----------
     objective : LinearObjective
-        Single output, a loss with ``loss_gradient`` and ``hessian_weight``.
+        A loss with ``loss_gradient`` and ``hessian_weight`` (single output), or the
+        multinomial's ``inverse_link``.
     params : ndarray of shape (objective.n_params,)
         Original (unscaled) parameters.
     X, y, sample_weight : the block
     scaling : ColumnScaling
         The columns' centres and scales (:mod:`.scaling`).
     """
-    a, u = _working(objective, params, X, y, sample_weight)
-    root = np.sqrt(a)
-    q = objective.n_params
-    R = np.zeros((0, q + 1))
-    for start, stop, A in _scaled_slices(objective, X, scaling, 1):
-        A[:, :q] *= root[start:stop, None]
-        A[:, q] = root[start:stop] * u[start:stop]
+    k = objective.n_outputs
+    p = objective.n_params
+    R = np.zeros((0, p + 1))
+    if k == 1:
+        a, u = _working(objective, params, X, y, sample_weight)
+        root = np.sqrt(a)
+        for start, stop, A in _scaled_slices(objective, X, scaling, 1):
+            A[:, :p] *= root[start:stop, None]
+            A[:, p] = root[start:stop] * u[start:stop]
+            R = _r_of(np.vstack([R, A]))
+        return RFactor(R)
+    xp = get_namespace(X, y, sample_weight)
+    raw = objective.raw_prediction(params, X)
+    P = np.asarray(to_numpy(objective.loss.inverse_link(raw, xp)), dtype=np.float64)
+    labels = np.asarray(to_numpy(y), dtype=np.float64).astype(np.int64)
+    Y = (labels[:, None] == np.arange(k)[None, :]).astype(np.float64)
+    s = np.ones(len(P)) if sample_weight is None else np.asarray(to_numpy(sample_weight), dtype=np.float64)
+    live = P > np.finfo(float).tiny
+    root = np.sqrt(s[:, None] * P)  # sqrt(s p_k)
+    response = np.where(live, np.sqrt(s)[:, None] * (Y - P) / np.sqrt(np.where(live, P, 1.0)), 0.0)
+    eye = np.eye(k)
+    for start, stop, Z in _scaled_slices(objective, X, scaling, 0, rows_factor=k * k):
+        m, q = Z.shape
+        coef = root[start:stop, :, None] * (eye[None] - P[start:stop, None, :])  # (m, k, k')
+        A = np.empty((m * k, p + 1))
+        A[:, :p] = (coef[:, :, None, :] * Z[:, None, :, None]).reshape(m * k, q * k)
+        A[:, p] = response[start:stop].reshape(-1)
         R = _r_of(np.vstack([R, A]))
     return RFactor(R)
 

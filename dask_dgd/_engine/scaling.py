@@ -257,11 +257,8 @@ class ScaledTraining:
         return (q + 1) ** 2 if self.curvature == "qr" else q * q
 
     def least_squares(self):
-        """The same objective with Newton steps from R factors (None when it has them,
-        or for a multi-output model: not built for the multinomial's coupled outputs)."""
-        if self.curvature == "qr" or self.base.objective.n_outputs > 1:
-            return None
-        return ScaledTraining(self.base, self.scaling, "qr")
+        """The same objective with Newton steps from R factors (None when it has them)."""
+        return None if self.curvature == "qr" else ScaledTraining(self.base, self.scaling, "qr")
 
     def l1_weights(self):
         """The L1 strength of every parameter in scaled coordinates (zero for the intercept)."""
