@@ -8,8 +8,10 @@ coordinate descent.  This module also holds what it needs besides:
 - :class:`HessianTraining`: a linear model's training objective whose every
   evaluation also sums, per block, the Hessian of the loss
   ``X~^T diag(s_i h_i) X~`` (``X~``: ``X`` with a column of ones when there is an
-  intercept; ``h_i`` the loss's ``hessian_weight``); the sums travel in the partials'
-  ``extras`` and are tree-reduced with the gradient, in the same pass;
+  intercept; ``h_i`` the loss's curvature, :func:`~.curvature.curvature`) in the data's
+  units, for fits that are not scaled (scaled fits sum it from centred, scaled columns:
+  :class:`~.scaling.ScaledTraining`); the sums travel in the partials' ``extras`` and
+  are tree-reduced with the gradient, in the same pass;
 - :func:`cd_solve`: coordinate descent with soft-thresholding on the quadratic model
   plus the elastic-net penalty, on the driver (a Numba loop over a ``p x p`` matrix);
 - :func:`newton_step`: the minimiser of the quadratic model without an L1 part, by
@@ -106,7 +108,8 @@ def block_hessian_sum(objective, params, X, y, sample_weight=None):
     Parameters
     ----------
     objective : LinearObjective
-        A single-output objective whose loss has ``hessian_weight``.
+        A single-output objective whose loss has ``hessian_weight`` (and, optionally,
+        ``local_curvature``).
     params : ndarray of shape (objective.n_params,)
     X : array of shape (n_samples, objective.n_columns)
         Dense (any array-API namespace) or sparse; the features, then any offset
