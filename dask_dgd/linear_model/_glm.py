@@ -215,10 +215,14 @@ rebalance, param_sharding, sparse_coef, compression, split_every, random_state, 
         Only when X had string column names.
     n_iter_ : int
         Solver iterations (SGD: epochs).
+    converged_ : bool
+        Whether the fit met its tolerance (False after a ``ConvergenceWarning``).
     loss_curve_ : list of float
         Objective value at each step.
     history_ : pandas.DataFrame
-        One record per distributed step (see the user guide's Monitoring section).
+        One record per distributed step (see the user guide's Monitoring section);
+        ``history_.attrs["coordinates"]`` says whether its gradients are of the data's
+        columns or of the centred and scaled ones the solver ran in.
     solver_ : str
         The solver actually used (``"auto"`` resolved).
 
