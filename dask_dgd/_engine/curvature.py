@@ -253,11 +253,3 @@ class LeastSquaresModel:
         A = np.vstack([R, np.diag(root)])
         rhs = np.concatenate([c, -root * x])
         return np.linalg.lstsq(A, rhs, rcond=None)[0]
-
-    @property
-    def hessian(self):
-        """The model's Hessian ``R^T R / W + Lambda`` (formed: its condition is the
-        square of the design's)."""
-        q = self.ridge.size
-        R = self.R[:, :q]
-        return R.T @ R / self.weight_sum + np.diag(self.ridge)
