@@ -1,4 +1,4 @@
-"""L-BFGS over sharded vectors, worker side: the owners' part of the two-loop recursion.
+r"""L-BFGS over sharded vectors, worker side: the owners' part of the two-loop recursion.
 
 The two-loop recursion needs only dot products of the gradient and the kept pairs
 ``(s_i, y_i)``, and builds the direction as a linear combination of them ("vector-free"
@@ -19,6 +19,21 @@ Commands (:class:`LbfgsCommand`, one reduction each through the runner tree):
 - ``"accept"``: the trial at ``t`` (its gradient: vector ``grad_id``) becomes the base:
   ``s = x_t - base`` and ``y = g_t - g`` are kept as vectors ``ids``; their and
   ``g_t``'s dot products with every vector of ``live`` are returned.
+
+**Diagonal scaling.**  A hashed click log's columns differ in frequency by orders of
+magnitude, and so do the objective's curvatures along them; Spark MLlib's L-BFGS
+standardises the columns internally for that reason.  Here the recursion runs in the
+coordinates :math:`z = D x` of a diagonal :math:`D` (``precondition``, the change of
+variables of :mod:`.scaling` without centring, on the owners' slices): the owners keep
+the vectors in those coordinates (:math:`D^{-1} g`, :math:`D s`) and step the
+parameters along :math:`D^{-1}` times the direction, so the objective, the penalty and
+the optimum are the model's own; only the directions, and the gradient entries ``tol``
+is judged on, are those of the scaled columns.  :math:`D_{jj}^2 = m_j + \lambda / \kappa`
+(:func:`column_scales`): :math:`m_j` the weighted mean of column :math:`j`'s squares,
+measured in one pass when the fit starts (:func:`~.sharding.sharded_column_squares`),
+:math:`\lambda` the L2 strength and :math:`\kappa` the loss's curvature bound (1 where
+it has none), so that :math:`D^2` is proportional to the Hessian's diagonal at a start
+of average curvature, rare columns' penalty included (the Jacobi preconditioner).
 """
 
 import time
@@ -29,7 +44,7 @@ import numpy as np
 from .reduce import Partial
 from .sharding import Max, _merged_gradient, _owned, _slice_penalty
 
-__all__ = ["LbfgsCommand", "sharded_lbfgs"]
+__all__ = ["LbfgsCommand", "column_scales", "sharded_lbfgs"]
 
 
 @dataclass(frozen=True)
@@ -47,13 +62,41 @@ class LbfgsCommand:
     grad_id: int = None
     ids: tuple = ()
     g_id: int = None
+    precondition: float = None  # the loss's curvature level kappa (None: no scaling)
 
 
-def _memory(mem):
+def column_scales(mem, pen, kappa):
+    """The owner's diagonal :math:`D` over its slice (see the module docstring), from
+    the groups' sums of squares (:func:`~.sharding.sharded_column_squares`), summed in
+    group order; ones where a column has neither data nor penalty."""
+    lay = mem["layout"]
+    lo, hi = lay.bounds[mem["group"]], lay.bounds[mem["group"] + 1]
+    squares = mem.pop("squares", None) or {}
+    m = np.zeros(hi - lo)
+    total = 0.0
+    for g in sorted(squares):
+        weight, values = squares[g]
+        m[mem["rows"][g]] += values
+        total += weight
+    if total > 0:
+        m /= total
+    d2 = np.repeat(m, lay.width)
+    d2[: pen.n_coef] += pen.l2 / kappa
+    return np.sqrt(np.where(d2 > 0, d2, 1.0))
+
+
+def _memory(mem, pen, cmd):
     lb = mem.get("lbfgs")
     if lb is None:
-        lb = mem["lbfgs"] = {"vectors": {}, "base": mem["x"], "direction": None}
+        d = None if cmd.precondition is None else column_scales(mem, pen, cmd.precondition)
+        lb = mem["lbfgs"] = {"vectors": {}, "base": mem["x"], "direction": None, "d": d}
     return lb
+
+
+def _scaled_step(lb, t):
+    """The parameters' move ``t`` times the direction (scaled back by :math:`D^{-1}`)."""
+    d = lb.get("d")
+    return t * lb["direction"] if d is None else t * (lb["direction"] / d)
 
 
 def sharded_lbfgs(shard, scratch, penalty_spec, cmd):
@@ -61,10 +104,14 @@ def sharded_lbfgs(shard, scratch, penalty_spec, cmd):
     scalars (``extras``) back."""
     wall0, t0 = time.time(), time.perf_counter()
     mem = _owned(scratch)
-    lb, pen = _memory(mem), _slice_penalty(mem, penalty_spec)
+    pen = _slice_penalty(mem, penalty_spec)
+    lb = _memory(mem, pen, cmd)
     vec, extras = lb["vectors"], {}
     if cmd.kind == "merge":
-        g = vec[cmd.id] = _merged_gradient(mem, pen, cmd)
+        g = _merged_gradient(mem, pen, cmd)
+        if lb.get("d") is not None:
+            g /= lb["d"]  # the gradient of the scaled coordinates
+        vec[cmd.id] = g
         gsq = float(g @ g)
         d = lb["direction"]
         extras.update(gmax=Max(max(g.max(initial=0.0), -g.min(initial=0.0))), gsq=gsq, pen_x=pen.value(mem["x"]),
@@ -78,11 +125,13 @@ def sharded_lbfgs(shard, scratch, penalty_spec, cmd):
             for k, c in cmd.coeffs.items():
                 d += c * vec[k]
             lb["direction"] = d
-        mem["pending"] = (int(cmd.version), lb["base"] + cmd.t * lb["direction"], None, False)
+        mem["pending"] = (int(cmd.version), lb["base"] + _scaled_step(lb, cmd.t), None, False)
     elif cmd.kind == "accept":
-        x_t = lb["base"] + cmd.t * lb["direction"]  # the trial point, as it was evaluated
+        x_t = lb["base"] + _scaled_step(lb, cmd.t)  # the trial point, as it was evaluated
         sid, yid = cmd.ids
-        vec[sid], vec[yid] = x_t - lb["base"], vec[cmd.grad_id] - vec[cmd.g_id]
+        # s in the scaled coordinates: D (x_t - base), that is t times the direction
+        vec[sid] = x_t - lb["base"] if lb.get("d") is None else cmd.t * lb["direction"]
+        vec[yid] = vec[cmd.grad_id] - vec[cmd.g_id]
         lb["base"] = x_t
         new = (vec[sid], vec[yid], vec[cmd.grad_id])
         extras["dots"] = np.array([[float(a @ vec[k]) for k in cmd.live] for a in new])

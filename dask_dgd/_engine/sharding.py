@@ -45,7 +45,8 @@ from .reduce import BlockTree, Partial, SparseVector
 
 __all__ = ["ActorExchange", "LocalExchange", "Max", "ParamLayout", "SlicePenalty", "ShardedRequest", "UpdateCommand",
            "ValidationRequest", "sharded_eval", "sharded_memory", "sharded_restore", "sharded_setup", "sharded_slice",
-           "dense_state", "group_sums", "owner_parts", "sparse_state", "sharded_update", "sharded_validate"]
+           "dense_state", "group_sums", "owner_parts", "sparse_state", "sharded_column_squares", "sharded_update",
+           "sharded_validate"]
 
 KEY = "sharded"
 
@@ -239,13 +240,42 @@ def sharded_setup(shard, scratch, objective, layout, exchange, group, x0, state0
             cols = np.append(cols, layout.n_features)
         entry.append(np.searchsorted(rows, cols))
     mem["blocks"], mem["needs"] = blocks, rows
-    for stale in ("needs_flat", "lbfgs", "penalty", "async"):  # of an earlier setup
+    for stale in ("needs_flat", "lbfgs", "penalty", "async", "squares"):  # of an earlier setup
         mem.pop(stale, None)
     mem["split"] = np.searchsorted(rows, np.asarray(layout.bounds))
     calls = [(o, _owner_register, (int(group), rows[mem["split"][o]:mem["split"][o + 1]] - layout.bounds[o]))
              for o in range(layout.n_owners)]
     exchange.call(calls)
     return int(rows.size), len(blocks)
+
+
+def _owner_squares(shard, scratch, group, weight, values):
+    _memory(scratch).setdefault("squares", {})[int(group)] = (float(weight), values)
+
+
+def sharded_column_squares(shard, scratch, exchange):
+    """Push every owner this group's weighted sums of squares of the columns in the
+    owner's range that its blocks touch (the rows it registered, in that order; the
+    intercept's column is ones), with its weight sum: what an owner's diagonal scaling
+    is made of (:func:`~.sharded_lbfgs.column_scales`).  One pass over the group's
+    blocks, once per fit; the bytes are those of one gradient push."""
+    mem = _owned(scratch)
+    lay = mem["layout"]
+    sq, weight = np.zeros(mem["needs"].size), 0.0
+    for b in shard.blocks:
+        _, Xc, pos = mem["blocks"][b.index]
+        n = Xc.shape[0]
+        w = np.ones(n) if b.sample_weight is None else np.asarray(b.sample_weight, dtype=np.float64).ravel()
+        rows = np.repeat(np.arange(n), np.diff(Xc.indptr))
+        data = np.asarray(Xc.data, dtype=np.float64)
+        cols = np.bincount(Xc.indices, w[rows] * data * data, minlength=Xc.shape[1])
+        sq[pos[: Xc.shape[1]]] += cols  # a block's columns are distinct
+        if lay.fit_intercept:
+            sq[pos[-1]] += w.sum()
+        weight += float(w.sum())
+    split = mem["split"]
+    exchange.call([(o, _owner_squares, (mem["group"], weight, sq[split[o]:split[o + 1]]))
+                   for o in range(lay.n_owners)])
 
 
 def dense_state(state):

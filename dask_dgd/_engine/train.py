@@ -31,7 +31,7 @@ from .modes.sharded import ShardedAsync, ShardedFirstOrder, ShardedLBFGS, Sharde
 from .modes.sync import SyncSource
 from .monitor import Monitor, communicated
 from .objective import LinearTraining
-from .scaling import ScaledTraining, column_scaling
+from .scaling import ScaledTraining, column_scaling, ridge_level
 from .sharding import ParamLayout, dense_state, sparse_state
 from .shards import ShardSet, released_on_error
 from .skew import DynamicBalancer
@@ -530,7 +530,8 @@ def train(
     if solver in ("cd", "newton", "lbfgs") and not (sharded or path) and scaled_solve(objective):
         # Newton steps start from the Hessian's sums and move to R factors (curvature.py)
         # when the Hessian is too ill-conditioned (cd.IRLSCD)
-        scaling = column_scaling(shards, objective.objective)
+        base = getattr(objective, "base", objective)
+        scaling = column_scaling(shards, base.objective, ridge_level(base.objective, base.penalty_spec))
         objective = ScaledTraining(objective, scaling, None if solver == "lbfgs" else "gram")
     elif solver in ("cd", "newton"):
         objective = PathHessianTraining(objective) if path else HessianTraining(objective)
@@ -610,7 +611,8 @@ def train(
                     solver_obj = ShardedAsync(ctx, opt, max_staleness=max_staleness,
                                               staleness_scaling=staleness_scaling)
                 else:
-                    solver_obj = ShardedLBFGS(ctx, opt) if solver == "lbfgs" else ShardedFirstOrder(ctx, opt)
+                    solver_obj = (ShardedLBFGS(ctx, opt, precondition=scaled_solve(objective)) if solver == "lbfgs"
+                                  else ShardedFirstOrder(ctx, opt))
             elif mode == "local":
                 solver_obj = LocalSGD(ctx, params0, opt, local_steps=local_steps, outer_optimizer=outer_optimizer)
             elif mode == "async":
@@ -649,6 +651,8 @@ def train(
     # the records' gradients are those of the coordinates the solver ran in
     history.attrs["coordinates"] = "original" if scaling is None else (
         "centred and scaled" if scaling.centred else "scaled")
+    if isinstance(solver_obj, ShardedLBFGS) and solver_obj.precondition is not None:
+        history.attrs["coordinates"] = "scaled"  # diagonally, on the owners (sharded_lbfgs.py)
     if sparse_params and not sp.issparse(params):
         params = sp.csr_matrix(np.asarray(params, dtype=np.float64).reshape(1, -1))
         state_out = sparse_state(state_out)

@@ -24,6 +24,7 @@ from ..sharding import (
     GATHER_CHUNK,
     ShardedRequest,
     UpdateCommand,
+    sharded_column_squares,
     sharded_eval,
     sharded_memory,
     sharded_restore,
@@ -325,13 +326,16 @@ class ShardedLBFGS(LBFGS):
 
     _STATE = ("f", "it", "direction", "slope0", "t0", "t", "trials", "points", "pairs", "g_id", "gmax_g", "next_id")
 
-    def __init__(self, ctx, settings):
+    def __init__(self, ctx, settings, precondition=True):
         super().__init__(ctx, None, settings)
         self.src = ctx.source
         self.gram = {}  # (id, id) -> the dot product of two vectors, summed over the owners
         self.pairs = []  # (s id, y id), oldest first
         self.g_id = self.gmax_g = None
         self.next_id = 0
+        # the diagonal scaling's curvature level (see :mod:`..sharded_lbfgs`; None: none)
+        bound = getattr(getattr(ctx.objective.objective, "loss", None), "curvature_bound", None)
+        self.precondition = (1.0 if bound is None else float(bound)) if precondition else None
 
     def _new_id(self):
         self.next_id += 1
@@ -339,7 +343,8 @@ class ShardedLBFGS(LBFGS):
 
     def _command(self, kind, **kw):
         src = self.src
-        cmd = LbfgsCommand(kind, src.version + 1, src.split_every, src.shards.n_blocks, **kw)
+        cmd = LbfgsCommand(kind, src.version + 1, src.split_every, src.shards.n_blocks, precondition=self.precondition,
+                           **kw)
         return src.shards.collective.reduce_groups(sharded_lbfgs, self.ctx.objective.penalty_spec, cmd,
                                                    split_every=src.split_every, size=0).extras
 
@@ -352,6 +357,8 @@ class ShardedLBFGS(LBFGS):
         return st, value, finite, sharded_record(res, self.it, value, st["gsq"], None)
 
     def _start_point(self):
+        if self.precondition is not None:  # the columns' squares, for the owners' scaling
+            self.src.shards.collective.call(sharded_column_squares, self.src.exchange)
         vid = self._new_id()
         st, value, finite, record = self._point(vid)
         if not finite:
