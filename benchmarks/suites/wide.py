@@ -500,6 +500,14 @@ def run_dask_dgd(client, data, p, sharding, log, *, n_features=None, epochs=None
     return out
 
 
+def lbfgs_objectives(history):
+    """The objective after 0, 1, 2, ... iterations of a dask_dgd L-BFGS fit (as Spark's
+    ``objectiveHistory``): the start's, then the best value the trials of each iteration
+    reached (they are recorded under the iteration they start from)."""
+    per = history.iloc[1:].groupby("iteration")["loss"].min()
+    return [float(history["loss"].iloc[0]), *(float(v) for v in per)]
+
+
 def _sharded_ladder(client, data, p, log, tool, label, ks, fit_kwargs, describe):
     """One sharded fit per ``max_iter`` of ``ks`` (and ``epochs``), each timed from
     scratch (``fit_kwargs``: the solver's settings; ``describe(result)``: what the
@@ -520,7 +528,7 @@ def _sharded_ladder(client, data, p, log, tool, label, ks, fit_kwargs, describe)
         loss = heldout_logloss(res.params, data["X_test"], data["y_test"], p["n_features"])
         facts, text = describe(res)
         curve.append({"epoch": int(k), "time": wall, "logloss": loss, **facts,
-                      "objective": [float(v) for v in res.history.groupby("iteration")["loss"].min()]})
+                      "objective": lbfgs_objectives(res.history)})
         log(f"{label} max_iter={k}: {wall:.1f}s, {text}, held-out logloss {loss:.5f}")
     at_e = next(c for c in curve if c["epoch"] == p["epochs"])
     return {"tool": tool, "label": label, "sharding": True, "threads": f"{p['workers']} workers x 1 thread",
