@@ -37,7 +37,7 @@ from ..faults import inject_faults
 from ..kernels import COMPRESSION_TAG, compress_into
 from ..solvers import Outcome, Solver, start_step
 from ..stopping import Stop, StopRules, WallClock
-from ..update import MAX_BACKOFFS, Guard
+from ..update import MAX_BACKOFFS, Guard, UpdateRule
 from .local import sum_blocks
 from .server import ParameterServer, ServerCore
 
@@ -121,8 +121,10 @@ def async_group_loop(shard, scratch_ref, server, g, objective, batching, local_k
             good_local = local
             opt = reply["optimizer"]
             lstate = opt.init(local[0]) if local[1] is None else local[1]
-            updates, lstate = opt.update(lgrad * (1.0 / (partial.weight_sum * n_groups)), lstate, local[0])
-            local = (local[0] + updates, lstate)
+            # the local parameters' penalty is in their loss: the rule has none
+            lparams, lstate, _ = UpdateRule(opt).apply(local[0], lgrad * (1.0 / (partial.weight_sum * n_groups)),
+                                                       lstate)
+            local = (lparams, lstate)
             scratch["local"] = {local_key: (local[0], local[1], None)}
         inject_faults(t0)
         rows = shard.n_rows if batching is None else batching.draw_rows(shard, draw, partial)

@@ -85,6 +85,7 @@ def group_round(shard, scratch, objective, rule, params, reset, draws, local, li
     lp = lstate = None
     if local is not None:
         lp, lstate = local_snapshot(scratch, local)
+        local_rule = UpdateRule(rule.optimizer)  # the local parameters' penalty is in their loss
     memory = scratch.setdefault("objective", {})
     first, total, finite = None, 0.0, True
     for draw in draws:
@@ -104,8 +105,7 @@ def group_round(shard, scratch, objective, rule, params, reset, draws, local, li
         if local is not None:
             if lstate is None:
                 lstate = rule.optimizer.init(lp)
-            updates, lstate = rule.optimizer.update(lgrad * (1.0 / weight), lstate, lp)
-            lp = lp + updates
+            lp, lstate, _ = local_rule.apply(lp, lgrad * (1.0 / weight), lstate)
     scratch["round"] = state
     if local is not None and finite:
         _store_local(scratch, local, lp, lstate, None)
