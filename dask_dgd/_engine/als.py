@@ -126,11 +126,13 @@ class ALS(AttributeState, Solver):
             rs = rs_next
         return V
 
+    @property
+    def iterations(self):
+        return self.it
+
     def stop_rule(self, outcome):
         if self.previous is not None and self.previous - self.value <= self.ctx.tol:
             return Stop(True)
-        if self.it >= self.ctx.max_iter:
-            return Stop(False, f"reached max_iter={self.ctx.max_iter}")
         return None
 
     def result(self):

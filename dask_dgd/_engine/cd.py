@@ -369,6 +369,10 @@ class IRLSCD(AttributeState, Solver):
     def progress(self):
         return self.it
 
+    @property
+    def iterations(self):
+        return self.it
+
     def _evaluate(self, x):
         res = self.ctx.source.evaluate(x)
         value = res.value + self.obj.l1_value(x)
@@ -449,15 +453,13 @@ class IRLSCD(AttributeState, Solver):
             # tolerance alone (measured: 3e-4 to 2e-7 relative on unscaled GLMs); on a
             # design of standardised condition 1e10 rounding slows the last digits and
             # a few more steps reach them
+            # (polishing never takes the fit past max_iter: it ends converged there)
             if self.polished >= MAX_POLISH or self.it >= self.ctx.max_iter or not (
                     self._plan() and -self.delta > rounding_level(self.f)):
                 self.direction = None
                 return Stop(True)
             self.polished += 1
-            return None
-        if self.it >= self.ctx.max_iter:
-            return Stop(False, f"reached max_iter={self.ctx.max_iter}")
-        return None
+        return None  # max_iter: the stop rules' (on iterations)
 
     def result(self):
         return self.x, self.it, None, None

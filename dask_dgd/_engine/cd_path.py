@@ -109,9 +109,10 @@ class PathIRLSCD(AttributeState, Solver):
     Stages overlap: stage ``s + 1`` starts at stage ``s``'s current solutions as soon
     as every column of stage ``s`` has taken a step (or is done), and up to
     :data:`WINDOW` stages take their steps in the same passes.  ``max_iter`` bounds
-    each stage's passes; a stage that reaches it leaves its unconverged columns where
-    they are (the fit then reports not converged).  ``n_iter`` is the number of passes
-    over the data.
+    each stage's passes (a limit of its own, not the stop rules' on the whole fit,
+    whose passes overlapping stages share: ``iterations`` is None); a stage that
+    reaches it leaves its unconverged columns where they are (the fit then reports
+    not converged).  ``n_iter`` is the number of passes over the data.
     """
 
     def __init__(self, ctx, params0):
@@ -221,7 +222,7 @@ class PathIRLSCD(AttributeState, Solver):
         moving, total = [], self.grams.sum(axis=0)  # once per pass, not once per column
         for s in range(self.started):
             cols = self.stages[s]
-            if self.stage_passes[s] >= self.ctx.max_iter:
+            if self.stage_passes[s] >= self.ctx.max_iter:  # this stage's limit (see the class docstring)
                 for k in cols:
                     if not self.done[k] and self.kkt[k] > self.ctx.tol:
                         self.failures.append(f"a penalty reached max_iter={self.ctx.max_iter} passes")

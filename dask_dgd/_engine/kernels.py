@@ -32,6 +32,7 @@ import numpy as np
 
 from .faults import inject_faults
 from .reduce import Compressed, Partial
+from .update import UpdateRule
 
 __all__ = [
     "BlockSums",
@@ -247,8 +248,8 @@ def local_snapshot(scratch, local):
             # learning rate): scaled in place, once
             grad *= local.scale
             scaled.add(local.source)
-        updates, state = local.optimizer.update(grad, state, params)
-        params = params + updates
+        # the local parameters' penalty is in their loss: the rule has none
+        params, state, _ = UpdateRule(local.optimizer).apply(params, grad, state)
     return params, state
 
 

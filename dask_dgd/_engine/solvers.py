@@ -3,7 +3,8 @@
 A solver has the same shape in every mode (see :class:`Solver`): ``start`` makes the
 first step, ``step`` proposes parameters, has them evaluated by the step source and
 decides (accept, back off, shorten a line search), ``stop_rule`` is its own tolerance
-and iteration rule, and ``state_dict`` is what a checkpoint keeps.  The loop
+rule, ``iterations`` how far it is in ``max_iter``'s unit (the limit itself is the
+:class:`~.stopping.StopRules`'), and ``state_dict`` is what a checkpoint keeps.  The loop
 (:mod:`.loop`) calls them in the same order for every solver and mode.
 
 - :class:`FirstOrder`: gradient steps of a first-order optimizer through the
@@ -58,6 +59,11 @@ class Solver:
     #: the counter checkpoints are due on (updates, rounds, server versions)
     progress = 0
 
+    #: how far the solver is in ``max_iter``'s unit (iterations, or completed epochs),
+    #: which :meth:`~.stopping.StopRules.limit` compares with ``max_iter``; None: the
+    #: solver is not bounded by ``max_iter`` as a whole (it bounds parts of itself)
+    iterations = None
+
     def start(self):
         raise NotImplementedError
 
@@ -65,6 +71,8 @@ class Solver:
         raise NotImplementedError
 
     def stop_rule(self, outcome):
+        """The solver's own rule after an accepted step (its tolerance; limits of its
+        own that are not ``max_iter``): a :class:`Stop` or None."""
         return None
 
     def finish(self, stop, emit):
@@ -145,47 +153,7 @@ def start_step(ctx, params, optimizer, *, divide=1):
     return optimizer, res, record
 
 
-class EpochRules:
-    """What :class:`FirstOrder` and its sharded form (:mod:`.modes.sharded`) share:
-    full batch or ``steps_per_epoch`` mini-batches an epoch, the epoch rule of the
-    objective (``use_stopper``) and the limit of ``max_iter`` iterations or epochs."""
-
-    def _set_rules(self, ctx):
-        self.full_batch = ctx.batching is None or getattr(ctx.batching, "full_batch", False)
-        self.steps_per_epoch = 1 if self.full_batch else ctx.batching.steps_per_epoch
-        self.total_steps = ctx.max_iter * self.steps_per_epoch
-        self.stopper = EpochStopper(ctx.tol, ctx.n_iter_no_change)
-        self.n_values = 0  # values given to the stopper
-
-    def _epoch_or_limit(self):
-        """The epoch rule's stop (when ``use_stopper``), or the limit's."""
-        if self.use_stopper:
-            self.n_values += 1
-            if self.stopper.add(self.value, self.n_values // self.steps_per_epoch):
-                return Stop(True)
-        if self.it >= self.total_steps:
-            return Stop(False, "")
-        return None
-
-    @property
-    def n_iter(self):
-        return self.it if self.full_batch else -(-self.it // self.steps_per_epoch)
-
-    @property
-    def progress(self):
-        return self.it
-
-    @property
-    def optimizer(self):
-        return self.rule.optimizer
-
-    def _draw(self):
-        """The next step's mini-batch (None: full batch)."""
-        batching = self.ctx.batching
-        return None if batching is None else batching.draw(self.ctx.source.n_steps + 1)
-
-
-class FirstOrder(EpochRules, Solver):
+class FirstOrder(Solver):
     """Gradient descent with a first-order optimizer, full batch or mini-batch.
 
     Full batch: at most ``max_iter`` updates; stops when the largest entry of the
@@ -200,28 +168,67 @@ class FirstOrder(EpochRules, Solver):
     groups) and halves the learning rate.  ``learning_rate="auto"`` replaces the
     optimizer's learning rate by :func:`~.update.auto_learning_rate` (shortened for a
     compressor).
+
+    The decisions (the guard, the backoff, the epochs, the records, the checkpoint's
+    counters) are written here once; where the parameters are is the hooks':
+    ``_evaluate`` (the next evaluation), ``_update`` (the update after an accepted
+    step), ``_back_off`` (to the last accepted step), ``_judge`` and ``_accept`` (an
+    evaluation's objective, and what is kept of an accepted one), ``_validate``,
+    ``_record``, ``gap``, ``result`` and the checkpoint's own part (``_own_state``,
+    ``_load_own``, ``_restore``, ``_resume_updated``).  These are the driver's vectors
+    here, the owners' slices in :class:`~.modes.sharded.ShardedFirstOrder`.
     """
 
     def __init__(self, ctx, params0, optimizer, opt_state=None):
-        self.ctx = ctx
         self.params = np.array(params0, dtype=np.float64, copy=True)
-        self.rule = UpdateRule(optimizer, ctx.objective.penalty)
         self.state = opt_state
-        self._set_rules(ctx)
-        monotone = self.full_batch and optimizer.descent_method and ctx.compressor is None
+        self.grad = None
+        self._set_rules(ctx, UpdateRule(optimizer, ctx.objective.penalty))
+
+    def _set_rules(self, ctx, rule):
+        """What every form shares: full batch or ``steps_per_epoch`` mini-batches an
+        epoch, the guard, the epoch rule of the objective (``use_stopper``)."""
+        self.ctx, self.rule = ctx, rule
+        self.full_batch = ctx.batching is None or getattr(ctx.batching, "full_batch", False)
+        self.steps_per_epoch = 1 if self.full_batch else ctx.batching.steps_per_epoch
+        self.stopper = EpochStopper(ctx.tol, ctx.n_iter_no_change)
+        self.n_values = 0  # values given to the stopper
+        monotone = self.full_batch and rule.optimizer.descent_method and ctx.compressor is None
         self.guard = Guard(ctx.on_divergence, full_batch=self.full_batch, monotone=monotone, hint=ctx.objective.hint)
         self.on_objective = on_objective = getattr(ctx.objective, "tol_on_objective", False)
         # a tolerance on the objective of 0 (models that declare it) runs every epoch
         self.use_stopper = (not self.full_batch or on_objective) and ctx.validator is None \
             and not (on_objective and ctx.tol <= 0)
         self.it = 0  # updates applied
-        self.value = self.grad = None
-        self.good = None  # (params, state, value, grad, it, local key, local scale)
+        self.value = None
+        self.good = None  # the last accepted evaluation (see _accept)
         self.phase = "checked"
         self.pending_backoff = False
         self.resume_phase = None
 
+    @property
+    def n_iter(self):
+        return self.it if self.full_batch else -(-self.it // self.steps_per_epoch)
 
+    @property
+    def iterations(self):
+        """Updates (full batch), or completed epochs."""
+        return self.it // self.steps_per_epoch
+
+    @property
+    def progress(self):
+        return self.it
+
+    @property
+    def optimizer(self):
+        return self.rule.optimizer
+
+    def _draw(self):
+        """The next step's mini-batch (None: full batch)."""
+        batching = self.ctx.batching
+        return None if batching is None else batching.draw(self.ctx.source.n_steps + 1)
+
+    # -------------------------------------------------------------- the template
     def start(self):
         ctx, src = self.ctx, self.ctx.source
         res = src.evaluate(self.params, self._draw(), src.local_update(0))
@@ -235,56 +242,90 @@ class FirstOrder(EpochRules, Solver):
             self.state = self.optimizer.init(self.params)
         return self._observe(res)
 
-    def _observe(self, res):
-        """Check an evaluation; accept it (and record it) or mark a backoff."""
-        ctx = self.ctx
-        value = res.value + ctx.objective.l1_value(res.params)
-        good_value = None if self.good is None else self.good[2]
-        lr_good = self.optimizer.current_learning_rate(self.state if self.good is None else self.good[1])
-        if self.guard.check(value, res.grad, good_value, step=res.step, learning_rate=lr_good):
+    def _observe(self, res, *extra):
+        """Check an evaluation (``res`` and the hooks' ``extra``); accept it (and record
+        it) or mark a backoff."""
+        value, grad, lr_good = self._judge(res, *extra)
+        good_value = None if self.good is None else self.good_value
+        if self.guard.check(value, grad, good_value, step=res.step, learning_rate=lr_good):
             self.pending_backoff = True
             self.value = value
             return Outcome(accepted=False)
         self.guard.accepted()
-        self.params, self.value, self.grad = res.params, value, res.grad
-        scale = 1.0 / res.partial.weight_sum if res.partial.weight_sum > 0 else 0.0
-        self.good = (self.params, self.state, value, self.grad, self.it, res.local_key, scale)
+        self.value = value
+        self._accept(res, *extra)
         scores = {}
-        if ctx.validator is not None:
+        if self.ctx.validator is not None:
             scores = {"val_loss": None, "val_score": None}
             if self.it % self.steps_per_epoch == 0:
-                scores = ctx.validator.evaluate(self.params)
+                scores = self._validate()
         iteration = self.it if self.full_batch else self.it // self.steps_per_epoch
-        lr_next = self.optimizer.current_learning_rate(self.state)
-        record = step_record(ctx, res, iteration, value, self.grad, lr_next, **scores)
-        return Outcome([record])
+        return Outcome([self._record(res, iteration, *extra, **scores)])
 
     def step(self):
-        src = self.ctx.source
         if self.resume_phase == "evaluate":  # the last update was made but not evaluated
             self.resume_phase = None
-            good = self.good
-            local = src.local_update(good[5], self.optimizer, good[6], keep=(good[5],))
-            return self._observe(src.evaluate(self.params, self._draw(), local))
+            return self._observe(*self._evaluate())
         if self.pending_backoff:
             self.pending_backoff = False
-            self.guard.backoff(f"the objective diverged at step {src.n_steps} (loss={self.value})")
+            self.guard.backoff(f"the objective diverged at step {self.ctx.source.n_steps} (loss={self.value})")
             self.rule = self.rule.halved()
-            self.params, self.state, self.value, self.grad, self.it = self.good[:5]
-        good = self.good
-        params, self.state, _ = self.rule.apply(self.params, self.grad, self.state)
-        self.params = params
+            self._back_off()
+        self._update()
         self.it += 1
-        if not self.full_batch and self.it >= self.total_steps:
-            self.phase = "updated"  # the last epoch is complete; a further batch would be discarded
-            return Outcome(stop=Stop(False, ""))
-        local = src.local_update(good[5], self.optimizer, good[6], keep=(good[5],))
-        return self._observe(src.evaluate(params, self._draw(), local))
+        if not self.full_batch:
+            stop = self.ctx.stops.limit(self.iterations)
+            if stop is not None:
+                self.phase = "updated"  # the last epoch is complete; a further batch would be discarded
+                return Outcome(stop=stop)
+        return self._observe(*self._evaluate())
 
     def stop_rule(self, outcome):
         if self.full_batch and not self.on_objective and self.gap() <= self.ctx.tol:
             return Stop(True)
-        return self._epoch_or_limit()
+        if self.use_stopper:
+            self.n_values += 1
+            if self.stopper.add(self.value, self.n_values // self.steps_per_epoch):
+                return Stop(True)
+        return None
+
+    # -------------------------------------------------------------- the hooks
+    def _judge(self, res):
+        """``(objective, gradient for the guard, learning rate of the last accepted
+        step)`` of an evaluation."""
+        lr_good = self.optimizer.current_learning_rate(self.state if self.good is None else self.good[1])
+        return res.value + self.ctx.objective.l1_value(res.params), res.grad, lr_good
+
+    @property
+    def good_value(self):
+        return self.good[2]
+
+    def _accept(self, res):
+        """Keep an accepted evaluation; the last accepted step is ``(params, state,
+        value, grad, it, local key, local scale)``, what a backoff goes back to."""
+        self.params, self.grad = res.params, res.grad
+        scale = 1.0 / res.partial.weight_sum if res.partial.weight_sum > 0 else 0.0
+        self.good = (self.params, self.state, self.value, self.grad, self.it, res.local_key, scale)
+
+    def _validate(self):
+        return self.ctx.validator.evaluate(self.params)
+
+    def _record(self, res, iteration, **scores):
+        lr_next = self.optimizer.current_learning_rate(self.state)
+        return step_record(self.ctx, res, iteration, self.value, self.grad, lr_next, **scores)
+
+    def _back_off(self):
+        self.params, self.state, self.value, self.grad, self.it = self.good[:5]
+
+    def _update(self):
+        self.params, self.state, _ = self.rule.apply(self.params, self.grad, self.state)
+
+    def _evaluate(self):
+        """The evaluation of the current parameters (the local parameters updated from
+        the last accepted snapshot): the arguments of :meth:`_observe`."""
+        src, good = self.ctx.source, self.good
+        local = src.local_update(good[5], self.optimizer, good[6], keep=(good[5],))
+        return (src.evaluate(self.params, self._draw(), local),)
 
     def gap(self):
         """The largest entry of the (proximal) gradient mapping (full batch)."""
@@ -316,31 +357,46 @@ class FirstOrder(EpochRules, Solver):
     # -------------------------------------------------------------- checkpoints
     def state_dict(self):
         return {
-            "params": self.params, "opt_state": self.state, "optimizer": self.optimizer, "value": self.value,
-            "grad": self.grad, "iteration": self.it, "n_values": self.n_values, "good": list(self.good),
-            "guard": self.guard.state_dict(), "stopper": self.stopper.state_dict(), "phase": self.phase,
+            **self._own_state(), "optimizer": self.optimizer, "value": self.value, "iteration": self.it,
+            "n_values": self.n_values, "good": list(self.good), "guard": self.guard.state_dict(),
+            "stopper": self.stopper.state_dict(), "phase": self.phase,
         }
 
     def load_state_dict(self, state):
-        self.params, self.state, self.value, self.grad = (
-            state["params"], state["opt_state"], state["value"], state["grad"])
-        self.rule = UpdateRule(state["optimizer"], self.ctx.objective.penalty)
+        self.rule = UpdateRule(state["optimizer"], self.rule.penalty)
+        self.value = state["value"]
         self.it, self.n_values = state["iteration"], state["n_values"]
         self.good = tuple(state["good"])
         self.guard.load_state_dict(state["guard"])
         self.stopper.load_state_dict(state["stopper"])
         self.phase = state["phase"]
+        self._load_own(state)
+
+    def _own_state(self):
+        return {"params": self.params, "opt_state": self.state, "grad": self.grad}
+
+    def _load_own(self, state):
+        self.params, self.state, self.grad = state["params"], state["opt_state"], state["grad"]
 
     def resume(self):
         """A fit that converged or has done ``max_iter`` already (perhaps a smaller
         ``max_iter`` than before) does nothing; one whose last update was made without
         evaluating it (it ended at ``max_iter`` and is given more) evaluates it first;
         otherwise the saved state passed every check and is updated at once."""
-        if self.it >= self.total_steps:
-            return Outcome(stop=Stop(False, ""))
+        self._restore()
+        stop = self.ctx.stops.limit(self.iterations)
+        if stop is not None:
+            return Outcome(stop=stop)
         if self.phase == "updated":
-            self.phase, self.resume_phase = "checked", "evaluate"
+            self.phase = "checked"
+            self._resume_updated()
         return Outcome(accepted=False)
+
+    def _restore(self):
+        """Where the parameters live, give them the checkpoint's (nothing here)."""
+
+    def _resume_updated(self):
+        self.resume_phase = "evaluate"
 
 
 class LBFGS(Solver):
@@ -359,7 +415,8 @@ class LBFGS(Solver):
     reached when the gradient can get there.  Otherwise it stops, not converged, at
     ``max_iter`` iterations, ``max(4 max_iter, 50)`` evaluations, or a line search of
     ``max_linesearch`` trials with neither a decrease nor a smaller gradient (the
-    gradient is at its rounding level above ``tol``).  The line search is replayed
+    gradient is at its rounding level above ``tol``).  The evaluations' limit is its
+    own rule (:meth:`stop_rule`); ``max_iter`` is the stop rules'.  The line search is replayed
     from its trials when a checkpoint is resumed, so a resumed fit takes the same steps.
     """
 
@@ -383,6 +440,10 @@ class LBFGS(Solver):
 
     @property
     def progress(self):
+        return self.it
+
+    @property
+    def iterations(self):
         return self.it
 
     def _evaluate(self, x):
@@ -494,9 +555,7 @@ class LBFGS(Solver):
     def stop_rule(self, outcome):
         if self._gmax() <= self.ctx.tol:
             return Stop(True)
-        if self.it >= self.ctx.max_iter:
-            return Stop(False, f"reached max_iter={self.ctx.max_iter}")
-        if self.ctx.source.n_steps >= self.max_evals:
+        if self.ctx.source.n_steps >= self.max_evals:  # its own limit, besides max_iter's
             return Stop(False, f"reached {self.max_evals} evaluations of the objective")
         return None
 

@@ -2,17 +2,23 @@
 
 The driver loop asks, after every accepted step, in this order: a callback asked to
 stop (converged: the user decided), early stopping on the validation score, the time
-limit, the solver's own tolerance rule, the iteration limit.  The first that answers
-ends the fit with its ``(converged, message)``.  :class:`EpochStopper` is the tolerance
-rule of mini-batch training in every mode (the parameter server uses it too); this
-module imports no Dask.
+limit (``max_time``), the solver's own rule (its tolerance, and limits of its own that
+are not ``max_iter``, such as L-BFGS's evaluations), the iteration limit
+(``max_iter``, in the solver's unit: :attr:`~.solvers.Solver.iterations`).  The first
+that answers ends the fit with its ``(converged, message)``.  :class:`StopRules` holds
+them, and is the only place ``max_iter`` and ``max_time`` are compared with the
+progress; the parameter server applies the same :class:`StopRules` after every push
+(with a :class:`WallClock` in place of the driver's monitor: no callbacks, no
+validation score).  :class:`EpochStopper` is the tolerance rule of mini-batch training
+in every mode (the parameter server uses it too); this module imports no Dask.
 """
 
 import math
+import time
 
 import numpy as np
 
-__all__ = ["N_ITER_NO_CHANGE", "EarlyStopping", "EpochStopper", "Stop", "StopRules"]
+__all__ = ["N_ITER_NO_CHANGE", "EarlyStopping", "EpochStopper", "Stop", "StopRules", "WallClock"]
 
 #: Epochs without improvement of more than ``tol`` after which mini-batch training stops.
 N_ITER_NO_CHANGE = 5
@@ -83,20 +89,40 @@ class EarlyStopping:
         self.best, self.no_change = state["best"], state["no_change"]
 
 
+class WallClock:
+    """The time of a fit where the driver's monitor is not (the parameter server, on a
+    worker): wall-clock seconds since ``started`` (a ``time.time()``); no callbacks,
+    so never a stop request.  A plain object: it ships to a worker and is checkpointed
+    with the server's state."""
+
+    stop_requested = False
+
+    def __init__(self, started=None):
+        self.started = time.time() if started is None else float(started)
+
+    def elapsed(self):
+        return time.time() - self.started
+
+
 class StopRules:
     """The shared stop rules of one fit (see the module docstring).
 
     Parameters
     ----------
-    monitor : Monitor
-        Its ``stop_requested`` (a callback returned True) and elapsed time.
+    monitor : Monitor or WallClock
+        Its ``stop_requested`` (a callback returned True) and ``elapsed()`` time.
+    max_iter : int or None
+        The iteration limit, compared with the solver's ``iterations`` (iterations, or
+        epochs: its unit); None: none.
     max_time : float or None
+        Seconds since the fit started (``monitor.elapsed()``); None: no limit.
     early_stopping : EarlyStopping or None
         Fed with the ``val_score`` of the step records that carry one.
     """
 
-    def __init__(self, monitor, max_time=None, early_stopping=None):
+    def __init__(self, monitor, max_iter=None, max_time=None, early_stopping=None):
         self.monitor = monitor
+        self.max_iter = None if max_iter is None else int(max_iter)
         self.max_time = max_time
         self.early_stopping = early_stopping
 
@@ -105,6 +131,13 @@ class StopRules:
 
     def time_message(self):
         return f"reached max_time={self.max_time} s"
+
+    def limit(self, done):
+        """The iteration limit's :class:`Stop` once ``done`` (a solver's
+        ``iterations``; None: not bounded by ``max_iter``) reached ``max_iter``, else None."""
+        if self.max_iter is None or done is None or done < self.max_iter:
+            return None
+        return Stop(False, f"reached max_iter={self.max_iter}")
 
     def check(self, solver, outcome):
         """The :class:`Stop` after ``outcome`` (the solver's last step), or None."""
@@ -115,9 +148,16 @@ class StopRules:
             es = self.early_stopping
             return Stop(True, f"early stopping: the validation score did not improve by more than tol={es.tol} "
                               f"for n_iter_no_change={es.patience} epochs")
+        return self.limits(solver, outcome)
+
+    def limits(self, solver, outcome):
+        """The rules after the user's: the time limit, ``solver.stop_rule(outcome)``,
+        the iteration limit on ``solver.iterations`` (the parameter server's whole check:
+        it is a solver of this shape)."""
         if self.out_of_time():
             return Stop(False, self.time_message())
-        return solver.stop_rule(outcome)
+        stop = solver.stop_rule(outcome)
+        return stop if stop is not None else self.limit(solver.iterations)
 
     def state_dict(self):
         return None if self.early_stopping is None else self.early_stopping.state_dict()

@@ -129,17 +129,17 @@ class Context:
     batching: object
     compressor: object
     checkpoint: object
-    max_iter: int
+    max_iter: int  # for the solvers' own limits (a CV path stage's passes...); the fit's limit is stops'
     tol: float
     learning_rate: str
     on_divergence: str
     n_iter_no_change: int
     validator: object
-    max_time: float
     keeps_group_memory: bool
     seed: tuple = (0,)
     batch_size: int = None
     sparse_params: bool = False  # the result's vectors as SciPy rows of their non-zeros
+    stops: object = None  # the fit's StopRules: max_iter and max_time, asked by the loop and the solvers
 
     def reseed(self, seed):
         """Draw with ``seed`` from now on (a resumed fit takes its checkpoint's)."""
@@ -575,12 +575,16 @@ def train(
         cp = Checkpointer(checkpoint, checkpoint_every, fp, resume)
     elif resume:
         raise ParameterError("resume=True needs checkpoint=<folder> (where the checkpoint is)")
+    early = None if validator is None else EarlyStopping(tol, n_iter_no_change)
+    if validation_patience is not None:
+        early = EarlyStopping(float(validation_tol), validation_patience)
+    stops = StopRules(monitor, int(max_iter), max_time, early)
     ctx = Context(
         shards=shards, objective=objective, source=source, monitor=monitor, batching=batching, compressor=compressor,
         checkpoint=cp, max_iter=int(max_iter), tol=float(tol), learning_rate=lr_mode, on_divergence=on_divergence,
-        n_iter_no_change=int(n_iter_no_change), validator=validator, max_time=max_time,
+        n_iter_no_change=int(n_iter_no_change), validator=validator,
         keeps_group_memory=compressor is not None or objective.has_local or mode == "local",
-        seed=seed, batch_size=batch_size, sparse_params=bool(sparse_params),
+        seed=seed, batch_size=batch_size, sparse_params=bool(sparse_params), stops=stops,
     )
     if params0 is not None and sp.issparse(params0):  # a sparse start: dense only where it is kept
         params0 = sp.csr_matrix(params0, dtype=np.float64).reshape(1, -1)
@@ -594,10 +598,6 @@ def train(
         params0 = scaling.to_scaled(params0)
     if not sharded:  # a state continued from a sparse_params result: dense here
         opt_state = dense_state(opt_state)
-    early = None if validator is None else EarlyStopping(tol, n_iter_no_change)
-    if validation_patience is not None:
-        early = EarlyStopping(float(validation_tol), validation_patience)
-    stops = StopRules(monitor, max_time, early)
     solver_obj = None
     try:
         with released_on_error(shards):

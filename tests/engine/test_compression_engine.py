@@ -197,12 +197,13 @@ def test_bad_feedback_downlink_and_warmup(kw, message):
 def test_server_keeps_each_groups_ef21_estimate_and_drops_a_push_out_of_step():
     from dask_dgd import optim
     from dask_dgd._engine.modes.server import ServerCore
+    from dask_dgd._engine.stopping import StopRules, WallClock
     from dask_dgd.losses import Penalty
 
     obj = LinearObjective(BinaryLogistic(), 2)
     opt = optim.sgd(learning_rate=0.5)
     core = ServerCore(np.zeros(3), opt, opt.init(np.zeros(3)), LinearTraining(obj, Penalty(alpha=0.0)), 2,
-                      n_rows=100, max_epochs=10, tol=0.0)
+                      n_rows=100, tol=0.0, stops=StopRules(WallClock(), 10))
     comp = TopK(0.5, warmup=False, error_feedback="ef21")
     state = comp.init(np.zeros(3))
 

@@ -10,6 +10,7 @@ from dask_dgd import ConvergenceWarning, LogisticRegression, ParameterError, opt
 from dask_dgd._engine.modes.server import ServerCore
 from dask_dgd._engine.objective import LinearTraining
 from dask_dgd._engine.reduce import Partial
+from dask_dgd._engine.stopping import StopRules, WallClock
 from dask_dgd.losses import BinaryLogistic, LinearObjective, Penalty
 from dask_dgd.testing import failing_worker, straggler
 
@@ -249,12 +250,12 @@ def test_testing_helpers_check_their_arguments(client):
 
 
 # --------------------------------------------------------------- the server's rules
-def _core(n_groups=2, **kw):
+def _core(n_groups=2, max_epochs=10, **kw):
     obj = LinearObjective(BinaryLogistic(), 2)
     pen = Penalty(alpha=0.0)
     opt = optim.sgd(learning_rate=0.5)
     params = np.zeros(obj.n_params)
-    kw = {"n_rows": 100, "max_epochs": 10, "tol": 0.0, **kw}
+    kw = {"n_rows": 100, "stops": StopRules(WallClock(), max_epochs), "tol": 0.0, **kw}
     return ServerCore(params, opt, opt.init(params), LinearTraining(obj, pen), n_groups, **kw), obj
 
 

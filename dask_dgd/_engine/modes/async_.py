@@ -36,8 +36,8 @@ from ...exceptions import ClusterError, DivergenceError
 from ..faults import inject_faults
 from ..kernels import COMPRESSION_TAG, compress_into
 from ..solvers import Outcome, Solver, start_step
-from ..stopping import Stop
-from ..update import MAX_BACKOFFS, Guard
+from ..stopping import Stop, StopRules, WallClock
+from ..update import MAX_BACKOFFS, Guard, UpdateRule
 from .local import sum_blocks
 from .server import ParameterServer, ServerCore
 
@@ -121,8 +121,10 @@ def async_group_loop(shard, scratch_ref, server, g, objective, batching, local_k
             good_local = local
             opt = reply["optimizer"]
             lstate = opt.init(local[0]) if local[1] is None else local[1]
-            updates, lstate = opt.update(lgrad * (1.0 / (partial.weight_sum * n_groups)), lstate, local[0])
-            local = (local[0] + updates, lstate)
+            # the local parameters' penalty is in their loss: the rule has none
+            lparams, lstate, _ = UpdateRule(opt).apply(local[0], lgrad * (1.0 / (partial.weight_sum * n_groups)),
+                                                       lstate)
+            local = (lparams, lstate)
             scratch["local"] = {local_key: (local[0], local[1], None)}
         inject_faults(t0)
         rows = shard.n_rows if batching is None else batching.draw_rows(shard, draw, partial)
@@ -228,6 +230,7 @@ class AsyncTraining(Solver):
     """
 
     core_class = ServerCore  # the server's rules
+    iterations = None  # max_iter is the server's to apply (the fit's StopRules, after every push)
 
     def __init__(self, ctx, params0, optimizer, *, max_staleness=None, staleness_scaling=False):
         self.ctx = ctx
@@ -253,13 +256,18 @@ class AsyncTraining(Solver):
     def progress(self):
         return 0 if self.state is None else self.state["version"]
 
+    def _server_stops(self):
+        """The fit's time and iteration limits for the server, on a clock started
+        when the fit did (the monitor's elapsed time ago)."""
+        ctx = self.ctx
+        clock = WallClock(time.time() - ctx.monitor.elapsed())
+        return StopRules(clock, ctx.stops.max_iter, ctx.stops.max_time)
+
     def _core_kwargs(self):
         ctx = self.ctx
         return dict(
-            n_rows=ctx.shards.n_rows, max_epochs=ctx.max_iter, tol=ctx.tol, max_staleness=self.max_staleness,
+            n_rows=ctx.shards.n_rows, tol=ctx.tol, stops=self._server_stops(), max_staleness=self.max_staleness,
             staleness_scaling=self.staleness_scaling,
-            max_time=None if ctx.max_time is None else max(0.0, ctx.max_time - ctx.monitor.elapsed()),
-            time_message=f"reached max_time={ctx.max_time} s",
             max_backoffs=0 if ctx.on_divergence == "raise" else MAX_BACKOFFS, n_iter_no_change=ctx.n_iter_no_change,
         )
 
@@ -294,9 +302,10 @@ class AsyncTraining(Solver):
         state.setdefault("explosion_limit", None)
         state.setdefault("best_value", math.inf)
         state.setdefault("best", state["good"])
+        for old in ("max_epochs", "max_time", "time_message"):  # a checkpoint's from before the stop rules
+            state.pop(old, None)
         state.update(objective=self.ctx.objective, records=[], _round=[], start_wall=time.time(),
-                     max_time=kw["max_time"], max_epochs=kw["max_epochs"], stopped=False, converged=False,
-                     message="", error=None)
+                     stops=kw["stops"], stopped=False, converged=False, message="", error=None)
         # checkpoints written before compressed pushes; resumed groups start their EF21
         # estimates afresh (their counts are 0, which resets the server's)
         state.setdefault("estimates", [None] * state["n_groups"])
@@ -305,11 +314,12 @@ class AsyncTraining(Solver):
             state.update(n_groups=n, clock=[0] * n, lead=[0] * n, latest=[None] * n, estimates=[None] * n,
                          ef_counts=[0] * n)
         state["pulled"] = [state["version"]] * n
-        if state["rows_seen"] >= state["max_epochs"] * state["n_rows"]:
+        stop = kw["stops"].limit(state["rows_seen"] // state["n_rows"])
+        if stop is not None:
             core = self.core_class.__new__(self.core_class)
             core.__dict__.update(state)
             self.out = core.result()
-            return Outcome(stop=Stop(False, f"reached max_iter={state['max_epochs']}"))
+            return Outcome(stop=stop)
         self.state = state
         self._saved_version = state["version"]
         self._launch(state)

@@ -85,6 +85,7 @@ def group_round(shard, scratch, objective, rule, params, reset, draws, local, li
     lp = lstate = None
     if local is not None:
         lp, lstate = local_snapshot(scratch, local)
+        local_rule = UpdateRule(rule.optimizer)  # the local parameters' penalty is in their loss
     memory = scratch.setdefault("objective", {})
     first, total, finite = None, 0.0, True
     for draw in draws:
@@ -104,8 +105,7 @@ def group_round(shard, scratch, objective, rule, params, reset, draws, local, li
         if local is not None:
             if lstate is None:
                 lstate = rule.optimizer.init(lp)
-            updates, lstate = rule.optimizer.update(lgrad * (1.0 / weight), lstate, lp)
-            lp = lp + updates
+            lp, lstate, _ = local_rule.apply(lp, lgrad * (1.0 / weight), lstate)
     scratch["round"] = state
     if local is not None and finite:
         _store_local(scratch, local, lp, lstate, None)
@@ -161,8 +161,9 @@ class LocalSGD(Solver):
         self.outer_state = None
         full_batch = ctx.batching is None or getattr(ctx.batching, "full_batch", False)
         self.steps_per_epoch = 1 if full_batch else ctx.batching.steps_per_epoch
+        # the local steps of max_iter epochs: the last round is cut there (the limit
+        # itself is the stop rules', on iterations)
         self.total_steps = ctx.max_iter * self.steps_per_epoch
-        self.total_rounds = math.ceil(self.total_steps / self.local_steps)
         self.guard = Guard(ctx.on_divergence, full_batch=full_batch, hint=ctx.objective.hint)
         self.stopper = EpochStopper(ctx.tol, ctx.n_iter_no_change)
         self.rounds = 0
@@ -288,13 +289,16 @@ class LocalSGD(Solver):
         self.params = new_params
         return Outcome([record])
 
+    @property
+    def iterations(self):
+        """Completed epochs (the rounds' local steps per group over ``steps_per_epoch``)."""
+        return self._steps_after(self.rounds) // self.steps_per_epoch
+
     def stop_rule(self, outcome):
         if self.rounds == 0:  # the synchronous start: no round yet
             return None
-        if self.stopper.add(self.value, self._steps_after(self.rounds) // self.steps_per_epoch):
+        if self.stopper.add(self.value, self.iterations):
             return Stop(True)
-        if self.rounds >= self.total_rounds:
-            return Stop(False, f"reached max_iter={self.ctx.max_iter}")
         return None
 
     def local_keys(self):
@@ -322,6 +326,5 @@ class LocalSGD(Solver):
             self.ef_count = int(state["ef_count"])
 
     def resume(self):
-        if self.rounds >= self.total_rounds:
-            return Outcome(stop=Stop(False, f"reached max_iter={self.ctx.max_iter}"))
-        return Outcome(accepted=False)
+        stop = self.ctx.stops.limit(self.iterations)
+        return Outcome(accepted=False) if stop is None else Outcome(stop=stop)

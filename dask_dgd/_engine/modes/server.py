@@ -3,8 +3,9 @@
 :class:`ServerCore` holds the parameters and the optimizer state and applies every
 group's push with the shared :class:`~..update.UpdateRule`, along the weighted mean of
 every group's latest sums (an incremental aggregated gradient); it enforces the
-staleness bound, backs off on divergence, stops on ``max_iter`` epochs, ``tol`` or the
-time limit, and makes one history record per round of pushes.  It knows no transport
+staleness bound, backs off on divergence, stops by the fit's
+:class:`~..stopping.StopRules` (the time limit, ``tol``, ``max_iter`` epochs) after
+every push, and makes one history record per round of pushes.  It knows no transport
 and is tested directly; :class:`ParameterServer` is the Dask actor around it.
 
 Compressed pushes are decompressed on arrival; with EF21 feedback each push is the
@@ -21,14 +22,19 @@ import numpy as np
 
 from ..records import Bytes, Timing, make_record
 from ..reduce import Compressed, add_partials
-from ..stopping import EpochStopper
+from ..stopping import EpochStopper, Stop, StopRules, WallClock
 from ..update import MAX_BACKOFFS, UpdateRule, divergence_message
 
 __all__ = ["ParameterServer", "ServerCore", "ShardedCore"]
 
 
 class ServerCore:
-    """The parameter server's state and rules, free of any transport (tested directly)."""
+    """The parameter server's state and rules, free of any transport (tested directly).
+
+    ``stops``: the fit's :class:`~..stopping.StopRules` with a
+    :class:`~..stopping.WallClock` (None: no time or iteration limit); it asks them
+    after every push, as a solver of theirs: :meth:`stop_rule` (the epoch rule's
+    answer) and :attr:`iterations` (completed epochs of rows)."""
 
     def __init__(
         self,
@@ -39,12 +45,10 @@ class ServerCore:
         n_groups,
         *,
         n_rows,
-        max_epochs,
         tol,
+        stops=None,
         max_staleness=None,
         staleness_scaling=False,
-        max_time=None,
-        time_message=None,
         start_wall=None,
         max_backoffs=MAX_BACKOFFS,
         explosion_limit=None,
@@ -60,12 +64,10 @@ class ServerCore:
         self.objective = objective
         self.n_groups = int(n_groups)
         self.n_rows = int(n_rows)
-        self.max_epochs = int(max_epochs)
+        self.stops = StopRules(WallClock()) if stops is None else stops
         self.max_staleness = max_staleness
         self.staleness_scaling = bool(staleness_scaling)
-        self.max_time = max_time
-        self.time_message = time_message or f"reached max_time={max_time} s"
-        self.start_wall = time.time() if start_wall is None else start_wall
+        self.start_wall = time.time() if start_wall is None else start_wall  # the first record's round start
         self.version = 0  # updates applied
         self.valid_from = 0  # pushes computed from older versions are discarded
         self.rollbacks = 0  # backoffs so far (the groups' local parameters follow them)
@@ -178,9 +180,8 @@ class ServerCore:
         self.version += 1
         stat.update(value=value, grad_norm=self._grad_norm(agg, msg), lr=scale * lr)
         self._round.append(stat)
-        if self.stopper.add(value, self.rows_seen // self.n_rows):  # tol: the epoch's mean, as sync SGD
-            self.stop(converged=True)
-        return self._after_push(now)
+        converged = self.stopper.add(value, self.iterations)  # tol: the epoch's mean, as sync SGD
+        return self._after_push(now, converged)
 
     def _aggregate(self, total, msg):
         """The objective at the current parameters and the aggregate gradient, from
@@ -240,15 +241,23 @@ class ServerCore:
         for v in [v for v in self.snapshots if v not in keep]:
             del self.snapshots[v]
 
-    def _after_push(self, now):
+    @property
+    def iterations(self):
+        """Completed epochs: the rows of every push so far over the data's rows."""
+        return self.rows_seen // self.n_rows
+
+    def stop_rule(self, converged):
+        """The epoch rule's stop (its answer, ``converged``, came with the push)."""
+        return Stop(True) if converged else None
+
+    def _after_push(self, now, converged=False):
         if len(self._round) >= self.n_groups:
             self._emit(now)
         if self.stopped:
             return
-        if self.rows_seen >= self.max_epochs * self.n_rows:
-            self.stop(message=f"reached max_iter={self.max_epochs}")
-        elif self.max_time is not None and now - self.start_wall >= self.max_time:
-            self.stop(message=self.time_message)
+        stop = self.stops.limits(self, converged)
+        if stop is not None:
+            self.stop(message=stop.message, converged=stop.converged)
 
     def _emit(self, now):
         """One history record for the pushes since the last one (a round of
@@ -285,7 +294,7 @@ class ServerCore:
             "params": self.params,
             "optimizer": self.optimizer,
             "state": self.state,
-            "epochs": min(self.max_epochs, -(-self.rows_seen // self.n_rows)),
+            "epochs": min(self.stops.max_iter or math.inf, -(-self.rows_seen // self.n_rows)),
             "converged": self.converged,
             "message": self.message,
             "error": self.error,

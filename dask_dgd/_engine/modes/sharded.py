@@ -3,11 +3,12 @@
 :class:`ShardedSource` is the step source of a fit with ``param_sharding`` (see
 :mod:`..sharding` for the worker side): it sets the owners up, and runs the two phases
 of a step through the runner tree, receiving only scalars.  :class:`ShardedFirstOrder`
-is the solver: the same decisions as :class:`~..solvers.FirstOrder` (the update rule,
-the divergence guard and its backoff, the tolerance and epoch rules, the records), made
-on the scalars the owners report; its parameters, optimizer state and gradient are
-the owners' slices.  The driver's memory does not grow with the number of parameters
-until the fit ends and its result is assembled.
+is the solver: :class:`~..solvers.FirstOrder` itself (the guard and its backoff, the
+tolerance and epoch rules, the records, the checkpoint's counters), with the hooks
+that evaluate, update and back off on the owners and read the scalars they report;
+its parameters, optimizer state and gradient are the owners' slices.  The driver's
+memory does not grow with the number of parameters until the fit ends and its result
+is assembled.
 """
 
 import math
@@ -32,8 +33,7 @@ from ..sharding import (
     sharded_slice,
     sharded_update,
 )
-from ..solvers import LBFGS, EpochRules, Outcome, Solver
-from ..stopping import Stop
+from ..solvers import LBFGS, FirstOrder, Outcome
 from ..update import Guard, UpdateRule, auto_learning_rate, initial_divergence
 from .async_ import AsyncTraining
 from .server import ShardedCore
@@ -199,32 +199,22 @@ class ShardedSource(SyncSource):
             self._owners = None
 
 
-class ShardedFirstOrder(EpochRules, Solver):
-    """:class:`~..solvers.FirstOrder` over sharded parameters (see the module docstring).
+class ShardedFirstOrder(FirstOrder):
+    """:class:`~..solvers.FirstOrder` over sharded parameters (see the module docstring):
+    the same template, its hooks on the owners' slices and the scalars they report.
 
     Each step is two calls through the runner tree: the evaluation of the owners'
     pending parameters (phase 1) and the merge of the gradient with the speculative
-    update from it (phase 2).  A step the guard rejects costs one more call: the
-    owners go back to the last accepted point and update from it with the halved
-    learning rate.
+    update from it (phase 2), so :meth:`_update` has nothing to do.  A step the guard
+    rejects costs one more call: the owners go back to the last accepted point and
+    update from it with the halved learning rate.
     """
 
     def __init__(self, ctx, optimizer):
-        self.ctx = ctx
         self.src = ctx.source
-        self.rule = UpdateRule(optimizer)
-        self._set_rules(ctx)
-        monotone = self.full_batch and optimizer.descent_method
-        self.guard = Guard(ctx.on_divergence, full_batch=self.full_batch, monotone=monotone, hint=ctx.objective.hint)
-        self.use_stopper = not self.full_batch and ctx.validator is None
-        self.it = 0
-        self.value = None
         self.stats = {}  # the owners' scalars of the last accepted evaluation
-        self.good = None  # (value, iteration) of the last accepted evaluation
-        self.phase = "checked"
-        self.pending_backoff = False
         self.has_l1 = ctx.objective.penalty.has_l1
-
+        self._set_rules(ctx, UpdateRule(optimizer))  # the owners apply the penalty
 
     def start(self):
         opt, res, stats = sharded_start(self.ctx, self.optimizer, self._draw())
@@ -233,46 +223,40 @@ class ShardedFirstOrder(EpochRules, Solver):
         self.src.command("update", rule=self.rule)
         return outcome
 
-    def _observe(self, res, stats):
+    # -------------------------------------------------------------- the hooks
+    def _judge(self, res, stats):
         value = res.value + stats.get("pen_x", 0.0) + stats.get("l1_x", 0.0)
-        good_value = None if self.good is None else self.good[0]
         lr = self.optimizer.learning_rate_at(int(stats.get("count", 0)))
         grad = np.array([0.0 if stats.get("nonfinite", 0) == 0 and res.partial.extras.get("nonfinite", 0) == 0
                          else math.nan])
-        if self.guard.check(value, grad, good_value, step=res.step, learning_rate=lr):
-            self.pending_backoff = True
-            self.value = value
-            return Outcome(accepted=False)
-        self.guard.accepted()
-        self.value, self.stats, self.good = value, stats, (value, self.it)
-        scores = {}
-        if self.ctx.validator is not None:
-            scores = {"val_loss": None, "val_score": None}
-            if self.it % self.steps_per_epoch == 0:
-                scores = self.ctx.validator.evaluate_sharded(self.src)
-        iteration = self.it if self.full_batch else self.it // self.steps_per_epoch
-        return Outcome([sharded_record(res, iteration, value, stats.get("gsq", 0.0), lr, **scores)])
+        return value, grad, lr
 
-    def step(self):
-        src = self.src
-        if self.pending_backoff:
-            self.pending_backoff = False
-            self.guard.backoff(f"the objective diverged at step {src.n_steps} (loss={self.value})")
-            self.rule = self.rule.halved()
-            self.it = self.good[1]
-            src.command("backoff", rule=self.rule)
-        self.it += 1
-        if not self.full_batch and self.it >= self.total_steps:
-            self.phase = "updated"
-            return Outcome(stop=Stop(False, ""))
-        res = src.evaluate(draw=self._draw())
-        stats = src.command("merge", rule=self.rule)
-        return self._observe(res, stats)
+    @property
+    def good_value(self):
+        return self.good[0]
 
-    def stop_rule(self, outcome):
-        if self.full_batch and self.gap() <= self.ctx.tol:
-            return Stop(True)
-        return self._epoch_or_limit()
+    def _accept(self, res, stats):
+        """Keep the owners' scalars; the last accepted step is ``(value, iteration)``
+        (its parameters are the owners')."""
+        self.stats, self.good = stats, (self.value, self.it)
+
+    def _validate(self):
+        return self.ctx.validator.evaluate_sharded(self.src)
+
+    def _record(self, res, iteration, stats, **scores):
+        lr = self.optimizer.learning_rate_at(int(stats.get("count", 0)))
+        return sharded_record(res, iteration, self.value, stats.get("gsq", 0.0), lr, **scores)
+
+    def _back_off(self):
+        self.it = self.good[1]
+        self.src.command("backoff", rule=self.rule)
+
+    def _update(self):
+        """Nothing: the owners made the update when they merged the last gradient."""
+
+    def _evaluate(self):
+        res = self.src.evaluate(draw=self._draw())
+        return res, self.src.command("merge", rule=self.rule)
 
     def gap(self):
         """The largest entry of the (proximal) gradient mapping (full batch)."""
@@ -283,32 +267,23 @@ class ShardedFirstOrder(EpochRules, Solver):
         params, state = self.src.gather(which, self.ctx.sparse_params)
         return params, self.n_iter, self.optimizer, state
 
+    def local_keys(self):
+        return ()
+
     # -------------------------------------------------------------- checkpoints
-    def state_dict(self):
-        return {"optimizer": self.optimizer, "value": self.value, "stats": dict(self.stats), "iteration": self.it,
-                "n_values": self.n_values, "good": list(self.good), "guard": self.guard.state_dict(),
-                "stopper": self.stopper.state_dict(), "phase": self.phase,
-                "pending_backoff": self.pending_backoff}
+    def _own_state(self):
+        return {"stats": dict(self.stats), "pending_backoff": self.pending_backoff}
 
-    def load_state_dict(self, state):
-        self.rule = UpdateRule(state["optimizer"])
-        self.value, self.stats = state["value"], dict(state["stats"])
-        self.it, self.n_values = state["iteration"], state["n_values"]
-        self.good = tuple(state["good"])
-        self.guard.load_state_dict(state["guard"])
-        self.stopper.load_state_dict(state["stopper"])
-        self.phase, self.pending_backoff = state["phase"], state["pending_backoff"]
+    def _load_own(self, state):
+        self.stats, self.pending_backoff = dict(state["stats"]), state["pending_backoff"]
 
-    def resume(self):
-        """As :meth:`~..solvers.FirstOrder.resume`: the owners get their saved slices,
-        with the update after the last accepted step pending."""
+    def _restore(self):
+        """The owners get their saved slices, with the update after the last accepted
+        step pending."""
         self.src.restore()
-        if self.it >= self.total_steps:
-            return Outcome(stop=Stop(False, ""))
-        if self.phase == "updated":
-            self.phase = "checked"
-            self.it -= 1  # the pending update is evaluated by the next step, which counts it again
-        return Outcome(accepted=False)
+
+    def _resume_updated(self):
+        self.it -= 1  # the pending update is evaluated by the next step, which counts it again
 
 
 class ShardedLBFGS(LBFGS):
