@@ -296,6 +296,37 @@ def test_async_checkpoint_written_when_one_poll_sees_the_whole_fit(tmp_path, cli
     assert state["stop"] is None and state["solver"]["core"]["version"] >= 10  # the poll's, not a final write
 
 
+def test_async_resumes_a_checkpoint_written_before_the_server_had_a_guard(tmp_path):
+    """The server's backoff goes through the shared Guard, saved with its state; a
+    checkpoint from before (the count, the setting and the explosion limit as fields of
+    the server) still resumes."""
+    from dask_dgd._archive import Encoder, write_archive
+
+    y = X @ [1.0, 2.0, 0.0, -1.0, 0.5]
+    folder = tmp_path / "ckpt"
+    path = folder / "checkpoint.npz"
+    kw = dict(solver="gd", mode="async", optimizer="sgd", learning_rate=0.1, max_iter=80, tol=0.0,
+              checkpoint=folder, checkpoint_every=20)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        with pytest.raises(Interrupted):
+            LinearRegression(**kw, callbacks=[StopAfter(30)]).fit(X, y)
+        content, arrays = read_archive(path, "checkpoint")
+        state = decode(content["state"], arrays)
+        core = state["solver"]["core"]
+        guard = core.pop("guard")
+        assert guard.first_value > 0 and guard.backoffs == 0 and not guard.full_batch
+        core.update(max_backoffs=30, backoffs=0, explosion_limit=guard.limit())  # the old fields
+        enc = Encoder()
+        write_archive(path, "checkpoint", {**content, "state": enc(state)}, enc.arrays)
+        resumed = LinearRegression(**kw).fit(X, y, resume=True)
+    exact = np.linalg.lstsq(np.c_[X, np.ones(3000)], y, rcond=None)[0]
+    np.testing.assert_allclose(resumed.coef_, exact[:5], atol=2e-3)
+    content, arrays = read_archive(path, "checkpoint")
+    saved = decode(content["state"], arrays)["solver"]["core"]
+    assert "max_backoffs" not in saved and saved["guard"].limit() == guard.limit()
+
+
 @pytest.mark.parametrize("where", ["cluster", "in-process"])
 def test_async_interrupted_and_resumed_reaches_the_uninterrupted_optimum(tmp_path, client, where, caplog):
     y = X @ [1.0, 2.0, 0.0, -1.0, 0.5] + 0.1 * rng.standard_normal(3000)

@@ -4,9 +4,11 @@ With ``param_sharding`` and ``mode="async"`` no actor holds the parameters.  Eac
 group's runner owns its slice (as in the synchronous mode, :mod:`.sharding`) and is
 also that slice's parameter server: it keeps every group's latest gradient slice and
 the optimizer state of its entries, and applies an update on every push it receives.
-A coordinator (:class:`~.modes.server.ServerCore` on scalars) keeps the clocks, the
-staleness bound, the stopping rules, the records and the divergence backoff; it never
-sees a vector.
+A coordinator (:class:`~.modes.server.ShardedCore` on scalars) keeps the clocks, the
+staleness bound, the stopping rules, the records and the divergence backoff (the
+shared :class:`~.update.Guard`); it never sees a vector.  The owners never halve a
+learning rate themselves: they report non-finite entries, and update with the
+coordinator's optimizer.
 
 One group's loop (:func:`sharded_async_loop`): ask the coordinator for its go (the
 staleness bound, a stop, a backoff), pull from each owner the coefficients its draw's
@@ -45,7 +47,7 @@ __all__ = ["Ticket", "sharded_async_loop"]
 class Ticket:
     """What every pull and push tells an owner of the coordinator's state: its count
     of backoffs, its mark (the version of its best objective), the optimizer (its
-    learning rate halved by backoffs), the number of groups, and whether pushes are
+    learning rate halved by the coordinator's backoffs), the number of groups, and whether pushes are
     scaled by ``1 / (1 + delay)``; ``penalty``: the objective's penalty spec."""
 
     rollbacks: int

@@ -5,9 +5,12 @@ L1 penalty) moves parameters along a gradient: on the driver in synchronous trai
 in each group during a local SGD round, in the parameter server of asynchronous
 training, and on the workers for a model's local parameters (matrix factorization's
 user factors).  :class:`Guard` decides when a step diverged and what to do about it:
-back off (restore the last good parameters, halve the learning rate) or raise
-:class:`~dask_dgd.exceptions.DivergenceError` with a message naming the step, the loss
-and the remedy.  This module imports no Dask: the server and the groups use it too.
+back off (restore the last good parameters, halve the learning rate with
+:func:`halved`) or raise :class:`~dask_dgd.exceptions.DivergenceError` with a message
+naming the step, the loss and the remedy.  Every mode backs off through it: the
+synchronous solvers, local SGD, the parameter server of asynchronous training and the
+coordinator of the sharded owners (which report to it and follow its halved
+optimizer).  This module imports no Dask: the server and the groups use it too.
 """
 
 import math
@@ -16,8 +19,10 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..exceptions import DivergenceError
+from ..optim._linesearch import no_increase
 
 __all__ = [
+    "BACKOFF_FACTOR",
     "BATCH_EXPLOSION_FACTOR",
     "EXPLOSION_FACTOR",
     "MAX_BACKOFFS",
@@ -25,10 +30,13 @@ __all__ = [
     "UpdateRule",
     "auto_learning_rate",
     "divergence_message",
+    "halved",
 ]
 
 #: Consecutive learning-rate halvings after which a fit is declared divergent.
 MAX_BACKOFFS = 30
+#: What a backoff multiplies the learning rate by.
+BACKOFF_FACTOR = 0.5
 #: An objective above this many times the initial one (or times 1, if that is smaller)
 #: has exploded: it is treated like NaN (back off, or raise with ``on_divergence="raise"``).
 EXPLOSION_FACTOR = 1e6
@@ -70,8 +78,14 @@ class UpdateRule:
         return new, state, lr
 
     def halved(self):
-        """The same rule with half the learning rate."""
-        return UpdateRule(self.optimizer.scale_learning_rate(0.5), self.penalty)
+        """The same rule with half the learning rate (:func:`halved`)."""
+        return UpdateRule(halved(self.optimizer), self.penalty)
+
+
+def halved(optimizer):
+    """``optimizer`` with its learning rate scaled by :data:`BACKOFF_FACTOR`: the
+    backoff of every mode."""
+    return optimizer.scale_learning_rate(BACKOFF_FACTOR)
 
 
 def auto_learning_rate(optimizer, lipschitz, grad0):
@@ -173,7 +187,7 @@ class Guard:
         self.start(value)
         if self.exploded(value, where=f"at step {step}", learning_rate=learning_rate):
             return True
-        return self.monotone and good_value is not None and value > good_value + 1e-12 * abs(good_value)
+        return self.monotone and good_value is not None and not no_increase(value, good_value)
 
     def backoff(self, what, diverged=False):
         """Count one halving; raise DivergenceError after too many in a row, or at once

@@ -17,8 +17,11 @@ memory at hand are kept in memory between passes (:func:`_cached`).
 Each cell minimises its weighted deviance plus the ridge term, ``D_w(b)/2 + alpha/2
 |slopes|^2`` (for gaussian data that is half of ``sklearn.linear_model.Ridge``'s
 objective, so ``alpha`` means the same thing in every family).  Steps are Newton steps
-with step halving: a step whose objective is higher than the last accepted one is
-halved and tried again in the next pass, as R's ``glm.fit`` does.  A cell has
+with step halving: a step whose objective is higher than the last accepted one (beyond
+the rounding of its sums, :func:`~dask_dgd.optim._linesearch.no_increase`) is halved
+and tried again in the next pass, as R's ``glm.fit`` does, up to
+:data:`~dask_dgd.optim._linesearch.MAX_HALVINGS` times, as the Newton solvers' line
+search; any decrease is accepted (no Armijo condition, as in ``glm.fit``).  A cell has
 converged when its Newton step changes no coefficient by more than ``tol x max(1,
 |coefficients|)`` or its objective fell by at most ``tol^2 (|objective| + 0.1)`` (R's
 criterion with its default 1e-8 at ``tol=1e-4``); the step computed in that last pass
@@ -37,6 +40,7 @@ import dask.array as da
 import numpy as np
 
 from ..exceptions import ConvergenceWarning, InputError
+from ..optim._linesearch import MAX_HALVINGS, no_increase
 from ._blocks import split_fields
 from ._kernels import BINOMIAL, POISSON
 from ._namespace import align, to_host
@@ -47,7 +51,6 @@ __all__ = ["GLM_FAMILIES", "fit_cells", "glm_stats", "glm_stats_xp", "newton_upd
 GLM_FAMILIES = {"poisson": POISSON, "binomial": BINOMIAL}
 
 ACTIVE, CONVERGED, NO_DATA, EDGE = 0.0, 1.0, 2.0, 3.0
-_MIN_STEP = 2.0**-30  # step halving gives up below this share of the Newton step
 
 
 def n_stats(p):
@@ -272,13 +275,13 @@ def newton_update(state, stats, p, family, alpha, tol, first):
     f = 0.5 * (dev[act] + out[act, 3 * p + 4]) + 0.5 * alpha * np.sum(b[:, 1:] ** 2, axis=1)
     fa = f_acc[act]
     with np.errstate(invalid="ignore"):
-        accept = np.isfinite(f) & (f <= fa + 1e-12 * np.abs(np.where(np.isfinite(fa), fa, 0.0)))
+        accept = np.isfinite(f) & no_increase(f, fa)
     idx = np.flatnonzero(act)
-    # rejected: halve the step from the last accepted point
+    # rejected: halve the step from the last accepted point; after MAX_HALVINGS, stay there
     rej = idx[~accept]
     if rej.size:
         length[rej] *= 0.5
-        stuck = rej[length[rej] < _MIN_STEP]
+        stuck = rej[length[rej] < 0.5**MAX_HALVINGS]
         beta[rej] = acc[rej] + length[rej, None] * step[rej]
         beta[stuck] = acc[stuck]
         status[stuck] = CONVERGED

@@ -19,13 +19,15 @@ import math
 
 import numpy as np
 
-__all__ = ["ARMIJO", "MAX_HALVINGS", "accepts", "cubic_minimizer", "rounding_level", "strong_wolfe",
-           "sufficient_decrease", "ties"]
+__all__ = ["ARMIJO", "INCREASE_SLACK", "MAX_HALVINGS", "accepts", "cubic_minimizer", "no_increase",
+           "rounding_level", "strong_wolfe", "sufficient_decrease", "ties"]
 
 #: Armijo's (and Tseng-Yun's) sufficient-decrease constant.
 ARMIJO = 1e-4
 #: Halvings of a Newton step before its backtracking gives up.
 MAX_HALVINGS = 30
+#: The relative increase of an objective that :func:`no_increase` still counts as none.
+INCREASE_SLACK = 1e-12
 
 
 def rounding_level(f):
@@ -36,6 +38,22 @@ def rounding_level(f):
 def ties(f_new, f_old):
     """Whether ``f_new`` is no more than ``f_old`` plus its rounding level."""
     return f_new <= f_old + rounding_level(f_old)
+
+
+def no_increase(f_new, f_old):
+    """Whether ``f_new`` is at most ``f_old`` plus :data:`INCREASE_SLACK` of its
+    magnitude; elementwise on arrays.  An infinite ``f_old`` (nothing accepted yet)
+    admits every finite ``f_new``; a NaN is never admitted.
+
+    >>> import numpy as np
+    >>> no_increase(np.array([1.0, 1.0 + 1e-13, 1.1, np.nan]), np.array([1.0, 1.0, 1.0, 1.0])).tolist()
+    [True, True, False, False]
+    >>> bool(no_increase(5.0, np.inf))
+    True
+    """
+    finite = np.isfinite(f_old)
+    slack = INCREASE_SLACK * np.abs(np.where(finite, f_old, 0.0))
+    return f_new <= f_old + slack
 
 
 def sufficient_decrease(f_new, f_old, t, slope):

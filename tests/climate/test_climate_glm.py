@@ -16,7 +16,8 @@ from sklearn.linear_model import LogisticRegression, PoissonRegressor
 
 from dask_dgd import ConvergenceWarning, InputError, ParameterError
 from dask_dgd.climate import ClimateRegressor
-from dask_dgd.climate._pointwise_glm import glm_stats
+from dask_dgd.climate._pointwise_glm import ACTIVE, CONVERGED, glm_stats, newton_update
+from dask_dgd.optim._linesearch import INCREASE_SLACK, MAX_HALVINGS
 
 DIMS = ("time", "lat", "lon")
 
@@ -157,6 +158,25 @@ def test_pointwise_glm_steps_back_from_a_start_far_away():
     model = ClimateRegressor(["a"], "big", model="pointwise", family="poisson", tol=1e-8).fit(ds)
     np.testing.assert_allclose(model.intercept_.values, 5.0, atol=1e-3)
     np.testing.assert_allclose(model.coef_.values[..., 0], 2.5, atol=1e-3)
+
+
+def test_step_halving_follows_the_shared_line_search_rules():
+    """A cell's step halving (one intercept here): a rise of the objective within the
+    shared slack is no rise; a real one halves the step from the last accepted point,
+    up to MAX_HALVINGS times, and then the cell stays there."""
+    # state: point 1.5, accepted 1.0 (objective 10), step 0.5 at length 1, active, 5 rows
+    state = np.array([[1.5, 1.0, 0.5, 10.0, 1.0, ACTIVE, 5.0, 0.0]])
+
+    def stats(objective):  # Fisher information 1, score 0, the deviance (objective = deviance / 2)
+        return np.array([[1.0, 0.0, 2.0 * objective, 5.0, 5.0, 5.0, 0.0, 0.0]])
+
+    kept = newton_update(state, stats(10.0 * (1.0 + 0.5 * INCREASE_SLACK)), 1, "poisson", 0.0, 1e-8, False)
+    assert kept[0, 1] == 1.5 and kept[0, 5] == CONVERGED  # accepted; a zero Newton step converged
+    for k in range(1, MAX_HALVINGS + 1):
+        state = newton_update(state, stats(11.0), 1, "poisson", 0.0, 1e-8, False)
+        assert state[0, 4] == 0.5**k and state[0, 0] == 1.0 + 0.5**k * 0.5 and state[0, 5] == ACTIVE
+    state = newton_update(state, stats(11.0), 1, "poisson", 0.0, 1e-8, False)
+    assert state[0, 0] == 1.0 and state[0, 5] == CONVERGED
 
 
 def test_chunks_whose_cells_converged_are_not_read_again():

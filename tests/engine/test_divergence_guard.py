@@ -18,7 +18,15 @@ import pandas as pd
 import pytest
 from sklearn.exceptions import ConvergenceWarning
 
-from dask_dgd._engine.update import BATCH_EXPLOSION_FACTOR, EXPLOSION_FACTOR, Guard
+from dask_dgd import optim
+from dask_dgd._engine.update import (
+    BACKOFF_FACTOR,
+    BATCH_EXPLOSION_FACTOR,
+    EXPLOSION_FACTOR,
+    Guard,
+    UpdateRule,
+    halved,
+)
 from dask_dgd.exceptions import DivergenceError
 from dask_dgd.linear_model import LinearRegression
 from dask_dgd.recommender import MatrixFactorization
@@ -63,6 +71,38 @@ def test_guard_limits_for_the_whole_data_and_for_parts():
     with pytest.raises(DivergenceError, match=r"the objective exploded \(initial loss 0.5\) at step 7 \(loss=2000000000000.0\) "
                                               r"with learning rate 0.1; pass a smaller learning_rate"):
         loud.exploded(2e12, where="at step 7", learning_rate=0.1)
+
+
+def test_guard_counts_halvings_in_a_row_and_raises_at_its_limit():
+    guard = Guard(hint="scale X")
+    guard.max_backoffs = 2
+    guard.backoff("w diverged")
+    guard.backoff("w diverged")
+    with pytest.raises(DivergenceError, match=r"^w diverged even after halving the learning rate 2 times; scale X "
+                                              r"or pass a smaller learning_rate$"):
+        guard.backoff("w diverged")
+    guard.accepted()
+    guard.backoff("w diverged")  # counting starts again after a good step
+    assert guard.state_dict() == {"first_value": None, "backoffs": 1}
+    loud = Guard("raise", hint="scale X")
+    loud.backoff("an increase")  # no divergence: backs off even with "raise"
+    with pytest.raises(DivergenceError, match=r"^v diverged \(on_divergence='raise'\); pass a smaller learning_rate, "
+                                              r"scale X, or on_divergence='backoff' to halve"):
+        loud.backoff("v diverged", diverged=True)
+
+
+def test_one_halving_for_every_mode():
+    opt = optim.sgd(learning_rate=0.5)
+    assert BACKOFF_FACTOR == 0.5 and halved(opt).learning_rate == 0.25
+    assert UpdateRule(opt).halved() == UpdateRule(halved(opt))
+
+
+def test_a_monotone_guard_ignores_an_increase_at_rounding_level():
+    guard = Guard(monotone=True)
+    grad = np.zeros(2)
+    assert not guard.check(1.0 + 1e-13, grad, 1.0, step=2, learning_rate=0.1)
+    assert guard.check(1.0 + 1e-9, grad, 1.0, step=3, learning_rate=0.1)
+    assert not Guard(monotone=False).check(2.0, grad, 1.0, step=3, learning_rate=0.1)
 
 
 @pytest.mark.parametrize("mode, match", [

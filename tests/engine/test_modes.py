@@ -7,10 +7,11 @@ import numpy as np
 import pytest
 
 from dask_dgd import ConvergenceWarning, LogisticRegression, ParameterError, optim
-from dask_dgd._engine.modes.server import ServerCore
+from dask_dgd._engine.modes.server import ServerCore, guard_of_state
 from dask_dgd._engine.objective import LinearTraining
 from dask_dgd._engine.reduce import Partial
 from dask_dgd._engine.stopping import StopRules, WallClock
+from dask_dgd._engine.update import BATCH_EXPLOSION_FACTOR, Guard
 from dask_dgd.losses import BinaryLogistic, LinearObjective, Penalty
 from dask_dgd.testing import failing_worker, straggler
 
@@ -320,6 +321,58 @@ def test_server_backs_off_on_non_finite_sums():
     core.push(1, _msg(0, [1.0, 0, 0]))  # computed before the rollback: discarded
     np.testing.assert_array_equal(core.params, np.zeros(3))
     assert not np.array_equal(good, core.params)
+
+
+def test_server_backs_off_through_the_guard():
+    """The server's halvings are the guard's: its count in a row, its limit, its message
+    (the server stops with it; the driver raises it)."""
+    guard = Guard(full_batch=False, hint="scale X")
+    guard.max_backoffs = 2
+    core, _ = _core(guard=guard)
+    core.pull(0)
+    core.push(0, _msg(0, [1.0, 0, 0]))
+    assert core.guard is guard and guard.backoffs == 0
+    for lr in (0.25, 0.125):
+        core.pull(0)
+        core.push(0, _msg(core.version, [np.nan, 0, 0]))
+        assert core.optimizer.learning_rate == lr and not core.stopped
+    assert guard.backoffs == 2
+    core.pull(0)
+    core.push(0, _msg(core.version, [np.nan, 0, 0]))
+    assert core.stopped and core.error == ("asynchronous training diverged at update 3 (loss=5.0) even after halving "
+                                           "the learning rate 2 times; scale X or pass a smaller learning_rate")
+    # a good push starts the count again
+    core, _ = _core(guard=Guard(full_batch=False))
+    core.pull(0)
+    core.push(0, _msg(0, [np.nan, 0, 0]))
+    core.pull(0)
+    core.push(0, _msg(core.version, [1.0, 0, 0]))
+    assert core.guard.backoffs == 0 and core.version == 2
+
+
+def test_server_raises_at_the_first_divergence_and_explodes_at_the_guards_limit():
+    loud, _ = _core(guard=Guard("raise", full_batch=False))
+    loud.pull(0)
+    loud.push(0, _msg(0, [np.inf, 0, 0]))
+    assert loud.stopped and loud.error.startswith("asynchronous training diverged at update 0 (loss=5.0) "
+                                                  "(on_divergence='raise'); pass a smaller learning_rate, ")
+    guard = Guard(full_batch=False)
+    guard.start(1e-3)  # the limit is relative to max(|first|, 1)
+    core, _ = _core(n_groups=1, guard=guard)
+    core.pull(0)
+    core.push(0, _msg(0, [1.0, 0, 0], loss=10.0 * BATCH_EXPLOSION_FACTOR))  # the mean: 1e12
+    assert core.version == 1 and guard.backoffs == 0
+    core.pull(0)
+    core.push(0, _msg(1, [1.0, 0, 0], loss=30.0 * BATCH_EXPLOSION_FACTOR))  # 3e12: exploded
+    assert guard.backoffs == 1 and core.optimizer.learning_rate == 0.25
+
+
+def test_server_state_saved_before_the_guard_gives_its_guard():
+    guard = guard_of_state({"max_backoffs": 0, "backoffs": 2, "explosion_limit": 3.0 * BATCH_EXPLOSION_FACTOR}, "h")
+    assert guard.raise_at_once and guard.backoffs == 2 and guard.hint == "h" and not guard.full_batch
+    assert guard.limit() == 3.0 * BATCH_EXPLOSION_FACTOR
+    guard = guard_of_state({"max_backoffs": 30, "backoffs": 0, "explosion_limit": None}, "h")
+    assert not guard.raise_at_once and guard.limit() == np.inf
 
 
 def test_max_iter_counts_epochs_in_every_mode(client, dask_data):

@@ -37,9 +37,9 @@ from ..faults import inject_faults
 from ..kernels import COMPRESSION_TAG, compress_into
 from ..solvers import Outcome, Solver, start_step
 from ..stopping import Stop, StopRules, WallClock
-from ..update import MAX_BACKOFFS, Guard, UpdateRule
+from ..update import Guard, UpdateRule
 from .local import sum_blocks
-from .server import ParameterServer, ServerCore
+from .server import ParameterServer, ServerCore, guard_of_state
 
 __all__ = ["AsyncTraining", "ParameterServer", "ServerCore", "async_group_loop"]
 
@@ -268,8 +268,16 @@ class AsyncTraining(Solver):
         return dict(
             n_rows=ctx.shards.n_rows, tol=ctx.tol, stops=self._server_stops(), max_staleness=self.max_staleness,
             staleness_scaling=self.staleness_scaling,
-            max_backoffs=0 if ctx.on_divergence == "raise" else MAX_BACKOFFS, n_iter_no_change=ctx.n_iter_no_change,
+            n_iter_no_change=ctx.n_iter_no_change,
         )
+
+    def _guard(self, value):
+        """The server's guard, started at the objective ``value`` where training starts:
+        the aggregate mixes groups' sums of different ages, so its explosion limit is
+        that of parts of the data."""
+        guard = Guard(self.ctx.on_divergence, full_batch=False, hint=self.ctx.objective.hint)
+        guard.start(value)
+        return guard
 
     @property
     def compression(self):
@@ -284,12 +292,9 @@ class AsyncTraining(Solver):
         self.optimizer, res, record = start_step(self.ctx, self.params0, self.optimizer, divide=len(self.active))
         self.local_key = res.local_key
         self.step0 = self.ctx.source.n_steps
-        # the server's aggregate mixes groups' sums of different ages: the guard's limit
-        # for parts of the data, from the objective at the start
-        guard = Guard(full_batch=False)
-        guard.start(res.value + self.ctx.objective.l1_value(self.params0))
+        guard = self._guard(res.value + self.ctx.objective.l1_value(self.params0))
         core = ServerCore(self.params0, self.optimizer, self.optimizer.init(self.params0), self.ctx.objective,
-                          len(self.active), explosion_limit=guard.limit(), **self._core_kwargs())
+                          len(self.active), guard=guard, **self._core_kwargs())
         self.state = dict(vars(core))
         self._launch(self.state)
         return Outcome([record])
@@ -298,8 +303,10 @@ class AsyncTraining(Solver):
         state = dict(self.state)
         kw = self._core_kwargs()
         n = len(self.active)
-        # a checkpoint written before the limit existed
-        state.setdefault("explosion_limit", None)
+        if "guard" not in state:  # a checkpoint written before the server had a guard
+            state["guard"] = guard_of_state(state, self.ctx.objective.hint)
+            for k in ("max_backoffs", "backoffs", "explosion_limit"):
+                state.pop(k, None)
         state.setdefault("best_value", math.inf)
         state.setdefault("best", state["good"])
         for old in ("max_epochs", "max_time", "time_message"):  # a checkpoint's from before the stop rules

@@ -24,7 +24,7 @@ from ..records import Bytes, Route, Timing, make_record
 from ..reduce import Partial, add_partials
 from ..solvers import Outcome, Solver, start_step
 from ..stopping import EpochStopper, Stop
-from ..update import Guard, UpdateRule
+from ..update import Guard, UpdateRule, halved
 
 __all__ = ["LocalSGD", "group_round", "round_first", "round_partial", "sum_blocks"]
 
@@ -250,7 +250,7 @@ class LocalSGD(Solver):
             avg = self.params
         if not finite:
             self.guard.backoff(f"local SGD diverged {where} (loss={value})", diverged=True)
-            self.optimizer, self.reset, self.local_count = self.optimizer.scale_learning_rate(0.5), True, 0
+            self.optimizer, self.reset, self.local_count = halved(self.optimizer), True, 0
             if start_bad and self.previous is not None:  # the previous round led here: undo it
                 prev, self.previous = self.previous, None
                 self.params, self.outer_state, self.rounds = prev["params"], prev["outer_state"], prev["rounds"]

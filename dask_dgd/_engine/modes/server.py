@@ -6,7 +6,9 @@ every group's latest sums (an incremental aggregated gradient); it enforces the
 staleness bound, backs off on divergence, stops by the fit's
 :class:`~..stopping.StopRules` (the time limit, ``tol``, ``max_iter`` epochs) after
 every push, and makes one history record per round of pushes.  It knows no transport
-and is tested directly; :class:`ParameterServer` is the Dask actor around it.
+and is tested directly; :class:`ParameterServer` is the Dask actor around it.  Its
+backoffs go through the shared :class:`~..update.Guard` (the count of halvings in a
+row, the explosion limit, the messages), kept in its state.
 
 Compressed pushes are decompressed on arrival; with EF21 feedback each push is the
 change of the group's estimate, which the server keeps (``estimates``, ``ef_counts``)
@@ -20,12 +22,25 @@ import time
 
 import numpy as np
 
+from ...exceptions import DivergenceError
 from ..records import Bytes, Timing, make_record
 from ..reduce import Compressed, add_partials
 from ..stopping import EpochStopper, Stop, StopRules, WallClock
-from ..update import MAX_BACKOFFS, UpdateRule, divergence_message
+from ..update import BATCH_EXPLOSION_FACTOR, Guard, UpdateRule, halved
 
-__all__ = ["ParameterServer", "ServerCore", "ShardedCore"]
+__all__ = ["ParameterServer", "ServerCore", "ShardedCore", "guard_of_state"]
+
+
+def guard_of_state(state, hint):
+    """The :class:`~..update.Guard` of a server state saved before the server had one
+    (its fields ``max_backoffs``, 0 with ``on_divergence="raise"``, ``backoffs`` and
+    ``explosion_limit``, None before that limit existed); ``hint``: the objective's."""
+    guard = Guard("raise" if state.get("max_backoffs") == 0 else "backoff", full_batch=False, hint=hint)
+    limit = state.get("explosion_limit")
+    if limit is not None:  # the limit of parts of the data is the factor times max(|first|, 1)
+        guard.start(limit / BATCH_EXPLOSION_FACTOR)
+    guard.backoffs = int(state.get("backoffs", 0))
+    return guard
 
 
 class ServerCore:
@@ -34,7 +49,14 @@ class ServerCore:
     ``stops``: the fit's :class:`~..stopping.StopRules` with a
     :class:`~..stopping.WallClock` (None: no time or iteration limit); it asks them
     after every push, as a solver of theirs: :meth:`stop_rule` (the epoch rule's
-    answer) and :attr:`iterations` (completed epochs of rows)."""
+    answer) and :attr:`iterations` (completed epochs of rows).
+
+    ``guard``: the :class:`~..update.Guard` of the fit (default: ``on_divergence=
+    "backoff"``), for parts of the data (the aggregate mixes groups' sums of different
+    ages) and started at the objective where training starts (its explosion limit;
+    not started: none).  Every backoff counts as a divergence: with
+    ``on_divergence="raise"`` the first one stops the server with the guard's message.
+    """
 
     def __init__(
         self,
@@ -50,14 +72,10 @@ class ServerCore:
         max_staleness=None,
         staleness_scaling=False,
         start_wall=None,
-        max_backoffs=MAX_BACKOFFS,
-        explosion_limit=None,
+        guard=None,
         n_iter_no_change=None,
     ):
-        self.max_backoffs = int(max_backoffs)
-        # the aggregate objective above which training exploded (a divergence, like NaN);
-        # None: no limit (:meth:`~..update.Guard.limit` for parts of the data)
-        self.explosion_limit = explosion_limit
+        self.guard = Guard(full_batch=False, hint=objective.hint) if guard is None else guard
         self.params = np.array(params, dtype=np.float64, copy=True)
         self.optimizer = optimizer
         self.state = opt_state
@@ -80,7 +98,6 @@ class ServerCore:
         # the version whose push gave the lowest objective: where an explosion goes back
         # to (the latest good version may be well on its way up)
         self.best_value, self.best = math.inf, 0
-        self.backoffs = 0
         self.rows_seen = 0
         self.stopper = EpochStopper(tol) if n_iter_no_change is None else EpochStopper(tol, n_iter_no_change)
         self.stopped, self.converged, self.message, self.error = False, False, "", None
@@ -159,8 +176,8 @@ class ServerCore:
         # in group order: the rounding does not depend on the order of arrival
         total = add_partials(*[p for p in latest if p is not None])
         value, agg = self._aggregate(total, msg)
-        limit = self.explosion_limit
-        if limit is not None and value > limit:
+        limit = self.guard.limit()
+        if value > limit:
             self._round.append(stat)
             self._backoff(f"asynchronous training diverged at update {self.version}: the objective exploded "
                           f"(loss={value}, above {limit:.3g})", to=self.best)
@@ -175,7 +192,7 @@ class ServerCore:
             self._round.append(stat)
             self._backoff(f"asynchronous training diverged at update {self.version} (parameters not finite)")
             return self._after_push(now)
-        self.backoffs = 0
+        self.guard.accepted()
         self.params, self.state = params, state
         self.version += 1
         stat.update(value=value, grad_norm=self._grad_norm(agg, msg), lr=scale * lr)
@@ -219,15 +236,16 @@ class ServerCore:
 
     def _backoff(self, what, to=None):
         """Non-finite or exploded sums, or non-finite parameters: back to the last good
-        version (or version ``to``), half the step (``what``: the divergence, for the
-        error at the limit)."""
-        self.backoffs += 1
-        if self.backoffs > self.max_backoffs:
-            self.stop(error=divergence_message(what, self.max_backoffs, self.objective.hint))
+        version (or version ``to``), half the step; at the guard's limit, stop with its
+        error (``what``: the divergence, for its message)."""
+        try:
+            self.guard.backoff(what, diverged=True)
+        except DivergenceError as err:  # the driver raises it (the server only stops)
+            self.stop(error=str(err))
             return
         target = self.good if to is None else to
         params, state, optimizer = self.snapshots.get(target, self.snapshots[min(self.snapshots)])
-        self.optimizer = optimizer.scale_learning_rate(0.5)
+        self.optimizer = halved(optimizer)
         self.params, self.state = params, state
         self.latest = [None] * self.n_groups
         self.version += 1

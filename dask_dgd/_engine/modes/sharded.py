@@ -447,10 +447,8 @@ class ShardedAsync(AsyncTraining):
         self.optimizer, res, stats = sharded_start(ctx, self.optimizer, draw, divide=len(self.active))
         self.step0 = self.src.n_steps
         value = res.value + stats.get("pen_x", 0.0) + stats.get("l1_x", 0.0)
-        guard = Guard(full_batch=False)
-        guard.start(value)
         core = ShardedCore(self.optimizer, ctx.objective, len(self.active), self.src.layout.n_owners,
-                           explosion_limit=guard.limit(), **self._core_kwargs())
+                           guard=self._guard(value), **self._core_kwargs())
         self.state = dict(vars(core))
         self._launch(self.state)
         return Outcome([sharded_record(res, 0, value, stats.get("gsq", 0.0), None)])
