@@ -34,7 +34,7 @@ from ..sharding import (
     sharded_update,
 )
 from ..solvers import LBFGS, FirstOrder, Outcome
-from ..update import Guard, UpdateRule, auto_learning_rate, initial_divergence
+from ..update import UpdateRule, auto_learning_rate, initial_divergence
 from .async_ import AsyncTraining
 from .server import ShardedCore
 from .sync import StepResult, SyncSource
