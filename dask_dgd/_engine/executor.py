@@ -394,6 +394,44 @@ def _worker_addresses(dask_scheduler=None):
     return list(dask_scheduler.workers)
 
 
+def _worker_states(dask_scheduler=None, since=0.0):
+    """``({address: (status, memory limit, process memory)}, removals)``: every worker
+    the scheduler knows, running or not (paused workers are not counted as present),
+    and how many workers it removed since ``since`` (a ``time.time()``)."""
+    states = {a: (ws.status.name, ws.memory_limit, ws.memory.process) for a, ws in dask_scheduler.workers.items()}
+    removed = sum(1 for t, e in dask_scheduler.get_events("all")
+                  if t >= since and isinstance(e, dict) and e.get("action") == "remove-worker")
+    return states, removed
+
+
+def absent_workers_message(address, states, removed=0, window=0.0):
+    """Why a cluster has no worker to run on: none at all, workers removed again and
+    again (restarting: killed at their memory limit), or workers that are there but not
+    running (paused above their memory threshold, closing), each named."""
+    if not states and removed:
+        return (f"the Dask cluster at {address} has no running worker: workers were removed {removed} time(s) "
+                f"in the last {window:.0f} s (restarting, e.g. killed by their nanny for exceeding their memory "
+                "limit, distributed.worker.memory.terminate); give them more memory (dask worker --memory-limit, "
+                "LocalCluster(memory_limit=...)) and see the workers' logs")
+    if not states:
+        return (f"the Dask cluster at {address} has no workers; "
+                "start some (dask worker ADDRESS) or use client=None for an embedded cluster")
+    from .memory import format_bytes
+
+    pause = dask.config.get("distributed.worker.memory.pause", 0.8)
+    parts = []
+    for addr, (status, limit, used) in sorted(states.items()):
+        if status == "paused":
+            mem = f"uses {format_bytes(used)}" + (f" of its {format_bytes(limit)} limit" if limit else "")
+            parts.append(f"{addr} is paused ({mem}: above distributed.worker.memory.pause={pause:g} of its limit, "
+                         "it runs no task until its memory falls)")
+        else:
+            parts.append(f"{addr} is {status}")
+    return (f"the Dask cluster at {address} has {len(states)} worker(s) but none running: " + "; ".join(parts)
+            + ". Give the workers more memory (dask worker --memory-limit, LocalCluster(memory_limit=...)) or free "
+              "what they hold; a worker that restarts over and over is killed for exceeding its limit at idle")
+
+
 class DaskExecutor:
     """Runs shard functions on the cluster: setup as tasks pinned to each shard's
     worker, steps as calls to a :class:`GroupRunner` actor per shard (or as tasks)."""
@@ -560,6 +598,7 @@ class DaskExecutor:
         timeout = dask.config.get("dgd.worker-timeout", 60)
         if self.scheduler_lost():
             raise self.scheduler_error()
+        started = time.time()
         try:
             self.client.wait_for_workers(1, timeout=timeout)
             # Asked of the scheduler itself: the client's cached scheduler_info() can be
@@ -575,10 +614,12 @@ class DaskExecutor:
         else:
             cause = None
         if not workers:
-            raise ClusterError(
-                f"the Dask cluster at {self.client.scheduler.address} has no workers; "
-                "start some (dask worker ADDRESS) or use client=None for an embedded cluster"
-            ) from cause
+            try:  # workers that are there but not running (paused, closing, restarting) are named
+                states, removed = self.client.run_on_scheduler(_worker_states, since=started)
+            except (OSError, RuntimeError):
+                states, removed = {}, 0
+            raise ClusterError(absent_workers_message(self.client.scheduler.address, states, removed,
+                                                      time.time() - started)) from cause
         return workers
 
     def map_shards(self, fn, handles, workers, args, name, token):

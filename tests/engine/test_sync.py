@@ -2,6 +2,7 @@
 
 import logging
 import warnings
+import time
 
 import dask
 import dask.array as da
@@ -15,7 +16,7 @@ import dask_dgd._engine.executor as cluster_mod
 from dask_dgd import LinearRegression, LogisticRegression
 from dask_dgd._engine.executor import DaskExecutor
 from dask_dgd._engine.ingest import build_shardset
-from dask_dgd.exceptions import ChunkingError, DivergenceError, InputError
+from dask_dgd.exceptions import ChunkingError, ClusterError, DivergenceError, InputError
 
 
 def _fit(client, X, y, **kw):
@@ -260,6 +261,43 @@ def test_cluster_without_workers_is_a_clear_error(logistic_data):
     ) as c, dask.config.set({"dgd.worker-timeout": 1}):
         with pytest.raises(ClusterError, match=r"has no workers; start some"):
             LogisticRegression(client=c).fit(da.from_array(X, chunks=(500, -1)), y)
+
+
+def test_paused_closing_and_restarting_workers_are_named_not_called_absent():
+    """Workers that are there but not running are not "no workers; start some": a
+    paused worker is named with its memory and the remedy, and so is a cluster whose
+    workers keep being removed (a nanny killing them at their limit, restarting)."""
+    from dask_dgd._engine.executor import absent_workers_message
+
+    msg = absent_workers_message("tcp://s:8786", {"tcp://w:1": ("paused", 100 * 2**20, 130 * 2**20),
+                                                  "tcp://w:2": ("closing_gracefully", None, 0)})
+    assert "has 2 worker(s) but none running" in msg and "start some" not in msg
+    assert "tcp://w:1 is paused (uses 130" in msg and "of its 100" in msg and "tcp://w:2 is closing_gracefully" in msg
+    assert "--memory-limit" in msg
+    msg = absent_workers_message("tcp://s:8786", {}, removed=4, window=60.0)
+    assert "removed 4 time(s) in the last 60 s" in msg and "restarting" in msg and "start some" not in msg
+    assert "has no workers; start some" in absent_workers_message("tcp://s:8786", {})
+
+
+def test_a_fit_on_a_paused_worker_says_it_is_paused(logistic_data):
+    """A worker above its memory pause threshold runs nothing: the fit ends after
+    dgd.worker-timeout with a ClusterError naming the paused worker, its memory and the
+    remedy (it said "has no workers; start some")."""
+    X, y = logistic_data
+    memory = {"distributed.worker.memory.target": False, "distributed.worker.memory.spill": False,
+              "distributed.worker.memory.pause": 0.001, "distributed.worker.memory.terminate": False}
+    with dask.config.set(memory), LocalCluster(n_workers=1, threads_per_worker=1, processes=True,
+                                               memory_limit="4GB", dashboard_address=":0") as cluster, \
+            Client(cluster, set_as_default=False) as c:
+        deadline = time.monotonic() + 60  # until the worker's memory monitor has paused it (progress, not a clock)
+        while not any(w.get("status") == "paused" for w in c.run_on_scheduler(
+                lambda dask_scheduler: [{"status": ws.status.name} for ws in dask_scheduler.workers.values()])):
+            assert time.monotonic() < deadline, "the worker was never paused"
+            time.sleep(0.05)
+        with dask.config.set({"dgd.worker-timeout": 2}), pytest.raises(ClusterError) as info:
+            LogisticRegression(client=c).fit(da.from_array(X, chunks=(500, -1)), y)
+    message = str(info.value)
+    assert "but none running" in message and "is paused (uses" in message and "start some" not in message
 
 
 def test_y_with_other_chunk_boundaries_and_scalar_weight(client, logistic_data):
