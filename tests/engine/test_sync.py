@@ -1,8 +1,8 @@
 """The synchronous engine on a real LocalCluster: determinism, invariances, modes."""
 
 import logging
-import warnings
 import time
+import warnings
 
 import dask
 import dask.array as da
