@@ -291,11 +291,32 @@ def _scatter_shardset(executor, X, y, sample_weight, workers, n_groups, y_numeri
         sw = None if sample_weight is None else sample_weight[a:b]
         shard = make_shard(i, [X[a:b]], [y[a:b]], [sw], y_numeric=y_numeric)
         w = workers[i % len(workers)]
-        handles.append(client.scatter(shard, workers=[w], hash=False))
+        handles.append(_scatter_piece(client, shard, w, shares))
         groups.append((i,))
         placement.append(w)
         rows.append(b - a)
     return ShardSet(executor, handles, groups, placement, rows, X.shape[1], is_sparse(X))
+
+
+def _scatter_piece(client, shard, worker, shares):
+    """Scatter one piece of in-memory data to ``worker``; a worker that dies meanwhile
+    (most often killed at its memory limit while receiving it) is a ClusterError that
+    says so, with the piece's size and the remedy, not the connection's raw error."""
+    from distributed.comm.core import CommClosedError
+
+    try:
+        return client.scatter(shard, workers=[worker], hash=False)
+    except (CommClosedError, OSError) as err:
+        from ..exceptions import ClusterError
+        from .memory import format_bytes
+
+        size = (shares or {}).get(worker)
+        what = f"its share of the in-memory data ({format_bytes(size)})" if size else "its share of the in-memory data"
+        raise ClusterError(
+            f"worker {worker} was lost while receiving {what}: most often its nanny killed it at its memory "
+            f"limit ({type(err).__name__}: {err}); give the workers more memory, use more workers, or pass a "
+            "dask array (its blocks are loaded where they are computed, and a lost one is recomputed)"
+        ) from err
 
 
 def _identity(x):

@@ -300,6 +300,22 @@ def test_a_fit_on_a_paused_worker_says_it_is_paused(logistic_data):
     assert "but none running" in message and "is paused (uses" in message and "start some" not in message
 
 
+def test_a_worker_lost_while_receiving_in_memory_data_is_a_cluster_error(client, logistic_data, monkeypatch):
+    """A worker that dies during the scatter of NumPy input (killed at its memory limit)
+    is a ClusterError naming the worker, its share and the remedy, not a raw
+    CommClosedError from the connection."""
+    from distributed.comm.core import CommClosedError
+
+    def dies(*args, **kwargs):
+        raise CommClosedError("in <TCP (closed) ConnectionPool.scatter>: Stream is closed")
+
+    monkeypatch.setattr(client, "scatter", dies)
+    X, y = logistic_data
+    with pytest.raises(ClusterError, match=r"was lost while receiving its share of the in-memory data \(.*B\).*"
+                                           r"CommClosedError.*pass a dask array"):
+        LogisticRegression(client=client).fit(X, y)
+
+
 def test_y_with_other_chunk_boundaries_and_scalar_weight(client, logistic_data):
     X, y = logistic_data
     ref = _fit(None, X, y)
