@@ -33,11 +33,13 @@ __all__ = [
     "assign_users",
     "block_like",
     "build_rating_shards",
+    "check_rows",
     "check_scan",
     "frame_parts",
     "holdout_rows",
     "init_rows",
     "is_device_like",
+    "row_facts",
     "scan",
 ]
 
@@ -121,15 +123,11 @@ def with_val_base(shard, user_bias, item_bias, mu):
     return out
 
 
-def scan_part(df, user_col, item_col, rating_col, digest=False):
-    """Per-partition facts: unique users and items, counts, rating sums and sums of
-    squares; ``digest``: also the sum (mod 2**64) of the rows' hashes, which does not
-    depend on the rows' order or partitions (a matrix factorization's batches do not
-    either)."""
+def row_facts(df, user_col, item_col, rating_col):
+    """What :func:`check_rows` needs of a frame's rows: its missing ids, and its rating
+    column's values that are not finite, with the sum, sum of squares and minimum of
+    the others (``rating_col`` None: no ratings)."""
     out = {
-        "n": len(df),
-        "users": pd.unique(df[user_col].to_numpy()),
-        "items": pd.unique(df[item_col].to_numpy()),
         "null_ids": int(df[user_col].isna().sum() + df[item_col].isna().sum()),
         "bad_ratings": 0,
         "rating_sum": 0.0,
@@ -141,8 +139,23 @@ def scan_part(df, user_col, item_col, rating_col, digest=False):
         finite = np.isfinite(r)
         out["bad_ratings"] = int((~finite).sum())
         out["rating_sum"] = float(r[finite].sum())
-        out["rating_sq_sum"] = float(np.square(r[finite]).sum())
+        with np.errstate(over="ignore"):  # (inf: squares that overflow, see FactorizationBase._solver)
+            out["rating_sq_sum"] = float(np.square(r[finite]).sum())
         out["rating_min"] = float(r[finite].min()) if finite.any() else math.inf
+    return out
+
+
+def scan_part(df, user_col, item_col, rating_col, digest=False):
+    """Per-partition facts: unique users and items, counts, rating sums and sums of
+    squares (:func:`row_facts`); ``digest``: also the sum (mod 2**64) of the rows'
+    hashes, which does not depend on the rows' order or partitions (a matrix
+    factorization's batches do not either)."""
+    out = {
+        "n": len(df),
+        "users": pd.unique(df[user_col].to_numpy()),
+        "items": pd.unique(df[item_col].to_numpy()),
+        **row_facts(df, user_col, item_col, rating_col),
+    }
     if digest:
         cols = [c for c in (user_col, item_col, rating_col) if c is not None]
         out["digest"] = int(pd.util.hash_pandas_object(df[cols], index=False).to_numpy().sum(dtype=np.uint64))
@@ -464,18 +477,23 @@ def check_scan(facts, rating_col, implicit_kind):
     """Clear errors for empty data, missing ids and bad ratings."""
     if facts["n"] == 0:
         raise InputError("the ratings are empty (0 rows); fit needs at least one rating")
+    check_rows(facts, rating_col, implicit_kind, "fitting")
+
+
+def check_rows(facts, rating_col, implicit_kind, doing):
+    """Missing ids and bad ratings (:func:`row_facts`), refused alike by ``fit`` and by
+    what else reads interactions (``doing``: "fitting", "folding them in"...)."""
     if facts["null_ids"]:
         raise InputError(
-            f"{facts['null_ids']} user or item ids are missing (NaN/None); drop those rows before fitting"
+            f"{facts['null_ids']} user or item ids are missing (NaN/None); drop those rows before {doing}"
         )
     if facts["bad_ratings"]:
         raise InputError(
             f"{facts['bad_ratings']} values of the {rating_col!r} column are NaN or infinite; "
-            "drop or fill them before fitting"
+            f"drop or fill them before {doing}"
         )
     if implicit_kind == "wls" and facts["rating_min"] < 0:
         raise InputError(
             f"the {rating_col!r} column has a negative value ({facts['rating_min']:g}); confidence-weighted "
             "least squares needs strengths >= 0 (confidence = 1 + confidence_scale * strength)"
         )
-
