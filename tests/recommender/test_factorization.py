@@ -509,7 +509,7 @@ def test_bpr_default_rate_is_annealed_over_its_epochs():
     assert (wls.history_["step_size"] == 0.05).all()
 
 
-# ---------------------------------------------------- memory (issue 44)
+# ---------------------------------------------------- memory, leftovers (issue 44)
 def test_initial_factors_take_the_memory_of_the_rows_asked_for():
     """init_rows drew a whole block of 4096 rows to return a few (30.5 GiB with
     n_components=10**6, a raw MemoryError on a 3-rating fit); it now draws up to the last
@@ -566,3 +566,44 @@ def test_a_model_larger_than_the_memory_is_refused_up_front(monkeypatch, client)
                                              r"available; use n_components <= 218452, or a machine with more memory$"):
         ImplicitMatrixFactorization(10**6, loss="bpr", client=client).fit(_small())
     ImplicitMatrixFactorization(100, loss="bpr", max_iter=2).fit(_small())  # a model that fits is fitted
+
+
+def test_resuming_removes_the_file_a_killed_checkpoint_write_left(tmp_path):
+    """A fit killed while writing its checkpoint leaves the temporary file next to
+    checkpoint.npz; the resumed fit used to keep it (a .npz.tmp in the folder for good).
+    The resumed fit removes it, and ends where the uninterrupted fit ends."""
+    import os
+    import subprocess
+    import sys
+    import textwrap
+    from pathlib import Path
+
+    folder = tmp_path / "ckpt"
+    kw = dict(n_components=3, alpha=0.1, max_iter=6, tol=0, random_state=0, checkpoint_every=1)
+    script = textwrap.dedent(f"""
+        import os
+        from dask_dgd import MatrixFactorization
+        from dask_dgd.datasets import make_ratings
+
+        replace, writes = os.replace, []
+
+        def killed_at_the_second_write(src, dst):
+            writes.append(src)
+            if len(writes) == 2:
+                os._exit(9)  # as SIGKILL mid-write: the temporary file written, never renamed
+            replace(src, dst)
+
+        os.replace = killed_at_the_second_write
+        ratings, _ = make_ratings(50, 30, 600, random_state=0)
+        MatrixFactorization(**{kw!r}, checkpoint={str(folder)!r}).fit(ratings)
+    """)
+    root = Path(__file__).resolve().parents[2]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(root), os.environ.get("PYTHONPATH", "")])}
+    done = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 9, done.stderr
+    assert len(list(folder.glob("*.tmp"))) == 1 and (folder / "checkpoint.npz").exists()
+    ratings, _ = make_ratings(50, 30, 600, random_state=0)
+    resumed = _quiet_fit(MatrixFactorization(**kw, checkpoint=folder), ratings, None, True)
+    assert sorted(p.name for p in folder.iterdir()) == ["checkpoint.npz"]
+    whole = _quiet_fit(MatrixFactorization(**kw), ratings)
+    np.testing.assert_array_equal(resumed.item_factors_, whole.item_factors_)
