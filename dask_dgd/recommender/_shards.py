@@ -117,7 +117,8 @@ def check_model_fits(name, n_users, n_items, model, optimizer, in_process):
     them (the fitted model): the check is that they fit, a lower bound.  A fit in
     process (``in_process``) also holds the shards' copies, the gradients and the
     solver's vectors in this process: :data:`IN_PROCESS_PEAK` times the tables, an
-    estimate below the measured peaks.  Passing the check does not promise success.
+    estimate below the measured peaks.  A wls model also holds a Gram matrix of the
+    factors (``width x width``).  Passing the check does not promise success.
 
     Raises
     ------
@@ -132,23 +133,33 @@ def check_model_fits(name, n_users, n_items, model, optimizer, in_process):
     slots = 0 if state is None else sum(
         isinstance(v, np.ndarray) and v.size == 2 for v in state._asdict().values())
     per_value = 8 * (1 + slots)
-    tables = per_value * (n_users * model.user_width + n_items * model.item_width)
     times = IN_PROCESS_PEAK["als" if optimizer is None else "gd"] if in_process else 1
-    need, room = times * tables, available_memory()
+    k = model.n_components
+    bu, bi = model.user_width - k, model.item_width - k  # bias columns
+
+    def tables(c):
+        return per_value * (n_users * (c + bu) + n_items * (c + bi))
+
+    def needed(c):  # wls also holds a Gram matrix of the factors (width x width)
+        return times * tables(c) + (8 * (c + bi) ** 2 if model.kind == "wls" else 0)
+
+    need, room = needed(k), available_memory()
     if need <= room:
         return
-    k = model.n_components
-    biases = per_value * (n_users * (model.user_width - k) + n_items * (model.item_width - k))
-    k_max = int((room / times - biases) // (per_value * (n_users + n_items)))
+    lo, hi = 0, k  # the largest n_components that fits
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        lo, hi = (mid, hi) if needed(mid) <= room else (lo, mid - 1)
     held = "float64" + (f", with the optimizer's {slots} state table(s) of each" if slots else "")
     where = (f"a fit in this process holds about {times} times that (with the shards' copies, the gradients and "
              "the solver's vectors)" if in_process else "the driver gathers them")
-    fix = (f"use n_components <= {k_max}, or a machine with more memory" if k_max >= 1 else
-           "use a machine with more memory")
+    if model.kind == "wls":
+        where += f", and a Gram matrix of the factors ({format_bytes(8 * (k + bi) ** 2)})"
+    fix = f"use n_components <= {lo}, or a machine with more memory" if lo >= 1 else "use a machine with more memory"
     raise ParameterError(
         f"{name}(n_components={k}) needs about {format_bytes(need)} ({need} bytes) of memory: its factor tables "
-        f"({n_users} users and {n_items} items, {held}) take {format_bytes(tables)} and {where}; this machine has "
-        f"{format_bytes(room)} available; {fix}"
+        f"({n_users} users and {n_items} items, {held}) take {format_bytes(tables(k))} and {where}; this machine "
+        f"has {format_bytes(room)} available; {fix}"
     )
 
 

@@ -560,6 +560,12 @@ def test_a_model_larger_than_the_memory_is_refused_up_front(monkeypatch, client)
                                              r"take 91\.6 MiB and a fit in this process holds about 4 times that .* use "
                                              r"n_components <= 54612, or"):
         ImplicitMatrixFactorization(10**6, loss="bpr").fit(_small())
+    # wls: and a Gram matrix of the factors, width x width
+    with pytest.raises(ParameterError, match=r"^ImplicitMatrixFactorization\(n_components=1000000\) needs about "
+                                             r"7450\.8 GiB \(8000192000000 bytes\) of memory: .* and a Gram matrix of "
+                                             r"the factors \(7450\.6 GiB\); this machine has 20\.0 MiB available; use "
+                                             r"n_components <= 1607, or a machine with more memory$"):
+        ImplicitMatrixFactorization(10**6, loss="wls").fit(_small())
     # on a cluster: the tables the driver gathers
     with pytest.raises(ParameterError, match=r"needs about 91\.6 MiB \(96000048 bytes\) of memory: its factor tables "
                                              r".* take 91\.6 MiB and the driver gathers them; this machine has 20\.0 MiB "
