@@ -15,7 +15,10 @@ the environment variable ``DASK_DGD__ARCHIVE_KEY``): files are then signed with
 HMAC-SHA256, and only files with a valid signature under that key are read.
 Writes are atomic: the file is written under a temporary name in the same folder,
 flushed to disk, then renamed over the target, so a reader sees the old file or the new
-one, never half of one.
+one, never half of one.  The temporary name holds the writer's host and process id
+(``.dgd-<host>-<pid>-*.npz.tmp``), so that one left by a process killed mid-write can
+be told from one being written (:func:`stale_temporaries`; a checkpoint removes those
+of its folder when it is written).
 
 Python values are encoded by :func:`encode`: None, bools, numbers, strings, lists,
 tuples, dicts, NumPy arrays and scalars, SciPy CSR/CSC matrices, pandas DataFrames and
@@ -39,7 +42,7 @@ import numpy as np
 
 from .exceptions import CheckpointError
 
-__all__ = ["read_archive", "write_archive", "encode", "decode"]
+__all__ = ["read_archive", "write_archive", "encode", "decode", "stale_temporaries"]
 
 FORMAT = "dask_dgd-archive"
 VERSION = 1
@@ -144,7 +147,9 @@ def write_archive(path, kind, content, arrays):
     raw = np.frombuffer(json.dumps(meta, allow_nan=False).encode(), dtype=np.uint8)
     folder = os.path.dirname(os.path.abspath(path))
     os.makedirs(folder, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=".dgd-", suffix=".npz.tmp", dir=folder)
+    # named by its writer (host, process): a file left by a writer that died mid-write
+    # can be told from one being written (see stale_temporaries)
+    fd, tmp = tempfile.mkstemp(prefix=f".dgd-{_writer_tag()}-", suffix=_TMP_SUFFIX, dir=folder)
     try:
         with os.fdopen(fd, "wb") as fh:
             np.savez(fh, **{_META: raw}, **arrays)
@@ -157,6 +162,47 @@ def write_archive(path, kind, content, arrays):
             os.unlink(tmp)
         raise
     return path
+
+
+_TMP_SUFFIX = ".npz.tmp"
+
+
+def _host():
+    import socket
+
+    return "".join(c for c in socket.gethostname() if c.isascii() and c.isalnum())[:32]
+
+
+def _writer_tag():
+    return f"{_host()}-{os.getpid()}"
+
+
+def stale_temporaries(folder):
+    """The temporary files in ``folder`` left by :func:`write_archive` calls whose
+    process died mid-write (killed): written on this host by a process that no longer
+    exists.  A file of a live process (being written) or of another host (whose
+    processes cannot be seen from here) is never listed."""
+    import re
+
+    if os.name != "posix":  # (elsewhere os.kill(pid, 0) would end the process)
+        return []
+    pattern = re.compile(rf"\.dgd-{re.escape(_host())}-(\d+)-.*{re.escape(_TMP_SUFFIX)}")
+    try:
+        names = os.listdir(folder)
+    except OSError:
+        return []
+    stale = []
+    for name in names:
+        match = pattern.fullmatch(name)
+        if match is None or int(match.group(1)) == os.getpid():
+            continue
+        try:
+            os.kill(int(match.group(1)), 0)
+        except ProcessLookupError:
+            stale.append(os.path.join(folder, name))
+        except (OverflowError, OSError):
+            pass  # alive under another user (PermissionError), or not a process id
+    return stale
 
 
 def _umask():

@@ -19,7 +19,7 @@ difference (which array, which blocks).
 import logging
 import os
 
-from .._archive import Encoder, decode, read_archive, write_archive
+from .._archive import Encoder, decode, read_archive, stale_temporaries, write_archive
 from ..exceptions import CheckpointError, ParameterError
 
 __all__ = ["Checkpointer", "data_fingerprint", "digests_of", "stable_repr", "shard_scratch_get", "shard_scratch_set"]
@@ -155,6 +155,12 @@ class Checkpointer:
         enc = Encoder()
         content = {"fingerprint": self.fingerprint, "state": enc(state)}
         write_archive(self.path, "checkpoint", content, enc.arrays)
+        for path in stale_temporaries(self.directory):  # an interrupted fit's half-written checkpoint
+            try:
+                os.remove(path)
+                logger.info("removed %s, left by a fit that stopped while writing its checkpoint", path)
+            except OSError:
+                pass  # (removed meanwhile)
 
 
 def gather_compression(shards):

@@ -142,7 +142,10 @@ def solve_users(uptr, gi, r, V, gram, mu, alpha, alpha_bias, confidence_scale, e
     ``n_u width + width^2`` flops per user (an exact factorisation ``width^3 / 3``).
     Returns a new user table (users x width, the bias last for explicit ratings)."""
     width = V.shape[1]  # explicit: [p, b_u] is as wide as [q, b_i]
-    g = np.zeros((width, width)) if gram is None else np.ascontiguousarray(gram, dtype=np.float64)
+    if gram is None:  # (read only for wls: no width x width zeros for explicit ratings)
+        g = np.zeros((0, 0) if explicit else (width, width))
+    else:
+        g = np.ascontiguousarray(gram, dtype=np.float64)
     out = np.array(U, dtype=np.float64, order="C", copy=True)
     _cg_users(uptr, gi, r, np.ascontiguousarray(V), g, float(mu), float(alpha), float(alpha_bias),
               float(confidence_scale), bool(explicit), int(cg_steps), out)

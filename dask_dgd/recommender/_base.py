@@ -28,7 +28,16 @@ from ._foldin import model_of, new_user_rows
 from ._input import as_frame, id_index
 from ._objective import FactorizationTraining, FactorModel, grow_state
 from ._serving import RecommenderMixin
-from ._shards import block_like, build_rating_shards, check_scan, frame_parts, init_rows, is_device_like, scan
+from ._shards import (
+    block_like,
+    build_rating_shards,
+    check_model_fits,
+    check_scan,
+    frame_parts,
+    init_rows,
+    is_device_like,
+    scan,
+)
 
 __all__ = ["FactorizationBase"]
 
@@ -278,6 +287,9 @@ class FactorizationBase(RecommenderMixin, ClientParamMixin, BaseEstimator):
         anneal = not continued and self._anneals()
         # annealed: the rate decays to 0 over the fit's steps, which run in full
         optimizer = self._optimizer(decay_steps=max_iter * n_batches if anneal else None)
+        # the factor tables fit in memory (the penalty does not matter to their size)
+        check_model_fits(type(self).__name__, len(users), len(items), self._model(mu, len(items), seed, alpha=0.0),
+                         None if solver == "als" else optimizer, in_process=executor.kind != "dask")
         alpha = self._alpha_now(continued)
         factors = True  # (False: alpha="auto" found no factors that beat the bias model)
         alpha_bias = getattr(self, "alpha_bias_", None) if continued else None

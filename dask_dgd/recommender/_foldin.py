@@ -20,11 +20,23 @@ the model's own objective with the other side fixed, as a fit's alternating step
 Ids of the other side unknown to the model are ignored (they have no factors); a row
 left without a known counterpart is zero (the biases alone rank a user; an item gets
 no factors and no bias).
+
+The interactions are checked as ``fit`` checks its ratings, with its messages
+(:func:`~dask_dgd.recommender._shards.check_rows`): missing ids, NaN or infinite
+ratings and negative wls strengths are refused; so are finite ratings so large that
+a row's problem overflows (an explicit rating whose squared error overflows, on which
+``fit`` stops too, or any whose row would not be finite).  Nothing is written to the
+model before the rows are computed and checked.
 """
 
 import numpy as np
+import pandas as pd
 import scipy.optimize
 import scipy.special
+
+from ..exceptions import InputError
+from ._input import ids_preview
+from ._shards import check_rows, row_facts
 
 __all__ = ["bpr_item_rows", "bpr_rows", "fold_in", "model_of", "new_user_rows", "solve_rows"]
 
@@ -42,16 +54,22 @@ def solve_rows(model, V, groups):
             continue
         Q = V[items]
         n = float(len(items))
-        if explicit:
-            Z = np.hstack([Q[:, :k], np.ones((len(items), 1))])
-            t = values - model["mu"] - Q[:, k]
-            A = Z.T @ Z + np.diag([n * model["alpha"]] * k + [model["alpha_bias"]])  # bias: once per user
-            b = Z.T @ t
-        else:
-            w = model["confidence_scale"] * values
-            A = gram + (Q.T * w) @ Q + n * model["alpha"] * np.eye(width)
-            b = Q.T @ (1.0 + w)
-        out[g] = np.linalg.solve(A, b)
+        with np.errstate(over="ignore", invalid="ignore"):  # (huge ratings: checked below)
+            if explicit:
+                Z = np.hstack([Q[:, :k], np.ones((len(items), 1))])
+                t = values - model["mu"] - Q[:, k]
+                A = Z.T @ Z + np.diag([n * model["alpha"]] * k + [model["alpha_bias"]])  # bias: once per user
+                b = Z.T @ t
+            else:
+                w = model["confidence_scale"] * values
+                A = gram + (Q.T * w) @ Q + n * model["alpha"] * np.eye(width)
+                b = Q.T @ (1.0 + w)
+        try:
+            if not (np.isfinite(A).all() and np.isfinite(b).all()):
+                raise np.linalg.LinAlgError("overflow")
+            out[g] = np.linalg.solve(A, b)
+        except np.linalg.LinAlgError:  # overflowed, or singular in float64 (huge confidences)
+            out[g] = np.nan  # (fold_in refuses the row)
     return out
 
 
@@ -169,14 +187,16 @@ def fold_in(est, frame, ids, side="users"):
     other_index = est._item_index if users else est._user_index
     rcol = est._rating_col()
     if est._kind_now() == "explicit" and rcol not in frame.columns:
-        from ..exceptions import InputError
-
         what = "user_items" if users else "item_users"
         raise InputError(f"{what} has no {rcol!r} column: an explicit-rating model folds {side} in from their "
                          f"ratings (columns: {list(frame.columns)})")
+    rated = rcol is not None and rcol in frame.columns
+    # what fit refuses (NaN or infinite ratings, missing ids, negative wls strengths)
+    check_rows(row_facts(frame, est.user_col, est.item_col, rcol if rated else None), rcol, est._kind_now(),
+               "folding them in")
     codes = other_index.get_indexer(frame[other_col].to_numpy())
     known = codes >= 0
-    if rcol is not None and rcol in frame.columns:
+    if rated:
         values = frame[rcol].to_numpy(dtype=np.float64)
     else:
         values = np.ones(len(frame))
@@ -201,4 +221,27 @@ def fold_in(est, frame, ids, side="users"):
             model, est.user_factors_, V, est._seen, groups, est._item_index.get_indexer(list(ids)))
     else:
         rows = solve_rows(model, V if users else est._user_table(), groups)
+    _check_finite(rows, groups, ids, model, side, rcol if rated else None)
     return rows, [g[0] for g in groups]
+
+
+def _check_finite(rows, groups, ids, model, side, rcol):
+    """Refuse rows whose least-squares problem overflows or is singular in float64
+    (huge ratings, or a row without a penalty): explicit ratings whose squared error
+    overflows (``fit`` stops on them: its objective is not finite at the start), and
+    any row that came out NaN or infinite.  Nothing has been written to the model yet."""
+    bad = ~np.isfinite(rows).all(axis=1)
+    if model["kind"] == "explicit":
+        with np.errstate(over="ignore"):
+            bad |= np.array([not np.isfinite(np.square(v - model["mu"]).sum()) for _, v in groups], dtype=bool)
+    if not bad.any():
+        return
+    what = ""
+    if rcol is not None:
+        largest = max(float(np.abs(v).max()) for (_, v), b in zip(groups, bad) if b and len(v))
+        what = f" (the largest magnitude of their {rcol!r} values: {largest:g})"
+    raise InputError(
+        f"{int(bad.sum())} {side} ({ids_preview(pd.Index(list(ids))[bad])}) would get factors that are not finite: "
+        f"the {model['kind']} model's least-squares problem of each overflows or is singular in float64{what}; "
+        "rescale the ratings (or use alpha > 0), or drop those rows before folding them in"
+    )

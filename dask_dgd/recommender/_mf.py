@@ -8,6 +8,7 @@ from .._validation import Interval, Options
 from ..exceptions import InputError
 from ._base import FactorizationBase
 from ._metrics import evaluate_ranking
+from ._shards import check_rows, row_facts
 
 __all__ = ["ImplicitMatrixFactorization", "MatrixFactorization"]
 
@@ -198,14 +199,9 @@ shard_ratings_, bytes_communicated_
         frame, cols = self._as_frame(X, y, need_rating=True)
         if hasattr(frame, "compute"):
             frame = frame.compute()
+        check_rows(row_facts(frame, *cols), cols[2], self._kind_now(), "scoring")
         pred = self._score_part(frame)
         r = frame[cols[2]].to_numpy(dtype=np.float64)
-        bad = int(np.count_nonzero(~np.isfinite(r)))
-        if bad:
-            raise InputError(
-                f"{bad} values of the {cols[2]!r} column are NaN or infinite; drop or fill them "
-                "before scoring"
-            )
         if len(r) == 0:
             raise InputError("the ratings to score are empty (0 rows)")
         return -float(np.sqrt(np.mean((pred - r) ** 2)))

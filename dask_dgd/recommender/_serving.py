@@ -185,7 +185,8 @@ class RecommenderMixin:
             objective over all item pairs.  For users unseen in fit, or to recompute a
             known user from other interactions.  Items unknown to the model are
             ignored; a user without a known item in ``user_items`` is ranked by the
-            items' biases alone.
+            items' biases alone.  Checked as ``fold_in_users`` checks them (missing ids,
+            NaN or infinite ratings: :class:`InputError`).
 
         Returns
         -------
@@ -302,6 +303,12 @@ class RecommenderMixin:
         Returns
         -------
         self
+
+        Raises
+        ------
+        InputError
+            For missing ids, NaN or infinite ratings (as ``fit``, with its message) and
+            ratings so large that a row would not be finite; the model is then unchanged.
         """
         return self._fold_in(user_items, "users")
 
@@ -325,6 +332,12 @@ class RecommenderMixin:
         Returns
         -------
         self
+
+        Raises
+        ------
+        InputError
+            For missing ids, NaN or infinite ratings (as ``fit``, with its message) and
+            ratings so large that a row would not be finite; the model is then unchanged.
         """
         return self._fold_in(item_users, "items")
 

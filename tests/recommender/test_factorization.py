@@ -507,3 +507,109 @@ def test_bpr_default_rate_is_annealed_over_its_epochs():
     # wls by gradient steps: not sampled, not annealed
     wls = ImplicitMatrixFactorization(n_components=2, loss="wls", solver="gd", max_iter=5, random_state=0).fit(ratings)
     assert (wls.history_["step_size"] == 0.05).all()
+
+
+# ---------------------------------------------------- memory, leftovers (issue 44)
+def test_initial_factors_take_the_memory_of_the_rows_asked_for():
+    """init_rows drew a whole block of 4096 rows to return a few (30.5 GiB with
+    n_components=10**6, a raw MemoryError on a 3-rating fit); it now draws up to the last
+    row asked for, in pieces, and gives the same numbers as one block's draw."""
+    import tracemalloc
+
+    from dask_dgd.recommender._shards import INIT_BLOCK, init_rows
+
+    width, ids = 20, np.array([3, 0, 4097, 2 * INIT_BLOCK - 1, 3])
+    expected = np.empty((len(ids), width))
+    for n, i in enumerate(ids):  # row i % INIT_BLOCK of its block's (INIT_BLOCK, width) draw
+        block = np.random.default_rng([7, 17, int(i // INIT_BLOCK)]).normal(0.0, 0.1, size=(INIT_BLOCK, width))
+        expected[n] = block[i % INIT_BLOCK]
+    np.testing.assert_array_equal(init_rows(7, ids, width, 0.1, bias=False), expected)
+    got = init_rows(7, ids, width, 0.1, bias=True)
+    np.testing.assert_array_equal(got[:, :-1], expected[:, :-1])
+    assert not got[:, -1].any()
+    width = 50_000  # a whole block would be 1.5 GiB
+    tracemalloc.start()
+    try:
+        rows = init_rows(7, [0, 2], width, 0.1, bias=True)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert rows.shape == (2, width) and peak < 4 * 3 * width * 8, peak
+
+
+def test_a_model_larger_than_the_memory_is_refused_up_front(monkeypatch, client):
+    """MatrixFactorization(10**6) raised a raw MemoryError; a fit whose factor tables (and
+    optimizer states, and in process the multiple of them that a fit holds) cannot fit
+    in the memory available is refused before any is allocated, naming the bytes and
+    the n_components that would fit."""
+    from dask_dgd.recommender import _shards
+
+    monkeypatch.setattr(_shards, "available_memory", lambda: 20 * 2**20, raising=False)
+    # in process, by ALS: 2 users and 2 items, each a row of 10**6 factors and a bias, 6 times
+    with pytest.raises(ParameterError, match=r"^MatrixFactorization\(n_components=1000000\) needs about 183\.1 MiB "
+                                             r"\(192000192 bytes\) of memory: its factor tables \(2 users and 2 items, "
+                                             r"float64\) take 30\.5 MiB and a fit in this process holds about 6 times "
+                                             r"that \(with the shards' copies, the gradients and the solver's vectors\); "
+                                             r"this machine has 20\.0 MiB available; use n_components <= 109225, or a "
+                                             r"machine with more memory$"):
+        MatrixFactorization(10**6).fit(_small())
+    # gradient steps with Adam: its two state tables as well, 4 times
+    with pytest.raises(ParameterError, match=r"^ImplicitMatrixFactorization\(n_components=1000000\) needs about "
+                                             r"366\.2 MiB \(384000192 bytes\) of memory: its factor tables \(2 users "
+                                             r"and 2 items, float64, with the optimizer's 2 state table\(s\) of each\) "
+                                             r"take 91\.6 MiB and a fit in this process holds about 4 times that .* use "
+                                             r"n_components <= 54612, or"):
+        ImplicitMatrixFactorization(10**6, loss="bpr").fit(_small())
+    # wls: and a Gram matrix of the factors, width x width
+    with pytest.raises(ParameterError, match=r"^ImplicitMatrixFactorization\(n_components=1000000\) needs about "
+                                             r"7450\.8 GiB \(8000192000000 bytes\) of memory: .* and a Gram matrix of "
+                                             r"the factors \(7450\.6 GiB\); this machine has 20\.0 MiB available; use "
+                                             r"n_components <= 1607, or a machine with more memory$"):
+        ImplicitMatrixFactorization(10**6, loss="wls").fit(_small())
+    # on a cluster: the tables the driver gathers
+    with pytest.raises(ParameterError, match=r"needs about 91\.6 MiB \(96000048 bytes\) of memory: its factor tables "
+                                             r".* take 91\.6 MiB and the driver gathers them; this machine has 20\.0 MiB "
+                                             r"available; use n_components <= 218452, or a machine with more memory$"):
+        ImplicitMatrixFactorization(10**6, loss="bpr", client=client).fit(_small())
+    ImplicitMatrixFactorization(100, loss="bpr", max_iter=2).fit(_small())  # a model that fits is fitted
+
+
+def test_resuming_removes_the_file_a_killed_checkpoint_write_left(tmp_path):
+    """A fit killed while writing its checkpoint leaves the temporary file next to
+    checkpoint.npz; the resumed fit used to keep it (a .npz.tmp in the folder for good).
+    The resumed fit removes it, and ends where the uninterrupted fit ends."""
+    import os
+    import subprocess
+    import sys
+    import textwrap
+    from pathlib import Path
+
+    folder = tmp_path / "ckpt"
+    kw = dict(n_components=3, alpha=0.1, max_iter=6, tol=0, random_state=0, checkpoint_every=1)
+    script = textwrap.dedent(f"""
+        import os
+        from dask_dgd import MatrixFactorization
+        from dask_dgd.datasets import make_ratings
+
+        replace, writes = os.replace, []
+
+        def killed_at_the_second_write(src, dst):
+            writes.append(src)
+            if len(writes) == 2:
+                os._exit(9)  # as SIGKILL mid-write: the temporary file written, never renamed
+            replace(src, dst)
+
+        os.replace = killed_at_the_second_write
+        ratings, _ = make_ratings(50, 30, 600, random_state=0)
+        MatrixFactorization(**{kw!r}, checkpoint={str(folder)!r}).fit(ratings)
+    """)
+    root = Path(__file__).resolve().parents[2]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(root), os.environ.get("PYTHONPATH", "")])}
+    done = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 9, done.stderr
+    assert len(list(folder.glob("*.tmp"))) == 1 and (folder / "checkpoint.npz").exists()
+    ratings, _ = make_ratings(50, 30, 600, random_state=0)
+    resumed = _quiet_fit(MatrixFactorization(**kw, checkpoint=folder), ratings, None, True)
+    assert sorted(p.name for p in folder.iterdir()) == ["checkpoint.npz"]
+    whole = _quiet_fit(MatrixFactorization(**kw), ratings)
+    np.testing.assert_array_equal(resumed.item_factors_, whole.item_factors_)

@@ -231,3 +231,84 @@ def test_partial_fit_starts_new_users_folded_in(ratings, kind, client):
     mf.partial_fit(dd.from_pandas(ratings[newcomers], npartitions=2))
     got = mf._user_table()[mf._user_index.get_indexer(new_users)]
     np.testing.assert_allclose(got, expected, rtol=0, atol=1e-6)
+
+
+# ------------------------------------------------ what fit refuses, fold-in refuses (issue 44)
+_REFUSING = {
+    "explicit": lambda: MatrixFactorization(n_components=2, alpha=0.1, random_state=0),
+    "wls": lambda: ImplicitMatrixFactorization(n_components=2, loss="wls", rating_col="rating", random_state=0),
+    "bpr": lambda: ImplicitMatrixFactorization(n_components=2, loss="bpr", rating_col="rating", max_iter=10,
+                                               random_state=0),
+}
+
+
+@pytest.fixture(scope="module")
+def fitted(ratings):
+    return {name: _fit(make(), ratings) for name, make in _REFUSING.items()}
+
+
+def _with_value(mf, value):
+    """Interactions of a known user and a new one (10000) with known items, ``value``
+    the known user's rating of the second item (which is then also an item whose
+    interactions hold it)."""
+    u, items = mf.user_ids_[0], mf.item_ids_
+    return pd.DataFrame({"user": [u, u, 10_000, 10_000], "item": [items[0], items[1], items[0], items[2]],
+                         "rating": [1.0, value, 2.0, 1.0]})
+
+
+def _refusals(mf, frame):
+    """Every way to fold interactions in: into the model, or only to score."""
+    return {
+        "fold_in_users": lambda: mf.fold_in_users(frame),
+        "fold_in_items": lambda: mf.fold_in_items(frame),
+        "recommend": lambda: mf.recommend([frame["user"][0], 10_000], k=3, user_items=frame),
+        "predict": lambda: mf.predict(frame[["user", "item"]], user_items=frame),
+    }
+
+
+@pytest.mark.parametrize("bad", [np.nan, np.inf, -np.inf], ids=["nan", "inf", "-inf"])
+@pytest.mark.parametrize("model", list(_REFUSING))
+def test_fold_in_refuses_nan_and_infinite_ratings_as_fit_does(ratings, fitted, model, bad):
+    """A NaN or infinite rating used to give an existing user NaN factors, a new user NaN
+    predictions and recommend [-inf, -inf, nan]; it is refused by fit's own check, with
+    fit's message, and the model is left as it was."""
+    import pickle
+    import re
+
+    from dask_dgd import InputError
+
+    mf = fitted[model]
+    frame = _with_value(mf, bad)
+    message = "1 values of the 'rating' column are NaN or infinite; drop or fill them before "
+    with pytest.raises(InputError, match=re.escape(message + "fitting")):
+        clone(mf).fit(pd.concat([ratings, frame], ignore_index=True))
+    before = pickle.dumps(mf.__dict__)
+    for name, call in _refusals(mf, frame).items():
+        with pytest.raises(InputError, match=re.escape(message + "folding them in")):
+            call()
+        assert pickle.dumps(mf.__dict__) == before, f"{name} changed the model"
+
+
+@pytest.mark.parametrize("value", [1e300, 1e308])
+@pytest.mark.parametrize("model", ["explicit", "wls"])
+def test_fold_in_refuses_ratings_whose_rows_overflow(fitted, model, value):
+    """1e308 gave NaN factors (1e300 a raw LinAlgError for wls): a rating whose row's
+    least-squares problem overflows (an explicit squared error; fit stops on those too)
+    or is singular in float64 (a wls confidence of 1e300 against 1) is refused, the model
+    unchanged."""
+    import pickle
+    import re
+
+    from dask_dgd import InputError
+
+    mf = fitted[model]
+    frame = _with_value(mf, value)
+    before = pickle.dumps(mf.__dict__)
+    for name, call in _refusals(mf, frame).items():
+        side, who = ("items", mf.item_ids_[1].item()) if name == "fold_in_items" else ("users", mf.user_ids_[0].item())
+        with pytest.raises(InputError, match=re.escape(
+                f"1 {side} ({who!r}) would get factors that are not finite: the {model} model's least-squares problem "
+                f"of each overflows or is singular in float64 (the largest magnitude of their 'rating' values: "
+                f"{value:g}); rescale the ratings (or use alpha > 0), or drop those rows before folding them in")):
+            call()
+        assert pickle.dumps(mf.__dict__) == before, f"{name} changed the model"
