@@ -4,9 +4,10 @@
 so that the training modes can be compared under it; :func:`failing_worker` makes the
 computations on one worker raise, to check that training stops with the error;
 :func:`killing_worker` makes a worker process die in the middle of a fit, to check that
-the fit survives it.  The faults are triggered by progress (the worker's n-th group
-computation), never by a clock, so a test does the same on a quiet and on a busy
-machine.
+the fit survives it; :func:`freezing_worker` stops a worker process (SIGSTOP) in the
+middle of a fit, to check that the fit does not wait for it for ever.  The faults are
+triggered by progress (the worker's n-th group computation), never by a clock, so a
+test does the same on a quiet and on a busy machine.
 :func:`process_cluster` starts a real cluster of separate `dask scheduler` and
 `dask worker` processes (what ``dask scheduler`` / ``dask worker`` on a laptop give) and
 yields a client to it; on Linux they die with the process that started them, even
@@ -28,9 +29,10 @@ from pathlib import Path
 
 import numpy as np
 
-from ._engine.faults import set_failure, set_kill, set_slowdown
+from ._engine.faults import set_failure, set_freeze, set_kill, set_slowdown
 
-__all__ = ["STRICT_DEVICE", "failing_worker", "killing_worker", "on_array_api_strict", "process_cluster", "straggler"]
+__all__ = ["STRICT_DEVICE", "failing_worker", "freezing_worker", "killing_worker", "on_array_api_strict",
+           "process_cluster", "straggler"]
 
 #: The ``array_api_strict`` device :func:`on_array_api_strict` puts blocks on.
 STRICT_DEVICE = "device1"
@@ -136,6 +138,58 @@ def killing_worker(client, worker, after=0):
         if worker in client.scheduler_info()["workers"]:
             try:
                 client.run(set_kill, None, workers=[worker], on_error="ignore")
+            except Exception:  # noqa: BLE001 - it may have left the cluster just now
+                pass
+
+
+def _host_and_pid():
+    return socket.gethostname(), os.getpid()
+
+
+@contextmanager
+def freezing_worker(client, worker, after=0):
+    """Make the worker *process* at ``worker`` stop itself (SIGSTOP, as a debugger, a
+    suspended virtual machine or a swapped-out host would) at its group computation
+    number ``after + 1`` while the block runs; yields the process id.
+
+    A stopped process answers nothing, not even the scheduler's heartbeats, but its
+    connections stay open: nothing fails, everything waits.  On exit the process, if it
+    still exists, is continued (SIGCONT) and the fault removed.  A group computation
+    is a synchronous step, a local round or one asynchronous step of a group on that
+    worker (setup tasks are not counted).  Only for worker processes on this machine
+    (``LocalCluster(processes=True)``, :func:`process_cluster`).
+
+    Examples
+    --------
+    >>> with dask.config.set({"dgd.step-timeout": 5}):  # doctest: +SKIP
+    ...     with freezing_worker(client, address, after=10):
+    ...         model.fit(X, y)  # after 5 s the silent worker is dropped as lost
+    """
+    import psutil
+
+    from .exceptions import ParameterError
+
+    if isinstance(after, bool) or not isinstance(after, int) or after < 0:
+        raise ParameterError(f"after must be an int >= 0; got {after!r}")
+    _check(client, worker)
+    host, pid = client.run(_host_and_pid, workers=[worker])[worker]
+    if host != socket.gethostname() or pid == os.getpid():
+        where = "this process (a worker thread)" if pid == os.getpid() else f"host {host!r}"
+        raise ParameterError(f"worker {worker!r} runs in {where}: freezing_worker needs a worker process on this "
+                             "machine (LocalCluster(processes=True) or process_cluster)")
+    process = psutil.Process(pid)  # knows its start time: never a later process with the same id
+    client.run(set_freeze, after, workers=[worker])
+    try:
+        yield pid
+    finally:
+        try:
+            if process.is_running():
+                process.resume()
+        except psutil.NoSuchProcess:
+            pass
+        if worker in client.scheduler_info()["workers"]:
+            try:
+                client.run(set_freeze, None, workers=[worker], on_error="ignore")
             except Exception:  # noqa: BLE001 - it may have left the cluster just now
                 pass
 
