@@ -4,12 +4,14 @@
 so that the training modes can be compared under it; :func:`failing_worker` makes the
 computations on one worker raise, to check that training stops with the error;
 :func:`killing_worker` makes a worker process die in the middle of a fit, to check that
-the fit survives it.  The faults are triggered by progress (the worker's n-th group
-computation), never by a clock, so a test does the same on a quiet and on a busy
-machine.
+the fit survives it; :func:`freezing_worker` stops a worker process (SIGSTOP) in the
+middle of a fit, to check that the fit does not wait for it for ever.  The faults are
+triggered by progress (the worker's n-th group computation), never by a clock, so a
+test does the same on a quiet and on a busy machine.
 :func:`process_cluster` starts a real cluster of separate `dask scheduler` and
 `dask worker` processes (what ``dask scheduler`` / ``dask worker`` on a laptop give) and
-yields a client to it.
+yields a client to it; on Linux they die with the process that started them, even
+one killed with SIGKILL.
 :func:`on_array_api_strict` turns the blocks of an array into ``array_api_strict``
 arrays on a device of their own, so a pipeline can be checked for NumPy-only calls and
 host/device mixing without a GPU.
@@ -17,6 +19,7 @@ host/device mixing without a GPU.
 
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -26,9 +29,10 @@ from pathlib import Path
 
 import numpy as np
 
-from ._engine.faults import set_failure, set_kill, set_slowdown
+from ._engine.faults import set_failure, set_freeze, set_kill, set_slowdown
 
-__all__ = ["STRICT_DEVICE", "failing_worker", "killing_worker", "on_array_api_strict", "process_cluster", "straggler"]
+__all__ = ["STRICT_DEVICE", "failing_worker", "freezing_worker", "killing_worker", "on_array_api_strict",
+           "process_cluster", "straggler"]
 
 #: The ``array_api_strict`` device :func:`on_array_api_strict` puts blocks on.
 STRICT_DEVICE = "device1"
@@ -138,12 +142,110 @@ def killing_worker(client, worker, after=0):
                 pass
 
 
+def _host_and_pid():
+    return socket.gethostname(), os.getpid()
+
+
+@contextmanager
+def freezing_worker(client, worker, after=0):
+    """Make the worker *process* at ``worker`` stop itself (SIGSTOP, as a debugger, a
+    suspended virtual machine or a swapped-out host would) at its group computation
+    number ``after + 1`` while the block runs; yields the process id.
+
+    A stopped process answers nothing, not even the scheduler's heartbeats, but its
+    connections stay open: nothing fails, everything waits.  On exit the process, if it
+    still exists, is continued (SIGCONT) and the fault removed.  A group computation
+    is a synchronous step, a local round or one asynchronous step of a group on that
+    worker (setup tasks are not counted).  Only for worker processes on this machine
+    (``LocalCluster(processes=True)``, :func:`process_cluster`).
+
+    Examples
+    --------
+    >>> with dask.config.set({"dgd.step-timeout": 5}):  # doctest: +SKIP
+    ...     with freezing_worker(client, address, after=10):
+    ...         model.fit(X, y)  # after 5 s the silent worker is dropped as lost
+    """
+    import psutil
+
+    from .exceptions import ParameterError
+
+    if isinstance(after, bool) or not isinstance(after, int) or after < 0:
+        raise ParameterError(f"after must be an int >= 0; got {after!r}")
+    _check(client, worker)
+    host, pid = client.run(_host_and_pid, workers=[worker])[worker]
+    if host != socket.gethostname() or pid == os.getpid():
+        where = "this process (a worker thread)" if pid == os.getpid() else f"host {host!r}"
+        raise ParameterError(f"worker {worker!r} runs in {where}: freezing_worker needs a worker process on this "
+                             "machine (LocalCluster(processes=True) or process_cluster)")
+    process = psutil.Process(pid)  # knows its start time: never a later process with the same id
+    client.run(set_freeze, after, workers=[worker])
+    try:
+        yield pid
+    finally:
+        try:
+            if process.is_running():
+                process.resume()
+        except psutil.NoSuchProcess:
+            pass
+        if worker in client.scheduler_info()["workers"]:
+            try:
+                client.run(set_freeze, None, workers=[worker], on_error="ignore")
+            except Exception:  # noqa: BLE001 - it may have left the cluster just now
+                pass
+
+
+#: Put in front of every command :func:`process_cluster` starts, on Linux: the process
+#: asks the kernel for SIGKILL when the thread that started it ends (``prctl``
+#: ``PR_SET_PDEATHSIG``, kept across ``exec``; where it is refused, e.g. by a seccomp
+#: filter, the command runs without it), checks that its parent has not already gone,
+#: and becomes the command.  Its own children (the workers a ``dask worker`` nanny
+#: spawns) exit when their parent does (distributed watches for that).  A script, not a
+#: ``preexec_fn``: that runs between fork and exec, unsafe in a process with threads.
+_DIE_WITH_PARENT = """import ctypes, os, signal, sys
+ctypes.CDLL(None, use_errno=True).prctl(1, int(signal.SIGKILL))
+if os.getppid() != int(sys.argv[1]):
+    sys.exit(1)
+os.execv(sys.argv[2], sys.argv[2:])
+"""
+
+
+def _die_with_parent(command):
+    """``command`` made to die with this process (Linux; elsewhere unchanged)."""
+    if not sys.platform.startswith("linux"):
+        return command
+    return [sys.executable, "-c", _DIE_WITH_PARENT, str(os.getpid()), *command]
+
+
+def _stop(procs, timeout=60):
+    """Stop the processes of :func:`process_cluster`, newest first: SIGTERM (a clean
+    close), SIGKILL after ``timeout`` seconds; then SIGKILL whatever is left of each
+    one's process group (its children)."""
+    for proc in procs[::-1]:
+        proc.terminate()
+    for proc in procs:
+        try:
+            proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+    for proc in procs:
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError, AttributeError):
+            pass  # the group is empty (or no process groups here)
+
+
 @contextmanager
 def process_cluster(n_workers, *, log_dir=None, timeout=120):
     """A `dask scheduler` process and ``n_workers`` single-threaded `dask worker`
     processes (one ``dask worker --nworkers`` command, a nanny each) on loopback; yields
     a :class:`distributed.Client` to it (not the default client) and stops everything
     on exit.
+
+    Each command runs in a process group of its own, and on exit whatever is left of
+    the groups is killed.  On Linux the processes also die with the thread that
+    entered the block, should it end without exiting the block (the process killed by
+    SIGKILL, a crash): no scheduler or worker outlives it.
 
     The workers import the same ``dask_dgd`` as this process (its directory goes first
     on their ``PYTHONPATH``) and run with one BLAS thread.  ``log_dir``: a directory for
@@ -179,13 +281,16 @@ def process_cluster(n_workers, *, log_dir=None, timeout=120):
         def out(name):
             return open(logs / name, "w") if logs is not None else subprocess.DEVNULL
 
-        procs = [subprocess.Popen([dask, "scheduler", "--host", "127.0.0.1", "--port", str(port), "--no-dashboard"],
-                                  stdout=out("scheduler.log"), stderr=subprocess.STDOUT, env=env)]
+        def start(command, log):
+            return subprocess.Popen(_die_with_parent(command), stdout=out(log), stderr=subprocess.STDOUT, env=env,
+                                    start_new_session=True)
+
+        procs = [start([dask, "scheduler", "--host", "127.0.0.1", "--port", str(port), "--no-dashboard"],
+                       "scheduler.log")]
         client = None
         try:
-            procs.append(subprocess.Popen(
-                [dask, "worker", address, "--nthreads", "1", "--nworkers", str(n_workers), "--no-dashboard",
-                 "--local-directory", tmp], stdout=out("workers.log"), stderr=subprocess.STDOUT, env=env))
+            procs.append(start([dask, "worker", address, "--nthreads", "1", "--nworkers", str(n_workers),
+                                "--no-dashboard", "--local-directory", tmp], "workers.log"))
             deadline = time.monotonic() + timeout
             while client is None:
                 try:
@@ -199,13 +304,7 @@ def process_cluster(n_workers, *, log_dir=None, timeout=120):
         finally:
             if client is not None:
                 client.close()
-            for proc in procs[::-1]:
-                proc.terminate()
-            for proc in procs:
-                try:
-                    proc.wait(timeout=60)
-                except subprocess.TimeoutExpired:
-                    proc.kill()
+            _stop(procs)
 
 
 def _strict_block(block, device):

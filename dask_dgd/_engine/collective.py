@@ -21,9 +21,14 @@ star (the driver calling every runner) and the in-process fit agree bit for bit
 worker, leaf or interior, is survived here: its shards are recomputed by Dask, the
 runners restarted, the tree rebuilt over the workers that hold the shards now and the
 call repeated, so a synchronous step gives the same sums as if nothing had happened.
+A *frozen* worker (a stopped process, a machine that stopped answering) fails no call:
+a call that waits past :meth:`Collective.step_timeout` asks the scheduler which of its
+workers have gone silent, drops them from the cluster and recovers as for a lost one.
 """
 
+import collections
 import logging
+import statistics
 import time
 
 from .blocks import combine_shards, take_blocks
@@ -33,12 +38,47 @@ from .reduce import BlockTree
 from .skew import groups_by_worker
 from .topology import runner_tree, tree_depth
 
-__all__ = ["Collective", "MAX_RECOVERIES"]
+__all__ = ["Collective", "MAX_RECOVERIES", "STEP_TIMEOUT_DEFAULT", "STEP_TIMEOUT_MULTIPLE", "step_timeout_floor"]
 
 logger = logging.getLogger("dask_dgd")
 
 #: Worker losses a call survives (each: shards recomputed, runners restarted, retry).
 MAX_RECOVERIES = 3
+
+#: Seconds a step may wait at least before its silent workers are dropped
+#: (``dgd.step-timeout``), and the multiple of the median step time it may wait at most.
+STEP_TIMEOUT_DEFAULT = 60.0
+STEP_TIMEOUT_MULTIPLE = 20
+
+#: Step times the median is taken over (the latest ones).
+_STEP_TIMES_KEPT = 101
+
+
+def step_timeout_floor():
+    """``dgd.step-timeout`` in seconds (None: off, steps wait as long as they take).
+
+    A number of seconds > 0 or a Dask duration string (``"90s"``, ``"2 minutes"``);
+    ``None`` or ``False`` turns the limit off."""
+    import dask
+    from dask.utils import parse_timedelta
+
+    from ..exceptions import ParameterError
+
+    value = dask.config.get("dgd.step-timeout", STEP_TIMEOUT_DEFAULT)
+    if value is None or value is False:
+        return None
+    try:
+        if isinstance(value, bool):
+            raise TypeError
+        seconds = float(parse_timedelta(value, default="seconds"))
+    except (TypeError, ValueError, KeyError, AttributeError):  # what parse_timedelta raises
+        seconds = float("nan")
+    if not seconds > 0 or seconds == float("inf"):
+        raise ParameterError(
+            f"dask config dgd.step-timeout must be a number of seconds > 0, a duration such as '90s', or None "
+            f"(no limit); got {value!r}"
+        )
+    return seconds
 
 
 def _stateless(shard, fn, *args):
@@ -68,6 +108,8 @@ class Collective:
         #: partials (count, bytes as sent and uncompressed), seconds through each level
         self.last_traffic = {"depth": 0, "messages": 0, "driver_bytes": 0, "nodes": 0, "bytes_up": 0,
                              "bytes_up_raw": 0, "level_times": []}
+        #: wall seconds of the latest steps through the runners (for :meth:`step_timeout`)
+        self.step_times = collections.deque(maxlen=_STEP_TIMES_KEPT)
 
     # ------------------------------------------------------------------ runners
     @property
@@ -91,6 +133,15 @@ class Collective:
         cluster only): how runners reach each other."""
         self.start()
         return self.shards.executor.runner_targets(self._runners)
+
+    def step_timeout(self):
+        """Seconds a call of the runners may wait before its silent workers are
+        dropped as lost: ``max(dgd.step-timeout, 20 x the median step time)`` (the
+        floor alone before the first step; None when ``dgd.step-timeout`` is None)."""
+        floor = step_timeout_floor()
+        if floor is None or not self.step_times:
+            return floor
+        return max(floor, STEP_TIMEOUT_MULTIPLE * statistics.median(self.step_times))
 
     def scratch(self):
         """Each group's memory, in process."""
@@ -131,12 +182,12 @@ class Collective:
             if not self.on_cluster:
                 return fn(self.shards.handles[group], self.scratch()[group], *args)
             return self._with_recovery(lambda: self.shards.executor.call_runners(
-                (None, [self._runners[1][group]]), fn, args))[0]
+                (None, [self._runners[1][group]]), fn, args, timeout=self.step_timeout()))[0]
         if not self.on_cluster:
             extras = per_group if per_group is not None else [()] * len(self.shards.handles)
             return [fn(h, s, *args, *e) for h, s, e in zip(self.shards.handles, self.scratch(), extras)]
-        return self._with_recovery(lambda: self.shards.executor.call_runners(self._runners, fn, args,
-                                                                             per_group=per_group))
+        return self._with_recovery(lambda: self.shards.executor.call_runners(
+            self._runners, fn, args, per_group=per_group, timeout=self.step_timeout()))
 
     def uses_tasks(self, stateless):
         """Whether a step goes as tasks (cluster, stateless, ``dgd.step-transport="task"``)."""
@@ -182,7 +233,10 @@ class Collective:
 
         def attempt():
             roots = runner_tree(range(sh.n_groups), fan_in)
-            return roots, ex.call_tree(self._runners, roots, (fn, args, tree, leaf))
+            started = time.perf_counter()
+            out = ex.call_tree(self._runners, roots, (fn, args, tree, leaf), timeout=self.step_timeout())
+            self.step_times.append(time.perf_counter() - started)  # only steps that went through
+            return roots, out
 
         roots, (answers, driver_bytes) = self._with_recovery(attempt)
         stats = merge_stats(_NO_STATS, [a[1] for a in answers])

@@ -59,6 +59,9 @@ INPROCESS_MAX_BYTES_DEFAULT = 64 * 2**20
 #: Seconds between checks that the worker of an actor call still exists.
 ACTOR_POLL = 5.0
 
+#: Heartbeat intervals a worker must have missed, at least, to be called silent.
+SILENT_BEATS = 4
+
 _embedded = {"client": None, "cluster": None, "announced": False}
 _embedded_lock = threading.Lock()
 
@@ -432,6 +435,46 @@ def absent_workers_message(address, states, removed=0, window=0.0):
               "what they hold; a worker that restarts over and over is killed for exceeding its limit at idle")
 
 
+def _seconds_since_heard(addresses, dask_scheduler=None):
+    """The scheduler's heartbeat interval for its workers, and the seconds since it
+    last heard from each worker of ``addresses`` still in the cluster."""
+    from distributed.metrics import time as now
+    from distributed.scheduler import heartbeat_interval
+
+    t = now()
+    return heartbeat_interval(len(dask_scheduler.workers)), {
+        a: t - ws.last_seen for a in addresses if (ws := dask_scheduler.workers.get(a)) is not None
+    }
+
+
+#: Restarts of silent workers' nannies in flight on the scheduler (kept referenced).
+_RESTARTS = set()
+
+
+async def _remove_silent(addresses, dask_scheduler=None):
+    """On the scheduler: remove the silent workers ``addresses`` (their tasks and
+    keys go back to be recomputed) and, without waiting, ask each one's nanny to
+    restart it (the nanny kills a process that does not stop within a few seconds;
+    a frozen one never does)."""
+    for address in addresses:
+        ws = dask_scheduler.workers.get(address)
+        if ws is None:
+            continue
+        nanny = ws.nanny
+        await dask_scheduler.remove_worker(address, stimulus_id=f"dgd-silent-worker-{time.time()}", close=False)
+        if nanny:
+            task = asyncio.ensure_future(_restart_by_nanny(dask_scheduler, nanny))
+            _RESTARTS.add(task)
+            task.add_done_callback(_RESTARTS.discard)
+
+
+async def _restart_by_nanny(scheduler, nanny):
+    try:
+        await scheduler.rpc(nanny).restart(timeout=5, reason="dgd-silent-worker")
+    except Exception:  # noqa: BLE001 - a nanny frozen too, or gone: the worker is out of the cluster anyway
+        logger.debug("could not restart the silent worker through its nanny %s", nanny, exc_info=True)
+
+
 class DaskExecutor:
     """Runs shard functions on the cluster: setup as tasks pinned to each shard's
     worker, steps as calls to a :class:`GroupRunner` actor per shard (or as tasks)."""
@@ -478,17 +521,21 @@ class DaskExecutor:
                 except Exception:  # noqa: BLE001 - a closed client has nothing left to release
                     pass
 
-    def call_runners(self, runners, fn, args, per_group=None):
+    def call_runners(self, runners, fn, args, per_group=None, timeout=None):
         """``fn(shard, scratch, *args)`` on every runner at once; results in group order.
-        ``per_group``: one more tuple of arguments for each runner, appended to ``args``."""
+        ``per_group``: one more tuple of arguments for each runner, appended to ``args``.
+        ``timeout``: see :meth:`_actor_result`."""
         _, actors = runners
         if per_group is None:
             payloads = [pickle.dumps((fn, args))] * len(actors)
         else:
             payloads = [pickle.dumps((fn, tuple(args) + tuple(extra))) for extra in per_group]
+        started = time.monotonic()
         with current_client(self.client):
             calls = [a.run(payload) for a, payload in zip(actors, payloads)]
-            return [pickle.loads(self._actor_result(c, a)) for c, a in zip(calls, actors)]
+            everyone = {a._address for a in actors}
+            return [pickle.loads(self._actor_result(c, a, timeout=timeout, started=started, everyone=everyone))
+                    for c, a in zip(calls, actors)]
 
     @staticmethod
     def runner_targets(runners):
@@ -496,12 +543,13 @@ class DaskExecutor:
         runner reaches another (:class:`~.sharding.ActorExchange`)."""
         return [(a._address, a.key) for a in runners[1]]
 
-    def call_tree(self, runners, roots, step):
+    def call_tree(self, runners, roots, step, timeout=None):
         """:meth:`GroupRunner.run_tree` on the ``roots`` (a runner tree of
         :func:`~.topology.runner_tree` over the groups) for ``step = (fn, args, tree,
         leaf)``, pickled once and forwarded down each subtree.  Returns the roots'
         answers ``(nodes, stats)`` in root order and the bytes through the driver (the
-        step sent to each root, the answers received)."""
+        step sent to each root, the answers received).  ``timeout``: see
+        :meth:`_actor_result`."""
         _, actors = runners
 
         def spec(node):
@@ -509,35 +557,89 @@ class DaskExecutor:
             return node.group, a._address, a.key, tuple(spec(c) for c in node.children)
 
         payload = pickle.dumps(step)
+        started = time.monotonic()
         with current_client(self.client):
             calls = [actors[r.group].run_tree(payload, r.group, tuple(spec(c) for c in r.children)) for r in roots]
+            everyone = {a._address for a in actors}
             answers = [
-                self._actor_result(c, actors[r.group], [actors[g]._address for g in tree_groups([r])])
+                self._actor_result(c, actors[r.group], [actors[g]._address for g in tree_groups([r])],
+                                   timeout=timeout, started=started, everyone=everyone)
                 for c, r in zip(calls, roots)
             ]
         through = len(payload) * len(roots) + sum(len(a) for a in answers)
         simulated_network_delay(through, tree_depth(roots))
         return [pickle.loads(a) for a in answers], through
 
-    def _actor_result(self, call, actor, addresses=None):
+    def _actor_result(self, call, actor, addresses=None, *, timeout=None, started=None, everyone=None):
         """The result of an actor call, checking every :data:`ACTOR_POLL` seconds that
         the actor's worker (and every worker of ``addresses``: a runner tree's) is
         still in the cluster: a call in flight when a worker leaves (e.g. the whole
         cluster is scaled down, or a runner deep in the tree is lost without its
         parent noticing) may otherwise never resolve.  A gone worker raises
         ``OSError("Actor was lost ...")``, which the collective treats as a lost
-        worker (recovery, or ClusterError without workers)."""
+        worker (recovery, or ClusterError without workers).
+
+        ``timeout``: seconds after ``started`` (``time.monotonic()``; default now) that
+        the call may wait before the workers of the step (``everyone``: every worker
+        its calls went to, since one runner may wait on another; default
+        ``addresses``) are asked after: one that has sent the scheduler no heartbeat
+        for half that time (:meth:`silent_workers`) is *silent* (a stopped process, a
+        suspended machine) and is dropped from the cluster (:meth:`drop_silent`), then
+        treated as gone.  Workers that still answer are waited for, a WARNING saying
+        so once."""
         if addresses is None:
             addresses = [getattr(actor, "_address", None)]
         addresses = [a for a in addresses if a is not None]
+        deadline = None if timeout is None else (time.monotonic() if started is None else started) + timeout
+        warned = False
         while True:
+            if deadline is None:
+                wait = ACTOR_POLL
+            elif time.monotonic() < deadline:  # the first look at the deadline itself
+                wait = min(ACTOR_POLL, max(deadline - time.monotonic(), 0.01))
+            else:  # then a few looks per limit, and at most one a heartbeat
+                wait = min(ACTOR_POLL, max(timeout / 4, 0.5))
             try:
-                return call.result(timeout=ACTOR_POLL)
+                return call.result(timeout=wait)
             except TimeoutError:
                 alive = set(self.workers())
                 gone = [a for a in addresses if a not in alive]
                 if gone:
                     raise OSError(f"Actor was lost: its worker {gone[0]} left the cluster") from None
+                if deadline is None or time.monotonic() < deadline:
+                    continue
+                silent = self.silent_workers(sorted(everyone or addresses), timeout / 2)
+                if silent:
+                    self.drop_silent(silent, time.monotonic() - deadline + timeout, timeout)
+                    address, quiet = next(iter(silent.items()))
+                    raise OSError(f"Actor was lost: its worker {address} sent no heartbeat for {quiet:.1f} s "
+                                  "and was dropped from the cluster") from None
+                if not warned:
+                    warned = True
+                    logger.warning(
+                        "a step has waited %.3g s, over its limit of %.3g s (dask config dgd.step-timeout), but "
+                        "every worker it waits for still answers the scheduler: waiting on",
+                        time.monotonic() - deadline + timeout, timeout)
+
+    def silent_workers(self, addresses, silence):
+        """The workers of ``addresses`` that have sent the scheduler no heartbeat for
+        more than ``silence`` seconds, and for more than :data:`SILENT_BEATS` of the
+        intervals the scheduler asks its workers to keep: ``{address: seconds}`` (a
+        frozen process sends none; a busy one still does, from its event loop)."""
+        interval, quiet = self.client.run_on_scheduler(_seconds_since_heard, list(addresses))
+        return {a: s for a, s in quiet.items() if s > max(silence, SILENT_BEATS * interval)}
+
+    def drop_silent(self, silent, waited, timeout):
+        """Treat the ``silent`` workers (``{address: seconds since heard}``) as lost:
+        the scheduler removes them (their keys are recomputed elsewhere, as for a
+        killed worker) and asks each one's nanny, if it has one, to restart it (a
+        frozen process is killed and replaced, as after a crash).  Logs a WARNING."""
+        for address, quiet in silent.items():
+            logger.warning(
+                "worker %s sent no heartbeat for %.1f s while a step waited %.1f s (limit %.1f s, dask config "
+                "dgd.step-timeout): treated as lost (removed from the cluster, its nanny asked to restart it)",
+                address, quiet, waited, timeout)
+        self.client.run_on_scheduler(_remove_silent, list(silent))
 
     def start_actor(self, cls, args, kwargs, *, worker, key):
         """An actor ``cls(*args, **kwargs)`` on ``worker``: ``(future, proxy)``; give

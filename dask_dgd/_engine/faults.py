@@ -4,20 +4,21 @@ Every group computation of every training mode (a synchronous step, a local roun
 asynchronous step) calls :func:`inject_faults` when it has computed.  Faults are set per
 worker address (so they also work for the threads of an in-process LocalCluster)
 through :mod:`dask_dgd.testing`, and are triggered by *progress*, never by a clock: a
-failure or a kill happens at the ``after + 1``-th computation on that worker, so a test
-does the same thing on a quiet machine and on a busy one.
+failure, a kill or a freeze happens at the ``after + 1``-th computation on that worker,
+so a test does the same thing on a quiet machine and on a busy one.
 """
 
 import os
 import signal
 import time
 
-__all__ = ["inject_faults", "set_failure", "set_kill", "set_slowdown"]
+__all__ = ["inject_faults", "set_failure", "set_freeze", "set_kill", "set_slowdown"]
 
 #: Injected faults, per worker address (None outside a worker).
 _SLOWDOWN = {}
 _FAILURES = {}
 _KILLS = {}
+_FREEZES = {}
 
 
 def _key(dask_worker):
@@ -55,6 +56,16 @@ def set_kill(after, dask_worker=None):
         _KILLS[_key(dask_worker)] = [int(after)]
 
 
+def set_freeze(after, dask_worker=None):
+    """Make the group computation number ``after + 1`` on this worker stop the worker's
+    process (SIGSTOP, as a debugger, a suspended VM or a swapped-out machine would):
+    it answers nothing, not even the scheduler's heartbeats, until it gets SIGCONT;
+    ``after=None`` removes the fault.  Only for worker *processes*."""
+    _FREEZES.pop(_key(dask_worker), None)
+    if after is not None:
+        _FREEZES[_key(dask_worker)] = [int(after)]
+
+
 def _worker_address():
     try:
         from distributed import get_worker
@@ -77,13 +88,16 @@ def _countdown(table, key):
 
 def inject_faults(t0):
     """Apply this worker's injected faults to a computation that started at ``t0``
-    (``time.perf_counter()``): kill the process, raise the failure, or sleep the
-    slowdown."""
-    if not (_SLOWDOWN or _FAILURES or _KILLS):
+    (``time.perf_counter()``): kill the process, stop it, raise the failure, or sleep
+    the slowdown."""
+    if not (_SLOWDOWN or _FAILURES or _KILLS or _FREEZES):
         return
     key = _worker_address()
     if _countdown(_KILLS, key):
         os.kill(os.getpid(), signal.SIGKILL)
+    if _countdown(_FREEZES, key):
+        _FREEZES.pop(key, None)  # once: a process continued (SIGCONT) goes on
+        os.kill(os.getpid(), signal.SIGSTOP)
     if _countdown(_FAILURES, key):
         raise RuntimeError(_FAILURES[key][1])
     factor = _SLOWDOWN.get(key, 0.0)

@@ -4,6 +4,13 @@ Process workers also make every task argument and result cross a pickle boundary
 serialisation bugs surface here.
 """
 
+import contextlib
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
 import dask.array as da
 import numpy as np
 import pytest
@@ -124,3 +131,57 @@ def test_eight_worker_processes_through_the_tree_equal_two_workers_bit_for_bit(t
         assert (eight[key].history_["tree_depth"] == 3).all()  # 8 groups, fan-in 2
         assert (eight[key].history_["driver_messages"] == 4).all()
         assert (star[key].history_["tree_depth"] == 1).all() and (star[key].history_["driver_messages"] == 16).all()
+
+
+_STARTS_A_CLUSTER = """
+import sys
+import psutil
+from dask_dgd.testing import process_cluster
+with process_cluster(2) as client:
+    print(" ".join(str(p.pid) for p in psutil.Process().children(recursive=True)), flush=True)
+    sys.stdin.read()  # until killed
+"""
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="parent-death signals are Linux's")
+@pytest.mark.timeout(240)
+def test_the_cluster_dies_with_the_process_that_started_it(tmp_path):
+    """A Python that started ``process_cluster`` killed with SIGKILL (no exit code
+    runs): its scheduler, its `dask worker` and the worker processes the nannies
+    spawned all end too (they used to run on, 10 minutes and more)."""
+    import psutil
+
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (str(Path(__file__).resolve().parents[2]),
+                                                                   os.environ.get("PYTHONPATH")) if p)}
+    parent = subprocess.Popen([sys.executable, "-c", _STARTS_A_CLUSTER], stdin=subprocess.PIPE,
+                              stdout=subprocess.PIPE, env=env, cwd=tmp_path)
+    children = []
+    try:
+        line = parent.stdout.readline()  # once the cluster is up (bounded by the test's timeout)
+        children = [psutil.Process(int(pid)) for pid in line.split()]
+        # the scheduler, the `dask worker` command and its 2 worker processes at least
+        assert len(children) >= 4, line
+        parent.kill()
+        parent.wait()
+        deadline = time.monotonic() + 60  # polled: gone as soon as they are gone
+        while (left := [p for p in children if _alive(p)]) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert not left, [(p.pid, p.cmdline()) for p in left]
+    finally:
+        if parent.poll() is None:
+            parent.kill()
+            parent.wait()
+        for p in children:  # a failed test leaves no processes behind either
+            with contextlib.suppress(psutil.Error):
+                p.kill()
+
+
+def _alive(process):
+    """Whether ``process`` (a psutil.Process: never a later process with its id) still
+    runs; a zombie does not (the init process of a container may never reap it)."""
+    import psutil
+
+    try:
+        return process.is_running() and process.status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
