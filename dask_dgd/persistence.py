@@ -21,7 +21,7 @@ from ._archive import UNSAVED_PARAMS, Encoder, _class_path, _own_class, decode, 
 from ._schema import allowed_types, rebuild_estimator
 from .exceptions import CheckpointError
 
-__all__ = ["save", "load", "from_content"]
+__all__ = ["save", "load"]
 
 #: Parameters that are never written (live objects or user code); loaded as None.
 NOT_SAVED = UNSAVED_PARAMS
@@ -81,10 +81,10 @@ def load(path, expected=None):
         If the file is missing, truncated, corrupted or edited, holds a pickle, names a
         class outside dask_dgd, or holds another kind of estimator than ``expected``.
     """
-    return from_content(*read_archive(path, "model"), os.fspath(path), expected)
+    return _from_content(*read_archive(path, "model"), os.fspath(path), expected)
 
 
-def from_content(content, arrays, path, expected=None):
+def _from_content(content, arrays, path, expected=None):
     """The estimator a model file's verified ``(content, arrays)`` describe (``path``: for
     the messages).  Only an allow-listed estimator class is rebuilt, from its parameters
     and declared fitted attributes, each checked (:mod:`dask_dgd._schema`)."""

@@ -493,7 +493,7 @@ def test_the_loader_fuzzed_over_the_allow_list_rebuilds_nothing_else(model):
 
     import dask_dgd._archive as archive
     from dask_dgd._schema import allowed_types, fitted_attributes
-    from dask_dgd.persistence import from_content
+    from dask_dgd.persistence import _from_content
 
     rng = np.random.default_rng(44)
     allowed, refused, attributes = _fuzz_names(rng)
@@ -512,7 +512,7 @@ def test_the_loader_fuzzed_over_the_allow_list_rebuilds_nothing_else(model):
         for _ in range(int(rng.integers(1, 4))):
             content[where][str(rng.choice(attributes))] = _fuzz_value(rng, allowed, refused, attributes, arrays)
         try:
-            est = from_content(content, arrays, "fuzz.npz")
+            est = _from_content(content, arrays, "fuzz.npz")
         except CheckpointError:
             continue
         except Exception as err:  # noqa: BLE001 - what the test looks for
