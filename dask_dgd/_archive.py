@@ -10,9 +10,13 @@ Integrity: the metadata holds the SHA-256 of every array (its dtype, shape and b
 and of itself; a truncated file, a flipped byte, an array added or removed, or an
 object (pickle) array is refused with :class:`~dask_dgd.exceptions.CheckpointError`.
 Checksums catch corruption and careless edits, not a forger, who can recompute them.
-Against deliberate tampering set a secret key (dask config ``dgd.archive-key``, e.g.
-the environment variable ``DASK_DGD__ARCHIVE_KEY``): files are then signed with
-HMAC-SHA256, and only files with a valid signature under that key are read.
+Against deliberate tampering set a secret key (dask config ``dgd.archive-key``, spelt
+with ``-`` or ``_``, set in code, a YAML config file or the environment variable
+``DASK_DGD__ARCHIVE_KEY``): files are then signed with HMAC-SHA256, and only files with
+a valid signature under that key are read; a signed file is refused where no key is set.
+Arrays are read streaming, each member bounded by the size its header and the metadata
+record and by ``dgd.archive-max-bytes``, and (C-ordered ones) checked against their
+checksum before any memory is allocated for them.
 Writes are atomic: the file is written under a temporary name in the same folder,
 flushed to disk, then renamed over the target, so a reader sees the old file or the new
 one, never half of one.  The temporary name holds the writer's host and process id
@@ -24,7 +28,9 @@ Python values are encoded by :func:`encode`: None, bools, numbers, strings, list
 tuples, dicts, NumPy arrays and scalars, SciPy CSR/CSC matrices, pandas DataFrames and
 Indexes, xarray DataArrays, NumPy RandomStates, and dask_dgd's own objects (estimators,
 optimizers, optimizer states, schedules, compressors, climate feature specs).  Decoding
-recreates only those types; a class is looked up only inside the ``dask_dgd`` package.
+recreates only those types: a class must be one of
+:func:`dask_dgd._schema.allowed_types`, whatever the file says, and an estimator is
+rebuilt from its declared parameters and fitted attributes only (:mod:`dask_dgd._schema`).
 """
 
 import dataclasses
@@ -78,6 +84,9 @@ MAX_BYTES_DEFAULT = 2 * 2**30
 MAX_META_BYTES = 256 * 2**20
 
 
+_UNSET = object()
+
+
 def _archive_key():
     """The signing key (bytes) from dask config ``dgd.archive-key``, or None when it is not
     set.  Only a str or bytes of at least :data:`MIN_KEY_BYTES` bytes is a key: dask's
@@ -86,10 +95,12 @@ def _archive_key():
     None; every such value is refused, never used or ignored."""
     import dask
 
-    dgd = dask.config.get("dgd", {}) or {}
-    if "archive-key" not in dgd:
+    # dask.config.get canonicalises "-" and "_": DASK_DGD__ARCHIVE_KEY arrives as
+    # dgd.archive_key, a YAML file may spell either; a raw ``in`` test on the dict missed
+    # the underscore spelling and wrote and read every file unsigned
+    key = dask.config.get("dgd.archive-key", _UNSET)
+    if key is _UNSET:
         return None
-    key = dgd["archive-key"]
     if isinstance(key, str):
         key = key.encode()
     if not isinstance(key, bytes):
@@ -242,27 +253,26 @@ def read_archive(path, kind):
             members = {info.filename: info for info in zf.infolist()}
             meta = _read_meta(zf, members, what)
             _check_signature(meta, what)
+            _check_header(meta, path, kind, what)
             _check_sizes(meta, members, what)
-            arrays = _read_arrays(zf, members, what)
+            arrays = _read_arrays(zf, members, meta, what)
     except CheckpointError:
         raise
     except Exception as err:  # zipfile and numpy raise many types on damaged bytes
         raise CheckpointError(f"{what}: {type(err).__name__}: {err} (truncated or corrupted)") from err
+    return meta["content"], arrays
+
+
+def _check_header(meta, path, kind, what):
+    """The metadata's version, kind and the entries every archive has."""
     if meta.get("version") != VERSION:
         raise CheckpointError(f"{what}: format version {meta.get('version')} (this dask_dgd reads {VERSION})")
     if meta.get("kind") != kind:
         raise CheckpointError(f"{path!r} is a dask_dgd {meta.get('kind')} file, not a {kind} file")
     expected = meta.get("arrays")
-    if not isinstance(expected, dict) or "content" not in meta:
+    if not isinstance(expected, dict) or "content" not in meta or not all(
+            isinstance(v, str) for v in expected.values()):
         raise CheckpointError(f"{what}: its metadata is malformed (corrupted)")
-    if set(expected) != set(arrays):
-        raise CheckpointError(
-            f"{what}: arrays {sorted(set(expected) ^ set(arrays))} were added or removed (tampered)"
-        )
-    for name, arr in arrays.items():
-        if _digest(arr) != expected[name]:
-            raise CheckpointError(f"{what}: the checksum of array {name!r} does not match (corrupted or tampered)")
-    return meta["content"], arrays
 
 
 def _read_meta(zf, members, what):
@@ -272,9 +282,13 @@ def _read_meta(zf, members, what):
         raise CheckpointError(f"{what}: it has no dask_dgd metadata")
     if info.file_size > MAX_META_BYTES:
         raise CheckpointError(f"{what}: its metadata declares {info.file_size:,} bytes (corrupted or crafted)")
-    raw = _load_npy(zf, info, what)
+    with zf.open(info) as fh:
+        dtype, shape, fortran = _npy_header(fh, what)
+        if dtype != np.uint8 or len(shape) != 1 or fortran:
+            raise CheckpointError(f"{what}: its metadata is not a byte string (corrupted)")
+        raw = _read_exactly(fh, shape[0], what, _META)
     try:
-        meta = json.loads(raw.tobytes().decode())
+        meta = json.loads(raw.decode())
     except (UnicodeDecodeError, ValueError, RecursionError) as err:  # ValueError: JSON, or a huge integer
         raise CheckpointError(f"{what}: its metadata is not valid JSON (corrupted)") from err
     if not isinstance(meta, dict) or meta.get("format") != FORMAT:
@@ -290,6 +304,13 @@ def _read_meta(zf, members, what):
 
 def _check_signature(meta, what):
     key = _archive_key()
+    if key is None and "hmac_sha256" in meta:
+        # it was written where a key was set: loading it unverified would hide a key that
+        # did not reach this process (as DASK_DGD__ARCHIVE_KEY once failed to)
+        raise CheckpointError(
+            f"{what}: it is signed (HMAC-SHA256) but no dgd.archive-key is set here; set the key it was signed "
+            "with (dask config dgd.archive-key or DASK_DGD__ARCHIVE_KEY)"
+        )
     if key is not None:
         signature = meta.get("hmac_sha256")
         if not isinstance(signature, str) or not hmac.compare_digest(signature, _signature(key, meta)):
@@ -300,8 +321,12 @@ def _check_signature(meta, what):
 
 
 def _check_sizes(meta, members, what):
-    """Before any array is decompressed: the zip's declared sizes within the cap, and
-    (files that record them) equal to what the metadata says each array is."""
+    """Before any array is decompressed: the zip's members are the arrays the metadata
+    lists, their declared sizes within the cap, and (files that record them) equal to
+    what the metadata says each array is."""
+    others = sorted(name for name in members if not name.endswith(".npy"))
+    if others:
+        raise CheckpointError(f"{what}: it holds {others[0]!r}, which is not an array")
     declared = sum(info.file_size for name, info in members.items() if name != _META + ".npy")
     limit = _max_bytes()
     if declared > limit:
@@ -312,10 +337,9 @@ def _check_sizes(meta, members, what):
     sizes = meta.get("sizes")
     if sizes is None:  # files written before sizes were recorded: the cap alone
         return
-    arrays = {name[:-4] for name in members if name.endswith(".npy")} - {_META}
-    if not isinstance(sizes, dict) or set(sizes) != arrays or len(arrays) != len(members) - 1:
-        extra = sorted(set(members) - {_META + ".npy"} - {f"{n}.npy" for n in (sizes or {})})
-        raise CheckpointError(f"{what}: it holds members {extra} that its metadata does not list (tampered)")
+    _check_members(meta, members, what)
+    if not isinstance(sizes, dict) or set(sizes) != set(meta["arrays"]):
+        raise CheckpointError(f"{what}: its recorded array sizes do not name the arrays it lists (tampered)")
     try:
         for name, (dtype, shape) in sizes.items():
             info = members[name + ".npy"]
@@ -331,25 +355,117 @@ def _check_sizes(meta, members, what):
         raise CheckpointError(f"{what}: its array sizes are malformed or do not match ({err!r})") from err
 
 
-def _load_npy(zf, info, what):
-    with zf.open(info) as fh:
-        try:
-            return np.lib.format.read_array(fh, allow_pickle=False)
-        except ValueError as err:
-            if "allow_pickle" in str(err) or "Object arrays" in str(err):
-                raise CheckpointError(f"{what}: it contains pickled Python objects, which are never loaded") from err
-            raise CheckpointError(f"{what}: {err} (truncated or corrupted)") from err
+def _check_members(meta, members, what):
+    """The zip holds exactly the arrays the metadata lists; else which are extra, or missing."""
+    held = {name[:-4] for name in members if name.endswith(".npy")} - {_META}
+    listed = set(meta["arrays"])
+    if held - listed:
+        raise CheckpointError(
+            f"{what}: it holds members {sorted(f'{n}.npy' for n in held - listed)} that its metadata does not "
+            "list (tampered)"
+        )
+    if listed - held:
+        missing = sorted(f"{n}.npy" for n in listed - held)
+        raise CheckpointError(
+            f"{what}: member{'s' if len(missing) > 1 else ''} {', '.join(repr(m) for m in missing)} that its "
+            "metadata lists "
+            f"{'are' if len(missing) > 1 else 'is'} missing from the file (truncated, or removed: tampered)"
+        )
 
 
-def _read_arrays(zf, members, what):
+#: Bytes decompressed at a time: an array's bytes are streamed, never read whole.
+_CHUNK = 2**20
+
+
+def _npy_header(fh, what):
+    """``(dtype, shape, fortran_order)`` from the ``.npy`` header at ``fh``'s position."""
+    try:
+        version = np.lib.format.read_magic(fh)
+        if version == (1, 0):
+            shape, fortran, dtype = np.lib.format.read_array_header_1_0(fh)
+        elif version == (2, 0):
+            shape, fortran, dtype = np.lib.format.read_array_header_2_0(fh)
+        else:
+            raise ValueError(f"unsupported .npy format version {version}")
+    except ValueError as err:
+        if "allow_pickle" in str(err) or "Object arrays" in str(err):
+            raise CheckpointError(f"{what}: it contains pickled Python objects, which are never loaded") from err
+        raise CheckpointError(f"{what}: {err} (truncated or corrupted)") from err
+    if dtype.hasobject:
+        raise CheckpointError(f"{what}: it contains pickled Python objects, which are never loaded")
+    return dtype, shape, fortran
+
+
+def _read_exactly(fh, nbytes, what, name, into=None, digest=None):
+    """Stream ``nbytes`` from ``fh`` in chunks into the buffer ``into`` (or into a
+    ``bytes`` when None; ``digest``: a hash object fed each chunk); refused as soon as
+    the member ends early or holds more than ``nbytes``."""
+    view = None if into is None else memoryview(into.reshape(-1).view(np.uint8))
+    parts = [] if into is None and digest is None else None
+    done = 0
+    while done < nbytes:
+        chunk = fh.read(min(_CHUNK, nbytes - done))
+        if not chunk:
+            raise CheckpointError(f"{what}: array {name!r} ends after {done:,} of its {nbytes:,} bytes (truncated)")
+        if view is not None:
+            view[done:done + len(chunk)] = chunk
+        if digest is not None:
+            digest.update(chunk)
+        if parts is not None:
+            parts.append(chunk)
+        done += len(chunk)
+    if fh.read(1):
+        raise CheckpointError(f"{what}: array {name!r} holds more than the {nbytes:,} bytes of its header (crafted)")
+    return b"".join(parts) if parts is not None else None
+
+
+def _read_arrays(zf, members, meta, what):
+    """Every array, each checked before it is kept: its ``.npy`` header against the
+    recorded dtype and shape, then (C-ordered arrays) its bytes streamed through its
+    checksum before anything is allocated, so that a forged member is refused without
+    ever being held in memory; only then is it read into an array of its size."""
+    sizes = meta.get("sizes")
+    budget = _max_bytes()
     arrays = {}
-    for name, info in members.items():
-        if name == _META + ".npy":
+    for member, info in members.items():
+        if member == _META + ".npy":
             continue
-        if not name.endswith(".npy"):
-            raise CheckpointError(f"{what}: it holds {name!r}, which is not an array")
-        arrays[name[:-4]] = _load_npy(zf, info, what)
+        name = member[:-4]
+        with zf.open(info) as fh:
+            dtype, shape, fortran = _npy_header(fh, what)
+            if name not in meta["arrays"]:
+                _check_members(meta, members, what)
+            if sizes is not None and [dtype.str, list(shape)] != sizes[name]:
+                raise CheckpointError(
+                    f"{what}: array {name!r} is {dtype.str} {tuple(shape)} in its header, not the recorded "
+                    f"{sizes[name][0]} {tuple(sizes[name][1])} (tampered)"
+                )
+            nbytes = dtype.itemsize * math.prod(shape)
+            budget -= nbytes
+            if budget < 0 or fh.tell() + nbytes != info.file_size:
+                raise CheckpointError(
+                    f"{what}: array {name!r} declares {info.file_size:,} bytes, not the {nbytes:,} of its header "
+                    "(corrupted or crafted)"
+                )
+            if not fortran:  # the checksum first, streamed: nothing allocated for a forged member
+                digest = hashlib.sha256(f"{dtype.str}|{tuple(shape)}|".encode())
+                _read_exactly(fh, nbytes, what, name, digest=digest)
+                _check_digest(meta, name, digest.hexdigest(), what)
+        with zf.open(info) as fh:
+            _npy_header(fh, what)
+            arr = np.empty(shape[::-1] if fortran else shape, dtype=dtype)
+            _read_exactly(fh, nbytes, what, name, into=arr)
+        if fortran:
+            arr = arr.T
+            _check_digest(meta, name, _digest(arr), what)
+        arrays[name] = arr
+    _check_members(meta, members, what)  # files without recorded sizes: once their headers are read
     return arrays
+
+
+def _check_digest(meta, name, digest, what):
+    if not hmac.compare_digest(digest, meta["arrays"][name]):
+        raise CheckpointError(f"{what}: the checksum of array {name!r} does not match (corrupted or tampered)")
 
 
 # ------------------------------------------------------------------ values
@@ -387,6 +503,10 @@ def _own_class(path):
             "defined outside dask_dgd; refused"
         )
     return obj
+
+
+#: dtype kinds an array in a file may have: booleans, numbers, strings, dates and times.
+_ARRAY_KINDS = "biufcSUMm"
 
 
 class Encoder:
@@ -494,14 +614,27 @@ def encode(value):
 
 
 def decode(data, arrays):
-    """The Python value that :func:`encode` gave ``(data, arrays)`` for."""
+    """The Python value that :func:`encode` gave ``(data, arrays)`` for.
+
+    Only the classes of :func:`dask_dgd._schema.allowed_types` are rebuilt, by
+    :func:`dask_dgd._schema.rebuild_object`: a plain object's state may not set a name
+    its class defines (a method, property or class attribute), and an estimator holds
+    its parameters and the fitted attributes it declares, each checked.  Sparse
+    matrices are checked in full (indices within the shape, ``indptr`` non-decreasing)."""
+    from ._schema import allowed_class, rebuild_object
 
     def arr(ref):
-        name = ref["__array__"]
-        if name not in arrays:
+        name = ref.get("__array__")
+        if not isinstance(name, str) or name not in arrays:
             raise CheckpointError(f"the file refers to a missing array {name!r} (corrupted)")
         a = arrays[name]
-        return a.astype(object) if ref.get("object") else a
+        if a.dtype.kind not in _ARRAY_KINDS or a.dtype.fields is not None:
+            raise CheckpointError(f"array {name!r} has dtype {a.dtype}, which dask_dgd files never hold (crafted)")
+        if ref.get("object"):
+            if a.dtype.kind != "U":
+                raise CheckpointError(f"array {name!r} is marked as strings but has dtype {a.dtype} (crafted)")
+            return a.astype(object)
+        return a
 
     def go(v):
         if v is None or isinstance(v, (bool, int, float, str)):
@@ -517,7 +650,10 @@ def decode(data, arrays):
         if "__float__" in v:
             return float(v["__float__"])
         if "__dtype__" in v:
-            return np.dtype(v["__dtype__"])
+            dtype = np.dtype(v["__dtype__"])
+            if dtype.kind not in _ARRAY_KINDS or dtype.fields is not None:
+                raise CheckpointError(f"the file names dtype {dtype}, which dask_dgd files never hold (crafted)")
+            return dtype
         if "__path__" in v:
             return Path(v["__path__"])
         if "__tuple__" in v:
@@ -536,10 +672,7 @@ def decode(data, arrays):
             rs.set_state((name, arr(keys), pos, has_gauss, cached))
             return rs
         if "__sparse__" in v:
-            import scipy.sparse as sp
-
-            make = sp.csr_matrix if v["__sparse__"] == "csr" else sp.csc_matrix
-            return make((arr(v["data"]), arr(v["indices"]), arr(v["indptr"])), shape=tuple(v["shape"]))
+            return _sparse(v, arr)
         if "__dataframe__" in v:
             import pandas as pd
 
@@ -557,12 +690,15 @@ def decode(data, arrays):
             return xr.DataArray(arr(v["values"]), dims=v["dims"], coords=coords, name=go(v["__dataarray__"]),
                                 attrs=go(v["attrs"]))
         if "__namedtuple__" in v:
-            cls = _own_class(v["__namedtuple__"])
+            cls = allowed_class(v["__namedtuple__"], "named tuple")
             if not (issubclass(cls, tuple) and hasattr(cls, "_fields")):
                 raise CheckpointError(f"{v['__namedtuple__']!r} is not a named tuple")
-            return cls(*[go(x) for x in v["fields"]])
+            fields = v["fields"]
+            if not isinstance(fields, list) or len(fields) != len(cls._fields):
+                raise CheckpointError(f"{v['__namedtuple__']!r} has {len(cls._fields)} fields, not what the file holds")
+            return cls(*[go(x) for x in fields])
         if "__dataclass__" in v:
-            cls = _own_class(v["__dataclass__"])
+            cls = allowed_class(v["__dataclass__"], "dataclass")
             if not dataclasses.is_dataclass(cls):
                 raise CheckpointError(f"{v['__dataclass__']!r} is not a dataclass")
             obj = object.__new__(cls)
@@ -573,17 +709,44 @@ def decode(data, arrays):
                 object.__setattr__(obj, k, go(x))
             return obj
         if "__object__" in v:
-            cls = _own_class(v["__object__"])
-            obj = cls.__new__(cls)
-            state = {k: go(x) for k, x in v["state"].items()}
-            if hasattr(obj, "__setstate__"):
-                obj.__setstate__(state)
-            else:
-                obj.__dict__.update(state)
-            return obj
+            cls = allowed_class(v["__object__"], "class")
+            return rebuild_object(cls, {k: go(x) for k, x in v["state"].items()})
         raise CheckpointError(f"unknown value {sorted(v)} in the file (corrupted or from a newer dask_dgd)")
 
     return go(data)
+
+
+def _sparse(v, arr):
+    """A CSR/CSC matrix from the file, checked in full before anything uses it (a forged
+    column index past the shape used to crash a Numba kernel)."""
+    import scipy.sparse as sp
+
+    fmt, shape = v["__sparse__"], v["shape"]
+    if fmt not in ("csr", "csc"):
+        raise CheckpointError(f"sparse format {fmt!r} in the file; dask_dgd files hold csr and csc only")
+    if (not isinstance(shape, list) or len(shape) != 2
+            or not all(isinstance(n, int) and not isinstance(n, bool) and 0 <= n < 2**62 for n in shape)):
+        raise CheckpointError(f"sparse matrix of shape {shape!r} in the file (crafted)")
+    data, indices, indptr = arr(v["data"]), arr(v["indices"]), arr(v["indptr"])
+    if data.ndim != 1 or data.dtype.kind not in "biuf":
+        raise CheckpointError(f"sparse matrix values of dtype {data.dtype}, shape {data.shape} in the file (crafted)")
+    for what, a in (("indices", indices), ("indptr", indptr)):
+        if a.ndim != 1 or a.dtype.kind not in "iu":
+            raise CheckpointError(f"sparse matrix {what} of dtype {a.dtype} and shape {a.shape} in the file (crafted)")
+    major, minor = shape if fmt == "csr" else shape[::-1]
+    if (len(indptr) != major + 1 or len(indices) != len(data) or (len(indptr) and indptr[0] != 0)
+            or (len(indptr) and indptr[-1] != len(indices)) or np.any(np.diff(indptr.astype(np.int64)) < 0)):
+        raise CheckpointError(
+            f"sparse {fmt} matrix of shape {tuple(shape)} with inconsistent indptr (length {len(indptr)}) "
+            f"for {len(indices)} entries (crafted)"
+        )
+    bad = indices[(indices < 0) | (indices >= minor)] if len(indices) else indices
+    if len(bad):
+        raise CheckpointError(
+            f"sparse {fmt} matrix of shape {tuple(shape)} has index {int(bad[0])} outside [0, {minor}) (crafted)"
+        )
+    make = sp.csr_matrix if fmt == "csr" else sp.csc_matrix
+    return make((data, indices, indptr), shape=tuple(shape))
 
 
 def _hashable(k):

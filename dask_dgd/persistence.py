@@ -4,7 +4,11 @@ The file is a dask_dgd archive (see :mod:`dask_dgd._archive`): a NumPy ``.npz`` 
 with ``allow_pickle=False`` whose JSON metadata names the estimator class (inside
 dask_dgd only), its parameters and its fitted attributes, with a SHA-256 checksum of
 every part.  Loading never runs code from the file; a corrupted or edited file is
-refused with :class:`~dask_dgd.exceptions.CheckpointError`.
+refused with :class:`~dask_dgd.exceptions.CheckpointError`.  Signed or not, a file
+rebuilds only an allow-listed estimator class, from the names of its ``get_params`` and
+the fitted attributes it declares (never a name its class defines, such as ``save`` or
+``predict``), each value of the declared type, shape and dtype, sparse indices within
+their shape, finite where the model computes with it (see :mod:`dask_dgd._schema`).
 
 Some parameters cannot be stored and come back as None: ``client`` (a live
 connection; pass ``client=`` again with ``set_params`` to train on a cluster),
@@ -14,6 +18,7 @@ connection; pass ``client=`` again with ``set_params`` to train on a cluster),
 import os
 
 from ._archive import UNSAVED_PARAMS, Encoder, _class_path, _own_class, decode, read_archive, write_archive
+from ._schema import allowed_types, rebuild_estimator
 from .exceptions import CheckpointError
 
 __all__ = ["save", "load"]
@@ -76,35 +81,36 @@ def load(path, expected=None):
         If the file is missing, truncated, corrupted or edited, holds a pickle, names a
         class outside dask_dgd, or holds another kind of estimator than ``expected``.
     """
-    content, arrays = read_archive(path, "model")
-    what = f"{os.fspath(path)!r} is not a valid dask_dgd model file"
+    return _from_content(*read_archive(path, "model"), os.fspath(path), expected)
+
+
+def _from_content(content, arrays, path, expected=None):
+    """The estimator a model file's verified ``(content, arrays)`` describe (``path``: for
+    the messages).  Only an allow-listed estimator class is rebuilt, from its parameters
+    and declared fitted attributes, each checked (:mod:`dask_dgd._schema`)."""
+    what = f"{path!r} is not a valid dask_dgd model file"
     try:
         cls = _own_class(content["class"])
+        from sklearn.base import BaseEstimator
+
+        if not issubclass(cls, BaseEstimator) or cls not in allowed_types():
+            raise CheckpointError(f"{path!r} names {cls.__name__}, which is not a dask_dgd estimator; refused")
+        if expected is not None and not issubclass(cls, expected):
+            raise CheckpointError(
+                f"{path!r} holds a {cls.__name__}, not a {expected.__name__}; "
+                "use dask_dgd.load to load any estimator"
+            )
         params = {k: decode(v, arrays) for k, v in content["params"].items()}
         state = {k: decode(v, arrays) for k, v in content["state"].items()}
-    except CheckpointError:
-        raise
+        # only the parameters and declared fitted attributes, each checked; never client or
+        # callbacks (a forged callback could write wherever it names at the next fit)
+        return rebuild_estimator(cls, state, what, params=params)
+    except CheckpointError as err:
+        if str(err).startswith(repr(path)):
+            raise
+        raise CheckpointError(f"{what}: {err}") from err  # a value deep in the file: say which file
     except KeyError as err:
         raise CheckpointError(f"{what}: missing {err}") from err
     except (TypeError, ValueError, IndexError, AttributeError, OverflowError, RecursionError) as err:
         # a crafted file that passed the checksums (e.g. forged sparse or random-state entries)
         raise CheckpointError(f"{what}: malformed content ({type(err).__name__}: {err})") from err
-    # never restored from a file, whatever it holds: live objects and user code (a forged
-    # callback could write wherever it names at the next fit)
-    params.update({k: None for k in UNSAVED_PARAMS if k in params})
-    state = {k: v for k, v in state.items() if k not in params and not k.startswith("__")}
-    from sklearn.base import BaseEstimator
-
-    if not issubclass(cls, BaseEstimator):
-        raise CheckpointError(f"{os.fspath(path)!r} names {cls.__name__}, which is not a dask_dgd estimator; refused")
-    if expected is not None and not issubclass(cls, expected):
-        raise CheckpointError(
-            f"{os.fspath(path)!r} holds a {cls.__name__}, not a {expected.__name__}; "
-            "use dask_dgd.load to load any estimator"
-        )
-    try:
-        est = cls(**params)
-    except TypeError as err:
-        raise CheckpointError(f"{os.fspath(path)!r} is not a valid dask_dgd model file: {err}") from err
-    est.__dict__.update(state)
-    return est

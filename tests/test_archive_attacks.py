@@ -162,13 +162,17 @@ def test_forged_entries_are_a_checkpoint_error(kind, model, tmp_path):
         meta["content"]["state"]["coef_"] = _forged(kind, ref)
 
     _forge(path, change)
-    with pytest.raises(CheckpointError, match=r"is not a valid dask_dgd model file: malformed content \("):
+    # a forged sparse entry is now refused by name before SciPy sees it
+    message = "sparse matrix indices of dtype float64" if kind == "sparse" else r"malformed content \("
+    with pytest.raises(CheckpointError, match=r"is not a valid dask_dgd model file: " + message):
         dask_dgd.load(path)
 
 
 def test_a_forged_callback_is_never_restored(model, tmp_path):
     """The docs say callbacks come back as None: a forged unsigned file naming a
-    HistoryWriter must not make the next fit write where it says."""
+    HistoryWriter must not make the next fit write where it says.  It is now refused
+    outright (a callback is not a type files hold, issue 44); a forged list of values
+    files may hold still comes back as None."""
     path = model.save(tmp_path / "m.npz")
     target = tmp_path / "written-by-forgery.csv"
     from dask_dgd._archive import Encoder
@@ -181,6 +185,19 @@ def test_a_forged_callback_is_never_restored(model, tmp_path):
         meta["content"]["state"]["callbacks"] = forged
 
     _forge(path, change, arrays=enc.arrays)
+    with pytest.raises(CheckpointError, match=r"names class 'dask_dgd.callbacks:HistoryWriter', which is not one of "
+                                              r"the types dask_dgd files hold"):
+        dask_dgd.load(path)
+
+    def plain(meta):
+        meta["content"]["params"]["callbacks"] = ["print", 1.0]
+        meta["content"]["state"]["callbacks"] = ["print"]
+
+    _forge(path, plain)
+    with pytest.raises(CheckpointError, match=r"it sets parameter 'callbacks' of LinearRegression among its fitted "
+                                              r"attributes; refused"):
+        dask_dgd.load(path)
+    _forge(path, lambda meta: meta["content"]["state"].pop("callbacks"))
     back = dask_dgd.load(path)
     assert back.callbacks is None
     back.fit(X, X[:, 0])
@@ -261,3 +278,325 @@ def test_checkpoint_at_an_existing_file_is_a_parameter_error(tmp_path):
                                              r"an existing file"):
         LinearRegression(solver="gd", max_iter=3, checkpoint=existing).fit(X, X[:, 0])
     assert existing.read_text() == "mine"
+
+
+# ------------------------------------------------- issue 44: every way to set the key signs
+_KEY_A, _KEY_B = "a" * 24, "b" * 24
+_KEY_SCRIPT = """
+import contextlib, json, os, sys
+import dask
+import numpy as np
+import dask_dgd
+from dask_dgd import LinearRegression
+from dask_dgd.exceptions import CheckpointError
+
+how, path, yaml, key_a, key_b = sys.argv[1:6]
+
+
+def setting(key):
+    if how.startswith("set"):
+        return dask.config.set({"dgd.archive-key" if how == "set-dash" else "dgd.archive_key": key})
+    if how == "env":  # as dask reads the environment at import
+        dask.config.refresh(env={} if key is None else {"DASK_DGD__ARCHIVE_KEY": key})
+    elif key is None:
+        os.remove(yaml)
+        dask.config.refresh(env={})
+    else:
+        with open(yaml, "w") as fh:
+            fh.write("dgd:\\n  " + ("archive-key" if how == "yaml-dash" else "archive_key") + ": " + key + "\\n")
+        dask.config.refresh(env={})
+    return contextlib.nullcontext()
+
+
+def load():
+    try:
+        return "loaded %s" % dask_dgd.load(path).alpha
+    except CheckpointError as err:
+        return "refused " + str(err)
+
+
+# key A as the process started with it (environment, YAML file) or as set in code
+with setting(key_a) if how.startswith("set") else contextlib.nullcontext():
+    LinearRegression(alpha=0.25).save(path)
+    with np.load(path) as npz:
+        print("signed" if "hmac_sha256" in json.loads(npz["__meta__"].tobytes()) else "unsigned")
+    print(load())
+with setting(key_b):
+    print(load())
+with setting(None) if not how.startswith("set") else contextlib.nullcontext():
+    print(load())
+"""
+
+
+@pytest.mark.parametrize("how", ["env", "yaml-dash", "yaml-underscore", "set-dash", "set-underscore"])
+def test_every_documented_way_to_set_the_key_signs(how, tmp_path):
+    """DASK_DGD__ARCHIVE_KEY reaches dask as dgd.archive_key: the loader tested the raw
+    dict for "archive-key", found nothing, and wrote and read every file unsigned.  In a
+    fresh process (the environment and YAML files are read at import): a file saved under
+    key A is signed, loads under A, and is refused under key B and under no key."""
+    import subprocess
+    import sys
+
+    config = tmp_path / "dask-config"
+    config.mkdir()
+    yaml = config / "dgd.yaml"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("DASK_")}
+    env["DASK_CONFIG"] = str(config)
+    if how == "env":
+        env["DASK_DGD__ARCHIVE_KEY"] = _KEY_A
+    elif how.startswith("yaml"):
+        yaml.write_text(f"dgd:\n  {'archive-key' if how == 'yaml-dash' else 'archive_key'}: {_KEY_A}\n")
+    args = [sys.executable, "-c", _KEY_SCRIPT, how, str(tmp_path / "m.npz"), str(yaml), _KEY_A, _KEY_B]
+    out = subprocess.run(args, env=env, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    signed, under_a, under_b, under_none = out.stdout.strip().splitlines()
+    assert (signed, under_a) == ("signed", "loaded 0.25")
+    assert under_b.startswith("refused") and "wrong signature: tampered, or another key" in under_b, under_b
+    assert under_none.startswith("refused") and "it is signed (HMAC-SHA256) but no dgd.archive-key is set" in under_none
+
+
+# ------------------------------------------- issue 44: files never name functions or shadow methods
+def _deferred(module, name):
+    return {"__dataclass__": "dask_dgd.cli._main:_Deferred", "fields": {"module": module, "name": name}}
+
+
+@pytest.mark.parametrize(("where", "name", "value"), [
+    ("state", "save", _deferred("os", "remove")),
+    ("state", "predict", _deferred("builtins", "print")),
+    ("params", "scoring", _deferred("os", "system")),
+])
+def test_a_file_cannot_name_a_function_to_call(where, name, value, model, tmp_path):
+    """The red team's forgeries (checksums recomputed, no key): ``save`` became os.remove,
+    ``predict`` called print, a forged ``scoring`` was called in fit."""
+    victim = tmp_path / "important.txt"
+    victim.write_text("keep me")
+    path = model.save(tmp_path / "m.npz")
+    _forge(path, lambda meta: meta["content"][where].__setitem__(name, value))
+    with pytest.raises(CheckpointError, match=r"names dataclass 'dask_dgd.cli._main:_Deferred', which is not one of "
+                                              r"the types dask_dgd files hold .*; refused"):
+        dask_dgd.load(path)
+    assert victim.read_text() == "keep me"
+
+
+_SCHEDULE = {"__dataclass__": "dask_dgd.optim._schedules:Constant", "fields": {"value": 0.1}}
+
+
+@pytest.mark.parametrize(("where", "name", "message"), [
+    ("state", "predict", r"it sets attribute 'predict' on LinearRegression, which is not one of its parameters or "
+                         r"fitted attributes; refused"),
+    ("state", "__class__", r"it sets attribute '__class__' on LinearRegression, which is not one"),
+    ("state", "_parameter_constraints", r"it sets attribute '_parameter_constraints' on LinearRegression"),
+    ("params", "scoring", r"parameter 'scoring' of LinearRegression is a Constant; files hold a scorer name or None"),
+    ("params", "save", r"LinearRegression has no parameter 'save'; refused"),
+])
+def test_a_file_cannot_shadow_a_method_with_an_allowed_type(where, name, message, model, tmp_path):
+    """Even a type files may hold (a schedule, which is callable) never replaces a method,
+    a class attribute or a parameter that is never a callable."""
+    path = model.save(tmp_path / "m.npz")
+    _forge(path, lambda meta: meta["content"][where].__setitem__(name, _SCHEDULE))
+    with pytest.raises(CheckpointError, match=message):
+        dask_dgd.load(path)
+
+
+def test_a_nested_estimator_cannot_shadow_a_method(tmp_path):
+    from dask_dgd import ElasticNetCV
+
+    path = ElasticNetCV().save(tmp_path / "m.npz")
+    nested = {"__object__": "dask_dgd.linear_model._glm:LinearRegression", "state": {"fit": _SCHEDULE}}
+    _forge(path, lambda meta: meta["content"]["state"].__setitem__("estimator_", nested))
+    with pytest.raises(CheckpointError, match=r"the nested LinearRegression in the file: it sets attribute 'fit' on "
+                                              r"LinearRegression, which is not one of its parameters"):
+        dask_dgd.load(path)
+
+
+def test_a_checkpoint_object_cannot_shadow_a_method():
+    from dask_dgd._archive import decode
+
+    forged = {"__object__": "dask_dgd._engine.stopping:WallClock", "state": {"elapsed": _SCHEDULE}}
+    with pytest.raises(CheckpointError, match=r"the file sets 'elapsed' on a WallClock, a name its class defines"):
+        decode(forged, {})
+    for path in ("dask_dgd.callbacks:HistoryWriter", "dask_dgd.cli._common:Command", "dask_dgd._engine.train:Context"):
+        with pytest.raises(CheckpointError, match=rf"names (class|dataclass) '{path}', which is not one of the types"):
+            decode({"__object__" if "History" in path else "__dataclass__": path, "state": {}, "fields": {}}, {})
+
+
+def test_the_command_line_defers_only_its_own_functions():
+    from dask_dgd.cli._main import _Deferred
+
+    with pytest.raises(ValueError, match=r"only public functions of \['._demo'\] \(in dask_dgd.cli\) are deferred"):
+        _Deferred("os", "remove")
+    forged = object.__new__(_Deferred)  # as a decoder would make it, without __post_init__
+    object.__setattr__(forged, "module", "os")
+    object.__setattr__(forged, "name", "remove")
+    with pytest.raises(ValueError, match="only public functions"):
+        forged("anything")
+    object.__setattr__(forged, "module", "._demo")
+    object.__setattr__(forged, "name", "np")  # a module the demo imported, not its function
+    with pytest.raises(ValueError, match="dask_dgd.cli._demo defines no such function"):
+        forged("anything")
+
+
+# ---------------------------------------------------------------- issue 44: the allow-list fuzzed
+def _fuzz_names(rng):
+    from dask_dgd._schema import allowed_types
+
+    allowed = sorted(f"{c.__module__}:{c.__qualname__}" for c in allowed_types())
+    refused = ["dask_dgd.cli._main:_Deferred", "dask_dgd.callbacks:HistoryWriter", "dask_dgd.cli._common:Command",
+               "dask_dgd._engine.executor:LocalCluster", "os:remove", "builtins:print", "dask_dgd.__main__:main",
+               "dask_dgd.persistence:save", "dask_dgd._validation:Interval", "dask_dgd", ":", "x" * 300]
+    attributes = ["coef_", "intercept_", "n_features_in_", "classes_", "history_", "_opt_state_", "alpha", "solver",
+                  "scoring", "callbacks", "client", "save", "predict", "fit", "get_params", "__class__", "__dict__",
+                  "_parameter_constraints", "_FITTED", "__reduce__", "score", "", "0", "coef_ "]
+    return allowed, refused, attributes
+
+
+def _fuzz_value(rng, allowed, refused, attributes, arrays, depth=0):
+    pick = int(rng.integers(12 if depth < 4 else 5))
+    if pick == 0:
+        return None
+    if pick == 1:
+        return float(rng.normal())
+    if pick == 2:
+        return int(rng.integers(-5, 5))
+    if pick == 3:
+        return str(rng.choice(attributes))
+    if pick == 4:
+        return {"__array__": str(rng.choice(list(arrays)))}
+    sub = [_fuzz_value(rng, allowed, refused, attributes, arrays, depth + 1) for _ in range(int(rng.integers(3)))]
+    fields = {str(rng.choice(attributes)): _fuzz_value(rng, allowed, refused, attributes, arrays, depth + 1)
+              for _ in range(int(rng.integers(3)))}
+    name = str(rng.choice(allowed if rng.random() < 0.7 else refused))
+    if pick == 5:
+        return sub
+    if pick == 6:
+        return {"__dataclass__": name, "fields": fields}
+    if pick == 7:
+        return {"__object__": name, "state": fields}
+    if pick == 8:
+        return {"__namedtuple__": name, "fields": sub}
+    if pick == 9:
+        return {"__dict__": fields}
+    if pick == 10:
+        return {"__tuple__": sub}
+    return {"__sparse__": "csr", "shape": [int(rng.integers(-1, 4)), int(rng.integers(-1, 4))],
+            "data": {"__array__": str(rng.choice(list(arrays)))}, "indices": {"__array__": str(rng.choice(list(arrays)))},
+            "indptr": {"__array__": str(rng.choice(list(arrays)))}}
+
+
+def test_the_loader_fuzzed_over_the_allow_list_rebuilds_nothing_else(model):
+    """2,000 forged contents (random allowed and refused type names, attribute names that
+    are fitted attributes, parameters, methods and dunders, nested values): each load
+    raises CheckpointError or gives an estimator holding only its parameters and declared
+    fitted attributes, none of them a name its class defines or a callable outside the
+    allow-list."""
+    import copy
+
+    import dask_dgd._archive as archive
+    from dask_dgd._schema import allowed_types, fitted_attributes
+    from dask_dgd.persistence import _from_content
+
+    rng = np.random.default_rng(44)
+    allowed, refused, attributes = _fuzz_names(rng)
+    enc = archive.Encoder()
+    base = {"params": {k: enc(v) for k, v in model.get_params().items() if k not in ("client", "callbacks")},
+            "state": {k: enc(v) for k, v in vars(model).items() if k not in model.get_params()}}
+    arrays = {**enc.arrays, "i": np.arange(3), "big": np.array([10**9]), "f": np.array([np.nan, 1.0]),
+              "s": np.array(["x", "y"])}
+    classes = ["dask_dgd.linear_model._glm:LinearRegression", "dask_dgd.linear_model._logistic:LogisticRegression",
+               "dask_dgd.recommender._mf:MatrixFactorization", "dask_dgd.cli._main:_Deferred", "os:remove"]
+    loaded, other = 0, []
+    for case in range(2000):
+        content = copy.deepcopy(base)
+        content["class"] = classes[case % len(classes)] if case % 7 == 0 else "dask_dgd.linear_model._glm:LinearRegression"
+        where = "params" if rng.random() < 0.3 else "state"
+        for _ in range(int(rng.integers(1, 4))):
+            content[where][str(rng.choice(attributes))] = _fuzz_value(rng, allowed, refused, attributes, arrays)
+        try:
+            est = _from_content(content, arrays, "fuzz.npz")
+        except CheckpointError:
+            continue
+        except Exception as err:  # noqa: BLE001 - what the test looks for
+            other.append((case, type(err).__name__, str(err)[:200]))
+            continue
+        loaded += 1
+        cls = type(est)
+        params = set(cls._get_param_names())
+        for name, value in vars(est).items():
+            assert name in params or name in fitted_attributes(cls), (case, name)
+            assert name in params or not hasattr(cls, name), (case, name)
+            assert not callable(value) or type(value) in allowed_types(), (case, name, value)
+    assert other == []
+    assert loaded >= 10  # the fuzz also reaches files that are accepted
+
+
+# ------------------------------------------------------- issue 44: arrays checked before use
+def test_a_forged_sparse_index_is_refused_not_a_segfault(tmp_path):
+    """A sparse coef_ index of 10**9 in a 5-feature model loaded, and predict ended in a
+    segmentation fault in a Numba kernel without bounds checks."""
+    import scipy.sparse as sp
+
+    X5 = np.random.default_rng(1).normal(size=(40, 5))
+    est = LinearRegression(solver="gd", alpha=0.1, l1_ratio=1.0, sparse_coef=True, max_iter=3).fit(X5, X5[:, 0])
+    assert sp.issparse(est.coef_)
+    est.coef_ = sp.csr_matrix((np.array([1.0]), np.array([10**9]), np.array([0, 1])), shape=(1, 5))
+    with pytest.raises(CheckpointError, match=r"sparse csr matrix of shape \(1, 5\) has index 1000000000 outside "
+                                              r"\[0, 5\) \(crafted\)"):
+        dask_dgd.load(est.save(tmp_path / "m.npz"))
+
+
+def test_a_coefficient_of_the_wrong_length_is_refused(model, tmp_path):
+    model.coef_ = np.append(model.coef_, 1.0)
+    with pytest.raises(CheckpointError, match=r"attribute 'coef_' of LinearRegression has 4 along n_features, but "
+                                              r"n_features_in_ has 3; refused"):
+        dask_dgd.load(model.save(tmp_path / "m.npz"))
+
+
+# ------------------------------------------------- issue 44: forged members never decompressed
+def test_a_forged_member_is_refused_without_being_decompressed(model, tmp_path):
+    """A member whose declared sizes are consistent (metadata and zip) but whose bytes
+    are not those the checksum names was decompressed whole before the checksum failed
+    (the red team's 1.9 GiB member peaked at twice dgd.archive-max-bytes): its bytes are
+    now streamed through the checksum first, and nothing the size of the member is
+    allocated."""
+    import tracemalloc
+
+    path = model.save(tmp_path / "m.npz")
+    n = 8 * 2**20  # 64 MiB of float64 zeros: a few hundred KiB deflated
+    members = _members(path)
+    header = io.BytesIO()
+    np.lib.format.write_array_header_1_0(header, {"descr": "<f8", "fortran_order": False, "shape": (n,)})
+    meta = json.loads(np.load(io.BytesIO(members.pop("__meta__.npy"))).tobytes())
+    meta["arrays"]["forged"] = "0" * 64
+    meta["sizes"]["forged"] = ["<f8", [n]]
+    meta["meta_sha256"] = _meta_digest(meta)
+    buf = io.BytesIO()
+    np.save(buf, np.frombuffer(json.dumps(meta).encode(), np.uint8))
+    with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as zf:
+        zf.writestr("__meta__.npy", buf.getvalue())
+        for name, data in members.items():
+            zf.writestr(name, data)
+        with zf.open("forged.npy", "w") as fh:
+            fh.write(header.getvalue())
+            for _ in range(8):
+                fh.write(bytes(2**23))
+    assert os.path.getsize(path) < 2**20
+    tracemalloc.start()
+    try:
+        with pytest.raises(CheckpointError, match=r"the checksum of array 'forged' does not match"):
+            dask_dgd.load(path)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 16 * 2**20, f"{peak:,} bytes allocated for a forged member of {8 * n:,}"
+
+
+def test_a_missing_member_is_named(model, tmp_path):
+    """It read "holds members [] that its metadata does not list"."""
+    path = model.save(tmp_path / "m.npz")
+    members = _members(path)
+    gone = next(name for name in sorted(members) if name != "__meta__.npy")
+    del members[gone]
+    _write_members(path, members)
+    with pytest.raises(CheckpointError, match=rf"member '{gone}' that its metadata lists is missing from the file "
+                                              r"\(truncated, or removed: tampered\)"):
+        dask_dgd.load(path)

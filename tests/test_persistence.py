@@ -310,3 +310,191 @@ class _NotOurs(optim.Schedule):
 def test_atomic_write_leaves_no_temporary(tmp_path):
     LinearRegression().fit(X, X[:, 0]).save(tmp_path / "m.npz")
     assert os.listdir(tmp_path) == ["m.npz"]
+
+
+# ------------------------------------------- issue 44: every array field validated on load
+def _estimator_classes():
+    from sklearn.base import BaseEstimator
+
+    found = [getattr(dask_dgd, n) for n in dask_dgd.__all__]
+    return [c for c in found if isinstance(c, type) and issubclass(c, BaseEstimator)]
+
+
+def _tiny_fits(cls, client):
+    """Small fitted instances of ``cls``, in the configurations that hold the most arrays
+    (an optimizer state, a sparse coef_, several classes, a grid)."""
+    import pandas as pd
+
+    name = cls.__name__
+    Xs = X[:120]
+    if name in ("MatrixFactorization", "ImplicitMatrixFactorization"):
+        frame, _ = make_ratings(n_users=12, n_items=9, n_ratings=80, random_state=0)
+        return [cls(n_components=2, max_iter=3, random_state=0, client=client).fit(frame),
+                cls(n_components=2, solver="gd", max_iter=3, random_state=0, client=client).fit(frame)]
+    if name == "ClimateRegressor":
+        return [cls(features=["a"], target="tas", model=m, client=client).fit(_grid()) for m in ("pooled", "pointwise")]
+    if name == "FeatureHasher":
+        return [cls(n_features=8).fit(pd.DataFrame({"a": ["x", "y"], "b": ["u", "v"]}))]
+    positive = np.exp(0.3 * Xs[:, 0]).round() + 1
+    y = {"LogisticRegression": Y_LABELS[:120], "LogisticRegressionCV": Y_LABELS[:120],
+         "BinomialRegressor": (Xs[:, 0] > 0).astype(float), "BinomialRegressorCV": (Xs[:, 0] > 0).astype(float),
+         "LinearRegression": Xs[:, 0], "ElasticNetCV": Xs[:, 0]}.get(name, positive)
+    if name.endswith("CV"):
+        return [cls(max_iter=5).fit(Xs, y)]
+    fits = [cls(solver="gd", optimizer="adam", max_iter=3).fit(Xs, y)]
+    if name == "LinearRegression":
+        fits.append(cls(solver="gd", alpha=0.1, l1_ratio=1.0, sparse_coef=True, max_iter=3).fit(Xs, y))
+    if name == "LogisticRegression":
+        fits.append(cls().fit(Xs, (Xs[:, 0] > 0).astype(int)))
+    return fits
+
+
+def _is_array(value):
+    import pandas as pd
+    import scipy.sparse as sp
+
+    return isinstance(value, (np.ndarray, xr.DataArray, pd.Index)) or sp.issparse(value)
+
+
+def _array_fields(est):
+    """``(label, owner class, attribute, array, put)`` for every array among the fitted
+    attributes of ``est`` (inside optimizer states, dicts, tuples and nested estimators);
+    ``put(new)`` is a copy of ``est`` with that array replaced."""
+    import copy
+
+    from sklearn.base import BaseEstimator
+
+    def walk(label, value, put, owner, top):
+        if _is_array(value):
+            yield label, owner, top, value, put
+        elif isinstance(value, tuple) and hasattr(value, "_fields"):
+            for f, v in zip(value._fields, value):
+                yield from walk(f"{label}.{f}", v, lambda new, f=f: put(value._replace(**{f: new})), owner, top)
+        elif isinstance(value, (tuple, list)):
+            for i, v in enumerate(value):
+                yield from walk(f"{label}[{i}]", v,
+                                lambda new, i=i: put(type(value)([*value[:i], new, *value[i + 1:]])), owner, top)
+        elif isinstance(value, dict):
+            for k, v in value.items():
+                yield from walk(f"{label}[{k!r}]", v, lambda new, k=k: put({**value, k: new}), owner, top)
+        elif isinstance(value, BaseEstimator):
+            for lbl, own, t, v, p in _array_fields(value):
+                yield f"{label}.{lbl}", own, t, v, lambda new, p=p: put(p(new))
+
+    params = est.get_params(deep=False)
+    for name, value in vars(est).items():
+        if name not in params and name not in ("history_", "validation_path_"):  # frames: logs, not arrays
+            def put(new, name=name):
+                out = copy.copy(est)
+                setattr(out, name, new)
+                return out
+
+            yield from walk(name, value, put, type(est), name)
+
+
+def _mutations(arr, finite, free_length):
+    """``{kind: mutated copy}``: another dtype, one more dimension, one more row, a NaN
+    where the attribute is declared finite (``finite="masked"``: an infinity, NaN marking
+    a grid cell without data), an index past the shape (sparse)."""
+    import pandas as pd
+    import scipy.sparse as sp
+
+    out = {}
+    if isinstance(arr, pd.Index):
+        out["dtype"] = pd.Index(np.zeros(len(arr), complex))
+        out["length"] = arr.append(pd.Index([max(arr) + 1 if arr.dtype.kind in "iuf" else "zz-new"]))
+        return out
+    if isinstance(arr, xr.DataArray):
+        out["dtype"] = arr.copy(data=np.zeros(arr.shape, complex))
+        out["ndim"] = arr.expand_dims("extra")
+        out["length"] = xr.concat([arr, arr.isel({arr.dims[0]: [0]})], dim=arr.dims[0])
+        if finite and arr.dtype.kind == "f" and arr.size:
+            out["nan"] = arr.copy(data=_poisoned(arr.values, finite))
+        return out
+    if sp.issparse(arr):
+        out["dtype"] = arr.astype(complex)
+        out["ndim"] = arr.toarray()[np.newaxis]
+        out["length"] = type(arr)(sp.vstack([arr, arr[:1]]))
+        bad = arr.copy()
+        bad.indices = bad.indices.copy()
+        if bad.nnz:
+            bad.indices[0] = arr.shape[1 if arr.format == "csr" else 0] + 10**9
+            out["index"] = bad
+        if finite and arr.nnz:
+            nan = arr.copy()
+            nan.data = _poisoned(nan.data, finite)
+            out["nan"] = nan
+        return out
+    out["dtype"] = np.zeros(arr.shape, complex)
+    out["ndim"] = arr[np.newaxis]
+    if not free_length:
+        out["length"] = np.concatenate([arr, arr[:1]])
+    if finite and arr.dtype.kind == "f" and arr.size:
+        out["nan"] = _poisoned(arr, finite)
+    return out
+
+
+def _poisoned(values, finite):
+    """A copy of ``values`` with a NaN first (an infinity where NaN marks a cell without data)."""
+    out = np.array(values, copy=True)
+    out.flat[0] = np.inf if finite == "masked" else np.nan
+    return out
+
+
+#: Arrays whose length no other attribute has: a recommender's ratings per shard.
+FREE_LENGTH = {"shard_ratings_"}
+
+
+def _declared_finite(cls, attribute):
+    from dask_dgd._schema import ByLabel, Either, OptimizerState, fitted_attributes
+
+    spec = fitted_attributes(cls)[attribute]
+    while True:
+        if isinstance(spec, Either):
+            spec = spec.specs[-1]
+        elif isinstance(spec, OptimizerState):
+            spec = spec.array
+        elif isinstance(spec, ByLabel):
+            spec = spec.spec
+        else:
+            return getattr(spec, "finite", False) and ("masked" if getattr(spec, "masked", False) or
+                                                       type(spec).__name__ == "GridArray" else "finite")
+
+
+@pytest.mark.filterwarnings("ignore::sklearn.exceptions.ConvergenceWarning")
+@pytest.mark.parametrize("cls", _estimator_classes(), ids=lambda c: c.__name__)
+def test_every_array_field_of_every_estimator_is_validated_on_load(cls, tmp_path, client):
+    """Each array among an estimator's fitted attributes, given another dtype, one more
+    dimension, one more row, a NaN where it must be finite, or (sparse) an index past its
+    shape, is refused on load with CheckpointError (a sparse coef_ index of 10**9 used to
+    load, and predict crashed the process)."""
+    accepted, tried = [], 0
+    for i, est in enumerate(_tiny_fits(cls, client)):
+        path = dask_dgd.save(est, tmp_path / f"ok{i}.npz")
+        dask_dgd.load(path)  # the unmutated file loads
+        fields = list(_array_fields(est))
+        assert fields, f"{cls.__name__} has no array fields"
+        for label, owner, attribute, arr, put in fields:
+            muts = _mutations(arr, _declared_finite(owner, attribute), attribute in FREE_LENGTH)
+            for kind, new in muts.items():
+                tried += 1
+                path = dask_dgd.save(put(new), tmp_path / "mutated.npz")
+                try:
+                    dask_dgd.load(path)
+                except CheckpointError:
+                    continue
+                accepted.append(f"{label}: {kind}")
+    assert accepted == [], f"{cls.__name__}: mutated arrays loaded ({len(accepted)} of {tried})"
+
+
+@pytest.mark.parametrize("cls", _estimator_classes(), ids=lambda c: c.__name__)
+def test_the_loader_knows_every_fitted_attribute_an_estimator_declares(cls):
+    """An estimator that lists its fitted attributes (``_FITTED``) has each of them in the
+    loader's allow-list, and none of them is a name its class defines (a new attribute
+    must be declared in ``dask_dgd._schema.SCHEMAS`` to be saved and loaded)."""
+    from dask_dgd._schema import fitted_attributes
+
+    schema = fitted_attributes(cls)
+    assert schema, f"{cls.__name__} declares no fitted attributes in dask_dgd._schema.SCHEMAS"
+    assert set(getattr(cls, "_FITTED", ())) <= set(schema)
+    assert [name for name in schema if hasattr(cls, name)] == []

@@ -28,16 +28,43 @@ from ._common import EXIT_STATUS, PROG, Command, CommandError, UsageError
 __all__ = ["COMMANDS", "build_parser", "main"]
 
 
+#: The modules a :class:`_Deferred` may import (relative to this package).
+_DEFERRED_MODULES = frozenset({"._demo"})
+
+
 @dataclass(frozen=True)
 class _Deferred:
     """The function ``name`` of the module ``module`` (relative to this package), imported
-    at its first call, so that building the parser does not import that module."""
+    at its first call, so that building the parser does not import that module.
+
+    Only a public function defined in one of :data:`_DEFERRED_MODULES` is ever imported
+    and called, checked at the call too (an instance made without ``__init__`` skips
+    ``__post_init__``): it can never be made to import and call an arbitrary function."""
 
     module: str
     name: str
 
+    def __post_init__(self):
+        self._check_names()  # without importing the module: that waits for the call
+
+    def _check_names(self):
+        if (self.module not in _DEFERRED_MODULES or not isinstance(self.name, str) or not self.name.isidentifier()
+                or self.name.startswith("_")):
+            raise ValueError(
+                f"_Deferred({self.module!r}, {self.name!r}): only public functions of "
+                f"{sorted(_DEFERRED_MODULES)} (in {__package__}) are deferred"
+            )
+
+    def _target(self):
+        self._check_names()
+        module = importlib.import_module(self.module, __package__)
+        target = getattr(module, self.name, None)
+        if not callable(target) or getattr(target, "__module__", None) != module.__name__:
+            raise ValueError(f"_Deferred({self.module!r}, {self.name!r}): {module.__name__} defines no such function")
+        return target
+
     def __call__(self, *args):
-        return getattr(importlib.import_module(self.module, __package__), self.name)(*args)
+        return self._target()(*args)
 
 
 class _HelpFormatter(argparse.RawDescriptionHelpFormatter):
