@@ -49,6 +49,7 @@ _VALUE_CLASSES = (
     "dask_dgd._engine.stopping:StopRules",
     "dask_dgd._engine.stopping:WallClock",
     "dask_dgd._engine.update:Guard",
+    "dask_dgd._engine.curvature:LeastSquaresModel",  # Newton's model on R factors (cd.IRLSCD's "H")
 )
 #: The modules whose public estimators files may hold.
 _ESTIMATOR_MODULES = ("dask_dgd.linear_model", "dask_dgd.recommender", "dask_dgd.climate", "dask_dgd.hashing")
