@@ -135,7 +135,8 @@ def test_estimator_trains_asynchronously_over_sharded_parameters(client):
     with LocalCluster(n_workers=3, threads_per_worker=1, processes=False, dashboard_address=":0",
                       silence_logs=logging.ERROR) as cluster, Client(cluster, set_as_default=False) as c:
         X, y = c.persist(_problem())
-        kw = dict(mode="async", solver="sgd", batch_size=600, max_iter=10, alpha=1e-3, random_state=0, client=c)
+        kw = dict(mode="async", solver="sgd", batch_size=600, max_iter=10, alpha=1e-3, random_state=0, client=c,
+                  max_staleness=2)  # bounded: a loaded machine cannot let one group run far ahead
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", ConvergenceWarning)
             got = LogisticRegression(param_sharding=True, **kw).fit(X, y)
