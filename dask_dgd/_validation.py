@@ -5,16 +5,18 @@ constraint is a type, ``None``, an :class:`Interval` or a :class:`Options`; a pa
 is valid if it satisfies any of its constraints.
 """
 
+import functools
 import numbers
 import os
+import threading
 from dataclasses import dataclass
 
 from dask.base import normalize_token
 
 from .compression import Compressor
-from .exceptions import ParameterError
+from .exceptions import ConcurrentFitError, ParameterError
 
-__all__ = ["TRAINING_CONSTRAINTS", "Interval", "Options", "describe", "validate_params"]
+__all__ = ["TRAINING_CONSTRAINTS", "Interval", "Options", "describe", "one_fit_at_a_time", "validate_params"]
 
 
 @dataclass(frozen=True)
@@ -100,6 +102,49 @@ def client_is_a_client(value):
     from distributed import Client
 
     return isinstance(value, Client)
+
+
+#: The estimator objects being fitted now: ``id(estimator)`` -> [thread id, depth, method name].
+_FITTING = {}
+_FITTING_LOCK = threading.Lock()
+
+
+def one_fit_at_a_time(method):
+    """Decorate an estimator's ``fit`` or ``partial_fit``: a call on an object that
+    another thread is fitting raises :class:`~dask_dgd.exceptions.ConcurrentFitError` at
+    once, naming the fix (a copy per thread, ``sklearn.base.clone``).
+
+    A fit sets the object's attributes as it goes (``n_features_in_``, the classes, the
+    optimizer state, then ``coef_``), so two fits of one object at once would mix them
+    and end with a model of neither (issue 44: a wrong feature count).  Calls within one
+    thread nest freely (a subclass's ``fit`` calling its base's, ``partial_fit`` calling
+    ``fit``).  Nothing is stored on the estimator: it pickles and clones as before.
+    """
+    name = method.__name__
+
+    @functools.wraps(method)
+    def guarded(self, *args, **kwargs):
+        key, me = id(self), threading.get_ident()
+        with _FITTING_LOCK:
+            entry = _FITTING.setdefault(key, [me, 0, name])
+            if entry[0] != me:
+                cls = type(self).__name__
+                raise ConcurrentFitError(
+                    f"{cls}.{name} was called while another thread is fitting this {cls} object (in its "
+                    f"{entry[2]}); one estimator object trains one model at a time: give each thread its own "
+                    "copy, sklearn.base.clone(est), or wait for the other fit to end"
+                )
+            entry[1] += 1
+        try:
+            return method(self, *args, **kwargs)
+        finally:
+            with _FITTING_LOCK:
+                entry[1] -= 1
+                if entry[1] == 0:
+                    del _FITTING[key]
+
+    guarded.one_fit_at_a_time = True
+    return guarded
 
 
 class ClientParamMixin:

@@ -9,7 +9,8 @@ The hierarchy::
     ├── CheckpointError (ValueError) a checkpoint or saved model that cannot be trusted
     ├── BlockError (RuntimeError)    a failure inside a worker task, with the block named
     ├── DivergenceError (FloatingPointError)  the objective became NaN/inf or exploded
-    └── ClusterError (RuntimeError)  the Dask cluster cannot run the fit
+    ├── ClusterError (RuntimeError)  the Dask cluster cannot run the fit
+    └── ConcurrentFitError (RuntimeError)  one estimator object fitted by two threads at once
 
 ``NotFittedError`` and ``ConvergenceWarning`` are scikit-learn's own, re-exported so that
 code which already catches them keeps working.
@@ -22,6 +23,7 @@ __all__ = [
     "CheckpointError",
     "ChunkingError",
     "ClusterError",
+    "ConcurrentFitError",
     "ConvergenceWarning",
     "DGDError",
     "DivergenceError",
@@ -61,3 +63,7 @@ class DivergenceError(DGDError, FloatingPointError):
 
 class ClusterError(DGDError, RuntimeError):
     """The Dask cluster cannot run the fit (no workers, lost every worker)."""
+
+
+class ConcurrentFitError(DGDError, RuntimeError):
+    """``fit`` or ``partial_fit`` was called on an estimator object that another thread is fitting."""

@@ -11,6 +11,7 @@ import os
 import re
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pandas as pd
@@ -141,6 +142,13 @@ OUT_ERRORS = [
     (["predict", "m.npz", "four.csv", "--out", "taken.csv"],
      "dask-dgd predict: error: --out taken.csv exists; pass --overwrite to replace it, or name another file"
      + PREDICT_HINT),
+    # a special file system: os.access says yes (as root), creating a file fails; the
+    # command trained 25 s and then failed with a raw FileNotFoundError (issue 44)
+    pytest.param(
+        ["train", "four.csv", "--model", "linear", "--target", "y", "--out", "/proc/m.npz"],
+        "dask-dgd train: error: argument --out: cannot create a file in the folder of '/proc/m.npz', /proc (No such "
+        "file or directory); name a file in a folder that can be written to" + TRAIN_HINT,
+        marks=pytest.mark.skipif(not os.path.isdir("/proc/self"), reason="no /proc file system here")),
 ]
 
 
@@ -174,6 +182,28 @@ def test_out_in_a_folder_that_cannot_be_written_is_a_usage_error(folder, monkeyp
         2, "", f"dask-dgd predict: error: argument --out: cannot write to the folder of '{folder}/q.csv', {folder}: "
                f"permission denied{PREDICT_HINT}\n")
     assert not (folder / "q.csv").exists()
+
+
+def test_out_in_a_folder_that_refuses_files_is_a_usage_error_before_any_data_is_read(folder, monkeypatch, capsys):
+    # a read-only mount, a full disk or a special file system: the folder passes
+    # os.access, creating a file in it fails; found before the data is read or trained on
+    def refuse(*args, **kwargs):
+        raise OSError(30, "Read-only file system")
+
+    monkeypatch.setattr(tempfile, "mkstemp", refuse)
+    monkeypatch.setattr(pd, "read_csv", lambda *a, **k: pytest.fail("the data was read"))
+    code = cli.main(["train", str(folder / "four.csv"), "--model", "linear", "--target", "y",
+                     "--out", str(folder / "r.npz")])
+    assert (code, *capsys.readouterr()) == (
+        2, "", f"dask-dgd train: error: argument --out: cannot create a file in the folder of '{folder}/r.npz', "
+               f"{folder} (Read-only file system); name a file in a folder that can be written to{TRAIN_HINT}\n")
+    assert not (folder / "r.npz").exists()
+
+
+def test_the_out_check_leaves_no_file_behind(folder):
+    code, out, err = _run(["train", "four.csv", "--model", "linear", "--target", "y", "--out", "probe.npz"], folder)
+    assert (code, err) == (0, "")
+    assert sorted(p.name for p in folder.iterdir() if p.name.startswith((".", "probe"))) == ["probe.npz"]
 
 
 def _text_dtype(folder):

@@ -116,6 +116,21 @@ def test_tags_declare_non_tabular_input(estimator):
     assert results[0]["status"] == "passed"
 
 
+def test_every_estimator_that_trains_refuses_a_concurrent_fit():
+    """``fit`` and ``partial_fit`` of every estimator with a ``client`` go through
+    ``one_fit_at_a_time`` (the behaviour: tests/engine/test_security_concurrency.py),
+    so a new estimator, or a subclass overriding ``fit``, cannot forget it."""
+    import dask_dgd
+    from dask_dgd._validation import ClientParamMixin
+
+    public = [getattr(dask_dgd, name) for name in dask_dgd.__all__]
+    trainers = [c for c in public if isinstance(c, type) and issubclass(c, ClientParamMixin)]
+    assert len(trainers) == 17
+    unguarded = [f"{cls.__name__}.{name}" for cls in trainers for name in ("fit", "partial_fit")
+                 if hasattr(cls, name) and not getattr(getattr(cls, name), "one_fit_at_a_time", False)]
+    assert unguarded == []
+
+
 def test_recommender_ids_may_be_strings():
     assert get_tags(MatrixFactorization()).input_tags.string is True
 

@@ -295,7 +295,18 @@ def _scatter_shardset(executor, X, y, sample_weight, workers, n_groups, y_numeri
         groups.append((i,))
         placement.append(w)
         rows.append(b - a)
-    return ShardSet(executor, handles, groups, placement, rows, X.shape[1], is_sparse(X))
+    shards = ShardSet(executor, handles, groups, placement, rows, X.shape[1], is_sparse(X))
+    shards.collective.unrecoverable = SCATTERED_LOSS
+    return shards
+
+
+#: Why a fit on in-memory input cannot survive a lost worker, and the remedy the user
+#: guide promises (the ``unrecoverable`` note of scattered shards: every mode says it).
+SCATTERED_LOSS = (
+    "its piece of the in-memory (NumPy/SciPy) input was scattered there and cannot be recomputed (in-memory "
+    "input exists nowhere else on the cluster); pass a dask array (e.g. da.from_array(X, chunks=...)) to survive "
+    "worker loss"
+)
 
 
 def _scatter_piece(client, shard, worker, shares):

@@ -150,6 +150,8 @@ class ShardSet:
             totals=dict(self.totals), token=f"{self.token}{token_suffix}",
         )
         new._calls = self._calls  # one numbering, no task key of one in the other
+        if self._collective is not None and self._collective.unrecoverable is not None:
+            new.collective.unrecoverable = self._collective.unrecoverable  # made from them: lost with them
         return new
 
     def placement(self):

@@ -29,6 +29,7 @@ import contextlib
 import csv
 import logging
 import os
+import tempfile
 import warnings
 
 from ._common import CommandError, UsageError, _int_at_least, _quiet_distributed
@@ -94,7 +95,24 @@ def _output_path(text):
         raise argparse.ArgumentTypeError(f"the folder of {text!r}, {folder}, is not a directory")
     if not os.access(folder, os.W_OK | os.X_OK):
         raise argparse.ArgumentTypeError(f"cannot write to the folder of {text!r}, {folder}: permission denied")
+    _probe_folder(text, folder)
     return text
+
+
+def _probe_folder(text, folder):
+    """Create and remove an empty file in ``folder``: a special file system (``/proc``,
+    ``/sys``), a read-only mount or one that is full refuses files even where
+    :func:`os.access` (as root, it always says yes) allows them, and the command would
+    otherwise find out only when it saves, after reading and training."""
+    try:
+        fd, probe = tempfile.mkstemp(prefix=".dask-dgd-probe-", dir=folder)
+    except OSError as err:
+        raise argparse.ArgumentTypeError(
+            f"cannot create a file in the folder of {text!r}, {folder} ({err.strerror or err}); "
+            "name a file in a folder that can be written to"
+        ) from None
+    os.close(fd)
+    os.unlink(probe)
 
 
 def _model_path(text):

@@ -16,7 +16,7 @@ from sklearn.base import BaseEstimator
 from sklearn.utils.validation import check_is_fitted
 
 from .._engine.executor import task_client
-from .._validation import TRAINING_CONSTRAINTS, ClientParamMixin, Interval, Options, validate_params
+from .._validation import TRAINING_CONSTRAINTS, ClientParamMixin, Interval, Options, one_fit_at_a_time, validate_params
 from ..exceptions import InputError, ParameterError
 from ._axes import AUTO, resolve_dims
 from ._design import DesignMatrix, FeatureSpec, Fields
@@ -348,6 +348,7 @@ verbose, callbacks
     _FITTED = ("spec_", "family_", "sample_dims_", "time_dim_", "feature_names_", "target_attrs_", "grid_", "coef_",
                "intercept_", "n_samples_", "n_iter_", "estimator_", "history_", "_coef_table")
 
+    @one_fit_at_a_time
     def fit(self, ds, y=None, resume=False):
         """Fit on a Dataset holding the features and the target.
 

@@ -21,7 +21,7 @@ from sklearn.utils.validation import check_is_fitted
 from .._backend import asarray_like, get_namespace, is_sparse, to_numpy
 from .._engine.cd import cd_max_params
 from .._engine.train import train
-from .._validation import ClientParamMixin, Interval, Options, validate_params
+from .._validation import ClientParamMixin, Interval, Options, one_fit_at_a_time, validate_params
 from ..exceptions import ConvergenceWarning, InputError, ParameterError
 from ..losses import HalfPoisson, HalfSquaredError
 from ..losses._path import PathObjective, PathPenalty, PathTraining, fold_ids
@@ -305,6 +305,7 @@ class ElasticNetCV(RegressorMixin, _PathCV):
     def _path_score(self, sums):
         return -sums["squared_error"] / sums["weight"]
 
+    @one_fit_at_a_time
     def fit(self, X, y, sample_weight=None, offset=None):
         """Fit the path on every fold, choose the penalty, refit on all rows.
 
@@ -544,6 +545,7 @@ class LogisticRegressionCV(ClassifierMixin, _PathCV):
         self.verbose = verbose
         self.client = client
 
+    @one_fit_at_a_time
     def fit(self, X, y, sample_weight=None):
         """Fit the path on every fold, choose ``C`` (and ``l1_ratio``), refit on all rows.
 

@@ -5,6 +5,7 @@ from sklearn.base import RegressorMixin
 from sklearn.metrics import d2_tweedie_score, r2_score
 
 from .._backend import get_namespace
+from .._validation import one_fit_at_a_time
 from ..exceptions import InputError
 from ..losses import HalfPoisson, HalfSquaredError, LinearObjective
 from ._base import DGDLinearModel
@@ -110,6 +111,7 @@ class _Regressor(RegressorMixin, DGDLinearModel):
         baseline = self._check_target(summaries)
         return baseline if offset is None else self._offset_start(summaries, baseline)
 
+    @one_fit_at_a_time
     def fit(self, X, y, sample_weight=None, resume=False, offset=None):
         """Fit the model by distributed gradient descent.
 
@@ -149,6 +151,7 @@ class _Regressor(RegressorMixin, DGDLinearModel):
         self._fit(shards, self._objective(self.n_features_in_, offset is not None), baseline, resume=resume)
         return self
 
+    @one_fit_at_a_time
     def partial_fit(self, X, y, sample_weight=None, offset=None):
         """One pass of mini-batch steps over ``X`` (``batch_size`` rows a step, 256 if None).
 

@@ -10,7 +10,7 @@ from sklearn.utils.validation import check_is_fitted
 from .._backend import asarray_like, get_namespace, to_numpy
 from .._engine.blocks import _label_error, encode_shard
 from .._engine.executor import is_dask_collection
-from .._validation import Options
+from .._validation import Options, one_fit_at_a_time
 from ..exceptions import InputError, ParameterError
 from ..losses import BinaryLogistic, LinearObjective, MultinomialLogistic
 from ._base import DGDLinearModel
@@ -275,6 +275,7 @@ rebalance, param_sharding, sparse_coef, compression, split_every, random_state, 
         objective = LinearObjective(loss, self.n_features_in_, fit_intercept=self.fit_intercept, offset=offset)
         return shards, objective, baseline
 
+    @one_fit_at_a_time
     def fit(self, X, y, sample_weight=None, resume=False, offset=None):
         """Fit the classifier by distributed gradient descent.
 
@@ -314,6 +315,7 @@ rebalance, param_sharding, sparse_coef, compression, split_every, random_state, 
         self._fit(shards, objective, baseline, resume=resume)
         return self
 
+    @one_fit_at_a_time
     def partial_fit(self, X, y, classes=None, sample_weight=None, offset=None):
         """One pass of mini-batch steps over ``X``; ``classes`` is required on the first call.
         ``offset`` as in :meth:`fit`, for these rows.

@@ -20,7 +20,7 @@ from sklearn.base import BaseEstimator
 from .._engine.checkpoint import stable_repr
 from .._engine.executor import get_executor, is_dask_collection
 from .._engine.train import seed_of, train
-from .._validation import TRAINING_CONSTRAINTS, ClientParamMixin, Interval, Options, validate_params
+from .._validation import TRAINING_CONSTRAINTS, ClientParamMixin, Interval, Options, one_fit_at_a_time, validate_params
 from ..exceptions import ConvergenceWarning
 from ..optim import CosineDecay, FirstOrderOptimizer, Schedule, get_optimizer
 from ._auto import Setup, choose_alpha
@@ -518,6 +518,7 @@ class FactorizationBase(RecommenderMixin, ClientParamMixin, BaseEstimator):
         cols = [self.user_factors_] + ([self.user_bias_[:, None]] if hasattr(self, "user_bias_") else [])
         return np.hstack(cols)
 
+    @one_fit_at_a_time
     def fit(self, X, y=None, resume=False):
         """Fit the factors to the ratings.
 
@@ -547,6 +548,7 @@ class FactorizationBase(RecommenderMixin, ClientParamMixin, BaseEstimator):
             raise ParameterError(f"resume must be True or False; got {resume!r}")
         return self._train(X, y, continued=False, resume=resume)
 
+    @one_fit_at_a_time
     def partial_fit(self, X, y=None):
         """One more epoch over new ratings, starting from the fitted factors.
 

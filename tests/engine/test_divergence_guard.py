@@ -10,6 +10,8 @@ below the guard's limit but ends far above where it started says that its learni
 is too large (it used to advise raising it).
 """
 
+import math
+import re
 import warnings
 
 import dask.array as da
@@ -19,6 +21,8 @@ import pytest
 from sklearn.exceptions import ConvergenceWarning
 
 from dask_dgd import optim
+from dask_dgd._engine.modes.local import diverged_loss, round_partial
+from dask_dgd._engine.reduce import Partial, add_partials
 from dask_dgd._engine.update import (
     BACKOFF_FACTOR,
     BATCH_EXPLOSION_FACTOR,
@@ -107,7 +111,8 @@ def test_a_monotone_guard_ignores_an_increase_at_rounding_level():
 
 @pytest.mark.parametrize("mode, match", [
     ("sync", r"the objective exploded \(initial loss [0-9.]+\) at step \d+ \(loss=[0-9.e+]+\) with learning rate 5"),
-    ("local", r"local SGD diverged in round \d+ \(loss=[0-9.e+]+\) \(on_divergence='raise'\); pass a smaller "),
+    ("local", r"local SGD diverged in round \d+ \(loss=(inf|nan|[0-9.e+]+): the (mean of the )?local objectives? at "
+              r"which .* stopped, from [0-9.e+]+ at the round's start\) \(on_divergence='raise'\); pass a smaller "),
     ("async", r"asynchronous training diverged at update \d+: the objective exploded \(loss=[0-9.e+]+, above "
               r"[0-9.e+]+\) \(on_divergence='raise'\)"),
 ])
@@ -132,6 +137,40 @@ def test_backoff_keeps_an_exploding_fit_below_the_limit(client, regression, mode
     rose = [w for w in caught if "the objective rose from" in str(w.message)]
     last = loss[est.history_["iteration"] == est.history_["iteration"].iloc[-1]].mean()
     assert bool(rose) == (last > 2 * loss.iloc[0])
+
+
+@pytest.mark.parametrize("on_divergence", ["raise", "backoff"])
+def test_local_sgd_reports_the_diverged_loss_not_the_starting_one(client, regression, on_divergence):
+    """The message of a local SGD round in which a group diverged gives the local
+    objective at which the group stopped (NaN, inf, or above the guard's limit for parts
+    of the data), then the round's starting objective; it used to give only the
+    starting one as "the" loss (issue 44).  "backoff": after the last halving."""
+    # 1e12 halved MAX_BACKOFFS (30) times in a row is still far too large for these data
+    est = LinearRegression(client=client, mode="local", optimizer="sgd", learning_rate=1e12, batch_size=100,
+                           max_iter=5, on_divergence=on_divergence)
+    with pytest.raises(DivergenceError) as info:
+        est.fit(*regression)
+    found = re.search(r"local SGD diverged in round \d+ \(loss=(\S+): (the local objective at which 1 of 2 groups|the "
+                      r"mean of the local objectives at which 2 of 2 groups) stopped, from (\S+) at the round's "
+                      r"start\)", str(info.value))
+    assert found, str(info.value)
+    diverged, start = float(found.group(1)), float(found.group(3))
+    assert math.isfinite(start)
+    # the guard's limit for parts of the data is BATCH_EXPLOSION_FACTOR * max(|first loss|, 1)
+    assert not diverged <= BATCH_EXPLOSION_FACTOR
+    assert ("on_divergence='raise'" in str(info.value)) == (on_divergence == "raise")
+
+
+def test_the_diverged_loss_of_local_groups_survives_the_tree_sum():
+    first = Partial(3.0, np.zeros(2), 1.0, 0.0, 0.0, 1)
+    ok = round_partial(np.ones(2), 1.0, first, 0.0, 0.0, True)
+    assert diverged_loss(add_partials(ok, ok)) == (None, 0)
+    bad = round_partial(np.ones(2), 1.0, first, 0.0, 0.0, False, 4e20)
+    assert diverged_loss(add_partials(ok, bad, ok)) == (4e20, 1)
+    assert diverged_loss(add_partials(bad, ok, round_partial(np.ones(2), 1.0, first, 0.0, 0.0, False, 2e20))) == (
+        3e20, 2)
+    loss, count = diverged_loss(add_partials(ok, bad, round_partial(np.ones(2), 1.0, first, 0.0, 0.0, False, np.nan)))
+    assert math.isnan(loss) and count == 2
 
 
 def test_local_full_batch_rounds_use_the_whole_data_limit(client, regression):

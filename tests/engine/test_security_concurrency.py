@@ -26,6 +26,7 @@ from dask_dgd._engine import executor as cluster_mod
 from dask_dgd._engine.executor import DaskExecutor
 from dask_dgd._engine.ingest import build_shardset
 from dask_dgd.datasets import make_ratings
+from dask_dgd.exceptions import ConcurrentFitError
 
 # the short fits stop at max_iter on purpose; a module-wide filter, because
 # warnings.catch_warnings changes process-wide state and is not safe in threads
@@ -398,6 +399,42 @@ def test_concurrent_fits_equal_sequential_fits(client):
     # the process-wide dask config is as it was: dask.compute still runs locally
     assert dask.config.get("scheduler", None) == scheduler
     assert da.ones(4, chunks=2).sum().compute() == 4
+
+
+@pytest.mark.parametrize("method", ["fit", "partial_fit"])
+def test_one_estimator_fitted_from_two_threads_refuses_the_second_call(method):
+    """Two threads fitting one estimator object at once mixed their data: the second
+    fit's feature count ended up in the first's model (issue 44).  Now the second call
+    raises ConcurrentFitError at once, naming the fix, and the first fit is unharmed.
+    The first fit is held inside its first step record (a callback) until the second
+    call has been refused: events, no sleeps.  In process (small NumPy input)."""
+    X, y = _linear(0)
+    inside, release = threading.Event(), threading.Event()
+
+    def hold(record):
+        if threading.current_thread() is not threading.main_thread():
+            inside.set()
+            assert release.wait(60)
+
+    est = LinearRegression(solver="gd", max_iter=3, tol=0.0, callbacks=[hold])
+    with ThreadPoolExecutor(1) as pool:
+        first = pool.submit(getattr(est, method), X, y)
+        assert inside.wait(60)
+        try:
+            with pytest.raises(ConcurrentFitError) as info:
+                getattr(est, method)(X[:, :3], y)  # another feature count
+        finally:
+            release.set()
+        assert first.result(timeout=60) is est
+    assert str(info.value) == (
+        f"LinearRegression.{method} was called while another thread is fitting this LinearRegression object (in "
+        f"its {method}); one estimator object trains one model at a time: give each thread its own copy, "
+        "sklearn.base.clone(est), or wait for the other fit to end")
+    assert isinstance(info.value, RuntimeError)
+    assert est.n_features_in_ == 5 and est.coef_.shape == (5,) and est.predict(X).shape == (len(X),)
+    # the first fit has ended: the object fits again, any data
+    est.set_params(callbacks=None)
+    assert est.fit(X[:, :3], y).n_features_in_ == 3
 
 
 _PROBE = {"client": None, "seen": []}

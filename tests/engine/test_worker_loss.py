@@ -143,6 +143,26 @@ def test_scattered_input_cannot_survive_and_says_why(process_client, data):
         est.fit(X, y)  # in-memory input: scattered to the workers, nowhere else to recompute it from
 
 
+@pytest.mark.parametrize("which", [-1, 0], ids=["a-loop's-worker", "the-server's-worker"])
+def test_scattered_input_in_an_async_fit_says_how_to_survive(process_client, data, which):
+    """In-memory input lost with a worker mid asynchronous fit: the ClusterError names
+    the lost worker and the user guide's remedy (pass a dask array), as the
+    synchronous fit's does; a loop whose input was lost used to end as "cancelled",
+    without either (issue 44).  The first worker holds group 0's piece and the
+    parameter server; the last one a loop's piece only."""
+    X, y, _, _ = data
+    victim = sorted(process_client.scheduler_info()["workers"])[which]
+    from dask_dgd.exceptions import ClusterError
+
+    est = LogisticRegression(client=process_client, solver="gd", mode="async", tol=0.0, max_iter=300)
+    with killing_worker(process_client, victim, after=3), pytest.raises(ClusterError) as info:
+        est.fit(X, y)
+    assert victim in str(info.value)
+    assert "its piece of the in-memory (NumPy/SciPy) input was scattered there and cannot be recomputed" in str(
+        info.value)
+    assert "pass a dask array (e.g. da.from_array(X, chunks=...)) to survive worker loss" in str(info.value)
+
+
 # ------------------------------------------------------------------ asynchronous fits
 _VICTIM = {}
 
@@ -226,11 +246,14 @@ def _close_all_workers_at_step_5(record):
 
 
 # ------------------------------------------------------------------ sharded parameters
+@pytest.mark.parametrize("source", ["dask", "scipy"])
 @pytest.mark.parametrize("mode", ["sync", "async"])
-def test_a_sharded_fit_that_loses_a_worker_says_why(process_client, mode):
+def test_a_sharded_fit_that_loses_a_worker_says_why(process_client, mode, source):
     """A worker killed mid-fit takes its parameter shard with it: the fit ends with a
-    ClusterError naming the lost worker, the step (the coordinator's update, async)
-    and why (no hang, no wrong result)."""
+    ClusterError naming the lost worker, the step (the coordinator's update, async),
+    why and the remedy (no hang, no wrong result), whether the input was a dask array
+    or in memory (an asynchronous loop on lost in-memory input used to end as
+    "cancelled", without the remedy: issue 44)."""
     import scipy.sparse as sp
 
     from dask_dgd.exceptions import ClusterError
@@ -239,14 +262,18 @@ def test_a_sharded_fit_that_loses_a_worker_says_why(process_client, mode):
     X = sp.random(6_000, 5_000, density=0.002, format="csr", random_state=0)
     y = (X @ rng.standard_normal(5_000) + rng.logistic(size=6_000) > 0).astype(float)
     workers = sorted(process_client.scheduler_info()["workers"])
-    blocks = [process_client.submit(sp.csr_matrix, X[i * 500:(i + 1) * 500], workers=[workers[i % 3]],
-                                    allow_other_workers=True, pure=False) for i in range(12)]
-    labels = [process_client.submit(np.array, y[i * 500:(i + 1) * 500], workers=[workers[i % 3]],
-                                    allow_other_workers=True, pure=False) for i in range(12)]
-    Xd = da.concatenate([da.from_delayed(b, (500, 5_000), meta=sp.csr_matrix((0, 0))) for b in blocks])
-    yd = da.concatenate([da.from_delayed(b, (500,), dtype=float) for b in labels])
+    if source == "scipy":
+        Xf, yf = X, y  # scattered to the workers by the fit
+    else:
+        blocks = [process_client.submit(sp.csr_matrix, X[i * 500:(i + 1) * 500], workers=[workers[i % 3]],
+                                        allow_other_workers=True, pure=False) for i in range(12)]
+        labels = [process_client.submit(np.array, y[i * 500:(i + 1) * 500], workers=[workers[i % 3]],
+                                        allow_other_workers=True, pure=False) for i in range(12)]
+        Xf = da.concatenate([da.from_delayed(b, (500, 5_000), meta=sp.csr_matrix((0, 0))) for b in blocks])
+        yf = da.concatenate([da.from_delayed(b, (500,), dtype=float) for b in labels])
     est = LogisticRegression(client=process_client, solver="gd", tol=0.0, max_iter=60, param_sharding=True,
                              mode=mode)
     with killing_worker(process_client, workers[-1], after=3), pytest.raises(
-            ClusterError, match=r"lost worker\(s\) .* at (step|update) \d+: its parameter shard lived only there"):
-        est.fit(Xd, yd)
+            ClusterError, match=r"lost worker\(s\) .* at (step|update) \d+: its parameter shard lived only there "
+                                r"\(param_sharding\); fit again, or resume from a checkpoint"):
+        est.fit(Xf, yf)

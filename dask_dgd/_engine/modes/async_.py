@@ -500,12 +500,15 @@ class _ClusterRun:
             failed = next((f for f in self.loops if f.status in ("error", "cancelled")), None)
             if failed is not None and not self.server_lost():
                 ex.call_actor_within(ACTOR_TIMEOUT, self.server.stop, "a group failed")
-                if failed.status == "cancelled":
+                cancelled = failed.status == "cancelled"
+                # first what a lost worker took with it (a loop whose scattered input
+                # was lost is cancelled by Dask, not rerun): the cause and the remedy
+                self._unrecoverable(None if cancelled else failed.exception())
+                if cancelled:
                     raise ClusterError(
                         f"the asynchronous training loop {failed.key} was cancelled (its "
                         "worker was lost or the cluster is shutting down)"
                     )
-                self._unrecoverable(failed.exception())
                 failed.result()  # raises the group's error
             records, _, state = ex.call_actor_within(ACTOR_TIMEOUT, self.server.drain_with_state)
         except Exception as err:  # noqa: BLE001 - a lost server is told by the scheduler
@@ -565,9 +568,9 @@ class _ClusterRun:
 
     def _unrecoverable(self, err):
         """Raise ClusterError when the fit's groups keep state no other worker has
-        (sharded parameters: ``collective.unrecoverable`` says why) and a group's
-        worker has left (given the scheduler ``dgd.worker-loss-timeout`` seconds to
-        notice, after ``err``)."""
+        (``collective.unrecoverable`` says why and what to do: sharded parameters,
+        in-memory input scattered to the workers) and a group's worker has left (given
+        the scheduler ``dgd.worker-loss-timeout`` seconds to notice, after ``err``)."""
         import dask
 
         why = self.shards.collective.unrecoverable

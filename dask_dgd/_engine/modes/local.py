@@ -26,20 +26,34 @@ from ..solvers import Outcome, Solver, start_step
 from ..stopping import EpochStopper, Stop
 from ..update import Guard, UpdateRule, halved
 
-__all__ = ["LocalSGD", "group_round", "round_first", "round_partial", "sum_blocks"]
+__all__ = ["LocalSGD", "diverged_loss", "group_round", "round_first", "round_partial", "sum_blocks"]
 
 
-def round_partial(params_sum, weight, first, dt, wall0, finite):
+def round_partial(params_sum, weight, first, dt, wall0, finite, diverged_loss=None):
     """What one group returns from a round, as a :class:`~..reduce.Partial` that the
     groups' tree sums: ``grad_sum`` is the group's final parameters times ``weight``
     (the sample weight of all its local batches), ``loss_sum`` and the ``first_*``
     extras the sums of its first local batch at the broadcast parameters (the round's
-    objective), ``nonfinite`` 1 where the group diverged."""
+    objective), ``nonfinite`` 1 where the group diverged, and then ``diverged_loss`` the
+    local objective at which it stopped (summed over the groups that diverged: see
+    :func:`diverged_loss`)."""
     extras = {"first_weight": first.weight_sum, "nonfinite": 0.0 if finite else 1.0}
+    if not finite:
+        extras["diverged_loss"] = float(diverged_loss)
     if first.grad_sum is not None:  # (a compressed round sends no first-batch gradient)
         extras["first_grad"] = first.grad_sum
     extras.update({f"first.{k}": v for k, v in first.extras.items()})
     return Partial(first.loss_sum, params_sum, weight, dt, dt, 1, wall0, wall0 + dt, extras)
+
+
+def diverged_loss(total):
+    """The local objective at which the groups of the summed :func:`round_partial`
+    ``total`` diverged (their mean where several did; NaN or inf where one was) and how
+    many groups diverged; ``(None, 0)`` when none did."""
+    count = int(round(total.extras.get("nonfinite", 0.0)))
+    if count == 0:
+        return None, 0
+    return total.extras["diverged_loss"] / count, count
 
 
 def round_first(total, size):
@@ -87,7 +101,7 @@ def group_round(shard, scratch, objective, rule, params, reset, draws, local, li
         lp, lstate = local_snapshot(scratch, local)
         local_rule = UpdateRule(rule.optimizer)  # the local parameters' penalty is in their loss
     memory = scratch.setdefault("objective", {})
-    first, total, finite = None, 0.0, True
+    first, total, finite, value = None, 0.0, True, None
     for draw in draws:
         sums, lgrad = objective.group_sums(shard, p, objective.step_aux(p), draw, lp, memory)
         partial = sum_blocks(objective, sums)
@@ -115,7 +129,7 @@ def group_round(shard, scratch, objective, rule, params, reset, draws, local, li
         first = Partial(first.loss_sum, None, first.weight_sum, 0.0, 0.0, extras=first.extras)
     inject_faults(t0)
     dt = time.perf_counter() - t0
-    return round_partial(sent, total, first, dt, wall0, finite)
+    return round_partial(sent, total, first, dt, wall0, finite, value)
 
 
 def _check_round_estimate(scratch, count):
@@ -249,7 +263,7 @@ class LocalSGD(Solver):
         elif finite:  # the round drew only zero-weight rows: no information, no move
             avg = self.params
         if not finite:
-            self.guard.backoff(f"local SGD diverged {where} (loss={value})", diverged=True)
+            self.guard.backoff(self._divergence(total, value, where, start_bad), diverged=True)
             self.optimizer, self.reset, self.local_count = halved(self.optimizer), True, 0
             if start_bad and self.previous is not None:  # the previous round led here: undo it
                 prev, self.previous = self.previous, None
@@ -288,6 +302,21 @@ class LocalSGD(Solver):
         )
         self.params = new_params
         return Outcome([record])
+
+    def _divergence(self, total, value, where, start_bad):
+        """What diverged in the round ``where``, for the guard's messages: the round's
+        objective ``value`` at the broadcast parameters when that exploded
+        (``start_bad``), else the local objective at which the groups stopped (``value``,
+        the starting point, was fine then), else the averaged parameters."""
+        if start_bad:
+            return f"local SGD diverged {where} (loss={value} at the round's starting parameters)"
+        loss, count = diverged_loss(total)
+        if count:
+            n = self.ctx.shards.n_groups
+            what = (f"the mean of the local objectives at which {count} of {n} groups stopped" if count > 1 else
+                    f"the local objective at which {'the group' if n == 1 else f'1 of {n} groups'} stopped")
+            return f"local SGD diverged {where} (loss={loss}: {what}, from {value} at the round's start)"
+        return f"local SGD diverged {where}: the averaged parameters are not finite (loss={value} at the round's start)"
 
     @property
     def iterations(self):
