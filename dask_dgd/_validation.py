@@ -8,6 +8,7 @@ is valid if it satisfies any of its constraints.
 import functools
 import numbers
 import os
+import sys
 import threading
 from dataclasses import dataclass
 
@@ -107,6 +108,18 @@ def client_is_a_client(value):
 #: The estimator objects being fitted now: ``id(estimator)`` -> [thread id, depth, method name].
 _FITTING = {}
 _FITTING_LOCK = threading.Lock()
+
+
+def user_stacklevel():
+    """The ``stacklevel`` for :func:`warnings.warn` that names the first frame outside
+    dask_dgd, the user's call, however many of the library's frames lie between
+    (helpers, the :func:`one_fit_at_a_time` guard): counted from the function that calls
+    ``warnings.warn`` (level 1), as pandas' ``find_stack_level`` does."""
+    package = os.path.dirname(os.path.abspath(__file__)) + os.sep
+    frame, level = sys._getframe(1), 1
+    while frame is not None and frame.f_code.co_filename.startswith(package):
+        frame, level = frame.f_back, level + 1
+    return level
 
 
 def one_fit_at_a_time(method):

@@ -24,6 +24,7 @@ from sklearn.utils.estimator_checks import check_estimator, parametrize_with_che
 
 from dask_dgd import (
     ClimateRegressor,
+    ConvergenceWarning,
     GammaRegressor,
     ImplicitMatrixFactorization,
     LinearRegression,
@@ -230,3 +231,32 @@ def test_ratings_frame_is_not_mistaken_for_a_table():
     frame = pd.DataFrame(np.random.default_rng(0).normal(size=(20, 3)), columns=["a", "b", "c"])
     with pytest.raises(Exception, match=r"X has no column 'user' \(columns: \['a', 'b', 'c'\]\)"):
         MatrixFactorization().fit(frame)
+
+
+def _warning_sites(fit):
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        fit()
+    return [(w.filename, str(w.message)) for w in caught if issubclass(w.category, (ConvergenceWarning, UserWarning))]
+
+
+@pytest.mark.parametrize("case", ["linear", "logistic", "logistic-cv", "mf"])
+def test_warnings_of_a_fit_point_at_the_callers_line(case):
+    """A ConvergenceWarning names the user's line, not a frame of the library (the
+    one-fit-at-a-time guard, helpers): the stack level is counted to the first frame
+    outside dask_dgd (``_validation.user_stacklevel``)."""
+    from dask_dgd import LogisticRegressionCV, MatrixFactorization
+
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(200, 3))
+    y = (X[:, 0] > 0).astype(float)
+    fits = {
+        "linear": lambda: LinearRegression(solver="gd", max_iter=1).fit(X, X[:, 0]),
+        "logistic": lambda: LogisticRegression(solver="lbfgs", max_iter=1).fit(X, y),
+        "logistic-cv": lambda: LogisticRegressionCV(max_iter=1, Cs=2, cv=2).fit(X, y),
+        "mf": lambda: MatrixFactorization(max_iter=1, alpha=0.1, random_state=0).fit(
+            make_ratings(30, 20, 300, random_state=0)[0]),
+    }
+    sites = _warning_sites(fits[case])
+    assert sites, f"{case}: no warning"
+    assert all(f == __file__ for f, _ in sites), sites

@@ -39,6 +39,7 @@ import array_api_compat
 import dask.array as da
 import numpy as np
 
+from .._validation import user_stacklevel
 from ..exceptions import ConvergenceWarning, InputError
 from ..optim._linesearch import MAX_HALVINGS, no_increase
 from ._blocks import split_fields
@@ -379,7 +380,7 @@ def fit_cells(fields, family, alpha, tol, max_iter, split_every, client, target,
             f"{n_left} of {int((count > 0).sum())} grid cells did not converge in max_iter={max_iter} Newton passes "
             "(their coefficients are the last accepted ones); cells whose target is separated by the features "
             "have no finite fit: pass alpha > 0, or raise max_iter",
-            ConvergenceWarning, stacklevel=3,
+            ConvergenceWarning, stacklevel=user_stacklevel(),
         )
     return coef, count, passes
 

@@ -15,7 +15,7 @@ from .._engine.executor import get_executor
 from .._engine.ingest import build_shardset
 from .._engine.train import resolve_solver, seed_of, train
 from .._engine.validation import Validator, snapshot, split_validation
-from .._validation import TRAINING_CONSTRAINTS, ClientParamMixin, Interval, Options, validate_params
+from .._validation import TRAINING_CONSTRAINTS, ClientParamMixin, Interval, Options, user_stacklevel, validate_params
 from ..exceptions import ConvergenceWarning, InputError, ParameterError
 from ..losses import Penalty
 from ..optim import LBFGS, FirstOrderOptimizer, Schedule
@@ -437,11 +437,11 @@ class DGDLinearModel(InferenceMixin, ClientParamMixin, BaseEstimator):
             warnings.warn(
                 f"{type(self).__name__}: the objective rose from {rise[0]:.6g} at the start to {rise[1]:.6g} "
                 f"(solver={result.solver!r}, mode={self.mode!r}); the learning rate is too large for these data: "
-                "lower learning_rate or scale the features", ConvergenceWarning, stacklevel=3,
+                "lower learning_rate or scale the features", ConvergenceWarning, stacklevel=user_stacklevel(),
             )
         elif not result.converged:
             warnings.warn(non_convergence_message(type(self).__name__, result, self.mode, self.max_iter, self.tol),
-                          ConvergenceWarning, stacklevel=3)
+                          ConvergenceWarning, stacklevel=user_stacklevel())
         return result
 
     def _partial(self, shards, objective, baseline):

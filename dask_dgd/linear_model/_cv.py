@@ -21,7 +21,7 @@ from sklearn.utils.validation import check_is_fitted
 from .._backend import asarray_like, get_namespace, is_sparse, to_numpy
 from .._engine.cd import cd_max_params
 from .._engine.train import train
-from .._validation import ClientParamMixin, Interval, Options, one_fit_at_a_time, validate_params
+from .._validation import ClientParamMixin, Interval, Options, one_fit_at_a_time, user_stacklevel, validate_params
 from ..exceptions import ConvergenceWarning, InputError, ParameterError
 from ..losses import HalfPoisson, HalfSquaredError
 from ..losses._path import PathObjective, PathPenalty, PathTraining, fold_ids
@@ -178,7 +178,8 @@ class _PathCV(ClientParamMixin, BaseEstimator):
         if not converged:
             warnings.warn(
                 f"{type(self).__name__}: the path did not converge in max_iter={self.max_iter} iterations; "
-                "increase max_iter, loosen tol, or scale the features", ConvergenceWarning, stacklevel=3,
+                "increase max_iter, loosen tol, or scale the features", ConvergenceWarning,
+                stacklevel=user_stacklevel(),
             )
         cols = [(p, f) for p in range(P) for f in range(F)]
         path = PathObjective(loss, n_features, tuple(f for _, f in cols), F, starts, seed, self.fit_intercept, offset)
@@ -364,7 +365,8 @@ class ElasticNetCV(RegressorMixin, _PathCV):
                 if not converged:
                     warnings.warn(
                         f"{type(self).__name__}: coordinate descent on a fold's Gram matrix did not reach "
-                        f"tol={self.tol} (collinear or badly scaled features?)", ConvergenceWarning, stacklevel=3,
+                        f"tol={self.tol} (collinear or badly scaled features?)", ConvergenceWarning,
+                        stacklevel=user_stacklevel(),
                     )
             else:
                 strengths = np.stack([np.stack([grid * rho, grid * (1 - rho)], axis=1)] * F, axis=1)

@@ -34,6 +34,7 @@ from .._engine.blocks import _all_finite, _block_error, encode_shard
 from .._engine.executor import get_executor, is_dask_collection
 from .._engine.ingest import build_shardset
 from .._frames import is_frame
+from .._validation import user_stacklevel
 from ..exceptions import ConvergenceWarning, InputError, ParameterError
 from ..losses._gram import weighted_gram
 from ._input import check_n_features
@@ -408,7 +409,7 @@ class InferenceMixin:
             warnings.warn(
                 f"{type(self).__name__} did not converge (see the warning of fit, or history_): the estimates and "
                 "their standard errors are not those of the optimum; refit with a larger max_iter",
-                ConvergenceWarning, stacklevel=2)
+                ConvergenceWarning, stacklevel=user_stacklevel())
         coef, intercept = coef_matrix(self)
         estimates = coef[:, 0]
         names = getattr(self, "feature_names_in_", None)

@@ -14,6 +14,7 @@ from .._backend import asarray_like, get_namespace, is_sparse, to_numpy
 from .._engine.blocks import check_chunking
 from .._engine.executor import is_dask_collection
 from .._frames import is_frame, numeric_frame
+from .._validation import user_stacklevel
 from ..exceptions import InputError
 
 __all__ = ["check_feature_names", "check_n_features", "check_offset", "validate_fit_input", "with_offset"]
@@ -125,7 +126,7 @@ def _check_dask_targets(est, y, sample_weight):
                 "A column-vector y was passed when a 1d array was expected. Please change "
                 "the shape of y to (n_samples, ), for example using ravel().",
                 DataConversionWarning,
-                stacklevel=4,
+                stacklevel=user_stacklevel(),
             )
             y = y[:, 0]
         elif y.ndim != 1:

@@ -20,7 +20,15 @@ from sklearn.base import BaseEstimator
 from .._engine.checkpoint import stable_repr
 from .._engine.executor import get_executor, is_dask_collection
 from .._engine.train import seed_of, train
-from .._validation import TRAINING_CONSTRAINTS, ClientParamMixin, Interval, Options, one_fit_at_a_time, validate_params
+from .._validation import (
+    TRAINING_CONSTRAINTS,
+    ClientParamMixin,
+    Interval,
+    Options,
+    one_fit_at_a_time,
+    user_stacklevel,
+    validate_params,
+)
 from ..exceptions import ConvergenceWarning
 from ..optim import CosineDecay, FirstOrderOptimizer, Schedule, get_optimizer
 from ._auto import Setup, choose_alpha
@@ -302,7 +310,8 @@ class FactorizationBase(RecommenderMixin, ClientParamMixin, BaseEstimator):
             if alpha is None:
                 alpha, path = DEFAULT_ALPHA, None
                 warnings.warn(f"{type(self).__name__}: no rating could be held out to choose alpha (every user has "
-                              f"a single rating); alpha='auto' used alpha={alpha}", UserWarning, stacklevel=3)
+                              f"a single rating); alpha='auto' used alpha={alpha}", UserWarning,
+                              stacklevel=user_stacklevel())
             else:
                 if solver != "als":  # gradient steps: the epochs validated on the held-out ratings
                     max_iter, tol = epochs, 0.0
@@ -344,11 +353,12 @@ class FactorizationBase(RecommenderMixin, ClientParamMixin, BaseEstimator):
             warnings.warn(
                 f"{type(self).__name__}: the objective rose from {rise[0]:.6g} at the start to {rise[1]:.6g}; the "
                 "learning rate is too large for these data: lower learning_rate (or raise alpha)",
-                ConvergenceWarning, stacklevel=3,
+                ConvergenceWarning, stacklevel=user_stacklevel(),
             )
         elif not result.converged:
             if result.message.startswith("reached max_time"):
-                warnings.warn(f"{type(self).__name__} {result.message}", ConvergenceWarning, stacklevel=3)
+                warnings.warn(f"{type(self).__name__} {result.message}", ConvergenceWarning,
+                stacklevel=user_stacklevel())
             elif not continued and not anneal and self.tol > 0 and (path is None or solver == "als"):
                 # (an annealed fit runs its max_iter by design)
                 what, remedy = ("iterations", "max_iter") if solver == "als" else \
@@ -356,7 +366,7 @@ class FactorizationBase(RecommenderMixin, ClientParamMixin, BaseEstimator):
                 warnings.warn(
                     f"{type(self).__name__} reached max_iter={self.max_iter} {what} before the objective "
                     f"stopped improving by tol={self.tol}; raise {remedy}",
-                    ConvergenceWarning, stacklevel=3,
+                    ConvergenceWarning, stacklevel=user_stacklevel(),
                 )
         return self
 
