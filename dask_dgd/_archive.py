@@ -36,7 +36,6 @@ rebuilt from its declared parameters and fitted attributes only (:mod:`dask_dgd.
 import dataclasses
 import hashlib
 import hmac
-import importlib
 import json
 import math
 import os
@@ -46,6 +45,7 @@ from pathlib import Path, PurePath
 
 import numpy as np
 
+from ._schema import _PACKAGE, UNSAVED_PARAMS, allowed_class, rebuild_object
 from .exceptions import CheckpointError
 
 __all__ = ["read_archive", "write_archive", "encode", "decode", "stale_temporaries"]
@@ -53,9 +53,6 @@ __all__ = ["read_archive", "write_archive", "encode", "decode", "stale_temporari
 FORMAT = "dask_dgd-archive"
 VERSION = 1
 _META = "__meta__"
-_PACKAGE = __name__.split(".")[0]
-#: Estimator parameters never written (live objects or user code); read back as None.
-UNSAVED_PARAMS = ("client", "callbacks")
 
 
 # ------------------------------------------------------------------ files
@@ -473,38 +470,6 @@ def _class_path(cls):
     return f"{cls.__module__}:{cls.__qualname__}"
 
 
-def _inside(module):
-    return (module == _PACKAGE or module.startswith(_PACKAGE + ".")) and "__main__" not in module.split(".")
-
-
-def _own_class(path):
-    """The dask_dgd class named ``module:qualname``; nothing outside the package.
-
-    The module must be a dask_dgd module other than ``__main__`` (importing that one
-    would run the command line), and the class found must itself be *defined* in
-    dask_dgd: a name a dask_dgd module merely imported (``logging.FileHandler``,
-    ``distributed.LocalCluster``) is refused.  Only already-imported modules and
-    dask_dgd's own submodules are imported.
-    """
-    module, _, qualname = path.partition(":")
-    if not _inside(module):
-        raise CheckpointError(f"the file names class {path!r}, outside dask_dgd; refused")
-    try:
-        obj = importlib.import_module(module)
-        for part in qualname.split("."):
-            obj = getattr(obj, part)
-    except (ImportError, AttributeError) as err:
-        raise CheckpointError(f"the file names class {path!r}, which this dask_dgd does not have") from err
-    if not isinstance(obj, type):
-        raise CheckpointError(f"the file names {path!r}, which is not a class")
-    if not _inside(obj.__module__) or obj.__qualname__ != qualname:
-        raise CheckpointError(
-            f"the file names {path!r}, which is {obj.__module__}.{obj.__qualname__}, a class "
-            "defined outside dask_dgd; refused"
-        )
-    return obj
-
-
 #: dtype kinds an array in a file may have: booleans, numbers, strings, dates and times.
 _ARRAY_KINDS = "biufcSUMm"
 
@@ -621,8 +586,6 @@ def decode(data, arrays):
     its class defines (a method, property or class attribute), and an estimator holds
     its parameters and the fitted attributes it declares, each checked.  Sparse
     matrices are checked in full (indices within the shape, ``indptr`` non-decreasing)."""
-    from ._schema import allowed_class, rebuild_object
-
     def arr(ref):
         name = ref.get("__array__")
         if not isinstance(name, str) or name not in arrays:

@@ -29,10 +29,48 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ._archive import UNSAVED_PARAMS, _inside, _own_class
 from .exceptions import CheckpointError
 
 __all__ = ["SCHEMAS", "allowed_class", "allowed_types", "fitted_attributes", "rebuild_estimator", "rebuild_object"]
+
+#: The package whose classes files may name (never ``__main__``).
+_PACKAGE = __name__.split(".")[0]
+#: Parameters never restored from a file, whatever it holds.
+UNSAVED_PARAMS = ("client", "callbacks")
+
+
+def _inside(module):
+    return (module == _PACKAGE or module.startswith(_PACKAGE + ".")) and "__main__" not in module.split(".")
+
+
+def _own_class(path):
+    """The dask_dgd class named ``module:qualname``; nothing outside the package.
+
+    The module must be a dask_dgd module other than ``__main__`` (importing that one
+    would run the command line), and the class found must itself be *defined* in
+    dask_dgd: a name a dask_dgd module merely imported (``logging.FileHandler``,
+    ``distributed.LocalCluster``) is refused.  Only already-imported modules and
+    dask_dgd's own submodules are imported.
+    """
+    module, _, qualname = path.partition(":")
+    if not _inside(module):
+        raise CheckpointError(f"the file names class {path!r}, outside dask_dgd; refused")
+    try:
+        obj = importlib.import_module(module)
+        for part in qualname.split("."):
+            obj = getattr(obj, part)
+    except (ImportError, AttributeError) as err:
+        raise CheckpointError(f"the file names class {path!r}, which this dask_dgd does not have") from err
+    if not isinstance(obj, type):
+        raise CheckpointError(f"the file names {path!r}, which is not a class")
+    if not _inside(obj.__module__) or obj.__qualname__ != qualname:
+        raise CheckpointError(
+            f"the file names {path!r}, which is {obj.__module__}.{obj.__qualname__}, a class "
+            "defined outside dask_dgd; refused"
+        )
+    return obj
+
+
 
 #: The dask_dgd modules whose classes (dataclasses, named tuples, plain objects) files
 #: may hold besides the estimators: optimizers, their states and schedules, compressors,

@@ -17,8 +17,8 @@ connection; pass ``client=`` again with ``set_params`` to train on a cluster),
 
 import os
 
-from ._archive import UNSAVED_PARAMS, Encoder, _class_path, _own_class, decode, read_archive, write_archive
-from ._schema import allowed_types, rebuild_estimator
+from ._archive import Encoder, _class_path, decode, read_archive, write_archive
+from ._schema import UNSAVED_PARAMS, _own_class, allowed_types, rebuild_estimator
 from .exceptions import CheckpointError
 
 __all__ = ["save", "load"]
