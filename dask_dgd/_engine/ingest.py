@@ -12,7 +12,7 @@ import uuid
 
 import dask.array as da
 import numpy as np
-from distributed import Client, futures_of, wait
+from distributed import Client, KilledWorker, futures_of, wait
 
 from .._backend import is_sparse
 from .._frames import numeric_frame
@@ -20,7 +20,10 @@ from ..exceptions import ClusterError, InputError, ParameterError
 from . import skew
 from .blocks import check_chunking, make_shard
 from .executor import DaskExecutor, InProcessExecutor, _nbytes, current_client, is_dask_collection
-from .memory import check_block_bytes, check_worker_shares, dask_fit_bytes, in_memory_shares, worker_memory_limits
+from .memory import (
+    check_block_bytes, check_worker_shares, dask_fit_bytes, format_bytes, held_factor, in_memory_shares,
+    worker_memory_limits,
+)
 from .shards import ShardSet
 from .skew import balanced_chunks, even_blocks, groups_by_worker, place_blocks
 
@@ -73,6 +76,10 @@ def _to_dask_arrays(client, X, y, sample_weight, workers, *, as_fit, y_numeric):
 
     if isinstance(X, dd.DataFrame):
         X = numeric_frame(X).to_dask_array()
+        # A frame's values are column-major (pandas keeps columns together): made
+        # row-major in the same task, so the persisted block is the one the shard holds
+        # (make_shard's copy of every block, next to the originals, doubled the memory).
+        X = X.map_blocks(np.ascontiguousarray, dtype=X.dtype)
     if isinstance(y, (dd.Series, dd.DataFrame)):
         y = y.to_dask_array()
         if y.ndim == 2 and y.shape[1] == 1:
@@ -92,7 +99,7 @@ def _to_dask_arrays(client, X, y, sample_weight, workers, *, as_fit, y_numeric):
             _full_rows, "i", X, "ij", float(sample_weight), None, concatenate=False,
             align_arrays=False, meta=np.empty((0,), dtype=np.float64),
         )
-    _check_dask_fits(client, workers, X, y, sample_weight, as_fit=as_fit, y_numeric=y_numeric)
+    checked = _check_dask_fits(client, workers, X, y, sample_weight, as_fit=as_fit, y_numeric=y_numeric)
     arrays = [y, sample_weight]
     for i, a in enumerate(arrays):
         if a is None:
@@ -116,7 +123,7 @@ def _to_dask_arrays(client, X, y, sample_weight, workers, *, as_fit, y_numeric):
             arrays[i] = a.rechunk({0: X.chunks[0]})
         else:
             arrays[i] = da.from_array(a, chunks=(X.chunks[0],) + a.shape[1:])
-    return X, arrays[0], arrays[1]
+    return X, arrays[0], arrays[1], checked
 
 
 def _check_dask_fits(client, workers, X, y, sample_weight, *, as_fit, y_numeric):
@@ -132,13 +139,7 @@ def _check_dask_fits(client, workers, X, y, sample_weight, *, as_fit, y_numeric)
     blocks, row = sizes
     limits = worker_memory_limits(client)
     given = ["X"] + [n for n, a in (("y", y), ("sample_weight", sample_weight)) if a is not None]
-    names = given[0] if len(given) == 1 else f"{', '.join(given[:-1])} and {given[-1]}"
-    if as_fit:
-        held = f"{names} as the fit holds them, {'float32' if X.dtype == np.float32 else 'float64'}"
-        if X.dtype not in (np.float32, np.float64):
-            held += f", next to the {X.dtype} blocks while they are cast"
-    else:
-        held = f"{names} as they are, {X.dtype}"
+    held = _held_text(X, given, as_fit)
     total = sum(blocks)
     check_worker_shares(
         client, {w: total / len(workers) for w in workers}, held=held, even=True, limits=limits,
@@ -146,6 +147,42 @@ def _check_dask_fits(client, workers, X, y, sample_weight, *, as_fit, y_numeric)
         "so only more workers (or more memory per worker) make each worker's share smaller",
     )
     check_block_bytes(client, blocks, row, X.shape[0], limits=limits)
+    return True
+
+
+def _held_text(X, given, as_fit):
+    names = given[0] if len(given) == 1 else f"{', '.join(given[:-1])} and {given[-1]}"
+    if not as_fit:
+        return f"{names} as they are, {X.dtype}"
+    held = f"{names} as the fit holds them, {'float32' if X.dtype == np.float32 else 'float64'}"
+    if X.dtype not in (np.float32, np.float64):
+        held += f", next to the {X.dtype} blocks while they are cast"
+    return held
+
+
+def _check_persisted_fits(client, workers, arrays, y, sample_weight, *, as_fit):
+    """The memory check of input whose size was unknown before it was computed (a dask
+    DataFrame's partitions, sparse blocks): once its blocks are persisted, their sizes
+    are known to the scheduler (no task runs, so a paused worker cannot stall it), and
+    the shards must fit next to the workers' own memory as in :func:`_check_dask_fits`.
+    The blocks are still there: they are released when the refusal propagates.  Blocks
+    that failed (their error surfaces in :func:`.blocks.make_shard`) count nothing.
+    """
+    X = arrays[0]
+    if type(X._meta) is not np.ndarray and not is_sparse(X._meta):
+        return  # device blocks: not the worker's memory
+    sizes = client.nbytes([f.key for a in arrays for f in _futures_in_order(a)], summary=False)
+    total = 0.0
+    for a in arrays:
+        factor = held_factor(a.dtype, as_fit) if a is X else 1.0
+        total += factor * sum(int(sizes.get(f.key, 0)) for f in _futures_in_order(a))
+    given = ["X"] + [n for n, a in (("y", y), ("sample_weight", sample_weight)) if a is not None]
+    check_worker_shares(
+        client, {w: total / len(workers) for w in workers}, even=True,
+        held=_held_text(X, given, as_fit) + ", measured once computed",
+        spread="smaller partitions do not help: a fit keeps all of its data in the workers' memory at once, "
+        "so only more workers (or more memory per worker) make each worker's share smaller",
+    )
 
 
 def _block_nnz(x):
@@ -179,13 +216,16 @@ def _balanced_blocks(client, X, y, sample_weight, workers, rebalance, passes, *,
     Returns the persisted arrays (known chunks), the block futures of X, y and weights,
     rows and costs per block, the chosen placement and the skew report.
     """
-    X, y, sample_weight = _to_dask_arrays(client, X, y, sample_weight, workers, as_fit=as_fit, y_numeric=y_numeric)
+    X, y, sample_weight, checked = _to_dask_arrays(
+        client, X, y, sample_weight, workers, as_fit=as_fit, y_numeric=y_numeric)
     sparse = is_sparse(X._meta)
     # One persist for all: X and y often share tasks (a DataFrame, a filter mask).
     arrays = client.persist([a for a in (X, y, sample_weight) if a is not None])
     xf = _futures_in_order(arrays[0])
     with current_client(client):  # placement follows where the blocks are; errors
-        wait(xf)  # surface in make_shard
+        wait([f for a in arrays for f in _futures_in_order(a)])  # surface in make_shard
+    if not checked:
+        _check_persisted_fits(client, workers, arrays, y, sample_weight, as_fit=as_fit)
     if any(np.isnan(c) for c in arrays[0].chunks[0]):
         rows = client.gather([client.submit(_nrows, f, pure=False) for f in xf])
     else:
@@ -240,6 +280,13 @@ def build_shardset(executor, X, y, sample_weight, *, y_numeric=True, rebalance="
     n_groups = len(workers)  # one group per worker
     if not is_dask_collection(X) and not is_dask_collection(y):
         return _scatter_shardset(executor, X, y, sample_weight, workers, n_groups, y_numeric)
+    try:
+        return _dask_shardset(executor, client, workers, X, y, sample_weight, y_numeric, rebalance, passes)
+    except KilledWorker as err:  # a task of the input, or a shard, on workers that died
+        raise ClusterError(killed_while_loading(client, err)) from err
+
+
+def _dask_shardset(executor, client, workers, X, y, sample_weight, y_numeric, rebalance, passes):
     arrays, (xf, yf, sf), rows, costs, placement, report = _balanced_blocks(
         client, X, y, sample_weight, workers, rebalance, passes, as_fit=True, y_numeric=y_numeric
     )
@@ -273,6 +320,35 @@ def build_shardset(executor, X, y, sample_weight, *, y_numeric=True, rebalance="
     ]
     return ShardSet(executor, handles, groups, owners, rows, X.shape[1], sparse,
                     block_costs=np.asarray(costs, dtype=np.float64), skew_report=report)
+
+
+def _memory_kills(client):
+    """The workers a nanny restarted for exceeding its memory budget: the events
+    ``worker-restart-memory`` that nannies send the scheduler (they outlive the workers
+    they restart); empty where none was sent or they cannot be read."""
+    try:
+        events = client.get_events("worker-restart-memory")
+    except Exception:  # noqa: BLE001 - any failure means: not known
+        return []
+    return [e for _, e in events if isinstance(e, dict)]
+
+
+def killed_while_loading(client, err):
+    """The message of a :class:`distributed.KilledWorker` raised while the input was
+    read or assembled into shards: the workers that ran a task died, and Dask gave up on
+    it.  The nannies' events say whether memory killed them; the remedy follows."""
+    kills = _memory_kills(client)
+    limit = getattr(getattr(err, "last_worker", None), "memory_limit", 0)
+    limit = f" (memory limit {format_bytes(limit)} per worker)" if limit else ""
+    if kills:
+        rss = max(int(e.get("rss", 0)) for e in kills)
+        cause = (f"their nannies restarted workers {len(kills)} time(s) for exceeding their memory budget "
+                 f"(distributed.worker.memory.terminate; up to {format_bytes(rss)} used){limit}: the input, as "
+                 "read, does not fit")
+    else:
+        cause = f"the workers' logs say why (most often a nanny kills a worker that exceeds its memory limit{limit})"
+    return (f"workers died while reading the input or building the fit's shards ({err}); {cause}; give the "
+            "workers more memory or use more workers, or read the input in smaller partitions")
 
 
 def _scatter_shardset(executor, X, y, sample_weight, workers, n_groups, y_numeric):
@@ -391,11 +467,11 @@ def rebalance(X, y=None, sample_weight=None, *, client=None, rebalance=True, pas
     for arr, fs in zip(arrays, futures):
         if fs[0] is None:
             continue
-        who = client.who_has(list(fs))  # one request for all blocks
+        # every block a new key made on its worker, even one already there: a block
+        # that had a second copy (fetched by a measurement) could otherwise lose the
+        # one on its worker to Dask's replica reduction (the active memory manager)
         placed = [
-            f if w in who.get(f.key, ()) else client.submit(
-                _identity, f, workers=[w], allow_other_workers=False, pure=False
-            )
+            client.submit(_identity, f, workers=[w], allow_other_workers=False, pure=False)
             for f, w in zip(fs, placement)
         ]
         # an array whose blocks are the placed futures themselves: no further task, the

@@ -23,6 +23,7 @@ not the worker's.
 """
 
 import math
+import os
 
 import dask
 import numpy as np
@@ -37,6 +38,8 @@ __all__ = [
     "format_bytes",
     "in_memory_shares",
     "memory_line",
+    "held_factor",
+    "worker_baselines",
     "worker_memory_limits",
 ]
 
@@ -80,6 +83,26 @@ def worker_memory_limits(client):
     return client.run_on_scheduler(_memory_limits)
 
 
+def _baselines(dask_scheduler=None, pid=None):
+    """Each worker's memory outside Dask's data (Python, libraries, caches): the
+    process memory the scheduler last heard of less the data the worker holds in
+    memory; 0 for a worker that runs in the process ``pid`` (an in-process worker shares
+    its process, and so its memory, with the caller)."""
+    return {
+        addr: 0 if ws.pid == pid else int(max(0, ws.memory.unmanaged))
+        for addr, ws in dask_scheduler.workers.items()
+    }
+
+
+def worker_baselines(client):
+    """Each worker's memory outside Dask's data, in bytes (see :func:`_baselines`).
+
+    A worker process holds its interpreter and libraries before any data: a few hundred
+    MiB, which on a worker with a small memory limit is much of the room below Dask's
+    line.  The check counts it next to the fit's share."""
+    return client.run_on_scheduler(_baselines, pid=os.getpid())
+
+
 def _line_text(limit, fraction, key):
     if key is None:
         return f"it cannot hold more than that ({format_bytes(limit)})"
@@ -87,7 +110,7 @@ def _line_text(limit, fraction, key):
     return f"Dask {verb} at {fraction:.0%} of it ({format_bytes(fraction * limit)}, {_KEY}{key})"
 
 
-def check_worker_shares(client, shares, *, held, spread, even=False, limits=None):
+def check_worker_shares(client, shares, *, held, spread, even=False, limits=None, baselines=None):
     """Refuse a fit whose share on some worker exceeds that worker's memory line.
 
     Parameters
@@ -104,6 +127,9 @@ def check_worker_shares(client, shares, *, held, spread, even=False, limits=None
         decided later); the message then says "each of the N workers ... about".
     limits : dict or None
         Worker address -> memory limit (0: none); None asks the scheduler.
+    baselines : dict or None
+        Worker address -> the bytes the worker process uses outside Dask's data (see
+        :func:`worker_baselines`), counted next to its share; None asks the scheduler.
 
     Raises
     ------
@@ -113,16 +139,20 @@ def check_worker_shares(client, shares, *, held, spread, even=False, limits=None
     """
     limits = worker_memory_limits(client) if limits is None else limits
     fraction, key = memory_line()
+    if not any(limits.get(w) for w in shares):
+        return  # no worker has a limit: nothing to ask the scheduler
+    baselines = worker_baselines(client) if baselines is None else baselines
     over = [
-        (b - fraction * limits[w], w, b, limits[w])
+        (b + baselines.get(w, 0) - fraction * limits[w], w, b, limits[w], baselines.get(w, 0))
         for w, b in shares.items()
-        if limits.get(w) and b > fraction * limits[w]
+        if limits.get(w) and b + baselines.get(w, 0) > fraction * limits[w]
     ]
     if not over:
         return
-    _, worker, share, limit = max(over, key=lambda t: t[0])
+    _, worker, share, limit, base = max(over, key=lambda t: t[0])
     total, n = sum(shares.values()), len(shares)
-    needed = math.ceil(total / (fraction * limit))
+    room = fraction * limit - base
+    needed = math.ceil(total / room) if room > 0 else None
     if even:
         who = (f"each of the {n} workers would hold about {format_bytes(share)} of this fit's data ({held}; "
                f"{format_bytes(total)} in all)")
@@ -133,10 +163,15 @@ def check_worker_shares(client, shares, *, held, spread, even=False, limits=None
         who = (f"worker {worker} would hold {format_bytes(share)} of this fit's data ({held}; "
                f"{format_bytes(total)} in all over {n} workers)")
         limit_text = f"its memory limit is {format_bytes(limit)}"
+    if base:
+        limit_text += (f", {format_bytes(base)} of which the worker process already uses outside Dask's data "
+                       "(Python, libraries)")
+    more = (f"use at least {needed} workers with this memory limit, or " if needed else
+            "more workers with this memory limit do not help: ")
     raise ClusterError(
         f"the data do not fit in the workers' memory: {who}, but {limit_text} and "
-        f"{_line_text(limit, fraction, key)}; use at least {needed} workers with this memory limit, "
-        f"or workers with a memory limit of at least {format_bytes(share / fraction)}; {spread}"
+        f"{_line_text(limit, fraction, key)}; {more}"
+        f"workers with a memory limit of at least {format_bytes((share + base) / fraction)}; {spread}"
     )
 
 
@@ -159,6 +194,16 @@ def check_block_bytes(client, block_bytes, row_bytes, n_rows, *, name="X", limit
         f"{format_bytes(largest)} and {_line_text(largest, fraction, key)}; a block is never split "
         f"across workers, so rechunk {name} into smaller row blocks, e.g. {name}.rechunk({{0: {rows}}})"
     )
+
+
+def held_factor(dtype, as_fit=True):
+    """Bytes a fit holds per byte of a raw block of ``dtype``: the block as
+    :func:`.blocks.make_shard` holds it (float64, float32 kept) plus, when the dtype
+    changes, the raw block next to it while it is cast; 1 for the raw blocks."""
+    dtype = np.dtype(dtype)
+    if not as_fit or dtype in (np.float32, np.float64):
+        return 1.0
+    return _held_itemsize(dtype) / dtype.itemsize + 1.0
 
 
 def _held_itemsize(dtype):

@@ -163,3 +163,87 @@ def test_workers_without_a_memory_limit_are_never_refused(unlimited):
     y = rng.random(400_000)
     assert LinearRegression(client=unlimited, max_iter=1).fit(X, y).coef_.shape == (10,)
     assert MatrixFactorization(n_components=2, max_iter=1, client=unlimited).fit(_ratings(1_000_000)) is not None
+
+
+# ----------------------------------------------------------------- issue 44, item 6: sizes known only once read
+def test_a_dask_dataframe_too_large_is_refused_once_its_partitions_are_read(small):
+    """A dask DataFrame's partition lengths are unknown until read, so the up-front check
+    cannot size it; once persisted, the scheduler knows the blocks' bytes, and the shards
+    are refused before they are built (a 400 MB frame on 2 x 500 MB workers ran 180 s
+    without an answer, or ended in a raw KilledWorker)."""
+    import dask
+
+    def part(seed):  # 100,000 rows: X 4 MB, y 0.8 MB; 6 of them
+        rng = np.random.default_rng(seed)
+        return pd.DataFrame(rng.standard_normal((100_000, 6)), columns=list("abcdey"))
+
+    ddf = dd.from_delayed([dask.delayed(part)(s) for s in range(6)], meta=part(0).iloc[:0])
+    with pytest.raises(ClusterError, match=r"(?s)each of the 2 workers would hold about 13\.7 MiB.*X and y as the "
+                       r"fit holds them, float64, measured once computed; 27\.5 MiB in all.*memory limit is 16\.0 MiB"
+                       r".*smaller partitions do not help"):
+        LinearRegression(client=small, max_iter=2).fit(ddf[list("abcde")], ddf["y"])
+
+
+def test_a_dask_dataframe_that_fits_is_fitted_as_the_same_numbers_in_memory(small):
+    rng = np.random.default_rng(1)
+    frame = pd.DataFrame(rng.standard_normal((3000, 4)), columns=list("abcd"))
+    y = frame.to_numpy() @ [1.0, -2.0, 0.5, 3.0] + rng.standard_normal(3000)
+    ddf = dd.from_pandas(frame.assign(y=y), npartitions=3)
+    lazy = LinearRegression(client=small).fit(ddf[list("abcd")], ddf["y"])
+    eager = LinearRegression(client=small).fit(frame.to_numpy(), y)
+    np.testing.assert_allclose(lazy.coef_, eager.coef_, rtol=1e-8)
+
+
+def test_the_worker_process_own_memory_counts_next_to_the_share():
+    """A worker process holds its interpreter and libraries (a few hundred MiB) before
+    any data: on 500 MB workers that is most of the room below the pause line, and a
+    share that fits the line alone is refused with the baseline named."""
+    from dask_dgd._engine.memory import check_worker_shares
+
+    limits = {"tcp://a:1": 500 * 2**20, "tcp://b:1": 500 * 2**20}
+    shares = dict.fromkeys(limits, 200 * 2**20)  # 200 MiB each, under the 400 MiB line
+    check_worker_shares(None, shares, held="X", spread="", limits=limits, baselines=dict.fromkeys(limits, 0))
+    with pytest.raises(ClusterError, match=r"(?s)about 200\.0 MiB.*memory limit is 500\.0 MiB, 250\.0 MiB of which "
+                       r"the worker process already uses outside Dask's data.*at least 3 workers.*"
+                       r"at least 562\.5 MiB"):
+        check_worker_shares(None, shares, held="X", spread="", even=True, limits=limits,
+                            baselines=dict.fromkeys(limits, 250 * 2**20))
+    with pytest.raises(ClusterError, match=r"more workers with this memory limit do not help: workers with a "
+                       r"memory limit of at least"):
+        check_worker_shares(None, shares, held="X", spread="", limits=limits,
+                            baselines=dict.fromkeys(limits, 450 * 2**20))
+
+
+def test_in_process_workers_have_no_baseline_of_their_own(small):
+    from dask_dgd._engine.memory import worker_baselines
+
+    assert set(worker_baselines(small).values()) == {0}  # their process is the test's
+
+
+def _hoards(n_bytes):
+    """A partition that holds ``n_bytes`` while the worker keeps it (its nanny kills it)."""
+    block = np.ones(n_bytes // 8)
+    return pd.DataFrame({"a": block, "y": block})
+
+
+def test_workers_killed_at_their_memory_limit_while_reading_the_input_is_a_cluster_error():
+    """A partition larger than its worker can hold, in a frame whose size is unknown up
+    front: the nanny kills the worker, Dask gives up on the task (KilledWorker), and the
+    fit says that memory killed it, from the nannies' logs, with the remedy."""
+    import dask
+
+    config = {"distributed.scheduler.allowed-failures": 0, "distributed.worker.memory.target": False,
+              "distributed.worker.memory.spill": False, "distributed.worker.memory.pause": False}
+    with dask.config.set(config), LocalCluster(n_workers=1, threads_per_worker=1, processes=True,
+                                               memory_limit="600 MiB", dashboard_address=":0",
+                                               silence_logs=logging.CRITICAL) as cluster, \
+            Client(cluster, set_as_default=False) as client:
+        from dask_dgd._engine.memory import worker_baselines
+
+        assert all(b > 0 for b in worker_baselines(client).values())  # a process of its own
+        meta = pd.DataFrame({"a": np.ones(0), "y": np.ones(0)})
+        ddf = dd.from_delayed([dask.delayed(_hoards)(400 * 2**20)], meta=meta, verify_meta=False)
+        with pytest.raises(ClusterError, match=r"(?s)workers died while reading the input.*nannies restarted "
+                           r"workers \d+ time\(s\) for exceeding their memory budget.*up to \d+\.\d MiB used.*memory limit 600\.0 MiB.*"
+                           r"more memory or use more workers"):
+            LinearRegression(client=client, max_iter=2).fit(ddf[["a"]], ddf["y"])
