@@ -260,7 +260,7 @@ class Collective:
             while len(level) > tree.split_every:
                 level = ex.merge_level(tree, level, f"dgd-reduce-{name}-{call}-{depth}")
                 depth += 1
-            results = ex.gather(level)
+            results = ex.gather(level, self.step_timeout(), sh.workers)
         except Exception as err:
             self._raise_if_scheduler_lost(err)
             raise

@@ -739,8 +739,36 @@ class DaskExecutor:
             for g, (h, w) in enumerate(zip(handles, workers))
         ]
 
-    def gather(self, handles):
-        return self.client.gather(list(handles))
+    def gather(self, handles, timeout=None, addresses=()):
+        """The results of ``handles``.  ``timeout``: seconds the tasks may take before
+        the workers of ``addresses`` are asked after, as in :meth:`_actor_result`: the
+        silent ones are dropped from the cluster (Dask then reruns their tasks
+        elsewhere, as after a kill) and the wait starts again; workers that all still
+        answer are waited for, a WARNING saying so once."""
+        from distributed import wait
+
+        handles = list(handles)
+        if timeout is None:
+            return self.client.gather(handles)
+        started, warned = time.monotonic(), False
+        while True:
+            try:
+                with current_client(self.client):
+                    wait(handles, timeout=min(ACTOR_POLL, max(timeout / 4, 0.5)))
+                return self.client.gather(handles)
+            except TimeoutError:
+                waited = time.monotonic() - started
+                if waited < timeout:
+                    continue
+                silent = self.silent_workers(sorted(addresses), timeout / 2)
+                if silent:
+                    self.drop_silent(silent, waited, timeout)
+                    started = time.monotonic()
+                elif not warned:
+                    warned = True
+                    logger.warning(
+                        "a step has waited %.3g s, over its limit of %.3g s (dask config dgd.step-timeout), but "
+                        "every worker it waits for still answers the scheduler: waiting on", waited, timeout)
 
     def where(self, handles, fallback):
         """The worker holding each handle now (``fallback`` where none is known)."""
@@ -774,7 +802,7 @@ class InProcessExecutor:
     def map_shards(self, fn, handles, workers, args, name, token):
         return [fn(h, *args) for h in handles]
 
-    def gather(self, handles):
+    def gather(self, handles, timeout=None, addresses=()):
         return list(handles)
 
     def merge_level(self, tree, items, name):

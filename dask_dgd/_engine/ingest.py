@@ -21,7 +21,12 @@ from . import skew
 from .blocks import check_chunking, make_shard
 from .executor import DaskExecutor, InProcessExecutor, _nbytes, current_client, is_dask_collection
 from .memory import (
-    check_block_bytes, check_worker_shares, dask_fit_bytes, format_bytes, held_factor, in_memory_shares,
+    check_block_bytes,
+    check_worker_shares,
+    dask_fit_bytes,
+    format_bytes,
+    held_factor,
+    in_memory_shares,
     worker_memory_limits,
 )
 from .shards import ShardSet

@@ -99,20 +99,23 @@ def test_every_family_trains_with_compression(family, mode):
     """Error feedback keeps a top-k compressed fit near the plain one: its last loss at
     most 1.5 times the plain fit's (+1e-3).
 
-    The asynchronous matrix factorizations run in lock-step (``max_staleness=0``) for
-    all their epochs (``tol=0``).  Without a bound the interleaving is the machine's:
+    The asynchronous fits run in lock-step (``max_staleness=0``) for all their epochs
+    (``tol=0``).  Without a bound the interleaving is the machine's:
     under load a group can fall far behind, its users' factors (local to the group) get
     few updates and the ``tol`` rule can stop early (the known limitation in the user
     guide, "Asynchronous training", whose cure is a bound or ``tol=0``), so the two fits
     differed by more than compression does (issue 44: implicit-async at 0.881 against
     the bound 0.765).  In lock-step every group takes the same number of updates in both
     fits, which differ only in the order of arrivals within a step; what is left is
-    compression, and a fit without error feedback (``topk:0.3+noef``) still fails the
-    bound.  The linear and climate models have no local parameters and are compared as
-    they are.
+    compression.  Only for the implicit model does a fit without error feedback
+    (``topk:0.3+noef``) fail the bound (0.92 against 0.81); for the others top-k 30% ends
+    within it either way (measured, lock-step async).  The linear and climate models
+    have no local parameters, but under load one
+    group running ahead changes their path as much (climate-async failed 2 of 10 loaded
+    runs): they run in lock-step too.
     """
     kw = dict(mode=mode, **({"local_steps": 2} if mode == "local" else {}))
-    if mode == "async" and family.name in ("mf", "implicit"):
+    if mode == "async":
         kw.update(max_staleness=0, tol=0.0)
     plain = family.fit(family.make(**kw))
     est = family.fit(family.make(compression="topk:0.3", **kw))

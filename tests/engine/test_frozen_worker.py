@@ -11,16 +11,15 @@ keeps the tests short.  A stopped process is continued on exit, and any worker p
 of a test's cluster still stopped at the end is killed.
 """
 
-import contextlib
 import logging
+import os
 import warnings
 
 import dask
 import dask.array as da
 import numpy as np
 import pytest
-from distributed import Client, LocalCluster
-from test_worker_loss import _spread
+from test_worker_loss import _async_fit, _server_actors, _spread
 
 from dask_dgd import ConvergenceWarning, LogisticRegression
 from dask_dgd._engine.collective import Collective
@@ -64,26 +63,6 @@ def test_a_bad_step_timeout_is_refused_with_the_value_and_the_fix(bad):
 
 # ------------------------------------------------------------- frozen worker processes
 @pytest.fixture
-def process_client():
-    """A fresh cluster of 3 worker processes (with nannies) per test; worker processes
-    still stopped at the end are killed (by their ids, children of this process)."""
-    import psutil
-
-    cluster = LocalCluster(n_workers=3, threads_per_worker=1, processes=True, dashboard_address=":0",
-                           silence_logs=logging.CRITICAL)
-    try:
-        with Client(cluster, set_as_default=False) as client:
-            yield client
-    finally:
-        for child in psutil.Process().children(recursive=True):
-            with contextlib.suppress(psutil.Error):
-                if child.status() == psutil.STATUS_STOPPED:
-                    child.kill()
-        with contextlib.suppress(KeyError):  # see test_worker_loss.process_client
-            cluster.close()
-
-
-@pytest.fixture
 def data(process_client):
     rng = np.random.default_rng(0)
     X = rng.standard_normal((150_000, 10))
@@ -97,10 +76,11 @@ def _fit(client, X, y, **kw):
         return LogisticRegression(client=client, **{"solver": "lbfgs", "tol": 0.0, "max_iter": 30, **kw}).fit(X, y)
 
 
-def _fit_freezing_a_worker(client, X, y, after, caplog, victim=-1, **kw):
+def _fit_freezing_a_worker(client, X, y, after, caplog, victim=-1, expect_recovery=True, **kw):
     """The fit with a worker (``victim``: its index in address order) stopped at its
     ``after + 1``-th group computation, under the tests' step timeout; checks that the
-    silent worker was named, dropped and recovered from, and replaced."""
+    silent worker was named, dropped and (``expect_recovery``: the runners' recovery,
+    not Dask's rerun of a task) recovered from, and replaced."""
     victim = sorted(client.scheduler_info()["workers"])[victim]
     with dask.config.set({"dgd.step-timeout": STEP_TIMEOUT}), caplog.at_level(logging.INFO, logger="dask_dgd"), \
             freezing_worker(client, victim, after=after) as pid:
@@ -108,7 +88,8 @@ def _fit_freezing_a_worker(client, X, y, after, caplog, victim=-1, **kw):
         _replaced(client, pid)
     messages = [r.getMessage() for r in caplog.records]
     assert any(f"worker {victim} sent no heartbeat" in m and "dgd.step-timeout" in m for m in messages), messages
-    assert any("lost worker(s)" in m and victim in m for m in messages), messages  # the worker-loss recovery
+    if expect_recovery:  # the worker-loss recovery
+        assert any("lost worker(s)" in m and victim in m for m in messages), messages
     return est
 
 
@@ -147,6 +128,22 @@ def test_a_sync_lbfgs_fit_survives_a_frozen_worker_with_the_same_coefficients(pr
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(150)  # without the step timeout: the task waited on for ever
+def test_steps_as_scheduler_tasks_survive_a_frozen_worker_with_the_same_coefficients(process_client, data,
+                                                                                     caplog):
+    """``dgd.step-transport="task"``: a step is tasks through the scheduler, and the
+    frozen worker's task never finished; its silent worker is dropped after the step
+    timeout, Dask reruns the task elsewhere, and the sums are the same."""
+    X, y = data
+    Xd, yd = process_client.persist([da.from_array(X, chunks=(12_500, -1)), da.from_array(y, chunks=12_500)])
+    with dask.config.set({"dgd.step-transport": "task"}):
+        ref = _fit(process_client, Xd, yd)
+        est = _fit_freezing_a_worker(process_client, Xd, yd, 10, caplog, expect_recovery=False)
+    np.testing.assert_array_equal(est.coef_, ref.coef_)
+    np.testing.assert_array_equal(est.intercept_, ref.intercept_)
+
+
+@pytest.mark.slow
 @pytest.mark.timeout(150)
 @pytest.mark.parametrize("position", ["interior", "leaf"])
 def test_a_runner_frozen_inside_the_tree_is_dropped_with_the_same_coefficients(process_client, data, caplog,
@@ -174,6 +171,53 @@ def test_a_frozen_worker_holding_scattered_input_ends_the_fit_saying_why(process
         with pytest.raises(ClusterError, match=r"cannot be recomputed .* pass a dask array"):
             _fit(process_client, X, y)  # in-memory input: scattered to the workers, nowhere else to recompute it from
         _replaced(process_client, pid)
+
+
+# ----------------------------------------------------------- asynchronous fits
+_FREEZE = {}
+
+
+def _freeze_at_step_30(record):
+    """From the driver, once the asynchronous fit is under way: make the worker holding
+    the parameter server, or another one (a loop's), as ``_FREEZE["which"]`` says, stop
+    itself at its next group computation (progress, not a clock)."""
+    from dask_dgd._engine.faults import set_freeze
+
+    if record["step"] < 30 or "client" not in _FREEZE:
+        return
+    client = _FREEZE.pop("client")
+    (server,) = {w for w, keys in client.run(_server_actors).items() if keys}
+    target = server if _FREEZE["which"] == "server" else next(
+        w for w in sorted(client.scheduler_info()["workers"]) if w != server)
+    _FREEZE["frozen"] = target
+    _FREEZE["pid"] = client.run(os.getpid, workers=[target])[target]
+    client.run(set_freeze, 0, workers=[target])
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(150)  # without the step timeout: a hang (the loop's or the server's worker never answers)
+@pytest.mark.parametrize("which", ["loop", "server"])
+def test_an_async_fit_survives_a_frozen_worker_as_a_killed_one(process_client, data, caplog, which):
+    """A frozen loop stops pushing (the other groups then wait at the staleness bound)
+    and a frozen server answers no poll: the fit hung until someone killed the worker.
+    Now the silent worker is dropped after the step timeout and the fit ends as after a
+    kill (the loop rerun elsewhere, or the server restarted from the driver's copy)."""
+    X, y = data
+    Xd, yd = _spread(process_client, X, y)
+    ref = _async_fit(process_client, Xd, yd)
+    _FREEZE.clear()
+    _FREEZE.update(client=process_client, which=which)
+    with dask.config.set({"dgd.step-timeout": STEP_TIMEOUT}), caplog.at_level(logging.INFO, logger="dask_dgd"):
+        est = _async_fit(process_client, Xd, yd, callbacks=[_freeze_at_step_30])
+    target = _FREEZE["frozen"]  # the freeze happened during the fit ...
+    _replaced(process_client, _FREEZE["pid"])
+    messages = [r.getMessage() for r in caplog.records]
+    assert any(f"worker {target} sent no heartbeat" in m and "dgd.step-timeout" in m for m in messages), messages
+    if which == "server":
+        assert any("lost the parameter server's worker" in m and target in m for m in messages), messages
+    assert est.history_["step"].iloc[-1] > 100  # ... and the fit went on well after it
+    # as after a kill (test_worker_loss): the undisturbed fit's result within its noise
+    np.testing.assert_allclose(est.coef_, ref.coef_, atol=6e-3)
 
 
 # ----------------------------------------------------------- slow is not silent

@@ -24,23 +24,6 @@ from dask_dgd.testing import killing_worker
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
 
 
-# A fresh cluster for every test that kills a worker: whether and when a nanny brings
-# back an earlier test's killed worker is Dask's business and the machine's load (a CI
-# run under load once waited more than 3 minutes for it), not these tests'.
-@pytest.fixture
-def process_client():
-    cluster = LocalCluster(n_workers=3, threads_per_worker=1, processes=True, dashboard_address=":0",
-                           silence_logs=logging.CRITICAL)
-    try:
-        with Client(cluster, set_as_default=False) as client:
-            yield client
-    finally:
-        # distributed's LocalCluster may trip on its record of a worker these tests
-        # killed (KeyError in _update_worker_status) while closing: seen once in CI
-        with contextlib.suppress(KeyError):
-            cluster.close()
-
-
 @pytest.fixture
 def data(process_client):
     rng = np.random.default_rng(0)

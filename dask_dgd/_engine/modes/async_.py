@@ -25,14 +25,17 @@ Two measures of staleness are recorded for every applied gradient:
 ``staleness_scaling=True`` divides each update by ``1 + delay``.
 """
 
+import collections
 import dataclasses
 import logging
 import math
+import statistics
 import time
 
 import numpy as np
 
 from ...exceptions import ClusterError, DivergenceError
+from ..collective import STEP_TIMEOUT_MULTIPLE, step_timeout_floor
 from ..faults import inject_faults
 from ..kernels import COMPRESSION_TAG, compress_into
 from ..solvers import Outcome, Solver, start_step
@@ -452,6 +455,14 @@ class _ClusterRun:
     the updates since that poll (at most ``POLL_INTERVAL`` seconds of them) are redone.
     Up to ``MAX_SERVER_RESTARTS`` restarts; a cluster left without workers raises
     ClusterError.
+
+    A *frozen* worker (a stopped process) fails nothing: its loop just stops pushing,
+    the groups ahead of it wait at the staleness bound, and the fit never ends.  A group
+    that has not pushed for :meth:`step_timeout` (``max(dgd.step-timeout, 20 x the
+    median round)``), or a server that has not answered for as long, gets the fit's
+    workers asked after: those that sent the scheduler no heartbeat for half that time
+    are dropped from the cluster (as in the synchronous modes, see
+    :meth:`.executor.DaskExecutor.drop_silent`) and the fit goes on as after a kill.
     """
 
     def __init__(self, solver, core_state):
@@ -463,6 +474,10 @@ class _ClusterRun:
         self.restarts = 0
         self.server_worker = None
         self.first = True
+        #: group -> (its push count, when the driver saw it change); the server: when it last answered
+        self._heard, self._server_heard = {}, time.monotonic()
+        self._round_times = collections.deque(maxlen=101)
+        self._warned = False
         self._start(core_state)
 
     def _start(self, core_state):
@@ -514,6 +529,8 @@ class _ClusterRun:
         except Exception as err:  # noqa: BLE001 - a lost server is told by the scheduler
             if ex.scheduler_lost():
                 self._scheduler_lost(err)
+            if isinstance(err, TimeoutError) and self._server_frozen():
+                return None, []  # dropped and restarted, or still within its limit
             try:
                 server_lost = self.solver.state is not None and self.server_lost(err)
             except ClusterError as lost:  # the scheduler went while we asked it
@@ -525,7 +542,9 @@ class _ClusterRun:
                 raise
             self.restart()
             return None, []
+        self._server_heard = time.monotonic()
         records = self.solver.on_poll(records, state)
+        self._watch(records, state)
         if all(f.done() for f in self.loops) and all(f.status == "finished" for f in self.loops):
             # every loop returns only once the server has stopped
             more, _, state = ex.call_actor_within(ACTOR_TIMEOUT, self.server.drain_with_state)
@@ -534,6 +553,69 @@ class _ClusterRun:
             self.close()
             return out, records
         return None, records
+
+    # ------------------------------------------------------------ frozen workers
+    def step_timeout(self):
+        """Seconds a group may go without a push, or the server without an answer,
+        before the fit's silent workers are dropped: ``max(dgd.step-timeout, 20 x the
+        median round)`` (a round: one push of every group); None when off."""
+        floor = step_timeout_floor()
+        if floor is None or not self._round_times:
+            return floor
+        return max(floor, STEP_TIMEOUT_MULTIPLE * statistics.median(self._round_times))
+
+    def _watch(self, records, state):
+        """After a poll: note the groups that pushed; if one has been quiet past
+        :meth:`step_timeout` while its loop runs, drop the fit's silent workers."""
+        now = time.monotonic()
+        self._round_times.extend(r["step_time"] for r in records if r.get("step_time"))
+        for i, count in enumerate(state.get("clock") or ()):
+            if self._heard.get(i, (None,))[0] != count:
+                self._heard[i] = (count, now)
+        timeout = self.step_timeout()
+        if timeout is None:
+            return
+        quiet = [i for i, (_, t) in self._heard.items()
+                 if now - t > timeout and i < len(self.loops) and not self.loops[i].done()]
+        if quiet:
+            self._drop_silent(max(now - self._heard[i][1] for i in quiet), timeout)
+
+    def _server_frozen(self):
+        """After a server call timed out: False if the server's worker still answers
+        the scheduler (the caller goes on as before); True once it was found silent,
+        either still within :meth:`step_timeout` of its last answer (poll again) or
+        past it (dropped, and the server restarted)."""
+        timeout = self.step_timeout()
+        if timeout is None or not self.ex.silent_workers([self.server_worker], ACTOR_TIMEOUT / 2):
+            return False
+        waited = time.monotonic() - self._server_heard
+        if waited > timeout:
+            self._drop_silent(waited, timeout)
+        return True
+
+    def _drop_silent(self, waited, timeout):
+        """Drop the fit's workers (the groups' and the server's) that sent the scheduler
+        no heartbeat for half of ``timeout``; then go on as after a kill (a loop is
+        rerun elsewhere by Dask, a lost server restarted).  Workers that all still
+        answer are waited for, a WARNING saying so once."""
+        addresses = sorted(set(self.shards.workers) | {self.server_worker})
+        silent = self.ex.silent_workers(addresses, timeout / 2)
+        if not silent:
+            if not self._warned:
+                self._warned = True
+                logging.getLogger("dask_dgd").warning(
+                    "an asynchronous group has not pushed for %.3g s, over its limit of %.3g s (dask config "
+                    "dgd.step-timeout), but every worker of the fit still answers the scheduler: waiting on",
+                    waited, timeout)
+            return
+        self.ex.drop_silent(silent, waited, timeout)
+        now = time.monotonic()
+        self._heard = {i: (count, now) for i, (count, _) in self._heard.items()}
+        self._server_heard = now
+        if self.server_worker in silent:
+            self.restart()  # (raises for state no other worker has: sharded parameters, scattered input)
+        else:
+            self._unrecoverable(None)
 
     def stop(self, message):
         """Stop the server (a stop rule of the driver fired) and wait for the loops."""
