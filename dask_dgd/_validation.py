@@ -14,10 +14,10 @@ from dataclasses import dataclass
 
 from dask.base import normalize_token
 
-from .compression import Compressor
 from .exceptions import ConcurrentFitError, ParameterError
 
-__all__ = ["TRAINING_CONSTRAINTS", "Interval", "Options", "describe", "one_fit_at_a_time", "validate_params"]
+__all__ = ["Interval", "Options", "callbacks_like", "client_is_a_client", "describe", "first_order_like",
+           "one_fit_at_a_time", "validate_params"]
 
 
 @dataclass(frozen=True)
@@ -212,33 +212,11 @@ def callbacks_like(value):
     return isinstance(value, (list, tuple)) and all(callable(cb) for cb in value)
 
 
-def _first_order_like(value):
+def first_order_like(value):
     """a first-order optimizer object from dask_dgd.optim"""
     from .optim import FirstOrderOptimizer
 
     return isinstance(value, FirstOrderOptimizer)
-
-
-#: Constraints of the training parameters every estimator family shares (the modes,
-#: time limit, divergence guard, checkpoints, compression, reduction, monitoring).
-TRAINING_CONSTRAINTS = {
-    "max_iter": [Interval(numbers.Integral, 1, None, "left")],
-    "tol": [Interval(numbers.Real, 0, None, "left")],
-    "mode": [Options("sync", "local", "async")],
-    "local_steps": [Interval(numbers.Integral, 1, None, "left")],
-    "outer_optimizer": [None, _first_order_like],
-    "max_staleness": [None, Interval(numbers.Integral, 0, None, "left")],
-    "staleness_scaling": [bool],
-    "max_time": [None, Interval(numbers.Real, 0, None, "neither")],
-    "on_divergence": [Options("auto", "backoff", "raise")],
-    "checkpoint": [None, str, os.PathLike],
-    "checkpoint_every": [Interval(numbers.Integral, 1, None, "left")],
-    "compression": [None, str, Compressor],
-    "split_every": [Interval(numbers.Integral, 2, None, "left"), Options("auto")],
-    "verbose": [Interval(numbers.Integral, 0, None, "left"), bool],
-    "callbacks": [None, callbacks_like],
-    "client": [None, client_is_a_client],
-}
 
 
 @normalize_token.register(ClientParamMixin)

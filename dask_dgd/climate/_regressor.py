@@ -16,7 +16,8 @@ from sklearn.base import BaseEstimator
 from sklearn.utils.validation import check_is_fitted
 
 from .._engine.executor import task_client
-from .._validation import TRAINING_CONSTRAINTS, ClientParamMixin, Interval, Options, one_fit_at_a_time, validate_params
+from .._params import MODES, RUNTIME, TRAINING_CONSTRAINTS, init_from, signature
+from .._validation import ClientParamMixin, Interval, Options, one_fit_at_a_time, validate_params
 from ..exceptions import InputError, ParameterError
 from ._axes import AUTO, resolve_dims
 from ._design import DesignMatrix, FeatureSpec, Fields
@@ -27,6 +28,17 @@ __all__ = ["ClimateRegressor"]
 _FAMILIES = ("gaussian", "poisson", "binomial")
 
 
+
+#: ClimateRegressor's signature: the data (``features`` and ``target`` also by
+#: position), the model on the grid, the penalty, the solver and the training
+#: parameters (:mod:`dask_dgd._params`).
+CLIMATE_SIGNATURE = signature(
+    ("features", None), ("target", None), ("model", "pooled"), ("sample_dims", AUTO), ("time_dim", AUTO),
+    ("lags", None), ("lead", 0), ("seasonal", None), ("area_weights", True), ("lat", "auto"), ("family", "gaussian"),
+    "alpha", "solver", "optimizer", "learning_rate", "batch_size", "max_iter", "tol", *MODES, *RUNTIME,
+)
+
+@init_from(CLIMATE_SIGNATURE, positional=2)
 class ClimateRegressor(ClientParamMixin, BaseEstimator):
     """Regression on an xarray Dataset's grid cells: one pooled model or one per cell.
 
@@ -156,77 +168,6 @@ verbose, callbacks
             "client")},
         "split_every": [Interval(numbers.Integral, 2, None, "left")],
     }
-
-    def __init__(
-        self,
-        features=None,
-        target=None,
-        *,
-        model="pooled",
-        sample_dims=AUTO,
-        time_dim=AUTO,
-        lags=None,
-        lead=0,
-        seasonal=None,
-        area_weights=True,
-        lat="auto",
-        family="gaussian",
-        alpha=0.0,
-        solver="auto",
-        optimizer=None,
-        learning_rate="auto",
-        batch_size=None,
-        max_iter=100,
-        tol=1e-4,
-        mode="sync",
-        local_steps=8,
-        outer_optimizer=None,
-        max_staleness=None,
-        staleness_scaling=False,
-        max_time=None,
-        on_divergence="auto",
-        checkpoint=None,
-        checkpoint_every=10,
-        compression=None,
-        split_every=8,
-        random_state=None,
-        verbose=0,
-        callbacks=None,
-        client=None,
-    ):
-        self.features = features
-        self.target = target
-        self.model = model
-        self.sample_dims = sample_dims
-        self.time_dim = time_dim
-        self.lags = lags
-        self.lead = lead
-        self.seasonal = seasonal
-        self.area_weights = area_weights
-        self.lat = lat
-        self.family = family
-        self.alpha = alpha
-        self.solver = solver
-        self.optimizer = optimizer
-        self.learning_rate = learning_rate
-        self.batch_size = batch_size
-        self.max_iter = max_iter
-        self.tol = tol
-        self.mode = mode
-        self.local_steps = local_steps
-        self.outer_optimizer = outer_optimizer
-        self.max_staleness = max_staleness
-        self.staleness_scaling = staleness_scaling
-        self.max_time = max_time
-        self.on_divergence = on_divergence
-        self.checkpoint = checkpoint
-        self.checkpoint_every = checkpoint_every
-        self.compression = compression
-        self.split_every = split_every
-        self.random_state = random_state
-        self.verbose = verbose
-        self.callbacks = callbacks
-        self.client = client
 
     def __sklearn_tags__(self):
         """scikit-learn's tags: the input is an xarray Dataset, not a table.

@@ -15,7 +15,8 @@ from .._engine.executor import get_executor
 from .._engine.ingest import build_shardset
 from .._engine.train import resolve_solver, seed_of, train
 from .._engine.validation import Validator, snapshot, split_validation
-from .._validation import TRAINING_CONSTRAINTS, ClientParamMixin, Interval, Options, user_stacklevel, validate_params
+from .._params import MODES, TRAINING_CONSTRAINTS, fingerprint_params, signature
+from .._validation import ClientParamMixin, Interval, Options, user_stacklevel, validate_params
 from ..exceptions import ConvergenceWarning, InputError, ParameterError
 from ..losses import Penalty
 from ..optim import LBFGS, FirstOrderOptimizer, Schedule
@@ -59,6 +60,18 @@ def non_convergence_message(name, result, mode, max_iter, tol):
     return (f"{name} did not converge in max_iter={max_iter} {unit} (solver={result.solver!r}, mode={mode!r})"
             f"{detail}{gap}; {advice}")
 
+
+
+def linear_signature(*family, alpha, after_intercept=()):
+    """The ``__init__`` signature of a gradient-trained linear model: the family's own
+    parameters (``(name, default)``), the penalty (``alpha``'s default is the
+    family's), the solver and the training parameters (:mod:`dask_dgd._params`)."""
+    return signature(
+        *family, ("alpha", alpha), "l1_ratio", "fit_intercept", *after_intercept, "solver", "optimizer",
+        "learning_rate", "batch_size", "max_iter", "tol", *MODES, "early_stopping", "validation_fraction",
+        "n_iter_no_change", "scoring", "rebalance", "param_sharding", "sparse_coef", "compression", "split_every",
+        "random_state", "warm_start", "verbose", "callbacks", "client",
+    )
 
 class DGDLinearModel(InferenceMixin, ClientParamMixin, BaseEstimator):
     """Base class of the generalised linear models trained by distributed gradient descent.
@@ -351,11 +364,9 @@ class DGDLinearModel(InferenceMixin, ClientParamMixin, BaseEstimator):
     def _fingerprint(self):
         """What a resumed fit must share with the checkpoint's: the estimator, the
         parameters that shape the trajectory, the classes."""
-        skip = {"max_iter", "tol", "max_time", "verbose", "callbacks", "client", "checkpoint",
-                "checkpoint_every", "warm_start", "rebalance", "split_every", "sparse_coef"}
         params = {
             k: ("RandomState" if isinstance(v, np.random.RandomState) else stable_repr(v))
-            for k, v in sorted(self.get_params(deep=False).items()) if k not in skip
+            for k, v in sorted(fingerprint_params(self.get_params(deep=False)).items())
         }
         return {"estimator": type(self).__name__, **{f"parameter {k}": v for k, v in params.items()},
                 "classes": repr(getattr(self, "classes_", None))}

@@ -21,6 +21,7 @@ from sklearn.utils.validation import check_is_fitted
 from .._backend import asarray_like, get_namespace, is_sparse, to_numpy
 from .._engine.cd import cd_max_params
 from .._engine.train import train
+from .._params import init_from, signature
 from .._validation import ClientParamMixin, Interval, Options, one_fit_at_a_time, user_stacklevel, validate_params
 from ..exceptions import ConvergenceWarning, InputError, ParameterError
 from ..losses import HalfPoisson, HalfSquaredError
@@ -81,6 +82,21 @@ def _block_held_out(b, path, params):
     sums = path.held_out_sums(params, b.X, b.y, b.sample_weight, b.index)
     return np.concatenate([sums[k] for k in path.held_out_keys])
 
+
+
+def cv_signature(*family, l1_ratio=0.0, eps=1e-6, scoring=True):
+    """The ``__init__`` signature of a cross-validated GLM path: the family's own
+    parameters (``(name, default)``), the grid, the folds, the solver, the fit's limits
+    and the cluster (``scoring``: whether the estimator takes one)."""
+    return signature(
+        *family, ("l1_ratio", l1_ratio), ("eps", eps), ("alphas", 100), *(("scoring",) if scoring else ()),
+        "fit_intercept", ("cv", 5), "solver", ("max_iter", 1000), "tol", "random_state", "verbose", "client",
+    )
+
+
+#: LogisticRegressionCV's signature: scikit-learn's grid of ``Cs`` and ``l1_ratios``.
+LOGISTIC_CV_SIGNATURE = signature(("Cs", 10), ("l1_ratios", None), "scoring", "class_weight", "fit_intercept",
+                                  ("cv", 5), "solver", "max_iter", "tol", "random_state", "verbose", "client")
 
 class _PathCV(ClientParamMixin, BaseEstimator):
     """Shared machinery of the cross-validated paths (not public)."""
@@ -221,6 +237,7 @@ class _PathCV(ClientParamMixin, BaseEstimator):
             release()
 
 
+@init_from(cv_signature(l1_ratio=0.5, eps=1e-3, scoring=False))
 class ElasticNetCV(RegressorMixin, _PathCV):
     r"""Elastic-net least squares with the penalty chosen by cross-validation.
 
@@ -279,20 +296,6 @@ class ElasticNetCV(RegressorMixin, _PathCV):
         "alphas": [_grid_like],
         "solver": [Options("auto", "cd", "lbfgs", "gd")],
     }
-
-    def __init__(self, *, l1_ratio=0.5, eps=1e-3, alphas=100, fit_intercept=True, cv=5, solver="auto",
-                 max_iter=1000, tol=1e-4, random_state=None, verbose=0, client=None):
-        self.l1_ratio = l1_ratio
-        self.eps = eps
-        self.alphas = alphas
-        self.fit_intercept = fit_intercept
-        self.cv = cv
-        self.solver = solver
-        self.max_iter = max_iter
-        self.tol = tol
-        self.random_state = random_state
-        self.verbose = verbose
-        self.client = client
 
     _loss = HalfSquaredError()
     _refit_class = LinearRegression
@@ -417,6 +420,7 @@ class ElasticNetCV(RegressorMixin, _PathCV):
         return self.estimator_.score(X, y, sample_weight=sample_weight, offset=offset)
 
 
+@init_from(cv_signature())
 class PoissonRegressorCV(ElasticNetCV):
     r"""Poisson regression (log link) with the penalty chosen by cross-validation.
 
@@ -457,13 +461,6 @@ class PoissonRegressorCV(ElasticNetCV):
     _refit_class = PoissonRegressor
     _exact_gram = False
 
-    def __init__(self, *, l1_ratio=0.0, eps=1e-6, alphas=100, scoring=None, fit_intercept=True, cv=5,
-                 solver="auto", max_iter=1000, tol=1e-4, random_state=None, verbose=0, client=None):
-        super().__init__(l1_ratio=l1_ratio, eps=eps, alphas=alphas, fit_intercept=fit_intercept, cv=cv,
-                         solver=solver, max_iter=max_iter, tol=tol, random_state=random_state, verbose=verbose,
-                         client=client)
-        self.scoring = scoring
-
     def _path_score(self, sums):
         return self._score(sums, self._check_scoring())
 
@@ -474,6 +471,7 @@ class PoissonRegressorCV(ElasticNetCV):
         self.coefs_paths_ = coefs[0] if single else coefs
 
 
+@init_from(LOGISTIC_CV_SIGNATURE)
 class LogisticRegressionCV(ClassifierMixin, _PathCV):
     r"""Logistic regression (binary or multinomial) with ``C`` (and ``l1_ratio``) chosen by cross-validation.
 
@@ -531,21 +529,6 @@ class LogisticRegressionCV(ClassifierMixin, _PathCV):
     }
     _scorers = ("accuracy", "neg_log_loss")
     _default_scoring = "accuracy"
-
-    def __init__(self, *, Cs=10, l1_ratios=None, scoring=None, class_weight=None, fit_intercept=True, cv=5,
-                 solver="auto", max_iter=100, tol=1e-4, random_state=None, verbose=0, client=None):
-        self.Cs = Cs
-        self.l1_ratios = l1_ratios
-        self.scoring = scoring
-        self.class_weight = class_weight
-        self.fit_intercept = fit_intercept
-        self.cv = cv
-        self.solver = solver
-        self.max_iter = max_iter
-        self.tol = tol
-        self.random_state = random_state
-        self.verbose = verbose
-        self.client = client
 
     @one_fit_at_a_time
     def fit(self, X, y, sample_weight=None):

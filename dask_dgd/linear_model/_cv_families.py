@@ -42,10 +42,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .._params import init_from
 from .._validation import Interval, Options
 from ..losses import BinaryLogistic, HalfSquaredError
 from ._binomial import BinomialRegressor
-from ._cv import PoissonRegressorCV
+from ._cv import PoissonRegressorCV, cv_signature
 from ._families import GammaRegressor, NegativeBinomialRegressor, TweedieRegressor
 
 __all__ = ["BinomialRegressorCV", "GammaRegressorCV", "NegativeBinomialRegressorCV", "TweedieRegressorCV"]
@@ -65,6 +66,7 @@ class _BinomialShares(BinaryLogistic):
         return 2.0 * (xlogy_ratio(y, mu) + xlogy_ratio(1.0 - y, 1.0 - mu))
 
 
+@init_from(cv_signature())
 class _FamilyCV(PoissonRegressorCV):
     """Shared parts of the family CV estimators (not public): the loss and the refit
     estimator built from the family's parameters, the family's alpha_max and deviance."""
@@ -73,12 +75,6 @@ class _FamilyCV(PoissonRegressorCV):
     _family_params = ()
     #: The scorer name of the family's mean held-out deviance.
     _deviance_scorer = None
-
-    def __init__(self, *, l1_ratio=0.0, eps=1e-6, alphas=100, scoring=None, fit_intercept=True, cv=5,
-                 solver="auto", max_iter=1000, tol=1e-4, random_state=None, verbose=0, client=None):
-        super().__init__(l1_ratio=l1_ratio, eps=eps, alphas=alphas, scoring=scoring, fit_intercept=fit_intercept,
-                         cv=cv, solver=solver, max_iter=max_iter, tol=tol, random_state=random_state,
-                         verbose=verbose, client=client)
 
     def _refit_estimator(self):
         family = {name: getattr(self, name) for name in self._family_params}
@@ -169,6 +165,7 @@ class GammaRegressorCV(_FamilyCV):
     _refit_class = GammaRegressor
 
 
+@init_from(cv_signature(("power", 0.0), ("link", "auto")))
 class TweedieRegressorCV(_FamilyCV):
     r"""Tweedie regression with the penalty chosen by cross-validation.
 
@@ -234,16 +231,8 @@ class TweedieRegressorCV(_FamilyCV):
     _refit_class = TweedieRegressor
     _family_params = ("power", "link")
 
-    def __init__(self, *, power=0.0, link="auto", l1_ratio=0.0, eps=1e-6, alphas=100, scoring=None,
-                 fit_intercept=True, cv=5, solver="auto", max_iter=1000, tol=1e-4, random_state=None, verbose=0,
-                 client=None):
-        super().__init__(l1_ratio=l1_ratio, eps=eps, alphas=alphas, scoring=scoring, fit_intercept=fit_intercept,
-                         cv=cv, solver=solver, max_iter=max_iter, tol=tol, random_state=random_state,
-                         verbose=verbose, client=client)
-        self.power = power
-        self.link = link
 
-
+@init_from(cv_signature(("theta", 1.0)))
 class NegativeBinomialRegressorCV(_FamilyCV):
     r"""Negative binomial (NB2, log link, fixed ``theta``) regression with the penalty
     chosen by cross-validation.
@@ -295,13 +284,6 @@ class NegativeBinomialRegressorCV(_FamilyCV):
     _default_scoring = _deviance_scorer = "neg_mean_negative_binomial_deviance"
     _refit_class = NegativeBinomialRegressor
     _family_params = ("theta",)
-
-    def __init__(self, *, theta=1.0, l1_ratio=0.0, eps=1e-6, alphas=100, scoring=None, fit_intercept=True, cv=5,
-                 solver="auto", max_iter=1000, tol=1e-4, random_state=None, verbose=0, client=None):
-        super().__init__(l1_ratio=l1_ratio, eps=eps, alphas=alphas, scoring=scoring, fit_intercept=fit_intercept,
-                         cv=cv, solver=solver, max_iter=max_iter, tol=tol, random_state=random_state,
-                         verbose=verbose, client=client)
-        self.theta = theta
 
 
 class BinomialRegressorCV(_FamilyCV):

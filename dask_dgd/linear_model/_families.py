@@ -12,9 +12,11 @@ import numpy as np
 from scipy.special import xlogy
 from sklearn.metrics import d2_tweedie_score
 
+from .._params import init_from
 from .._validation import Interval, Options
 from ..exceptions import InputError, ParameterError
 from ..losses import HalfGamma, HalfNegativeBinomial, HalfSquaredError, HalfTweedie
+from ._base import linear_signature
 from ._glm import _computed, _exp_block, _Regressor
 
 __all__ = ["GammaRegressor", "NegativeBinomialRegressor", "TweedieRegressor"]
@@ -41,81 +43,11 @@ def _d2(unit_deviance, y, y_pred, sample_weight):
     return 1.0 - numerator / denominator if denominator > 0 else math.nan
 
 
+@init_from(linear_signature(alpha=1.0))
 class _FamilyRegressor(_Regressor):
     """Shared parts of the log-link and logit-link families: ``alpha=1.0`` by default (as
     scikit-learn's GLMs and :class:`~dask_dgd.PoissonRegressor`), the family's loss
     built (and checked) before any data is read, and D² as the score."""
-
-    def __init__(
-        self,
-        *,
-        alpha=1.0,
-        l1_ratio=0.0,
-        fit_intercept=True,
-        solver="auto",
-        optimizer=None,
-        learning_rate="auto",
-        batch_size=None,
-        max_iter=100,
-        tol=1e-4,
-        mode="sync",
-        local_steps=8,
-        outer_optimizer=None,
-        max_staleness=None,
-        staleness_scaling=False,
-        max_time=None,
-        on_divergence="auto",
-        checkpoint=None,
-        checkpoint_every=10,
-        early_stopping=False,
-        validation_fraction=0.1,
-        n_iter_no_change=5,
-        scoring=None,
-        rebalance="auto",
-        param_sharding="auto",
-        sparse_coef=False,
-        compression=None,
-        split_every=8,
-        random_state=None,
-        warm_start=False,
-        verbose=0,
-        callbacks=None,
-        client=None,
-    ):
-        super().__init__(
-            alpha=alpha,
-            l1_ratio=l1_ratio,
-            fit_intercept=fit_intercept,
-            solver=solver,
-            optimizer=optimizer,
-            learning_rate=learning_rate,
-            batch_size=batch_size,
-            max_iter=max_iter,
-            tol=tol,
-            mode=mode,
-            local_steps=local_steps,
-            outer_optimizer=outer_optimizer,
-            max_staleness=max_staleness,
-            staleness_scaling=staleness_scaling,
-            max_time=max_time,
-            on_divergence=on_divergence,
-            checkpoint=checkpoint,
-            checkpoint_every=checkpoint_every,
-            early_stopping=early_stopping,
-            validation_fraction=validation_fraction,
-            n_iter_no_change=n_iter_no_change,
-            scoring=scoring,
-            rebalance=rebalance,
-            param_sharding=param_sharding,
-            sparse_coef=sparse_coef,
-            compression=compression,
-            split_every=split_every,
-            random_state=random_state,
-            warm_start=warm_start,
-            verbose=verbose,
-            callbacks=callbacks,
-            client=client,
-        )
 
     def _family_loss(self):
         """The pointwise loss of this estimator's parameters (raises ParameterError)."""
@@ -243,6 +175,7 @@ rebalance, param_sharding, sparse_coef, compression, split_every, random_state, 
         return d2_tweedie_score(y, y_pred, sample_weight=sample_weight, power=2)
 
 
+@init_from(linear_signature(("power", 0.0), ("link", "auto"), alpha=1.0))
 class TweedieRegressor(_FamilyRegressor):
     """Tweedie regression (normal, Poisson, compound Poisson-Gamma, Gamma, inverse Gaussian).
 
@@ -317,81 +250,6 @@ rebalance, param_sharding, sparse_coef, compression, split_every, random_state, 
         "link": [Options("auto", "log", "identity")],
     }
 
-    def __init__(
-        self,
-        *,
-        power=0.0,
-        link="auto",
-        alpha=1.0,
-        l1_ratio=0.0,
-        fit_intercept=True,
-        solver="auto",
-        optimizer=None,
-        learning_rate="auto",
-        batch_size=None,
-        max_iter=100,
-        tol=1e-4,
-        mode="sync",
-        local_steps=8,
-        outer_optimizer=None,
-        max_staleness=None,
-        staleness_scaling=False,
-        max_time=None,
-        on_divergence="auto",
-        checkpoint=None,
-        checkpoint_every=10,
-        early_stopping=False,
-        validation_fraction=0.1,
-        n_iter_no_change=5,
-        scoring=None,
-        rebalance="auto",
-        param_sharding="auto",
-        sparse_coef=False,
-        compression=None,
-        split_every=8,
-        random_state=None,
-        warm_start=False,
-        verbose=0,
-        callbacks=None,
-        client=None,
-    ):
-        self.power = power
-        self.link = link
-        super().__init__(
-            alpha=alpha,
-            l1_ratio=l1_ratio,
-            fit_intercept=fit_intercept,
-            solver=solver,
-            optimizer=optimizer,
-            learning_rate=learning_rate,
-            batch_size=batch_size,
-            max_iter=max_iter,
-            tol=tol,
-            mode=mode,
-            local_steps=local_steps,
-            outer_optimizer=outer_optimizer,
-            max_staleness=max_staleness,
-            staleness_scaling=staleness_scaling,
-            max_time=max_time,
-            on_divergence=on_divergence,
-            checkpoint=checkpoint,
-            checkpoint_every=checkpoint_every,
-            early_stopping=early_stopping,
-            validation_fraction=validation_fraction,
-            n_iter_no_change=n_iter_no_change,
-            scoring=scoring,
-            rebalance=rebalance,
-            param_sharding=param_sharding,
-            sparse_coef=sparse_coef,
-            compression=compression,
-            split_every=split_every,
-            random_state=random_state,
-            warm_start=warm_start,
-            verbose=verbose,
-            callbacks=callbacks,
-            client=client,
-        )
-
     def _link(self):
         if self.link != "auto":
             return self.link
@@ -440,6 +298,7 @@ rebalance, param_sharding, sparse_coef, compression, split_every, random_state, 
         return tags
 
 
+@init_from(linear_signature(("theta", 1.0), alpha=1.0))
 class NegativeBinomialRegressor(_FamilyRegressor):
     """Negative binomial (NB2) regression with a log link and a fixed ``theta``.
 
@@ -502,79 +361,6 @@ rebalance, param_sharding, sparse_coef, compression, split_every, random_state, 
         **_FamilyRegressor._parameter_constraints,
         "theta": [Interval(numbers.Real, 0, None, "neither")],
     }
-
-    def __init__(
-        self,
-        *,
-        theta=1.0,
-        alpha=1.0,
-        l1_ratio=0.0,
-        fit_intercept=True,
-        solver="auto",
-        optimizer=None,
-        learning_rate="auto",
-        batch_size=None,
-        max_iter=100,
-        tol=1e-4,
-        mode="sync",
-        local_steps=8,
-        outer_optimizer=None,
-        max_staleness=None,
-        staleness_scaling=False,
-        max_time=None,
-        on_divergence="auto",
-        checkpoint=None,
-        checkpoint_every=10,
-        early_stopping=False,
-        validation_fraction=0.1,
-        n_iter_no_change=5,
-        scoring=None,
-        rebalance="auto",
-        param_sharding="auto",
-        sparse_coef=False,
-        compression=None,
-        split_every=8,
-        random_state=None,
-        warm_start=False,
-        verbose=0,
-        callbacks=None,
-        client=None,
-    ):
-        self.theta = theta
-        super().__init__(
-            alpha=alpha,
-            l1_ratio=l1_ratio,
-            fit_intercept=fit_intercept,
-            solver=solver,
-            optimizer=optimizer,
-            learning_rate=learning_rate,
-            batch_size=batch_size,
-            max_iter=max_iter,
-            tol=tol,
-            mode=mode,
-            local_steps=local_steps,
-            outer_optimizer=outer_optimizer,
-            max_staleness=max_staleness,
-            staleness_scaling=staleness_scaling,
-            max_time=max_time,
-            on_divergence=on_divergence,
-            checkpoint=checkpoint,
-            checkpoint_every=checkpoint_every,
-            early_stopping=early_stopping,
-            validation_fraction=validation_fraction,
-            n_iter_no_change=n_iter_no_change,
-            scoring=scoring,
-            rebalance=rebalance,
-            param_sharding=param_sharding,
-            sparse_coef=sparse_coef,
-            compression=compression,
-            split_every=split_every,
-            random_state=random_state,
-            warm_start=warm_start,
-            verbose=verbose,
-            callbacks=callbacks,
-            client=client,
-        )
 
     def _family_loss(self):
         return HalfNegativeBinomial(self.theta)

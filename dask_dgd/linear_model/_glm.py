@@ -5,10 +5,11 @@ from sklearn.base import RegressorMixin
 from sklearn.metrics import d2_tweedie_score, r2_score
 
 from .._backend import get_namespace
+from .._params import init_from
 from .._validation import one_fit_at_a_time
 from ..exceptions import InputError
 from ..losses import HalfPoisson, HalfSquaredError, LinearObjective
-from ._base import DGDLinearModel
+from ._base import DGDLinearModel, linear_signature
 
 
 def _exp_block(raw):
@@ -18,79 +19,11 @@ def _exp_block(raw):
 __all__ = ["LinearRegression", "PoissonRegressor"]
 
 
+@init_from(linear_signature(alpha=0.0))
 class _Regressor(RegressorMixin, DGDLinearModel):
     """Common fit/partial_fit/predict of the single-output regressors."""
 
     _loss = None
-
-    def __init__(
-        self,
-        *,
-        alpha=0.0,
-        l1_ratio=0.0,
-        fit_intercept=True,
-        solver="auto",
-        optimizer=None,
-        learning_rate="auto",
-        batch_size=None,
-        max_iter=100,
-        tol=1e-4,
-        mode="sync",
-        local_steps=8,
-        outer_optimizer=None,
-        max_staleness=None,
-        staleness_scaling=False,
-        max_time=None,
-        on_divergence="auto",
-        checkpoint=None,
-        checkpoint_every=10,
-        early_stopping=False,
-        validation_fraction=0.1,
-        n_iter_no_change=5,
-        scoring=None,
-        rebalance="auto",
-        param_sharding="auto",
-        sparse_coef=False,
-        compression=None,
-        split_every=8,
-        random_state=None,
-        warm_start=False,
-        verbose=0,
-        callbacks=None,
-        client=None,
-    ):
-        self.alpha = alpha
-        self.l1_ratio = l1_ratio
-        self.fit_intercept = fit_intercept
-        self.solver = solver
-        self.optimizer = optimizer
-        self.learning_rate = learning_rate
-        self.batch_size = batch_size
-        self.max_iter = max_iter
-        self.tol = tol
-        self.mode = mode
-        self.local_steps = local_steps
-        self.outer_optimizer = outer_optimizer
-        self.max_staleness = max_staleness
-        self.staleness_scaling = staleness_scaling
-        self.max_time = max_time
-        self.on_divergence = on_divergence
-        self.checkpoint = checkpoint
-        self.checkpoint_every = checkpoint_every
-        self.early_stopping = early_stopping
-        self.validation_fraction = validation_fraction
-        self.n_iter_no_change = n_iter_no_change
-        self.scoring = scoring
-        self.rebalance = rebalance
-        self.param_sharding = param_sharding
-        self.sparse_coef = sparse_coef
-        self.compression = compression
-        self.split_every = split_every
-        self.random_state = random_state
-        self.warm_start = warm_start
-        self.verbose = verbose
-        self.callbacks = callbacks
-        self.client = client
 
     def _objective(self, n_features, offset=False):
         return LinearObjective(self._loss, n_features, fit_intercept=self.fit_intercept, offset=offset)
@@ -241,6 +174,7 @@ rebalance, param_sharding, sparse_coef, compression, split_every, random_state, 
     _loss = HalfSquaredError()
 
 
+@init_from(linear_signature(alpha=1.0))
 class PoissonRegressor(_Regressor):
     """Poisson regression with a log link, by distributed DGD.
 
@@ -277,77 +211,6 @@ rebalance, param_sharding, sparse_coef, compression, split_every, random_state, 
     """
 
     _loss = HalfPoisson()
-
-    def __init__(
-        self,
-        *,
-        alpha=1.0,
-        l1_ratio=0.0,
-        fit_intercept=True,
-        solver="auto",
-        optimizer=None,
-        learning_rate="auto",
-        batch_size=None,
-        max_iter=100,
-        tol=1e-4,
-        mode="sync",
-        local_steps=8,
-        outer_optimizer=None,
-        max_staleness=None,
-        staleness_scaling=False,
-        max_time=None,
-        on_divergence="auto",
-        checkpoint=None,
-        checkpoint_every=10,
-        early_stopping=False,
-        validation_fraction=0.1,
-        n_iter_no_change=5,
-        scoring=None,
-        rebalance="auto",
-        param_sharding="auto",
-        sparse_coef=False,
-        compression=None,
-        split_every=8,
-        random_state=None,
-        warm_start=False,
-        verbose=0,
-        callbacks=None,
-        client=None,
-    ):
-        super().__init__(
-            alpha=alpha,
-            l1_ratio=l1_ratio,
-            fit_intercept=fit_intercept,
-            solver=solver,
-            optimizer=optimizer,
-            learning_rate=learning_rate,
-            batch_size=batch_size,
-            max_iter=max_iter,
-            tol=tol,
-            mode=mode,
-            local_steps=local_steps,
-            outer_optimizer=outer_optimizer,
-            max_staleness=max_staleness,
-            staleness_scaling=staleness_scaling,
-            max_time=max_time,
-            on_divergence=on_divergence,
-            checkpoint=checkpoint,
-            checkpoint_every=checkpoint_every,
-            early_stopping=early_stopping,
-            validation_fraction=validation_fraction,
-            n_iter_no_change=n_iter_no_change,
-            scoring=scoring,
-            rebalance=rebalance,
-            param_sharding=param_sharding,
-            sparse_coef=sparse_coef,
-            compression=compression,
-            split_every=split_every,
-            random_state=random_state,
-            warm_start=warm_start,
-            verbose=verbose,
-            callbacks=callbacks,
-            client=client,
-        )
 
     def _check_target(self, summaries):
         y_min = min(s["y_min"] for s in summaries)

@@ -10,10 +10,11 @@ from sklearn.utils.validation import check_is_fitted
 from .._backend import asarray_like, get_namespace, to_numpy
 from .._engine.blocks import _label_error, encode_shard
 from .._engine.executor import is_dask_collection
+from .._params import init_from
 from .._validation import Options, one_fit_at_a_time
 from ..exceptions import InputError, ParameterError
 from ..losses import BinaryLogistic, LinearObjective, MultinomialLogistic
-from ._base import DGDLinearModel
+from ._base import DGDLinearModel, linear_signature
 from ._glm import _computed
 from ._input import _width_message
 
@@ -51,6 +52,7 @@ def _class_weight_like(value):
     return isinstance(value, dict)
 
 
+@init_from(linear_signature(alpha=1e-4, after_intercept=("class_weight",)))
 class LogisticRegression(ClassifierMixin, DGDLinearModel):
     """Logistic regression (binary or multinomial) by distributed DGD.
 
@@ -102,77 +104,6 @@ rebalance, param_sharding, sparse_coef, compression, split_every, random_state, 
         **DGDLinearModel._parameter_constraints,
         "class_weight": [None, Options("balanced"), _class_weight_like],
     }
-
-    def __init__(
-        self,
-        *,
-        alpha=1e-4,
-        l1_ratio=0.0,
-        fit_intercept=True,
-        class_weight=None,
-        solver="auto",
-        optimizer=None,
-        learning_rate="auto",
-        batch_size=None,
-        max_iter=100,
-        tol=1e-4,
-        mode="sync",
-        local_steps=8,
-        outer_optimizer=None,
-        max_staleness=None,
-        staleness_scaling=False,
-        max_time=None,
-        on_divergence="auto",
-        checkpoint=None,
-        checkpoint_every=10,
-        early_stopping=False,
-        validation_fraction=0.1,
-        n_iter_no_change=5,
-        scoring=None,
-        rebalance="auto",
-        param_sharding="auto",
-        sparse_coef=False,
-        compression=None,
-        split_every=8,
-        random_state=None,
-        warm_start=False,
-        verbose=0,
-        callbacks=None,
-        client=None,
-    ):
-        self.alpha = alpha
-        self.l1_ratio = l1_ratio
-        self.fit_intercept = fit_intercept
-        self.class_weight = class_weight
-        self.solver = solver
-        self.optimizer = optimizer
-        self.learning_rate = learning_rate
-        self.batch_size = batch_size
-        self.max_iter = max_iter
-        self.tol = tol
-        self.mode = mode
-        self.local_steps = local_steps
-        self.outer_optimizer = outer_optimizer
-        self.max_staleness = max_staleness
-        self.staleness_scaling = staleness_scaling
-        self.max_time = max_time
-        self.on_divergence = on_divergence
-        self.checkpoint = checkpoint
-        self.checkpoint_every = checkpoint_every
-        self.early_stopping = early_stopping
-        self.validation_fraction = validation_fraction
-        self.n_iter_no_change = n_iter_no_change
-        self.scoring = scoring
-        self.rebalance = rebalance
-        self.param_sharding = param_sharding
-        self.sparse_coef = sparse_coef
-        self.compression = compression
-        self.split_every = split_every
-        self.random_state = random_state
-        self.warm_start = warm_start
-        self.verbose = verbose
-        self.callbacks = callbacks
-        self.client = client
 
     def _is_classifier(self):
         return True

@@ -20,8 +20,8 @@ from sklearn.base import BaseEstimator
 from .._engine.checkpoint import stable_repr
 from .._engine.executor import get_executor, is_dask_collection
 from .._engine.train import seed_of, train
+from .._params import MODES, RUNTIME, TRAINING_CONSTRAINTS, fingerprint_params, signature
 from .._validation import (
-    TRAINING_CONSTRAINTS,
     ClientParamMixin,
     Interval,
     Options,
@@ -59,6 +59,17 @@ def _optimizer_like(value):
     """an optimizer name ('adam', 'adagrad', 'rmsprop', 'sgd', 'adamw') or a first-order optimizer object"""
     return (isinstance(value, str) and value in _OPTIMIZERS) or isinstance(value, FirstOrderOptimizer)
 
+
+
+def factorization_signature(*model, rating_col):
+    """The ``__init__`` signature of a matrix factorization: the rank, the model's own
+    parameters (``(name, default)``), the solver, the columns and the training
+    parameters (:mod:`dask_dgd._params`)."""
+    return signature(
+        ("n_components", 10), *model, "solver", ("optimizer", "adam"), ("learning_rate", None), "batch_size",
+        "max_iter", ("tol", 5e-4), ("init_scale", 0.1), ("user_col", "user"), ("item_col", "item"),
+        ("rating_col", rating_col), ("n_shards", None), *MODES, *RUNTIME,
+    )
 
 class FactorizationBase(RecommenderMixin, ClientParamMixin, BaseEstimator):
     """Base class of matrix factorization trained by distributed gradient descent.
@@ -420,11 +431,9 @@ class FactorizationBase(RecommenderMixin, ClientParamMixin, BaseEstimator):
         return self.alpha_ if continued else "auto"
 
     def _fingerprint(self, alpha):
-        skip = {"max_iter", "tol", "max_time", "verbose", "callbacks", "client", "checkpoint", "checkpoint_every",
-                "split_every"}
         return {"estimator": type(self).__name__, "alpha": f"{alpha:.10g}",  # (sums in another order)
-                **{f"parameter {k}": stable_repr(v) for k, v in sorted(self.get_params(deep=False).items())
-                   if k not in skip}}
+                **{f"parameter {k}": stable_repr(v)
+                   for k, v in sorted(fingerprint_params(self.get_params(deep=False)).items())}}
 
     def _grow(self, attr, found):
         """The fitted ids followed by the new ones (in sorted order)."""

@@ -4,14 +4,16 @@ import numbers
 
 import numpy as np
 
+from .._params import init_from
 from .._validation import Interval, Options
 from ..exceptions import InputError
-from ._base import FactorizationBase
+from ._base import FactorizationBase, factorization_signature
 from ._metrics import evaluate_ranking
 from ._shards import check_rows, row_facts
 
 __all__ = ["ImplicitMatrixFactorization", "MatrixFactorization"]
 
+@init_from(factorization_signature(("alpha", "auto"), ("alpha_bias", None), rating_col="rating"), positional=1)
 class MatrixFactorization(FactorizationBase):
     """Explicit-rating matrix factorization trained by distributed gradient descent.
 
@@ -120,69 +122,6 @@ shard_ratings_, bytes_communicated_
         "rating_col": [str],
     }
 
-    def __init__(
-        self,
-        n_components=10,
-        *,
-        alpha="auto",
-        alpha_bias=None,
-        solver="auto",
-        optimizer="adam",
-        learning_rate=None,
-        batch_size=None,
-        max_iter=100,
-        tol=5e-4,
-        init_scale=0.1,
-        user_col="user",
-        item_col="item",
-        rating_col="rating",
-        n_shards=None,
-        mode="sync",
-        local_steps=8,
-        outer_optimizer=None,
-        max_staleness=None,
-        staleness_scaling=False,
-        max_time=None,
-        on_divergence="auto",
-        checkpoint=None,
-        checkpoint_every=10,
-        compression=None,
-        split_every=8,
-        random_state=None,
-        verbose=0,
-        callbacks=None,
-        client=None,
-    ):
-        self.n_components = n_components
-        self.alpha = alpha
-        self.alpha_bias = alpha_bias
-        self.solver = solver
-        self.optimizer = optimizer
-        self.learning_rate = learning_rate
-        self.batch_size = batch_size
-        self.max_iter = max_iter
-        self.tol = tol
-        self.init_scale = init_scale
-        self.user_col = user_col
-        self.item_col = item_col
-        self.rating_col = rating_col
-        self.n_shards = n_shards
-        self.mode = mode
-        self.local_steps = local_steps
-        self.outer_optimizer = outer_optimizer
-        self.max_staleness = max_staleness
-        self.staleness_scaling = staleness_scaling
-        self.max_time = max_time
-        self.on_divergence = on_divergence
-        self.checkpoint = checkpoint
-        self.checkpoint_every = checkpoint_every
-        self.compression = compression
-        self.split_every = split_every
-        self.random_state = random_state
-        self.verbose = verbose
-        self.callbacks = callbacks
-        self.client = client
-
     def score(self, X, y=None):
         """Negative root-mean-squared error of the predicted ratings (greater is better).
 
@@ -207,6 +146,8 @@ shard_ratings_, bytes_communicated_
         return -float(np.sqrt(np.mean((pred - r) ** 2)))
 
 
+@init_from(factorization_signature(("loss", "bpr"), ("alpha", 0.01), ("alpha_bias", None), ("confidence_scale", 1.0),
+                                   rating_col=None), positional=1)
 class ImplicitMatrixFactorization(FactorizationBase):
     """Implicit-feedback matrix factorization (clicks, plays, purchases).
 
@@ -279,73 +220,6 @@ shard_ratings_, bytes_communicated_
         "confidence_scale": [Interval(numbers.Real, 0, None, "left")],
         "rating_col": [None, str],
     }
-
-    def __init__(
-        self,
-        n_components=10,
-        *,
-        loss="bpr",
-        alpha=0.01,
-        alpha_bias=None,
-        confidence_scale=1.0,
-        solver="auto",
-        optimizer="adam",
-        learning_rate=None,
-        batch_size=None,
-        max_iter=100,
-        tol=5e-4,
-        init_scale=0.1,
-        user_col="user",
-        item_col="item",
-        rating_col=None,
-        n_shards=None,
-        mode="sync",
-        local_steps=8,
-        outer_optimizer=None,
-        max_staleness=None,
-        staleness_scaling=False,
-        max_time=None,
-        on_divergence="auto",
-        checkpoint=None,
-        checkpoint_every=10,
-        compression=None,
-        split_every=8,
-        random_state=None,
-        verbose=0,
-        callbacks=None,
-        client=None,
-    ):
-        self.n_components = n_components
-        self.loss = loss
-        self.alpha = alpha
-        self.alpha_bias = alpha_bias
-        self.confidence_scale = confidence_scale
-        self.solver = solver
-        self.optimizer = optimizer
-        self.learning_rate = learning_rate
-        self.batch_size = batch_size
-        self.max_iter = max_iter
-        self.tol = tol
-        self.init_scale = init_scale
-        self.user_col = user_col
-        self.item_col = item_col
-        self.rating_col = rating_col
-        self.n_shards = n_shards
-        self.mode = mode
-        self.local_steps = local_steps
-        self.outer_optimizer = outer_optimizer
-        self.max_staleness = max_staleness
-        self.staleness_scaling = staleness_scaling
-        self.max_time = max_time
-        self.on_divergence = on_divergence
-        self.checkpoint = checkpoint
-        self.checkpoint_every = checkpoint_every
-        self.compression = compression
-        self.split_every = split_every
-        self.random_state = random_state
-        self.verbose = verbose
-        self.callbacks = callbacks
-        self.client = client
 
     def _kind_now(self):
         return self.loss
