@@ -71,8 +71,24 @@ def _version(module):
     return getattr(mod, "__version__", "?")
 
 
+def commit():
+    """The commit of the repository these benchmarks run from (``+dirty`` when files
+    differ from it), or why it is unknown: every result names the code it measured."""
+    import subprocess
+
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    try:
+        head = subprocess.run(["git", "-C", root, "rev-parse", "--short=12", "HEAD"], capture_output=True,
+                              text=True, timeout=30, check=True).stdout.strip()
+        dirty = subprocess.run(["git", "-C", root, "status", "--porcelain", "--untracked-files=no"],
+                               capture_output=True, text=True, timeout=30, check=True).stdout.strip()
+    except (OSError, subprocess.SubprocessError) as err:
+        return f"unknown ({type(err).__name__})"
+    return head + ("+dirty" if dirty else "")
+
+
 def environment():
-    """Machine and package versions, for the report header and the JSON."""
+    """Machine, package versions and the commit, for the report header and the JSON."""
     mem = None
     try:
         with open("/proc/meminfo") as fh:
@@ -106,6 +122,7 @@ def environment():
         "dask-ml": _version("dask_ml"),
         "pyspark": _version("pyspark"),
         "dask_dgd": _version("dask_dgd"),
+        "commit": commit(),
         "blas": _blas(),
     }
 
@@ -117,7 +134,7 @@ def environment_markdown(env):
         f"Python {env['python']}, NumPy {env['numpy']} ({blas}), SciPy {env['scipy']}, "
         f"dask {env['dask']}, distributed {env['distributed']}, scikit-learn "
         f"{env['scikit-learn']}, dask-ml {env['dask-ml']}, pyspark {env['pyspark']}, "
-        f"dask_dgd {env['dask_dgd']}. Run at {env['date']}."
+        f"dask_dgd {env['dask_dgd']} at commit {env.get('commit', 'unknown')}. Run at {env['date']}."
     )
 
 

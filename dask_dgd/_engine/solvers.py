@@ -25,7 +25,6 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..exceptions import ParameterError
 from ..optim import lbfgs_direction, strong_wolfe
 from ..optim._linesearch import rounding_level, ties
 from .records import make_record
@@ -421,11 +420,7 @@ class LBFGS(Solver):
     """
 
     def __init__(self, ctx, params0, settings):
-        if ctx.objective.penalty.has_l1:
-            raise ParameterError(
-                "solver='lbfgs' cannot handle an L1 penalty (l1_ratio > 0); use solver='gd' "
-                "(proximal gradient) or solver='auto'"
-            )
+        # (an L1 penalty is refused before, by its row in .capabilities.SOLVERS)
         self.ctx, self.settings = ctx, settings
         self.x = None if params0 is None else np.array(params0, dtype=np.float64, copy=True)
         self.f = self.g = None

@@ -6,7 +6,6 @@ the solver, the stop rules, the monitor and the checkpoints, runs the one driver
 (:mod:`.loop`) and returns a :class:`FitResult`.
 """
 
-import dataclasses
 import math
 import numbers
 from dataclasses import dataclass, field
@@ -17,9 +16,10 @@ import scipy.sparse as sp
 from ..compression import get_compressor
 from ..exceptions import InputError, ParameterError
 from ..losses import LinearObjective, Penalty
-from ..optim import LBFGS, FirstOrderOptimizer, get_optimizer
+from ..optim import FirstOrderOptimizer
 from .als import ALS
-from .cd import IRLSCD, HessianTraining, cd_max_params, cd_model_params, cd_support, newton_support
+from .capabilities import learning_rate_mode, resolve_feedback, resolve_solver, scaled_solve
+from .cd import IRLSCD, HessianTraining
 from .cd_path import PathHessianTraining, PathIRLSCD
 from .checkpoint import Checkpointer, data_fingerprint, digests_of, stable_repr
 from .executor import auto_split_every, get_executor
@@ -148,175 +148,6 @@ class Context:
         self.batching = self.objective.batching(self.shards, self.batch_size, self.seed)
 
 
-def resolve_solver(solver, optimizer, *, batch_size, mode, compression, has_l1, learning_rate="auto",
-                   objective=None, early_stopping=False, n_rows=None):
-    """``(solver, optimizer)`` from the solver/optimizer/batch_size/L1 settings: "auto"
-    picks the exact-Hessian solver when the training ``objective`` is given and can
-    take it (a single-output loss with a Hessian, at most ``dgd.cd-max-params``
-    parameters, no early stopping, no optimizer given): "cd" for an L1 penalty, and
-    "newton" when a pass's Hessian costs at most ``dgd.newton-auto-work`` (rows x
-    parameters^2, :data:`NEWTON_AUTO_WORK`; ``n_rows`` None: any size); otherwise
-    "lbfgs", or "gd" for an L1 penalty; "gd" also for a first-order optimizer (and in
-    the local/async modes or with compression), or "sgd" when ``batch_size`` is set."""
-    opt = None if optimizer is None else get_optimizer(optimizer)
-    if compression is not None:
-        comp = get_compressor(compression)  # a bad name fails here, clearly
-        if mode != "sync" and comp.downlink:
-            raise ParameterError(
-                f"downlink compression applies to synchronous steps; mode={mode!r} sends the parameters in "
-                "full (drop '+down' / downlink=True, or use mode='sync')"
-            )
-        if solver in ("lbfgs", "newton", "cd", "als") or isinstance(opt, LBFGS):
-            raise ParameterError(
-                f"compression needs a first-order solver ('gd' or 'sgd'): "
-                f"solver={solver!r} relies on exact gradients"
-            )
-        if comp.momentum and opt is not None and (opt.adaptive or getattr(opt, "momentum", 0.0)):
-            raise ParameterError(
-                f"compression momentum (DGC's momentum correction) keeps the momentum with the blocks; the "
-                f"driver's optimizer must be plain SGD, not {type(opt).__name__} with momentum or adaptive steps"
-            )
-    if mode != "sync":
-        if solver in ("lbfgs", "newton", "cd", "als"):
-            raise ParameterError(
-                f"mode={mode!r} takes first-order steps; solver={solver!r} is "
-                "synchronous only. Use solver='sgd' (with batch_size) or 'gd', or mode='sync'"
-            )
-        if isinstance(opt, LBFGS):
-            raise ParameterError(
-                f"mode={mode!r} needs a first-order optimizer; L-BFGS is synchronous full-batch only"
-            )
-    if solver == "auto":
-        if batch_size is not None:
-            solver = "sgd"
-        elif mode != "sync" or compression is not None or (opt is not None and not isinstance(opt, LBFGS)):
-            solver = "gd"
-        else:
-            support = cd_support if has_l1 else newton_support
-            small = objective is not None and support(objective) is None \
-                and cd_model_params(objective) <= cd_max_params() and not early_stopping and opt is None
-            cheap = n_rows is None or n_rows * cd_model_params(objective) ** 2 <= newton_auto_work() \
-                if small else False
-            if small and not has_l1 and objective.objective.loss.n_outputs > 1:
-                small = scaled_solve(objective)  # the multinomial's Hessian is summed in scaled coordinates only
-            solver = ("cd" if small else "gd") if has_l1 else ("newton" if small and cheap else "lbfgs")
-    if solver == "als":
-        reason = f"not {type(objective).__name__}" if not hasattr(objective, "als_support") else \
-            objective.als_support()
-        if objective is not None and reason is not None:
-            raise ParameterError(
-                f"solver='als' trains matrix factorizations whose objective is quadratic in each side's factors "
-                f"(explicit ratings, or loss='wls'): {reason}")
-        if opt is not None:
-            raise ParameterError(f"solver='als' takes no optimizer; got {type(opt).__name__}")
-        if batch_size is not None:
-            raise ParameterError("solver='als' is full-batch only; drop batch_size")
-        return solver, None
-    if solver == "cd":
-        if opt is not None:
-            raise ParameterError(f"solver='cd' takes no optimizer; got {type(opt).__name__}")
-        if batch_size is not None:
-            raise ParameterError("solver='cd' is full-batch only; drop batch_size or use solver='sgd'")
-        reason = None if objective is None else cd_support(objective)
-        if reason is not None:
-            raise ParameterError(f"solver='cd' cannot train this model: {reason}; use solver='gd' or 'lbfgs'")
-        return solver, None
-    if solver == "newton":
-        if opt is not None:
-            raise ParameterError(f"solver='newton' takes no optimizer; got {type(opt).__name__}")
-        if batch_size is not None:
-            raise ParameterError("solver='newton' is full-batch only; drop batch_size or use solver='sgd'")
-        if has_l1:
-            raise ParameterError(
-                "solver='newton' cannot handle an L1 penalty (l1_ratio > 0); use "
-                "solver='cd' (coordinate descent on the same Newton steps) or solver='auto'"
-            )
-        reason = None if objective is None else newton_support(objective)
-        if reason is None and objective is not None and objective.objective.loss.n_outputs > 1 \
-                and not scaled_solve(objective):
-            reason = "a multi-output model's Hessian is summed in scaled coordinates, and dgd.scale-features is off"
-        if reason is not None:
-            raise ParameterError(f"solver='newton' cannot train this model: {reason}; use solver='lbfgs'")
-        return solver, None
-    if solver == "lbfgs":
-        if opt is not None and not isinstance(opt, LBFGS):
-            raise ParameterError(
-                f"optimizer {type(opt).__name__} is a first-order optimizer; it needs "
-                "solver='gd' (full batch) or solver='sgd' (mini-batch), not 'lbfgs'"
-            )
-        if batch_size is not None:
-            raise ParameterError("solver='lbfgs' is full-batch only; drop batch_size or use solver='sgd'")
-        return solver, opt or LBFGS()
-    if isinstance(opt, LBFGS):
-        raise ParameterError(f"the L-BFGS optimizer needs solver='lbfgs' (or 'auto'); got solver={solver!r}")
-    if solver == "sgd" and batch_size is None:
-        raise ParameterError("solver='sgd' needs a batch_size (rows per step), e.g. 256")
-    if solver == "gd" and batch_size is not None:
-        raise ParameterError(
-            f"solver='gd' takes full-batch steps but batch_size={batch_size} was "
-            "given; use solver='sgd' (or 'auto') for mini-batches"
-        )
-    return solver, first_order_optimizer(opt, has_l1=has_l1, learning_rate=learning_rate)
-
-
-#: ``solver="auto"`` picks "newton" (rather than "lbfgs") for smooth models whose
-#: Hessian costs at most this many rows x parameters^2 a pass (dask config
-#: ``dgd.newton-auto-work``): about 0.1-0.2 s of BLAS a pass on one core.  Above it the
-#: Hessian's pass costs tens of gradient passes, more than L-BFGS's extra iterations on
-#: scaled columns (measured: 400,000 x 100 logistic, 0.67 s against 6.8 s).
-NEWTON_AUTO_WORK = 10**9
-
-
-def newton_auto_work():
-    """The size limit of ``solver="auto"``'s choice of "newton" (see :data:`NEWTON_AUTO_WORK`)."""
-    import dask
-
-    return float(dask.config.get("dgd.newton-auto-work", NEWTON_AUTO_WORK))
-
-
-def first_order_optimizer(opt, *, has_l1, learning_rate):
-    """``opt`` (default: plain SGD) with ``learning_rate`` applied unless "auto"; an L1
-    penalty needs an optimizer whose proximal step is exact."""
-    if opt is None:
-        opt = get_optimizer("sgd")
-    if has_l1 and not opt.proximal_exact:
-        raise ParameterError(
-            f"an L1 penalty is applied by a proximal step, which is exact only for plain gradient "
-            f"steps; optimizer {type(opt).__name__} would converge to another solution. Use "
-            "optimizer='sgd' (no momentum), or l1_ratio=0"
-        )
-    if learning_rate != "auto":
-        opt = opt.with_learning_rate(learning_rate)
-    return opt
-
-
-def resolve_feedback(compressor, *, full_batch, has_local, optimizer=None):
-    """The compressor with its default feedback settled: EF21 (where it is the
-    compressor's default) for full-batch steps of a model without local parameters, the
-    residual otherwise: a mini-batch, or local parameters that move between steps
-    (matrix factorization's users), change each block's gradient every step, and the
-    EF21 estimate lags (measured: implicit matrix factorization, 20 steps of top-k 30%,
-    loss 0.61 with EF21 against 0.38 uncompressed).  The same rule holds for local SGD's
-    round changes and the asynchronous pushes.  A driver optimizer with momentum or
-    adaptive steps also takes the residual: it amplifies the entries of the EF21
-    estimate that lag (measured: 41 parameters, top-k 5%, 400 steps: momentum 0.9 at
-    0.635 and Adam at 0.531 with EF21, 0.4870 and 0.4874 with the residual, against
-    0.4849 uncompressed; plain gradient descent 0.4849 with EF21)."""
-    if compressor is None or compressor.error_feedback is not None or compressor.feedback != "ef21":
-        return compressor
-    plain = optimizer is None or not (optimizer.adaptive or getattr(optimizer, "momentum", 0.0))
-    if full_batch and not has_local and plain:
-        return dataclasses.replace(compressor, error_feedback="ef21")
-    return dataclasses.replace(compressor, error_feedback=True)
-
-
-def learning_rate_mode(optimizer, learning_rate):
-    """ "auto" when the engine should derive the step (an optimizer given by name or
-    none, and learning_rate="auto"); otherwise the optimizer's own."""
-    by_name = optimizer is None or isinstance(optimizer, str)
-    return "auto" if by_name and learning_rate == "auto" else "fixed"
-
-
 def seed_of(random_state):
     """The seed tuple of ``random_state`` (an int, a RandomState or None)."""
     from sklearn.utils import check_random_state
@@ -349,16 +180,6 @@ def _shards_of(data, client, rebalance, max_iter, digest=False):
     if shards.totals["weight_sum"] <= 0:
         raise InputError("the total sample weight is zero: nothing to train on")
     return shards
-
-
-def scaled_solve(objective):
-    """Whether a full-batch solver (newton, cd, lbfgs) trains ``objective`` in scaled
-    coordinates (:mod:`.scaling`): a linear model's, unless the dask config
-    ``dgd.scale-features`` is False (the benchmarks' comparison)."""
-    import dask
-
-    return isinstance(getattr(objective, "base", objective), LinearTraining) and bool(
-        dask.config.get("dgd.scale-features", True))
 
 
 #: ``param_sharding="auto"`` shards models of at least this many parameters (dask config

@@ -10,16 +10,17 @@ from sklearn.base import BaseEstimator
 from sklearn.utils.validation import check_is_fitted
 
 from .._engine.blocks import shard_summary
+from .._engine.capabilities import resolve_solver
 from .._engine.checkpoint import digests_of, stable_repr
 from .._engine.executor import get_executor
 from .._engine.ingest import build_shardset
-from .._engine.train import resolve_solver, seed_of, train
+from .._engine.train import seed_of, train
 from .._engine.validation import Validator, snapshot, split_validation
 from .._params import MODES, TRAINING_CONSTRAINTS, fingerprint_params, signature
 from .._validation import ClientParamMixin, Interval, Options, user_stacklevel, validate_params
 from ..exceptions import ConvergenceWarning, InputError, ParameterError
 from ..losses import Penalty
-from ..optim import LBFGS, FirstOrderOptimizer, Schedule
+from ..optim import LBFGS, FirstOrderOptimizer, Schedule, get_optimizer
 from ._inference import InferenceMixin
 from ._input import check_offset, validate_fit_input, with_offset
 from ._predict import coef_matrix, raw_prediction
@@ -462,7 +463,7 @@ class DGDLinearModel(InferenceMixin, ClientParamMixin, BaseEstimator):
         fresh optimizer (``learning_rate="auto"`` derived from this data); after ``fit``
         with a full-batch solver it starts from the fitted coefficients.
         """
-        if self.solver == "lbfgs" or isinstance(self.optimizer, LBFGS):
+        if self.solver == "lbfgs" or (self.optimizer is not None and get_optimizer(self.optimizer).full_batch_only):
             raise ParameterError(
                 "partial_fit takes mini-batch steps and needs a first-order optimizer; "
                 "L-BFGS (solver='lbfgs') is full-batch only"

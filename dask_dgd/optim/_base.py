@@ -31,6 +31,9 @@ class FirstOrderOptimizer:
       learning rate is a distance, not the inverse of a curvature;
     - :attr:`descent_method`: every update is a positive diagonal scaling of minus the
       gradient, so a short enough full-batch step always lowers the objective;
+    - :attr:`plain_step`: the update is minus the learning rate times the gradient (no
+      momentum, no adaptive scaling): gradient compression's momentum correction and
+      EF21 feedback assume it;
     - :attr:`proximal_exact`: the update is a plain gradient step, the only one for
       which the L1 penalty's proximal step gives the exact lasso solution.
     """
@@ -57,9 +60,15 @@ class FirstOrderOptimizer:
         return False
 
     @property
+    def plain_step(self):
+        """Whether the update is minus the learning rate times the gradient (no momentum,
+        no adaptive scaling)."""
+        return False
+
+    @property
     def proximal_exact(self):
         """Whether a proximal step after the update is exact (plain gradient steps only)."""
-        return False
+        return self.plain_step
 
     def current_learning_rate(self, state):
         """The learning rate that the next update (number ``state.count``) will use.

@@ -100,8 +100,8 @@ class SGD(FirstOrderOptimizer):
         return self.momentum == 0
 
     @property
-    def proximal_exact(self):
-        """Only plain gradient steps (no momentum) make the L1 proximal step exact."""
+    def plain_step(self):
+        """Without momentum, plain gradient steps (which alone make the L1 proximal step exact)."""
         return self.momentum == 0
 
     def __post_init__(self):

@@ -260,7 +260,7 @@ def test_momentum_and_adam_take_the_residual_by_default(client, optimizer):
     with momentum, 0.531 with Adam, against 0.4849): top-k's default feedback is then
     the residual, which stays within a few 1e-3 of the uncompressed fit."""
     from dask_dgd import optim
-    from dask_dgd._engine.train import resolve_feedback
+    from dask_dgd._engine.capabilities import resolve_feedback
 
     opt, lr = (optim.sgd(momentum=0.9), 0.3) if optimizer == "momentum" else (optim.adam(), 0.05)
     assert resolve_feedback(TopK(0.05), full_batch=True, has_local=False, optimizer=opt).feedback == "residual"

@@ -1,0 +1,247 @@
+"""Which solver trains what: the engine's capability table, and the resolution of a
+fit's ``solver``/``optimizer``/``batch_size``/``mode``/``compression``/L1 settings into
+one solver and one optimizer.
+
+:data:`SOLVERS` says, for each solver, whether it needs the exact full-batch sums (then
+it runs synchronous steps only, without compression), what it takes as ``optimizer``,
+whether it trains an L1 penalty, whether it takes mini-batches, which models it can
+train (``support``) and what to use instead.  :func:`resolve_solver` asks the table,
+never the solver's name, and every refusal message is made from it, so adding a solver
+is one row.  Optimizers are asked by their traits (``full_batch_only``, ``plain_step``,
+``proximal_exact``), never by their type.
+"""
+
+import dataclasses
+from dataclasses import dataclass
+
+from ..compression import get_compressor
+from ..exceptions import ParameterError
+from ..optim import LBFGS, get_optimizer
+from .cd import cd_max_params, cd_model_params, cd_support, newton_support
+from .objective import LinearTraining
+
+__all__ = [
+    "NEWTON_AUTO_WORK",
+    "SOLVERS",
+    "SolverTraits",
+    "first_order_optimizer",
+    "learning_rate_mode",
+    "newton_auto_work",
+    "resolve_feedback",
+    "resolve_solver",
+    "scaled_solve",
+]
+
+
+def scaled_solve(objective):
+    """Whether a full-batch solver (newton, cd, lbfgs) trains ``objective`` in scaled
+    coordinates (:mod:`.scaling`): a linear model's, unless the dask config
+    ``dgd.scale-features`` is False (the benchmarks' comparison)."""
+    import dask
+
+    return isinstance(getattr(objective, "base", objective), LinearTraining) and bool(
+        dask.config.get("dgd.scale-features", True))
+
+
+def _newton_support(objective):
+    reason = newton_support(objective)
+    if reason is None and objective.objective.loss.n_outputs > 1 and not scaled_solve(objective):
+        reason = "a multi-output model's Hessian is summed in scaled coordinates, and dgd.scale-features is off"
+    return reason
+
+
+def _als_support(objective):
+    return objective.als_support() if hasattr(objective, "als_support") else f"not {type(objective).__name__}"
+
+
+@dataclass(frozen=True)
+class SolverTraits:
+    """What one solver can train (a row of :data:`SOLVERS`).
+
+    ``exact``: it needs the exact full-batch sums (synchronous steps, no compression,
+    no mini-batches).  ``optimizer``: what it takes as ``optimizer``, "first-order",
+    "lbfgs" or "none".  ``l1``: it trains an L1 penalty, else ``l1_instead`` says what
+    does.  ``mini_batch``: it needs a ``batch_size``.  ``support(objective)``: why it
+    cannot train that model (None: it can); the refusal reads ``refusal`` (with
+    ``{name}``, ``{reason}`` and ``{instead}``)."""
+
+    exact: bool
+    optimizer: str
+    l1: bool
+    mini_batch: bool = False
+    support: object = None
+    instead: str = ""
+    l1_instead: str = ""
+    refusal: str = "solver={name!r} cannot train this model: {reason}; use {instead}"
+    batch_advice: str = " or use solver='sgd'"
+
+
+SOLVERS = {
+    "lbfgs": SolverTraits(exact=True, optimizer="lbfgs", l1=False,
+                          l1_instead="solver='gd' (proximal gradient) or solver='auto'"),
+    "newton": SolverTraits(exact=True, optimizer="none", l1=False, support=_newton_support,
+                           instead="solver='lbfgs'",
+                           l1_instead="solver='cd' (coordinate descent on the same Newton steps) or solver='auto'"),
+    "cd": SolverTraits(exact=True, optimizer="none", l1=True, support=cd_support, instead="solver='gd' or 'lbfgs'"),
+    "als": SolverTraits(exact=True, optimizer="none", l1=False, support=_als_support, batch_advice="",
+                        l1_instead="solver='gd'",
+                        refusal="solver={name!r} trains matrix factorizations whose objective is quadratic in each "
+                                "side's factors (explicit ratings, or loss='wls'): {reason}"),
+    "gd": SolverTraits(exact=False, optimizer="first-order", l1=True),
+    "sgd": SolverTraits(exact=False, optimizer="first-order", l1=True, mini_batch=True),
+}
+
+
+def _check_compression(compression, solver, opt, mode):
+    comp = get_compressor(compression)  # a bad name fails here, clearly
+    if mode != "sync" and comp.downlink:
+        raise ParameterError(
+            f"downlink compression applies to synchronous steps; mode={mode!r} sends the parameters in "
+            "full (drop '+down' / downlink=True, or use mode='sync')"
+        )
+    if (solver in SOLVERS and SOLVERS[solver].exact) or (opt is not None and opt.full_batch_only):
+        raise ParameterError(
+            f"compression needs a first-order solver ('gd' or 'sgd'): solver={solver!r} relies on exact gradients"
+        )
+    if comp.momentum and opt is not None and not opt.plain_step:
+        raise ParameterError(
+            f"compression momentum (DGC's momentum correction) keeps the momentum with the blocks; the "
+            f"driver's optimizer must be plain SGD, not {type(opt).__name__} with momentum or adaptive steps"
+        )
+
+
+def _check_mode(mode, solver, opt):
+    if solver in SOLVERS and SOLVERS[solver].exact:
+        raise ParameterError(
+            f"mode={mode!r} takes first-order steps; solver={solver!r} is synchronous only. Use solver='sgd' "
+            "(with batch_size) or 'gd', or mode='sync'"
+        )
+    if opt is not None and opt.full_batch_only:
+        raise ParameterError(f"mode={mode!r} needs a first-order optimizer; L-BFGS is synchronous full-batch only")
+
+
+def _auto(*, opt, batch_size, mode, compression, has_l1, objective, early_stopping, n_rows):
+    """``solver="auto"``'s choice (see :func:`resolve_solver`)."""
+    if batch_size is not None:
+        return "sgd"
+    if mode != "sync" or compression is not None or (opt is not None and not opt.full_batch_only):
+        return "gd"
+    support = cd_support if has_l1 else newton_support
+    small = objective is not None and support(objective) is None \
+        and cd_model_params(objective) <= cd_max_params() and not early_stopping and opt is None
+    cheap = n_rows is None or n_rows * cd_model_params(objective) ** 2 <= newton_auto_work() if small else False
+    if small and not has_l1 and objective.objective.loss.n_outputs > 1:
+        small = scaled_solve(objective)  # the multinomial's Hessian is summed in scaled coordinates only
+    return ("cd" if small else "gd") if has_l1 else ("newton" if small and cheap else "lbfgs")
+
+
+def _check_solver(name, traits, opt, *, batch_size, has_l1, objective):
+    """Refuse what the solver ``name`` cannot take, in the table's words."""
+    if traits.optimizer == "none" and opt is not None:
+        raise ParameterError(f"solver={name!r} takes no optimizer; got {type(opt).__name__}")
+    if traits.optimizer == "lbfgs" and opt is not None and not opt.full_batch_only:
+        raise ParameterError(
+            f"optimizer {type(opt).__name__} is a first-order optimizer; it needs solver='gd' (full batch) or "
+            f"solver='sgd' (mini-batch), not {name!r}"
+        )
+    if traits.optimizer == "first-order" and opt is not None and opt.full_batch_only:
+        raise ParameterError(f"the L-BFGS optimizer needs solver='lbfgs' (or 'auto'); got solver={name!r}")
+    if traits.mini_batch and batch_size is None:
+        raise ParameterError(f"solver={name!r} needs a batch_size (rows per step), e.g. 256")
+    if not traits.mini_batch and batch_size is not None:
+        if traits.exact:
+            raise ParameterError(f"solver={name!r} is full-batch only; drop batch_size{traits.batch_advice}")
+        raise ParameterError(
+            f"solver={name!r} takes full-batch steps but batch_size={batch_size} was given; use solver='sgd' "
+            "(or 'auto') for mini-batches"
+        )
+    if has_l1 and not traits.l1:
+        raise ParameterError(f"solver={name!r} cannot handle an L1 penalty (l1_ratio > 0); use {traits.l1_instead}")
+    reason = None if objective is None or traits.support is None else traits.support(objective)
+    if reason is not None:
+        raise ParameterError(traits.refusal.format(name=name, reason=reason, instead=traits.instead))
+
+
+def resolve_solver(solver, optimizer, *, batch_size, mode, compression, has_l1, learning_rate="auto",
+                   objective=None, early_stopping=False, n_rows=None):
+    """``(solver, optimizer)`` from the solver/optimizer/batch_size/L1 settings: "auto"
+    picks the exact-Hessian solver when the training ``objective`` is given and can
+    take it (a single-output loss with a Hessian, at most ``dgd.cd-max-params``
+    parameters, no early stopping, no optimizer given): "cd" for an L1 penalty, and
+    "newton" when a pass's Hessian costs at most ``dgd.newton-auto-work`` (rows x
+    parameters^2, :data:`NEWTON_AUTO_WORK`; ``n_rows`` None: any size); otherwise
+    "lbfgs", or "gd" for an L1 penalty; "gd" also for a first-order optimizer (and in
+    the local/async modes or with compression), or "sgd" when ``batch_size`` is set.
+    What a solver cannot take is refused from :data:`SOLVERS`."""
+    opt = None if optimizer is None else get_optimizer(optimizer)
+    if compression is not None:
+        _check_compression(compression, solver, opt, mode)
+    if mode != "sync":
+        _check_mode(mode, solver, opt)
+    if solver == "auto":
+        solver = _auto(opt=opt, batch_size=batch_size, mode=mode, compression=compression, has_l1=has_l1,
+                       objective=objective, early_stopping=early_stopping, n_rows=n_rows)
+    traits = SOLVERS[solver]
+    _check_solver(solver, traits, opt, batch_size=batch_size, has_l1=has_l1, objective=objective)
+    if traits.optimizer == "none":
+        return solver, None
+    if traits.optimizer == "lbfgs":
+        return solver, opt or LBFGS()
+    return solver, first_order_optimizer(opt, has_l1=has_l1, learning_rate=learning_rate)
+
+
+#: ``solver="auto"`` picks "newton" (rather than "lbfgs") for smooth models whose
+#: Hessian costs at most this many rows x parameters^2 a pass (dask config
+#: ``dgd.newton-auto-work``): about 0.1-0.2 s of BLAS a pass on one core.  Above it the
+#: Hessian's pass costs tens of gradient passes, more than L-BFGS's extra iterations on
+#: scaled columns (measured: 400,000 x 100 logistic, 0.67 s against 6.8 s).
+NEWTON_AUTO_WORK = 10**9
+
+
+def newton_auto_work():
+    """The size limit of ``solver="auto"``'s choice of "newton" (see :data:`NEWTON_AUTO_WORK`)."""
+    import dask
+
+    return float(dask.config.get("dgd.newton-auto-work", NEWTON_AUTO_WORK))
+
+
+def first_order_optimizer(opt, *, has_l1, learning_rate):
+    """``opt`` (default: plain SGD) with ``learning_rate`` applied unless "auto"; an L1
+    penalty needs an optimizer whose proximal step is exact."""
+    if opt is None:
+        opt = get_optimizer("sgd")
+    if has_l1 and not opt.proximal_exact:
+        raise ParameterError(
+            f"an L1 penalty is applied by a proximal step, which is exact only for plain gradient "
+            f"steps; optimizer {type(opt).__name__} would converge to another solution. Use "
+            "optimizer='sgd' (no momentum), or l1_ratio=0"
+        )
+    if learning_rate != "auto":
+        opt = opt.with_learning_rate(learning_rate)
+    return opt
+
+
+def resolve_feedback(compressor, *, full_batch, has_local, optimizer=None):
+    """The compressor with its default feedback settled: EF21 (where it is the
+    compressor's default) for full-batch steps of a model without local parameters, the
+    residual otherwise: a mini-batch, or local parameters that move between steps
+    (matrix factorization's users), change each block's gradient every step, and the
+    EF21 estimate lags (measured: implicit matrix factorization, 20 steps of top-k 30%,
+    loss 0.61 with EF21 against 0.38 uncompressed).  The same rule holds for local SGD's
+    round changes and the asynchronous pushes.  A driver optimizer with momentum or
+    adaptive steps also takes the residual: it amplifies the entries of the EF21
+    estimate that lag (measured: 41 parameters, top-k 5%, 400 steps: momentum 0.9 at
+    0.635 and Adam at 0.531 with EF21, 0.4870 and 0.4874 with the residual, against
+    0.4849 uncompressed; plain gradient descent 0.4849 with EF21)."""
+    if compressor is None or compressor.error_feedback is not None or compressor.feedback != "ef21":
+        return compressor
+    if full_batch and not has_local and (optimizer is None or optimizer.plain_step):
+        return dataclasses.replace(compressor, error_feedback="ef21")
+    return dataclasses.replace(compressor, error_feedback=True)
+
+
+def learning_rate_mode(optimizer, learning_rate):
+    """ "auto" when the engine should derive the step (an optimizer given by name or
+    none, and learning_rate="auto"); otherwise the optimizer's own."""
+    by_name = optimizer is None or isinstance(optimizer, str)
+    return "auto" if by_name and learning_rate == "auto" else "fixed"
