@@ -68,7 +68,7 @@ def path_stages(column_folds):
 @dataclass(frozen=True)
 class PathHessianTraining:
     """A stacked path's training objective (``base``, a
-    :class:`~dask_dgd.losses._path.PathTraining`) whose passes evaluate only the columns
+    :class:`~.objective.PathTraining`) whose passes evaluate only the columns
     named by the step's ``aux`` and also reduce the Hessian sums of every fold's rows
     (``extras["fold_grams"]``, shape ``(n_folds, p, p)``).  Everything else is the base
     objective's."""

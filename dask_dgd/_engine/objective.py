@@ -30,12 +30,13 @@ Driver side:
 - ``lipschitz(shards, params)``: a curvature estimate for ``learning_rate="auto"``;
 - ``check_data(shards)``: name the block whose data made the sums non-finite.
 
-:class:`LinearTraining` is the linear models' objective; matrix factorization's is
-:class:`dask_dgd.recommender._objective.FactorizationTraining`.
+:class:`LinearTraining` is the linear models' objective, :class:`PathTraining` a stacked
+cross-validated path's (every fold and penalty at once, :mod:`dask_dgd.losses._path`);
+matrix factorization's is :class:`dask_dgd.recommender._objective.FactorizationTraining`.
 """
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import cached_property
 
 import array_api_compat
@@ -43,7 +44,9 @@ import numpy as np
 import scipy.sparse as sp
 
 from .._backend import is_sparse, to_numpy
-from ..losses import LinearObjective, Penalty, lipschitz_bound
+from ..exceptions import ParameterError
+from ..losses import LinearObjective, MultinomialLogistic, Penalty, lipschitz_bound
+from ..losses._path import PathObjective, PathPenalty
 from .blocks import _block_error, shard_check_finite, shard_sample
 from .kernels import BlockSums, Draw
 
@@ -263,4 +266,107 @@ class LinearTraining:
 
     def check_data(self, shards):
         """Raise InputError naming the first block of X with NaN or infinity (if any)."""
+        shards.map_gather(shard_check_finite, name="dgd-check-finite")
+
+
+@dataclass(frozen=True)
+class PathTraining:
+    """The engine's training objective of a stacked path (see the module docstring).
+
+    The objective is :math:`\\sum_k \\big(L_k / T_k + P_k(w_k)\\big)`, :math:`T_k` the
+    training weight of column :math:`k`; full batch only.  With the multinomial loss and
+    an L1 penalty, the penalty re-centres each feature's class coefficients after every
+    proximal step (:class:`PathPenalty`'s ``recenter``).
+    """
+
+    objective: PathObjective
+    penalty: PathPenalty
+
+    def __post_init__(self):
+        obj, pen = self.objective, self.penalty
+        if isinstance(obj.loss, MultinomialLogistic) and pen.has_l1 and not pen.recenter:
+            pen = replace(pen, recenter=True)  # see PathPenalty
+            object.__setattr__(self, "penalty", pen)
+        if (len(pen.l1), pen.n_outputs, pen.n_features, pen.fit_intercept) != \
+                (obj.n_columns, obj.n_outputs, obj.n_features, obj.fit_intercept):
+            raise ParameterError(
+                f"the penalty ({len(pen.l1)} columns of {pen.n_outputs} outputs, {pen.n_features} features) "
+                f"does not fit the path ({obj.n_columns} columns of {obj.n_outputs}, {obj.n_features} features)"
+            )
+
+    has_local = False
+    hint = "scale the features (e.g. StandardScaler)"
+
+    @property
+    def n_params(self):
+        return self.objective.n_params
+
+    # ------------------------------------------------------------- worker side
+    def group_sums(self, shard, params, aux, draw, local, memory=None):
+        sums = {}
+        for b in shard.blocks:
+            try:
+                with np.errstate(all="ignore"):  # non-finite sums are handled by the engine
+                    loss, grad, fold_w = self.objective.block_sums(params, b.X, b.y, b.sample_weight, b.index)
+            except Exception as err:
+                raise _block_error(err, b) from err
+            sums[b.index] = BlockSums(float(loss.sum()), grad, float(fold_w.sum()),
+                                      {"column_loss": loss, "fold_weight": fold_w})
+        return sums, None
+
+    def grad_template(self):
+        obj = self.objective
+        return np.zeros((obj.n_features + obj.fit_intercept, obj.n_columns * obj.n_outputs))
+
+    @staticmethod
+    def dense_grad(grad):
+        return to_numpy(grad)
+
+    # ------------------------------------------------------------- driver side
+    def step_aux(self, params):
+        return None
+
+    def train_weights(self, fold_weight):
+        """Training weight of each column from the folds' weights."""
+        return float(np.sum(fold_weight)) - np.asarray(fold_weight)[list(self.objective.column_folds)]
+
+    def finish(self, partial, params):
+        T = self.train_weights(partial.extras["fold_weight"])
+        T = np.where(T > 0, T, np.inf)
+        pen, pen_grad = self.penalty.smooth_value_gradient(params)
+        value = float(np.sum(partial.extras["column_loss"] / T)) + pen
+        grad = (np.asarray(partial.grad_sum).reshape(-1, len(T), self.objective.n_outputs) / T[:, None]).ravel()
+        grad = grad + pen_grad
+        return value, grad
+
+    def l1_value(self, params):
+        return self.penalty.l1_value(params)
+
+    def record_extras(self, partial):
+        return {}
+
+    def batching(self, shards, batch_size, seed):
+        if batch_size is not None:
+            raise ParameterError("a cross-validated path is trained full batch; batch_size must be None")
+        return None
+
+    def lipschitz(self, shards, params):
+        """Lipschitz estimate of one column's mean-loss gradient (all columns share the
+        rows' curvature; each trains on most of them) plus the largest L2 strength."""
+        sample = gather_sample(shards, LIPSCHITZ_SAMPLE_ROWS)
+        if sample is None:
+            return 1.0
+        X, _, w = sample
+        obj = self.objective
+        single = LinearObjective(obj.loss, obj.n_features, fit_intercept=obj.fit_intercept, offset=obj.offset)
+        start = None
+        if obj.loss.curvature_bound is None:  # Poisson: the curvature at the largest column
+            coef, icpt = obj.unpack(params)
+            size = np.abs(coef).reshape(obj.n_features, obj.n_columns, -1).sum(axis=(0, 2))
+            k = int(np.argmax(size + np.abs(icpt).reshape(obj.n_columns, -1).sum(axis=1)))
+            start = single.pack(coef[:, k], icpt[k] if obj.fit_intercept else None)
+        L = lipschitz_bound(single, X, w, alpha_l2=max(self.penalty.l2), params=start, y=sample[1])
+        return float(L) if L > 0 and np.isfinite(L) else 1.0
+
+    def check_data(self, shards):
         shards.map_gather(shard_check_finite, name="dgd-check-finite")

@@ -8,7 +8,7 @@ are per-row masks computed on the workers, the held-out scores are sums computed
 the rows live, and the best penalty is refitted on all rows by the ordinary estimator.
 Single-output families take IRLS coordinate descent along the path by default
 (:mod:`dask_dgd._engine.cd_path`: one penalty at a time, all folds in the same passes);
-least squares its exact path from the folds' Gram matrices (:mod:`._cv_gram`).
+least squares its exact path from the folds' Gram matrices (:mod:`dask_dgd._engine.gram_path`).
 """
 
 import numbers
@@ -20,13 +20,14 @@ from sklearn.utils.validation import check_is_fitted
 
 from .._backend import asarray_like, get_namespace, is_sparse, to_numpy
 from .._engine.cd import cd_max_params
+from .._engine.gram_path import alpha_max_of, fold_paths, fold_sums, solve_path
+from .._engine.objective import PathTraining
 from .._engine.train import train
 from .._params import init_from, signature
 from .._validation import ClientParamMixin, Interval, Options, one_fit_at_a_time, user_stacklevel, validate_params
 from ..exceptions import ConvergenceWarning, InputError, ParameterError
 from ..losses import HalfPoisson, HalfSquaredError
-from ..losses._path import PathObjective, PathPenalty, PathTraining, fold_ids
-from ._cv_gram import alpha_max_of, fold_paths, fold_sums, solve_path
+from ..losses._path import PathObjective, PathPenalty, fold_ids
 from ._cv_logistic import path_attributes, scoring_shards
 from ._cv_params import _COMMON_CONSTRAINTS, _REGRESSOR_DOC_PARAMS, _grid_like, _ratios_like
 from ._glm import LinearRegression, PoissonRegressor

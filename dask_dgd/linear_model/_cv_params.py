@@ -55,7 +55,7 @@ _REGRESSOR_DOC_PARAMS = """
     solver : {"auto", "cd", "lbfgs", "gd"}, default="auto"
         "cd": for least squares (:class:`ElasticNetCV`), the exact path: one pass
         over ``X`` computing every fold's Gram matrix, then coordinate descent on the
-        driver for every fold and penalty (:mod:`~dask_dgd.linear_model._cv_gram`); for
+        driver for every fold and penalty (:mod:`~dask_dgd._engine.gram_path`); for
         the other single-output families (binary logistic, Poisson, Gamma, Tweedie,
         negative binomial, binomial), IRLS coordinate descent along the path, one
         penalty at a time with every fold's Hessian from one Gram matrix's work per

@@ -7,7 +7,7 @@ derivative), the Fisher information and the sandwich's meat of the inference
 (:mod:`dask_dgd.linear_model._inference`), the Hessian sums of ``solver="cd"``
 (:mod:`dask_dgd._engine.cd`) when the fit is not scaled, the Hessian of an in-memory
 problem (:func:`~dask_dgd.losses.objective_hessian`) and the fold Gram matrices of the exact
-elastic-net path (:mod:`dask_dgd.linear_model._cv_gram`).
+elastic-net path (:mod:`dask_dgd._engine.gram_path`).
 """
 
 import array_api_compat

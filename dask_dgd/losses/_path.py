@@ -12,15 +12,15 @@ driver.  Column :math:`k` (fold :math:`f_k`) trains on the rows *not* in fold
 multinomial) gives each column ``m`` parameter columns, side by side: :math:`\Theta`
 is ``(n_features + fit_intercept, K * m)`` and the product is still one per block.
 
-:class:`PathTraining` is the engine's training objective of the stacked problem (see
-:mod:`dask_dgd._engine.objective` for the protocol): the sum over columns of each
+:class:`dask_dgd._engine.objective.PathTraining` is the engine's training objective of
+the stacked problem: the sum over columns of each
 column's mean training loss plus its elastic-net penalty.  The problems are separable,
 so the gradient of the sum with respect to a column is that column's own gradient, and
 any solver of the engine minimises every column at once.
 """
 
 import numbers
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 import array_api_compat
 import numpy as np
@@ -28,11 +28,10 @@ import numpy as np
 from .._backend import asarray_like, get_namespace, is_sparse, to_numpy
 from ..exceptions import InputError, ParameterError
 from ._gram import weighted_gram
-from ._linear import SLICE_BYTES, LinearObjective, lipschitz_bound
+from ._linear import SLICE_BYTES
 from ._path_penalty import PathPenalty
-from ._pointwise import MultinomialLogistic
 
-__all__ = ["PathObjective", "PathPenalty", "PathTraining", "fold_ids"]
+__all__ = ["PathObjective", "PathPenalty", "fold_ids"]
 
 _M1, _M2, _M3 = np.uint64(0x9E3779B97F4A7C15), np.uint64(0xBF58476D1CE4E5B9), np.uint64(0x94D049BB133111EB)
 
@@ -472,113 +471,3 @@ class PathObjective:
         if name in ("BinaryLogistic", "MultinomialLogistic"):  # one-hot y: the saturated loss is 0
             return 2.0 * loss
         return xp.full(loss.shape, xp.nan, dtype=loss.dtype)
-
-
-@dataclass(frozen=True)
-class PathTraining:
-    """The engine's training objective of a stacked path (see the module docstring).
-
-    The objective is :math:`\\sum_k \\big(L_k / T_k + P_k(w_k)\\big)`, :math:`T_k` the
-    training weight of column :math:`k`; full batch only.  With the multinomial loss and
-    an L1 penalty, the penalty re-centres each feature's class coefficients after every
-    proximal step (:class:`PathPenalty`'s ``recenter``).
-    """
-
-    objective: PathObjective
-    penalty: PathPenalty
-
-    def __post_init__(self):
-        obj, pen = self.objective, self.penalty
-        if isinstance(obj.loss, MultinomialLogistic) and pen.has_l1 and not pen.recenter:
-            pen = replace(pen, recenter=True)  # see PathPenalty
-            object.__setattr__(self, "penalty", pen)
-        if (len(pen.l1), pen.n_outputs, pen.n_features, pen.fit_intercept) != \
-                (obj.n_columns, obj.n_outputs, obj.n_features, obj.fit_intercept):
-            raise ParameterError(
-                f"the penalty ({len(pen.l1)} columns of {pen.n_outputs} outputs, {pen.n_features} features) "
-                f"does not fit the path ({obj.n_columns} columns of {obj.n_outputs}, {obj.n_features} features)"
-            )
-
-    has_local = False
-    hint = "scale the features (e.g. StandardScaler)"
-
-    @property
-    def n_params(self):
-        return self.objective.n_params
-
-    # ------------------------------------------------------------- worker side
-    def group_sums(self, shard, params, aux, draw, local, memory=None):
-        from .._engine.blocks import _block_error
-        from .._engine.kernels import BlockSums
-
-        sums = {}
-        for b in shard.blocks:
-            try:
-                with np.errstate(all="ignore"):  # non-finite sums are handled by the engine
-                    loss, grad, fold_w = self.objective.block_sums(params, b.X, b.y, b.sample_weight, b.index)
-            except Exception as err:
-                raise _block_error(err, b) from err
-            sums[b.index] = BlockSums(float(loss.sum()), grad, float(fold_w.sum()),
-                                      {"column_loss": loss, "fold_weight": fold_w})
-        return sums, None
-
-    def grad_template(self):
-        obj = self.objective
-        return np.zeros((obj.n_features + obj.fit_intercept, obj.n_columns * obj.n_outputs))
-
-    @staticmethod
-    def dense_grad(grad):
-        return to_numpy(grad)
-
-    # ------------------------------------------------------------- driver side
-    def step_aux(self, params):
-        return None
-
-    def train_weights(self, fold_weight):
-        """Training weight of each column from the folds' weights."""
-        return float(np.sum(fold_weight)) - np.asarray(fold_weight)[list(self.objective.column_folds)]
-
-    def finish(self, partial, params):
-        T = self.train_weights(partial.extras["fold_weight"])
-        T = np.where(T > 0, T, np.inf)
-        pen, pen_grad = self.penalty.smooth_value_gradient(params)
-        value = float(np.sum(partial.extras["column_loss"] / T)) + pen
-        grad = (np.asarray(partial.grad_sum).reshape(-1, len(T), self.objective.n_outputs) / T[:, None]).ravel()
-        grad = grad + pen_grad
-        return value, grad
-
-    def l1_value(self, params):
-        return self.penalty.l1_value(params)
-
-    def record_extras(self, partial):
-        return {}
-
-    def batching(self, shards, batch_size, seed):
-        if batch_size is not None:
-            raise ParameterError("a cross-validated path is trained full batch; batch_size must be None")
-        return None
-
-    def lipschitz(self, shards, params):
-        """Lipschitz estimate of one column's mean-loss gradient (all columns share the
-        rows' curvature; each trains on most of them) plus the largest L2 strength."""
-        from .._engine.objective import LIPSCHITZ_SAMPLE_ROWS, gather_sample
-
-        sample = gather_sample(shards, LIPSCHITZ_SAMPLE_ROWS)
-        if sample is None:
-            return 1.0
-        X, _, w = sample
-        obj = self.objective
-        single = LinearObjective(obj.loss, obj.n_features, fit_intercept=obj.fit_intercept, offset=obj.offset)
-        start = None
-        if obj.loss.curvature_bound is None:  # Poisson: the curvature at the largest column
-            coef, icpt = obj.unpack(params)
-            size = np.abs(coef).reshape(obj.n_features, obj.n_columns, -1).sum(axis=(0, 2))
-            k = int(np.argmax(size + np.abs(icpt).reshape(obj.n_columns, -1).sum(axis=1)))
-            start = single.pack(coef[:, k], icpt[k] if obj.fit_intercept else None)
-        L = lipschitz_bound(single, X, w, alpha_l2=max(self.penalty.l2), params=start, y=sample[1])
-        return float(L) if L > 0 and np.isfinite(L) else 1.0
-
-    def check_data(self, shards):
-        from .._engine.blocks import shard_check_finite
-
-        shards.map_gather(shard_check_finite, name="dgd-check-finite")

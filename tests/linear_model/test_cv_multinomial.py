@@ -17,10 +17,11 @@ from sklearn.model_selection import PredefinedSplit
 from sklearn.preprocessing import StandardScaler
 
 import dask_dgd.linear_model._cv as cv_module
+from dask_dgd._engine.objective import PathTraining
 from dask_dgd.exceptions import InputError, ParameterError
 from dask_dgd.linear_model._cv import LogisticRegressionCV, fold_ids
 from dask_dgd.losses import LinearObjective, MultinomialLogistic
-from dask_dgd.losses._path import PathObjective, PathPenalty, PathTraining
+from dask_dgd.losses._path import PathObjective, PathPenalty
 
 
 @pytest.fixture(scope="module")

@@ -25,9 +25,9 @@ import numpy as np
 import scipy.linalg
 
 from .._backend import asarray_like, get_namespace, is_sparse, take_rows, to_numpy
-from .._engine.blocks import _block_error
-from .._engine.cd import cd_solve, kkt_violation
 from ..losses._gram import weighted_gram
+from .blocks import _block_error
+from .cd import cd_solve, kkt_violation
 
 __all__ = ["alpha_max_of", "fold_paths", "fold_sums", "held_out_squared_error", "solve_path"]
 
