@@ -222,7 +222,9 @@ class _PathCV(ClientParamMixin, BaseEstimator):
 
 
 class ElasticNetCV(RegressorMixin, _PathCV):
-    r"""Elastic-net least squares with the penalty chosen by cross-validation.
+    # the docstring shares the parameters of every path CV estimator: an assignment, not a
+    # docstring statement (a concatenation would leave __doc__ None)
+    __doc__ = r"""Elastic-net least squares with the penalty chosen by cross-validation.
 
     Every fold and every alpha (and l1_ratio) is fitted in the same passes over ``X``;
     the alpha with the smallest mean held-out squared error is refitted on all rows by
@@ -418,7 +420,9 @@ class ElasticNetCV(RegressorMixin, _PathCV):
 
 
 class PoissonRegressorCV(ElasticNetCV):
-    r"""Poisson regression (log link) with the penalty chosen by cross-validation.
+    # the docstring shares the parameters of every path CV estimator: an assignment, not a
+    # docstring statement (a concatenation would leave __doc__ None)
+    __doc__ = r"""Poisson regression (log link) with the penalty chosen by cross-validation.
 
     As :class:`ElasticNetCV`, with the mean Poisson half-deviance as the loss (the
     objective of :class:`~dask_dgd.PoissonRegressor`, scikit-learn's when
@@ -475,7 +479,9 @@ class PoissonRegressorCV(ElasticNetCV):
 
 
 class LogisticRegressionCV(ClassifierMixin, _PathCV):
-    r"""Logistic regression (binary or multinomial) with ``C`` (and ``l1_ratio``) chosen by cross-validation.
+    # the docstring shares the parameters of every path CV estimator: an assignment, not a
+    # docstring statement (a concatenation would leave __doc__ None)
+    __doc__ = r"""Logistic regression (binary or multinomial) with ``C`` (and ``l1_ratio``) chosen by cross-validation.
 
     Every fold and every ``C`` is one column of a stacked problem (``n_classes``
     columns per model for more than two classes, the softmax loss), trained over the
