@@ -26,12 +26,13 @@ import scipy.sparse as sp
 from sklearn.base import BaseEstimator, TransformerMixin
 
 from ._frames import is_frame
+from ._random import GOLDEN, finalize
 from ._validation import Interval, validate_params
 from .exceptions import InputError, ParameterError
 
 __all__ = ["FeatureHasher"]
 
-_ODD = np.uint64(0x9E3779B97F4A7C15)
+_ODD = np.uint64(GOLDEN)
 
 
 def _names_like(value):
@@ -54,11 +55,6 @@ def _scalar_hash(name):
     """A 64-bit hash of the numeric column ``name``."""
     return np.uint64(int.from_bytes(hashlib.blake2b(b"numeric:" + repr(name).encode(), digest_size=8).digest(),
                                     "little"))
-
-
-def _mix(x):
-    """SplitMix64's finaliser on a uint64 array (pandas' vectorised integer hash)."""
-    return pd.util.hash_array(np.asarray(x, dtype=np.uint64))
 
 
 def _kind(dtype):
@@ -247,9 +243,9 @@ def _hash_frame(frame, spec):
         for name, kind in zip(names[1:], kinds[1:]):
             h2, v2 = column(name, kind)
             with np.errstate(over="ignore"):
-                h = _mix(h * _ODD ^ h2)
+                h = finalize(h * _ODD ^ h2)
             v = v * v2
-        hashes.append(_mix(h ^ _scalar_hash(names)))
+        hashes.append(finalize(h ^ _scalar_hash(names)))
         values.append(v)
     m = len(hashes)
     if m == 0 or n == 0:

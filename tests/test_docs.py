@@ -91,3 +91,32 @@ def test_api_page_gives_every_command_and_its_options(command):
         for option in action.option_strings:
             if option.startswith("--") and option != "--help":
                 assert option in API, f"dask-dgd {command} {option} is not on docs/api.md"
+
+
+# ------------------------------------------------- every public name has a docstring
+def _public_modules():
+    """``dask_dgd`` and every module below it with no ``_``-prefixed part in its name."""
+    import pkgutil
+
+    import dask_dgd
+
+    yield "dask_dgd"
+    for info in pkgutil.walk_packages(dask_dgd.__path__, "dask_dgd.", onerror=lambda name: None):
+        if not any(part.startswith("_") for part in info.name.split(".")[1:]):
+            yield info.name
+
+
+def test_public_modules_include_the_api_page_modules():
+    assert set(MODULES) <= set(_public_modules())
+
+
+@pytest.mark.parametrize("module", sorted(_public_modules()))
+def test_every_public_name_has_a_docstring(module):
+    """A docstring built by concatenation is an expression, not a docstring (``__doc__``
+    None): every name of every public ``__all__`` has a non-empty ``__doc__``."""
+    import importlib
+
+    mod = importlib.import_module(module)
+    assert (mod.__doc__ or "").strip(), f"{module} has no docstring"
+    missing = [name for name in getattr(mod, "__all__", ()) if not (getattr(mod, name).__doc__ or "").strip()]
+    assert not missing, f"{module}: no docstring on {missing}"

@@ -91,6 +91,8 @@ import warnings
 
 import numpy as np
 
+from dask_dgd._random import mix64, uniform
+
 from .._common import md_table, median, one_line, start_cluster, suite_params, why_unimportable
 
 NAME = "wide"
@@ -128,31 +130,17 @@ TARGET_BYTES_RATIO = 2.0
 
 
 # ----------------------------------------------------------------------------- data
-_K1 = np.uint64(0x9E3779B97F4A7C15)
-_K2 = np.uint64(0xBF58476D1CE4E5B9)
-_K3 = np.uint64(0x94D049BB133111EB)
-
-
-def _splitmix(x):
-    """SplitMix64's finaliser on a uint64 array (wrapping arithmetic)."""
-    x = np.asarray(x, dtype=np.uint64) + _K1
-    x = (x ^ (x >> np.uint64(30))) * _K2
-    x = (x ^ (x >> np.uint64(27))) * _K3
-    return x ^ (x >> np.uint64(31))
-
-
-def _unit(h):
-    """Uniform [0, 1) floats from uint64 hashes."""
-    return (h >> np.uint64(11)).astype(np.float64) * 2.0**-53
+#: seeds the hidden model's column streams (a SplitMix64 multiplier, odd)
+_SEED_STEP = np.uint64(0x94D049BB133111EB)
 
 
 def hidden_weights(values, p):
     """The hidden model's weight of every (column, value) of ``values`` (rows x columns)."""
     values = np.asarray(values, dtype=np.uint64)
     cols = np.arange(values.shape[1], dtype=np.uint64)
-    h = _splitmix(_splitmix(np.uint64(p["seed"]) * _K3 + cols + np.uint64(1)) ^ values)
-    active = _unit(h) < p["active"]
-    w = (2.0 * _unit(_splitmix(h)) - 1.0) * (math.sqrt(3.0) * p["weight_scale"])
+    h = mix64(mix64(np.uint64(p["seed"]) * _SEED_STEP + cols + np.uint64(1)) ^ values)
+    active = uniform(h) < p["active"]
+    w = (2.0 * uniform(mix64(h)) - 1.0) * (math.sqrt(3.0) * p["weight_scale"])
     return np.where(active, w, 0.0)
 
 

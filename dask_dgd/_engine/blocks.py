@@ -397,15 +397,6 @@ def _block_error(err, block):
     return BlockError(f"{type(err).__name__} in {_describe(block)}: {err}")
 
 
-def shard_block_nnz(shard):
-    """Non-zeros of every block of the shard: ``{index: (rows, nnz)}`` (dense: rows x columns)."""
-    out = {}
-    for b in shard.blocks:
-        nnz = b.X.nnz if is_sparse(b.X) else b.X.shape[0] * b.X.shape[1]
-        out[b.index] = (b.n_rows, int(nnz))
-    return out
-
-
 def check_finite_block(X, block_info=None):
     """``X`` unchanged, or :class:`InputError` naming the row block if it holds NaN or
     infinity (dask ``map_blocks`` at predict time, where the rows are not checked

@@ -22,24 +22,11 @@ import os
 from .._archive import Encoder, decode, read_archive, stale_temporaries, write_archive
 from ..exceptions import CheckpointError, ParameterError
 
-__all__ = ["Checkpointer", "data_fingerprint", "digests_of", "stable_repr", "shard_scratch_get", "shard_scratch_set"]
+__all__ = ["Checkpointer", "data_fingerprint", "digests_of", "stable_repr"]
 
 logger = logging.getLogger("dask_dgd")
 
 FILENAME = "checkpoint.npz"
-
-
-def shard_scratch_get(shard, scratch, key):
-    """A group's scratch entry (worker side)."""
-    return scratch.get(key)
-
-
-def shard_scratch_set(shard, scratch, key, value):
-    """Set a group's scratch entry (worker side); None removes it."""
-    if value is None:
-        scratch.pop(key, None)
-    else:
-        scratch[key] = value
 
 
 def data_fingerprint(shards):
@@ -161,24 +148,3 @@ class Checkpointer:
                 logger.info("removed %s, left by a fit that stopped while writing its checkpoint", path)
             except OSError:
                 pass  # (removed meanwhile)
-
-
-def gather_compression(shards):
-    """Each group's compression state, keyed by the group's blocks."""
-    states = shards.call_groups(shard_scratch_get, "compression", name="dgd-checkpoint-get")
-    return [(tuple(int(b) for b in g), s) for g, s in zip(shards.groups, states)]
-
-
-def restore_compression(shards, saved):
-    """Give each group its saved compression state (groups of the same blocks only)."""
-    by_blocks = {tuple(blocks): state for blocks, state in saved}
-    values = [by_blocks.get(tuple(int(b) for b in g)) for g in shards.groups]
-    missing = sum(v is None for v in values) - sum(s is None for _, s in saved)
-    if missing > 0:
-        logger.warning(
-            "the data is grouped differently than when the checkpoint was written: %d group(s) "
-            "restart their compression residuals from zero", missing,
-        )
-    shards.call_groups(
-        shard_scratch_set, "compression", name="dgd-checkpoint-set", per_group=[(v,) for v in values]
-    )

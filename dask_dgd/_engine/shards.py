@@ -8,7 +8,6 @@ what its blocks hold.  Steps reach the groups through the set's
 :class:`~.collective.Collective`; only the parameters travel.
 """
 
-import functools
 import itertools
 import uuid
 from contextlib import contextmanager
@@ -19,7 +18,7 @@ import numpy as np
 from .collective import Collective
 from .reduce import BlockTree, Partial
 
-__all__ = ["ShardSet", "released_on_error", "releases_shards_on_error"]
+__all__ = ["ShardSet", "released_on_error"]
 
 
 def _tree_nodes(shard, tree, fn, args):
@@ -191,16 +190,3 @@ def released_on_error(shards):
     except BaseException:
         shards.release()
         raise
-
-
-def releases_shards_on_error(run):
-    """Decorate a function whose first argument holds the fit's :class:`ShardSet` (as
-    itself or as ``.shards``): when it raises anything, KeyboardInterrupt included, the
-    shards are released (:func:`released_on_error`)."""
-
-    @functools.wraps(run)
-    def wrapper(first, *args, **kwargs):
-        with released_on_error(getattr(first, "shards", first)):
-            return run(first, *args, **kwargs)
-
-    return wrapper

@@ -240,7 +240,9 @@ class _PathCV(ClientParamMixin, BaseEstimator):
 
 @init_from(cv_signature(l1_ratio=0.5, eps=1e-3, scoring=False))
 class ElasticNetCV(RegressorMixin, _PathCV):
-    r"""Elastic-net least squares with the penalty chosen by cross-validation.
+    # the docstring shares the parameters of every path CV estimator: an assignment, not a
+    # docstring statement (a concatenation would leave __doc__ None)
+    __doc__ = r"""Elastic-net least squares with the penalty chosen by cross-validation.
 
     Every fold and every alpha (and l1_ratio) is fitted in the same passes over ``X``;
     the alpha with the smallest mean held-out squared error is refitted on all rows by
@@ -423,7 +425,9 @@ class ElasticNetCV(RegressorMixin, _PathCV):
 
 @init_from(cv_signature())
 class PoissonRegressorCV(ElasticNetCV):
-    r"""Poisson regression (log link) with the penalty chosen by cross-validation.
+    # the docstring shares the parameters of every path CV estimator: an assignment, not a
+    # docstring statement (a concatenation would leave __doc__ None)
+    __doc__ = r"""Poisson regression (log link) with the penalty chosen by cross-validation.
 
     As :class:`ElasticNetCV`, with the mean Poisson half-deviance as the loss (the
     objective of :class:`~dask_dgd.PoissonRegressor`, scikit-learn's when
@@ -474,7 +478,9 @@ class PoissonRegressorCV(ElasticNetCV):
 
 @init_from(LOGISTIC_CV_SIGNATURE)
 class LogisticRegressionCV(ClassifierMixin, _PathCV):
-    r"""Logistic regression (binary or multinomial) with ``C`` (and ``l1_ratio``) chosen by cross-validation.
+    # the docstring shares the parameters of every path CV estimator: an assignment, not a
+    # docstring statement (a concatenation would leave __doc__ None)
+    __doc__ = r"""Logistic regression (binary or multinomial) with ``C`` (and ``l1_ratio``) chosen by cross-validation.
 
     Every fold and every ``C`` is one column of a stacked problem (``n_classes``
     columns per model for more than two classes, the softmax loss), trained over the

@@ -45,6 +45,7 @@ import array_api_compat
 import numpy as np
 
 from .._backend import get_namespace
+from .._random import keyed, mix64, mix64_jit
 
 __all__ = [
     "batch_buckets",
@@ -64,21 +65,12 @@ _jit = numba.njit(cache=True, nogil=True, boundscheck=False)
 
 
 @_jit
-def _mix64(z):  # pragma: no cover - compiled
-    """SplitMix64 finaliser: a uint64 -> uint64 bijection with good avalanche."""
-    z = z + np.uint64(0x9E3779B97F4A7C15)
-    z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
-    z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
-    return z ^ (z >> np.uint64(31))
-
-
-@_jit
 def _buckets(key, seed, epoch, n_buckets):  # pragma: no cover - compiled
     out = np.empty(key.shape[0], dtype=np.int64)
-    salt = _mix64(np.uint64(seed) ^ _mix64(np.uint64(epoch) + np.uint64(0x5851F42D4C957F2D)))
+    salt = mix64_jit(np.uint64(seed) ^ mix64_jit(np.uint64(epoch) + np.uint64(0x5851F42D4C957F2D)))
     nb = np.uint64(n_buckets)
     for j in range(key.shape[0]):
-        out[j] = np.int64(_mix64(key[j] ^ salt) % nb)
+        out[j] = np.int64(mix64_jit(key[j] ^ salt) % nb)
     return out
 
 
@@ -128,18 +120,18 @@ def _seen(gi, uptr, u, item):  # pragma: no cover - compiled
 def _bpr(lu, gi, key, uptr, rows, U, V, lam, lam_b, seed, step, gU, gV, touched):  # pragma: no cover - compiled
     k = U.shape[1]
     n_items = np.uint64(V.shape[0])
-    salt = _mix64(np.uint64(seed) ^ _mix64(np.uint64(step) + np.uint64(0x2545F4914F6CDD1D)))
+    salt = mix64_jit(np.uint64(seed) ^ mix64_jit(np.uint64(step) + np.uint64(0x2545F4914F6CDD1D)))
     loss = 0.0
     for t in range(rows.shape[0]):
         j = rows[t]
         u = lu[j]
         i = gi[j]
-        h = _mix64(key[j] ^ salt)
+        h = mix64_jit(key[j] ^ salt)
         neg = np.int64(h % n_items)
         for _ in range(NEGATIVE_TRIES):
             if not _seen(gi, uptr, u, neg):
                 break
-            h = _mix64(h)
+            h = mix64_jit(h)
             neg = np.int64(h % n_items)
         x = V[i, k] - V[neg, k]
         reg = 0.0
@@ -200,12 +192,8 @@ def _wls(lu, gi, r, rows, U, V, lam, conf, gU, gV, touched):  # pragma: no cover
 
 # ------------------------------------------------------------ array-API versions
 # The same arithmetic as the Numba kernels above, on whole arrays of any array-API
-# namespace (no NumPy call touches them).  Constants of SplitMix64 and the salts: the
-# literals of _mix64, _buckets and _bpr.
-_MASK64 = (1 << 64) - 1
-_GOLDEN = 0x9E3779B97F4A7C15
-_MIX1 = 0xBF58476D1CE4E5B9
-_MIX2 = 0x94D049BB133111EB
+# namespace (no NumPy call touches them).  SplitMix64 is dask_dgd._random's; the salts
+# are the literals of _buckets and _bpr.
 _EPOCH_SALT = 0x5851F42D4C957F2D
 _STEP_SALT = 0x2545F4914F6CDD1D
 
@@ -214,34 +202,14 @@ def _is_numpy(xp):
     return array_api_compat.is_numpy_namespace(xp)
 
 
-def _mix64_int(z):
-    """:func:`_mix64` on a Python int (the salts, computed on the host)."""
-    z = (z + _GOLDEN) & _MASK64
-    z = ((z ^ (z >> 30)) * _MIX1) & _MASK64
-    z = ((z ^ (z >> 27)) * _MIX2) & _MASK64
-    return z ^ (z >> 31)
-
-
-def _salt(seed, counter, offset):
-    return _mix64_int((int(seed) & _MASK64) ^ _mix64_int((int(counter) + offset) & _MASK64))
-
-
 def _u64(xp, value, like):
     """A uint64 scalar array on the device of ``like`` (no Python-int promotion rules)."""
     return xp.asarray(value, dtype=xp.uint64, device=array_api_compat.device(like))
 
 
-def _mix64_xp(xp, z):
-    """:func:`_mix64` on a uint64 array (multiplications wrap modulo 2**64)."""
-    z = z + _u64(xp, _GOLDEN, z)
-    z = (z ^ (z >> _u64(xp, 30, z))) * _u64(xp, _MIX1, z)
-    z = (z ^ (z >> _u64(xp, 27, z))) * _u64(xp, _MIX2, z)
-    return z ^ (z >> _u64(xp, 31, z))
-
-
 def _buckets_xp(xp, key, seed, epoch, n_buckets):
     key = xp.astype(key, xp.uint64)
-    h = _mix64_xp(xp, key ^ _u64(xp, _salt(seed, epoch, _EPOCH_SALT), key))
+    h = mix64(key ^ _u64(xp, keyed(seed, epoch, _EPOCH_SALT), key), xp)
     return xp.astype(h % _u64(xp, n_buckets, key), xp.int64)
 
 
@@ -284,7 +252,7 @@ def _negatives_xp(xp, kj, i, key, n_items, seed, step):
     """The negative item of every rating (keys ``kj``, items ``i``): the Numba draw and
     redraws, with "the user has rated it" looked up in the sorted shard keys ``key``."""
     n = _u64(xp, n_items, kj)
-    h = _mix64_xp(xp, kj ^ _u64(xp, _salt(seed, step, _STEP_SALT), kj))
+    h = mix64(kj ^ _u64(xp, keyed(seed, step, _STEP_SALT), kj), xp)
     neg = h % n
     user_base = kj - xp.astype(i, xp.uint64)  # user * n_items
     last = max(key.shape[0] - 1, 0)
@@ -294,7 +262,7 @@ def _negatives_xp(xp, kj, i, key, n_items, seed, step):
         pos = xp.searchsorted(key, cand)
         seen = xp.take(key, xp.clip(pos, 0, last)) == cand  # past the last key: not equal to it
         redraw = redraw & seen
-        h = xp.where(redraw, _mix64_xp(xp, h), h)
+        h = xp.where(redraw, mix64(h, xp), h)
         neg = h % n
     return xp.astype(neg, xp.int64)
 

@@ -26,23 +26,13 @@ import array_api_compat
 import numpy as np
 
 from .._backend import asarray_like, get_namespace, is_sparse, to_numpy
+from .._random import mix64
 from ..exceptions import InputError, ParameterError
 from ._gram import weighted_gram
 from ._linear import SLICE_BYTES
 from ._path_penalty import PathPenalty
 
 __all__ = ["PathObjective", "PathPenalty", "fold_ids"]
-
-_M1, _M2, _M3 = np.uint64(0x9E3779B97F4A7C15), np.uint64(0xBF58476D1CE4E5B9), np.uint64(0x94D049BB133111EB)
-
-
-def _mix(x):
-    """SplitMix64's finaliser on a uint64 array (wrapping arithmetic)."""
-    with np.errstate(over="ignore"):
-        x = x + _M1
-        x = (x ^ (x >> np.uint64(30))) * _M2
-        x = (x ^ (x >> np.uint64(27))) * _M3
-    return x ^ (x >> np.uint64(31))
 
 
 def fold_ids(start, n_rows, n_folds, seed=0):
@@ -86,7 +76,7 @@ def fold_ids(start, n_rows, n_folds, seed=0):
     first = start - start % k
     stop = -(-(start + n_rows) // k) * k
     rows = np.arange(first, stop, dtype=np.uint64)
-    h = _mix(rows ^ _mix(np.array([int(seed)], dtype=np.uint64)))
+    h = mix64(rows ^ mix64(np.array([int(seed)], dtype=np.uint64)))
     order = np.argsort(h.reshape(-1, k), axis=1, kind="stable")
     ranks = np.empty_like(order)
     np.put_along_axis(ranks, order, np.arange(k)[None, :], axis=1)

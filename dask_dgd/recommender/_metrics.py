@@ -13,6 +13,7 @@ import numbers
 import numpy as np
 import pandas as pd
 
+from .._random import GOLDEN, finalize
 from ..exceptions import InputError, ParameterError
 
 __all__ = ["evaluate_ranking", "ndcg_at_k", "precision_at_k", "recall_at_k", "train_test_split"]
@@ -123,13 +124,6 @@ def evaluate_ranking(model, test, k=10, exclude_seen=True):
     }
 
 
-def _mix(z):
-    """SplitMix64 finaliser on a uint64 array (wrapping arithmetic)."""
-    z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
-    z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
-    return z ^ (z >> np.uint64(31))
-
-
 def _split_frame(df, user_col, item_col, time_col, test_size, seed):
     if not len(df):
         return df.assign(_test=np.zeros(0, dtype=bool))
@@ -137,8 +131,8 @@ def _split_frame(df, user_col, item_col, time_col, test_size, seed):
         key = df[time_col].to_numpy()
     else:  # a random key that depends only on the rating, not on the partition
         h = pd.util.hash_pandas_object(df[[user_col, item_col]], index=False).to_numpy()
-        salt = np.uint64((seed * 0x9E3779B97F4A7C15) % 2**64)  # Python ints: no overflow
-        key = _mix(h ^ salt)
+        salt = np.uint64((seed * GOLDEN) % 2**64)  # Python ints: no overflow
+        key = finalize(h ^ salt)
     order = pd.DataFrame({"u": df[user_col].to_numpy(), "k": key, "pos": np.arange(len(df))})
     order = order.sort_values(["u", "k", "pos"], kind="stable")
     rank_from_end = order.groupby("u", sort=False).cumcount(ascending=False).to_numpy()
