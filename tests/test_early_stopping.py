@@ -18,8 +18,18 @@ CHUNK = 100
 
 
 def _held_out(fraction, seed, n=400, chunk=CHUNK):
-    return np.concatenate([holdout_mask(b, min(chunk, n - b * chunk), (seed, 1), fraction)
+    return np.concatenate([holdout_mask(b * chunk, min(chunk, n - b * chunk), (seed, 1), fraction)
                            for b in range(-(-n // chunk))])
+
+
+def test_the_split_depends_on_the_rows_position_not_the_chunking():
+    """One rule for every holdout (issue 42): a row's draw is a function of the seed and
+    its position, as the cross-validation folds' (it was seeded by the block index)."""
+    whole = _held_out(0.25, 3, chunk=400)
+    for chunk in (1, 7, 100, 399):
+        np.testing.assert_array_equal(_held_out(0.25, 3, chunk=chunk), whole)
+    assert 70 < whole.sum() < 130  # about a quarter
+    assert not np.array_equal(_held_out(0.25, 4), whole)  # another seed, another split
 
 
 def test_stops_when_the_validation_loss_stalls():
@@ -63,8 +73,8 @@ def test_validation_rows_are_not_trained_on(client):
 
 
 def test_same_stop_whatever_the_reduction_tree(client):
-    """The split is a function of the seed and the chunking: another reduction tree
-    (or placement) stops at the same epoch with the same model, up to rounding."""
+    """The split is a function of the seed and the rows' positions: another reduction
+    tree (or placement) stops at the same epoch with the same model, up to rounding."""
     kw = dict(solver="sgd", batch_size=50, optimizer="adam", learning_rate=0.01, alpha=0.0, max_iter=100,
               random_state=2, early_stopping=True, client=client)
     Xd, yd = da.from_array(X, chunks=(CHUNK, -1)), da.from_array(Y, chunks=CHUNK)

@@ -1,9 +1,12 @@
 """Early stopping on a held-out validation set, split where the data lives.
 
-Every block keeps its own rows: a row is held out when a uniform draw from a
-generator seeded by (random state, block index) falls below ``validation_fraction``.
-The split is thus a function of the seed and the chunking only, nothing moves between
-workers, and the training and validation shard sets have the same groups and workers.
+Every block keeps its own rows: a row is held out when a counter-based uniform draw
+(:mod:`dask_dgd._random`) of the seed and the row's position in the whole input falls
+below ``validation_fraction``, the rule of the cross-validation folds
+(:func:`dask_dgd.losses._path.fold_ids`).  The split is thus a function of the seed and
+the rows' order only, not of the chunking, the rebalancing or the workers; nothing moves
+between workers, and the training and validation shard sets have the same groups and
+workers.
 
 The validation *loss* (the model's mean loss over the validation rows, without the
 penalty) is reduced like a gradient step, where the rows live.  A *scoring* other than
@@ -19,6 +22,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from .._backend import take_rows, to_numpy
+from .._random import keyed, mix64, uniform
 from ..exceptions import InputError
 from .blocks import Block, Shard, shard_sample
 from .kernels import StepRequest, group_step
@@ -26,25 +30,36 @@ from .objective import LinearTraining
 
 __all__ = ["holdout_mask", "shard_holdout", "split_validation", "Validator"]
 
-#: Stream tag of the validation split's generator (apart from the mini-batch draws).
+#: Stream tag of the validation split's draws (apart from the mini-batch draws).
 _SPLIT_TAG = 104729
 
 
-def holdout_mask(index, n_rows, seed, fraction):
-    """Which of the ``n_rows`` rows of block ``index`` are held out (bool array)."""
-    rng = np.random.default_rng([*seed, _SPLIT_TAG, int(index)])
-    return rng.random(int(n_rows)) < fraction
+def _split_key(seed):
+    """One uint64 key of the seed tuple (a random state's entropy and a stream)."""
+    key = _SPLIT_TAG
+    for part in seed:
+        key = keyed(key, int(part))
+    return np.uint64(key)
+
+
+def holdout_mask(start, n_rows, seed, fraction):
+    """Which of the ``n_rows`` rows from row ``start`` of the input are held out (bool
+    array): a row's draw depends on the seed and its position only."""
+    rows = np.arange(int(start), int(start) + int(n_rows), dtype=np.uint64)
+    with np.errstate(over="ignore"):
+        return uniform(mix64(_split_key(seed) ^ mix64(rows))) < fraction
 
 
 def _take(a, rows):
     return None if a is None else take_rows(a, rows)
 
 
-def shard_holdout(shard, seed, fraction, validation):
-    """The shard's held-out rows (``validation=True``) or the others (worker side)."""
+def shard_holdout(shard, seed, fraction, validation, starts):
+    """The shard's held-out rows (``validation=True``) or the others (worker side);
+    ``starts[b]``: the first row of block ``b`` in the input."""
     blocks = []
     for b in shard.blocks:
-        rows = holdout_mask(b.index, b.n_rows, seed, fraction)
+        rows = holdout_mask(starts[b.index], b.n_rows, seed, fraction)
         if not validation:
             rows = ~rows
         blocks.append(Block(b.index, _take(b.X, rows), _take(b.y, rows), _take(b.sample_weight, rows)))
@@ -68,12 +83,13 @@ def _with_rows(shards):
 
 def split_validation(shards, seed, fraction):
     """``(train, validation)`` shard sets: each block's rows split by :func:`holdout_mask`."""
+    starts = tuple(int(v) for v in np.concatenate([[0], np.cumsum(shards.block_rows)[:-1]]))
     # each its own token: the runners (actors) of a shard set are keyed by it, and the
     # training and validation sets must not share them
-    train = _with_rows(shards.transform(shard_holdout, tuple(seed), fraction, False, name="dgd-split-train",
+    train = _with_rows(shards.transform(shard_holdout, tuple(seed), fraction, False, starts, name="dgd-split-train",
                                         token_suffix="t"))
-    val = _with_rows(shards.transform(shard_holdout, tuple(seed), fraction, True, name="dgd-split-validation",
-                                      token_suffix="v"))
+    val = _with_rows(shards.transform(shard_holdout, tuple(seed), fraction, True, starts,
+                                      name="dgd-split-validation", token_suffix="v"))
     if val.n_rows == 0 or train.n_rows == 0:
         empty = "validation" if val.n_rows == 0 else "training"
         raise InputError(
