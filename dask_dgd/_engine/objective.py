@@ -1,7 +1,9 @@
 """Training objectives: what the engine trains, family by family.
 
 A training objective tells the engine everything model-specific; the loop, the modes,
-the reduction and the update rule know nothing else about the model.  The protocol:
+the reduction and the update rule know nothing else about the model.  The protocol
+(in code: :class:`.protocols.TrainingObjective`, :class:`.protocols.LocalParameters`,
+checked over every implementation by the tests):
 
 Worker side (pickled into every step request; keep it small):
 
