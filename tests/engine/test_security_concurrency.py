@@ -555,13 +555,10 @@ class _KeyLog:
 
 
 @pytest.fixture(scope="module")
-def client3():
+def client3(make_module_cluster):
     """Three workers: more groups than split_every=2, so steps as tasks have an inner
     level of dgd-reduce merge tasks."""
-    with LocalCluster(
-        n_workers=3, threads_per_worker=1, processes=False, dashboard_address=":0", silence_logs=logging.ERROR
-    ) as cluster, Client(cluster, set_as_default=False) as c:
-        yield c
+    return make_module_cluster(3, processes=False)
 
 
 def test_concurrent_fits_submit_disjoint_keys(client3, monkeypatch):

@@ -1,14 +1,12 @@
 """Asynchronous training over sharded parameters: the owners are the parameter server
 (``dask_dgd._engine.sharded_async``), a coordinator keeps the scalars."""
 
-import logging
 import warnings
 
 import dask
 import numpy as np
 import pytest
 import scipy.sparse as sp
-from distributed import Client, LocalCluster
 from interrupts import Interrupted, StopAfter
 from sklearn.exceptions import ConvergenceWarning
 from test_sharding import D, N, _problem
@@ -129,19 +127,18 @@ def test_auto_shards_asynchronous_fits_and_refuses_local_sgd(client):
             train(obj, data, solver="gd", mode="local", param_sharding=True, client=client)
 
 
-def test_estimator_trains_asynchronously_over_sharded_parameters(client):
+def test_estimator_trains_asynchronously_over_sharded_parameters(client, make_cluster):
     """LogisticRegression(mode="async") on three workers, parameters sharded: as good
     a fit as the unsharded estimator's (not the same updates: asynchronous)."""
-    with LocalCluster(n_workers=3, threads_per_worker=1, processes=False, dashboard_address=":0",
-                      silence_logs=logging.ERROR) as cluster, Client(cluster, set_as_default=False) as c:
-        X, y = c.persist(_problem())
-        kw = dict(mode="async", solver="sgd", batch_size=600, max_iter=10, alpha=1e-3, random_state=0, client=c,
-                  max_staleness=2)  # bounded: a loaded machine cannot let one group run far ahead
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", ConvergenceWarning)
-            got = LogisticRegression(param_sharding=True, **kw).fit(X, y)
-            ref = LogisticRegression(param_sharding=False, **kw).fit(X, y)
-        Xl, yl = c.compute([X, y], sync=True)
+    c = make_cluster(3, processes=False)
+    X, y = c.persist(_problem())
+    kw = dict(mode="async", solver="sgd", batch_size=600, max_iter=10, alpha=1e-3, random_state=0, client=c,
+              max_staleness=2)  # bounded: a loaded machine cannot let one group run far ahead
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        got = LogisticRegression(param_sharding=True, **kw).fit(X, y)
+        ref = LogisticRegression(param_sharding=False, **kw).fit(X, y)
+    Xl, yl = c.compute([X, y], sync=True)
     assert sp.issparse(Xl) and Xl.shape == (N, D)
     # the order of arrival moves the accuracy by +-0.015 and the last losses by +-1% here
     assert got.score(Xl, yl) > 0.8 and ref.score(Xl, yl) > 0.8 and 0.45 < yl.mean() < 0.55
