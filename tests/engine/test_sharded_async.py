@@ -54,7 +54,7 @@ def test_in_process_sharded_async_is_the_unsharded_fit():
 
 
 @pytest.mark.parametrize("kw", [dict(), dict(max_staleness=0, staleness_scaling=True),
-                                dict(solver="sgd", batch_size=500, max_iter=15)])
+                                pytest.param(dict(solver="sgd", batch_size=500, max_iter=15), marks=pytest.mark.slow)])
 def test_sharded_async_reaches_the_optimum_like_unsharded(client, kw):
     """Asynchronous: not the same updates, so not the same path, but as far along it
     as the unsharded server after the same epochs."""
@@ -70,6 +70,7 @@ def test_sharded_async_reaches_the_optimum_like_unsharded(client, kw):
     assert got.history["updates_per_group"].iloc[1:].map(len).eq(2).all()  # both groups push
 
 
+@pytest.mark.slow  # the synchronous sharded fit's bytes stay in the fast lane (test_sharding)
 def test_bytes_per_push_follow_the_non_zero_columns_not_d(client):
     """The same data in 3,000 and 300,000 columns: a push's bytes (its pulls and its
     pushed slices) stay the same; unsharded, every push moves the whole vector."""
