@@ -23,7 +23,7 @@ import dask.array as da
 import dask.dataframe as dd
 import numpy as np
 import pytest
-from distributed import Client, LocalCluster
+from distributed import Client
 
 from dask_dgd import LogisticRegression, MatrixFactorization
 from dask_dgd.datasets import make_ratings
@@ -128,10 +128,8 @@ def test_losing_the_scheduler_mid_fit_is_a_cluster_error_that_says_so(scheduler_
 
 # ------------------------------------------------- a matrix factorization's worker
 @pytest.fixture  # a fresh cluster per case: never waits for a nanny to replace a killed worker
-def process_client():
-    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=":0",
-                      silence_logs=logging.CRITICAL) as cluster, Client(cluster, set_as_default=False) as client:
-        yield client
+def process_client(make_cluster):
+    return make_cluster(2, silence_logs=logging.CRITICAL)
 
 
 @pytest.fixture(scope="module")

@@ -2,13 +2,11 @@
 parameters' compressed changes on the way down, sparse sums in the block tree, and
 compressed fits that do not depend on the number of workers."""
 
-import logging
 import warnings
 
 import dask.array as da
 import numpy as np
 import pytest
-from distributed import Client, LocalCluster
 
 from dask_dgd import LogisticRegression, ParameterError
 from dask_dgd._engine.blocks import make_shard
@@ -139,10 +137,8 @@ def test_topk_payloads_sum_sparse_in_the_tree_with_the_dense_roundings():
 
 # ---------------------------------------------------------------------- whole fits
 @pytest.fixture(scope="module")
-def client3():
-    with LocalCluster(n_workers=3, threads_per_worker=1, processes=False, dashboard_address=":0",
-                      silence_logs=logging.ERROR) as cluster, Client(cluster, set_as_default=False) as client:
-        yield client
+def client3(make_module_cluster):
+    return make_module_cluster(3, processes=False)
 
 
 @pytest.mark.parametrize("compression", [TopK(0.05, downlink=True), TopK(0.05, error_feedback=True), Sign()],

@@ -3,13 +3,12 @@ user submits, on a cluster of single-threaded worker processes (the layout where
 that waits for its own tasks from a pool thread deadlocks).  In-memory input is fitted
 in the task's thread; dask input on the task's cluster, the task seceding first."""
 
-import logging
 
 import dask.array as da
 import joblib
 import numpy as np
 import pytest
-from distributed import Client, LocalCluster, get_worker
+from distributed import get_worker
 from sklearn.base import clone
 from sklearn.model_selection import GridSearchCV
 from sklearn.pipeline import make_pipeline
@@ -22,10 +21,8 @@ GRID = {"alpha": [1e-3, 1e-1]}
 
 
 @pytest.fixture(scope="module")
-def process_client():
-    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=":0",
-                      silence_logs=logging.ERROR) as cluster, Client(cluster, set_as_default=False) as client:
-        yield client
+def process_client(make_module_cluster):
+    return make_module_cluster(2)
 
 
 @pytest.fixture(scope="module")

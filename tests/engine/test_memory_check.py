@@ -15,7 +15,6 @@ import dask.dataframe as dd
 import numpy as np
 import pandas as pd
 import pytest
-from distributed import Client, LocalCluster
 
 from dask_dgd import LinearRegression, MatrixFactorization
 from dask_dgd.exceptions import ClusterError
@@ -27,24 +26,16 @@ QUIET_WORKERS = {
 }
 
 
-def _cluster(memory_limit):
-    with dask.config.set(QUIET_WORKERS):  # read by the workers when they start
-        return LocalCluster(n_workers=2, threads_per_worker=1, processes=False, dashboard_address=":0",
-                            silence_logs=logging.ERROR, memory_limit=memory_limit)
-
-
 @pytest.fixture(scope="module")
-def small():
+def small(make_module_cluster):
     """A client of two workers with a 16 MiB memory limit each."""
-    with _cluster("16 MiB") as cluster, Client(cluster, set_as_default=False) as client:
-        yield client
+    return make_module_cluster(2, processes=False, memory_limit="16 MiB", config=QUIET_WORKERS)
 
 
 @pytest.fixture(scope="module")
-def unlimited():
+def unlimited(make_module_cluster):
     """A client of two workers without a memory limit."""
-    with _cluster(0) as cluster, Client(cluster, set_as_default=False) as client:
-        yield client
+    return make_module_cluster(2, processes=False, memory_limit=0, config=QUIET_WORKERS)
 
 
 def _transitions(client):
@@ -226,7 +217,7 @@ def _hoards(n_bytes):
     return pd.DataFrame({"a": block, "y": block})
 
 
-def test_workers_killed_at_their_memory_limit_while_reading_the_input_is_a_cluster_error():
+def test_workers_killed_at_their_memory_limit_while_reading_the_input_is_a_cluster_error(make_cluster):
     """A partition larger than its worker can hold, in a frame whose size is unknown up
     front: the nanny kills the worker, Dask gives up on the task (KilledWorker), and the
     fit says that memory killed it, from the nannies' logs, with the remedy."""
@@ -234,10 +225,8 @@ def test_workers_killed_at_their_memory_limit_while_reading_the_input_is_a_clust
 
     config = {"distributed.scheduler.allowed-failures": 0, "distributed.worker.memory.target": False,
               "distributed.worker.memory.spill": False, "distributed.worker.memory.pause": False}
-    with dask.config.set(config), LocalCluster(n_workers=1, threads_per_worker=1, processes=True,
-                                               memory_limit="600 MiB", dashboard_address=":0",
-                                               silence_logs=logging.CRITICAL) as cluster, \
-            Client(cluster, set_as_default=False) as client:
+    with dask.config.set(config):
+        client = make_cluster(1, memory_limit="600 MiB", silence_logs=logging.CRITICAL)
         from dask_dgd._engine.memory import worker_baselines
 
         assert all(b > 0 for b in worker_baselines(client).values())  # a process of its own

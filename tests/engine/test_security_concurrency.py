@@ -370,30 +370,44 @@ def _concurrent_specs():
     }, (Xd_, yd_)
 
 
-def _run_fit(est, data, client, barrier=None):
-    """A copy of ``est`` on ``client`` fitted on ``data``, and when it started and ended."""
-    est = type(est)(**{**est.get_params(), "client": client})
+def _run_fit(est, data, client, barrier=None, meet=None):
+    """A copy of ``est`` on ``client`` fitted on ``data``, started when every thread has
+    reached ``barrier``; with ``meet`` (a Barrier), the fit waits at it after its first
+    step record (a callback that leaves the fit unchanged): concurrent fits all pass it,
+    each having stepped while the others run, or it breaks (a timeout) and so do they."""
+    params = {**est.get_params(), "client": client}
+    if meet is not None:
+        met = []
+
+        def after_first_record(record):
+            if not met:
+                met.append(record)
+                meet.wait()
+
+        params["callbacks"] = [*(params.get("callbacks") or ()), after_first_record]
+    est = type(est)(**params)
     if barrier is not None:
         barrier.wait()
-    t0 = time.monotonic()
-    _fit(est, *data)
-    return est, t0, time.monotonic()
+    return _fit(est, *data)
 
 
 def test_concurrent_fits_equal_sequential_fits(client):
     specs, (Xd_, yd_) = _concurrent_specs()
     scheduler = dask.config.get("scheduler", None)
-    alone = {name: _run_fit(est, data, client)[0] for name, (est, data) in specs.items()}
-    barrier = threading.Barrier(len(specs))
+    alone = {name: _run_fit(est, data, client) for name, (est, data) in specs.items()}
+    # they really run at the same time: no fit goes past its first step record until
+    # every fit has recorded one (progress, not a clock); fits run one after another
+    # would break the barrier (its timeout) and fail
+    barrier, meet = threading.Barrier(len(specs)), threading.Barrier(len(specs), timeout=120)
     with ThreadPoolExecutor(len(specs)) as pool:
-        futures = {name: pool.submit(_run_fit, est, data, client, barrier) for name, (est, data) in specs.items()}
-        together = {name: f.result(timeout=120) for name, f in futures.items()}
-    # they really ran at the same time: some moment lies inside every fit
-    assert max(t0 for _, t0, _ in together.values()) < min(t1 for _, _, t1 in together.values())
+        futures = {name: pool.submit(_run_fit, est, data, client, barrier, meet)
+                   for name, (est, data) in specs.items()}
+        together = {name: f.result(timeout=240) for name, f in futures.items()}
+    assert not meet.broken
     for name in ("sync-gd", "sync-sgd", "local"):
-        _assert_same_model(together[name][0], alone[name])
+        _assert_same_model(together[name], alone[name])
     # async is not deterministic: both runs reach the optimum, and agree with each other
-    (obj_c, best), (obj_a, _) = (_ols_objective(Xd_, yd_, e) for e in (together["async"][0], alone["async"]))
+    (obj_c, best), (obj_a, _) = (_ols_objective(Xd_, yd_, e) for e in (together["async"], alone["async"]))
     assert obj_c - best < 1e-3 * best and obj_a - best < 1e-3 * best, (obj_c, obj_a, best)
     assert abs(obj_c - obj_a) < 1e-3 * obj_a
     # the process-wide dask config is as it was: dask.compute still runs locally
@@ -555,13 +569,10 @@ class _KeyLog:
 
 
 @pytest.fixture(scope="module")
-def client3():
+def client3(make_module_cluster):
     """Three workers: more groups than split_every=2, so steps as tasks have an inner
     level of dgd-reduce merge tasks."""
-    with LocalCluster(
-        n_workers=3, threads_per_worker=1, processes=False, dashboard_address=":0", silence_logs=logging.ERROR
-    ) as cluster, Client(cluster, set_as_default=False) as c:
-        yield c
+    return make_module_cluster(3, processes=False)
 
 
 def test_concurrent_fits_submit_disjoint_keys(client3, monkeypatch):
@@ -576,7 +587,7 @@ def test_concurrent_fits_submit_disjoint_keys(client3, monkeypatch):
         log = _KeyLog(client3, monkeypatch)
         barrier = threading.Barrier(2)
         with ThreadPoolExecutor(2, thread_name_prefix="fit") as pool:
-            together = list(pool.map(lambda d: _run_fit(est, d, client3, barrier)[0], datasets))
+            together = list(pool.map(lambda d: _run_fit(est, d, client3, barrier), datasets))
     assert len(log.keys) == 2
     keys = list(log.keys.values())
     for k in keys:

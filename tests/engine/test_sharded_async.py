@@ -1,14 +1,12 @@
 """Asynchronous training over sharded parameters: the owners are the parameter server
 (``dask_dgd._engine.sharded_async``), a coordinator keeps the scalars."""
 
-import logging
 import warnings
 
 import dask
 import numpy as np
 import pytest
 import scipy.sparse as sp
-from distributed import Client, LocalCluster
 from interrupts import Interrupted, StopAfter
 from sklearn.exceptions import ConvergenceWarning
 from test_sharding import D, N, _problem
@@ -56,7 +54,7 @@ def test_in_process_sharded_async_is_the_unsharded_fit():
 
 
 @pytest.mark.parametrize("kw", [dict(), dict(max_staleness=0, staleness_scaling=True),
-                                dict(solver="sgd", batch_size=500, max_iter=15)])
+                                pytest.param(dict(solver="sgd", batch_size=500, max_iter=15), marks=pytest.mark.slow)])
 def test_sharded_async_reaches_the_optimum_like_unsharded(client, kw):
     """Asynchronous: not the same updates, so not the same path, but as far along it
     as the unsharded server after the same epochs."""
@@ -72,6 +70,7 @@ def test_sharded_async_reaches_the_optimum_like_unsharded(client, kw):
     assert got.history["updates_per_group"].iloc[1:].map(len).eq(2).all()  # both groups push
 
 
+@pytest.mark.slow  # the synchronous sharded fit's bytes stay in the fast lane (test_sharding)
 def test_bytes_per_push_follow_the_non_zero_columns_not_d(client):
     """The same data in 3,000 and 300,000 columns: a push's bytes (its pulls and its
     pushed slices) stay the same; unsharded, every push moves the whole vector."""
@@ -129,19 +128,18 @@ def test_auto_shards_asynchronous_fits_and_refuses_local_sgd(client):
             train(obj, data, solver="gd", mode="local", param_sharding=True, client=client)
 
 
-def test_estimator_trains_asynchronously_over_sharded_parameters(client):
+def test_estimator_trains_asynchronously_over_sharded_parameters(client, make_cluster):
     """LogisticRegression(mode="async") on three workers, parameters sharded: as good
     a fit as the unsharded estimator's (not the same updates: asynchronous)."""
-    with LocalCluster(n_workers=3, threads_per_worker=1, processes=False, dashboard_address=":0",
-                      silence_logs=logging.ERROR) as cluster, Client(cluster, set_as_default=False) as c:
-        X, y = c.persist(_problem())
-        kw = dict(mode="async", solver="sgd", batch_size=600, max_iter=10, alpha=1e-3, random_state=0, client=c,
-                  max_staleness=2)  # bounded: a loaded machine cannot let one group run far ahead
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", ConvergenceWarning)
-            got = LogisticRegression(param_sharding=True, **kw).fit(X, y)
-            ref = LogisticRegression(param_sharding=False, **kw).fit(X, y)
-        Xl, yl = c.compute([X, y], sync=True)
+    c = make_cluster(3, processes=False)
+    X, y = c.persist(_problem())
+    kw = dict(mode="async", solver="sgd", batch_size=600, max_iter=10, alpha=1e-3, random_state=0, client=c,
+              max_staleness=2)  # bounded: a loaded machine cannot let one group run far ahead
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        got = LogisticRegression(param_sharding=True, **kw).fit(X, y)
+        ref = LogisticRegression(param_sharding=False, **kw).fit(X, y)
+    Xl, yl = c.compute([X, y], sync=True)
     assert sp.issparse(Xl) and Xl.shape == (N, D)
     # the order of arrival moves the accuracy by +-0.015 and the last losses by +-1% here
     assert got.score(Xl, yl) > 0.8 and ref.score(Xl, yl) > 0.8 and 0.45 < yl.mean() < 0.55

@@ -1,6 +1,5 @@
 """Sharded parameters (param_sharding): the same fit as unsharded, only scalars through the driver."""
 
-import logging
 import os
 
 import dask
@@ -9,7 +8,6 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 from designs import zipf_log
-from distributed import Client, LocalCluster
 from interrupts import Interrupted, StopAt
 
 from dask_dgd import train
@@ -85,17 +83,16 @@ def test_sharded_in_process_equals_unsharded():
     np.testing.assert_array_equal(got.params, ref.params)
 
 
-def test_three_owners_and_the_backoff_are_the_same_fit():
+def test_three_owners_and_the_backoff_are_the_same_fit(make_cluster):
     """On 3 workers (3 owners), with a learning rate so large the guard backs off:
     the same halvings at the same steps and the same coefficients."""
-    with LocalCluster(n_workers=3, threads_per_worker=1, processes=False, dashboard_address=":0",
-                      silence_logs=logging.ERROR) as cluster, Client(cluster, set_as_default=False) as c:
-        data = c.persist(_problem())
-        obj = LinearObjective(BinaryLogistic(), n_features=D)
-        kw = dict(penalty=Penalty(alpha=1e-3), solver="gd", max_iter=12, learning_rate=400.0,
-                  on_divergence="backoff", client=c, rebalance=False)
-        ref = train(obj, data, **kw)
-        got = train(obj, data, param_sharding=True, **kw)
+    c = make_cluster(3, processes=False)
+    data = c.persist(_problem())
+    obj = LinearObjective(BinaryLogistic(), n_features=D)
+    kw = dict(penalty=Penalty(alpha=1e-3), solver="gd", max_iter=12, learning_rate=400.0,
+              on_divergence="backoff", client=c, rebalance=False)
+    ref = train(obj, data, **kw)
+    got = train(obj, data, param_sharding=True, **kw)
     assert got.history["step_size"].tolist() == ref.history["step_size"].tolist()
     assert ref.history["step_size"].iloc[-1] < 400.0  # it did back off
     np.testing.assert_array_equal(got.params, ref.params)

@@ -10,7 +10,6 @@ import dask.dataframe as dd
 import numpy as np
 import pandas as pd
 import pytest
-from distributed import Client, LocalCluster
 
 import dask_dgd._engine.executor as cluster_mod
 from dask_dgd import LinearRegression, LogisticRegression
@@ -45,7 +44,7 @@ def test_chunking_and_split_every_change_only_rounding(client, logistic_data, ch
     np.testing.assert_allclose(est.intercept_, ref.intercept_, rtol=1e-7, atol=1e-9)
 
 
-def test_worker_count_and_transport_do_not_change_a_bit(client, logistic_data):
+def test_worker_count_and_transport_do_not_change_a_bit(client, logistic_data, make_cluster):
     """Sums follow the tree over block indices: 2 or 3 workers, actor or task steps,
     the fitted coefficients are bit-identical."""
     X, y = logistic_data
@@ -56,13 +55,12 @@ def test_worker_count_and_transport_do_not_change_a_bit(client, logistic_data):
     # the solvers that sample rows on the driver (Lipschitz estimate, Newton's Hessian)
     sampled = {"gd": dict(solver="gd", max_iter=30), "newton": dict(solver="newton")}
     two_sampled = {k: _fit(client, Xd, yd, **kw) for k, kw in sampled.items()}
-    with LocalCluster(n_workers=3, threads_per_worker=1, processes=False, dashboard_address=":0",
-                      silence_logs=logging.ERROR) as c3, Client(c3, set_as_default=False) as client3:
-        three = _fit(client3, Xd, yd, split_every=2)
-        three_sampled = {k: _fit(client3, Xd, yd, **kw) for k, kw in sampled.items()}
-        shards = build_shardset(DaskExecutor(client3), Xd, yd, None)
-        assert shards.n_groups == 3 and len(set(shards.workers)) == 3
-        assert sorted(b for g in shards.groups for b in g) == list(range(10))
+    client3 = make_cluster(3, processes=False)
+    three = _fit(client3, Xd, yd, split_every=2)
+    three_sampled = {k: _fit(client3, Xd, yd, **kw) for k, kw in sampled.items()}
+    shards = build_shardset(DaskExecutor(client3), Xd, yd, None)
+    assert shards.n_groups == 3 and len(set(shards.workers)) == 3
+    assert sorted(b for g in shards.groups for b in g) == list(range(10))
     for other in (two_tasks, three):
         np.testing.assert_array_equal(other.coef_, two.coef_)
         np.testing.assert_array_equal(other.intercept_, two.intercept_)
@@ -250,15 +248,14 @@ def test_embedded_cluster_is_threads_started_once_and_announced_once(monkeypatch
         cluster_mod._close_embedded()
 
 
-def test_cluster_without_workers_is_a_clear_error(logistic_data):
+def test_cluster_without_workers_is_a_clear_error(logistic_data, make_cluster):
     import dask
 
     from dask_dgd.exceptions import ClusterError
 
     X, y = logistic_data
-    with LocalCluster(n_workers=0, processes=False, dashboard_address=":0") as empty, Client(
-        empty, set_as_default=False
-    ) as c, dask.config.set({"dgd.worker-timeout": 1}):
+    c = make_cluster(0, processes=False, silence_logs=logging.WARN)
+    with dask.config.set({"dgd.worker-timeout": 1}):
         with pytest.raises(ClusterError, match=r"has no workers; start some"):
             LogisticRegression(client=c).fit(da.from_array(X, chunks=(500, -1)), y)
 
@@ -279,16 +276,15 @@ def test_paused_closing_and_restarting_workers_are_named_not_called_absent():
     assert "has no workers; start some" in absent_workers_message("tcp://s:8786", {})
 
 
-def test_a_fit_on_a_paused_worker_says_it_is_paused(logistic_data):
+def test_a_fit_on_a_paused_worker_says_it_is_paused(logistic_data, make_cluster):
     """A worker above its memory pause threshold runs nothing: the fit ends after
     dgd.worker-timeout with a ClusterError naming the paused worker, its memory and the
     remedy (it said "has no workers; start some")."""
     X, y = logistic_data
     memory = {"distributed.worker.memory.target": False, "distributed.worker.memory.spill": False,
               "distributed.worker.memory.pause": 0.001, "distributed.worker.memory.terminate": False}
-    with dask.config.set(memory), LocalCluster(n_workers=1, threads_per_worker=1, processes=True,
-                                               memory_limit="4GB", dashboard_address=":0") as cluster, \
-            Client(cluster, set_as_default=False) as c:
+    with dask.config.set(memory):  # the driver's too: the message names the pause threshold
+        c = make_cluster(1, memory_limit="4GB", silence_logs=logging.WARN)
         deadline = time.monotonic() + 60  # until the worker's memory monitor has paused it (progress, not a clock)
         while not any(w.get("status") == "paused" for w in c.run_on_scheduler(
                 lambda dask_scheduler: [{"status": ws.status.name} for ws in dask_scheduler.workers.values()])):

@@ -1,14 +1,12 @@
 """The worker-side tree: steps go down and up a tree of runners, the driver talks to at
 most ``split_every`` of them, and the sums are the star's, bit for bit."""
 
-import logging
 import warnings
 
 import dask
 import dask.array as da
 import numpy as np
 import pytest
-from distributed import Client, LocalCluster
 
 from dask_dgd import LogisticRegression, MatrixFactorization
 from dask_dgd._engine.executor import DaskExecutor
@@ -104,10 +102,8 @@ def test_merging_subtrees_anywhere_gives_the_same_root():
 
 # ----------------------------------------------------------------------------- on a cluster
 @pytest.fixture(scope="module")
-def client5():
-    with LocalCluster(n_workers=5, threads_per_worker=1, processes=False, dashboard_address=":0",
-                      silence_logs=logging.ERROR) as cluster, Client(cluster, set_as_default=False) as client:
-        yield client
+def client5(make_module_cluster):
+    return make_module_cluster(5, processes=False)
 
 
 @pytest.fixture(scope="module")

@@ -6,7 +6,6 @@ at its n-th group computation (:func:`dask_dgd.testing.killing_worker`), or a ca
 arms that fault at step k, so the kill lands mid-fit on a quiet or a busy machine alike.
 """
 
-import contextlib
 import logging
 import threading
 import warnings
@@ -14,7 +13,6 @@ import warnings
 import dask.array as da
 import numpy as np
 import pytest
-from distributed import Client, LocalCluster
 
 from dask_dgd import ConvergenceWarning, LogisticRegression
 from dask_dgd._engine.faults import set_kill
@@ -195,28 +193,21 @@ def test_async_fit_survives_a_killed_worker(process_client, data, caplog, which)
 
 
 @pytest.mark.parametrize("mode", ["sync", "async"])
-def test_losing_every_worker_is_a_clear_error_not_a_hang(mode):
+def test_losing_every_worker_is_a_clear_error_not_a_hang(mode, make_cluster):
     import dask
 
     from dask_dgd.exceptions import ClusterError
 
     X = np.random.default_rng(1).standard_normal((20_000, 5))
     y = (X[:, 0] > 0).astype(float)
-    cluster = LocalCluster(n_workers=2, threads_per_worker=1, processes=False, dashboard_address=":0",
-                           silence_logs=logging.CRITICAL)
-    client = Client(cluster, set_as_default=False)
-    try:
-        _CLUSTER["cluster"] = cluster
-        with dask.config.set({"dgd.worker-timeout": 3}), pytest.raises(ClusterError, match="has no workers"):
-            LogisticRegression(client=client, solver="gd", mode=mode, max_iter=100_000, tol=0.0, learning_rate=0.01,
-                               callbacks=[_close_all_workers_at_step_5]).fit(
-                da.from_array(X, chunks=(2500, -1)), da.from_array(y, chunks=2500))
-    finally:
-        client.close()
-        # distributed's LocalCluster may trip on its own record of the workers that
-        # scale(0) removed (KeyError in _update_worker_status) while closing
-        with contextlib.suppress(KeyError):
-            cluster.close()
+    # (make_cluster closes it suppressing the KeyError distributed's LocalCluster may raise
+    # on its record of the workers that scale(0) removed)
+    client = make_cluster(2, processes=False, silence_logs=logging.CRITICAL)
+    _CLUSTER["cluster"] = client.cluster
+    with dask.config.set({"dgd.worker-timeout": 3}), pytest.raises(ClusterError, match="has no workers"):
+        LogisticRegression(client=client, solver="gd", mode=mode, max_iter=100_000, tol=0.0, learning_rate=0.01,
+                           callbacks=[_close_all_workers_at_step_5]).fit(
+            da.from_array(X, chunks=(2500, -1)), da.from_array(y, chunks=2500))
 
 
 _CLUSTER = {}

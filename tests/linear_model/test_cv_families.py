@@ -156,8 +156,10 @@ def test_gamma_regressor_cv_matches_scikit_learn_and_glum(cpus):
     assert ours.alpha_ == pytest.approx(ref.alpha_, rel=1e-10)
 
 
-@pytest.mark.parametrize("case", ["power 1.5, quine", "power 3, cpus", "power 0, identity link, cpus",
-                                  "power -1, log link, cpus", "power 1.5, Insurance weighted"])
+@pytest.mark.parametrize("case", ["power 1.5, quine",
+                                  pytest.param("power 3, cpus", marks=pytest.mark.slow),  # the slowest case
+                                  "power 0, identity link, cpus", "power -1, log link, cpus",
+                                  "power 1.5, Insurance weighted"])
 def test_tweedie_regressor_cv_matches_scikit_learn(cpus, quine, insurance, case):
     w = None
     if "quine" in case:
@@ -238,7 +240,8 @@ def test_binomial_regressor_cv_matches_glum(esoph):
 
 
 # ------------------------------------------------------------------ the default grid
-@pytest.mark.parametrize("name", ["gamma", "negative binomial", "tweedie 1.5", "tweedie 3"])
+@pytest.mark.parametrize("name", [pytest.param("gamma", marks=pytest.mark.slow), "negative binomial", "tweedie 1.5",
+                                  pytest.param("tweedie 3", marks=pytest.mark.slow)])  # the slowest two
 def test_default_grid_is_glums_and_brackets_the_best_alpha(cpus, quine, name):
     """The default grid (100 alphas from glum's alpha_max down 1e-6 times) equals glum's
     default grid, and the chosen alpha lies strictly inside it."""

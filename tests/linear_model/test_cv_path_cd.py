@@ -96,6 +96,7 @@ def test_path_stages_are_runs_of_distinct_folds():
 
 
 # ------------------------------------------------------------------ solutions
+@pytest.mark.slow  # gd's 20000 steps; the cd path stays in the fast lane below (lbfgs, cluster, sparse)
 def test_logistic_path_cd_equals_the_proximal_gradient_path(default):
     X, y = default
     kw = dict(Cs=6, l1_ratios=[0.5], cv=3, scoring="neg_log_loss", tol=1e-9, random_state=3)

@@ -51,7 +51,7 @@ def test_recovers_held_out_ratings_far_better_than_biases(lowrank, client, batch
     assert rmse < 0.3  # noise is 0.1, the signal has unit variance
 
 
-@pytest.mark.parametrize("batch_size", [None, 2000])
+@pytest.mark.parametrize("batch_size", [None, pytest.param(2000, marks=pytest.mark.slow)])
 def test_results_do_not_depend_on_the_number_of_shards(lowrank, client, batch_size):
     train, _ = lowrank
     ddf = dd.from_pandas(train, npartitions=4)
