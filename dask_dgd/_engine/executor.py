@@ -468,11 +468,19 @@ async def _remove_silent(addresses, dask_scheduler=None):
             task.add_done_callback(_RESTARTS.discard)
 
 
+#: Times the scheduler asks a silent worker's nanny to restart it (a loaded machine can
+#: time the request out before the nanny has it).
+NANNY_RESTART_TRIES = 3
+
+
 async def _restart_by_nanny(scheduler, nanny):
-    try:
-        await scheduler.rpc(nanny).restart(timeout=5, reason="dgd-silent-worker")
-    except Exception:  # noqa: BLE001 - a nanny frozen too, or gone: the worker is out of the cluster anyway
-        logger.debug("could not restart the silent worker through its nanny %s", nanny, exc_info=True)
+    for attempt in range(NANNY_RESTART_TRIES):
+        try:  # the nanny's restart goes on once it has the request, even past its timeout
+            await scheduler.rpc(nanny).restart(timeout=5, reason="dgd-silent-worker")
+            return
+        except Exception:  # noqa: BLE001 - a nanny frozen too, or gone: the worker is out of the cluster anyway
+            logger.debug("could not restart the silent worker through its nanny %s (try %d)", nanny, attempt + 1,
+                         exc_info=True)
 
 
 class DaskExecutor:
