@@ -495,6 +495,7 @@ class _ClusterRun:
             key=f"dgd-server-{sh.token}{tag}",
         )
         self.server_worker = ex.actor_address(self.server_future)
+        self._heard, self._server_heard = {}, time.monotonic()  # (re)started: every group's quiet time anew
         link = ServerLink(self.server_worker, self.server_future.key)
         runners = sh.collective.runner_keys()
         self.loops = [
