@@ -616,18 +616,12 @@ class DaskExecutor:
                     raise OSError(f"Actor was lost: its worker {gone[0]} left the cluster") from None
                 if deadline is None or time.monotonic() < deadline:
                     continue
-                silent = self.silent_workers(sorted(everyone or addresses), timeout / 2)
+                silent, warned = self.drop_silent_or_warn(everyone or addresses, time.monotonic() - deadline + timeout,
+                                                          timeout, warned)
                 if silent:
-                    self.drop_silent(silent, time.monotonic() - deadline + timeout, timeout)
                     address, quiet = next(iter(silent.items()))
                     raise OSError(f"Actor was lost: its worker {address} sent no heartbeat for {quiet:.1f} s "
                                   "and was dropped from the cluster") from None
-                if not warned:
-                    warned = True
-                    logger.warning(
-                        "a step has waited %.3g s, over its limit of %.3g s (dask config dgd.step-timeout), but "
-                        "every worker it waits for still answers the scheduler: waiting on",
-                        time.monotonic() - deadline + timeout, timeout)
 
     def silent_workers(self, addresses, silence):
         """The workers of ``addresses`` that have sent the scheduler no heartbeat for
@@ -636,6 +630,22 @@ class DaskExecutor:
         frozen process sends none; a busy one still does, from its event loop)."""
         interval, quiet = self.client.run_on_scheduler(_seconds_since_heard, list(addresses))
         return {a: s for a, s in quiet.items() if s > max(silence, SILENT_BEATS * interval)}
+
+    def drop_silent_or_warn(self, addresses, waited, timeout, warned, what="a step"):
+        """After ``what`` has waited ``waited`` seconds, past its ``timeout``: drop the
+        workers of ``addresses`` that are silent (:meth:`silent_workers` for half the
+        timeout, then :meth:`drop_silent`), or, when every one still answers, say once
+        (``warned``: said already) that they are waited for.  Returns ``(silent,
+        warned)``: the dropped workers ``{address: seconds}`` (empty: none)."""
+        silent = self.silent_workers(sorted(addresses), timeout / 2)
+        if silent:
+            self.drop_silent(silent, waited, timeout)
+        elif not warned:
+            warned = True
+            logger.warning(
+                "%s has waited %.3g s, over its limit of %.3g s (dask config dgd.step-timeout), but every worker "
+                "it waits for still answers the scheduler: waiting on", what, waited, timeout)
+        return silent, warned
 
     def drop_silent(self, silent, waited, timeout):
         """Treat the ``silent`` workers (``{address: seconds since heard}``) as lost:
@@ -768,15 +778,9 @@ class DaskExecutor:
                 waited = time.monotonic() - started
                 if waited < timeout:
                     continue
-                silent = self.silent_workers(sorted(addresses), timeout / 2)
-                if silent:
-                    self.drop_silent(silent, waited, timeout)
+                silent, warned = self.drop_silent_or_warn(addresses, waited, timeout, warned)
+                if silent:  # their tasks are rerun elsewhere: wait afresh
                     started = time.monotonic()
-                elif not warned:
-                    warned = True
-                    logger.warning(
-                        "a step has waited %.3g s, over its limit of %.3g s (dask config dgd.step-timeout), but "
-                        "every worker it waits for still answers the scheduler: waiting on", waited, timeout)
 
     def where(self, handles, fallback):
         """The worker holding each handle now (``fallback`` where none is known)."""

@@ -599,17 +599,11 @@ class _ClusterRun:
         no heartbeat for half of ``timeout``; then go on as after a kill (a loop is
         rerun elsewhere by Dask, a lost server restarted).  Workers that all still
         answer are waited for, a WARNING saying so once."""
-        addresses = sorted(set(self.shards.workers) | {self.server_worker})
-        silent = self.ex.silent_workers(addresses, timeout / 2)
+        addresses = set(self.shards.workers) | {self.server_worker}
+        silent, self._warned = self.ex.drop_silent_or_warn(addresses, waited, timeout, self._warned,
+                                                           what="an asynchronous group (no push)")
         if not silent:
-            if not self._warned:
-                self._warned = True
-                logging.getLogger("dask_dgd").warning(
-                    "an asynchronous group has not pushed for %.3g s, over its limit of %.3g s (dask config "
-                    "dgd.step-timeout), but every worker of the fit still answers the scheduler: waiting on",
-                    waited, timeout)
             return
-        self.ex.drop_silent(silent, waited, timeout)
         now = time.monotonic()
         self._heard = {i: (count, now) for i, (count, _) in self._heard.items()}
         self._server_heard = now
