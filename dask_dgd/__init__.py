@@ -45,7 +45,7 @@ _LAZY = {
     "losses": "dask_dgd.losses",
     "optim": "dask_dgd.optim",
     "testing": "dask_dgd.testing",
-    "rebalance": "dask_dgd._engine.ingest",
+    "rebalance": "dask_dgd._engine.data.ingest",
     "train": "dask_dgd._engine.train",
     "FitResult": "dask_dgd._engine.train",
     "compression": "dask_dgd.compression",

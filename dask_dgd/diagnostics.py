@@ -17,7 +17,7 @@ import numpy as np
 import pandas as pd
 from sklearn.utils.validation import check_is_fitted
 
-from ._engine.monitor import communicated
+from ._engine.runtime.monitor import communicated
 from .exceptions import InputError
 
 __all__ = ["communication_report", "performance_report", "plot_history"]

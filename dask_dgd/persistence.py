@@ -1,6 +1,6 @@
 """Save and load estimators without pickle: ``est.save(path)``, ``dask_dgd.load(path)``.
 
-The file is a dask_dgd archive (see :mod:`dask_dgd._archive`): a NumPy ``.npz`` read
+The file is a dask_dgd archive (see :mod:`dask_dgd._files.archive`): a NumPy ``.npz`` read
 with ``allow_pickle=False`` whose JSON metadata names the estimator class (inside
 dask_dgd only), its parameters and its fitted attributes, with a SHA-256 checksum of
 every part.  Loading never runs code from the file; a corrupted or edited file is
@@ -8,7 +8,7 @@ refused with :class:`~dask_dgd.exceptions.CheckpointError`.  Signed or not, a fi
 rebuilds only an allow-listed estimator class, from the names of its ``get_params`` and
 the fitted attributes it declares (never a name its class defines, such as ``save`` or
 ``predict``), each value of the declared type, shape and dtype, sparse indices within
-their shape, finite where the model computes with it (see :mod:`dask_dgd._schema`).
+their shape, finite where the model computes with it (see :mod:`dask_dgd._files.schema`).
 
 Some parameters cannot be stored and come back as None: ``client`` (a live
 connection; pass ``client=`` again with ``set_params`` to train on a cluster),
@@ -17,8 +17,8 @@ connection; pass ``client=`` again with ``set_params`` to train on a cluster),
 
 import os
 
-from ._archive import Encoder, _class_path, decode, read_archive, write_archive
-from ._schema import UNSAVED_PARAMS, _own_class, allowed_types, rebuild_estimator
+from ._files.archive import Encoder, _class_path, decode, read_archive, write_archive
+from ._files.schema import UNSAVED_PARAMS, _own_class, allowed_types, rebuild_estimator
 from .exceptions import CheckpointError
 
 __all__ = ["save", "load"]
@@ -87,7 +87,7 @@ def load(path, expected=None):
 def _from_content(content, arrays, path, expected=None):
     """The estimator a model file's verified ``(content, arrays)`` describe (``path``: for
     the messages).  Only an allow-listed estimator class is rebuilt, from its parameters
-    and declared fitted attributes, each checked (:mod:`dask_dgd._schema`)."""
+    and declared fitted attributes, each checked (:mod:`dask_dgd._files.schema`)."""
     what = f"{path!r} is not a valid dask_dgd model file"
     try:
         cls = _own_class(content["class"])

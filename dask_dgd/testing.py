@@ -29,7 +29,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ._engine.faults import set_failure, set_freeze, set_kill, set_slowdown
+from ._engine.runtime.faults import set_failure, set_freeze, set_kill, set_slowdown
 
 __all__ = ["STRICT_DEVICE", "failing_worker", "freezing_worker", "killing_worker", "on_array_api_strict",
            "process_cluster", "straggler"]

@@ -133,6 +133,6 @@ def _close_the_embedded_cluster():
     """Close dask_dgd's embedded cluster (if a test started it) while pytest's streams are
     still open: at interpreter exit its scheduler would log to a closed capture stream."""
     yield
-    from dask_dgd._engine.executor import _close_embedded
+    from dask_dgd._engine.runtime.executor import _close_embedded
 
     _close_embedded()

@@ -15,7 +15,7 @@ import pytest
 
 import dask_dgd
 from dask_dgd import LinearRegression
-from dask_dgd._archive import _meta_digest
+from dask_dgd._files.archive import _meta_digest
 from dask_dgd.callbacks import HistoryWriter
 from dask_dgd.exceptions import CheckpointError
 
@@ -47,7 +47,7 @@ def _forge(path, change, arrays=None):
     meta = json.loads(stored.pop("__meta__").tobytes())
     stored.update(arrays or {})
     change(meta)
-    meta["arrays"] = {k: __import__("dask_dgd._archive", fromlist=["_digest"])._digest(v) for k, v in stored.items()}
+    meta["arrays"] = {k: __import__("dask_dgd._files.archive", fromlist=["_digest"])._digest(v) for k, v in stored.items()}
     meta["sizes"] = {k: [v.dtype.str, list(v.shape)] for k, v in stored.items()}
     meta["meta_sha256"] = _meta_digest(meta)
     np.savez(path, __meta__=np.frombuffer(json.dumps(meta).encode(), np.uint8), **stored)
@@ -175,7 +175,7 @@ def test_a_forged_callback_is_never_restored(model, tmp_path):
     files may hold still comes back as None."""
     path = model.save(tmp_path / "m.npz")
     target = tmp_path / "written-by-forgery.csv"
-    from dask_dgd._archive import Encoder
+    from dask_dgd._files.archive import Encoder
 
     enc = Encoder()
     forged = enc([HistoryWriter(str(target))])
@@ -248,7 +248,7 @@ def test_random_mutations_of_valid_files_are_all_checkpoint_errors(model, tmp_pa
             if case % 2 == 0:
                 dask_dgd.load(path)
             else:
-                from dask_dgd._archive import read_archive
+                from dask_dgd._files.archive import read_archive
 
                 read_archive(path, "checkpoint")
         except CheckpointError:
@@ -410,7 +410,7 @@ def test_a_nested_estimator_cannot_shadow_a_method(tmp_path):
 
 
 def test_a_checkpoint_object_cannot_shadow_a_method():
-    from dask_dgd._archive import decode
+    from dask_dgd._files.archive import decode
 
     forged = {"__object__": "dask_dgd._engine.stopping:WallClock", "state": {"elapsed": _SCHEDULE}}
     with pytest.raises(CheckpointError, match=r"the file sets 'elapsed' on a WallClock, a name its class defines"):
@@ -438,11 +438,11 @@ def test_the_command_line_defers_only_its_own_functions():
 
 # ---------------------------------------------------------------- issue 44: the allow-list fuzzed
 def _fuzz_names(rng):
-    from dask_dgd._schema import allowed_types
+    from dask_dgd._files.schema import allowed_types
 
     allowed = sorted(f"{c.__module__}:{c.__qualname__}" for c in allowed_types())
     refused = ["dask_dgd.cli._main:_Deferred", "dask_dgd.callbacks:HistoryWriter", "dask_dgd.cli._common:Command",
-               "dask_dgd._engine.executor:LocalCluster", "os:remove", "builtins:print", "dask_dgd.__main__:main",
+               "dask_dgd._engine.runtime.executor:LocalCluster", "os:remove", "builtins:print", "dask_dgd.__main__:main",
                "dask_dgd.persistence:save", "dask_dgd._validation:Interval", "dask_dgd", ":", "x" * 300]
     attributes = ["coef_", "intercept_", "n_features_in_", "classes_", "history_", "_opt_state_", "alpha", "solver",
                   "scoring", "callbacks", "client", "save", "predict", "fit", "get_params", "__class__", "__dict__",
@@ -491,8 +491,8 @@ def test_the_loader_fuzzed_over_the_allow_list_rebuilds_nothing_else(model):
     allow-list."""
     import copy
 
-    import dask_dgd._archive as archive
-    from dask_dgd._schema import allowed_types, fitted_attributes
+    import dask_dgd._files.archive as archive
+    from dask_dgd._files.schema import allowed_types, fitted_attributes
     from dask_dgd.persistence import _from_content
 
     rng = np.random.default_rng(44)

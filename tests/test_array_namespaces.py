@@ -128,7 +128,7 @@ def test_in_memory_strict_array_is_checked_like_numpy():
 
 def test_parameters_move_to_the_device_once_per_shard_and_step(client, monkeypatch):
     """One transfer per device per step, not one per block."""
-    from dask_dgd._engine.blocks import make_shard
+    from dask_dgd._engine.data.blocks import make_shard
     from dask_dgd._engine.objective import LinearTraining
     from dask_dgd.losses import HalfSquaredError, LinearObjective
 

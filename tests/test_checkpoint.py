@@ -20,7 +20,7 @@ from dask_dgd import (
     PoissonRegressor,
     optim,
 )
-from dask_dgd._archive import decode, read_archive
+from dask_dgd._files.archive import decode, read_archive
 from dask_dgd.compression import TopK
 
 rng = np.random.default_rng(0)
@@ -87,7 +87,7 @@ def test_interrupted_and_resumed_equals_uninterrupted(tmp_path, client, case, wh
 
 
 def test_random_state_none_resumes_with_the_interrupted_fit_draws(tmp_path):
-    from dask_dgd._archive import decode, read_archive
+    from dask_dgd._files.archive import decode, read_archive
 
     params = dict(solver="sgd", batch_size=300, optimizer="adam", max_iter=3, tol=0.0, random_state=None)
     est = LogisticRegression(**params, checkpoint=tmp_path, checkpoint_every=4, callbacks=[StopAt(14)])
@@ -263,7 +263,7 @@ def test_resume_honours_a_new_max_iter(tmp_path, solver):
 
 
 def test_fingerprint_covers_weights_and_is_the_same_in_every_process(tmp_path):
-    from dask_dgd._engine.checkpoint import stable_repr
+    from dask_dgd._engine.runtime.checkpoint import stable_repr
 
     LinearRegression(solver="gd", max_iter=3, checkpoint=tmp_path).fit(X, X[:, 0], sample_weight=np.ones(3000))
     with pytest.raises(CheckpointError, match=r"weight_sum: checkpoint '3000', now '15000'"):
@@ -272,7 +272,7 @@ def test_fingerprint_covers_weights_and_is_the_same_in_every_process(tmp_path):
     with pytest.raises(CheckpointError, match=r"weighted_target_sum"):
         LinearRegression(solver="gd", checkpoint=tmp_path).fit(X, X[:, 1], resume=True)
     # functions by name (not address), dicts whatever their order
-    assert stable_repr(stable_repr) == "dask_dgd._engine.checkpoint.stable_repr"
+    assert stable_repr(stable_repr) == "dask_dgd._engine.runtime.checkpoint.stable_repr"
     assert stable_repr({1: 2.0, 0: 1.0}) == stable_repr({0: 1.0, 1: 2.0})
 
 
@@ -300,7 +300,7 @@ def test_async_resumes_a_checkpoint_written_before_the_server_had_a_guard(tmp_pa
     """The server's backoff goes through the shared Guard, saved with its state; a
     checkpoint from before (the count, the setting and the explosion limit as fields of
     the server) still resumes."""
-    from dask_dgd._archive import Encoder, write_archive
+    from dask_dgd._files.archive import Encoder, write_archive
 
     y = X @ [1.0, 2.0, 0.0, -1.0, 0.5]
     folder = tmp_path / "ckpt"

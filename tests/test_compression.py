@@ -91,10 +91,10 @@ def test_extreme_magnitudes():
 
 
 def test_blocks_draw_their_own_randomness():
-    from dask_dgd._engine.blocks import make_shard
-    from dask_dgd._engine.kernels import Draw, StepRequest, group_step
+    from dask_dgd._engine.data.blocks import make_shard
     from dask_dgd._engine.objective import LinearTraining
-    from dask_dgd._engine.reduce import BlockTree
+    from dask_dgd._engine.runtime.group_steps import Draw, StepRequest, group_step
+    from dask_dgd._engine.runtime.reduce import BlockTree
     from dask_dgd.losses import BinaryLogistic, LinearObjective
 
     rng = np.random.default_rng(0)
@@ -271,7 +271,7 @@ def test_uncompressed_bytes_and_split_every_auto(client, wide):
     # (201 gradient entries, loss and weight each)
     assert (h["bytes_up"] == h["bytes_up_raw"]).all() and (h["bytes_up"] == 8 * (8 * 201 + 16)).all()
     assert est.bytes_communicated_["total"] == int((h["bytes_up"] + h["bytes_down"]).sum())
-    from dask_dgd._engine.executor import auto_split_every
+    from dask_dgd._engine.runtime.executor import auto_split_every
 
     assert auto_split_every(4, 1000) == 8
     assert auto_split_every(64, 2**20) == 8  # 64 MiB in all: merges of 8 receive 8 MiB

@@ -8,7 +8,7 @@ import pytest
 from sklearn.metrics import accuracy_score, make_scorer, r2_score
 
 from dask_dgd import ConvergenceWarning, InputError, LinearRegression, LogisticRegression, ParameterError
-from dask_dgd._engine.validation import holdout_mask
+from dask_dgd._engine.data.holdout import holdout_mask
 
 rng = np.random.default_rng(0)
 # few rows, many features, no penalty: the validation loss turns up while training goes on

@@ -194,7 +194,7 @@ def _rewrite_meta(path, change):
         arrays = {k: npz[k] for k in npz.files}
     meta = json.loads(arrays["__meta__"].tobytes())
     change(meta)
-    from dask_dgd._archive import _meta_digest
+    from dask_dgd._files.archive import _meta_digest
 
     meta["meta_sha256"] = _meta_digest(meta) if meta.get("meta_sha256") == "recompute" else meta.get("meta_sha256")
     arrays["__meta__"] = np.frombuffer(json.dumps(meta).encode(), np.uint8)
@@ -211,7 +211,7 @@ def test_edited_metadata_is_refused(saved):
 
 
 def test_class_outside_the_package_is_refused(saved):
-    from dask_dgd._archive import _meta_digest
+    from dask_dgd._files.archive import _meta_digest
 
     def edit(meta):
         meta["content"]["class"] = "os:system"
@@ -224,15 +224,15 @@ def test_class_outside_the_package_is_refused(saved):
 
 @pytest.mark.parametrize("name, message", [
     # a name a dask_dgd module imported, not a dask_dgd class: could truncate a file
-    ("dask_dgd._engine.checkpoint:logging.FileHandler", "defined outside dask_dgd; refused"),
-    ("dask_dgd._engine.executor:LocalCluster", "defined outside dask_dgd; refused"),
+    ("dask_dgd._engine.runtime.checkpoint:logging.FileHandler", "defined outside dask_dgd; refused"),
+    ("dask_dgd._engine.runtime.executor:LocalCluster", "defined outside dask_dgd; refused"),
     # importing dask_dgd.__main__ would run the command line
     ("dask_dgd.__main__:main", "outside dask_dgd; refused"),
     # a dask_dgd class that is not an estimator
     ("dask_dgd.optim._first_order:SGD", "which is not a dask_dgd estimator; refused"),
 ])
 def test_forged_class_names_are_refused(saved, tmp_path, name, message):
-    from dask_dgd._archive import _meta_digest
+    from dask_dgd._files.archive import _meta_digest
 
     victim = tmp_path / "victim.txt"
     victim.write_text("keep me")
@@ -251,7 +251,7 @@ def test_forged_class_names_are_refused(saved, tmp_path, name, message):
 def test_signed_files_with_an_archive_key(tmp_path):
     import dask
 
-    from dask_dgd._archive import _meta_digest
+    from dask_dgd._files.archive import _meta_digest
 
     est = LinearRegression().fit(X, X[:, 0])
     unsigned = est.save(tmp_path / "unsigned.npz")
@@ -446,7 +446,7 @@ FREE_LENGTH = {"shard_ratings_"}
 
 
 def _declared_finite(cls, attribute):
-    from dask_dgd._schema import ByLabel, Either, OptimizerState, fitted_attributes
+    from dask_dgd._files.schema import ByLabel, Either, OptimizerState, fitted_attributes
 
     spec = fitted_attributes(cls)[attribute]
     while True:
@@ -491,10 +491,23 @@ def test_every_array_field_of_every_estimator_is_validated_on_load(cls, tmp_path
 def test_the_loader_knows_every_fitted_attribute_an_estimator_declares(cls):
     """An estimator that lists its fitted attributes (``_FITTED``) has each of them in the
     loader's allow-list, and none of them is a name its class defines (a new attribute
-    must be declared in ``dask_dgd._schema.SCHEMAS`` to be saved and loaded)."""
-    from dask_dgd._schema import fitted_attributes
+    must be declared in ``dask_dgd._files.schema.SCHEMAS`` to be saved and loaded)."""
+    from dask_dgd._files.schema import fitted_attributes
 
     schema = fitted_attributes(cls)
-    assert schema, f"{cls.__name__} declares no fitted attributes in dask_dgd._schema.SCHEMAS"
+    assert schema, f"{cls.__name__} declares no fitted attributes in dask_dgd._files.schema.SCHEMAS"
     assert set(getattr(cls, "_FITTED", ())) <= set(schema)
     assert [name for name in schema if hasattr(cls, name)] == []
+
+
+def test_files_naming_the_engine_modules_before_the_sub_packages_still_load():
+    """Files written before the engine was laid out in sub-packages name the value
+    classes at their old modules; those names still resolve, to the same classes."""
+    from dask_dgd._engine.runtime.reduce import Partial
+    from dask_dgd._engine.solvers.curvature import LeastSquaresModel
+    from dask_dgd._files.schema import allowed_class
+
+    assert allowed_class("dask_dgd._engine.reduce:Partial", "type") is Partial
+    assert allowed_class("dask_dgd._engine.curvature:LeastSquaresModel", "type") is LeastSquaresModel
+    with pytest.raises(CheckpointError, match="which this dask_dgd does not have"):
+        allowed_class("dask_dgd._engine.kernels:BlockSums", "type")

@@ -126,7 +126,7 @@ def tree_shape(groups, split_every, transport="tree"):
     forwards to (the critical path).  The star: every group a root, no levels."""
     if transport == "star" or groups <= 1:
         return max(groups, 1), []
-    from dask_dgd._engine.topology import runner_tree
+    from dask_dgd._engine.runtime.topology import runner_tree
 
     level, kids = list(runner_tree(range(groups), split_every)), []
     roots = len(level)
@@ -147,7 +147,7 @@ def engine_transport(groups, n_params, split_every, requested="auto"):
     ``dgd.step-transport`` setting): ``"tree"``, ``"star"`` or ``"task"``."""
     import dask
 
-    from dask_dgd._engine.executor import step_transport
+    from dask_dgd._engine.runtime.executor import step_transport
 
     with dask.config.set({"dgd.step-transport": requested}):
         return step_transport()

@@ -306,9 +306,9 @@ class ShardedHeldOut(HeldOut):
     scorer = None
 
     def __init__(self, client, X_test, y_test, n_features):
-        from dask_dgd._engine.executor import get_executor
-        from dask_dgd._engine.ingest import build_shardset
-        from dask_dgd._engine.validation import Validator
+        from dask_dgd._engine.data.holdout import Validator
+        from dask_dgd._engine.data.ingest import build_shardset
+        from dask_dgd._engine.runtime.executor import get_executor
         from dask_dgd.losses import BinaryLogistic, LinearObjective
 
         super().__init__(None, None, n_features)

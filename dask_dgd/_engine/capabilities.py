@@ -17,8 +17,8 @@ from dataclasses import dataclass
 from ..compression import get_compressor
 from ..exceptions import ParameterError
 from ..optim import LBFGS, get_optimizer
-from .cd import cd_max_params, cd_model_params, cd_support, newton_support
 from .objective import LinearTraining
+from .solvers.newton import cd_max_params, cd_model_params, cd_support, newton_support
 
 __all__ = [
     "NEWTON_AUTO_WORK",

@@ -16,7 +16,7 @@ the checkpoints (:mod:`.checkpoint`) are the loop's, written once.
 """
 
 from ..exceptions import CheckpointError
-from .kernels import group_memory, group_restore
+from .runtime.group_steps import group_memory, group_restore
 from .stopping import Stop
 
 __all__ = ["Loop"]

@@ -49,8 +49,8 @@ from .._backend import is_sparse, to_numpy
 from ..exceptions import ParameterError
 from ..losses import LinearObjective, MultinomialLogistic, Penalty, lipschitz_bound
 from ..losses._path import PathObjective, PathPenalty
-from .blocks import _block_error, shard_check_finite, shard_sample
-from .kernels import BlockSums, Draw
+from .data.blocks import _block_error, shard_check_finite, shard_sample
+from .runtime.group_steps import BlockSums, Draw
 
 __all__ = ["BoundPenalty", "LinearTraining", "RowBatches", "batch_allocation", "gather_sample"]
 

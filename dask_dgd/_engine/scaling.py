@@ -238,7 +238,7 @@ class ScaledTraining:
         sums, local_grad = self.base.group_sums(shard, original, aux, draw, local, memory)
         if self.curvature is None:
             return sums, local_grad
-        from .curvature import block_r_factor, block_scaled_gram, with_block_extra
+        from .solvers.curvature import block_r_factor, block_scaled_gram, with_block_extra
 
         fn, key = (block_r_factor, "r") if self.curvature == "qr" else (block_scaled_gram, "hessian")
         obj = self.base.objective
@@ -262,7 +262,7 @@ class ScaledTraining:
         """The Hessian of the smooth objective in scaled coordinates (``"gram"``), or the
         :class:`~.curvature.LeastSquaresModel` of the Newton step (``"qr"``)."""
         if self.curvature == "qr":
-            from .curvature import LeastSquaresModel
+            from .solvers.curvature import LeastSquaresModel
 
             return LeastSquaresModel(partial.extras["r"].R, float(partial.weight_sum), self.ridge)
         H = partial.extras["hessian"] / partial.weight_sum

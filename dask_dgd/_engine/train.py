@@ -17,26 +17,26 @@ from ..compression import get_compressor
 from ..exceptions import InputError, ParameterError
 from ..losses import LinearObjective, Penalty
 from ..optim import FirstOrderOptimizer
-from .als import ALS
 from .capabilities import learning_rate_mode, resolve_feedback, resolve_solver, scaled_solve
-from .cd import IRLSCD, HessianTraining
-from .cd_path import PathHessianTraining, PathIRLSCD
-from .checkpoint import Checkpointer, data_fingerprint, digests_of, stable_repr
-from .executor import auto_split_every, get_executor
-from .kernels import LocalUpdate, group_local_export, group_local_init
+from .data.shards import ShardSet, released_on_error
+from .data.skew import DynamicBalancer
 from .loop import Loop
 from .modes.async_ import AsyncTraining
 from .modes.local import LocalSGD
-from .modes.sharded import ShardedAsync, ShardedFirstOrder, ShardedLBFGS, ShardedSource
 from .modes.sync import SyncSource
-from .monitor import Monitor, communicated
 from .objective import LinearTraining
+from .runtime.checkpoint import Checkpointer, data_fingerprint, digests_of, stable_repr
+from .runtime.executor import auto_split_every, get_executor
+from .runtime.group_steps import LocalUpdate, group_local_export, group_local_init
+from .runtime.monitor import Monitor, communicated
 from .scaling import ScaledTraining, column_scaling, ridge_level
-from .sharding import ParamLayout, dense_state, sparse_state
-from .shards import ShardSet, released_on_error
-from .skew import DynamicBalancer
-from .solvers import LBFGS as LBFGSSolver
-from .solvers import FirstOrder
+from .sharded.driver import ShardedAsync, ShardedFirstOrder, ShardedLBFGS, ShardedSource
+from .sharded.params import ParamLayout, dense_state, sparse_state
+from .solvers.als import ALS
+from .solvers.cd_path import PathHessianTraining, PathIRLSCD
+from .solvers.first_order import LBFGS as LBFGSSolver
+from .solvers.first_order import FirstOrder
+from .solvers.newton import IRLSCD, HessianTraining
 from .stopping import EarlyStopping, StopRules
 
 __all__ = ["FitResult", "resolve_solver", "train"]
@@ -167,8 +167,8 @@ def _shards_of(data, client, rebalance, max_iter, digest=False):
         raise InputError(
             f"data must be a ShardSet or a tuple (X, y) or (X, y, sample_weight); got {type(data).__name__}"
         )
-    from .blocks import shard_summary
-    from .ingest import build_shardset
+    from .data.blocks import shard_summary
+    from .data.ingest import build_shardset
 
     X, y, *rest = data
     shards = build_shardset(get_executor(client, X), X, y, rest[0] if rest else None,

@@ -407,7 +407,7 @@ def _cached(fields, client):
     if not all(array_api_compat.is_numpy_array(a._meta) for a in arrays):
         return fields  # blocks on a device (CuPy): its memory is not the workers' limit; read each pass
     if client is not None:
-        from .._engine.memory import worker_memory_limits
+        from .._engine.data.memory import worker_memory_limits
 
         limits = list(worker_memory_limits(client).values())
         room = sum(limits) if limits and all(limits) else 0

@@ -15,7 +15,7 @@ import xarray as xr
 from sklearn.base import BaseEstimator
 from sklearn.utils.validation import check_is_fitted
 
-from .._engine.executor import task_client
+from .._engine.runtime.executor import task_client
 from .._params import MODES, RUNTIME, TRAINING_CONSTRAINTS, init_from, signature
 from .._validation import ClientParamMixin, Interval, Options, one_fit_at_a_time, validate_params
 from ..exceptions import InputError, ParameterError
@@ -224,7 +224,7 @@ verbose, callbacks
         """``coef`` and ``count`` computed, with a progress bar over the spatial chunks
         solved (``verbose >= 1``): futures as they complete on a cluster, the local
         scheduler's task callbacks otherwise."""
-        from .._engine.monitor import progress_bar
+        from .._engine.runtime.monitor import progress_bar
 
         n_chunks = int(np.prod(coef.numblocks))
         bar = progress_bar(self.verbose, n_chunks, f"{type(self).__name__} (pointwise)", "chunk")
@@ -335,7 +335,7 @@ verbose, callbacks
         return self
 
     def _fit_pooled(self, spec, fields, resume=False):
-        from .._engine.monitor import progress_label
+        from .._engine.runtime.monitor import progress_label
 
         dm = DesignMatrix(spec, fields)
         est = self._linear_estimator()
@@ -378,7 +378,7 @@ verbose, callbacks
         self._set_pointwise(spec, fields, coef, count)
 
     def _fit_pointwise_glm(self, spec, fields):
-        from .._engine.monitor import progress_bar
+        from .._engine.runtime.monitor import progress_bar
         from ._pointwise_glm import fit_cells
 
         client = task_client(self.client) or _default_client()  # the cluster whose memory holds the state

@@ -9,13 +9,13 @@ import scipy.sparse as sp
 from sklearn.base import BaseEstimator
 from sklearn.utils.validation import check_is_fitted
 
-from .._engine.blocks import shard_summary
 from .._engine.capabilities import resolve_solver
-from .._engine.checkpoint import digests_of, stable_repr
-from .._engine.executor import get_executor
-from .._engine.ingest import build_shardset
+from .._engine.data.blocks import shard_summary
+from .._engine.data.holdout import Validator, snapshot, split_validation
+from .._engine.data.ingest import build_shardset
+from .._engine.runtime.checkpoint import digests_of, stable_repr
+from .._engine.runtime.executor import get_executor
 from .._engine.train import seed_of, train
-from .._engine.validation import Validator, snapshot, split_validation
 from .._params import MODES, TRAINING_CONSTRAINTS, fingerprint_params, signature
 from .._validation import ClientParamMixin, Interval, Options, user_stacklevel, validate_params
 from ..exceptions import ConvergenceWarning, InputError, ParameterError

@@ -7,8 +7,8 @@ evaluates the coefficient vectors it is asked for with one product ``X @ W``, th
 are per-row masks computed on the workers, the held-out scores are sums computed where
 the rows live, and the best penalty is refitted on all rows by the ordinary estimator.
 Single-output families take IRLS coordinate descent along the path by default
-(:mod:`dask_dgd._engine.cd_path`: one penalty at a time, all folds in the same passes);
-least squares its exact path from the folds' Gram matrices (:mod:`dask_dgd._engine.gram_path`).
+(:mod:`dask_dgd._engine.solvers.cd_path`: one penalty at a time, all folds in the same passes);
+least squares its exact path from the folds' Gram matrices (:mod:`dask_dgd._engine.solvers.gram_path`).
 """
 
 import numbers
@@ -19,9 +19,9 @@ from sklearn.base import BaseEstimator, ClassifierMixin, RegressorMixin
 from sklearn.utils.validation import check_is_fitted
 
 from .._backend import asarray_like, get_namespace, is_sparse, to_numpy
-from .._engine.cd import cd_max_params
-from .._engine.gram_path import alpha_max_of, fold_paths, fold_sums, solve_path
 from .._engine.objective import PathTraining
+from .._engine.solvers.gram_path import alpha_max_of, fold_paths, fold_sums, solve_path
+from .._engine.solvers.newton import cd_max_params
 from .._engine.train import train
 from .._params import init_from, signature
 from .._validation import ClientParamMixin, Interval, Options, one_fit_at_a_time, user_stacklevel, validate_params
@@ -207,7 +207,7 @@ class _PathCV(ClientParamMixin, BaseEstimator):
         return coef, icpt, {k: v.reshape(P, F) for k, v in sums.items()}, n_iter
 
     def _path_solver(self, loss, n_features):
-        """The stacked path's solver: "cd" (IRLS-CD along the path, :mod:`~dask_dgd._engine.cd_path`)
+        """The stacked path's solver: "cd" (IRLS-CD along the path, :mod:`~dask_dgd._engine.solvers.cd_path`)
         when asked, or for "auto" with a single-output loss that has a Hessian and at most
         ``dgd.cd-max-params`` coefficients per model; else the one asked ("auto": each
         group's "gd" or "lbfgs")."""

@@ -16,7 +16,7 @@ scored with its rows' sample weights (:func:`scoring_shards`).
 
 import numpy as np
 
-from .._engine.blocks import encode_shard
+from .._engine.data.blocks import encode_shard
 
 __all__ = ["path_attributes", "scoring_shards"]
 

@@ -55,11 +55,11 @@ _REGRESSOR_DOC_PARAMS = """
     solver : {"auto", "cd", "lbfgs", "gd"}, default="auto"
         "cd": for least squares (:class:`ElasticNetCV`), the exact path: one pass
         over ``X`` computing every fold's Gram matrix, then coordinate descent on the
-        driver for every fold and penalty (:mod:`~dask_dgd._engine.gram_path`); for
+        driver for every fold and penalty (:mod:`~dask_dgd._engine.solvers.gram_path`); for
         the other single-output families (binary logistic, Poisson, Gamma, Tweedie,
         negative binomial, binomial), IRLS coordinate descent along the path, one
         penalty at a time with every fold's Hessian from one Gram matrix's work per
-        pass (:mod:`~dask_dgd._engine.cd_path`).  "lbfgs" (smooth penalties) and "gd"
+        pass (:mod:`~dask_dgd._engine.solvers.cd_path`).  "lbfgs" (smooth penalties) and "gd"
         (proximal gradient, for L1) train the stacked path in warm-started groups of
         penalties.  "auto" picks "cd" up to ``dgd.cd-max-params`` (1024) coefficients
         per model, else "gd" for a path with an L1 part, else "lbfgs" (the multinomial

@@ -30,9 +30,9 @@ from scipy.stats import norm
 from sklearn.utils.validation import check_array, check_is_fitted
 
 from .._backend import asarray_like, get_namespace, is_sparse, to_numpy
-from .._engine.blocks import _all_finite, _block_error, encode_shard
-from .._engine.executor import get_executor, is_dask_collection
-from .._engine.ingest import build_shardset
+from .._engine.data.blocks import _all_finite, _block_error, encode_shard
+from .._engine.data.ingest import build_shardset
+from .._engine.runtime.executor import get_executor, is_dask_collection
 from .._frames import is_frame
 from .._validation import user_stacklevel
 from ..exceptions import ConvergenceWarning, InputError, ParameterError

@@ -11,8 +11,8 @@ import scipy.sparse as sp
 from sklearn.utils.validation import check_array, check_consistent_length, column_or_1d, validate_data
 
 from .._backend import asarray_like, get_namespace, is_sparse, to_numpy
-from .._engine.blocks import check_chunking
-from .._engine.executor import is_dask_collection
+from .._engine.data.blocks import check_chunking
+from .._engine.runtime.executor import is_dask_collection
 from .._frames import is_frame, numeric_frame
 from .._validation import user_stacklevel
 from ..exceptions import InputError

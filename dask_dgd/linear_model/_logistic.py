@@ -8,8 +8,8 @@ from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import check_is_fitted
 
 from .._backend import asarray_like, get_namespace, to_numpy
-from .._engine.blocks import _label_error, encode_shard
-from .._engine.executor import is_dask_collection
+from .._engine.data.blocks import _label_error, encode_shard
+from .._engine.runtime.executor import is_dask_collection
 from .._params import init_from
 from .._validation import Options, one_fit_at_a_time
 from ..exceptions import InputError, ParameterError

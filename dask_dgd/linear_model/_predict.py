@@ -11,8 +11,8 @@ import scipy.sparse as sp
 from sklearn.utils.validation import check_is_fitted, validate_data
 
 from .._backend import asarray_like, get_namespace, is_device_array, is_sparse, to_numpy
-from .._engine.blocks import check_chunking, check_finite_block
-from .._engine.executor import is_dask_collection
+from .._engine.data.blocks import check_chunking, check_finite_block
+from .._engine.runtime.executor import is_dask_collection
 from .._frames import is_frame, numeric_frame
 from ..exceptions import InputError
 from ._input import check_feature_names, check_n_features, check_offset
@@ -165,7 +165,7 @@ def raw_prediction(est, X, squeeze=True, post=None, post_args=(), out=None, offs
 
 def _check_device_array(est, X):
     """scikit-learn's checks of an in-memory X, for arrays it cannot convert."""
-    from .._engine.blocks import check_finite_block
+    from .._engine.data.blocks import check_finite_block
 
     if X.ndim != 2:
         raise InputError(f"X must be 2-D; got an array of shape {tuple(X.shape)}")

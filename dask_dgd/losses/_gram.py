@@ -5,9 +5,9 @@ features and, for a model with an intercept, a column of ones.  It is the Hessia
 of a linear model's loss (``a`` the sample weights times the loss's second
 derivative), the Fisher information and the sandwich's meat of the inference
 (:mod:`dask_dgd.linear_model._inference`), the Hessian sums of ``solver="cd"``
-(:mod:`dask_dgd._engine.cd`) when the fit is not scaled, the Hessian of an in-memory
+(:mod:`dask_dgd._engine.solvers.newton`) when the fit is not scaled, the Hessian of an in-memory
 problem (:func:`~dask_dgd.losses.objective_hessian`) and the fold Gram matrices of the exact
-elastic-net path (:mod:`dask_dgd._engine.gram_path`).
+elastic-net path (:mod:`dask_dgd._engine.solvers.gram_path`).
 """
 
 import array_api_compat

@@ -17,8 +17,8 @@ import numpy as np
 import pandas as pd
 from sklearn.base import BaseEstimator
 
-from .._engine.checkpoint import stable_repr
-from .._engine.executor import get_executor, is_dask_collection
+from .._engine.runtime.checkpoint import stable_repr
+from .._engine.runtime.executor import get_executor, is_dask_collection
 from .._engine.train import seed_of, train
 from .._params import MODES, RUNTIME, TRAINING_CONSTRAINTS, fingerprint_params, signature
 from .._validation import (
@@ -87,7 +87,7 @@ class FactorizationBase(RecommenderMixin, ClientParamMixin, BaseEstimator):
         ratings, ``loss="wls"``): each iteration takes 3 conjugate-gradient steps on
         every user's system where the user lives, then 3 on the item systems, whose
         products with a direction are reduced like gradients
-        (:mod:`dask_dgd._engine.als`); the same objective as "gd";
+        (:mod:`dask_dgd._engine.solvers.als`); the same objective as "gd";
         synchronous, full batch, NumPy shards; ``optimizer``, ``learning_rate`` and
         ``on_divergence`` do not apply; ``max_iter`` counts iterations and the fit stops
         when one improved the objective by at most ``tol`` (relative, as below).
@@ -515,7 +515,7 @@ class FactorizationBase(RecommenderMixin, ClientParamMixin, BaseEstimator):
         self.n_iter_ = result.n_iter if not continued else getattr(self, "n_iter_", 0) + result.n_iter
         self.solver_ = result.solver
         self.shard_ratings_ = np.asarray(loads)
-        from .._engine.monitor import communicated
+        from .._engine.runtime.monitor import communicated
 
         self.bytes_communicated_ = communicated(self.history_)
 

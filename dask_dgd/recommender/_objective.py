@@ -25,9 +25,9 @@ import array_api_compat
 import numpy as np
 
 from .._backend import get_namespace, to_numpy
-from .._engine.als import CG_STEPS
-from .._engine.kernels import BlockSums, Draw, SolvedLocal
-from .._engine.reduce import RowSparse
+from .._engine.runtime.group_steps import BlockSums, Draw, SolvedLocal
+from .._engine.runtime.reduce import RowSparse
+from .._engine.solvers.als import CG_STEPS
 from ..losses import _als
 from ..losses import _factorization as kernels
 from ._shards import init_rows
@@ -116,7 +116,7 @@ class HashBatches:
 @dataclass(frozen=True)
 class AlsPhase:
     """What a step of alternating least squares asks of the shards (see
-    :mod:`dask_dgd._engine.als`): ``"solve"``: solve the users (``user_cg_steps``
+    :mod:`dask_dgd._engine.solvers.als`): ``"solve"``: solve the users (``user_cg_steps``
     conjugate-gradient steps each) at the item table sent (``gram``: its Gram matrix,
     wls), then the usual sums at them;
     ``"matvec"``: the table sent is a conjugate-gradient direction ``D``, return the

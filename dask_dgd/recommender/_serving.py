@@ -8,7 +8,7 @@ import pandas as pd
 from sklearn.utils.validation import check_is_fitted
 
 from .._backend import asarray_like, is_device_array, to_numpy
-from .._engine.executor import is_dask_collection
+from .._engine.runtime.executor import is_dask_collection
 from ..exceptions import InputError, ParameterError
 from ._input import ids_preview, pairs_shape_error
 from ._objective import grow_state

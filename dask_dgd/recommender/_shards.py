@@ -5,7 +5,7 @@ partitions live (ids, counts, rating sums), users and items are mapped to dense
 indices, users are assigned to shards so that every shard holds about the same number
 of ratings (a few power users hold a large share of them), and each shard's ratings are
 assembled on its worker as a :class:`RatingShard`, sorted by (user, item, rating).  The
-shards form the engine's :class:`~dask_dgd._engine.shards.ShardSet`: one block per
+shards form the engine's :class:`~dask_dgd._engine.data.shards.ShardSet`: one block per
 shard, its users' factors kept there as the group's local parameters.
 
 Arrays other than NumPy (CuPy on a GPU): when the ratings come as a dask array of
@@ -24,8 +24,8 @@ import numpy as np
 import pandas as pd
 
 from .._backend import asarray_like, get_namespace, to_numpy
-from .._engine.memory import check_worker_shares, worker_memory_limits
-from .._engine.shards import ShardSet
+from .._engine.data.memory import check_worker_shares, worker_memory_limits
+from .._engine.data.shards import ShardSet
 from ..exceptions import InputError
 
 __all__ = [
@@ -126,7 +126,7 @@ def check_model_fits(name, n_users, n_items, model, optimizer, in_process):
         Naming the bytes needed, the bytes available and the largest ``n_components``
         that would fit.
     """
-    from .._engine.memory import format_bytes
+    from .._engine.data.memory import format_bytes
     from ..exceptions import ParameterError
 
     state = None if optimizer is None else optimizer.init(np.zeros(2))
@@ -423,7 +423,7 @@ def frame_parts(executor, frame):
 
 def _check_frame_fits(client, workers, frame):
     """Refuse a pandas frame whose share per worker exceeds the workers' memory (see
-    :mod:`dask_dgd._engine.memory`), before any of it is scattered.
+    :mod:`dask_dgd._engine.data.memory`), before any of it is scattered.
 
     Each worker will hold its piece of the frame (kept for the fit) and its rating
     shards, :data:`RATING_BYTES` per rating; spread evenly, that is a lower bound of the
@@ -440,7 +440,7 @@ def _check_frame_fits(client, workers, frame):
 
 def _check_shards_fit(client, workers, parts, placed, loads, n_users):
     """Refuse rating shards that would not fit in their workers' memory (see
-    :mod:`dask_dgd._engine.memory`), before any is built: each worker's share is the
+    :mod:`dask_dgd._engine.data.memory`), before any is built: each worker's share is the
     input partitions it holds (kept for the fit; their sizes and places are known to
     the scheduler) plus its shards (:data:`RATING_BYTES` per rating,
     :data:`USER_BYTES` per user)."""
@@ -537,7 +537,7 @@ def build_rating_shards(executor, parts, cols, users, items, n_shards, like=None
 
 def _lost_worker_note(scattered):
     """What a lost worker costs a matrix factorization, and what to do (the
-    :attr:`~dask_dgd._engine.collective.Collective.unrecoverable` of its shards);
+    :attr:`~dask_dgd._engine.runtime.collective.Collective.unrecoverable` of its shards);
     ``scattered``: the partitions were sent from memory (a pandas DataFrame)."""
     if not scattered:
         built = ("its rating shard was assembled there from pieces of the dask DataFrame's partitions, cut with "

@@ -18,8 +18,8 @@ from sklearn.preprocessing import StandardScaler
 
 from dask_dgd import LinearRegression, LogisticRegression, PoissonRegressor, train
 from dask_dgd._engine.capabilities import resolve_solver
-from dask_dgd._engine.cd import block_hessian_sum, cd_solve, kkt_violation
 from dask_dgd._engine.objective import LinearTraining
+from dask_dgd._engine.solvers.newton import block_hessian_sum, cd_solve, kkt_violation
 from dask_dgd.exceptions import ParameterError
 from dask_dgd.losses import (
     BinaryLogistic,

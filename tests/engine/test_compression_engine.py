@@ -9,10 +9,10 @@ import numpy as np
 import pytest
 
 from dask_dgd import LogisticRegression, ParameterError
-from dask_dgd._engine.blocks import make_shard
-from dask_dgd._engine.kernels import Downlink, StaleState, StepRequest, group_step
+from dask_dgd._engine.data.blocks import make_shard
 from dask_dgd._engine.objective import LinearTraining
-from dask_dgd._engine.reduce import BlockTree, Compressed, Partial, SparseVector
+from dask_dgd._engine.runtime.group_steps import Downlink, StaleState, StepRequest, group_step
+from dask_dgd._engine.runtime.reduce import BlockTree, Compressed, Partial, SparseVector
 from dask_dgd.compression import QSGD, Sign, TopK
 from dask_dgd.losses import BinaryLogistic, LinearObjective
 

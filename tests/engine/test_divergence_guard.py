@@ -22,7 +22,7 @@ from sklearn.exceptions import ConvergenceWarning
 
 from dask_dgd import optim
 from dask_dgd._engine.modes.local import diverged_loss, round_partial
-from dask_dgd._engine.reduce import Partial, add_partials
+from dask_dgd._engine.runtime.reduce import Partial, add_partials
 from dask_dgd._engine.update import (
     BACKOFF_FACTOR,
     BATCH_EXPLOSION_FACTOR,

@@ -22,7 +22,7 @@ import pytest
 from test_worker_loss import _async_fit, _server_actors, _spread
 
 from dask_dgd import ConvergenceWarning, LogisticRegression
-from dask_dgd._engine.collective import Collective
+from dask_dgd._engine.runtime.collective import Collective
 from dask_dgd.exceptions import ClusterError, ParameterError
 from dask_dgd.testing import freezing_worker
 
@@ -181,7 +181,7 @@ def _freeze_at_step_30(record):
     """From the driver, once the asynchronous fit is under way: make the worker holding
     the parameter server, or another one (a loop's), as ``_FREEZE["which"]`` says, stop
     itself at its next group computation (progress, not a clock)."""
-    from dask_dgd._engine.faults import set_freeze
+    from dask_dgd._engine.runtime.faults import set_freeze
 
     if record["step"] < 30 or "client" not in _FREEZE:
         return

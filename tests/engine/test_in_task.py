@@ -86,7 +86,7 @@ def test_fit_inside_a_submitted_task(process_client, data, as_dask):
 
 
 def _executor_kind_in_task(as_dask):
-    from dask_dgd._engine.executor import get_executor
+    from dask_dgd._engine.runtime.executor import get_executor
 
     X = np.zeros((3, 2))
     return get_executor(None, da.from_array(X) if as_dask else X).kind

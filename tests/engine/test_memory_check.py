@@ -57,7 +57,7 @@ def _ratings(n, seed=0):
 
 # ----------------------------------------------------------------- the threshold
 def test_the_line_is_where_dask_pauses_or_kills_a_worker():
-    from dask_dgd._engine.memory import memory_line
+    from dask_dgd._engine.data.memory import memory_line
 
     assert memory_line() == (0.8, "pause")
     with dask.config.set({"distributed.worker.memory.pause": False}):
@@ -144,7 +144,7 @@ def test_a_fit_that_fits_is_not_refused(small):
 
 
 def test_workers_without_a_memory_limit_are_never_refused(unlimited):
-    from dask_dgd._engine.memory import check_worker_shares, worker_memory_limits
+    from dask_dgd._engine.data.memory import check_worker_shares, worker_memory_limits
 
     limits = worker_memory_limits(unlimited)
     assert set(limits.values()) == {0}
@@ -189,7 +189,7 @@ def test_the_worker_process_own_memory_counts_next_to_the_share():
     """A worker process holds its interpreter and libraries (a few hundred MiB) before
     any data: on 500 MB workers that is most of the room below the pause line, and a
     share that fits the line alone is refused with the baseline named."""
-    from dask_dgd._engine.memory import check_worker_shares
+    from dask_dgd._engine.data.memory import check_worker_shares
 
     limits = {"tcp://a:1": 500 * 2**20, "tcp://b:1": 500 * 2**20}
     shares = dict.fromkeys(limits, 200 * 2**20)  # 200 MiB each, under the 400 MiB line
@@ -206,7 +206,7 @@ def test_the_worker_process_own_memory_counts_next_to_the_share():
 
 
 def test_in_process_workers_have_no_baseline_of_their_own(small):
-    from dask_dgd._engine.memory import worker_baselines
+    from dask_dgd._engine.data.memory import worker_baselines
 
     assert set(worker_baselines(small).values()) == {0}  # their process is the test's
 
@@ -227,7 +227,7 @@ def test_workers_killed_at_their_memory_limit_while_reading_the_input_is_a_clust
               "distributed.worker.memory.spill": False, "distributed.worker.memory.pause": False}
     with dask.config.set(config):
         client = make_cluster(1, memory_limit="600 MiB", silence_logs=logging.CRITICAL)
-        from dask_dgd._engine.memory import worker_baselines
+        from dask_dgd._engine.data.memory import worker_baselines
 
         assert all(b > 0 for b in worker_baselines(client).values())  # a process of its own
         meta = pd.DataFrame({"a": np.ones(0), "y": np.ones(0)})

@@ -9,7 +9,7 @@ import pytest
 from dask_dgd import ConvergenceWarning, LogisticRegression, ParameterError, optim
 from dask_dgd._engine.modes.server import ServerCore, guard_of_state
 from dask_dgd._engine.objective import LinearTraining
-from dask_dgd._engine.reduce import Partial
+from dask_dgd._engine.runtime.reduce import Partial
 from dask_dgd._engine.stopping import StopRules, WallClock
 from dask_dgd._engine.update import BATCH_EXPLOSION_FACTOR, Guard
 from dask_dgd.losses import BinaryLogistic, LinearObjective, Penalty

@@ -3,7 +3,7 @@
 import pytest
 
 from dask_dgd import LinearRegression, LogisticRegression, train
-from dask_dgd._engine.monitor import progress_label
+from dask_dgd._engine.runtime.monitor import progress_label
 from dask_dgd.datasets import make_classification, make_regression
 from dask_dgd.losses import HalfSquaredError, LinearObjective
 

@@ -1,7 +1,7 @@
 import numpy as np
 import pytest
 
-from dask_dgd._engine.reduce import BlockTree, Partial, add_partials, tree_sum
+from dask_dgd._engine.runtime.reduce import BlockTree, Partial, add_partials, tree_sum
 
 
 def _parts(n, seed=0):

@@ -8,11 +8,11 @@ import pytest
 import scipy.sparse as sp
 
 import dask_dgd
-from dask_dgd._engine.blocks import Block
-from dask_dgd._engine.curvature import LeastSquaresModel, RFactor, block_r_factor, block_scaled_gram
-from dask_dgd._engine.executor import get_executor
-from dask_dgd._engine.ingest import build_shardset
+from dask_dgd._engine.data.blocks import Block
+from dask_dgd._engine.data.ingest import build_shardset
+from dask_dgd._engine.runtime.executor import get_executor
 from dask_dgd._engine.scaling import ColumnScaling, column_scaling, ridge_level
+from dask_dgd._engine.solvers.curvature import LeastSquaresModel, RFactor, block_r_factor, block_scaled_gram
 from dask_dgd.losses import (
     BinaryLogistic,
     HalfPoisson,

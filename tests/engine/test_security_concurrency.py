@@ -22,9 +22,9 @@ import pytest
 from distributed import Client, LocalCluster
 
 from dask_dgd import LinearRegression, LogisticRegression, MatrixFactorization
-from dask_dgd._engine import executor as cluster_mod
-from dask_dgd._engine.executor import DaskExecutor
-from dask_dgd._engine.ingest import build_shardset
+from dask_dgd._engine.data.ingest import build_shardset
+from dask_dgd._engine.runtime import executor as cluster_mod
+from dask_dgd._engine.runtime.executor import DaskExecutor
 from dask_dgd.datasets import make_ratings
 from dask_dgd.exceptions import ConcurrentFitError
 

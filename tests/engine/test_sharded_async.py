@@ -1,5 +1,5 @@
 """Asynchronous training over sharded parameters: the owners are the parameter server
-(``dask_dgd._engine.sharded_async``), a coordinator keeps the scalars."""
+(``dask_dgd._engine.sharded.async_``), a coordinator keeps the scalars."""
 
 import warnings
 
@@ -12,9 +12,9 @@ from sklearn.exceptions import ConvergenceWarning
 from test_sharding import D, N, _problem
 
 from dask_dgd import LogisticRegression, train
-from dask_dgd._archive import read_archive
-from dask_dgd._engine.checkpoint import decode
+from dask_dgd._engine.runtime.checkpoint import decode
 from dask_dgd._engine.update import BATCH_EXPLOSION_FACTOR
+from dask_dgd._files.archive import read_archive
 from dask_dgd.exceptions import DivergenceError, ParameterError
 from dask_dgd.losses import BinaryLogistic, HalfSquaredError, LinearObjective, Penalty
 

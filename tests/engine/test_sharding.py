@@ -11,8 +11,8 @@ from designs import zipf_log
 from interrupts import Interrupted, StopAt
 
 from dask_dgd import train
-from dask_dgd._engine.modes.sharded import split
-from dask_dgd._engine.sharding import Max, ParamLayout, SlicePenalty
+from dask_dgd._engine.sharded.driver import split
+from dask_dgd._engine.sharded.params import Max, ParamLayout, SlicePenalty
 from dask_dgd.exceptions import ParameterError
 from dask_dgd.losses import BinaryLogistic, HalfSquaredError, LinearObjective, MultinomialLogistic, Penalty
 from dask_dgd.optim import Adam
@@ -288,9 +288,9 @@ def test_column_scales_are_the_jacobi_diagonal_of_the_data_and_penalty():
     assembled from every group's sums whatever the split of rows and columns."""
     from types import SimpleNamespace
 
-    from dask_dgd._engine.exchange import LocalExchange
-    from dask_dgd._engine.sharded_lbfgs import column_scales
-    from dask_dgd._engine.sharding import sharded_column_squares, sharded_setup
+    from dask_dgd._engine.sharded.exchange import LocalExchange
+    from dask_dgd._engine.sharded.lbfgs import column_scales
+    from dask_dgd._engine.sharded.params import sharded_column_squares, sharded_setup
 
     X, _ = zipf_log(n=900, d=50)
     X = sp.hstack([X, sp.csr_matrix((900, 3))], format="csr")  # three empty columns

@@ -2,7 +2,7 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 
-from dask_dgd._engine.blocks import (
+from dask_dgd._engine.data.blocks import (
     Shard,
     encode_shard,
     make_shard,
@@ -10,10 +10,10 @@ from dask_dgd._engine.blocks import (
     shard_sample,
     shard_summary,
 )
-from dask_dgd._engine.kernels import Draw, StepRequest, group_step
+from dask_dgd._engine.data.skew import groups_by_worker, place_blocks
 from dask_dgd._engine.objective import LinearTraining, batch_allocation
-from dask_dgd._engine.reduce import BlockTree
-from dask_dgd._engine.skew import groups_by_worker, place_blocks
+from dask_dgd._engine.runtime.group_steps import Draw, StepRequest, group_step
+from dask_dgd._engine.runtime.reduce import BlockTree
 from dask_dgd.exceptions import BlockError, InputError
 from dask_dgd.losses import BinaryLogistic, HalfSquaredError, LinearObjective
 

@@ -11,8 +11,8 @@ from distributed import futures_of, wait
 
 import dask_dgd
 from dask_dgd import ConvergenceWarning, InputError, LogisticRegression, ParameterError
-from dask_dgd._engine import skew
-from dask_dgd._engine.skew import balanced_chunks, imbalance, place_blocks, worker_loads
+from dask_dgd._engine.data import skew
+from dask_dgd._engine.data.skew import balanced_chunks, imbalance, place_blocks, worker_loads
 from dask_dgd.exceptions import ClusterError
 from dask_dgd.testing import straggler
 

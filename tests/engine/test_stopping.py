@@ -13,8 +13,8 @@ import pytest
 from dask_dgd import ConvergenceWarning, LogisticRegression, optim
 from dask_dgd._engine.modes.server import ServerCore
 from dask_dgd._engine.objective import LinearTraining
-from dask_dgd._engine.reduce import Partial
-from dask_dgd._engine.solvers import Outcome
+from dask_dgd._engine.runtime.reduce import Partial
+from dask_dgd._engine.solvers.base import Outcome
 from dask_dgd._engine.stopping import Stop, StopRules, WallClock
 from dask_dgd.losses import BinaryLogistic, LinearObjective, Penalty
 

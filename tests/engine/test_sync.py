@@ -11,10 +11,10 @@ import numpy as np
 import pandas as pd
 import pytest
 
-import dask_dgd._engine.executor as cluster_mod
+import dask_dgd._engine.runtime.executor as cluster_mod
 from dask_dgd import LinearRegression, LogisticRegression
-from dask_dgd._engine.executor import DaskExecutor
-from dask_dgd._engine.ingest import build_shardset
+from dask_dgd._engine.data.ingest import build_shardset
+from dask_dgd._engine.runtime.executor import DaskExecutor
 from dask_dgd.exceptions import ChunkingError, ClusterError, DivergenceError, InputError
 
 
@@ -71,7 +71,7 @@ def test_worker_count_and_transport_do_not_change_a_bit(client, logistic_data, m
 
 
 def test_step_transport_choice():
-    from dask_dgd._engine.executor import step_transport
+    from dask_dgd._engine.runtime.executor import step_transport
     from dask_dgd.exceptions import ParameterError
 
     assert step_transport() == "tree"  # auto: the tree (a star when there are few groups)
@@ -264,7 +264,7 @@ def test_paused_closing_and_restarting_workers_are_named_not_called_absent():
     """Workers that are there but not running are not "no workers; start some": a
     paused worker is named with its memory and the remedy, and so is a cluster whose
     workers keep being removed (a nanny killing them at their limit, restarting)."""
-    from dask_dgd._engine.executor import absent_workers_message
+    from dask_dgd._engine.runtime.executor import absent_workers_message
 
     msg = absent_workers_message("tcp://s:8786", {"tcp://w:1": ("paused", 100 * 2**20, 130 * 2**20),
                                                   "tcp://w:2": ("closing_gracefully", None, 0)})

@@ -9,10 +9,10 @@ import numpy as np
 import pytest
 
 from dask_dgd import LogisticRegression, MatrixFactorization
-from dask_dgd._engine.executor import DaskExecutor
-from dask_dgd._engine.ingest import build_shardset
-from dask_dgd._engine.reduce import BlockTree, Partial, RowSparse, add_partials, tree_sum
-from dask_dgd._engine.topology import runner_tree, tree_depth, tree_groups
+from dask_dgd._engine.data.ingest import build_shardset
+from dask_dgd._engine.runtime.executor import DaskExecutor
+from dask_dgd._engine.runtime.reduce import BlockTree, Partial, RowSparse, add_partials, tree_sum
+from dask_dgd._engine.runtime.topology import runner_tree, tree_depth, tree_groups
 from dask_dgd.compression import TopK
 from dask_dgd.datasets import make_ratings
 

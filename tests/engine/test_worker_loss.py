@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 from dask_dgd import ConvergenceWarning, LogisticRegression
-from dask_dgd._engine.faults import set_kill
+from dask_dgd._engine.runtime.faults import set_kill
 from dask_dgd.compression import TopK
 from dask_dgd.testing import killing_worker
 

@@ -10,7 +10,7 @@ from sklearn.preprocessing import StandardScaler
 from sklearn.utils.class_weight import compute_class_weight
 
 from dask_dgd import LogisticRegression
-from dask_dgd._engine.blocks import Block, Shard, shard_summary
+from dask_dgd._engine.data.blocks import Block, Shard, shard_summary
 from dask_dgd.exceptions import InputError
 
 C = 0.5

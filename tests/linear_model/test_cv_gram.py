@@ -13,7 +13,7 @@ from sklearn.model_selection import PredefinedSplit
 from sklearn.preprocessing import StandardScaler
 
 from dask_dgd import LinearRegression
-from dask_dgd._engine.gram_path import fold_sums, held_out_squared_error
+from dask_dgd._engine.solvers.gram_path import fold_sums, held_out_squared_error
 from dask_dgd.linear_model._cv import ElasticNetCV, fold_ids
 from dask_dgd.losses import HalfSquaredError
 from dask_dgd.losses._path import PathObjective
@@ -112,8 +112,8 @@ def test_fold_sums_are_the_block_trees_sum_bit_for_bit(client, boston):
     from types import SimpleNamespace
 
     import dask_dgd.linear_model._cv as cv_module
-    from dask_dgd._engine.gram_path import _block_fold_sums
-    from dask_dgd._engine.reduce import Partial, tree_sum
+    from dask_dgd._engine.runtime.reduce import Partial, tree_sum
+    from dask_dgd._engine.solvers.gram_path import _block_fold_sums
 
     X, y = boston
     X = X * np.random.default_rng(3).uniform(0.1, 1e3, X.shape[1])  # magnitudes that make rounding order show

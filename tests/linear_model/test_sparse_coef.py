@@ -8,7 +8,7 @@ import scipy.sparse as sp
 from sklearn.exceptions import NotFittedError
 
 from dask_dgd import LinearRegression, LogisticRegression, train
-from dask_dgd._engine import sharding
+from dask_dgd._engine.sharded import params as sharding
 from dask_dgd.exceptions import ParameterError
 from dask_dgd.losses import BinaryLogistic, LinearObjective, Penalty
 
@@ -131,7 +131,7 @@ def test_the_sparse_gather_sends_non_zero_chunks_only(monkeypatch):
         calls.append((field, out))
         return out
 
-    from dask_dgd._engine.modes import sharded
+    from dask_dgd._engine.sharded import driver as sharded
 
     monkeypatch.setattr(sharded, "sharded_slice", spy)
     X, y = _data()

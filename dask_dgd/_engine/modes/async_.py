@@ -35,10 +35,10 @@ import time
 import numpy as np
 
 from ...exceptions import ClusterError, DivergenceError
-from ..collective import STEP_TIMEOUT_MULTIPLE, step_timeout_floor
-from ..faults import inject_faults
-from ..kernels import COMPRESSION_TAG, compress_into
-from ..solvers import Outcome, Solver, start_step
+from ..runtime.collective import STEP_TIMEOUT_MULTIPLE, step_timeout_floor
+from ..runtime.faults import inject_faults
+from ..runtime.group_steps import COMPRESSION_TAG, compress_into
+from ..solvers.base import Outcome, Solver, start_step
 from ..stopping import Stop, StopRules, WallClock
 from ..update import Guard, UpdateRule
 from .local import sum_blocks

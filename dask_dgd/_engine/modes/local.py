@@ -18,11 +18,18 @@ import time
 
 import numpy as np
 
-from ..faults import inject_faults
-from ..kernels import COMPRESSION_TAG, StaleState, _store_local, check_payload_count, compress_into, local_snapshot
-from ..records import Bytes, Route, Timing, make_record
-from ..reduce import Partial, add_partials
-from ..solvers import Outcome, Solver, start_step
+from ..runtime.faults import inject_faults
+from ..runtime.group_steps import (
+    COMPRESSION_TAG,
+    StaleState,
+    _store_local,
+    check_payload_count,
+    compress_into,
+    local_snapshot,
+)
+from ..runtime.records import Bytes, Route, Timing, make_record
+from ..runtime.reduce import Partial, add_partials
+from ..solvers.base import Outcome, Solver, start_step
 from ..stopping import EpochStopper, Stop
 from ..update import Guard, UpdateRule, halved
 

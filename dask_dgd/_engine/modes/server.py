@@ -23,8 +23,8 @@ import time
 import numpy as np
 
 from ...exceptions import DivergenceError
-from ..records import Bytes, Timing, make_record
-from ..reduce import Compressed, add_partials
+from ..runtime.records import Bytes, Timing, make_record
+from ..runtime.reduce import Compressed, add_partials
 from ..stopping import EpochStopper, Stop, StopRules, WallClock
 from ..update import BATCH_EXPLOSION_FACTOR, Guard, UpdateRule, halved
 

@@ -15,8 +15,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..kernels import COMPRESSION_TAG, Downlink, LocalUpdate, StaleState, StepRequest, group_step
-from ..records import Bytes, Route, Timing
+from ..runtime.group_steps import COMPRESSION_TAG, Downlink, LocalUpdate, StaleState, StepRequest, group_step
+from ..runtime.records import Bytes, Route, Timing
 
 __all__ = ["StepResult", "SyncSource"]
 

@@ -29,8 +29,8 @@ tuples, dicts, NumPy arrays and scalars, SciPy CSR/CSC matrices, pandas DataFram
 Indexes, xarray DataArrays, NumPy RandomStates, and dask_dgd's own objects (estimators,
 optimizers, optimizer states, schedules, compressors, climate feature specs).  Decoding
 recreates only those types: a class must be one of
-:func:`dask_dgd._schema.allowed_types`, whatever the file says, and an estimator is
-rebuilt from its declared parameters and fitted attributes only (:mod:`dask_dgd._schema`).
+:func:`dask_dgd._files.schema.allowed_types`, whatever the file says, and an estimator is
+rebuilt from its declared parameters and fitted attributes only (:mod:`dask_dgd._files.schema`).
 """
 
 import dataclasses
@@ -45,8 +45,8 @@ from pathlib import Path, PurePath
 
 import numpy as np
 
-from ._schema import _PACKAGE, UNSAVED_PARAMS, allowed_class, rebuild_object
-from .exceptions import CheckpointError
+from ..exceptions import CheckpointError
+from .schema import _PACKAGE, UNSAVED_PARAMS, allowed_class, rebuild_object
 
 __all__ = ["read_archive", "write_archive", "encode", "decode", "stale_temporaries"]
 
@@ -581,8 +581,8 @@ def encode(value):
 def decode(data, arrays):
     """The Python value that :func:`encode` gave ``(data, arrays)`` for.
 
-    Only the classes of :func:`dask_dgd._schema.allowed_types` are rebuilt, by
-    :func:`dask_dgd._schema.rebuild_object`: a plain object's state may not set a name
+    Only the classes of :func:`dask_dgd._files.schema.allowed_types` are rebuilt, by
+    :func:`dask_dgd._files.schema.rebuild_object`: a plain object's state may not set a name
     its class defines (a method, property or class attribute), and an estimator holds
     its parameters and the fitted attributes it declares, each checked.  Sparse
     matrices are checked in full (indices within the shape, ``indptr`` non-decreasing)."""

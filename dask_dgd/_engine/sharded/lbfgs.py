@@ -41,8 +41,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .reduce import Partial
-from .sharding import Max, _merged_gradient, _owned, _slice_penalty
+from ..runtime.reduce import Partial
+from .params import Max, _merged_gradient, _owned, _slice_penalty
 
 __all__ = ["LbfgsCommand", "column_scales", "sharded_lbfgs"]
 

@@ -24,10 +24,10 @@ driver, in float64.
 import numpy as np
 import scipy.linalg
 
-from .._backend import asarray_like, get_namespace, is_sparse, take_rows, to_numpy
-from ..losses._gram import weighted_gram
-from .blocks import _block_error
-from .cd import cd_solve, kkt_violation
+from ..._backend import asarray_like, get_namespace, is_sparse, take_rows, to_numpy
+from ...losses._gram import weighted_gram
+from ..data.blocks import _block_error
+from .newton import cd_solve, kkt_violation
 
 __all__ = ["alpha_max_of", "fold_paths", "fold_sums", "held_out_squared_error", "solve_path"]
 
@@ -101,7 +101,7 @@ def fold_sums(shards, path, shift):
     Returns
     -------
     ndarray of shape (n_folds, d + 2, d + 2)
-        Summed over the fixed block tree (:meth:`~dask_dgd._engine.shards.ShardSet.tree_sum`):
+        Summed over the fixed block tree (:meth:`~dask_dgd._engine.data.shards.ShardSet.tree_sum`):
         the same bit for bit wherever the blocks live; a few partial sums per worker
         group travel, not one per block.
     """

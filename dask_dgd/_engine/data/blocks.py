@@ -14,8 +14,8 @@ from dataclasses import dataclass
 import numpy as np
 import scipy.sparse as sp
 
-from .._backend import asarray_like, dtype_name, finfo_max, get_namespace, is_sparse, take_rows, to_numpy
-from ..exceptions import BlockError, ChunkingError, DGDError, InputError
+from ..._backend import asarray_like, dtype_name, finfo_max, get_namespace, is_sparse, take_rows, to_numpy
+from ...exceptions import BlockError, ChunkingError, DGDError, InputError
 
 __all__ = [
     "Block",

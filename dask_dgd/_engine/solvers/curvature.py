@@ -36,8 +36,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .._backend import get_namespace, is_sparse, to_numpy
-from ..losses._gram import GRAM_SLICE_BYTES
+from ..._backend import get_namespace, is_sparse, to_numpy
+from ...losses._gram import GRAM_SLICE_BYTES
 
 __all__ = ["LeastSquaresModel", "RFactor", "block_r_factor", "block_scaled_gram", "curvature", "with_block_extra"]
 
@@ -45,8 +45,8 @@ __all__ = ["LeastSquaresModel", "RFactor", "block_r_factor", "block_scaled_gram"
 def with_block_extra(sums, shard, key, compute):
     """The blocks' sums (``{block: BlockSums}`` of ``shard``) with ``compute(block)``
     added to each one's ``extras`` under ``key`` (a failure names the block)."""
-    from .blocks import _block_error
-    from .kernels import BlockSums
+    from ..data.blocks import _block_error
+    from ..runtime.group_steps import BlockSums
 
     out = {}
     for b in shard.blocks:

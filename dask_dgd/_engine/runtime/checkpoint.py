@@ -1,7 +1,7 @@
 """Checkpoints of a running fit, and resuming from them.
 
 A checkpoint is one dask_dgd archive (``<directory>/checkpoint.npz``, see
-:mod:`dask_dgd._archive`: NumPy arrays + JSON, checksummed, never pickle) holding
+:mod:`dask_dgd._files.archive`: NumPy arrays + JSON, checksummed, never pickle) holding
 everything the synchronous first-order loop needs to continue bit for bit: the
 parameters, the optimizer (with its learning rate after the automatic choice and any
 halvings) and its state, the iteration and step counters (the mini-batch draws are
@@ -19,8 +19,8 @@ difference (which array, which blocks).
 import logging
 import os
 
-from .._archive import Encoder, decode, read_archive, stale_temporaries, write_archive
-from ..exceptions import CheckpointError, ParameterError
+from ..._files.archive import Encoder, decode, read_archive, stale_temporaries, write_archive
+from ...exceptions import CheckpointError, ParameterError
 
 __all__ = ["Checkpointer", "data_fingerprint", "digests_of", "stable_repr"]
 

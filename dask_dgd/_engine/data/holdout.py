@@ -21,12 +21,12 @@ import math
 import numpy as np
 import scipy.sparse as sp
 
-from .._backend import take_rows, to_numpy
-from .._random import keyed, mix64, uniform
-from ..exceptions import InputError
+from ..._backend import take_rows, to_numpy
+from ..._random import keyed, mix64, uniform
+from ...exceptions import InputError
+from ..objective import LinearTraining
+from ..runtime.group_steps import StepRequest, group_step
 from .blocks import Block, Shard, shard_sample
-from .kernels import StepRequest, group_step
-from .objective import LinearTraining
 
 __all__ = ["holdout_mask", "shard_holdout", "split_validation", "Validator"]
 
@@ -147,7 +147,7 @@ class Validator:
         :class:`~.modes.sharded.ShardedSource` evaluated last: each validation group
         pulls the coefficients its rows touch from their owners (the validation loss
         only: a scorer needs the coefficients on the driver)."""
-        from .sharding import ValidationRequest, sharded_validate
+        from ..sharded.params import ValidationRequest, sharded_validate
 
         self.n_evaluations += 1
         partial = self.shards.collective.reduce(

@@ -30,9 +30,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..update import UpdateRule
 from .faults import inject_faults
 from .reduce import Compressed, Partial
-from .update import UpdateRule
 
 __all__ = [
     "BlockSums",
@@ -231,7 +231,7 @@ def local_snapshot(scratch, local):
     was lost)."""
     snaps = scratch.get("local")
     if snaps is None or local.source not in snaps:
-        from ..exceptions import ClusterError
+        from ...exceptions import ClusterError
 
         raise ClusterError(
             "a group lost its local parameters (its worker was lost mid-fit): they live "
@@ -338,7 +338,7 @@ def group_local_export(shard, scratch, objective, local):
 def _host(value):
     """``value`` with every array (also inside tuples, dicts and optimizer states)
     copied to the host as NumPy."""
-    from .._backend import is_device_array, to_numpy
+    from ..._backend import is_device_array, to_numpy
 
     if isinstance(value, tuple) and hasattr(value, "_asdict"):  # an optimizer state
         return type(value)(**{k: _host(v) for k, v in value._asdict().items()})

@@ -24,12 +24,12 @@ from dataclasses import dataclass
 import numpy as np
 import scipy.linalg
 
-from ..optim._linesearch import MAX_HALVINGS, accepts
-from .cd import cd_solve, kkt_violation
-from .kernels import BlockSums
-from .solvers import AttributeState, Outcome, Solver, step_record
-from .stopping import Stop
-from .update import initial_divergence
+from ...optim._linesearch import MAX_HALVINGS, accepts
+from ..runtime.group_steps import BlockSums
+from ..stopping import Stop
+from ..update import initial_divergence
+from .base import AttributeState, Outcome, Solver, step_record
+from .newton import cd_solve, kkt_violation
 
 __all__ = ["WINDOW", "PathHessianTraining", "PathIRLSCD", "path_stages"]
 
@@ -56,7 +56,7 @@ def path_stages(column_folds):
     stages.append(tuple(current))
     folds = [sorted(column_folds[k] for k in s) for s in stages]
     if any(f != folds[0] for f in folds):
-        from ..exceptions import ParameterError
+        from ...exceptions import ParameterError
 
         raise ParameterError(
             f"solver='cd' walks a path one penalty at a time, each with the same folds; the columns' folds "
@@ -87,7 +87,7 @@ class PathHessianTraining:
         return path.n_folds * (path.n_features + path.fit_intercept) ** 2
 
     def group_sums(self, shard, params, aux, draw, local, memory=None):
-        from .blocks import _block_error
+        from ..data.blocks import _block_error
 
         path = self.base.objective
         sums = {}

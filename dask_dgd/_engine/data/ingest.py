@@ -14,12 +14,12 @@ import dask.array as da
 import numpy as np
 from distributed import Client, KilledWorker, futures_of, wait
 
-from .._backend import is_sparse
-from .._frames import numeric_frame
-from ..exceptions import ClusterError, InputError, ParameterError
+from ..._backend import is_sparse
+from ..._frames import numeric_frame
+from ...exceptions import ClusterError, InputError, ParameterError
+from ..runtime.executor import DaskExecutor, InProcessExecutor, _nbytes, current_client, is_dask_collection
 from . import skew
 from .blocks import check_chunking, make_shard
-from .executor import DaskExecutor, InProcessExecutor, _nbytes, current_client, is_dask_collection
 from .memory import (
     check_block_bytes,
     check_worker_shares,
@@ -399,7 +399,7 @@ def _scatter_piece(client, shard, worker, shares):
     try:
         return client.scatter(shard, workers=[worker], hash=False)
     except (CommClosedError, OSError) as err:
-        from ..exceptions import ClusterError
+        from ...exceptions import ClusterError
         from .memory import format_bytes
 
         size = (shares or {}).get(worker)

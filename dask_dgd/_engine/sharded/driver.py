@@ -17,11 +17,17 @@ import time
 import numpy as np
 import scipy.sparse as sp
 
-from ..exchange import ActorExchange, LocalExchange
-from ..records import Bytes, Route, Timing, make_record
-from ..sharded_async import Ticket, sharded_async_loop
-from ..sharded_lbfgs import LbfgsCommand, sharded_lbfgs
-from ..sharding import (
+from ..modes.async_ import AsyncTraining
+from ..modes.server import ShardedCore
+from ..modes.sync import StepResult, SyncSource
+from ..runtime.records import Bytes, Route, Timing, make_record
+from ..solvers.base import Outcome
+from ..solvers.first_order import LBFGS, FirstOrder
+from ..update import UpdateRule, auto_learning_rate, initial_divergence
+from .async_ import Ticket, sharded_async_loop
+from .exchange import ActorExchange, LocalExchange
+from .lbfgs import LbfgsCommand, sharded_lbfgs
+from .params import (
     GATHER_CHUNK,
     ShardedRequest,
     UpdateCommand,
@@ -33,11 +39,6 @@ from ..sharding import (
     sharded_slice,
     sharded_update,
 )
-from ..solvers import LBFGS, FirstOrder, Outcome
-from ..update import UpdateRule, auto_learning_rate, initial_divergence
-from .async_ import AsyncTraining
-from .server import ShardedCore
-from .sync import StepResult, SyncSource
 
 __all__ = ["ShardedAsync", "ShardedFirstOrder", "ShardedLBFGS", "ShardedSource", "sharded_record", "sharded_start",
            "split"]

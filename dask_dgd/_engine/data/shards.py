@@ -15,8 +15,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .collective import Collective
-from .reduce import BlockTree, Partial
+from ..runtime.collective import Collective
+from ..runtime.reduce import BlockTree, Partial
 
 __all__ = ["ShardSet", "released_on_error"]
 

@@ -32,8 +32,8 @@ import dask
 from distributed import Client, LocalCluster
 from distributed.protocol import pickle
 
-from .._backend import is_sparse
-from ..exceptions import ClusterError, ParameterError
+from ..._backend import is_sparse
+from ...exceptions import ClusterError, ParameterError
 from .reduce import Compressed, SparseVector, partial_nbytes
 from .topology import tree_depth, tree_groups
 
@@ -419,7 +419,7 @@ def absent_workers_message(address, states, removed=0, window=0.0):
     if not states:
         return (f"the Dask cluster at {address} has no workers; "
                 "start some (dask worker ADDRESS) or use client=None for an embedded cluster")
-    from .memory import format_bytes
+    from ..data.memory import format_bytes
 
     pause = dask.config.get("distributed.worker.memory.pause", 0.8)
     parts = []

@@ -37,11 +37,11 @@ from functools import cached_property
 import numpy as np
 import scipy.sparse as sp
 
-from ..exceptions import ClusterError, InputError
-from .blocks import _block_error
+from ...exceptions import ClusterError, InputError
+from ..data.blocks import _block_error
+from ..runtime.faults import inject_faults
+from ..runtime.reduce import BlockTree, Partial, SparseVector
 from .exchange import ActorExchange, LocalExchange
-from .faults import inject_faults
-from .reduce import BlockTree, Partial, SparseVector
 
 __all__ = ["ActorExchange", "LocalExchange", "Max", "ParamLayout", "SlicePenalty", "ShardedRequest", "UpdateCommand",
            "ValidationRequest", "sharded_eval", "sharded_memory", "sharded_restore", "sharded_setup", "sharded_slice",
@@ -354,7 +354,7 @@ def _batch_view(b, Xc, pos, rows, fit_intercept):
     their columns renumbered to those they touch (the same entries in the same order),
     their targets and weights, and the positions in the group's ``needs`` of the
     parameter rows they use (with the intercept's)."""
-    from .._backend import take_rows
+    from ..._backend import take_rows
 
     Xr = Xc[rows]
     sub = np.unique(Xr.indices)
@@ -547,7 +547,7 @@ def sharded_update(shard, scratch, penalty_spec, command):
     whose ``extras`` hold its scalars (see :func:`_stats`; ``pen_x``, ``l1_x``: the
     penalty's values at the parameters evaluated)."""
     wall0, t0 = time.time(), time.perf_counter()
-    from .update import UpdateRule
+    from ..update import UpdateRule
 
     mem = _owned(scratch)
     pen = _slice_penalty(mem, penalty_spec)
@@ -608,7 +608,7 @@ def sharded_slice(shard, scratch, which, field=None, start=0, nonzero=False):
 
 def sharded_memory(shard, scratch):
     """What a checkpoint keeps of this owner: its version, slices and states."""
-    from .kernels import _host
+    from ..runtime.group_steps import _host
 
     mem = _owned(scratch)
     return _host({k: mem.get(k) for k in ("version", "x", "state", "good", "cand", "pending", "grad", "lbfgs")})

@@ -30,13 +30,13 @@ import dask
 import numpy as np
 import scipy.linalg
 
-from .._backend import get_namespace
-from ..losses._gram import weighted_gram
-from ..optim._linesearch import MAX_HALVINGS, accepts, rounding_level
+from ..._backend import get_namespace
+from ...losses._gram import weighted_gram
+from ...optim._linesearch import MAX_HALVINGS, accepts, rounding_level
+from ..stopping import Stop
+from ..update import initial_divergence
+from .base import AttributeState, Outcome, Solver, step_record
 from .curvature import LeastSquaresModel, curvature, with_block_extra
-from .solvers import AttributeState, Outcome, Solver, step_record
-from .stopping import Stop
-from .update import initial_divergence
 
 __all__ = ["CD_MAX_PARAMS", "IRLSCD", "HessianTraining", "block_hessian_sum", "cd_max_params", "cd_model_params",
            "cd_solve", "cd_support", "kkt_violation", "newton_step", "newton_support"]

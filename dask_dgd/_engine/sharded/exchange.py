@@ -11,7 +11,7 @@ import pickle
 
 import numpy as np
 
-from .reduce import Partial, SparseVector, grad_nbytes, partial_nbytes
+from ..runtime.reduce import Partial, SparseVector, grad_nbytes, partial_nbytes
 
 __all__ = ["ActorExchange", "LocalExchange"]
 

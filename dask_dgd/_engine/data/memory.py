@@ -29,7 +29,7 @@ import dask
 import numpy as np
 import scipy.sparse as sp
 
-from ..exceptions import ClusterError
+from ...exceptions import ClusterError
 
 __all__ = [
     "check_block_bytes",

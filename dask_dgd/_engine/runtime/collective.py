@@ -31,11 +31,11 @@ import logging
 import statistics
 import time
 
-from .blocks import combine_shards, take_blocks
+from ..data.blocks import combine_shards, take_blocks
+from ..data.skew import groups_by_worker
 from .executor import answer_stats, merge_stats, step_transport
-from .kernels import group_block_states, group_set_block_states
+from .group_steps import group_block_states, group_set_block_states
 from .reduce import BlockTree
-from .skew import groups_by_worker
 from .topology import runner_tree, tree_depth
 
 __all__ = ["Collective", "MAX_RECOVERIES", "STEP_TIMEOUT_DEFAULT", "STEP_TIMEOUT_MULTIPLE", "step_timeout_floor"]
@@ -62,7 +62,7 @@ def step_timeout_floor():
     import dask
     from dask.utils import parse_timedelta
 
-    from ..exceptions import ParameterError
+    from ...exceptions import ParameterError
 
     value = dask.config.get("dgd.step-timeout", STEP_TIMEOUT_DEFAULT)
     if value is None or value is False:
@@ -333,7 +333,7 @@ class Collective:
         alive = set(ex.workers())
         lost = sorted({w for w in sh.workers if w not in alive})
         if self.unrecoverable is not None:
-            from ..exceptions import ClusterError
+            from ...exceptions import ClusterError
 
             at = "" if self.step is None else f" at step {self.step}"
             raise ClusterError(f"lost worker(s) {lost}{at}: {self.unrecoverable}")
@@ -341,7 +341,7 @@ class Collective:
             ex.wait(sh.handles)  # Dask recomputes the lost ones
             workers = ex.where(sh.handles, sh.workers)
         except Exception as err:
-            from ..exceptions import ClusterError
+            from ...exceptions import ClusterError
 
             raise ClusterError(
                 f"lost worker(s) {lost} held shards that cannot be recomputed ({type(err).__name__}): "

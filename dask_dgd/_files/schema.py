@@ -16,7 +16,7 @@ parameters and its fitted attributes.  Neither is trusted, signed or not:
 - arrays: the declared dtype kind and number of dimensions, every named dimension the
   same wherever it appears (``coef_`` and ``n_features_in_``, ``user_factors_`` and
   ``user_ids_`` and ``_seen``), finite where the model computes with them; sparse
-  matrices were checked in full when decoded (:func:`dask_dgd._archive.decode`).
+  matrices were checked in full when decoded (:func:`dask_dgd._files.archive.decode`).
 
 A value that fails raises :class:`~dask_dgd.exceptions.CheckpointError` naming the class,
 the attribute and what was found, before any method of the estimator runs.
@@ -29,7 +29,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .exceptions import CheckpointError
+from ..exceptions import CheckpointError
 
 __all__ = ["SCHEMAS", "allowed_class", "allowed_types", "fitted_attributes", "rebuild_estimator", "rebuild_object"]
 
@@ -53,6 +53,7 @@ def _own_class(path):
     dask_dgd's own submodules are imported.
     """
     module, _, qualname = path.partition(":")
+    module = _MOVED_MODULES.get(module, module)
     if not _inside(module):
         raise CheckpointError(f"the file names class {path!r}, outside dask_dgd; refused")
     try:
@@ -78,17 +79,24 @@ def _own_class(path):
 _VALUE_MODULES = ("dask_dgd.optim", "dask_dgd.compression")
 _VALUE_CLASSES = (
     "dask_dgd.climate._design:FeatureSpec",
-    "dask_dgd._engine.reduce:Partial",
-    "dask_dgd._engine.reduce:Compressed",
-    "dask_dgd._engine.reduce:RowSparse",
-    "dask_dgd._engine.reduce:SparseVector",
+    "dask_dgd._engine.runtime.reduce:Partial",
+    "dask_dgd._engine.runtime.reduce:Compressed",
+    "dask_dgd._engine.runtime.reduce:RowSparse",
+    "dask_dgd._engine.runtime.reduce:SparseVector",
     "dask_dgd._engine.stopping:EpochStopper",
     "dask_dgd._engine.stopping:EarlyStopping",
     "dask_dgd._engine.stopping:StopRules",
     "dask_dgd._engine.stopping:WallClock",
     "dask_dgd._engine.update:Guard",
-    "dask_dgd._engine.curvature:LeastSquaresModel",  # Newton's model on R factors (cd.IRLSCD's "H")
+    "dask_dgd._engine.solvers.curvature:LeastSquaresModel",  # Newton's model on R factors (newton.IRLSCD's "H")
 )
+#: Where the value classes lived before the engine was laid out in sub-packages
+#: (dask_dgd 0.x files name them there): old module -> module now.  Only these
+#: modules are renamed; the class named must still pass every check above.
+_MOVED_MODULES = {
+    "dask_dgd._engine.reduce": "dask_dgd._engine.runtime.reduce",
+    "dask_dgd._engine.curvature": "dask_dgd._engine.solvers.curvature",
+}
 #: The modules whose public estimators files may hold.
 _ESTIMATOR_MODULES = ("dask_dgd.linear_model", "dask_dgd.recommender", "dask_dgd.climate", "dask_dgd.hashing")
 
@@ -358,7 +366,7 @@ class OptimizerState:
     def check(self, value, ctx, name):
         if value is None:
             return
-        from .optim import AdagradState, AdamState, RMSpropState, SGDState
+        from ..optim import AdagradState, AdamState, RMSpropState, SGDState
 
         if not isinstance(value, (AdagradState, AdamState, RMSpropState, SGDState)):
             ctx.fail(name, f"is a {type(value).__name__}, not an optimizer state")

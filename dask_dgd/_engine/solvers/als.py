@@ -30,10 +30,10 @@ iteration improved it by at most ``tol``, or after ``max_iter`` iterations.
 
 import numpy as np
 
-from ..exceptions import DivergenceError
-from .solvers import AttributeState, Outcome, Solver, step_record
-from .stopping import Stop
-from .update import initial_divergence
+from ...exceptions import DivergenceError
+from ..stopping import Stop
+from ..update import initial_divergence
+from .base import AttributeState, Outcome, Solver, step_record
 
 __all__ = ["ALS", "CG_STEPS"]
 

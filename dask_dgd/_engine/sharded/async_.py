@@ -36,9 +36,9 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from .faults import inject_faults
-from .reduce import Partial, SparseVector, add_partials
-from .sharding import _owned, _pull, _slice_penalty, group_sums, owner_parts
+from ..runtime.faults import inject_faults
+from ..runtime.reduce import Partial, SparseVector, add_partials
+from .params import _owned, _pull, _slice_penalty, group_sums, owner_parts
 
 __all__ = ["Ticket", "sharded_async_loop"]
 
@@ -94,7 +94,7 @@ def _async_push(shard, scratch, group, ticket, part):
     (plus the L2 part).  Answers the owner's scalars: its penalty values at the slice
     it updated from, the gradient's squared norm, the push's delay, whether the push was
     dropped (computed before a backoff), and non-finite entries (no update then)."""
-    from .update import UpdateRule
+    from ..update import UpdateRule
 
     mem = _owned(scratch)
     a = _server(mem, ticket)
@@ -140,7 +140,7 @@ def sharded_async_loop(shard, scratch_ref, coordinator, g, objective, batching, 
     """Group ``g``'s loop (a long-running task; see the module docstring).  Its batches
     are those of the unsharded asynchronous mode (``batching.group_draw``); its
     memory (compacted blocks, registered rows, its own slice) is its runner's."""
-    from .modes.async_ import _group_scratch, _leave_thread_pool
+    from ..modes.async_ import _group_scratch, _leave_thread_pool
 
     _leave_thread_pool()
     mem = _owned(_group_scratch(scratch_ref))

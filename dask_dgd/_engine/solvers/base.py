@@ -1,0 +1,141 @@
+"""What every solver of the one driver loop is: the template, its outcome, its state.
+
+A solver has the same shape in every mode (see :class:`Solver`): ``start`` makes the
+first step, ``step`` proposes parameters, has them evaluated by the step source and
+decides (accept, back off, shorten a line search), ``stop_rule`` is its own tolerance
+rule, ``iterations`` how far it is in ``max_iter``'s unit (the limit itself is the
+:class:`~..stopping.StopRules`'), and ``state_dict`` is what a checkpoint keeps.  The loop
+(:mod:`..loop`) calls them in the same order for every solver and mode.
+
+The solvers: :mod:`.first_order` (first-order optimizers, L-BFGS), :mod:`.newton`
+(Newton/IRLS and coordinate descent), :mod:`.cd_path` (coordinate descent along a path),
+:mod:`.als` (alternating least squares); local SGD and asynchronous training are
+solvers too (:mod:`..modes`), and so is sharded training (:mod:`..sharded`).
+"""
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ..runtime.records import make_record
+from ..stopping import Stop
+from ..update import auto_learning_rate, initial_divergence
+
+__all__ = ["AttributeState", "Outcome", "Solver", "start_step", "step_record"]
+
+
+@dataclass
+class Outcome:
+    """What one step of a solver produced.
+
+    ``records``: step records for the monitor; ``accepted``: whether the loop asks its
+    stop rules now (False after a step that is undone or a line-search trial);
+    ``stop``: the solver ends the fit itself."""
+
+    records: list = field(default_factory=list)
+    accepted: bool = True
+    stop: Stop = None
+
+    @property
+    def record(self):
+        return self.records[-1] if self.records else None
+
+
+class Solver:
+    """The template every solver fills (see the module docstring)."""
+
+    #: the counter checkpoints are due on (updates, rounds, server versions)
+    progress = 0
+
+    #: how far the solver is in ``max_iter``'s unit (iterations, or completed epochs),
+    #: which :meth:`~.stopping.StopRules.limit` compares with ``max_iter``; None: the
+    #: solver is not bounded by ``max_iter`` as a whole (it bounds parts of itself)
+    iterations = None
+
+    def start(self):
+        raise NotImplementedError
+
+    def step(self):
+        raise NotImplementedError
+
+    def stop_rule(self, outcome):
+        """The solver's own rule after an accepted step (its tolerance; limits of its
+        own that are not ``max_iter``): a :class:`Stop` or None."""
+        return None
+
+    def finish(self, stop, emit):
+        """The fit ends (``stop``): e.g. stop the parameter server; records produced
+        meanwhile go to ``emit``.  Returns the final stop."""
+        return stop
+
+    def close(self):
+        """Let go of what the solver holds on the cluster (also after an error)."""
+
+    def local_keys(self):
+        """The snapshots of the groups' local parameters a checkpoint keeps."""
+        return ()
+
+    def gap(self):
+        """The largest entry of the (sub)gradient at the result, in the coordinates the
+        solver ran in (what its ``tol`` is compared with); None where it has none."""
+        return None
+
+    def state_dict(self):
+        raise NotImplementedError
+
+    def load_state_dict(self, state):
+        raise NotImplementedError
+
+    def resume(self):
+        """The first outcome of a resumed fit (after :meth:`load_state_dict`)."""
+        raise NotImplementedError
+
+    def result(self):
+        """``(params, n_iter, optimizer, optimizer state)``."""
+        raise NotImplementedError
+
+
+class AttributeState:
+    """``state_dict``/``load_state_dict`` of a solver whose checkpointed state is the
+    attributes named in ``_STATE``."""
+
+    _STATE = ()
+
+    def state_dict(self):
+        return {k: getattr(self, k) for k in self._STATE}
+
+    def load_state_dict(self, state):
+        for k in self._STATE:
+            setattr(self, k, state[k])
+
+
+def step_record(ctx, res, iteration, value, grad, step_size, **extra):
+    """The record of one synchronous step (``res``: a :class:`~.modes.sync.StepResult`)."""
+    obj = ctx.objective
+    n_groups = max(int(res.partial.n_groups), 1)
+    return make_record(
+        step=res.step, iteration=iteration, loss=value, grad_norm=obj.grad_norm(res.partial, grad)
+        if hasattr(obj, "grad_norm") else float(np.linalg.norm(grad)),
+        step_size=step_size, timing=res.timing, n_samples=res.partial.weight_sum,
+        updates_per_group=(1,) * n_groups, nbytes=res.nbytes, route=res.route, **obj.record_extras(res.partial),
+        **extra,
+    )
+
+
+def start_step(ctx, params, optimizer, *, divide=1):
+    """The synchronous start of the local and asynchronous modes.
+
+    One step at ``params`` (full batch, or the first mini-batch): it checks the data,
+    gives the first history record, and the gradient for ``learning_rate="auto"``, whose
+    step is divided by ``divide``.  Returns ``(optimizer with its learning rate, the
+    step result, its record)``."""
+    src, obj = ctx.source, ctx.objective
+    draw = None if ctx.batching is None else ctx.batching.draw(src.n_steps + 1)
+    res = src.evaluate(params, draw, src.local_update(0))
+    if not res.finite:
+        raise initial_divergence(res.value)
+    if ctx.learning_rate == "auto":
+        L = obj.lipschitz(ctx.shards, params)
+        optimizer = optimizer.with_learning_rate(auto_learning_rate(optimizer, L, res.grad) / divide)
+    record = step_record(ctx, res, 0, res.value + obj.l1_value(params), res.grad, None)
+    return optimizer, res, record
