@@ -93,7 +93,7 @@ def test_extreme_magnitudes():
 def test_blocks_draw_their_own_randomness():
     from dask_dgd._engine.data.blocks import make_shard
     from dask_dgd._engine.objective import LinearTraining
-    from dask_dgd._engine.runtime.group_steps import Draw, StepRequest, group_step
+    from dask_dgd._engine.runtime.group_steps import Draw, GroupMemory, StepRequest, group_step
     from dask_dgd._engine.runtime.reduce import BlockTree
     from dask_dgd.losses import BinaryLogistic, LinearObjective
 
@@ -107,7 +107,7 @@ def test_blocks_draw_their_own_randomness():
     def payload(shard, step=1):
         request = StepRequest(np.zeros(31), draw=Draw((0,), step, None), compressor=RandomK(0.1),
                               compression_seed=(0,))
-        (leaf,) = group_step(shard, {}, obj, request, tree).values()
+        (leaf,) = group_step(shard, GroupMemory(), obj, request, tree).values()
         return leaf.grad_sum.payload
 
     pa, pb = payload(a), payload(b)

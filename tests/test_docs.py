@@ -120,3 +120,45 @@ def test_every_public_name_has_a_docstring(module):
     assert (mod.__doc__ or "").strip(), f"{module} has no docstring"
     missing = [name for name in getattr(mod, "__all__", ()) if not (getattr(mod, name).__doc__ or "").strip()]
     assert not missing, f"{module}: no docstring on {missing}"
+
+
+def _relative_references():
+    """Every relative cross-reference (``:mod:`..loop```, ``:class:`~.reduce.Partial```)
+    in the package's docstrings and comments, as (file, module it is written in, text)."""
+    import re
+
+    root = Path(__file__).resolve().parents[1]
+    pattern = re.compile(r":(?:mod|func|class|meth|data|attr|exc):`~?(\.+[\w.]*)`")
+    for path in sorted((root / "dask_dgd").rglob("*.py")):
+        parts = list(path.relative_to(root).with_suffix("").parts)
+        package = parts[:-1] if parts[-1] != "__init__" else parts[:-1]
+        for ref in pattern.findall(path.read_text()):
+            yield str(path.relative_to(root)), ".".join(package), ref
+
+
+def test_relative_references_in_the_code_name_what_exists():
+    """A relative reference in a docstring names a module, or a name in a module, that
+    exists: moving a module must move the references to it (the engine was laid out in
+    sub-packages once, and references to the old homes would send a reader nowhere)."""
+    import importlib
+
+    broken = []
+    for file, package, ref in _relative_references():
+        dots = len(ref) - len(ref.lstrip("."))
+        base = package.split(".")[: len(package.split(".")) - dots + 1]
+        parts = base + [p for p in ref[dots:].split(".") if p]
+        for k in range(len(parts), 0, -1):  # the longest prefix that is a module
+            try:
+                obj = importlib.import_module(".".join(parts[:k]))
+                break
+            except ImportError:
+                continue
+        else:
+            broken.append(f"{file}: {ref}")
+            continue
+        for name in parts[k:]:
+            if not hasattr(obj, name):
+                broken.append(f"{file}: {ref} ({'.'.join(parts[:k])} has no {name!r})")
+                break
+            obj = getattr(obj, name)
+    assert not broken, "\n".join(broken)

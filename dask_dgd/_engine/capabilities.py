@@ -9,9 +9,17 @@ train (``support``) and what to use instead.  :func:`resolve_solver` asks the ta
 never the solver's name, and every refusal message is made from it, so adding a solver
 is one row.  Optimizers are asked by their traits (``full_batch_only``, ``plain_step``,
 ``proximal_exact``), never by their type.
+
+:data:`MODES` says the same of the training modes (``mode="sync"``, ``"local"``,
+``"async"``): which solver class runs a fit (:func:`solver_class`), with and without
+parameter sharding, and what the mode needs.  A row names the class as
+``"module:Class"`` under ``dask_dgd._engine``, imported when a fit is assembled: the
+class builds itself from the context and the fit's :class:`~.solvers.base.Settings`
+(``Solver.build``), so adding a mode is its module plus one row here.
 """
 
 import dataclasses
+import importlib
 from dataclasses import dataclass
 
 from ..compression import get_compressor
@@ -21,8 +29,10 @@ from .objective import LinearTraining
 from .solvers.newton import cd_max_params, cd_model_params, cd_support, newton_support
 
 __all__ = [
+    "MODES",
     "NEWTON_AUTO_WORK",
     "SOLVERS",
+    "ModeTraits",
     "SolverTraits",
     "first_order_optimizer",
     "learning_rate_mode",
@@ -63,7 +73,11 @@ class SolverTraits:
     "lbfgs" or "none".  ``l1``: it trains an L1 penalty, else ``l1_instead`` says what
     does.  ``mini_batch``: it needs a ``batch_size``.  ``support(objective)``: why it
     cannot train that model (None: it can); the refusal reads ``refusal`` (with
-    ``{name}``, ``{reason}`` and ``{instead}``)."""
+    ``{name}``, ``{reason}`` and ``{instead}``).  ``hessian``: it takes exact Newton
+    steps on the Hessian's sums.  ``scaled``: it runs in scaled coordinates when
+    :func:`scaled_solve` says so.  ``build``: its class (``"module:Class"``) in the
+    synchronous mode, ``sharded`` its class with parameter sharding (None: sharding
+    does not support it)."""
 
     exact: bool
     optimizer: str
@@ -74,27 +88,100 @@ class SolverTraits:
     l1_instead: str = ""
     refusal: str = "solver={name!r} cannot train this model: {reason}; use {instead}"
     batch_advice: str = " or use solver='sgd'"
+    hessian: bool = False
+    scaled: bool = False
+    build: str = ""
+    sharded: str | None = None
 
 
 SOLVERS = {
-    "lbfgs": SolverTraits(exact=True, optimizer="lbfgs", l1=False,
-                          l1_instead="solver='gd' (proximal gradient) or solver='auto'"),
+    "lbfgs": SolverTraits(exact=True, optimizer="lbfgs", l1=False, scaled=True,
+                          l1_instead="solver='gd' (proximal gradient) or solver='auto'",
+                          build="solvers.first_order:LBFGS", sharded="sharded.driver:ShardedLBFGS"),
     "newton": SolverTraits(exact=True, optimizer="none", l1=False, support=_newton_support,
-                           instead="solver='lbfgs'",
+                           instead="solver='lbfgs'", hessian=True, scaled=True, build="solvers.newton:IRLSCD",
                            l1_instead="solver='cd' (coordinate descent on the same Newton steps) or solver='auto'"),
-    "cd": SolverTraits(exact=True, optimizer="none", l1=True, support=cd_support, instead="solver='gd' or 'lbfgs'"),
+    "cd": SolverTraits(exact=True, optimizer="none", l1=True, support=cd_support, instead="solver='gd' or 'lbfgs'",
+                       hessian=True, scaled=True, build="solvers.newton:IRLSCD"),
     "als": SolverTraits(exact=True, optimizer="none", l1=False, support=_als_support, batch_advice="",
-                        l1_instead="solver='gd'",
+                        l1_instead="solver='gd'", build="solvers.als:ALS",
                         refusal="solver={name!r} trains matrix factorizations whose objective is quadratic in each "
                                 "side's factors (explicit ratings, or loss='wls'): {reason}"),
-    "gd": SolverTraits(exact=False, optimizer="first-order", l1=True),
-    "sgd": SolverTraits(exact=False, optimizer="first-order", l1=True, mini_batch=True),
+    "gd": SolverTraits(exact=False, optimizer="first-order", l1=True, build="solvers.first_order:FirstOrder",
+                       sharded="sharded.driver:ShardedFirstOrder"),
+    "sgd": SolverTraits(exact=False, optimizer="first-order", l1=True, mini_batch=True,
+                        build="solvers.first_order:FirstOrder", sharded="sharded.driver:ShardedFirstOrder"),
 }
+
+
+@dataclass(frozen=True)
+class ModeTraits:
+    """What one training mode is (a row of :data:`MODES`).
+
+    ``build``: the class that runs the mode (``"module:Class"``); None: the solver's own
+    (:data:`SOLVERS`), as in synchronous training.  ``sharded``: its class with
+    parameter sharding (None: the solver's for a mode without its own class; refused
+    for one with it).  ``first_order_only``: it takes first-order steps, so the exact
+    solvers and L-BFGS are refused.  ``downlink``: it sends parameters that downlink
+    compression may compress.  ``keeps_group_memory``: each group keeps state of its
+    own between steps (checkpoints gather it).  ``rebalances``: the blocks may move
+    between steps to follow uneven workers."""
+
+    build: str | None
+    sharded: str | None
+    first_order_only: bool
+    downlink: bool
+    keeps_group_memory: bool
+    rebalances: bool
+
+
+MODES = {
+    "sync": ModeTraits(build=None, sharded=None, first_order_only=False, downlink=True, keeps_group_memory=False,
+                       rebalances=True),
+    "local": ModeTraits(build="modes.local:LocalSGD", sharded=None, first_order_only=True, downlink=False,
+                        keeps_group_memory=True, rebalances=False),
+    "async": ModeTraits(build="modes.async_:AsyncTraining", sharded="sharded.driver:ShardedAsync",
+                        first_order_only=True, downlink=False, keeps_group_memory=False, rebalances=False),
+}
+
+
+def _load(path):
+    module, _, name = path.partition(":")
+    return getattr(importlib.import_module(f"{__package__}.{module}"), name)
+
+
+def solver_class(solver, mode, sharded):
+    """The class that runs a fit of ``solver`` in ``mode`` (sharded or not), from the
+    tables; :func:`sharding_refusals` has said why a combination cannot be sharded."""
+    row = MODES[mode]
+    if row.build is None:
+        path = SOLVERS[solver].sharded if sharded else SOLVERS[solver].build
+    else:
+        path = row.sharded if sharded else row.build
+    return _load(path)
+
+
+def sharding_refusals(solver, mode):
+    """Why parameter sharding cannot run ``solver`` in ``mode`` (a list; empty: it can),
+    in the tables' words."""
+    reasons = []
+    if MODES[mode].build is not None and MODES[mode].sharded is None:
+        ok = [m for m, row in MODES.items() if row.build is None or row.sharded is not None]
+        reasons.append(f"mode={mode!r} is not supported (only {_either(ok)})")
+    if SOLVERS[solver].sharded is None:
+        ok = [s for s, row in SOLVERS.items() if row.sharded is not None]
+        reasons.append(f"solver={solver!r} is not supported (only {_either(ok)})")
+    return reasons
+
+
+def _either(names):
+    quoted = [repr(n) for n in names]
+    return ", ".join(quoted[:-1]) + " and " + quoted[-1] if len(quoted) > 1 else quoted[0]
 
 
 def _check_compression(compression, solver, opt, mode):
     comp = get_compressor(compression)  # a bad name fails here, clearly
-    if mode != "sync" and comp.downlink:
+    if not MODES[mode].downlink and comp.downlink:
         raise ParameterError(
             f"downlink compression applies to synchronous steps; mode={mode!r} sends the parameters in "
             "full (drop '+down' / downlink=True, or use mode='sync')"
@@ -124,7 +211,7 @@ def _auto(*, opt, batch_size, mode, compression, has_l1, objective, early_stoppi
     """``solver="auto"``'s choice (see :func:`resolve_solver`)."""
     if batch_size is not None:
         return "sgd"
-    if mode != "sync" or compression is not None or (opt is not None and not opt.full_batch_only):
+    if MODES[mode].first_order_only or compression is not None or (opt is not None and not opt.full_batch_only):
         return "gd"
     support = cd_support if has_l1 else newton_support
     small = objective is not None and support(objective) is None \
@@ -173,10 +260,12 @@ def resolve_solver(solver, optimizer, *, batch_size, mode, compression, has_l1, 
     "lbfgs", or "gd" for an L1 penalty; "gd" also for a first-order optimizer (and in
     the local/async modes or with compression), or "sgd" when ``batch_size`` is set.
     What a solver cannot take is refused from :data:`SOLVERS`."""
+    if mode not in MODES:
+        raise ParameterError(f"mode must be one of {tuple(MODES)}; got {mode!r}")
     opt = None if optimizer is None else get_optimizer(optimizer)
     if compression is not None:
         _check_compression(compression, solver, opt, mode)
-    if mode != "sync":
+    if MODES[mode].first_order_only:
         _check_mode(mode, solver, opt)
     if solver == "auto":
         solver = _auto(opt=opt, batch_size=batch_size, mode=mode, compression=compression, has_l1=has_l1,

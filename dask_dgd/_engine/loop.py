@@ -10,9 +10,9 @@
     solver.finish(stop); the final checkpoint
 
 What differs between full-batch and mini-batch gradient descent, L-BFGS, Newton, local
-SGD and the asynchronous parameter server is inside the solver (:mod:`.solvers`,
-:mod:`.modes`); the stop rules (:mod:`.stopping`), the records (:mod:`.records`) and
-the checkpoints (:mod:`.checkpoint`) are the loop's, written once.
+SGD and the asynchronous parameter server is inside the solver (:mod:`.solvers.first_order`,
+:mod:`.modes`); the stop rules (:mod:`.stopping`), the records (:mod:`.runtime.records`) and
+the checkpoints (:mod:`.runtime.checkpoint`) are the loop's, written once.
 """
 
 from ..exceptions import CheckpointError
@@ -115,11 +115,11 @@ class Loop:
         self._saved_progress = self.solver.progress
 
     def _gather_groups(self):
-        """Every group's memory (:func:`~.kernels.group_memory`), keyed by its blocks."""
+        """Every group's memory (:func:`~.runtime.group_steps.group_memory`), keyed by its blocks."""
         if not self.ctx.keeps_group_memory:
             return []
-        keys = self.solver.local_keys() if hasattr(self.solver, "local_keys") else ()
-        memories = self.ctx.shards.collective.call(group_memory, tuple(keys))
+        memories = self.ctx.shards.collective.call(group_memory, tuple(self.solver.local_keys()),
+                                                   tuple(self.solver.group_state))
         return [(list(g), m) for g, m in zip(self.ctx.shards.groups, memories)]
 
     def _restore_placement(self, saved):
@@ -151,11 +151,11 @@ class Loop:
         per_group, missing = [], 0
         for g in shards.groups:
             own = by_group.get(tuple(g), {})
-            if not own and any(m.get("local") or m.get("round") is not None for m in by_group.values()):
+            if not own and any(m.get("local") or m.get("modes") for m in by_group.values()):
                 missing += 1
             per_group.append(({"blocks": {b: blocks[b] for b in g if b in blocks},
                                "local": own.get("local"), "local_scaled": own.get("local_scaled"),
-                               "round": own.get("round"), "round_compression": own.get("round_compression")},))
+                               "modes": own.get("modes")},))
         if missing:
             logging.getLogger("dask_dgd").warning(
                 "the data is grouped differently than when the checkpoint was written: %d group(s) "

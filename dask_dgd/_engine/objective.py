@@ -9,7 +9,7 @@ Worker side (pickled into every step request; keep it small):
 
 - ``group_sums(shard, params, aux, draw, local, memory) -> ({block: BlockSums}, local_grad)``:
   the sums of each of the group's blocks at ``params`` (all rows, or the rows of
-  ``draw``, a :class:`~.kernels.Draw`), and the gradient of the group's local
+  ``draw``, a :class:`~.runtime.group_steps.Draw`), and the gradient of the group's local
   parameters ``local`` (None when the model has none); ``memory`` is a dict the
   objective may keep buffers in between steps;
 - ``grad_template()``: an array shaped like the gradient in its natural form (the

@@ -6,8 +6,8 @@ They are :class:`typing.Protocol` classes (checked at runtime, ``isinstance``, b
 tests over every implementation: :class:`~.objective.LinearTraining`,
 :class:`~.objective.PathTraining`,
 :class:`~dask_dgd.recommender._objective.FactorizationTraining`, and the wrappers that
-add curvature or scaled coordinates, :class:`~.cd.HessianTraining`,
-:class:`~.cd_path.PathHessianTraining`, :class:`~.scaling.ScaledTraining`).  The module
+add curvature or scaled coordinates, :class:`~.solvers.newton.HessianTraining`,
+:class:`~.solvers.cd_path.PathHessianTraining`, :class:`~.scaling.ScaledTraining`).  The module
 :mod:`.objective` says what each member means; a new model family implements
 :class:`TrainingObjective` (and :class:`LocalParameters` if some of its parameters live
 with the groups), nothing else.
@@ -90,7 +90,7 @@ class CurvatureObjective(Protocol):
 @runtime_checkable
 class StepSource(Protocol):
     """Where a synchronous solver's evaluations come from (:class:`.modes.sync.SyncSource`,
-    :class:`.modes.sharded.ShardedSource`): one distributed evaluation per call."""
+    :class:`.sharded.driver.ShardedSource`): one distributed evaluation per call."""
 
     n_steps: int
 

@@ -14,7 +14,7 @@ weighted standard deviation, widened by the L2 penalty's share (:func:`column_sc
 alike: it is a map of the parameters, the blocks keep their data).
 The solver sees the objective :math:`F(T s)` of the scaled parameters :math:`s`: its
 gradient :math:`T^\top \nabla F`, its Hessian :math:`T^\top H T` (summed by the blocks
-from their own centred and scaled columns, :mod:`.curvature`) and the L1 weights
+from their own centred and scaled columns, :mod:`.solvers.curvature`) and the L1 weights
 :math:`\lambda / \sigma_j` are those of standardised columns, while every evaluation
 is the model's own objective (loss and penalty in original units) at the original
 parameters :math:`T s`.  So the minimiser is the same one, only better conditioned,
@@ -220,7 +220,7 @@ class ScaledTraining:
     the module docstring).  The blocks evaluate the base objective at the original
     parameters; the driver maps the gradient.  With ``curvature="gram"`` every
     evaluation also reduces the Hessian sums in scaled coordinates, with ``"qr"`` the
-    R factor of the Newton step's least-squares problem (:mod:`.curvature`), and
+    R factor of the Newton step's least-squares problem (:mod:`.solvers.curvature`), and
     :meth:`hessian` gives the model from them.  Everything else is the base objective's."""
 
     base: object
@@ -260,7 +260,7 @@ class ScaledTraining:
 
     def hessian(self, partial):
         """The Hessian of the smooth objective in scaled coordinates (``"gram"``), or the
-        :class:`~.curvature.LeastSquaresModel` of the Newton step (``"qr"``)."""
+        :class:`~.solvers.curvature.LeastSquaresModel` of the Newton step (``"qr"``)."""
         if self.curvature == "qr":
             from .solvers.curvature import LeastSquaresModel
 

@@ -4,7 +4,7 @@ The driver loop asks, after every accepted step, in this order: a callback asked
 stop (converged: the user decided), early stopping on the validation score, the time
 limit (``max_time``), the solver's own rule (its tolerance, and limits of its own that
 are not ``max_iter``, such as L-BFGS's evaluations), the iteration limit
-(``max_iter``, in the solver's unit: :attr:`~.solvers.Solver.iterations`).  The first
+(``max_iter``, in the solver's unit: :attr:`~.solvers.base.Solver.iterations`).  The first
 that answers ends the fit with its ``(converged, message)``.  :class:`StopRules` holds
 them, and is the only place ``max_iter`` and ``max_time`` are compared with the
 progress; the parameter server applies the same :class:`StopRules` after every push

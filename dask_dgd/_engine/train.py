@@ -17,32 +17,36 @@ from ..compression import get_compressor
 from ..exceptions import InputError, ParameterError
 from ..losses import LinearObjective, Penalty
 from ..optim import FirstOrderOptimizer
-from .capabilities import learning_rate_mode, resolve_feedback, resolve_solver, scaled_solve
+from .capabilities import (
+    MODES,
+    SOLVERS,
+    learning_rate_mode,
+    resolve_feedback,
+    resolve_solver,
+    scaled_solve,
+    sharding_refusals,
+    solver_class,
+)
 from .data.shards import ShardSet, released_on_error
 from .data.skew import DynamicBalancer
 from .loop import Loop
-from .modes.async_ import AsyncTraining
-from .modes.local import LocalSGD
 from .modes.sync import SyncSource
 from .objective import LinearTraining
 from .runtime.checkpoint import Checkpointer, data_fingerprint, digests_of, stable_repr
 from .runtime.executor import auto_split_every, get_executor
-from .runtime.group_steps import LocalUpdate, group_local_export, group_local_init
+from .runtime.group_steps import group_local_export, group_local_init
 from .runtime.monitor import Monitor, communicated
 from .scaling import ScaledTraining, column_scaling, ridge_level
-from .sharded.driver import ShardedAsync, ShardedFirstOrder, ShardedLBFGS, ShardedSource
+from .sharded.driver import ShardedSource
 from .sharded.params import ParamLayout, dense_state, sparse_state
-from .solvers.als import ALS
-from .solvers.cd_path import PathHessianTraining, PathIRLSCD
-from .solvers.first_order import LBFGS as LBFGSSolver
-from .solvers.first_order import FirstOrder
-from .solvers.newton import IRLSCD, HessianTraining
+from .solvers.base import Settings
+from .solvers.cd_path import PathHessianTraining
+from .solvers.newton import HessianTraining
 from .stopping import EarlyStopping, StopRules
 
 __all__ = ["FitResult", "resolve_solver", "train"]
 
-SOLVERS = ("auto", "lbfgs", "newton", "cd", "als", "gd", "sgd")
-MODES = ("sync", "local", "async")
+SOLVER_CHOICES = ("auto", *SOLVERS)
 
 
 @dataclass
@@ -191,11 +195,11 @@ SHARDING_CHOICES = ("auto", True, False)
 
 
 def resolve_sharding(param_sharding, *, objective, shards, solver, mode, compression, validator):
-    """Whether the parameters are sharded over the groups (see :mod:`.sharding`).
+    """Whether the parameters are sharded over the groups (see :mod:`.sharded.params`).
 
     ``True`` requires what sharding supports and says what is not: a linear model
     without offsets on sparse (CSR) input, trained synchronously by "gd", "sgd" or
-    "lbfgs" or asynchronously (:mod:`.sharded_async`), without compression, and early
+    "lbfgs" or asynchronously (:mod:`.sharded.async_`), without compression, and early
     stopping (synchronous only) on the validation loss.  ``"auto"`` shards
     such a fit on a cluster with two or more groups when it has at least
     ``dgd.shard-params-min`` (2**20) parameters; ``False`` never."""
@@ -212,10 +216,7 @@ def resolve_sharding(param_sharding, *, objective, shards, solver, mode, compres
         reasons.append("offsets are not supported")
     if not shards.sparse:
         reasons.append("it needs sparse (CSR) X")
-    if mode == "local":
-        reasons.append("mode='local' is not supported (only 'sync' and 'async')")
-    if solver not in ("gd", "sgd", "lbfgs"):
-        reasons.append(f"solver={solver!r} is not supported (only 'gd', 'sgd' and 'lbfgs')")
+    reasons += sharding_refusals(solver, mode)
     if compression is not None:
         reasons.append("compression is not supported")
     if validator is not None and (getattr(validator, "scorer", None) is not None
@@ -329,10 +330,10 @@ def train(
     """
     if isinstance(objective, LinearObjective):
         objective = LinearTraining(objective, penalty if penalty is not None else Penalty())
-    if solver not in SOLVERS:
-        raise ParameterError(f"solver must be one of {SOLVERS}; got {solver!r}")
+    if solver not in SOLVER_CHOICES:
+        raise ParameterError(f"solver must be one of {SOLVER_CHOICES}; got {solver!r}")
     if mode not in MODES:
-        raise ParameterError(f"mode must be one of {MODES}; got {mode!r}")
+        raise ParameterError(f"mode must be one of {tuple(MODES)}; got {mode!r}")
     if outer_optimizer is not None and not isinstance(outer_optimizer, FirstOrderOptimizer):
         raise ParameterError(f"outer_optimizer must be a first-order optimizer; got {type(outer_optimizer).__name__}")
     shards = _shards_of(data, client, rebalance, max_iter, digest=checkpoint is not None)
@@ -341,25 +342,26 @@ def train(
     solver, opt = resolve_solver(solver, optimizer, batch_size=batch_size, mode=mode, compression=compression,
                                  has_l1=has_l1, learning_rate=learning_rate, objective=objective,
                                  early_stopping=validator is not None, n_rows=shards.n_rows)
-    path = solver in ("cd", "newton") and hasattr(objective.objective, "column_folds")
-    if solver in ("cd", "newton") and validator is not None:
+    traits = SOLVERS[solver]
+    path = traits.hessian and hasattr(objective.objective, "column_folds")
+    if traits.hessian and validator is not None:
         raise ParameterError(
             f"early stopping needs solver='gd', 'sgd' or 'lbfgs'; solver={solver!r} stops on its tolerance")
     sharded = resolve_sharding(param_sharding, objective=objective, shards=shards, solver=solver, mode=mode,
                                compression=compression, validator=validator)
     scaling = None
-    if solver in ("cd", "newton", "lbfgs") and not (sharded or path) and scaled_solve(objective):
+    if traits.scaled and not (sharded or path) and scaled_solve(objective):
         # Newton steps start from the Hessian's sums and move to R factors (curvature.py)
         # when the Hessian is too ill-conditioned (cd.IRLSCD)
         base = getattr(objective, "base", objective)
         scaling = column_scaling(shards, base.objective, ridge_level(base.objective, base.penalty_spec))
-        objective = ScaledTraining(objective, scaling, None if solver == "lbfgs" else "gram")
-    elif solver in ("cd", "newton"):
+        objective = ScaledTraining(objective, scaling, "gram" if traits.hessian else None)
+    elif traits.hessian:
         objective = PathHessianTraining(objective) if path else HessianTraining(objective)
     if on_divergence == "auto":
         on_divergence = "backoff" if lr_mode == "auto" else "raise"
     if split_every == "auto":
-        per_partial = objective.n_params + (objective.hessian_size if solver in ("cd", "newton") else 0)
+        per_partial = objective.n_params + (objective.hessian_size if traits.hessian else 0)
         split_every = auto_split_every(shards.n_groups, 8 * per_partial)
     seed = seed_of(random_state)
     compressor = get_compressor(compression)
@@ -369,10 +371,10 @@ def train(
         progress_desc = (fingerprint or {}).get("estimator") or "dask_dgd.train"
     monitor = Monitor(verbose=verbose, callbacks=callbacks, total=progress_total, desc=progress_desc)
     balancer = None
-    if (rebalance is not False and mode == "sync" and not sharded and shards.executor.kind == "dask"
+    if (rebalance is not False and MODES[mode].rebalances and not sharded and shards.executor.kind == "dask"
             and not objective.has_local):
         balancer = DynamicBalancer(shards)
-    batch_size = batch_size if solver == "sgd" else None
+    batch_size = batch_size if traits.mini_batch else None
     batching = objective.batching(shards, batch_size, seed)
     compressor = resolve_feedback(compressor, full_batch=batching is None or getattr(batching, "full_batch", False),
                                   has_local=objective.has_local, optimizer=opt)
@@ -392,7 +394,7 @@ def train(
             "compression": stable_repr(compressor)}
         fp["param_sharding"] = bool(sharded)
         fp.update(data_fingerprint(shards))
-        fp["blocks"] = [int(r) for r in shards.block_rows] if solver == "sgd" else len(shards.block_rows)
+        fp["blocks"] = [int(r) for r in shards.block_rows] if traits.mini_batch else len(shards.block_rows)
         cp = Checkpointer(checkpoint, checkpoint_every, fp, resume)
     elif resume:
         raise ParameterError("resume=True needs checkpoint=<folder> (where the checkpoint is)")
@@ -404,7 +406,7 @@ def train(
         shards=shards, objective=objective, source=source, monitor=monitor, batching=batching, compressor=compressor,
         checkpoint=cp, max_iter=int(max_iter), tol=float(tol), learning_rate=lr_mode, on_divergence=on_divergence,
         n_iter_no_change=int(n_iter_no_change), validator=validator,
-        keeps_group_memory=compressor is not None or objective.has_local or mode == "local",
+        keeps_group_memory=compressor is not None or objective.has_local or MODES[mode].keeps_group_memory,
         seed=seed, batch_size=batch_size, sparse_params=bool(sparse_params), stops=stops,
     )
     if params0 is not None and sp.issparse(params0):  # a sparse start: dense only where it is kept
@@ -428,25 +430,11 @@ def train(
                 shards.collective.call(group_local_init, objective, per_group=inits)
             if sharded:
                 source.setup(params0, opt_state)
-                if mode == "async":
-                    solver_obj = ShardedAsync(ctx, opt, max_staleness=max_staleness,
-                                              staleness_scaling=staleness_scaling)
-                else:
-                    solver_obj = (ShardedLBFGS(ctx, opt, precondition=scaled_solve(objective)) if solver == "lbfgs"
-                                  else ShardedFirstOrder(ctx, opt))
-            elif mode == "local":
-                solver_obj = LocalSGD(ctx, params0, opt, local_steps=local_steps, outer_optimizer=outer_optimizer)
-            elif mode == "async":
-                solver_obj = AsyncTraining(ctx, params0, opt, max_staleness=max_staleness,
-                                           staleness_scaling=staleness_scaling)
-            elif solver == "lbfgs":
-                solver_obj = LBFGSSolver(ctx, params0, opt)
-            elif solver in ("cd", "newton"):
-                solver_obj = PathIRLSCD(ctx, params0) if path else IRLSCD(ctx, params0)
-            elif solver == "als":
-                solver_obj = ALS(ctx, params0)
-            else:
-                solver_obj = FirstOrder(ctx, params0, opt, opt_state)
+            settings = Settings(
+                params0=params0, optimizer=opt, opt_state=opt_state, local_steps=local_steps,
+                outer_optimizer=outer_optimizer, max_staleness=max_staleness, staleness_scaling=staleness_scaling,
+                path=path, precondition=scaled_solve(objective))
+            solver_obj = solver_class(solver, mode, sharded).build(ctx, settings)
             loop = Loop(ctx, solver_obj, stops, cp)
             solver_obj.save = loop.save
             stop = loop.run()
@@ -457,9 +445,7 @@ def train(
             monitor.finish(n_iter)
             local = None
             if objective.has_local:
-                update = solver_obj.local_export() if hasattr(solver_obj, "local_export") else LocalUpdate(
-                    solver_obj.local_keys()[0], -1, ())
-                local = shards.collective.call(group_local_export, objective, update)
+                local = shards.collective.call(group_local_export, objective, solver_obj.local_export())
     finally:
         if solver_obj is not None:
             solver_obj.close()
@@ -472,8 +458,8 @@ def train(
     # the records' gradients are those of the coordinates the solver ran in
     history.attrs["coordinates"] = "original" if scaling is None else (
         "centred and scaled" if scaling.centred else "scaled")
-    if isinstance(solver_obj, ShardedLBFGS) and solver_obj.precondition is not None:
-        history.attrs["coordinates"] = "scaled"  # diagonally, on the owners (sharded_lbfgs.py)
+    if solver_obj.coordinates is not None:
+        history.attrs["coordinates"] = solver_obj.coordinates
     if sparse_params and not sp.issparse(params):
         params = sp.csr_matrix(np.asarray(params, dtype=np.float64).reshape(1, -1))
         state_out = sparse_state(state_out)

@@ -50,7 +50,7 @@ def block_features(order, shape, blocks):
 
 def _keep(xp, order, yb, wb, blocks):
     """The unmasked cells of a block, ``(time, cells)``: finite target, weight > 0,
-    every feature finite (arrays already on one device, see :func:`.align`)."""
+    every feature finite (arrays already on one device, see :func:`._namespace.align`)."""
     n_t = yb.shape[0]
     wcell = xp.reshape(wb, (1, -1))
     full, timef = split_fields(order, blocks)

@@ -485,7 +485,7 @@ def scan(executor, parts, cols, digest=False):
 
 def build_rating_shards(executor, parts, cols, users, items, n_shards, like=None, holdout=None, own_inputs=True):
     """Shards of ratings partitioned by user and balanced by ratings, placed one per
-    worker in turn; returns the :class:`~.shards.ShardSet` and the ratings per shard.
+    worker in turn; returns the :class:`~.._engine.data.shards.ShardSet` and the ratings per shard.
 
     Once the ratings per user are counted and before any shard is built, the shards
     are checked to fit in their workers' memory (:func:`_check_shards_fit`: refused

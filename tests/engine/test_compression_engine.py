@@ -11,7 +11,7 @@ import pytest
 from dask_dgd import LogisticRegression, ParameterError
 from dask_dgd._engine.data.blocks import make_shard
 from dask_dgd._engine.objective import LinearTraining
-from dask_dgd._engine.runtime.group_steps import Downlink, StaleState, StepRequest, group_step
+from dask_dgd._engine.runtime.group_steps import Downlink, GroupMemory, StaleState, StepRequest, group_step
 from dask_dgd._engine.runtime.reduce import BlockTree, Compressed, Partial, SparseVector
 from dask_dgd.compression import QSGD, Sign, TopK
 from dask_dgd.losses import BinaryLogistic, LinearObjective
@@ -45,7 +45,7 @@ def _group():
 def test_ef21_blocks_count_their_payloads_and_refuse_a_driver_out_of_step():
     obj, shard, tree = _group()
     comp = TopK(0.1, error_feedback="ef21")
-    scratch, received = {}, {0: np.zeros(41), 1: np.zeros(41)}
+    scratch, received = GroupMemory(), {0: np.zeros(41), 1: np.zeros(41)}
     params = np.zeros(41)
     for count in range(4):
         nodes = group_step(shard, scratch, obj, StepRequest(params, compressor=comp, ef_count=count), tree)
@@ -53,39 +53,39 @@ def test_ef21_blocks_count_their_payloads_and_refuse_a_driver_out_of_step():
             received[b] += comp.decompress(node.grad_sum.payload)
         params = params + 0.01  # the gradient changes from step to step
     for b in (0, 1):  # what the driver summed is each block's estimate, exactly
-        state = scratch["blocks"][b]["compression"]
+        state = scratch.blocks[b]["compression"]
         assert state["count"] == 4
         np.testing.assert_allclose(received[b], state["residual"], rtol=0, atol=1e-12)
-    before = {b: scratch["blocks"][b]["compression"]["residual"].copy() for b in (0, 1)}
+    before = {b: scratch.blocks[b]["compression"]["residual"].copy() for b in (0, 1)}
     with pytest.raises(StaleState, match="block 0 has 4 payloads behind its estimate, the driver 7") as err:
         group_step(shard, scratch, obj, StepRequest(params, compressor=comp, ef_count=7), tree)
     assert err.value.what == "estimates"
     for b in (0, 1):  # refused before anything changed
-        np.testing.assert_array_equal(scratch["blocks"][b]["compression"]["residual"], before[b])
+        np.testing.assert_array_equal(scratch.blocks[b]["compression"]["residual"], before[b])
     # count 0: every block starts afresh (a sync after the driver reset its sum)
     group_step(shard, scratch, obj, StepRequest(params, compressor=comp, ef_count=0), tree)
-    assert scratch["blocks"][0]["compression"]["count"] == 1
+    assert scratch.blocks[0]["compression"]["count"] == 1
 
 
 def test_downlink_copy_follows_the_changes_and_refuses_another_base():
     obj, shard, tree = _group()
     comp = TopK(0.1, downlink=True)
-    scratch = {}
+    scratch = GroupMemory()
     x0 = RNG.standard_normal(41)
     group_step(shard, scratch, obj, StepRequest(x0, down=Downlink(1)), tree)  # in full
-    assert scratch["down"][0] == 1
-    np.testing.assert_array_equal(scratch["down"][1], x0)
+    assert scratch.down[0] == 1
+    np.testing.assert_array_equal(scratch.down[1], x0)
     payload, _ = comp.encode_change(np.ones(41), comp.init(np.zeros(41)), RNG)
     change = Downlink(2, 1, payload, comp)
     group_step(shard, scratch, obj, StepRequest(None, down=change), tree)
-    np.testing.assert_array_equal(scratch["down"][1], x0 + comp.decompress(payload))
+    np.testing.assert_array_equal(scratch.down[1], x0 + comp.decompress(payload))
     with pytest.raises(StaleState, match="the group holds version 2, the change is from 1") as err:
         group_step(shard, scratch, obj, StepRequest(None, down=change), tree)
-    assert err.value.what == "params" and scratch["down"][0] == 2
-    fresh = {}
+    assert err.value.what == "params" and scratch.down[0] == 2
+    fresh = GroupMemory()
     with pytest.raises(StaleState, match="holds version None"):
         group_step(shard, fresh, obj, StepRequest(None, down=change), tree)
-    assert "down" not in fresh and not fresh.get("blocks")
+    assert fresh.down is None and not fresh.blocks
     # the error survives pickling (it crosses from a runner to the driver)
     import pickle
 

@@ -11,6 +11,7 @@ from designs import zipf_log
 from interrupts import Interrupted, StopAt
 
 from dask_dgd import train
+from dask_dgd._engine.runtime.group_steps import GroupMemory
 from dask_dgd._engine.sharded.driver import split
 from dask_dgd._engine.sharded.params import Max, ParamLayout, SlicePenalty
 from dask_dgd.exceptions import ParameterError
@@ -151,7 +152,7 @@ def test_auto_shards_wide_models_on_a_cluster_only(client):
 @pytest.mark.parametrize("kwargs, message", [
     (dict(param_sharding="yes"), "param_sharding must be 'auto', True or False; got 'yes'"),
     (dict(param_sharding=1), "param_sharding must be 'auto', True or False; got 1"),
-    (dict(param_sharding=True, solver="newton"), "solver='newton' is not supported (only 'gd', 'sgd' and 'lbfgs')"),
+    (dict(param_sharding=True, solver="newton"), "solver='newton' is not supported (only 'lbfgs', 'gd' and 'sgd')"),
     (dict(param_sharding=True, solver="gd", mode="local"), "mode='local' is not supported (only 'sync' and 'async')"),
     (dict(param_sharding=True, solver="gd", compression="topk:0.1"), "compression is not supported"),
     (dict(param_sharding=True, dense=True), "it needs sparse (CSR) X"),
@@ -303,14 +304,14 @@ def test_column_scales_are_the_jacobi_diagonal_of_the_data_and_penalty():
                                                            sample_weight=w[a:b], n_rows=b - a)
                                            for i, (a, b) in [(g, cuts[g])]))
               for g in range(3)]
-    scratches = [{} for _ in range(3)]
+    scratches = [GroupMemory() for _ in range(3)]
     exchange = LocalExchange(scratches)
     for g in range(3):
         sharded_setup(shards[g], scratches[g], obj, layout, exchange, g, None, None)
     for g in range(3):
         sharded_column_squares(shards[g], scratches[g], exchange)
     l2, kappa = 0.3, 0.25
-    got = np.concatenate([column_scales(scratches[o]["sharded"], SlicePenalty.of(Penalty(alpha=l2), layout, o), kappa)
+    got = np.concatenate([column_scales(scratches[o].modes["sharded"], SlicePenalty.of(Penalty(alpha=l2), layout, o), kappa)
                           for o in range(3)])
     m = np.asarray(X.multiply(X).T @ w).ravel() / w.sum()
     want = np.append(np.sqrt(m + l2 / kappa), 1.0)

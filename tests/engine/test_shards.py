@@ -12,7 +12,7 @@ from dask_dgd._engine.data.blocks import (
 )
 from dask_dgd._engine.data.skew import groups_by_worker, place_blocks
 from dask_dgd._engine.objective import LinearTraining, batch_allocation
-from dask_dgd._engine.runtime.group_steps import Draw, StepRequest, group_step
+from dask_dgd._engine.runtime.group_steps import Draw, GroupMemory, StepRequest, group_step
 from dask_dgd._engine.runtime.reduce import BlockTree
 from dask_dgd.exceptions import BlockError, InputError
 from dask_dgd.losses import BinaryLogistic, HalfSquaredError, LinearObjective
@@ -86,12 +86,12 @@ def _shard(seed=0, sizes=(30, 0, 45)):
 
 def shard_loss_grad(shard, objective, params, tree):
     """A full-batch step of one group (the engine's worker-side function)."""
-    return group_step(shard, {}, LinearTraining(objective), StepRequest(params), tree)
+    return group_step(shard, GroupMemory(), LinearTraining(objective), StepRequest(params), tree)
 
 
 def shard_minibatch(shard, objective, params, seed, step, take, tree):
     """A mini-batch step of one group."""
-    return group_step(shard, {}, LinearTraining(objective), StepRequest(params, draw=Draw(seed, step, take)), tree)
+    return group_step(shard, GroupMemory(), LinearTraining(objective), StepRequest(params, draw=Draw(seed, step, take)), tree)
 
 
 def _root(nodes_list, n_blocks=3, k=2):

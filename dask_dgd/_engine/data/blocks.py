@@ -281,7 +281,7 @@ def _crc(a):
 def block_digest(block):
     """A cheap digest of one block (CRC-32 of X, y and sample_weight, about 1 GB/s):
     what a resumed fit's data must match block by block (see
-    :class:`~.checkpoint.Checkpointer`); CuPy blocks are copied to the host for it."""
+    :class:`~..runtime.checkpoint.Checkpointer`); CuPy blocks are copied to the host for it."""
     return {"block": int(block.index), "X": _crc(block.X), "y": _crc(block.y),
             "sample_weight": _crc(block.sample_weight)}
 

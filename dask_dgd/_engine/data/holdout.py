@@ -144,7 +144,7 @@ class Validator:
 
     def evaluate_sharded(self, source):
         """``{"val_loss", "val_score"}`` at the parameters a
-        :class:`~.modes.sharded.ShardedSource` evaluated last: each validation group
+        :class:`~..sharded.driver.ShardedSource` evaluated last: each validation group
         pulls the coefficients its rows touch from their owners (the validation loss
         only: a scorer needs the coefficients on the driver)."""
         from ..sharded.params import ValidationRequest, sharded_validate

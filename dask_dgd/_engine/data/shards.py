@@ -5,7 +5,7 @@ slices of an in-memory array), each block is given to a worker, and the blocks o
 worker form its *group*, assembled once into a :class:`Shard` on that worker.  A
 :class:`ShardSet` is the driver's view of one fit's shards: where each group lives and
 what its blocks hold.  Steps reach the groups through the set's
-:class:`~.collective.Collective`; only the parameters travel.
+:class:`~..runtime.collective.Collective`; only the parameters travel.
 """
 
 import itertools
@@ -59,7 +59,7 @@ class ShardSet:
     inputs : list
         Futures of the fit's own copies of its input, released with the shards.
     recoveries : list of dict
-        Lost workers survived (see :class:`~.collective.Collective`).
+        Lost workers survived (see :class:`~..runtime.collective.Collective`).
     """
 
     executor: object
@@ -133,7 +133,7 @@ class ShardSet:
 
     def tree_sum(self, fn, *args, name, split_every=8):
         """The float64 arrays ``fn(block, *args)`` of every block (all of one shape),
-        summed over the fixed block tree (:class:`~.reduce.BlockTree`): each group
+        summed over the fixed block tree (:class:`~..runtime.reduce.BlockTree`): each group
         combines the subtrees it holds where its blocks live, the driver the rest, so
         the sum is the same bit for bit for any placement and only a few partial sums
         per group travel.  Returns the flat sum."""

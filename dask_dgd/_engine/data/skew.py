@@ -9,7 +9,7 @@ speed; skew is max / mean load.
 At setup (:func:`plan`), with ``rebalance="auto"``:
 
 1. blocks stay where Dask put them unless a worker would be more than 10% over its
-   share (:func:`~.shards.place_blocks`, largest blocks first);
+   share (:func:`place_blocks`, largest blocks first);
 2. if that cannot bring max/mean to :data:`SKEW_THRESHOLD` or below because a block
    is larger than a share, or at least half the blocks are tiny or empty, the data is
    rechunked into near-equal-cost blocks (``dask.array.rechunk``: oversized blocks are
@@ -300,7 +300,7 @@ class DynamicBalancer:
     Each step's per-group compute times (actor steps only) and the work each group did
     are accumulated; at step ``first`` and then every ``every`` steps, each worker's
     speed is its work per second; the blocks are placed by speed
-    (:func:`~.shards.place_blocks`) and moved if that shortens the predicted step by
+    (:func:`place_blocks`) and moved if that shortens the predicted step by
     more than :data:`DYNAMIC_GAIN`.  The first step is left out (it loads the block
     kernel in every worker process).
     """

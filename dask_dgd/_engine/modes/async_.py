@@ -36,12 +36,12 @@ import numpy as np
 
 from ...exceptions import ClusterError, DivergenceError
 from ..runtime.collective import STEP_TIMEOUT_MULTIPLE, step_timeout_floor
+from ..runtime.executor import leave_thread_pool, runner_memory
 from ..runtime.faults import inject_faults
-from ..runtime.group_steps import COMPRESSION_TAG, compress_into
+from ..runtime.group_steps import COMPRESSION_TAG, compress_into, sum_blocks
 from ..solvers.base import Outcome, Solver, start_step
 from ..stopping import Stop, StopRules, WallClock
 from ..update import Guard, UpdateRule
-from .local import sum_blocks
 from .server import ParameterServer, ServerCore, guard_of_state
 
 __all__ = ["AsyncTraining", "ParameterServer", "ServerCore", "async_group_loop"]
@@ -54,42 +54,13 @@ ACTOR_TIMEOUT = 10.0
 MAX_SERVER_RESTARTS = 3
 
 
-def _leave_thread_pool():
-    """On a worker, take this long-running loop out of the worker's task slots
-    (``distributed.secede``).  Otherwise the loop holds a slot for the whole fit: on
-    single-threaded workers another fit's loop or setup task waits behind it, and two
-    asynchronous fits at once each trained some groups alone (objective several times
-    the optimum) while their other loops queued behind each other."""
-    try:
-        from distributed import get_worker, secede
-
-        get_worker()
-    except (ImportError, ValueError):
-        return  # in process: nothing to leave
-    secede()
-
-
-def _group_scratch(ref):
-    """The group's memory: ``ref`` itself in process; on a worker, the scratch of the
-    group's runner actor (``ref`` is its key), if it lives on this worker."""
-    if isinstance(ref, dict) or ref is None:
-        return {} if ref is None else ref
-    try:
-        from distributed import get_worker
-
-        runner = get_worker().state.actors.get(ref)
-    except (ImportError, ValueError, AttributeError):
-        runner = None
-    return {} if runner is None else runner.scratch
-
-
 def async_group_loop(shard, scratch_ref, server, g, objective, batching, local_key, n_groups, compression=None):
     """One group's loop (a long-running task): push sums, pull parameters, compute.
 
     The group's batches are its share of the synchronous mode's
     (``batching.group_draw``), seeded by the group's step count.  A model's local
     parameters live in the group's memory (snapshot ``local_key``, see
-    :mod:`..kernels`), where checkpoints and the export at the end find them; they are
+    :mod:`..runtime.group_steps`), where checkpoints and the export at the end find them; they are
     updated after each step with the server's current optimizer, and when the server
     rolls back (a divergence) they return to their state at the group's last good push.
 
@@ -97,14 +68,14 @@ def async_group_loop(shard, scratch_ref, server, g, objective, batching, local_k
     the group's memory (residual or EF21 estimate) in its scratch; an EF21 estimate
     whose count of payloads is not the server's starts afresh.
     """
-    _leave_thread_pool()
-    scratch = _group_scratch(scratch_ref)
+    leave_thread_pool()
+    scratch = runner_memory(scratch_ref)
     local = good_local = None
     if objective.has_local:
-        snaps = scratch.get("local") or {}
+        snaps = scratch.local or {}
         if local_key not in snaps:  # the group's worker was lost: its users start again
             params, state = objective.local_init(shard, None)
-            snaps = scratch["local"] = {local_key: (params, state, None)}
+            snaps = scratch.local = {local_key: (params, state, None)}
         local = good_local = snaps[local_key][:2]
     rollbacks = 0
     msg, steps = None, 0
@@ -118,7 +89,7 @@ def async_group_loop(shard, scratch_ref, server, g, objective, batching, local_k
         draw = None if batching is None else batching.group_draw(shard, g, reply["clock"])
         params = reply["params"]
         sums, lgrad = objective.group_sums(shard, params, objective.step_aux(params), draw,
-                                           None if local is None else local[0], scratch.setdefault("objective", {}))
+                                           None if local is None else local[0], scratch.objective)
         partial = sum_blocks(objective, sums)
         if local is not None and partial.weight_sum > 0 and math.isfinite(partial.loss_sum):
             good_local = local
@@ -128,7 +99,7 @@ def async_group_loop(shard, scratch_ref, server, g, objective, batching, local_k
             lparams, lstate, _ = UpdateRule(opt).apply(local[0], lgrad * (1.0 / (partial.weight_sum * n_groups)),
                                                        lstate)
             local = (lparams, lstate)
-            scratch["local"] = {local_key: (local[0], local[1], None)}
+            scratch.local = {local_key: (local[0], local[1], None)}
         inject_faults(t0)
         rows = shard.n_rows if batching is None else batching.draw_rows(shard, draw, partial)
         count = None
@@ -143,12 +114,12 @@ def _compress_push(scratch, compression, objective, partial, server_count, g, st
     """A group's push with its gradient compressed (see :func:`async_group_loop`), and
     the count of payloads behind its EF21 estimate before this one."""
     comp, seed = compression
-    state = scratch.get("push_compression")
+    state = scratch.modes.get("push_compression")
     if state is not None and comp.accumulates and state.get("count", 0) != server_count:
-        del scratch["push_compression"]  # the server holds another estimate (it restarted, or dropped a push)
+        del scratch.modes["push_compression"]  # the server holds another estimate (it restarted, or dropped a push)
         state = None
     count = 0 if state is None else state.get("count", 0)
-    sent = compress_into(scratch, "push_compression", comp, objective.grad_template(),
+    sent = compress_into(scratch.modes, "push_compression", comp, objective.grad_template(),
                          objective.dense_grad(partial.grad_sum), [*seed, COMPRESSION_TAG, g, step])
     return dataclasses.replace(partial, grad_sum=sent), count
 
@@ -234,6 +205,11 @@ class AsyncTraining(Solver):
 
     core_class = ServerCore  # the server's rules
     iterations = None  # max_iter is the server's to apply (the fit's StopRules, after every push)
+
+    @classmethod
+    def build(cls, ctx, settings):
+        return cls(ctx, settings.params0, settings.optimizer, max_staleness=settings.max_staleness,
+                   staleness_scaling=settings.staleness_scaling)
 
     def __init__(self, ctx, params0, optimizer, *, max_staleness=None, staleness_scaling=False):
         self.ctx = ctx
@@ -346,7 +322,7 @@ class AsyncTraining(Solver):
 
     def loop_call(self, i, g, scratch_ref, server):
         """``(function, *args)`` of the loop of group ``g``, the ``i``-th active one
-        (``scratch_ref``: its memory, see :func:`_group_scratch`)."""
+        (``scratch_ref``: its memory, see :func:`~..runtime.executor.runner_memory`)."""
         ctx = self.ctx
         return (async_group_loop, ctx.shards.handles[g], scratch_ref, server, i, ctx.objective, ctx.batching,
                 self.local_key, len(self.active), self.compression)
@@ -462,7 +438,7 @@ class _ClusterRun:
     median round)``), or a server that has not answered for as long, gets the fit's
     workers asked after: those that sent the scheduler no heartbeat for half that time
     are dropped from the cluster (as in the synchronous modes, see
-    :meth:`.executor.DaskExecutor.drop_silent`) and the fit goes on as after a kill.
+    :meth:`~..runtime.executor.DaskExecutor.drop_silent_or_warn`) and the fit goes on as after a kill.
     """
 
     def __init__(self, solver, core_state):

@@ -22,22 +22,23 @@ from ..runtime.faults import inject_faults
 from ..runtime.group_steps import (
     COMPRESSION_TAG,
     StaleState,
-    _store_local,
     check_payload_count,
     compress_into,
     local_snapshot,
+    store_local,
+    sum_blocks,
 )
 from ..runtime.records import Bytes, Route, Timing, make_record
-from ..runtime.reduce import Partial, add_partials
+from ..runtime.reduce import Partial
 from ..solvers.base import Outcome, Solver, start_step
 from ..stopping import EpochStopper, Stop
 from ..update import Guard, UpdateRule, halved
 
-__all__ = ["LocalSGD", "diverged_loss", "group_round", "round_first", "round_partial", "sum_blocks"]
+__all__ = ["LocalSGD", "diverged_loss", "group_round", "round_first", "round_partial"]
 
 
 def round_partial(params_sum, weight, first, dt, wall0, finite, diverged_loss=None):
-    """What one group returns from a round, as a :class:`~..reduce.Partial` that the
+    """What one group returns from a round, as a :class:`~..runtime.reduce.Partial` that the
     groups' tree sums: ``grad_sum`` is the group's final parameters times ``weight``
     (the sample weight of all its local batches), ``loss_sum`` and the ``first_*``
     extras the sums of its first local batch at the broadcast parameters (the round's
@@ -74,15 +75,6 @@ def round_first(total, size):
                    total.n_groups, extras=extras)
 
 
-def sum_blocks(objective, sums, t=0.0):
-    """A group's per-block sums added in block order, as one :class:`~..reduce.Partial`."""
-    parts = [Partial(s.loss, s.grad, s.weight, t, t, 0, extras=s.extras) for _, s in sorted(sums.items())]
-    if not parts:
-        return Partial(0.0, np.zeros(objective.n_params), 0.0, t, t, 1)
-    total = add_partials(*parts, size=objective.n_params)
-    return Partial(total.loss_sum, total.grad_sum, total.weight_sum, t, t, 1, extras=total.extras)
-
-
 def group_round(shard, scratch, objective, rule, params, reset, draws, local, limit=math.inf, compression=None):
     """``len(draws)`` update-rule steps on this group's blocks from ``params`` (worker
     side); ``draws[j]`` is local step ``j``'s batch (None: all rows).  The optimizer
@@ -94,12 +86,12 @@ def group_round(shard, scratch, objective, rule, params, reset, draws, local, li
     *change* ``weight * (p - params)`` compressed, with its memory in ``scratch``
     (``"round_compression"``: a residual, or an EF21 estimate of the change whose sum the
     driver keeps; ``ef_count`` is the driver's count of payloads, checked first as in
-    :func:`~..kernels.group_step`), and no first-batch gradient (the driver uses only
+    :func:`~..runtime.group_steps.group_step`), and no first-batch gradient (the driver uses only
     the first batch's loss)."""
     wall0, t0 = time.time(), time.perf_counter()
     if compression is not None and compression[0].accumulates:
         _check_round_estimate(scratch, compression[3])
-    state = None if reset else scratch.get("round")
+    state = None if reset else scratch.modes.get("round")
     if state is None:
         state = rule.optimizer.init(params)
     p = np.array(params, dtype=np.float64, copy=True)
@@ -107,7 +99,7 @@ def group_round(shard, scratch, objective, rule, params, reset, draws, local, li
     if local is not None:
         lp, lstate = local_snapshot(scratch, local)
         local_rule = UpdateRule(rule.optimizer)  # the local parameters' penalty is in their loss
-    memory = scratch.setdefault("objective", {})
+    memory = scratch.objective
     first, total, finite, value = None, 0.0, True, None
     for draw in draws:
         sums, lgrad = objective.group_sums(shard, p, objective.step_aux(p), draw, lp, memory)
@@ -127,9 +119,9 @@ def group_round(shard, scratch, objective, rule, params, reset, draws, local, li
             if lstate is None:
                 lstate = rule.optimizer.init(lp)
             lp, lstate, _ = local_rule.apply(lp, lgrad * (1.0 / weight), lstate)
-    scratch["round"] = state
+    scratch.modes["round"] = state
     if local is not None and finite:
-        _store_local(scratch, local, lp, lstate, None)
+        store_local(scratch, local, lp, lstate, None)
     sent = total * p
     if compression is not None and finite:
         sent = _compress_round(shard, scratch, compression, objective, total * (p - params))
@@ -143,9 +135,9 @@ def _check_round_estimate(scratch, count):
     """Raise StaleState unless the group's EF21 estimate has ``count`` payloads behind it
     (``count=0``: it starts afresh)."""
     if count == 0:
-        scratch.pop("round_compression", None)
+        scratch.modes.pop("round_compression", None)
         return
-    check_payload_count(scratch.get("round_compression"), count, "the group's round")
+    check_payload_count(scratch.modes.get("round_compression"), count, "the group's round")
 
 
 def _compress_round(shard, scratch, compression, objective, change):
@@ -153,7 +145,7 @@ def _compress_round(shard, scratch, compression, objective, change):
     comp, seed, round_, _ = compression
     blocks = getattr(shard, "blocks", None)
     tag = min((b.index for b in blocks), default=0) if blocks else int(getattr(shard, "index", 0))
-    return compress_into(scratch, "round_compression", comp, objective.grad_template(), change,
+    return compress_into(scratch.modes, "round_compression", comp, objective.grad_template(), change,
                          [*seed, COMPRESSION_TAG, round_, tag])
 
 
@@ -172,6 +164,15 @@ class LocalSGD(Solver):
     objective) restores the previous round's start.  ``on_divergence="raise"`` raises
     at the first of these, as synchronous training does.
     """
+
+    #: the group memory's names (``GroupMemory.modes``) a checkpoint keeps: the optimizer
+    #: state between rounds and the round's compression memory
+    group_state = ("round", "round_compression")
+
+    @classmethod
+    def build(cls, ctx, settings):
+        return cls(ctx, settings.params0, settings.optimizer, local_steps=settings.local_steps,
+                   outer_optimizer=settings.outer_optimizer)
 
     def __init__(self, ctx, params0, optimizer, *, local_steps, outer_optimizer=None):
         self.ctx = ctx

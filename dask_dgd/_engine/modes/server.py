@@ -322,7 +322,7 @@ class ServerCore:
 
 class ShardedCore(ServerCore):
     """The coordinator of asynchronous training over sharded parameters (see
-    :mod:`..sharded_async`): the clocks, the staleness bound, the stops, the backoffs
+    :mod:`..sharded.async_`): the clocks, the staleness bound, the stops, the backoffs
     and the records of :class:`ServerCore`, on scalars.  The owners have updated their
     slices by the time a push's scalars arrive; the objective is the latest sums' mean
     plus each owner's latest penalty value.  Its pulls name the mark (the version of

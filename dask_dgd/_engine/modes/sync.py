@@ -2,7 +2,7 @@
 
 :class:`SyncSource` is the step source of synchronous training (full batch or a
 mini-batch draw), of the synchronous start of the local and asynchronous modes, and of
-the validation passes of early stopping.  A step is one :func:`~..kernels.group_step`
+the validation passes of early stopping.  A step is one :func:`~..runtime.group_steps.group_step`
 per group through the shard set's collective; the driver finishes the reduced sums
 (mean loss, penalty) and measures the step (timings, bytes).
 """
@@ -59,7 +59,7 @@ class SyncSource:
         Fan-in of the block tree.
     compressor : Compressor or None
         Gradients travel compressed, block by block, each block with its own
-        error-feedback state (see :mod:`..kernels`): the result does not depend on
+        error-feedback state (see :mod:`..runtime.group_steps`): the result does not depend on
         which worker holds which block.  With EF21 feedback the blocks send the changes
         of their estimates and the source keeps their sum (``estimate``); with
         ``downlink`` it sends the parameters' change against the groups' copy, which it
@@ -116,7 +116,7 @@ class SyncSource:
         self.shards.collective.start()
 
     def local_update(self, source, optimizer=None, scale=1.0, keep=()):
-        """The :class:`~..kernels.LocalUpdate` of the next step (models with local
+        """The :class:`~..runtime.group_steps.LocalUpdate` of the next step (models with local
         parameters; None otherwise)."""
         if not self.objective.has_local:
             return None

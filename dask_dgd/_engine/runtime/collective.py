@@ -1,6 +1,6 @@
 """How a step reaches the groups and their sums come back: the collective operations.
 
-A :class:`Collective` owns the step actors of one :class:`~.shards.ShardSet` (one
+A :class:`Collective` owns the step actors of one :class:`~..data.shards.ShardSet` (one
 :class:`~.executor.GroupRunner` per group, on the group's worker, holding the shard and
 the group's memory) and offers three operations:
 
@@ -34,7 +34,7 @@ import time
 from ..data.blocks import combine_shards, take_blocks
 from ..data.skew import groups_by_worker
 from .executor import answer_stats, merge_stats, step_transport
-from .group_steps import group_block_states, group_set_block_states
+from .group_steps import GroupMemory, group_block_states, group_set_block_states
 from .reduce import BlockTree
 from .topology import runner_tree, tree_depth
 
@@ -82,8 +82,8 @@ def step_timeout_floor():
 
 
 def _stateless(shard, fn, *args):
-    """A step function run as a task: a fresh scratch dict."""
-    return fn(shard, {}, *args)
+    """A step function run as a task: a fresh group memory."""
+    return fn(shard, GroupMemory(), *args)
 
 
 _NO_STATS = {"times": {}, "up": 0, "up_raw": 0, "nodes": 0, "spans": []}
@@ -146,7 +146,7 @@ class Collective:
     def scratch(self):
         """Each group's memory, in process."""
         if self._scratch is None:
-            self._scratch = [{} for _ in self.shards.handles]
+            self._scratch = [GroupMemory() for _ in self.shards.handles]
         return self._scratch
 
     def _release_runners(self):

@@ -34,6 +34,7 @@ from distributed.protocol import pickle
 
 from ..._backend import is_sparse
 from ...exceptions import ClusterError, ParameterError
+from .group_steps import GroupMemory
 from .reduce import Compressed, SparseVector, partial_nbytes
 from .topology import tree_depth, tree_groups
 
@@ -47,6 +48,8 @@ __all__ = [
     "get_executor",
     "in_dask_task",
     "is_dask_collection",
+    "leave_thread_pool",
+    "runner_memory",
     "step_transport",
     "task_client",
 ]
@@ -222,7 +225,7 @@ class GroupRunner:
 
     def __init__(self, shard):
         self.shard = shard
-        self.scratch = {}  # the group's memory between calls (e.g. local optimizer state)
+        self.scratch = GroupMemory()  # the group's memory between calls (e.g. local optimizer state)
 
     def run(self, payload):
         """``fn(shard, scratch, *args)`` for the pickled ``(fn, args)``, with this
@@ -268,7 +271,7 @@ class GroupRunner:
         return await loop.run_in_executor(pool, _merge_answers, own, answers, received)
 
     async def exchange(self, payload):
-        """A parameter shard's pull or push from another group (see :mod:`.sharding`):
+        """A parameter shard's pull or push from another group (see :mod:`..sharded.params`):
         ``fn(shard, scratch, *args)`` for the pickled ``(fn, args)``, run on the worker's
         event loop, not in the actor thread: an owner busy with its own blocks (or
         waiting for its own pulls) still answers.  Only quick reads and stores run here."""
@@ -548,7 +551,7 @@ class DaskExecutor:
     @staticmethod
     def runner_targets(runners):
         """``(worker address, actor key)`` of every runner, in group order: where one
-        runner reaches another (:class:`~.sharding.ActorExchange`)."""
+        runner reaches another (:class:`~..sharded.params.ActorExchange`)."""
         return [(a._address, a.key) for a in runners[1]]
 
     def call_tree(self, runners, roots, step, timeout=None):
@@ -823,3 +826,34 @@ class InProcessExecutor:
 
     def workers(self):
         return [None]
+
+
+def leave_thread_pool():
+    """On a worker, take this long-running loop out of the worker's task slots
+    (``distributed.secede``).  Otherwise the loop holds a slot for the whole fit: on
+    single-threaded workers another fit's loop or setup task waits behind it, and two
+    asynchronous fits at once each trained some groups alone (objective several times
+    the optimum) while their other loops queued behind each other."""
+    try:
+        from distributed import get_worker, secede
+
+        get_worker()
+    except (ImportError, ValueError):
+        return  # in process: nothing to leave
+    secede()
+
+
+def runner_memory(ref):
+    """The group's memory: ``ref`` itself in process; on a worker, the memory of the
+    group's runner actor (``ref`` is its key), if it lives on this worker."""
+    if ref is None:
+        return GroupMemory()
+    if isinstance(ref, GroupMemory):
+        return ref
+    try:
+        from distributed import get_worker
+
+        runner = get_worker().state.actors.get(ref)
+    except (ImportError, ValueError, AttributeError):
+        runner = None
+    return GroupMemory() if runner is None else runner.scratch

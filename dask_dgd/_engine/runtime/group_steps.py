@@ -1,40 +1,34 @@
 """What runs on the workers: one group's share of a step, and its memory.
 
-Every function here takes the group's :class:`~.shards.Shard` and its *scratch* dict
-(the memory of the group's runner between calls; a fresh dict for a task) first.  The
+Every function here takes the group's :class:`~..data.blocks.Shard` and its
+:class:`GroupMemory` (the memory of the group's runner between calls; a fresh one for
+a task) first.  The
 driver sends one :class:`StepRequest` per step; :func:`group_step` evaluates the
 training objective on the group's blocks (all rows or the step's draw), keeps the
 group's own state, and returns the group's complete subtrees of the fixed block tree
 (:class:`~.reduce.BlockTree`).
 
-The group's memory (``scratch``):
-
-- ``scratch["blocks"][b]``: state of block ``b`` (its compression residual or EF21
-  estimate, with the count of its payloads): it does
-  not depend on which worker holds the block, so it moves with the block when blocks
-  are regrouped, and a checkpoint keys it by block;
-- ``scratch["local"]``: snapshots of the group's *local parameters* (a matrix
-  factorization's user factors), ``key -> (params, optimizer state, gradient)``: the
-  driver names the snapshot a step starts from, so a step that diverged can be undone
-  where the parameters live (see :class:`LocalUpdate`);
-- ``scratch["round"]``: local SGD's optimizer state between rounds;
-  ``scratch["round_compression"]``: its compression residual (compressed rounds);
-- ``scratch["objective"]``: the training objective's own buffers (kept between steps);
-- ``scratch["down"]``: with downlink compression, ``(version, params)``: the group's
-  copy of the parameters, which the driver's compressed changes update.
+The group's memory is a :class:`GroupMemory` (see there): per-block states, local
+parameters, the objective's buffers and the downlink copy, whose meaning the engine
+knows, and ``modes``: what a mode or sharded training keeps under names of its own,
+which this module never reads; a solver lists those a checkpoint keeps
+(``Solver.group_state``).
 """
 
 import math
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
 from ..update import UpdateRule
 from .faults import inject_faults
-from .reduce import Compressed, Partial
+from .reduce import Compressed, Partial, add_partials
 
 __all__ = [
+    "GroupMemory",
+    "store_local",
+    "sum_blocks",
     "BlockSums",
     "Draw",
     "LocalUpdate",
@@ -56,6 +50,33 @@ __all__ = [
 
 #: Stream tag of the compression draws (apart from the mini-batch draws).
 COMPRESSION_TAG = 7919
+
+
+@dataclass
+class GroupMemory:
+    """A group's memory between calls, where its blocks live (one per group runner).
+
+    ``blocks[b]``: the state of block ``b`` (its compression residual or EF21 estimate,
+    with the count of its payloads): it does not depend on which worker holds the block,
+    so it moves with the block when blocks are regrouped, and a checkpoint keys it by
+    block.  ``local``: snapshots of the group's *local parameters* (a matrix
+    factorization's user factors), ``key -> (params, optimizer state, gradient)``: the
+    driver names the snapshot a step starts from, so a step that diverged can be undone
+    where the parameters live (see :class:`LocalUpdate`); ``local_scaled``: the
+    snapshots already scaled by the step that made them.  ``objective``: the training
+    objective's own buffers.  ``down``: with downlink compression, ``(version,
+    params)``, the group's copy of the parameters that the driver's compressed changes
+    update.  ``modes``: a mode's own state under names the mode chooses (local SGD's
+    optimizer state between rounds, the asynchronous push's compression memory, the
+    sharded owners' slices); checkpoints keep the names the solver lists in
+    ``group_state``."""
+
+    blocks: dict = field(default_factory=dict)
+    local: dict | None = None
+    local_scaled: set = field(default_factory=set)
+    objective: dict = field(default_factory=dict)
+    down: tuple | None = None
+    modes: dict = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -162,7 +183,7 @@ class StepRequest:
 
 
 def _blocks_state(scratch):
-    return scratch.setdefault("blocks", {})
+    return scratch.blocks
 
 
 def _compress(scratch, compressor, template, index, grad, seed, step):
@@ -198,7 +219,7 @@ def _step_params(scratch, request):
     if down.payload is None:
         copy = np.array(request.params, dtype=np.float64, copy=True)
     else:
-        version, copy = scratch.get("down", (None, None))
+        version, copy = scratch.down or (None, None)
         if version != down.base:
             raise StaleState("params", f"the group holds version {version}, the change is from {down.base}")
         copy = copy + down.compressor.decompress(down.payload)
@@ -229,7 +250,7 @@ def local_snapshot(scratch, local):
     """The local parameters and optimizer state a step evaluates at (see
     :class:`LocalUpdate`); raises ClusterError when the snapshot is gone (its worker
     was lost)."""
-    snaps = scratch.get("local")
+    snaps = scratch.local
     if snaps is None or local.source not in snaps:
         from ...exceptions import ClusterError
 
@@ -241,7 +262,7 @@ def local_snapshot(scratch, local):
     if local.optimizer is not None and grad is not None:
         if state is None:
             state = local.optimizer.init(params)
-        scaled = scratch.setdefault("local_scaled", set())
+        scaled = scratch.local_scaled
         if local.scale != 1.0 and local.source not in scaled:
             # the gradient is this group's own array and its scale that of its step, the
             # same for every use (a step that backs off applies it again, with the halved
@@ -253,10 +274,10 @@ def local_snapshot(scratch, local):
     return params, state
 
 
-def _store_local(scratch, local, params, state, grad):
-    snaps = scratch["local"]
+def store_local(scratch, local, params, state, grad):
+    snaps = scratch.local
     snaps[local.key] = (params, state, grad)
-    scaled = scratch.setdefault("local_scaled", set())
+    scaled = scratch.local_scaled
     scaled.discard(local.key)
     for k in [k for k in snaps if k != local.key and k not in local.keep]:
         del snaps[k]
@@ -278,15 +299,15 @@ def group_step(shard, scratch, objective, request, tree):
     if local is not None:
         local_params, local_state = local_snapshot(scratch, local)
     sums, local_grad = objective.group_sums(shard, params, request.aux, request.draw, local_params,
-                                            scratch.setdefault("objective", {}))
+                                            scratch.objective)
     if request.ef_count is not None:  # checked before any memory changes
         _check_estimates(scratch, sorted(sums), request.ef_count)
     if version is not None:
-        scratch["down"] = (version, params)
+        scratch.down = (version, params)
     if local is not None:
         if isinstance(local_grad, SolvedLocal):
             local_params, local_grad = local_grad.params, None
-        _store_local(scratch, local, local_params, local_state, local_grad)
+        store_local(scratch, local, local_params, local_state, local_grad)
     comp = request.compressor
     step = 0 if request.draw is None else request.draw.step
     template = objective.grad_template() if comp is not None else None
@@ -316,7 +337,7 @@ def group_block_states(shard, scratch):
 
 def group_set_block_states(shard, scratch, states):
     """Replace this group's per-block states."""
-    scratch["blocks"] = {int(b): s for b, s in (states or {}).items()}
+    scratch.blocks = {int(b): s for b, s in (states or {}).items()}
 
 
 def group_local_init(shard, scratch, objective, init):
@@ -324,7 +345,7 @@ def group_local_init(shard, scratch, objective, init):
     init)`` gives them and their optimizer state (``init``: what the driver sent this
     group, e.g. its users' rows when training continues; None: the model's own start)."""
     params, state = objective.local_init(shard, init)
-    scratch["local"] = {0: (params, state, None)}
+    scratch.local = {0: (params, state, None)}
     return objective.local_size(params)
 
 
@@ -351,33 +372,37 @@ def _host(value):
     return value
 
 
-def group_memory(shard, scratch, local_keys):
+def group_memory(shard, scratch, local_keys, group_state=()):
     """What a checkpoint keeps of this group's memory, on the host: its per-block
-    states, the snapshots ``local_keys`` of its local parameters, and its local SGD
-    state (optimizer state and compression residual)."""
-    local = scratch.get("local") or {}
-    scaled = scratch.get("local_scaled", set())
+    states, the snapshots ``local_keys`` of its local parameters, and the mode's state
+    named in ``group_state`` (local SGD's optimizer state and compression residual)."""
+    local = scratch.local or {}
     return {
         "blocks": _host(dict(_blocks_state(scratch))),
         "local": {int(k): _host(local[k]) for k in local_keys if k in local},
-        "local_scaled": [int(k) for k in local_keys if k in scaled],
-        "round": _host(scratch.get("round")),
-        "round_compression": _host(scratch.get("round_compression")),
+        "local_scaled": [int(k) for k in local_keys if k in scratch.local_scaled],
+        "modes": {name: _host(scratch.modes[name]) for name in group_state if scratch.modes.get(name) is not None},
     }
 
 
 def group_restore(shard, scratch, objective, memory):
     """Give this group the memory a checkpoint kept (see :func:`group_memory`), its
     arrays moved to where the group's data lives (``objective.local_place``)."""
-    scratch["blocks"] = {int(b): st for b, st in (memory.get("blocks") or {}).items()}
+    scratch.blocks = {int(b): st for b, st in (memory.get("blocks") or {}).items()}
     place = getattr(objective, "local_place", None)
     if memory.get("local"):
-        scratch["local"] = {int(k): (v if place is None else place(shard, v)) for k, v in memory["local"].items()}
-        scratch["local_scaled"] = {int(k) for k in memory.get("local_scaled") or ()}
-    if memory.get("round") is not None:
-        scratch["round"] = memory["round"]
-    if memory.get("round_compression") is not None:
-        scratch["round_compression"] = memory["round_compression"]
+        scratch.local = {int(k): (v if place is None else place(shard, v)) for k, v in memory["local"].items()}
+        scratch.local_scaled = {int(k) for k in memory.get("local_scaled") or ()}
+    scratch.modes.update(memory.get("modes") or {})
+
+
+def sum_blocks(objective, sums, t=0.0):
+    """A group's per-block sums added in block order, as one :class:`~.reduce.Partial`."""
+    parts = [Partial(s.loss, s.grad, s.weight, t, t, 0, extras=s.extras) for _, s in sorted(sums.items())]
+    if not parts:
+        return Partial(0.0, np.zeros(objective.n_params), 0.0, t, t, 1)
+    total = add_partials(*parts, size=objective.n_params)
+    return Partial(total.loss_sum, total.grad_sum, total.weight_sum, t, t, 1, extras=total.extras)
 
 
 def finite(value, grad):

@@ -1,12 +1,12 @@
 """Asynchronous training over sharded parameters, worker side: the owners are the server.
 
 With ``param_sharding`` and ``mode="async"`` no actor holds the parameters.  Each
-group's runner owns its slice (as in the synchronous mode, :mod:`.sharding`) and is
+group's runner owns its slice (as in the synchronous mode, :mod:`.params`) and is
 also that slice's parameter server: it keeps every group's latest gradient slice and
 the optimizer state of its entries, and applies an update on every push it receives.
-A coordinator (:class:`~.modes.server.ShardedCore` on scalars) keeps the clocks, the
+A coordinator (:class:`~..modes.server.ShardedCore` on scalars) keeps the clocks, the
 staleness bound, the stopping rules, the records and the divergence backoff (the
-shared :class:`~.update.Guard`); it never sees a vector.  The owners never halve a
+shared :class:`~..update.Guard`); it never sees a vector.  The owners never halve a
 learning rate themselves: they report non-finite entries, and update with the
 coordinator's optimizer.
 
@@ -140,10 +140,10 @@ def sharded_async_loop(shard, scratch_ref, coordinator, g, objective, batching, 
     """Group ``g``'s loop (a long-running task; see the module docstring).  Its batches
     are those of the unsharded asynchronous mode (``batching.group_draw``); its
     memory (compacted blocks, registered rows, its own slice) is its runner's."""
-    from ..modes.async_ import _group_scratch, _leave_thread_pool
+    from ..runtime.executor import leave_thread_pool, runner_memory
 
-    _leave_thread_pool()
-    mem = _owned(_group_scratch(scratch_ref))
+    leave_thread_pool()
+    mem = _owned(runner_memory(scratch_ref))
     msg, steps = None, 0
     while True:
         reply = coordinator.exchange(g, msg).result()

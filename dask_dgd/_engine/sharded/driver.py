@@ -1,9 +1,9 @@
 """Sharded parameters, driver side: first-order training whose parameters stay on the workers.
 
 :class:`ShardedSource` is the step source of a fit with ``param_sharding`` (see
-:mod:`..sharding` for the worker side): it sets the owners up, and runs the two phases
+:mod:`.params` for the worker side): it sets the owners up, and runs the two phases
 of a step through the runner tree, receiving only scalars.  :class:`ShardedFirstOrder`
-is the solver: :class:`~..solvers.FirstOrder` itself (the guard and its backoff, the
+is the solver: :class:`~..solvers.first_order.FirstOrder` itself (the guard and its backoff, the
 tolerance and epoch rules, the records, the checkpoint's counters), with the hooks
 that evaluate, update and back off on the owners and read the scalars they report;
 its parameters, optimizer state and gradient are the owners' slices.  The driver's
@@ -145,7 +145,7 @@ class ShardedSource(SyncSource):
     def gather(self, which="current", sparse=False):
         """``(parameters, optimizer state)`` assembled from the owners' slices, a chunk
         at a time into arrays allocated once (the driver holds the result and one
-        chunk of :data:`~..sharding.GATHER_CHUNK` entries).  ``sparse``: each vector
+        chunk of :data:`~.params.GATHER_CHUNK` entries).  ``sparse``: each vector
         as a SciPy CSR row of its non-zero entries, the only ones the owners send."""
         lay, coll = self.layout, self.shards.collective
         n = lay.n_params
@@ -201,7 +201,7 @@ class ShardedSource(SyncSource):
 
 
 class ShardedFirstOrder(FirstOrder):
-    """:class:`~..solvers.FirstOrder` over sharded parameters (see the module docstring):
+    """:class:`~..solvers.first_order.FirstOrder` over sharded parameters (see the module docstring):
     the same template, its hooks on the owners' slices and the scalars they report.
 
     Each step is two calls through the runner tree: the evaluation of the owners'
@@ -210,6 +210,10 @@ class ShardedFirstOrder(FirstOrder):
     rejects costs one more call: the owners go back to the last accepted point and
     update from it with the halved learning rate.
     """
+
+    @classmethod
+    def build(cls, ctx, settings):
+        return cls(ctx, settings.optimizer)
 
     def __init__(self, ctx, optimizer):
         self.src = ctx.source
@@ -288,7 +292,7 @@ class ShardedFirstOrder(FirstOrder):
 
 
 class ShardedLBFGS(LBFGS):
-    """:class:`~..solvers.LBFGS` over sharded vectors (see :mod:`..sharded_lbfgs`).
+    """:class:`~..solvers.first_order.LBFGS` over sharded vectors (see :mod:`.lbfgs`).
 
     The same line search, ties and stops; what differs is where the vectors are: the
     gradient, the pairs, the direction and the trial points are the owners' slices,
@@ -302,6 +306,10 @@ class ShardedLBFGS(LBFGS):
 
     _STATE = ("f", "it", "direction", "slope0", "t0", "t", "trials", "points", "pairs", "g_id", "gmax_g", "next_id")
 
+    @classmethod
+    def build(cls, ctx, settings):
+        return cls(ctx, settings.optimizer, precondition=settings.precondition)
+
     def __init__(self, ctx, settings, precondition=True):
         super().__init__(ctx, None, settings)
         self.src = ctx.source
@@ -309,9 +317,11 @@ class ShardedLBFGS(LBFGS):
         self.pairs = []  # (s id, y id), oldest first
         self.g_id = self.gmax_g = None
         self.next_id = 0
-        # the diagonal scaling's curvature level (see :mod:`..sharded_lbfgs`; None: none)
+        # the diagonal scaling's curvature level (see :mod:`.lbfgs`; None: none)
         bound = getattr(getattr(ctx.objective.objective, "loss", None), "curvature_bound", None)
         self.precondition = (1.0 if bound is None else float(bound)) if precondition else None
+        if self.precondition is not None:
+            self.coordinates = "scaled"  # diagonally, on the owners (lbfgs.py)
 
     def _new_id(self):
         self.next_id += 1
@@ -426,8 +436,8 @@ class ShardedLBFGS(LBFGS):
 
 
 class ShardedAsync(AsyncTraining):
-    """:class:`~.async_.AsyncTraining` over sharded parameters: the owners are the
-    parameter server (see :mod:`..sharded_async`) and a :class:`~.server.ShardedCore`
+    """:class:`~..modes.async_.AsyncTraining` over sharded parameters: the owners are the
+    parameter server (see :mod:`.async_`) and a :class:`~..modes.server.ShardedCore`
     actor coordinates on scalars.  The start is a synchronous sharded step (its
     evaluation and merge: the optimizer state of every owner, the automatic learning
     rate divided over the groups as in the unsharded mode).  Its checkpoints hold the
@@ -436,6 +446,11 @@ class ShardedAsync(AsyncTraining):
     updates (the owners' latest gradient slices start afresh)."""
 
     core_class = ShardedCore
+
+    @classmethod
+    def build(cls, ctx, settings):
+        return cls(ctx, settings.optimizer, max_staleness=settings.max_staleness,
+                   staleness_scaling=settings.staleness_scaling)
 
     def __init__(self, ctx, optimizer, *, max_staleness=None, staleness_scaling=False):
         super().__init__(ctx, np.zeros(0), optimizer, max_staleness=max_staleness,

@@ -1,4 +1,4 @@
-"""How the groups of a sharded fit reach each other's parameter shards (see :mod:`.sharding`).
+"""How the groups of a sharded fit reach each other's parameter shards (see :mod:`.params`).
 
 :class:`ActorExchange` calls ``GroupRunner.exchange`` on the owner's runner, worker to
 worker, from the calling group's worker; :class:`LocalExchange` writes straight into

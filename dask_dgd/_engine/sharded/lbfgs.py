@@ -3,7 +3,7 @@ r"""L-BFGS over sharded vectors, worker side: the owners' part of the two-loop r
 The two-loop recursion needs only dot products of the gradient and the kept pairs
 ``(s_i, y_i)``, and builds the direction as a linear combination of them ("vector-free"
 L-BFGS, Chen, Wang and Zhou, NeurIPS 2014).  So each owner keeps its slices of those
-vectors (``scratch["sharded"]["lbfgs"]``, keyed by ids the driver gives them), the
+vectors (``scratch.modes["sharded"]["lbfgs"]``, keyed by ids the driver gives them), the
 driver keeps their dot products, summed over the owners (a small Gram matrix), runs the
 recursion on coefficients and sends them; every owner combines its slices.  A new pair
 costs one reduction of its dot products with the vectors kept (``accept``).
@@ -11,7 +11,7 @@ costs one reduction of its dot products with the vectors kept (``accept``).
 Commands (:class:`LbfgsCommand`, one reduction each through the runner tree):
 
 - ``"merge"``: the gradient at the point just evaluated (as in
-  :func:`~.sharding.sharded_update`), kept as vector ``id``; its largest entry, squared
+  :func:`~.params.sharded_update`), kept as vector ``id``; its largest entry, squared
   norm, slope along the direction, penalty value;
 - ``"trial"``: the direction is ``coeffs`` (``{id: c}``: ``sum c * vector``) when given,
   and the next point to evaluate is ``base + t * direction``; vectors not in ``live``
@@ -24,13 +24,13 @@ Commands (:class:`LbfgsCommand`, one reduction each through the runner tree):
 magnitude, and so do the objective's curvatures along them; Spark MLlib's L-BFGS
 standardises the columns internally for that reason.  Here the recursion runs in the
 coordinates :math:`z = D x` of a diagonal :math:`D` (``precondition``, the change of
-variables of :mod:`.scaling` without centring, on the owners' slices): the owners keep
+variables of :mod:`..scaling` without centring, on the owners' slices): the owners keep
 the vectors in those coordinates (:math:`D^{-1} g`, :math:`D s`) and step the
 parameters along :math:`D^{-1}` times the direction, so the objective, the penalty and
 the optimum are the model's own; only the directions, and the gradient entries ``tol``
 is judged on, are those of the scaled columns.  :math:`D_{jj}^2 = m_j + \lambda / \kappa`
 (:func:`column_scales`): :math:`m_j` the weighted mean of column :math:`j`'s squares,
-measured in one pass when the fit starts (:func:`~.sharding.sharded_column_squares`),
+measured in one pass when the fit starts (:func:`~.params.sharded_column_squares`),
 :math:`\lambda` the L2 strength and :math:`\kappa` the loss's curvature bound (1 where
 it has none), so that :math:`D^2` is proportional to the Hessian's diagonal at a start
 of average curvature, rare columns' penalty included (the Jacobi preconditioner).
@@ -67,7 +67,7 @@ class LbfgsCommand:
 
 def column_scales(mem, pen, kappa):
     """The owner's diagonal :math:`D` over its slice (see the module docstring), from
-    the groups' sums of squares (:func:`~.sharding.sharded_column_squares`), summed in
+    the groups' sums of squares (:func:`~.params.sharded_column_squares`), summed in
     group order; ones where a column has neither data nor penalty."""
     lay = mem["layout"]
     lo, hi = lay.bounds[mem["group"]], lay.bounds[mem["group"] + 1]
@@ -100,7 +100,7 @@ def _scaled_step(lb, t):
 
 
 def sharded_lbfgs(shard, scratch, penalty_spec, cmd):
-    """One :class:`LbfgsCommand` on one owner; one :class:`~.reduce.Partial` of
+    """One :class:`LbfgsCommand` on one owner; one :class:`~..runtime.reduce.Partial` of
     scalars (``extras``) back."""
     wall0, t0 = time.time(), time.perf_counter()
     mem = _owned(scratch)

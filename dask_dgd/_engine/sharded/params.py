@@ -3,7 +3,7 @@
 With ``param_sharding`` the rows of the parameter matrix (one per feature, then the
 intercept) are split into equal feature ranges (:class:`ParamLayout`), one per group: the
 group *owns* them, with their optimizer state, in its runner's memory
-(``scratch["sharded"]``).  A step has two phases, each one call down and up the runner
+(``scratch.modes["sharded"]``).  A step has two phases, each one call down and up the runner
 tree that carries only scalars to the driver:
 
 1. :func:`sharded_eval`: every group *pulls* from each owner the coefficients of the
@@ -97,7 +97,7 @@ class ParamLayout:
 
 @dataclass(frozen=True)
 class SlicePenalty:
-    """The elastic-net penalty of one owner's slice (what :class:`~.update.UpdateRule`
+    """The elastic-net penalty of one owner's slice (what :class:`~..update.UpdateRule`
     needs): its first ``n_coef`` entries are coefficients, the rest intercepts."""
 
     l2: float
@@ -184,14 +184,14 @@ class UpdateCommand:
 
 
 def _memory(scratch):
-    mem = scratch.get(KEY)
+    mem = scratch.modes.get(KEY)
     if mem is None:
-        mem = scratch[KEY] = {"rows": {}, "inbox": {}, "lock": threading.Lock()}
+        mem = scratch.modes[KEY] = {"rows": {}, "inbox": {}, "lock": threading.Lock()}
     return mem
 
 
 def _owned(scratch):
-    mem = scratch.get(KEY)
+    mem = scratch.modes.get(KEY)
     if mem is None or "x" not in mem:
         raise ClusterError(
             "a group lost its parameter shard (its worker was lost mid-fit, or its runner restarted): "
@@ -257,7 +257,7 @@ def sharded_column_squares(shard, scratch, exchange):
     """Push every owner this group's weighted sums of squares of the columns in the
     owner's range that its blocks touch (the rows it registered, in that order; the
     intercept's column is ones), with its weight sum: what an owner's diagonal scaling
-    is made of (:func:`~.sharded_lbfgs.column_scales`).  One pass over the group's
+    is made of (:func:`~.lbfgs.column_scales`).  One pass over the group's
     blocks, once per fit; the bytes are those of one gradient push."""
     mem = _owned(scratch)
     lay = mem["layout"]
@@ -393,7 +393,7 @@ def _restrict(node, a, b, needs_flat, lo, hi):
 
 def _block_rows(b, draw):
     """The rows of block ``b`` a step sums over: None (all), or sorted indices (as
-    :meth:`~.objective.LinearTraining.group_sums` draws them)."""
+    :meth:`~..objective.LinearTraining.group_sums` draws them)."""
     if draw is None or draw.take is None:
         return None
     k = int(draw.take[b.index])
@@ -478,7 +478,7 @@ def sharded_validate(shard, scratch, objective, request, tree):
     ``request.version`` (a validation shard set's group: it pulls the rows its blocks
     touch, named each time, and sends nothing back)."""
     wall0, t0 = time.time(), time.perf_counter()
-    mem = scratch.get("validation")
+    mem = scratch.modes.get("validation")
     width = objective.objective.n_outputs
     if mem is None:
         lay = request.layout
@@ -488,7 +488,7 @@ def sharded_validate(shard, scratch, objective, request, tree):
             needs = np.append(needs, lay.n_features)
         cut = np.searchsorted(needs, np.asarray(lay.bounds))
         rows = [(needs[cut[o]:cut[o + 1]] - lay.bounds[o]).astype(np.int32) for o in range(lay.n_owners)]
-        mem = scratch["validation"] = {"blocks": blocks, "needs": needs, "rows": rows, "cut": cut}
+        mem = scratch.modes["validation"] = {"blocks": blocks, "needs": needs, "rows": rows, "cut": cut}
     pulled, _, _ = request.exchange.call([(o, _owner_pull, (-1, request.version, r)) for o, r in
                                           enumerate(mem["rows"])])
     xg = np.concatenate(pulled) if pulled else np.zeros((0, width))
@@ -543,7 +543,7 @@ def _merged_gradient(mem, pen, command):
 
 
 def sharded_update(shard, scratch, penalty_spec, command):
-    """Phase 2 (or a backoff) on one owner; answers one :class:`~.reduce.Partial`
+    """Phase 2 (or a backoff) on one owner; answers one :class:`~..runtime.reduce.Partial`
     whose ``extras`` hold its scalars (see :func:`_stats`; ``pen_x``, ``l1_x``: the
     penalty's values at the parameters evaluated)."""
     wall0, t0 = time.time(), time.perf_counter()

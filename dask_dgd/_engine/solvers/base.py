@@ -21,7 +21,7 @@ from ..runtime.records import make_record
 from ..stopping import Stop
 from ..update import auto_learning_rate, initial_divergence
 
-__all__ = ["AttributeState", "Outcome", "Solver", "start_step", "step_record"]
+__all__ = ["AttributeState", "Outcome", "Settings", "Solver", "start_step", "step_record"]
 
 
 @dataclass
@@ -41,14 +41,41 @@ class Outcome:
         return self.records[-1] if self.records else None
 
 
+@dataclass(frozen=True)
+class Settings:
+    """What a fit gives the class that runs it besides the context (:meth:`Solver.build`):
+    where it starts, the optimizer and the state it continues, and the settings of the
+    modes (local SGD's rounds, the asynchronous staleness), of the exact solvers (a
+    stacked path) and of sharded L-BFGS (preconditioning on the owners)."""
+
+    params0: object = None
+    optimizer: object = None
+    opt_state: object = None
+    local_steps: int = 1
+    outer_optimizer: object = None
+    max_staleness: object = None
+    staleness_scaling: bool = False
+    path: bool = False
+    precondition: bool = False
+
+
 class Solver:
     """The template every solver fills (see the module docstring)."""
 
     #: the counter checkpoints are due on (updates, rounds, server versions)
     progress = 0
 
+    #: the names of the group memory's mode state (:class:`~..runtime.group_steps.GroupMemory`)
+    #: that checkpoints keep and a restarted group gets back
+    group_state = ()
+
+    @classmethod
+    def build(cls, ctx, settings):
+        """The solver of a fit (the capability tables name the class, :mod:`..capabilities`)."""
+        return cls(ctx, settings.params0)
+
     #: how far the solver is in ``max_iter``'s unit (iterations, or completed epochs),
-    #: which :meth:`~.stopping.StopRules.limit` compares with ``max_iter``; None: the
+    #: which :meth:`~..stopping.StopRules.limit` compares with ``max_iter``; None: the
     #: solver is not bounded by ``max_iter`` as a whole (it bounds parts of itself)
     iterations = None
 
@@ -74,6 +101,17 @@ class Solver:
     def local_keys(self):
         """The snapshots of the groups' local parameters a checkpoint keeps."""
         return ()
+
+    def local_export(self):
+        """Which snapshot of the groups' local parameters is the result (a
+        :class:`~..runtime.group_steps.LocalUpdate`): the latest kept one."""
+        from ..runtime.group_steps import LocalUpdate
+
+        return LocalUpdate(self.local_keys()[0], -1, ())
+
+    #: the coordinates the records' gradients are in when the solver changes them
+    #: itself (sharded L-BFGS scales on the owners); None: those of the objective
+    coordinates = None
 
     def gap(self):
         """The largest entry of the (sub)gradient at the result, in the coordinates the
@@ -110,7 +148,7 @@ class AttributeState:
 
 
 def step_record(ctx, res, iteration, value, grad, step_size, **extra):
-    """The record of one synchronous step (``res``: a :class:`~.modes.sync.StepResult`)."""
+    """The record of one synchronous step (``res``: a :class:`~..modes.sync.StepResult`)."""
     obj = ctx.objective
     n_groups = max(int(res.partial.n_groups), 1)
     return make_record(

@@ -9,8 +9,8 @@ Hessian sums of every fold's rows (:meth:`~dask_dgd.losses._path.PathObjective.b
 with ``grams=True``: one Gram matrix's work for all folds, the curvature of a row averaged
 over the stage's models that train on it).  On the driver, each column minimises its
 quadratic model plus its elastic-net penalty by coordinate descent
-(:func:`~.cd.cd_solve`), and backtracks on its own objective (Tseng and Yun's rule, as
-:class:`~.cd.IRLSCD`); columns accept or halve their steps independently, in the same
+(:func:`~.newton.cd_solve`), and backtracks on its own objective (Tseng and Yun's rule, as
+:class:`~.newton.IRLSCD`); columns accept or halve their steps independently, in the same
 passes.  When every column of a stage satisfies ``tol`` (the largest entry of its
 minimum-norm subgradient), the next stage starts at its solutions (the same fold's
 column), with the loss's value, gradient and Hessian of the last pass: a new penalty
@@ -68,7 +68,7 @@ def path_stages(column_folds):
 @dataclass(frozen=True)
 class PathHessianTraining:
     """A stacked path's training objective (``base``, a
-    :class:`~.objective.PathTraining`) whose passes evaluate only the columns
+    :class:`~..objective.PathTraining`) whose passes evaluate only the columns
     named by the step's ``aux`` and also reduce the Hessian sums of every fold's rows
     (``extras["fold_grams"]``, shape ``(n_folds, p, p)``).  Everything else is the base
     objective's."""

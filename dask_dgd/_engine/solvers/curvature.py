@@ -2,7 +2,7 @@ r"""What a block adds to a Newton step in scaled coordinates: the weighted Gram 
 of its centred and scaled columns, or the R factor of its weighted working design.
 
 Both describe the quadratic model of Newton's method in the coordinates of
-:mod:`.scaling`, computed where the block lives from its own columns centred and
+:mod:`..scaling`, computed where the block lives from its own columns centred and
 scaled (:func:`block_scaled_gram`, :func:`block_r_factor`), so that columns far from
 zero beside their spread lose no digits to the centring.  The Gram matrix is the
 Hessian, summed like the gradient, and cheap (one BLAS product); the R factors are
@@ -199,7 +199,7 @@ def block_r_factor(objective, params, X, y, sample_weight, scaling):
         Original (unscaled) parameters.
     X, y, sample_weight : the block
     scaling : ColumnScaling
-        The columns' centres and scales (:mod:`.scaling`).
+        The columns' centres and scales (:mod:`..scaling`).
     """
     k = objective.n_outputs
     p = objective.n_params

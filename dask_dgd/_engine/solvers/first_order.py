@@ -32,10 +32,10 @@ class FirstOrder(Solver):
     batch objective has not improved by more than ``tol`` for ``n_iter_no_change``
     epochs (unless early stopping decides).
 
-    A step that diverged (:class:`~.update.Guard`) restores the last accepted
+    A step that diverged (:class:`~..update.Guard`) restores the last accepted
     parameters (and, for models with local parameters, names their snapshot to the
     groups) and halves the learning rate.  ``learning_rate="auto"`` replaces the
-    optimizer's learning rate by :func:`~.update.auto_learning_rate` (shortened for a
+    optimizer's learning rate by :func:`~..update.auto_learning_rate` (shortened for a
     compressor).
 
     The decisions (the guard, the backoff, the epochs, the records, the checkpoint's
@@ -45,8 +45,12 @@ class FirstOrder(Solver):
     evaluation's objective, and what is kept of an accepted one), ``_validate``,
     ``_record``, ``gap``, ``result`` and the checkpoint's own part (``_own_state``,
     ``_load_own``, ``_restore``, ``_resume_updated``).  These are the driver's vectors
-    here, the owners' slices in :class:`~.modes.sharded.ShardedFirstOrder`.
+    here, the owners' slices in :class:`~..sharded.driver.ShardedFirstOrder`.
     """
+
+    @classmethod
+    def build(cls, ctx, settings):
+        return cls(ctx, settings.params0, settings.optimizer, settings.opt_state)
 
     def __init__(self, ctx, params0, optimizer, opt_state=None):
         self.params = np.array(params0, dtype=np.float64, copy=True)
@@ -288,6 +292,10 @@ class LBFGS(Solver):
     own rule (:meth:`stop_rule`); ``max_iter`` is the stop rules'.  The line search is replayed
     from its trials when a checkpoint is resumed, so a resumed fit takes the same steps.
     """
+
+    @classmethod
+    def build(cls, ctx, settings):
+        return cls(ctx, settings.params0, settings.optimizer)
 
     def __init__(self, ctx, params0, settings):
         # (an L1 penalty is refused before, by its row in .capabilities.SOLVERS)

@@ -1,6 +1,6 @@
 """The exact-Hessian solver (``solver="newton"`` and ``"cd"``) and its parts.
 
-:class:`IRLSCD` is a solver of the one loop (the template of :class:`~.solvers.Solver`):
+:class:`IRLSCD` is a solver of the one loop (the template of :class:`~.base.Solver`):
 Newton/IRLS steps with the Hessian reduced in the gradient's pass, the quadratic model
 minimised on the driver by a direct solve (:func:`newton_step`) or, with an L1 part, by
 coordinate descent.  This module also holds what it needs besides:
@@ -10,7 +10,7 @@ coordinate descent.  This module also holds what it needs besides:
   ``X~^T diag(s_i h_i) X~`` (``X~``: ``X`` with a column of ones when there is an
   intercept; ``h_i`` the loss's curvature, :func:`~.curvature.curvature`) in the data's
   units, for fits that are not scaled (scaled fits sum it from centred, scaled columns:
-  :class:`~.scaling.ScaledTraining`); the sums travel in the partials' ``extras`` and
+  :class:`~..scaling.ScaledTraining`); the sums travel in the partials' ``extras`` and
   are tree-reduced with the gradient, in the same pass;
 - :func:`cd_solve`: coordinate descent with soft-thresholding on the quadratic model
   plus the elastic-net penalty, on the driver (a Numba loop over a ``p x p`` matrix);
@@ -134,7 +134,7 @@ def block_hessian_sum(objective, params, X, y, sample_weight=None):
 @dataclass(frozen=True)
 class HessianTraining:
     """A linear model's training objective (``base``, a
-    :class:`~.objective.LinearTraining`) whose evaluations also reduce the loss's
+    :class:`~..objective.LinearTraining`) whose evaluations also reduce the loss's
     Hessian sums (``extras["hessian"]`` of the partials, see :func:`block_hessian_sum`).
     Everything else is the base objective's."""
 
@@ -334,12 +334,12 @@ class IRLSCD(AttributeState, Solver):
 
     Every evaluation is one distributed pass giving the smooth objective ``f`` (mean
     loss plus the L2 part), its gradient ``g`` and its Hessian ``H`` (the block sums
-    ``X~^T diag(s h) X~`` of :class:`~.cd.HessianTraining`, tree-reduced with the
-    gradient), in the scaled coordinates of :mod:`.scaling` when the fit is scaled.
+    ``X~^T diag(s h) X~`` of :class:`~.newton.HessianTraining`, tree-reduced with the
+    gradient), in the scaled coordinates of :mod:`..scaling` when the fit is scaled.
     An iteration minimises the quadratic model
     ``g.d + d^T H d / 2 + lambda ||x + d||_1`` on the driver: without an L1 part by a
     direct solve (:func:`newton_step`: a Newton step), else by coordinate descent with
-    soft-thresholding (:func:`~.cd.cd_solve`, warm-started at the current parameters,
+    soft-thresholding (:func:`~.newton.cd_solve`, warm-started at the current parameters,
     active set); then it backtracks along ``d`` from step 1, halving, until the full
     objective ``F = f + lambda ||x||_1`` decreases by at least ``1e-4 t Delta``
     (``Delta = g.d + lambda (||x + d||_1 - ||x||_1)``, Tseng and Yun's rule); each trial
@@ -348,6 +348,14 @@ class IRLSCD(AttributeState, Solver):
     trial whose subgradient is smaller is accepted too.  Converged when the largest
     entry of the minimum-norm subgradient (the KKT violation) is at most ``tol``.
     """
+
+    @classmethod
+    def build(cls, ctx, settings):
+        if settings.path:  # the stacked path of a CV estimator: one Newton model per fold and penalty
+            from .cd_path import PathIRLSCD
+
+            return PathIRLSCD(ctx, settings.params0)
+        return cls(ctx, settings.params0)
 
     def __init__(self, ctx, params0):
         self.ctx = ctx
