@@ -40,6 +40,7 @@ if TYPE_CHECKING:
     from ..data.blocks import Shard
     from ..modes.sync import StepResult
     from ..objective import PathTraining
+    from ..runtime.group_steps import Draw
     from ..train import Context
 
 __all__ = ["WINDOW", "PathHessianTraining", "PathIRLSCD", "path_stages"]
@@ -98,7 +99,7 @@ class PathHessianTraining:
         path = self.base.objective
         return path.n_folds * (path.n_features + path.fit_intercept) ** 2
 
-    def group_sums(self, shard: Shard, params: np.ndarray, aux: np.ndarray, draw: Any, local: Any,
+    def group_sums(self, shard: Shard, params: np.ndarray, aux: np.ndarray, draw: Draw | None, local: Any,
                    memory: dict | None = None) -> tuple[dict[int, BlockSums], None]:
         from ..data.blocks import _block_error
 

@@ -51,7 +51,7 @@ if TYPE_CHECKING:
     from ..modes.sync import StepResult
     from ..objective import LinearTraining, PathTraining
     from ..protocols import TrainingObjective
-    from ..runtime.group_steps import BlockSums
+    from ..runtime.group_steps import BlockSums, Draw
     from ..runtime.reduce import Partial
     from ..scaling import ScaledTraining
     from ..train import Context
@@ -164,8 +164,8 @@ class HessianTraining:
             raise AttributeError(name)
         return getattr(self.base, name)
 
-    def group_sums(self, shard: Shard, params: np.ndarray, aux: Any, draw: Any, local: Any,
-                   memory: dict | None = None) -> tuple[dict[int, BlockSums], Any]:
+    def group_sums(self, shard: Shard, params: np.ndarray, aux: Any, draw: Draw | None, local: Any,
+                   memory: dict | None = None) -> tuple[dict[int, BlockSums], None]:
         sums, local_grad = self.base.group_sums(shard, params, aux, draw, local, memory)
         obj = self.base.objective
         return with_block_extra(sums, shard, "hessian",
