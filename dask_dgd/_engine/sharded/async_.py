@@ -31,14 +31,26 @@ Owner calls run on the worker's event loop (``GroupRunner.exchange``), one at a 
 so an owner's memory needs no lock; an update is one pass over the owner's slice.
 """
 
+from __future__ import annotations
+
 import time
 from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from ..runtime.faults import inject_faults
 from ..runtime.reduce import Partial, SparseVector, add_partials
 from .params import _owned, _pull, _slice_penalty, group_sums, owner_parts
+
+if TYPE_CHECKING:
+    from ...losses import Penalty
+    from ...optim import FirstOrderOptimizer
+    from ..data.blocks import Shard
+    from ..modes.async_ import ServerLink, _InProcessServer
+    from ..objective import LinearTraining, RowBatches
+    from ..runtime.group_steps import GroupMemory
+    from .exchange import ActorExchange, LocalExchange
 
 __all__ = ["Ticket", "sharded_async_loop"]
 
@@ -52,13 +64,13 @@ class Ticket:
 
     rollbacks: int
     mark: int
-    optimizer: object
+    optimizer: FirstOrderOptimizer
     n_groups: int
     scaling: bool
-    penalty: object
+    penalty: Penalty
 
 
-def _server(mem, ticket):
+def _server(mem: dict[str, Any], ticket: Ticket) -> dict[str, Any] | None:
     """The owner's server memory, brought up to ``ticket`` (a backoff: back to the
     mark; a new mark: a copy of the slice now).  None when ``ticket`` is older than a
     backoff the owner has made (a push computed before it)."""
@@ -78,7 +90,8 @@ def _server(mem, ticket):
     return a
 
 
-def _async_pull(shard, scratch, group, ticket, rows=None):
+def _async_pull(shard: Shard | None, scratch: GroupMemory, group: int, ticket: Ticket,
+                rows: np.ndarray | None = None) -> np.ndarray:
     """An owner's rows for ``group`` (those it registered, or ``rows``), noting its
     update count for the push's delay."""
     mem = _owned(scratch)
@@ -88,7 +101,8 @@ def _async_pull(shard, scratch, group, ticket, rows=None):
     return mem["x"].reshape(-1, mem["layout"].width)[mem["rows"][int(group)] if rows is None else rows]
 
 
-def _async_push(shard, scratch, group, ticket, part):
+def _async_push(shard: Shard | None, scratch: GroupMemory, group: int, ticket: Ticket,
+                part: Partial) -> dict[str, Any]:
     """Group ``group``'s part of its gradient sum: kept as the group's latest, then
     one update of the owner's slice along the weighted mean of every group's latest
     (plus the L2 part).  Answers the owner's scalars: its penalty values at the slice
@@ -107,7 +121,7 @@ def _async_push(shard, scratch, group, ticket, part):
     out = {"pen": pen.value(x), "l1": pen.l1_value(x), "gsq": 0.0, "delay": int(delay), "dropped": 0,
            "nonfinite": 0}
     values = part.grad_sum.values if isinstance(part.grad_sum, SparseVector) else part.grad_sum
-    bad = int(np.count_nonzero(~np.isfinite(values)))
+    bad = int(np.count_nonzero(~np.isfinite(values)))  # type: ignore[call-overload]
     if bad:  # not kept: the coordinator backs off
         out["nonfinite"] = bad
         return out
@@ -136,7 +150,9 @@ def _async_push(shard, scratch, group, ticket, part):
     return out
 
 
-def sharded_async_loop(shard, scratch_ref, coordinator, g, objective, batching, ticket0, exchange):
+def sharded_async_loop(shard: Shard, scratch_ref: dict[str, Any] | str | None,
+                       coordinator: ServerLink | _InProcessServer, g: int, objective: LinearTraining,
+                       batching: RowBatches | None, ticket0: Ticket, exchange: ActorExchange | LocalExchange) -> int:
     """Group ``g``'s loop (a long-running task; see the module docstring).  Its batches
     are those of the unsharded asynchronous mode (``batching.group_draw``); its
     memory (compacted blocks, registered rows, its own slice) is its runner's."""
@@ -153,7 +169,7 @@ def sharded_async_loop(shard, scratch_ref, coordinator, g, objective, batching, 
         ticket = replace(ticket0, rollbacks=reply["rollbacks"], mark=reply["mark"], optimizer=reply["optimizer"])
         draw = None if batching is None else batching.group_draw(shard, g, reply["clock"])
         leaves, scalars, pulled = group_sums(shard, mem, objective, draw,
-                                             lambda used, t=ticket: _pull(mem, exchange, _async_pull, t, used))
+                                             lambda used, t=ticket: _pull(mem, exchange, _async_pull, t, used))  # type: ignore[misc]
         total = add_partials(*leaves.values())
         parts = owner_parts(mem, total)
         answers, sent, received = exchange.call([(o, _async_push, (mem["group"], ticket, p))

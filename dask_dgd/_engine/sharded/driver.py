@@ -11,8 +11,11 @@ memory does not grow with the number of parameters until the fit ends and its re
 is assembled.
 """
 
+from __future__ import annotations
+
 import math
 import time
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import scipy.sparse as sp
@@ -40,17 +43,27 @@ from .params import (
     sharded_update,
 )
 
+if TYPE_CHECKING:
+    from ...optim import LBFGS as LbfgsSettings
+    from ...optim import FirstOrderOptimizer
+    from ..data.shards import ShardSet
+    from ..modes.async_ import ServerLink, _InProcessServer
+    from ..objective import LinearTraining
+    from ..runtime.group_steps import Draw
+    from ..train import Context
+    from .params import ParamLayout
+
 __all__ = ["ShardedAsync", "ShardedFirstOrder", "ShardedLBFGS", "ShardedSource", "sharded_record", "sharded_start",
            "split"]
 
 
-def split(vector, layout):
+def split(vector: Any, layout: ParamLayout) -> list[Any]:
     """The owners' slices of a flat vector (or optimizer state) laid out by ``layout``."""
     if vector is None:
         return [None] * layout.n_owners
     if isinstance(vector, tuple) and hasattr(vector, "_asdict"):
         parts = {k: split(v, layout) for k, v in vector._asdict().items()}
-        return [type(vector)(**{k: parts[k][o] for k in vector._fields}) for o in range(layout.n_owners)]
+        return [type(vector)(**{k: parts[k][o] for k in vector._fields}) for o in range(layout.n_owners)]  # type: ignore[attr-defined]
     if isinstance(vector, np.ndarray) and vector.ndim == 1 and vector.size == layout.n_params:
         return [vector[slice(*layout.flat_range(o))].copy() for o in range(layout.n_owners)]
     if sp.issparse(vector):  # a sparse start: each owner expands its slice
@@ -58,27 +71,29 @@ def split(vector, layout):
     return [vector] * layout.n_owners
 
 
-def sharded_record(res, iteration, value, gsq, step_size, **extra):
+def sharded_record(res: StepResult, iteration: int, value: float, gsq: float, step_size: float | None,
+                   **extra: Any) -> dict[str, Any]:
     """The record of one sharded step (``gsq``: the gradient's squared norm, summed
     over the owners)."""
     return make_record(
         step=res.step, iteration=iteration, loss=value, grad_norm=math.sqrt(gsq), step_size=step_size,
-        timing=res.timing, n_samples=res.partial.weight_sum, updates_per_group=(1,) * max(int(res.partial.n_groups), 1),
+        timing=res.timing, n_samples=res.partial.weight_sum, updates_per_group=(1,) * max(int(res.partial.n_groups), 1),  # type: ignore[attr-defined]
         nbytes=res.nbytes, route=res.route, **extra)
 
 
-def sharded_start(ctx, optimizer, draw, divide=1):
+def sharded_start(ctx: Context, optimizer: FirstOrderOptimizer, draw: Draw | None,
+                  divide: int = 1) -> tuple[FirstOrderOptimizer, StepResult, dict[str, Any]]:
     """The first evaluation of a sharded fit (at the owners' start, all rows or
     ``draw``'s), its merge with every owner's optimizer state started, and the
     automatic learning rate (its step divided by ``divide``): ``(optimizer, step
     result, owners' scalars)``."""
-    src = ctx.source
+    src: ShardedSource = ctx.source  # type: ignore[assignment]  # (a sharded fit's)
     res = src.evaluate(draw=draw)
     stats = src.command("merge", init=optimizer)
     if not (math.isfinite(res.value) and stats.get("nonfinite", 0) == 0):
         raise initial_divergence(res.value)
     if ctx.learning_rate == "auto":
-        L = ctx.objective.lipschitz(ctx.shards, None)
+        L = ctx.objective.lipschitz(ctx.shards, None)  # type: ignore[attr-defined]
         lr = auto_learning_rate(optimizer, L, np.array([float(stats["gmax"])])) / divide
         optimizer = optimizer.with_learning_rate(lr)
     return optimizer, res, stats
@@ -88,18 +103,19 @@ class ShardedSource(SyncSource):
     """Synchronous steps whose parameters are sharded over the groups (no compression,
     no balancing: a group's memory belongs to its blocks)."""
 
-    def __init__(self, shards, objective, layout, *, split_every, seed=(0,)):
+    def __init__(self, shards: ShardSet, objective: LinearTraining, layout: ParamLayout, *, split_every: int,
+                 seed: tuple[int, ...] = (0,)) -> None:
         super().__init__(shards, objective, split_every=split_every, seed=seed)
         self.layout = layout
         self.version = 0
-        self.exchange = None
+        self.exchange: ActorExchange | LocalExchange | None = None
 
-    def start(self):
+    def start(self) -> None:
         super().start()
         coll = self.shards.collective
         self.exchange = ActorExchange(coll.runner_targets()) if coll.on_cluster else LocalExchange(coll.scratch())
 
-    def setup(self, params0=None, state0=None):
+    def setup(self, params0: np.ndarray | sp.csr_matrix | None = None, state0: Any = None) -> None:
         """Every group owns its slice (of ``params0``; zeros when None) and registers
         the rows its blocks need with their owners."""
         lay = self.layout
@@ -108,7 +124,8 @@ class ShardedSource(SyncSource):
                                     per_group=[(g, xs[g], states[g]) for g in range(lay.n_owners)])
         self.version = 0
 
-    def evaluate(self, params=None, draw=None, local=None, name="grad", aux=None):
+    def evaluate(self, params: Any = None, draw: Draw | None = None, local: Any = None, name: str = "grad",
+                 aux: Any = None) -> StepResult:
         """Phase 1 at the owners' parameters of the next version (the pending update,
         committed by the first pull), or at the current ones (the first step): the loss
         and weight sums; ``params`` is ignored (the parameters are the owners')."""
@@ -118,7 +135,7 @@ class ShardedSource(SyncSource):
         if self.n_steps > 0:
             self.version += 1
         self.n_steps += 1
-        request = ShardedRequest(self.version, self.exchange, draw)
+        request = ShardedRequest(self.version, self.exchange, draw)  # type: ignore[arg-type]
         partial = sh.collective.reduce(sharded_eval, self.objective, request, split_every=self.split_every,
                                        size=0, name=f"{name}-{self.n_steps}", step=self.n_steps)
         wall1 = time.time()
@@ -128,13 +145,14 @@ class ShardedSource(SyncSource):
         timing = Timing(
             step_time=self._last_end - t0, compute_time_max=partial.time_max, compute_time_min=partial.time_min,
             broadcast_time=partial.start_max - wall0, reduce_time=wall1 - partial.end_max,
-            update_time=update_time, driver_cpu_time=time.process_time() - cpu0,
+            update_time=update_time, driver_cpu_time=time.process_time() - cpu0,  # type: ignore[arg-type]
         )
         nbytes = Bytes(8 * self.objective.n_params * sh.n_groups, int(partial.extras.get("bytes_pushed", 0)),
                        int(partial.extras.get("bytes_pulled", 0)))
-        return StepResult(self.n_steps, None, value, np.zeros(0), partial, timing, nbytes, Route.of(traffic))
+        return StepResult(self.n_steps, None, value, np.zeros(0), partial, timing, nbytes, Route.of(traffic))  # type: ignore[arg-type]
 
-    def command(self, kind, rule=None, init=None):
+    def command(self, kind: str, rule: UpdateRule | None = None,
+                init: FirstOrderOptimizer | None = None) -> dict[str, Any]:
         """Phase 2 (``kind`` ``"merge"``), the first update (``"update"``) or a backoff
         on every owner; their scalars summed (largest entries: their maximum)."""
         cmd = UpdateCommand(kind, self.version + 1, self.split_every, self.shards.n_blocks, rule, init)
@@ -142,14 +160,14 @@ class ShardedSource(SyncSource):
                                                     split_every=self.split_every, size=0)
         return root.extras
 
-    def gather(self, which="current", sparse=False):
+    def gather(self, which: str = "current", sparse: bool = False) -> tuple[Any, Any]:
         """``(parameters, optimizer state)`` assembled from the owners' slices, a chunk
         at a time into arrays allocated once (the driver holds the result and one
         chunk of :data:`~.params.GATHER_CHUNK` entries).  ``sparse``: each vector
         as a SciPy CSR row of its non-zero entries, the only ones the owners send."""
         lay, coll = self.layout, self.shards.collective
         n = lay.n_params
-        found = {}  # field (None: the parameters) -> dense array, or [(indices, values)]
+        found: dict[str | None, Any] = {}  # field (None: the parameters) -> dense array, or [(indices, values)]
         state = None
         for o in range(lay.n_owners):
             skeleton, size = coll.call(sharded_slice, which, None, None, group=o)
@@ -174,19 +192,19 @@ class ShardedSource(SyncSource):
                      for k, parts in found.items()}
         params = found.pop(None)
         if found:
-            state = state._replace(**found)
+            state = state._replace(**found)  # type: ignore[arg-type, union-attr]
         return params, state
 
-    def state_dict(self):
+    def state_dict(self) -> dict[str, Any]:
         return {"version": self.version, "owners": self.shards.collective.call(sharded_memory)}
 
-    def load_state_dict(self, state):
+    def load_state_dict(self, state: dict[str, Any] | None) -> None:
         if not state:
             return
         self.version = int(state["version"])
         self._owners = state["owners"]
 
-    def restore(self):
+    def restore(self) -> None:
         """Give the owners the slices a checkpoint kept (after :meth:`setup`)."""
         owners = getattr(self, "_owners", None)
         if owners is not None:
@@ -215,13 +233,13 @@ class ShardedFirstOrder(FirstOrder):
     def build(cls, ctx, settings):
         return cls(ctx, settings.optimizer)
 
-    def __init__(self, ctx, optimizer):
-        self.src = ctx.source
-        self.stats = {}  # the owners' scalars of the last accepted evaluation
-        self.has_l1 = ctx.objective.penalty.has_l1
+    def __init__(self, ctx: Context, optimizer: FirstOrderOptimizer) -> None:
+        self.src: ShardedSource = ctx.source  # type: ignore[assignment]  # (a sharded fit's)
+        self.stats: dict[str, Any] = {}  # the owners' scalars of the last accepted evaluation
+        self.has_l1 = ctx.objective.penalty.has_l1  # type: ignore[attr-defined]
         self._set_rules(ctx, UpdateRule(optimizer))  # the owners apply the penalty
 
-    def start(self):
+    def start(self) -> Outcome:
         opt, res, stats = sharded_start(self.ctx, self.optimizer, self._draw())
         self.rule = UpdateRule(opt)
         outcome = self._observe(res, stats)
@@ -229,65 +247,65 @@ class ShardedFirstOrder(FirstOrder):
         return outcome
 
     # -------------------------------------------------------------- the hooks
-    def _judge(self, res, stats):
+    def _judge(self, res: StepResult, stats: dict[str, Any]) -> tuple[float, np.ndarray, float]:  # type: ignore[override]
         value = res.value + stats.get("pen_x", 0.0) + stats.get("l1_x", 0.0)
         lr = self.optimizer.learning_rate_at(int(stats.get("count", 0)))
-        grad = np.array([0.0 if stats.get("nonfinite", 0) == 0 and res.partial.extras.get("nonfinite", 0) == 0
+        grad = np.array([0.0 if stats.get("nonfinite", 0) == 0 and res.partial.extras.get("nonfinite", 0) == 0  # type: ignore[attr-defined]
                          else math.nan])
         return value, grad, lr
 
     @property
-    def good_value(self):
-        return self.good[0]
+    def good_value(self) -> float:
+        return self.good[0]  # type: ignore[index]
 
-    def _accept(self, res, stats):
+    def _accept(self, res: StepResult, stats: dict[str, Any]) -> None:  # type: ignore[override]
         """Keep the owners' scalars; the last accepted step is ``(value, iteration)``
         (its parameters are the owners')."""
         self.stats, self.good = stats, (self.value, self.it)
 
-    def _validate(self):
-        return self.ctx.validator.evaluate_sharded(self.src)
+    def _validate(self) -> dict[str, float]:
+        return self.ctx.validator.evaluate_sharded(self.src)  # type: ignore[attr-defined]
 
-    def _record(self, res, iteration, stats, **scores):
+    def _record(self, res: StepResult, iteration: int, stats: dict[str, Any], **scores: float | None) -> dict[str, Any]:  # type: ignore[override]
         lr = self.optimizer.learning_rate_at(int(stats.get("count", 0)))
-        return sharded_record(res, iteration, self.value, stats.get("gsq", 0.0), lr, **scores)
+        return sharded_record(res, iteration, self.value, stats.get("gsq", 0.0), lr, **scores)  # type: ignore[arg-type]
 
-    def _back_off(self):
-        self.it = self.good[1]
+    def _back_off(self) -> None:
+        self.it = self.good[1]  # type: ignore[index]
         self.src.command("backoff", rule=self.rule)
 
-    def _update(self):
+    def _update(self) -> None:
         """Nothing: the owners made the update when they merged the last gradient."""
 
-    def _evaluate(self):
+    def _evaluate(self) -> tuple[StepResult, dict[str, Any]]:
         res = self.src.evaluate(draw=self._draw())
         return res, self.src.command("merge", rule=self.rule)
 
-    def gap(self):
+    def gap(self) -> float | None:
         """The largest entry of the (proximal) gradient mapping (full batch)."""
         return float(self.stats.get("gmap" if self.has_l1 else "gmax", math.inf)) if self.full_batch else None
 
-    def result(self):
+    def result(self) -> tuple[Any, int, FirstOrderOptimizer, Any]:
         which = "pending" if self.phase == "updated" else "good" if self.pending_backoff else "current"
         params, state = self.src.gather(which, self.ctx.sparse_params)
         return params, self.n_iter, self.optimizer, state
 
-    def local_keys(self):
+    def local_keys(self) -> tuple[int, ...]:
         return ()
 
     # -------------------------------------------------------------- checkpoints
-    def _own_state(self):
+    def _own_state(self) -> dict[str, Any]:
         return {"stats": dict(self.stats), "pending_backoff": self.pending_backoff}
 
-    def _load_own(self, state):
+    def _load_own(self, state: dict[str, Any]) -> None:
         self.stats, self.pending_backoff = dict(state["stats"]), state["pending_backoff"]
 
-    def _restore(self):
+    def _restore(self) -> None:
         """The owners get their saved slices, with the update after the last accepted
         step pending."""
         self.src.restore()
 
-    def _resume_updated(self):
+    def _resume_updated(self) -> None:
         self.it -= 1  # the pending update is evaluated by the next step, which counts it again
 
 
@@ -310,39 +328,40 @@ class ShardedLBFGS(LBFGS):
     def build(cls, ctx, settings):
         return cls(ctx, settings.optimizer, precondition=settings.precondition)
 
-    def __init__(self, ctx, settings, precondition=True):
+    def __init__(self, ctx: Context, settings: LbfgsSettings, precondition: bool = True) -> None:
         super().__init__(ctx, None, settings)
-        self.src = ctx.source
-        self.gram = {}  # (id, id) -> the dot product of two vectors, summed over the owners
-        self.pairs = []  # (s id, y id), oldest first
-        self.g_id = self.gmax_g = None
+        self.src: ShardedSource = ctx.source  # type: ignore[assignment]  # (a sharded fit's)
+        self.gram: dict[tuple[int, int], float] = {}  # (id, id) -> the dot product of two vectors, over the owners
+        self.pairs: list[tuple[int, int]] = []  # (s id, y id), oldest first
+        self.g_id: int | None = None
+        self.gmax_g: float | None = None
         self.next_id = 0
         # the diagonal scaling's curvature level (see :mod:`.lbfgs`; None: none)
-        bound = getattr(getattr(ctx.objective.objective, "loss", None), "curvature_bound", None)
+        bound = getattr(getattr(ctx.objective.objective, "loss", None), "curvature_bound", None)  # type: ignore[attr-defined]
         self.precondition = (1.0 if bound is None else float(bound)) if precondition else None
         if self.precondition is not None:
             self.coordinates = "scaled"  # diagonally, on the owners (lbfgs.py)
 
-    def _new_id(self):
+    def _new_id(self) -> int:
         self.next_id += 1
         return self.next_id
 
-    def _command(self, kind, **kw):
+    def _command(self, kind: str, **kw: Any) -> dict[str, Any]:
         src = self.src
         cmd = LbfgsCommand(kind, src.version + 1, src.split_every, src.shards.n_blocks, precondition=self.precondition,
                            **kw)
-        return src.shards.collective.reduce_groups(sharded_lbfgs, self.ctx.objective.penalty_spec, cmd,
+        return src.shards.collective.reduce_groups(sharded_lbfgs, self.ctx.objective.penalty_spec, cmd,  # type: ignore[attr-defined]
                                                    split_every=src.split_every, size=0).extras
 
-    def _point(self, vid):
+    def _point(self, vid: int) -> tuple[dict[str, Any], float, bool, dict[str, Any]]:
         """Evaluate the owners' next point; its gradient becomes vector ``vid``."""
         res = self.src.evaluate()
         st = self._command("merge", id=vid)
         value = res.value + st["pen_x"]
-        finite = math.isfinite(value) and st["nonfinite"] == 0 and res.partial.extras.get("nonfinite", 0) == 0
+        finite = math.isfinite(value) and st["nonfinite"] == 0 and res.partial.extras.get("nonfinite", 0) == 0  # type: ignore[attr-defined]
         return st, value, finite, sharded_record(res, self.it, value, st["gsq"], None)
 
-    def _start_point(self):
+    def _start_point(self) -> dict[str, Any]:
         if self.precondition is not None:  # the columns' squares, for the owners' scaling
             self.src.shards.collective.call(sharded_column_squares, self.src.exchange)
         vid = self._new_id()
@@ -353,18 +372,18 @@ class ShardedLBFGS(LBFGS):
         self.gram[vid, vid] = st["gsq"]
         return record
 
-    def _gmax(self):
-        return self.gmax_g
+    def _gmax(self) -> float:
+        return self.gmax_g  # type: ignore[return-value]
 
-    def _dot(self, a, coeffs):
+    def _dot(self, a: int, coeffs: dict[int, float]) -> float:
         return sum(c * self.gram[a, k] for k, c in coeffs.items())
 
-    def _direction(self):
+    def _direction(self) -> tuple[float, float]:
         """The two-loop recursion of :func:`dask_dgd.optim.lbfgs_direction` on the
         coefficients of ``q`` over the gradient and the pairs."""
         q, alphas = {self.g_id: 1.0}, []
         for sid, yid in reversed(self.pairs):
-            a = self._dot(sid, q) / self.gram[sid, yid]
+            a = self._dot(sid, q) / self.gram[sid, yid]  # type: ignore[arg-type]
             alphas.append(a)
             q[yid] = q.get(yid, 0.0) - a
         if self.pairs:
@@ -372,19 +391,19 @@ class ShardedLBFGS(LBFGS):
             scale = self.gram[sid, yid] / self.gram[yid, yid]
             q = {k: v * scale for k, v in q.items()}
         for (sid, yid), a in zip(self.pairs, reversed(alphas)):
-            b = self._dot(yid, q) / self.gram[sid, yid]
+            b = self._dot(yid, q) / self.gram[sid, yid]  # type: ignore[arg-type]
             q[sid] = q.get(sid, 0.0) + (a - b)
-        slope = -self._dot(self.g_id, q)
+        slope = -self._dot(self.g_id, q)  # type: ignore[arg-type]
         if not slope < 0:  # not a descent direction (rounding): steepest descent
             self.pairs, q = [], {self.g_id: 1.0}
-            slope = -self.gram[self.g_id, self.g_id]
-        self.direction = {int(k): -float(v) for k, v in q.items()}
-        return float(slope), math.sqrt(self.gram[self.g_id, self.g_id])
+            slope = -self.gram[self.g_id, self.g_id]  # type: ignore[index]
+        self.direction = {int(k): -float(v) for k, v in q.items()}  # type: ignore[arg-type]
+        return float(slope), math.sqrt(self.gram[self.g_id, self.g_id])  # type: ignore[index]
 
-    def _live(self):
-        return tuple(sorted({i for p in self.pairs for i in p} | {self.g_id} | {p[1] for p in self.points}))
+    def _live(self) -> tuple[int, ...]:
+        return tuple(sorted({i for p in self.pairs for i in p} | {self.g_id} | {p[1] for p in self.points}))  # type: ignore[arg-type]
 
-    def _try(self, t):
+    def _try(self, t: float) -> tuple[bool, float, float, float, dict[str, Any]]:
         first = not self.trials  # the direction's first trial: the owners form the direction
         self._command("trial", t=float(t), **(dict(coeffs=self.direction, live=self._live()) if first else {}))
         vid = self._new_id()
@@ -394,7 +413,7 @@ class ShardedLBFGS(LBFGS):
         self.points.append((t, vid, value, float(st["gmax"])))
         return True, value, float(st["slope"]), float(st["gmax"]), record
 
-    def _move(self, accepted):
+    def _move(self, accepted: float) -> bool:
         found = [p for p in self.points if p[0] == accepted and accepted > 0]
         if not found:
             return False
@@ -414,14 +433,14 @@ class ShardedLBFGS(LBFGS):
         self.points = []
         return True
 
-    def result(self):
+    def result(self) -> tuple[Any, int, LbfgsSettings, None]:
         params, _ = self.src.gather("base", self.ctx.sparse_params)
         return params, self.it, self.settings, None
 
-    def state_dict(self):
+    def state_dict(self) -> dict[str, Any]:
         return {**{k: getattr(self, k) for k in self._STATE}, "gram": [[a, b, v] for (a, b), v in self.gram.items()]}
 
-    def load_state_dict(self, state):
+    def load_state_dict(self, state: dict[str, Any]) -> None:
         for k in self._STATE:
             v = state[k]
             setattr(self, k, [tuple(p) for p in v] if k in ("trials", "points", "pairs") else v)
@@ -430,7 +449,7 @@ class ShardedLBFGS(LBFGS):
         self.gram = {(int(a), int(b)): float(v) for a, b, v in state["gram"]}
         self._search = None
 
-    def resume(self):
+    def resume(self) -> Outcome:
         self.src.restore()
         return Outcome(accepted=False)
 
@@ -445,19 +464,20 @@ class ShardedAsync(AsyncTraining):
     unsharded server's, a resumed fit continues the optimisation, not the sequence of
     updates (the owners' latest gradient slices start afresh)."""
 
-    core_class = ShardedCore
+    core_class = ShardedCore  # type: ignore[assignment]
 
     @classmethod
     def build(cls, ctx, settings):
         return cls(ctx, settings.optimizer, max_staleness=settings.max_staleness,
                    staleness_scaling=settings.staleness_scaling)
 
-    def __init__(self, ctx, optimizer, *, max_staleness=None, staleness_scaling=False):
+    def __init__(self, ctx: Context, optimizer: FirstOrderOptimizer, *, max_staleness: int | None = None,
+                 staleness_scaling: bool = False) -> None:
         super().__init__(ctx, np.zeros(0), optimizer, max_staleness=max_staleness,
                          staleness_scaling=staleness_scaling)
-        self.src = ctx.source
+        self.src: ShardedSource = ctx.source  # type: ignore[assignment]  # (a sharded fit's)
 
-    def start(self):
+    def start(self) -> Outcome:
         ctx = self.ctx
         draw = None if ctx.batching is None else ctx.batching.draw(self.src.n_steps + 1)
         self.optimizer, res, stats = sharded_start(ctx, self.optimizer, draw, divide=len(self.active))
@@ -469,19 +489,20 @@ class ShardedAsync(AsyncTraining):
         self._launch(self.state)
         return Outcome([sharded_record(res, 0, value, stats.get("gsq", 0.0), None)])
 
-    def resume(self):
+    def resume(self) -> Outcome:
         self.src.restore()
         self.state.setdefault("penalties", [0.0] * self.src.layout.n_owners)
         return super().resume()
 
-    def loop_call(self, i, g, scratch_ref, server):
+    def loop_call(self, i: int, g: int, scratch_ref: dict[str, Any] | str | None,
+                  server: ServerLink | _InProcessServer) -> tuple[Any, ...]:
         ctx, src = self.ctx, self.src
         ticket = Ticket(0, 0, self.optimizer, src.layout.n_owners, bool(self.staleness_scaling),
                         ctx.objective.penalty_spec)
         return (sharded_async_loop, ctx.shards.handles[g], scratch_ref, server, i, ctx.objective, ctx.batching,
                 ticket, src.exchange)
 
-    def result(self):
+    def result(self) -> tuple[Any, int, FirstOrderOptimizer, Any]:
         out = self.out
         params, state = self.src.gather("current", self.ctx.sparse_params)
         return params, out["epochs"], out["optimizer"], state

@@ -6,12 +6,25 @@ the owners' memory in process.  Both answer the results and the bytes as they tr
 This module imports no Dask at import time.
 """
 
+from __future__ import annotations
+
 import asyncio
 import pickle
+from typing import TYPE_CHECKING, Any, NoReturn
 
 import numpy as np
 
 from ..runtime.reduce import Partial, SparseVector, grad_nbytes, partial_nbytes
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Iterable, Sequence
+
+    from distributed import Worker
+
+    from ..runtime.group_steps import GroupMemory
+
+    #: One owner call of an exchange: ``(owner, fn, args)``, run as ``fn(shard, scratch, *args)``.
+    OwnerCall = tuple[int, Callable[..., Any], tuple[Any, ...]]
 
 __all__ = ["ActorExchange", "LocalExchange"]
 
@@ -20,20 +33,20 @@ class LocalExchange:
     """Pulls and pushes in process: straight into the owners' memory (the groups'
     scratch dicts).  Bytes are counted as they would travel (the arrays' bytes)."""
 
-    def __init__(self, scratches):
+    def __init__(self, scratches: Sequence[GroupMemory]) -> None:
         self.scratches = scratches
 
-    def call(self, calls):
+    def call(self, calls: Sequence[OwnerCall]) -> tuple[list[Any], int, int]:
         """``[(owner, fn, args)]`` -> ``(results, bytes sent, bytes received)``."""
         results = [fn(None, self.scratches[o], *args) for o, fn, args in calls]
         sent = sum(_payload_nbytes(args) for _, _, args in calls)
         return results, sent, sum(_payload_nbytes(r) for r in results)
 
-    def __reduce__(self):
+    def __reduce__(self) -> NoReturn:
         raise TypeError("a LocalExchange works only in process")
 
 
-def _payload_nbytes(value):
+def _payload_nbytes(value: Any) -> int:
     """Bytes of a pull's or push's arguments or answer as they would travel."""
     if isinstance(value, Partial):
         return partial_nbytes(value)
@@ -51,10 +64,10 @@ class ActorExchange:
     runner (``targets[g]``: its worker's address and actor key), all of one call at
     once, from the calling group's worker.  Bytes are the pickled messages'."""
 
-    def __init__(self, targets):
+    def __init__(self, targets: Iterable[Sequence[str]]) -> None:
         self.targets = [tuple(t) for t in targets]
 
-    def call(self, calls):
+    def call(self, calls: Sequence[OwnerCall]) -> tuple[list[Any], int, int]:
         from distributed import get_worker
         from distributed.utils import sync
 
@@ -65,10 +78,10 @@ class ActorExchange:
         return [pickle.loads(a) for a in answers], sum(map(len, payloads)), sum(map(len, answers))
 
 
-async def _exchange_all(worker, calls):
+async def _exchange_all(worker: Worker, calls: Sequence[tuple[str, str, bytes]]) -> list[bytes]:
     from distributed.protocol import to_serialize
 
-    async def one(address, key, payload):
+    async def one(address: str, key: str, payload: bytes) -> bytes:
         try:
             response = await worker.rpc(address).actor_execute(actor=key, function="exchange",
                                                                args=[to_serialize(payload)], kwargs={})

@@ -36,13 +36,22 @@ it has none), so that :math:`D^2` is proportional to the Hessian's diagonal at a
 of average curvature, rare columns' penalty included (the Jacobi preconditioner).
 """
 
+from __future__ import annotations
+
 import time
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from ..runtime.reduce import Partial
 from .params import Max, _merged_gradient, _owned, _slice_penalty
+
+if TYPE_CHECKING:
+    from ...losses import Penalty
+    from ..data.blocks import Shard
+    from ..runtime.group_steps import GroupMemory
+    from .params import SlicePenalty
 
 __all__ = ["LbfgsCommand", "column_scales", "sharded_lbfgs"]
 
@@ -55,17 +64,17 @@ class LbfgsCommand:
     version: int = 0
     split_every: int = 8
     n_blocks: int = 1
-    id: int = None
-    t: float = None
-    coeffs: dict = None
-    live: tuple = ()
-    grad_id: int = None
-    ids: tuple = ()
-    g_id: int = None
-    precondition: float = None  # the loss's curvature level kappa (None: no scaling)
+    id: int | None = None
+    t: float | None = None
+    coeffs: dict[int, float] | None = None
+    live: tuple[int, ...] = ()
+    grad_id: int | None = None
+    ids: tuple[int, ...] = ()
+    g_id: int | None = None
+    precondition: float | None = None  # the loss's curvature level kappa (None: no scaling)
 
 
-def column_scales(mem, pen, kappa):
+def column_scales(mem: dict[str, Any], pen: SlicePenalty, kappa: float) -> np.ndarray:
     """The owner's diagonal :math:`D` over its slice (see the module docstring), from
     the groups' sums of squares (:func:`~.params.sharded_column_squares`), summed in
     group order; ones where a column has neither data nor penalty."""
@@ -85,7 +94,7 @@ def column_scales(mem, pen, kappa):
     return np.sqrt(np.where(d2 > 0, d2, 1.0))
 
 
-def _memory(mem, pen, cmd):
+def _memory(mem: dict[str, Any], pen: SlicePenalty, cmd: LbfgsCommand) -> dict[str, Any]:
     lb = mem.get("lbfgs")
     if lb is None:
         d = None if cmd.precondition is None else column_scales(mem, pen, cmd.precondition)
@@ -93,20 +102,21 @@ def _memory(mem, pen, cmd):
     return lb
 
 
-def _scaled_step(lb, t):
+def _scaled_step(lb: dict[str, Any], t: float) -> np.ndarray:
     """The parameters' move ``t`` times the direction (scaled back by :math:`D^{-1}`)."""
     d = lb.get("d")
     return t * lb["direction"] if d is None else t * (lb["direction"] / d)
 
 
-def sharded_lbfgs(shard, scratch, penalty_spec, cmd):
+def sharded_lbfgs(shard: Shard, scratch: GroupMemory, penalty_spec: Penalty, cmd: LbfgsCommand) -> Partial:
     """One :class:`LbfgsCommand` on one owner; one :class:`~..runtime.reduce.Partial` of
     scalars (``extras``) back."""
     wall0, t0 = time.time(), time.perf_counter()
     mem = _owned(scratch)
     pen = _slice_penalty(mem, penalty_spec)
     lb = _memory(mem, pen, cmd)
-    vec, extras = lb["vectors"], {}
+    vec = lb["vectors"]
+    extras: dict[str, Any] = {}
     if cmd.kind == "merge":
         g = _merged_gradient(mem, pen, cmd)
         if lb.get("d") is not None:
@@ -125,9 +135,9 @@ def sharded_lbfgs(shard, scratch, penalty_spec, cmd):
             for k, c in cmd.coeffs.items():
                 d += c * vec[k]
             lb["direction"] = d
-        mem["pending"] = (int(cmd.version), lb["base"] + _scaled_step(lb, cmd.t), None, False)
+        mem["pending"] = (int(cmd.version), lb["base"] + _scaled_step(lb, cmd.t), None, False)  # type: ignore[arg-type]
     elif cmd.kind == "accept":
-        x_t = lb["base"] + _scaled_step(lb, cmd.t)  # the trial point, as it was evaluated
+        x_t = lb["base"] + _scaled_step(lb, cmd.t)  # type: ignore[arg-type]  # the trial point, as it was evaluated
         sid, yid = cmd.ids
         # s in the scaled coordinates: D (x_t - base), that is t times the direction
         vec[sid] = x_t - lb["base"] if lb.get("d") is None else cmd.t * lb["direction"]

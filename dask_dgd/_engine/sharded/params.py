@@ -29,10 +29,13 @@ the new version commits them (the last accepted point becomes the one a backoff
 returns to), or a backoff replaces them.  This module imports no Dask at import time.
 """
 
+from __future__ import annotations
+
 import threading
 import time
 from dataclasses import dataclass, replace
 from functools import cached_property
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import scipy.sparse as sp
@@ -42,6 +45,23 @@ from ..data.blocks import _block_error
 from ..runtime.faults import inject_faults
 from ..runtime.reduce import BlockTree, Partial, SparseVector
 from .exchange import ActorExchange, LocalExchange
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Sequence
+
+    import numpy.typing as npt
+
+    from ...losses import LinearObjective, Penalty
+    from ...optim import FirstOrderOptimizer
+    from ..data.blocks import Block, Shard
+    from ..objective import LinearTraining
+    from ..runtime.group_steps import Draw, GroupMemory
+    from ..update import UpdateRule
+    from .async_ import Ticket
+    from .lbfgs import LbfgsCommand
+
+    #: The groups' nodes of the block tree, keyed ``(level, index)``.
+    Nodes = dict[tuple[int, int], Partial]
 
 __all__ = ["ActorExchange", "LocalExchange", "Max", "ParamLayout", "SlicePenalty", "ShardedRequest", "UpdateCommand",
            "ValidationRequest", "sharded_eval", "sharded_memory", "sharded_restore", "sharded_setup", "sharded_slice",
@@ -55,12 +75,12 @@ class Max(float):
     """A float whose sum with another is their maximum: a largest entry reduced with
     the other scalars of a partial's ``extras``."""
 
-    def __add__(self, other):
+    def __add__(self, other: float) -> Max:
         return Max(max(float(self), float(other)))
 
     __radd__ = __add__
 
-    def __reduce__(self):
+    def __reduce__(self) -> tuple[type[Max], tuple[float]]:
         return Max, (float(self),)
 
 
@@ -73,24 +93,24 @@ class ParamLayout:
     n_features: int
     width: int
     fit_intercept: bool
-    bounds: tuple
+    bounds: tuple[int, ...]
 
     @classmethod
-    def split(cls, objective, n_owners):
+    def split(cls, objective: LinearObjective, n_owners: int) -> ParamLayout:
         rows = objective.n_features + int(objective.fit_intercept)
         bounds = np.linspace(0, rows, int(n_owners) + 1).round().astype(np.int64)
         return cls(int(objective.n_features), int(objective.n_outputs), bool(objective.fit_intercept),
                    tuple(int(b) for b in bounds))
 
     @property
-    def n_owners(self):
+    def n_owners(self) -> int:
         return len(self.bounds) - 1
 
     @property
-    def n_params(self):
+    def n_params(self) -> int:
         return (self.n_features + int(self.fit_intercept)) * self.width
 
-    def flat_range(self, owner):
+    def flat_range(self, owner: int) -> tuple[int, int]:
         """Owner ``owner``'s entries of the flat parameter vector: ``(lo, hi)``."""
         return self.bounds[owner] * self.width, self.bounds[owner + 1] * self.width
 
@@ -106,36 +126,36 @@ class SlicePenalty:
     size: int
 
     @classmethod
-    def of(cls, penalty_spec, layout, owner):
+    def of(cls, penalty_spec: Penalty, layout: ParamLayout, owner: int) -> SlicePenalty:
         lo, hi = layout.flat_range(owner)
         n_coef = min(max(layout.n_features * layout.width - lo, 0), hi - lo)
         return cls(float(penalty_spec.l2_strength), float(penalty_spec.l1_strength), int(n_coef), int(hi - lo))
 
     @property
-    def has_l1(self):
+    def has_l1(self) -> bool:
         return self.l1 > 0
 
     @cached_property
-    def decay_mask(self):
+    def decay_mask(self) -> np.ndarray | None:
         """The entries AdamW decays (None: all, a slice of coefficients only)."""
         return None if self.n_coef == self.size else np.arange(self.size) < self.n_coef
 
-    def value(self, x):
+    def value(self, x: np.ndarray) -> float:
         """The L2 part's value on this slice."""
         coef = x[: self.n_coef]
         return 0.5 * self.l2 * float(coef @ coef) if self.l2 else 0.0
 
-    def add_gradient(self, grad, x):
+    def add_gradient(self, grad: np.ndarray, x: np.ndarray) -> np.ndarray:
         """``grad`` plus the L2 part's gradient (in place on the coefficients: the
         intercepts' zeros would add nothing), as the unsharded objective adds them."""
         if self.l2:
             grad[: self.n_coef] += self.l2 * x[: self.n_coef]
         return grad
 
-    def l1_value(self, x):
+    def l1_value(self, x: np.ndarray) -> float:
         return self.l1 * float(np.sum(np.abs(x[: self.n_coef]))) if self.l1 else 0.0
 
-    def prox(self, x, step):
+    def prox(self, x: np.ndarray, step: float) -> np.ndarray:
         out = x.copy()
         threshold = float(step) * self.l1
         if threshold > 0:
@@ -150,8 +170,8 @@ class ShardedRequest:
     """Phase 1 of a step: evaluate at parameter ``version`` (all rows, or ``draw``'s)."""
 
     version: int
-    exchange: object
-    draw: object = None
+    exchange: ActorExchange | LocalExchange
+    draw: Draw | None = None
 
 
 @dataclass(frozen=True)
@@ -159,7 +179,7 @@ class ValidationRequest:
     """Evaluate held-out blocks at the owners' parameters of ``version``."""
 
     version: int
-    exchange: object
+    exchange: ActorExchange | LocalExchange
     layout: ParamLayout
 
 
@@ -179,18 +199,18 @@ class UpdateCommand:
     version: int
     split_every: int = 8
     n_blocks: int = 1
-    rule: object = None
-    init: object = None
+    rule: UpdateRule | None = None
+    init: FirstOrderOptimizer | None = None
 
 
-def _memory(scratch):
+def _memory(scratch: GroupMemory) -> dict[str, Any]:
     mem = scratch.modes.get(KEY)
     if mem is None:
         mem = scratch.modes[KEY] = {"rows": {}, "inbox": {}, "lock": threading.Lock()}
     return mem
 
 
-def _owned(scratch):
+def _owned(scratch: GroupMemory) -> dict[str, Any]:
     mem = scratch.modes.get(KEY)
     if mem is None or "x" not in mem:
         raise ClusterError(
@@ -201,7 +221,7 @@ def _owned(scratch):
 
 
 # ------------------------------------------------------------------------ setup
-def _compact(X):
+def _compact(X: Any) -> tuple[np.ndarray, sp.csr_matrix]:
     """``(columns, compact CSR)``: the sorted columns block ``X`` touches and ``X`` with
     its columns renumbered to them (the same entries in the same order)."""
     if not sp.issparse(X):
@@ -212,7 +232,9 @@ def _compact(X):
     return cols, sp.csr_matrix((X.data, indices, X.indptr), shape=(X.shape[0], cols.size))
 
 
-def sharded_setup(shard, scratch, objective, layout, exchange, group, x0, state0):
+def sharded_setup(shard: Shard, scratch: GroupMemory, objective: LinearObjective, layout: ParamLayout,
+                  exchange: ActorExchange | LocalExchange, group: int, x0: np.ndarray | sp.csr_matrix | None,
+                  state0: Any) -> tuple[int, int]:
     """Set a group up: own its slice (``x0``, or zeros; ``state0``: its optimizer state
     to continue from), compact its blocks, and register with every owner the rows of
     the owner's range its blocks need.  Returns ``(non-zero columns, blocks)``."""
@@ -220,7 +242,7 @@ def sharded_setup(shard, scratch, objective, layout, exchange, group, x0, state0
     lo, hi = layout.flat_range(group)
     if x0 is None:
         x0 = np.zeros(hi - lo)
-    x0 = x0.toarray().ravel() if sp.issparse(x0) else x0  # a sparse start, expanded here
+    x0 = x0.toarray().ravel() if sp.issparse(x0) else x0  # type: ignore[union-attr]  # a sparse start, expanded here
     state0 = dense_state(state0)
     mem.update(group=int(group), layout=layout, version=0, good=None, cand=None, pending=None,
                x=np.array(x0, dtype=np.float64, copy=True), state=state0, grad=None)
@@ -249,11 +271,12 @@ def sharded_setup(shard, scratch, objective, layout, exchange, group, x0, state0
     return int(rows.size), len(blocks)
 
 
-def _owner_squares(shard, scratch, group, weight, values):
+def _owner_squares(shard: Shard | None, scratch: GroupMemory, group: int, weight: float,
+                   values: np.ndarray) -> None:
     _memory(scratch).setdefault("squares", {})[int(group)] = (float(weight), values)
 
 
-def sharded_column_squares(shard, scratch, exchange):
+def sharded_column_squares(shard: Shard, scratch: GroupMemory, exchange: ActorExchange | LocalExchange) -> None:
     """Push every owner this group's weighted sums of squares of the columns in the
     owner's range that its blocks touch (the rows it registered, in that order; the
     intercept's column is ones), with its weight sum: what an owner's diagonal scaling
@@ -278,27 +301,27 @@ def sharded_column_squares(shard, scratch, exchange):
                    for o in range(lay.n_owners)])
 
 
-def dense_state(state):
+def dense_state(state: Any) -> Any:
     """An optimizer state whose vectors may be SciPy rows (a ``sparse_params`` result,
     continued), with those expanded."""
     if isinstance(state, tuple) and hasattr(state, "_asdict"):
-        return state._replace(**{k: v.toarray().ravel() for k, v in state._asdict().items() if sp.issparse(v)})
+        return state._replace(**{k: v.toarray().ravel() for k, v in state._asdict().items() if sp.issparse(v)})  # type: ignore[attr-defined]
     return state
 
 
-def sparse_state(state):
+def sparse_state(state: Any) -> Any:
     """The optimizer state's vectors as SciPy CSR rows (the inverse of :func:`dense_state`)."""
     if isinstance(state, tuple) and hasattr(state, "_asdict"):
-        return state._replace(**{k: sp.csr_matrix(v.reshape(1, -1)) for k, v in state._asdict().items()
+        return state._replace(**{k: sp.csr_matrix(v.reshape(1, -1)) for k, v in state._asdict().items()  # type: ignore[attr-defined]
                                  if isinstance(v, np.ndarray) and v.ndim == 1})
     return state
 
 
-def _owner_register(shard, scratch, group, rows):
+def _owner_register(shard: Shard | None, scratch: GroupMemory, group: int, rows: npt.ArrayLike) -> None:
     _memory(scratch)["rows"][int(group)] = np.asarray(rows, dtype=np.int64)
 
 
-def _commit(mem, version):
+def _commit(mem: dict[str, Any], version: int) -> None:
     """Make the pending parameters current when ``version`` is theirs (the driver
     evaluates them: it accepted the point they were computed from)."""
     with mem["lock"]:
@@ -311,7 +334,8 @@ def _commit(mem, version):
             mem["inbox"] = {}
 
 
-def _owner_pull(shard, scratch, group, version, rows=None):
+def _owner_pull(shard: Shard | None, scratch: GroupMemory, group: int, version: int,
+                rows: np.ndarray | None = None) -> np.ndarray:
     """The owner's rows of the parameter matrix that ``group`` needs: those it
     registered, or ``rows`` (a mini-batch's)."""
     mem = _owned(scratch)
@@ -321,14 +345,15 @@ def _owner_pull(shard, scratch, group, version, rows=None):
     return mem["x"].reshape(-1, mem["layout"].width)[mem["rows"][int(group)] if rows is None else rows]
 
 
-def _owner_push(shard, scratch, group, version, nodes):
+def _owner_push(shard: Shard | None, scratch: GroupMemory, group: int, version: int, nodes: Nodes) -> None:
     mem = _owned(scratch)
     _commit(mem, version)
     mem["inbox"][int(group)] = nodes
 
 
 # ------------------------------------------------------------------------ phase 1
-def _pull(mem, exchange, fn, head, used):
+def _pull(mem: dict[str, Any], exchange: ActorExchange | LocalExchange, fn: Callable[..., np.ndarray],
+          head: int | Ticket, used: Sequence[np.ndarray] | None) -> tuple[np.ndarray, int, int]:
     """The coefficients the group's blocks need, as rows of the group's compact matrix
     (ordered as ``mem["needs"]``): all of them (``used`` None), or those at the
     positions in ``used`` (a mini-batch's); the others stay 0 and are never read.
@@ -349,7 +374,8 @@ def _pull(mem, exchange, fn, head, used):
     return xg, sent, received
 
 
-def _batch_view(b, Xc, pos, rows, fit_intercept):
+def _batch_view(b: Block, Xc: sp.csr_matrix, pos: np.ndarray, rows: np.ndarray,
+                fit_intercept: bool) -> tuple[sp.csr_matrix, Any, Any, np.ndarray]:
     """Block ``b``'s rows ``rows`` as they are evaluated: the compact block's rows with
     their columns renumbered to those they touch (the same entries in the same order),
     their targets and weights, and the positions in the group's ``needs`` of the
@@ -366,12 +392,12 @@ def _batch_view(b, Xc, pos, rows, fit_intercept):
     return X, take_rows(b.y, rows), w, at
 
 
-def _flat(rows, width):
+def _flat(rows: npt.ArrayLike, width: int) -> np.ndarray:
     """The flat parameter indices of rows of a ``width``-wide parameter matrix."""
     return (np.asarray(rows, dtype=np.int64)[:, None] * width + np.arange(width)).ravel()
 
 
-def _restrict(node, a, b, needs_flat, lo, hi):
+def _restrict(node: Partial, a: int, b: int, needs_flat: np.ndarray, lo: int, hi: int) -> Partial:
     """What an owner gets of a group's node: its weight and the entries ``a`` to ``b``
     of its gradient in the group's compact numbering (``needs_flat``: their flat
     parameter indices), renumbered from the owner's first entry ``lo``; zeros left out
@@ -381,7 +407,7 @@ def _restrict(node, a, b, needs_flat, lo, hi):
         i, j = np.searchsorted(g.idx, (a, b))
         idx, values = needs_flat[g.idx[i:j]] - lo, g.values[i:j]
     else:
-        values = g[a:b]
+        values = g[a:b]  # type: ignore[index]
         keep = values != 0
         idx, values = needs_flat[a:b][keep] - lo, values[keep]
     if 3 * idx.size > 2 * (hi - lo):
@@ -391,17 +417,18 @@ def _restrict(node, a, b, needs_flat, lo, hi):
     return Partial(0.0, SparseVector(idx, values, hi - lo), node.weight_sum, 0.0, 0.0, 0)
 
 
-def _block_rows(b, draw):
+def _block_rows(b: Block, draw: Draw | None) -> np.ndarray | None:
     """The rows of block ``b`` a step sums over: None (all), or sorted indices (as
     :meth:`~..objective.LinearTraining.group_sums` draws them)."""
     if draw is None or draw.take is None:
         return None
-    k = int(draw.take[b.index])
+    k = int(draw.take[b.index])  # type: ignore[index]
     rng = np.random.default_rng([*draw.seed, draw.step, b.index])
     return np.sort(rng.choice(b.n_rows, size=k, replace=False)) if k else np.zeros(0, dtype=np.int64)
 
 
-def group_sums(shard, mem, objective, draw, pull):
+def group_sums(shard: Shard, mem: dict[str, Any], objective: LinearTraining, draw: Draw | None,
+               pull: Callable[[list[np.ndarray] | None], tuple[np.ndarray, int, int]]) -> tuple[Nodes, Nodes, int]:
     """Evaluate a group's blocks (all rows, or ``draw``'s) at the coefficients
     ``pull(used)`` brings (see :func:`_pull`): ``(leaves, scalars, bytes pulled)``,
     the leaves' gradients as sparse vectors in the group's compact numbering."""
@@ -438,7 +465,7 @@ def group_sums(shard, mem, objective, draw, pull):
     return leaves, scalars, sent + received
 
 
-def owner_parts(mem, node):
+def owner_parts(mem: dict[str, Any], node: Partial) -> list[Partial]:
     """A group's sum ``node`` (its compact numbering) cut into the owners' ranges
     (see :func:`_restrict`), one part per owner."""
     lay, width = mem["layout"], mem["layout"].width
@@ -446,7 +473,8 @@ def owner_parts(mem, node):
     return [_restrict(node, cut[o], cut[o + 1], mem["needs_flat"], *lay.flat_range(o)) for o in range(lay.n_owners)]
 
 
-def sharded_eval(shard, scratch, objective, request, tree):
+def sharded_eval(shard: Shard, scratch: GroupMemory, objective: LinearTraining, request: ShardedRequest,
+                 tree: BlockTree) -> Nodes:
     """Phase 1 of a step on one group (see the module docstring): pull, evaluate, push.
     Returns the group's complete subtrees of ``tree`` carrying the loss and weight sums
     (and, in ``extras``: entries that are not finite, bytes pulled and pushed)."""
@@ -473,7 +501,8 @@ def sharded_eval(shard, scratch, objective, request, tree):
     return out
 
 
-def sharded_validate(shard, scratch, objective, request, tree):
+def sharded_validate(shard: Shard, scratch: GroupMemory, objective: LinearTraining, request: ValidationRequest,
+                     tree: BlockTree) -> Nodes:
     """The loss and weight sums of held-out blocks at the owners' parameters of
     ``request.version`` (a validation shard set's group: it pulls the rows its blocks
     touch, named each time, and sends nothing back)."""
@@ -507,7 +536,7 @@ def sharded_validate(shard, scratch, objective, request, tree):
 
 
 # ------------------------------------------------------------------------ phase 2
-def _stats(mem, pen, rule=None):
+def _stats(mem: dict[str, Any], pen: SlicePenalty, rule: UpdateRule | None = None) -> dict[str, Any]:
     """The scalars an owner reports of its gradient (when merged): largest entry (of
     the proximal gradient mapping with an L1 part), squared norm, non-finite entries."""
     g = mem["grad"]
@@ -517,20 +546,20 @@ def _stats(mem, pen, rule=None):
     out = {"gmax": Max(max(g.max(initial=0.0), -g.min(initial=0.0))), "gsq": gsq,
            "nonfinite": 0 if np.isfinite(gsq) else int(np.count_nonzero(~np.isfinite(g)))}
     if pen.has_l1 and rule is not None:
-        lr = rule.optimizer.current_learning_rate(mem["state"])
+        lr = rule.optimizer.current_learning_rate(mem["state"])  # type: ignore[attr-defined]
         x = mem["x"]
         out["gmap"] = Max(np.max(np.abs((x - pen.prox(x - lr * g, lr)) / lr), initial=0.0))
     return out
 
 
-def _slice_penalty(mem, penalty_spec):
+def _slice_penalty(mem: dict[str, Any], penalty_spec: Penalty) -> SlicePenalty:
     """The owner's :class:`SlicePenalty` (made once per penalty)."""
     if mem.get("penalty", (None,))[0] != penalty_spec:
         mem["penalty"] = (penalty_spec, SlicePenalty.of(penalty_spec, mem["layout"], mem["group"]))
     return mem["penalty"][1]
 
 
-def _merged_gradient(mem, pen, command):
+def _merged_gradient(mem: dict[str, Any], pen: SlicePenalty, command: UpdateCommand | LbfgsCommand) -> np.ndarray:
     """The owner's slice of the gradient at its current parameters: what the groups
     pushed, merged in the block tree (``command.n_blocks``, ``split_every``), divided
     by the total weight, plus the L2 part (as ``LinearTraining.finish``)."""
@@ -542,7 +571,7 @@ def _merged_gradient(mem, pen, command):
     return pen.add_gradient(grad, mem["x"])
 
 
-def sharded_update(shard, scratch, penalty_spec, command):
+def sharded_update(shard: Shard, scratch: GroupMemory, penalty_spec: Penalty, command: UpdateCommand) -> Partial:
     """Phase 2 (or a backoff) on one owner; answers one :class:`~..runtime.reduce.Partial`
     whose ``extras`` hold its scalars (see :func:`_stats`; ``pen_x``, ``l1_x``: the
     penalty's values at the parameters evaluated)."""
@@ -551,7 +580,7 @@ def sharded_update(shard, scratch, penalty_spec, command):
 
     mem = _owned(scratch)
     pen = _slice_penalty(mem, penalty_spec)
-    extras = {}
+    extras: dict[str, Any] = {}
     if command.init is not None and mem["state"] is None:
         mem["state"] = command.init.init(mem["x"])
     if command.kind == "merge":
@@ -579,7 +608,8 @@ def sharded_update(shard, scratch, penalty_spec, command):
 GATHER_CHUNK = 2**20
 
 
-def sharded_slice(shard, scratch, which, field=None, start=0, nonzero=False):
+def sharded_slice(shard: Shard, scratch: GroupMemory, which: str, field: str | None = None, start: int | None = 0,
+                  nonzero: bool = False) -> tuple[Any, int] | tuple[np.ndarray, np.ndarray] | np.ndarray:
     """Part of this owner's parameters: ``"current"`` (last evaluated), ``"pending"``
     (the update after it, if any), ``"good"`` (last accepted) or ``"base"`` (L-BFGS's
     last accepted point); their optimizer
@@ -606,7 +636,7 @@ def sharded_slice(shard, scratch, which, field=None, start=0, nonzero=False):
     return np.array(chunk, copy=True)
 
 
-def sharded_memory(shard, scratch):
+def sharded_memory(shard: Shard, scratch: GroupMemory) -> dict[str, Any]:
     """What a checkpoint keeps of this owner: its version, slices and states."""
     from ..runtime.group_steps import _host
 
@@ -614,7 +644,7 @@ def sharded_memory(shard, scratch):
     return _host({k: mem.get(k) for k in ("version", "x", "state", "good", "cand", "pending", "grad", "lbfgs")})
 
 
-def sharded_restore(shard, scratch, memory):
+def sharded_restore(shard: Shard, scratch: GroupMemory, memory: dict[str, Any]) -> None:
     """Give this owner what :func:`sharded_memory` kept (after :func:`sharded_setup`)."""
     mem = _owned(scratch)
     mem.update({k: memory.get(k) for k in ("version", "x", "state", "good", "cand", "pending", "grad", "lbfgs")})

@@ -28,6 +28,10 @@ convex quadratics, from the current rows, never increase it), so the fit stops w
 iteration improved it by at most ``tol``, or after ``max_iter`` iterations.
 """
 
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
 import numpy as np
 
 from ...exceptions import DivergenceError
@@ -35,13 +39,17 @@ from ..stopping import Stop
 from ..update import initial_divergence
 from .base import AttributeState, Outcome, Solver, step_record
 
+if TYPE_CHECKING:
+    from ..modes.sync import StepResult
+    from ..train import Context
+
 __all__ = ["ALS", "CG_STEPS"]
 
 #: Conjugate-gradient steps on the item systems per iteration.
 CG_STEPS = 3
 
 
-def _rowdot(a, b):
+def _rowdot(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return np.einsum("ij,ij->i", a, b)
 
 
@@ -53,35 +61,37 @@ class ALS(AttributeState, Solver):
     diagonal that the shards do not add, or None) and ``als_shape`` (the item table's
     shape)."""
 
-    def __init__(self, ctx, params0, cg_steps=CG_STEPS):
+    def __init__(self, ctx: Context, params0: np.ndarray, cg_steps: int = CG_STEPS) -> None:
         self.ctx = ctx
         obj = ctx.objective
-        self.shape = obj.als_shape
+        self.shape = obj.als_shape  # type: ignore[attr-defined]
         self.V = np.array(params0, dtype=np.float64).reshape(self.shape)
         self.cg_steps = int(cg_steps)
         self.it = 0
         self.key = 0  # the snapshot of the users the next step starts from
-        self.value = self.previous = None
-        self.pending = None  # (residual, users' Gram, divisor) of the last solve
+        self.value: float | None = None
+        self.previous: float | None = None
+        # (residual, users' Gram, divisor) of the last solve
+        self.pending: tuple[np.ndarray, np.ndarray | None, float] | None = None
 
     @property
-    def progress(self):
+    def progress(self) -> int:
         return self.it
 
-    def start(self):
+    def start(self) -> Outcome:
         return self._iteration()
 
-    def step(self):
+    def step(self) -> Outcome:
         return self._iteration()
 
-    def _evaluate(self, table, phase):
+    def _evaluate(self, table: np.ndarray, phase: str) -> StepResult:
         src, obj = self.ctx.source, self.ctx.objective
-        res = src.evaluate(table.ravel(), None, src.local_update(self.key), aux=obj.als_aux(phase, table),
+        res = src.evaluate(table.ravel(), None, src.local_update(self.key), aux=obj.als_aux(phase, table),  # type: ignore[attr-defined]
                            name=f"als-{phase}")
         self.key = res.local_key
         return res
 
-    def _iteration(self):
+    def _iteration(self) -> Outcome:
         if self.pending is not None:  # the items' conjugate-gradient steps of the last solve
             self.V = self._item_steps(self.V, *self.pending)
             self.pending = None
@@ -90,23 +100,23 @@ class ALS(AttributeState, Solver):
             if self.it == 0:
                 raise initial_divergence(res.value)
             raise DivergenceError(f"alternating least squares diverged at iteration {self.it} (loss={res.value}); "
-                                  f"{self.ctx.objective.hint}")
-        n = res.partial.weight_sum
+                                  f"{self.ctx.objective.hint}")  # type: ignore[attr-defined]
+        n = res.partial.weight_sum  # type: ignore[attr-defined]
         # B - A V, with the users just solved; the item steps wait for the next iteration,
         # so the model of the last record is the one the fit returns
-        self.pending = (-0.5 * n * res.grad.reshape(self.shape), self.ctx.objective.als_gram(res.partial), n)
+        self.pending = (-0.5 * n * res.grad.reshape(self.shape), self.ctx.objective.als_gram(res.partial), n)  # type: ignore[attr-defined]
         record = step_record(self.ctx, res, self.it, res.value, res.grad, None)
         self.it += 1
         self.previous, self.value = self.value, res.value
         return Outcome([record])
 
-    def _item_steps(self, V, R, gram, n):
+    def _item_steps(self, V: np.ndarray, R: np.ndarray, gram: np.ndarray | None, n: float) -> np.ndarray:
         """``cg_steps`` conjugate-gradient steps on every item's system from ``V``
         (``R``: its residual ``B - A V``; ``gram``: the users' Gram matrix or None; ``n``
         the sums' divisor)."""
         V = V.copy()
         D = R.copy()
-        diag = self.ctx.objective.als_diag()
+        diag = self.ctx.objective.als_diag()  # type: ignore[attr-defined]
         rs = _rowdot(R, R)
         for _ in range(self.cg_steps):
             if not np.any(rs > 0):
@@ -127,21 +137,21 @@ class ALS(AttributeState, Solver):
         return V
 
     @property
-    def iterations(self):
+    def iterations(self) -> int:
         return self.it
 
-    def stop_rule(self, outcome):
-        if self.previous is not None and self.previous - self.value <= self.ctx.tol:
+    def stop_rule(self, outcome: Outcome) -> Stop | None:
+        if self.previous is not None and self.previous - self.value <= self.ctx.tol:  # type: ignore[operator]
             return Stop(True)
         return None
 
-    def result(self):
+    def result(self) -> tuple[np.ndarray, int, None, None]:
         return self.V.ravel(), self.it, None, None
 
-    def local_keys(self):
+    def local_keys(self) -> tuple[int, ...]:
         return (self.key,)
 
     _STATE = ("V", "it", "key", "value", "previous", "pending")
 
-    def resume(self):
+    def resume(self) -> Outcome:
         return Outcome(accepted=False)

@@ -13,13 +13,24 @@ The solvers: :mod:`.first_order` (first-order optimizers, L-BFGS), :mod:`.newton
 solvers too (:mod:`..modes`), and so is sharded training (:mod:`..sharded`).
 """
 
+from __future__ import annotations
+
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from ..runtime.records import make_record
 from ..stopping import Stop
 from ..update import auto_learning_rate, initial_divergence
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from ...optim import FirstOrderOptimizer
+    from ..modes.sync import StepResult
+    from ..runtime.group_steps import LocalUpdate
+    from ..train import Context
 
 __all__ = ["AttributeState", "Outcome", "Settings", "Solver", "start_step", "step_record"]
 
@@ -32,12 +43,12 @@ class Outcome:
     stop rules now (False after a step that is undone or a line-search trial);
     ``stop``: the solver ends the fit itself."""
 
-    records: list = field(default_factory=list)
+    records: list[dict[str, Any]] = field(default_factory=list)
     accepted: bool = True
-    stop: Stop = None
+    stop: Stop | None = None
 
     @property
-    def record(self):
+    def record(self) -> dict[str, Any] | None:
         return self.records[-1] if self.records else None
 
 
@@ -48,12 +59,12 @@ class Settings:
     modes (local SGD's rounds, the asynchronous staleness), of the exact solvers (a
     stacked path) and of sharded L-BFGS (preconditioning on the owners)."""
 
-    params0: object = None
-    optimizer: object = None
-    opt_state: object = None
+    params0: Any = None
+    optimizer: Any = None
+    opt_state: Any = None
     local_steps: int = 1
-    outer_optimizer: object = None
-    max_staleness: object = None
+    outer_optimizer: FirstOrderOptimizer | None = None
+    max_staleness: int | None = None
     staleness_scaling: bool = False
     path: bool = False
     precondition: bool = False
@@ -62,47 +73,51 @@ class Settings:
 class Solver:
     """The template every solver fills (see the module docstring)."""
 
-    #: the counter checkpoints are due on (updates, rounds, server versions)
-    progress = 0
+    @property
+    def progress(self) -> int:
+        """The counter checkpoints are due on (updates, rounds, server versions)."""
+        return 0
 
     #: the names of the group memory's mode state (:class:`~..runtime.group_steps.GroupMemory`)
     #: that checkpoints keep and a restarted group gets back
-    group_state = ()
+    group_state: tuple[str, ...] = ()
 
     @classmethod
-    def build(cls, ctx, settings):
+    def build(cls, ctx: Context, settings: Settings) -> Solver:
         """The solver of a fit (the capability tables name the class, :mod:`..capabilities`)."""
-        return cls(ctx, settings.params0)
+        return cls(ctx, settings.params0)  # type: ignore[call-arg]  # the subclasses' own __init__
 
-    #: how far the solver is in ``max_iter``'s unit (iterations, or completed epochs),
-    #: which :meth:`~..stopping.StopRules.limit` compares with ``max_iter``; None: the
-    #: solver is not bounded by ``max_iter`` as a whole (it bounds parts of itself)
-    iterations = None
+    @property
+    def iterations(self) -> int | None:
+        """How far the solver is in ``max_iter``'s unit (iterations, or completed epochs),
+        which :meth:`~..stopping.StopRules.limit` compares with ``max_iter``; None: the
+        solver is not bounded by ``max_iter`` as a whole (it bounds parts of itself)."""
+        return None
 
-    def start(self):
+    def start(self) -> Outcome:
         raise NotImplementedError
 
-    def step(self):
+    def step(self) -> Outcome:
         raise NotImplementedError
 
-    def stop_rule(self, outcome):
+    def stop_rule(self, outcome: Outcome) -> Stop | None:
         """The solver's own rule after an accepted step (its tolerance; limits of its
         own that are not ``max_iter``): a :class:`Stop` or None."""
         return None
 
-    def finish(self, stop, emit):
+    def finish(self, stop: Stop, emit: Callable[[list[dict[str, Any]]], None]) -> Stop:
         """The fit ends (``stop``): e.g. stop the parameter server; records produced
         meanwhile go to ``emit``.  Returns the final stop."""
         return stop
 
-    def close(self):
+    def close(self) -> None:
         """Let go of what the solver holds on the cluster (also after an error)."""
 
-    def local_keys(self):
+    def local_keys(self) -> tuple[int, ...]:
         """The snapshots of the groups' local parameters a checkpoint keeps."""
         return ()
 
-    def local_export(self):
+    def local_export(self) -> LocalUpdate:
         """Which snapshot of the groups' local parameters is the result (a
         :class:`~..runtime.group_steps.LocalUpdate`): the latest kept one."""
         from ..runtime.group_steps import LocalUpdate
@@ -111,24 +126,24 @@ class Solver:
 
     #: the coordinates the records' gradients are in when the solver changes them
     #: itself (sharded L-BFGS scales on the owners); None: those of the objective
-    coordinates = None
+    coordinates: str | None = None
 
-    def gap(self):
+    def gap(self) -> float | None:
         """The largest entry of the (sub)gradient at the result, in the coordinates the
         solver ran in (what its ``tol`` is compared with); None where it has none."""
         return None
 
-    def state_dict(self):
+    def state_dict(self) -> dict[str, Any]:
         raise NotImplementedError
 
-    def load_state_dict(self, state):
+    def load_state_dict(self, state: dict[str, Any]) -> None:
         raise NotImplementedError
 
-    def resume(self):
+    def resume(self) -> Outcome:
         """The first outcome of a resumed fit (after :meth:`load_state_dict`)."""
         raise NotImplementedError
 
-    def result(self):
+    def result(self) -> tuple[Any, int, Any, Any]:
         """``(params, n_iter, optimizer, optimizer state)``."""
         raise NotImplementedError
 
@@ -137,30 +152,32 @@ class AttributeState:
     """``state_dict``/``load_state_dict`` of a solver whose checkpointed state is the
     attributes named in ``_STATE``."""
 
-    _STATE = ()
+    _STATE: tuple[str, ...] = ()
 
-    def state_dict(self):
+    def state_dict(self) -> dict[str, Any]:
         return {k: getattr(self, k) for k in self._STATE}
 
-    def load_state_dict(self, state):
+    def load_state_dict(self, state: dict[str, Any]) -> None:
         for k in self._STATE:
             setattr(self, k, state[k])
 
 
-def step_record(ctx, res, iteration, value, grad, step_size, **extra):
+def step_record(ctx: Context, res: StepResult, iteration: int, value: float, grad: np.ndarray,
+                step_size: float | None, **extra: Any) -> dict[str, Any]:
     """The record of one synchronous step (``res``: a :class:`~..modes.sync.StepResult`)."""
     obj = ctx.objective
-    n_groups = max(int(res.partial.n_groups), 1)
+    n_groups = max(int(res.partial.n_groups), 1)  # type: ignore[attr-defined]
     return make_record(
         step=res.step, iteration=iteration, loss=value, grad_norm=obj.grad_norm(res.partial, grad)
         if hasattr(obj, "grad_norm") else float(np.linalg.norm(grad)),
-        step_size=step_size, timing=res.timing, n_samples=res.partial.weight_sum,
-        updates_per_group=(1,) * n_groups, nbytes=res.nbytes, route=res.route, **obj.record_extras(res.partial),
+        step_size=step_size, timing=res.timing, n_samples=res.partial.weight_sum,  # type: ignore[attr-defined]
+        updates_per_group=(1,) * n_groups, nbytes=res.nbytes, route=res.route, **obj.record_extras(res.partial),  # type: ignore[attr-defined]
         **extra,
     )
 
 
-def start_step(ctx, params, optimizer, *, divide=1):
+def start_step(ctx: Context, params: np.ndarray, optimizer: FirstOrderOptimizer, *,
+               divide: int = 1) -> tuple[FirstOrderOptimizer, StepResult, dict[str, Any]]:
     """The synchronous start of the local and asynchronous modes.
 
     One step at ``params`` (full batch, or the first mini-batch): it checks the data,
@@ -168,12 +185,12 @@ def start_step(ctx, params, optimizer, *, divide=1):
     step is divided by ``divide``.  Returns ``(optimizer with its learning rate, the
     step result, its record)``."""
     src, obj = ctx.source, ctx.objective
-    draw = None if ctx.batching is None else ctx.batching.draw(src.n_steps + 1)
+    draw = None if ctx.batching is None else ctx.batching.draw(src.n_steps + 1)  # type: ignore[attr-defined]
     res = src.evaluate(params, draw, src.local_update(0))
     if not res.finite:
         raise initial_divergence(res.value)
     if ctx.learning_rate == "auto":
-        L = obj.lipschitz(ctx.shards, params)
+        L = obj.lipschitz(ctx.shards, params)  # type: ignore[attr-defined]
         optimizer = optimizer.with_learning_rate(auto_learning_rate(optimizer, L, res.grad) / divide)
-    record = step_record(ctx, res, 0, res.value + obj.l1_value(params), res.grad, None)
+    record = step_record(ctx, res, 0, res.value + obj.l1_value(params), res.grad, None)  # type: ignore[attr-defined]
     return optimizer, res, record

@@ -19,7 +19,10 @@ costs no pass of its own, only its Newton steps (one or two from a warm start).
 :class:`PathHessianTraining` is the stacked objective whose passes return those sums.
 """
 
+from __future__ import annotations
+
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import scipy.linalg
@@ -31,6 +34,15 @@ from ..update import initial_divergence
 from .base import AttributeState, Outcome, Solver, step_record
 from .newton import cd_solve, kkt_violation
 
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+    from ..data.blocks import Shard
+    from ..modes.sync import StepResult
+    from ..objective import PathTraining
+    from ..runtime.group_steps import Draw
+    from ..train import Context
+
 __all__ = ["WINDOW", "PathHessianTraining", "PathIRLSCD", "path_stages"]
 
 #: Stages (penalties) that take their Newton steps in the same passes: stage ``s + 1``
@@ -38,7 +50,7 @@ __all__ = ["WINDOW", "PathHessianTraining", "PathIRLSCD", "path_stages"]
 WINDOW = 2
 
 
-def path_stages(column_folds):
+def path_stages(column_folds: Sequence[int]) -> tuple[tuple[int, ...], ...]:
     """The stages of a path's columns: consecutive runs in which no fold repeats (the
     layout ``(penalty, fold)`` of the cross-validated estimators gives one stage per
     penalty).  Every stage must hold the same folds (each starts at the previous
@@ -47,7 +59,8 @@ def path_stages(column_folds):
     >>> path_stages((0, 1, 2, 0, 1, 2))
     ((0, 1, 2), (3, 4, 5))
     """
-    stages, current = [], []
+    stages: list[tuple[int, ...]] = []
+    current: list[int] = []
     for k, f in enumerate(column_folds):
         if any(column_folds[j] == f for j in current):
             stages.append(tuple(current))
@@ -73,20 +86,21 @@ class PathHessianTraining:
     (``extras["fold_grams"]``, shape ``(n_folds, p, p)``).  Everything else is the base
     objective's."""
 
-    base: object
+    base: PathTraining
 
-    def __getattr__(self, name):
+    def __getattr__(self, name: str) -> Any:
         if name == "base" or name.startswith("__"):  # unpickling: no base yet
             raise AttributeError(name)
         return getattr(self.base, name)
 
     @property
-    def hessian_size(self):
+    def hessian_size(self) -> int:
         """Floats of the Hessian sums one partial carries."""
         path = self.base.objective
         return path.n_folds * (path.n_features + path.fit_intercept) ** 2
 
-    def group_sums(self, shard, params, aux, draw, local, memory=None):
+    def group_sums(self, shard: Shard, params: np.ndarray, aux: np.ndarray, draw: Draw | None, local: Any,
+                   memory: dict | None = None) -> tuple[dict[int, BlockSums], None]:
         from ..data.blocks import _block_error
 
         path = self.base.objective
@@ -115,10 +129,10 @@ class PathIRLSCD(AttributeState, Solver):
     not converged).  ``n_iter`` is the number of passes over the data.
     """
 
-    def __init__(self, ctx, params0):
+    def __init__(self, ctx: Context, params0: np.ndarray) -> None:
         self.ctx = ctx
         training = ctx.objective
-        path, pen = training.objective, training.penalty
+        path, pen = training.objective, training.penalty  # type: ignore[attr-defined]
         self.stages = path_stages(path.column_folds)
         self.folds = np.asarray(path.column_folds)
         self.d, self.fit_intercept = path.n_features, path.fit_intercept
@@ -128,7 +142,7 @@ class PathIRLSCD(AttributeState, Solver):
         self.x = np.array(params0, dtype=np.float64, copy=True).reshape(self.p, K)
         self.loss = np.zeros(K)  # mean training loss of each column at x
         self.grad = np.zeros((self.p, K))  # its gradient
-        self.grams = None  # (n_folds, p, p), the last pass's
+        self.grams: np.ndarray | None = None  # (n_folds, p, p), the last pass's
         self.T = np.ones(K)
         self.kkt = np.full(K, np.inf)
         self.done = np.zeros(K, dtype=bool)
@@ -141,39 +155,39 @@ class PathIRLSCD(AttributeState, Solver):
         self.started = 0  # stages started (in order)
         self.stage_passes = np.zeros(len(self.stages), dtype=np.int64)
         self.passes = 0
-        self.failures = []
+        self.failures: list[str] = []
 
     # -------------------------------------------------------------- per column
-    def _l1_vec(self, k):
+    def _l1_vec(self, k: int) -> np.ndarray:
         v = np.full(self.p, self.l1[k])
         if self.fit_intercept:
             v[self.d] = 0.0
         return v
 
-    def _smooth(self, k, loss, grad, x):
+    def _smooth(self, k: int, loss: float, grad: np.ndarray, x: np.ndarray) -> tuple[float, np.ndarray]:
         """Value and gradient of column ``k``'s smooth objective (mean loss + L2)."""
         coef = x[: self.d]
         g = grad.copy()
         g[: self.d] += self.l2[k] * coef
         return loss + 0.5 * self.l2[k] * float(coef @ coef), g
 
-    def _full(self, k, loss, x):
+    def _full(self, k: int, loss: float, x: np.ndarray) -> float:
         coef = x[: self.d]
         return loss + 0.5 * self.l2[k] * float(coef @ coef) + self.l1[k] * float(np.abs(coef).sum())
 
-    def _hessian(self, k, total):
+    def _hessian(self, k: int, total: np.ndarray) -> np.ndarray:
         """Column ``k``'s Hessian from ``total``, the sum of every fold's Gram matrix."""
         f = self.folds[k]
-        H = (total - self.grams[f]) / self.T[k]
+        H = (total - self.grams[f]) / self.T[k]  # type: ignore[index]
         idx = np.arange(self.d)
         H[idx, idx] += self.l2[k]
         return H
 
-    def _refresh_kkt(self, k):
+    def _refresh_kkt(self, k: int) -> None:
         _, g = self._smooth(k, self.loss[k], self.grad[:, k], self.x[:, k])
         self.kkt[k] = kkt_violation(g, self.x[:, k], self._l1_vec(k))
 
-    def _direction(self, k, total):
+    def _direction(self, k: int, total: np.ndarray) -> None:
         """Start column ``k``'s line search, or mark it done (``total``: see :meth:`_hessian`)."""
         x, l1 = self.x[:, k], self._l1_vec(k)
         _, g = self._smooth(k, self.loss[k], self.grad[:, k], x)
@@ -197,10 +211,10 @@ class PathIRLSCD(AttributeState, Solver):
         self.direction[:, k], self.delta[k], self.t[k], self.trials[k], self.pending[k] = step, delta, 1.0, 0, True
 
     # -------------------------------------------------------------- stages
-    def _stage_done(self, s):
+    def _stage_done(self, s: int) -> bool:
         return bool(self.done[list(self.stages[s])].all())
 
-    def _start_stages(self):
+    def _start_stages(self) -> None:
         """Start the next stages the window allows, each at the previous stage's
         current solutions (same folds) with the loss's value and gradient there."""
         while self.started < len(self.stages):
@@ -217,9 +231,9 @@ class PathIRLSCD(AttributeState, Solver):
                     self._refresh_kkt(k)
             self.started += 1
 
-    def _plan(self):
+    def _plan(self) -> list[int]:
         """Directions for the started stages' columns; the columns that move."""
-        moving, total = [], self.grams.sum(axis=0)  # once per pass, not once per column
+        moving, total = [], self.grams.sum(axis=0)  # type: ignore[union-attr]  # once per pass, not once per column
         for s in range(self.started):
             cols = self.stages[s]
             if self.stage_passes[s] >= self.ctx.max_iter:  # this stage's limit (see the class docstring)
@@ -237,29 +251,29 @@ class PathIRLSCD(AttributeState, Solver):
         return moving
 
     # -------------------------------------------------------------- passes
-    def _evaluate(self, x, cols):
+    def _evaluate(self, x: np.ndarray, cols: Sequence[int]) -> StepResult:
         return self.ctx.source.evaluate(x.ravel(), aux=np.asarray(cols, dtype=np.int64))
 
-    def _parts(self, res):
+    def _parts(self, res: StepResult) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """Per-column mean losses and gradients of a pass, and its fold Gram matrices."""
-        extras = res.partial.extras
+        extras = res.partial.extras  # type: ignore[attr-defined]
         fw = np.asarray(extras["fold_weight"], dtype=np.float64)
         T = fw.sum() - fw[self.folds]
         T = np.where(T > 0, T, np.inf)
         loss = np.asarray(extras["column_loss"], dtype=np.float64) / T
-        grad = np.asarray(res.partial.grad_sum, dtype=np.float64).reshape(self.p, -1) / T
+        grad = np.asarray(res.partial.grad_sum, dtype=np.float64).reshape(self.p, -1) / T  # type: ignore[attr-defined]
         return T, loss, grad, np.asarray(extras["fold_grams"], dtype=np.float64)
 
-    def _record(self, res, cols, step_size):
+    def _record(self, res: StepResult, cols: Sequence[int], step_size: float | None) -> dict[str, Any]:
         value = sum(self._full(k, self.loss[k], self.x[:, k]) for k in cols)
         grad = np.concatenate([self._smooth(k, self.loss[k], self.grad[:, k], self.x[:, k])[1] for k in cols])
         return step_record(self.ctx, res, self.passes, value, grad, step_size)
 
     @property
-    def progress(self):
+    def progress(self) -> int:
         return self.passes
 
-    def start(self):
+    def start(self) -> Outcome:
         cols = list(self.stages[0])
         res = self._evaluate(self.x, cols)
         T, loss, grad, grams = self._parts(res)
@@ -272,7 +286,7 @@ class PathIRLSCD(AttributeState, Solver):
         self.started = 1
         return Outcome([self._record(res, cols, None)])
 
-    def step(self):
+    def step(self) -> Outcome:
         while True:
             self._start_stages()
             moving = self._plan()
@@ -292,7 +306,7 @@ class PathIRLSCD(AttributeState, Solver):
         # the last Gram matrix of a fold that no moving column of another fold covered
         covered = [g for g in range(len(grams)) if np.any(self.folds[moving] != g)]
         if np.all(np.isfinite(grams[covered])):
-            self.grams[covered] = grams[covered]
+            self.grams[covered] = grams[covered]  # type: ignore[index]
         accepted = []
         for k in moving:
             ok = np.isfinite(loss[k]) and np.all(np.isfinite(grad[:, k]))
@@ -316,11 +330,11 @@ class PathIRLSCD(AttributeState, Solver):
                         self.failures.append("the line search found no decrease (flat at rounding level)")
         return Outcome([self._record(res, moving, min(accepted) if accepted else None)])
 
-    def result(self):
+    def result(self) -> tuple[np.ndarray, int, None, None]:
         return self.x.ravel().copy(), self.passes, None, None
 
     _STATE = ("x", "loss", "grad", "grams", "T", "kkt", "done", "steps", "direction", "pending", "t", "delta",
               "trials", "started", "stage_passes", "passes", "failures")
 
-    def resume(self):
+    def resume(self) -> Outcome:
         return Outcome(accepted=False)

@@ -32,17 +32,29 @@ On the driver the small problem :math:`\min \lVert R d - c \rVert^2 / W + \lVert
 square, and which takes the minimum-norm step for exactly collinear columns.
 """
 
+from __future__ import annotations
+
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from ..._backend import get_namespace, is_sparse, to_numpy
 from ...losses._gram import GRAM_SLICE_BYTES
 
+if TYPE_CHECKING:
+    from collections.abc import Callable, Iterator
+
+    from ...losses import LinearObjective
+    from ..data.blocks import Block, Shard
+    from ..runtime.group_steps import BlockSums
+    from ..scaling import ColumnScaling
+
 __all__ = ["LeastSquaresModel", "RFactor", "block_r_factor", "block_scaled_gram", "curvature", "with_block_extra"]
 
 
-def with_block_extra(sums, shard, key, compute):
+def with_block_extra(sums: dict[int, BlockSums], shard: Shard, key: str,
+                     compute: Callable[[Block], Any]) -> dict[int, BlockSums]:
     """The blocks' sums (``{block: BlockSums}`` of ``shard``) with ``compute(block)``
     added to each one's ``extras`` under ``key`` (a failure names the block)."""
     from ..data.blocks import _block_error
@@ -60,9 +72,9 @@ def with_block_extra(sums, shard, key, compute):
     return out
 
 
-def _r_of(A):
+def _r_of(A: np.ndarray) -> np.ndarray:
     """The R factor of ``A`` (host float64), square or with fewer rows."""
-    return np.linalg.qr(A, mode="r")
+    return np.linalg.qr(A, mode="r")  # type: ignore[return-value]
 
 
 @dataclass(frozen=True, eq=False)
@@ -72,15 +84,15 @@ class RFactor:
 
     R: np.ndarray
 
-    def __add__(self, other):
+    def __add__(self, other: RFactor) -> RFactor:
         return RFactor(_r_of(np.vstack([self.R, other.R])))
 
     @property
-    def nbytes(self):
+    def nbytes(self) -> int:
         return int(self.R.nbytes)
 
 
-def curvature(loss, y, raw, xp):
+def curvature(loss: Any, y: Any, raw: Any, xp: Any) -> Any:
     """Per-row curvature ``h`` of a single-output loss: the observed second derivative
     (``local_curvature``) where it is not negative, the Fisher weight
     (``hessian_weight``) where it is: Newton's steps (quadratic convergence) wherever
@@ -93,14 +105,15 @@ def curvature(loss, y, raw, xp):
     return h
 
 
-def _working(objective, params, X, y, sample_weight):
+def _working(objective: LinearObjective, params: np.ndarray, X: Any, y: Any,
+             sample_weight: Any) -> Iterator[np.ndarray]:
     """``(a, u)`` of a block on the host: the weighted curvature ``s h`` of each row
     (zero where it is not positive) and the working response ``-l' / h``."""
     xp = get_namespace(X, y, sample_weight)
     raw = objective.raw_prediction(params, X)
     loss = objective.loss
     y = xp.astype(y, raw.dtype, copy=False)
-    _, d_raw = loss.loss_gradient(y, raw, xp)
+    _, d_raw = loss.loss_gradient(y, raw, xp)  # type: ignore[attr-defined]
     h = curvature(loss, y, raw, xp)
     d_raw = xp.reshape(d_raw, (-1,))
     a = h if sample_weight is None else h * xp.reshape(xp.astype(sample_weight, h.dtype, copy=False), (-1,))
@@ -110,7 +123,8 @@ def _working(objective, params, X, y, sample_weight):
     return (np.asarray(to_numpy(v), dtype=np.float64) for v in (a, u))
 
 
-def _scaled_slices(objective, X, scaling, extra, scale=True, rows_factor=1):
+def _scaled_slices(objective: LinearObjective, X: Any, scaling: ColumnScaling, extra: int, scale: bool = True,
+                   rows_factor: int = 1) -> Iterator[tuple[int, int, np.ndarray]]:
     """The block's feature columns centred and scaled, ``[(X_s - mean) / scale, 1]``
     (the ones when the model has an intercept; only centred unless ``scale``), slice by
     slice of rows, each with ``extra`` columns left for the caller: ``(start, stop, A)``;
@@ -133,7 +147,8 @@ def _scaled_slices(objective, X, scaling, extra, scale=True, rows_factor=1):
         yield start, stop, A
 
 
-def block_scaled_gram(objective, params, X, y, sample_weight, scaling):
+def block_scaled_gram(objective: LinearObjective, params: np.ndarray, X: Any, y: Any, sample_weight: Any,
+                      scaling: ColumnScaling) -> np.ndarray:
     r"""The Hessian sums of one block in scaled coordinates:
     :math:`\tilde Z^\top \operatorname{diag}(s_i h_i) \tilde Z` with :math:`\tilde Z`
     the centred, scaled columns and a one for the intercept (module docstring), ``h``
@@ -169,18 +184,19 @@ def block_scaled_gram(objective, params, X, y, sample_weight, scaling):
     return H * inv[:, None] * inv[None, :]
 
 
-def _output_blocks(objective, params, X, y, sample_weight):
+def _output_blocks(objective: LinearObjective, params: np.ndarray, X: Any, y: Any, sample_weight: Any) -> np.ndarray:
     """The per-row ``(K, K)`` Hessians of a multi-output loss times the sample weights,
     on the host."""
     xp = get_namespace(X, y, sample_weight)
     raw = objective.raw_prediction(params, X)
-    W = objective.loss.hessian_blocks(xp.astype(y, raw.dtype, copy=False), raw, xp)
+    W = objective.loss.hessian_blocks(xp.astype(y, raw.dtype, copy=False), raw, xp)  # type: ignore[attr-defined]
     if sample_weight is not None:
         W = W * xp.reshape(xp.astype(sample_weight, W.dtype, copy=False), (-1, 1, 1))
     return np.asarray(to_numpy(W), dtype=np.float64)
 
 
-def block_r_factor(objective, params, X, y, sample_weight, scaling):
+def block_r_factor(objective: LinearObjective, params: np.ndarray, X: Any, y: Any, sample_weight: Any,
+                   scaling: ColumnScaling) -> RFactor:
     r"""The :class:`RFactor` of one block's weighted working design (module docstring).
 
     A multinomial (``n_outputs`` K > 1) gives each row K pseudo-rows: pseudo-row ``k``
@@ -214,7 +230,7 @@ def block_r_factor(objective, params, X, y, sample_weight, scaling):
         return RFactor(R)
     xp = get_namespace(X, y, sample_weight)
     raw = objective.raw_prediction(params, X)
-    P = np.asarray(to_numpy(objective.loss.inverse_link(raw, xp)), dtype=np.float64)
+    P = np.asarray(to_numpy(objective.loss.inverse_link(raw, xp)), dtype=np.float64)  # type: ignore[attr-defined]
     labels = np.asarray(to_numpy(y), dtype=np.float64).astype(np.int64)
     Y = (labels[:, None] == np.arange(k)[None, :]).astype(np.float64)
     s = np.ones(len(P)) if sample_weight is None else np.asarray(to_numpy(sample_weight), dtype=np.float64)
@@ -244,7 +260,7 @@ class LeastSquaresModel:
     weight_sum: float
     ridge: np.ndarray
 
-    def step(self, x):
+    def step(self, x: np.ndarray) -> np.ndarray:
         """The step ``d`` minimising the model at ``x``."""
         q = self.ridge.size
         R = self.R[:, :q] / np.sqrt(self.weight_sum)

@@ -9,7 +9,10 @@
 Newton/IRLS and coordinate descent are in :mod:`.newton`.
 """
 
+from __future__ import annotations
+
 import math
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -18,6 +21,15 @@ from ...optim._linesearch import rounding_level, ties
 from ..stopping import EpochStopper, Stop
 from ..update import Guard, UpdateRule, auto_learning_rate, initial_divergence
 from .base import Outcome, Solver, step_record
+
+if TYPE_CHECKING:
+    from collections.abc import Generator, Mapping
+
+    from ...optim import LBFGS as LbfgsSettings
+    from ...optim import FirstOrderOptimizer
+    from ..modes.sync import StepResult
+    from ..runtime.group_steps import Draw, LocalUpdate
+    from ..train import Context
 
 __all__ = ["FirstOrder", "LBFGS"]
 
@@ -52,70 +64,71 @@ class FirstOrder(Solver):
     def build(cls, ctx, settings):
         return cls(ctx, settings.params0, settings.optimizer, settings.opt_state)
 
-    def __init__(self, ctx, params0, optimizer, opt_state=None):
+    def __init__(self, ctx: Context, params0: np.ndarray, optimizer: FirstOrderOptimizer,
+                 opt_state: Any = None) -> None:
         self.params = np.array(params0, dtype=np.float64, copy=True)
         self.state = opt_state
-        self.grad = None
-        self._set_rules(ctx, UpdateRule(optimizer, ctx.objective.penalty))
+        self.grad: np.ndarray | None = None
+        self._set_rules(ctx, UpdateRule(optimizer, ctx.objective.penalty))  # type: ignore[attr-defined]
 
-    def _set_rules(self, ctx, rule):
+    def _set_rules(self, ctx: Context, rule: UpdateRule) -> None:
         """What every form shares: full batch or ``steps_per_epoch`` mini-batches an
         epoch, the guard, the epoch rule of the objective (``use_stopper``)."""
         self.ctx, self.rule = ctx, rule
         self.full_batch = ctx.batching is None or getattr(ctx.batching, "full_batch", False)
-        self.steps_per_epoch = 1 if self.full_batch else ctx.batching.steps_per_epoch
+        self.steps_per_epoch = 1 if self.full_batch else ctx.batching.steps_per_epoch  # type: ignore[attr-defined]
         self.stopper = EpochStopper(ctx.tol, ctx.n_iter_no_change)
         self.n_values = 0  # values given to the stopper
-        monotone = self.full_batch and rule.optimizer.descent_method and ctx.compressor is None
-        self.guard = Guard(ctx.on_divergence, full_batch=self.full_batch, monotone=monotone, hint=ctx.objective.hint)
+        monotone = self.full_batch and rule.optimizer.descent_method and ctx.compressor is None  # type: ignore[attr-defined]
+        self.guard = Guard(ctx.on_divergence, full_batch=self.full_batch, monotone=monotone, hint=ctx.objective.hint)  # type: ignore[attr-defined]
         self.on_objective = on_objective = getattr(ctx.objective, "tol_on_objective", False)
         # a tolerance on the objective of 0 (models that declare it) runs every epoch
         self.use_stopper = (not self.full_batch or on_objective) and ctx.validator is None \
             and not (on_objective and ctx.tol <= 0)
         self.it = 0  # updates applied
-        self.value = None
-        self.good = None  # the last accepted evaluation (see _accept)
+        self.value: float | None = None
+        self.good: tuple[Any, ...] | None = None  # the last accepted evaluation (see _accept)
         self.phase = "checked"
         self.pending_backoff = False
-        self.resume_phase = None
+        self.resume_phase: str | None = None
 
     @property
-    def n_iter(self):
+    def n_iter(self) -> int:
         return self.it if self.full_batch else -(-self.it // self.steps_per_epoch)
 
     @property
-    def iterations(self):
+    def iterations(self) -> int:
         """Updates (full batch), or completed epochs."""
         return self.it // self.steps_per_epoch
 
     @property
-    def progress(self):
+    def progress(self) -> int:
         return self.it
 
     @property
-    def optimizer(self):
-        return self.rule.optimizer
+    def optimizer(self) -> FirstOrderOptimizer:
+        return self.rule.optimizer  # type: ignore[return-value]
 
-    def _draw(self):
+    def _draw(self) -> Draw | None:
         """The next step's mini-batch (None: full batch)."""
         batching = self.ctx.batching
-        return None if batching is None else batching.draw(self.ctx.source.n_steps + 1)
+        return None if batching is None else batching.draw(self.ctx.source.n_steps + 1)  # type: ignore[attr-defined]
 
     # -------------------------------------------------------------- the template
-    def start(self):
+    def start(self) -> Outcome:
         ctx, src = self.ctx, self.ctx.source
         res = src.evaluate(self.params, self._draw(), src.local_update(0))
         if ctx.learning_rate == "auto" and res.finite:
-            L = ctx.objective.lipschitz(ctx.shards, self.params)
+            L = ctx.objective.lipschitz(ctx.shards, self.params)  # type: ignore[attr-defined]
             lr = auto_learning_rate(self.optimizer, L, res.grad)
             if ctx.compressor is not None:  # compressed gradients need a shorter step
-                lr *= ctx.compressor.step_scale(ctx.objective.n_params)
+                lr *= ctx.compressor.step_scale(ctx.objective.n_params)  # type: ignore[attr-defined]
             self.rule = UpdateRule(self.optimizer.with_learning_rate(lr), self.rule.penalty)
         if self.state is None:
             self.state = self.optimizer.init(self.params)
         return self._observe(res)
 
-    def _observe(self, res, *extra):
+    def _observe(self, res: StepResult, *extra: Any) -> Outcome:
         """Check an evaluation (``res`` and the hooks' ``extra``); accept it (and record
         it) or mark a backoff."""
         value, grad, lr_good = self._judge(res, *extra)
@@ -127,7 +140,7 @@ class FirstOrder(Solver):
         self.guard.accepted()
         self.value = value
         self._accept(res, *extra)
-        scores = {}
+        scores: Mapping[str, float | None] = {}
         if self.ctx.validator is not None:
             scores = {"val_loss": None, "val_score": None}
             if self.it % self.steps_per_epoch == 0:
@@ -135,7 +148,7 @@ class FirstOrder(Solver):
         iteration = self.it if self.full_batch else self.it // self.steps_per_epoch
         return Outcome([self._record(res, iteration, *extra, **scores)])
 
-    def step(self):
+    def step(self) -> Outcome:
         if self.resume_phase == "evaluate":  # the last update was made but not evaluated
             self.resume_phase = None
             return self._observe(*self._evaluate())
@@ -147,14 +160,14 @@ class FirstOrder(Solver):
         self._update()
         self.it += 1
         if not self.full_batch:
-            stop = self.ctx.stops.limit(self.iterations)
+            stop = self.ctx.stops.limit(self.iterations)  # type: ignore[attr-defined]
             if stop is not None:
                 self.phase = "updated"  # the last epoch is complete; a further batch would be discarded
                 return Outcome(stop=stop)
         return self._observe(*self._evaluate())
 
-    def stop_rule(self, outcome):
-        if self.full_batch and not self.on_objective and self.gap() <= self.ctx.tol:
+    def stop_rule(self, outcome: Outcome) -> Stop | None:
+        if self.full_batch and not self.on_objective and self.gap() <= self.ctx.tol:  # type: ignore[operator]
             return Stop(True)
         if self.use_stopper:
             self.n_values += 1
@@ -163,79 +176,79 @@ class FirstOrder(Solver):
         return None
 
     # -------------------------------------------------------------- the hooks
-    def _judge(self, res):
+    def _judge(self, res: StepResult) -> tuple[float, np.ndarray, float]:
         """``(objective, gradient for the guard, learning rate of the last accepted
         step)`` of an evaluation."""
         lr_good = self.optimizer.current_learning_rate(self.state if self.good is None else self.good[1])
-        return res.value + self.ctx.objective.l1_value(res.params), res.grad, lr_good
+        return res.value + self.ctx.objective.l1_value(res.params), res.grad, lr_good  # type: ignore[attr-defined]
 
     @property
-    def good_value(self):
-        return self.good[2]
+    def good_value(self) -> float:
+        return self.good[2]  # type: ignore[index]
 
-    def _accept(self, res):
+    def _accept(self, res: StepResult) -> None:
         """Keep an accepted evaluation; the last accepted step is ``(params, state,
         value, grad, it, local key, local scale)``, what a backoff goes back to."""
         self.params, self.grad = res.params, res.grad
-        scale = 1.0 / res.partial.weight_sum if res.partial.weight_sum > 0 else 0.0
+        scale = 1.0 / res.partial.weight_sum if res.partial.weight_sum > 0 else 0.0  # type: ignore[attr-defined]
         self.good = (self.params, self.state, self.value, self.grad, self.it, res.local_key, scale)
 
-    def _validate(self):
-        return self.ctx.validator.evaluate(self.params)
+    def _validate(self) -> dict[str, float]:
+        return self.ctx.validator.evaluate(self.params)  # type: ignore[attr-defined]
 
-    def _record(self, res, iteration, **scores):
+    def _record(self, res: StepResult, iteration: int, **scores: float | None) -> dict[str, Any]:
         lr_next = self.optimizer.current_learning_rate(self.state)
-        return step_record(self.ctx, res, iteration, self.value, self.grad, lr_next, **scores)
+        return step_record(self.ctx, res, iteration, self.value, self.grad, lr_next, **scores)  # type: ignore[arg-type]
 
-    def _back_off(self):
-        self.params, self.state, self.value, self.grad, self.it = self.good[:5]
+    def _back_off(self) -> None:
+        self.params, self.state, self.value, self.grad, self.it = self.good[:5]  # type: ignore[index]
 
-    def _update(self):
+    def _update(self) -> None:
         self.params, self.state, _ = self.rule.apply(self.params, self.grad, self.state)
 
-    def _evaluate(self):
+    def _evaluate(self) -> tuple[Any, ...]:
         """The evaluation of the current parameters (the local parameters updated from
         the last accepted snapshot): the arguments of :meth:`_observe`."""
         src, good = self.ctx.source, self.good
-        local = src.local_update(good[5], self.optimizer, good[6], keep=(good[5],))
+        local = src.local_update(good[5], self.optimizer, good[6], keep=(good[5],))  # type: ignore[index]
         return (src.evaluate(self.params, self._draw(), local),)
 
-    def gap(self):
+    def gap(self) -> float | None:
         """The largest entry of the (proximal) gradient mapping (full batch)."""
         if not self.full_batch or self.grad is None:
             return None
         g_map = self.grad
-        pen = self.ctx.objective.penalty
+        pen = self.ctx.objective.penalty  # type: ignore[attr-defined]
         if pen.has_l1:
             lr = self.optimizer.current_learning_rate(self.state)
             g_map = (self.params - pen.prox(self.params - lr * self.grad, lr)) / lr
         return float(np.max(np.abs(g_map), initial=0.0))
 
-    def result(self):
+    def result(self) -> tuple[Any, int, FirstOrderOptimizer, Any]:
         return self.params, self.n_iter, self.optimizer, self.state
 
-    def local_keys(self):
+    def local_keys(self) -> tuple[int, ...]:
         return () if self.good is None or self.good[5] is None else (self.good[5],)
 
-    def local_export(self):
+    def local_export(self) -> LocalUpdate:
         """The last accepted snapshot of the local parameters, with the update the
         shared parameters took after it when the fit ended on an update (mini-batch)."""
         from ..runtime.group_steps import LocalUpdate
 
         good = self.good
         if self.phase == "updated":
-            return LocalUpdate(good[5], -1, (), self.optimizer, good[6])
-        return LocalUpdate(good[5], -1, ())
+            return LocalUpdate(good[5], -1, (), self.optimizer, good[6])  # type: ignore[index]
+        return LocalUpdate(good[5], -1, ())  # type: ignore[index]
 
     # -------------------------------------------------------------- checkpoints
-    def state_dict(self):
+    def state_dict(self) -> dict[str, Any]:
         return {
             **self._own_state(), "optimizer": self.optimizer, "value": self.value, "iteration": self.it,
-            "n_values": self.n_values, "good": list(self.good), "guard": self.guard.state_dict(),
+            "n_values": self.n_values, "good": list(self.good), "guard": self.guard.state_dict(),  # type: ignore[arg-type]
             "stopper": self.stopper.state_dict(), "phase": self.phase,
         }
 
-    def load_state_dict(self, state):
+    def load_state_dict(self, state: dict[str, Any]) -> None:
         self.rule = UpdateRule(state["optimizer"], self.rule.penalty)
         self.value = state["value"]
         self.it, self.n_values = state["iteration"], state["n_values"]
@@ -245,19 +258,19 @@ class FirstOrder(Solver):
         self.phase = state["phase"]
         self._load_own(state)
 
-    def _own_state(self):
+    def _own_state(self) -> dict[str, Any]:
         return {"params": self.params, "opt_state": self.state, "grad": self.grad}
 
-    def _load_own(self, state):
+    def _load_own(self, state: dict[str, Any]) -> None:
         self.params, self.state, self.grad = state["params"], state["opt_state"], state["grad"]
 
-    def resume(self):
+    def resume(self) -> Outcome:
         """A fit that converged or has done ``max_iter`` already (perhaps a smaller
         ``max_iter`` than before) does nothing; one whose last update was made without
         evaluating it (it ended at ``max_iter`` and is given more) evaluates it first;
         otherwise the saved state passed every check and is updated at once."""
         self._restore()
-        stop = self.ctx.stops.limit(self.iterations)
+        stop = self.ctx.stops.limit(self.iterations)  # type: ignore[attr-defined]
         if stop is not None:
             return Outcome(stop=stop)
         if self.phase == "updated":
@@ -265,10 +278,10 @@ class FirstOrder(Solver):
             self._resume_updated()
         return Outcome(accepted=False)
 
-    def _restore(self):
+    def _restore(self) -> None:
         """Where the parameters live, give them the checkpoint's (nothing here)."""
 
-    def _resume_updated(self):
+    def _resume_updated(self) -> None:
         self.resume_phase = "evaluate"
 
 
@@ -297,62 +310,68 @@ class LBFGS(Solver):
     def build(cls, ctx, settings):
         return cls(ctx, settings.params0, settings.optimizer)
 
-    def __init__(self, ctx, params0, settings):
+    def __init__(self, ctx: Context, params0: np.ndarray | None, settings: LbfgsSettings) -> None:
         # (an L1 penalty is refused before, by its row in .capabilities.SOLVERS)
         self.ctx, self.settings = ctx, settings
         self.x = None if params0 is None else np.array(params0, dtype=np.float64, copy=True)
-        self.f = self.g = None
-        self.s, self.y = [], []
+        self.f: float | None = None
+        self.g: np.ndarray | None = None
+        self.s: list[np.ndarray] = []
+        self.y: list[np.ndarray] = []
         self.it = 0
         self.max_evals = max(4 * ctx.max_iter, 50)
-        self.direction = None  # of the line search in progress (None: none)
-        self.slope0 = self.t0 = self.t = None
-        self.trials = []  # (step, value, slope) of the line search so far
-        self.points = []  # (step, parameters, value, gradient) of its finite trials
-        self._search = None
+        # of the line search in progress (None: none): a vector here, coefficients by vector id in
+        # the sharded solver (.sharded.driver)
+        self.direction: Any = None
+        self.slope0: float | None = None
+        self.t0: float | None = None
+        self.t: float | None = None
+        self.trials: list[tuple[float, float, float]] = []  # (step, value, slope) of the line search so far
+        self.points: list[tuple[Any, ...]] = []  # (step, parameters, value, gradient) of its finite trials
+        self._search: Generator[float, tuple[float, float], float] | None = None
 
     @property
-    def progress(self):
+    def progress(self) -> int:
         return self.it
 
     @property
-    def iterations(self):
+    def iterations(self) -> int:
         return self.it
 
-    def _evaluate(self, x):
+    def _evaluate(self, x: np.ndarray) -> tuple[StepResult, dict[str, Any]]:
         res = self.ctx.source.evaluate(x)
         return res, step_record(self.ctx, res, self.it, res.value, res.grad, None)
 
-    def start(self):
+    def start(self) -> Outcome:
         return Outcome([self._start_point()])
 
     # ------------------------------------------------- the vectors (on the driver here)
-    def _start_point(self):
+    def _start_point(self) -> dict[str, Any]:
         """Evaluate the start; set ``f`` (and the gradient); its record."""
-        res, record = self._evaluate(self.x)
+        res, record = self._evaluate(self.x)  # type: ignore[arg-type]
         if not res.finite:
             raise initial_divergence(res.value)
         self.f, self.g = res.value, res.grad
         return record
 
-    def _gmax(self):
+    def _gmax(self) -> float:
         """The largest entry of the gradient at the current point."""
-        return float(np.max(np.abs(self.g), initial=0.0))
+        return float(np.max(np.abs(self.g), initial=0.0))  # type: ignore[arg-type]
 
-    def gap(self):
+    def gap(self) -> float | None:
         return None if self.g is None else self._gmax()
 
-    def _direction(self):
+    def _direction(self) -> tuple[float, float]:
         """Set the search direction (the two-loop recursion; steepest descent, with the
         pairs dropped, when that is not a descent direction); ``(slope, |g|)``."""
         d = lbfgs_direction(self.g, self.s, self.y)
         if not float(self.g @ d) < 0:  # not a descent direction (rounding): steepest descent
             self.s, self.y = [], []
-            d = -self.g
+            d = -self.g  # type: ignore[operator]
         self.direction = d
-        return float(self.g @ d), float(np.linalg.norm(self.g))
+        return float(self.g @ d), float(np.linalg.norm(self.g))  # type: ignore[arg-type]
 
-    def _try(self, t):
+    def _try(self, t: float) -> tuple[bool, float, float, float, dict[str, Any]]:
         """Evaluate the trial point at step ``t``: ``(finite, value, slope, largest
         gradient entry, record)``; a finite trial is kept in ``points``."""
         trial = self.x + t * self.direction
@@ -362,7 +381,7 @@ class LBFGS(Solver):
         self.points.append((t, trial, res.value, res.grad))
         return True, res.value, float(res.grad @ self.direction), float(np.max(np.abs(res.grad))), record
 
-    def _move(self, accepted):
+    def _move(self, accepted: float) -> bool:
         """Move to the trial point of step ``accepted`` and keep its pair (when its
         curvature is positive); False when no finite trial has that step."""
         found = [p for p in self.points if p[0] == accepted and accepted > 0]
@@ -377,7 +396,7 @@ class LBFGS(Solver):
         self.x, self.f, self.g = x_new, f_new, g_new
         return True
 
-    def _line_search(self):
+    def _line_search(self) -> None:
         """The line search along the current direction, replayed over its trials."""
         # values relative to the start's, so that those implied by the slopes (tiny near
         # the optimum) are not lost to the rounding of the objective's size
@@ -387,37 +406,37 @@ class LBFGS(Solver):
             t = search.send((value, slope))
         self._search, self.t = search, t
 
-    def _new_direction(self):
+    def _new_direction(self) -> None:
         self.slope0, gnorm = self._direction()
         self.t0 = min(1.0, 1.0 / gnorm) if self.it == 0 and gnorm > 0 else 1.0
         self.trials, self.points = [], []
         self._line_search()
 
-    def step(self):
+    def step(self) -> Outcome:
         if self.direction is None:
             self._new_direction()
         elif self._search is None:  # resumed in the middle of a line search
             self._line_search()
-        finite, f_trial, slope, gmax, record = self._try(self.t)
-        value = f_trial - self.f if finite else math.inf
+        finite, f_trial, slope, gmax, record = self._try(self.t)  # type: ignore[arg-type]
+        value = f_trial - self.f if finite else math.inf  # type: ignore[operator]
         if finite and abs(value) <= rounding_level(self.f):
             # the values tie at rounding level, the slopes do not: the search is given the
             # change the slopes imply (the trapezoid rule, exact for the quadratic the
             # objective is near its optimum), so a tiny tol is still reached
-            value = 0.5 * self.t * (self.slope0 + slope)
-        self.trials.append((self.t, value, slope))
+            value = 0.5 * self.t * (self.slope0 + slope)  # type: ignore[operator]
+        self.trials.append((self.t, value, slope))  # type: ignore[arg-type]
         if finite and ties(f_trial, self.f) and gmax < self._gmax():
             # at the optimum the values differ only by rounding: a smaller gradient then
             # shows the step is right
             accepted = self.t
         else:
             try:
-                self.t = self._search.send((value, slope))
+                self.t = self._search.send((value, slope))  # type: ignore[union-attr]
                 return Outcome([record])
             except StopIteration as done:
                 accepted = done.value
         self.direction = self._search = None
-        if not self._move(accepted):
+        if not self._move(accepted):  # type: ignore[arg-type]
             return Outcome([record], stop=Stop(
                 self._gmax() <= self.ctx.tol,
                 f"the line search found no decrease in {len(self.trials)} trials (the objective is flat at "
@@ -425,27 +444,27 @@ class LBFGS(Solver):
         self.it += 1
         return Outcome([record])
 
-    def stop_rule(self, outcome):
+    def stop_rule(self, outcome: Outcome) -> Stop | None:
         if self._gmax() <= self.ctx.tol:
             return Stop(True)
         if self.ctx.source.n_steps >= self.max_evals:  # its own limit, besides max_iter's
             return Stop(False, f"reached {self.max_evals} evaluations of the objective")
         return None
 
-    def result(self):
+    def result(self) -> tuple[Any, int, LbfgsSettings, None]:
         return self.x, self.it, self.settings, None
 
-    _STATE = ("x", "f", "g", "s", "y", "it", "direction", "slope0", "t0", "t", "trials", "points")
+    _STATE: tuple[str, ...] = ("x", "f", "g", "s", "y", "it", "direction", "slope0", "t0", "t", "trials", "points")
 
-    def state_dict(self):
+    def state_dict(self) -> dict[str, Any]:
         return {k: getattr(self, k) for k in self._STATE}
 
-    def load_state_dict(self, state):
+    def load_state_dict(self, state: dict[str, Any]) -> None:
         for k in self._STATE:
             v = state[k]
             setattr(self, k, [tuple(p) for p in v] if k in ("trials", "points") else
                     list(v) if k in ("s", "y") else v)
         self._search = None
 
-    def resume(self):
+    def resume(self) -> Outcome:
         return Outcome(accepted=False)

@@ -21,6 +21,10 @@ blocks are not centred (that would densify them); their sums are shifted on the
 driver, in float64.
 """
 
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
 import numpy as np
 import scipy.linalg
 
@@ -29,6 +33,13 @@ from ...losses._gram import weighted_gram
 from ..data.blocks import _block_error
 from .newton import cd_solve, kkt_violation
 
+if TYPE_CHECKING:
+    import numpy.typing as npt
+
+    from ...losses._path import PathObjective
+    from ..data.blocks import Block
+    from ..data.shards import ShardSet
+
 __all__ = ["alpha_max_of", "fold_paths", "fold_sums", "held_out_squared_error", "solve_path"]
 
 #: Rounds of coordinate descent (each with a tenth of the previous round's inner
@@ -36,10 +47,10 @@ __all__ = ["alpha_max_of", "fold_paths", "fold_sums", "held_out_squared_error", 
 MAX_ROUNDS = 12
 
 
-def _block_fold_sums(block, path, shift):
+def _block_fold_sums(block: Block, path: PathObjective, shift: np.ndarray) -> np.ndarray:
     """``(n_folds, d + 2, d + 2)``: :math:`M_k` of one block's rows (see the module);
     with an offset ``o``, of ``z = [x, y - o]``."""
-    n, n_folds = block.X.shape[0], path.n_folds
+    n, n_folds = block.X.shape[0], path.n_folds  # type: ignore[attr-defined]
     folds = path.folds_of(block.index, n)
     xp = get_namespace(block.X)
     X, o = path.features_and_offset(block.X)
@@ -68,7 +79,7 @@ def _block_fold_sums(block, path, shift):
     return out
 
 
-def _sparse_hstack(Xk, yk):
+def _sparse_hstack(Xk: Any, yk: Any) -> Any:
     """``[Xk, yk]`` as a float64 CSR matrix of Xk's library (SciPy or CuPy)."""
     import scipy.sparse as sp
 
@@ -80,14 +91,14 @@ def _sparse_hstack(Xk, yk):
     return cusp.hstack([Xk.astype(np.float64), column], format="csr")
 
 
-def _named_block_fold_sums(block, path, shift):
+def _named_block_fold_sums(block: Block, path: PathObjective, shift: np.ndarray) -> np.ndarray:
     try:
         return _block_fold_sums(block, path, shift)
     except Exception as err:  # name the block
         raise _block_error(err, block) from err
 
 
-def fold_sums(shards, path, shift):
+def fold_sums(shards: ShardSet, path: PathObjective, shift: npt.ArrayLike) -> np.ndarray:
     r"""The folds' sums :math:`M_k` over all rows, centred on ``shift``.
 
     Parameters
@@ -117,12 +128,12 @@ def fold_sums(shards, path, shift):
     return total
 
 
-def _parts(M):
+def _parts(M: np.ndarray) -> tuple[np.ndarray, np.ndarray, float, np.ndarray, float, float]:
     d = M.shape[0] - 2
     return M[:d, :d], M[:d, d], M[d, d], M[:d, d + 1], M[d, d + 1], M[d + 1, d + 1]
 
 
-def alpha_max_of(M, fit_intercept):
+def alpha_max_of(M: np.ndarray, fit_intercept: bool) -> float:
     """The lasso's ``alpha_max`` on the rows of the sums ``M``:
     ``max |X_c^T s (y - ybar)| / sum(s)`` (``X_c``: ``X`` centred when ``fit_intercept``)."""
     G, Sxy, _, Sx, Sy, W = _parts(M)
@@ -130,7 +141,8 @@ def alpha_max_of(M, fit_intercept):
     return float(np.max(np.abs(Xy), initial=0.0)) / W
 
 
-def _cd_exact(H, c, beta, l1, tol):
+def _cd_exact(H: np.ndarray, c: np.ndarray, beta: np.ndarray, l1: np.ndarray,
+              tol: float) -> tuple[np.ndarray, int, bool]:
     """Solve ``min 1/2 b^T H b - c^T b + l1 |b|_1`` to a KKT violation <= ``tol``;
     returns the solution, the coordinate-descent sweeps and whether it converged."""
     inner, sweeps = tol / 10.0, 0
@@ -149,7 +161,8 @@ def _cd_exact(H, c, beta, l1, tol):
     return beta, sweeps, kkt_violation(H @ beta - c, beta, l1) <= tol
 
 
-def solve_path(M, alphas, l1_ratio, fit_intercept, tol, shift):
+def solve_path(M: np.ndarray, alphas: np.ndarray, l1_ratio: float, fit_intercept: bool, tol: float,
+               shift: np.ndarray) -> tuple[np.ndarray, np.ndarray, int, bool]:
     r"""Every penalty of the path on the training sums ``M`` (one fold's, or all rows').
 
     Minimises :math:`\frac{1}{2W} \sum s_i (y_i - x_i^\top \beta - b)^2
@@ -187,7 +200,7 @@ def solve_path(M, alphas, l1_ratio, fit_intercept, tol, shift):
     return coef, icpt, sweeps, converged
 
 
-def held_out_squared_error(M, coef, intercept, shift):
+def held_out_squared_error(M: np.ndarray, coef: np.ndarray, intercept: np.ndarray, shift: np.ndarray) -> np.ndarray:
     r"""``sum_i s_i (y_i - x_i^T beta - b)^2`` over the rows of the sums ``M`` for each
     row of ``coef`` ``(n, d)`` / ``intercept`` ``(n,)``, as a quadratic form in ``M``."""
     G, Sxy, Syy, Sx, Sy, W = _parts(M)
@@ -198,7 +211,8 @@ def held_out_squared_error(M, coef, intercept, shift):
     return np.maximum(sse, 0.0)
 
 
-def fold_paths(sums, grid, l1_ratio, fit_intercept, tol, shift):
+def fold_paths(sums: np.ndarray, grid: np.ndarray, l1_ratio: float, fit_intercept: bool, tol: float,
+               shift: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, bool]:
     """Every fold's path (:func:`solve_path` on its training sums) and its held-out
     scores (minus the weighted mean squared error).
 

@@ -23,8 +23,11 @@ coordinate descent.  This module also holds what it needs besides:
   ``solver="auto"``'s size limit, :data:`CD_MAX_PARAMS`).
 """
 
+from __future__ import annotations
+
 import math
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 import dask
 import numpy as np
@@ -37,6 +40,21 @@ from ..stopping import Stop
 from ..update import initial_divergence
 from .base import AttributeState, Outcome, Solver, step_record
 from .curvature import LeastSquaresModel, curvature, with_block_extra
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    import numpy.typing as npt
+
+    from ...losses import LinearObjective
+    from ..data.blocks import Shard
+    from ..modes.sync import StepResult
+    from ..objective import LinearTraining, PathTraining
+    from ..protocols import TrainingObjective
+    from ..runtime.group_steps import BlockSums, Draw
+    from ..runtime.reduce import Partial
+    from ..scaling import ScaledTraining
+    from ..train import Context
 
 __all__ = ["CD_MAX_PARAMS", "IRLSCD", "HessianTraining", "block_hessian_sum", "cd_max_params", "cd_model_params",
            "cd_solve", "cd_support", "kkt_violation", "newton_step", "newton_support"]
@@ -56,7 +74,7 @@ MAX_POLISH = 5
 MAX_SWEEPS = 10000
 
 
-def cd_support(objective):
+def cd_support(objective: TrainingObjective) -> str | None:
     """None when ``objective`` (a training objective) can be trained with
     ``solver="cd"``, else the reason it cannot (for error messages)."""
     linear = getattr(objective, "objective", None)
@@ -68,24 +86,24 @@ def cd_support(objective):
                 f"GLM families); got {type(loss).__name__}")
     if hasattr(linear, "column_folds"):  # a stacked path: PathIRLSCD (cd_path.py)
         return None
-    if getattr(linear, "n_params", None) != linear.n_features + linear.fit_intercept:
+    if getattr(linear, "n_params", None) != linear.n_features + linear.fit_intercept:  # type: ignore[union-attr]
         return f"it needs one coefficient per feature (and an intercept); {type(linear).__name__} has another layout"
     return None
 
 
-def newton_support(objective):
+def newton_support(objective: TrainingObjective) -> str | None:
     """None when ``objective`` can be trained with ``solver="newton"`` (what
     :func:`cd_support` allows, and multi-output losses with ``hessian_blocks``, the
     multinomial: their Hessian is summed in scaled coordinates only), else why not."""
     reason = cd_support(objective)
     loss = getattr(getattr(objective, "objective", None), "loss", None)
     if reason is not None and getattr(loss, "n_outputs", 1) > 1 and hasattr(loss, "hessian_blocks") \
-            and not getattr(objective, "has_local", False) and not hasattr(objective.objective, "column_folds"):
+            and not getattr(objective, "has_local", False) and not hasattr(objective.objective, "column_folds"):  # type: ignore[attr-defined]
         return None
     return reason
 
 
-def cd_model_params(objective):
+def cd_model_params(objective: LinearTraining | PathTraining) -> int:
     """Parameters of one model of a training objective that ``solver="cd"`` takes: the
     size its Hessian is ``p x p`` in (a stacked path's column, else all of them)."""
     linear = objective.objective
@@ -94,13 +112,14 @@ def cd_model_params(objective):
     return objective.n_params
 
 
-def cd_max_params():
+def cd_max_params() -> int:
     """The size limit of ``solver="auto"``'s choice of ``"cd"`` (dask config
     ``dgd.cd-max-params``, default :data:`CD_MAX_PARAMS`)."""
     return int(dask.config.get("dgd.cd-max-params", CD_MAX_PARAMS))
 
 
-def block_hessian_sum(objective, params, X, y, sample_weight=None):
+def block_hessian_sum(objective: LinearObjective, params: np.ndarray, X: Any, y: Any,
+                      sample_weight: Any = None) -> np.ndarray:
     r"""The Hessian sums of one block: :math:`\tilde X^\top \operatorname{diag}(s_i h_i) \tilde X`,
     with :math:`h_i` the loss's curvature (:func:`~.curvature.curvature`: observed where
     it is not negative, else Fisher's).
@@ -138,25 +157,26 @@ class HessianTraining:
     Hessian sums (``extras["hessian"]`` of the partials, see :func:`block_hessian_sum`).
     Everything else is the base objective's."""
 
-    base: object
+    base: LinearTraining
 
-    def __getattr__(self, name):
+    def __getattr__(self, name: str) -> Any:
         if name == "base" or name.startswith("__"):  # unpickling: no base yet
             raise AttributeError(name)
         return getattr(self.base, name)
 
-    def group_sums(self, shard, params, aux, draw, local, memory=None):
+    def group_sums(self, shard: Shard, params: np.ndarray, aux: Any, draw: Draw | None, local: Any,
+                   memory: dict | None = None) -> tuple[dict[int, BlockSums], None]:
         sums, local_grad = self.base.group_sums(shard, params, aux, draw, local, memory)
         obj = self.base.objective
         return with_block_extra(sums, shard, "hessian",
                                 lambda b: block_hessian_sum(obj, params, b.X, b.y, b.sample_weight)), local_grad
 
     @property
-    def hessian_size(self):
+    def hessian_size(self) -> int:
         """Floats of the Hessian sums one partial carries."""
         return self.base.n_params ** 2
 
-    def hessian(self, partial):
+    def hessian(self, partial: Partial) -> np.ndarray:
         """The Hessian of the smooth objective (mean loss plus the L2 part of the
         penalty) from a reduced partial."""
         H = partial.extras["hessian"] / partial.weight_sum
@@ -164,12 +184,12 @@ class HessianTraining:
         H[diag, diag] += self.base.penalty_spec.l2_strength
         return 0.5 * (H + H.T)
 
-    def l1_weights(self):
+    def l1_weights(self) -> np.ndarray:
         """The L1 strength of every parameter (zero for the intercept)."""
         return self.base.penalty_spec.l1_strength * self.base.penalty.decay_mask.astype(np.float64)
 
 
-def newton_step(H, g, x=None):
+def newton_step(H: np.ndarray | LeastSquaresModel, g: np.ndarray, x: np.ndarray | None = None) -> np.ndarray:
     r"""The step ``d`` minimising ``g.d + d^T H d / 2``: ``-H^{-1} g``.
 
     ``H`` may be a :class:`~.curvature.LeastSquaresModel` (the model as R factors, at the
@@ -183,7 +203,7 @@ def newton_step(H, g, x=None):
     Hessian need only be close).
     """
     if isinstance(H, LeastSquaresModel):
-        return H.step(x)
+        return H.step(x)  # type: ignore[arg-type]
     H = np.asarray(H, dtype=np.float64)
     g = np.asarray(g, dtype=np.float64)
     try:
@@ -202,7 +222,7 @@ def newton_step(H, g, x=None):
     return -(V @ ((V.T @ g) / vals[keep]))
 
 
-def _ill_conditioned(H):
+def _ill_conditioned(H: np.ndarray | LeastSquaresModel) -> bool:
     """Whether the Hessian matrix ``H`` has a condition number above
     :data:`QR_CONDITION` (estimated from its Cholesky factor's diagonal, whose ratio
     squared bounds it from below), or is not positive definite: Newton steps from it
@@ -218,7 +238,7 @@ def _ill_conditioned(H):
     return not (np.all(np.isfinite(c)) and diag.min() * np.sqrt(QR_CONDITION) >= diag.max())
 
 
-def kkt_violation(grad, params, l1):
+def kkt_violation(grad: npt.ArrayLike, params: npt.ArrayLike, l1: npt.ArrayLike) -> float:
     """The largest entry of the minimum-norm subgradient of ``f + sum_j l1_j |x_j|``
     at ``params`` (``grad``: the gradient of the smooth part ``f``): zero exactly at
     the optimum."""
@@ -229,10 +249,10 @@ def kkt_violation(grad, params, l1):
     return float(np.max(np.abs(sub), initial=0.0))
 
 
-_compiled = {}
+_compiled: dict[str, Callable[..., tuple[np.ndarray, int]]] = {}
 
 
-def _kernel():
+def _kernel() -> Callable[..., tuple[np.ndarray, int]]:
     """The Numba coordinate-descent loop (compiled on first use, cached on disk)."""
     if "fn" not in _compiled:
         import numba
@@ -278,7 +298,8 @@ def _kernel():
     return _compiled["fn"]
 
 
-def cd_solve(H, g, x0, l1, tol, max_sweeps=MAX_SWEEPS, free=None):
+def cd_solve(H: npt.ArrayLike, g: npt.ArrayLike, x0: npt.ArrayLike, l1: npt.ArrayLike, tol: float,
+             max_sweeps: int = MAX_SWEEPS, free: int | None = None) -> tuple[np.ndarray, int]:
     r"""Minimise the quadratic model plus the L1 term by coordinate descent.
 
     .. math:: \min_x \; g^\top (x - x_0) + \tfrac12 (x - x_0)^\top H (x - x_0)
@@ -357,40 +378,42 @@ class IRLSCD(AttributeState, Solver):
             return PathIRLSCD(ctx, settings.params0)
         return cls(ctx, settings.params0)
 
-    def __init__(self, ctx, params0):
+    def __init__(self, ctx: Context, params0: np.ndarray) -> None:
         self.ctx = ctx
-        self.obj = ctx.objective
+        self.obj: HessianTraining | ScaledTraining = ctx.objective  # type: ignore[assignment]
         self.l1 = self.obj.l1_weights()
         linear = self.obj.objective
         self.free = linear.n_params - 1 if linear.fit_intercept else None  # the intercept is last
         self.x = np.array(params0, dtype=np.float64, copy=True)
-        self.f = self.g = self.H = None
+        self.f: float | None = None
+        self.g: np.ndarray | None = None
+        self.H: np.ndarray | LeastSquaresModel | None = None
         self.kkt = math.inf
         self.polished = 0  # steps asked for after the tolerance was met
         self.it = 0
-        self.direction = None
+        self.direction: np.ndarray | None = None
         self.delta = 0.0
         self.t = 1.0
         self.trials = 0
 
     @property
-    def progress(self):
+    def progress(self) -> int:
         return self.it
 
     @property
-    def iterations(self):
+    def iterations(self) -> int:
         return self.it
 
-    def _evaluate(self, x):
+    def _evaluate(self, x: np.ndarray) -> tuple[StepResult, float]:
         res = self.ctx.source.evaluate(x)
         value = res.value + self.obj.l1_value(x)
         return res, value
 
-    def _take(self, res, value):
+    def _take(self, res: StepResult, value: float) -> list[dict[str, Any]]:
         """Move to the evaluated point; the records of any further pass it took (the
         switch to R factors)."""
         self.x, self.f, self.g = res.params, value, res.grad
-        self.H = self.obj.hessian(res.partial)
+        self.H = self.obj.hessian(res.partial)  # type: ignore[arg-type]
         self.kkt = kkt_violation(self.g, self.x, self.l1)
         least_squares = getattr(self.obj, "least_squares", None)
         if least_squares is None or np.any(self.l1) or not _ill_conditioned(self.H):
@@ -402,36 +425,36 @@ class IRLSCD(AttributeState, Solver):
         # from R factors from now on (curvature.py), starting with one pass here
         self.obj = self.ctx.objective = self.ctx.source.objective = switched
         res, value = self._evaluate(self.x)
-        self.H = self.obj.hessian(res.partial)
+        self.H = self.obj.hessian(res.partial)  # type: ignore[arg-type]
         return [step_record(self.ctx, res, self.it, value, res.grad, None)]
 
-    def start(self):
+    def start(self) -> Outcome:
         res, value = self._evaluate(self.x)
         if not res.finite:
             raise initial_divergence(res.value)
         extra = self._take(res, value)
         return Outcome([step_record(self.ctx, res, 0, value, res.grad, None), *extra])
 
-    def _plan(self):
+    def _plan(self) -> bool:
         """Set the direction of the next step (the quadratic model's minimiser) and its
         model decrease ``delta``; False when the model gives no descent direction."""
         if np.any(self.l1):
             inner_tol = max(0.25 * self.ctx.tol, min(0.1 * self.kkt, 1e-2))
-            x_new, _ = cd_solve(self.H, self.g, self.x, self.l1, inner_tol, free=self.free)
+            x_new, _ = cd_solve(self.H, self.g, self.x, self.l1, inner_tol, free=self.free)  # type: ignore[arg-type]
         else:
-            x_new = self.x + newton_step(self.H, self.g, self.x)
+            x_new = self.x + newton_step(self.H, self.g, self.x)  # type: ignore[arg-type]
         d = x_new - self.x
-        self.delta = float(self.g @ d) + float(self.l1 @ (np.abs(x_new) - np.abs(self.x)))
+        self.delta = float(self.g @ d) + float(self.l1 @ (np.abs(x_new) - np.abs(self.x)))  # type: ignore[operator]
         self.direction, self.t, self.trials = d, 1.0, 0
         return bool(np.any(d)) and self.delta < 0
 
-    def step(self):
+    def step(self) -> Outcome:
         if self.direction is None and not self._plan():
             self.direction = None
             return Outcome(stop=Stop(
                 self.kkt <= self.ctx.tol,
                 "the quadratic model gives no descent direction (the objective is flat at rounding level)"))
-        trial = self.x + self.t * self.direction
+        trial = self.x + self.t * self.direction  # type: ignore[operator]
         res, value = self._evaluate(trial)
         record = step_record(self.ctx, res, self.it + 1, value, res.grad, self.t)
         self.trials += 1
@@ -450,7 +473,7 @@ class IRLSCD(AttributeState, Solver):
         self.t *= 0.5
         return Outcome([record])
 
-    def stop_rule(self, outcome):
+    def stop_rule(self, outcome: Outcome) -> Stop | None:
         if self.kkt <= self.ctx.tol and self.direction is not None and self.polished:
             return None  # a line search after the tolerance was met goes on
         if self.kkt <= self.ctx.tol:
@@ -469,13 +492,13 @@ class IRLSCD(AttributeState, Solver):
             self.polished += 1
         return None  # max_iter: the stop rules' (on iterations)
 
-    def result(self):
+    def result(self) -> tuple[np.ndarray, int, None, None]:
         return self.x, self.it, None, None
 
-    def gap(self):
+    def gap(self) -> float:
         return self.kkt
 
     _STATE = ("x", "f", "g", "H", "kkt", "it", "direction", "delta", "t", "trials", "polished")
 
-    def resume(self):
+    def resume(self) -> Outcome:
         return Outcome(accepted=False)
