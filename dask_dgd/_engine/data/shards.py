@@ -76,12 +76,12 @@ class ShardSet:
         Lost workers survived (see :class:`~.collective.Collective`).
     """
 
-    # (handles, groups, workers, block_rows, block_costs: given as any sequences, made
-    # lists, tuples and arrays by __post_init__: the annotations are the attributes')
+    # (The annotations are the attributes' types: __post_init__ makes the handles and workers
+    # lists, each group a tuple and block_rows and block_costs arrays, from any sequences.)
     executor: InProcessExecutor | DaskExecutor
     handles: list[Any]  # a Future or a Shard
-    groups: list[tuple[int, ...]]
-    workers: list[str | None]
+    groups: Sequence[tuple[int, ...]]
+    workers: Sequence[str | None]
     block_rows: npt.NDArray[np.int64]
     n_features: int
     sparse: bool

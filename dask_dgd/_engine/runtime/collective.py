@@ -377,12 +377,11 @@ class Collective:
                 "in-memory input is scattered to the workers and exists nowhere else; pass "
                 "a dask array (e.g. da.from_array(X, chunks=...)) to survive worker loss"
             ) from err
-        sh.workers = workers  # type: ignore[assignment]  # (list[str]: a ShardSet's are str | None)
+        sh.workers = workers
         self._layout += 1  # new runner keys
         self._release_runners()
         sh.recoveries.append({"lost": lost, "workers": list(sh.workers)})
-        logger.warning("lost worker(s) %s: shards recomputed on %s, step retried", lost,
-                       sorted(set(sh.workers)))  # type: ignore[type-var]  # (cluster)
+        logger.warning("lost worker(s) %s: shards recomputed on %s, step retried", lost, sorted(set(sh.workers)))
 
     # ------------------------------------------------------------------ regroup
     def regroup(self, placement: Sequence[str]) -> int:
