@@ -98,7 +98,8 @@ class Checkpointer:
         overwrite it).
     """
 
-    def __init__(self, directory: str | os.PathLike[str], every: int, fingerprint: dict[str, Any], resume: bool):
+    def __init__(self, directory: str | os.PathLike[str], every: int, fingerprint: dict[str, Any],
+                 resume: bool) -> None:
         self.directory = os.fspath(directory)
         if os.path.exists(self.directory) and not os.path.isdir(self.directory):
             raise ParameterError(

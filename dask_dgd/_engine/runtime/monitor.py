@@ -65,7 +65,7 @@ class Monitor:
     """
 
     def __init__(self, verbose: int = 0, callbacks: Sequence[Callable[[dict[str, Any]], Any]] | None = (),
-                 total: int | None = None, desc: str = "dask_dgd.train"):
+                 total: int | None = None, desc: str = "dask_dgd.train") -> None:
         self.verbose = int(verbose)
         self.callbacks = list(callbacks or ())
         self.records: list[dict[str, Any]] = []
