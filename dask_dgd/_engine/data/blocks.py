@@ -7,15 +7,27 @@ process): they turn a group's chunks into a shard of validated blocks, summarise
 Errors name the block.
 """
 
+from __future__ import annotations
+
 import math
 import zlib
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import scipy.sparse as sp
 
 from ..._backend import asarray_like, dtype_name, finfo_max, get_namespace, is_sparse, take_rows, to_numpy
 from ...exceptions import BlockError, ChunkingError, DGDError, InputError
+
+if TYPE_CHECKING:
+    from collections.abc import Iterable, Sequence
+    from typing import TypeVar
+
+    import dask.array as da
+    import numpy.typing as npt
+
+    T = TypeVar("T")
 
 __all__ = [
     "Block",
@@ -38,13 +50,14 @@ __all__ = [
 class Block:
     """One row block: features, targets and optional sample weights."""
 
+    # (arrays of any namespace: NumPy, CuPy, or their sparse matrices)
     index: int
-    X: object
-    y: object
-    sample_weight: object = None
+    X: Any
+    y: Any
+    sample_weight: Any = None
 
     @property
-    def n_rows(self):
+    def n_rows(self) -> int:
         return self.X.shape[0]
 
 
@@ -52,24 +65,25 @@ class Block:
 class Shard:
     """The blocks of one group, in block order; lives in a worker's memory."""
 
-    blocks: tuple
+    blocks: tuple[Block, ...]
 
     @property
-    def n_rows(self):
+    def n_rows(self) -> int:
         return sum(b.n_rows for b in self.blocks)
 
 
-def take_blocks(shard, indices):
+def take_blocks(shard: Shard, indices: Iterable[int]) -> Shard:
     """The shard of only these blocks (runs where ``shard`` lives; shares the arrays)."""
     keep = set(indices)
     return Shard(tuple(b for b in shard.blocks if b.index in keep))
 
 
-def _aligned(a):
-    return np.require(a, requirements="CA") if isinstance(a, np.ndarray) else a
+def _aligned(a: T) -> T:
+    # (the ignores on requirements="CA": NumPy reads the flags letter by letter; its stubs want a list)
+    return np.require(a, requirements="CA") if isinstance(a, np.ndarray) else a  # type: ignore[arg-type]
 
 
-def combine_shards(*shards):
+def combine_shards(*shards: Shard) -> Shard:
     """One shard of all these shards' blocks, in block order (runs on the new worker).
 
     Arrays that arrived over the network are made C-contiguous and aligned again, as at
@@ -82,11 +96,11 @@ def combine_shards(*shards):
     ))
 
 
-def _describe(block):
+def _describe(block: Block) -> str:
     return f"block {block.index} (shape {tuple(block.X.shape)})"
 
 
-def _all_finite(a):
+def _all_finite(a: Any) -> bool:
     if a is None:
         return True
     if is_sparse(a):
@@ -95,7 +109,7 @@ def _all_finite(a):
     return bool(xp.all(xp.isfinite(a)))
 
 
-def _as_float(a, *, sparse_ok):
+def _as_float(a: Any, *, sparse_ok: bool) -> Any:
     """Cast a block to float64 or float32 (float32 stays float32; float16 and integers
     become float64, as scikit-learn's ``validate_data(dtype=[np.float64, np.float32])``
     makes them for in-memory X), CSR for sparse.
@@ -115,11 +129,11 @@ def _as_float(a, *, sparse_ok):
     if a.dtype != xp.float64 and a.dtype != xp.float32:
         a = xp.astype(a, xp.float64)
     if isinstance(a, np.ndarray):
-        a = np.require(a, requirements="CA")
+        a = np.require(a, requirements="CA")  # type: ignore[arg-type]  # (see _aligned)
     return a
 
 
-def _like_X(a, X):
+def _like_X(a: Any, X: Any) -> Any:
     """A NumPy ``y`` or weight block moved to the namespace and device of a device
     ``X`` block (CuPy, CuPy sparse, ...): users pass host targets and weights freely."""
     if a is None or not isinstance(a, np.ndarray) or isinstance(X, np.ndarray) or sp.issparse(X):
@@ -127,7 +141,8 @@ def _like_X(a, X):
     return asarray_like(a, X)
 
 
-def make_shard(indices, xs, ys, sws, y_numeric=True):
+def make_shard(indices: int | Sequence[int], xs: Sequence[Any], ys: Sequence[Any], sws: Sequence[Any],
+               y_numeric: bool = True) -> Shard:
     """Validate blocks and wrap them as a :class:`Shard` (runs where the data lives).
 
     ``indices`` are the blocks' indices (ascending), or the first index of a
@@ -185,7 +200,7 @@ def make_shard(indices, xs, ys, sws, y_numeric=True):
     return Shard(tuple(blocks))
 
 
-def shard_check_finite(shard):
+def shard_check_finite(shard: Shard) -> None:
     """Raise :class:`InputError` naming the first block of X with NaN or infinity.
 
     Run only when a step's sums came out non-finite (see :class:`Evaluator`): every
@@ -200,7 +215,7 @@ def shard_check_finite(shard):
             )
 
 
-def max_abs_value(largest):
+def max_abs_value(largest: float) -> float:
     """Largest magnitude accepted in X, y and sample_weight of a float dtype whose
     largest number is ``largest``: the power of ten below its cube root (1e102 for
     float64, 1e12 for float32), so that products of three such numbers (feature x
@@ -208,7 +223,7 @@ def max_abs_value(largest):
     return 10.0 ** math.floor(math.log10(largest) / 3)
 
 
-def _abs_max(a):
+def _abs_max(a: Any) -> float:
     """Largest |value| of a dense or sparse block (NaN if it holds NaN; 0 if empty)."""
     if is_sparse(a):
         a = a.data
@@ -218,7 +233,7 @@ def _abs_max(a):
     return max(float(xp.max(a)), -float(xp.min(a)))
 
 
-def check_block_values(block, labels=False):
+def check_block_values(block: Block, labels: bool = False) -> None:
     """Raise :class:`InputError` for NaN/inf in X, or for values of X, y (regressors)
     or sample_weight so large that the loss and its gradient overflow (one pass over
     the block, at setup; see :func:`max_abs_value`)."""
@@ -243,11 +258,11 @@ def check_block_values(block, labels=False):
             )
 
 
-def _label_error(block_or_none, y, err):
+def _label_error(block_or_none: Block | None, y: npt.NDArray[Any], err: Exception) -> InputError:
     import pandas as pd
 
     where = "" if block_or_none is None else f" in {_describe(block_or_none)}"
-    missing = np.flatnonzero(pd.isna(y)) if y.dtype == object else []
+    missing: npt.NDArray[np.intp] | list[int] = np.flatnonzero(pd.isna(y)) if y.dtype == object else []
     if len(missing):
         rows = ", ".join(str(i) for i in missing[:5]) + (", ..." if len(missing) > 5 else "")
         return InputError(
@@ -261,7 +276,7 @@ def _label_error(block_or_none, y, err):
     )
 
 
-def _crc(a):
+def _crc(a: Any) -> str | None:
     """CRC-32 of an array's values (host copy; object labels by their text)."""
     if a is None:
         return None
@@ -269,16 +284,16 @@ def _crc(a):
         a = a.tocsr()
         crc = zlib.crc32(np.asarray(a.shape, dtype=np.int64).tobytes())
         for part in (a.indptr, a.indices, a.data):
-            crc = zlib.crc32(np.ascontiguousarray(part), crc)
+            crc = zlib.crc32(np.ascontiguousarray(part), crc)  # type: ignore[arg-type]  # (an ndarray is a buffer)
         return f"{crc:08x}"
     a = to_numpy(a)
     if a.dtype == object:
         return f"{zlib.crc32(repr(a.tolist()).encode()):08x}"
     crc = zlib.crc32(str((a.shape, a.dtype.str)).encode())
-    return f"{zlib.crc32(np.ascontiguousarray(a), crc):08x}"
+    return f"{zlib.crc32(np.ascontiguousarray(a), crc):08x}"  # type: ignore[arg-type]  # (a buffer)
 
 
-def block_digest(block):
+def block_digest(block: Block) -> dict[str, Any]:
     """A cheap digest of one block (CRC-32 of X, y and sample_weight, about 1 GB/s):
     what a resumed fit's data must match block by block (see
     :class:`~..runtime.checkpoint.Checkpointer`); CuPy blocks are copied to the host for it."""
@@ -286,14 +301,14 @@ def block_digest(block):
             "sample_weight": _crc(block.sample_weight)}
 
 
-def _offset_column(X):
+def _offset_column(X: Any) -> npt.NDArray[np.float64]:
     """The last column of a block (its offset), dense float64 on the host."""
     col = X[:, X.shape[1] - 1 :]
     col = col.toarray() if is_sparse(col) else col
     return np.asarray(to_numpy(col), dtype=np.float64).reshape(-1)
 
 
-def shard_summary(shard, labels=False, digest=False, offset=False):
+def shard_summary(shard: Shard, labels: bool = False, digest: bool = False, offset: bool = False) -> dict[str, Any]:
     """Weight sum, and the weighted y sum, minimum and maximum of y, or the labels with their
     counts and weight totals (``labels``, ``label_counts``, ``label_weights``: the
     sample weights of each class summed where the rows live, for
@@ -304,7 +319,7 @@ def shard_summary(shard, labels=False, digest=False, offset=False):
 
     Also checks every block's values (:func:`check_block_values`): NaN/inf in X, and
     magnitudes that would overflow the loss."""
-    out = {"weight_sum": 0.0, "wy_sum": 0.0, "y_min": math.inf, "y_max": -math.inf}
+    out: dict[str, Any] = {"weight_sum": 0.0, "wy_sum": 0.0, "y_min": math.inf, "y_max": -math.inf}
     if offset:
         out.update(wo_sum=0.0, o_max=-math.inf, w_exp_o=0.0)
     if digest:
@@ -348,7 +363,8 @@ def shard_summary(shard, labels=False, digest=False, offset=False):
     return out
 
 
-def encode_shard(shard, classes, class_weight=None):
+def encode_shard(shard: Shard, classes: npt.NDArray[Any],
+                 class_weight: npt.NDArray[np.float64] | None = None) -> Shard:
     """Replace labels by their index in ``classes``; fold class weights into weights."""
     blocks = []
     for b in shard.blocks:
@@ -374,7 +390,8 @@ def encode_shard(shard, classes, class_weight=None):
     return Shard(tuple(blocks))
 
 
-def shard_sample(shard, take):
+def shard_sample(shard: Shard, take: Sequence[int] | npt.NDArray[np.integer],
+                 ) -> list[tuple[int, Any, npt.NDArray[Any], npt.NDArray[np.float64]]]:
     """Evenly spaced rows of each block, ``take[b]`` of block ``b``, as host arrays.
 
     Returns a list of ``(block index, X rows, y rows, sample weights)``; the driver
@@ -391,13 +408,13 @@ def shard_sample(shard, take):
     return out
 
 
-def _block_error(err, block):
+def _block_error(err: Exception, block: Block) -> DGDError:
     if isinstance(err, DGDError):
         return err
     return BlockError(f"{type(err).__name__} in {_describe(block)}: {err}")
 
 
-def check_finite_block(X, block_info=None):
+def check_finite_block(X: T, block_info: dict[Any, Any] | None = None) -> T:
     """``X`` unchanged, or :class:`InputError` naming the row block if it holds NaN or
     infinity (dask ``map_blocks`` at predict time, where the rows are not checked
     otherwise: a NaN row would silently become class 0 or a NaN prediction)."""
@@ -415,7 +432,7 @@ def check_finite_block(X, block_info=None):
     return X
 
 
-def check_chunking(X):
+def check_chunking(X: da.Array) -> None:
     """X must have a single chunk along columns (dask array)."""
     if X.ndim != 2:
         fix = "X.reshape(-1, 1) for a single feature" if X.ndim == 1 else "X.reshape(X.shape[0], -1) to flatten"

@@ -15,8 +15,11 @@ the rows themselves: they are gathered to the driver once, and each evaluation s
 copy of the estimator holding the current parameters.
 """
 
+from __future__ import annotations
+
 import copy
 import math
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import scipy.sparse as sp
@@ -28,13 +31,26 @@ from ..objective import LinearTraining
 from ..runtime.group_steps import StepRequest, group_step
 from .blocks import Block, Shard, shard_sample
 
+if TYPE_CHECKING:
+    from collections.abc import Callable, Iterable, Sequence
+    from typing import TypeVar
+
+    import numpy.typing as npt
+
+    from ...linear_model._base import DGDLinearModel
+    from ...losses import LinearObjective
+    from ..sharded.driver import ShardedSource
+    from .shards import ShardSet
+
+    E = TypeVar("E", bound=DGDLinearModel)
+
 __all__ = ["holdout_mask", "shard_holdout", "split_validation", "Validator"]
 
 #: Stream tag of the validation split's draws (apart from the mini-batch draws).
 _SPLIT_TAG = 104729
 
 
-def _split_key(seed):
+def _split_key(seed: Iterable[int]) -> np.uint64:
     """One uint64 key of the seed tuple (a random state's entropy and a stream)."""
     key = _SPLIT_TAG
     for part in seed:
@@ -42,7 +58,7 @@ def _split_key(seed):
     return np.uint64(key)
 
 
-def holdout_mask(start, n_rows, seed, fraction):
+def holdout_mask(start: int, n_rows: int, seed: Iterable[int], fraction: float) -> npt.NDArray[np.bool_]:
     """Which of the ``n_rows`` rows from row ``start`` of the input are held out (bool
     array): a row's draw depends on the seed and its position only."""
     rows = np.arange(int(start), int(start) + int(n_rows), dtype=np.uint64)
@@ -50,11 +66,12 @@ def holdout_mask(start, n_rows, seed, fraction):
         return uniform(mix64(_split_key(seed) ^ mix64(rows))) < fraction
 
 
-def _take(a, rows):
+def _take(a: Any, rows: npt.NDArray[np.bool_]) -> Any:
     return None if a is None else take_rows(a, rows)
 
 
-def shard_holdout(shard, seed, fraction, validation, starts):
+def shard_holdout(shard: Shard, seed: Iterable[int], fraction: float, validation: bool,
+                  starts: Sequence[int]) -> Shard:
     """The shard's held-out rows (``validation=True``) or the others (worker side);
     ``starts[b]``: the first row of block ``b`` in the input."""
     blocks = []
@@ -66,11 +83,11 @@ def shard_holdout(shard, seed, fraction, validation, starts):
     return Shard(tuple(blocks))
 
 
-def shard_block_rows(shard):
+def shard_block_rows(shard: Shard) -> list[tuple[int, int]]:
     return [(b.index, b.n_rows) for b in shard.blocks]
 
 
-def _with_rows(shards):
+def _with_rows(shards: ShardSet) -> ShardSet:
     rows = np.zeros(len(shards.block_rows), dtype=np.int64)
     for group in shards.map_gather(shard_block_rows, name="dgd-split-rows"):
         for index, n in group:
@@ -81,7 +98,7 @@ def _with_rows(shards):
     return shards
 
 
-def split_validation(shards, seed, fraction):
+def split_validation(shards: ShardSet, seed: Iterable[int], fraction: float) -> tuple[ShardSet, ShardSet]:
     """``(train, validation)`` shard sets: each block's rows split by :func:`holdout_mask`."""
     starts = tuple(int(v) for v in np.concatenate([[0], np.cumsum(shards.block_rows)[:-1]]))
     # each its own token: the runners (actors) of a shard set are keyed by it, and the
@@ -107,8 +124,11 @@ class Validator:
     ``make_estimator(params)`` giving an estimator that holds ``params``.
     """
 
-    def __init__(self, shards, objective, split_every, scorer=None, make_estimator=None, decode_y=None,
-                 columns=None):
+    def __init__(self, shards: ShardSet, objective: LinearObjective, split_every: int,
+                 scorer: Callable[..., float] | None = None,
+                 make_estimator: Callable[[npt.NDArray[np.float64]], Any] | None = None,
+                 decode_y: Callable[[npt.NDArray[Any]], npt.NDArray[Any]] | None = None,
+                 columns: npt.ArrayLike | None = None) -> None:
         self.shards = shards
         self.objective = objective
         self.training = LinearTraining(objective)
@@ -116,7 +136,7 @@ class Validator:
         self.scorer = scorer
         self.make_estimator = make_estimator
         self.n_evaluations = 0
-        self.data = None
+        self.data: tuple[Any, npt.NDArray[Any], npt.NDArray[np.float64] | None] | None = None
         if scorer is not None:
             X, y, w = _gather_rows(shards)
             if columns is not None:  # fitted on a DataFrame: score one, with its column names
@@ -126,7 +146,7 @@ class Validator:
                      else pd.DataFrame(X, columns=columns))
             self.data = (X, y if decode_y is None else decode_y(y), w)
 
-    def evaluate(self, params):
+    def evaluate(self, params: npt.NDArray[np.float64]) -> dict[str, float]:
         """``{"val_loss": ..., "val_score": ...}`` at ``params``."""
         self.n_evaluations += 1
         partial = self.shards.collective.reduce(
@@ -137,12 +157,13 @@ class Validator:
         loss = partial.loss_sum / partial.weight_sum if partial.weight_sum > 0 else math.nan
         if self.scorer is None:
             return {"val_loss": float(loss), "val_score": -float(loss)}
-        X, y, w = self.data
-        est = self.make_estimator(params)
+        # (a scorer comes with the gathered rows and make_estimator: see __init__)
+        X, y, w = self.data  # type: ignore[misc]
+        est = self.make_estimator(params)  # type: ignore[misc]
         score = self.scorer(est, X, y) if w is None else self.scorer(est, X, y, sample_weight=w)
         return {"val_loss": float(loss), "val_score": float(score)}
 
-    def evaluate_sharded(self, source):
+    def evaluate_sharded(self, source: ShardedSource) -> dict[str, float]:
         """``{"val_loss", "val_score"}`` at the parameters a
         :class:`~..sharded.driver.ShardedSource` evaluated last: each validation group
         pulls the coefficients its rows touch from their owners (the validation loss
@@ -157,7 +178,7 @@ class Validator:
         return {"val_loss": float(loss), "val_score": -float(loss)}
 
 
-def _gather_rows(shards):
+def _gather_rows(shards: ShardSet) -> tuple[Any, npt.NDArray[Any], npt.NDArray[np.float64] | None]:
     """Every validation row on the driver, in block order: ``(X, y, weights or None)``."""
     pieces = sorted(
         (p for group in shards.map_gather(shard_sample, shards.block_rows, name="dgd-validation-gather")
@@ -171,7 +192,7 @@ def _gather_rows(shards):
     return X, y, (None if np.all(w == 1.0) else w)
 
 
-def snapshot(estimator, objective, params):
+def snapshot(estimator: E, objective: LinearObjective, params: npt.ArrayLike) -> E:
     """A shallow copy of ``estimator`` whose coefficients are ``params``."""
     est = copy.copy(estimator)
     est.client = None

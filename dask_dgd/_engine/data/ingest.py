@@ -8,7 +8,10 @@ rechunked and placed, each worker's blocks assembled into its shard there
 workers' memory (:mod:`.memory`).
 """
 
+from __future__ import annotations
+
 import uuid
+from typing import TYPE_CHECKING, Any
 
 import dask.array as da
 import numpy as np
@@ -32,27 +35,43 @@ from .memory import (
 from .shards import ShardSet
 from .skew import balanced_chunks, even_blocks, groups_by_worker, place_blocks
 
+if TYPE_CHECKING:
+    from collections.abc import Iterable, Mapping, Sequence
+    from typing import TypeAlias, TypeVar
+
+    import dask.dataframe as dd
+    import numpy.typing as npt
+    from distributed import Future
+
+    from .blocks import Shard
+
+    T = TypeVar("T")
+    #: The block futures of X, y and sample weights (None where there is no such input).
+    BlockFutures: TypeAlias = "tuple[Sequence[Future], Sequence[Future | None], Sequence[Future | None]]"
+
 __all__ = ["build_shardset", "in_process_shardset", "rebalance"]
 
 
-def in_process_shardset(X, y, sample_weight, y_numeric=True):
+def in_process_shardset(X: Any, y: Any, sample_weight: Any, y_numeric: bool = True) -> ShardSet:
     """One shard holding the whole in-memory input as a single block."""
     shard = make_shard(0, [X], [y], [sample_weight], y_numeric=y_numeric)
-    return ShardSet(InProcessExecutor(), [shard], [(0,)], [None], [X.shape[0]], X.shape[1], is_sparse(X))
+    # (the ignores on ShardSet(...) below: block rows given as a list, which ShardSet makes an array)
+    return ShardSet(InProcessExecutor(), [shard], [(0,)], [None], [X.shape[0]],  # type: ignore[arg-type]
+                    X.shape[1], is_sparse(X))
 
 
-def _futures_in_order(arr):
+def _futures_in_order(arr: da.Array) -> list[Future]:
     """The futures of a persisted array, in row-block order."""
     by_key = {f.key: f for f in futures_of(arr)}
-    keys = [k[0] if arr.ndim == 2 else k for k in arr.__dask_keys__()]
+    keys = [k[0] if arr.ndim == 2 else k for k in arr.__dask_keys__()]  # type: ignore[index]  # (2-D: a list a row)
     return [by_key[k] for k in keys]
 
 
-def _nrows(x):
+def _nrows(x: Any) -> int:
     return x.shape[0]
 
 
-def _with_known_rows(client, arr):
+def _with_known_rows(client: Client, arr: da.Array) -> da.Array:
     """``arr`` persisted on the cluster, its row-chunk sizes computed there if unknown."""
     arr = client.persist(arr)
     if not any(np.isnan(c) for c in arr.chunks[0]):
@@ -62,7 +81,7 @@ def _with_known_rows(client, arr):
     return da.Array(arr.dask, arr.name, chunks=(tuple(rows),) + arr.chunks[1:], meta=arr._meta)
 
 
-def _full_rows(block, value):
+def _full_rows(block: Any, value: float) -> npt.NDArray[np.float64]:
     """A constant weight per row of ``block`` (given as the list of its single column
     chunk), on the host: ``make_shard`` moves it next to a device ``X``."""
     if isinstance(block, list):
@@ -70,11 +89,12 @@ def _full_rows(block, value):
     return np.full(block.shape[0], value, dtype=np.float64)
 
 
-def _known(chunks):
+def _known(chunks: Iterable[float]) -> bool:
     return not any(np.isnan(c) for c in chunks)
 
 
-def _to_dask_arrays(client, X, y, sample_weight, workers, *, as_fit, y_numeric):
+def _to_dask_arrays(client: Client, X: Any, y: Any, sample_weight: Any, workers: Sequence[str], *, as_fit: bool,
+                    y_numeric: bool) -> tuple[da.Array, da.Array | None, da.Array | None, bool | None]:
     """Dask arrays for X, y, weights with matching row blocks (computed on ``client``),
     once :func:`_check_dask_fits` has found that they fit in the workers' memory."""
     import dask.dataframe as dd
@@ -131,7 +151,8 @@ def _to_dask_arrays(client, X, y, sample_weight, workers, *, as_fit, y_numeric):
     return X, arrays[0], arrays[1], checked
 
 
-def _check_dask_fits(client, workers, X, y, sample_weight, *, as_fit, y_numeric):
+def _check_dask_fits(client: Client, workers: Sequence[str], X: da.Array, y: Any, sample_weight: Any, *,
+                     as_fit: bool, y_numeric: bool) -> bool | None:
     """Refuse dask input whose share per worker, or whose largest block, exceeds the
     workers' memory (see :mod:`.memory`), before anything is computed or persisted.
 
@@ -140,7 +161,7 @@ def _check_dask_fits(client, workers, X, y, sample_weight, *, as_fit, y_numeric)
     placement.  Unknown sizes (see :func:`.memory.dask_fit_bytes`) are not checked."""
     sizes = dask_fit_bytes(X, y, sample_weight, as_fit=as_fit, y_numeric=y_numeric)
     if sizes is None:
-        return
+        return None
     blocks, row = sizes
     limits = worker_memory_limits(client)
     given = ["X"] + [n for n, a in (("y", y), ("sample_weight", sample_weight)) if a is not None]
@@ -155,7 +176,7 @@ def _check_dask_fits(client, workers, X, y, sample_weight, *, as_fit, y_numeric)
     return True
 
 
-def _held_text(X, given, as_fit):
+def _held_text(X: da.Array, given: Sequence[str], as_fit: bool) -> str:
     names = given[0] if len(given) == 1 else f"{', '.join(given[:-1])} and {given[-1]}"
     if not as_fit:
         return f"{names} as they are, {X.dtype}"
@@ -165,7 +186,8 @@ def _held_text(X, given, as_fit):
     return held
 
 
-def _check_persisted_fits(client, workers, arrays, y, sample_weight, *, as_fit):
+def _check_persisted_fits(client: Client, workers: Sequence[str], arrays: Sequence[da.Array], y: Any,
+                          sample_weight: Any, *, as_fit: bool) -> None:
     """The memory check of input whose size was unknown before it was computed (a dask
     DataFrame's partitions, sparse blocks): once its blocks are persisted, their sizes
     are known to the scheduler (no task runs, so a paused worker cannot stall it), and
@@ -190,19 +212,20 @@ def _check_persisted_fits(client, workers, arrays, y, sample_weight, *, as_fit):
     )
 
 
-def _block_nnz(x):
+def _block_nnz(x: Any) -> int:
     return int(x.nnz) if is_sparse(x) else int(x.shape[0] * (x.shape[1] if x.ndim > 1 else 1))
 
 
-def _block_nbytes(*xs):
+def _block_nbytes(*xs: Any) -> int:
     return int(sum(_nbytes(x) for x in xs if x is not None))
 
 
-def _known_chunks(arr, rows):
+def _known_chunks(arr: da.Array, rows: Sequence[int]) -> da.Array:
     return da.Array(arr.dask, arr.name, chunks=(tuple(rows),) + arr.chunks[1:], meta=arr._meta)
 
 
-def _measure_blocks(client, xf, yf, sf):
+def _measure_blocks(client: Client, xf: Sequence[Future], yf: Sequence[Future | None],
+                    sf: Sequence[Future | None]) -> tuple[list[int], list[int]]:
     """Non-zeros (dense: rows x columns) and bytes of every block, computed where the
     blocks are."""
     sizes = client.gather([client.submit(_block_nnz, f, pure=False) for f in xf])
@@ -212,7 +235,9 @@ def _measure_blocks(client, xf, yf, sf):
     return sizes, nbytes
 
 
-def _balanced_blocks(client, X, y, sample_weight, workers, rebalance, passes, *, as_fit=False, y_numeric=True):
+def _balanced_blocks(client: Client, X: Any, y: Any, sample_weight: Any, workers: Sequence[str],
+                     rebalance: bool | str, passes: int, *, as_fit: bool = False, y_numeric: bool = True,
+                     ) -> tuple[list[da.Array], BlockFutures, list[int], list[int], list[str], dict[str, Any]]:
     """Persist the inputs, measure their blocks and rebalance them (see :mod:`.skew`).
 
     First they are checked to fit in the workers' memory (``as_fit``: as a fit's shards
@@ -237,9 +262,10 @@ def _balanced_blocks(client, X, y, sample_weight, workers, rebalance, passes, *,
         rows = [int(c) for c in arrays[0].chunks[0]]
     arrays = [_known_chunks(a, rows) for a in arrays]
 
-    def measured(arrays):
+    def measured(arrays: Sequence[da.Array]) -> tuple[BlockFutures, list[int], list[int], list[tuple[str, ...]]]:
         fs = [_futures_in_order(a) for a in arrays]
-        futures = (fs[0], fs[1] if len(fs) > 1 else [None] * len(fs[0]), fs[2] if len(fs) > 2 else [None] * len(fs[0]))
+        futures: BlockFutures = (fs[0], fs[1] if len(fs) > 1 else [None] * len(fs[0]),
+                                 fs[2] if len(fs) > 2 else [None] * len(fs[0]))
         sizes, nbytes = _measure_blocks(client, *futures)
         # a step's cost: non-zeros (+ one per row) for sparse blocks, rows x columns for dense
         costs = [z + r if sparse else z for z, r in zip(sizes, arrays[0].chunks[0])]
@@ -248,7 +274,8 @@ def _balanced_blocks(client, X, y, sample_weight, workers, rebalance, passes, *,
         return futures, costs, nbytes, holders
 
     futures, costs, nbytes, holders = measured(arrays)
-    action, placement, info = skew.plan(
+    placement: list[str]  # (None only for "rechunk", whose blocks are placed below)
+    action, placement, info = skew.plan(  # type: ignore[assignment]
         rows, costs, nbytes, holders, workers, rebalance=rebalance, passes=passes
     )
     if action == "rechunk":
@@ -267,7 +294,8 @@ def _balanced_blocks(client, X, y, sample_weight, workers, rebalance, passes, *,
     return arrays, futures, rows, costs, placement, report
 
 
-def build_shardset(executor, X, y, sample_weight, *, y_numeric=True, rebalance="auto", passes=1):
+def build_shardset(executor: InProcessExecutor | DaskExecutor, X: Any, y: Any, sample_weight: Any, *,
+                   y_numeric: bool = True, rebalance: bool | str = "auto", passes: int = 1) -> ShardSet:
     """Turn the input into a :class:`ShardSet` for ``executor``.
 
     In process: one shard, one block.  On a cluster, once the input is found to fit in
@@ -291,7 +319,8 @@ def build_shardset(executor, X, y, sample_weight, *, y_numeric=True, rebalance="
         raise ClusterError(killed_while_loading(client, err)) from err
 
 
-def _dask_shardset(executor, client, workers, X, y, sample_weight, y_numeric, rebalance, passes):
+def _dask_shardset(executor: DaskExecutor, client: Client, workers: Sequence[str], X: Any, y: Any,
+                   sample_weight: Any, y_numeric: bool, rebalance: bool | str, passes: int) -> ShardSet:
     arrays, (xf, yf, sf), rows, costs, placement, report = _balanced_blocks(
         client, X, y, sample_weight, workers, rebalance, passes, as_fit=True, y_numeric=y_numeric
     )
@@ -323,11 +352,11 @@ def _dask_shardset(executor, client, workers, X, y, sample_weight, y_numeric, re
         w if w in who.get(h.key, ()) else (tuple(who.get(h.key, ())) or (w,))[0]
         for h, w in zip(handles, owners)
     ]
-    return ShardSet(executor, handles, groups, owners, rows, X.shape[1], sparse,
+    return ShardSet(executor, handles, groups, owners, rows, X.shape[1], sparse,  # type: ignore[arg-type]  # (rows: a list)
                     block_costs=np.asarray(costs, dtype=np.float64), skew_report=report)
 
 
-def _memory_kills(client):
+def _memory_kills(client: Client) -> list[dict[str, Any]]:
     """The workers a nanny restarted for exceeding its memory budget: the events
     ``worker-restart-memory`` that nannies send the scheduler (they outlive the workers
     they restart); empty where none was sent or they cannot be read."""
@@ -338,7 +367,7 @@ def _memory_kills(client):
     return [e for _, e in events if isinstance(e, dict)]
 
 
-def killed_while_loading(client, err):
+def killed_while_loading(client: Client, err: KilledWorker) -> str:
     """The message of a :class:`distributed.KilledWorker` raised while the input was
     read or assembled into shards: the workers that ran a task died, and Dask gave up on
     it.  The nannies' events say whether memory killed them; the remedy follows."""
@@ -356,7 +385,8 @@ def killed_while_loading(client, err):
             "workers more memory or use more workers, or read the input in smaller partitions")
 
 
-def _scatter_shardset(executor, X, y, sample_weight, workers, n_groups, y_numeric):
+def _scatter_shardset(executor: DaskExecutor, X: Any, y: Any, sample_weight: Any, workers: Sequence[str],
+                      n_groups: int, y_numeric: bool) -> ShardSet:
     client = executor.client
     bounds = even_blocks(X.shape[0], n_groups)
     shares = in_memory_shares(X, y, sample_weight, bounds, workers, y_numeric=y_numeric)
@@ -376,7 +406,8 @@ def _scatter_shardset(executor, X, y, sample_weight, workers, n_groups, y_numeri
         groups.append((i,))
         placement.append(w)
         rows.append(b - a)
-    shards = ShardSet(executor, handles, groups, placement, rows, X.shape[1], is_sparse(X))
+    shards = ShardSet(executor, handles, groups, placement, rows, X.shape[1],  # type: ignore[arg-type]  # (rows)
+                      is_sparse(X))
     shards.collective.unrecoverable = SCATTERED_LOSS
     return shards
 
@@ -390,7 +421,7 @@ SCATTERED_LOSS = (
 )
 
 
-def _scatter_piece(client, shard, worker, shares):
+def _scatter_piece(client: Client, shard: Shard, worker: str, shares: Mapping[str, int] | None) -> Future:
     """Scatter one piece of in-memory data to ``worker``; a worker that dies meanwhile
     (most often killed at its memory limit while receiving it) is a ClusterError that
     says so, with the piece's size and the remedy, not the connection's raw error."""
@@ -411,11 +442,14 @@ def _scatter_piece(client, shard, worker, shares):
         ) from err
 
 
-def _identity(x):
+def _identity(x: T) -> T:
     return x
 
 
-def rebalance(X, y=None, sample_weight=None, *, client=None, rebalance=True, passes=1):
+def rebalance(X: da.Array | dd.DataFrame, y: da.Array | dd.Series | None = None,
+              sample_weight: da.Array | dd.Series | None = None, *, client: Client | None = None,
+              rebalance: bool | str = True, passes: int = 1,
+              ) -> tuple[da.Array, da.Array | None, da.Array | None, dict[str, Any]]:
     """Balanced, persisted copies of dask arrays for your own pipelines.
 
     The arrays are measured, rechunked into blocks of near-equal cost (oversized blocks
@@ -464,7 +498,7 @@ def rebalance(X, y=None, sample_weight=None, *, client=None, rebalance=True, pas
     given_y = y is not None
     if y is None:  # a placeholder with X's rows, dropped at the end
         Xa = X.to_dask_array() if isinstance(X, dd.DataFrame) else X
-        y = Xa.map_blocks(_full_rows, 0.0, drop_axis=1, dtype=np.float64)
+        y = Xa.map_blocks(_full_rows, 0.0, drop_axis=1, dtype=np.float64)  # type: ignore[arg-type]  # (dask's stubs)
     arrays, futures, rows, costs, placement, report = _balanced_blocks(
         client, X, y, sample_weight, workers, rebalance, passes
     )

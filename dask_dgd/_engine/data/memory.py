@@ -22,14 +22,24 @@ whose non-zeros are unknown), and arrays that live on a device (CuPy), whose mem
 not the worker's.
 """
 
+from __future__ import annotations
+
 import math
 import os
+from typing import TYPE_CHECKING, Any
 
 import dask
 import numpy as np
 import scipy.sparse as sp
 
 from ...exceptions import ClusterError
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping, Sequence
+
+    import dask.array as da
+    import numpy.typing as npt
+    from distributed import Client, Scheduler
 
 __all__ = [
     "check_block_bytes",
@@ -46,7 +56,7 @@ __all__ = [
 _KEY = "distributed.worker.memory."
 
 
-def memory_line():
+def memory_line() -> tuple[float, str | None]:
     """The fraction of a worker's memory limit that a fit's data must stay below, and
     the Dask config key (``distributed.worker.memory.<key>``) that sets it.
 
@@ -68,22 +78,24 @@ def memory_line():
     return min(lines) if lines else (1.0, None)
 
 
-def format_bytes(n):
+def format_bytes(n: float) -> str:
     """``n`` bytes in MiB, or GiB from 1 GiB, with one decimal."""
     return f"{n / 2**30:.1f} GiB" if n >= 2**30 else f"{n / 2**20:.1f} MiB"
 
 
-def _memory_limits(dask_scheduler=None):
+# (run on the scheduler: Client.run_on_scheduler always fills in ``dask_scheduler``)
+def _memory_limits(dask_scheduler: Scheduler = None) -> dict[str, int]:  # type: ignore[assignment]
     return {addr: ws.memory_limit or 0 for addr, ws in dask_scheduler.workers.items()}
 
 
-def worker_memory_limits(client):
+def worker_memory_limits(client: Client) -> dict[str, int]:
     """Each worker's memory limit in bytes (0: none), asked of the scheduler itself (the
     client's cached ``scheduler_info()`` can lack the per-worker entries)."""
     return client.run_on_scheduler(_memory_limits)
 
 
-def _baselines(dask_scheduler=None, pid=None):
+def _baselines(dask_scheduler: Scheduler = None,  # type: ignore[assignment]  # (run_on_scheduler's)
+               pid: int | None = None) -> dict[str, int]:
     """Each worker's memory outside Dask's data (Python, libraries, caches): the
     process memory the scheduler last heard of less the data the worker holds in
     memory; 0 for a worker that runs in the process ``pid`` (an in-process worker shares
@@ -94,7 +106,7 @@ def _baselines(dask_scheduler=None, pid=None):
     }
 
 
-def worker_baselines(client):
+def worker_baselines(client: Client) -> dict[str, int]:
     """Each worker's memory outside Dask's data, in bytes (see :func:`_baselines`).
 
     A worker process holds its interpreter and libraries before any data: a few hundred
@@ -103,14 +115,15 @@ def worker_baselines(client):
     return client.run_on_scheduler(_baselines, pid=os.getpid())
 
 
-def _line_text(limit, fraction, key):
+def _line_text(limit: float, fraction: float, key: str | None) -> str:
     if key is None:
         return f"it cannot hold more than that ({format_bytes(limit)})"
     verb = "pauses a worker" if key == "pause" else "kills a worker (the nanny)"
     return f"Dask {verb} at {fraction:.0%} of it ({format_bytes(fraction * limit)}, {_KEY}{key})"
 
 
-def check_worker_shares(client, shares, *, held, spread, even=False, limits=None, baselines=None):
+def check_worker_shares(client: Client, shares: Mapping[str, float], *, held: str, spread: str, even: bool = False,
+                        limits: Mapping[str, int] | None = None, baselines: Mapping[str, int] | None = None) -> None:
     """Refuse a fit whose share on some worker exceeds that worker's memory line.
 
     Parameters
@@ -175,7 +188,8 @@ def check_worker_shares(client, shares, *, held, spread, even=False, limits=None
     )
 
 
-def check_block_bytes(client, block_bytes, row_bytes, n_rows, *, name="X", limits=None):
+def check_block_bytes(client: Client, block_bytes: Sequence[int], row_bytes: int, n_rows: int, *, name: str = "X",
+                      limits: Mapping[str, int] | None = None) -> None:
     """Refuse a block of dask input larger than the memory line of the largest worker:
     a block is never split across workers (rebalancing splits it only once it is in
     memory), so more workers do not help; smaller row blocks do."""
@@ -196,7 +210,7 @@ def check_block_bytes(client, block_bytes, row_bytes, n_rows, *, name="X", limit
     )
 
 
-def held_factor(dtype, as_fit=True):
+def held_factor(dtype: npt.DTypeLike, as_fit: bool = True) -> float:
     """Bytes a fit holds per byte of a raw block of ``dtype``: the block as
     :func:`.blocks.make_shard` holds it (float64, float32 kept) plus, when the dtype
     changes, the raw block next to it while it is cast; 1 for the raw blocks."""
@@ -206,18 +220,18 @@ def held_factor(dtype, as_fit=True):
     return _held_itemsize(dtype) / dtype.itemsize + 1.0
 
 
-def _held_itemsize(dtype):
+def _held_itemsize(dtype: npt.DTypeLike) -> int:
     """Bytes per value of a block as the fit holds it (:func:`.blocks._as_float`):
     float32 stays float32, everything else becomes float64."""
     return 4 if np.dtype(dtype) == np.float32 else 8
 
 
-def _dtype_of(a):
+def _dtype_of(a: Any) -> np.dtype[Any]:
     dtype = getattr(a, "dtype", None)  # (a dtype is falsy: it has no fields)
     return np.dtype(np.float64 if dtype is None else dtype)
 
 
-def _row_bytes_1d(a, held, as_fit):
+def _row_bytes_1d(a: Any, held: int | None, as_fit: bool) -> int:
     """Bytes per row of a target or weight column: as the fit holds it (``held``:
     bytes per value, or None when kept as is), plus the raw column while it is cast."""
     if a is None:
@@ -228,7 +242,8 @@ def _row_bytes_1d(a, held, as_fit):
     return held + (dtype.itemsize if dtype != (np.float32 if held == 4 else np.float64) else 0)
 
 
-def dask_fit_bytes(X, y, sample_weight, *, as_fit=True, y_numeric=True):
+def dask_fit_bytes(X: da.Array, y: Any, sample_weight: Any, *, as_fit: bool = True,
+                   y_numeric: bool = True) -> tuple[list[int], int] | None:
     """Bytes held for each row block of dask ``X`` (with its rows of y and weights),
     and per row; None when they cannot be known without computing the data.
 
@@ -259,7 +274,8 @@ def dask_fit_bytes(X, y, sample_weight, *, as_fit=True, y_numeric=True):
     return [int(r) * row for r in rows], row
 
 
-def in_memory_shares(X, y, sample_weight, bounds, workers, *, y_numeric=True):
+def in_memory_shares(X: Any, y: Any, sample_weight: Any, bounds: Sequence[tuple[int | np.integer, int | np.integer]],
+                     workers: Sequence[str], *, y_numeric: bool = True) -> dict[str, int] | None:
     """Bytes each worker will hold when in-memory input is cut at ``bounds`` and piece
     ``i`` goes to ``workers[i % len(workers)]`` (as :func:`.blocks.make_shard` holds
     it); None for input other than NumPy or CSR (nothing to measure on the host)."""
@@ -271,7 +287,7 @@ def in_memory_shares(X, y, sample_weight, bounds, workers, *, y_numeric=True):
     y_held = held if dense else _held_itemsize(_dtype_of(y))
     w_held = held if dense else _held_itemsize(_dtype_of(sample_weight))
     y_row = y_held if y_numeric else _dtype_of(y).itemsize
-    shares = {}
+    shares: dict[str, int] = {}
     for i, (a, b) in enumerate(bounds):
         n = int(b - a)
         if dense:

@@ -8,20 +8,34 @@ what its blocks hold.  Steps reach the groups through the set's
 :class:`~..runtime.collective.Collective`; only the parameters travel.
 """
 
+from __future__ import annotations
+
 import itertools
 import uuid
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from ..runtime.collective import Collective
 from ..runtime.reduce import BlockTree, Partial
 
+if TYPE_CHECKING:
+    from collections.abc import Callable, Iterator, Sequence
+
+    import numpy.typing as npt
+    from distributed import Future
+
+    from ..runtime.executor import DaskExecutor, InProcessExecutor
+    from ..runtime.reduce import NodeKey
+    from .blocks import Shard
+
 __all__ = ["ShardSet", "released_on_error"]
 
 
-def _tree_nodes(shard, tree, fn, args):
+def _tree_nodes(shard: Shard, tree: BlockTree, fn: Callable[..., Any],
+                args: Sequence[Any]) -> dict[NodeKey, Partial]:
     """The maximal block-tree nodes of one group's blocks (see :meth:`ShardSet.tree_sum`)."""
     leaves = {(0, b.index): Partial(0.0, np.asarray(fn(b, *args), dtype=np.float64).ravel(), 0.0, 0.0, 0.0)
               for b in shard.blocks}
@@ -62,23 +76,25 @@ class ShardSet:
         Lost workers survived (see :class:`~..runtime.collective.Collective`).
     """
 
-    executor: object
-    handles: list
-    groups: list
-    workers: list
-    block_rows: np.ndarray
+    # (The annotations are the attributes' types: __post_init__ makes the handles and workers
+    # lists, each group a tuple and block_rows and block_costs arrays, from any sequences.)
+    executor: InProcessExecutor | DaskExecutor
+    handles: list[Any]  # a Future or a Shard
+    groups: Sequence[tuple[int, ...]]
+    workers: Sequence[str | None]
+    block_rows: npt.NDArray[np.int64]
     n_features: int
     sparse: bool
-    block_costs: np.ndarray = None
-    skew_report: dict = None
-    totals: dict = field(default_factory=dict)
-    validation: object = None
-    group_meta: list = None
-    inputs: list = field(default_factory=list)
-    recoveries: list = field(default_factory=list)
+    block_costs: npt.NDArray[np.float64] = None  # type: ignore[assignment]  # (None: rows x columns)
+    skew_report: dict[str, Any] | None = None
+    totals: dict[str, Any] = field(default_factory=dict)
+    validation: ShardSet | None = None
+    group_meta: list[Any] | None = None
+    inputs: list[Future] = field(default_factory=list)
+    recoveries: list[dict[str, Any]] = field(default_factory=list)
     token: str = field(default_factory=lambda: uuid.uuid4().hex[:8])
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         self.handles = list(self.handles)
         self.groups = [tuple(int(b) for b in g) for g in self.groups]
         self.workers = list(self.workers)
@@ -90,28 +106,28 @@ class ShardSet:
         # numbers the task calls (shared with the sets made by transform, which keep the
         # token): every call's task keys are new, see _call_token
         self._calls = itertools.count(1)
-        self._collective = None
+        self._collective: Collective | None = None
 
     @property
-    def n_rows(self):
+    def n_rows(self) -> int:
         return int(self.block_rows.sum())
 
     @property
-    def n_groups(self):
+    def n_groups(self) -> int:
         return len(self.handles)
 
     @property
-    def n_blocks(self):
+    def n_blocks(self) -> int:
         return len(self.block_rows)
 
     @property
-    def collective(self):
+    def collective(self) -> Collective:
         """How steps reach the groups (one per set, created on first use)."""
         if self._collective is None:
             self._collective = Collective(self)
         return self._collective
 
-    def _call_token(self):
+    def _call_token(self) -> str:
         """The token of one call's task keys: this fit's token and the call's number.
 
         A key submitted again while the client still holds a future of it is not run
@@ -121,17 +137,18 @@ class ShardSet:
         """
         return f"{self.token}-{next(self._calls)}"
 
-    def map(self, fn, *args, name):
+    def map(self, fn: Callable[..., Any], *args: Any, name: str) -> list[Any]:
         """Run ``fn(shard, *args)`` on every shard as a task; handles in group order."""
         return self.executor.map_shards(fn, self.handles, self.workers, args, name, self._call_token())
 
-    def gather(self, handles):
+    def gather(self, handles: Sequence[Any]) -> list[Any]:
         return self.executor.gather(handles)
 
-    def map_gather(self, fn, *args, name):
+    def map_gather(self, fn: Callable[..., Any], *args: Any, name: str) -> list[Any]:
         return self.gather(self.map(fn, *args, name=name))
 
-    def tree_sum(self, fn, *args, name, split_every=8):
+    def tree_sum(self, fn: Callable[..., Any], *args: Any, name: str,
+                 split_every: int = 8) -> npt.NDArray[np.float64]:
         """The float64 arrays ``fn(block, *args)`` of every block (all of one shape),
         summed over the fixed block tree (:class:`~..runtime.reduce.BlockTree`): each group
         combines the subtrees it holds where its blocks live, the driver the rest, so
@@ -139,9 +156,9 @@ class ShardSet:
         per group travel.  Returns the flat sum."""
         tree = BlockTree(self.n_blocks, split_every)
         nodes = self.map_gather(_tree_nodes, tree, fn, args, name=name)
-        return tree.root(tree.merge(*nodes)).grad_sum
+        return tree.root(tree.merge(*nodes)).grad_sum  # type: ignore[return-value]  # (the root's is dense)
 
-    def transform(self, fn, *args, name, token_suffix=""):
+    def transform(self, fn: Callable[..., Any], *args: Any, name: str, token_suffix: str = "") -> ShardSet:
         """A new ShardSet whose shards are ``fn(shard, *args)`` (same groups, workers)."""
         new = ShardSet(
             self.executor, self.map(fn, *args, name=name), self.groups, self.workers, self.block_rows,
@@ -153,15 +170,15 @@ class ShardSet:
             new.collective.unrecoverable = self._collective.unrecoverable  # made from them: lost with them
         return new
 
-    def placement(self):
+    def placement(self) -> list[str | None]:
         """The worker of every block, in block order."""
-        out = [None] * len(self.block_rows)
+        out: list[str | None] = [None] * len(self.block_rows)
         for blocks, w in zip(self.groups, self.workers):
             for b in blocks:
                 out[b] = w
         return out
 
-    def release(self):
+    def release(self) -> None:
         """Let go now of everything this ShardSet holds on the cluster: its step actors
         and its shards (idempotent; the ShardSet is unusable afterwards).
 
@@ -181,7 +198,7 @@ class ShardSet:
 
 
 @contextmanager
-def released_on_error(shards):
+def released_on_error(shards: ShardSet) -> Iterator[ShardSet]:
     """Release ``shards`` (:meth:`ShardSet.release`) when the block raises anything,
     KeyboardInterrupt included, and re-raise: an interrupted or failed fit leaves no
     shards, actors or tasks on the cluster, even while its traceback is kept."""

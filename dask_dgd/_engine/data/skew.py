@@ -25,11 +25,21 @@ the step by more than 10%, blocks move toward the faster workers.  Sums follow t
 block tree, so moving blocks never changes a result.
 """
 
+from __future__ import annotations
+
 import logging
 import math
+from typing import TYPE_CHECKING, Any
 
 import dask
 import numpy as np
+
+if TYPE_CHECKING:
+    from collections.abc import Iterable, Mapping, Sequence
+
+    import numpy.typing as npt
+
+    from .shards import ShardSet
 
 __all__ = [
     "SKEW_THRESHOLD",
@@ -72,7 +82,8 @@ DYNAMIC_MIN_STEP_SECONDS = 0.02
 PLACEMENT_SLACK = 0.1
 
 
-def place_blocks(costs, block_workers, workers, slack=PLACEMENT_SLACK, speeds=None):
+def place_blocks(costs: Iterable[float], block_workers: Sequence[Iterable[str | None]], workers: Iterable[str],
+                 slack: float = PLACEMENT_SLACK, speeds: Mapping[str, float] | None = None) -> list[str]:
     """Choose the worker of each block: where it already is, unless that unbalances.
 
     Blocks are taken largest first (ties by index); each goes to the least loaded of the
@@ -99,10 +110,10 @@ def place_blocks(costs, block_workers, workers, slack=PLACEMENT_SLACK, speeds=No
     # the time the work takes when spread in proportion to the speeds
     ideal = sum(costs) / total_speed
     load = dict.fromkeys(workers, 0.0)  # cost held, divided by speed: time
-    chosen = [None] * len(costs)
+    chosen: list[str] = [None] * len(costs)  # type: ignore[list-item]  # (every block's is set below)
     for b in sorted(range(len(costs)), key=lambda b: (-costs[b], b)):
 
-        def finish(w, b=b):
+        def finish(w: str, b: int = b) -> tuple[float, int]:
             return (load[w] + costs[b] / speed[w], rank[w])
 
         best = min(workers, key=finish)
@@ -116,7 +127,8 @@ def place_blocks(costs, block_workers, workers, slack=PLACEMENT_SLACK, speeds=No
     return chosen
 
 
-def worker_loads(costs, placement, workers, speeds=None):
+def worker_loads(costs: Iterable[float], placement: Iterable[str | None], workers: Iterable[str],
+                 speeds: Mapping[str, float] | None = None) -> dict[str, float]:
     """Time-like load of every worker: the cost of its blocks over its speed."""
     load = dict.fromkeys(sorted(workers), 0.0)
     for c, w in zip(costs, placement):
@@ -125,14 +137,14 @@ def worker_loads(costs, placement, workers, speeds=None):
     return load
 
 
-def imbalance(loads):
+def imbalance(loads: dict[str, float] | Iterable[float]) -> float:
     """max / mean of the loads (1 is perfect balance; 1 when there is no work)."""
     values = list(loads.values()) if isinstance(loads, dict) else list(loads)
     mean = sum(values) / len(values) if values else 0.0
     return max(values) / mean if mean > 0 else 1.0
 
 
-def balanced_chunks(rows, costs, n_blocks):
+def balanced_chunks(rows: npt.ArrayLike, costs: npt.ArrayLike, n_blocks: int) -> tuple[int, ...]:
     """Row chunks of ``n_blocks`` contiguous blocks of near-equal cost.
 
     The cost of a block is taken as spread evenly over its rows (rows for dense data,
@@ -162,7 +174,8 @@ def balanced_chunks(rows, costs, n_blocks):
     return tuple(int(c) for c in np.diff(bounds))
 
 
-def groups_by_worker(placement, workers):
+def groups_by_worker(placement: Sequence[str | None],
+                     workers: Iterable[str]) -> tuple[list[tuple[int, ...]], list[str]]:
     """Block indices of each worker that got blocks (ascending), and those workers."""
     groups, owners = [], []
     for w in sorted(workers):
@@ -173,7 +186,7 @@ def groups_by_worker(placement, workers):
     return groups, owners
 
 
-def even_blocks(n_rows, n_blocks):
+def even_blocks(n_rows: int, n_blocks: int) -> list[tuple[np.int64, np.int64]]:
     """Row boundaries of ``n_blocks`` near-equal contiguous blocks."""
     n_blocks = max(1, min(n_blocks, n_rows)) if n_rows else 1
     edges = np.linspace(0, n_rows, n_blocks + 1).round().astype(np.int64)
@@ -182,13 +195,15 @@ def even_blocks(n_rows, n_blocks):
 
 # ------------------------------------------------------------------ setup
 
-def measure(costs, placement, workers):
+def measure(costs: Iterable[float], placement: Iterable[str | None],
+            workers: Iterable[str]) -> tuple[dict[str, float], float]:
     """Loads of the workers for a placement, and their max/mean."""
     loads = worker_loads(costs, placement, workers)
     return loads, imbalance(loads)
 
 
-def plan(rows, costs, nbytes, holders, workers, *, rebalance, passes):
+def plan(rows: Sequence[int], costs: Sequence[float], nbytes: Sequence[int], holders: Sequence[Sequence[str]],
+         workers: Sequence[str], *, rebalance: bool | str, passes: int) -> tuple[str, list[str] | None, dict[str, Any]]:
     """Decide what to do with the blocks at setup.
 
     Parameters
@@ -217,14 +232,14 @@ def plan(rows, costs, nbytes, holders, workers, *, rebalance, passes):
         placed0 = place_blocks(costs, [h if w is None else (w,) for h, w in zip(holders, current)], workers)
         current = [w if w is not None else p for w, p in zip(current, placed0)]
     loads0, skew0 = measure(costs, current, workers)
-    info = {
+    info: dict[str, Any] = {
         "n_blocks_in": len(rows),
         "empty_blocks_in": int(sum(1 for r in rows if r == 0)),
         "worker_load_before": loads0,
         "imbalance_before": skew0,
     }
     if rebalance is False:
-        return "none", current, info
+        return "none", current, info  # type: ignore[return-value]  # (every block has its worker now)
     placed = place_blocks(costs, holders, workers)
     loads1, skew1 = measure(costs, placed, workers)
     total = float(sum(costs))
@@ -260,7 +275,7 @@ def plan(rows, costs, nbytes, holders, workers, *, rebalance, passes):
     return "rechunk", None, info
 
 
-def n_balanced_blocks(rows, costs, n_workers):
+def n_balanced_blocks(rows: Sequence[int], costs: Sequence[float], n_workers: int) -> int:
     """How many blocks a rechunk makes: as many as the non-tiny blocks of the input,
     at least one per worker, rounded up to a multiple of the number of workers."""
     mean_cost = float(np.mean(costs)) if len(costs) else 0.0
@@ -269,7 +284,8 @@ def n_balanced_blocks(rows, costs, n_workers):
     return int(math.ceil(n / n_workers) * n_workers) if n_workers else n
 
 
-def report(info, costs, placement, workers, action, moved_blocks, moved_bytes, cost_kind):
+def report(info: Mapping[str, Any], costs: Sequence[float] | npt.NDArray[np.float64], placement: Sequence[str | None],
+           workers: Iterable[str], action: str, moved_blocks: int, moved_bytes: int, cost_kind: str) -> dict[str, Any]:
     """The ``skew_report_`` dict: what was measured and done at setup."""
     loads, skew = measure(costs, placement, workers)
     costs = np.asarray(costs, dtype=np.float64)
@@ -305,31 +321,31 @@ class DynamicBalancer:
     kernel in every worker process).
     """
 
-    def __init__(self, shards, first=4, every=20):
+    def __init__(self, shards: ShardSet, first: int = 4, every: int = 20) -> None:
         self.shards = shards
         self.first = first
         self.every = every
         self._reset()
 
-    def _reset(self):
-        self.work = {}
-        self.seconds = {}
+    def _reset(self) -> None:
+        self.work: dict[str, float] = {}
+        self.seconds: dict[str, float] = {}
         self.steps = 0
 
-    def observe(self, step, block_work):
+    def observe(self, step: int, block_work: npt.NDArray[np.float64]) -> dict[str, Any] | None:
         """Account one step; ``block_work`` is the work of each block in it."""
         times = self.shards.collective.last_group_times
         if times is None or step < 2:
             return None
-        for blocks, w, t in zip(self.shards.groups, self.shards.workers, times):
-            self.work[w] = self.work.get(w, 0.0) + float(sum(block_work[b] for b in blocks))
-            self.seconds[w] = self.seconds.get(w, 0.0) + float(t)
+        for blocks, w, t in zip(self.shards.groups, self.shards.workers, times):  # (on a cluster: addresses)
+            self.work[w] = self.work.get(w, 0.0) + float(sum(block_work[b] for b in blocks))  # type: ignore[index, arg-type]
+            self.seconds[w] = self.seconds.get(w, 0.0) + float(t)  # type: ignore[index, arg-type]
         self.steps += 1
         if step == self.first or (step > self.first and (step - self.first) % self.every == 0):
             return self._check(step)
         return None
 
-    def _check(self, step):
+    def _check(self, step: int) -> dict[str, Any] | None:
         shards = self.shards
         speeds = {w: self.work[w] / self.seconds[w] for w in self.work if self.seconds[w] > 0 and self.work[w] > 0}
         slowest = max(self.seconds.values(), default=0.0) / max(self.steps, 1)
@@ -337,7 +353,7 @@ class DynamicBalancer:
         floor = float(dask.config.get("dgd.dynamic-min-step-seconds", DYNAMIC_MIN_STEP_SECONDS))
         if slowest < floor:
             return None
-        workers = shards.executor.workers()
+        workers: list[str] = shards.executor.workers()  # type: ignore[assignment]  # (balancing: on a cluster)
         if len(speeds) < 1 or len(workers) < 2:
             return None
         typical = float(np.median(list(speeds.values())))
@@ -351,7 +367,7 @@ class DynamicBalancer:
         if not (after < (1 - DYNAMIC_GAIN) * before):
             return None
         moved = shards.collective.regroup(new)
-        entry = {
+        entry: dict[str, Any] = {
             "step": int(step),
             "speeds": {w: float(v / typical) for w, v in speeds.items()},
             "predicted_step_ratio": float(after / before),

@@ -16,11 +16,19 @@ pass); resuming with anything different is refused with a message naming the
 difference (which array, which blocks).
 """
 
+from __future__ import annotations
+
 import logging
 import os
+from typing import TYPE_CHECKING, Any
 
 from ..._files.archive import Encoder, decode, read_archive, stale_temporaries, write_archive
 from ...exceptions import CheckpointError, ParameterError
+
+if TYPE_CHECKING:
+    from collections.abc import Iterable, Mapping
+
+    from ..data.shards import ShardSet
 
 __all__ = ["Checkpointer", "data_fingerprint", "digests_of", "stable_repr"]
 
@@ -29,7 +37,7 @@ logger = logging.getLogger("dask_dgd")
 FILENAME = "checkpoint.npz"
 
 
-def data_fingerprint(shards):
+def data_fingerprint(shards: ShardSet) -> dict[str, Any]:
     """What a resumed fit's data must match: rows, features, and the totals of the
     setup's summaries (``shards.totals``: total weight, weighted target sum or label
     counts), floats to 10 significant digits (other chunkings round differently), and
@@ -39,13 +47,13 @@ def data_fingerprint(shards):
     return {"n_rows": int(shards.n_rows), "n_features": int(shards.n_features), **totals}
 
 
-def digests_of(summaries):
+def digests_of(summaries: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
     """The blocks' digests from the setup's summaries (``shard_summary(..., digest=True)``),
     in block order: the fingerprint's ``"data"`` entry."""
     return sorted((d for s in summaries for d in s.get("digests", ())), key=lambda d: d["block"])
 
 
-def _data_difference(saved, now):
+def _data_difference(saved: Any, now: Any) -> str:
     """What differs between two ``"data"`` entries, block by block, in words."""
     if not (isinstance(saved, list) and isinstance(now, list)) or len(saved) != len(now):
         return f"the data are cut into {len(now)} blocks, the checkpoint's into " \
@@ -60,7 +68,7 @@ def _data_difference(saved, now):
     return "; ".join(parts) + f" (of {len(now)} blocks)"
 
 
-def stable_repr(value):
+def stable_repr(value: Any) -> str:
     """A description of a parameter that is the same in every process (no addresses)."""
     import types
 
@@ -90,7 +98,8 @@ class Checkpointer:
         overwrite it).
     """
 
-    def __init__(self, directory, every, fingerprint, resume):
+    def __init__(self, directory: str | os.PathLike[str], every: int, fingerprint: dict[str, Any],
+                 resume: bool) -> None:
         self.directory = os.fspath(directory)
         if os.path.exists(self.directory) and not os.path.isdir(self.directory):
             raise ParameterError(
@@ -101,10 +110,10 @@ class Checkpointer:
         self.fingerprint = fingerprint
         self.resume = bool(resume)
 
-    def due(self, iteration):
+    def due(self, iteration: int) -> bool:
         return iteration > 0 and iteration % self.every == 0
 
-    def load(self):
+    def load(self) -> dict[str, Any] | None:
         """The saved loop state (a dict), or None when not resuming or there is none yet."""
         if not self.resume:
             return None
@@ -137,7 +146,7 @@ class Checkpointer:
             ) from err
         return state
 
-    def save(self, state):
+    def save(self, state: dict[str, Any]) -> None:
         """Write ``state`` (a dict of encodable values) atomically."""
         enc = Encoder()
         content = {"fingerprint": self.fingerprint, "state": enc(state)}

@@ -26,10 +26,13 @@ a call that waits past :meth:`Collective.step_timeout` asks the scheduler which 
 workers have gone silent, drops them from the cluster and recovers as for a lost one.
 """
 
+from __future__ import annotations
+
 import collections
 import logging
 import statistics
 import time
+from typing import TYPE_CHECKING, Any, cast
 
 from ..data.blocks import combine_shards, take_blocks
 from ..data.skew import groups_by_worker
@@ -37,6 +40,20 @@ from .executor import answer_stats, merge_stats, step_transport
 from .group_steps import GroupMemory, group_block_states, group_set_block_states
 from .reduce import BlockTree
 from .topology import runner_tree, tree_depth
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Sequence
+    from typing import TypeVar
+
+    from distributed import Future
+
+    from ..data.blocks import Shard
+    from ..data.shards import ShardSet
+    from .executor import DaskExecutor, Runners
+    from .reduce import NodeKey, Partial
+    from .topology import Node
+
+    T = TypeVar("T")
 
 __all__ = ["Collective", "MAX_RECOVERIES", "STEP_TIMEOUT_DEFAULT", "STEP_TIMEOUT_MULTIPLE", "step_timeout_floor"]
 
@@ -54,7 +71,7 @@ STEP_TIMEOUT_MULTIPLE = 20
 _STEP_TIMES_KEPT = 101
 
 
-def step_timeout_floor():
+def step_timeout_floor() -> float | None:
     """``dgd.step-timeout`` in seconds (None: off, steps wait as long as they take).
 
     A number of seconds > 0 or a Dask duration string (``"90s"``, ``"2 minutes"``);
@@ -81,60 +98,65 @@ def step_timeout_floor():
     return seconds
 
 
-def _stateless(shard, fn, *args):
+def _stateless(shard: Shard, fn: Callable[..., Any], *args: Any) -> Any:
     """A step function run as a task: a fresh group memory."""
     return fn(shard, GroupMemory(), *args)
 
 
-_NO_STATS = {"times": {}, "up": 0, "up_raw": 0, "nodes": 0, "spans": []}
+_NO_STATS: dict[str, Any] = {"times": {}, "up": 0, "up_raw": 0, "nodes": 0, "spans": []}
 
 
 class Collective:
     """The step transport of one shard set (see the module docstring)."""
 
-    def __init__(self, shards):
+    # (Typing: mypy cannot tell that a shard set on a cluster has a DaskExecutor, worker
+    # addresses (never None) and, once started, runners; the ignores marked "cluster"
+    # and the casts to DaskExecutor say so where only a cluster gets.)
+
+    def __init__(self, shards: ShardSet) -> None:
         self.shards = shards
-        self._runners = None  # step actors, started on the first actor call
-        self._scratch = None  # per-group memory in process
+        self._runners: Runners | None = None  # step actors, started on the first actor call
+        self._scratch: list[GroupMemory] | None = None  # per-group memory in process
         self._layout = 0  # numbers the runner layouts (new actor keys after a move)
         #: the step in flight, as the fit numbers it (named in a lost scheduler's error)
-        self.step = None
+        self.step: int | None = None
         #: why a lost worker ends this fit, when it does (None: its shards are recomputed
         #: by Dask and the call retried); set by the builder of the shards
-        self.unrecoverable = None
+        self.unrecoverable: str | None = None
         #: compute time of each group in the last step (actor steps; None otherwise)
-        self.last_group_times = None
+        self.last_group_times: list[float] | None = None
         #: what the last reduce moved: tree depth, driver messages and bytes, the groups'
         #: partials (count, bytes as sent and uncompressed), seconds through each level
-        self.last_traffic = {"depth": 0, "messages": 0, "driver_bytes": 0, "nodes": 0, "bytes_up": 0,
+        self.last_traffic: dict[str, Any] = {"depth": 0, "messages": 0, "driver_bytes": 0, "nodes": 0, "bytes_up": 0,
                              "bytes_up_raw": 0, "level_times": []}
         #: wall seconds of the latest steps through the runners (for :meth:`step_timeout`)
-        self.step_times = collections.deque(maxlen=_STEP_TIMES_KEPT)
+        self.step_times: collections.deque[float] = collections.deque(maxlen=_STEP_TIMES_KEPT)
 
     # ------------------------------------------------------------------ runners
     @property
-    def on_cluster(self):
+    def on_cluster(self) -> bool:
         return self.shards.executor.kind == "dask"
 
-    def start(self):
+    def start(self) -> None:
         """Start the step actors now (setup, not part of the first step's time)."""
         if self.on_cluster and self._runners is None:
             sh = self.shards
             # a new key per layout: the old actors may not be forgotten yet
-            self._runners = sh.executor.start_runners(sh.handles, sh.workers, f"{sh.token}-{self._layout}")
+            self._runners = sh.executor.start_runners(  # type: ignore[union-attr]  # (cluster)
+                sh.handles, sh.workers, f"{sh.token}-{self._layout}")
 
-    def runner_keys(self):
+    def runner_keys(self) -> list[str]:
         """The key of each group's runner actor (started if needed; cluster only)."""
         self.start()
-        return [f.key for f in self._runners[0]]
+        return [f.key for f in self._runners[0]]  # type: ignore[index, misc]  # (cluster; keys: our strings)
 
-    def runner_targets(self):
+    def runner_targets(self) -> list[tuple[str, str]]:
         """``(worker address, actor key)`` of each group's runner (started if needed;
         cluster only): how runners reach each other."""
         self.start()
-        return self.shards.executor.runner_targets(self._runners)
+        return self.shards.executor.runner_targets(self._runners)  # type: ignore[union-attr, arg-type]  # (cluster)
 
-    def step_timeout(self):
+    def step_timeout(self) -> float | None:
         """Seconds a call of the runners may wait before its silent workers are
         dropped as lost: ``max(dgd.step-timeout, 20 x the median step time)`` (the
         floor alone before the first step; None when ``dgd.step-timeout`` is None)."""
@@ -143,13 +165,13 @@ class Collective:
             return floor
         return max(floor, STEP_TIMEOUT_MULTIPLE * statistics.median(self.step_times))
 
-    def scratch(self):
+    def scratch(self) -> list[GroupMemory]:
         """Each group's memory, in process."""
         if self._scratch is None:
             self._scratch = [GroupMemory() for _ in self.shards.handles]
         return self._scratch
 
-    def _release_runners(self):
+    def _release_runners(self) -> None:
         """Let go of the step actors now: the scheduler forgets their keys and the
         workers drop them, with the shard and scratch memory each holds.
 
@@ -159,13 +181,13 @@ class Collective:
         """
         runners, self._runners = self._runners, None
         if runners is not None:
-            self.shards.executor.release_runners(runners)
+            self.shards.executor.release_runners(runners)  # type: ignore[union-attr]  # (cluster)
 
-    def close(self):
+    def close(self) -> None:
         self._release_runners()
         self._scratch = None
 
-    def __del__(self):
+    def __del__(self) -> None:
         # the end of a fit: its actors go at once (see _release_runners)
         try:
             self._release_runners()
@@ -173,7 +195,8 @@ class Collective:
             pass
 
     # --------------------------------------------------------------- operations
-    def call(self, fn, *args, per_group=None, group=None):
+    def call(self, fn: Callable[..., Any], *args: Any, per_group: Sequence[Sequence[Any]] | None = None,
+             group: int | None = None) -> Any:
         """``fn(shard, scratch, *args, *per_group[g])`` on every group at once; the
         results in group order.  ``scratch`` stays with the group for the life of the
         shard set (the runner's memory on a cluster).  ``group``: on that group only
@@ -181,19 +204,22 @@ class Collective:
         if group is not None:
             if not self.on_cluster:
                 return fn(self.shards.handles[group], self.scratch()[group], *args)
-            return self._with_recovery(lambda: self.shards.executor.call_runners(
-                (None, [self._runners[1][group]]), fn, args, timeout=self.step_timeout()))[0]
+            ex = cast("DaskExecutor", self.shards.executor)
+            return self._with_recovery(lambda: ex.call_runners(
+                (None, [self._runners[1][group]]), fn, args, timeout=self.step_timeout()))[0]  # type: ignore[index]
         if not self.on_cluster:
             extras = per_group if per_group is not None else [()] * len(self.shards.handles)
             return [fn(h, s, *args, *e) for h, s, e in zip(self.shards.handles, self.scratch(), extras)]
-        return self._with_recovery(lambda: self.shards.executor.call_runners(
-            self._runners, fn, args, per_group=per_group, timeout=self.step_timeout()))
+        ex = cast("DaskExecutor", self.shards.executor)
+        return self._with_recovery(lambda: ex.call_runners(
+            self._runners, fn, args, per_group=per_group, timeout=self.step_timeout()))  # type: ignore[arg-type]
 
-    def uses_tasks(self, stateless):
+    def uses_tasks(self, stateless: bool) -> bool:
         """Whether a step goes as tasks (cluster, stateless, ``dgd.step-transport="task"``)."""
         return self.on_cluster and stateless and step_transport() == "task"
 
-    def reduce(self, fn, *args, split_every, size, name, stateless=False, step=None):
+    def reduce(self, fn: Callable[..., Any], *args: Any, split_every: int, size: int | None, name: str,
+               stateless: bool = False, step: int | None = None) -> Partial:
         """One step: ``fn(shard, scratch, *args, tree)`` on every group, each answering
         with its complete subtrees (or leaves) of the block tree, merged into the root
         :class:`~.reduce.Partial`.  ``size``: the gradient's length.  ``stateless``
@@ -206,7 +232,8 @@ class Collective:
             return self._reduce_tasks(fn, args, tree, name)
         return tree.root(self._reduce(fn, (*args, tree), tree, leaf=False))
 
-    def reduce_groups(self, fn, *args, split_every, step=None, size=None):
+    def reduce_groups(self, fn: Callable[..., Any], *args: Any, split_every: int, step: int | None = None,
+                      size: int | None = None) -> Partial:
         """``fn(shard, scratch, *args)`` on every group, each answering one
         :class:`~.reduce.Partial`, summed in the tree of fan-in ``split_every`` over the
         groups in group order (so the sum does not depend on where it is taken).
@@ -217,7 +244,8 @@ class Collective:
         tree = BlockTree(self.shards.n_groups, split_every, size=size)
         return tree.root(self._reduce(fn, args, tree, leaf=True))
 
-    def _reduce(self, fn, args, tree, leaf):
+    def _reduce(self, fn: Callable[..., Any], args: tuple[Any, ...], tree: BlockTree,
+                leaf: bool) -> dict[NodeKey, Partial]:
         """The merged nodes of every group's answer (see :meth:`reduce`), through the
         runner tree on a cluster; records the traffic and the groups' times."""
         sh = self.shards
@@ -229,12 +257,13 @@ class Collective:
             self.last_group_times = None
             return tree.merge(*nodes)
         fan_in = tree.split_every if step_transport() == "tree" else max(sh.n_groups, 2)
-        ex = sh.executor
+        ex = cast("DaskExecutor", sh.executor)
 
-        def attempt():
+        def attempt() -> tuple[tuple[Node, ...], tuple[list[Any], int]]:
             roots = runner_tree(range(sh.n_groups), fan_in)
             started = time.perf_counter()
-            out = ex.call_tree(self._runners, roots, (fn, args, tree, leaf), timeout=self.step_timeout())
+            out = ex.call_tree(self._runners, roots, (fn, args, tree, leaf),  # type: ignore[arg-type]  # (started)
+                               timeout=self.step_timeout())
             self.step_times.append(time.perf_counter() - started)  # only steps that went through
             return roots, out
 
@@ -244,14 +273,14 @@ class Collective:
         self.last_group_times = [stats["times"].get(g, 0.0) for g in range(sh.n_groups)]
         return tree.merge(*(a[0] for a in answers))
 
-    def _traffic(self, stats, *, depth, messages, driver_bytes):
+    def _traffic(self, stats: dict[str, Any], *, depth: int, messages: int, driver_bytes: int | None) -> None:
         self.last_traffic = {
             "depth": depth, "messages": messages, "driver_bytes": driver_bytes, "nodes": stats["nodes"],
             "bytes_up": stats["up"], "bytes_up_raw": stats["up_raw"], "level_times": stats["spans"],
         }
 
-    def _reduce_tasks(self, fn, args, tree, name):
-        sh, ex = self.shards, self.shards.executor
+    def _reduce_tasks(self, fn: Callable[..., Any], args: tuple[Any, ...], tree: BlockTree, name: str) -> Partial:
+        sh, ex = self.shards, cast("DaskExecutor", self.shards.executor)  # (tasks: on a cluster)
         self.last_group_times = None
         call = sh._call_token()
         try:
@@ -260,7 +289,7 @@ class Collective:
             while len(level) > tree.split_every:
                 level = ex.merge_level(tree, level, f"dgd-reduce-{name}-{call}-{depth}")
                 depth += 1
-            results = ex.gather(level, self.step_timeout(), sh.workers)
+            results = ex.gather(level, self.step_timeout(), sh.workers)  # type: ignore[arg-type]  # (cluster)
         except Exception as err:
             self._raise_if_scheduler_lost(err)
             raise
@@ -269,7 +298,7 @@ class Collective:
         return tree.root(tree.merge(*results))
 
     # ----------------------------------------------------------------- recovery
-    def _with_recovery(self, attempt):
+    def _with_recovery(self, attempt: Callable[[], T]) -> T:  # type: ignore[return]  # (the last try raises)
         """``attempt()`` (a call of the runners); if a worker holding one was lost,
         recover and retry.
 
@@ -295,21 +324,21 @@ class Collective:
                 if not lost:
                     raise
 
-    def _raise_if_scheduler_lost(self, err):
+    def _raise_if_scheduler_lost(self, err: BaseException) -> None:
         """Raise the executor's ClusterError of a lost scheduler (naming the step in
         flight) if ``err`` came with the loss of the client's scheduler: no worker can
         be waited for then, and no shard recomputed."""
         ex = self.shards.executor
-        if getattr(ex, "kind", None) == "dask" and ex.scheduler_lost():
-            raise ex.scheduler_error(self.step) from err
+        if getattr(ex, "kind", None) == "dask" and ex.scheduler_lost():  # type: ignore[union-attr]  # (cluster)
+            raise ex.scheduler_error(self.step) from err  # type: ignore[union-attr]
 
-    def _lost_a_worker(self, err):
+    def _lost_a_worker(self, err: BaseException) -> bool:
         """Whether ``err`` came from losing a group's worker.  A connection error may
         arrive before the scheduler has noticed the loss: it is then given up to
         ``dgd.worker-loss-timeout`` seconds (10) to do so."""
         ex = self.shards.executor
 
-        def lost():
+        def lost() -> bool:
             alive = set(ex.workers())
             return any(w not in alive for w in self.shards.workers)
 
@@ -326,12 +355,12 @@ class Collective:
                 return False
             time.sleep(0.1)
 
-    def _recover(self):
+    def _recover(self) -> None:
         """Wait for the shards after a worker loss; restart the runners (or raise
         ClusterError, saying why, for shards set :attr:`unrecoverable`)."""
-        sh, ex = self.shards, self.shards.executor
+        sh, ex = self.shards, cast("DaskExecutor", self.shards.executor)  # (recovery: on a cluster)
         alive = set(ex.workers())
-        lost = sorted({w for w in sh.workers if w not in alive})
+        lost = sorted({w for w in sh.workers if w not in alive})  # type: ignore[type-var]  # (cluster)
         if self.unrecoverable is not None:
             from ...exceptions import ClusterError
 
@@ -339,7 +368,7 @@ class Collective:
             raise ClusterError(f"lost worker(s) {lost}{at}: {self.unrecoverable}")
         try:
             ex.wait(sh.handles)  # Dask recomputes the lost ones
-            workers = ex.where(sh.handles, sh.workers)
+            workers = ex.where(sh.handles, sh.workers)  # type: ignore[arg-type]  # (cluster)
         except Exception as err:
             from ...exceptions import ClusterError
 
@@ -355,21 +384,21 @@ class Collective:
         logger.warning("lost worker(s) %s: shards recomputed on %s, step retried", lost, sorted(set(sh.workers)))
 
     # ------------------------------------------------------------------ regroup
-    def regroup(self, placement):
+    def regroup(self, placement: Sequence[str]) -> int:
         """Move blocks so that block ``b`` lives on ``placement[b]``; returns the number
         of blocks moved.  Only the moved blocks travel (a piece of each old shard is cut
         where it lives, the pieces are combined on the new worker); the per-block state
         (compression residuals) moves with its block; the runners restart.  Sums do not
         change: they follow the block tree."""
 
-        sh, ex = self.shards, self.shards.executor
+        sh, ex = self.shards, cast("DaskExecutor", self.shards.executor)  # (used on a cluster only)
         if not self.on_cluster:
             return 0
         old = sh.placement()
         moved = sum(1 for b, w in enumerate(placement) if old[b] != w)
         if not moved:
             return 0
-        states = {}
+        states: dict[int, Any] = {}
         if self._runners is not None:
             for group in self.call(group_block_states):
                 states.update(group)
@@ -377,9 +406,9 @@ class Collective:
         self._layout += 1
         tag = f"{sh.token}-{self._layout}"
         new_groups, new_workers = groups_by_worker(placement, set(placement))
-        handles = []
+        handles: list[Future] = []
         for i, (blocks, w) in enumerate(zip(new_groups, new_workers)):
-            by_old = {}
+            by_old: dict[int, list[int]] = {}
             for b in blocks:
                 by_old.setdefault(where[b], []).append(b)
             if len(by_old) == 1:
@@ -389,7 +418,8 @@ class Collective:
                     continue
             pieces = [
                 sh.handles[g_old] if tuple(bl) == sh.groups[g_old] else ex.submit_pinned(
-                    take_blocks, sh.handles[g_old], bl, worker=sh.workers[g_old], key=f"dgd-take-{tag}-{i}-{g_old}",
+                    take_blocks, sh.handles[g_old], bl, worker=sh.workers[g_old],  # type: ignore[arg-type]  # (cluster)
+                    key=f"dgd-take-{tag}-{i}-{g_old}",
                 )
                 for g_old, bl in sorted(by_old.items())
             ]

@@ -19,6 +19,8 @@ An executor runs setup tasks on the shards (pinned to each shard's worker) and s
 the :class:`GroupRunner` actors that steps go through (see :mod:`.collective`).
 """
 
+from __future__ import annotations
+
 import asyncio
 import atexit
 import contextvars
@@ -27,6 +29,7 @@ import os
 import threading
 import time
 from contextlib import contextmanager
+from typing import TYPE_CHECKING, Any, Literal
 
 import dask
 from distributed import Client, LocalCluster
@@ -37,6 +40,26 @@ from ...exceptions import ClusterError, ParameterError
 from .group_steps import GroupMemory
 from .reduce import Compressed, SparseVector, partial_nbytes
 from .topology import tree_depth, tree_groups
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
+    from typing import TypeAlias
+
+    from distributed import Future, Scheduler, Worker
+    from distributed.actor import Actor, BaseActorFuture
+
+    from ..data.blocks import Shard
+    from .reduce import BlockTree, NodeKey, Partial
+    from .topology import Node
+
+    #: The step actors of a shard set: their futures and their proxies, in group order.
+    Runners: TypeAlias = tuple[list[Future], list[Actor]]
+    #: A runner's subtree as it travels: ``(group, worker address, actor key, children)``.
+    RunnerSpec: TypeAlias = "tuple[int, str, str, tuple[RunnerSpec, ...]]"
+    #: A runner's answer: its merged block-tree nodes and :func:`answer_stats`.
+    Answer: TypeAlias = tuple[dict[NodeKey, Partial], dict[str, Any]]
+    #: A step through the runner tree: ``(fn, args, tree, leaf)``.
+    TreeStep: TypeAlias = tuple[Callable[..., Any], tuple[Any, ...], BlockTree, bool]
 
 __all__ = [
     "DaskExecutor",
@@ -65,22 +88,22 @@ ACTOR_POLL = 5.0
 #: Heartbeat intervals a worker must have missed, at least, to be called silent.
 SILENT_BEATS = 4
 
-_embedded = {"client": None, "cluster": None, "announced": False}
+_embedded: dict[str, Any] = {"client": None, "cluster": None, "announced": False}
 _embedded_lock = threading.Lock()
 
 
-def is_dask_collection(x):
+def is_dask_collection(x: Any) -> bool:
     return dask.is_dask_collection(x)
 
 
 try:  # the client of this thread/task context (Client.current, get_client, wait)
     from distributed.client import _current_client
 except ImportError:  # pragma: no cover - a distributed without it
-    _current_client = None
+    _current_client = None  # type: ignore[assignment]  # (then as_current is used instead)
 
 
 @contextmanager
-def current_client(client):
+def current_client(client: Client) -> Iterator[None]:
     """``client`` as the current client of this thread, the one that actor proxies
     bind to and ``distributed.wait`` uses: ``Client.as_current`` without its
     ``dask.config.set(scheduler="dask.distributed")``.  That config is process-wide;
@@ -98,7 +121,7 @@ def current_client(client):
         _current_client.reset(token)
 
 
-def embedded_client():
+def embedded_client() -> Client:
     """The process-wide embedded LocalCluster client, started on first call.
 
     Worker threads in this process by default (``dgd.embedded-processes``: worker
@@ -132,7 +155,7 @@ def embedded_client():
 
 
 @atexit.register
-def _close_embedded():
+def _close_embedded() -> None:
     client, cluster = _embedded["client"], _embedded["cluster"]
     _embedded.update(client=None, cluster=None)
     for obj in (client, cluster):
@@ -143,13 +166,13 @@ def _close_embedded():
                 pass
 
 
-def _nbytes(x):
+def _nbytes(x: Any) -> int:
     if is_sparse(x):
         return x.data.nbytes + x.indices.nbytes + x.indptr.nbytes
     return getattr(x, "nbytes", 0)
 
 
-def in_dask_task():
+def in_dask_task() -> bool:
     """Whether this code runs inside a Dask task (on a worker)."""
     try:
         from distributed import get_worker
@@ -160,7 +183,7 @@ def in_dask_task():
     return True
 
 
-def leave_worker_pool():
+def leave_worker_pool() -> None:
     """Secede this task's thread from its worker's thread pool (once), as
     :func:`distributed.worker_client` does: the fit's own tasks then get the slot, and
     a cluster of single-threaded workers cannot deadlock on a fit inside a task."""
@@ -171,7 +194,7 @@ def leave_worker_pool():
         secede()
 
 
-def task_client(client=None):
+def task_client(client: Client | None = None) -> Client | None:
     """Inside a Dask task: ``client`` (None: the task's own, the worker's client), after
     seceding the task from its worker's thread pool (:func:`leave_worker_pool`).
     Elsewhere ``client`` unchanged."""
@@ -185,7 +208,7 @@ def task_client(client=None):
     return client
 
 
-def get_executor(client, X, nbytes=None):
+def get_executor(client: Client | None, X: Any, nbytes: int | None = None) -> InProcessExecutor | DaskExecutor:
     """Resolve the ``client`` parameter into an executor for this fit (``nbytes``: the
     in-memory size of ``X`` when it has no ``nbytes``, e.g. a DataFrame).  See the
     module docstring for the order."""
@@ -196,7 +219,7 @@ def get_executor(client, X, nbytes=None):
     if in_dask_task():
         if client is None and not is_dask_collection(X):
             return InProcessExecutor()
-        return DaskExecutor(task_client(client))
+        return DaskExecutor(task_client(client))  # type: ignore[arg-type]  # (in a task: the worker's client)
     if client is not None:
         return DaskExecutor(client)
     try:
@@ -223,11 +246,11 @@ class GroupRunner:
     latency of submitting a task and gathering its result.
     """
 
-    def __init__(self, shard):
+    def __init__(self, shard: Shard) -> None:
         self.shard = shard
         self.scratch = GroupMemory()  # the group's memory between calls (e.g. local optimizer state)
 
-    def run(self, payload):
+    def run(self, payload: bytes) -> bytes:
         """``fn(shard, scratch, *args)`` for the pickled ``(fn, args)``, with this
         runner's scratch dict; the result pickled.
 
@@ -238,7 +261,7 @@ class GroupRunner:
         fn, args = pickle.loads(payload)
         return pickle.dumps(fn(self.shard, self.scratch, *args))
 
-    async def run_tree(self, payload, group, children):
+    async def run_tree(self, payload: bytes, group: int, children: tuple[RunnerSpec, ...]) -> bytes:
         """One reduction step through this runner's subtree (see :mod:`.topology`).
 
         ``payload`` is the pickled ``(fn, args, tree, leaf)``; ``group`` this runner's
@@ -266,11 +289,12 @@ class GroupRunner:
         for answer in answers:
             if isinstance(answer, BaseException):
                 raise answer
+        # (own: pickled for a leaf, a tuple to merge otherwise; answers: all bytes once none raised)
         if not children:
-            return own
-        return await loop.run_in_executor(pool, _merge_answers, own, answers, received)
+            return own  # type: ignore[return-value]
+        return await loop.run_in_executor(pool, _merge_answers, own, answers, received)  # type: ignore[arg-type]
 
-    async def exchange(self, payload):
+    async def exchange(self, payload: bytes) -> bytes:
         """A parameter shard's pull or push from another group (see :mod:`..sharded.params`):
         ``fn(shard, scratch, *args)`` for the pickled ``(fn, args)``, run on the worker's
         event loop, not in the actor thread: an owner busy with its own blocks (or
@@ -278,7 +302,8 @@ class GroupRunner:
         fn, args = pickle.loads(payload)
         return pickle.dumps(fn(self.shard, self.scratch, *args))
 
-    def _own_nodes(self, payload, group, received, pickled):
+    def _own_nodes(self, payload: bytes, group: int, received: float,
+                   pickled: bool) -> bytes | tuple[dict[NodeKey, Partial], dict[str, Any], BlockTree]:
         fn, args, tree, leaf = pickle.loads(payload)
         out = fn(self.shard, self.scratch, *args)
         nodes = {(0, group): out} if leaf else out
@@ -286,14 +311,16 @@ class GroupRunner:
         return pickle.dumps(answer[:2]) if pickled else answer
 
 
-def answer_stats(nodes, group, size, received=None):
+def answer_stats(nodes: Mapping[NodeKey, Partial], group: int, size: int | None,
+                 received: float | None = None) -> dict[str, Any]:
     """What a runner's answer reports besides its nodes: each group's compute time
     (``times``), the bytes of the groups' own partials as sent and uncompressed
     (``up``, ``up_raw``; ``size``: the gradient's length), how many partials they sent
     (``nodes``), and ``spans``: the seconds from receiving the step to answering, of
     the slowest runner of each level (this runner's level first)."""
     sent = [partial_nbytes(p) for p in nodes.values()]
-    raw = [8 * size + 16 if isinstance(p.grad_sum, (Compressed, SparseVector)) else b
+    # (a tree whose partials are compact knows the gradient's size)
+    raw = [8 * size + 16 if isinstance(p.grad_sum, (Compressed, SparseVector)) else b  # type: ignore[operator]
            for p, b in zip(nodes.values(), sent)]
     return {
         "times": {group: max((p.time_max for p in nodes.values()), default=0.0)},
@@ -304,7 +331,8 @@ def answer_stats(nodes, group, size, received=None):
     }
 
 
-def _merge_answers(own, answers, received):
+def _merge_answers(own: tuple[dict[NodeKey, Partial], dict[str, Any], BlockTree], answers: Sequence[bytes],
+                   received: float) -> bytes:
     """A runner's answer: its own nodes merged with its children's answers."""
     nodes, stats, tree = own
     children = [pickle.loads(a) for a in answers]
@@ -314,7 +342,7 @@ def _merge_answers(own, answers, received):
     return pickle.dumps((merged, stats))
 
 
-def merge_stats(first, others):
+def merge_stats(first: Mapping[str, Any], others: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     """The :func:`answer_stats` of several answers as one: ``first``'s level on top,
     the others' levels below it (the driver passes an empty ``first``)."""
     out = {"times": dict(first["times"]), "up": first["up"], "up_raw": first["up_raw"], "nodes": first["nodes"]}
@@ -329,7 +357,7 @@ def merge_stats(first, others):
     return out
 
 
-async def _call_child(worker, payload, child):
+async def _call_child(worker: Worker, payload: bytes, child: RunnerSpec) -> bytes:
     """``run_tree`` on a child runner, worker to worker; its answer's bytes."""
     from distributed.protocol import to_serialize
 
@@ -345,7 +373,7 @@ async def _call_child(worker, payload, child):
     return response["result"]
 
 
-def simulated_network_delay(nbytes, depth):
+def simulated_network_delay(nbytes: int, depth: int) -> float:
     """Hold the driver for the time ``nbytes`` through its connection would take on a
     slower network: ``nbytes * 8 / dgd.simulated-bandwidth`` (bits per second) plus
     ``2 * depth * dgd.simulated-latency`` (seconds: a message down and one up per level).
@@ -365,7 +393,7 @@ def simulated_network_delay(nbytes, depth):
 TRANSPORTS = ("auto", "tree", "star", "actor", "task")
 
 
-def step_transport():
+def step_transport() -> str:
     """How a reduction step reaches the groups: ``"tree"``, ``"star"`` or ``"task"``.
 
     ``dgd.step-transport`` decides.  ``"auto"`` (the default) and ``"tree"``: actor
@@ -384,7 +412,7 @@ def step_transport():
     return {"auto": "tree", "actor": "star"}.get(choice, choice)
 
 
-def auto_split_every(n_groups, result_bytes, limit=None):
+def auto_split_every(n_groups: int, result_bytes: int, limit: int | None = None) -> int:
     """``split_every="auto"``: 8, or the largest fan-in (>= 2) whose merges receive at
     most ``dgd.driver-reduce-max-bytes`` (16 MiB) when the groups' results together
     exceed it.  A smaller fan-in means more tree levels (one round trip each on the
@@ -396,11 +424,14 @@ def auto_split_every(n_groups, result_bytes, limit=None):
     return int(max(2, min(8, limit // result_bytes)))
 
 
-def _worker_addresses(dask_scheduler=None):
+# The functions run on the scheduler take ``dask_scheduler=None``, which Client.run_on_scheduler
+# always fills in (by that name): the ignores on its default say so.
+def _worker_addresses(dask_scheduler: Scheduler = None) -> list[str]:  # type: ignore[assignment]
     return list(dask_scheduler.workers)
 
 
-def _worker_states(dask_scheduler=None, since=0.0):
+def _worker_states(dask_scheduler: Scheduler = None,  # type: ignore[assignment]  # (run_on_scheduler's)
+                   since: float = 0.0) -> tuple[dict[str, tuple[str, int, int]], int]:
     """``({address: (status, memory limit, process memory)}, removals)``: every worker
     the scheduler knows, running or not (paused workers are not counted as present),
     and how many workers it removed since ``since`` (a ``time.time()``)."""
@@ -410,7 +441,8 @@ def _worker_states(dask_scheduler=None, since=0.0):
     return states, removed
 
 
-def absent_workers_message(address, states, removed=0, window=0.0):
+def absent_workers_message(address: str, states: Mapping[str, tuple[str, int, int]], removed: int = 0,
+                           window: float = 0.0) -> str:
     """Why a cluster has no worker to run on: none at all, workers removed again and
     again (restarting: killed at their memory limit), or workers that are there but not
     running (paused above their memory threshold, closing), each named."""
@@ -438,7 +470,9 @@ def absent_workers_message(address, states, removed=0, window=0.0):
               "what they hold; a worker that restarts over and over is killed for exceeding its limit at idle")
 
 
-def _seconds_since_heard(addresses, dask_scheduler=None):
+def _seconds_since_heard(addresses: Iterable[str],
+                         dask_scheduler: Scheduler = None,  # type: ignore[assignment]  # (run_on_scheduler's)
+                         ) -> tuple[float, dict[str, float]]:
     """The scheduler's heartbeat interval for its workers, and the seconds since it
     last heard from each worker of ``addresses`` still in the cluster."""
     from distributed.metrics import time as now
@@ -451,10 +485,12 @@ def _seconds_since_heard(addresses, dask_scheduler=None):
 
 
 #: Restarts of silent workers' nannies in flight on the scheduler (kept referenced).
-_RESTARTS = set()
+_RESTARTS: set[asyncio.Future[None]] = set()
 
 
-async def _remove_silent(addresses, dask_scheduler=None):
+async def _remove_silent(addresses: Iterable[str],
+                         dask_scheduler: Scheduler = None,  # type: ignore[assignment]  # (run_on_scheduler's)
+                         ) -> None:
     """On the scheduler: remove the silent workers ``addresses`` (their tasks and
     keys go back to be recomputed) and, without waiting, ask each one's nanny to
     restart it (the nanny kills a process that does not stop within a few seconds;
@@ -476,7 +512,7 @@ async def _remove_silent(addresses, dask_scheduler=None):
 NANNY_RESTART_TRIES = 3
 
 
-async def _restart_by_nanny(scheduler, nanny):
+async def _restart_by_nanny(scheduler: Scheduler, nanny: str) -> None:
     for attempt in range(NANNY_RESTART_TRIES):
         try:  # the nanny's restart goes on once it has the request, even past its timeout
             await scheduler.rpc(nanny).restart(timeout=5, reason="dgd-silent-worker")
@@ -490,12 +526,12 @@ class DaskExecutor:
     """Runs shard functions on the cluster: setup as tasks pinned to each shard's
     worker, steps as calls to a :class:`GroupRunner` actor per shard (or as tasks)."""
 
-    kind = "dask"
+    kind: Literal["dask"] = "dask"
 
-    def __init__(self, client):
+    def __init__(self, client: Client) -> None:
         self.client = client
 
-    def start_runners(self, handles, workers, token):
+    def start_runners(self, handles: Sequence[Future], workers: Sequence[str | None], token: str) -> Runners:
         """One :class:`GroupRunner` actor per shard, on the shard's worker."""
         futures = [
             self.client.submit(
@@ -513,9 +549,9 @@ class DaskExecutor:
             actors = [f.result() for f in futures]
             for a in actors:
                 a.run  # noqa: B018 - binds the proxy to this client now
-        return futures, actors
+        return futures, actors  # type: ignore[return-value]  # (actor=True: the results are Actor proxies)
 
-    def release_runners(self, runners):
+    def release_runners(self, runners: Runners) -> None:
         """Release the actors of :meth:`start_runners` now: their futures and the
         future each actor proxy holds (the proxy itself may live on in a reference
         cycle until the garbage collector runs)."""
@@ -523,7 +559,7 @@ class DaskExecutor:
         self.release([*futures, *(getattr(a, "_future", None) for a in actors)])
 
     @staticmethod
-    def release(futures):
+    def release(futures: Iterable[Future | None]) -> None:
         """Release these futures now (each once; ``None`` entries are skipped)."""
         for f in futures:
             if f is not None:
@@ -532,7 +568,9 @@ class DaskExecutor:
                 except Exception:  # noqa: BLE001 - a closed client has nothing left to release
                     pass
 
-    def call_runners(self, runners, fn, args, per_group=None, timeout=None):
+    def call_runners(self, runners: tuple[Sequence[Future] | None, Sequence[Actor]], fn: Callable[..., Any],
+                     args: Sequence[Any], per_group: Sequence[Sequence[Any]] | None = None,
+                     timeout: float | None = None) -> list[Any]:
         """``fn(shard, scratch, *args)`` on every runner at once; results in group order.
         ``per_group``: one more tuple of arguments for each runner, appended to ``args``.
         ``timeout``: see :meth:`_actor_result`."""
@@ -549,12 +587,13 @@ class DaskExecutor:
                     for c, a in zip(calls, actors)]
 
     @staticmethod
-    def runner_targets(runners):
+    def runner_targets(runners: Runners) -> list[tuple[str, str]]:
         """``(worker address, actor key)`` of every runner, in group order: where one
         runner reaches another (:class:`~..sharded.params.ActorExchange`)."""
-        return [(a._address, a.key) for a in runners[1]]
+        return [(a._address, a.key) for a in runners[1]]  # type: ignore[misc]  # (our keys: strings)
 
-    def call_tree(self, runners, roots, step, timeout=None):
+    def call_tree(self, runners: Runners, roots: Sequence[Node], step: TreeStep,
+                  timeout: float | None = None) -> tuple[list[Answer], int]:
         """:meth:`GroupRunner.run_tree` on the ``roots`` (a runner tree of
         :func:`~.topology.runner_tree` over the groups) for ``step = (fn, args, tree,
         leaf)``, pickled once and forwarded down each subtree.  Returns the roots'
@@ -563,9 +602,9 @@ class DaskExecutor:
         :meth:`_actor_result`."""
         _, actors = runners
 
-        def spec(node):
+        def spec(node: Node) -> RunnerSpec:  # (the ignore below: our actor keys are strings)
             a = actors[node.group]
-            return node.group, a._address, a.key, tuple(spec(c) for c in node.children)
+            return node.group, a._address, a.key, tuple(spec(c) for c in node.children)  # type: ignore[return-value]
 
         payload = pickle.dumps(step)
         started = time.monotonic()
@@ -581,7 +620,9 @@ class DaskExecutor:
         simulated_network_delay(through, tree_depth(roots))
         return [pickle.loads(a) for a in answers], through
 
-    def _actor_result(self, call, actor, addresses=None, *, timeout=None, started=None, everyone=None):
+    def _actor_result(self, call: BaseActorFuture[bytes], actor: Actor,
+                      addresses: Iterable[str | None] | None = None, *, timeout: float | None = None,
+                      started: float | None = None, everyone: Collection[str] | None = None) -> bytes:
         """The result of an actor call, checking every :data:`ACTOR_POLL` seconds that
         the actor's worker (and every worker of ``addresses``: a runner tree's) is
         still in the cluster: a call in flight when a worker leaves (e.g. the whole
@@ -609,7 +650,7 @@ class DaskExecutor:
             elif time.monotonic() < deadline:  # the first look at the deadline itself
                 wait = min(ACTOR_POLL, max(deadline - time.monotonic(), 0.01))
             else:  # then a few looks per limit, and at most one a heartbeat
-                wait = min(ACTOR_POLL, max(timeout / 4, 0.5))
+                wait = min(ACTOR_POLL, max(timeout / 4, 0.5))  # type: ignore[operator]  # (a deadline: a timeout)
             try:
                 return call.result(timeout=wait)
             except TimeoutError:
@@ -619,14 +660,16 @@ class DaskExecutor:
                     raise OSError(f"Actor was lost: its worker {gone[0]} left the cluster") from None
                 if deadline is None or time.monotonic() < deadline:
                     continue
-                silent, warned = self.drop_silent_or_warn(everyone or addresses, time.monotonic() - deadline + timeout,
-                                                          timeout, warned)
+                # (the ignore: a deadline means a timeout, and None addresses were filtered out above)
+                silent, warned = self.drop_silent_or_warn(everyone or addresses,  # type: ignore[arg-type]
+                                                          time.monotonic() - deadline + timeout,  # type: ignore[operator]
+                                                          timeout, warned)  # type: ignore[arg-type]
                 if silent:
                     address, quiet = next(iter(silent.items()))
                     raise OSError(f"Actor was lost: its worker {address} sent no heartbeat for {quiet:.1f} s "
                                   "and was dropped from the cluster") from None
 
-    def silent_workers(self, addresses, silence):
+    def silent_workers(self, addresses: Iterable[str], silence: float) -> dict[str, float]:
         """The workers of ``addresses`` that have sent the scheduler no heartbeat for
         more than ``silence`` seconds, and for more than :data:`SILENT_BEATS` of the
         intervals the scheduler asks its workers to keep: ``{address: seconds}`` (a
@@ -634,7 +677,8 @@ class DaskExecutor:
         interval, quiet = self.client.run_on_scheduler(_seconds_since_heard, list(addresses))
         return {a: s for a, s in quiet.items() if s > max(silence, SILENT_BEATS * interval)}
 
-    def drop_silent_or_warn(self, addresses, waited, timeout, warned, what="a step"):
+    def drop_silent_or_warn(self, addresses: Iterable[str], waited: float, timeout: float, warned: bool,
+                            what: str = "a step") -> tuple[dict[str, float], bool]:
         """After ``what`` has waited ``waited`` seconds, past its ``timeout``: drop the
         workers of ``addresses`` that are silent (:meth:`silent_workers` for half the
         timeout, then :meth:`drop_silent`), or, when every one still answers, say once
@@ -650,7 +694,7 @@ class DaskExecutor:
                 "it waits for still answers the scheduler: waiting on", what, waited, timeout)
         return silent, warned
 
-    def drop_silent(self, silent, waited, timeout):
+    def drop_silent(self, silent: Mapping[str, float], waited: float, timeout: float) -> None:
         """Treat the ``silent`` workers (``{address: seconds since heard}``) as lost:
         the scheduler removes them (their keys are recomputed elsewhere, as for a
         killed worker) and asks each one's nanny, if it has one, to restart it (a
@@ -662,7 +706,8 @@ class DaskExecutor:
                 address, quiet, waited, timeout)
         self.client.run_on_scheduler(_remove_silent, list(silent))
 
-    def start_actor(self, cls, args, kwargs, *, worker, key):
+    def start_actor(self, cls: type, args: Sequence[Any], kwargs: Mapping[str, Any], *, worker: str,
+                    key: str) -> tuple[Future, Actor]:
         """An actor ``cls(*args, **kwargs)`` on ``worker``: ``(future, proxy)``; give
         both to :meth:`release_runners` as ``([future], [proxy])`` when done."""
         future = self.client.submit(
@@ -671,41 +716,41 @@ class DaskExecutor:
         with current_client(self.client):
             return future, future.result()
 
-    def actor_address(self, future):
+    def actor_address(self, future: Future) -> str:
         """Address of the worker holding the actor of ``future``."""
         return self.client.who_has([future])[future.key][0]
 
-    def call_actor(self, method, *args, **kwargs):
+    def call_actor(self, method: Callable[..., BaseActorFuture[Any]], *args: Any, **kwargs: Any) -> Any:
         """Call an actor's method and wait for its result."""
         with current_client(self.client):
             return method(*args, **kwargs).result()
 
-    def call_actor_within(self, timeout, method, *args):
+    def call_actor_within(self, timeout: float, method: Callable[..., BaseActorFuture[Any]], *args: Any) -> Any:
         """:meth:`call_actor` that gives up after ``timeout`` seconds (TimeoutError): a
         call to an actor whose worker has gone may otherwise wait for ever."""
         with current_client(self.client):
             return method(*args).result(timeout=timeout)
 
-    def submit_pinned(self, fn, *args, worker, key):
+    def submit_pinned(self, fn: Callable[..., Any], *args: Any, worker: str, key: str) -> Future:
         """One task ``fn(*args)`` on ``worker`` (e.g. a long-running training loop)."""
         return self.client.submit(
             fn, *args, key=key, workers=[worker], allow_other_workers=True, pure=False
         )
 
     @property
-    def scheduler_address(self):
+    def scheduler_address(self) -> str | None:
         """The address of the client's scheduler (None if it cannot be told)."""
         try:
             return self.client.scheduler.address
         except Exception:  # noqa: BLE001 - a closed client may have no scheduler rpc left
             return None
 
-    def scheduler_lost(self):
+    def scheduler_lost(self) -> bool:
         """Whether the client has lost its scheduler: it is reconnecting (every future
         it held, the shards among them, was cancelled) or has given up and closed."""
         return self.client.status not in ("running", "newly-created")
 
-    def scheduler_error(self, step=None):
+    def scheduler_error(self, step: int | None = None) -> ClusterError:
         """The :class:`~dask_dgd.exceptions.ClusterError` of a fit whose client lost its
         scheduler (``step``: the step in flight, if known)."""
         where = "" if step is None else f"; the fit stopped at step {step}"
@@ -717,11 +762,12 @@ class DaskExecutor:
             "checkpoint=<folder> and call fit(..., resume=True) after a failure"
         )
 
-    def workers(self):
+    def workers(self) -> list[str]:
         timeout = dask.config.get("dgd.worker-timeout", 60)
         if self.scheduler_lost():
             raise self.scheduler_error()
         started = time.time()
+        cause: BaseException | None
         try:
             self.client.wait_for_workers(1, timeout=timeout)
             # Asked of the scheduler itself: the client's cached scheduler_info() can be
@@ -745,7 +791,8 @@ class DaskExecutor:
                                                       time.time() - started)) from cause
         return workers
 
-    def map_shards(self, fn, handles, workers, args, name, token):
+    def map_shards(self, fn: Callable[..., Any], handles: Sequence[Future], workers: Sequence[str | None],
+                   args: Sequence[Any], name: str, token: str) -> list[Future]:
         submit = self.client.submit
         return [
             submit(
@@ -760,7 +807,8 @@ class DaskExecutor:
             for g, (h, w) in enumerate(zip(handles, workers))
         ]
 
-    def gather(self, handles, timeout=None, addresses=()):
+    def gather(self, handles: Iterable[Future], timeout: float | None = None,
+               addresses: Iterable[str] = ()) -> list[Any]:
         """The results of ``handles``.  ``timeout``: seconds the tasks may take before
         the workers of ``addresses`` are asked after, as in :meth:`_actor_result`: the
         silent ones are dropped from the cluster (Dask then reruns their tasks
@@ -785,7 +833,7 @@ class DaskExecutor:
                 if silent:  # their tasks are rerun elsewhere: wait afresh
                     started = time.monotonic()
 
-    def where(self, handles, fallback):
+    def where(self, handles: Sequence[Future], fallback: Sequence[str]) -> list[str]:
         """The worker holding each handle now (``fallback`` where none is known)."""
         who = self.client.who_has(list(handles))
         return [
@@ -793,13 +841,13 @@ class DaskExecutor:
             for h, w in zip(handles, fallback)
         ]
 
-    def wait(self, handles):
+    def wait(self, handles: Iterable[Future]) -> None:
         """Wait for the tasks; re-raise the first error."""
         for h in handles:
             if h.exception() is not None:
                 h.result()
 
-    def merge_level(self, tree, items, name):
+    def merge_level(self, tree: BlockTree, items: Sequence[Future], name: str) -> list[Future]:
         """One inner level of the reduction: merge tasks of ``split_every`` inputs."""
         k = tree.split_every
         submit = self.client.submit
@@ -812,23 +860,26 @@ class DaskExecutor:
 class InProcessExecutor:
     """Runs shard functions directly in this process (small in-memory fits)."""
 
-    kind = "in-process"
+    kind: Literal["in-process"] = "in-process"
 
-    def map_shards(self, fn, handles, workers, args, name, token):
+    def map_shards(self, fn: Callable[..., Any], handles: Sequence[Shard], workers: Sequence[str | None],
+                   args: Sequence[Any], name: str, token: str) -> list[Any]:
         return [fn(h, *args) for h in handles]
 
-    def gather(self, handles, timeout=None, addresses=()):
+    def gather(self, handles: Iterable[Any], timeout: float | None = None,
+               addresses: Iterable[str | None] = ()) -> list[Any]:
         return list(handles)
 
-    def merge_level(self, tree, items, name):
+    def merge_level(self, tree: BlockTree, items: Sequence[Mapping[NodeKey, Partial]],
+                    name: str) -> list[dict[NodeKey, Partial]]:
         k = tree.split_every
         return [tree.merge(*items[i : i + k]) for i in range(0, len(items), k)]
 
-    def workers(self):
+    def workers(self) -> list[None]:
         return [None]
 
 
-def leave_thread_pool():
+def leave_thread_pool() -> None:
     """On a worker, take this long-running loop out of the worker's task slots
     (``distributed.secede``).  Otherwise the loop holds a slot for the whole fit: on
     single-threaded workers another fit's loop or setup task waits behind it, and two
@@ -843,7 +894,7 @@ def leave_thread_pool():
     secede()
 
 
-def runner_memory(ref):
+def runner_memory(ref: GroupMemory | str | None) -> GroupMemory:
     """The group's memory: ``ref`` itself in process; on a worker, the memory of the
     group's runner actor (``ref`` is its key), if it lives on this worker."""
     if ref is None:
@@ -856,4 +907,4 @@ def runner_memory(ref):
         runner = get_worker().state.actors.get(ref)
     except (ImportError, ValueError, AttributeError):
         runner = None
-    return GroupMemory() if runner is None else runner.scratch
+    return GroupMemory() if runner is None else runner.scratch  # type: ignore[attr-defined]  # (a GroupRunner)

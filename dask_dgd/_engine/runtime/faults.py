@@ -8,24 +8,32 @@ failure, a kill or a freeze happens at the ``after + 1``-th computation on that 
 so a test does the same thing on a quiet machine and on a busy one.
 """
 
+from __future__ import annotations
+
 import os
 import signal
 import time
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+
+    from distributed import Worker
 
 __all__ = ["inject_faults", "set_failure", "set_freeze", "set_kill", "set_slowdown"]
 
 #: Injected faults, per worker address (None outside a worker).
-_SLOWDOWN = {}
-_FAILURES = {}
-_KILLS = {}
-_FREEZES = {}
+_SLOWDOWN: dict[str | None, float] = {}
+_FAILURES: dict[str | None, list[Any]] = {}  # [computations left before it fires, message]
+_KILLS: dict[str | None, list[int]] = {}  # [computations left]
+_FREEZES: dict[str | None, list[int]] = {}
 
 
-def _key(dask_worker):
+def _key(dask_worker: Worker | None) -> str | None:
     return None if dask_worker is None else dask_worker.address
 
 
-def set_slowdown(factor, dask_worker=None):
+def set_slowdown(factor: float, dask_worker: Worker | None = None) -> float:
     """Make every group computation on this worker (``dask_worker``, which
     ``client.run`` fills in; None: outside any worker) sleep ``factor`` times its
     compute time afterwards (0 turns it off); returns the previous factor.
@@ -39,7 +47,7 @@ def set_slowdown(factor, dask_worker=None):
     return previous
 
 
-def set_failure(after, message, dask_worker=None):
+def set_failure(after: int | None, message: str, dask_worker: Worker | None = None) -> None:
     """Make the group computation number ``after + 1`` on this worker (and every later
     one) raise ``RuntimeError(message)``; ``after=None`` removes the fault."""
     _FAILURES.pop(_key(dask_worker), None)
@@ -47,7 +55,7 @@ def set_failure(after, message, dask_worker=None):
         _FAILURES[_key(dask_worker)] = [int(after), str(message)]
 
 
-def set_kill(after, dask_worker=None):
+def set_kill(after: int | None, dask_worker: Worker | None = None) -> None:
     """Make the group computation number ``after + 1`` on this worker kill the worker's
     process (SIGKILL, as a crash or the out-of-memory killer would); ``after=None``
     removes the fault.  Only for worker *processes* (a nanny restarts them)."""
@@ -56,7 +64,7 @@ def set_kill(after, dask_worker=None):
         _KILLS[_key(dask_worker)] = [int(after)]
 
 
-def set_freeze(after, dask_worker=None):
+def set_freeze(after: int | None, dask_worker: Worker | None = None) -> None:
     """Make the group computation number ``after + 1`` on this worker stop the worker's
     process (SIGSTOP, as a debugger, a suspended VM or a swapped-out machine would):
     it answers nothing, not even the scheduler's heartbeats, until it gets SIGCONT;
@@ -66,7 +74,7 @@ def set_freeze(after, dask_worker=None):
         _FREEZES[_key(dask_worker)] = [int(after)]
 
 
-def _worker_address():
+def _worker_address() -> str | None:
     try:
         from distributed import get_worker
 
@@ -75,7 +83,7 @@ def _worker_address():
         return None
 
 
-def _countdown(table, key):
+def _countdown(table: Mapping[str | None, list[Any]], key: str | None) -> bool:
     """Whether the fault in ``table`` for ``key`` fires now (its count reached 0)."""
     fault = table.get(key)
     if fault is None:
@@ -86,7 +94,7 @@ def _countdown(table, key):
     return False
 
 
-def inject_faults(t0):
+def inject_faults(t0: float) -> None:
     """Apply this worker's injected faults to a computation that started at ``t0``
     (``time.perf_counter()``): kill the process, stop it, raise the failure, or sleep
     the slowdown."""

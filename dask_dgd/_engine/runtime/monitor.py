@@ -1,11 +1,20 @@
 """What every engine reports: one record per step, to the history, a bar, logs, callbacks."""
 
+from __future__ import annotations
+
 import contextlib
 import contextvars
 import logging
 import time
+from typing import TYPE_CHECKING, Any
 
 from .records import RECORD_FIELDS
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Iterator, Mapping, Sequence
+
+    import pandas as pd
+    from tqdm.auto import tqdm
 
 __all__ = ["Monitor", "RECORD_FIELDS", "communicated", "progress_bar", "progress_label"]
 
@@ -13,11 +22,11 @@ logger = logging.getLogger("dask_dgd")
 
 #: The label a fit's progress bar takes over its own (an estimator that fits another one
 #: inside, e.g. ClimateRegressor's pooled model, names the bar after itself).
-_LABEL = contextvars.ContextVar("dask_dgd_progress_label", default=None)
+_LABEL: contextvars.ContextVar[str | None] = contextvars.ContextVar("dask_dgd_progress_label", default=None)
 
 
 @contextlib.contextmanager
-def progress_label(label):
+def progress_label(label: str) -> Iterator[None]:
     """Progress bars opened inside this block are labelled ``label``."""
     token = _LABEL.set(label)
     try:
@@ -26,7 +35,7 @@ def progress_label(label):
         _LABEL.reset(token)
 
 
-def progress_bar(verbose, total, desc, unit):
+def progress_bar(verbose: int, total: int | None, desc: str, unit: str) -> tqdm | None:
     """A tqdm bar labelled ``desc`` (or the enclosing :func:`progress_label`) with
     ``total`` units, or None when ``verbose < 1``."""
     if int(verbose) < 1:
@@ -55,19 +64,20 @@ class Monitor:
         takes precedence).
     """
 
-    def __init__(self, verbose=0, callbacks=(), total=None, desc="dask_dgd.train"):
+    def __init__(self, verbose: int = 0, callbacks: Sequence[Callable[[dict[str, Any]], Any]] | None = (),
+                 total: int | None = None, desc: str = "dask_dgd.train") -> None:
         self.verbose = int(verbose)
         self.callbacks = list(callbacks or ())
-        self.records = []
+        self.records: list[dict[str, Any]] = []
         self.t0 = time.perf_counter()
         self.wall0 = time.time()
         self.stop_requested = False
         self._bar = progress_bar(self.verbose, total, desc, "iter")
 
-    def elapsed(self):
+    def elapsed(self) -> float:
         return time.perf_counter() - self.t0
 
-    def stamp(self, record):
+    def stamp(self, record: Mapping[str, Any]) -> dict[str, Any]:
         """``record`` (from :func:`~.records.make_record`) with its ``time``: seconds since
         the fit started, from its ``wall`` clock stamp if it was made in another
         process (the parameter server)."""
@@ -77,7 +87,7 @@ class Monitor:
         rec.update({k: v for k, v in record.items() if k not in rec and k != "wall"})
         return rec
 
-    def record(self, record):
+    def record(self, record: Mapping[str, Any]) -> dict[str, Any]:
         """Add one step record: to the history, the bar, the log and the callbacks."""
         rec = self.stamp(record)
         self.records.append(rec)
@@ -104,7 +114,7 @@ class Monitor:
                 self.stop_requested = True
         return rec
 
-    def finish(self, n_iter):
+    def finish(self, n_iter: int) -> None:
         """The fit ended after ``n_iter`` iterations: the bar shows them (a record is
         stamped with the iteration it was computed in, e.g. a line search's trial)."""
         if self._bar is not None:
@@ -113,11 +123,12 @@ class Monitor:
                 self._bar.n = done
                 self._bar.refresh()
 
-    def _clamped(self, n_iter):
+    def _clamped(self, n_iter: int) -> int:
         """``n_iter`` as the bar shows it: at most its total."""
-        return int(n_iter) if self._bar.total is None else min(int(n_iter), int(self._bar.total))
+        bar = self._bar  # (open: called only while it is)
+        return int(n_iter) if bar.total is None else min(int(n_iter), int(bar.total))  # type: ignore[union-attr]
 
-    def close(self):
+    def close(self) -> None:
         if self._bar is not None:
             self._bar.close()
             self._bar = None
@@ -127,7 +138,7 @@ class Monitor:
                 closer()
 
 
-def communicated(history):
+def communicated(history: pd.DataFrame) -> dict[str, int | float]:
     """Totals of a fit's bytes (from its history): up the tree raw and as sent, down to
     the groups, all, and the compression ratio of the way up."""
     up_raw = int(history["bytes_up_raw"].fillna(0).sum()) if len(history) else 0

@@ -5,8 +5,14 @@ local steps) as in the parameter server (asynchronous updates); this module impo
 Dask, so it runs on the workers too.  Records become the rows of ``history_``.
 """
 
+from __future__ import annotations
+
 import math
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping, Sequence
 
 __all__ = ["RECORD_FIELDS", "Bytes", "Route", "Timing", "make_record"]
 
@@ -50,11 +56,11 @@ class Timing:
     step_time: float
     compute_time_max: float
     compute_time_min: float
-    broadcast_time: float = None
-    reduce_time: float = None
-    update_time: float = None
-    wait_time: float = None
-    driver_cpu_time: float = None
+    broadcast_time: float | None = None
+    reduce_time: float | None = None
+    update_time: float | None = None
+    wait_time: float | None = None
+    driver_cpu_time: float | None = None
 
 
 @dataclass(frozen=True)
@@ -62,13 +68,13 @@ class Route:
     """How a step travelled: runner-tree levels, the driver's messages and bytes, the
     seconds through each level (the roots' first)."""
 
-    depth: int = None
-    messages: int = None
-    driver_bytes: int = None
-    level_times: tuple = ()
+    depth: int | None = None
+    messages: int | None = None
+    driver_bytes: int | None = None
+    level_times: tuple[float, ...] = ()
 
     @classmethod
-    def of(cls, traffic):
+    def of(cls, traffic: Mapping[str, Any]) -> Route:
         """From a collective's ``last_traffic``."""
         return cls(traffic["depth"], traffic["messages"], traffic["driver_bytes"], tuple(traffic["level_times"]))
 
@@ -82,14 +88,16 @@ class Bytes:
     down: int
 
 
-def nonneg(seconds):
+def nonneg(seconds: float | None) -> float | None:
     """A wall-clock difference between processes: None if unknown, clipped at 0 (the
     clocks of different machines may disagree by a little)."""
     return None if seconds is None or not math.isfinite(seconds) else max(0.0, float(seconds))
 
 
-def make_record(*, step, iteration, loss, grad_norm, step_size, timing, n_samples, updates_per_group,
-                nbytes, route=None, staleness=(0, 0.0), delay=(0, 0.0), **extra):
+def make_record(*, step: int, iteration: int, loss: float, grad_norm: float, step_size: float | None,
+                timing: Timing, n_samples: float, updates_per_group: Sequence[int], nbytes: Bytes,
+                route: Route | None = None, staleness: tuple[int, float] = (0, 0.0),
+                delay: tuple[int, float] = (0, 0.0), **extra: Any) -> dict[str, Any]:
     """One step record (a dict with :data:`RECORD_FIELDS` first, then ``extra`` fields,
     e.g. validation scores; ``time`` is filled in by the monitor, or given as ``wall``
     by a record made in another process)."""

@@ -20,9 +20,25 @@ payloads at an inner node): a merge keeps row-sparse and sparse sums compact whi
 they cover at most half the vector, and expands the rest where they are first added.
 """
 
+from __future__ import annotations
+
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Mapping, Sequence
+    from typing import TypeAlias
+
+    import numpy.typing as npt
+
+    from ...compression import Compressor
+
+    #: A partial's gradient: dense, or a compact form that adds itself to a dense one.
+    GradSum: TypeAlias = "npt.NDArray[np.float64] | RowSparse | SparseVector | Compressed"
+    #: A node of the block tree: ``(level, index)``.
+    NodeKey: TypeAlias = tuple[int, int]
 
 __all__ = ["Partial", "BlockTree", "Compressed", "RowSparse", "SparseVector", "add_partials", "tree_sum", "grad_nbytes",
            "partial_nbytes"]
@@ -33,15 +49,15 @@ class RowSparse:
     """Rows ``idx`` of a ``(n_rows, width)`` table flattened to ``n_rows * width``
     entries; the other rows are zero."""
 
-    idx: np.ndarray
-    rows: np.ndarray
+    idx: npt.NDArray[np.integer]
+    rows: npt.NDArray[np.float64]
     n_rows: int
 
-    def add_to(self, acc):
+    def add_to(self, acc: npt.NDArray[np.float64]) -> None:
         acc.reshape(self.n_rows, -1)[self.idx] += self.rows
 
     @property
-    def nbytes(self):
+    def nbytes(self) -> int:
         return int(self.idx.nbytes + self.rows.nbytes)
 
 
@@ -51,26 +67,27 @@ class SparseVector:
     sparse compressed gradients (top-k) at an inner node of the block tree: exact, and
     as it travels, 4 bytes an index and 8 a value."""
 
-    idx: np.ndarray
-    values: np.ndarray
+    idx: npt.NDArray[np.integer]
+    values: npt.NDArray[np.float64]
     n: int
 
-    def add_to(self, acc):
+    def add_to(self, acc: npt.NDArray[np.float64]) -> None:
         acc[self.idx] += self.values
 
-    def entries(self):
+    def entries(self) -> tuple[npt.NDArray[np.integer], npt.NDArray[np.float64]]:
         return self.idx, self.values
 
     @property
-    def nbytes(self):
+    def nbytes(self) -> int:
         return int(4 * self.idx.size + self.values.nbytes)
 
-    def __reduce__(self):  # indices travel as int32 where they fit
+    def __reduce__(self) -> tuple[Callable[..., SparseVector], tuple[Any, ...]]:
+        # indices travel as int32 where they fit
         idx = self.idx.astype(np.int32) if self.n <= np.iinfo(np.int32).max else self.idx
         return _sparse_vector, (idx, self.values, self.n)
 
 
-def _sparse_vector(idx, values, n):
+def _sparse_vector(idx: npt.NDArray[np.integer], values: npt.NDArray[np.float64], n: int) -> SparseVector:
     return SparseVector(idx.astype(np.int64), values, n)
 
 
@@ -78,34 +95,34 @@ def _sparse_vector(idx, values, n):
 class Compressed:
     """A compressed gradient (``payload`` of ``compressor``), expanded when added."""
 
-    payload: dict
-    compressor: object
+    payload: dict[str, Any]
+    compressor: Compressor
 
-    def add_to(self, acc):
+    def add_to(self, acc: npt.NDArray[np.float64]) -> None:
         acc += self.compressor.decompress(self.payload)
 
-    def entries(self):
+    def entries(self) -> tuple[npt.NDArray[np.integer], npt.NDArray[np.float64]] | None:
         """``(indices, float64 values)`` of a sparse payload (top-k), else None."""
         sparse = getattr(self.compressor, "entries", None)
         return None if sparse is None else sparse(self.payload)
 
     @property
-    def nbytes(self):
+    def nbytes(self) -> int:
         return int(self.compressor.nbytes(self.payload))
 
 
-def grad_nbytes(grad):
+def grad_nbytes(grad: GradSum) -> int:
     """Bytes of a partial's gradient as it travels."""
     return int(grad.nbytes) if isinstance(grad, np.ndarray) else grad.nbytes
 
 
-def partial_nbytes(partial):
+def partial_nbytes(partial: Partial) -> int:
     """Bytes of one partial as it travels: its gradient, its extras, 16 for the scalars."""
     extra = sum(int(getattr(v, "nbytes", 8)) for v in partial.extras.values())
     return grad_nbytes(partial.grad_sum) + extra + 16
 
 
-def _sparse_sum(grads):
+def _sparse_sum(grads: Sequence[GradSum]) -> RowSparse | SparseVector | None:
     """Row-sparse gradients of one table summed, still row-sparse (or sparse compressed
     gradients summed to a :class:`SparseVector`), or None when their rows cover more
     than half the table (a dense vector is then smaller).
@@ -116,8 +133,10 @@ def _sparse_sum(grads):
     first = grads[0]
     if isinstance(first, (Compressed, SparseVector)):
         return _sparse_vector_sum(grads)
-    if not all(isinstance(g, RowSparse) and g.n_rows == first.n_rows for g in grads):
+    if not isinstance(first, RowSparse) or not all(isinstance(g, RowSparse) and g.n_rows == first.n_rows
+                                                   for g in grads):
         return None
+    grads = cast("Sequence[RowSparse]", grads)  # all of them, by the check above
     idx = np.unique(np.concatenate([g.idx for g in grads]))
     if 2 * idx.size > first.n_rows:
         return None
@@ -127,14 +146,15 @@ def _sparse_sum(grads):
     return RowSparse(idx, rows, first.n_rows)
 
 
-def _sparse_vector_sum(grads):
+def _sparse_vector_sum(grads: Sequence[GradSum]) -> SparseVector | None:
     parts = []
     for g in grads:
         entries = g.entries() if isinstance(g, (Compressed, SparseVector)) else None
         if entries is None:
             return None
         parts.append(entries)
-    n = grads[0].n if isinstance(grads[0], SparseVector) else grads[0].payload["n"]
+    # (every one gave entries: a SparseVector, or a Compressed one whose payload has n)
+    n = grads[0].n if isinstance(grads[0], SparseVector) else grads[0].payload["n"]  # type: ignore[union-attr]
     if 2 * max(i.size for i, _ in parts) > n:  # the union covers more than half: dense, without sorting it
         return None
     idx = np.unique(np.concatenate([i for i, _ in parts]))
@@ -170,36 +190,37 @@ class Partial:
     """
 
     loss_sum: float
-    grad_sum: object
+    grad_sum: GradSum
     weight_sum: float
     time_min: float
     time_max: float
     n_groups: int = 1
     start_max: float = float("nan")
     end_max: float = float("nan")
-    extras: dict = field(default_factory=dict)
+    extras: dict[str, Any] = field(default_factory=dict)
 
 
-def _dense(grad):
+def _dense(grad: GradSum) -> npt.NDArray[np.float64]:
     if isinstance(grad, np.ndarray):
         return np.array(grad, dtype=np.float64, copy=True)
     raise TypeError("the first partial of a sum needs its size: use _accumulate")
 
 
-def _accumulate(acc, grad):
+def _accumulate(acc: npt.NDArray[np.float64], grad: GradSum) -> None:
     if isinstance(grad, np.ndarray):
         acc += grad
     else:
         grad.add_to(acc)
 
 
-def add_partials(*parts, size=None, keep_sparse=False):
+def add_partials(*parts: Partial, size: int | None = None, keep_sparse: bool = False) -> Partial:
     """Sum partials left to right (the order fixes the rounding).  ``size``: the
     gradient's length, needed when the first gradient is not a dense vector.
     ``keep_sparse``: row-sparse gradients of few rows sum to a row-sparse one (the
     inner nodes of the block tree; the same values as the dense sum)."""
     first = parts[0]
     loss, weight = first.loss_sum, first.weight_sum
+    sparse: GradSum | None
     if keep_sparse and len(parts) == 1 and not isinstance(first.grad_sum, np.ndarray):
         # a node of one child (the last of a level) keeps its child's compact sum as it
         # is: expanding it would send a dense vector up (a sharded fit's push of d
@@ -207,13 +228,14 @@ def add_partials(*parts, size=None, keep_sparse=False):
         sparse = first.grad_sum
     else:
         sparse = _sparse_sum([p.grad_sum for p in parts]) if keep_sparse and len(parts) > 1 else None
+    grad: GradSum
     if sparse is not None:
         grad = sparse
     elif isinstance(first.grad_sum, np.ndarray):
         grad = _dense(first.grad_sum)
     else:
-        grad = np.zeros(size if size is not None else _size_of(parts))
-        first.grad_sum.add_to(grad)
+        grad = acc = np.zeros(size if size is not None else _size_of(parts))
+        first.grad_sum.add_to(acc)
     extras = {k: (np.array(v, dtype=np.float64, copy=True) if isinstance(v, np.ndarray) else v)
               for k, v in first.extras.items()}
     tmin, tmax, n = first.time_min, first.time_max, first.n_groups
@@ -221,8 +243,8 @@ def add_partials(*parts, size=None, keep_sparse=False):
     for p in parts[1:]:
         loss += p.loss_sum
         weight += p.weight_sum
-        if sparse is None:
-            _accumulate(grad, p.grad_sum)
+        if sparse is None:  # (grad is then a dense vector)
+            _accumulate(grad, p.grad_sum)  # type: ignore[arg-type]
         for k, v in p.extras.items():
             extras[k] = extras[k] + v if k in extras else v
         tmin = min(tmin, p.time_min)
@@ -233,7 +255,7 @@ def add_partials(*parts, size=None, keep_sparse=False):
     return Partial(loss, grad, weight, tmin, tmax, n, float(start), float(end), extras)
 
 
-def _size_of(parts):
+def _size_of(parts: Sequence[Partial]) -> int:
     for p in parts:
         if isinstance(p.grad_sum, np.ndarray):
             return p.grad_sum.size
@@ -244,7 +266,7 @@ def _size_of(parts):
     raise TypeError("cannot tell the gradient's size from these partials")
 
 
-def tree_sum(items, split_every):
+def tree_sum(items: Sequence[Partial], split_every: int) -> Partial:
     """Reduce ``items`` (leaves in block order) with the tree of fan-in ``split_every``."""
     if not items:
         raise ValueError("nothing to reduce: no groups")
@@ -260,7 +282,7 @@ class BlockTree:
     ``size`` is the length of the gradients (needed to expand compact leaves).
     """
 
-    def __init__(self, n_blocks, split_every, size=None):
+    def __init__(self, n_blocks: int, split_every: int, size: int | None = None) -> None:
         if split_every < 2:
             raise ValueError(f"split_every must be at least 2; got {split_every}")
         if n_blocks < 1:
@@ -274,15 +296,15 @@ class BlockTree:
         self.levels = sizes
 
     @property
-    def depth(self):
+    def depth(self) -> int:
         """Levels above the leaves."""
         return len(self.levels) - 1
 
-    def _children(self, level, j):
+    def _children(self, level: int, j: int) -> range:
         s = self.split_every
         return range(j * s, min((j + 1) * s, self.levels[level - 1]))
 
-    def complete(self, nodes):
+    def complete(self, nodes: Mapping[NodeKey, Partial]) -> dict[NodeKey, Partial]:
         """Combine every node whose children are all in ``nodes``; keep only the
         maximal ones (a node whose parent is present is dropped).  Returns a new dict."""
         nodes = dict(nodes)
@@ -297,14 +319,14 @@ class BlockTree:
                         del nodes[level - 1, k]
         return nodes
 
-    def merge(self, *node_dicts):
+    def merge(self, *node_dicts: Mapping[NodeKey, Partial]) -> dict[NodeKey, Partial]:
         """Union of disjoint node sets, completed."""
-        merged = {}
+        merged: dict[NodeKey, Partial] = {}
         for d in node_dicts:
             merged.update(d)
         return self.complete(merged)
 
-    def root(self, nodes):
+    def root(self, nodes: Mapping[NodeKey, Partial]) -> Partial:
         """The root's Partial (a dense gradient); raises if some block's sums are missing."""
         top = (len(self.levels) - 1, 0)
         if top not in nodes:

@@ -14,7 +14,13 @@ neighbouring groups, and the depth is about ``log_k(groups)``.  This module impo
 Dask.
 """
 
+from __future__ import annotations
+
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from collections.abc import Iterable, Sequence
 
 __all__ = ["Node", "runner_tree", "tree_depth", "tree_groups"]
 
@@ -24,10 +30,10 @@ class Node:
     """A runner in the tree: its group and the subtrees it forwards the step to."""
 
     group: int
-    children: tuple = field(default=())
+    children: tuple[Node, ...] = field(default=())
 
 
-def _split(ids, k):
+def _split(ids: Sequence[int], k: int) -> list[Sequence[int]]:
     """``ids`` in ``k`` contiguous runs of near-equal length (fewer when shorter)."""
     n = len(ids)
     k = min(k, n)
@@ -35,7 +41,7 @@ def _split(ids, k):
     return [ids[a:b] for a, b in zip(bounds[:-1], bounds[1:]) if b > a]
 
 
-def runner_tree(groups, fan_in):
+def runner_tree(groups: Iterable[int], fan_in: int) -> tuple[Node, ...]:
     """The roots of the tree over ``groups`` (a sequence of group indices, in order)
     with at most ``fan_in`` children per node, and at most ``fan_in`` roots.
 
@@ -50,18 +56,18 @@ def runner_tree(groups, fan_in):
     if fan_in < 2:
         raise ValueError(f"the fan-in must be at least 2; got {fan_in}")
 
-    def build(ids):
+    def build(ids: Sequence[int]) -> list[Node]:
         return [Node(run[0], tuple(build(run[1:]))) for run in _split(list(ids), fan_in)] if ids else []
 
     return tuple(build(list(groups)))
 
 
-def tree_depth(roots):
+def tree_depth(roots: Sequence[Node]) -> int:
     """Levels of runners below the driver (1: a star)."""
     return 1 + max((tree_depth(r.children) for r in roots), default=0) if roots else 0
 
 
-def tree_groups(roots):
+def tree_groups(roots: Iterable[Node]) -> list[int]:
     """Every group of the tree, depth first (parents before their children)."""
     out = []
     for r in roots:

@@ -150,7 +150,7 @@ def _async_push(shard: Shard | None, scratch: GroupMemory, group: int, ticket: T
     return out
 
 
-def sharded_async_loop(shard: Shard, scratch_ref: dict[str, Any] | str | None,
+def sharded_async_loop(shard: Shard, scratch_ref: GroupMemory | str | None,
                        coordinator: ServerLink | _InProcessServer, g: int, objective: LinearTraining,
                        batching: RowBatches | None, ticket0: Ticket, exchange: ActorExchange | LocalExchange) -> int:
     """Group ``g``'s loop (a long-running task; see the module docstring).  Its batches
