@@ -28,6 +28,7 @@ import ast
 import contextlib
 import csv
 import logging
+import math
 import os
 import tempfile
 import warnings
@@ -462,9 +463,9 @@ def _fit(est, kind, args, roles, columns, client):
 
 def _summary(est, cls_name, args):
     history = getattr(est, "history_", None)
-    if history is not None and len(history) and "loss" in history:
+    if history is not None and len(history) and "loss" in history and math.isfinite(history["loss"].iloc[-1]):
         how = f"n_iter={est.n_iter_}, final objective {history['loss'].iloc[-1]:.6g}"
-    elif getattr(est, "family", "gaussian") != "gaussian":  # climate-pointwise GLMs: Newton passes per cell
+    elif getattr(est, "family", "gaussian") != "gaussian":  # climate-pointwise GLMs stopped after their start
         how = f"n_iter={est.n_iter_} Newton passes over the grid (every cell converged or warned)"
     else:  # e.g. climate-pointwise: least squares solved cell by cell in one pass
         how = f"n_iter={est.n_iter_}, solved in one pass (no training objective to report)"

@@ -10,9 +10,15 @@ them over the time chunks (a tree reduction per spatial chunk, as for the gaussi
 models) and updates every cell of a spatial chunk in one NumPy step
 (:func:`newton_update`).  The per-cell state (coefficients, last accepted point, step,
 objective) lives with its spatial chunk between passes (persisted on the cluster); the
-driver sees only a count of the cells still iterating in each chunk, and chunks whose
-cells have all converged are not read again.  Inputs that fit in a quarter of the
-memory at hand are kept in memory between passes (:func:`_cached`).
+driver sees only a small summary of each chunk (:func:`_summary`: its cells still
+iterating, their objective, the largest gradient), and chunks whose cells have all
+converged are not read again.  Inputs that fit in a quarter of the memory at hand are
+kept in memory between passes (:func:`_cached`).
+
+The passes are steps of the one driver loop (:class:`~dask_dgd._engine.loop.Loop`):
+:class:`CellNewton` is its solver, so a fit has the records (``history_``), callbacks,
+``max_time`` and the progress bar of every other estimator.  It keeps no checkpoint (a
+fit takes a few passes).
 
 Each cell minimises its weighted deviance plus the ridge term, ``D_w(b)/2 + alpha/2
 |slopes|^2`` (for gaussian data that is half of ``sklearn.linear_model.Ridge``'s
@@ -33,12 +39,20 @@ all ones too) have no finite maximum-likelihood fit: their intercept is ``-inf``
 (``+inf``), their slopes 0, and they predict 0 (1) exactly.
 """
 
+import math
+import time
 import warnings
+from dataclasses import dataclass
 
 import array_api_compat
 import dask.array as da
 import numpy as np
 
+from .._engine.loop import Loop
+from .._engine.runtime.monitor import Monitor
+from .._engine.runtime.records import Bytes, Timing, make_record
+from .._engine.solvers.base import Outcome, Solver
+from .._engine.stopping import Stop, StopRules
 from .._validation import user_stacklevel
 from ..exceptions import ConvergenceWarning, InputError
 from ..optim._linesearch import MAX_HALVINGS, no_increase
@@ -47,7 +61,7 @@ from ._kernels import BINOMIAL, POISSON
 from ._namespace import align, to_host
 from ._pointwise import kernel_inputs, masked_design, solve_spd
 
-__all__ = ["GLM_FAMILIES", "fit_cells", "glm_stats", "glm_stats_xp", "newton_update"]
+__all__ = ["GLM_FAMILIES", "CellNewton", "fit_cells", "glm_stats", "glm_stats_xp", "newton_update"]
 
 GLM_FAMILIES = {"poisson": POISSON, "binomial": BINOMIAL}
 
@@ -309,80 +323,208 @@ def final_coef(state, p):
     return np.where((status == ACTIVE)[..., None], acc, beta)
 
 
-def _summary(state, stats, p, first):
-    """``(1,)*k + (3,)``: the chunk's cells still iterating, its unmasked targets
-    outside the family's range (first pass) and its cells with data."""
+#: Columns of a spatial chunk's pass summary (:func:`_summary`), the driver's only view of its cells.
+SUMMARY = ("active", "bad", "data", "objective", "grad_norm", "rows")
+
+
+def _summary(old, state, stats, p, alpha, first):
+    """``(1,)*k + (6,)``: the chunk's cells still iterating, its unmasked targets
+    outside the family's range (first pass), its cells with data, the objective summed
+    over its cells at their last accepted points (those with one), the largest
+    Euclidean norm of a cell's gradient at the point this pass evaluated (cells that
+    were iterating; 0 on the first pass, which evaluates no coefficients) and the
+    unmasked rows of the cells it evaluated.  ``old``: the state before the pass, ``state`` after it."""
     active = np.sum(state[..., 3 * p + 2] == ACTIVE)
     bad = np.sum(stats[..., -2]) if first else 0.0
     data = np.sum(state[..., 3 * p + 3] > 0)
-    return np.array([active, bad, data], dtype=np.float64).reshape((1,) * (state.ndim - 1) + (3,))
+    f_acc = state[..., 3 * p]
+    objective = np.sum(f_acc[np.isfinite(f_acc)])
+    grad, rows = 0.0, 0.0
+    if first:  # the start reads every cell's rows
+        rows = np.sum(state[..., 3 * p + 3])
+    else:
+        evaluated = old[..., 3 * p + 2] == ACTIVE
+        if evaluated.any():
+            beta = old[evaluated][:, :p]
+            score = stats[evaluated][:, p * p : p * p + p]
+            # the gradient of D/2 + alpha/2 |slopes|^2 is -(score - alpha * slopes)
+            gradient = score.copy()
+            gradient[:, 1:] -= alpha * beta[:, 1:]
+            with np.errstate(invalid="ignore", over="ignore"):
+                grad = float(np.fmax.reduce(np.linalg.norm(gradient, axis=1)))  # NaN only if every one is
+            rows = np.sum(old[evaluated][:, 3 * p + 3])
+    out = np.array([active, bad, data, objective, grad, rows], dtype=np.float64)
+    return out.reshape((1,) * (state.ndim - 1) + (len(SUMMARY),))
 
 
-# ------------------------------------------------------------------- the loop
-def fit_cells(fields, family, alpha, tol, max_iter, split_every, client, target, progress=None):
-    """Fit the per-cell models of ``fields`` (a :class:`~._design.Fields`): returns
-    ``(coef (*space, p), count (*space,), passes)`` as NumPy; ``passes`` counts the
-    passes over the data, the start's IRLS step included (at most ``max_iter``).
+# ------------------------------------------------------------------ the solver
+@dataclass
+class _Context:
+    """What the one driver loop asks of a per-cell fit's context: its monitor.  The
+    passes are dask graphs, not steps of a shard set's step source, and they keep no
+    checkpoint, so the loop needs nothing else here."""
+
+    monitor: Monitor
+
+
+class CellNewton(Solver):
+    """The per-cell Newton passes as a solver of the one driver loop
+    (:class:`~dask_dgd._engine.loop.Loop`).
+
+    Its state is every cell's (coefficients, last accepted point, step, objective,
+    status), one array per spatial chunk, persisted on the cluster between passes
+    (:func:`state_width`); a step is one pass over the data for the spatial chunks
+    with a cell still iterating (:func:`glm_stats`, the time-axis tree sum,
+    :func:`newton_update`), the start the IRLS step from the data.  Each pass gives one
+    record: ``loss`` the objective summed over the cells at their last accepted points
+    (NaN after the start, which evaluates no coefficients), ``grad_norm`` the largest
+    Euclidean norm of a cell's gradient at the point the pass evaluated,
+    ``step_size`` None (Newton steps, halved per cell), ``cells_iterating`` the cells
+    not converged yet.  Its own stop rule: every cell converged; ``max_iter`` (passes,
+    the start included), ``max_time`` and the callbacks are the loop's
+    :class:`~dask_dgd._engine.stopping.StopRules`.
+
+    Parameters
+    ----------
+    fields : Fields
+    family : {"poisson", "binomial"}
+    alpha, tol : float
+    split_every : int
+        Fan-in of the time-axis reduction.
+    client : distributed.Client or None
+        The cluster whose memory holds the state (None: dask's default scheduler).
+    target : str
+        The target's name, for the messages.
+    """
+
+    def __init__(self, fields, family, alpha, tol, split_every, client, target):
+        self.p = fields.p + 1
+        self.family, self.alpha, self.tol = family, float(alpha), float(tol)
+        self.split_every, self.client, self.target = split_every, client, target
+        self.index = "t" + "abcdefgh"[: fields.weight.ndim]
+        space_nb = fields.weight.numblocks
+        self.fields = _cached(fields, client)
+        self.state = fields.weight.map_blocks(initial_state, self.p, new_axis=fields.weight.ndim,
+                                              chunks=fields.weight.chunks + ((state_width(self.p),),),
+                                              dtype=np.float64)
+        self.active = dict.fromkeys(np.ndindex(*space_nb), True)
+        self.objective = np.zeros(space_nb)  # each chunk's objective sum, kept when its cells stop
+        self.passes = 0
+        self.count = self.left = None  # (*space,) rows per cell, cells still iterating: set by result()
+
+    @property
+    def iterations(self):
+        return self.passes
+
+    @property
+    def progress(self):
+        return self.passes
+
+    def start(self):
+        return self._pass(first=True)
+
+    def step(self):
+        return self._pass(first=False)
+
+    def stop_rule(self, outcome):
+        return None if any(self.active.values()) else Stop(True, "every cell converged")
+
+    def _pass(self, first):
+        """One pass: the statistics at the cells' points, their Newton update, the record."""
+        t0 = time.perf_counter()
+        p, index, fields = self.p, self.index, self.fields
+        space_nb = fields.weight.numblocks
+        stats = da.blockwise(
+            glm_stats, index + "s", fields.order, None, self.family, None, first, None, self.state[..., :p],
+            index[1:] + "p", *fields.blockwise_args(index), new_axes={"s": n_stats(p)},
+            adjust_chunks={"t": lambda n: 1}, concatenate=True, dtype=np.float64,
+            meta=np.empty((0,) * (len(index) + 1)),
+        )
+        total = stats.sum(axis=0, split_every=self.split_every)
+        new = da.map_blocks(newton_update, self.state, total, p, self.family, self.alpha, self.tol, first,
+                            dtype=np.float64, chunks=self.state.chunks)
+        summary = da.map_blocks(_summary, self.state, new, total, p, self.alpha, first, dtype=np.float64,
+                                chunks=tuple((1,) * n for n in space_nb) + ((len(SUMMARY),),))
+        state = _select(new, self.state, self.active)
+        summary = _select(summary, None, self.active)
+        self.state, counts = _persist_and_count(state, summary, self.client)
+        self.passes += 1
+        if first:
+            self._check_start(counts)
+        evaluated = sum(self.active.values())
+        for idx in list(self.active):
+            if self.active[idx]:
+                self.objective[idx] = counts[idx][3]
+                self.active[idx] = counts[idx][0] > 0
+        record = make_record(
+            step=self.passes, iteration=self.passes, loss=math.nan if first else float(np.sum(self.objective)),
+            grad_norm=math.nan if first else float(np.fmax.reduce(counts[..., 4], axis=None)), step_size=None,
+            timing=Timing(time.perf_counter() - t0, None, None), n_samples=float(np.sum(counts[..., 5])),
+            updates_per_group=(1,) * evaluated, nbytes=Bytes(counts.nbytes, counts.nbytes, 0),
+            cells_iterating=int(np.sum(counts[..., 0])),
+        )
+        return Outcome([record])
+
+    def _check_start(self, counts):
+        """The start pass's input checks: targets in the family's range, some data."""
+        if counts[..., 1].sum() > 0:
+            n_bad = int(counts[..., 1].sum())
+            need = "counts >= 0" if self.family == "poisson" else "values in [0, 1] (0/1 outcomes or proportions)"
+            raise InputError(
+                f"family={self.family!r} needs {need} as the target: {n_bad} unmasked value(s) of {self.target!r} "
+                "are outside that range"
+            )
+        if counts[..., 2].sum() == 0:
+            raise InputError(
+                f"every cell of {self.target!r} or its features is masked (NaN) or has zero weight: nothing to fit"
+            )
+
+    def result(self):
+        """``(coef (*space, p), passes, None, None)`` (no optimizer); the cells' rows and
+        which cells are still iterating are kept as ``count`` and ``left``."""
+        p, state = self.p, self.state
+        final = state.map_blocks(final_coef, p, chunks=state.chunks[:-1] + ((p,),), dtype=np.float64)
+        coef, self.count, self.left = _gather(self.client, final, state[..., 3 * p + 3],
+                                              state[..., 3 * p + 2] == ACTIVE)
+        return coef, self.passes, None, None
+
+
+# ------------------------------------------------------------------- the fit
+def fit_cells(fields, family, alpha, tol, max_iter, split_every, client, target, *, max_time=None, callbacks=(),
+              verbose=0, desc="pointwise GLM"):
+    """Fit the per-cell models of ``fields`` (a :class:`~._design.Fields`) with
+    :class:`CellNewton` in the one driver loop: returns ``(coef (*space, p), count
+    (*space,), passes, history)``, the arrays NumPy; ``passes`` counts the passes over
+    the data, the start's IRLS step included (at most ``max_iter``); ``history`` is a
+    DataFrame of one record per pass (see :class:`CellNewton`).
 
     ``client``: a distributed Client or None (then dask's default scheduler);
-    ``progress``: an optional bar updated once per pass."""
-    p = fields.p + 1
-    index = "t" + "abcdefgh"[: fields.weight.ndim]
-    space_nb = fields.weight.numblocks
-    fields = _cached(fields, client)
-    state = fields.weight.map_blocks(initial_state, p, new_axis=fields.weight.ndim,
-                                     chunks=fields.weight.chunks + ((state_width(p),),), dtype=np.float64)
-    active = dict.fromkeys(np.ndindex(*space_nb), True)
-    passes = 0
-    for it in range(max_iter):
-        first = it == 0
-        coef = state[..., :p]
-        stats = da.blockwise(
-            glm_stats, index + "s", fields.order, None, family, None, first, None, coef, index[1:] + "p",
-            *fields.blockwise_args(index), new_axes={"s": n_stats(p)}, adjust_chunks={"t": lambda n: 1},
-            concatenate=True, dtype=np.float64, meta=np.empty((0,) * (len(index) + 1)),
-        )
-        total = stats.sum(axis=0, split_every=split_every)
-        new = da.map_blocks(newton_update, state, total, p, family, float(alpha), float(tol), first,
-                            dtype=np.float64, chunks=state.chunks)
-        summary = da.map_blocks(_summary, new, total, p, first, dtype=np.float64,
-                                chunks=tuple((1,) * n for n in space_nb) + ((3,),))
-        state = _select(new, state, active)
-        summary = _select(summary, None, active)
-        state, counts = _persist_and_count(state, summary, client)
-        passes += 1
-        if progress is not None:
-            progress.update(1)
-        if first:
-            if counts[..., 1].sum() > 0:
-                n_bad = int(counts[..., 1].sum())
-                need = "counts >= 0" if family == "poisson" else "values in [0, 1] (0/1 outcomes or proportions)"
-                raise InputError(
-                    f"family={family!r} needs {need} as the target: {n_bad} unmasked value(s) of {target!r} are "
-                    "outside that range"
-                )
-            if counts[..., 2].sum() == 0:
-                raise InputError(
-                    f"every cell of {target!r} or its features is masked (NaN) or has zero weight: nothing to fit"
-                )
-        for idx in list(active):
-            if active[idx] and counts[idx][0] == 0:
-                active[idx] = False
-        if not any(active.values()):
-            break
-    final = state.map_blocks(final_coef, p, chunks=state.chunks[:-1] + ((p,),), dtype=np.float64)
-    count = state[..., 3 * p + 3]
-    left = state[..., 3 * p + 2] == ACTIVE
-    (coef, count, left) = _gather(client, final, count, left)
+    ``max_time``: seconds after which the fit stops (the cells still iterating keep
+    their last accepted coefficients, with a warning); ``callbacks``: called with every
+    record, one returning True stops the fit; ``verbose``, ``desc``: the progress bar
+    (:class:`~dask_dgd._engine.runtime.monitor.Monitor`)."""
+    import pandas as pd
+
+    monitor = Monitor(verbose=verbose, callbacks=callbacks, total=int(max_iter), desc=desc)
+    try:
+        solver = CellNewton(fields, family, alpha, tol, split_every, client, target)
+        stop = Loop(_Context(monitor), solver, StopRules(monitor, int(max_iter), max_time)).run()
+        coef, passes, _, _ = solver.result()
+        monitor.finish(passes)
+    finally:
+        monitor.close()
+    count, left = solver.count, solver.left
     n_left = int(left.sum())
-    if n_left:
+    if n_left and not stop.converged:
+        why = (f"in max_iter={max_iter} Newton passes" if stop.message.startswith("reached max_iter")
+               else f"({stop.message})")
         warnings.warn(
-            f"{n_left} of {int((count > 0).sum())} grid cells did not converge in max_iter={max_iter} Newton passes "
-            "(their coefficients are the last accepted ones); cells whose target is separated by the features "
-            "have no finite fit: pass alpha > 0, or raise max_iter",
+            f"{n_left} of {int((count > 0).sum())} grid cells did not converge {why} (their coefficients are the "
+            "last accepted ones); cells whose target is separated by the features have no finite fit: pass "
+            "alpha > 0, or raise max_iter",
             ConvergenceWarning, stacklevel=user_stacklevel(),
         )
-    return coef, count, passes
+    return coef, count, passes, pd.DataFrame.from_records(monitor.records)
 
 
 CACHE_SHARE = 0.25  # the inputs are kept in memory between passes when they fill at most this share of it

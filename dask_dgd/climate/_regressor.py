@@ -114,8 +114,12 @@ verbose, callbacks
         :class:`~dask_dgd.linear_model.DGDLinearModel`): every training mode,
         compression, checkpoints with ``fit(ds, resume=True)``, the divergence guard and
         the time limit.  Pointwise models use ``max_iter``, ``tol`` (above) and
-        ``verbose`` only; any other of these set to a value other than its default
-        is a ``ParameterError`` with ``model="pointwise"``, not silently ignored.
+        ``verbose``, poisson and binomial ones also ``max_time`` (the cells still
+        iterating keep their last accepted coefficients, with a ``ConvergenceWarning``)
+        and ``callbacks`` (called with every Newton pass's record; one returning True
+        stops the fit after that pass); any other of these set to a value other than
+        its default is a ``ParameterError`` with ``model="pointwise"``, not silently
+        ignored.
 
     Attributes
     ----------
@@ -135,6 +139,16 @@ verbose, callbacks
     estimator_ : the fitted linear estimator (pooled)
     n_samples_ : xarray.DataArray (pointwise)
         Unmasked time steps of each cell.
+    n_iter_ : int
+        Pooled: the linear estimator's; pointwise poisson and binomial: the passes over
+        the data (the start's IRLS step included); pointwise gaussian: 1.
+    history_ : pandas.DataFrame
+        One record per step, as every estimator's (pooled: the linear estimator's);
+        pointwise poisson and binomial: one per pass, ``loss`` the objective summed
+        over the cells at their last accepted coefficients (NaN for the start's pass,
+        which evaluates none), ``grad_norm`` the largest norm of a cell's gradient,
+        ``cells_iterating`` the cells not converged yet.  Pointwise gaussian fits
+        (one solve) have none.
 
     Examples
     --------
@@ -270,19 +284,24 @@ verbose, callbacks
     _POOLED_ONLY = ("solver", "optimizer", "learning_rate", "batch_size", "mode", "local_steps", "outer_optimizer",
                     "max_staleness", "staleness_scaling", "max_time", "on_divergence", "checkpoint",
                     "checkpoint_every", "compression", "random_state", "callbacks")
+    #: those the pointwise poisson and binomial fits use: their Newton passes are steps of the one loop
+    _PASSES = ("max_time", "callbacks")
 
     def _check_pointwise_params(self):
         """The pooled model's training parameters are refused with ``model="pointwise"``
-        unless left at their defaults: a parameter is used or refused, never ignored."""
+        unless left at their defaults (poisson and binomial cells use ``max_time`` and
+        ``callbacks``): a parameter is used or refused, never ignored."""
         defaults = inspect.signature(type(self).__init__).parameters
+        used = self._PASSES if self.family != "gaussian" else ()
         changed = [name for name in self._POOLED_ONLY
-                   if not _is_default(getattr(self, name), defaults[name].default)]
+                   if name not in used and not _is_default(getattr(self, name), defaults[name].default)]
         if changed:
             shown = ", ".join(f"{name}={getattr(self, name)!r}" for name in changed)
             raise ParameterError(
                 f"{shown}: pointwise models do not use {'these' if len(changed) > 1 else 'this'} (they train no "
-                "pooled model by gradient descent: least squares is solved per cell, poisson and binomial cells by "
-                "Newton passes, with max_iter and tol); leave it at its default or use model='pooled'"
+                "pooled model by gradient descent: least squares is solved per cell in one pass, poisson and "
+                "binomial cells by Newton passes, with max_iter, tol, max_time and callbacks); leave it at its "
+                "default or use model='pooled'"
             )
 
     # --------------------------------------------------------------------- fit
@@ -378,19 +397,16 @@ verbose, callbacks
         self._set_pointwise(spec, fields, coef, count)
 
     def _fit_pointwise_glm(self, spec, fields):
-        from .._engine.runtime.monitor import progress_bar
         from ._pointwise_glm import fit_cells
 
         client = task_client(self.client) or _default_client()  # the cluster whose memory holds the state
-        bar = progress_bar(self.verbose, self.max_iter, f"{type(self).__name__} (pointwise {self.family})", "pass")
-        try:
-            coef, count, passes = fit_cells(fields, self.family, self.alpha, self.tol, self.max_iter,
-                                            self.split_every, client, self.target, progress=bar)
-        finally:
-            if bar is not None:
-                bar.total = bar.n  # converged before max_iter: the bar ends full
-                bar.close()
+        coef, count, passes, history = fit_cells(
+            fields, self.family, self.alpha, self.tol, self.max_iter, self.split_every, client, self.target,
+            max_time=self.max_time, callbacks=self.callbacks, verbose=self.verbose,
+            desc=f"{type(self).__name__} (pointwise {self.family})",
+        )
         self.n_iter_ = passes
+        self.history_ = history
         self._set_pointwise(spec, fields, coef, count)
 
     def _set_pointwise(self, spec, fields, coef, count):

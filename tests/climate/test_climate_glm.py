@@ -345,3 +345,59 @@ def test_predict_uses_the_family_of_the_fit(model_kind):
     model.set_params(family="gaussian")  # takes effect at the next fit, as every parameter
     xr.testing.assert_identical(model.predict(ds).compute(), before)
     assert model.family_ == "poisson" and np.nanmin(before.values) >= 0
+
+
+# ------------------------------------------------- the passes as steps of the one loop
+def test_each_newton_pass_is_a_record_of_the_history_and_of_the_callbacks():
+    """One record per pass (the start's IRLS step included): the objective summed over
+    the cells at their last accepted points falls, the largest gradient shrinks, the
+    cells still iterating count down to none; a callback sees the same records, and
+    the coefficients are those of a fit without one."""
+    ds = _grid()
+    seen = []
+    model = ClimateRegressor(["a", "index"], "n", model="pointwise", family="poisson", tol=1e-8,
+                             callbacks=[seen.append]).fit(ds)
+    h = model.history_
+    assert len(h) == model.n_iter_ >= 4
+    assert h["iteration"].tolist() == h["step"].tolist() == list(range(1, model.n_iter_ + 1))
+    assert np.isnan(h["loss"].iloc[0]) and np.isnan(h["grad_norm"].iloc[0])  # the start evaluates no coefficients
+    loss = h["loss"].to_numpy()[1:]
+    assert np.all(np.diff(loss) <= INCREASE_SLACK * np.abs(loss[:-1])) and loss[-1] < loss[0]
+    assert h["grad_norm"].iloc[-1] < 1e-6 * h["grad_norm"].iloc[1]
+    iterating = h["cells_iterating"].tolist()
+    assert iterating == sorted(iterating, reverse=True) and iterating[-1] == 0
+    assert iterating[0] == 6 * 4 - 2  # every cell with a finite fit: not the land cell, not the edge cell
+    assert [rec["step"] for rec in seen] == h["step"].tolist()
+    np.testing.assert_array_equal([rec["loss"] for rec in seen], h["loss"])  # NaN the same
+    quiet = ClimateRegressor(["a", "index"], "n", model="pointwise", family="poisson", tol=1e-8).fit(ds)
+    np.testing.assert_array_equal(_table(model), _table(quiet))
+
+
+def test_a_callback_returning_true_stops_the_passes():
+    ds = _grid()
+    stopped = ClimateRegressor(["a", "index"], "e", model="pointwise", family="binomial",
+                               callbacks=[lambda rec: rec["step"] >= 2])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", ConvergenceWarning)  # the user stopped it: no warning, as every estimator
+        stopped.fit(ds)
+    assert stopped.n_iter_ == len(stopped.history_) == 2 and stopped.history_["cells_iterating"].iloc[-1] > 0
+    full = ClimateRegressor(["a", "index"], "e", model="pointwise", family="binomial").fit(ds)
+    assert full.n_iter_ > 2
+    assert not np.array_equal(_table(stopped), _table(full), equal_nan=True)
+
+
+def test_max_time_stops_the_passes_with_a_convergence_warning():
+    ds = _grid()
+    model = ClimateRegressor(["a", "index"], "n", model="pointwise", family="poisson", max_time=1e-9)
+    with pytest.warns(ConvergenceWarning, match=r"^22 of 23 grid cells did not converge \(reached max_time=1e-09 s\)"):
+        model.fit(ds)
+    assert model.n_iter_ == len(model.history_) == 1  # the time limit is asked after each pass
+    assert np.isfinite(model.coef_.values[~np.isnan(model.coef_.values)]).all()
+
+
+def test_gaussian_pointwise_models_refuse_max_time_and_callbacks():
+    """Least squares per cell is one solve, not passes: nothing to stop or report."""
+    ds = _grid(T=24)
+    for params, shown in ((dict(max_time=5.0), "max_time=5.0"), (dict(callbacks=[print]), "callbacks=")):
+        with pytest.raises(ParameterError, match=rf"^{shown}.*: pointwise models do not use this"):
+            ClimateRegressor(["a"], "n", model="pointwise", **params).fit(ds)

@@ -102,7 +102,7 @@ def make_record(*, step: int, iteration: int, loss: float, grad_norm: float, ste
     e.g. validation scores; ``time`` is filled in by the monitor, or given as ``wall``
     by a record made in another process)."""
     wait = timing.wait_time
-    if wait is None:
+    if wait is None and timing.compute_time_max is not None:  # unknown for the per-cell passes' dask graphs
         wait = max(0.0, timing.compute_time_max - timing.compute_time_min)
     rec = {
         "step": int(step),

@@ -10,7 +10,9 @@ rule, ``iterations`` how far it is in ``max_iter``'s unit (the limit itself is t
 The solvers: :mod:`.first_order` (first-order optimizers, L-BFGS), :mod:`.newton`
 (Newton/IRLS and coordinate descent), :mod:`.cd_path` (coordinate descent along a path),
 :mod:`.als` (alternating least squares); local SGD and asynchronous training are
-solvers too (:mod:`..modes`), and so is sharded training (:mod:`..sharded`).
+solvers too (:mod:`..modes`), and so is sharded training (:mod:`..sharded`) and the
+pointwise climate GLMs' per-cell Newton passes (``climate/_pointwise_glm.py``, a solver
+whose state is the cells' coefficients, persisted on the cluster).
 """
 
 from __future__ import annotations
