@@ -697,6 +697,17 @@ def test_wide_suite_tiny():
     assert "spark" not in data["unavailable"]  # not asked for
 
 
+def test_wide_click_log_draws_with_the_packages_mixer():
+    """The wide suite keeps its own copy of SplitMix64 (dask_dgd._random is private): the
+    copy must draw what the package draws, so the click log stays the same data."""
+    from benchmarks.suites.wide import problems
+    from dask_dgd._random import mix64, uniform
+
+    z = np.random.default_rng(0).integers(0, 2**64 - 1, 10_000, dtype=np.uint64, endpoint=True)
+    assert np.array_equal(problems.mix64(z), mix64(z))
+    assert np.array_equal(problems.uniform(mix64(z)), uniform(mix64(z)))
+
+
 def test_wide_objective_verdicts_compare_iterations_and_time_to_the_same_objective():
     """Issue 41's wide target on the training objective the two L-BFGS share: the
     iterations from the largest fit's objective per iteration, the time of the first
