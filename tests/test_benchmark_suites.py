@@ -118,6 +118,20 @@ def test_tree_shape_follows_the_engines_runner_tree():
     assert scaling.tree_shape(8, 2) == (2, [2, 1])
     assert scaling.tree_shape(512, 8)[0] == 8 and len(scaling.tree_shape(512, 8)[1]) == 2
     assert scaling.tree_shape(64, 8, "star") == (64, [])
+    # the suite writes the tree from its documented description; the engine's own
+    from dask_dgd._engine.runtime.topology import runner_tree
+
+    def engine_shape(groups, s):
+        roots = runner_tree(range(groups), s)
+        level, kids = list(roots), []
+        while any(n.children for n in level):
+            kids.append(max(len(n.children) for n in level))
+            level = [c for n in level for c in n.children]
+        return len(roots), kids
+
+    for s in (2, 3, 4, 8, 16):
+        for groups in (*range(2, 80), 511, 512, 513, 4_096, 4_681):
+            assert scaling.tree_shape(groups, s) == engine_shape(groups, s), (groups, s)
 
 
 def test_transport_rule_follows_the_engine_default():
@@ -126,6 +140,17 @@ def test_transport_rule_follows_the_engine_default():
         assert scaling.engine_transport(groups, g, s) == "tree"
     assert scaling.engine_transport(4, 11, 2, "actor") == "star"
     assert scaling.engine_transport(4, 11, 2, "task") == "task"
+    # the suite's table of the documented settings, against the engine's reading of them
+    import dask
+
+    from dask_dgd._engine.runtime.executor import TRANSPORTS, step_transport
+
+    assert set(scaling.STEP_TRANSPORTS) == set(TRANSPORTS)
+    for setting in TRANSPORTS:
+        with dask.config.set({"dgd.step-transport": setting}):
+            assert scaling.engine_transport(4, 11, 2, setting) == step_transport(), setting
+    with pytest.raises(ValueError, match="dgd.step-transport must be one of .*; got 'ring'"):
+        scaling.engine_transport(4, 11, 2, "ring")
 
 
 def test_cost_model_fit_recovers_its_constants():
