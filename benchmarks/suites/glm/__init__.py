@@ -178,20 +178,14 @@ SIZES = {
 
 # ----------------------------------------------------------------------------- availability
 def dgd_estimator(name):
-    """dask_dgd's estimator ``name`` (from the package, else its CV module), or None when not built."""
-    import importlib
-
+    """dask_dgd's estimator ``name`` (in ``dask_dgd.__all__``, else in
+    ``dask_dgd.linear_model.__all__``: the public API only), or None when not built."""
     import dask_dgd
+    import dask_dgd.linear_model
 
-    if hasattr(dask_dgd, name):
-        return getattr(dask_dgd, name)
-    for module in ("dask_dgd.linear_model", "dask_dgd.linear_model._cv"):
-        try:
-            mod = importlib.import_module(module)
-        except ImportError:
-            continue
-        if hasattr(mod, name):
-            return getattr(mod, name)
+    for module in (dask_dgd, dask_dgd.linear_model):
+        if name in module.__all__:
+            return getattr(module, name)
     return None
 
 
