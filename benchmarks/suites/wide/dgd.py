@@ -34,7 +34,13 @@ class HeldOut:
 class ShardedHeldOut(HeldOut):
     """:class:`HeldOut` for sharded parameters: the held-out rows are a shard set on
     the cluster and each evaluation runs there (``Validator.evaluate_sharded``: the
-    held-out groups pull the coefficients their rows touch), the driver gets the sums."""
+    held-out groups pull the coefficients their rows touch), the driver gets the sums.
+
+    The one use of the private engine left in the suites: ``dask_dgd.train`` with
+    ``param_sharding=True`` takes only a validator with ``evaluate_sharded(source)``,
+    which only the engine's ``Validator`` has, and the public API offers no validator of
+    given held-out rows (the estimators' ``early_stopping`` holds out a share of the
+    training rows; callbacks see no parameters).  Issue 42 records the need."""
 
     scorer = None
 
