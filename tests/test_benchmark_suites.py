@@ -479,7 +479,7 @@ def test_glm_objective_is_what_the_peers_minimise():
     y_tw = glm.tweedie_sample(np.exp(X @ coef), 1.5, 1.0, rng)
     alpha = 0.01
     fits = {
-        "binomial": [glm._sk_logistic(1 / (alpha * len(X)), 0.0, solver="newton-cholesky", tol=1e-12)
+        "binomial": [glm.peers._sk_logistic(1 / (alpha * len(X)), 0.0, solver="newton-cholesky", tol=1e-12)
                      .fit(X, y_bin)],
         "tweedie": [TweedieRegressor(power=1.5, link="log", alpha=alpha, solver="newton-cholesky", tol=1e-12)
                     .fit(X, y_tw)],
@@ -494,7 +494,7 @@ def test_glm_objective_is_what_the_peers_minimise():
             params = np.r_[np.ravel(est.intercept_)[:1], np.ravel(est.coef_)]
             assert np.max(np.abs(approx_fprime(params, f, 1e-7))) < 1e-5, (family, type(est))
         # and moving off the solution raises it: the mapping of alpha is not off by a factor
-        wrong = glm._sk_logistic(1 / (alpha * len(X)) * 2, 0.0, solver="newton-cholesky", tol=1e-12).fit(X, y_bin) \
+        wrong = glm.peers._sk_logistic(1 / (alpha * len(X)) * 2, 0.0, solver="newton-cholesky", tol=1e-12).fit(X, y_bin) \
             if family == "binomial" else TweedieRegressor(power=1.5, link="log", alpha=2 * alpha, solver="newton-cholesky",
                                                            tol=1e-12).fit(X, y_tw)
         good = fits[family][0]
@@ -558,7 +558,7 @@ def test_glm_suite_tiny(monkeypatch):
     """Every cluster problem at a tiny size: peers side by side at the same objective; a
     missing peer and a dask_dgd estimator not built are reported, not failures."""
     real = glm.dgd_estimator
-    monkeypatch.setattr(glm, "dgd_estimator", lambda name: None if name == "ElasticNetCV" else real(name))
+    monkeypatch.setattr(glm.runs, "dgd_estimator", lambda name: None if name == "ElasticNetCV" else real(name))
     real_why = glm._why_unimportable
     monkeypatch.setattr(glm, "_why_unimportable",
                         lambda m: "ModuleNotFoundError: No module named 'h2o'" if m == "h2o" else real_why(m))
