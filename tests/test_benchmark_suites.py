@@ -118,6 +118,20 @@ def test_tree_shape_follows_the_engines_runner_tree():
     assert scaling.tree_shape(8, 2) == (2, [2, 1])
     assert scaling.tree_shape(512, 8)[0] == 8 and len(scaling.tree_shape(512, 8)[1]) == 2
     assert scaling.tree_shape(64, 8, "star") == (64, [])
+    # the suite writes the tree from its documented description; the engine's own
+    from dask_dgd._engine.runtime.topology import runner_tree
+
+    def engine_shape(groups, s):
+        roots = runner_tree(range(groups), s)
+        level, kids = list(roots), []
+        while any(n.children for n in level):
+            kids.append(max(len(n.children) for n in level))
+            level = [c for n in level for c in n.children]
+        return len(roots), kids
+
+    for s in (2, 3, 4, 8, 16):
+        for groups in (*range(2, 80), 511, 512, 513, 4_096, 4_681):
+            assert scaling.tree_shape(groups, s) == engine_shape(groups, s), (groups, s)
 
 
 def test_transport_rule_follows_the_engine_default():
@@ -126,6 +140,17 @@ def test_transport_rule_follows_the_engine_default():
         assert scaling.engine_transport(groups, g, s) == "tree"
     assert scaling.engine_transport(4, 11, 2, "actor") == "star"
     assert scaling.engine_transport(4, 11, 2, "task") == "task"
+    # the suite's table of the documented settings, against the engine's reading of them
+    import dask
+
+    from dask_dgd._engine.runtime.executor import TRANSPORTS, step_transport
+
+    assert set(scaling.STEP_TRANSPORTS) == set(TRANSPORTS)
+    for setting in TRANSPORTS:
+        with dask.config.set({"dgd.step-transport": setting}):
+            assert scaling.engine_transport(4, 11, 2, setting) == step_transport(), setting
+    with pytest.raises(ValueError, match="dgd.step-transport must be one of .*; got 'ring'"):
+        scaling.engine_transport(4, 11, 2, "ring")
 
 
 def test_cost_model_fit_recovers_its_constants():
@@ -454,7 +479,7 @@ def test_glm_objective_is_what_the_peers_minimise():
     y_tw = glm.tweedie_sample(np.exp(X @ coef), 1.5, 1.0, rng)
     alpha = 0.01
     fits = {
-        "binomial": [glm._sk_logistic(1 / (alpha * len(X)), 0.0, solver="newton-cholesky", tol=1e-12)
+        "binomial": [glm.peers._sk_logistic(1 / (alpha * len(X)), 0.0, solver="newton-cholesky", tol=1e-12)
                      .fit(X, y_bin)],
         "tweedie": [TweedieRegressor(power=1.5, link="log", alpha=alpha, solver="newton-cholesky", tol=1e-12)
                     .fit(X, y_tw)],
@@ -469,7 +494,7 @@ def test_glm_objective_is_what_the_peers_minimise():
             params = np.r_[np.ravel(est.intercept_)[:1], np.ravel(est.coef_)]
             assert np.max(np.abs(approx_fprime(params, f, 1e-7))) < 1e-5, (family, type(est))
         # and moving off the solution raises it: the mapping of alpha is not off by a factor
-        wrong = glm._sk_logistic(1 / (alpha * len(X)) * 2, 0.0, solver="newton-cholesky", tol=1e-12).fit(X, y_bin) \
+        wrong = glm.peers._sk_logistic(1 / (alpha * len(X)) * 2, 0.0, solver="newton-cholesky", tol=1e-12).fit(X, y_bin) \
             if family == "binomial" else TweedieRegressor(power=1.5, link="log", alpha=2 * alpha, solver="newton-cholesky",
                                                            tol=1e-12).fit(X, y_tw)
         good = fits[family][0]
@@ -533,7 +558,7 @@ def test_glm_suite_tiny(monkeypatch):
     """Every cluster problem at a tiny size: peers side by side at the same objective; a
     missing peer and a dask_dgd estimator not built are reported, not failures."""
     real = glm.dgd_estimator
-    monkeypatch.setattr(glm, "dgd_estimator", lambda name: None if name == "ElasticNetCV" else real(name))
+    monkeypatch.setattr(glm.runs, "dgd_estimator", lambda name: None if name == "ElasticNetCV" else real(name))
     real_why = glm._why_unimportable
     monkeypatch.setattr(glm, "_why_unimportable",
                         lambda m: "ModuleNotFoundError: No module named 'h2o'" if m == "h2o" else real_why(m))
@@ -695,6 +720,17 @@ def test_wide_suite_tiny():
         assert sum(phrase in v for v in data["verdicts"]) == count, phrase
         assert phrase in md
     assert "spark" not in data["unavailable"]  # not asked for
+
+
+def test_wide_click_log_draws_with_the_packages_mixer():
+    """The wide suite keeps its own copy of SplitMix64 (dask_dgd._random is private): the
+    copy must draw what the package draws, so the click log stays the same data."""
+    from benchmarks.suites.wide import problems
+    from dask_dgd._random import mix64, uniform
+
+    z = np.random.default_rng(0).integers(0, 2**64 - 1, 10_000, dtype=np.uint64, endpoint=True)
+    assert np.array_equal(problems.mix64(z), mix64(z))
+    assert np.array_equal(problems.uniform(mix64(z)), uniform(mix64(z)))
 
 
 def test_wide_objective_verdicts_compare_iterations_and_time_to_the_same_objective():

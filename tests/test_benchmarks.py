@@ -9,6 +9,7 @@ import pytest
 
 from benchmarks.__main__ import _jsonable, section_markers, update_results
 from benchmarks.suites import SUITES, linear
+from benchmarks.suites._peers import why_no_spark
 
 #: A configuration that runs in seconds (plus the peers' own start-up costs).
 TINY = dict(
@@ -154,7 +155,7 @@ def test_tiny_run_spark():
     )
     data = result["data"]
     target = _target(data["targets"], "Spark")
-    why = linear._why_unimportable("pyspark") or linear._why_no_java()
+    why = why_no_spark()
     if why:
         assert "\n" not in data["unavailable"]["spark"]
         assert target["measured"].startswith("unavailable")

@@ -120,19 +120,34 @@ def tree_inner_levels(n_items, split_every):
     return levels
 
 
+def _runs(n, k):
+    """The lengths of ``n`` items cut, in order, into ``k`` contiguous runs of near-equal
+    length (fewer when shorter)."""
+    k = min(k, n)
+    bounds = [round(i * n / k) for i in range(k + 1)]
+    return [b - a for a, b in zip(bounds[:-1], bounds[1:]) if b > a]
+
+
 def tree_shape(groups, split_every, transport="tree"):
     """``(roots, children)`` of the runner tree a step takes: the runners the driver
     calls, and for each level below them the most children one runner of that level
-    forwards to (the critical path).  The star: every group a root, no levels."""
+    forwards to (the critical path).  The star: every group a root, no levels.
+
+    The tree is the engine's, as ``docs/performance.md`` and the user guide describe it:
+    the groups, in order, cut into ``split_every`` contiguous runs at every level, the
+    first group of a run its root and the rest its subtree (written here from that
+    description: the engine's tree is private; tests/test_benchmark_suites.py checks
+    the two agree)."""
     if transport == "star" or groups <= 1:
         return max(groups, 1), []
-    from dask_dgd._engine.runtime.topology import runner_tree
-
-    level, kids = list(runner_tree(range(groups), split_every)), []
+    if split_every < 2:
+        raise ValueError(f"the fan-in must be at least 2; got {split_every}")
+    level, kids = _runs(groups, split_every), []  # the size of each runner's subtree, itself included
     roots = len(level)
-    while any(n.children for n in level):
-        kids.append(max(len(n.children) for n in level))
-        level = [c for n in level for c in n.children]
+    while any(n > 1 for n in level):
+        below = [_runs(n - 1, split_every) if n > 1 else [] for n in level]
+        kids.append(max(len(b) for b in below))
+        level = [c for b in below for c in b]
     return roots, kids
 
 
@@ -142,15 +157,21 @@ def transport_rule(groups, n_params, split_every):
     return "tree"
 
 
+#: The transport a step takes for each ``dgd.step-transport`` setting, as the user guide
+#: documents it ("auto" and "tree": the runner tree; "star" and its earlier name "actor":
+#: the driver calls every runner; "task": scheduler tasks).
+STEP_TRANSPORTS = {"auto": "tree", "tree": "tree", "star": "star", "actor": "star", "task": "task"}
+
+
 def engine_transport(groups, n_params, split_every, requested="auto"):
-    """The transport the installed engine uses for a step (``requested`` as the
-    ``dgd.step-transport`` setting): ``"tree"``, ``"star"`` or ``"task"``."""
-    import dask
-
-    from dask_dgd._engine.runtime.executor import step_transport
-
-    with dask.config.set({"dgd.step-transport": requested}):
-        return step_transport()
+    """The transport the engine uses for a step (``requested`` as the
+    ``dgd.step-transport`` setting): ``"tree"``, ``"star"`` or ``"task"``
+    (:data:`STEP_TRANSPORTS`; tests/test_benchmark_suites.py checks it against the
+    engine)."""
+    if requested not in STEP_TRANSPORTS:
+        raise ValueError(f"dgd.step-transport must be one of {', '.join(map(repr, STEP_TRANSPORTS))}; "
+                         f"got {requested!r}")
+    return STEP_TRANSPORTS[requested]
 
 
 # ----------------------------------------------------------------------------- the cost model
