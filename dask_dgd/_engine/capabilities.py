@@ -77,7 +77,8 @@ class SolverTraits:
     steps on the Hessian's sums.  ``scaled``: it runs in scaled coordinates when
     :func:`scaled_solve` says so.  ``build``: its class (``"module:Class"``) in the
     synchronous mode, ``sharded`` its class with parameter sharding (None: sharding
-    does not support it)."""
+    does not support it), ``path`` its class on a cross-validation path's stacked
+    objective (None: it takes the path's objective as any other)."""
 
     exact: bool
     optimizer: str
@@ -92,6 +93,7 @@ class SolverTraits:
     scaled: bool = False
     build: str = ""
     sharded: str | None = None
+    path: str | None = None
 
 
 SOLVERS = {
@@ -100,9 +102,10 @@ SOLVERS = {
                           build="solvers.first_order:LBFGS", sharded="sharded.driver:ShardedLBFGS"),
     "newton": SolverTraits(exact=True, optimizer="none", l1=False, support=_newton_support,
                            instead="solver='lbfgs'", hessian=True, scaled=True, build="solvers.newton:IRLSCD",
+                           path="solvers.cd_path:PathIRLSCD",
                            l1_instead="solver='cd' (coordinate descent on the same Newton steps) or solver='auto'"),
     "cd": SolverTraits(exact=True, optimizer="none", l1=True, support=cd_support, instead="solver='gd' or 'lbfgs'",
-                       hessian=True, scaled=True, build="solvers.newton:IRLSCD"),
+                       hessian=True, scaled=True, build="solvers.newton:IRLSCD", path="solvers.cd_path:PathIRLSCD"),
     "als": SolverTraits(exact=True, optimizer="none", l1=False, support=_als_support, batch_advice="",
                         l1_instead="solver='gd'", build="solvers.als:ALS",
                         refusal="solver={name!r} trains matrix factorizations whose objective is quadratic in each "
@@ -150,15 +153,17 @@ def _load(path):
     return getattr(importlib.import_module(f"{__package__}.{module}"), name)
 
 
-def solver_class(solver, mode, sharded):
-    """The class that runs a fit of ``solver`` in ``mode`` (sharded or not), from the
-    tables; :func:`sharding_refusals` has said why a combination cannot be sharded."""
+def solver_class(solver, mode, sharded, path=False):
+    """The class that runs a fit of ``solver`` in ``mode`` (sharded or not, on a
+    cross-validation ``path`` or not), from the tables; :func:`sharding_refusals` has
+    said why a combination cannot be sharded."""
     row = MODES[mode]
+    traits = SOLVERS[solver]
     if row.build is None:
-        path = SOLVERS[solver].sharded if sharded else SOLVERS[solver].build
+        where = traits.sharded if sharded else (traits.path if path and traits.path else traits.build)
     else:
-        path = row.sharded if sharded else row.build
-    return _load(path)
+        where = row.sharded if sharded else row.build
+    return _load(where)
 
 
 def sharding_refusals(solver, mode):

@@ -433,8 +433,8 @@ def train(
             settings = Settings(
                 params0=params0, optimizer=opt, opt_state=opt_state, local_steps=local_steps,
                 outer_optimizer=outer_optimizer, max_staleness=max_staleness, staleness_scaling=staleness_scaling,
-                path=path, precondition=scaled_solve(objective))
-            solver_obj = solver_class(solver, mode, sharded).build(ctx, settings)
+                precondition=scaled_solve(objective))
+            solver_obj = solver_class(solver, mode, sharded, path).build(ctx, settings)
             loop = Loop(ctx, solver_obj, stops, cp)
             solver_obj.save = loop.save
             stop = loop.run()

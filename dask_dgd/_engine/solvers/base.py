@@ -58,8 +58,8 @@ class Outcome:
 class Settings:
     """What a fit gives the class that runs it besides the context (:meth:`Solver.build`):
     where it starts, the optimizer and the state it continues, and the settings of the
-    modes (local SGD's rounds, the asynchronous staleness), of the exact solvers (a
-    stacked path) and of sharded L-BFGS (preconditioning on the owners)."""
+    modes (local SGD's rounds, the asynchronous staleness) and of sharded L-BFGS
+    (preconditioning on the owners)."""
 
     params0: Any = None
     optimizer: Any = None
@@ -68,7 +68,6 @@ class Settings:
     outer_optimizer: FirstOrderOptimizer | None = None
     max_staleness: int | None = None
     staleness_scaling: bool = False
-    path: bool = False
     precondition: bool = False
 
 

@@ -370,14 +370,6 @@ class IRLSCD(AttributeState, Solver):
     entry of the minimum-norm subgradient (the KKT violation) is at most ``tol``.
     """
 
-    @classmethod
-    def build(cls, ctx, settings):
-        if settings.path:  # the stacked path of a CV estimator: one Newton model per fold and penalty
-            from .cd_path import PathIRLSCD
-
-            return PathIRLSCD(ctx, settings.params0)
-        return cls(ctx, settings.params0)
-
     def __init__(self, ctx: Context, params0: np.ndarray) -> None:
         self.ctx = ctx
         self.obj: HessianTraining | ScaledTraining = ctx.objective  # type: ignore[assignment]
