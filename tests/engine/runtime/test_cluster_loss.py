@@ -32,7 +32,7 @@ from dask_dgd.testing import killing_worker
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
 
-REPO = str(Path(__file__).resolve().parents[2])
+REPO = str(Path(__file__).resolve().parents[3])
 
 
 # ------------------------------------------------------------------ the scheduler

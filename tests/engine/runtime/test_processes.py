@@ -151,7 +151,7 @@ def test_the_cluster_dies_with_the_process_that_started_it(tmp_path):
     spawned all end too (they used to run on, 10 minutes and more)."""
     import psutil
 
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (str(Path(__file__).resolve().parents[2]),
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (str(Path(__file__).resolve().parents[3]),
                                                                    os.environ.get("PYTHONPATH")) if p)}
     parent = subprocess.Popen([sys.executable, "-c", _STARTS_A_CLUSTER], stdin=subprocess.PIPE,
                               stdout=subprocess.PIPE, env=env, cwd=tmp_path)
