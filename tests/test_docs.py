@@ -120,3 +120,27 @@ def test_every_public_name_has_a_docstring(module):
     assert (mod.__doc__ or "").strip(), f"{module} has no docstring"
     missing = [name for name in getattr(mod, "__all__", ()) if not (getattr(mod, name).__doc__ or "").strip()]
     assert not missing, f"{module}: no docstring on {missing}"
+
+
+# ------------------------------------------------- the estimators' docstrings name every parameter
+WRITTEN_FROM_SIGNATURE = ["LinearRegression", "LogisticRegression", "PoissonRegressor", "GammaRegressor",
+                          "TweedieRegressor", "NegativeBinomialRegressor", "BinomialRegressor",
+                          "MatrixFactorization", "ImplicitMatrixFactorization"]
+
+
+@pytest.mark.parametrize("name", WRITTEN_FROM_SIGNATURE)
+def test_parameters_and_other_parameters_name_every_init_parameter_once(name):
+    """The "Other Parameters" that :func:`dask_dgd._docstrings.other_parameters` writes
+    and the Parameters section written by hand name each ``__init__`` parameter once,
+    in numpydoc's reading."""
+    import inspect
+
+    import dask_dgd
+
+    docscrape = pytest.importorskip("numpydoc.docscrape")
+    cls = getattr(dask_dgd, name)
+    doc = docscrape.ClassDoc(cls, config={"show_class_members": False})
+    named = [n.strip() for section in ("Parameters", "Other Parameters") for p in doc[section]
+             for n in p.name.split(",")]
+    assert sorted(named) == sorted(inspect.signature(cls).parameters), name
+    assert doc["Attributes"], f"{name} has no Attributes section"
