@@ -1,14 +1,15 @@
-"""The "Other Parameters" section of the estimators' docstrings, written from their signatures.
+"""The "Other Parameters" section of docstrings, written from the signatures.
 
 Every gradient-trained estimator takes some thirty training parameters that its base
 class documents (:class:`~dask_dgd.linear_model.DGDLinearModel`,
-:class:`~dask_dgd.recommender.FactorizationBase`).  Each estimator's docstring documents
-its own parameters and lists the rest under "Other Parameters", pointing at the base
-class.  :func:`other_parameters` writes that list from the class's ``__init__``
-signature, so that the list is not written by hand in every class (and cannot miss a
-parameter added to :mod:`dask_dgd._params`), and inserts it after the Parameters
-section: ``__doc__`` stays a complete numpydoc docstring for ``help()``, Sphinx and
-scikit-learn's checks.
+:class:`~dask_dgd.recommender.FactorizationBase`); the data generators of
+:mod:`dask_dgd.datasets` share four that the module's docstring documents.  Each
+estimator's or generator's docstring documents its own parameters and lists the rest
+under "Other Parameters", pointing at where they are documented.
+:func:`other_parameters` writes that list from the signature, so that it is not written
+by hand in every class (and cannot miss a parameter added to :mod:`dask_dgd._params`),
+and inserts it after the Parameters section: ``__doc__`` stays a complete numpydoc
+docstring for ``help()``, Sphinx and scikit-learn's checks.
 """
 
 import inspect
@@ -36,25 +37,26 @@ def _parameters_section(lines):
 
 
 def other_parameters(description, attributes=None):
-    """A class decorator: the class's docstring gets, after its Parameters section, an
-    "Other Parameters" section naming every ``__init__`` parameter that the Parameters
-    section does not (in signature order), described by ``description``, then an
-    "Attributes" section of ``attributes`` (numpydoc lines, unindented) if given."""
+    """A decorator of a class or function: its docstring gets, after its Parameters
+    section, an "Other Parameters" section naming every parameter of its signature (a
+    class's: its ``__init__``'s) that the Parameters section does not, in signature
+    order, described by ``description``, then an "Attributes" section of ``attributes``
+    (numpydoc lines, unindented) if given."""
 
-    def decorate(cls):
-        lines = cls.__doc__.splitlines()
+    def decorate(obj):
+        lines = obj.__doc__.splitlines()
         indent, first, end = _parameters_section(lines)
         documented = set()
         for line in lines[first:end]:
             if line.strip() and not line[len(indent):].startswith(" "):
                 documented.update(name.strip() for name in line.split(" : ")[0].split(","))
-        names = [name for name in inspect.signature(cls).parameters if name not in documented]
+        names = [name for name in inspect.signature(obj).parameters if name not in documented]
         section = ["", "Other Parameters", "----------------", ", ".join(names),
                    *("    " + line for line in description.splitlines())]
         if attributes is not None:
             section += ["", "Attributes", "----------", *attributes.splitlines()]
         lines[end:end] = [indent + line if line else line for line in section]
-        cls.__doc__ = "\n".join(lines)
-        return cls
+        obj.__doc__ = "\n".join(lines)
+        return obj
 
     return decorate

@@ -125,7 +125,8 @@ def test_every_public_name_has_a_docstring(module):
 # ------------------------------------------------- the estimators' docstrings name every parameter
 WRITTEN_FROM_SIGNATURE = ["LinearRegression", "LogisticRegression", "PoissonRegressor", "GammaRegressor",
                           "TweedieRegressor", "NegativeBinomialRegressor", "BinomialRegressor",
-                          "MatrixFactorization", "ImplicitMatrixFactorization"]
+                          "MatrixFactorization", "ImplicitMatrixFactorization", "datasets.make_regression",
+                          "datasets.make_classification", "datasets.make_poisson"]
 
 
 @pytest.mark.parametrize("name", WRITTEN_FROM_SIGNATURE)
@@ -138,9 +139,16 @@ def test_parameters_and_other_parameters_name_every_init_parameter_once(name):
     import dask_dgd
 
     docscrape = pytest.importorskip("numpydoc.docscrape")
-    cls = getattr(dask_dgd, name)
-    doc = docscrape.ClassDoc(cls, config={"show_class_members": False})
+    import dask_dgd.datasets
+
+    obj = dask_dgd
+    for part in name.split("."):
+        obj = getattr(obj, part)
+    if isinstance(obj, type):
+        doc = docscrape.ClassDoc(obj, config={"show_class_members": False})
+        assert doc["Attributes"], f"{name} has no Attributes section"
+    else:
+        doc = docscrape.FunctionDoc(obj)
     named = [n.strip() for section in ("Parameters", "Other Parameters") for p in doc[section]
              for n in p.name.split(",")]
-    assert sorted(named) == sorted(inspect.signature(cls).parameters), name
-    assert doc["Attributes"], f"{name} has no Attributes section"
+    assert sorted(named) == sorted(inspect.signature(obj).parameters), name
