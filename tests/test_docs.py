@@ -130,17 +130,16 @@ WRITTEN_FROM_SIGNATURE = ["LinearRegression", "LogisticRegression", "PoissonRegr
 
 
 @pytest.mark.parametrize("name", WRITTEN_FROM_SIGNATURE)
-def test_parameters_and_other_parameters_name_every_init_parameter_once(name):
+def test_parameters_and_other_parameters_name_every_parameter_once(name):
     """The "Other Parameters" that :func:`dask_dgd._docstrings.other_parameters` writes
-    and the Parameters section written by hand name each ``__init__`` parameter once,
-    in numpydoc's reading."""
+    and the Parameters section written by hand name each parameter of the signature (a
+    class's ``__init__``'s) once, in numpydoc's reading."""
     import inspect
 
     import dask_dgd
+    import dask_dgd.datasets  # noqa: F401 - reached as dask_dgd.datasets below
 
     docscrape = pytest.importorskip("numpydoc.docscrape")
-    import dask_dgd.datasets
-
     obj = dask_dgd
     for part in name.split("."):
         obj = getattr(obj, part)
