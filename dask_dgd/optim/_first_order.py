@@ -14,22 +14,8 @@ from ._base import FirstOrderOptimizer, check_decay_mask
 from ._checks import check_bool, check_interval, check_positive
 from ._schedules import Schedule
 
-__all__ = [
-    "SGD",
-    "Adagrad",
-    "AdagradState",
-    "Adam",
-    "AdamState",
-    "AdamW",
-    "RMSprop",
-    "RMSpropState",
-    "SGDState",
-    "adagrad",
-    "adam",
-    "adamw",
-    "rmsprop",
-    "sgd",
-]
+__all__ = ["SGD", "Adagrad", "AdagradState", "Adam", "AdamState", "AdamW", "RMSprop", "RMSpropState", "SGDState",
+           "adagrad", "adam", "adamw", "rmsprop", "sgd"]
 
 _INF = float("inf")
 
