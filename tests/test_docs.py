@@ -125,7 +125,9 @@ def test_every_public_name_has_a_docstring(module):
 # ------------------------------------------------- the estimators' docstrings name every parameter
 WRITTEN_FROM_SIGNATURE = ["LinearRegression", "LogisticRegression", "PoissonRegressor", "GammaRegressor",
                           "TweedieRegressor", "NegativeBinomialRegressor", "BinomialRegressor",
-                          "MatrixFactorization", "ImplicitMatrixFactorization", "datasets.make_regression",
+                          "MatrixFactorization", "ImplicitMatrixFactorization", "linear_model.GammaRegressorCV",
+                          "linear_model.TweedieRegressorCV", "linear_model.NegativeBinomialRegressorCV",
+                          "linear_model.BinomialRegressorCV", "datasets.make_regression",
                           "datasets.make_classification", "datasets.make_poisson"]
 
 
