@@ -464,6 +464,14 @@ class DGDLinearModel(InferenceMixin, ClientParamMixin, BaseEstimator):
                           ConvergenceWarning, stacklevel=user_stacklevel())
         return result
 
+    def _partial_starts(self):
+        """Whether this ``partial_fit`` call is the first on an unfitted estimator; the
+        first one validates the parameters (later calls keep the first one's)."""
+        first = not hasattr(self, "coef_")
+        if first:
+            self._validate_params()
+        return first
+
     def _partial(self, shards, objective, baseline):
         """One epoch of mini-batch steps, continuing the optimizer of earlier calls.
 

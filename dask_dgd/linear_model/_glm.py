@@ -104,9 +104,7 @@ class _Regressor(RegressorMixin, DGDLinearModel):
         -------
         self : object
         """
-        first = not hasattr(self, "coef_")
-        if first:
-            self._validate_params()
+        first = self._partial_starts()
         shards, summaries, _ = self._prepare(X, y, sample_weight, reset=first, offset=offset, n_offsets=1)
         baseline = self._baseline(summaries, offset) if first else None
         self._partial(shards, self._objective(self.n_features_in_, offset is not None), baseline)

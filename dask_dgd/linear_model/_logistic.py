@@ -247,9 +247,8 @@ class LogisticRegression(ClassifierMixin, DGDLinearModel):
         -------
         self : object
         """
-        first = not hasattr(self, "coef_")
+        first = self._partial_starts()
         if first:
-            self._validate_params()
             if classes is None:
                 raise InputError(
                     "classes must be passed on the first call to partial_fit (all labels "
