@@ -102,8 +102,7 @@ def _explicit(lu, gi, r, rows, U, V, mu, lam, lam_b, gU, gV, touched):  # pragma
     k = V.shape[1] - 1
     loss = 0.0
     sq = 0.0
-    for t in range(rows.shape[0]):
-        j = rows[t]
+    for j in rows:
         u = lu[j]
         i = gi[j]
         dot, reg = _dot_reg(U, V, u, i, k)
@@ -137,8 +136,7 @@ def _bpr(lu, gi, key, uptr, rows, U, V, lam, lam_b, seed, step, gU, gV, touched)
     n_items = np.uint64(V.shape[0])
     salt = mix64_jit(np.uint64(seed) ^ mix64_jit(np.uint64(step) + np.uint64(0x2545F4914F6CDD1D)))
     loss = 0.0
-    for t in range(rows.shape[0]):
-        j = rows[t]
+    for j in rows:
         u = lu[j]
         i = gi[j]
         h = mix64_jit(key[j] ^ salt)
@@ -183,8 +181,7 @@ def _wls(lu, gi, r, rows, U, V, lam, conf, gU, gV, touched):  # pragma: no cover
     k = U.shape[1]
     loss = 0.0
     sq = 0.0
-    for t in range(rows.shape[0]):
-        j = rows[t]
+    for j in rows:
         u = lu[j]
         i = gi[j]
         c = 1.0 + conf * r[j]
