@@ -548,10 +548,8 @@ class LogisticRegressionCV(ClassifierMixin, _PathCV):
 
         Parameters
         ----------
-        X : array-like, sparse matrix, dask array or dask DataFrame of shape (n_samples, n_features)
-        y : array-like or dask array of shape (n_samples,)
-            Class labels (two or more).
-        sample_weight : array-like or dask array of shape (n_samples,), default=None
+        X, y, sample_weight
+            As :meth:`~dask_dgd.LogisticRegression.fit`'s (``y``: labels of two or more classes).
 
         Returns
         -------

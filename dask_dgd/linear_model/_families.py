@@ -66,24 +66,11 @@ class _FamilyRegressor(_Regressor):
         raise NotImplementedError
 
     def score(self, X, y, sample_weight=None, offset=None):
-        """D², the fraction of the family's deviance explained (1 is perfect).
-
-        Parameters
-        ----------
-        X : array-like, sparse matrix, dask array or dask DataFrame of shape (n_samples, n_features)
-        y : array-like or dask array of shape (n_samples,)
-        sample_weight : array-like or dask array of shape (n_samples,), default=None
-        offset : array-like or dask array of shape (n_samples,), default=None
-            Passed to :meth:`predict`.
-
-        Returns
-        -------
-        score : float
-            ``1 - D(y, predict(X, offset)) / D(y, mean)``, with ``D`` the weighted sum of
-            unit deviances and ``mean`` the weighted mean of ``y``, as scikit-learn's D²
-            (the null model has no offset, unlike statsmodels' ``null_deviance``); lazy
-            inputs are computed together.
-        """
+        """D², the fraction of the family's deviance explained (1 is perfect):
+        ``1 - D(y, predict(X, offset)) / D(y, mean)``, with ``D`` the weighted sum of unit
+        deviances and ``mean`` the weighted mean of ``y``, as scikit-learn's D² (the null
+        model has no offset, unlike statsmodels' ``null_deviance``); the arguments are
+        those of :meth:`fit`, lazy inputs computed together."""
         y_pred, y, sample_weight = _computed(self.predict(X, offset=offset), y, sample_weight)
         return self._d2(y, y_pred, sample_weight)
 
