@@ -303,6 +303,7 @@ class RecommenderMixin:
         Returns
         -------
         self
+            The model, with the users' rows written in.
 
         Raises
         ------
@@ -332,6 +333,7 @@ class RecommenderMixin:
         Returns
         -------
         self
+            The model, with the new items appended and the known ones' rows replaced.
 
         Raises
         ------
