@@ -37,6 +37,7 @@ import numbers
 
 import numpy as np
 
+from ._docstrings import other_parameters
 from .exceptions import ParameterError
 
 __all__ = ["make_classification", "make_poisson", "make_ratings", "make_regression"]
@@ -189,26 +190,20 @@ def _lazy(args, tail, rows, n_features, kind, dtype):
 
 
 # ----------------------------------------------------------------------- public API
-def make_regression(
-    n_samples=1000,
-    n_features=10,
-    *,
-    noise=1.0,
-    signal=1.0,
-    intercept=0.0,
-    chunks=None,
-    random_state=0,
-    return_coef=False,
-    dtype=np.float64,
-):
+#: Lists the parameters the module docstring documents in a generator's docstring.
+_shared_parameters = other_parameters("The generators' shared parameters (see the :mod:`dask_dgd.datasets` module\n"
+                                      "docstring).")
+
+
+@_shared_parameters
+def make_regression(n_samples=1000, n_features=10, *, noise=1.0, signal=1.0, intercept=0.0, chunks=None,
+                    random_state=0, return_coef=False, dtype=np.float64):
     """Linear-regression data: ``y = X @ coef + intercept + noise * e``.
 
     Parameters
     ----------
-    n_samples : int, default=1000
-        Number of rows, >= 1.
-    n_features : int, default=10
-        Number of features, >= 1.
+    n_samples, n_features : int, default=1000 and 10
+        Numbers of rows and of features, each >= 1.
     noise : float >= 0, default=1.0
         Standard deviation of the Gaussian noise ``e`` added to ``y``.
     signal : float >= 0, default=1.0
@@ -216,12 +211,6 @@ def make_regression(
         ``X @ coef`` is normal with standard deviation ``signal``.
     intercept : float, default=0.0
         Added to every ``y``.
-
-    Other Parameters
-    ----------------
-    chunks, random_state, return_coef, dtype
-        The generators' shared parameters (see the :mod:`dask_dgd.datasets` module
-        docstring).
 
     Returns
     -------
@@ -252,18 +241,9 @@ def make_regression(
     )
 
 
-def make_classification(
-    n_samples=1000,
-    n_features=10,
-    n_classes=2,
-    *,
-    signal=3.0,
-    intercept=0.0,
-    chunks=None,
-    random_state=0,
-    return_coef=False,
-    dtype=np.float64,
-):
+@_shared_parameters
+def make_classification(n_samples=1000, n_features=10, n_classes=2, *, signal=3.0, intercept=0.0, chunks=None,
+                        random_state=0, return_coef=False, dtype=np.float64):
     """Logistic-regression data with labels ``0 .. n_classes - 1``.
 
     Two classes: ``P(y = 1 | x) = sigmoid(x @ coef + intercept)``.  More classes:
@@ -272,10 +252,8 @@ def make_classification(
 
     Parameters
     ----------
-    n_samples : int, default=1000
-        Number of rows, >= 1.
-    n_features : int, default=10
-        Number of features, >= 1.
+    n_samples, n_features : int, default=1000 and 10
+        Numbers of rows and of features, each >= 1.
     n_classes : int, default=2
         Number of classes, >= 2.
     signal : float >= 0, default=3.0
@@ -283,12 +261,6 @@ def make_classification(
         linear predictor.  Larger values make the classes easier to separate.
     intercept : float, default=0.0
         Added to every linear predictor (binary: shifts the share of class 1).
-
-    Other Parameters
-    ----------------
-    chunks, random_state, return_coef, dtype
-        The generators' shared parameters (see the :mod:`dask_dgd.datasets` module
-        docstring).
 
     Returns
     -------
@@ -317,36 +289,20 @@ def make_classification(
     )
 
 
-def make_poisson(
-    n_samples=1000,
-    n_features=10,
-    *,
-    signal=0.5,
-    intercept=0.5,
-    chunks=None,
-    random_state=0,
-    return_coef=False,
-    dtype=np.float64,
-):
+@_shared_parameters
+def make_poisson(n_samples=1000, n_features=10, *, signal=0.5, intercept=0.5, chunks=None, random_state=0,
+                 return_coef=False, dtype=np.float64):
     """Poisson-regression (log link) count data: ``y ~ Poisson(exp(X @ coef + intercept))``.
 
     Parameters
     ----------
-    n_samples : int, default=1000
-        Number of rows, >= 1.
-    n_features : int, default=10
-        Number of features, >= 1.
+    n_samples, n_features : int, default=1000 and 10
+        Numbers of rows and of features, each >= 1.
     signal : float >= 0, default=0.5
         Euclidean norm of ``coef``: the standard deviation of the log-mean.  Keep it
         small (about 1 or less): the counts grow like ``exp(signal * z)``.
     intercept : float, default=0.5
         Log of the typical count.
-
-    Other Parameters
-    ----------------
-    chunks, random_state, return_coef, dtype
-        The generators' shared parameters (see the :mod:`dask_dgd.datasets` module
-        docstring).
 
     Returns
     -------

@@ -162,3 +162,36 @@ def test_relative_references_in_the_code_name_what_exists():
                 break
             obj = getattr(obj, name)
     assert not broken, "\n".join(broken)
+
+
+# ------------------------------------------------- the estimators' docstrings name every parameter
+WRITTEN_FROM_SIGNATURE = ["LinearRegression", "LogisticRegression", "PoissonRegressor", "GammaRegressor",
+                          "TweedieRegressor", "NegativeBinomialRegressor", "BinomialRegressor",
+                          "MatrixFactorization", "ImplicitMatrixFactorization", "linear_model.GammaRegressorCV",
+                          "linear_model.TweedieRegressorCV", "linear_model.NegativeBinomialRegressorCV",
+                          "linear_model.BinomialRegressorCV", "datasets.make_regression",
+                          "datasets.make_classification", "datasets.make_poisson"]
+
+
+@pytest.mark.parametrize("name", WRITTEN_FROM_SIGNATURE)
+def test_parameters_and_other_parameters_name_every_parameter_once(name):
+    """The "Other Parameters" that :func:`dask_dgd._docstrings.other_parameters` writes
+    and the Parameters section written by hand name each parameter of the signature (a
+    class's ``__init__``'s) once, in numpydoc's reading."""
+    import inspect
+
+    import dask_dgd
+    import dask_dgd.datasets  # noqa: F401 - reached as dask_dgd.datasets below
+
+    docscrape = pytest.importorskip("numpydoc.docscrape")
+    obj = dask_dgd
+    for part in name.split("."):
+        obj = getattr(obj, part)
+    if isinstance(obj, type):
+        doc = docscrape.ClassDoc(obj, config={"show_class_members": False})
+        assert doc["Attributes"], f"{name} has no Attributes section"
+    else:
+        doc = docscrape.FunctionDoc(obj)
+    named = [n.strip() for section in ("Parameters", "Other Parameters") for p in doc[section]
+             for n in p.name.split(",")]
+    assert sorted(named) == sorted(inspect.signature(obj).parameters), name

@@ -53,6 +53,19 @@ def _load_step(full, timef, kind, pos, y, w, t, tv, wm, ym, xs):  # pragma: no c
 
 
 @numba.njit(cache=True, nogil=True, boundscheck=False)
+def _add_gram(acc, xs, w, p, nc):  # pragma: no cover - compiled
+    """Add one time step's ``w x_i x_j`` to row ``i * p + j`` of ``acc`` for ``j >= i``
+    (the upper triangle of each cell's weighted Gram matrix), cell by cell."""
+    for i in range(p):
+        xi = xs[i]
+        for j in range(i, p):
+            xj = xs[j]
+            a = acc[i * p + j]
+            for c in range(nc):
+                a[c] += w[c] * xi[c] * xj[c]
+
+
+@numba.njit(cache=True, nogil=True, boundscheck=False)
 def cell_stats_kernel(full, timef, kind, pos, y, w, out):  # pragma: no cover - compiled
     """``full``: (n_full, time, cells) fields on the grid; ``timef``: (n_time, time) fields
     that vary only in time; column ``f`` of the design is ``full[pos[f]]`` if
@@ -74,13 +87,9 @@ def cell_stats_kernel(full, timef, kind, pos, y, w, out):  # pragma: no cover - 
     for t in range(nt):
         if not _load_step(full, timef, kind, pos, y, w, t, tv, wm, ym, xs):
             continue
+        _add_gram(acc, xs, wm, p, nc)
         for i in range(p):
             xi = xs[i]
-            for j in range(i, p):
-                xj = xs[j]
-                a = acc[i * p + j]
-                for c in range(nc):
-                    a[c] += wm[c] * xi[c] * xj[c]
             a = acc[p * p + i]
             for c in range(nc):
                 a[c] += wm[c] * xi[c] * ym[c]
@@ -191,13 +200,9 @@ def glm_acc_kernel(full, timef, kind, pos, y, w, t0, eta, mu, aux, family, start
                 dev[c] += wc * 2.0 * (m[c] - yc * e[c])
             else:  # 2 (y log y + (1 - y) log(1 - y)) + 2 (log(1 + e^eta) - y eta)
                 dev[c] += wc * 2.0 * (max(e[c], 0.0) + a[c] - yc * e[c])
+        _add_gram(acc, xs, wv, p, nc)
         for i in range(p):
             xi = xs[i]
-            for j in range(i, p):
-                xj = xs[j]
-                h = acc[i * p + j]
-                for c in range(nc):
-                    h[c] += wv[c] * xi[c] * xj[c]
             g = acc[p * p + i]
             for c in range(nc):
                 g[c] += wr[c] * xi[c]

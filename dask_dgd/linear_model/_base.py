@@ -9,6 +9,7 @@ import scipy.sparse as sp
 from sklearn.base import BaseEstimator
 from sklearn.utils.validation import check_is_fitted
 
+from .._docstrings import other_parameters
 from .._engine.capabilities import resolve_solver
 from .._engine.data.blocks import shard_summary
 from .._engine.data.holdout import Validator, snapshot, split_validation
@@ -73,6 +74,13 @@ def linear_signature(*family, alpha, after_intercept=()):
         "n_iter_no_change", "scoring", "rebalance", "param_sharding", "sparse_coef", "compression", "split_every",
         "random_state", "warm_start", "verbose", "callbacks", "client",
     )
+
+#: The "Other Parameters" of a linear estimator's docstring: those of :func:`linear_signature`
+#: that its Parameters section does not document, all described by :class:`DGDLinearModel`.
+TRAINING_PARAMETERS = ("The training parameters every linear estimator shares: see\n"
+                       ":class:`~dask_dgd.linear_model.DGDLinearModel`.")
+linear_docstring = other_parameters(TRAINING_PARAMETERS)
+
 
 class DGDLinearModel(InferenceMixin, ClientParamMixin, BaseEstimator):
     """Base class of the generalised linear models trained by distributed gradient descent.
@@ -455,6 +463,14 @@ class DGDLinearModel(InferenceMixin, ClientParamMixin, BaseEstimator):
             warnings.warn(non_convergence_message(type(self).__name__, result, self.mode, self.max_iter, self.tol),
                           ConvergenceWarning, stacklevel=user_stacklevel())
         return result
+
+    def _partial_starts(self):
+        """Whether this ``partial_fit`` call is the first on an unfitted estimator; the
+        first one validates the parameters (later calls keep the first one's)."""
+        first = not hasattr(self, "coef_")
+        if first:
+            self._validate_params()
+        return first
 
     def _partial(self, shards, objective, baseline):
         """One epoch of mini-batch steps, continuing the optimizer of earlier calls.

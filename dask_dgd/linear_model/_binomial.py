@@ -8,6 +8,7 @@ from .._backend import get_namespace
 from ..exceptions import InputError
 from ..losses import BinaryLogistic
 from ._families import _FamilyRegressor, _weighted_mean
+from ._glm import regressor_docstring
 
 __all__ = ["BinomialRegressor"]
 
@@ -18,6 +19,7 @@ def _expit_block(raw):
     return xp.exp(raw - xp.logaddexp(xp.zeros_like(raw), raw))
 
 
+@regressor_docstring
 class BinomialRegressor(_FamilyRegressor):
     """Binomial regression of proportions with a logit link: successes out of trials.
 
@@ -34,22 +36,6 @@ class BinomialRegressor(_FamilyRegressor):
     alpha : float, default=1.0
         Penalty strength (the default of the other GLMs here and in scikit-learn; 0 for
         the unpenalised fit of statsmodels and R's ``glm``).
-
-    Other Parameters
-    ----------------
-    l1_ratio, fit_intercept, solver, optimizer, learning_rate, batch_size, max_iter, tol, mode, \
-local_steps, outer_optimizer, max_staleness, staleness_scaling, max_time, on_divergence, \
-checkpoint, checkpoint_every, early_stopping, validation_fraction, n_iter_no_change, scoring, \
-rebalance, param_sharding, sparse_coef, compression, split_every, random_state, warm_start, verbose, callbacks, client
-        The training parameters every linear estimator shares: see
-        :class:`~dask_dgd.linear_model.DGDLinearModel`.
-
-    Attributes
-    ----------
-    coef_ : ndarray of shape (n_features,)
-    intercept_ : float
-    n_features_in_, feature_names_in_, n_iter_, loss_curve_, history_, solver_
-        As in :class:`~dask_dgd.LinearRegression`.
 
     Raises
     ------

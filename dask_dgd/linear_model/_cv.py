@@ -232,6 +232,16 @@ class _PathCV(ClientParamMixin, BaseEstimator):
             return -sums["deviance"] / w
         raise AssertionError(scoring)  # _check_scoring allows only the names above
 
+    def _keep_refit(self, est, path_iters):
+        """Take the fitted attributes of ``est``, the refit on all rows; ``n_iter_`` adds
+        the path's ``path_iters`` iterations to the refit's."""
+        self.estimator_ = est
+        self.coef_, self.intercept_ = est.coef_, est.intercept_
+        self.n_features_in_ = est.n_features_in_
+        if hasattr(est, "feature_names_in_"):
+            self.feature_names_in_ = est.feature_names_in_
+        self.n_iter_ = path_iters + est.n_iter_
+
     def _release(self, shards):
         release = getattr(shards, "release", None)
         if release is not None:
@@ -395,12 +405,7 @@ class ElasticNetCV(RegressorMixin, _PathCV):
                                     self.tol, shift)
             params0 = objective.pack(c[-1][:, None], np.array([b[-1]]) if self.fit_intercept else None)
         est._fit(shards, objective, [baseline], params0=params0)
-        self.estimator_ = est
-        self.coef_, self.intercept_ = est.coef_, est.intercept_
-        self.n_features_in_ = est.n_features_in_
-        if hasattr(est, "feature_names_in_"):
-            self.feature_names_in_ = est.feature_names_in_
-        self.n_iter_ = iters + est.n_iter_
+        self._keep_refit(est, iters)
 
     def _exact_path(self, d):
         """Whether the path is solved exactly from the folds' Gram matrices (``"cd"``)."""
@@ -543,10 +548,8 @@ class LogisticRegressionCV(ClassifierMixin, _PathCV):
 
         Parameters
         ----------
-        X : array-like, sparse matrix, dask array or dask DataFrame of shape (n_samples, n_features)
-        y : array-like or dask array of shape (n_samples,)
-            Class labels (two or more).
-        sample_weight : array-like or dask array of shape (n_samples,), default=None
+        X, y, sample_weight
+            As :meth:`~dask_dgd.LogisticRegression.fit`'s (``y``: labels of two or more classes).
 
         Returns
         -------
@@ -604,12 +607,7 @@ class LogisticRegressionCV(ClassifierMixin, _PathCV):
             mean = paths[:, i, r].mean(axis=0)
             params0 = objective.pack(mean[:d], mean[d:] if self.fit_intercept else None)
         est._fit(shards, objective, baseline, params0=params0)
-        self.estimator_ = est
-        self.coef_, self.intercept_ = est.coef_, est.intercept_
-        self.n_features_in_ = est.n_features_in_
-        if hasattr(est, "feature_names_in_"):
-            self.feature_names_in_ = est.feature_names_in_
-        self.n_iter_ = iters + est.n_iter_
+        self._keep_refit(est, iters)
 
     def decision_function(self, X):
         """Log-odds of the refitted model."""

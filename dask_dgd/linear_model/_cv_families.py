@@ -42,6 +42,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .._docstrings import other_parameters
 from .._params import init_from
 from .._validation import Interval, Options
 from ..losses import BinaryLogistic, HalfSquaredError
@@ -64,6 +65,18 @@ class _BinomialShares(BinaryLogistic):
             return xp.where(positive, a * xp.log(xp.where(positive, a, 1.0) / b), 0.0)
 
         return 2.0 * (xlogy_ratio(y, mu) + xlogy_ratio(1.0 - y, 1.0 - mu))
+
+
+#: The grid's ratio and depth and the fit's parameters, documented (with the same defaults) by
+#: PoissonRegressorCV, in a family CV estimator's docstring ...
+_FIT_PARAMETERS = "As :class:`~dask_dgd.linear_model.PoissonRegressorCV`'s."
+_as_elastic_net_cv = other_parameters(_FIT_PARAMETERS)
+#: ... and the attributes, documented by GammaRegressorCV, in the other families'.
+_as_gamma_cv = other_parameters(_FIT_PARAMETERS, attributes="""\
+alpha_, l1_ratio_, alphas_, coefs_paths_, coef_, intercept_, n_iter_, scores_
+    As :class:`GammaRegressorCV`'s.
+estimator_
+    The refitted model: the family's estimator (the class's name without ``CV``).""")
 
 
 @init_from(cv_signature())
@@ -111,6 +124,7 @@ class _FamilyCV(PoissonRegressorCV):
         return super()._score(sums, scoring)
 
 
+@_as_elastic_net_cv
 class GammaRegressorCV(_FamilyCV):
     r"""Gamma regression (log link) with the penalty chosen by cross-validation.
 
@@ -122,9 +136,6 @@ class GammaRegressorCV(_FamilyCV):
 
     Parameters
     ----------
-    l1_ratio : float or list of float in [0, 1], default=0.0
-    eps : float, default=1e-6
-        ``alpha_min / alpha_max`` of the default grid (see the Notes).
     alphas : int or list of float, default=100
         An int: that many alphas on a log scale from
         ``max|X^T s (y - ybar)| / (ybar sum(s) max(l1_ratio, 1e-3))`` (the Gamma lasso's
@@ -132,8 +143,6 @@ class GammaRegressorCV(_FamilyCV):
         those.
     scoring : {None, "neg_mean_gamma_deviance", "neg_mean_squared_error", "r2"}, default=None
         None: "neg_mean_gamma_deviance".
-    fit_intercept, cv, solver, max_iter, tol, random_state, verbose, client
-        As :class:`~dask_dgd.linear_model.ElasticNetCV`'s.
 
     Attributes
     ----------
@@ -165,6 +174,7 @@ class GammaRegressorCV(_FamilyCV):
     _refit_class = GammaRegressor
 
 
+@_as_gamma_cv
 @init_from(cv_signature(("power", 0.0), ("link", "auto")))
 class TweedieRegressorCV(_FamilyCV):
     r"""Tweedie regression with the penalty chosen by cross-validation.
@@ -181,9 +191,6 @@ class TweedieRegressorCV(_FamilyCV):
         Variance power, as :class:`~dask_dgd.TweedieRegressor`'s (<= 0 or >= 1).
     link : {"auto", "log", "identity"}, default="auto"
         As :class:`~dask_dgd.TweedieRegressor`'s ("identity" with ``power=0`` only).
-    l1_ratio : float or list of float in [0, 1], default=0.0
-    eps : float, default=1e-6
-        ``alpha_min / alpha_max`` of the default grid (see the Notes).
     alphas : int or list of float, default=100
         An int: that many alphas on a log scale from
         ``max|X^T s (y - mu_0)| mu_0^(1 - power) / (sum(s) max(l1_ratio, 1e-3))``
@@ -194,13 +201,6 @@ class TweedieRegressorCV(_FamilyCV):
         None: "neg_mean_tweedie_deviance", the mean of scikit-learn's
         ``mean_tweedie_deviance(power=power)`` over the held-out rows (scikit-learn has
         no scorer name for it: its power is a parameter).
-    fit_intercept, cv, solver, max_iter, tol, random_state, verbose, client
-        As :class:`~dask_dgd.linear_model.ElasticNetCV`'s.
-
-    Attributes
-    ----------
-    alpha_, l1_ratio_, alphas_, coefs_paths_, coef_, intercept_, estimator_, n_iter_, scores_
-        As :class:`GammaRegressorCV`'s (``estimator_`` a :class:`~dask_dgd.TweedieRegressor`).
 
     Raises
     ------
@@ -232,6 +232,7 @@ class TweedieRegressorCV(_FamilyCV):
     _family_params = ("power", "link")
 
 
+@_as_gamma_cv
 @init_from(cv_signature(("theta", 1.0)))
 class NegativeBinomialRegressorCV(_FamilyCV):
     r"""Negative binomial (NB2, log link, fixed ``theta``) regression with the penalty
@@ -247,9 +248,6 @@ class NegativeBinomialRegressorCV(_FamilyCV):
     theta : float, default=1.0
         The shape ("size"), fixed: the variance is ``mu + mu**2 / theta``
         (statsmodels' ``NegativeBinomial(alpha=1 / theta)``).
-    l1_ratio : float or list of float in [0, 1], default=0.0
-    eps : float, default=1e-6
-        ``alpha_min / alpha_max`` of the default grid (see the Notes).
     alphas : int or list of float, default=100
         An int: that many alphas on a log scale from
         ``max|X^T s (y - mu_0)| theta / ((theta + mu_0) sum(s) max(l1_ratio, 1e-3))``
@@ -259,14 +257,6 @@ class NegativeBinomialRegressorCV(_FamilyCV):
         None: "neg_mean_negative_binomial_deviance", the weighted mean of the unit
         deviance :math:`2 [y \log(y / \mu) - (y + \theta) \log((y + \theta) / (\mu + \theta))]`
         over the held-out rows.
-    fit_intercept, cv, solver, max_iter, tol, random_state, verbose, client
-        As :class:`~dask_dgd.linear_model.ElasticNetCV`'s.
-
-    Attributes
-    ----------
-    alpha_, l1_ratio_, alphas_, coefs_paths_, coef_, intercept_, estimator_, n_iter_, scores_
-        As :class:`GammaRegressorCV`'s (``estimator_`` a
-        :class:`~dask_dgd.NegativeBinomialRegressor`).
 
     Raises
     ------
@@ -286,6 +276,7 @@ class NegativeBinomialRegressorCV(_FamilyCV):
     _family_params = ("theta",)
 
 
+@_as_gamma_cv
 class BinomialRegressorCV(_FamilyCV):
     r"""Binomial regression of proportions (logit link) with the penalty chosen by
     cross-validation.
@@ -298,9 +289,6 @@ class BinomialRegressorCV(_FamilyCV):
 
     Parameters
     ----------
-    l1_ratio : float or list of float in [0, 1], default=0.0
-    eps : float, default=1e-6
-        ``alpha_min / alpha_max`` of the default grid (see the Notes).
     alphas : int or list of float, default=100
         An int: that many alphas on a log scale from
         ``max|X^T s (y - ybar)| / (sum(s) max(l1_ratio, 1e-3))`` (the logit link is
@@ -309,13 +297,6 @@ class BinomialRegressorCV(_FamilyCV):
     scoring : {None, "neg_mean_binomial_deviance", "neg_mean_squared_error", "r2"}, default=None
         None: "neg_mean_binomial_deviance", the trial-weighted mean of
         :math:`2 [y \log(y / p) + (1 - y) \log((1 - y) / (1 - p))]` over the held-out rows.
-    fit_intercept, cv, solver, max_iter, tol, random_state, verbose, client
-        As :class:`~dask_dgd.linear_model.ElasticNetCV`'s.
-
-    Attributes
-    ----------
-    alpha_, l1_ratio_, alphas_, coefs_paths_, coef_, intercept_, estimator_, n_iter_, scores_
-        As :class:`GammaRegressorCV`'s (``estimator_`` a :class:`~dask_dgd.BinomialRegressor`).
 
     Raises
     ------

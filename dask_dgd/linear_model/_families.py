@@ -17,7 +17,7 @@ from .._validation import Interval, Options
 from ..exceptions import InputError, ParameterError
 from ..losses import HalfGamma, HalfNegativeBinomial, HalfSquaredError, HalfTweedie
 from ._base import linear_signature
-from ._glm import _computed, _exp_block, _Regressor
+from ._glm import _computed, _exp_block, _Regressor, regressor_docstring
 
 __all__ = ["GammaRegressor", "NegativeBinomialRegressor", "TweedieRegressor"]
 
@@ -66,24 +66,11 @@ class _FamilyRegressor(_Regressor):
         raise NotImplementedError
 
     def score(self, X, y, sample_weight=None, offset=None):
-        """D², the fraction of the family's deviance explained (1 is perfect).
-
-        Parameters
-        ----------
-        X : array-like, sparse matrix, dask array or dask DataFrame of shape (n_samples, n_features)
-        y : array-like or dask array of shape (n_samples,)
-        sample_weight : array-like or dask array of shape (n_samples,), default=None
-        offset : array-like or dask array of shape (n_samples,), default=None
-            Passed to :meth:`predict`.
-
-        Returns
-        -------
-        score : float
-            ``1 - D(y, predict(X, offset)) / D(y, mean)``, with ``D`` the weighted sum of
-            unit deviances and ``mean`` the weighted mean of ``y``, as scikit-learn's D²
-            (the null model has no offset, unlike statsmodels' ``null_deviance``); lazy
-            inputs are computed together.
-        """
+        """D², the fraction of the family's deviance explained (1 is perfect):
+        ``1 - D(y, predict(X, offset)) / D(y, mean)``, with ``D`` the weighted sum of unit
+        deviances and ``mean`` the weighted mean of ``y``, as scikit-learn's D² (the null
+        model has no offset, unlike statsmodels' ``null_deviance``); the arguments are
+        those of :meth:`fit`, lazy inputs computed together."""
         y_pred, y, sample_weight = _computed(self.predict(X, offset=offset), y, sample_weight)
         return self._d2(y, y_pred, sample_weight)
 
@@ -105,6 +92,7 @@ class _FamilyRegressor(_Regressor):
         return tags
 
 
+@regressor_docstring
 class GammaRegressor(_FamilyRegressor):
     """Gamma regression with a log link, by distributed DGD.
 
@@ -117,22 +105,6 @@ class GammaRegressor(_FamilyRegressor):
     ----------
     alpha : float, default=1.0
         Penalty strength (scikit-learn's default too).
-
-    Other Parameters
-    ----------------
-    l1_ratio, fit_intercept, solver, optimizer, learning_rate, batch_size, max_iter, tol, mode, \
-local_steps, outer_optimizer, max_staleness, staleness_scaling, max_time, on_divergence, \
-checkpoint, checkpoint_every, early_stopping, validation_fraction, n_iter_no_change, scoring, \
-rebalance, param_sharding, sparse_coef, compression, split_every, random_state, warm_start, verbose, callbacks, client
-        The training parameters every linear estimator shares: see
-        :class:`~dask_dgd.linear_model.DGDLinearModel`.
-
-    Attributes
-    ----------
-    coef_ : ndarray of shape (n_features,)
-    intercept_ : float
-    n_features_in_, feature_names_in_, n_iter_, loss_curve_, history_, solver_
-        As in :class:`~dask_dgd.LinearRegression`.
 
     Raises
     ------
@@ -175,6 +147,7 @@ rebalance, param_sharding, sparse_coef, compression, split_every, random_state, 
         return d2_tweedie_score(y, y_pred, sample_weight=sample_weight, power=2)
 
 
+@regressor_docstring
 @init_from(linear_signature(("power", 0.0), ("link", "auto"), alpha=1.0))
 class TweedieRegressor(_FamilyRegressor):
     """Tweedie regression (normal, Poisson, compound Poisson-Gamma, Gamma, inverse Gaussian).
@@ -200,22 +173,6 @@ class TweedieRegressor(_FamilyRegressor):
         needs positive predictions, which the solvers do not enforce.
     alpha : float, default=1.0
         Penalty strength (scikit-learn's default too).
-
-    Other Parameters
-    ----------------
-    l1_ratio, fit_intercept, solver, optimizer, learning_rate, batch_size, max_iter, tol, mode, \
-local_steps, outer_optimizer, max_staleness, staleness_scaling, max_time, on_divergence, \
-checkpoint, checkpoint_every, early_stopping, validation_fraction, n_iter_no_change, scoring, \
-rebalance, param_sharding, sparse_coef, compression, split_every, random_state, warm_start, verbose, callbacks, client
-        The training parameters every linear estimator shares: see
-        :class:`~dask_dgd.linear_model.DGDLinearModel`.
-
-    Attributes
-    ----------
-    coef_ : ndarray of shape (n_features,)
-    intercept_ : float
-    n_features_in_, feature_names_in_, n_iter_, loss_curve_, history_, solver_
-        As in :class:`~dask_dgd.LinearRegression`.
 
     Raises
     ------
@@ -298,6 +255,7 @@ rebalance, param_sharding, sparse_coef, compression, split_every, random_state, 
         return tags
 
 
+@regressor_docstring
 @init_from(linear_signature(("theta", 1.0), alpha=1.0))
 class NegativeBinomialRegressor(_FamilyRegressor):
     """Negative binomial (NB2) regression with a log link and a fixed ``theta``.
@@ -316,22 +274,6 @@ class NegativeBinomialRegressor(_FamilyRegressor):
         approaches Poisson regression.  It is fixed, not estimated.
     alpha : float, default=1.0
         Penalty strength (the default of the other GLMs here and in scikit-learn).
-
-    Other Parameters
-    ----------------
-    l1_ratio, fit_intercept, solver, optimizer, learning_rate, batch_size, max_iter, tol, mode, \
-local_steps, outer_optimizer, max_staleness, staleness_scaling, max_time, on_divergence, \
-checkpoint, checkpoint_every, early_stopping, validation_fraction, n_iter_no_change, scoring, \
-rebalance, param_sharding, sparse_coef, compression, split_every, random_state, warm_start, verbose, callbacks, client
-        The training parameters every linear estimator shares: see
-        :class:`~dask_dgd.linear_model.DGDLinearModel`.
-
-    Attributes
-    ----------
-    coef_ : ndarray of shape (n_features,)
-    intercept_ : float
-    n_features_in_, feature_names_in_, n_iter_, loss_curve_, history_, solver_
-        As in :class:`~dask_dgd.LinearRegression`.
 
     Raises
     ------

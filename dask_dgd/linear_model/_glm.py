@@ -5,11 +5,12 @@ from sklearn.base import RegressorMixin
 from sklearn.metrics import d2_tweedie_score, r2_score
 
 from .._backend import get_namespace
+from .._docstrings import other_parameters
 from .._params import init_from
 from .._validation import one_fit_at_a_time
 from ..exceptions import InputError
 from ..losses import HalfPoisson, HalfSquaredError, LinearObjective
-from ._base import DGDLinearModel, linear_signature
+from ._base import TRAINING_PARAMETERS, DGDLinearModel, linear_docstring, linear_signature
 
 
 def _exp_block(raw):
@@ -17,6 +18,13 @@ def _exp_block(raw):
     return get_namespace(raw).exp(raw)
 
 __all__ = ["LinearRegression", "PoissonRegressor"]
+
+#: The training parameters and the attributes of a single-output regressor's docstring.
+regressor_docstring = other_parameters(TRAINING_PARAMETERS, attributes="""\
+coef_ : ndarray of shape (n_features,)
+intercept_ : float
+n_features_in_, feature_names_in_, n_iter_, converged_, loss_curve_, history_, solver_
+    As in :class:`~dask_dgd.LinearRegression`.""")
 
 
 @init_from(linear_signature(alpha=0.0))
@@ -96,9 +104,7 @@ class _Regressor(RegressorMixin, DGDLinearModel):
         -------
         self : object
         """
-        first = not hasattr(self, "coef_")
-        if first:
-            self._validate_params()
+        first = self._partial_starts()
         shards, summaries, _ = self._prepare(X, y, sample_weight, reset=first, offset=offset, n_offsets=1)
         baseline = self._baseline(summaries, offset) if first else None
         self._partial(shards, self._objective(self.n_features_in_, offset is not None), baseline)
@@ -120,6 +126,7 @@ class _Regressor(RegressorMixin, DGDLinearModel):
     _inverse_link_block = None
 
 
+@linear_docstring
 class LinearRegression(_Regressor):
     """Least squares (optionally ridge, lasso or elastic-net) by distributed DGD.
 
@@ -132,15 +139,6 @@ class LinearRegression(_Regressor):
         Penalty strength; 0 is ordinary least squares.  scikit-learn's ``Ridge(alpha=a)``
         on ``n`` samples is ``alpha = a / n`` here (its loss is a sum, ours a mean);
         ``ElasticNet``/``Lasso`` use the same ``alpha`` and ``l1_ratio`` as we do.
-
-    Other Parameters
-    ----------------
-    l1_ratio, fit_intercept, solver, optimizer, learning_rate, batch_size, max_iter, tol, mode, \
-local_steps, outer_optimizer, max_staleness, staleness_scaling, max_time, on_divergence, \
-checkpoint, checkpoint_every, early_stopping, validation_fraction, n_iter_no_change, scoring, \
-rebalance, param_sharding, sparse_coef, compression, split_every, random_state, warm_start, verbose, callbacks, client
-        The training parameters every linear estimator shares: see
-        :class:`~dask_dgd.linear_model.DGDLinearModel`.
 
     Attributes
     ----------
@@ -174,6 +172,7 @@ rebalance, param_sharding, sparse_coef, compression, split_every, random_state, 
     _loss = HalfSquaredError()
 
 
+@regressor_docstring
 @init_from(linear_signature(alpha=1.0))
 class PoissonRegressor(_Regressor):
     """Poisson regression with a log link, by distributed DGD.
@@ -187,22 +186,6 @@ class PoissonRegressor(_Regressor):
     ----------
     alpha : float, default=1.0
         Penalty strength (scikit-learn's default too).
-
-    Other Parameters
-    ----------------
-    l1_ratio, fit_intercept, solver, optimizer, learning_rate, batch_size, max_iter, tol, mode, \
-local_steps, outer_optimizer, max_staleness, staleness_scaling, max_time, on_divergence, \
-checkpoint, checkpoint_every, early_stopping, validation_fraction, n_iter_no_change, scoring, \
-rebalance, param_sharding, sparse_coef, compression, split_every, random_state, warm_start, verbose, callbacks, client
-        The training parameters every linear estimator shares: see
-        :class:`~dask_dgd.linear_model.DGDLinearModel`.
-
-    Attributes
-    ----------
-    coef_ : ndarray of shape (n_features,)
-    intercept_ : float
-    n_features_in_, n_iter_, loss_curve_, history_, solver_
-        As in :class:`LinearRegression`.
 
     Notes
     -----

@@ -17,7 +17,8 @@ from .._frames import is_frame, numeric_frame
 from .._validation import user_stacklevel
 from ..exceptions import InputError
 
-__all__ = ["check_feature_names", "check_n_features", "check_offset", "validate_fit_input", "with_offset"]
+__all__ = ["block_offset", "check_feature_names", "check_n_features", "check_offset", "validate_fit_input",
+           "with_offset"]
 
 
 def validate_fit_input(est, X, y, sample_weight, reset=True):
@@ -271,23 +272,31 @@ def _row_chunks(X):
     return chunks
 
 
-def _offset_block(X, offset):
-    """One block of ``X`` with its offset columns appended (dense or sparse, any
-    namespace; runs where the block is for dask input)."""
-    if isinstance(X, list):
-        (X,) = X
+def block_offset(offset, n_rows):
+    """One block's offset (as it comes to a ``blockwise`` task: maybe a list of its one
+    column chunk) as a host NumPy array, checked to have the block's ``n_rows`` rows and
+    finite values; runs where the block is for dask input."""
     if isinstance(offset, list):
         (offset,) = offset
     offset = to_numpy(offset)
-    if offset.shape[0] != X.shape[0]:
+    if offset.shape[0] != n_rows:
         raise InputError(
-            f"X and offset have different numbers of rows in a block: {X.shape[0]} and "
+            f"X and offset have different numbers of rows in a block: {n_rows} and "
             f"{offset.shape[0]}; chunk offset as X's rows"
         )
     if not np.all(np.isfinite(offset)):
         raise InputError(
             "offset contains NaN or infinity; an offset must be finite (log(exposure) needs exposure > 0)"
         )
+    return offset
+
+
+def _offset_block(X, offset):
+    """One block of ``X`` with its offset columns appended (dense or sparse, any
+    namespace; runs where the block is for dask input)."""
+    if isinstance(X, list):
+        (X,) = X
+    offset = block_offset(offset, X.shape[0])
     dtype = X.dtype if X.dtype in (np.float32, np.float64) else np.float64
     if sp.issparse(X):
         return sp.hstack([X.astype(dtype), sp.csr_matrix(offset.astype(dtype))], format="csr")

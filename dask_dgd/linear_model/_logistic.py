@@ -14,7 +14,7 @@ from .._params import init_from
 from .._validation import Options, one_fit_at_a_time
 from ..exceptions import InputError, ParameterError
 from ..losses import BinaryLogistic, LinearObjective, MultinomialLogistic
-from ._base import DGDLinearModel, linear_signature
+from ._base import DGDLinearModel, linear_docstring, linear_signature
 from ._glm import _computed
 from ._input import _width_message
 
@@ -52,6 +52,7 @@ def _class_weight_like(value):
     return isinstance(value, dict)
 
 
+@linear_docstring
 @init_from(linear_signature(alpha=1e-4, after_intercept=("class_weight",)))
 class LogisticRegression(ClassifierMixin, DGDLinearModel):
     """Logistic regression (binary or multinomial) by distributed DGD.
@@ -73,15 +74,6 @@ class LogisticRegression(ClassifierMixin, DGDLinearModel):
         sum of the sample weights of the class's rows (its count without sample
         weights), as scikit-learn's ``compute_class_weight(..., sample_weight=...)``.
         The totals are summed where the rows live.
-
-    Other Parameters
-    ----------------
-    l1_ratio, fit_intercept, solver, optimizer, learning_rate, batch_size, max_iter, tol, mode, \
-local_steps, outer_optimizer, max_staleness, staleness_scaling, max_time, on_divergence, \
-checkpoint, checkpoint_every, early_stopping, validation_fraction, n_iter_no_change, scoring, \
-rebalance, param_sharding, sparse_coef, compression, split_every, random_state, warm_start, verbose, callbacks, client
-        The training parameters every linear estimator shares: see
-        :class:`~dask_dgd.linear_model.DGDLinearModel`.
 
     Attributes
     ----------
@@ -255,9 +247,8 @@ rebalance, param_sharding, sparse_coef, compression, split_every, random_state, 
         -------
         self : object
         """
-        first = not hasattr(self, "coef_")
+        first = self._partial_starts()
         if first:
-            self._validate_params()
             if classes is None:
                 raise InputError(
                     "classes must be passed on the first call to partial_fit (all labels "

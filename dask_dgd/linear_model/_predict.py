@@ -10,12 +10,12 @@ import numpy as np
 import scipy.sparse as sp
 from sklearn.utils.validation import check_is_fitted, validate_data
 
-from .._backend import asarray_like, get_namespace, is_device_array, is_sparse, to_numpy
+from .._backend import asarray_like, get_namespace, is_device_array, is_sparse
 from .._engine.data.blocks import check_chunking, check_finite_block
 from .._engine.runtime.executor import is_dask_collection
 from .._frames import is_frame, numeric_frame
 from ..exceptions import InputError
-from ._input import check_feature_names, check_n_features, check_offset
+from ._input import block_offset, check_feature_names, check_n_features, check_offset
 
 __all__ = ["coef_matrix", "raw_prediction"]
 
@@ -32,18 +32,7 @@ def _predict_block(X, offset, coef, intercept, squeeze, post, *post_args):
         (X,) = X
     raw = _raw_block(X, coef, intercept, False)
     if offset is not None:
-        if isinstance(offset, list):
-            (offset,) = offset
-        offset = to_numpy(offset)
-        if offset.shape[0] != raw.shape[0]:
-            raise InputError(
-                f"X and offset have different numbers of rows in a block: {raw.shape[0]} and "
-                f"{offset.shape[0]}; chunk offset as X's rows"
-            )
-        if not np.all(np.isfinite(offset)):
-            raise InputError(
-                "offset contains NaN or infinity; an offset must be finite (log(exposure) needs exposure > 0)"
-            )
+        offset = block_offset(offset, raw.shape[0])
         raw = raw + asarray_like(offset, raw, dtype=raw.dtype)
     if squeeze:
         raw = raw[:, 0]

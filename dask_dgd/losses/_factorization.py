@@ -75,28 +75,42 @@ def _buckets(key, seed, epoch, n_buckets):  # pragma: no cover - compiled
 
 
 @_jit
+def _dot_reg(U, V, u, i, k):  # pragma: no cover - compiled
+    """``(p_u . q_i, |p_u|^2 + |q_i|^2)`` over the first ``k`` columns of the rows."""
+    dot = 0.0
+    reg = 0.0
+    for f in range(k):
+        dot += U[u, f] * V[i, f]
+        reg += U[u, f] * U[u, f] + V[i, f] * V[i, f]
+    return dot, reg
+
+
+@_jit
+def _add_pair_gradient(U, V, u, i, k, g, lam, gU, gV):  # pragma: no cover - compiled
+    """Add ``g * q_i + 2 lam p_u`` to ``gU[u]`` and ``g * p_u + 2 lam q_i`` to ``gV[i]``
+    (the first ``k`` columns): a pair's factor gradients, ``g`` the derivative of its
+    loss with respect to ``p_u . q_i``."""
+    for f in range(k):
+        pu = U[u, f]
+        qi = V[i, f]
+        gU[u, f] += g * qi + 2.0 * lam * pu
+        gV[i, f] += g * pu + 2.0 * lam * qi
+
+
+@_jit
 def _explicit(lu, gi, r, rows, U, V, mu, lam, lam_b, gU, gV, touched):  # pragma: no cover - compiled
     k = V.shape[1] - 1
     loss = 0.0
     sq = 0.0
-    for t in range(rows.shape[0]):
-        j = rows[t]
+    for j in rows:
         u = lu[j]
         i = gi[j]
-        dot = 0.0
-        reg = 0.0
-        for f in range(k):
-            dot += U[u, f] * V[i, f]
-            reg += U[u, f] * U[u, f] + V[i, f] * V[i, f]
+        dot, reg = _dot_reg(U, V, u, i, k)
         e = mu + U[u, k] + V[i, k] + dot - r[j]
         sq += e * e
         loss += e * e + lam * reg + lam_b * (U[u, k] * U[u, k] + V[i, k] * V[i, k])
         g = 2.0 * e
-        for f in range(k):
-            pu = U[u, f]
-            qi = V[i, f]
-            gU[u, f] += g * qi + 2.0 * lam * pu
-            gV[i, f] += g * pu + 2.0 * lam * qi
+        _add_pair_gradient(U, V, u, i, k, g, lam, gU, gV)
         gU[u, k] += g + 2.0 * lam_b * U[u, k]
         gV[i, k] += g + 2.0 * lam_b * V[i, k]
         touched[i] = True
@@ -122,8 +136,7 @@ def _bpr(lu, gi, key, uptr, rows, U, V, lam, lam_b, seed, step, gU, gV, touched)
     n_items = np.uint64(V.shape[0])
     salt = mix64_jit(np.uint64(seed) ^ mix64_jit(np.uint64(step) + np.uint64(0x2545F4914F6CDD1D)))
     loss = 0.0
-    for t in range(rows.shape[0]):
-        j = rows[t]
+    for j in rows:
         u = lu[j]
         i = gi[j]
         h = mix64_jit(key[j] ^ salt)
@@ -168,24 +181,15 @@ def _wls(lu, gi, r, rows, U, V, lam, conf, gU, gV, touched):  # pragma: no cover
     k = U.shape[1]
     loss = 0.0
     sq = 0.0
-    for t in range(rows.shape[0]):
-        j = rows[t]
+    for j in rows:
         u = lu[j]
         i = gi[j]
         c = 1.0 + conf * r[j]
-        x = 0.0
-        reg = 0.0
-        for f in range(k):
-            x += U[u, f] * V[i, f]
-            reg += U[u, f] * U[u, f] + V[i, f] * V[i, f]
+        x, reg = _dot_reg(U, V, u, i, k)
         loss += c * (1.0 - x) * (1.0 - x) - x * x + lam * reg
         sq += (1.0 - x) * (1.0 - x)
         g = -2.0 * c * (1.0 - x) - 2.0 * x
-        for f in range(k):
-            pu = U[u, f]
-            qi = V[i, f]
-            gU[u, f] += g * qi + 2.0 * lam * pu
-            gV[i, f] += g * pu + 2.0 * lam * qi
+        _add_pair_gradient(U, V, u, i, k, g, lam, gU, gV)
         touched[i] = True
     return loss, sq
 

@@ -21,16 +21,13 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from ..exceptions import ParameterError
+from ._pointwise import _column, _LogLink
 
 __all__ = ["HalfGamma", "HalfNegativeBinomial", "HalfTweedie"]
 
 
-def _column(raw):
-    return raw[:, 0]
-
-
 @dataclass(frozen=True)
-class HalfGamma:
+class HalfGamma(_LogLink):
     r"""Gamma loss with log link, targets ``y > 0``.
 
     Attributes
@@ -61,41 +58,11 @@ class HalfGamma:
     (2.0, -1.0)
     """
 
-    curvature_bound: ClassVar[float | None] = None
-    curvature_needs_y: ClassVar[bool] = True
-    fused_code: ClassVar[int | None] = None
-    has_hessian: ClassVar[bool] = True
     fixed_dispersion: ClassVar[bool] = False
 
-    @property
-    def n_outputs(self):
-        """Number of columns of the linear predictor: 1."""
-        return 1
-
-    def loss_gradient(self, y, raw, xp):
-        """Per-sample loss and its gradient with respect to ``raw``.
-
-        Parameters
-        ----------
-        y : array of shape (n,)
-            Positive targets.
-        raw : array of shape (n, 1)
-            Linear predictor (log of the mean).
-        xp : namespace
-            Array namespace of ``raw``.
-
-        Returns
-        -------
-        loss : array of shape (n,)
-        grad_raw : array of shape (n, 1)
-        """
-        r = _column(raw)
+    def _pointwise(self, y, r, xp):
         ratio = y * xp.exp(-r)
-        return r + ratio, (1.0 - ratio)[:, None]
-
-    def inverse_link(self, raw, xp):
-        """Predicted mean ``exp(raw)``, as shape ``(n,)``."""
-        return xp.exp(_column(raw))
+        return r + ratio, 1.0 - ratio
 
     def hessian_weight(self, y, raw, xp):
         """Fisher information weight per sample: ones, shape ``(n,)``."""
@@ -117,7 +84,7 @@ class HalfGamma:
 
 
 @dataclass(frozen=True)
-class HalfTweedie:
+class HalfTweedie(_LogLink):
     r"""Tweedie loss with log link and variance power ``power``.
 
     Parameters
@@ -168,10 +135,6 @@ class HalfTweedie:
 
     power: float
 
-    curvature_bound: ClassVar[float | None] = None
-    curvature_needs_y: ClassVar[bool] = True
-    fused_code: ClassVar[int | None] = None
-    has_hessian: ClassVar[bool] = True
     fixed_dispersion: ClassVar[bool] = False
 
     def __post_init__(self):
@@ -186,44 +149,18 @@ class HalfTweedie:
             )
         object.__setattr__(self, "power", float(p))
 
-    @property
-    def n_outputs(self):
-        """Number of columns of the linear predictor: 1."""
-        return 1
-
-    def loss_gradient(self, y, raw, xp):
-        """Per-sample loss and its gradient with respect to ``raw``.
-
-        Parameters
-        ----------
-        y : array of shape (n,)
-            Targets in the family's range (see ``power``).
-        raw : array of shape (n, 1)
-            Linear predictor (log of the mean).
-        xp : namespace
-            Array namespace of ``raw``.
-
-        Returns
-        -------
-        loss : array of shape (n,)
-        grad_raw : array of shape (n, 1)
-        """
-        r = _column(raw)
+    def _pointwise(self, y, r, xp):
         p = self.power
         if p == 1.0:
             mean = xp.exp(r)
-            return mean - y * r, (mean - y)[:, None]
+            return mean - y * r, mean - y
         if p == 2.0:
             ratio = y * xp.exp(-r)
-            return r + ratio, (1.0 - ratio)[:, None]
+            return r + ratio, 1.0 - ratio
         a = xp.exp((1.0 - p) * r)  # mu^(1-p)
         b = xp.exp((2.0 - p) * r)  # mu^(2-p)
         loss = -y * a / (1.0 - p) + b / (2.0 - p)
-        return loss, (b - y * a)[:, None]
-
-    def inverse_link(self, raw, xp):
-        """Predicted mean ``exp(raw)``, as shape ``(n,)``."""
-        return xp.exp(_column(raw))
+        return loss, b - y * a
 
     def hessian_weight(self, y, raw, xp):
         """Fisher information weight per sample: ``exp((2 - power) * raw)``, i.e. ``mu^(2-p)``."""
@@ -265,7 +202,7 @@ class HalfTweedie:
 
 
 @dataclass(frozen=True)
-class HalfNegativeBinomial:
+class HalfNegativeBinomial(_LogLink):
     r"""Negative binomial (NB2) loss with log link and a fixed ``theta``, targets ``y >= 0``.
 
     Parameters
@@ -315,10 +252,6 @@ class HalfNegativeBinomial:
 
     theta: float
 
-    curvature_bound: ClassVar[float | None] = None
-    curvature_needs_y: ClassVar[bool] = True
-    fused_code: ClassVar[int | None] = None
-    has_hessian: ClassVar[bool] = True
     fixed_dispersion: ClassVar[bool] = True
 
     def __post_init__(self):
@@ -330,38 +263,12 @@ class HalfNegativeBinomial:
             )
         object.__setattr__(self, "theta", float(t))
 
-    @property
-    def n_outputs(self):
-        """Number of columns of the linear predictor: 1."""
-        return 1
-
-    def loss_gradient(self, y, raw, xp):
-        """Per-sample loss and its gradient with respect to ``raw``.
-
-        Parameters
-        ----------
-        y : array of shape (n,)
-            Non-negative targets (counts).
-        raw : array of shape (n, 1)
-            Linear predictor (log of the mean).
-        xp : namespace
-            Array namespace of ``raw``.
-
-        Returns
-        -------
-        loss : array of shape (n,)
-        grad_raw : array of shape (n, 1)
-        """
-        r = _column(raw)
+    def _pointwise(self, y, r, xp):
         theta = self.theta
         log_sum = xp.logaddexp(xp.full_like(r, math.log(theta)), r)  # log(theta + mu)
         share = xp.exp(r - log_sum)  # mu / (theta + mu), without overflow
         loss = (y + theta) * log_sum - y * r
-        return loss, (theta * share - y * (1.0 - share))[:, None]
-
-    def inverse_link(self, raw, xp):
-        """Predicted mean ``exp(raw)``, as shape ``(n,)``."""
-        return xp.exp(_column(raw))
+        return loss, theta * share - y * (1.0 - share)
 
     def hessian_weight(self, y, raw, xp):
         """Fisher information weight per sample: ``mu / (1 + mu / theta)``."""

@@ -49,14 +49,64 @@ def _column(raw):
     return raw[:, 0]
 
 
+class _OneOutput:
+    """A loss of a single-column linear predictor: ``loss_gradient`` on the column.
+
+    A subclass writes ``_pointwise(y, r, xp)``, the loss and its derivative with respect
+    to ``r``, both of shape ``(n,)``, for ``r`` the column of ``raw``, and
+    ``hessian_weight``.
+    """
+
+    has_hessian: ClassVar[bool] = True
+
+    @property
+    def n_outputs(self):
+        """Number of columns of the linear predictor: 1."""
+        return 1
+
+    def loss_gradient(self, y, raw, xp):
+        """Per-sample loss and its gradient with respect to ``raw``.
+
+        Parameters
+        ----------
+        y : array of shape (n,)
+            Targets, in the range the loss's family takes (see the class).
+        raw : array of shape (n, 1)
+            Linear predictor (for a log link, the log of the mean; for the logit link,
+            the log-odds).
+        xp : namespace
+            Array namespace of ``raw``.
+
+        Returns
+        -------
+        loss : array of shape (n,)
+        grad_raw : array of shape (n, 1)
+        """
+        loss, grad = self._pointwise(y, _column(raw), xp)
+        return loss, grad[:, None]
+
+
+class _LogLink(_OneOutput):
+    """A loss with the log link and the traits of the log-link families: no bound of the
+    curvature (``local_curvature`` gives it per row) and a Hessian weight."""
+
+    curvature_bound: ClassVar[float | None] = None
+    curvature_needs_y: ClassVar[bool] = True
+    fused_code: ClassVar[int | None] = None
+
+    def inverse_link(self, raw, xp):
+        """Predicted mean ``exp(raw)``, as shape ``(n,)``."""
+        return xp.exp(_column(raw))
+
+
 @dataclass(frozen=True)
-class HalfSquaredError:
+class HalfSquaredError(_OneOutput):
     r"""Half squared error, the loss of least-squares regression.
 
     Attributes
     ----------
     curvature_bound : float
-        Upper bound of the second derivative with respect to ``raw``: ``1.0``.
+        The second derivative with respect to ``raw``, the same for every row: ``1.0``.
 
     Notes
     -----
@@ -77,33 +127,11 @@ class HalfSquaredError:
 
     curvature_bound: ClassVar[float | None] = 1.0
     fused_code: ClassVar[int | None] = 0
-    has_hessian: ClassVar[bool] = True
     fixed_dispersion: ClassVar[bool] = False
 
-    @property
-    def n_outputs(self):
-        """Number of columns of the linear predictor: 1."""
-        return 1
-
-    def loss_gradient(self, y, raw, xp):
-        """Per-sample loss and its gradient with respect to ``raw``.
-
-        Parameters
-        ----------
-        y : array of shape (n,)
-            Targets.
-        raw : array of shape (n, 1)
-            Linear predictor.
-        xp : namespace
-            Array namespace of ``raw``.
-
-        Returns
-        -------
-        loss : array of shape (n,)
-        grad_raw : array of shape (n, 1)
-        """
-        diff = _column(raw) - y
-        return 0.5 * (diff * diff), diff[:, None]
+    def _pointwise(self, y, r, xp):
+        diff = r - y
+        return 0.5 * (diff * diff), diff
 
     def inverse_link(self, raw, xp):
         """Predicted mean: the identity, as shape ``(n,)``."""
@@ -119,13 +147,14 @@ class HalfSquaredError:
 
 
 @dataclass(frozen=True)
-class BinaryLogistic:
+class BinaryLogistic(_OneOutput):
     r"""Binary cross-entropy of a logistic model, targets in ``{0, 1}``.
 
     Attributes
     ----------
     curvature_bound : float
-        Upper bound of the second derivative with respect to ``raw``: ``0.25``.
+        Upper bound of the second derivative :math:`p (1 - p)`, reached at
+        :math:`p = 1/2`: ``0.25``.
 
     Notes
     -----
@@ -151,35 +180,12 @@ class BinaryLogistic:
 
     curvature_bound: ClassVar[float | None] = 0.25
     fused_code: ClassVar[int | None] = 1
-    has_hessian: ClassVar[bool] = True
     fixed_dispersion: ClassVar[bool] = True
 
-    @property
-    def n_outputs(self):
-        """Number of columns of the linear predictor: 1."""
-        return 1
-
-    def loss_gradient(self, y, raw, xp):
-        """Per-sample loss and its gradient with respect to ``raw``.
-
-        Parameters
-        ----------
-        y : array of shape (n,)
-            Targets, 0 or 1.
-        raw : array of shape (n, 1)
-            Linear predictor (log-odds).
-        xp : namespace
-            Array namespace of ``raw``.
-
-        Returns
-        -------
-        loss : array of shape (n,)
-        grad_raw : array of shape (n, 1)
-        """
-        r = _column(raw)
+    def _pointwise(self, y, r, xp):
         softplus = xp.logaddexp(xp.zeros_like(r), r)
         prob = xp.exp(r - softplus)
-        return softplus - y * r, (prob - y)[:, None]
+        return softplus - y * r, prob - y
 
     def inverse_link(self, raw, xp):
         """Probability of class 1, as shape ``(n,)``."""
@@ -316,7 +322,7 @@ class MultinomialLogistic:
 
 
 @dataclass(frozen=True)
-class HalfPoisson:
+class HalfPoisson(_LogLink):
     r"""Poisson loss with log link, targets ``y >= 0``.
 
     Attributes
@@ -348,41 +354,13 @@ class HalfPoisson:
     (1.0, -1.0)
     """
 
-    curvature_bound: ClassVar[float | None] = None
     curvature_needs_y: ClassVar[bool] = False
     fused_code: ClassVar[int | None] = 2
-    has_hessian: ClassVar[bool] = True
     fixed_dispersion: ClassVar[bool] = True
 
-    @property
-    def n_outputs(self):
-        """Number of columns of the linear predictor: 1."""
-        return 1
-
-    def loss_gradient(self, y, raw, xp):
-        """Per-sample loss and its gradient with respect to ``raw``.
-
-        Parameters
-        ----------
-        y : array of shape (n,)
-            Non-negative targets (counts or rates).
-        raw : array of shape (n, 1)
-            Linear predictor (log of the mean).
-        xp : namespace
-            Array namespace of ``raw``.
-
-        Returns
-        -------
-        loss : array of shape (n,)
-        grad_raw : array of shape (n, 1)
-        """
-        r = _column(raw)
+    def _pointwise(self, y, r, xp):
         mean = xp.exp(r)
-        return mean - y * r, (mean - y)[:, None]
-
-    def inverse_link(self, raw, xp):
-        """Predicted mean ``exp(raw)``, as shape ``(n,)``."""
-        return xp.exp(_column(raw))
+        return mean - y * r, mean - y
 
     def hessian_weight(self, y, raw, xp):
         """Second derivative with respect to ``raw`` per sample: ``exp(raw)``."""

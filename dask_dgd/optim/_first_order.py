@@ -14,22 +14,8 @@ from ._base import FirstOrderOptimizer, check_decay_mask
 from ._checks import check_bool, check_interval, check_positive
 from ._schedules import Schedule
 
-__all__ = [
-    "SGD",
-    "Adagrad",
-    "AdagradState",
-    "Adam",
-    "AdamState",
-    "AdamW",
-    "RMSprop",
-    "RMSpropState",
-    "SGDState",
-    "adagrad",
-    "adam",
-    "adamw",
-    "rmsprop",
-    "sgd",
-]
+__all__ = ["SGD", "Adagrad", "AdagradState", "Adam", "AdamState", "AdamW", "RMSprop", "RMSpropState", "SGDState",
+           "adagrad", "adam", "adamw", "rmsprop", "sgd"]
 
 _INF = float("inf")
 
@@ -153,29 +139,6 @@ class AdamState(NamedTuple):
     nu: Any
 
 
-def _adam_init(params):
-    xp = get_namespace(params)
-    return AdamState(count=0, mu=xp.zeros_like(params), nu=xp.zeros_like(params))
-
-
-def _adam_direction(opt, grads, state):
-    """The bias-corrected Adam direction ``mhat / (sqrt(vhat) + eps)`` and the new state."""
-    xp = get_namespace(grads)
-    t = state.count + 1
-    mu = opt.b1 * state.mu + (1.0 - opt.b1) * grads
-    nu = opt.b2 * state.nu + (1.0 - opt.b2) * (grads * grads)
-    mu_hat = mu / (1.0 - opt.b1**t)
-    nu_hat = nu / (1.0 - opt.b2**t)
-    direction = mu_hat / (xp.sqrt(nu_hat) + opt.eps)
-    return direction, AdamState(count=t, mu=mu, nu=nu)
-
-
-def _check_adam(opt):
-    _set(opt, "b1", check_interval("b1", opt.b1, 0, 1))
-    _set(opt, "b2", check_interval("b2", opt.b2, 0, 1))
-    _set(opt, "eps", check_positive("eps", opt.eps))
-
-
 @dataclasses.dataclass(frozen=True)
 class Adam(FirstOrderOptimizer):
     """Adam: adaptive moment estimation with bias correction.
@@ -227,11 +190,26 @@ class Adam(FirstOrderOptimizer):
 
     def __post_init__(self):
         super().__post_init__()
-        _check_adam(self)
+        _set(self, "b1", check_interval("b1", self.b1, 0, 1))
+        _set(self, "b2", check_interval("b2", self.b2, 0, 1))
+        _set(self, "eps", check_positive("eps", self.eps))
 
     def init(self, params):
         """The initial state: count 0 and zero moments like ``params``."""
-        return _adam_init(params)
+        xp = get_namespace(params)
+        return AdamState(count=0, mu=xp.zeros_like(params), nu=xp.zeros_like(params))
+
+    def _direction(self, grads, state):
+        """The bias-corrected direction ``mhat / (sqrt(vhat) + eps)`` and the new state
+        (the step of Adam and of AdamW before its decay)."""
+        xp = get_namespace(grads)
+        t = state.count + 1
+        mu = self.b1 * state.mu + (1.0 - self.b1) * grads
+        nu = self.b2 * state.nu + (1.0 - self.b2) * (grads * grads)
+        mu_hat = mu / (1.0 - self.b1**t)
+        nu_hat = nu / (1.0 - self.b2**t)
+        direction = mu_hat / (xp.sqrt(nu_hat) + self.eps)
+        return direction, AdamState(count=t, mu=mu, nu=nu)
 
     def update(self, grads, state, params, *, decay_mask=None):
         """The updates to add to ``params`` and the new state.
@@ -240,24 +218,18 @@ class Adam(FirstOrderOptimizer):
         accepted so that every optimizer can be called the same way.
         """
         lr = self.learning_rate_at(state.count)
-        direction, new_state = _adam_direction(self, grads, state)
+        direction, new_state = self._direction(grads, state)
         return -lr * direction, new_state
 
 
 @dataclasses.dataclass(frozen=True)
-class AdamW(FirstOrderOptimizer):
+class AdamW(Adam):
     """Adam with decoupled weight decay.
 
     Parameters
     ----------
-    learning_rate : float or Schedule, default=1e-3
-        The step size :math:`\\eta_t`, a finite number > 0 or a schedule of the step count.
-    b1 : float, default=0.9
-        Decay rate of the first moment, in [0, 1).
-    b2 : float, default=0.999
-        Decay rate of the second moment, in [0, 1).
-    eps : float, default=1e-8
-        Added to the denominator for stability, a finite number > 0.
+    learning_rate, b1, b2, eps
+        As in :class:`Adam`, with the same defaults.
     weight_decay : float, default=1e-2
         The decay coefficient :math:`\\lambda`, in [0, inf).
 
@@ -292,20 +264,11 @@ class AdamW(FirstOrderOptimizer):
     array([ 0.95, -2.  ])
     """
 
-    learning_rate: float | Schedule = 1e-3
-    b1: float = 0.9
-    b2: float = 0.999
-    eps: float = 1e-8
     weight_decay: float = 1e-2
 
     def __post_init__(self):
         super().__post_init__()
-        _check_adam(self)
         _set(self, "weight_decay", check_interval("weight_decay", self.weight_decay, 0, _INF))
-
-    def init(self, params):
-        """The initial state: count 0 and zero moments like ``params``."""
-        return _adam_init(params)
 
     def update(self, grads, state, params, *, decay_mask=None):
         """The updates to add to ``params`` and the new state.
@@ -320,7 +283,7 @@ class AdamW(FirstOrderOptimizer):
             Where True, ``params`` decay; ``None`` decays every entry.
         """
         lr = self.learning_rate_at(state.count)
-        direction, new_state = _adam_direction(self, grads, state)
+        direction, new_state = self._direction(grads, state)
         decayed = params
         if decay_mask is not None:
             decayed = params * check_decay_mask(get_namespace(params), decay_mask, params)

@@ -21,10 +21,15 @@ class Schedule:
 
     Subclasses implement ``__call__(count) -> float`` (the learning rate of the update with
     index ``count``, counting from 0) and name the field that :meth:`scale` multiplies in
-    the class attribute ``_scaled_field``.
+    the class attribute ``_scaled_field``: the learning rate that the schedule scales,
+    a finite number > 0, which ``__post_init__`` checks (subclasses call it first).
     """
 
     _scaled_field: ClassVar[str] = "init_value"
+
+    def __post_init__(self):
+        name = self._scaled_field
+        object.__setattr__(self, name, check_positive(name, getattr(self, name)))
 
     def __call__(self, count):
         raise NotImplementedError
@@ -70,9 +75,6 @@ class Constant(Schedule):
     value: float
     _scaled_field: ClassVar[str] = "value"
 
-    def __post_init__(self):
-        object.__setattr__(self, "value", check_positive("value", self.value))
-
     def __call__(self, count):
         return self.value
 
@@ -103,7 +105,7 @@ class InverseScaling(Schedule):
     power_t: float = 0.25
 
     def __post_init__(self):
-        object.__setattr__(self, "init_value", check_positive("init_value", self.init_value))
+        super().__post_init__()
         object.__setattr__(
             self, "power_t", check_interval("power_t", self.power_t, 0, math.inf)
         )
@@ -147,7 +149,7 @@ class CosineDecay(Schedule):
     alpha: float = 0.0
 
     def __post_init__(self):
-        object.__setattr__(self, "init_value", check_positive("init_value", self.init_value))
+        super().__post_init__()
         object.__setattr__(self, "decay_steps", check_int("decay_steps", self.decay_steps, 1))
         object.__setattr__(self, "alpha", check_interval("alpha", self.alpha, 0, 1, closed="both"))
 
@@ -188,7 +190,7 @@ class StepDecay(Schedule):
     gamma: float = 0.1
 
     def __post_init__(self):
-        object.__setattr__(self, "init_value", check_positive("init_value", self.init_value))
+        super().__post_init__()
         object.__setattr__(self, "step_size", check_int("step_size", self.step_size, 1))
         gamma = check_interval("gamma", self.gamma, 0, 1, closed="right")
         object.__setattr__(self, "gamma", gamma)

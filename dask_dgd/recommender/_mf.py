@@ -4,6 +4,7 @@ import numbers
 
 import numpy as np
 
+from .._docstrings import other_parameters
 from .._params import init_from
 from .._validation import Interval, Options
 from ..exceptions import InputError
@@ -13,6 +14,10 @@ from ._shards import check_rows, row_facts
 
 __all__ = ["ImplicitMatrixFactorization", "MatrixFactorization"]
 
+_shared_parameters = other_parameters("The training parameters both recommenders share: see\n"
+                                      ":class:`~dask_dgd.recommender.FactorizationBase`.")
+
+@_shared_parameters
 @init_from(factorization_signature(("alpha", "auto"), ("alpha_bias", None), rating_col="rating"), positional=1)
 class MatrixFactorization(FactorizationBase):
     """Explicit-rating matrix factorization trained by distributed gradient descent.
@@ -67,14 +72,6 @@ class MatrixFactorization(FactorizationBase):
         else equal to ``alpha``.
     rating_col : str, default="rating"
         Column of the ratings in DataFrame input.
-
-    Other Parameters
-    ----------------
-    solver, optimizer, learning_rate, batch_size, max_iter, tol, init_scale, user_col, item_col, n_shards, \
-mode, local_steps, outer_optimizer, max_staleness, staleness_scaling, max_time, on_divergence, \
-checkpoint, checkpoint_every, compression, split_every, random_state, verbose, callbacks, client
-        The training parameters both recommenders share: see
-        :class:`~dask_dgd.recommender.FactorizationBase`.
 
     Attributes
     ----------
@@ -146,6 +143,7 @@ shard_ratings_, bytes_communicated_
         return -float(np.sqrt(np.mean((pred - r) ** 2)))
 
 
+@_shared_parameters
 @init_from(factorization_signature(("loss", "bpr"), ("alpha", 0.01), ("alpha_bias", None), ("confidence_scale", 1.0),
                                    rating_col=None), positional=1)
 class ImplicitMatrixFactorization(FactorizationBase):
@@ -188,14 +186,6 @@ class ImplicitMatrixFactorization(FactorizationBase):
     rating_col : str or None, default=None
         Column of interaction strengths (counts, play time), used by wls; None or a
         missing column: every observed pair has strength 1.
-
-    Other Parameters
-    ----------------
-    solver, optimizer, learning_rate, batch_size, max_iter, tol, init_scale, user_col, item_col, n_shards, \
-mode, local_steps, outer_optimizer, max_staleness, staleness_scaling, max_time, on_divergence, \
-checkpoint, checkpoint_every, compression, split_every, random_state, verbose, callbacks, client
-        The training parameters both recommenders share: see
-        :class:`~dask_dgd.recommender.FactorizationBase`.
 
     Attributes
     ----------

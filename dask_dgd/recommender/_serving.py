@@ -303,6 +303,7 @@ class RecommenderMixin:
         Returns
         -------
         self
+            The model, with the users' rows written in.
 
         Raises
         ------
@@ -325,19 +326,19 @@ class RecommenderMixin:
         Parameters
         ----------
         item_users : DataFrame
-            The items' interactions (the ``user_col``, ``item_col`` and, if the model
-            uses one, rating column); users unknown to the model are ignored, and an
-            item without a known user gets zero factors (and bias).
+            The items' interactions, in the columns of :meth:`fold_in_users`'s
+            ``user_items``; users unknown to the model are ignored, and an item without
+            a known user gets zero factors (and bias).
 
         Returns
         -------
         self
+            The model, with the new items appended and the known ones' rows replaced.
 
         Raises
         ------
         InputError
-            For missing ids, NaN or infinite ratings (as ``fit``, with its message) and
-            ratings so large that a row would not be finite; the model is then unchanged.
+            As :meth:`fold_in_users`; the model is then unchanged.
         """
         return self._fold_in(item_users, "items")
 
