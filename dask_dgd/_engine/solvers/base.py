@@ -34,7 +34,7 @@ if TYPE_CHECKING:
     from ..runtime.group_steps import LocalUpdate
     from ..train import Context
 
-__all__ = ["AttributeState", "Outcome", "Settings", "Solver", "start_step", "step_record"]
+__all__ = ["AttributeState", "CountsIterations", "Outcome", "Settings", "Solver", "start_step", "step_record"]
 
 
 @dataclass
@@ -147,6 +147,21 @@ class Solver:
     def result(self) -> tuple[Any, int, Any, Any]:
         """``(params, n_iter, optimizer, optimizer state)``."""
         raise NotImplementedError
+
+
+class CountsIterations:
+    """A solver whose progress (checkpoints) and ``max_iter`` unit are both its count of
+    iterations, ``it`` (L-BFGS, Newton/IRLS)."""
+
+    it: int = 0
+
+    @property
+    def progress(self) -> int:
+        return self.it
+
+    @property
+    def iterations(self) -> int:
+        return self.it
 
 
 class AttributeState:

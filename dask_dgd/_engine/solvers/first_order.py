@@ -20,7 +20,7 @@ from ...optim import lbfgs_direction, strong_wolfe
 from ...optim._linesearch import rounding_level, ties
 from ..stopping import EpochStopper, Stop
 from ..update import Guard, UpdateRule, auto_learning_rate, initial_divergence
-from .base import Outcome, Solver, step_record
+from .base import CountsIterations, Outcome, Solver, step_record
 
 if TYPE_CHECKING:
     from collections.abc import Generator, Mapping
@@ -285,7 +285,7 @@ class FirstOrder(Solver):
         self.resume_phase = "evaluate"
 
 
-class LBFGS(Solver):
+class LBFGS(CountsIterations, Solver):
     """Limited-memory BFGS on the distributed objective (smooth problems, full batch).
 
     The direction is the two-loop recursion over the last ``memory`` pairs
@@ -329,14 +329,6 @@ class LBFGS(Solver):
         self.trials: list[tuple[float, float, float]] = []  # (step, value, slope) of the line search so far
         self.points: list[tuple[Any, ...]] = []  # (step, parameters, value, gradient) of its finite trials
         self._search: Generator[float, tuple[float, float], float] | None = None
-
-    @property
-    def progress(self) -> int:
-        return self.it
-
-    @property
-    def iterations(self) -> int:
-        return self.it
 
     def _evaluate(self, x: np.ndarray) -> tuple[StepResult, dict[str, Any]]:
         res = self.ctx.source.evaluate(x)

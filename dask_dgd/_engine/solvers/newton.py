@@ -38,7 +38,7 @@ from ...losses._gram import weighted_gram
 from ...optim._linesearch import MAX_HALVINGS, accepts, rounding_level
 from ..stopping import Stop
 from ..update import initial_divergence
-from .base import AttributeState, Outcome, Solver, step_record
+from .base import AttributeState, CountsIterations, Outcome, Solver, step_record
 from .curvature import LeastSquaresModel, curvature, with_block_extra
 
 if TYPE_CHECKING:
@@ -349,7 +349,7 @@ def cd_solve(H: npt.ArrayLike, g: npt.ArrayLike, x0: npt.ArrayLike, l1: npt.Arra
     return x, int(n)
 
 
-class IRLSCD(AttributeState, Solver):
+class IRLSCD(CountsIterations, AttributeState, Solver):
     """Newton's method (IRLS) with the exact Hessian, and with coordinate descent for L1
     and elastic-net penalties (glum's "irls-cd"), on single-output models.
 
@@ -387,14 +387,6 @@ class IRLSCD(AttributeState, Solver):
         self.delta = 0.0
         self.t = 1.0
         self.trials = 0
-
-    @property
-    def progress(self) -> int:
-        return self.it
-
-    @property
-    def iterations(self) -> int:
-        return self.it
 
     def _evaluate(self, x: np.ndarray) -> tuple[StepResult, float]:
         res = self.ctx.source.evaluate(x)
