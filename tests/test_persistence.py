@@ -511,3 +511,32 @@ def test_files_naming_the_engine_modules_before_the_sub_packages_still_load():
     assert allowed_class("dask_dgd._engine.curvature:LeastSquaresModel", "type") is LeastSquaresModel
     with pytest.raises(CheckpointError, match="which this dask_dgd does not have"):
         allowed_class("dask_dgd._engine.kernels:BlockSums", "type")
+
+
+def _binomial_fit():
+    return dask_dgd.BinomialRegressor(alpha=0.1).fit(X, (X[:, 0] > 0).astype(float))
+
+
+@pytest.mark.filterwarnings("ignore::sklearn.exceptions.ConvergenceWarning")
+@pytest.mark.parametrize("fit, old_path", [
+    (_binomial_fit, "dask_dgd.linear_model._binomial:BinomialRegressor"),
+])
+def test_files_naming_an_estimator_at_its_module_before_the_files_were_cut_by_concern_still_load(
+        tmp_path, fit, old_path):
+    """Files written before the estimators moved beside their sibling families or
+    helpers name them at their old modules; such a file loads, to the class now, and
+    predicts as the fitted estimator it was written from."""
+    est = fit()
+    path = est.save(tmp_path / "model.npz")
+    now = f"{type(est).__module__}:{type(est).__qualname__}"
+    assert now != old_path
+
+    def edit(meta):
+        assert meta["content"]["class"] == now
+        meta["content"]["class"] = old_path  # as the file was written then
+        meta["meta_sha256"] = "recompute"
+
+    _rewrite_meta(path, edit)
+    back = dask_dgd.load(path)
+    assert type(back) is type(est)
+    np.testing.assert_array_equal(back.predict(X), est.predict(X))

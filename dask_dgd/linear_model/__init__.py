@@ -1,10 +1,9 @@
 """Generalised linear models trained by distributed gradient descent."""
 
 from ._base import DGDLinearModel
-from ._binomial import BinomialRegressor
 from ._cv import ElasticNetCV, LogisticRegressionCV, PoissonRegressorCV, fold_ids
 from ._cv_families import BinomialRegressorCV, GammaRegressorCV, NegativeBinomialRegressorCV, TweedieRegressorCV
-from ._families import GammaRegressor, NegativeBinomialRegressor, TweedieRegressor
+from ._families import BinomialRegressor, GammaRegressor, NegativeBinomialRegressor, TweedieRegressor
 from ._glm import LinearRegression, PoissonRegressor
 from ._logistic import LogisticRegression
 

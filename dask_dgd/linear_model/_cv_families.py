@@ -46,9 +46,8 @@ from .._docstrings import other_parameters
 from .._params import init_from
 from .._validation import Interval, Options
 from ..losses import BinaryLogistic, HalfSquaredError
-from ._binomial import BinomialRegressor
 from ._cv import PoissonRegressorCV, cv_signature
-from ._families import GammaRegressor, NegativeBinomialRegressor, TweedieRegressor
+from ._families import BinomialRegressor, GammaRegressor, NegativeBinomialRegressor, TweedieRegressor
 
 __all__ = ["BinomialRegressorCV", "GammaRegressorCV", "NegativeBinomialRegressorCV", "TweedieRegressorCV"]
 
