@@ -517,9 +517,19 @@ def _binomial_fit():
     return dask_dgd.BinomialRegressor(alpha=0.1).fit(X, (X[:, 0] > 0).astype(float))
 
 
+def _logistic_cv_fit():
+    return dask_dgd.LogisticRegressionCV(Cs=3, cv=3, max_iter=20).fit(X, Y_LABELS)
+
+
+def _poisson_cv_fit():
+    return dask_dgd.PoissonRegressorCV(alphas=3, cv=3, max_iter=20).fit(X, np.exp(0.3 * X[:, 0]).round())
+
+
 @pytest.mark.filterwarnings("ignore::sklearn.exceptions.ConvergenceWarning")
 @pytest.mark.parametrize("fit, old_path", [
     (_binomial_fit, "dask_dgd.linear_model._binomial:BinomialRegressor"),
+    (_logistic_cv_fit, "dask_dgd.linear_model._cv:LogisticRegressionCV"),
+    (_poisson_cv_fit, "dask_dgd.linear_model._cv:PoissonRegressorCV"),
 ])
 def test_files_naming_an_estimator_at_its_module_before_the_files_were_cut_by_concern_still_load(
         tmp_path, fit, old_path):

@@ -103,6 +103,8 @@ _MOVED_MODULES = {
 #: the class named must still pass every check above.
 _MOVED_CLASSES = {
     "dask_dgd.linear_model._binomial:BinomialRegressor": "dask_dgd.linear_model._families:BinomialRegressor",
+    "dask_dgd.linear_model._cv:LogisticRegressionCV": "dask_dgd.linear_model._cv_logistic:LogisticRegressionCV",
+    "dask_dgd.linear_model._cv:PoissonRegressorCV": "dask_dgd.linear_model._cv_families:PoissonRegressorCV",
 }
 #: The modules whose public estimators files may hold.
 _ESTIMATOR_MODULES = ("dask_dgd.linear_model", "dask_dgd.recommender", "dask_dgd.climate", "dask_dgd.hashing")

@@ -1,8 +1,15 @@
 """Generalised linear models trained by distributed gradient descent."""
 
 from ._base import DGDLinearModel
-from ._cv import ElasticNetCV, LogisticRegressionCV, PoissonRegressorCV, fold_ids
-from ._cv_families import BinomialRegressorCV, GammaRegressorCV, NegativeBinomialRegressorCV, TweedieRegressorCV
+from ._cv import ElasticNetCV, fold_ids
+from ._cv_families import (
+    BinomialRegressorCV,
+    GammaRegressorCV,
+    NegativeBinomialRegressorCV,
+    PoissonRegressorCV,
+    TweedieRegressorCV,
+)
+from ._cv_logistic import LogisticRegressionCV
 from ._families import BinomialRegressor, GammaRegressor, NegativeBinomialRegressor, TweedieRegressor
 from ._glm import LinearRegression, PoissonRegressor
 from ._logistic import LogisticRegression

@@ -1,6 +1,9 @@
 """Cross-validated regularization paths: every fold and every penalty in one pass over X.
 
-:class:`LogisticRegressionCV`, :class:`ElasticNetCV` and :class:`PoissonRegressorCV` fit
+The machinery every cross-validated estimator shares (:class:`_PathCV`, its signature
+and parameters' documentation, the fold helpers) and :class:`ElasticNetCV`; the
+logistic regression's is in :mod:`~dask_dgd.linear_model._cv_logistic`, the other
+families' in :mod:`~dask_dgd.linear_model._cv_families`.  Each fits
 ``n_folds x n_alphas`` models as one stacked problem (:mod:`dask_dgd.losses._path`)
 through the one engine (:func:`dask_dgd._engine.train.train`): each block of rows
 evaluates the coefficient vectors it is asked for with one product ``X @ W``, the folds
@@ -15,7 +18,7 @@ import numbers
 import warnings
 
 import numpy as np
-from sklearn.base import BaseEstimator, ClassifierMixin, RegressorMixin
+from sklearn.base import BaseEstimator, RegressorMixin
 from sklearn.utils.validation import check_is_fitted
 
 from .._backend import asarray_like, get_namespace, is_sparse, to_numpy
@@ -26,14 +29,12 @@ from .._engine.train import train
 from .._params import init_from, signature
 from .._validation import ClientParamMixin, Interval, Options, one_fit_at_a_time, user_stacklevel, validate_params
 from ..exceptions import ConvergenceWarning, InputError, ParameterError
-from ..losses import HalfPoisson, HalfSquaredError
+from ..losses import HalfSquaredError
 from ..losses._path import PathObjective, PathPenalty, fold_ids
-from ._cv_logistic import path_attributes, scoring_shards
-from ._cv_params import _COMMON_CONSTRAINTS, _REGRESSOR_DOC_PARAMS, _grid_like, _ratios_like
-from ._glm import LinearRegression, PoissonRegressor
-from ._logistic import LogisticRegression, _class_weight_like
+from ._cv_params import _COMMON_CONSTRAINTS, _grid_like, _ratios_like
+from ._glm import LinearRegression
 
-__all__ = ["ElasticNetCV", "LogisticRegressionCV", "PoissonRegressorCV", "fold_ids"]
+__all__ = ["ElasticNetCV", "fold_ids"]
 
 #: Penalties (per fold) trained together, from the largest to the smallest, each group
 #: warm-started from the previous group's solutions; None trains the whole path at once.
@@ -95,9 +96,43 @@ def cv_signature(*family, l1_ratio=0.0, eps=1e-6, scoring=True):
     )
 
 
-#: LogisticRegressionCV's signature: scikit-learn's grid of ``Cs`` and ``l1_ratios``.
-LOGISTIC_CV_SIGNATURE = signature(("Cs", 10), ("l1_ratios", None), "scoring", "class_weight", "fit_intercept",
-                                  ("cv", 5), "solver", "max_iter", "tol", "random_state", "verbose", "client")
+#: The numpydoc entries of the parameters every path CV estimator shares (the tail of
+#: :func:`cv_signature`), after each estimator's own in its docstring.
+_REGRESSOR_DOC_PARAMS = """
+    fit_intercept : bool, default=True
+        Whether to fit an intercept (never penalised).
+    cv : int, default=5
+        Number of folds.  Fold membership is computed on the workers from
+        ``random_state`` and each row's position in the data
+        (:func:`~dask_dgd.linear_model._cv.fold_ids`): folds are balanced within one row,
+        as ``KFold(shuffle=True)``, and do not depend on the chunking nor on which worker
+        holds a block.  scikit-learn splitters are not accepted: they need the rows'
+        positions on the driver.
+    solver : {"auto", "cd", "lbfgs", "gd"}, default="auto"
+        "cd": for least squares (:class:`ElasticNetCV`), the exact path: one pass
+        over ``X`` computing every fold's Gram matrix, then coordinate descent on the
+        driver for every fold and penalty (:mod:`~dask_dgd._engine.solvers.gram_path`); for
+        the other single-output families (binary logistic, Poisson, Gamma, Tweedie,
+        negative binomial, binomial), IRLS coordinate descent along the path, one
+        penalty at a time with every fold's Hessian from one Gram matrix's work per
+        pass (:mod:`~dask_dgd._engine.solvers.cd_path`).  "lbfgs" (smooth penalties) and "gd"
+        (proximal gradient, for L1) train the stacked path in warm-started groups of
+        penalties.  "auto" picks "cd" up to ``dgd.cd-max-params`` (1024) coefficients
+        per model, else "gd" for a path with an L1 part, else "lbfgs" (the multinomial
+        always takes "gd"/"lbfgs").
+    max_iter : int
+        Iterations of the path's solver (and of the refit); with "cd", passes per
+        penalty, and ``n_iter_`` counts passes (the exact least-squares path: the pass
+        of the Gram matrices as one).
+    tol : float, default=1e-4
+        Stop when the largest entry of every column's (proximal) gradient ("cd": its
+        minimum-norm subgradient) is at most ``tol``; the refit uses the same tolerance.
+    random_state : int or None, default=None
+        Seed of the fold assignment (None: 0; the folds are always reproducible).
+    verbose : int, default=0
+    client : distributed.Client or None, default=None
+        As :class:`~dask_dgd.LinearRegression`'s."""
+
 
 class _PathCV(ClientParamMixin, BaseEstimator):
     """Shared machinery of the cross-validated paths (not public)."""
@@ -426,200 +461,3 @@ class ElasticNetCV(RegressorMixin, _PathCV):
         """R² of the refitted model's predictions."""
         check_is_fitted(self, "estimator_")
         return self.estimator_.score(X, y, sample_weight=sample_weight, offset=offset)
-
-
-@init_from(cv_signature())
-class PoissonRegressorCV(ElasticNetCV):
-    # the docstring shares the parameters of every path CV estimator: an assignment, not a
-    # docstring statement (a concatenation would leave __doc__ None)
-    __doc__ = r"""Poisson regression (log link) with the penalty chosen by cross-validation.
-
-    As :class:`ElasticNetCV`, with the mean Poisson half-deviance as the loss (the
-    objective of :class:`~dask_dgd.PoissonRegressor`, scikit-learn's when
-    ``l1_ratio=0``) and the mean held-out Poisson deviance as the default score; the
-    best alpha is refitted by :class:`~dask_dgd.PoissonRegressor`.  One class per family,
-    named as the family's estimator, rather than one ``GeneralizedLinearRegressorCV``
-    with a ``family`` argument: a family's CV estimator then has its estimator's
-    defaults and scores, and adding one is a subclass naming its loss and refit class.
-
-    Parameters
-    ----------
-    l1_ratio : float or list of float in [0, 1], default=0.0
-    eps : float, default=1e-6
-        ``alpha_min / alpha_max`` of the default grid (glum's default: with 1e-3 the
-        chosen alpha of log-link models on real data often sat at the grid's end).
-    alphas : int or list of float, default=100
-        An int: a log-scale grid from ``max|X^T s (y - ybar)| / (sum(s) max(l1_ratio,
-        1e-3))`` (the lasso's alpha_max, with glmnet's floor of l1_ratio for ridge)
-        down ``eps`` times.
-    scoring : {None, "neg_mean_poisson_deviance", "neg_mean_squared_error", "r2"}, default=None
-        None: "neg_mean_poisson_deviance".
-""" + _REGRESSOR_DOC_PARAMS + """
-
-    Attributes
-    ----------
-    alpha_, l1_ratio_, alphas_, coefs_paths_, coef_, intercept_, estimator_, n_iter_
-        As :class:`ElasticNetCV`'s.
-    scores_ : ndarray of shape (n_alphas, n_folds) or (n_l1_ratio, n_alphas, n_folds)
-        The held-out score of each fold (higher is better).
-    """
-
-    _parameter_constraints = {**ElasticNetCV._parameter_constraints, "scoring": [None, str, callable]}
-    _scorers = ("neg_mean_poisson_deviance", "neg_mean_squared_error", "r2")
-    _default_scoring = "neg_mean_poisson_deviance"
-    _loss = HalfPoisson()
-    _refit_class = PoissonRegressor
-    _exact_gram = False
-
-    def _path_score(self, sums):
-        return self._score(sums, self._check_scoring())
-
-    def _store_path(self, grids, scores, coefs, single):
-        coefs = coefs.transpose(0, 2, 1, 3)
-        self.alphas_ = grids[0] if single else grids
-        self.scores_ = scores[0] if single else scores
-        self.coefs_paths_ = coefs[0] if single else coefs
-
-
-@init_from(LOGISTIC_CV_SIGNATURE)
-class LogisticRegressionCV(ClassifierMixin, _PathCV):
-    # the docstring shares the parameters of every path CV estimator: an assignment, not a
-    # docstring statement (a concatenation would leave __doc__ None)
-    __doc__ = r"""Logistic regression (binary or multinomial) with ``C`` (and ``l1_ratio``) chosen by cross-validation.
-
-    Every fold and every ``C`` is one column of a stacked problem (``n_classes``
-    columns per model for more than two classes, the softmax loss), trained over the
-    same passes over ``X``: for two classes by IRLS coordinate descent along the path
-    (``solver="cd"``, and ``"auto"`` up to ``dgd.cd-max-params`` coefficients: the ``C``
-    in turn, all folds together, Newton steps), else by proximal gradient or L-BFGS;
-    each model is scored on its held-out fold where the rows live, and the best ``C``
-    is refitted on all rows by :class:`~dask_dgd.LogisticRegression` (for two classes,
-    starting at the folds' mean solution).  scikit-learn's
-    objective for fold :math:`f` with training weight :math:`T_f` (sum of sample and
-    class weights),
-    :math:`C \sum_i s_i \ell_i + \frac{1-\rho}{2}\lVert w\rVert_2^2 + \rho\lVert w\rVert_1`,
-    is ours with ``alpha = 1 / (C T_f)``: the same solutions.
-
-    Parameters
-    ----------
-    Cs : int or list of float, default=10
-        An int: ``np.logspace(-4, 4, Cs)``, as scikit-learn.
-    l1_ratios : None or list of float in [0, 1], default=None
-        None: the L2 penalty (``l1_ratio = 0``); a list is searched with ``Cs``.
-    scoring : {None, "accuracy", "neg_log_loss"}, default=None
-        None: "accuracy" (scikit-learn's default).  Sample weights weigh the held-out
-        rows.  A callable is refused (it would need the rows on the driver).
-    class_weight : dict, "balanced" or None, default=None
-        As :class:`~dask_dgd.LogisticRegression`'s (folded into the sample weights).
-""" + _REGRESSOR_DOC_PARAMS + r"""
-
-    Attributes
-    ----------
-    classes_ : ndarray of shape (n_classes,)
-    Cs_ : ndarray of shape (n_Cs,)
-    C_, l1_ratio_ : ndarray of shape (1,) (binary) or (n_classes,) (the same value repeated)
-    scores_ : dict
-        ``{class: array of shape (n_folds, n_Cs)}`` (``(n_folds, n_Cs, n_l1_ratios)`` with
-        ``l1_ratios``), keyed by ``classes_[1]`` (binary) or by every class (the same scores).
-    coefs_paths_ : dict
-        ``{class: array of shape (n_folds, n_Cs, n_features + fit_intercept)}`` (an
-        ``n_l1_ratios`` axis before the last with ``l1_ratios``): the binary model under
-        ``classes_[1]``, or each class's own coefficients (scikit-learn's legacy layout).
-    coef_ : ndarray of shape (1, n_features) or (n_classes, n_features)
-    intercept_ : ndarray of shape (1,) or (n_classes,)
-    estimator_ : LogisticRegression
-        The refitted model (``predict`` and ``predict_proba`` use it).
-    n_iter_ : int
-    """
-
-    _parameter_constraints = {
-        **_COMMON_CONSTRAINTS,
-        "Cs": [_grid_like],
-        "l1_ratios": [None, _ratios_like],
-        "scoring": [None, str, callable],
-        "class_weight": [None, Options("balanced"), _class_weight_like],
-    }
-    _scorers = ("accuracy", "neg_log_loss")
-    _default_scoring = "accuracy"
-
-    @one_fit_at_a_time
-    def fit(self, X, y, sample_weight=None):
-        """Fit the path on every fold, choose ``C`` (and ``l1_ratio``), refit on all rows.
-
-        Parameters
-        ----------
-        X, y, sample_weight
-            As :meth:`~dask_dgd.LogisticRegression.fit`'s (``y``: labels of two or more classes).
-
-        Returns
-        -------
-        self : object
-        """
-        self._validate_params()
-        scoring = self._check_scoring()
-        est = LogisticRegression(fit_intercept=self.fit_intercept, class_weight=self.class_weight,
-                                 max_iter=self.max_iter, tol=self.tol,
-                                 client=self.client)
-        est._validate_params()
-        shards, summaries, _ = est._prepare(X, y, sample_weight)
-        scored = None
-        try:
-            classes, counts, weights = est._labels(summaries)
-            scored = scoring_shards(shards, classes, self.class_weight)
-            shards, objective, baseline = est._setup(shards, classes, counts, weights)
-            est.classes_ = classes
-            self._fit_shards(est, shards, objective, np.asarray(baseline, float) * self.fit_intercept, scoring, scored)
-        finally:
-            self._release(shards)
-            self._release(scored)
-        self.classes_ = classes
-        return self
-
-    def _fit_shards(self, est, shards, objective, baseline, scoring, scored=None):
-        d, F, seed, loss = objective.n_features, int(self.cv), self._seed(), objective.loss
-        probe = PathObjective(loss, d, (0,), F, _block_starts(shards), seed, self.fit_intercept)
-        fw = self._fold_stats(shards, probe)[0]
-        T = fw.sum() - fw  # training weight of each fold
-        Cs = np.logspace(-4, 4, self.Cs) if isinstance(self.Cs, numbers.Integral) else \
-            np.asarray(self.Cs, dtype=np.float64)
-        ratios = np.array([0.0]) if self.l1_ratios is None else np.atleast_1d(np.asarray(self.l1_ratios, float))
-        order = np.argsort(Cs, kind="stable")  # smallest C (strongest penalty) first
-        scores = np.zeros((F, len(Cs), len(ratios)))
-        tail = (loss.n_outputs,) if loss.n_outputs > 1 else ()  # multinomial: a column per class
-        paths = np.zeros((F, len(Cs), len(ratios), d + self.fit_intercept) + tail)
-        iters = 0
-        for r, rho in enumerate(ratios):
-            alpha = 1.0 / (Cs[order][:, None] * T[None, :])  # (P, F)
-            strengths = np.stack([alpha * rho, alpha * (1 - rho)], axis=2)
-            coef, icpt, sums, n_iter = self._run_path(shards, loss, d, baseline, strengths, seed, scored)
-            scores[:, order, r] = self._score(sums, scoring).T
-            both = np.concatenate([coef, icpt[:, :, None]], axis=2) if self.fit_intercept else coef
-            paths[:, order, r] = both.swapaxes(0, 1)
-            iters += sum(n_iter)
-        mean = scores.mean(axis=0)  # (n_Cs, n_l1)
-        i, r = np.unravel_index(np.argmax(mean), mean.shape)
-        self.Cs_ = Cs
-        self.C_, self.l1_ratio_, self.scores_, self.coefs_paths_ = path_attributes(
-            est.classes_, Cs[i], ratios[r], scores, paths, single=self.l1_ratios is None)
-        est.set_params(alpha=1.0 / (Cs[i] * fw.sum()), l1_ratio=float(ratios[r]))
-        params0 = None
-        if not tail:  # the refit starts at the folds' mean solution of the chosen penalty
-            mean = paths[:, i, r].mean(axis=0)
-            params0 = objective.pack(mean[:d], mean[d:] if self.fit_intercept else None)
-        est._fit(shards, objective, baseline, params0=params0)
-        self._keep_refit(est, iters)
-
-    def decision_function(self, X):
-        """Log-odds of the refitted model."""
-        check_is_fitted(self, "estimator_")
-        return self.estimator_.decision_function(X)
-
-    def predict_proba(self, X):
-        """Class probabilities of the refitted model."""
-        check_is_fitted(self, "estimator_")
-        return self.estimator_.predict_proba(X)
-
-    def predict(self, X):
-        """Classes predicted by the refitted model."""
-        check_is_fitted(self, "estimator_")
-        return self.estimator_.predict(X)

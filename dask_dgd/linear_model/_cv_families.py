@@ -1,8 +1,9 @@
-r"""Cross-validated paths of the Gamma, Tweedie, negative binomial and binomial families.
+r"""Cross-validated paths of the Poisson, Gamma, Tweedie, negative binomial and binomial families.
 
-:class:`GammaRegressorCV`, :class:`TweedieRegressorCV`,
+:class:`PoissonRegressorCV` is :class:`~dask_dgd.linear_model.ElasticNetCV` with the
+Poisson loss; :class:`GammaRegressorCV`, :class:`TweedieRegressorCV`,
 :class:`NegativeBinomialRegressorCV` and :class:`BinomialRegressorCV` are
-:class:`~dask_dgd.linear_model.PoissonRegressorCV` with the family's loss (built from
+:class:`PoissonRegressorCV` with the family's loss (built from
 the estimator's parameters, so a bad ``power`` or ``theta`` fails before the data is
 read), its target checks, its deviance as the default held-out score and its
 estimator as the refit.  Every fold and every alpha is trained in one stacked problem
@@ -45,11 +46,66 @@ import numpy as np
 from .._docstrings import other_parameters
 from .._params import init_from
 from .._validation import Interval, Options
-from ..losses import BinaryLogistic, HalfSquaredError
-from ._cv import PoissonRegressorCV, cv_signature
+from ..losses import BinaryLogistic, HalfPoisson, HalfSquaredError
+from ._cv import _REGRESSOR_DOC_PARAMS, ElasticNetCV, cv_signature
 from ._families import BinomialRegressor, GammaRegressor, NegativeBinomialRegressor, TweedieRegressor
+from ._glm import PoissonRegressor
 
-__all__ = ["BinomialRegressorCV", "GammaRegressorCV", "NegativeBinomialRegressorCV", "TweedieRegressorCV"]
+__all__ = ["BinomialRegressorCV", "GammaRegressorCV", "NegativeBinomialRegressorCV", "PoissonRegressorCV",
+           "TweedieRegressorCV"]
+
+
+@init_from(cv_signature())
+class PoissonRegressorCV(ElasticNetCV):
+    # the docstring shares the parameters of every path CV estimator: an assignment, not a
+    # docstring statement (a concatenation would leave __doc__ None)
+    __doc__ = r"""Poisson regression (log link) with the penalty chosen by cross-validation.
+
+    As :class:`ElasticNetCV`, with the mean Poisson half-deviance as the loss (the
+    objective of :class:`~dask_dgd.PoissonRegressor`, scikit-learn's when
+    ``l1_ratio=0``) and the mean held-out Poisson deviance as the default score; the
+    best alpha is refitted by :class:`~dask_dgd.PoissonRegressor`.  One class per family,
+    named as the family's estimator, rather than one ``GeneralizedLinearRegressorCV``
+    with a ``family`` argument: a family's CV estimator then has its estimator's
+    defaults and scores, and adding one is a subclass naming its loss and refit class.
+
+    Parameters
+    ----------
+    l1_ratio : float or list of float in [0, 1], default=0.0
+    eps : float, default=1e-6
+        ``alpha_min / alpha_max`` of the default grid (glum's default: with 1e-3 the
+        chosen alpha of log-link models on real data often sat at the grid's end).
+    alphas : int or list of float, default=100
+        An int: a log-scale grid from ``max|X^T s (y - ybar)| / (sum(s) max(l1_ratio,
+        1e-3))`` (the lasso's alpha_max, with glmnet's floor of l1_ratio for ridge)
+        down ``eps`` times.
+    scoring : {None, "neg_mean_poisson_deviance", "neg_mean_squared_error", "r2"}, default=None
+        None: "neg_mean_poisson_deviance".
+""" + _REGRESSOR_DOC_PARAMS + """
+
+    Attributes
+    ----------
+    alpha_, l1_ratio_, alphas_, coefs_paths_, coef_, intercept_, estimator_, n_iter_
+        As :class:`ElasticNetCV`'s.
+    scores_ : ndarray of shape (n_alphas, n_folds) or (n_l1_ratio, n_alphas, n_folds)
+        The held-out score of each fold (higher is better).
+    """
+
+    _parameter_constraints = {**ElasticNetCV._parameter_constraints, "scoring": [None, str, callable]}
+    _scorers = ("neg_mean_poisson_deviance", "neg_mean_squared_error", "r2")
+    _default_scoring = "neg_mean_poisson_deviance"
+    _loss = HalfPoisson()
+    _refit_class = PoissonRegressor
+    _exact_gram = False
+
+    def _path_score(self, sums):
+        return self._score(sums, self._check_scoring())
+
+    def _store_path(self, grids, scores, coefs, single):
+        coefs = coefs.transpose(0, 2, 1, 3)
+        self.alphas_ = grids[0] if single else grids
+        self.scores_ = scores[0] if single else scores
+        self.coefs_paths_ = coefs[0] if single else coefs
 
 
 @dataclass(frozen=True)

@@ -12,7 +12,9 @@ from sklearn.model_selection import GridSearchCV, KFold, PredefinedSplit
 from sklearn.preprocessing import StandardScaler
 
 from dask_dgd.exceptions import InputError, ParameterError
-from dask_dgd.linear_model._cv import ElasticNetCV, LogisticRegressionCV, PoissonRegressorCV, fold_ids
+from dask_dgd.linear_model._cv import ElasticNetCV, fold_ids
+from dask_dgd.linear_model._cv_families import PoissonRegressorCV
+from dask_dgd.linear_model._cv_logistic import LogisticRegressionCV
 from dask_dgd.losses import BinaryLogistic, HalfPoisson, LinearObjective
 from dask_dgd.losses._path import PathObjective
 

@@ -19,7 +19,8 @@ from sklearn.preprocessing import StandardScaler
 import dask_dgd.linear_model._cv as cv_module
 from dask_dgd._engine.objective import PathTraining
 from dask_dgd.exceptions import InputError, ParameterError
-from dask_dgd.linear_model._cv import LogisticRegressionCV, fold_ids
+from dask_dgd.linear_model._cv import fold_ids
+from dask_dgd.linear_model._cv_logistic import LogisticRegressionCV
 from dask_dgd.losses import LinearObjective, MultinomialLogistic
 from dask_dgd.losses._path import PathObjective, PathPenalty
 

@@ -12,7 +12,9 @@ from sklearn.preprocessing import StandardScaler
 
 from dask_dgd._engine.solvers.cd_path import path_stages
 from dask_dgd.exceptions import ConvergenceWarning, ParameterError
-from dask_dgd.linear_model._cv import LogisticRegressionCV, PoissonRegressorCV, fold_ids
+from dask_dgd.linear_model._cv import fold_ids
+from dask_dgd.linear_model._cv_families import PoissonRegressorCV
+from dask_dgd.linear_model._cv_logistic import LogisticRegressionCV
 from dask_dgd.losses import BinaryLogistic, HalfPoisson
 from dask_dgd.losses._path import PathObjective
 
