@@ -550,3 +550,22 @@ def test_files_naming_an_estimator_at_its_module_before_the_files_were_cut_by_co
     back = dask_dgd.load(path)
     assert type(back) is type(est)
     np.testing.assert_array_equal(back.predict(X), est.predict(X))
+
+
+@pytest.mark.filterwarnings("ignore::sklearn.exceptions.ConvergenceWarning")
+def test_a_cv_file_whose_refit_names_binomial_at_its_old_module_still_loads(tmp_path):
+    """The refitted estimator a CV file nests names its class too: a BinomialRegressorCV
+    file written before BinomialRegressor moved names ``_binomial`` there."""
+    est = dask_dgd.BinomialRegressorCV(alphas=3, cv=3, max_iter=20).fit(X, (X[:, 0] > 0).astype(float))
+    path = est.save(tmp_path / "model.npz")
+
+    def edit(meta):
+        nested = meta["content"]["state"]["estimator_"]
+        assert nested["__object__"] == "dask_dgd.linear_model._families:BinomialRegressor"
+        nested["__object__"] = "dask_dgd.linear_model._binomial:BinomialRegressor"
+        meta["meta_sha256"] = "recompute"
+
+    _rewrite_meta(path, edit)
+    back = dask_dgd.load(path)
+    assert type(back.estimator_) is dask_dgd.BinomialRegressor
+    np.testing.assert_array_equal(back.predict(X), est.predict(X))
