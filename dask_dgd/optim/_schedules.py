@@ -29,6 +29,8 @@ class Schedule:
 
     def __post_init__(self):
         name = self._scaled_field
+        if name not in {f.name for f in dataclasses.fields(self)}:
+            return  # a user's schedule without the field: its own rules
         object.__setattr__(self, name, check_positive(name, getattr(self, name)))
 
     def __call__(self, count):
