@@ -79,7 +79,7 @@ class FirstOrder(Solver):
         self.steps_per_epoch = 1 if self.full_batch else ctx.batching.steps_per_epoch  # type: ignore[attr-defined]
         self.stopper = EpochStopper(ctx.tol, ctx.n_iter_no_change)
         self.n_values = 0  # values given to the stopper
-        monotone = self.full_batch and rule.optimizer.descent_method and ctx.compressor is None  # type: ignore[attr-defined]
+        monotone = self.full_batch and rule.optimizer.descent_method and ctx.compressor is None
         self.guard = Guard(ctx.on_divergence, full_batch=self.full_batch, monotone=monotone, hint=ctx.objective.hint)  # type: ignore[attr-defined]
         self.on_objective = on_objective = getattr(ctx.objective, "tol_on_objective", False)
         # a tolerance on the objective of 0 (models that declare it) runs every epoch
@@ -107,7 +107,7 @@ class FirstOrder(Solver):
 
     @property
     def optimizer(self) -> FirstOrderOptimizer:
-        return self.rule.optimizer  # type: ignore[return-value]
+        return self.rule.optimizer
 
     def _draw(self) -> Draw | None:
         """The next step's mini-batch (None: full batch)."""
@@ -171,7 +171,7 @@ class FirstOrder(Solver):
             return Stop(True)
         if self.use_stopper:
             self.n_values += 1
-            if self.stopper.add(self.value, self.n_values // self.steps_per_epoch):
+            if self.stopper.add(self.value, self.n_values // self.steps_per_epoch):  # type: ignore[arg-type]  # (set by the first step)
                 return Stop(True)
         return None
 
