@@ -93,7 +93,7 @@ def sharded_start(ctx: Context, optimizer: FirstOrderOptimizer, draw: Draw | Non
     if not (math.isfinite(res.value) and stats.get("nonfinite", 0) == 0):
         raise initial_divergence(res.value)
     if ctx.learning_rate == "auto":
-        L = ctx.objective.lipschitz(ctx.shards, None)  # type: ignore[attr-defined]
+        L = ctx.objective.lipschitz(ctx.shards, None)  # type: ignore[arg-type]  # (no driver vector: a linear model takes None)
         lr = auto_learning_rate(optimizer, L, np.array([float(stats["gmax"])])) / divide
         optimizer = optimizer.with_learning_rate(lr)
     return optimizer, res, stats
@@ -236,7 +236,7 @@ class ShardedFirstOrder(FirstOrder):
     def __init__(self, ctx: Context, optimizer: FirstOrderOptimizer) -> None:
         self.src: ShardedSource = ctx.source  # type: ignore[assignment]  # (a sharded fit's)
         self.stats: dict[str, Any] = {}  # the owners' scalars of the last accepted evaluation
-        self.has_l1 = ctx.objective.penalty.has_l1  # type: ignore[attr-defined]
+        self.has_l1 = ctx.objective.penalty.has_l1
         self._set_rules(ctx, UpdateRule(optimizer))  # the owners apply the penalty
 
     def start(self) -> Outcome:
@@ -264,7 +264,7 @@ class ShardedFirstOrder(FirstOrder):
         self.stats, self.good = stats, (self.value, self.it)
 
     def _validate(self) -> dict[str, float]:
-        return self.ctx.validator.evaluate_sharded(self.src)  # type: ignore[attr-defined]
+        return self.ctx.validator.evaluate_sharded(self.src)
 
     def _record(self, res: StepResult, iteration: int, stats: dict[str, Any], **scores: float | None) -> dict[str, Any]:  # type: ignore[override]
         lr = self.optimizer.learning_rate_at(int(stats.get("count", 0)))

@@ -100,7 +100,7 @@ class ALS(AttributeState, Solver):
             if self.it == 0:
                 raise initial_divergence(res.value)
             raise DivergenceError(f"alternating least squares diverged at iteration {self.it} (loss={res.value}); "
-                                  f"{self.ctx.objective.hint}")  # type: ignore[attr-defined]
+                                  f"{self.ctx.objective.hint}")
         n = res.partial.weight_sum  # type: ignore[attr-defined]
         # B - A V, with the users just solved; the item steps wait for the next iteration,
         # so the model of the last record is the one the fit returns
