@@ -401,8 +401,8 @@ def train(
         shards.collective.unrecoverable = (
             "its parameter shard lived only there (param_sharding); fit again, or resume from a checkpoint")
     else:
-        source = SyncSource(shards, objective, split_every=split_every, compressor=compressor, seed=seed,
-                            balancer=balancer)
+        source = SyncSource(shards, objective, split_every=split_every, compressor=compressor,  # type: ignore[arg-type]
+                            seed=seed, balancer=balancer)
     cp = None
     if checkpoint is not None:
         # the caller's description of the fit (an estimator's parameters), or the settings

@@ -77,7 +77,7 @@ def sharded_record(res: StepResult, iteration: int, value: float, gsq: float, st
     over the owners)."""
     return make_record(
         step=res.step, iteration=iteration, loss=value, grad_norm=math.sqrt(gsq), step_size=step_size,
-        timing=res.timing, n_samples=res.partial.weight_sum, updates_per_group=(1,) * max(int(res.partial.n_groups), 1),  # type: ignore[attr-defined]
+        timing=res.timing, n_samples=res.partial.weight_sum, updates_per_group=(1,) * max(int(res.partial.n_groups), 1),
         nbytes=res.nbytes, route=res.route, **extra)
 
 
@@ -102,6 +102,8 @@ def sharded_start(ctx: Context, optimizer: FirstOrderOptimizer, draw: Draw | Non
 class ShardedSource(SyncSource):
     """Synchronous steps whose parameters are sharded over the groups (no compression,
     no balancing: a group's memory belongs to its blocks)."""
+
+    objective: LinearTraining
 
     def __init__(self, shards: ShardSet, objective: LinearTraining, layout: ParamLayout, *, split_every: int,
                  seed: tuple[int, ...] = (0,)) -> None:
@@ -250,7 +252,7 @@ class ShardedFirstOrder(FirstOrder):
     def _judge(self, res: StepResult, stats: dict[str, Any]) -> tuple[float, np.ndarray, float]:  # type: ignore[override]
         value = res.value + stats.get("pen_x", 0.0) + stats.get("l1_x", 0.0)
         lr = self.optimizer.learning_rate_at(int(stats.get("count", 0)))
-        grad = np.array([0.0 if stats.get("nonfinite", 0) == 0 and res.partial.extras.get("nonfinite", 0) == 0  # type: ignore[attr-defined]
+        grad = np.array([0.0 if stats.get("nonfinite", 0) == 0 and res.partial.extras.get("nonfinite", 0) == 0
                          else math.nan])
         return value, grad, lr
 
@@ -358,7 +360,7 @@ class ShardedLBFGS(LBFGS):
         res = self.src.evaluate()
         st = self._command("merge", id=vid)
         value = res.value + st["pen_x"]
-        finite = math.isfinite(value) and st["nonfinite"] == 0 and res.partial.extras.get("nonfinite", 0) == 0  # type: ignore[attr-defined]
+        finite = math.isfinite(value) and st["nonfinite"] == 0 and res.partial.extras.get("nonfinite", 0) == 0
         return st, value, finite, sharded_record(res, self.it, value, st["gsq"], None)
 
     def _start_point(self) -> dict[str, Any]:

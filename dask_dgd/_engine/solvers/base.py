@@ -171,11 +171,11 @@ def step_record(ctx: Context, res: StepResult, iteration: int, value: float, gra
                 step_size: float | None, **extra: Any) -> dict[str, Any]:
     """The record of one synchronous step (``res``: a :class:`~..modes.sync.StepResult`)."""
     obj = ctx.objective
-    n_groups = max(int(res.partial.n_groups), 1)  # type: ignore[attr-defined]
+    n_groups = max(int(res.partial.n_groups), 1)
     return make_record(
         step=res.step, iteration=iteration, loss=value, grad_norm=obj.grad_norm(res.partial, grad)
         if hasattr(obj, "grad_norm") else float(np.linalg.norm(grad)),
-        step_size=step_size, timing=res.timing, n_samples=res.partial.weight_sum,  # type: ignore[attr-defined]
+        step_size=step_size, timing=res.timing, n_samples=res.partial.weight_sum,
         updates_per_group=(1,) * n_groups, nbytes=res.nbytes, route=res.route, **obj.record_extras(res.partial),
         **extra,
     )

@@ -190,7 +190,7 @@ class FirstOrder(Solver):
         """Keep an accepted evaluation; the last accepted step is ``(params, state,
         value, grad, it, local key, local scale)``, what a backoff goes back to."""
         self.params, self.grad = res.params, res.grad
-        scale = 1.0 / res.partial.weight_sum if res.partial.weight_sum > 0 else 0.0  # type: ignore[attr-defined]
+        scale = 1.0 / res.partial.weight_sum if res.partial.weight_sum > 0 else 0.0
         self.good = (self.params, self.state, self.value, self.grad, self.it, res.local_key, scale)
 
     def _validate(self) -> dict[str, float]:
