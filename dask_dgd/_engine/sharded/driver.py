@@ -49,7 +49,7 @@ if TYPE_CHECKING:
     from ..data.shards import ShardSet
     from ..modes.async_ import ServerLink, _InProcessServer
     from ..objective import LinearTraining
-    from ..runtime.group_steps import Draw
+    from ..runtime.group_steps import Draw, GroupMemory
     from ..train import Context
     from .params import ParamLayout
 
@@ -466,7 +466,7 @@ class ShardedAsync(AsyncTraining):
     unsharded server's, a resumed fit continues the optimisation, not the sequence of
     updates (the owners' latest gradient slices start afresh)."""
 
-    core_class = ShardedCore  # type: ignore[assignment]
+    core_class = ShardedCore
 
     @classmethod
     def build(cls, ctx, settings):
@@ -493,18 +493,18 @@ class ShardedAsync(AsyncTraining):
 
     def resume(self) -> Outcome:
         self.src.restore()
-        self.state.setdefault("penalties", [0.0] * self.src.layout.n_owners)
+        self.state.setdefault("penalties", [0.0] * self.src.layout.n_owners)  # type: ignore[union-attr]  # (loaded)
         return super().resume()
 
-    def loop_call(self, i: int, g: int, scratch_ref: dict[str, Any] | str | None,
+    def loop_call(self, i: int, g: int, scratch_ref: GroupMemory | str | None,
                   server: ServerLink | _InProcessServer) -> tuple[Any, ...]:
         ctx, src = self.ctx, self.src
         ticket = Ticket(0, 0, self.optimizer, src.layout.n_owners, bool(self.staleness_scaling),
-                        ctx.objective.penalty_spec)
+                        ctx.objective.penalty_spec)  # type: ignore[attr-defined]  # (a linear model's)
         return (sharded_async_loop, ctx.shards.handles[g], scratch_ref, server, i, ctx.objective, ctx.batching,
                 ticket, src.exchange)
 
     def result(self) -> tuple[Any, int, FirstOrderOptimizer, Any]:
         out = self.out
         params, state = self.src.gather("current", self.ctx.sparse_params)
-        return params, out["epochs"], out["optimizer"], state
+        return params, out["epochs"], out["optimizer"], state  # type: ignore[index]  # (finished)
