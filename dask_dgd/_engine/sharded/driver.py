@@ -50,6 +50,7 @@ if TYPE_CHECKING:
     from ..modes.async_ import ServerLink, _InProcessServer
     from ..objective import LinearTraining
     from ..runtime.group_steps import Draw, GroupMemory
+    from ..solvers.base import Settings
     from ..train import Context
     from .params import ParamLayout
 
@@ -232,7 +233,7 @@ class ShardedFirstOrder(FirstOrder):
     """
 
     @classmethod
-    def build(cls, ctx, settings):
+    def build(cls, ctx: Context, settings: Settings) -> ShardedFirstOrder:
         return cls(ctx, settings.optimizer)
 
     def __init__(self, ctx: Context, optimizer: FirstOrderOptimizer) -> None:
@@ -327,7 +328,7 @@ class ShardedLBFGS(LBFGS):
     _STATE = ("f", "it", "direction", "slope0", "t0", "t", "trials", "points", "pairs", "g_id", "gmax_g", "next_id")
 
     @classmethod
-    def build(cls, ctx, settings):
+    def build(cls, ctx: Context, settings: Settings) -> ShardedLBFGS:
         return cls(ctx, settings.optimizer, precondition=settings.precondition)
 
     def __init__(self, ctx: Context, settings: LbfgsSettings, precondition: bool = True) -> None:
@@ -469,7 +470,7 @@ class ShardedAsync(AsyncTraining):
     core_class = ShardedCore
 
     @classmethod
-    def build(cls, ctx, settings):
+    def build(cls, ctx: Context, settings: Settings) -> ShardedAsync:
         return cls(ctx, settings.optimizer, max_staleness=settings.max_staleness,
                    staleness_scaling=settings.staleness_scaling)
 

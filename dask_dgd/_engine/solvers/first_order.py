@@ -30,6 +30,7 @@ if TYPE_CHECKING:
     from ..modes.sync import StepResult
     from ..runtime.group_steps import Draw, LocalUpdate
     from ..train import Context
+    from .base import Settings
 
 __all__ = ["FirstOrder", "LBFGS"]
 
@@ -61,7 +62,7 @@ class FirstOrder(Solver):
     """
 
     @classmethod
-    def build(cls, ctx, settings):
+    def build(cls, ctx: Context, settings: Settings) -> FirstOrder:
         return cls(ctx, settings.params0, settings.optimizer, settings.opt_state)
 
     def __init__(self, ctx: Context, params0: np.ndarray, optimizer: FirstOrderOptimizer,
@@ -307,7 +308,7 @@ class LBFGS(Solver):
     """
 
     @classmethod
-    def build(cls, ctx, settings):
+    def build(cls, ctx: Context, settings: Settings) -> LBFGS:
         return cls(ctx, settings.params0, settings.optimizer)
 
     def __init__(self, ctx: Context, params0: np.ndarray | None, settings: LbfgsSettings) -> None:

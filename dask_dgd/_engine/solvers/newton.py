@@ -55,6 +55,7 @@ if TYPE_CHECKING:
     from ..runtime.reduce import Partial
     from ..scaling import ScaledTraining
     from ..train import Context
+    from .base import Settings
 
 __all__ = ["CD_MAX_PARAMS", "IRLSCD", "HessianTraining", "block_hessian_sum", "cd_max_params", "cd_model_params",
            "cd_solve", "cd_support", "kkt_violation", "newton_step", "newton_support"]
@@ -371,7 +372,7 @@ class IRLSCD(AttributeState, Solver):
     """
 
     @classmethod
-    def build(cls, ctx, settings):
+    def build(cls, ctx: Context, settings: Settings) -> IRLSCD:
         if settings.path:  # the stacked path of a CV estimator: one Newton model per fold and penalty
             from .cd_path import PathIRLSCD
 
