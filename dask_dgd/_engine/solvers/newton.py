@@ -372,7 +372,7 @@ class IRLSCD(AttributeState, Solver):
     """
 
     @classmethod
-    def build(cls, ctx: Context, settings: Settings) -> IRLSCD:
+    def build(cls, ctx: Context, settings: Settings) -> Solver:
         if settings.path:  # the stacked path of a CV estimator: one Newton model per fold and penalty
             from .cd_path import PathIRLSCD
 
