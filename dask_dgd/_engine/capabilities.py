@@ -23,7 +23,7 @@ from __future__ import annotations
 import dataclasses
 import importlib
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, cast
 
 from ..compression import get_compressor
 from ..exceptions import ParameterError
@@ -161,7 +161,7 @@ MODES = {
 }
 
 
-def _load(path: str) -> Any:
+def _load(path: str) -> type[Solver]:
     module, _, name = path.partition(":")
     return getattr(importlib.import_module(f"{__package__}.{module}"), name)
 
@@ -195,7 +195,7 @@ def _either(names: Iterable[str]) -> str:
     return ", ".join(quoted[:-1]) + " and " + quoted[-1] if len(quoted) > 1 else quoted[0]
 
 
-def _check_compression(compression: Any, solver: str, opt: Optimizer | None, mode: str) -> None:
+def _check_compression(compression: str | Compressor | None, solver: str, opt: Optimizer | None, mode: str) -> None:
     comp = get_compressor(compression)  # a bad name fails here, clearly
     if not MODES[mode].downlink and comp.downlink:
         raise ParameterError(
@@ -223,8 +223,8 @@ def _check_mode(mode: str, solver: str, opt: Optimizer | None) -> None:
         raise ParameterError(f"mode={mode!r} needs a first-order optimizer; L-BFGS is synchronous full-batch only")
 
 
-def _auto(*, opt: Optimizer | None, batch_size: int | None, mode: str, compression: Any, has_l1: bool,
-          objective: TrainingObjective | None, early_stopping: bool, n_rows: int | None) -> str:
+def _auto(*, opt: Optimizer | None, batch_size: int | None, mode: str, compression: str | Compressor | None,
+          has_l1: bool, objective: TrainingObjective | None, early_stopping: bool, n_rows: int | None) -> str:
     """``solver="auto"``'s choice (see :func:`resolve_solver`)."""
     if batch_size is not None:
         return "sgd"
@@ -268,9 +268,10 @@ def _check_solver(name: str, traits: SolverTraits, opt: Optimizer | None, *, bat
         raise ParameterError(traits.refusal.format(name=name, reason=reason, instead=traits.instead))
 
 
-def resolve_solver(solver: str, optimizer: Any, *, batch_size: int | None, mode: str, compression: Any,
-                   has_l1: bool, learning_rate: float | str = "auto", objective: TrainingObjective | None = None,
-                   early_stopping: bool = False, n_rows: int | None = None) -> tuple[str, Optimizer | None]:
+def resolve_solver(solver: str, optimizer: str | Optimizer | None, *, batch_size: int | None, mode: str,
+                   compression: str | Compressor | None, has_l1: bool, learning_rate: float | str = "auto",
+                   objective: TrainingObjective | None = None, early_stopping: bool = False,
+                   n_rows: int | None = None) -> tuple[str, Optimizer | None]:
     """``(solver, optimizer)`` from the solver/optimizer/batch_size/L1 settings: "auto"
     picks the exact-Hessian solver when the training ``objective`` is given and can
     take it (a single-output loss with a Hessian, at most ``dgd.cd-max-params``
@@ -351,7 +352,7 @@ def resolve_feedback(compressor: Compressor | None, *, full_batch: bool, has_loc
     return dataclasses.replace(compressor, error_feedback=True)
 
 
-def learning_rate_mode(optimizer: Any, learning_rate: float | str) -> str:
+def learning_rate_mode(optimizer: str | Optimizer | None, learning_rate: float | str) -> str:
     """ "auto" when the engine should derive the step (an optimizer given by name or
     none, and learning_rate="auto"); otherwise the optimizer's own."""
     by_name = optimizer is None or isinstance(optimizer, str)

@@ -48,11 +48,15 @@ from .solvers.newton import HessianTraining
 from .stopping import EarlyStopping, StopRules
 
 if TYPE_CHECKING:
+    import os
     from collections.abc import Callable, Mapping, Sequence
 
     import pandas as pd
+    from distributed import Client
 
     from ..compression import Compressor
+    from ..optim import LBFGS
+    from .data.holdout import Validator
     from .protocols import TrainingObjective
     from .runtime.checkpoint import Checkpointer
     from .stopping import StopRules
@@ -151,7 +155,7 @@ class Context:
     learning_rate: str
     on_divergence: str
     n_iter_no_change: int
-    validator: Any  # early stopping's scorer (evaluate(params)); None: none
+    validator: Validator | None  # early stopping's scorer (evaluate(params)); None: none
     keeps_group_memory: bool
     seed: tuple = (0,)
     batch_size: int | None = None
@@ -176,7 +180,7 @@ def seed_of(random_state: int | tuple[int, ...] | np.random.RandomState | None) 
     return (int(check_random_state(random_state).randint(np.iinfo(np.int32).max)),)
 
 
-def _shards_of(data: ShardSet | Sequence[Any], client: Any, rebalance: bool | str, max_iter: int,
+def _shards_of(data: ShardSet | Sequence[Any], client: Client | None, rebalance: bool | str, max_iter: int,
                digest: bool = False) -> ShardSet:
     """``data`` as a ShardSet: as given, or ``(X, y[, sample_weight])`` sharded."""
     if isinstance(data, ShardSet):
@@ -209,7 +213,7 @@ SHARDING_CHOICES = ("auto", True, False)
 
 
 def resolve_sharding(param_sharding: bool | str, *, objective: TrainingObjective, shards: ShardSet, solver: str,
-                     mode: str, compression: Any, validator: Any) -> bool:
+                     mode: str, compression: str | Compressor | None, validator: Validator | None) -> bool:
     """Whether the parameters are sharded over the groups (see :mod:`.sharded.params`).
 
     ``True`` requires what sharding supports and says what is not: a linear model
@@ -251,7 +255,7 @@ def train(
     *,
     penalty: Penalty | None = None,
     solver: str = "auto",
-    optimizer: Any = None,
+    optimizer: str | FirstOrderOptimizer | LBFGS | None = None,
     learning_rate: float | str = "auto",
     batch_size: int | None = None,
     max_iter: int = 100,
@@ -263,15 +267,15 @@ def train(
     staleness_scaling: bool = False,
     max_time: float | None = None,
     on_divergence: str = "auto",
-    checkpoint: Any = None,
+    checkpoint: str | os.PathLike[str] | None = None,
     checkpoint_every: int = 10,
     resume: bool = False,
     fingerprint: Mapping[str, Any] | None = None,
-    validator: Any = None,
+    validator: Validator | None = None,
     validation_patience: int | None = None,
     validation_tol: float = 0.0,
     n_iter_no_change: int = 5,
-    compression: Any = None,
+    compression: str | Compressor | None = None,
     split_every: int | str = 8,
     rebalance: bool | str = "auto",
     param_sharding: bool | str = False,
@@ -284,7 +288,7 @@ def train(
     callbacks: Sequence[Callable[[dict[str, Any]], Any]] | None = None,
     progress_total: int | None = None,
     progress_desc: str | None = None,
-    client: Any = None,
+    client: Client | None = None,
 ) -> FitResult:
     """Train a model by distributed gradient descent.
 

@@ -267,7 +267,7 @@ class ShardedFirstOrder(FirstOrder):
         self.stats, self.good = stats, (self.value, self.it)
 
     def _validate(self) -> dict[str, float]:
-        return self.ctx.validator.evaluate_sharded(self.src)
+        return self.ctx.validator.evaluate_sharded(self.src)  # type: ignore[union-attr]  # (asked with a validator)
 
     def _record(self, res: StepResult, iteration: int, stats: dict[str, Any], **scores: float | None) -> dict[str, Any]:  # type: ignore[override]
         lr = self.optimizer.learning_rate_at(int(stats.get("count", 0)))

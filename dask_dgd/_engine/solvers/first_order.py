@@ -195,7 +195,7 @@ class FirstOrder(Solver):
         self.good = (self.params, self.state, self.value, self.grad, self.it, res.local_key, scale)
 
     def _validate(self) -> dict[str, float]:
-        return self.ctx.validator.evaluate(self.params)
+        return self.ctx.validator.evaluate(self.params)  # type: ignore[union-attr]  # (asked with a validator)
 
     def _record(self, res: StepResult, iteration: int, **scores: float | None) -> dict[str, Any]:
         lr_next = self.optimizer.current_learning_rate(self.state)
