@@ -18,15 +18,31 @@ class builds itself from the context and the fit's :class:`~.solvers.base.Settin
 (``Solver.build``), so adding a mode is its module plus one row here.
 """
 
+from __future__ import annotations
+
 import dataclasses
 import importlib
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, cast
 
 from ..compression import get_compressor
 from ..exceptions import ParameterError
 from ..optim import LBFGS, get_optimizer
 from .objective import LinearTraining
 from .solvers.newton import cd_max_params, cd_model_params, cd_support, newton_support
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Iterable
+    from typing import TypeAlias
+
+    from ..compression import Compressor
+    from ..optim import FirstOrderOptimizer
+    from .objective import PathTraining
+    from .protocols import TrainingObjective
+    from .solvers.base import Solver
+
+    #: What a fit's ``optimizer`` resolves to (asked by its traits, never its type).
+    Optimizer: TypeAlias = "FirstOrderOptimizer | LBFGS"
 
 __all__ = [
     "MODES",
@@ -43,7 +59,7 @@ __all__ = [
 ]
 
 
-def scaled_solve(objective):
+def scaled_solve(objective: TrainingObjective) -> bool:
     """Whether a full-batch solver (newton, cd, lbfgs) trains ``objective`` in scaled
     coordinates (:mod:`.scaling`): a linear model's, unless the dask config
     ``dgd.scale-features`` is False (the benchmarks' comparison)."""
@@ -53,14 +69,14 @@ def scaled_solve(objective):
         dask.config.get("dgd.scale-features", True))
 
 
-def _newton_support(objective):
+def _newton_support(objective: TrainingObjective) -> str | None:
     reason = newton_support(objective)
-    if reason is None and objective.objective.loss.n_outputs > 1 and not scaled_solve(objective):
+    if reason is None and objective.objective.loss.n_outputs > 1 and not scaled_solve(objective):  # type: ignore[attr-defined]  # (supported: a linear model)
         reason = "a multi-output model's Hessian is summed in scaled coordinates, and dgd.scale-features is off"
     return reason
 
 
-def _als_support(objective):
+def _als_support(objective: TrainingObjective) -> str | None:
     return objective.als_support() if hasattr(objective, "als_support") else f"not {type(objective).__name__}"
 
 
@@ -84,7 +100,7 @@ class SolverTraits:
     optimizer: str
     l1: bool
     mini_batch: bool = False
-    support: object = None
+    support: Callable[[TrainingObjective], str | None] | None = None
     instead: str = ""
     l1_instead: str = ""
     refusal: str = "solver={name!r} cannot train this model: {reason}; use {instead}"
@@ -148,12 +164,12 @@ MODES = {
 }
 
 
-def _load(path):
+def _load(path: str) -> type[Solver]:
     module, _, name = path.partition(":")
     return getattr(importlib.import_module(f"{__package__}.{module}"), name)
 
 
-def solver_class(solver, mode, sharded, path=False):
+def solver_class(solver: str, mode: str, sharded: bool, path: bool = False) -> type[Solver]:
     """The class that runs a fit of ``solver`` in ``mode`` (sharded or not, on a
     cross-validation ``path`` or not), from the tables; :func:`sharding_refusals` has
     said why a combination cannot be sharded."""
@@ -163,13 +179,13 @@ def solver_class(solver, mode, sharded, path=False):
         where = traits.sharded if sharded else (traits.path if path and traits.path else traits.build)
     else:
         where = row.sharded if sharded else row.build
-    return _load(where)
+    return _load(where)  # type: ignore[arg-type]  # (None: sharding_refusals refused the fit)
 
 
-def sharding_refusals(solver, mode):
+def sharding_refusals(solver: str, mode: str) -> list[str]:
     """Why parameter sharding cannot run ``solver`` in ``mode`` (a list; empty: it can),
     in the tables' words."""
-    reasons = []
+    reasons: list[str] = []
     if MODES[mode].build is not None and MODES[mode].sharded is None:
         ok = [m for m, row in MODES.items() if row.build is None or row.sharded is not None]
         reasons.append(f"mode={mode!r} is not supported (only {_either(ok)})")
@@ -179,12 +195,12 @@ def sharding_refusals(solver, mode):
     return reasons
 
 
-def _either(names):
+def _either(names: Iterable[str]) -> str:
     quoted = [repr(n) for n in names]
     return ", ".join(quoted[:-1]) + " and " + quoted[-1] if len(quoted) > 1 else quoted[0]
 
 
-def _check_compression(compression, solver, opt, mode):
+def _check_compression(compression: str | Compressor | None, solver: str, opt: Optimizer | None, mode: str) -> None:
     comp = get_compressor(compression)  # a bad name fails here, clearly
     if not MODES[mode].downlink and comp.downlink:
         raise ParameterError(
@@ -195,14 +211,14 @@ def _check_compression(compression, solver, opt, mode):
         raise ParameterError(
             f"compression needs a first-order solver ('gd' or 'sgd'): solver={solver!r} relies on exact gradients"
         )
-    if comp.momentum and opt is not None and not opt.plain_step:
+    if comp.momentum and opt is not None and not opt.plain_step:  # type: ignore[union-attr]  # (L-BFGS refused above)
         raise ParameterError(
             f"compression momentum (DGC's momentum correction) keeps the momentum with the blocks; the "
             f"driver's optimizer must be plain SGD, not {type(opt).__name__} with momentum or adaptive steps"
         )
 
 
-def _check_mode(mode, solver, opt):
+def _check_mode(mode: str, solver: str, opt: Optimizer | None) -> None:
     if solver in SOLVERS and SOLVERS[solver].exact:
         raise ParameterError(
             f"mode={mode!r} takes first-order steps; solver={solver!r} is synchronous only. Use solver='sgd' "
@@ -212,22 +228,25 @@ def _check_mode(mode, solver, opt):
         raise ParameterError(f"mode={mode!r} needs a first-order optimizer; L-BFGS is synchronous full-batch only")
 
 
-def _auto(*, opt, batch_size, mode, compression, has_l1, objective, early_stopping, n_rows):
+def _auto(*, opt: Optimizer | None, batch_size: int | None, mode: str, compression: str | Compressor | None,
+          has_l1: bool, objective: TrainingObjective | None, early_stopping: bool, n_rows: int | None) -> str:
     """``solver="auto"``'s choice (see :func:`resolve_solver`)."""
     if batch_size is not None:
         return "sgd"
     if MODES[mode].first_order_only or compression is not None or (opt is not None and not opt.full_batch_only):
         return "gd"
     support = cd_support if has_l1 else newton_support
+    linear = cast("LinearTraining | PathTraining", objective)  # read only where the support rule admits it
     small = objective is not None and support(objective) is None \
-        and cd_model_params(objective) <= cd_max_params() and not early_stopping and opt is None
-    cheap = n_rows is None or n_rows * cd_model_params(objective) ** 2 <= newton_auto_work() if small else False
-    if small and not has_l1 and objective.objective.loss.n_outputs > 1:
-        small = scaled_solve(objective)  # the multinomial's Hessian is summed in scaled coordinates only
+        and cd_model_params(linear) <= cd_max_params() and not early_stopping and opt is None
+    cheap = n_rows is None or n_rows * cd_model_params(linear) ** 2 <= newton_auto_work() if small else False
+    if small and not has_l1 and linear.objective.loss.n_outputs > 1:  # type: ignore[attr-defined]  # (a loss's)
+        small = scaled_solve(linear)  # the multinomial's Hessian is summed in scaled coordinates only
     return ("cd" if small else "gd") if has_l1 else ("newton" if small and cheap else "lbfgs")
 
 
-def _check_solver(name, traits, opt, *, batch_size, has_l1, objective):
+def _check_solver(name: str, traits: SolverTraits, opt: Optimizer | None, *, batch_size: int | None, has_l1: bool,
+                  objective: TrainingObjective | None) -> None:
     """Refuse what the solver ``name`` cannot take, in the table's words."""
     if traits.optimizer == "none" and opt is not None:
         raise ParameterError(f"solver={name!r} takes no optimizer; got {type(opt).__name__}")
@@ -254,8 +273,10 @@ def _check_solver(name, traits, opt, *, batch_size, has_l1, objective):
         raise ParameterError(traits.refusal.format(name=name, reason=reason, instead=traits.instead))
 
 
-def resolve_solver(solver, optimizer, *, batch_size, mode, compression, has_l1, learning_rate="auto",
-                   objective=None, early_stopping=False, n_rows=None):
+def resolve_solver(solver: str, optimizer: str | Optimizer | None, *, batch_size: int | None, mode: str,
+                   compression: str | Compressor | None, has_l1: bool, learning_rate: float | str = "auto",
+                   objective: TrainingObjective | None = None, early_stopping: bool = False,
+                   n_rows: int | None = None) -> tuple[str, Optimizer | None]:
     """``(solver, optimizer)`` from the solver/optimizer/batch_size/L1 settings: "auto"
     picks the exact-Hessian solver when the training ``objective`` is given and can
     take it (a single-output loss with a Hessian, at most ``dgd.cd-max-params``
@@ -292,14 +313,15 @@ def resolve_solver(solver, optimizer, *, batch_size, mode, compression, has_l1, 
 NEWTON_AUTO_WORK = 10**9
 
 
-def newton_auto_work():
+def newton_auto_work() -> float:
     """The size limit of ``solver="auto"``'s choice of "newton" (see :data:`NEWTON_AUTO_WORK`)."""
     import dask
 
     return float(dask.config.get("dgd.newton-auto-work", NEWTON_AUTO_WORK))
 
 
-def first_order_optimizer(opt, *, has_l1, learning_rate):
+def first_order_optimizer(opt: FirstOrderOptimizer | None, *, has_l1: bool,
+                          learning_rate: float | str) -> FirstOrderOptimizer:
     """``opt`` (default: plain SGD) with ``learning_rate`` applied unless "auto"; an L1
     penalty needs an optimizer whose proximal step is exact."""
     if opt is None:
@@ -315,7 +337,8 @@ def first_order_optimizer(opt, *, has_l1, learning_rate):
     return opt
 
 
-def resolve_feedback(compressor, *, full_batch, has_local, optimizer=None):
+def resolve_feedback(compressor: Compressor | None, *, full_batch: bool, has_local: bool,
+                     optimizer: Optimizer | None = None) -> Compressor | None:
     """The compressor with its default feedback settled: EF21 (where it is the
     compressor's default) for full-batch steps of a model without local parameters, the
     residual otherwise: a mini-batch, or local parameters that move between steps
@@ -329,12 +352,12 @@ def resolve_feedback(compressor, *, full_batch, has_local, optimizer=None):
     0.4849 uncompressed; plain gradient descent 0.4849 with EF21)."""
     if compressor is None or compressor.error_feedback is not None or compressor.feedback != "ef21":
         return compressor
-    if full_batch and not has_local and (optimizer is None or optimizer.plain_step):
+    if full_batch and not has_local and (optimizer is None or optimizer.plain_step):  # type: ignore[union-attr]  # (compression refuses L-BFGS)
         return dataclasses.replace(compressor, error_feedback="ef21")
     return dataclasses.replace(compressor, error_feedback=True)
 
 
-def learning_rate_mode(optimizer, learning_rate):
+def learning_rate_mode(optimizer: str | Optimizer | None, learning_rate: float | str) -> str:
     """ "auto" when the engine should derive the step (an optimizer given by name or
     none, and learning_rate="auto"); otherwise the optimizer's own."""
     by_name = optimizer is None or isinstance(optimizer, str)

@@ -15,9 +15,22 @@ SGD and the asynchronous parameter server is inside the solver (:mod:`.solvers.f
 the checkpoints (:mod:`.runtime.checkpoint`) are the loop's, written once.
 """
 
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
 from ..exceptions import CheckpointError
 from .runtime.group_steps import group_memory, group_restore
+from .solvers.base import Outcome
 from .stopping import Stop
+
+if TYPE_CHECKING:
+    from collections.abc import Iterable, Sequence
+
+    from .runtime.checkpoint import Checkpointer
+    from .solvers.base import Solver
+    from .stopping import StopRules
+    from .train import Context
 
 __all__ = ["Loop"]
 
@@ -34,16 +47,16 @@ class Loop:
     checkpoint : Checkpointer or None
     """
 
-    def __init__(self, ctx, solver, stops, checkpoint=None):
+    def __init__(self, ctx: Context, solver: Solver, stops: StopRules, checkpoint: Checkpointer | None = None) -> None:
         self.ctx, self.solver, self.stops, self.checkpoint = ctx, solver, stops, checkpoint
         self.monitor = ctx.monitor
-        self._saved_progress = None
+        self._saved_progress: int | None = None
 
-    def emit(self, records):
+    def emit(self, records: Iterable[dict[str, Any]]) -> None:
         for rec in records:
             self.monitor.record(rec)
 
-    def run(self):
+    def run(self) -> Stop:
         """Train; returns the :class:`~.stopping.Stop` that ended the fit."""
         outcome = self._begin()
         stop = outcome.stop
@@ -61,9 +74,10 @@ class Loop:
             self.save(stop)
         return stop
 
-    def _begin(self):
-        saved = self.checkpoint.load() if self.checkpoint is not None else None
-        if saved is None:
+    def _begin(self) -> Outcome:
+        cp = self.checkpoint
+        saved = cp.load() if cp is not None else None
+        if cp is None or saved is None:
             outcome = self.solver.start()
             self.emit(outcome.records)
             return outcome
@@ -76,26 +90,26 @@ class Loop:
             self.stops.load_state_dict(saved["stops"])
         except (KeyError, TypeError, ValueError, IndexError, AttributeError) as err:  # a crafted file
             raise CheckpointError(
-                f"the checkpoint at {self.checkpoint.path!r} holds a malformed state ({type(err).__name__}: {err})"
+                f"the checkpoint at {cp.path!r} holds a malformed state ({type(err).__name__}: {err})"
             ) from err
         self._restore_placement(saved.get("placement"))
         self._restore_groups(saved["groups"])
         self._saved_progress = self.solver.progress
         done = saved.get("stop")
         if done is not None and done["converged"]:
-            return _Finished(Stop(True, done["message"]))
+            return Outcome([], accepted=False, stop=Stop(True, done["message"]))  # already converged: nothing to do
         outcome = self.solver.resume()
         self.emit(outcome.records)
         return outcome
 
     # -------------------------------------------------------------- checkpoints
-    def _checkpoint_when_due(self):
+    def _checkpoint_when_due(self) -> None:
         progress = self.solver.progress
         if (self.checkpoint is not None and self.checkpoint.due(progress)
                 and progress != self._saved_progress):
             self.save()
 
-    def save(self, stop=None, pending=()):
+    def save(self, stop: Stop | None = None, pending: Sequence[dict[str, Any]] = ()) -> None:
         """Write the loop's state: the solver's, the stop rules', the history (with
         ``pending`` records not shown yet), the step count, the groups' memory."""
         ctx = self.ctx
@@ -111,10 +125,10 @@ class Loop:
             "groups": self._gather_groups(),
             "stop": None if stop is None else {"converged": stop.converged, "message": stop.message},
         }
-        self.checkpoint.save(state)
+        self.checkpoint.save(state)  # type: ignore[union-attr]  # (called only with a checkpoint)
         self._saved_progress = self.solver.progress
 
-    def _gather_groups(self):
+    def _gather_groups(self) -> list[tuple[list[int], dict[str, Any]]]:
         """Every group's memory (:func:`~.runtime.group_steps.group_memory`), keyed by its blocks."""
         if not self.ctx.keeps_group_memory:
             return []
@@ -122,7 +136,7 @@ class Loop:
                                                    tuple(self.solver.group_state))
         return [(list(g), m) for g, m in zip(self.ctx.shards.groups, memories)]
 
-    def _restore_placement(self, saved):
+    def _restore_placement(self, saved: Sequence[str] | None) -> None:
         """Put the blocks where the checkpoint's fit had them, if its workers are all still
         here: a group's own memory (local SGD's optimizer state) belongs to a grouping of
         blocks, and Dask may have placed the input otherwise this time (replicas, work
@@ -135,7 +149,7 @@ class Loop:
         if set(saved) <= set(shards.executor.workers()):
             shards.collective.regroup(list(saved))
 
-    def _restore_groups(self, saved):
+    def _restore_groups(self, saved: Sequence[tuple[Sequence[int], dict[str, Any]]]) -> None:
         """Give each group the memory saved for its blocks: per-block states follow
         their blocks wherever they are now; a group's own memory needs a group of the
         same blocks (else it starts afresh, with a warning)."""
@@ -163,12 +177,3 @@ class Loop:
             )
         shards.collective.call(group_restore, self.ctx.objective, per_group=per_group)
 
-
-class _Finished:
-    """The outcome of a resumed fit that had already converged: nothing to do."""
-
-    records = ()
-    accepted = False
-
-    def __init__(self, stop):
-        self.stop = stop

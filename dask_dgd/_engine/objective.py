@@ -37,9 +37,12 @@ cross-validated path's (every fold and penalty at once, :mod:`dask_dgd.losses._p
 matrix factorization's is :class:`dask_dgd.recommender._objective.FactorizationTraining`.
 """
 
+from __future__ import annotations
+
 import math
 from dataclasses import dataclass, replace
 from functools import cached_property
+from typing import TYPE_CHECKING, Any, cast
 
 import array_api_compat
 import numpy as np
@@ -51,6 +54,15 @@ from ..losses import LinearObjective, MultinomialLogistic, Penalty, lipschitz_bo
 from ..losses._path import PathObjective, PathPenalty
 from .data.blocks import _block_error, shard_check_finite, shard_sample
 from .runtime.group_steps import BlockSums, Draw
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+    import numpy.typing as npt
+
+    from .data.blocks import Shard
+    from .data.shards import ShardSet
+    from .runtime.reduce import Partial
 
 __all__ = ["BoundPenalty", "LinearTraining", "RowBatches", "batch_allocation", "gather_sample"]
 
@@ -67,18 +79,19 @@ class BoundPenalty:
     objective: LinearObjective
 
     @property
-    def has_l1(self):
+    def has_l1(self) -> bool:
         return self.penalty.has_l1
 
     @cached_property
-    def decay_mask(self):
+    def decay_mask(self) -> Any:
         return self.penalty.mask(self.objective)
 
-    def prox(self, params, step):
+    def prox(self, params: np.ndarray, step: float) -> np.ndarray:
         return self.penalty.prox(params, step, self.objective)
 
 
-def batch_allocation(block_rows, batch_size, seed):
+def batch_allocation(block_rows: Sequence[int] | npt.NDArray[np.integer], batch_size: int,
+                     seed: Sequence[int]) -> npt.NDArray[np.int64]:
     """Rows each block contributes to one global batch of ``batch_size`` rows.
 
     Each block gets the integer part of its proportional share; the remaining rows go
@@ -112,14 +125,14 @@ class RowBatches:
     seed: tuple
 
     @property
-    def steps_per_epoch(self):
+    def steps_per_epoch(self) -> int:
         return math.ceil(int(np.sum(self.block_rows)) / self.batch_size)
 
-    def draw(self, step):
+    def draw(self, step: int) -> Draw:
         take = batch_allocation(self.block_rows, self.batch_size, (*self.seed, step))
         return Draw(tuple(self.seed), int(step), take)
 
-    def group_draw(self, shard, g, clock):
+    def group_draw(self, shard: Shard, g: int, clock: int) -> Draw:
         """Asynchronous training: group ``g``'s batch at its ``clock``-th step, its
         share of a global batch allocated over its blocks (None: all its rows)."""
         rows = [b.n_rows for b in shard.blocks]
@@ -130,7 +143,7 @@ class RowBatches:
         return Draw(tuple(self.seed), int(clock), {b.index: int(k) for b, k in zip(shard.blocks, alloc)})
 
     @staticmethod
-    def draw_rows(shard, draw, partial):
+    def draw_rows(shard: Shard, draw: Draw | None, partial: Partial) -> int:
         """Rows a group's step used (the server counts epochs with them)."""
         if draw is None or draw.take is None:
             return shard.n_rows
@@ -142,10 +155,11 @@ class _Placement:
     """The step's parameters moved to each device of a shard's blocks, once per device
     (NumPy and SciPy blocks read the host parameters directly)."""
 
-    def __init__(self, objective, params):
-        self.objective, self.params, self.moved = objective, params, {}
+    def __init__(self, objective: LinearObjective, params: np.ndarray) -> None:
+        self.objective, self.params = objective, params
+        self.moved: dict[tuple[type, str], Any] = {}
 
-    def __call__(self, X):
+    def __call__(self, X: Any) -> Any:
         if isinstance(X, np.ndarray) or is_sparse(X):
             return None
         key = (type(X), str(array_api_compat.device(X)))
@@ -154,7 +168,7 @@ class _Placement:
         return self.moved[key]
 
 
-def gather_sample(shards, n_rows):
+def gather_sample(shards: ShardSet, n_rows: int) -> tuple[Any, np.ndarray, np.ndarray] | None:
     """About ``n_rows`` evenly spaced rows of the data on the driver: ``(X, y, weights)``.
 
     Each block gives rows in proportion to its size and the pieces are put in block
@@ -196,18 +210,19 @@ class LinearTraining:
     hint = "scale the features (e.g. StandardScaler)"
 
     @property
-    def n_params(self):
+    def n_params(self) -> int:
         return self.objective.n_params
 
     @cached_property
-    def penalty(self):
+    def penalty(self) -> BoundPenalty:
         return BoundPenalty(self.penalty_spec, self.objective)
 
     # ------------------------------------------------------------- worker side
-    def group_sums(self, shard, params, aux, draw, local, memory=None):
+    def group_sums(self, shard: Shard, params: np.ndarray, aux: None, draw: Draw | None, local: None,
+                   memory: dict | None = None) -> tuple[dict[int, BlockSums], None]:
         obj = self.objective
         placed = _Placement(obj, params)
-        sums = {}
+        sums: dict[int, BlockSums] = {}
         for b in shard.blocks:
             rows = None
             if draw is not None and draw.take is not None:
@@ -226,38 +241,39 @@ class LinearTraining:
             sums[b.index] = BlockSums(loss, grad, weight, {})
         return sums, None
 
-    def grad_template(self):
+    def grad_template(self) -> np.ndarray:
         return np.zeros((self.objective.n_features + self.objective.fit_intercept, self.objective.n_outputs))
 
     @staticmethod
-    def dense_grad(grad):
+    def dense_grad(grad: Any) -> np.ndarray:
         return to_numpy(grad)
 
     # ------------------------------------------------------------- driver side
-    def step_aux(self, params):
+    def step_aux(self, params: np.ndarray) -> None:
         return None
 
-    def finish(self, partial, params):
+    def finish(self, partial: Partial, params: np.ndarray) -> tuple[float, np.ndarray]:
         """Mean loss plus the smooth penalty, and its gradient.  A mini-batch can draw
         only zero-weight rows: it then carries no loss (the whole data's total weight is
         checked to be positive before training)."""
         pen, pen_grad = self.penalty_spec.smooth_value_gradient(params, self.objective)
         if partial.weight_sum <= 0:
             return pen, pen_grad
-        return partial.loss_sum / partial.weight_sum + pen, partial.grad_sum / partial.weight_sum + pen_grad
+        grad_sum = cast("np.ndarray", partial.grad_sum)  # (the reduced sums: dense)
+        return partial.loss_sum / partial.weight_sum + pen, grad_sum / partial.weight_sum + pen_grad
 
-    def l1_value(self, params):
+    def l1_value(self, params: np.ndarray) -> float:
         return self.penalty_spec.l1_value(params, self.objective)
 
-    def record_extras(self, partial):
+    def record_extras(self, partial: Partial) -> dict[str, Any]:
         return {}
 
-    def batching(self, shards, batch_size, seed):
+    def batching(self, shards: ShardSet, batch_size: int | None, seed: tuple[int, ...]) -> RowBatches | None:
         if batch_size is None or batch_size >= shards.n_rows:
             return None
         return RowBatches(shards.block_rows, shards.block_costs, int(batch_size), tuple(seed))
 
-    def lipschitz(self, shards, params):
+    def lipschitz(self, shards: ShardSet, params: np.ndarray) -> float:
         """Lipschitz estimate of the mean-loss gradient from an even sample of rows."""
         sample = gather_sample(shards, LIPSCHITZ_SAMPLE_ROWS)
         if sample is None:
@@ -266,7 +282,7 @@ class LinearTraining:
         L = lipschitz_bound(self.objective, X, w, alpha_l2=self.penalty_spec.l2_strength, params=params, y=y)
         return float(L) if L > 0 and math.isfinite(L) else 1.0
 
-    def check_data(self, shards):
+    def check_data(self, shards: ShardSet) -> None:
         """Raise InputError naming the first block of X with NaN or infinity (if any)."""
         shards.map_gather(shard_check_finite, name="dgd-check-finite")
 
@@ -284,7 +300,7 @@ class PathTraining:
     objective: PathObjective
     penalty: PathPenalty
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         obj, pen = self.objective, self.penalty
         if isinstance(obj.loss, MultinomialLogistic) and pen.has_l1 and not pen.recenter:
             pen = replace(pen, recenter=True)  # see PathPenalty
@@ -300,12 +316,13 @@ class PathTraining:
     hint = "scale the features (e.g. StandardScaler)"
 
     @property
-    def n_params(self):
+    def n_params(self) -> int:
         return self.objective.n_params
 
     # ------------------------------------------------------------- worker side
-    def group_sums(self, shard, params, aux, draw, local, memory=None):
-        sums = {}
+    def group_sums(self, shard: Shard, params: np.ndarray, aux: None, draw: Draw | None, local: None,
+                   memory: dict | None = None) -> tuple[dict[int, BlockSums], None]:
+        sums: dict[int, BlockSums] = {}
         for b in shard.blocks:
             try:
                 with np.errstate(all="ignore"):  # non-finite sums are handled by the engine
@@ -316,23 +333,23 @@ class PathTraining:
                                       {"column_loss": loss, "fold_weight": fold_w})
         return sums, None
 
-    def grad_template(self):
+    def grad_template(self) -> np.ndarray:
         obj = self.objective
         return np.zeros((obj.n_features + obj.fit_intercept, obj.n_columns * obj.n_outputs))
 
     @staticmethod
-    def dense_grad(grad):
+    def dense_grad(grad: Any) -> np.ndarray:
         return to_numpy(grad)
 
     # ------------------------------------------------------------- driver side
-    def step_aux(self, params):
+    def step_aux(self, params: np.ndarray) -> None:
         return None
 
-    def train_weights(self, fold_weight):
+    def train_weights(self, fold_weight: npt.ArrayLike) -> np.ndarray:
         """Training weight of each column from the folds' weights."""
         return float(np.sum(fold_weight)) - np.asarray(fold_weight)[list(self.objective.column_folds)]
 
-    def finish(self, partial, params):
+    def finish(self, partial: Partial, params: np.ndarray) -> tuple[float, np.ndarray]:
         T = self.train_weights(partial.extras["fold_weight"])
         T = np.where(T > 0, T, np.inf)
         pen, pen_grad = self.penalty.smooth_value_gradient(params)
@@ -341,18 +358,18 @@ class PathTraining:
         grad = grad + pen_grad
         return value, grad
 
-    def l1_value(self, params):
+    def l1_value(self, params: np.ndarray) -> float:
         return self.penalty.l1_value(params)
 
-    def record_extras(self, partial):
+    def record_extras(self, partial: Partial) -> dict[str, Any]:
         return {}
 
-    def batching(self, shards, batch_size, seed):
+    def batching(self, shards: ShardSet, batch_size: int | None, seed: tuple[int, ...]) -> None:
         if batch_size is not None:
             raise ParameterError("a cross-validated path is trained full batch; batch_size must be None")
         return None
 
-    def lipschitz(self, shards, params):
+    def lipschitz(self, shards: ShardSet, params: np.ndarray) -> float:
         """Lipschitz estimate of one column's mean-loss gradient (all columns share the
         rows' curvature; each trains on most of them) plus the largest L2 strength."""
         sample = gather_sample(shards, LIPSCHITZ_SAMPLE_ROWS)
@@ -362,7 +379,7 @@ class PathTraining:
         obj = self.objective
         single = LinearObjective(obj.loss, obj.n_features, fit_intercept=obj.fit_intercept, offset=obj.offset)
         start = None
-        if obj.loss.curvature_bound is None:  # Poisson: the curvature at the largest column
+        if obj.loss.curvature_bound is None:  # type: ignore[attr-defined]  # Poisson: the curvature at the largest column
             coef, icpt = obj.unpack(params)
             size = np.abs(coef).reshape(obj.n_features, obj.n_columns, -1).sum(axis=(0, 2))
             k = int(np.argmax(size + np.abs(icpt).reshape(obj.n_columns, -1).sum(axis=1)))
@@ -370,5 +387,5 @@ class PathTraining:
         L = lipschitz_bound(single, X, w, alpha_l2=max(self.penalty.l2), params=start, y=sample[1])
         return float(L) if L > 0 and np.isfinite(L) else 1.0
 
-    def check_data(self, shards):
+    def check_data(self, shards: ShardSet) -> None:
         shards.map_gather(shard_check_finite, name="dgd-check-finite")

@@ -28,7 +28,9 @@ class TrainingObjective(Protocol):
 
     has_local: bool
     hint: str  # the remedy named in divergence messages
-    penalty: Any  # decay_mask, has_l1, prox(params, step): see .update.UpdateRule
+    @property
+    def penalty(self) -> Any:
+        """decay_mask, has_l1, prox(params, step): see .update.UpdateRule (read-only)."""
 
     @property
     def n_params(self) -> int: ...
@@ -74,7 +76,7 @@ class LocalParameters(Protocol):
 
     def local_size(self, params: Any) -> int: ...
 
-    def local_export(self, params: Any, state: Any) -> Any: ...
+    def local_export(self, shard: Any, params: Any, state: Any) -> Any: ...
 
 
 @runtime_checkable

@@ -28,12 +28,27 @@ data);
 :class:`ScaledTraining` is the training objective in scaled coordinates.
 """
 
+from __future__ import annotations
+
 import math
 from dataclasses import dataclass, field
 from functools import cached_property
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import scipy.sparse as sp
+
+if TYPE_CHECKING:
+
+    import numpy.typing as npt
+
+    from ..losses import LinearObjective, Penalty
+    from .data.blocks import Shard
+    from .data.shards import ShardSet
+    from .objective import BoundPenalty, LinearTraining
+    from .runtime.group_steps import BlockSums, Draw
+    from .runtime.reduce import Partial
+    from .solvers.curvature import LeastSquaresModel
 
 __all__ = ["ColumnScaling", "ScaledPenalty", "ScaledTraining", "column_scaling", "ridge_level"]
 
@@ -63,16 +78,16 @@ class ColumnScaling:
     fit_intercept: bool = True
     centred: bool = field(init=False)
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         object.__setattr__(self, "mean", np.asarray(self.mean, dtype=np.float64))
         object.__setattr__(self, "scale", np.asarray(self.scale, dtype=np.float64))
         object.__setattr__(self, "centred", bool(self.fit_intercept and np.any(self.mean != 0)))
 
     @property
-    def n_coef(self):
+    def n_coef(self) -> int:
         return self.scale.size * self.n_outputs
 
-    def to_original(self, params):
+    def to_original(self, params: npt.ArrayLike) -> np.ndarray:
         """:math:`T s`: original parameters from scaled ones."""
         s = np.asarray(params, dtype=np.float64)
         d, k = self.scale.size, self.n_outputs
@@ -83,7 +98,7 @@ class ColumnScaling:
             out[d * k:] = s[d * k:] - self.mean @ coef
         return out
 
-    def to_scaled(self, params):
+    def to_scaled(self, params: npt.ArrayLike) -> np.ndarray:
         """:math:`T^{-1} p`: scaled parameters from original ones."""
         p = np.asarray(params, dtype=np.float64)
         d, k = self.scale.size, self.n_outputs
@@ -94,7 +109,7 @@ class ColumnScaling:
             out[d * k:] = p[d * k:] + self.mean @ coef
         return out
 
-    def grad_to_scaled(self, grad):
+    def grad_to_scaled(self, grad: npt.ArrayLike) -> np.ndarray:
         r""":math:`T^\top g` along the first axis: the gradient (or the rows of a
         matrix) with respect to the scaled parameters."""
         g = np.asarray(grad, dtype=np.float64)
@@ -108,7 +123,7 @@ class ColumnScaling:
         return out.reshape(g.shape)
 
     @cached_property
-    def l1_factor(self):
+    def l1_factor(self) -> np.ndarray:
         """The factor of every parameter's L1 weight in scaled coordinates
         (:math:`1/\\sigma_j` on the coefficients)."""
         factor = np.ones(self.n_coef + (self.n_outputs if self.fit_intercept else 0))
@@ -123,7 +138,7 @@ class ColumnScaling:
 SCALING_SAMPLE_ROWS = 65536
 
 
-def _weighted_moments(X, w, centre):
+def _weighted_moments(X: Any, w: np.ndarray, centre: bool) -> tuple[np.ndarray, np.ndarray]:
     """``(mean, sum w (x - c)^2 / sum w)`` of the columns of ``X`` (dense or CSR), ``c``
     the mean when ``centre`` else zero; the squares of a sparse matrix's implicit zeros
     counted without cancellation."""
@@ -145,14 +160,14 @@ def _weighted_moments(X, w, centre):
     return mean, w @ (X - c) ** 2 / total
 
 
-def ridge_level(objective, penalty):
+def ridge_level(objective: LinearObjective, penalty: Penalty) -> float:
     r""":math:`\lambda / \kappa`: the L2 strength over the loss's curvature bound (1 where
     it has none), what a column's variance is compared with in its scale."""
     bound = getattr(objective.loss, "curvature_bound", None)
     return float(penalty.l2_strength) / (1.0 if bound is None else float(bound))
 
 
-def column_scaling(shards, objective, ridge=0.0):
+def column_scaling(shards: ShardSet, objective: LinearObjective, ridge: float = 0.0) -> ColumnScaling:
     r"""The :class:`ColumnScaling` of a linear ``objective``'s columns on ``shards``.
 
     Weighted means, and scales :math:`\sigma_j = \sqrt{v_j + r}` from the weighted
@@ -193,18 +208,18 @@ class ScaledPenalty:
     ``lambda / sigma_j`` (the L2 part is the model's, in its original units, inside
     the objective's value)."""
 
-    base: object
+    base: BoundPenalty
     scaling: ColumnScaling
 
     @property
-    def has_l1(self):
+    def has_l1(self) -> bool:
         return self.base.has_l1
 
     @property
-    def decay_mask(self):
+    def decay_mask(self) -> Any:
         return self.base.decay_mask
 
-    def prox(self, params, step):
+    def prox(self, params: npt.ArrayLike, step: float) -> np.ndarray:
         params = np.asarray(params, dtype=np.float64)
         out = params.copy()
         n = self.scaling.n_coef
@@ -223,17 +238,18 @@ class ScaledTraining:
     R factor of the Newton step's least-squares problem (:mod:`.solvers.curvature`), and
     :meth:`hessian` gives the model from them.  Everything else is the base objective's."""
 
-    base: object
+    base: LinearTraining
     scaling: ColumnScaling
-    curvature: str = None
+    curvature: str | None = None
 
-    def __getattr__(self, name):
+    def __getattr__(self, name: str) -> Any:
         if name in ("base", "scaling", "curvature") or name.startswith("__"):  # unpickling: not set yet
             raise AttributeError(name)
         return getattr(self.base, name)
 
     # ------------------------------------------------------------- worker side
-    def group_sums(self, shard, params, aux, draw, local, memory=None):
+    def group_sums(self, shard: Shard, params: np.ndarray, aux: Any, draw: Draw | None, local: Any,
+                   memory: dict | None = None) -> tuple[dict[int, BlockSums], Any]:
         original = self.scaling.to_original(params)
         sums, local_grad = self.base.group_sums(shard, original, aux, draw, local, memory)
         if self.curvature is None:
@@ -246,19 +262,19 @@ class ScaledTraining:
                                 lambda b: fn(obj, original, b.X, b.y, b.sample_weight, self.scaling)), local_grad
 
     # ------------------------------------------------------------- driver side
-    def finish(self, partial, params):
+    def finish(self, partial: Partial, params: np.ndarray) -> tuple[float, np.ndarray]:
         value, grad = self.base.finish(partial, self.scaling.to_original(params))
         return value, self.scaling.grad_to_scaled(grad)
 
-    def l1_value(self, params):
+    def l1_value(self, params: np.ndarray) -> float:
         return self.base.l1_value(self.scaling.to_original(params))
 
     @cached_property
-    def ridge(self):
+    def ridge(self) -> np.ndarray:
         """The L2 penalty's Hessian diagonal in scaled coordinates."""
         return self.base.penalty_spec.l2_strength * self.base.penalty.decay_mask * self.scaling.l1_factor**2
 
-    def hessian(self, partial):
+    def hessian(self, partial: Partial) -> np.ndarray | LeastSquaresModel:
         """The Hessian of the smooth objective in scaled coordinates (``"gram"``), or the
         :class:`~.solvers.curvature.LeastSquaresModel` of the Newton step (``"qr"``)."""
         if self.curvature == "qr":
@@ -270,19 +286,19 @@ class ScaledTraining:
         return H
 
     @property
-    def hessian_size(self):
+    def hessian_size(self) -> int:
         """Floats of the curvature one partial carries."""
         q = self.base.n_params
         return (q + 1) ** 2 if self.curvature == "qr" else q * q
 
-    def least_squares(self):
+    def least_squares(self) -> ScaledTraining | None:
         """The same objective with Newton steps from R factors (None when it has them)."""
         return None if self.curvature == "qr" else ScaledTraining(self.base, self.scaling, "qr")
 
-    def l1_weights(self):
+    def l1_weights(self) -> np.ndarray:
         """The L1 strength of every parameter in scaled coordinates (zero for the intercept)."""
         return self.base.penalty_spec.l1_strength * self.base.penalty.decay_mask * self.scaling.l1_factor
 
     @cached_property
-    def penalty(self):
+    def penalty(self) -> ScaledPenalty:
         return ScaledPenalty(self.base.penalty, self.scaling)

@@ -13,10 +13,17 @@ validation score).  :class:`EpochStopper` is the tolerance rule of mini-batch tr
 in every mode (the parameter server uses it too); this module imports no Dask.
 """
 
+from __future__ import annotations
+
 import math
 import time
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
+
+if TYPE_CHECKING:
+    from .runtime.monitor import Monitor
+    from .solvers.base import Outcome
 
 __all__ = ["N_ITER_NO_CHANGE", "EarlyStopping", "EpochStopper", "Stop", "StopRules", "WallClock"]
 
@@ -24,10 +31,20 @@ __all__ = ["N_ITER_NO_CHANGE", "EarlyStopping", "EpochStopper", "Stop", "StopRul
 N_ITER_NO_CHANGE = 5
 
 
+class StopSubject(Protocol):
+    """What :meth:`StopRules.limits` asks: a :class:`~.solvers.base.Solver`, or the
+    parameter server's :class:`~.modes.server.ServerCore`, which is one of that shape."""
+
+    @property
+    def iterations(self) -> int | None: ...
+
+    def stop_rule(self, outcome: Any) -> Stop | None: ...
+
+
 class Stop:
     """Why a fit ended."""
 
-    def __init__(self, converged, message=""):
+    def __init__(self, converged: bool, message: str = "") -> None:
         self.converged = bool(converged)
         self.message = message
 
@@ -37,15 +54,15 @@ class EpochStopper:
     recorded during an epoch has not improved on the best epoch's by more than ``tol``
     for ``patience`` epochs in a row."""
 
-    def __init__(self, tol, patience=N_ITER_NO_CHANGE):
+    def __init__(self, tol: float, patience: int = N_ITER_NO_CHANGE) -> None:
         self.tol = tol
         self.patience = int(patience)
-        self.values = []
+        self.values: list[float] = []
         self.best = math.inf
         self.no_change = 0
         self.epochs = 0
 
-    def add(self, value, epochs_done):
+    def add(self, value: float, epochs_done: int) -> bool:
         """Record ``value``; ``epochs_done`` (epochs completed so far) closes the epoch
         when it grows.  Returns True when training should stop."""
         self.values.append(value)
@@ -58,10 +75,10 @@ class EpochStopper:
         self.best = min(self.best, mean)
         return self.no_change >= self.patience
 
-    def state_dict(self):
+    def state_dict(self) -> dict[str, Any]:
         return {**vars(self), "values": list(self.values)}  # a copy: add() appends in place
 
-    def load_state_dict(self, state):
+    def load_state_dict(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state)
         self.values = list(self.values)
 
@@ -71,21 +88,21 @@ class EarlyStopping:
     ``tol`` for ``patience`` evaluations in a row (the model is the last parameters,
     as scikit-learn's)."""
 
-    def __init__(self, tol, patience):
+    def __init__(self, tol: float, patience: int) -> None:
         self.tol = tol
         self.patience = int(patience)
         self.best = -math.inf
         self.no_change = 0
 
-    def add(self, score):
+    def add(self, score: float) -> bool:
         self.no_change = 0 if score > self.best + self.tol else self.no_change + 1
         self.best = max(self.best, score)
         return self.no_change >= self.patience
 
-    def state_dict(self):
+    def state_dict(self) -> dict[str, Any]:
         return {"best": self.best, "no_change": self.no_change}
 
-    def load_state_dict(self, state):
+    def load_state_dict(self, state: dict[str, Any]) -> None:
         self.best, self.no_change = state["best"], state["no_change"]
 
 
@@ -97,10 +114,10 @@ class WallClock:
 
     stop_requested = False
 
-    def __init__(self, started=None):
+    def __init__(self, started: float | None = None) -> None:
         self.started = time.time() if started is None else float(started)
 
-    def elapsed(self):
+    def elapsed(self) -> float:
         return time.time() - self.started
 
 
@@ -120,26 +137,27 @@ class StopRules:
         Fed with the ``val_score`` of the step records that carry one.
     """
 
-    def __init__(self, monitor, max_iter=None, max_time=None, early_stopping=None):
+    def __init__(self, monitor: Monitor | WallClock, max_iter: int | None = None, max_time: float | None = None,
+                 early_stopping: EarlyStopping | None = None) -> None:
         self.monitor = monitor
         self.max_iter = None if max_iter is None else int(max_iter)
         self.max_time = max_time
         self.early_stopping = early_stopping
 
-    def out_of_time(self):
+    def out_of_time(self) -> bool:
         return self.max_time is not None and self.monitor.elapsed() >= self.max_time
 
-    def time_message(self):
+    def time_message(self) -> str:
         return f"reached max_time={self.max_time} s"
 
-    def limit(self, done):
+    def limit(self, done: int | None) -> Stop | None:
         """The iteration limit's :class:`Stop` once ``done`` (a solver's
         ``iterations``; None: not bounded by ``max_iter``) reached ``max_iter``, else None."""
         if self.max_iter is None or done is None or done < self.max_iter:
             return None
         return Stop(False, f"reached max_iter={self.max_iter}")
 
-    def check(self, solver, outcome):
+    def check(self, solver: StopSubject, outcome: Outcome) -> Stop | None:
         """The :class:`Stop` after ``outcome`` (the solver's last step), or None."""
         if self.monitor.stop_requested:
             return Stop(True)
@@ -150,18 +168,18 @@ class StopRules:
                               f"for n_iter_no_change={es.patience} epochs")
         return self.limits(solver, outcome)
 
-    def limits(self, solver, outcome):
+    def limits(self, solver: StopSubject, outcome: Any) -> Stop | None:
         """The rules after the user's: the time limit, ``solver.stop_rule(outcome)``,
         the iteration limit on ``solver.iterations`` (the parameter server's whole check:
-        it is a solver of this shape)."""
+        it is a solver of this shape; ``outcome`` is what its ``stop_rule`` takes)."""
         if self.out_of_time():
             return Stop(False, self.time_message())
         stop = solver.stop_rule(outcome)
         return stop if stop is not None else self.limit(solver.iterations)
 
-    def state_dict(self):
+    def state_dict(self) -> dict[str, Any] | None:
         return None if self.early_stopping is None else self.early_stopping.state_dict()
 
-    def load_state_dict(self, state):
+    def load_state_dict(self, state: dict[str, Any] | None) -> None:
         if self.early_stopping is not None and state is not None:
             self.early_stopping.load_state_dict(state)

@@ -6,9 +6,12 @@ the solver, the stop rules, the monitor and the checkpoints, runs the one driver
 (:mod:`.loop`) and returns a :class:`FitResult`.
 """
 
+from __future__ import annotations
+
 import math
 import numbers
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 import scipy.sparse as sp
@@ -43,6 +46,20 @@ from .solvers.base import Settings
 from .solvers.cd_path import PathHessianTraining
 from .solvers.newton import HessianTraining
 from .stopping import EarlyStopping, StopRules
+
+if TYPE_CHECKING:
+    import os
+    from collections.abc import Callable, Mapping, Sequence
+
+    import pandas as pd
+    from distributed import Client
+
+    from ..compression import Compressor
+    from ..optim import LBFGS
+    from .data.holdout import Validator
+    from .protocols import TrainingObjective
+    from .runtime.checkpoint import Checkpointer
+    from .stopping import StopRules
 
 __all__ = ["FitResult", "resolve_solver", "train"]
 
@@ -91,18 +108,18 @@ class FitResult:
     converged: bool
     message: str
     n_steps: int
-    history: object
+    history: pd.DataFrame
     solver: str
     mode: str
     optimizer: object = None
     opt_state: object = None
     split_every: int = 8
     bytes_communicated: dict = field(default_factory=dict)
-    local: list = None
+    local: list | None = None
     param_sharding: bool = False
-    gap: float = None
+    gap: float | None = None
 
-    def objective_rise(self, factor=2.0):
+    def objective_rise(self, factor: float = 2.0) -> tuple[float, float] | None:
         """``(start, end)`` when the objective ended above ``factor`` times its value at
         the initial parameters, else None: a learning rate too large for the problem
         that kept the fit below the divergence guard's limit (see
@@ -127,32 +144,32 @@ class Context:
     """The parts of one fit the solvers share."""
 
     shards: ShardSet
-    objective: object
+    objective: TrainingObjective
     source: SyncSource
     monitor: Monitor
-    batching: object
-    compressor: object
-    checkpoint: object
+    batching: Any  # how mini-batches are drawn (steps_per_epoch, draw(step)); None: full batch
+    compressor: Compressor | None
+    checkpoint: Checkpointer | None
     max_iter: int  # for the solvers' own limits (a CV path stage's passes...); the fit's limit is stops'
     tol: float
     learning_rate: str
     on_divergence: str
     n_iter_no_change: int
-    validator: object
+    validator: Validator | None  # early stopping's scorer (evaluate(params)); None: none
     keeps_group_memory: bool
     seed: tuple = (0,)
-    batch_size: int = None
+    batch_size: int | None = None
     sparse_params: bool = False  # the result's vectors as SciPy rows of their non-zeros
-    stops: object = None  # the fit's StopRules: max_iter and max_time, asked by the loop and the solvers
+    stops: StopRules | None = None  # the fit's: max_iter and max_time, asked by the loop and the solvers
 
-    def reseed(self, seed):
+    def reseed(self, seed: Sequence[int]) -> None:
         """Draw with ``seed`` from now on (a resumed fit takes its checkpoint's)."""
         self.seed = tuple(int(v) for v in seed)
         self.source.seed = self.seed
         self.batching = self.objective.batching(self.shards, self.batch_size, self.seed)
 
 
-def seed_of(random_state):
+def seed_of(random_state: int | tuple[int, ...] | np.random.RandomState | None) -> tuple[int, ...]:
     """The seed tuple of ``random_state`` (an int, a RandomState or None)."""
     from sklearn.utils import check_random_state
 
@@ -163,7 +180,8 @@ def seed_of(random_state):
     return (int(check_random_state(random_state).randint(np.iinfo(np.int32).max)),)
 
 
-def _shards_of(data, client, rebalance, max_iter, digest=False):
+def _shards_of(data: ShardSet | Sequence[Any], client: Client | None, rebalance: bool | str, max_iter: int,
+               digest: bool = False) -> ShardSet:
     """``data`` as a ShardSet: as given, or ``(X, y[, sample_weight])`` sharded."""
     if isinstance(data, ShardSet):
         return data
@@ -194,7 +212,8 @@ SHARD_PARAMS_MIN = 2**20
 SHARDING_CHOICES = ("auto", True, False)
 
 
-def resolve_sharding(param_sharding, *, objective, shards, solver, mode, compression, validator):
+def resolve_sharding(param_sharding: bool | str, *, objective: TrainingObjective, shards: ShardSet, solver: str,
+                     mode: str, compression: str | Compressor | None, validator: Validator | None) -> bool:
     """Whether the parameters are sharded over the groups (see :mod:`.sharded.params`).
 
     ``True`` requires what sharding supports and says what is not: a linear model
@@ -231,46 +250,46 @@ def resolve_sharding(param_sharding, *, objective, shards, solver, mode, compres
 
 
 def train(
-    objective,
-    data,
+    objective: LinearObjective | TrainingObjective,
+    data: ShardSet | Sequence[Any],
     *,
-    penalty=None,
-    solver="auto",
-    optimizer=None,
-    learning_rate="auto",
-    batch_size=None,
-    max_iter=100,
-    tol=1e-4,
-    mode="sync",
-    local_steps=8,
-    outer_optimizer=None,
-    max_staleness=None,
-    staleness_scaling=False,
-    max_time=None,
-    on_divergence="auto",
-    checkpoint=None,
-    checkpoint_every=10,
-    resume=False,
-    fingerprint=None,
-    validator=None,
-    validation_patience=None,
-    validation_tol=0.0,
-    n_iter_no_change=5,
-    compression=None,
-    split_every=8,
-    rebalance="auto",
-    param_sharding=False,
-    sparse_params=False,
-    random_state=None,
-    params0=None,
-    opt_state=None,
-    local_init=None,
-    verbose=0,
-    callbacks=None,
-    progress_total=None,
-    progress_desc=None,
-    client=None,
-):
+    penalty: Penalty | None = None,
+    solver: str = "auto",
+    optimizer: str | FirstOrderOptimizer | LBFGS | None = None,
+    learning_rate: float | str = "auto",
+    batch_size: int | None = None,
+    max_iter: int = 100,
+    tol: float = 1e-4,
+    mode: str = "sync",
+    local_steps: int = 8,
+    outer_optimizer: FirstOrderOptimizer | None = None,
+    max_staleness: int | None = None,
+    staleness_scaling: bool = False,
+    max_time: float | None = None,
+    on_divergence: str = "auto",
+    checkpoint: str | os.PathLike[str] | None = None,
+    checkpoint_every: int = 10,
+    resume: bool = False,
+    fingerprint: Mapping[str, Any] | None = None,
+    validator: Validator | None = None,
+    validation_patience: int | None = None,
+    validation_tol: float = 0.0,
+    n_iter_no_change: int = 5,
+    compression: str | Compressor | None = None,
+    split_every: int | str = 8,
+    rebalance: bool | str = "auto",
+    param_sharding: bool | str = False,
+    sparse_params: bool = False,
+    random_state: int | tuple[int, ...] | np.random.RandomState | None = None,
+    params0: Any = None,
+    opt_state: Any = None,
+    local_init: Sequence[Any] | None = None,
+    verbose: int = 0,
+    callbacks: Sequence[Callable[[dict[str, Any]], Any]] | None = None,
+    progress_total: int | None = None,
+    progress_desc: str | None = None,
+    client: Client | None = None,
+) -> FitResult:
     """Train a model by distributed gradient descent.
 
     Parameters
@@ -343,7 +362,7 @@ def train(
                                  has_l1=has_l1, learning_rate=learning_rate, objective=objective,
                                  early_stopping=validator is not None, n_rows=shards.n_rows)
     traits = SOLVERS[solver]
-    path = traits.hessian and hasattr(objective.objective, "column_folds")
+    path = traits.hessian and hasattr(objective.objective, "column_folds")  # type: ignore[union-attr]  # (linear)
     if traits.hessian and validator is not None:
         raise ParameterError(
             f"early stopping needs solver='gd', 'sgd' or 'lbfgs'; solver={solver!r} stops on its tolerance")
@@ -353,15 +372,16 @@ def train(
     if traits.scaled and not (sharded or path) and scaled_solve(objective):
         # Newton steps start from the Hessian's sums and move to R factors (curvature.py)
         # when the Hessian is too ill-conditioned (cd.IRLSCD)
-        base = getattr(objective, "base", objective)
+        linear = cast("LinearTraining", objective)  # (scaled_solve: a linear model's)
+        base = getattr(linear, "base", linear)
         scaling = column_scaling(shards, base.objective, ridge_level(base.objective, base.penalty_spec))
-        objective = ScaledTraining(objective, scaling, "gram" if traits.hessian else None)
-    elif traits.hessian:
-        objective = PathHessianTraining(objective) if path else HessianTraining(objective)
+        objective = ScaledTraining(linear, scaling, "gram" if traits.hessian else None)
+    elif traits.hessian:  # (the support rules admit linear models only)
+        objective = PathHessianTraining(objective) if path else HessianTraining(objective)  # type: ignore[arg-type]
     if on_divergence == "auto":
         on_divergence = "backoff" if lr_mode == "auto" else "raise"
     if split_every == "auto":
-        per_partial = objective.n_params + (objective.hessian_size if traits.hessian else 0)
+        per_partial = objective.n_params + (objective.hessian_size if traits.hessian else 0)  # type: ignore[union-attr]
         split_every = auto_split_every(shards.n_groups, 8 * per_partial)
     seed = seed_of(random_state)
     compressor = get_compressor(compression)
@@ -378,18 +398,19 @@ def train(
     batching = objective.batching(shards, batch_size, seed)
     compressor = resolve_feedback(compressor, full_batch=batching is None or getattr(batching, "full_batch", False),
                                   has_local=objective.has_local, optimizer=opt)
-    if sharded:
-        source = ShardedSource(shards, objective, ParamLayout.split(objective.objective, shards.n_groups),
-                               split_every=split_every, seed=seed)
+    source: SyncSource
+    if sharded:  # (resolve_sharding: a linear model's; split_every: an int by now)
+        source = ShardedSource(shards, objective, ParamLayout.split(objective.objective, shards.n_groups),  # type: ignore[arg-type, union-attr]
+                               split_every=split_every, seed=seed)  # type: ignore[arg-type]
         shards.collective.unrecoverable = (
             "its parameter shard lived only there (param_sharding); fit again, or resume from a checkpoint")
     else:
-        source = SyncSource(shards, objective, split_every=split_every, compressor=compressor, seed=seed,
-                            balancer=balancer)
+        source = SyncSource(shards, objective, split_every=split_every, compressor=compressor,  # type: ignore[arg-type]
+                            seed=seed, balancer=balancer)
     cp = None
     if checkpoint is not None:
         # the caller's description of the fit (an estimator's parameters), or the settings
-        fp = dict(fingerprint) if fingerprint is not None else {
+        fp: dict[str, Any] = dict(fingerprint) if fingerprint is not None else {
             "objective": stable_repr(objective), "solver": solver, "mode": mode, "optimizer": stable_repr(opt),
             "compression": stable_repr(compressor)}
         fp["param_sharding"] = bool(sharded)
@@ -429,7 +450,7 @@ def train(
                 inits = [(None if local_init is None else local_init[g],) for g in range(shards.n_groups)]
                 shards.collective.call(group_local_init, objective, per_group=inits)
             if sharded:
-                source.setup(params0, opt_state)
+                source.setup(params0, opt_state)  # type: ignore[attr-defined]  # (a ShardedSource)
             settings = Settings(
                 params0=params0, optimizer=opt, opt_state=opt_state, local_steps=local_steps,
                 outer_optimizer=outer_optimizer, max_staleness=max_staleness, staleness_scaling=staleness_scaling,

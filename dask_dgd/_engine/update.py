@@ -13,13 +13,19 @@ coordinator of the sharded owners (which report to it and follow its halved
 optimizer).  This module imports no Dask: the server and the groups use it too.
 """
 
+from __future__ import annotations
+
 import math
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from ..exceptions import DivergenceError
 from ..optim._linesearch import no_increase
+
+if TYPE_CHECKING:
+    from ..optim import FirstOrderOptimizer
 
 __all__ = [
     "BACKOFF_FACTOR",
@@ -63,10 +69,10 @@ class UpdateRule:
         parameters without one.
     """
 
-    optimizer: object
-    penalty: object = None
+    optimizer: FirstOrderOptimizer
+    penalty: Any = None  # a duck type: decay_mask, has_l1, prox(params, step)
 
-    def apply(self, params, grad, state, scale=1.0):
+    def apply(self, params: Any, grad: Any, state: Any, scale: float = 1.0) -> tuple[Any, Any, float]:
         """``(new params, new optimizer state, learning rate used)``."""
         opt = self.optimizer
         lr = opt.current_learning_rate(state)
@@ -77,18 +83,18 @@ class UpdateRule:
             new = self.penalty.prox(new, scale * lr)
         return new, state, lr
 
-    def halved(self):
+    def halved(self) -> UpdateRule:
         """The same rule with half the learning rate (:func:`halved`)."""
         return UpdateRule(halved(self.optimizer), self.penalty)
 
 
-def halved(optimizer):
+def halved(optimizer: FirstOrderOptimizer) -> FirstOrderOptimizer:
     """``optimizer`` with its learning rate scaled by :data:`BACKOFF_FACTOR`: the
     backoff of every mode."""
     return optimizer.scale_learning_rate(BACKOFF_FACTOR)
 
 
-def auto_learning_rate(optimizer, lipschitz, grad0):
+def auto_learning_rate(optimizer: FirstOrderOptimizer, lipschitz: float, grad0: np.ndarray) -> float:
     """A safe first step: 1/L for (momentum) SGD; for adaptive methods, whose first
     update moves every coordinate by about the learning rate, the largest coordinate
     move of that 1/L gradient step."""
@@ -98,7 +104,7 @@ def auto_learning_rate(optimizer, lipschitz, grad0):
     return gmax / lipschitz if gmax > 0 else 1.0 / lipschitz
 
 
-def divergence_message(what, max_backoffs, hint=_DEFAULT_HINT):
+def divergence_message(what: str, max_backoffs: int, hint: str = _DEFAULT_HINT) -> str:
     """The message of a DivergenceError after ``max_backoffs`` halvings (0: on_divergence="raise")."""
     if max_backoffs == 0:
         return (
@@ -108,7 +114,7 @@ def divergence_message(what, max_backoffs, hint=_DEFAULT_HINT):
     return f"{what} even after halving the learning rate {max_backoffs} times; {hint} or pass a smaller learning_rate"
 
 
-def initial_divergence(value):
+def initial_divergence(value: float) -> DivergenceError:
     """The DivergenceError of an objective that is not finite where training starts."""
     return DivergenceError(
         f"the objective is not finite at the initial parameters (loss={value}); "
@@ -133,16 +139,17 @@ class Guard:
         The model's remedy, in the messages.
     """
 
-    def __init__(self, on_divergence="backoff", *, full_batch=True, monotone=False, hint=_DEFAULT_HINT):
+    def __init__(self, on_divergence: str = "backoff", *, full_batch: bool = True, monotone: bool = False,
+                 hint: str = _DEFAULT_HINT) -> None:
         self.raise_at_once = on_divergence == "raise"
         self.max_backoffs = MAX_BACKOFFS
         self.full_batch = bool(full_batch)
         self.monotone = bool(monotone)
         self.hint = hint
-        self.first_value = None
+        self.first_value: float | None = None
         self.backoffs = 0
 
-    def limit(self, *, batch=None):
+    def limit(self, *, batch: bool | None = None) -> float:
         """The value above which an objective has exploded (inf before the first one);
         ``batch`` (default: not ``full_batch``) for values of parts of the data."""
         if self.first_value is None:
@@ -150,12 +157,12 @@ class Guard:
         batch = not self.full_batch if batch is None else batch
         return (BATCH_EXPLOSION_FACTOR if batch else EXPLOSION_FACTOR) * max(abs(self.first_value), 1.0)
 
-    def start(self, value):
+    def start(self, value: float) -> None:
         """The first objective value, the reference of :meth:`limit` (set once)."""
         if self.first_value is None and math.isfinite(value):
             self.first_value = value
 
-    def exploded(self, value, *, where, learning_rate):
+    def exploded(self, value: float, *, where: str, learning_rate: float) -> bool:
         """Whether finite ``value`` is above :meth:`limit`; raises DivergenceError at
         once with ``on_divergence="raise"``.  ``where`` names the step (e.g. "at step 12")."""
         if not value > self.limit():
@@ -165,14 +172,14 @@ class Guard:
                                                 learning_rate))
         return True
 
-    def _message(self, what, where, value, learning_rate):
+    def _message(self, what: str, where: str, value: float, learning_rate: float) -> str:
         return (
             f"the objective {what} {where} (loss={value}) with learning rate {learning_rate:.6g}; "
             f"pass a smaller learning_rate, {self.hint}, or on_divergence='backoff' to halve the learning "
             "rate automatically"
         )
 
-    def check(self, value, grad, good_value, *, step, learning_rate):
+    def check(self, value: float, grad: Any, good_value: float | None, *, step: int, learning_rate: float) -> bool:
         """Whether the step at ``step`` (objective ``value``, its gradient) must be undone:
         not finite, exploded, or (monotone) above ``good_value``, the last accepted one
         (None: this is the first step).  Raises DivergenceError at the start, or at once
@@ -189,7 +196,7 @@ class Guard:
             return True
         return self.monotone and good_value is not None and not no_increase(value, good_value)
 
-    def backoff(self, what, diverged=False):
+    def backoff(self, what: str, diverged: bool = False) -> None:
         """Count one halving; raise DivergenceError after too many in a row, or at once
         for a divergence (``diverged``: not finite) with ``on_divergence="raise"``.
         ``what`` says where (e.g. "the objective diverged at step 12 (loss=nan)").  An
@@ -199,12 +206,12 @@ class Guard:
         if self.backoffs > limit:
             raise DivergenceError(divergence_message(what, limit, self.hint))
 
-    def accepted(self):
+    def accepted(self) -> None:
         """A good step: the count of halvings in a row starts again."""
         self.backoffs = 0
 
-    def state_dict(self):
+    def state_dict(self) -> dict[str, Any]:
         return {"first_value": self.first_value, "backoffs": self.backoffs}
 
-    def load_state_dict(self, state):
+    def load_state_dict(self, state: dict[str, Any]) -> None:
         self.first_value, self.backoffs = state["first_value"], state["backoffs"]

@@ -172,7 +172,7 @@ class Validator:
 
         self.n_evaluations += 1
         partial = self.shards.collective.reduce(
-            sharded_validate, self.training, ValidationRequest(source.version, source.exchange, source.layout),
+            sharded_validate, self.training, ValidationRequest(source.version, source.exchange, source.layout),  # type: ignore[arg-type]  # (set up)
             split_every=self.split_every, size=0, name=f"validation-{self.n_evaluations}")
         loss = partial.loss_sum / partial.weight_sum if partial.weight_sum > 0 else math.nan
         return {"val_loss": float(loss), "val_score": -float(loss)}

@@ -25,12 +25,15 @@ Two measures of staleness are recorded for every applied gradient:
 ``staleness_scaling=True`` divides each update by ``1 + delay``.
 """
 
+from __future__ import annotations
+
 import collections
 import dataclasses
 import logging
 import math
 import statistics
 import time
+from typing import TYPE_CHECKING, Any, NoReturn, cast
 
 import numpy as np
 
@@ -44,6 +47,25 @@ from ..stopping import Stop, StopRules, WallClock
 from ..update import Guard, UpdateRule
 from .server import ParameterServer, ServerCore, guard_of_state
 
+if TYPE_CHECKING:
+    from collections.abc import Callable, Sequence
+    from typing import TypeAlias
+
+    from distributed import Future
+
+    from ...compression import Compressor
+    from ...optim import FirstOrderOptimizer
+    from ..data.blocks import Shard
+    from ..protocols import TrainingObjective
+    from ..runtime.executor import DaskExecutor
+    from ..runtime.group_steps import GroupMemory
+    from ..runtime.reduce import Partial
+    from ..solvers.base import Settings
+    from ..train import Context
+
+    #: The pushes' compression: ``(compressor, seed)``.
+    PushCompression: TypeAlias = "tuple[Compressor, tuple[int, ...]]"
+
 __all__ = ["AsyncTraining", "ParameterServer", "ServerCore", "async_group_loop"]
 
 #: Seconds between the driver's polls of the server (records, errors, max_time).
@@ -54,7 +76,9 @@ ACTOR_TIMEOUT = 10.0
 MAX_SERVER_RESTARTS = 3
 
 
-def async_group_loop(shard, scratch_ref, server, g, objective, batching, local_key, n_groups, compression=None):
+def async_group_loop(shard: Shard, scratch_ref: GroupMemory | str | None, server: ServerLink | _InProcessServer,
+                     g: int, objective: TrainingObjective, batching: Any, local_key: int, n_groups: int,
+                     compression: PushCompression | None = None) -> int:
     """One group's loop (a long-running task): push sums, pull parameters, compute.
 
     The group's batches are its share of the synchronous mode's
@@ -74,7 +98,7 @@ def async_group_loop(shard, scratch_ref, server, g, objective, batching, local_k
     if objective.has_local:
         snaps = scratch.local or {}
         if local_key not in snaps:  # the group's worker was lost: its users start again
-            params, state = objective.local_init(shard, None)
+            params, state = objective.local_init(shard, None)  # type: ignore[attr-defined]  # (has_local)
             snaps = scratch.local = {local_key: (params, state, None)}
         local = good_local = snaps[local_key][:2]
     rollbacks = 0
@@ -103,14 +127,15 @@ def async_group_loop(shard, scratch_ref, server, g, objective, batching, local_k
         inject_faults(t0)
         rows = shard.n_rows if batching is None else batching.draw_rows(shard, draw, partial)
         count = None
-        if compression is not None and np.all(np.isfinite(partial.grad_sum)):
+        if compression is not None and np.all(np.isfinite(cast("np.ndarray", partial.grad_sum))):  # (dense)
             partial, count = _compress_push(scratch, compression, objective, partial, reply["ef_count"], g, steps)
         msg = {"version": reply["version"], "partial": partial, "rows": rows,
                "time": time.perf_counter() - t0, "wait": reply["wait"], "ef_count": count}
         steps += 1
 
 
-def _compress_push(scratch, compression, objective, partial, server_count, g, step):
+def _compress_push(scratch: GroupMemory, compression: PushCompression, objective: TrainingObjective,
+                   partial: Partial, server_count: int, g: int, step: int) -> tuple[Partial, int]:
     """A group's push with its gradient compressed (see :func:`async_group_loop`), and
     the count of payloads behind its EF21 estimate before this one."""
     comp, seed = compression
@@ -134,18 +159,18 @@ class ServerLink:
     worker's RPC pool, and needs no client.
     """
 
-    def __init__(self, address, key):
+    def __init__(self, address: str, key: str) -> None:
         self.address = address
         self.key = key
 
-    def exchange(self, g, msg):
+    def exchange(self, g: int, msg: dict[str, Any] | None) -> _Immediate:
         from distributed import get_worker
         from distributed.protocol import to_serialize
         from distributed.utils import sync
 
         worker = get_worker()
 
-        async def call():
+        async def call() -> dict[str, Any]:
             return await worker.rpc(self.address).actor_execute(
                 actor=self.key,
                 function="exchange",
@@ -160,21 +185,21 @@ class ServerLink:
 
 
 class _Immediate:
-    def __init__(self, value):
+    def __init__(self, value: dict[str, Any]) -> None:
         self._value = value
 
-    def result(self):
+    def result(self) -> dict[str, Any]:
         return self._value
 
 
 class _InProcessServer:
     """The server for the in-process executor (one group): direct calls."""
 
-    def __init__(self, core, on_records):
+    def __init__(self, core: ServerCore, on_records: Callable[[ServerCore], None]) -> None:
         self.core = core
         self.on_records = on_records
 
-    def exchange(self, g, msg):
+    def exchange(self, g: int, msg: dict[str, Any] | None) -> _Immediate:
         if msg is not None:
             self.core.push(g, msg, msg.pop("wait", 0.0))
         self.on_records(self.core)
@@ -188,7 +213,7 @@ class _InProcessServer:
 _NOT_CHECKPOINTED = ("objective", "records", "_round")
 
 
-def _saveable_core(state):
+def _saveable_core(state: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in state.items() if k not in _NOT_CHECKPOINTED}
 
 
@@ -203,15 +228,16 @@ class AsyncTraining(Solver):
     continues the same optimisation, not the same sequence of updates.
     """
 
-    core_class = ServerCore  # the server's rules
+    core_class: type[ServerCore] = ServerCore  # the server's rules
     iterations = None  # max_iter is the server's to apply (the fit's StopRules, after every push)
 
     @classmethod
-    def build(cls, ctx, settings):
+    def build(cls, ctx: Context, settings: Settings) -> AsyncTraining:
         return cls(ctx, settings.params0, settings.optimizer, max_staleness=settings.max_staleness,
                    staleness_scaling=settings.staleness_scaling)
 
-    def __init__(self, ctx, params0, optimizer, *, max_staleness=None, staleness_scaling=False):
+    def __init__(self, ctx: Context, params0: np.ndarray, optimizer: FirstOrderOptimizer, *,
+                 max_staleness: int | None = None, staleness_scaling: bool = False) -> None:
         self.ctx = ctx
         self.params0 = np.array(params0, dtype=np.float64, copy=True)
         self.optimizer = optimizer
@@ -221,28 +247,28 @@ class AsyncTraining(Solver):
         # as it can, and every push is an update along the others' stale sums.
         group_rows = [int(sum(sh.block_rows[b] for b in g)) for g in sh.groups]
         self.active = [g for g, r in enumerate(group_rows) if r > 0]
-        self.state = None  # the driver's copy of the server state, from the last poll
-        self.out = None
+        self.state: dict[str, Any] | None = None  # the driver's copy of the server state, from the last poll
+        self.out: dict[str, Any] | None = None
         self.step0 = 0
-        self.run = None
+        self.run: _InProcessRun | _ClusterRun | None = None
         self.save = None  # the loop's checkpoint writer (bound by train)
-        self.local_key = None  # the snapshot of the groups' local parameters
+        self.local_key: int | None = None  # the snapshot of the groups' local parameters
         self._saved_version = -1
         self._stopping = False
         self._first_poll = True
 
     @property
-    def progress(self):
+    def progress(self) -> int:
         return 0 if self.state is None else self.state["version"]
 
-    def _server_stops(self):
+    def _server_stops(self) -> StopRules:
         """The fit's time and iteration limits for the server, on a clock started
         when the fit did (the monitor's elapsed time ago)."""
         ctx = self.ctx
         clock = WallClock(time.time() - ctx.monitor.elapsed())
-        return StopRules(clock, ctx.stops.max_iter, ctx.stops.max_time)
+        return StopRules(clock, ctx.stops.max_iter, ctx.stops.max_time)  # type: ignore[union-attr]  # (train sets stops)
 
-    def _core_kwargs(self):
+    def _core_kwargs(self) -> dict[str, Any]:
         ctx = self.ctx
         return dict(
             n_rows=ctx.shards.n_rows, tol=ctx.tol, stops=self._server_stops(), max_staleness=self.max_staleness,
@@ -250,7 +276,7 @@ class AsyncTraining(Solver):
             n_iter_no_change=ctx.n_iter_no_change,
         )
 
-    def _guard(self, value):
+    def _guard(self, value: float) -> Guard:
         """The server's guard, started at the objective ``value`` where training starts:
         the aggregate mixes groups' sums of different ages, so its explosion limit is
         that of parts of the data."""
@@ -259,12 +285,12 @@ class AsyncTraining(Solver):
         return guard
 
     @property
-    def compression(self):
+    def compression(self) -> PushCompression | None:
         """The pushes' compression, ``(compressor, seed)`` (None: none)."""
         ctx = self.ctx
         return None if ctx.compressor is None else (ctx.compressor, tuple(ctx.seed))
 
-    def start(self):
+    def start(self) -> Outcome:
         # Every arrival moves the parameters along the whole aggregate, and n_groups
         # arrivals carry one synchronous step's gradients: the automatic step is the
         # synchronous one over n_groups (so the noise of a mini-batch is not amplified).
@@ -278,8 +304,8 @@ class AsyncTraining(Solver):
         self._launch(self.state)
         return Outcome([record])
 
-    def resume(self):
-        state = dict(self.state)
+    def resume(self) -> Outcome:
+        state = dict(self.state)  # type: ignore[arg-type]  # (loaded from the checkpoint)
         kw = self._core_kwargs()
         n = len(self.active)
         if "guard" not in state:  # a checkpoint written before the server had a guard
@@ -311,7 +337,7 @@ class AsyncTraining(Solver):
         self._launch(state)
         return Outcome(accepted=False)
 
-    def _launch(self, core_state):
+    def _launch(self, core_state: dict[str, Any]) -> None:
         ctx = self.ctx
         if ctx.shards.executor.kind != "dask":
             core = self.core_class.__new__(self.core_class)
@@ -320,24 +346,25 @@ class AsyncTraining(Solver):
         else:
             self.run = _ClusterRun(self, core_state)
 
-    def loop_call(self, i, g, scratch_ref, server):
+    def loop_call(self, i: int, g: int, scratch_ref: GroupMemory | str | None,
+                  server: ServerLink | _InProcessServer) -> tuple[Any, ...]:
         """``(function, *args)`` of the loop of group ``g``, the ``i``-th active one
         (``scratch_ref``: its memory, see :func:`~..runtime.executor.runner_memory`)."""
         ctx = self.ctx
         return (async_group_loop, ctx.shards.handles[g], scratch_ref, server, i, ctx.objective, ctx.batching,
                 self.local_key, len(self.active), self.compression)
 
-    def local_keys(self):
-        return (self.local_key,)
+    def local_keys(self) -> tuple[int, ...]:
+        return (self.local_key,)  # type: ignore[return-value]  # (None: no local parameters to keep)
 
-    def close(self):
+    def close(self) -> None:
         if self.run is not None and self.out is None:
             self.run.close()
 
-    def _shifted(self, records):
+    def _shifted(self, records: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
         return [{**rec, "step": rec["step"] + self.step0} for rec in records]
 
-    def on_poll(self, records, state):
+    def on_poll(self, records: Sequence[dict[str, Any]], state: dict[str, Any]) -> list[dict[str, Any]]:
         """After a poll: the driver's copy of the state; a checkpoint every ``every``
         updates, also when the server has already stopped (a slow poll can see the whole
         fit at once, and a callback may still interrupt it) unless it failed; records
@@ -352,13 +379,13 @@ class AsyncTraining(Solver):
             self._saved_version = state["version"]
         return records
 
-    def step(self):
-        out, records = self.run.poll()
+    def step(self) -> Outcome:
+        out, records = self.run.poll()  # type: ignore[union-attr]  # (launched by start or resume)
         if out is None:
             return Outcome(records)
         return Outcome(records, stop=self._finished(out))
 
-    def _finished(self, out):
+    def _finished(self, out: dict[str, Any]) -> Stop:
         self.out = out
         self.ctx.source.n_steps = self.step0 + out["updates"]
         if out["error"] is not None:
@@ -367,7 +394,7 @@ class AsyncTraining(Solver):
             out["converged"] = True
         return Stop(out["converged"], out["message"])
 
-    def finish(self, stop, emit):
+    def finish(self, stop: Stop, emit: Callable[[list[dict[str, Any]]], None]) -> Stop:
         if self.out is not None or self.run is None:
             return stop
         out, records = self.run.stop(stop.message)
@@ -375,14 +402,15 @@ class AsyncTraining(Solver):
         final = self._finished(out)
         return Stop(stop.converged or final.converged, stop.message or final.message)
 
-    def result(self):
+    def result(self) -> tuple[np.ndarray, int, FirstOrderOptimizer, Any]:
         out = self.out
-        return np.asarray(out["params"], dtype=np.float64), out["epochs"], out["optimizer"], out["state"]
+        return np.asarray(out["params"], dtype=np.float64), out["epochs"], out["optimizer"], out["state"]  # type: ignore[index]  # (finished)
 
-    def state_dict(self):
-        return {"core": _saveable_core(self.state), "step0": self.step0, "local_key": self.local_key}
+    def state_dict(self) -> dict[str, Any]:
+        return {"core": _saveable_core(self.state),  # type: ignore[arg-type]  # (started)
+                "step0": self.step0, "local_key": self.local_key}
 
-    def load_state_dict(self, state):
+    def load_state_dict(self, state: dict[str, Any]) -> None:
         self.state, self.step0, self.local_key = dict(state["core"]), state["step0"], state["local_key"]
 
 
@@ -390,13 +418,13 @@ class _InProcessRun:
     """Asynchronous training in this process (one group): the loop runs to its end in
     one poll, the records going to the monitor as the server emits them."""
 
-    def __init__(self, solver, core):
+    def __init__(self, solver: AsyncTraining, core: ServerCore) -> None:
         self.solver, self.core = solver, core
 
-    def poll(self):
+    def poll(self) -> tuple[dict[str, Any], list[dict[str, Any]]]:
         solver, ctx = self.solver, self.solver.ctx
 
-        def on_records(c):
+        def on_records(c: ServerCore) -> None:
             records = solver.on_poll(c.drain()[0], dict(vars(c)))
             for rec in records:
                 ctx.monitor.record(rec)
@@ -412,11 +440,11 @@ class _InProcessRun:
         on_records(self.core)
         return self.core.result(), []
 
-    def stop(self, message):
+    def stop(self, message: str) -> tuple[dict[str, Any], list[dict[str, Any]]]:
         self.core.stop(message=message)
         return self.core.result(), []
 
-    def close(self):
+    def close(self) -> None:
         pass
 
 
@@ -441,22 +469,24 @@ class _ClusterRun:
     :meth:`~..runtime.executor.DaskExecutor.drop_silent_or_warn`) and the fit goes on as after a kill.
     """
 
-    def __init__(self, solver, core_state):
+    def __init__(self, solver: AsyncTraining, core_state: dict[str, Any]) -> None:
         self.solver = solver
         self.shards = solver.ctx.shards
-        self.ex = self.shards.executor
-        self.server_future = self.server = None
-        self.loops = []
+        self.ex = cast("DaskExecutor", self.shards.executor)  # (a cluster's)
+        self.server_future: Future | None = None
+        self.server: Any = None  # the server's actor proxy
+        self.loops: list[Future] = []
         self.restarts = 0
-        self.server_worker = None
+        self.server_worker: str | None = None
         self.first = True
         #: group -> (its push count, when the driver saw it change); the server: when it last answered
-        self._heard, self._server_heard = {}, time.monotonic()
-        self._round_times = collections.deque(maxlen=101)
+        self._heard: dict[int, tuple[int, float]] = {}
+        self._server_heard = time.monotonic()
+        self._round_times: collections.deque[float] = collections.deque(maxlen=101)
         self._warned = False
         self._start(core_state)
 
-    def _start(self, core_state):
+    def _start(self, core_state: dict[str, Any]) -> None:
         ex, sh, solver = self.ex, self.shards, self.solver
         live = set(ex.workers())
         if not live:
@@ -472,17 +502,18 @@ class _ClusterRun:
         )
         self.server_worker = ex.actor_address(self.server_future)
         self._heard, self._server_heard = {}, time.monotonic()  # (re)started: every group's quiet time anew
-        link = ServerLink(self.server_worker, self.server_future.key)
+        link = ServerLink(self.server_worker, self.server_future.key)  # type: ignore[arg-type]  # (our keys: strings)
         runners = sh.collective.runner_keys()
         self.loops = [
             ex.submit_pinned(
                 *solver.loop_call(i, g, runners[g], link),
-                worker=sh.workers[g] if sh.workers[g] in live else worker, key=f"dgd-async-{sh.token}-{i}{tag}",
+                worker=sh.workers[g] if sh.workers[g] in live else worker,  # type: ignore[arg-type]  # (cluster)
+                key=f"dgd-async-{sh.token}-{i}{tag}",
             )
             for i, g in enumerate(solver.active)
         ]
 
-    def poll(self):
+    def poll(self) -> tuple[dict[str, Any] | None, list[dict[str, Any]]]:
         """One poll: ``(None, records)`` while training runs, ``(result, records)`` at the end."""
         ex = self.ex
         if not self.first:
@@ -532,7 +563,7 @@ class _ClusterRun:
         return None, records
 
     # ------------------------------------------------------------ frozen workers
-    def step_timeout(self):
+    def step_timeout(self) -> float | None:
         """Seconds a group may go without a push, or the server without an answer,
         before the fit's silent workers are dropped: ``max(dgd.step-timeout, 20 x the
         median round)`` (a round: one push of every group); None when off."""
@@ -541,7 +572,7 @@ class _ClusterRun:
             return floor
         return max(floor, STEP_TIMEOUT_MULTIPLE * statistics.median(self._round_times))
 
-    def _watch(self, records, state):
+    def _watch(self, records: Sequence[dict[str, Any]], state: dict[str, Any]) -> None:
         """After a poll: note the groups that pushed; if one has been quiet past
         :meth:`step_timeout` while its loop runs, drop the fit's silent workers."""
         now = time.monotonic()
@@ -557,26 +588,26 @@ class _ClusterRun:
         if quiet:
             self._drop_silent(max(now - self._heard[i][1] for i in quiet), timeout)
 
-    def _server_frozen(self):
+    def _server_frozen(self) -> bool:
         """After a server call timed out: False if the server's worker still answers
         the scheduler (the caller goes on as before); True once it was found silent,
         either still within :meth:`step_timeout` of its last answer (poll again) or
         past it (dropped, and the server restarted)."""
         timeout = self.step_timeout()
-        if timeout is None or not self.ex.silent_workers([self.server_worker], ACTOR_TIMEOUT / 2):
+        if timeout is None or not self.ex.silent_workers([self.server_worker], ACTOR_TIMEOUT / 2):  # type: ignore[list-item]  # (started)
             return False
         waited = time.monotonic() - self._server_heard
         if waited > timeout:
             self._drop_silent(waited, timeout)
         return True
 
-    def _drop_silent(self, waited, timeout):
+    def _drop_silent(self, waited: float, timeout: float) -> None:
         """Drop the fit's workers (the groups' and the server's) that sent the scheduler
         no heartbeat for half of ``timeout``; then go on as after a kill (a loop is
         rerun elsewhere by Dask, a lost server restarted).  Workers that all still
         answer are waited for, a WARNING saying so once."""
         addresses = set(self.shards.workers) | {self.server_worker}
-        silent, self._warned = self.ex.drop_silent_or_warn(addresses, waited, timeout, self._warned,
+        silent, self._warned = self.ex.drop_silent_or_warn(addresses, waited, timeout, self._warned,  # type: ignore[arg-type]  # (cluster)
                                                            what="an asynchronous group (no push)")
         if not silent:
             return
@@ -588,17 +619,17 @@ class _ClusterRun:
         else:
             self._unrecoverable(None)
 
-    def stop(self, message):
+    def stop(self, message: str) -> tuple[dict[str, Any], list[dict[str, Any]]]:
         """Stop the server (a stop rule of the driver fired) and wait for the loops."""
         self.ex.call_actor_within(ACTOR_TIMEOUT, self.server.stop, message)
-        records = []
+        records: list[dict[str, Any]] = []
         while True:
             out, more = self.poll()
             records += more
             if out is not None:
                 return out, records
 
-    def _scheduler_lost(self, err):
+    def _scheduler_lost(self, err: BaseException) -> NoReturn:
         """Raise the ClusterError of a lost scheduler, naming the last step the driver
         saw; the server and the loops went with the cluster (their futures are
         cancelled), only the driver's references are dropped."""
@@ -606,7 +637,7 @@ class _ClusterRun:
         self.loops = []
         raise self.ex.scheduler_error(self.solver.ctx.source.n_steps) from err
 
-    def server_lost(self, err=None):
+    def server_lost(self, err: BaseException | None = None) -> bool:
         """Whether the server's worker has left the cluster (given the scheduler up to
         ``dgd.worker-loss-timeout`` seconds to notice, after a connection error)."""
         import dask
@@ -619,7 +650,7 @@ class _ClusterRun:
                 return False
             time.sleep(0.1)
 
-    def _unrecoverable(self, err):
+    def _unrecoverable(self, err: BaseException | None) -> None:
         """Raise ClusterError when the fit's groups keep state no other worker has
         (``collective.unrecoverable`` says why and what to do: sharded parameters,
         in-memory input scattered to the workers) and a group's worker has left (given
@@ -632,7 +663,7 @@ class _ClusterRun:
         deadline = time.monotonic() + float(dask.config.get("dgd.worker-loss-timeout", 10))
         while True:
             alive = set(self.ex.workers())
-            lost = sorted({w for w in self.shards.workers if w not in alive})
+            lost = sorted({w for w in self.shards.workers if w not in alive})  # type: ignore[type-var]  # (cluster)
             if lost:
                 self.close()
                 version = "?" if self.solver.state is None else self.solver.state["version"]
@@ -641,7 +672,7 @@ class _ClusterRun:
                 return
             time.sleep(0.1)
 
-    def restart(self):
+    def restart(self) -> None:
         self._unrecoverable(None)
         if self.restarts >= MAX_SERVER_RESTARTS:
             self.close()
@@ -649,7 +680,7 @@ class _ClusterRun:
         lost = self.server_worker
         self._stop_loops()
         self.restarts += 1
-        state = dict(self.solver.state)
+        state = dict(self.solver.state)  # type: ignore[arg-type]  # (polled)
         # the loops start afresh: nobody holds parameters of an older version
         state["pulled"] = [state["version"]] * state["n_groups"]
         self._start(state)
@@ -658,14 +689,14 @@ class _ClusterRun:
             lost, self.server_worker, state["version"],
         )
 
-    def _stop_loops(self):
+    def _stop_loops(self) -> None:
         for f in self.loops:
             if not f.done():
                 f.cancel()
         self.ex.release([self.server_future, getattr(self.server, "_future", None), *self.loops])
         self.server = self.server_future = None
 
-    def close(self):
+    def close(self) -> None:
         if self.server is not None and not all(f.done() for f in self.loops):
             try:  # wake loops waiting at the staleness bound, so they return
                 self.ex.call_actor_within(ACTOR_TIMEOUT, self.server.stop, "interrupted")

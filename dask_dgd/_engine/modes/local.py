@@ -13,8 +13,11 @@ same draws), so with ``local_steps=1`` and plain SGD a round is exactly a synchr
 mini-batch step.
 """
 
+from __future__ import annotations
+
 import math
 import time
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 
@@ -34,10 +37,27 @@ from ..solvers.base import Outcome, Solver, start_step
 from ..stopping import EpochStopper, Stop
 from ..update import Guard, UpdateRule, halved
 
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+    from typing import TypeAlias
+
+    from ...compression import Compressor
+    from ...optim import FirstOrderOptimizer
+    from ..data.blocks import Shard
+    from ..protocols import TrainingObjective
+    from ..runtime.group_steps import Draw, GroupMemory, LocalUpdate
+    from ..runtime.reduce import Compressed
+    from ..solvers.base import Settings
+    from ..train import Context
+
+    #: A round's compression: ``(compressor, seed, round, the driver's EF21 payload count)``.
+    RoundCompression: TypeAlias = "tuple[Compressor, tuple[int, ...], int, int]"
+
 __all__ = ["LocalSGD", "diverged_loss", "group_round", "round_first", "round_partial"]
 
 
-def round_partial(params_sum, weight, first, dt, wall0, finite, diverged_loss=None):
+def round_partial(params_sum: np.ndarray | Compressed, weight: float, first: Partial, dt: float, wall0: float,
+                  finite: bool, diverged_loss: float | None = None) -> Partial:
     """What one group returns from a round, as a :class:`~..runtime.reduce.Partial` that the
     groups' tree sums: ``grad_sum`` is the group's final parameters times ``weight``
     (the sample weight of all its local batches), ``loss_sum`` and the ``first_*``
@@ -45,16 +65,16 @@ def round_partial(params_sum, weight, first, dt, wall0, finite, diverged_loss=No
     objective), ``nonfinite`` 1 where the group diverged, and then ``diverged_loss`` the
     local objective at which it stopped (summed over the groups that diverged: see
     :func:`diverged_loss`)."""
-    extras = {"first_weight": first.weight_sum, "nonfinite": 0.0 if finite else 1.0}
+    extras: dict[str, Any] = {"first_weight": first.weight_sum, "nonfinite": 0.0 if finite else 1.0}
     if not finite:
-        extras["diverged_loss"] = float(diverged_loss)
+        extras["diverged_loss"] = float(diverged_loss)  # type: ignore[arg-type]  # (given where not finite)
     if first.grad_sum is not None:  # (a compressed round sends no first-batch gradient)
         extras["first_grad"] = first.grad_sum
     extras.update({f"first.{k}": v for k, v in first.extras.items()})
     return Partial(first.loss_sum, params_sum, weight, dt, dt, 1, wall0, wall0 + dt, extras)
 
 
-def diverged_loss(total):
+def diverged_loss(total: Partial) -> tuple[float | None, int]:
     """The local objective at which the groups of the summed :func:`round_partial`
     ``total`` diverged (their mean where several did; NaN or inf where one was) and how
     many groups diverged; ``(None, 0)`` when none did."""
@@ -64,7 +84,7 @@ def diverged_loss(total):
     return total.extras["diverged_loss"] / count, count
 
 
-def round_first(total, size):
+def round_first(total: Partial, size: int) -> Partial:
     """The round objective's sums (the groups' first local batches) from the summed
     :func:`round_partial` (a zero gradient of ``size`` entries when the groups sent
     none: only the loss is used)."""
@@ -75,7 +95,9 @@ def round_first(total, size):
                    total.n_groups, extras=extras)
 
 
-def group_round(shard, scratch, objective, rule, params, reset, draws, local, limit=math.inf, compression=None):
+def group_round(shard: Shard, scratch: GroupMemory, objective: TrainingObjective, rule: UpdateRule,
+                params: np.ndarray, reset: bool, draws: Sequence[Draw | None], local: LocalUpdate | None,
+                limit: float = math.inf, compression: RoundCompression | None = None) -> Partial:
     """``len(draws)`` update-rule steps on this group's blocks from ``params`` (worker
     side); ``draws[j]`` is local step ``j``'s batch (None: all rows).  The optimizer
     state is kept in ``scratch`` across rounds; ``reset`` starts it afresh.  A local
@@ -122,16 +144,17 @@ def group_round(shard, scratch, objective, rule, params, reset, draws, local, li
     scratch.modes["round"] = state
     if local is not None and finite:
         store_local(scratch, local, lp, lstate, None)
-    sent = total * p
+    sent: np.ndarray | Compressed = total * p
+    # (first: set, a round has at least one draw; a compressed round sends no first-batch gradient)
     if compression is not None and finite:
         sent = _compress_round(shard, scratch, compression, objective, total * (p - params))
-        first = Partial(first.loss_sum, None, first.weight_sum, 0.0, 0.0, extras=first.extras)
+        first = Partial(first.loss_sum, None, first.weight_sum, 0.0, 0.0, extras=first.extras)  # type: ignore[union-attr, arg-type]
     inject_faults(t0)
     dt = time.perf_counter() - t0
-    return round_partial(sent, total, first, dt, wall0, finite, value)
+    return round_partial(sent, total, first, dt, wall0, finite, value)  # type: ignore[arg-type]
 
 
-def _check_round_estimate(scratch, count):
+def _check_round_estimate(scratch: GroupMemory, count: int) -> None:
     """Raise StaleState unless the group's EF21 estimate has ``count`` payloads behind it
     (``count=0``: it starts afresh)."""
     if count == 0:
@@ -140,7 +163,8 @@ def _check_round_estimate(scratch, count):
     check_payload_count(scratch.modes.get("round_compression"), count, "the group's round")
 
 
-def _compress_round(shard, scratch, compression, objective, change):
+def _compress_round(shard: Shard, scratch: GroupMemory, compression: RoundCompression, objective: TrainingObjective,
+                    change: np.ndarray) -> Compressed:
     """A group's round change compressed with its memory (see :func:`group_round`)."""
     comp, seed, round_, _ = compression
     blocks = getattr(shard, "blocks", None)
@@ -170,11 +194,12 @@ class LocalSGD(Solver):
     group_state = ("round", "round_compression")
 
     @classmethod
-    def build(cls, ctx, settings):
+    def build(cls, ctx: Context, settings: Settings) -> LocalSGD:
         return cls(ctx, settings.params0, settings.optimizer, local_steps=settings.local_steps,
                    outer_optimizer=settings.outer_optimizer)
 
-    def __init__(self, ctx, params0, optimizer, *, local_steps, outer_optimizer=None):
+    def __init__(self, ctx: Context, params0: np.ndarray, optimizer: FirstOrderOptimizer, *, local_steps: int,
+                 outer_optimizer: FirstOrderOptimizer | None = None) -> None:
         self.ctx = ctx
         self.params = np.array(params0, dtype=np.float64, copy=True)
         self.optimizer = optimizer
@@ -193,22 +218,22 @@ class LocalSGD(Solver):
         self.local_count = 0  # local updates since the local states were (re)started
         self.step0 = 0
         self.local_key = 0  # the snapshot of the local parameters the next round starts from
-        self.value = None
-        self._last_end = None
-        self.previous = None  # the state at the start of the last accepted round
+        self.value: float | None = None
+        self._last_end: float | None = None
+        self.previous: dict[str, Any] | None = None  # the state at the start of the last accepted round
         comp = ctx.compressor
         # EF21: the sum of the groups' estimates of their round changes, and its payloads
         self.estimate = np.zeros(self.params.size) if comp is not None and comp.accumulates else None
         self.ef_count = 0
 
     @property
-    def progress(self):
+    def progress(self) -> int:
         return self.rounds
 
-    def _steps_after(self, n_rounds):
+    def _steps_after(self, n_rounds: int) -> int:
         return min(self.total_steps, n_rounds * self.local_steps)
 
-    def start(self):
+    def start(self) -> Outcome:
         # one synchronous step for the learning rate and the data checks; the first
         # round reuses its batch (as the synchronous mode's first update does)
         self.optimizer, res, record = start_step(self.ctx, self.params, self.optimizer)
@@ -219,7 +244,7 @@ class LocalSGD(Solver):
         self.step0 = self.ctx.source.n_steps
         return Outcome([record])
 
-    def step(self):
+    def step(self) -> Outcome:
         ctx, src, obj = self.ctx, self.ctx.source, self.ctx.objective
         t0, wall0, cpu0 = time.perf_counter(), time.time(), time.process_time()
         update_time = None if self._last_end is None else t0 - self._last_end
@@ -244,7 +269,7 @@ class LocalSGD(Solver):
             except StaleState:  # a group lost its estimate: all start afresh
                 if attempt:
                     raise
-                self.estimate[:] = 0.0
+                self.estimate[:] = 0.0  # type: ignore[index]  # (stale estimates: EF21)
                 self.ef_count = 0
         wall1 = time.time()
         weight = total.weight_sum
@@ -254,7 +279,7 @@ class LocalSGD(Solver):
         where = f"in round {self.rounds + 1}"
         start_bad = not math.isfinite(value) or self.guard.exploded(value, where=where, learning_rate=lr)
         finite = total.extras["nonfinite"] == 0 and not start_bad
-        change = total.grad_sum
+        change = cast("np.ndarray", total.grad_sum)  # (the root's: dense)
         if self.estimate is not None:  # EF21: the groups sent the changes of their estimates
             if finite and np.all(np.isfinite(change)):
                 self.estimate += change
@@ -305,13 +330,13 @@ class LocalSGD(Solver):
             grad_norm=float(np.linalg.norm(delta)), step_size=lr,
             timing=Timing(self._last_end - t0, total.time_max, total.time_min, total.start_max - wall0,
                           wall1 - total.end_max, update_time, driver_cpu_time=time.process_time() - cpu0),
-            n_samples=weight, updates_per_group=(n_local,) * n_groups, nbytes=Bytes(*up, n_bytes),
+            n_samples=weight, updates_per_group=(n_local,) * n_groups, nbytes=Bytes(up[0], up[1], n_bytes),
             route=Route.of(traffic),
         )
         self.params = new_params
         return Outcome([record])
 
-    def _divergence(self, total, value, where, start_bad):
+    def _divergence(self, total: Partial, value: float, where: str, start_bad: bool) -> str:
         """What diverged in the round ``where``, for the guard's messages: the round's
         objective ``value`` at the broadcast parameters when that exploded
         (``start_bad``), else the local objective at which the groups stopped (``value``,
@@ -327,24 +352,24 @@ class LocalSGD(Solver):
         return f"local SGD diverged {where}: the averaged parameters are not finite (loss={value} at the round's start)"
 
     @property
-    def iterations(self):
+    def iterations(self) -> int:
         """Completed epochs (the rounds' local steps per group over ``steps_per_epoch``)."""
         return self._steps_after(self.rounds) // self.steps_per_epoch
 
-    def stop_rule(self, outcome):
+    def stop_rule(self, outcome: Outcome) -> Stop | None:
         if self.rounds == 0:  # the synchronous start: no round yet
             return None
-        if self.stopper.add(self.value, self.iterations):
+        if self.stopper.add(self.value, self.iterations):  # type: ignore[arg-type]  # (set by the first round)
             return Stop(True)
         return None
 
-    def local_keys(self):
+    def local_keys(self) -> tuple[int, ...]:
         return (self.local_key,)
 
-    def result(self):
+    def result(self) -> tuple[np.ndarray, int, FirstOrderOptimizer, None]:
         return self.params, -(-self._steps_after(self.rounds) // self.steps_per_epoch), self.optimizer, None
 
-    def state_dict(self):
+    def state_dict(self) -> dict[str, Any]:
         return {
             "params": self.params, "optimizer": self.optimizer, "outer_state": self.outer_state,
             "rounds": self.rounds, "reset": self.reset, "local_count": self.local_count, "step0": self.step0,
@@ -352,7 +377,7 @@ class LocalSGD(Solver):
             "stopper": self.stopper.state_dict(), "estimate": self.estimate, "ef_count": self.ef_count,
         }
 
-    def load_state_dict(self, state):
+    def load_state_dict(self, state: dict[str, Any]) -> None:
         for k in ("params", "optimizer", "outer_state", "rounds", "reset", "local_count", "step0", "local_key",
                   "value"):
             setattr(self, k, state[k])
@@ -362,6 +387,6 @@ class LocalSGD(Solver):
             self.estimate = np.array(state["estimate"], dtype=np.float64)
             self.ef_count = int(state["ef_count"])
 
-    def resume(self):
-        stop = self.ctx.stops.limit(self.iterations)
+    def resume(self) -> Outcome:
+        stop = self.ctx.stops.limit(self.iterations)  # type: ignore[union-attr]  # (train sets stops)
         return Outcome(accepted=False) if stop is None else Outcome(stop=stop)

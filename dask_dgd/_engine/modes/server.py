@@ -15,10 +15,13 @@ change of the group's estimate, which the server keeps (``estimates``, ``ef_coun
 and uses as the group's latest gradient.
 """
 
+from __future__ import annotations
+
 import asyncio
 import dataclasses
 import math
 import time
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 
@@ -28,10 +31,15 @@ from ..runtime.reduce import Compressed, add_partials
 from ..stopping import EpochStopper, Stop, StopRules, WallClock
 from ..update import BATCH_EXPLOSION_FACTOR, Guard, UpdateRule, halved
 
+if TYPE_CHECKING:
+    from ...optim import FirstOrderOptimizer
+    from ..protocols import TrainingObjective
+    from ..runtime.reduce import Partial
+
 __all__ = ["ParameterServer", "ServerCore", "ShardedCore", "guard_of_state"]
 
 
-def guard_of_state(state, hint):
+def guard_of_state(state: dict[str, Any], hint: str) -> Guard:
     """The :class:`~..update.Guard` of a server state saved before the server had one
     (its fields ``max_backoffs``, 0 with ``on_divergence="raise"``, ``backoffs`` and
     ``explosion_limit``, None before that limit existed); ``hint``: the objective's."""
@@ -60,21 +68,21 @@ class ServerCore:
 
     def __init__(
         self,
-        params,
-        optimizer,
-        opt_state,
-        objective,
-        n_groups,
+        params: np.ndarray,
+        optimizer: FirstOrderOptimizer,
+        opt_state: Any,
+        objective: TrainingObjective,
+        n_groups: int,
         *,
-        n_rows,
-        tol,
-        stops=None,
-        max_staleness=None,
-        staleness_scaling=False,
-        start_wall=None,
-        guard=None,
-        n_iter_no_change=None,
-    ):
+        n_rows: int,
+        tol: float,
+        stops: StopRules | None = None,
+        max_staleness: int | None = None,
+        staleness_scaling: bool = False,
+        start_wall: float | None = None,
+        guard: Guard | None = None,
+        n_iter_no_change: int | None = None,
+    ) -> None:
         self.guard = Guard(full_batch=False, hint=objective.hint) if guard is None else guard
         self.params = np.array(params, dtype=np.float64, copy=True)
         self.optimizer = optimizer
@@ -92,7 +100,7 @@ class ServerCore:
         self.clock = [0] * self.n_groups  # pushes received from each group
         self.pulled = [0] * self.n_groups  # version each group last received
         self.lead = [0] * self.n_groups  # its clock lead at that moment
-        self.latest = [None] * self.n_groups  # latest partial sums of each group
+        self.latest: list[Partial | None] = [None] * self.n_groups  # latest partial sums of each group
         self.snapshots = {0: (self.params, self.state, self.optimizer)}
         self.good = 0  # latest version whose parameters gave finite sums
         # the version whose push gave the lowest objective: where an explosion goes back
@@ -100,25 +108,26 @@ class ServerCore:
         self.best_value, self.best = math.inf, 0
         self.rows_seen = 0
         self.stopper = EpochStopper(tol) if n_iter_no_change is None else EpochStopper(tol, n_iter_no_change)
-        self.stopped, self.converged, self.message, self.error = False, False, "", None
-        self.records = []
-        self._round = []
+        self.stopped, self.converged, self.message = False, False, ""
+        self.error: str | None = None
+        self.records: list[dict[str, Any]] = []
+        self._round: list[dict[str, Any]] = []
         self._round_start = self.start_wall
         self.n_pushes = 0
         # compressed pushes with EF21 feedback: each group's estimate and its payloads
-        self.estimates = [None] * self.n_groups
+        self.estimates: list[np.ndarray | None] = [None] * self.n_groups
         self.ef_counts = [0] * self.n_groups
 
     # ------------------------------------------------------------------ access
-    def clock_lead(self, g):
+    def clock_lead(self, g: int) -> int:
         return self.clock[g] - min(self.clock)
 
-    def may_proceed(self, g):
+    def may_proceed(self, g: int) -> bool:
         """Whether group ``g`` may compute its next step now (the staleness bound)."""
         s = self.max_staleness
         return self.stopped or s is None or self.clock_lead(g) <= s
 
-    def pull(self, g):
+    def pull(self, g: int) -> dict[str, Any]:
         """The current parameters for group ``g``, which computes on them next."""
         self.pulled[g] = self.version
         self.lead[g] = self.clock_lead(g)
@@ -134,13 +143,13 @@ class ServerCore:
             "ef_count": self.ef_counts[g],
         }
 
-    def stop(self, message="", converged=False, error=None):
+    def stop(self, message: str = "", converged: bool = False, error: str | None = None) -> None:
         if not self.stopped:
             self.stopped, self.message, self.converged, self.error = True, message, converged, error
             self._emit(time.time())
 
     # ------------------------------------------------------------------ update
-    def push(self, g, msg, wait_time=0.0):
+    def push(self, g: int, msg: dict[str, Any], wait_time: float = 0.0) -> None:
         """Apply group ``g``'s sums (``msg`` from :func:`async_group_loop`)."""
         if self.stopped:
             return
@@ -200,27 +209,27 @@ class ServerCore:
         converged = self.stopper.add(value, self.iterations)  # tol: the epoch's mean, as sync SGD
         return self._after_push(now, converged)
 
-    def _aggregate(self, total, msg):
+    def _aggregate(self, total: Partial, msg: dict[str, Any]) -> tuple[float, np.ndarray | None]:
         """The objective at the current parameters and the aggregate gradient, from
         the sum of every group's latest sums (``msg``: the push, for subclasses)."""
         smooth, agg = self.objective.finish(total, self.params)
         return smooth + self.objective.l1_value(self.params), agg
 
-    def _update(self, agg, scale, msg):
+    def _update(self, agg: np.ndarray | None, scale: float, msg: dict[str, Any]) -> tuple[np.ndarray, Any, float]:
         """The update along ``agg``: ``(parameters, optimizer state, learning rate)``."""
         return UpdateRule(self.optimizer, self.objective.penalty).apply(self.params, agg, self.state, scale)
 
-    def _grad_norm(self, agg, msg):
-        return float(np.linalg.norm(agg))
+    def _grad_norm(self, agg: np.ndarray | None, msg: dict[str, Any]) -> float:
+        return float(np.linalg.norm(agg))  # type: ignore[arg-type]  # (this server's aggregate: a vector)
 
-    def _received(self, g, partial, count):
+    def _received(self, g: int, partial: Partial, count: int | None) -> Partial | None:
         """A compressed push as the gradient sums the aggregate uses: decompressed, or
         (EF21) added to the group's estimate, which the server keeps whether or not the
         push is applied (the group's estimate moved too).  None when the group's count
         of payloads is not the server's (a restarted server or loop): the push is
         dropped, and the group, seeing the server's count at its next pull, starts its
         estimate afresh (count 0, which resets the server's too)."""
-        grad = partial.grad_sum
+        grad = cast("Compressed", partial.grad_sum)  # (a compressed push)
         if not grad.compressor.accumulates:
             return dataclasses.replace(partial, grad_sum=grad.compressor.decompress(grad.payload))
         if count == 0 or self.estimates[g] is None:
@@ -232,9 +241,9 @@ class ServerCore:
             return None
         self.estimates[g] = self.estimates[g] + grad.compressor.decompress(grad.payload)
         self.ef_counts[g] += 1
-        return dataclasses.replace(partial, grad_sum=self.estimates[g].copy())
+        return dataclasses.replace(partial, grad_sum=self.estimates[g].copy())  # type: ignore[union-attr]  # (set)
 
-    def _backoff(self, what, to=None):
+    def _backoff(self, what: str, to: int | None = None) -> None:
         """Non-finite or exploded sums, or non-finite parameters: back to the last good
         version (or version ``to``), half the step; at the guard's limit, stop with its
         error (``what``: the divergence, for its message)."""
@@ -254,21 +263,21 @@ class ServerCore:
         self.snapshots = {self.version: (self.params, self.state, self.optimizer)}
         self.good = self.best = self.version
 
-    def _prune(self):
+    def _prune(self) -> None:
         keep = set(self.pulled) | {self.good, self.best, self.version}
         for v in [v for v in self.snapshots if v not in keep]:
             del self.snapshots[v]
 
     @property
-    def iterations(self):
+    def iterations(self) -> int:
         """Completed epochs: the rows of every push so far over the data's rows."""
         return self.rows_seen // self.n_rows
 
-    def stop_rule(self, converged):
+    def stop_rule(self, converged: bool) -> Stop | None:
         """The epoch rule's stop (its answer, ``converged``, came with the push)."""
         return Stop(True) if converged else None
 
-    def _after_push(self, now, converged=False):
+    def _after_push(self, now: float, converged: bool = False) -> None:
         if len(self._round) >= self.n_groups:
             self._emit(now)
         if self.stopped:
@@ -277,7 +286,7 @@ class ServerCore:
         if stop is not None:
             self.stop(message=stop.message, converged=stop.converged)
 
-    def _emit(self, now):
+    def _emit(self, now: float) -> None:
         """One history record for the pushes since the last one (a round of
         ``n_groups`` pushes, or what is left at the stop)."""
         stats, self._round = self._round, []
@@ -302,12 +311,12 @@ class ServerCore:
         ))
         self._round_start = now
 
-    def drain(self):
+    def drain(self) -> tuple[list[dict[str, Any]], bool]:
         """Records since the last drain, and whether training has stopped."""
         records, self.records = self.records, []
         return records, self.stopped
 
-    def result(self):
+    def result(self) -> dict[str, Any]:
         return {
             "params": self.params,
             "optimizer": self.optimizer,
@@ -328,24 +337,25 @@ class ShardedCore(ServerCore):
     plus each owner's latest penalty value.  Its pulls name the mark (the version of
     the best objective), where a backoff sends the owners."""
 
-    def __init__(self, optimizer, objective, n_groups, n_owners, **kwargs):
+    def __init__(self, optimizer: FirstOrderOptimizer, objective: TrainingObjective, n_groups: int, n_owners: int,
+                 **kwargs: Any) -> None:
         super().__init__(np.zeros(0), optimizer, None, objective, n_groups, **kwargs)
         self.penalties = [0.0] * int(n_owners)
 
-    def pull(self, g):
+    def pull(self, g: int) -> dict[str, Any]:
         return {**super().pull(g), "mark": self.best}
 
-    def _aggregate(self, total, msg):
+    def _aggregate(self, total: Partial, msg: dict[str, Any]) -> tuple[float, None]:
         for o, answer in enumerate(msg["owners"]):
             if not answer.get("dropped"):
                 self.penalties[o] = answer["pen"] + answer["l1"]
         return total.loss_sum / total.weight_sum + math.fsum(self.penalties), None
 
-    def _update(self, agg, scale, msg):
+    def _update(self, agg: np.ndarray | None, scale: float, msg: dict[str, Any]) -> tuple[np.ndarray, Any, float]:
         lrs = [a["lr"] for a in msg["owners"] if "lr" in a]
         return self.params, self.state, max(lrs, default=0.0)
 
-    def _grad_norm(self, agg, msg):
+    def _grad_norm(self, agg: np.ndarray | None, msg: dict[str, Any]) -> float:
         return math.sqrt(math.fsum(a.get("gsq", 0.0) for a in msg["owners"]))
 
 
@@ -353,20 +363,21 @@ class ParameterServer:
     """Dask actor around a :class:`ServerCore`; its methods run on the worker's event
     loop, so a group waiting at the staleness bound never blocks the others."""
 
-    def __init__(self, *args, core_state=None, core_class=ServerCore, **kwargs):
+    def __init__(self, *args: Any, core_state: dict[str, Any] | None = None,
+                 core_class: type[ServerCore] = ServerCore, **kwargs: Any) -> None:
         if core_state is None:
             self.core = core_class(*args, **kwargs)
         else:  # restarted from the driver's copy (its first worker was lost)
             self.core = core_class.__new__(core_class)
             self.core.__dict__.update(core_state)
-        self._cond = None
+        self._cond: asyncio.Condition | None = None
 
-    def _condition(self):
+    def _condition(self) -> asyncio.Condition:
         if self._cond is None:
             self._cond = asyncio.Condition()
         return self._cond
 
-    async def exchange(self, g, msg):
+    async def exchange(self, g: int, msg: dict[str, Any] | None) -> dict[str, Any]:
         """Apply ``msg`` (None on the first call), wait for the bound, return the
         parameters to compute on next."""
         core, cond = self.core, self._condition()
@@ -380,17 +391,17 @@ class ParameterServer:
         reply["wait"] = time.perf_counter() - t0
         return reply
 
-    async def stop(self, message="", error=None):
+    async def stop(self, message: str = "", error: str | None = None) -> None:
         cond = self._condition()
         async with cond:
             self.core.stop(message=message, error=error)
             cond.notify_all()
 
-    async def drain_with_state(self):
+    async def drain_with_state(self) -> tuple[list[dict[str, Any]], bool, dict[str, Any]]:
         """The records since the last drain, whether training stopped, and a copy of the
         server's whole state (what a new server restarts from if this worker is lost)."""
         records, stopped = self.core.drain()
         return records, stopped, dict(vars(self.core))
 
-    async def result(self):
+    async def result(self) -> dict[str, Any]:
         return self.core.result()

@@ -7,16 +7,30 @@ per group through the shard set's collective; the driver finishes the reduced su
 (mean loss, penalty) and measures the step (timings, bytes).
 """
 
+from __future__ import annotations
+
 import dataclasses
 import logging
 import math
 import time
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 
 from ..runtime.group_steps import COMPRESSION_TAG, Downlink, LocalUpdate, StaleState, StepRequest, group_step
 from ..runtime.records import Bytes, Route, Timing
+
+if TYPE_CHECKING:
+    from collections.abc import Iterable
+
+    from ...compression import Compressor
+    from ...optim import FirstOrderOptimizer
+    from ..data.shards import ShardSet
+    from ..data.skew import DynamicBalancer
+    from ..protocols import TrainingObjective
+    from ..runtime.group_steps import Draw
+    from ..runtime.reduce import Partial
 
 __all__ = ["StepResult", "SyncSource"]
 
@@ -37,14 +51,14 @@ class StepResult:
     params: np.ndarray
     value: float
     grad: np.ndarray
-    partial: object
+    partial: Partial
     timing: Timing
     nbytes: Bytes
-    route: Route = None
-    local_key: int = None
+    route: Route | None = None
+    local_key: int | None = None
 
     @property
-    def finite(self):
+    def finite(self) -> bool:
         return math.isfinite(self.value) and bool(np.all(np.isfinite(self.grad)))
 
 
@@ -72,7 +86,9 @@ class SyncSource:
         Told every step's compute times (moves blocks toward faster workers).
     """
 
-    def __init__(self, shards, objective, *, split_every, compressor=None, seed=(0,), balancer=None):
+    def __init__(self, shards: ShardSet, objective: TrainingObjective, *, split_every: int,
+                 compressor: Compressor | None = None, seed: tuple[int, ...] = (0,),
+                 balancer: DynamicBalancer | None = None) -> None:
         self.shards = shards
         self.objective = objective
         self.split_every = int(split_every)
@@ -81,25 +97,25 @@ class SyncSource:
         self.balancer = balancer
         self.n_steps = 0
         self._data_checked = False
-        self._last_end = None  # perf_counter when the previous step's result arrived
+        self._last_end: float | None = None  # perf_counter when the previous step's result arrived
         ef21 = compressor is not None and compressor.accumulates
         #: EF21: the sum of the blocks' estimates and how many payloads are behind it
         self.estimate = np.zeros(objective.n_params) if ef21 else None
         self.ef_count = 0
         #: downlink: ``(version, params)``, the groups' copy (None: not sent yet)
-        self.down = None
-        self.down_state = {}  # the downlink compressor's own state (warm-up count, ...)
+        self.down: tuple[int, np.ndarray] | None = None
+        self.down_state: dict[str, Any] = {}  # the downlink compressor's own state (warm-up count, ...)
         self.resyncs = 0  # steps repeated to sync stale memory
-        self._last_params = None  # the parameters of the previous step (downlink)
+        self._last_params: np.ndarray | None = None  # the parameters of the previous step (downlink)
 
-    def state_dict(self):
+    def state_dict(self) -> dict[str, Any]:
         """What a checkpoint keeps of the source: the EF21 sum, the groups' copy and the
         parameters of the step it was sent for."""
         return {"estimate": self.estimate, "ef_count": int(self.ef_count),
                 "down": None if self.down is None else [int(self.down[0]), self.down[1], self._last_params],
                 "down_state": self.down_state}
 
-    def load_state_dict(self, state):
+    def load_state_dict(self, state: dict[str, Any] | None) -> None:
         if not state:
             return
         if self.estimate is not None and state.get("estimate") is not None:
@@ -111,11 +127,12 @@ class SyncSource:
             self._last_params = np.asarray(down[2], dtype=np.float64).copy()
             self.down_state = dict(state.get("down_state") or {})
 
-    def start(self):
+    def start(self) -> None:
         """Start the step actors (setup, not part of the first step's time)."""
         self.shards.collective.start()
 
-    def local_update(self, source, optimizer=None, scale=1.0, keep=()):
+    def local_update(self, source: int, optimizer: FirstOrderOptimizer | None = None, scale: float = 1.0,
+                     keep: Iterable[int] = ()) -> LocalUpdate | None:
         """The :class:`~..runtime.group_steps.LocalUpdate` of the next step (models with local
         parameters; None otherwise)."""
         if not self.objective.has_local:
@@ -123,7 +140,8 @@ class SyncSource:
         return LocalUpdate(source=int(source), key=self.n_steps + 1, keep=tuple(int(k) for k in keep),
                            optimizer=optimizer, scale=float(scale))
 
-    def evaluate(self, params, draw=None, local=None, name="grad", aux=None):
+    def evaluate(self, params: np.ndarray, draw: Draw | None = None, local: LocalUpdate | None = None,
+                 name: str = "grad", aux: Any = None) -> StepResult:
         """One distributed step at ``params`` (all rows, or ``draw``'s); ``aux``: what
         the step sends besides ``params`` (None: the objective's ``step_aux(params)``)."""
         obj, sh = self.objective, self.shards
@@ -160,7 +178,8 @@ class SyncSource:
                           Route.of(traffic),
                           None if local is None else local.key)
 
-    def _reduce(self, params, aux, draw, local, name):
+    def _reduce(self, params: np.ndarray, aux: Any, draw: Draw | None, local: LocalUpdate | None,
+                name: str) -> tuple[Partial, int]:
         """The step's reduced sums (EF21: with the source's sum of the estimates) and the
         bytes of the parameters each group received.  A group that reports its memory
         stale has it synced, and the step is repeated (at most twice: the copy, then the
@@ -183,17 +202,18 @@ class SyncSource:
                 logger.info("step %d: a group's compression memory is stale (%s); synced, step repeated",
                             self.n_steps, err)
                 if err.what == "params":
-                    down = Downlink(down.version)  # the same values, in full
-                else:
-                    self.estimate[:] = 0.0
+                    down = Downlink(down.version)  # type: ignore[union-attr]  # the same values, in full
+                else:  # (stale estimates: EF21, which keeps the sum)
+                    self.estimate[:] = 0.0  # type: ignore[index]
                     self.ef_count = 0
         if down is not None:
             self.down = (down.version, sent)
             self._last_params = np.array(params, dtype=np.float64, copy=True)
         nbytes = 8 * obj.n_params if down is None or down.payload is None else down.nbytes
         if self.estimate is not None:
-            finite = bool(np.all(np.isfinite(partial.grad_sum)))
-            self.estimate += partial.grad_sum
+            grad_sum = cast("np.ndarray", partial.grad_sum)  # (the root's: dense)
+            finite = bool(np.all(np.isfinite(grad_sum)))
+            self.estimate += grad_sum
             self.ef_count += 1
             partial = dataclasses.replace(partial, grad_sum=self.estimate.copy())
             if not finite:  # the blocks kept their estimates: all start afresh next step
@@ -201,7 +221,7 @@ class SyncSource:
                 self.ef_count = 0
         return partial, nbytes
 
-    def _downlink(self, params):
+    def _downlink(self, params: np.ndarray) -> tuple[Downlink | None, np.ndarray]:
         """``(Downlink or None, the parameters the groups will hold)`` for a step at
         ``params``: the compressed change against the groups' copy, or the copy in full
         (the first step, or a sync after a group lost it)."""

@@ -15,15 +15,29 @@ which this module never reads; a solver lists those a checkpoint keeps
 (``Solver.group_state``).
 """
 
+from __future__ import annotations
+
 import math
 import time
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 
 from ..update import UpdateRule
 from .faults import inject_faults
 from .reduce import Compressed, Partial, add_partials
+
+if TYPE_CHECKING:
+    from collections.abc import Iterable, Mapping, Sequence
+
+    import numpy.typing as npt
+
+    from ...compression import Compressor
+    from ...optim import FirstOrderOptimizer
+    from ..data.blocks import Shard
+    from ..protocols import LocalParameters, TrainingObjective
+    from .reduce import BlockTree, NodeKey
 
 __all__ = [
     "GroupMemory",
@@ -84,7 +98,7 @@ class BlockSums:
     """One block's sums: loss, gradient (dense or compact), weight, and extras."""
 
     loss: float
-    grad: object
+    grad: Any  # dense or compact, in the objective's natural form
     weight: float
     extras: dict
 
@@ -97,7 +111,7 @@ class Draw:
 
     seed: tuple
     step: int
-    take: object = None
+    take: npt.NDArray[np.int64] | dict[int, int] | None = None
     epoch: int = 0
     batch: int = 0
     n_batches: int = 1
@@ -120,7 +134,7 @@ class LocalUpdate:
     source: int
     key: int
     keep: tuple
-    optimizer: object = None
+    optimizer: FirstOrderOptimizer | None = None
     scale: float = 1.0
 
 
@@ -131,7 +145,7 @@ class SolvedLocal:
     returns in place of a local gradient; they are stored as the step's snapshot, in
     place of the ones the step started from."""
 
-    params: object
+    params: Any
 
 
 @dataclass(frozen=True)
@@ -141,13 +155,13 @@ class Downlink:
     ``payload``, the request's ``params`` replace the copy (a full sync)."""
 
     version: int
-    base: int = None
-    payload: dict = None
-    compressor: object = None
+    base: int | None = None
+    payload: dict | None = None
+    compressor: Compressor | None = None
 
     @property
-    def nbytes(self):
-        return 8 if self.payload is None else 8 + int(self.compressor.nbytes(self.payload))
+    def nbytes(self) -> int:
+        return 8 if self.payload is None else 8 + int(self.compressor.nbytes(self.payload))  # type: ignore[union-attr]  # (a payload has its compressor)
 
 
 class StaleState(RuntimeError):
@@ -156,11 +170,11 @@ class StaleState(RuntimeError):
     were lost (a restarted runner, a resumed fit) or are of another step.  The driver
     syncs them and repeats the step."""
 
-    def __init__(self, what, detail=""):
+    def __init__(self, what: str, detail: str = "") -> None:
         super().__init__(f"stale {what}: {detail}")
         self.what = what
 
-    def __reduce__(self):
+    def __reduce__(self) -> tuple[type[StaleState], tuple[str, str]]:
         return type(self), (self.what, str(self).partition(": ")[2])
 
 
@@ -172,21 +186,22 @@ class StepRequest:
     compression); ``ef_count`` is the driver's count of the EF21 payloads folded into its
     sum (None: the compressor keeps no estimate; 0: every block starts afresh)."""
 
-    params: np.ndarray
-    aux: object = None
-    draw: Draw = None
-    local: LocalUpdate = None
-    compressor: object = None
+    params: np.ndarray | None
+    aux: Any = None
+    draw: Draw | None = None
+    local: LocalUpdate | None = None
+    compressor: Compressor | None = None
     compression_seed: tuple = (0,)
-    ef_count: int = None
-    down: Downlink = None
+    ef_count: int | None = None
+    down: Downlink | None = None
 
 
-def _blocks_state(scratch):
+def _blocks_state(scratch: GroupMemory) -> dict:
     return scratch.blocks
 
 
-def _compress(scratch, compressor, template, index, grad, seed, step):
+def _compress(scratch: GroupMemory, compressor: Compressor, template: Any, index: int, grad: Any,
+              seed: Sequence[int], step: int) -> Any:
     """Block ``index``'s gradient compressed with its own error-feedback state.
 
     A non-finite gradient travels raw and leaves the state alone, so the engine backs
@@ -197,7 +212,8 @@ def _compress(scratch, compressor, template, index, grad, seed, step):
     return compress_into(states, "compression", compressor, template, grad, [*seed, COMPRESSION_TAG, step, index])
 
 
-def compress_into(memory, key, compressor, template, grad, draw_key):
+def compress_into(memory: dict[str, Any], key: str, compressor: Compressor, template: Any, grad: Any,
+                  draw_key: Sequence[int]) -> Compressed:
     """``grad`` compressed with the compressor's memory kept in ``memory[key]`` (made
     for gradients shaped like ``template`` when absent), drawing from a generator seeded
     with ``draw_key``: the :class:`~.reduce.Compressed` payload that travels."""
@@ -208,25 +224,25 @@ def compress_into(memory, key, compressor, template, grad, draw_key):
     return Compressed(payload, compressor)
 
 
-def _step_params(scratch, request):
+def _step_params(scratch: GroupMemory, request: StepRequest) -> tuple[int | None, np.ndarray]:
     """``(version, parameters)`` a step evaluates at: ``(None, the request's)``, or
     (downlink compression) the group's copy with the request's change added.  Raises
     :class:`StaleState` before changing anything when the copy is not the one the change
     was made for."""
     down = request.down
     if down is None:
-        return None, request.params
+        return None, request.params  # type: ignore[return-value]  # (sent whenever down is None)
     if down.payload is None:
         copy = np.array(request.params, dtype=np.float64, copy=True)
     else:
         version, copy = scratch.down or (None, None)
         if version != down.base:
             raise StaleState("params", f"the group holds version {version}, the change is from {down.base}")
-        copy = copy + down.compressor.decompress(down.payload)
+        copy = copy + down.compressor.decompress(down.payload)  # type: ignore[union-attr]  # (a payload's)
     return down.version, copy
 
 
-def _check_estimates(scratch, blocks, count):
+def _check_estimates(scratch: GroupMemory, blocks: Iterable[int], count: int) -> None:
     """Raise :class:`StaleState` unless the EF21 estimate of each of ``blocks`` has
     ``count`` payloads behind it (``count=0``: their states are dropped, a fresh start)."""
     states = _blocks_state(scratch)
@@ -238,7 +254,7 @@ def _check_estimates(scratch, blocks, count):
         check_payload_count(states.get(b, {}).get("compression"), count, f"block {b}")
 
 
-def check_payload_count(state, count, name):
+def check_payload_count(state: Mapping[str, Any] | None, count: int, name: str) -> None:
     """Raise :class:`StaleState` unless the EF21 memory ``state`` (of ``name``) has
     ``count`` payloads behind it."""
     have = 0 if state is None else state.get("count", 0)
@@ -246,7 +262,7 @@ def check_payload_count(state, count, name):
         raise StaleState("estimates", f"{name} has {have} payloads behind its estimate, the driver {count}")
 
 
-def local_snapshot(scratch, local):
+def local_snapshot(scratch: GroupMemory, local: LocalUpdate) -> tuple[Any, Any]:
     """The local parameters and optimizer state a step evaluates at (see
     :class:`LocalUpdate`); raises ClusterError when the snapshot is gone (its worker
     was lost)."""
@@ -274,8 +290,8 @@ def local_snapshot(scratch, local):
     return params, state
 
 
-def store_local(scratch, local, params, state, grad):
-    snaps = scratch.local
+def store_local(scratch: GroupMemory, local: LocalUpdate, params: Any, state: Any, grad: Any) -> None:
+    snaps = cast("dict", scratch.local)  # (local_snapshot found it)
     snaps[local.key] = (params, state, grad)
     scaled = scratch.local_scaled
     scaled.discard(local.key)
@@ -284,7 +300,8 @@ def store_local(scratch, local, params, state, grad):
         scaled.discard(k)
 
 
-def group_step(shard, scratch, objective, request, tree):
+def group_step(shard: Shard, scratch: GroupMemory, objective: TrainingObjective, request: StepRequest,
+               tree: BlockTree) -> dict[NodeKey, Partial]:
     """One group's share of a step: the training objective's sums over the group's
     blocks at ``request.params``, as the group's complete subtrees of ``tree`` (or, with
     compression, as compressed leaves: they are merged where they are received).
@@ -330,17 +347,17 @@ def group_step(shard, scratch, objective, request, tree):
     return nodes if comp is not None else tree.complete(nodes)
 
 
-def group_block_states(shard, scratch):
+def group_block_states(shard: Shard, scratch: GroupMemory) -> dict[int, Any]:
     """This group's per-block states (``{block: state}``), e.g. to move or checkpoint."""
     return dict(_blocks_state(scratch))
 
 
-def group_set_block_states(shard, scratch, states):
+def group_set_block_states(shard: Shard, scratch: GroupMemory, states: Mapping[int, Any] | None) -> None:
     """Replace this group's per-block states."""
     scratch.blocks = {int(b): s for b, s in (states or {}).items()}
 
 
-def group_local_init(shard, scratch, objective, init):
+def group_local_init(shard: Shard, scratch: GroupMemory, objective: LocalParameters, init: Any) -> int:
     """Create the group's local parameters (snapshot 0): ``objective.local_init(shard,
     init)`` gives them and their optimizer state (``init``: what the driver sent this
     group, e.g. its users' rows when training continues; None: the model's own start)."""
@@ -349,14 +366,14 @@ def group_local_init(shard, scratch, objective, init):
     return objective.local_size(params)
 
 
-def group_local_export(shard, scratch, objective, local):
+def group_local_export(shard: Shard, scratch: GroupMemory, objective: LocalParameters, local: LocalUpdate) -> Any:
     """What the group exports of its local parameters at the end of a fit
     (``objective.local_export``): their snapshot after ``local`` (the last step's
     pending update applied when its optimizer is given) and their optimizer state."""
     return objective.local_export(shard, *local_snapshot(scratch, local))
 
 
-def _host(value):
+def _host(value: Any) -> Any:
     """``value`` with every array (also inside tuples, dicts and optimizer states)
     copied to the host as NumPy."""
     from ..._backend import is_device_array, to_numpy
@@ -372,7 +389,8 @@ def _host(value):
     return value
 
 
-def group_memory(shard, scratch, local_keys, group_state=()):
+def group_memory(shard: Shard, scratch: GroupMemory, local_keys: Iterable[int],
+                 group_state: Iterable[str] = ()) -> dict[str, Any]:
     """What a checkpoint keeps of this group's memory, on the host: its per-block
     states, the snapshots ``local_keys`` of its local parameters, and the mode's state
     named in ``group_state`` (local SGD's optimizer state and compression residual)."""
@@ -385,7 +403,7 @@ def group_memory(shard, scratch, local_keys, group_state=()):
     }
 
 
-def group_restore(shard, scratch, objective, memory):
+def group_restore(shard: Shard, scratch: GroupMemory, objective: TrainingObjective, memory: Mapping[str, Any]) -> None:
     """Give this group the memory a checkpoint kept (see :func:`group_memory`), its
     arrays moved to where the group's data lives (``objective.local_place``)."""
     scratch.blocks = {int(b): st for b, st in (memory.get("blocks") or {}).items()}
@@ -396,7 +414,7 @@ def group_restore(shard, scratch, objective, memory):
     scratch.modes.update(memory.get("modes") or {})
 
 
-def sum_blocks(objective, sums, t=0.0):
+def sum_blocks(objective: TrainingObjective, sums: Mapping[int, BlockSums], t: float = 0.0) -> Partial:
     """A group's per-block sums added in block order, as one :class:`~.reduce.Partial`."""
     parts = [Partial(s.loss, s.grad, s.weight, t, t, 0, extras=s.extras) for _, s in sorted(sums.items())]
     if not parts:
@@ -405,6 +423,6 @@ def sum_blocks(objective, sums, t=0.0):
     return Partial(total.loss_sum, total.grad_sum, total.weight_sum, t, t, 1, extras=total.extras)
 
 
-def finite(value, grad):
+def finite(value: float, grad: Any) -> bool:
     """Whether an objective value and its gradient are finite."""
     return math.isfinite(value) and bool(np.all(np.isfinite(grad)))

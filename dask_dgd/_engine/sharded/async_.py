@@ -121,7 +121,7 @@ def _async_push(shard: Shard | None, scratch: GroupMemory, group: int, ticket: T
     out = {"pen": pen.value(x), "l1": pen.l1_value(x), "gsq": 0.0, "delay": int(delay), "dropped": 0,
            "nonfinite": 0}
     values = part.grad_sum.values if isinstance(part.grad_sum, SparseVector) else part.grad_sum
-    bad = int(np.count_nonzero(~np.isfinite(values)))  # type: ignore[call-overload]
+    bad = int(np.count_nonzero(~np.isfinite(values)))  # type: ignore[arg-type]  # (a push's sums: a SparseVector or dense)
     if bad:  # not kept: the coordinator backs off
         out["nonfinite"] = bad
         return out

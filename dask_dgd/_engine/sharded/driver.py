@@ -49,7 +49,8 @@ if TYPE_CHECKING:
     from ..data.shards import ShardSet
     from ..modes.async_ import ServerLink, _InProcessServer
     from ..objective import LinearTraining
-    from ..runtime.group_steps import Draw
+    from ..runtime.group_steps import Draw, GroupMemory
+    from ..solvers.base import Settings
     from ..train import Context
     from .params import ParamLayout
 
@@ -77,7 +78,7 @@ def sharded_record(res: StepResult, iteration: int, value: float, gsq: float, st
     over the owners)."""
     return make_record(
         step=res.step, iteration=iteration, loss=value, grad_norm=math.sqrt(gsq), step_size=step_size,
-        timing=res.timing, n_samples=res.partial.weight_sum, updates_per_group=(1,) * max(int(res.partial.n_groups), 1),  # type: ignore[attr-defined]
+        timing=res.timing, n_samples=res.partial.weight_sum, updates_per_group=(1,) * max(int(res.partial.n_groups), 1),
         nbytes=res.nbytes, route=res.route, **extra)
 
 
@@ -93,7 +94,7 @@ def sharded_start(ctx: Context, optimizer: FirstOrderOptimizer, draw: Draw | Non
     if not (math.isfinite(res.value) and stats.get("nonfinite", 0) == 0):
         raise initial_divergence(res.value)
     if ctx.learning_rate == "auto":
-        L = ctx.objective.lipschitz(ctx.shards, None)  # type: ignore[attr-defined]
+        L = ctx.objective.lipschitz(ctx.shards, None)  # type: ignore[arg-type]  # (no driver vector: a linear model takes None)
         lr = auto_learning_rate(optimizer, L, np.array([float(stats["gmax"])])) / divide
         optimizer = optimizer.with_learning_rate(lr)
     return optimizer, res, stats
@@ -102,6 +103,8 @@ def sharded_start(ctx: Context, optimizer: FirstOrderOptimizer, draw: Draw | Non
 class ShardedSource(SyncSource):
     """Synchronous steps whose parameters are sharded over the groups (no compression,
     no balancing: a group's memory belongs to its blocks)."""
+
+    objective: LinearTraining
 
     def __init__(self, shards: ShardSet, objective: LinearTraining, layout: ParamLayout, *, split_every: int,
                  seed: tuple[int, ...] = (0,)) -> None:
@@ -145,7 +148,7 @@ class ShardedSource(SyncSource):
         timing = Timing(
             step_time=self._last_end - t0, compute_time_max=partial.time_max, compute_time_min=partial.time_min,
             broadcast_time=partial.start_max - wall0, reduce_time=wall1 - partial.end_max,
-            update_time=update_time, driver_cpu_time=time.process_time() - cpu0,  # type: ignore[arg-type]
+            update_time=update_time, driver_cpu_time=time.process_time() - cpu0,
         )
         nbytes = Bytes(8 * self.objective.n_params * sh.n_groups, int(partial.extras.get("bytes_pushed", 0)),
                        int(partial.extras.get("bytes_pulled", 0)))
@@ -230,13 +233,13 @@ class ShardedFirstOrder(FirstOrder):
     """
 
     @classmethod
-    def build(cls, ctx, settings):
+    def build(cls, ctx: Context, settings: Settings) -> ShardedFirstOrder:
         return cls(ctx, settings.optimizer)
 
     def __init__(self, ctx: Context, optimizer: FirstOrderOptimizer) -> None:
         self.src: ShardedSource = ctx.source  # type: ignore[assignment]  # (a sharded fit's)
         self.stats: dict[str, Any] = {}  # the owners' scalars of the last accepted evaluation
-        self.has_l1 = ctx.objective.penalty.has_l1  # type: ignore[attr-defined]
+        self.has_l1 = ctx.objective.penalty.has_l1
         self._set_rules(ctx, UpdateRule(optimizer))  # the owners apply the penalty
 
     def start(self) -> Outcome:
@@ -250,7 +253,7 @@ class ShardedFirstOrder(FirstOrder):
     def _judge(self, res: StepResult, stats: dict[str, Any]) -> tuple[float, np.ndarray, float]:  # type: ignore[override]
         value = res.value + stats.get("pen_x", 0.0) + stats.get("l1_x", 0.0)
         lr = self.optimizer.learning_rate_at(int(stats.get("count", 0)))
-        grad = np.array([0.0 if stats.get("nonfinite", 0) == 0 and res.partial.extras.get("nonfinite", 0) == 0  # type: ignore[attr-defined]
+        grad = np.array([0.0 if stats.get("nonfinite", 0) == 0 and res.partial.extras.get("nonfinite", 0) == 0
                          else math.nan])
         return value, grad, lr
 
@@ -264,7 +267,7 @@ class ShardedFirstOrder(FirstOrder):
         self.stats, self.good = stats, (self.value, self.it)
 
     def _validate(self) -> dict[str, float]:
-        return self.ctx.validator.evaluate_sharded(self.src)  # type: ignore[attr-defined]
+        return self.ctx.validator.evaluate_sharded(self.src)  # type: ignore[union-attr]  # (asked with a validator)
 
     def _record(self, res: StepResult, iteration: int, stats: dict[str, Any], **scores: float | None) -> dict[str, Any]:  # type: ignore[override]
         lr = self.optimizer.learning_rate_at(int(stats.get("count", 0)))
@@ -325,7 +328,7 @@ class ShardedLBFGS(LBFGS):
     _STATE = ("f", "it", "direction", "slope0", "t0", "t", "trials", "points", "pairs", "g_id", "gmax_g", "next_id")
 
     @classmethod
-    def build(cls, ctx, settings):
+    def build(cls, ctx: Context, settings: Settings) -> ShardedLBFGS:
         return cls(ctx, settings.optimizer, precondition=settings.precondition)
 
     def __init__(self, ctx: Context, settings: LbfgsSettings, precondition: bool = True) -> None:
@@ -358,7 +361,7 @@ class ShardedLBFGS(LBFGS):
         res = self.src.evaluate()
         st = self._command("merge", id=vid)
         value = res.value + st["pen_x"]
-        finite = math.isfinite(value) and st["nonfinite"] == 0 and res.partial.extras.get("nonfinite", 0) == 0  # type: ignore[attr-defined]
+        finite = math.isfinite(value) and st["nonfinite"] == 0 and res.partial.extras.get("nonfinite", 0) == 0
         return st, value, finite, sharded_record(res, self.it, value, st["gsq"], None)
 
     def _start_point(self) -> dict[str, Any]:
@@ -464,10 +467,10 @@ class ShardedAsync(AsyncTraining):
     unsharded server's, a resumed fit continues the optimisation, not the sequence of
     updates (the owners' latest gradient slices start afresh)."""
 
-    core_class = ShardedCore  # type: ignore[assignment]
+    core_class = ShardedCore
 
     @classmethod
-    def build(cls, ctx, settings):
+    def build(cls, ctx: Context, settings: Settings) -> ShardedAsync:
         return cls(ctx, settings.optimizer, max_staleness=settings.max_staleness,
                    staleness_scaling=settings.staleness_scaling)
 
@@ -491,18 +494,18 @@ class ShardedAsync(AsyncTraining):
 
     def resume(self) -> Outcome:
         self.src.restore()
-        self.state.setdefault("penalties", [0.0] * self.src.layout.n_owners)
+        self.state.setdefault("penalties", [0.0] * self.src.layout.n_owners)  # type: ignore[union-attr]  # (loaded)
         return super().resume()
 
-    def loop_call(self, i: int, g: int, scratch_ref: dict[str, Any] | str | None,
+    def loop_call(self, i: int, g: int, scratch_ref: GroupMemory | str | None,
                   server: ServerLink | _InProcessServer) -> tuple[Any, ...]:
         ctx, src = self.ctx, self.src
         ticket = Ticket(0, 0, self.optimizer, src.layout.n_owners, bool(self.staleness_scaling),
-                        ctx.objective.penalty_spec)
+                        ctx.objective.penalty_spec)  # type: ignore[attr-defined]  # (a linear model's)
         return (sharded_async_loop, ctx.shards.handles[g], scratch_ref, server, i, ctx.objective, ctx.batching,
                 ticket, src.exchange)
 
     def result(self) -> tuple[Any, int, FirstOrderOptimizer, Any]:
         out = self.out
         params, state = self.src.gather("current", self.ctx.sparse_params)
-        return params, out["epochs"], out["optimizer"], state
+        return params, out["epochs"], out["optimizer"], state  # type: ignore[index]  # (finished)

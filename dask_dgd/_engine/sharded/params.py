@@ -35,7 +35,7 @@ import threading
 import time
 from dataclasses import dataclass, replace
 from functools import cached_property
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 import scipy.sparse as sp
@@ -422,7 +422,7 @@ def _block_rows(b: Block, draw: Draw | None) -> np.ndarray | None:
     :meth:`~..objective.LinearTraining.group_sums` draws them)."""
     if draw is None or draw.take is None:
         return None
-    k = int(draw.take[b.index])  # type: ignore[index]
+    k = int(draw.take[b.index])
     rng = np.random.default_rng([*draw.seed, draw.step, b.index])
     return np.sort(rng.choice(b.n_rows, size=k, replace=False)) if k else np.zeros(0, dtype=np.int64)
 
@@ -546,7 +546,7 @@ def _stats(mem: dict[str, Any], pen: SlicePenalty, rule: UpdateRule | None = Non
     out = {"gmax": Max(max(g.max(initial=0.0), -g.min(initial=0.0))), "gsq": gsq,
            "nonfinite": 0 if np.isfinite(gsq) else int(np.count_nonzero(~np.isfinite(g)))}
     if pen.has_l1 and rule is not None:
-        lr = rule.optimizer.current_learning_rate(mem["state"])  # type: ignore[attr-defined]
+        lr = rule.optimizer.current_learning_rate(mem["state"])
         x = mem["x"]
         out["gmap"] = Max(np.max(np.abs((x - pen.prox(x - lr * g, lr)) / lr), initial=0.0))
     return out
@@ -567,7 +567,8 @@ def _merged_gradient(mem: dict[str, Any], pen: SlicePenalty, command: UpdateComm
     tree = BlockTree(command.n_blocks, command.split_every, size=hi - lo)
     root = tree.root(tree.merge(*mem["inbox"].values()))
     mem["inbox"] = {}
-    grad = np.zeros_like(mem["x"]) if root.weight_sum <= 0 else root.grad_sum / root.weight_sum
+    root_grad = cast("np.ndarray", root.grad_sum)  # (the root's sums: dense)
+    grad = np.zeros_like(mem["x"]) if root.weight_sum <= 0 else root_grad / root.weight_sum
     return pen.add_gradient(grad, mem["x"])
 
 

@@ -88,7 +88,7 @@ class ALS(AttributeState, Solver):
         src, obj = self.ctx.source, self.ctx.objective
         res = src.evaluate(table.ravel(), None, src.local_update(self.key), aux=obj.als_aux(phase, table),  # type: ignore[attr-defined]
                            name=f"als-{phase}")
-        self.key = res.local_key
+        self.key = res.local_key  # type: ignore[assignment]  # (local parameters: a key)
         return res
 
     def _iteration(self) -> Outcome:
@@ -100,8 +100,8 @@ class ALS(AttributeState, Solver):
             if self.it == 0:
                 raise initial_divergence(res.value)
             raise DivergenceError(f"alternating least squares diverged at iteration {self.it} (loss={res.value}); "
-                                  f"{self.ctx.objective.hint}")  # type: ignore[attr-defined]
-        n = res.partial.weight_sum  # type: ignore[attr-defined]
+                                  f"{self.ctx.objective.hint}")
+        n = res.partial.weight_sum
         # B - A V, with the users just solved; the item steps wait for the next iteration,
         # so the model of the last record is the one the fit returns
         self.pending = (-0.5 * n * res.grad.reshape(self.shape), self.ctx.objective.als_gram(res.partial), n)  # type: ignore[attr-defined]

@@ -83,6 +83,9 @@ class Solver:
     #: that checkpoints keep and a restarted group gets back
     group_state: tuple[str, ...] = ()
 
+    #: the loop's checkpoint writer (:meth:`~..loop.Loop.save`), bound by :func:`~..train.train`
+    save: Callable[..., None] | None
+
     @classmethod
     def build(cls, ctx: Context, settings: Settings) -> Solver:
         """The solver of a fit (the capability tables name the class, :mod:`..capabilities`)."""
@@ -182,12 +185,12 @@ def step_record(ctx: Context, res: StepResult, iteration: int, value: float, gra
                 step_size: float | None, **extra: Any) -> dict[str, Any]:
     """The record of one synchronous step (``res``: a :class:`~..modes.sync.StepResult`)."""
     obj = ctx.objective
-    n_groups = max(int(res.partial.n_groups), 1)  # type: ignore[attr-defined]
+    n_groups = max(int(res.partial.n_groups), 1)
     return make_record(
         step=res.step, iteration=iteration, loss=value, grad_norm=obj.grad_norm(res.partial, grad)
         if hasattr(obj, "grad_norm") else float(np.linalg.norm(grad)),
-        step_size=step_size, timing=res.timing, n_samples=res.partial.weight_sum,  # type: ignore[attr-defined]
-        updates_per_group=(1,) * n_groups, nbytes=res.nbytes, route=res.route, **obj.record_extras(res.partial),  # type: ignore[attr-defined]
+        step_size=step_size, timing=res.timing, n_samples=res.partial.weight_sum,
+        updates_per_group=(1,) * n_groups, nbytes=res.nbytes, route=res.route, **obj.record_extras(res.partial),
         **extra,
     )
 
@@ -201,12 +204,12 @@ def start_step(ctx: Context, params: np.ndarray, optimizer: FirstOrderOptimizer,
     step is divided by ``divide``.  Returns ``(optimizer with its learning rate, the
     step result, its record)``."""
     src, obj = ctx.source, ctx.objective
-    draw = None if ctx.batching is None else ctx.batching.draw(src.n_steps + 1)  # type: ignore[attr-defined]
+    draw = None if ctx.batching is None else ctx.batching.draw(src.n_steps + 1)
     res = src.evaluate(params, draw, src.local_update(0))
     if not res.finite:
         raise initial_divergence(res.value)
     if ctx.learning_rate == "auto":
-        L = obj.lipschitz(ctx.shards, params)  # type: ignore[attr-defined]
+        L = obj.lipschitz(ctx.shards, params)
         optimizer = optimizer.with_learning_rate(auto_learning_rate(optimizer, L, res.grad) / divide)
-    record = step_record(ctx, res, 0, res.value + obj.l1_value(params), res.grad, None)  # type: ignore[attr-defined]
+    record = step_record(ctx, res, 0, res.value + obj.l1_value(params), res.grad, None)
     return optimizer, res, record

@@ -256,12 +256,12 @@ class PathIRLSCD(AttributeState, Solver):
 
     def _parts(self, res: StepResult) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """Per-column mean losses and gradients of a pass, and its fold Gram matrices."""
-        extras = res.partial.extras  # type: ignore[attr-defined]
+        extras = res.partial.extras
         fw = np.asarray(extras["fold_weight"], dtype=np.float64)
         T = fw.sum() - fw[self.folds]
         T = np.where(T > 0, T, np.inf)
         loss = np.asarray(extras["column_loss"], dtype=np.float64) / T
-        grad = np.asarray(res.partial.grad_sum, dtype=np.float64).reshape(self.p, -1) / T  # type: ignore[attr-defined]
+        grad = np.asarray(res.partial.grad_sum, dtype=np.float64).reshape(self.p, -1) / T
         return T, loss, grad, np.asarray(extras["fold_grams"], dtype=np.float64)
 
     def _record(self, res: StepResult, cols: Sequence[int], step_size: float | None) -> dict[str, Any]:

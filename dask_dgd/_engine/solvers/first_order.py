@@ -30,6 +30,7 @@ if TYPE_CHECKING:
     from ..modes.sync import StepResult
     from ..runtime.group_steps import Draw, LocalUpdate
     from ..train import Context
+    from .base import Settings
 
 __all__ = ["FirstOrder", "LBFGS"]
 
@@ -61,7 +62,7 @@ class FirstOrder(Solver):
     """
 
     @classmethod
-    def build(cls, ctx, settings):
+    def build(cls, ctx: Context, settings: Settings) -> FirstOrder:
         return cls(ctx, settings.params0, settings.optimizer, settings.opt_state)
 
     def __init__(self, ctx: Context, params0: np.ndarray, optimizer: FirstOrderOptimizer,
@@ -69,18 +70,18 @@ class FirstOrder(Solver):
         self.params = np.array(params0, dtype=np.float64, copy=True)
         self.state = opt_state
         self.grad: np.ndarray | None = None
-        self._set_rules(ctx, UpdateRule(optimizer, ctx.objective.penalty))  # type: ignore[attr-defined]
+        self._set_rules(ctx, UpdateRule(optimizer, ctx.objective.penalty))
 
     def _set_rules(self, ctx: Context, rule: UpdateRule) -> None:
         """What every form shares: full batch or ``steps_per_epoch`` mini-batches an
         epoch, the guard, the epoch rule of the objective (``use_stopper``)."""
         self.ctx, self.rule = ctx, rule
         self.full_batch = ctx.batching is None or getattr(ctx.batching, "full_batch", False)
-        self.steps_per_epoch = 1 if self.full_batch else ctx.batching.steps_per_epoch  # type: ignore[attr-defined]
+        self.steps_per_epoch = 1 if self.full_batch else ctx.batching.steps_per_epoch
         self.stopper = EpochStopper(ctx.tol, ctx.n_iter_no_change)
         self.n_values = 0  # values given to the stopper
-        monotone = self.full_batch and rule.optimizer.descent_method and ctx.compressor is None  # type: ignore[attr-defined]
-        self.guard = Guard(ctx.on_divergence, full_batch=self.full_batch, monotone=monotone, hint=ctx.objective.hint)  # type: ignore[attr-defined]
+        monotone = self.full_batch and rule.optimizer.descent_method and ctx.compressor is None
+        self.guard = Guard(ctx.on_divergence, full_batch=self.full_batch, monotone=monotone, hint=ctx.objective.hint)
         self.on_objective = on_objective = getattr(ctx.objective, "tol_on_objective", False)
         # a tolerance on the objective of 0 (models that declare it) runs every epoch
         self.use_stopper = (not self.full_batch or on_objective) and ctx.validator is None \
@@ -107,22 +108,22 @@ class FirstOrder(Solver):
 
     @property
     def optimizer(self) -> FirstOrderOptimizer:
-        return self.rule.optimizer  # type: ignore[return-value]
+        return self.rule.optimizer
 
     def _draw(self) -> Draw | None:
         """The next step's mini-batch (None: full batch)."""
         batching = self.ctx.batching
-        return None if batching is None else batching.draw(self.ctx.source.n_steps + 1)  # type: ignore[attr-defined]
+        return None if batching is None else batching.draw(self.ctx.source.n_steps + 1)
 
     # -------------------------------------------------------------- the template
     def start(self) -> Outcome:
         ctx, src = self.ctx, self.ctx.source
         res = src.evaluate(self.params, self._draw(), src.local_update(0))
         if ctx.learning_rate == "auto" and res.finite:
-            L = ctx.objective.lipschitz(ctx.shards, self.params)  # type: ignore[attr-defined]
+            L = ctx.objective.lipschitz(ctx.shards, self.params)
             lr = auto_learning_rate(self.optimizer, L, res.grad)
             if ctx.compressor is not None:  # compressed gradients need a shorter step
-                lr *= ctx.compressor.step_scale(ctx.objective.n_params)  # type: ignore[attr-defined]
+                lr *= ctx.compressor.step_scale(ctx.objective.n_params)
             self.rule = UpdateRule(self.optimizer.with_learning_rate(lr), self.rule.penalty)
         if self.state is None:
             self.state = self.optimizer.init(self.params)
@@ -160,7 +161,7 @@ class FirstOrder(Solver):
         self._update()
         self.it += 1
         if not self.full_batch:
-            stop = self.ctx.stops.limit(self.iterations)  # type: ignore[attr-defined]
+            stop = self.ctx.stops.limit(self.iterations)  # type: ignore[union-attr]  # (train sets stops)
             if stop is not None:
                 self.phase = "updated"  # the last epoch is complete; a further batch would be discarded
                 return Outcome(stop=stop)
@@ -171,7 +172,7 @@ class FirstOrder(Solver):
             return Stop(True)
         if self.use_stopper:
             self.n_values += 1
-            if self.stopper.add(self.value, self.n_values // self.steps_per_epoch):
+            if self.stopper.add(self.value, self.n_values // self.steps_per_epoch):  # type: ignore[arg-type]  # (set by the first step)
                 return Stop(True)
         return None
 
@@ -180,7 +181,7 @@ class FirstOrder(Solver):
         """``(objective, gradient for the guard, learning rate of the last accepted
         step)`` of an evaluation."""
         lr_good = self.optimizer.current_learning_rate(self.state if self.good is None else self.good[1])
-        return res.value + self.ctx.objective.l1_value(res.params), res.grad, lr_good  # type: ignore[attr-defined]
+        return res.value + self.ctx.objective.l1_value(res.params), res.grad, lr_good
 
     @property
     def good_value(self) -> float:
@@ -190,11 +191,11 @@ class FirstOrder(Solver):
         """Keep an accepted evaluation; the last accepted step is ``(params, state,
         value, grad, it, local key, local scale)``, what a backoff goes back to."""
         self.params, self.grad = res.params, res.grad
-        scale = 1.0 / res.partial.weight_sum if res.partial.weight_sum > 0 else 0.0  # type: ignore[attr-defined]
+        scale = 1.0 / res.partial.weight_sum if res.partial.weight_sum > 0 else 0.0
         self.good = (self.params, self.state, self.value, self.grad, self.it, res.local_key, scale)
 
     def _validate(self) -> dict[str, float]:
-        return self.ctx.validator.evaluate(self.params)  # type: ignore[attr-defined]
+        return self.ctx.validator.evaluate(self.params)  # type: ignore[union-attr]  # (asked with a validator)
 
     def _record(self, res: StepResult, iteration: int, **scores: float | None) -> dict[str, Any]:
         lr_next = self.optimizer.current_learning_rate(self.state)
@@ -218,7 +219,7 @@ class FirstOrder(Solver):
         if not self.full_batch or self.grad is None:
             return None
         g_map = self.grad
-        pen = self.ctx.objective.penalty  # type: ignore[attr-defined]
+        pen = self.ctx.objective.penalty
         if pen.has_l1:
             lr = self.optimizer.current_learning_rate(self.state)
             g_map = (self.params - pen.prox(self.params - lr * self.grad, lr)) / lr
@@ -270,7 +271,7 @@ class FirstOrder(Solver):
         evaluating it (it ended at ``max_iter`` and is given more) evaluates it first;
         otherwise the saved state passed every check and is updated at once."""
         self._restore()
-        stop = self.ctx.stops.limit(self.iterations)  # type: ignore[attr-defined]
+        stop = self.ctx.stops.limit(self.iterations)  # type: ignore[union-attr]  # (train sets stops)
         if stop is not None:
             return Outcome(stop=stop)
         if self.phase == "updated":
@@ -307,7 +308,7 @@ class LBFGS(CountsIterations, Solver):
     """
 
     @classmethod
-    def build(cls, ctx, settings):
+    def build(cls, ctx: Context, settings: Settings) -> LBFGS:
         return cls(ctx, settings.params0, settings.optimizer)
 
     def __init__(self, ctx: Context, params0: np.ndarray | None, settings: LbfgsSettings) -> None:

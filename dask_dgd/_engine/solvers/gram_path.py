@@ -50,7 +50,7 @@ MAX_ROUNDS = 12
 def _block_fold_sums(block: Block, path: PathObjective, shift: np.ndarray) -> np.ndarray:
     """``(n_folds, d + 2, d + 2)``: :math:`M_k` of one block's rows (see the module);
     with an offset ``o``, of ``z = [x, y - o]``."""
-    n, n_folds = block.X.shape[0], path.n_folds  # type: ignore[attr-defined]
+    n, n_folds = block.X.shape[0], path.n_folds
     folds = path.folds_of(block.index, n)
     xp = get_namespace(block.X)
     X, o = path.features_and_offset(block.X)

@@ -397,7 +397,7 @@ class IRLSCD(CountsIterations, AttributeState, Solver):
         """Move to the evaluated point; the records of any further pass it took (the
         switch to R factors)."""
         self.x, self.f, self.g = res.params, value, res.grad
-        self.H = self.obj.hessian(res.partial)  # type: ignore[arg-type]
+        self.H = self.obj.hessian(res.partial)
         self.kkt = kkt_violation(self.g, self.x, self.l1)
         least_squares = getattr(self.obj, "least_squares", None)
         if least_squares is None or np.any(self.l1) or not _ill_conditioned(self.H):
@@ -409,7 +409,7 @@ class IRLSCD(CountsIterations, AttributeState, Solver):
         # from R factors from now on (curvature.py), starting with one pass here
         self.obj = self.ctx.objective = self.ctx.source.objective = switched
         res, value = self._evaluate(self.x)
-        self.H = self.obj.hessian(res.partial)  # type: ignore[arg-type]
+        self.H = self.obj.hessian(res.partial)
         return [step_record(self.ctx, res, self.it, value, res.grad, None)]
 
     def start(self) -> Outcome:
