@@ -27,10 +27,10 @@ from .stopping import Stop
 if TYPE_CHECKING:
     from collections.abc import Iterable, Sequence
 
+    from .protocols import FitContext
     from .runtime.checkpoint import Checkpointer
     from .solvers.base import Solver
     from .stopping import StopRules
-    from .train import Context
 
 __all__ = ["Loop"]
 
@@ -47,7 +47,8 @@ class Loop:
     checkpoint : Checkpointer or None
     """
 
-    def __init__(self, ctx: Context, solver: Solver, stops: StopRules, checkpoint: Checkpointer | None = None) -> None:
+    def __init__(self, ctx: FitContext, solver: Solver, stops: StopRules,
+                 checkpoint: Checkpointer | None = None) -> None:
         self.ctx, self.solver, self.stops, self.checkpoint = ctx, solver, stops, checkpoint
         self.monitor = ctx.monitor
         self._saved_progress: int | None = None

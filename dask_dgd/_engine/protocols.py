@@ -17,7 +17,18 @@ from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
-__all__ = ["CurvatureObjective", "LocalParameters", "StepSource", "TrainingObjective"]
+__all__ = [
+    "AsyncCoordinator",
+    "ColumnScales",
+    "CurvatureObjective",
+    "FitContext",
+    "GroupedShards",
+    "LocalParameters",
+    "ShardedSteps",
+    "StepOutcome",
+    "StepSource",
+    "TrainingObjective",
+]
 
 
 @runtime_checkable
@@ -104,3 +115,113 @@ class StepSource(Protocol):
     def state_dict(self) -> dict: ...
 
     def load_state_dict(self, state: dict) -> None: ...
+
+
+# ------------------------------------------------------------------------------------
+# What the parts of the engine know of each other.  A module names the part it uses by
+# one of these protocols rather than by the class that implements it, so the types run
+# one way, as the imports do (the structure check counts annotation-only imports too).
+# Members typed ``Any`` are the engine's concrete classes, described in words.
+
+
+@runtime_checkable
+class FitContext(Protocol):
+    """What the solvers, the modes and the loop know of the fit they run
+    (:class:`~.train.Context` is the one implementation)."""
+
+    shards: Any  # the ShardSet: blocks, groups, the collective, the executor
+    objective: TrainingObjective
+    source: Any  # the StepSource: SyncSource, or ShardedSource with sharded parameters
+    monitor: Any  # the Monitor: records to the history, the bar, callbacks
+    batching: Any  # how mini-batches are drawn (steps_per_epoch, draw(step)); None: full batch
+    compressor: Any  # the Compressor, or None
+    checkpoint: Any  # the Checkpointer, or None
+    max_iter: int
+    tol: float
+    learning_rate: str
+    on_divergence: str
+    n_iter_no_change: int
+    validator: Any  # early stopping's Validator, or None
+    keeps_group_memory: bool
+    seed: tuple
+    batch_size: int | None
+    sparse_params: bool
+    stops: Any  # the fit's StopRules (max_iter, max_time)
+
+    def reseed(self, seed: Any) -> None: ...
+
+
+@runtime_checkable
+class StepOutcome(Protocol):
+    """What one step of a solver produced, as the stop rules read it
+    (:class:`~.solvers.base.Outcome`)."""
+
+    records: list
+    accepted: bool
+    stop: Any  # a stopping.Stop, or None
+
+    @property
+    def record(self) -> Any: ...
+
+
+@runtime_checkable
+class GroupedShards(Protocol):
+    """The shard set as the collective and the skew balancer see it
+    (:class:`~.data.shards.ShardSet`): blocks in groups on workers."""
+
+    handles: Any  # the groups' shards (futures on a cluster); the collective regroups them
+    groups: Any
+    workers: Any
+
+    def _call_token(self) -> str: ...  # a fresh token for one call's task keys
+
+    @property
+    def executor(self) -> Any: ...
+    @property
+    def collective(self) -> Any: ...
+    @property
+    def block_rows(self) -> Any: ...
+    @property
+    def block_costs(self) -> Any: ...
+    @property
+    def skew_report(self) -> Any: ...
+    @property
+    def recoveries(self) -> Any: ...
+    @property
+    def token(self) -> Any: ...
+    @property
+    def n_groups(self) -> int: ...
+    @property
+    def n_blocks(self) -> int: ...
+
+    def placement(self) -> list: ...
+
+
+@runtime_checkable
+class ShardedSteps(Protocol):
+    """What a validation pass over sharded parameters needs of the fit's step source
+    (:class:`~.sharded.driver.ShardedSource`): the parameters' version, how the groups
+    reach the owners, and which owner holds which columns."""
+
+    version: int
+    exchange: Any
+    layout: Any
+
+
+@runtime_checkable
+class ColumnScales(Protocol):
+    """A change of variables by columns (:class:`~.scaling.ColumnScaling`): each
+    column's centre and scale."""
+
+    @property
+    def mean(self) -> Any: ...
+    @property
+    def scale(self) -> Any: ...
+
+
+@runtime_checkable
+class AsyncCoordinator(Protocol):
+    """How a sharded asynchronous loop reaches its coordinator (the server actor's link,
+    or the in-process server): one exchange per pull or push."""
+
+    def exchange(self, g: int, msg: Any) -> Any: ...

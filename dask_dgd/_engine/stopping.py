@@ -22,8 +22,8 @@ from typing import TYPE_CHECKING, Any, Protocol
 import numpy as np
 
 if TYPE_CHECKING:
+    from .protocols import StepOutcome
     from .runtime.monitor import Monitor
-    from .solvers.base import Outcome
 
 __all__ = ["N_ITER_NO_CHANGE", "EarlyStopping", "EpochStopper", "Stop", "StopRules", "WallClock"]
 
@@ -157,7 +157,7 @@ class StopRules:
             return None
         return Stop(False, f"reached max_iter={self.max_iter}")
 
-    def check(self, solver: StopSubject, outcome: Outcome) -> Stop | None:
+    def check(self, solver: StopSubject, outcome: StepOutcome) -> Stop | None:
         """The :class:`Stop` after ``outcome`` (the solver's last step), or None."""
         if self.monitor.stop_requested:
             return Stop(True)

@@ -36,13 +36,13 @@ if TYPE_CHECKING:
     from typing import TypeVar
 
     import numpy.typing as npt
+    from sklearn.base import BaseEstimator
 
-    from ...linear_model._base import DGDLinearModel
     from ...losses import LinearObjective
-    from ..sharded.driver import ShardedSource
+    from ..protocols import ShardedSteps
     from .shards import ShardSet
 
-    E = TypeVar("E", bound=DGDLinearModel)
+    E = TypeVar("E", bound=BaseEstimator)
 
 __all__ = ["holdout_mask", "shard_holdout", "split_validation", "Validator"]
 
@@ -163,7 +163,7 @@ class Validator:
         score = self.scorer(est, X, y) if w is None else self.scorer(est, X, y, sample_weight=w)
         return {"val_loss": float(loss), "val_score": float(score)}
 
-    def evaluate_sharded(self, source: ShardedSource) -> dict[str, float]:
+    def evaluate_sharded(self, source: ShardedSteps) -> dict[str, float]:
         """``{"val_loss", "val_score"}`` at the parameters a
         :class:`~..sharded.driver.ShardedSource` evaluated last: each validation group
         pulls the coefficients its rows touch from their owners (the validation loss
@@ -172,7 +172,7 @@ class Validator:
 
         self.n_evaluations += 1
         partial = self.shards.collective.reduce(
-            sharded_validate, self.training, ValidationRequest(source.version, source.exchange, source.layout),  # type: ignore[arg-type]  # (set up)
+            sharded_validate, self.training, ValidationRequest(source.version, source.exchange, source.layout),
             split_every=self.split_every, size=0, name=f"validation-{self.n_evaluations}")
         loss = partial.loss_sum / partial.weight_sum if partial.weight_sum > 0 else math.nan
         return {"val_loss": float(loss), "val_score": -float(loss)}

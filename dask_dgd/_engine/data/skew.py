@@ -39,7 +39,7 @@ if TYPE_CHECKING:
 
     import numpy.typing as npt
 
-    from .shards import ShardSet
+    from ..protocols import GroupedShards
 
 __all__ = [
     "SKEW_THRESHOLD",
@@ -321,7 +321,7 @@ class DynamicBalancer:
     kernel in every worker process).
     """
 
-    def __init__(self, shards: ShardSet, first: int = 4, every: int = 20) -> None:
+    def __init__(self, shards: GroupedShards, first: int = 4, every: int = 20) -> None:
         self.shards = shards
         self.first = first
         self.every = every
@@ -338,8 +338,8 @@ class DynamicBalancer:
         if times is None or step < 2:
             return None
         for blocks, w, t in zip(self.shards.groups, self.shards.workers, times):  # (on a cluster: addresses)
-            self.work[w] = self.work.get(w, 0.0) + float(sum(block_work[b] for b in blocks))  # type: ignore[index, arg-type]
-            self.seconds[w] = self.seconds.get(w, 0.0) + float(t)  # type: ignore[index, arg-type]
+            self.work[w] = self.work.get(w, 0.0) + float(sum(block_work[b] for b in blocks))
+            self.seconds[w] = self.seconds.get(w, 0.0) + float(t)
         self.steps += 1
         if step == self.first or (step > self.first and (step - self.first) % self.every == 0):
             return self._check(step)
@@ -353,7 +353,7 @@ class DynamicBalancer:
         floor = float(dask.config.get("dgd.dynamic-min-step-seconds", DYNAMIC_MIN_STEP_SECONDS))
         if slowest < floor:
             return None
-        workers: list[str] = shards.executor.workers()  # type: ignore[assignment]  # (balancing: on a cluster)
+        workers: list[str] = shards.executor.workers()
         if len(speeds) < 1 or len(workers) < 2:
             return None
         typical = float(np.median(list(speeds.values())))

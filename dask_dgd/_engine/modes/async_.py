@@ -56,12 +56,11 @@ if TYPE_CHECKING:
     from ...compression import Compressor
     from ...optim import FirstOrderOptimizer
     from ..data.blocks import Shard
-    from ..protocols import TrainingObjective
+    from ..protocols import FitContext, TrainingObjective
     from ..runtime.executor import DaskExecutor
     from ..runtime.group_steps import GroupMemory
     from ..runtime.reduce import Partial
     from ..solvers.base import Settings
-    from ..train import Context
 
     #: The pushes' compression: ``(compressor, seed)``.
     PushCompression: TypeAlias = "tuple[Compressor, tuple[int, ...]]"
@@ -232,11 +231,11 @@ class AsyncTraining(Solver):
     iterations = None  # max_iter is the server's to apply (the fit's StopRules, after every push)
 
     @classmethod
-    def build(cls, ctx: Context, settings: Settings) -> AsyncTraining:
+    def build(cls, ctx: FitContext, settings: Settings) -> AsyncTraining:
         return cls(ctx, settings.params0, settings.optimizer, max_staleness=settings.max_staleness,
                    staleness_scaling=settings.staleness_scaling)
 
-    def __init__(self, ctx: Context, params0: np.ndarray, optimizer: FirstOrderOptimizer, *,
+    def __init__(self, ctx: FitContext, params0: np.ndarray, optimizer: FirstOrderOptimizer, *,
                  max_staleness: int | None = None, staleness_scaling: bool = False) -> None:
         self.ctx = ctx
         self.params0 = np.array(params0, dtype=np.float64, copy=True)
@@ -266,7 +265,7 @@ class AsyncTraining(Solver):
         when the fit did (the monitor's elapsed time ago)."""
         ctx = self.ctx
         clock = WallClock(time.time() - ctx.monitor.elapsed())
-        return StopRules(clock, ctx.stops.max_iter, ctx.stops.max_time)  # type: ignore[union-attr]  # (train sets stops)
+        return StopRules(clock, ctx.stops.max_iter, ctx.stops.max_time)
 
     def _core_kwargs(self) -> dict[str, Any]:
         ctx = self.ctx
@@ -507,7 +506,7 @@ class _ClusterRun:
         self.loops = [
             ex.submit_pinned(
                 *solver.loop_call(i, g, runners[g], link),
-                worker=sh.workers[g] if sh.workers[g] in live else worker,  # type: ignore[arg-type]  # (cluster)
+                worker=sh.workers[g] if sh.workers[g] in live else worker,
                 key=f"dgd-async-{sh.token}-{i}{tag}",
             )
             for i, g in enumerate(solver.active)
@@ -663,7 +662,7 @@ class _ClusterRun:
         deadline = time.monotonic() + float(dask.config.get("dgd.worker-loss-timeout", 10))
         while True:
             alive = set(self.ex.workers())
-            lost = sorted({w for w in self.shards.workers if w not in alive})  # type: ignore[type-var]  # (cluster)
+            lost = sorted({w for w in self.shards.workers if w not in alive})
             if lost:
                 self.close()
                 version = "?" if self.solver.state is None else self.solver.state["version"]

@@ -44,11 +44,10 @@ if TYPE_CHECKING:
     from ...compression import Compressor
     from ...optim import FirstOrderOptimizer
     from ..data.blocks import Shard
-    from ..protocols import TrainingObjective
+    from ..protocols import FitContext, TrainingObjective
     from ..runtime.group_steps import Draw, GroupMemory, LocalUpdate
     from ..runtime.reduce import Compressed
     from ..solvers.base import Settings
-    from ..train import Context
 
     #: A round's compression: ``(compressor, seed, round, the driver's EF21 payload count)``.
     RoundCompression: TypeAlias = "tuple[Compressor, tuple[int, ...], int, int]"
@@ -194,11 +193,11 @@ class LocalSGD(Solver):
     group_state = ("round", "round_compression")
 
     @classmethod
-    def build(cls, ctx: Context, settings: Settings) -> LocalSGD:
+    def build(cls, ctx: FitContext, settings: Settings) -> LocalSGD:
         return cls(ctx, settings.params0, settings.optimizer, local_steps=settings.local_steps,
                    outer_optimizer=settings.outer_optimizer)
 
-    def __init__(self, ctx: Context, params0: np.ndarray, optimizer: FirstOrderOptimizer, *, local_steps: int,
+    def __init__(self, ctx: FitContext, params0: np.ndarray, optimizer: FirstOrderOptimizer, *, local_steps: int,
                  outer_optimizer: FirstOrderOptimizer | None = None) -> None:
         self.ctx = ctx
         self.params = np.array(params0, dtype=np.float64, copy=True)
@@ -388,5 +387,5 @@ class LocalSGD(Solver):
             self.ef_count = int(state["ef_count"])
 
     def resume(self) -> Outcome:
-        stop = self.ctx.stops.limit(self.iterations)  # type: ignore[union-attr]  # (train sets stops)
+        stop = self.ctx.stops.limit(self.iterations)
         return Outcome(accepted=False) if stop is None else Outcome(stop=stop)

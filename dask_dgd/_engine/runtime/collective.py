@@ -48,7 +48,7 @@ if TYPE_CHECKING:
     from distributed import Future
 
     from ..data.blocks import Shard
-    from ..data.shards import ShardSet
+    from ..protocols import GroupedShards
     from .executor import DaskExecutor, Runners
     from .reduce import NodeKey, Partial
     from .topology import Node
@@ -113,7 +113,7 @@ class Collective:
     # addresses (never None) and, once started, runners; the ignores marked "cluster"
     # and the casts to DaskExecutor say so where only a cluster gets.)
 
-    def __init__(self, shards: ShardSet) -> None:
+    def __init__(self, shards: GroupedShards) -> None:
         self.shards = shards
         self._runners: Runners | None = None  # step actors, started on the first actor call
         self._scratch: list[GroupMemory] | None = None  # per-group memory in process
@@ -142,7 +142,7 @@ class Collective:
         if self.on_cluster and self._runners is None:
             sh = self.shards
             # a new key per layout: the old actors may not be forgotten yet
-            self._runners = sh.executor.start_runners(  # type: ignore[union-attr]  # (cluster)
+            self._runners = sh.executor.start_runners(
                 sh.handles, sh.workers, f"{sh.token}-{self._layout}")
 
     def runner_keys(self) -> list[str]:
@@ -154,7 +154,7 @@ class Collective:
         """``(worker address, actor key)`` of each group's runner (started if needed;
         cluster only): how runners reach each other."""
         self.start()
-        return self.shards.executor.runner_targets(self._runners)  # type: ignore[union-attr, arg-type]  # (cluster)
+        return self.shards.executor.runner_targets(self._runners)
 
     def step_timeout(self) -> float | None:
         """Seconds a call of the runners may wait before its silent workers are
@@ -181,7 +181,7 @@ class Collective:
         """
         runners, self._runners = self._runners, None
         if runners is not None:
-            self.shards.executor.release_runners(runners)  # type: ignore[union-attr]  # (cluster)
+            self.shards.executor.release_runners(runners)
 
     def close(self) -> None:
         self._release_runners()
@@ -289,7 +289,7 @@ class Collective:
             while len(level) > tree.split_every:
                 level = ex.merge_level(tree, level, f"dgd-reduce-{name}-{call}-{depth}")
                 depth += 1
-            results = ex.gather(level, self.step_timeout(), sh.workers)  # type: ignore[arg-type]  # (cluster)
+            results = ex.gather(level, self.step_timeout(), sh.workers)
         except Exception as err:
             self._raise_if_scheduler_lost(err)
             raise
@@ -329,8 +329,8 @@ class Collective:
         flight) if ``err`` came with the loss of the client's scheduler: no worker can
         be waited for then, and no shard recomputed."""
         ex = self.shards.executor
-        if getattr(ex, "kind", None) == "dask" and ex.scheduler_lost():  # type: ignore[union-attr]  # (cluster)
-            raise ex.scheduler_error(self.step) from err  # type: ignore[union-attr]
+        if getattr(ex, "kind", None) == "dask" and ex.scheduler_lost():
+            raise ex.scheduler_error(self.step) from err
 
     def _lost_a_worker(self, err: BaseException) -> bool:
         """Whether ``err`` came from losing a group's worker.  A connection error may
@@ -360,7 +360,7 @@ class Collective:
         ClusterError, saying why, for shards set :attr:`unrecoverable`)."""
         sh, ex = self.shards, cast("DaskExecutor", self.shards.executor)  # (recovery: on a cluster)
         alive = set(ex.workers())
-        lost = sorted({w for w in sh.workers if w not in alive})  # type: ignore[type-var]  # (cluster)
+        lost = sorted({w for w in sh.workers if w not in alive})
         if self.unrecoverable is not None:
             from ...exceptions import ClusterError
 
@@ -368,7 +368,7 @@ class Collective:
             raise ClusterError(f"lost worker(s) {lost}{at}: {self.unrecoverable}")
         try:
             ex.wait(sh.handles)  # Dask recomputes the lost ones
-            workers = ex.where(sh.handles, sh.workers)  # type: ignore[arg-type]  # (cluster)
+            workers = ex.where(sh.handles, sh.workers)
         except Exception as err:
             from ...exceptions import ClusterError
 
@@ -418,7 +418,7 @@ class Collective:
                     continue
             pieces = [
                 sh.handles[g_old] if tuple(bl) == sh.groups[g_old] else ex.submit_pinned(
-                    take_blocks, sh.handles[g_old], bl, worker=sh.workers[g_old],  # type: ignore[arg-type]  # (cluster)
+                    take_blocks, sh.handles[g_old], bl, worker=sh.workers[g_old],
                     key=f"dgd-take-{tag}-{i}-{g_old}",
                 )
                 for g_old, bl in sorted(by_old.items())

@@ -34,40 +34,23 @@ so an owner's memory needs no lock; an update is one pass over the owner's slice
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from ..runtime.faults import inject_faults
 from ..runtime.reduce import Partial, SparseVector, add_partials
-from .params import _owned, _pull, _slice_penalty, group_sums, owner_parts
+from .params import Ticket, group_sums, owned_memory, owner_parts, pull_columns, slice_penalty
 
 if TYPE_CHECKING:
-    from ...losses import Penalty
-    from ...optim import FirstOrderOptimizer
     from ..data.blocks import Shard
-    from ..modes.async_ import ServerLink, _InProcessServer
     from ..objective import LinearTraining, RowBatches
+    from ..protocols import AsyncCoordinator
     from ..runtime.group_steps import GroupMemory
     from .exchange import ActorExchange, LocalExchange
 
-__all__ = ["Ticket", "sharded_async_loop"]
-
-
-@dataclass(frozen=True)
-class Ticket:
-    """What every pull and push tells an owner of the coordinator's state: its count
-    of backoffs, its mark (the version of its best objective), the optimizer (its
-    learning rate halved by the coordinator's backoffs), the number of groups, and whether pushes are
-    scaled by ``1 / (1 + delay)``; ``penalty``: the objective's penalty spec."""
-
-    rollbacks: int
-    mark: int
-    optimizer: FirstOrderOptimizer
-    n_groups: int
-    scaling: bool
-    penalty: Penalty
+__all__ = ["sharded_async_loop"]
 
 
 def _server(mem: dict[str, Any], ticket: Ticket) -> dict[str, Any] | None:
@@ -94,7 +77,7 @@ def _async_pull(shard: Shard | None, scratch: GroupMemory, group: int, ticket: T
                 rows: np.ndarray | None = None) -> np.ndarray:
     """An owner's rows for ``group`` (those it registered, or ``rows``), noting its
     update count for the push's delay."""
-    mem = _owned(scratch)
+    mem = owned_memory(scratch)
     a = _server(mem, ticket)
     if a is not None:
         a["pulled_at"][int(group)] = a["updates"]
@@ -110,13 +93,13 @@ def _async_push(shard: Shard | None, scratch: GroupMemory, group: int, ticket: T
     dropped (computed before a backoff), and non-finite entries (no update then)."""
     from ..update import UpdateRule
 
-    mem = _owned(scratch)
+    mem = owned_memory(scratch)
     a = _server(mem, ticket)
     if a is None:
         return {"dropped": 1}
     g = int(group)
     delay = a["updates"] - a["pulled_at"].get(g, a["updates"])
-    pen = _slice_penalty(mem, ticket.penalty)
+    pen = slice_penalty(mem, ticket.penalty)
     x = mem["x"]
     out = {"pen": pen.value(x), "l1": pen.l1_value(x), "gsq": 0.0, "delay": int(delay), "dropped": 0,
            "nonfinite": 0}
@@ -151,7 +134,7 @@ def _async_push(shard: Shard | None, scratch: GroupMemory, group: int, ticket: T
 
 
 def sharded_async_loop(shard: Shard, scratch_ref: GroupMemory | str | None,
-                       coordinator: ServerLink | _InProcessServer, g: int, objective: LinearTraining,
+                       coordinator: AsyncCoordinator, g: int, objective: LinearTraining,
                        batching: RowBatches | None, ticket0: Ticket, exchange: ActorExchange | LocalExchange) -> int:
     """Group ``g``'s loop (a long-running task; see the module docstring).  Its batches
     are those of the unsharded asynchronous mode (``batching.group_draw``); its
@@ -159,7 +142,7 @@ def sharded_async_loop(shard: Shard, scratch_ref: GroupMemory | str | None,
     from ..runtime.executor import leave_thread_pool, runner_memory
 
     leave_thread_pool()
-    mem = _owned(runner_memory(scratch_ref))
+    mem = owned_memory(runner_memory(scratch_ref))
     msg, steps = None, 0
     while True:
         reply = coordinator.exchange(g, msg).result()
@@ -169,7 +152,7 @@ def sharded_async_loop(shard: Shard, scratch_ref: GroupMemory | str | None,
         ticket = replace(ticket0, rollbacks=reply["rollbacks"], mark=reply["mark"], optimizer=reply["optimizer"])
         draw = None if batching is None else batching.group_draw(shard, g, reply["clock"])
         leaves, scalars, pulled = group_sums(shard, mem, objective, draw,
-                                             lambda used, t=ticket: _pull(mem, exchange, _async_pull, t, used))  # type: ignore[misc]
+                                             lambda used, t=ticket: pull_columns(mem, exchange, _async_pull, t, used))  # type: ignore[misc]
         total = add_partials(*leaves.values())
         parts = owner_parts(mem, total)
         answers, sent, received = exchange.call([(o, _async_push, (mem["group"], ticket, p))

@@ -27,12 +27,14 @@ from ..runtime.records import Bytes, Route, Timing, make_record
 from ..solvers.base import Outcome
 from ..solvers.first_order import LBFGS, FirstOrder
 from ..update import UpdateRule, auto_learning_rate, initial_divergence
-from .async_ import Ticket, sharded_async_loop
+from .async_ import sharded_async_loop
 from .exchange import ActorExchange, LocalExchange
-from .lbfgs import LbfgsCommand, sharded_lbfgs
+from .lbfgs import sharded_lbfgs
 from .params import (
     GATHER_CHUNK,
+    LbfgsCommand,
     ShardedRequest,
+    Ticket,
     UpdateCommand,
     sharded_column_squares,
     sharded_eval,
@@ -49,9 +51,9 @@ if TYPE_CHECKING:
     from ..data.shards import ShardSet
     from ..modes.async_ import ServerLink, _InProcessServer
     from ..objective import LinearTraining
+    from ..protocols import FitContext
     from ..runtime.group_steps import Draw, GroupMemory
     from ..solvers.base import Settings
-    from ..train import Context
     from .params import ParamLayout
 
 __all__ = ["ShardedAsync", "ShardedFirstOrder", "ShardedLBFGS", "ShardedSource", "sharded_record", "sharded_start",
@@ -82,13 +84,13 @@ def sharded_record(res: StepResult, iteration: int, value: float, gsq: float, st
         nbytes=res.nbytes, route=res.route, **extra)
 
 
-def sharded_start(ctx: Context, optimizer: FirstOrderOptimizer, draw: Draw | None,
+def sharded_start(ctx: FitContext, optimizer: FirstOrderOptimizer, draw: Draw | None,
                   divide: int = 1) -> tuple[FirstOrderOptimizer, StepResult, dict[str, Any]]:
     """The first evaluation of a sharded fit (at the owners' start, all rows or
     ``draw``'s), its merge with every owner's optimizer state started, and the
     automatic learning rate (its step divided by ``divide``): ``(optimizer, step
     result, owners' scalars)``."""
-    src: ShardedSource = ctx.source  # type: ignore[assignment]  # (a sharded fit's)
+    src: ShardedSource = ctx.source
     res = src.evaluate(draw=draw)
     stats = src.command("merge", init=optimizer)
     if not (math.isfinite(res.value) and stats.get("nonfinite", 0) == 0):
@@ -233,11 +235,11 @@ class ShardedFirstOrder(FirstOrder):
     """
 
     @classmethod
-    def build(cls, ctx: Context, settings: Settings) -> ShardedFirstOrder:
+    def build(cls, ctx: FitContext, settings: Settings) -> ShardedFirstOrder:
         return cls(ctx, settings.optimizer)
 
-    def __init__(self, ctx: Context, optimizer: FirstOrderOptimizer) -> None:
-        self.src: ShardedSource = ctx.source  # type: ignore[assignment]  # (a sharded fit's)
+    def __init__(self, ctx: FitContext, optimizer: FirstOrderOptimizer) -> None:
+        self.src: ShardedSource = ctx.source
         self.stats: dict[str, Any] = {}  # the owners' scalars of the last accepted evaluation
         self.has_l1 = ctx.objective.penalty.has_l1
         self._set_rules(ctx, UpdateRule(optimizer))  # the owners apply the penalty
@@ -267,7 +269,7 @@ class ShardedFirstOrder(FirstOrder):
         self.stats, self.good = stats, (self.value, self.it)
 
     def _validate(self) -> dict[str, float]:
-        return self.ctx.validator.evaluate_sharded(self.src)  # type: ignore[union-attr]  # (asked with a validator)
+        return self.ctx.validator.evaluate_sharded(self.src)
 
     def _record(self, res: StepResult, iteration: int, stats: dict[str, Any], **scores: float | None) -> dict[str, Any]:  # type: ignore[override]
         lr = self.optimizer.learning_rate_at(int(stats.get("count", 0)))
@@ -328,12 +330,12 @@ class ShardedLBFGS(LBFGS):
     _STATE = ("f", "it", "direction", "slope0", "t0", "t", "trials", "points", "pairs", "g_id", "gmax_g", "next_id")
 
     @classmethod
-    def build(cls, ctx: Context, settings: Settings) -> ShardedLBFGS:
+    def build(cls, ctx: FitContext, settings: Settings) -> ShardedLBFGS:
         return cls(ctx, settings.optimizer, precondition=settings.precondition)
 
-    def __init__(self, ctx: Context, settings: LbfgsSettings, precondition: bool = True) -> None:
+    def __init__(self, ctx: FitContext, settings: LbfgsSettings, precondition: bool = True) -> None:
         super().__init__(ctx, None, settings)
-        self.src: ShardedSource = ctx.source  # type: ignore[assignment]  # (a sharded fit's)
+        self.src: ShardedSource = ctx.source
         self.gram: dict[tuple[int, int], float] = {}  # (id, id) -> the dot product of two vectors, over the owners
         self.pairs: list[tuple[int, int]] = []  # (s id, y id), oldest first
         self.g_id: int | None = None
@@ -470,15 +472,15 @@ class ShardedAsync(AsyncTraining):
     core_class = ShardedCore
 
     @classmethod
-    def build(cls, ctx: Context, settings: Settings) -> ShardedAsync:
+    def build(cls, ctx: FitContext, settings: Settings) -> ShardedAsync:
         return cls(ctx, settings.optimizer, max_staleness=settings.max_staleness,
                    staleness_scaling=settings.staleness_scaling)
 
-    def __init__(self, ctx: Context, optimizer: FirstOrderOptimizer, *, max_staleness: int | None = None,
+    def __init__(self, ctx: FitContext, optimizer: FirstOrderOptimizer, *, max_staleness: int | None = None,
                  staleness_scaling: bool = False) -> None:
         super().__init__(ctx, np.zeros(0), optimizer, max_staleness=max_staleness,
                          staleness_scaling=staleness_scaling)
-        self.src: ShardedSource = ctx.source  # type: ignore[assignment]  # (a sharded fit's)
+        self.src: ShardedSource = ctx.source
 
     def start(self) -> Outcome:
         ctx = self.ctx

@@ -39,13 +39,12 @@ of average curvature, rare columns' penalty included (the Jacobi preconditioner)
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from ..runtime.reduce import Partial
-from .params import Max, _merged_gradient, _owned, _slice_penalty
+from .params import LbfgsCommand, Max, merged_gradient, owned_memory, slice_penalty
 
 if TYPE_CHECKING:
     from ...losses import Penalty
@@ -53,25 +52,7 @@ if TYPE_CHECKING:
     from ..runtime.group_steps import GroupMemory
     from .params import SlicePenalty
 
-__all__ = ["LbfgsCommand", "column_scales", "sharded_lbfgs"]
-
-
-@dataclass(frozen=True)
-class LbfgsCommand:
-    """One step of sharded L-BFGS on every owner (see the module docstring)."""
-
-    kind: str
-    version: int = 0
-    split_every: int = 8
-    n_blocks: int = 1
-    id: int | None = None
-    t: float | None = None
-    coeffs: dict[int, float] | None = None
-    live: tuple[int, ...] = ()
-    grad_id: int | None = None
-    ids: tuple[int, ...] = ()
-    g_id: int | None = None
-    precondition: float | None = None  # the loss's curvature level kappa (None: no scaling)
+__all__ = ["column_scales", "sharded_lbfgs"]
 
 
 def column_scales(mem: dict[str, Any], pen: SlicePenalty, kappa: float) -> np.ndarray:
@@ -112,13 +93,13 @@ def sharded_lbfgs(shard: Shard, scratch: GroupMemory, penalty_spec: Penalty, cmd
     """One :class:`LbfgsCommand` on one owner; one :class:`~..runtime.reduce.Partial` of
     scalars (``extras``) back."""
     wall0, t0 = time.time(), time.perf_counter()
-    mem = _owned(scratch)
-    pen = _slice_penalty(mem, penalty_spec)
+    mem = owned_memory(scratch)
+    pen = slice_penalty(mem, penalty_spec)
     lb = _memory(mem, pen, cmd)
     vec = lb["vectors"]
     extras: dict[str, Any] = {}
     if cmd.kind == "merge":
-        g = _merged_gradient(mem, pen, cmd)
+        g = merged_gradient(mem, pen, cmd)
         if lb.get("d") is not None:
             g /= lb["d"]  # the gradient of the scaled coordinates
         vec[cmd.id] = g

@@ -57,16 +57,38 @@ if TYPE_CHECKING:
     from ..objective import LinearTraining
     from ..runtime.group_steps import Draw, GroupMemory
     from ..update import UpdateRule
-    from .async_ import Ticket
-    from .lbfgs import LbfgsCommand
 
     #: The groups' nodes of the block tree, keyed ``(level, index)``.
     Nodes = dict[tuple[int, int], Partial]
 
-__all__ = ["ActorExchange", "LocalExchange", "Max", "ParamLayout", "SlicePenalty", "ShardedRequest", "UpdateCommand",
-           "ValidationRequest", "sharded_eval", "sharded_memory", "sharded_restore", "sharded_setup", "sharded_slice",
-           "dense_state", "group_sums", "owner_parts", "sparse_state", "sharded_column_squares", "sharded_update",
-           "sharded_validate"]
+__all__ = [
+    "ActorExchange",
+    "LbfgsCommand",
+    "LocalExchange",
+    "Max",
+    "ParamLayout",
+    "ShardedRequest",
+    "SlicePenalty",
+    "Ticket",
+    "UpdateCommand",
+    "ValidationRequest",
+    "dense_state",
+    "group_sums",
+    "merged_gradient",
+    "owned_memory",
+    "owner_parts",
+    "pull_columns",
+    "sharded_column_squares",
+    "sharded_eval",
+    "sharded_memory",
+    "sharded_restore",
+    "sharded_setup",
+    "sharded_slice",
+    "sharded_update",
+    "sharded_validate",
+    "slice_penalty",
+    "sparse_state",
+]
 
 KEY = "sharded"
 
@@ -203,6 +225,39 @@ class UpdateCommand:
     init: FirstOrderOptimizer | None = None
 
 
+@dataclass(frozen=True)
+class Ticket:
+    """What every pull and push tells an owner of the coordinator's state: its count
+    of backoffs, its mark (the version of its best objective), the optimizer (its
+    learning rate halved by the coordinator's backoffs), the number of groups, and whether pushes are
+    scaled by ``1 / (1 + delay)``; ``penalty``: the objective's penalty spec."""
+
+    rollbacks: int
+    mark: int
+    optimizer: FirstOrderOptimizer
+    n_groups: int
+    scaling: bool
+    penalty: Penalty
+
+
+@dataclass(frozen=True)
+class LbfgsCommand:
+    """One step of sharded L-BFGS on every owner (see the module docstring)."""
+
+    kind: str
+    version: int = 0
+    split_every: int = 8
+    n_blocks: int = 1
+    id: int | None = None
+    t: float | None = None
+    coeffs: dict[int, float] | None = None
+    live: tuple[int, ...] = ()
+    grad_id: int | None = None
+    ids: tuple[int, ...] = ()
+    g_id: int | None = None
+    precondition: float | None = None  # the loss's curvature level kappa (None: no scaling)
+
+
 def _memory(scratch: GroupMemory) -> dict[str, Any]:
     mem = scratch.modes.get(KEY)
     if mem is None:
@@ -210,7 +265,7 @@ def _memory(scratch: GroupMemory) -> dict[str, Any]:
     return mem
 
 
-def _owned(scratch: GroupMemory) -> dict[str, Any]:
+def owned_memory(scratch: GroupMemory) -> dict[str, Any]:
     mem = scratch.modes.get(KEY)
     if mem is None or "x" not in mem:
         raise ClusterError(
@@ -282,7 +337,7 @@ def sharded_column_squares(shard: Shard, scratch: GroupMemory, exchange: ActorEx
     intercept's column is ones), with its weight sum: what an owner's diagonal scaling
     is made of (:func:`~.lbfgs.column_scales`).  One pass over the group's
     blocks, once per fit; the bytes are those of one gradient push."""
-    mem = _owned(scratch)
+    mem = owned_memory(scratch)
     lay = mem["layout"]
     sq, weight = np.zeros(mem["needs"].size), 0.0
     for b in shard.blocks:
@@ -338,7 +393,7 @@ def _owner_pull(shard: Shard | None, scratch: GroupMemory, group: int, version: 
                 rows: np.ndarray | None = None) -> np.ndarray:
     """The owner's rows of the parameter matrix that ``group`` needs: those it
     registered, or ``rows`` (a mini-batch's)."""
-    mem = _owned(scratch)
+    mem = owned_memory(scratch)
     _commit(mem, version)
     if mem["version"] != version:
         raise ClusterError(f"a parameter shard is at version {mem['version']}, the step asks for {version}")
@@ -346,13 +401,13 @@ def _owner_pull(shard: Shard | None, scratch: GroupMemory, group: int, version: 
 
 
 def _owner_push(shard: Shard | None, scratch: GroupMemory, group: int, version: int, nodes: Nodes) -> None:
-    mem = _owned(scratch)
+    mem = owned_memory(scratch)
     _commit(mem, version)
     mem["inbox"][int(group)] = nodes
 
 
 # ------------------------------------------------------------------------ phase 1
-def _pull(mem: dict[str, Any], exchange: ActorExchange | LocalExchange, fn: Callable[..., np.ndarray],
+def pull_columns(mem: dict[str, Any], exchange: ActorExchange | LocalExchange, fn: Callable[..., np.ndarray],
           head: int | Ticket, used: Sequence[np.ndarray] | None) -> tuple[np.ndarray, int, int]:
     """The coefficients the group's blocks need, as rows of the group's compact matrix
     (ordered as ``mem["needs"]``): all of them (``used`` None), or those at the
@@ -430,7 +485,7 @@ def _block_rows(b: Block, draw: Draw | None) -> np.ndarray | None:
 def group_sums(shard: Shard, mem: dict[str, Any], objective: LinearTraining, draw: Draw | None,
                pull: Callable[[list[np.ndarray] | None], tuple[np.ndarray, int, int]]) -> tuple[Nodes, Nodes, int]:
     """Evaluate a group's blocks (all rows, or ``draw``'s) at the coefficients
-    ``pull(used)`` brings (see :func:`_pull`): ``(leaves, scalars, bytes pulled)``,
+    ``pull(used)`` brings (see :func:`pull_columns`): ``(leaves, scalars, bytes pulled)``,
     the leaves' gradients as sparse vectors in the group's compact numbering."""
     lay, obj = mem["layout"], objective.objective
     width = lay.width
@@ -479,8 +534,8 @@ def sharded_eval(shard: Shard, scratch: GroupMemory, objective: LinearTraining, 
     Returns the group's complete subtrees of ``tree`` carrying the loss and weight sums
     (and, in ``extras``: entries that are not finite, bytes pulled and pushed)."""
     wall0, t0 = time.time(), time.perf_counter()
-    mem = _owned(scratch)
-    leaves, scalars, pulled = group_sums(shard, mem, objective, request.draw, lambda used: _pull(
+    mem = owned_memory(scratch)
+    leaves, scalars, pulled = group_sums(shard, mem, objective, request.draw, lambda used: pull_columns(
         mem, request.exchange, _owner_pull, request.version, used))
     # the group's subtrees summed in its compact numbering: dense arrays of its columns
     # where most are touched (no sorting of indices), sparse vectors where few are
@@ -552,14 +607,14 @@ def _stats(mem: dict[str, Any], pen: SlicePenalty, rule: UpdateRule | None = Non
     return out
 
 
-def _slice_penalty(mem: dict[str, Any], penalty_spec: Penalty) -> SlicePenalty:
+def slice_penalty(mem: dict[str, Any], penalty_spec: Penalty) -> SlicePenalty:
     """The owner's :class:`SlicePenalty` (made once per penalty)."""
     if mem.get("penalty", (None,))[0] != penalty_spec:
         mem["penalty"] = (penalty_spec, SlicePenalty.of(penalty_spec, mem["layout"], mem["group"]))
     return mem["penalty"][1]
 
 
-def _merged_gradient(mem: dict[str, Any], pen: SlicePenalty, command: UpdateCommand | LbfgsCommand) -> np.ndarray:
+def merged_gradient(mem: dict[str, Any], pen: SlicePenalty, command: UpdateCommand | LbfgsCommand) -> np.ndarray:
     """The owner's slice of the gradient at its current parameters: what the groups
     pushed, merged in the block tree (``command.n_blocks``, ``split_every``), divided
     by the total weight, plus the L2 part (as ``LinearTraining.finish``)."""
@@ -579,13 +634,13 @@ def sharded_update(shard: Shard, scratch: GroupMemory, penalty_spec: Penalty, co
     wall0, t0 = time.time(), time.perf_counter()
     from ..update import UpdateRule
 
-    mem = _owned(scratch)
-    pen = _slice_penalty(mem, penalty_spec)
+    mem = owned_memory(scratch)
+    pen = slice_penalty(mem, penalty_spec)
     extras: dict[str, Any] = {}
     if command.init is not None and mem["state"] is None:
         mem["state"] = command.init.init(mem["x"])
     if command.kind == "merge":
-        mem["grad"] = grad = _merged_gradient(mem, pen, command)
+        mem["grad"] = grad = merged_gradient(mem, pen, command)
         mem["cand"] = (mem["x"], mem["state"], grad)
         extras.update(_stats(mem, pen, command.rule), pen_x=pen.value(mem["x"]), l1_x=pen.l1_value(mem["x"]),
                       count=Max(getattr(mem["state"], "count", 0)))
@@ -618,7 +673,7 @@ def sharded_slice(shard: Shard, scratch: GroupMemory, which: str, field: str | N
     ``start``.  With ``start=None``: the state with its arrays left out (None), and
     the slice's length.  ``nonzero``: ``(indices, values)`` of the chunk's non-zero
     entries (indices from ``start``)."""
-    mem = _owned(scratch)
+    mem = owned_memory(scratch)
     x, state = mem["x"], mem["state"]
     if which == "pending" and mem["pending"] is not None:
         x, state = mem["pending"][1], mem["pending"][2]
@@ -641,13 +696,13 @@ def sharded_memory(shard: Shard, scratch: GroupMemory) -> dict[str, Any]:
     """What a checkpoint keeps of this owner: its version, slices and states."""
     from ..runtime.group_steps import _host
 
-    mem = _owned(scratch)
+    mem = owned_memory(scratch)
     return _host({k: mem.get(k) for k in ("version", "x", "state", "good", "cand", "pending", "grad", "lbfgs")})
 
 
 def sharded_restore(shard: Shard, scratch: GroupMemory, memory: dict[str, Any]) -> None:
     """Give this owner what :func:`sharded_memory` kept (after :func:`sharded_setup`)."""
-    mem = _owned(scratch)
+    mem = owned_memory(scratch)
     mem.update({k: memory.get(k) for k in ("version", "x", "state", "good", "cand", "pending", "grad", "lbfgs")})
     if mem["lbfgs"] is None:
         del mem["lbfgs"]

@@ -41,7 +41,7 @@ from .base import AttributeState, Outcome, Solver, step_record
 
 if TYPE_CHECKING:
     from ..modes.sync import StepResult
-    from ..train import Context
+    from ..protocols import FitContext
 
 __all__ = ["ALS", "CG_STEPS"]
 
@@ -61,7 +61,7 @@ class ALS(AttributeState, Solver):
     diagonal that the shards do not add, or None) and ``als_shape`` (the item table's
     shape)."""
 
-    def __init__(self, ctx: Context, params0: np.ndarray, cg_steps: int = CG_STEPS) -> None:
+    def __init__(self, ctx: FitContext, params0: np.ndarray, cg_steps: int = CG_STEPS) -> None:
         self.ctx = ctx
         obj = ctx.objective
         self.shape = obj.als_shape  # type: ignore[attr-defined]
@@ -88,7 +88,7 @@ class ALS(AttributeState, Solver):
         src, obj = self.ctx.source, self.ctx.objective
         res = src.evaluate(table.ravel(), None, src.local_update(self.key), aux=obj.als_aux(phase, table),  # type: ignore[attr-defined]
                            name=f"als-{phase}")
-        self.key = res.local_key  # type: ignore[assignment]  # (local parameters: a key)
+        self.key = res.local_key
         return res
 
     def _iteration(self) -> Outcome:

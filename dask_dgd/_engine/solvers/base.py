@@ -31,8 +31,8 @@ if TYPE_CHECKING:
 
     from ...optim import FirstOrderOptimizer
     from ..modes.sync import StepResult
+    from ..protocols import FitContext
     from ..runtime.group_steps import LocalUpdate
-    from ..train import Context
 
 __all__ = ["AttributeState", "CountsIterations", "Outcome", "Settings", "Solver", "start_step", "step_record"]
 
@@ -87,7 +87,7 @@ class Solver:
     save: Callable[..., None] | None
 
     @classmethod
-    def build(cls, ctx: Context, settings: Settings) -> Solver:
+    def build(cls, ctx: FitContext, settings: Settings) -> Solver:
         """The solver of a fit (the capability tables name the class, :mod:`..capabilities`)."""
         return cls(ctx, settings.params0)  # type: ignore[call-arg]  # the subclasses' own __init__
 
@@ -181,7 +181,7 @@ class AttributeState:
             setattr(self, k, state[k])
 
 
-def step_record(ctx: Context, res: StepResult, iteration: int, value: float, grad: np.ndarray,
+def step_record(ctx: FitContext, res: StepResult, iteration: int, value: float, grad: np.ndarray,
                 step_size: float | None, **extra: Any) -> dict[str, Any]:
     """The record of one synchronous step (``res``: a :class:`~..modes.sync.StepResult`)."""
     obj = ctx.objective
@@ -195,7 +195,7 @@ def step_record(ctx: Context, res: StepResult, iteration: int, value: float, gra
     )
 
 
-def start_step(ctx: Context, params: np.ndarray, optimizer: FirstOrderOptimizer, *,
+def start_step(ctx: FitContext, params: np.ndarray, optimizer: FirstOrderOptimizer, *,
                divide: int = 1) -> tuple[FirstOrderOptimizer, StepResult, dict[str, Any]]:
     """The synchronous start of the local and asynchronous modes.
 

@@ -40,8 +40,8 @@ if TYPE_CHECKING:
     from ..data.blocks import Shard
     from ..modes.sync import StepResult
     from ..objective import PathTraining
+    from ..protocols import FitContext
     from ..runtime.group_steps import Draw
-    from ..train import Context
 
 __all__ = ["WINDOW", "PathHessianTraining", "PathIRLSCD", "path_stages"]
 
@@ -129,7 +129,7 @@ class PathIRLSCD(AttributeState, Solver):
     not converged).  ``n_iter`` is the number of passes over the data.
     """
 
-    def __init__(self, ctx: Context, params0: np.ndarray) -> None:
+    def __init__(self, ctx: FitContext, params0: np.ndarray) -> None:
         self.ctx = ctx
         training = ctx.objective
         path, pen = training.objective, training.penalty  # type: ignore[attr-defined]

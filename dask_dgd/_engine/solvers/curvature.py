@@ -47,8 +47,8 @@ if TYPE_CHECKING:
 
     from ...losses import LinearObjective
     from ..data.blocks import Block, Shard
+    from ..protocols import ColumnScales
     from ..runtime.group_steps import BlockSums
-    from ..scaling import ColumnScaling
 
 __all__ = ["LeastSquaresModel", "RFactor", "block_r_factor", "block_scaled_gram", "curvature", "with_block_extra"]
 
@@ -123,7 +123,7 @@ def _working(objective: LinearObjective, params: np.ndarray, X: Any, y: Any,
     return (np.asarray(to_numpy(v), dtype=np.float64) for v in (a, u))
 
 
-def _scaled_slices(objective: LinearObjective, X: Any, scaling: ColumnScaling, extra: int, scale: bool = True,
+def _scaled_slices(objective: LinearObjective, X: Any, scaling: ColumnScales, extra: int, scale: bool = True,
                    rows_factor: int = 1) -> Iterator[tuple[int, int, np.ndarray]]:
     """The block's feature columns centred and scaled, ``[(X_s - mean) / scale, 1]``
     (the ones when the model has an intercept; only centred unless ``scale``), slice by
@@ -148,7 +148,7 @@ def _scaled_slices(objective: LinearObjective, X: Any, scaling: ColumnScaling, e
 
 
 def block_scaled_gram(objective: LinearObjective, params: np.ndarray, X: Any, y: Any, sample_weight: Any,
-                      scaling: ColumnScaling) -> np.ndarray:
+                      scaling: ColumnScales) -> np.ndarray:
     r"""The Hessian sums of one block in scaled coordinates:
     :math:`\tilde Z^\top \operatorname{diag}(s_i h_i) \tilde Z` with :math:`\tilde Z`
     the centred, scaled columns and a one for the intercept (module docstring), ``h``
@@ -196,7 +196,7 @@ def _output_blocks(objective: LinearObjective, params: np.ndarray, X: Any, y: An
 
 
 def block_r_factor(objective: LinearObjective, params: np.ndarray, X: Any, y: Any, sample_weight: Any,
-                   scaling: ColumnScaling) -> RFactor:
+                   scaling: ColumnScales) -> RFactor:
     r"""The :class:`RFactor` of one block's weighted working design (module docstring).
 
     A multinomial (``n_outputs`` K > 1) gives each row K pseudo-rows: pseudo-row ``k``

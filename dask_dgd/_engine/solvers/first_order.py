@@ -28,8 +28,8 @@ if TYPE_CHECKING:
     from ...optim import LBFGS as LbfgsSettings
     from ...optim import FirstOrderOptimizer
     from ..modes.sync import StepResult
+    from ..protocols import FitContext
     from ..runtime.group_steps import Draw, LocalUpdate
-    from ..train import Context
     from .base import Settings
 
 __all__ = ["FirstOrder", "LBFGS"]
@@ -62,17 +62,17 @@ class FirstOrder(Solver):
     """
 
     @classmethod
-    def build(cls, ctx: Context, settings: Settings) -> FirstOrder:
+    def build(cls, ctx: FitContext, settings: Settings) -> FirstOrder:
         return cls(ctx, settings.params0, settings.optimizer, settings.opt_state)
 
-    def __init__(self, ctx: Context, params0: np.ndarray, optimizer: FirstOrderOptimizer,
+    def __init__(self, ctx: FitContext, params0: np.ndarray, optimizer: FirstOrderOptimizer,
                  opt_state: Any = None) -> None:
         self.params = np.array(params0, dtype=np.float64, copy=True)
         self.state = opt_state
         self.grad: np.ndarray | None = None
         self._set_rules(ctx, UpdateRule(optimizer, ctx.objective.penalty))
 
-    def _set_rules(self, ctx: Context, rule: UpdateRule) -> None:
+    def _set_rules(self, ctx: FitContext, rule: UpdateRule) -> None:
         """What every form shares: full batch or ``steps_per_epoch`` mini-batches an
         epoch, the guard, the epoch rule of the objective (``use_stopper``)."""
         self.ctx, self.rule = ctx, rule
@@ -161,7 +161,7 @@ class FirstOrder(Solver):
         self._update()
         self.it += 1
         if not self.full_batch:
-            stop = self.ctx.stops.limit(self.iterations)  # type: ignore[union-attr]  # (train sets stops)
+            stop = self.ctx.stops.limit(self.iterations)
             if stop is not None:
                 self.phase = "updated"  # the last epoch is complete; a further batch would be discarded
                 return Outcome(stop=stop)
@@ -195,7 +195,7 @@ class FirstOrder(Solver):
         self.good = (self.params, self.state, self.value, self.grad, self.it, res.local_key, scale)
 
     def _validate(self) -> dict[str, float]:
-        return self.ctx.validator.evaluate(self.params)  # type: ignore[union-attr]  # (asked with a validator)
+        return self.ctx.validator.evaluate(self.params)
 
     def _record(self, res: StepResult, iteration: int, **scores: float | None) -> dict[str, Any]:
         lr_next = self.optimizer.current_learning_rate(self.state)
@@ -271,7 +271,7 @@ class FirstOrder(Solver):
         evaluating it (it ended at ``max_iter`` and is given more) evaluates it first;
         otherwise the saved state passed every check and is updated at once."""
         self._restore()
-        stop = self.ctx.stops.limit(self.iterations)  # type: ignore[union-attr]  # (train sets stops)
+        stop = self.ctx.stops.limit(self.iterations)
         if stop is not None:
             return Outcome(stop=stop)
         if self.phase == "updated":
@@ -308,10 +308,10 @@ class LBFGS(CountsIterations, Solver):
     """
 
     @classmethod
-    def build(cls, ctx: Context, settings: Settings) -> LBFGS:
+    def build(cls, ctx: FitContext, settings: Settings) -> LBFGS:
         return cls(ctx, settings.params0, settings.optimizer)
 
-    def __init__(self, ctx: Context, params0: np.ndarray | None, settings: LbfgsSettings) -> None:
+    def __init__(self, ctx: FitContext, params0: np.ndarray | None, settings: LbfgsSettings) -> None:
         # (an L1 penalty is refused before, by its row in .capabilities.SOLVERS)
         self.ctx, self.settings = ctx, settings
         self.x = None if params0 is None else np.array(params0, dtype=np.float64, copy=True)

@@ -50,11 +50,10 @@ if TYPE_CHECKING:
     from ..data.blocks import Shard
     from ..modes.sync import StepResult
     from ..objective import LinearTraining, PathTraining
-    from ..protocols import TrainingObjective
+    from ..protocols import FitContext, TrainingObjective
     from ..runtime.group_steps import BlockSums, Draw
     from ..runtime.reduce import Partial
     from ..scaling import ScaledTraining
-    from ..train import Context
 
 __all__ = ["CD_MAX_PARAMS", "IRLSCD", "HessianTraining", "block_hessian_sum", "cd_max_params", "cd_model_params",
            "cd_solve", "cd_support", "kkt_violation", "newton_step", "newton_support"]
@@ -370,7 +369,7 @@ class IRLSCD(CountsIterations, AttributeState, Solver):
     entry of the minimum-norm subgradient (the KKT violation) is at most ``tol``.
     """
 
-    def __init__(self, ctx: Context, params0: np.ndarray) -> None:
+    def __init__(self, ctx: FitContext, params0: np.ndarray) -> None:
         self.ctx = ctx
         self.obj: HessianTraining | ScaledTraining = ctx.objective  # type: ignore[assignment]
         self.l1 = self.obj.l1_weights()
