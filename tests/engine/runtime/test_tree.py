@@ -111,8 +111,15 @@ def blocks5(client5):
     rng = np.random.default_rng(0)
     X = rng.standard_normal((6000, 8))
     y = np.digitize(X @ rng.standard_normal(8) + rng.standard_normal(6000), [-1.0, 1.0])  # 3 classes
-    Xd, yd = client5.persist([da.from_array(X, chunks=(300, -1)), da.from_array(y, chunks=300)])
     client5.wait_for_workers(5)
+    # each block pinned to a worker (block i on worker i % 5): the fits below compare
+    # per-step bytes, which follow the groups' subtrees, so every fit must see the same
+    # placement, whatever the scheduler would have chosen (the fits pass rebalance=False)
+    workers = sorted(client5.scheduler_info()["workers"])
+    xs = [client5.scatter(X[i:i + 300], workers=[workers[(i // 300) % 5]]) for i in range(0, 6000, 300)]
+    ys = [client5.scatter(y[i:i + 300], workers=[workers[(i // 300) % 5]]) for i in range(0, 6000, 300)]
+    Xd = da.concatenate([da.from_delayed(f, shape=(300, 8), dtype=X.dtype) for f in xs])
+    yd = da.concatenate([da.from_delayed(f, shape=(300,), dtype=y.dtype) for f in ys])
     return Xd, yd
 
 
@@ -146,7 +153,8 @@ def test_tree_star_and_tasks_fit_bit_identically(client5, blocks5, case):
     kw = dict(CASES[case])
     y = (yd > 0).astype(int) if kw.pop("binary", False) else yd
     transports = ("tree", "star") if kw.get("compression") else ("tree", "star", "task")
-    fits = _fit_each(lambda: LogisticRegression(split_every=2, client=client5, **kw).fit(Xd, y), transports)
+    fits = _fit_each(lambda: LogisticRegression(split_every=2, rebalance=False, client=client5, **kw).fit(Xd, y),
+                     transports)
     for t in transports[1:]:
         np.testing.assert_array_equal(fits[t].coef_, fits["tree"].coef_)
         np.testing.assert_array_equal(fits[t].intercept_, fits["tree"].intercept_)
