@@ -42,7 +42,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, replace
 from functools import cached_property
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any, ClassVar, cast
 
 import array_api_compat
 import numpy as np
@@ -123,6 +123,7 @@ class RowBatches:
     block_costs: np.ndarray
     batch_size: int
     seed: tuple
+    full_batch: ClassVar[bool] = False  # every step draws a share of the rows
 
     @property
     def steps_per_epoch(self) -> int:
@@ -208,6 +209,7 @@ class LinearTraining:
 
     has_local = False
     hint = "scale the features (e.g. StandardScaler)"
+    tol_on_objective = False  # tol bounds the proximal gradient, not the objective's change
 
     @property
     def n_params(self) -> int:
@@ -314,6 +316,7 @@ class PathTraining:
 
     has_local = False
     hint = "scale the features (e.g. StandardScaler)"
+    tol_on_objective = False  # tol bounds the proximal gradient, not the objective's change
 
     @property
     def n_params(self) -> int:

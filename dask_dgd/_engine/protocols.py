@@ -39,6 +39,7 @@ class TrainingObjective(Protocol):
 
     has_local: bool
     hint: str  # the remedy named in divergence messages
+    tol_on_objective: bool  # tol bounds the objective's change per epoch (else the gradient mapping)
     @property
     def penalty(self) -> Any:
         """decay_mask, has_l1, prox(params, step): see .update.UpdateRule (read-only)."""

@@ -396,7 +396,7 @@ def train(
         balancer = DynamicBalancer(shards)
     batch_size = batch_size if traits.mini_batch else None
     batching = objective.batching(shards, batch_size, seed)
-    compressor = resolve_feedback(compressor, full_batch=batching is None or getattr(batching, "full_batch", False),
+    compressor = resolve_feedback(compressor, full_batch=batching is None or batching.full_batch,
                                   has_local=objective.has_local, optimizer=opt)
     source: SyncSource
     if sharded:  # (resolve_sharding: a linear model's; split_every: an int by now)

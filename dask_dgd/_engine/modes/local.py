@@ -205,7 +205,7 @@ class LocalSGD(Solver):
         self.local_steps = int(local_steps)
         self.outer = outer_optimizer
         self.outer_state = None
-        full_batch = ctx.batching is None or getattr(ctx.batching, "full_batch", False)
+        full_batch = ctx.batching is None or ctx.batching.full_batch
         self.steps_per_epoch = 1 if full_batch else ctx.batching.steps_per_epoch
         # the local steps of max_iter epochs: the last round is cut there (the limit
         # itself is the stop rules', on iterations)

@@ -76,13 +76,13 @@ class FirstOrder(Solver):
         """What every form shares: full batch or ``steps_per_epoch`` mini-batches an
         epoch, the guard, the epoch rule of the objective (``use_stopper``)."""
         self.ctx, self.rule = ctx, rule
-        self.full_batch = ctx.batching is None or getattr(ctx.batching, "full_batch", False)
+        self.full_batch = ctx.batching is None or ctx.batching.full_batch
         self.steps_per_epoch = 1 if self.full_batch else ctx.batching.steps_per_epoch
         self.stopper = EpochStopper(ctx.tol, ctx.n_iter_no_change)
         self.n_values = 0  # values given to the stopper
         monotone = self.full_batch and rule.optimizer.descent_method and ctx.compressor is None
         self.guard = Guard(ctx.on_divergence, full_batch=self.full_batch, monotone=monotone, hint=ctx.objective.hint)
-        self.on_objective = on_objective = getattr(ctx.objective, "tol_on_objective", False)
+        self.on_objective = on_objective = ctx.objective.tol_on_objective
         # a tolerance on the objective of 0 (models that declare it) runs every epoch
         self.use_stopper = (not self.full_batch or on_objective) and ctx.validator is None \
             and not (on_objective and ctx.tol <= 0)
