@@ -77,3 +77,49 @@ def test_optimizers_are_asked_by_traits():
     assert not adam.plain_step and not adam.proximal_exact
     with pytest.raises(ParameterError, match=r"compression momentum \(DGC's momentum correction\).*not Adam"):
         _resolve("gd", optimizer="adam", compression=TopK(0.1, momentum=0.9))
+
+
+# ------------------------------------------------------------------ the modes' table (MODES)
+def test_every_row_names_a_class_that_builds_itself():
+    """Each row of SOLVERS and MODES names a solver class of the engine (built by its
+    ``build``): what train() constructs, never a branch on the name."""
+    from dask_dgd._engine.capabilities import MODES, solver_class
+    from dask_dgd._engine.solvers.base import Solver
+
+    for mode, row in MODES.items():
+        solvers = ["gd", "sgd"] if row.first_order_only else list(SOLVERS)
+        for solver in solvers:
+            for sharded in (False, True):
+                if sharded and (row.sharded if row.build is not None else SOLVERS[solver].sharded) is None:
+                    continue
+                cls = solver_class(solver, mode, sharded)
+                assert isinstance(cls, type) and issubclass(cls, Solver), (mode, solver, sharded, cls)
+
+
+def test_a_new_mode_is_one_row(monkeypatch):
+    """A mode is its class plus one row of MODES: train() runs what the row names, and
+    the refusals (first-order only, no downlink, parameter sharding) come from the row."""
+    import numpy as np
+
+    from dask_dgd import train
+    from dask_dgd._engine import capabilities
+    from dask_dgd.losses import HalfSquaredError, LinearObjective
+
+    rng = np.random.default_rng(0)
+    X = rng.standard_normal((200, 3))
+    y = X @ np.array([1.0, -2.0, 0.5])
+    obj = LinearObjective(HalfSquaredError(), 3)
+    row = capabilities.ModeTraits(build="solvers.first_order:FirstOrder", sharded=None, first_order_only=True,
+                                  downlink=False, keeps_group_memory=False, rebalances=False)
+    monkeypatch.setitem(capabilities.MODES, "plain", row)
+    got = train(obj, (X, y), solver="gd", mode="plain", max_iter=30, tol=0.0)
+    ref = train(obj, (X, y), solver="gd", mode="sync", max_iter=30, tol=0.0)
+    np.testing.assert_array_equal(got.params, ref.params)  # the synchronous first-order solver, by its row
+    assert got.mode == "plain"
+    with pytest.raises(ParameterError, match="mode='plain' takes first-order steps; solver='lbfgs'"):
+        train(obj, (X, y), solver="lbfgs", mode="plain")
+    with pytest.raises(ParameterError, match="downlink compression applies to synchronous steps; mode='plain'"):
+        train(obj, (X, y), solver="gd", mode="plain", compression="topk:0.5+down")
+    from dask_dgd._engine.capabilities import sharding_refusals
+
+    assert sharding_refusals("gd", "plain") == ["mode='plain' is not supported (only 'sync' and 'async')"]
