@@ -204,6 +204,30 @@ def _shards_of(data: ShardSet | Sequence[Any], client: Client | None, rebalance:
     return shards
 
 
+def _held_out(data: Sequence[Any], objective: TrainingObjective, shards: ShardSet, validator: Validator | None,
+              split_every: int | str) -> Validator:
+    """The :class:`~.data.holdout.Validator` of ``validation_data``: its rows sharded on
+    the training data's executor, scored with the objective's loss."""
+    from .data.holdout import Validator
+    from .data.ingest import build_shardset
+
+    if validator is not None:
+        raise ParameterError("give validation_data or validator, not both")
+    if not isinstance(objective, LinearTraining):
+        raise ParameterError(
+            f"validation_data scores linear models; {type(objective).__name__} has its own held-out rule "
+            "(validation_patience)")
+    if not isinstance(data, (tuple, list)) or len(data) not in (2, 3):
+        raise InputError(f"validation_data must be a tuple (X, y) or (X, y, sample_weight); got {type(data).__name__}")
+    X, y, *rest = data
+    width = getattr(X, "shape", (0, None))[1] if getattr(X, "ndim", 2) == 2 else None
+    n_features = objective.objective.n_features
+    if width is not None and width != n_features:
+        raise InputError(f"validation_data has {width} columns; the model has {n_features} features")
+    held = build_shardset(shards.executor, X, y, rest[0] if rest else None, rebalance=False)
+    return Validator(held, objective.objective, split_every if isinstance(split_every, int) else 8)
+
+
 #: ``param_sharding="auto"`` shards models of at least this many parameters (dask config
 #: ``dgd.shard-params-min``).
 SHARD_PARAMS_MIN = 2**20
@@ -272,6 +296,7 @@ def train(
     resume: bool = False,
     fingerprint: Mapping[str, Any] | None = None,
     validator: Validator | None = None,
+    validation_data: Sequence[Any] | None = None,
     validation_patience: int | None = None,
     validation_tol: float = 0.0,
     n_iter_no_change: int = 5,
@@ -326,6 +351,15 @@ def train(
     validator : object or None
         Early stopping: scores parameters on held-out data (``evaluate(params)`` ->
         ``{"val_loss", "val_score"}``).
+    validation_data : tuple or None
+        Held-out rows ``(X, y)`` or ``(X, y, sample_weight)`` of a linear objective, placed
+        where the training data is (its cluster, or this process): their mean loss after
+        every epoch (every iteration, full batch) goes to the history as ``val_loss``
+        (``val_score`` its negative, ``val_time`` the evaluation's seconds), and training
+        stops early when it has not improved by ``tol`` for ``n_iter_no_change`` of them
+        (a large ``n_iter_no_change`` only watches it).  With sharded parameters each
+        held-out group pulls the coefficients its rows touch, as a training step does.
+        Exclusive with ``validator``.
     validation_patience : int or None
         Early stopping on the ``val_score`` that the objective's own step records carry
         (held-out data that every step evaluates in its pass, e.g. a matrix
@@ -356,6 +390,9 @@ def train(
     if outer_optimizer is not None and not isinstance(outer_optimizer, FirstOrderOptimizer):
         raise ParameterError(f"outer_optimizer must be a first-order optimizer; got {type(outer_optimizer).__name__}")
     shards = _shards_of(data, client, rebalance, max_iter, digest=checkpoint is not None)
+    held = None
+    if validation_data is not None:
+        validator = held = _held_out(validation_data, objective, shards, validator, split_every)
     has_l1 = objective.penalty is not None and objective.penalty.has_l1
     lr_mode = learning_rate_mode(optimizer, learning_rate)
     solver, opt = resolve_solver(solver, optimizer, batch_size=batch_size, mode=mode, compression=compression,
@@ -470,6 +507,8 @@ def train(
     finally:
         if solver_obj is not None:
             solver_obj.close()
+        if held is not None:
+            held.shards.release()
         monitor.close()
     import pandas as pd
 

@@ -31,44 +31,28 @@ class HeldOut:
         return {"val_loss": loss, "val_score": -loss}
 
 
-class ShardedHeldOut(HeldOut):
-    """:class:`HeldOut` for sharded parameters: the held-out rows are a shard set on
-    the cluster and each evaluation runs there (``Validator.evaluate_sharded``: the
-    held-out groups pull the coefficients their rows touch), the driver gets the sums.
+class ValidationCurve:
+    """The same ``curve`` and ``spent`` as :class:`HeldOut`, read from the records of a
+    fit given ``validation_data`` (held-out rows that ``train`` scores where they live:
+    with sharded parameters the coefficients never come to the driver).  A callback:
+    each record that carries a ``val_loss`` was made just after that evaluation, which
+    took ``val_time`` seconds."""
 
-    The one use of the private engine left in the suites: ``dask_dgd.train`` with
-    ``param_sharding=True`` takes only a validator with ``evaluate_sharded(source)``,
-    which only the engine's ``Validator`` has, and the public API offers no validator of
-    given held-out rows (the estimators' ``early_stopping`` holds out a share of the
-    training rows; callbacks see no parameters).  Issue 42 records the need."""
+    def __init__(self):
+        self.curve, self.spent = [], 0.0
 
-    scorer = None
-
-    def __init__(self, client, X_test, y_test, n_features):
-        from dask_dgd._engine.data.holdout import Validator
-        from dask_dgd._engine.data.ingest import build_shardset
-        from dask_dgd._engine.runtime.executor import get_executor
-        from dask_dgd.losses import BinaryLogistic, LinearObjective
-
-        super().__init__(None, None, n_features)
-        shards = build_shardset(get_executor(client, X_test), X_test, y_test, None, rebalance=False)
-        self.validator = Validator(shards, LinearObjective(BinaryLogistic(), n_features=int(n_features)), 8)
-
-    def evaluate_sharded(self, source):
-        t0 = time.perf_counter()
-        out = self.validator.evaluate_sharded(source)
-        self.curve.append((t0, self.spent, out["val_loss"]))
-        self.spent += time.perf_counter() - t0
-        return out
-
-    def close(self):
-        self.validator.shards.release()
+    def __call__(self, record):
+        if record.get("val_loss") is None:
+            return
+        seconds = float(record["val_time"])
+        self.curve.append((time.perf_counter() - seconds, self.spent, float(record["val_loss"])))
+        self.spent += seconds
 
 
 # ----------------------------------------------------------------------------- dask_dgd
 def fit_dask_dgd(X_train, y_train, X_test, y_test, *, sharding, epochs, client, n_features=2**22, alpha=1e-6,
                  batch_size=20_000, optimizer="sgd", learning_rate="auto", random_state=0, validator=None,
-                 callbacks=None, ctr=None):
+                 validation_data=None, callbacks=None, ctr=None):
     """Fit hashed logistic regression with dask_dgd; returns the ``FitResult``.
 
     Parameters
@@ -81,8 +65,10 @@ def fit_dask_dgd(X_train, y_train, X_test, y_test, *, sharding, epochs, client, 
         ``max_iter`` (mini-batch epochs).
     validator : object or None
         Passed to ``train`` (``evaluate(params) -> {"val_loss", "val_score"}`` after every
-        epoch, or ``evaluate_sharded(source)`` with sharded parameters; early stopping is
-        switched off with ``n_iter_no_change=epochs + 1``).
+        epoch; early stopping is switched off with ``n_iter_no_change=epochs + 1``).
+    validation_data : tuple or None
+        Held-out ``(X, y)`` passed to ``train``, scored where they live after every epoch
+        (the way with sharded parameters; the scores are in the records).
     callbacks : list or None
         Passed to ``train`` (called with every step record).
     ctr : float or None
@@ -95,7 +81,8 @@ def fit_dask_dgd(X_train, y_train, X_test, y_test, *, sharding, epochs, client, 
     return dask_dgd.train(
         objective, (X_train, y_train), penalty=Penalty(alpha=alpha), solver="sgd", optimizer=optimizer,
         learning_rate=learning_rate, batch_size=int(batch_size), max_iter=int(epochs), tol=0.0,
-        n_iter_no_change=int(epochs) + 1, validator=validator, random_state=random_state, client=client,
+        n_iter_no_change=int(epochs) + 1, validator=validator, validation_data=validation_data,
+        random_state=random_state, client=client,
         param_sharding=sharding, callbacks=callbacks, params0=intercept_start(n_features, ctr),
     )
 
@@ -179,11 +166,12 @@ def run_dask_dgd(client, data, p, sharding, log, *, n_features=None, epochs=None
     d = int(n_features or p["n_features"])
     epochs = int(epochs or p["epochs"])
     X_test = data["X_test"] if X is None else data["X_test_d"]
+    held = None
     if sharding is False:
         val = HeldOut(X_test, data["y_test"], d)
     else:  # the held-out rows on the cluster too: the coefficients stay there
-        Xt, yt = client.persist(list(click_log_dask(p, "test", n_features=d, intercept=data["intercept"])))
-        val = ShardedHeldOut(client, Xt, yt, d)
+        held = tuple(client.persist(list(click_log_dask(p, "test", n_features=d, intercept=data["intercept"]))))
+        val = ValidationCurve()
     sampler = RSSSampler(p["sample_ms"] / 1e3)
     training = []  # the peak so far at every step record: the fit before its result is assembled
 
@@ -196,11 +184,11 @@ def run_dask_dgd(client, data, p, sharding, log, *, n_features=None, epochs=None
         res = fit_dask_dgd(data["X"] if X is None else X, data["y"] if y is None else y, X_test, data["y_test"],
                            sharding=sharding, epochs=epochs, client=client, n_features=d, alpha=p["alpha"],
                            batch_size=p["batch_size"], optimizer=p["optimizer"], learning_rate=p["learning_rate"],
-                           random_state=p["seed"], validator=val, callbacks=[peak_so_far],
+                           random_state=p["seed"], validator=None if held else val, validation_data=held,
+                           callbacks=[peak_so_far] + ([val] if held else []),
                            ctr=data["ref"]["ctr_train"])
         wall = time.perf_counter() - t0
-    if sharding is not False:
-        val.close()
+    del held
     h = res.history
     groups = max(1, len(res.history["updates_per_group"].iloc[-1])) if len(h) else p["workers"]
     final = heldout_logloss(res.params, X_test, data["y_test"], d)

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import copy
 import math
+import time
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -147,7 +148,12 @@ class Validator:
             self.data = (X, y if decode_y is None else decode_y(y), w)
 
     def evaluate(self, params: npt.NDArray[np.float64]) -> dict[str, float]:
-        """``{"val_loss": ..., "val_score": ...}`` at ``params``."""
+        """``{"val_loss", "val_score", "val_time"}`` at ``params`` (``val_time``: the
+        evaluation's wall seconds, so that a fit's time can be read without it)."""
+        t0 = time.perf_counter()
+        return {**self._evaluate(params), "val_time": time.perf_counter() - t0}
+
+    def _evaluate(self, params: npt.NDArray[np.float64]) -> dict[str, float]:
         self.n_evaluations += 1
         partial = self.shards.collective.reduce(
             group_step, self.training, StepRequest(np.asarray(params, dtype=np.float64)),
@@ -164,18 +170,19 @@ class Validator:
         return {"val_loss": float(loss), "val_score": float(score)}
 
     def evaluate_sharded(self, source: ShardedSteps) -> dict[str, float]:
-        """``{"val_loss", "val_score"}`` at the parameters a
+        """``{"val_loss", "val_score", "val_time"}`` at the parameters a
         :class:`~..sharded.driver.ShardedSource` evaluated last: each validation group
         pulls the coefficients its rows touch from their owners (the validation loss
         only: a scorer needs the coefficients on the driver)."""
         from ..sharded.params import ValidationRequest, sharded_validate
 
+        t0 = time.perf_counter()
         self.n_evaluations += 1
         partial = self.shards.collective.reduce(
             sharded_validate, self.training, ValidationRequest(source.version, source.exchange, source.layout),
             split_every=self.split_every, size=0, name=f"validation-{self.n_evaluations}")
         loss = partial.loss_sum / partial.weight_sum if partial.weight_sum > 0 else math.nan
-        return {"val_loss": float(loss), "val_score": -float(loss)}
+        return {"val_loss": float(loss), "val_score": -float(loss), "val_time": time.perf_counter() - t0}
 
 
 def _gather_rows(shards: ShardSet) -> tuple[Any, npt.NDArray[Any], npt.NDArray[np.float64] | None]:

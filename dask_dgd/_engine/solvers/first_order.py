@@ -143,7 +143,7 @@ class FirstOrder(Solver):
         self._accept(res, *extra)
         scores: Mapping[str, float | None] = {}
         if self.ctx.validator is not None:
-            scores = {"val_loss": None, "val_score": None}
+            scores = {"val_loss": None, "val_score": None, "val_time": None}
             if self.it % self.steps_per_epoch == 0:
                 scores = self._validate()
         iteration = self.it if self.full_batch else self.it // self.steps_per_epoch

@@ -14,7 +14,7 @@ from dask_dgd import train
 from dask_dgd._engine.runtime.group_steps import GroupMemory
 from dask_dgd._engine.sharded.driver import split
 from dask_dgd._engine.sharded.params import Max, ParamLayout, SlicePenalty
-from dask_dgd.exceptions import ParameterError
+from dask_dgd.exceptions import InputError, ParameterError
 from dask_dgd.losses import BinaryLogistic, HalfSquaredError, LinearObjective, MultinomialLogistic, Penalty
 from dask_dgd.optim import Adam
 
@@ -344,3 +344,44 @@ def test_scaled_sharded_lbfgs_needs_fewer_iterations_on_unscaled_zipf_columns(cl
     assert scaled.history.attrs["coordinates"] == "scaled" and plain.history.attrs["coordinates"] == "original"
     fast, slow = iterations_to_optimum(scaled), iterations_to_optimum(plain)
     assert fast is not None and (slow is None or fast <= slow / 2), (fast, slow)
+
+
+def _held_out_logloss(params, X, y):
+    raw = X @ params[:-1] + params[-1]
+    return float(np.mean(np.logaddexp(0.0, raw) - y * raw))
+
+
+@pytest.mark.parametrize("sharding", [False, True])
+def test_validation_data_is_scored_after_every_iteration(client, sharding):
+    """``train(validation_data=...)``: the held-out rows' mean loss after every
+    iteration, as computed on the driver from the parameters of that iteration, with
+    the parameters sharded or not; the fit's coefficients do not change."""
+    X, y = client.persist(_problem(seed=0))
+    Xv, yv = _problem(seed=1)
+    Xv, yv = Xv.compute(), yv.compute()
+    obj = LinearObjective(BinaryLogistic(), n_features=D)
+    kw = dict(penalty=Penalty(alpha=1e-3), solver="gd", max_iter=6, tol=0.0, client=client, random_state=0,
+              param_sharding=sharding)
+    plain = train(obj, (X, y), **kw)
+    steps = []
+    got = train(obj, (X, y), validation_data=(Xv, yv), n_iter_no_change=100, callbacks=[steps.append], **kw)
+    np.testing.assert_array_equal(got.params, plain.params)
+    assert got.param_sharding == sharding
+    h = got.history
+    assert h["val_loss"].notna().all() and (h["val_time"] > 0).all()
+    np.testing.assert_allclose(h["val_score"], -h["val_loss"], rtol=0, atol=0)
+    # the last one is the held-out loss of the final coefficients
+    np.testing.assert_allclose(h["val_loss"].iloc[-1], _held_out_logloss(got.params, Xv, yv), rtol=1e-12)
+    assert [s["val_loss"] for s in steps] == h["val_loss"].tolist()
+
+
+def test_validation_data_errors(client):
+    X, y = _problem()
+    obj = LinearObjective(BinaryLogistic(), n_features=D)
+    with pytest.raises(ParameterError, match="give validation_data or validator, not both"):
+        train(obj, (X, y), validation_data=(X, y), validator=object(), client=client)
+    with pytest.raises(InputError, match=r"validation_data must be a tuple \(X, y\) or \(X, y, sample_weight\); "
+                                         "got ndarray"):
+        train(obj, (X, y), validation_data=np.zeros(3), client=client)
+    with pytest.raises(InputError, match="validation_data has 7 columns; the model has 3000 features"):
+        train(obj, (X, y), validation_data=(np.zeros((5, 7)), np.zeros(5)), client=client)
