@@ -198,14 +198,12 @@ def gather_sample(shards: ShardSet, n_rows: int) -> tuple[Any, np.ndarray, np.nd
     return X, y, w * (total / len(w))
 
 
-@dataclass(frozen=True)
-class LinearTraining:
-    """The training objective of a linear model: a
-    :class:`~dask_dgd.losses.LinearObjective` and its elastic-net
-    :class:`~dask_dgd.losses.Penalty` (see the module docstring for the protocol)."""
+class _Linear:
+    """What the linear training objectives share: no local parameters, the remedy a
+    divergence message names, a tolerance on the gradient mapping, and as many
+    parameters as their linear objective."""
 
-    objective: LinearObjective
-    penalty_spec: Penalty = Penalty()
+    objective: LinearObjective | PathObjective
 
     has_local = False
     hint = "scale the features (e.g. StandardScaler)"
@@ -214,6 +212,17 @@ class LinearTraining:
     @property
     def n_params(self) -> int:
         return self.objective.n_params
+
+
+@dataclass(frozen=True)
+class LinearTraining(_Linear):
+    """The training objective of a linear model: a
+    :class:`~dask_dgd.losses.LinearObjective` and its elastic-net
+    :class:`~dask_dgd.losses.Penalty` (see the module docstring for the protocol)."""
+
+    objective: LinearObjective
+    penalty_spec: Penalty = Penalty()
+
 
     @cached_property
     def penalty(self) -> BoundPenalty:
@@ -290,7 +299,7 @@ class LinearTraining:
 
 
 @dataclass(frozen=True)
-class PathTraining:
+class PathTraining(_Linear):
     """The engine's training objective of a stacked path (see the module docstring).
 
     The objective is :math:`\\sum_k \\big(L_k / T_k + P_k(w_k)\\big)`, :math:`T_k` the
@@ -314,13 +323,6 @@ class PathTraining:
                 f"does not fit the path ({obj.n_columns} columns of {obj.n_outputs}, {obj.n_features} features)"
             )
 
-    has_local = False
-    hint = "scale the features (e.g. StandardScaler)"
-    tol_on_objective = False  # tol bounds the proximal gradient, not the objective's change
-
-    @property
-    def n_params(self) -> int:
-        return self.objective.n_params
 
     # ------------------------------------------------------------- worker side
     def group_sums(self, shard: Shard, params: np.ndarray, aux: None, draw: Draw | None, local: None,
