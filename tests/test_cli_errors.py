@@ -249,30 +249,48 @@ def test_train_and_predict_a_small_csv_print_only_their_summary(folder):
     assert list(pd.read_csv(folder / "ok.csv").columns) == ["a", "prediction"]
 
 
+def _run_together(commands, cwd):
+    """``_run`` of each command, all started at once (each its own process and, with
+    ``--workers``, its own LocalCluster on ports of its own): independent commands
+    overlap their interpreter and cluster start-ups instead of paying them in turn."""
+    procs = [subprocess.Popen([sys.executable, "-m", "dask_dgd", *args], cwd=cwd, env=_env(),
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for args in commands]
+    try:
+        outputs = [proc.communicate(timeout=300) for proc in procs]
+        return [(proc.returncode, out, err) for proc, (out, err) in zip(procs, outputs)]
+    finally:
+        for proc in procs:
+            proc.kill()  # no-op for those that ended
+
+
 @pytest.mark.slow
 def test_workers_start_a_local_cluster_quietly(folder):
-    code, out, err = _run(["train", "four.csv", "--model", "linear", "--target", "y", "--workers", "1",
-                           "--out", "w.npz"], folder)
-    assert (code, err) == (0, "") and out.endswith("saved to w.npz\n")
-    code, out, err = _run(["predict", "w.npz", "four.csv", "--out", "pw.csv", "--keep", "a", "--workers", "1"],
-                          folder)
-    assert (code, out, err) == (0, "wrote 4 predictions to pw.csv\n", "")
     # nullable and boolean columns of a Parquet file, read by dask: no warning, no noise
     pd.DataFrame({"a": pd.array([1, 2, 3, 4, 5, 6], dtype="Int64"), "b": [True, False, True, True, False, False],
                   "y": [1.0, 2.0, 3.5, 4.0, 5.0, 6.5]}).to_parquet(folder / "ext.parquet")
-    code, out, err = _run(["train", "ext.parquet", "--model", "linear", "--target", "y", "--workers", "1",
-                           "--out", "e.npz"], folder)
+    # the three trainings are independent; so are the three predictions
+    train, train_ext, train_nan = _run_together([
+        ["train", "four.csv", "--model", "linear", "--target", "y", "--workers", "1", "--out", "w.npz"],
+        ["train", "ext.parquet", "--model", "linear", "--target", "y", "--workers", "1", "--out", "e.npz"],
+        # a data error on the workers: the command's one line, not the workers' report first
+        ["train", "nan.csv", "--model", "linear", "--target", "y", "--workers", "1", "--out", "w2.npz"],
+    ], folder)
+    code, out, err = train
+    assert (code, err) == (0, "") and out.endswith("saved to w.npz\n")
+    code, out, err = train_ext
     assert (code, err) == (0, "") and out.endswith("saved to e.npz\n")
-    code, out, err = _run(["predict", "e.npz", "ext.parquet", "--out", "e.csv", "--keep", "a", "--workers", "1"],
-                          folder)
-    assert (code, out, err) == (0, "wrote 6 predictions to e.csv\n", "")
-    assert list(pd.read_csv(folder / "e.csv")["a"]) == [1, 2, 3, 4, 5, 6]
-    # a data error on the workers: the command's one line, not the workers' report first
-    code, out, err = _run(["train", "nan.csv", "--model", "linear", "--target", "y", "--workers", "1",
-                           "--out", "w2.npz"], folder)
+    code, out, err = train_nan
     assert (code, err) == (1, "dask-dgd train: error: Input X contains NaN or infinity in block 0 (shape (2, 2)); "
                               "drop or impute those rows before fitting\n")
-    code, out, err = _run(["predict", "w.npz", "nan.csv", "--out", "pw2.csv", "--workers", "1"], folder)
+    predict, predict_ext, predict_nan = _run_together([
+        ["predict", "w.npz", "four.csv", "--out", "pw.csv", "--keep", "a", "--workers", "1"],
+        ["predict", "e.npz", "ext.parquet", "--out", "e.csv", "--keep", "a", "--workers", "1"],
+        ["predict", "w.npz", "nan.csv", "--out", "pw2.csv", "--workers", "1"],
+    ], folder)
+    assert predict == (0, "wrote 4 predictions to pw.csv\n", "")
+    assert predict_ext == (0, "wrote 6 predictions to e.csv\n", "")
+    assert list(pd.read_csv(folder / "e.csv")["a"]) == [1, 2, 3, 4, 5, 6]
+    code, out, err = predict_nan
     assert (code, err) == (1, "dask-dgd predict: error: Input X contains NaN or infinity; predictions need finite "
                               "features: drop or impute those rows\n")
 
