@@ -543,9 +543,11 @@ _FACTORS = {
 _CLIMATE = {
     "grid_": Grid(),
     "coef_": Either((Real(), GridArray())),
-    "intercept_": Either((Real(), GridArray())),
+    # a per-cell GLM's cell whose every y is at an edge of its family's range (all zero
+    # counts, all failures or successes) has the documented intercept -inf or +inf
+    "intercept_": Either((Real(), GridArray(finite=False))),
     "n_samples_": GridArray(kinds="biuf"),
-    "_coef_table": Array(_FLOATS, ((None, None, None), (None, None), (None,)), finite=True, masked=True),
+    "_coef_table": Array(_FLOATS, ((None, None, None), (None, None), (None,))),  # intercepts +-inf: see intercept_
     "estimator_": Of(("sklearn.base:BaseEstimator",), none=True),
     "spec_": Of(("dask_dgd.climate._design:FeatureSpec",)),
     "family_": Of((str,)),

@@ -14,6 +14,7 @@ import xarray as xr
 from dask.callbacks import Callback
 from sklearn.linear_model import LogisticRegression, PoissonRegressor
 
+import dask_dgd
 from dask_dgd import ConvergenceWarning, InputError, ParameterError
 from dask_dgd.climate import ClimateRegressor
 from dask_dgd.climate._pointwise_glm import ACTIVE, CONVERGED, glm_stats, newton_update
@@ -113,7 +114,7 @@ def test_pointwise_glm_with_lags_and_seasonal_terms_equals_statsmodels():
     np.testing.assert_allclose(_table(model)[cells], expected[cells], rtol=1e-6, atol=1e-8)
 
 
-def test_pointwise_glm_predicts_the_mean_and_the_edges_exactly():
+def test_pointwise_glm_predicts_the_mean_and_the_edges_exactly(tmp_path):
     ds = _grid()
     pois = ClimateRegressor(["a", "index"], "n", model="pointwise", family="poisson").fit(ds)
     binom = ClimateRegressor(["a", "index"], "e", model="pointwise", family="binomial").fit(ds)
@@ -127,6 +128,12 @@ def test_pointwise_glm_predicts_the_mean_and_the_edges_exactly():
     assert np.all(mu.values[:, 0, 0] == 0.0) and np.all(p.values[:, 0, 0] == 0.0) and np.all(p.values[:, 0, 1] == 1.0)
     assert np.all((p.values[np.isfinite(p.values)] >= 0) & (p.values[np.isfinite(p.values)] <= 1))
     assert np.isnan(mu.values[:, 1, 1]).all()
+    for model in (pois, binom):  # the edge cells' infinite intercepts are saved and loaded
+        path = tmp_path / f"{model.family}.npz"
+        model.save(path)
+        again = dask_dgd.load(path)
+        xr.testing.assert_identical(again.intercept_, model.intercept_)
+        xr.testing.assert_identical(again.predict(ds).compute(), model.predict(ds).compute())
     # a GLM is scored by the R^2 of its mean, like the pooled models
     assert 0.0 < pois.score(ds) < 1.0
 
