@@ -1,6 +1,7 @@
 """The linear estimators' shell over :func:`dask_dgd.train`: constraints, input shaping,
 training, the fitted attributes, predict."""
 
+import math
 import numbers
 import warnings
 
@@ -48,7 +49,7 @@ def non_convergence_message(name, result, mode, max_iter, tol):
     unit = "epochs" if result.solver == "sgd" or mode != "sync" else "iterations"
     gap = ""
     if result.gap is not None:
-        where = result.history.attrs.get("coordinates", "original") if result.history is not None else "original"
+        where = result.history_attrs.get("coordinates", "original")
         cols = "standardised columns" if where != "original" else "the features' units"
         gap = f"; the largest gradient entry is {result.gap:.3g} ({cols}) against tol={tol:g}"
     if result.solver in ("newton", "cd"):
@@ -438,7 +439,9 @@ class DGDLinearModel(InferenceMixin, ClientParamMixin, BaseEstimator):
                 validator = self._validator(val, objective, split_every)
             result = train(
                 objective, shards, penalty=Penalty(alpha=float(self.alpha), l1_ratio=float(self.l1_ratio)),
-                **self._training_kwargs(), resume=resume, fingerprint=self._fingerprint(), validator=validator,
+                **self._training_kwargs(), resume=resume, validator=validator,
+                # the full fingerprint (every parameter's repr) only matters to a checkpoint
+                fingerprint=self._fingerprint() if self.checkpoint is not None else {"estimator": type(self).__name__},
                 params0=self._initial_params(objective, baseline) if params0 is None else params0,
                 client=self.client,
             )
@@ -527,13 +530,43 @@ class DGDLinearModel(InferenceMixin, ClientParamMixin, BaseEstimator):
             self._set_coef(coef, intercept)
         self.n_iter_ = result.n_iter
         self.converged_ = bool(result.converged)
-        self.history_ = result.history
-        self.loss_curve_ = self.history_["loss"].tolist() if len(self.history_) else []
+        # history_ builds the DataFrame when first asked for (a small fit's tenth)
+        self.__dict__.pop("_history_frame", None)
+        self._history_records = (result.records, result.history_attrs)
+        if "history" in vars(result):  # already built (cached_property)
+            self.history_ = result.history
+        self.loss_curve_ = [math.nan if r.get("loss") is None else float(r["loss"]) for r in result.records]
         self._optimizer_ = result.optimizer
         self._opt_state_ = result.opt_state
         self.solver_ = result.solver
         self.split_every_ = result.split_every
         self.bytes_communicated_ = result.bytes_communicated
+
+    @property
+    def history_(self):
+        """One row per step of the last fit: a pandas DataFrame, built from the steps'
+        records the first time it is asked for (a fit of a few thousand rows would
+        otherwise spend a tenth of its time on it)."""
+        frame = self.__dict__.get("_history_frame")
+        if frame is None:
+            if "_history_records" not in self.__dict__:
+                raise AttributeError(f"'{type(self).__name__}' object has no attribute 'history_'")
+            import pandas as pd
+
+            records, attrs = self.__dict__.pop("_history_records")
+            frame = self._history_frame = pd.DataFrame.from_records(records)
+            frame.attrs.update(attrs)
+        return frame
+
+    @history_.setter
+    def history_(self, frame):
+        self.__dict__.pop("_history_records", None)
+        self._history_frame = frame
+
+    @history_.deleter
+    def history_(self):
+        if self.__dict__.pop("_history_frame", None) is None and self.__dict__.pop("_history_records", None) is None:
+            raise AttributeError("history_")
 
     def sparsify(self):
         """Store ``coef_`` as a SciPy CSR matrix of shape ``(n_outputs, n_features)``
