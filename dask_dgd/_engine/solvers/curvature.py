@@ -159,27 +159,32 @@ def block_scaled_gram(objective: LinearObjective, params: np.ndarray, X: Any, y:
     outputs."""
     q = objective.n_features + objective.fit_intercept
     k = objective.n_outputs
-    if k == 1:
+    inv = np.ones(q)
+    inv[:scaling.scale.size] = 1.0 / scaling.scale  # scaling the small matrix is exact to rounding
+    if k == 1:  # the common case without the bookkeeping of output pairs
         a, _ = _working(objective, params, X, y, sample_weight)
-        weights = {(0, 0): np.sqrt(a)}
-    else:
-        W = _output_blocks(objective, params, X, y, sample_weight)
-        weights = {(r, c): W[:, r, c] for r in range(k) for c in range(r, k)}
+        root = np.sqrt(a)
+        H1: np.ndarray | None = None
+        for start, stop, A in _scaled_slices(objective, X, scaling, 0, scale=False):
+            A *= root[start:stop, None]  # (the slice is this call's own array)
+            G = A.T @ A  # NumPy's symmetric rank-k product (BLAS syrk)
+            H1 = G if H1 is None else H1 + G
+        if H1 is None:
+            H1 = np.zeros((q, q))
+        # the upper triangle mirrored (adding zeros turns a -0.0 into 0.0, as before)
+        H1 = np.triu(H1) + np.triu(H1, 1).T
+        return H1 * inv[:, None] * inv[None, :]
+    W = _output_blocks(objective, params, X, y, sample_weight)
+    weights = {(r, c): W[:, r, c] for r in range(k) for c in range(r, k)}
     H = np.zeros((q, k, q, k))
     for start, stop, A in _scaled_slices(objective, X, scaling, 0, scale=False):
         for (r, c), w in weights.items():
-            if k == 1:
-                B = A * w[start:stop, None]
-                G = B.T @ B  # NumPy's symmetric rank-k product (BLAS syrk)
-            else:
-                G = A.T @ (A * w[start:stop, None])
+            G = A.T @ (A * w[start:stop, None])
             H[:, r, :, c] += G
             if r != c:
                 H[:, c, :, r] += G.T
     H = H.reshape(q * k, q * k)
     H = np.triu(H) + np.triu(H, 1).T
-    inv = np.ones(q)
-    inv[:scaling.scale.size] = 1.0 / scaling.scale  # scaling the small matrix is exact to rounding
     inv = np.repeat(inv, k)
     return H * inv[:, None] * inv[None, :]
 
