@@ -530,10 +530,11 @@ class DGDLinearModel(InferenceMixin, ClientParamMixin, BaseEstimator):
             self._set_coef(coef, intercept)
         self.n_iter_ = result.n_iter
         self.converged_ = bool(result.converged)
-        # history_ builds the DataFrame when first asked for (a small fit's tenth)
-        self.__dict__.pop("_history_frame", None)
+        # history_ is built when first asked for (__getattr__), unless it already is
+        self.__dict__.pop("history_", None)
         self._history_records = (result.records, result.history_attrs)
-        if "history" in vars(result):  # already built (cached_property)
+        if "history" in vars(result):  # (a cached_property)
+            del self._history_records
             self.history_ = result.history
         self.loss_curve_ = [math.nan if r.get("loss") is None else float(r["loss"]) for r in result.records]
         self._optimizer_ = result.optimizer
@@ -542,31 +543,27 @@ class DGDLinearModel(InferenceMixin, ClientParamMixin, BaseEstimator):
         self.split_every_ = result.split_every
         self.bytes_communicated_ = result.bytes_communicated
 
-    @property
-    def history_(self):
-        """One row per step of the last fit: a pandas DataFrame, built from the steps'
-        records the first time it is asked for (a fit of a few thousand rows would
-        otherwise spend a tenth of its time on it)."""
-        frame = self.__dict__.get("_history_frame")
-        if frame is None:
-            if "_history_records" not in self.__dict__:
-                raise AttributeError(f"'{type(self).__name__}' object has no attribute 'history_'")
+    def __getstate__(self):
+        # saved and pickled with history_ as the DataFrame, under its own name (the
+        # format's loader knows the fitted attributes by name)
+        state = super().__getstate__()
+        if state.pop("_history_records", None) is not None:
+            state["history_"] = self.history_
+        return state
+
+    def __getattr__(self, name):
+        # only for names not found otherwise: history_ of a fit whose DataFrame is not
+        # built yet is built here, once, from the steps' records (a fit of a few thousand
+        # rows would otherwise spend a tenth of its time on it)
+        if name == "history_" and "_history_records" in self.__dict__:
             import pandas as pd
 
             records, attrs = self.__dict__.pop("_history_records")
-            frame = self._history_frame = pd.DataFrame.from_records(records)
+            frame = pd.DataFrame.from_records(records)
             frame.attrs.update(attrs)
-        return frame
-
-    @history_.setter
-    def history_(self, frame):
-        self.__dict__.pop("_history_records", None)
-        self._history_frame = frame
-
-    @history_.deleter
-    def history_(self):
-        if self.__dict__.pop("_history_frame", None) is None and self.__dict__.pop("_history_records", None) is None:
-            raise AttributeError("history_")
+            self.history_ = frame
+            return frame
+        raise AttributeError(f"'{type(self).__name__}' object has no attribute {name!r}")
 
     def sparsify(self):
         """Store ``coef_`` as a SciPy CSR matrix of shape ``(n_outputs, n_features)``
