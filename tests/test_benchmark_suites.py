@@ -781,3 +781,25 @@ def test_accuracy_suite_tiny():
         accuracy.run("small", problems=("nist2",))
     with pytest.raises(TypeError, match=r"unknown parameters for the accuracy suite: \['rows'\]"):
         accuracy.run("small", rows=10)
+
+
+def test_small_data_suite_tiny():
+    pytest.importorskip("glum")
+    from benchmarks.suites import SUITES, small_data
+
+    assert small_data.NAME in SUITES and small_data.DESCRIPTION and set(small_data.SIZES) == {"small", "full"}
+    X, y = small_data.nmes1988()
+    assert X.shape == (4406, 17) and y.shape == (4406,)  # the Deb-Trivedi covariates
+    result = small_data.run("small", repeats=1, fits=1, logistic_rows=2_000, first_fit_runs=1, demo=False,
+                            log=lambda msg: None)
+    _check_result(result)
+    json.dumps(_jsonable(result["data"]))
+    warm = result["data"]["warm"]
+    assert set(warm) == {"poisson", "logistic"} and all(t > 0 for tools in warm.values() for t in tools.values())
+    (first,) = result["data"]["first_fits"]
+    assert first["first"] > 0 and first["warm"] > 0 and result["data"]["demo_compile_s"] is None
+    for target in ("<= 2.0x", "<= 1.5x", "<= 0.5 s"):
+        assert target in result["table"]
+    assert all(row.endswith(("| met |", "| missed |")) for row in result["table"].splitlines()[2:])
+    with pytest.raises(TypeError, match=r"unknown parameters for the small_data suite: \['nope'\]"):
+        small_data.run("small", nope=1)
