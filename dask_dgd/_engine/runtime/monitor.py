@@ -6,7 +6,7 @@ import contextlib
 import contextvars
 import logging
 import time
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from .records import RECORD_FIELDS
 
@@ -143,10 +143,11 @@ def communicated(history: pd.DataFrame | Sequence[Mapping[str, Any]]) -> dict[st
     the tree raw and as sent, down to the groups, all, and the compression ratio of the
     way up."""
     def total(key: str) -> int:
-        if not isinstance(history, (list, tuple)):  # a DataFrame
-            return int(history[key].fillna(0).sum()) if len(history) else 0
-        # the records' byte counts are whole numbers: any order of summing them is exact
-        return int(sum(v for v in (r.get(key) for r in history) if v is not None and v == v))
+        if isinstance(history, (list, tuple)):
+            # the records' byte counts are whole numbers: any order of summing them is exact
+            return int(sum(v for v in (r.get(key) for r in history) if v is not None and v == v))
+        frame = cast("pd.DataFrame", history)
+        return int(frame[key].fillna(0).sum()) if len(frame) else 0
 
     up_raw, up, down = total("bytes_up_raw"), total("bytes_up"), total("bytes_down")
     return {
