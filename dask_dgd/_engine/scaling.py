@@ -256,10 +256,12 @@ class ScaledTraining:
             return sums, local_grad
         from .solvers.curvature import block_r_factor, block_scaled_gram, with_block_extra
 
-        fn, key = (block_r_factor, "r") if self.curvature == "qr" else (block_scaled_gram, "hessian")
         obj = self.base.objective
-        return with_block_extra(sums, shard, key,
-                                lambda b: fn(obj, original, b.X, b.y, b.sample_weight, self.scaling)), local_grad
+        if self.curvature == "qr":
+            return with_block_extra(sums, shard, "r", lambda b: block_r_factor(
+                obj, original, b.X, b.y, b.sample_weight, self.scaling)), local_grad
+        return with_block_extra(sums, shard, "hessian", lambda b: block_scaled_gram(
+            obj, original, b.X, b.y, b.sample_weight, self.scaling, memory, ("centred", b.index))), local_grad
 
     # ------------------------------------------------------------- driver side
     def finish(self, partial: Partial, params: np.ndarray) -> tuple[float, np.ndarray]:
