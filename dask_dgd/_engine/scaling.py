@@ -157,7 +157,9 @@ def _weighted_moments(X: Any, w: np.ndarray, centre: bool) -> tuple[np.ndarray, 
     X = np.asarray(X, dtype=np.float64)
     mean = w @ X / total
     c = mean if centre else np.zeros_like(mean)
-    return mean, w @ (X - c) ** 2 / total
+    D = X - c  # squared in place: one temporary of X's size, not two
+    np.square(D, out=D)
+    return mean, w @ D / total
 
 
 def ridge_level(objective: LinearObjective, penalty: Penalty) -> float:
