@@ -402,11 +402,16 @@ class CellNewton(Solver):
         self.family, self.alpha, self.tol = family, float(alpha), float(tol)
         self.split_every, self.client, self.target = split_every, client, target
         self.index = "t" + "abcdefgh"[: fields.weight.ndim]
-        space_nb = fields.weight.numblocks
-        self.fields = _cached(fields, client)
-        self.state = fields.weight.map_blocks(initial_state, self.p, new_axis=fields.weight.ndim,
-                                              chunks=fields.weight.chunks + ((state_width(self.p),),),
-                                              dtype=np.float64)
+        if fields.in_process:  # one NumPy block: the passes call the block functions directly
+            space_nb = (1,) * fields.weight.ndim
+            self.fields = fields
+            self.state = initial_state(fields.weight, self.p)
+        else:
+            space_nb = fields.weight.numblocks
+            self.fields = _cached(fields, client)
+            self.state = fields.weight.map_blocks(initial_state, self.p, new_axis=fields.weight.ndim,
+                                                  chunks=fields.weight.chunks + ((state_width(self.p),),),
+                                                  dtype=np.float64)
         self.active = dict.fromkeys(np.ndindex(*space_nb), True)
         self.objective = np.zeros(space_nb)  # each chunk's objective sum, kept when its cells stop
         self.passes = 0
@@ -432,22 +437,10 @@ class CellNewton(Solver):
     def _pass(self, first):
         """One pass: the statistics at the cells' points, their Newton update, the record."""
         t0 = time.perf_counter()
-        p, index, fields = self.p, self.index, self.fields
-        space_nb = fields.weight.numblocks
-        stats = da.blockwise(
-            glm_stats, index + "s", fields.order, None, self.family, None, first, None, self.state[..., :p],
-            index[1:] + "p", *fields.blockwise_args(index), new_axes={"s": n_stats(p)},
-            adjust_chunks={"t": lambda n: 1}, concatenate=True, dtype=np.float64,
-            meta=np.empty((0,) * (len(index) + 1)),
-        )
-        total = stats.sum(axis=0, split_every=self.split_every)
-        new = da.map_blocks(newton_update, self.state, total, p, self.family, self.alpha, self.tol, first,
-                            dtype=np.float64, chunks=self.state.chunks)
-        summary = da.map_blocks(_summary, self.state, new, total, p, self.alpha, first, dtype=np.float64,
-                                chunks=tuple((1,) * n for n in space_nb) + ((len(SUMMARY),),))
-        state = _select(new, self.state, self.active)
-        summary = _select(summary, None, self.active)
-        self.state, counts = _persist_and_count(state, summary, self.client)
+        if self.fields.in_process:
+            counts = self._pass_in_process(first)
+        else:
+            counts = self._pass_lazily(first)
         self.passes += 1
         if first:
             self._check_start(counts)
@@ -464,6 +457,39 @@ class CellNewton(Solver):
             cells_iterating=int(np.sum(counts[..., 0])),
         )
         return Outcome([record])
+
+    def _pass_in_process(self, first):
+        """One pass over a grid that is one NumPy block: the statistics, update and
+        summary of :meth:`_pass_lazily`'s graph, called directly (its time-axis sum
+        over one block is that block: the same values)."""
+        p, fields = self.p, self.fields
+        stats = glm_stats(fields.order, self.family, first, self.state[..., :p], fields.y, fields.weight,
+                          *fields.full, *fields.time)[0]
+        new = newton_update(self.state, stats, p, self.family, self.alpha, self.tol, first)
+        counts = _summary(self.state, new, stats, p, self.alpha, first)
+        self.state = new
+        return counts
+
+    def _pass_lazily(self, first):
+        """One pass as a dask graph: the new state persisted, the chunks' summaries
+        computed (:func:`_summary`)."""
+        p, index, fields = self.p, self.index, self.fields
+        space_nb = fields.weight.numblocks
+        stats = da.blockwise(
+            glm_stats, index + "s", fields.order, None, self.family, None, first, None, self.state[..., :p],
+            index[1:] + "p", *fields.blockwise_args(index), new_axes={"s": n_stats(p)},
+            adjust_chunks={"t": lambda n: 1}, concatenate=True, dtype=np.float64,
+            meta=np.empty((0,) * (len(index) + 1)),
+        )
+        total = stats.sum(axis=0, split_every=self.split_every)
+        new = da.map_blocks(newton_update, self.state, total, p, self.family, self.alpha, self.tol, first,
+                            dtype=np.float64, chunks=self.state.chunks)
+        summary = da.map_blocks(_summary, self.state, new, total, p, self.alpha, first, dtype=np.float64,
+                                chunks=tuple((1,) * n for n in space_nb) + ((len(SUMMARY),),))
+        state = _select(new, self.state, self.active)
+        summary = _select(summary, None, self.active)
+        self.state, counts = _persist_and_count(state, summary, self.client)
+        return counts
 
     def _check_start(self, counts):
         """The start pass's input checks: targets in the family's range, some data."""
@@ -483,6 +509,9 @@ class CellNewton(Solver):
         """``(coef (*space, p), passes, None, None)`` (no optimizer); the cells' rows and
         which cells are still iterating are kept as ``count`` and ``left``."""
         p, state = self.p, self.state
+        if self.fields.in_process:
+            self.count, self.left = state[..., 3 * p + 3], state[..., 3 * p + 2] == ACTIVE
+            return final_coef(state, p), self.passes, None, None
         final = state.map_blocks(final_coef, p, chunks=state.chunks[:-1] + ((p,),), dtype=np.float64)
         coef, self.count, self.left = _gather(self.client, final, state[..., 3 * p + 3],
                                               state[..., 3 * p + 2] == ACTIVE)
