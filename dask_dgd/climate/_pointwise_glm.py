@@ -3,17 +3,19 @@
 A batched Newton method (IRLS) over all cells at once.  The first pass is the classic
 IRLS start from the data (R's ``glm``: the working response at ``mu = y + 0.1``,
 binomial ``(y + 1/2) / 2``), solved as one weighted least-squares step per cell; each
-later pass over the data maps
-every (time chunk, spatial chunk) block to its cells' Newton statistics at the cells'
-current coefficients (:func:`glm_stats`: Fisher information, score, deviance), sums
-them over the time chunks (a tree reduction per spatial chunk, as for the gaussian
+later pass over the data maps every (time chunk, spatial chunk) block to the Newton
+statistics of its cells still iterating at their current coefficients
+(:func:`glm_stats_of_state`, :func:`glm_stats`: Fisher information, score, deviance),
+sums them over the time chunks (a tree reduction per spatial chunk, as for the gaussian
 models) and updates every cell of a spatial chunk in one NumPy step
 (:func:`newton_update`).  The per-cell state (coefficients, last accepted point, step,
 objective) lives with its spatial chunk between passes (persisted on the cluster); the
 driver sees only a small summary of each chunk (:func:`_summary`: its cells still
 iterating, their objective, the largest gradient), and chunks whose cells have all
 converged are not read again.  Inputs that fit in a quarter of the memory at hand are
-kept in memory between passes (:func:`_cached`).
+kept in memory between passes (:func:`_cached`).  A grid that is one NumPy block (see
+:class:`~._design.Fields`'s ``in_process``) skips the graphs: each pass calls the same
+block functions directly on it, with the same values.
 
 The passes are steps of the one driver loop (:class:`~dask_dgd._engine.loop.Loop`):
 :class:`CellNewton` is its solver, so a fit has the records (``history_``), callbacks,
@@ -61,7 +63,8 @@ from ._kernels import BINOMIAL, POISSON
 from ._namespace import align, to_host
 from ._pointwise import kernel_inputs, masked_design, solve_spd
 
-__all__ = ["GLM_FAMILIES", "CellNewton", "fit_cells", "glm_stats", "glm_stats_xp", "newton_update"]
+__all__ = ["GLM_FAMILIES", "CellNewton", "fit_cells", "glm_stats", "glm_stats_of_state", "glm_stats_xp",
+           "newton_update"]
 
 GLM_FAMILIES = {"poisson": POISSON, "binomial": BINOMIAL}
 
@@ -122,6 +125,32 @@ def glm_stats(order, family, start, coef, yb, wb, *blocks):
 
 
 ROWS_ELEMENTS = 2**18  # the NumPy stage of :func:`glm_stats` works on this many values at a time
+
+
+def glm_stats_of_state(order, family, start, state, yb, wb, *blocks):
+    """:func:`glm_stats` at the points of a spatial chunk's ``state`` (``(*space,
+    3p+5)``, see :func:`state_width`), computed for its cells still iterating only
+    (NumPy blocks after the start): the columns of those cells gathered, the others'
+    statistics left at zero, as no pass reads them (:func:`newton_update` and
+    :func:`_summary` use the statistics of the cells that were iterating).  Each
+    cell's statistics are those :func:`glm_stats` gives it among all the cells, as
+    every cell's sums run on its own values only; a pass late in the fit, when most
+    cells have converged, costs what its cells still iterating cost."""
+    p = len(order) + 1
+    coef = state[..., :p]
+    active = state[..., 3 * p + 2] == ACTIVE
+    numpy_blocks = all(type(b) is np.ndarray for b in (yb, wb, *blocks))
+    if start or not numpy_blocks or active.all():
+        return glm_stats(order, family, start, coef, yb, wb, *blocks)
+    n_t = yb.shape[0]
+    out = np.zeros((1,) + tuple(yb.shape[1:]) + (n_stats(p),))
+    idx = np.flatnonzero(active.reshape(-1))
+    if idx.size:
+        full, timef = split_fields(order, blocks)
+        stats = glm_stats(order, family, False, coef.reshape(-1, p)[idx], yb.reshape(n_t, -1)[:, idx],
+                          wb.reshape(-1)[idx], *[b.reshape(n_t, -1)[:, idx] for b in full], *timef)
+        out.reshape(-1, n_stats(p))[idx] = stats[0]
+    return out
 
 
 def _means(family, eta, mu, aux):
@@ -463,8 +492,8 @@ class CellNewton(Solver):
         summary of :meth:`_pass_lazily`'s graph, called directly (its time-axis sum
         over one block is that block: the same values)."""
         p, fields = self.p, self.fields
-        stats = glm_stats(fields.order, self.family, first, self.state[..., :p], fields.y, fields.weight,
-                          *fields.full, *fields.time)[0]
+        stats = glm_stats_of_state(fields.order, self.family, first, self.state, fields.y, fields.weight,
+                                   *fields.full, *fields.time)[0]
         new = newton_update(self.state, stats, p, self.family, self.alpha, self.tol, first)
         counts = _summary(self.state, new, stats, p, self.alpha, first)
         self.state = new
@@ -476,7 +505,7 @@ class CellNewton(Solver):
         p, index, fields = self.p, self.index, self.fields
         space_nb = fields.weight.numblocks
         stats = da.blockwise(
-            glm_stats, index + "s", fields.order, None, self.family, None, first, None, self.state[..., :p],
+            glm_stats_of_state, index + "s", fields.order, None, self.family, None, first, None, self.state,
             index[1:] + "p", *fields.blockwise_args(index), new_axes={"s": n_stats(p)},
             adjust_chunks={"t": lambda n: 1}, concatenate=True, dtype=np.float64,
             meta=np.empty((0,) * (len(index) + 1)),

@@ -103,3 +103,30 @@ def test_a_grid_of_several_dask_blocks_keeps_the_dask_path():
     assert tasks > 0
     reference = ClimateRegressor(["a", "index"], "y", model="pointwise").fit(ds)
     np.testing.assert_allclose(model.coef_.values, reference.coef_.values, rtol=1e-12)
+
+
+def test_glm_statistics_are_computed_for_the_cells_still_iterating_only():
+    """The statistics of a state's active cells equal those of all the cells, bit for
+    bit; the others' are zeros (no pass reads them)."""
+    from dask_dgd.climate._pointwise_glm import ACTIVE, CONVERGED, glm_stats, glm_stats_of_state, initial_state
+
+    rng = np.random.default_rng(3)
+    T, Y, X, p = 40, 3, 5, 3
+    x = rng.normal(size=(T, Y, X))
+    z = rng.normal(size=T)
+    y = rng.poisson(2.0, size=(T, Y, X)).astype(float)
+    y[4, 1, 2] = np.nan
+    w = rng.uniform(0.5, 1.0, size=(Y, X))
+    state = initial_state(w, p)
+    state[..., :p] = rng.normal(0, 0.3, size=(Y, X, p))
+    active = rng.random((Y, X)) < 0.5
+    state[..., 3 * p + 2] = np.where(active, ACTIVE, CONVERGED)
+    order = [(0, 0), (1, 0)]
+    whole = glm_stats(order, "poisson", False, state[..., :p], y, w, x, z)
+    got = glm_stats_of_state(order, "poisson", False, state, y, w, x, z)
+    assert got.shape == whole.shape and active.any() and not active.all()
+    np.testing.assert_array_equal(got[0][active], whole[0][active])
+    assert not got[0][~active].any()
+    # the start pass reads every cell, whatever the status
+    np.testing.assert_array_equal(glm_stats_of_state(order, "poisson", True, state, y, w, x, z),
+                                  glm_stats(order, "poisson", True, state[..., :p], y, w, x, z))
