@@ -62,7 +62,9 @@ class ClimateRegressor(ClientParamMixin, BaseEstimator):
         cells are fitted by Newton's method (IRLS) for all cells at once: each pass
         over the data sums the cells' Hessians and scores over the time chunks, with
         step halving, until every cell has converged (see ``tol``); a spatial chunk
-        whose cells have all converged is not read again.
+        whose cells have all converged is not read again.  A Dataset in memory
+        (NumPy-backed) whose grid is one dask chunk (dask's ``"auto"`` chunks) is
+        fitted in this process, without Dask, with the same results.
     sample_dims : "auto" or tuple of str, default="auto"
         Dimensions whose cells are the samples.  ``"auto"``: the target's dimensions,
         each recognised as time, latitude-like (Y: ``lat``, ``latitude``, ``y``,
