@@ -95,33 +95,45 @@ def glm_stats(order, family, start, coef, yb, wb, *blocks):
             xp.reshape(wb, (-1,)), [xp.reshape(b, (n_t, -1)) for b in full], list(timef),
         ))
         return out.reshape((1,) + space + (out.shape[1],))
+    inputs = kernel_inputs(order, yb, wb, full, timef)
+    cells = np.arange(inputs[4].shape[1])
+    out = _stats_of_cells(family, start, np.asarray(coef, dtype=np.float64).reshape(-1, p), inputs, cells).T
+    return out.reshape((1,) + space + (out.shape[1],))
+
+
+def _stats_of_cells(family, start, coef, inputs, cells):
+    """The Numba path of :func:`glm_stats`: the statistics ``(p*p + p + 6, k)`` of the
+    cells ``cells`` (k,) of a block's :func:`~._pointwise.kernel_inputs` at their
+    coefficients ``coef`` (k, p), read in place (no copy of the block's columns).
+    Each cell's sums run over its own values in time order, so they do not depend on
+    which other cells are computed with it."""
     from ._kernels import glm_acc_kernel, glm_eta_kernel
 
-    inputs = kernel_inputs(order, yb, wb, full, timef)
-    y = inputs[4]
-    cells = y.shape[1]
-    coefT = np.ascontiguousarray(np.asarray(coef, dtype=np.float64).reshape(-1, p).T)
-    acc = np.zeros((n_stats(p), cells))
-    rows = min(n_t, max(1, ROWS_ELEMENTS // max(cells, 1)))  # a few MiB of rows at a time
+    n_t = inputs[4].shape[0]
+    p = coef.shape[1]
+    k = cells.size
+    coefT = np.ascontiguousarray(coef.T)
+    acc = np.zeros((n_stats(p), k))
+    rows = min(n_t, max(1, ROWS_ELEMENTS // max(k, 1)))  # a few MiB of rows at a time
     # buffers reused for every piece: a worker's nanny sets MALLOC_TRIM_THRESHOLD_, so
     # each fresh MiB-sized temporary would be a new mmap and its page faults (2.8x slower)
-    buf = np.empty((3, rows, cells))
-    scratch = np.empty((p + 4, cells))
+    buf = np.empty((3, rows, k))
+    scratch = np.empty((p + 4, k))
     with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
         for t0 in range(0, n_t, rows):
             n = min(rows, n_t - t0)
             eta, mu, aux = buf[0, :n], buf[1, :n], buf[2, :n]
             if start:
-                _start_means(family, y[t0:t0 + n], eta, mu, aux)
+                ys = inputs[4][t0:t0 + n]
+                _start_means(family, ys if k == ys.shape[1] else ys[:, cells], eta, mu, aux)
             else:
-                glm_eta_kernel(*inputs[:4], coefT, t0, eta)
+                glm_eta_kernel(*inputs[:4], cells, coefT, t0, eta)
                 _means(family, eta, mu, aux)
-            glm_acc_kernel(*inputs, t0, eta, mu, aux, GLM_FAMILIES[family], bool(start), scratch, acc)
+            glm_acc_kernel(*inputs, cells, t0, eta, mu, aux, GLM_FAMILIES[family], bool(start), scratch, acc)
     for i in range(p):  # the Hessian's lower triangle from its upper one
         for j in range(i):
             acc[i * p + j] = acc[j * p + i]
-    out = acc.T
-    return out.reshape((1,) + space + (out.shape[1],))
+    return acc
 
 
 ROWS_ELEMENTS = 2**18  # the NumPy stage of :func:`glm_stats` works on this many values at a time
@@ -130,7 +142,8 @@ ROWS_ELEMENTS = 2**18  # the NumPy stage of :func:`glm_stats` works on this many
 def glm_stats_of_state(order, family, start, state, yb, wb, *blocks):
     """:func:`glm_stats` at the points of a spatial chunk's ``state`` (``(*space,
     3p+5)``, see :func:`state_width`), computed for its cells still iterating only
-    (NumPy blocks after the start): the columns of those cells gathered, the others'
+    (NumPy blocks after the start): those cells read in place by their indices (no
+    copy of their columns, which cost as much as the statistics), the others'
     statistics left at zero, as no pass reads them (:func:`newton_update` and
     :func:`_summary` use the statistics of the cells that were iterating).  Each
     cell's statistics are those :func:`glm_stats` gives it among all the cells, as
@@ -142,14 +155,13 @@ def glm_stats_of_state(order, family, start, state, yb, wb, *blocks):
     numpy_blocks = all(type(b) is np.ndarray for b in (yb, wb, *blocks))
     if start or not numpy_blocks or active.all():
         return glm_stats(order, family, start, coef, yb, wb, *blocks)
-    n_t = yb.shape[0]
     out = np.zeros((1,) + tuple(yb.shape[1:]) + (n_stats(p),))
     idx = np.flatnonzero(active.reshape(-1))
     if idx.size:
         full, timef = split_fields(order, blocks)
-        stats = glm_stats(order, family, False, coef.reshape(-1, p)[idx], yb.reshape(n_t, -1)[:, idx],
-                          wb.reshape(-1)[idx], *[b.reshape(n_t, -1)[:, idx] for b in full], *timef)
-        out.reshape(-1, n_stats(p))[idx] = stats[0]
+        inputs = kernel_inputs(order, yb, wb, full, timef)
+        stats = _stats_of_cells(family, False, coef.reshape(-1, p)[idx], inputs, idx)
+        out.reshape(-1, n_stats(p))[idx] = stats.T
     return out
 
 
@@ -173,20 +185,34 @@ def _means(family, eta, mu, aux):
 def _start_means(family, y, eta, mu, aux):
     """R's IRLS start from the data, in place: ``mu = y + 0.1`` (binomial ``(y + 1/2)
     / 2``; values out of range clipped, they are refused anyway), ``eta`` its link and
-    ``aux`` the deviance's constant part of each value."""
-    from scipy.special import xlogy
-
+    ``aux`` the deviance's constant part of each value.  NumPy's vectorised ``log``
+    throughout (scipy's ``xlogy`` took as long as a whole Newton pass here)."""
     if family == "poisson":
         yc = np.maximum(y, 0.0)
         np.add(yc, 0.1, out=mu)
         np.log(mu, out=eta)
-        aux[...] = 2.0 * (xlogy(yc, yc) - yc)
+        _xlogx_into(yc, aux)  # 2 (y log y - y)
+        aux -= yc
+        aux *= 2.0
         return
     yc = np.clip(y, 0.0, 1.0)
     np.add(yc, 0.5, out=mu)
     np.divide(mu, 2.0, out=mu)
-    np.log(mu / (1.0 - mu), out=eta)
-    aux[...] = 2.0 * (xlogy(yc, yc) + xlogy(1.0 - yc, 1.0 - yc))
+    np.subtract(1.0, mu, out=eta)
+    np.divide(mu, eta, out=eta)
+    np.log(eta, out=eta)
+    _xlogx_into(yc, aux)  # 2 (y log y + (1 - y) log(1 - y))
+    np.subtract(1.0, yc, out=yc)
+    aux += _xlogx_into(yc, yc)
+    aux *= 2.0
+
+
+def _xlogx_into(v, out):
+    """``v log v`` (0 at ``v = 0``; ``v >= 0``) into ``out`` (may be ``v``), NaN where
+    ``v`` is NaN."""
+    pos = v > 0.0
+    np.multiply(v, np.log(v, where=pos, out=np.zeros_like(v)), out=out)
+    return out
 
 
 def _xlogx(xp, v):
