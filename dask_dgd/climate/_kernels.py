@@ -179,9 +179,11 @@ def glm_acc_kernel(full, timef, kind, pos, y, w, cells, t0, eta, mu, aux, family
     """Add rows ``t0, t0 + 1, ...`` of a block to the per-cell Newton statistics ``acc``
     (p*p + p + 6, k) of its cells ``cells`` (k,), in that order, of a Poisson
     (``family == 1``, log link) or binomial (``2``, logit) model, given the rows'
-    linear predictor ``eta``, mean ``mu`` and ``aux`` (rows, k), computed by NumPy's
+    linear predictor ``eta``, ``mu`` and ``aux`` (rows, k), computed by NumPy's
     vectorised ``exp``/``log1p`` (Numba's ``exp`` is a scalar libm call: no SVML
-    here): ``aux`` is ``log(1 + e^-|eta|)`` for binomial, and on the
+    here): ``mu`` is the mean, except for binomial after the start, where it is
+    ``e^-|eta|`` (the mean made of it here); ``aux`` is ``log(1 + e^-|eta|)`` for
+    binomial, and on the
     ``start`` pass the deviance's constant part of each value.
 
     ``acc`` rows: the weighted Hessian ``sum w v(mu) x x^T`` (upper triangle; the
@@ -239,8 +241,10 @@ def glm_acc_kernel(full, timef, kind, pos, y, w, cells, t0, eta, mu, aux, family
                 bad[c] += 1.0 if live & oor else 0.0
                 dev[c] += wc * 2.0 * (m[c] - yc * e[c]) if live & ~oor else 0.0
         else:  # 2 (y log y + (1 - y) log(1 - y)) + 2 (log(1 + e^eta) - y eta)
-            for c in range(nc):
-                wc, mc = wm[c], m[c]
+            for c in range(nc):  # the mean from m = q = e^-|eta|: 1 / (1 + q), times q where eta < 0
+                wc, qc = wm[c], m[c]
+                d = 1.0 / (qc + 1.0)
+                mc = d * qc if e[c] < 0.0 else d
                 live = wc != 0.0
                 wv[c] = wc * (mc * (1.0 - mc)) if live else 0.0
                 wr[c] = wc * (ym[c] - mc) if live else 0.0

@@ -166,20 +166,18 @@ def glm_stats_of_state(order, family, start, state, yb, wb, *blocks):
 
 
 def _means(family, eta, mu, aux):
-    """The mean ``mu`` of a linear predictor, in place (NumPy's vectorised
-    ``exp``/``log1p``), and for binomial ``aux = log(1 + e^-|eta|)`` for the deviance."""
-    np.clip(eta, -700.0, 700.0, out=mu)
+    """What :func:`~._kernels.glm_acc_kernel` needs of a linear predictor, in place
+    (NumPy's vectorised ``exp``/``log1p``): Poisson's mean ``mu``; binomial's ``mu =
+    e^-|eta|`` (the kernel makes the mean of it) and ``aux = log(1 + e^-|eta|)`` for
+    the deviance."""
     if family == "poisson":
+        np.clip(eta, -700.0, 700.0, out=mu)
         np.exp(mu, out=mu)
         return
-    q = aux
-    np.abs(eta, out=q)
-    np.negative(q, out=q)
-    np.exp(q, out=q)  # e^-|eta| in (0, 1]
-    np.add(q, 1.0, out=mu)
-    np.divide(1.0, mu, out=mu)  # 1 / (1 + q): the mean where eta >= 0
-    np.multiply(mu, q, out=mu, where=eta < 0.0)  # q / (1 + q) where eta < 0
-    np.log1p(q, out=aux)
+    np.abs(eta, out=mu)
+    np.negative(mu, out=mu)
+    np.exp(mu, out=mu)  # e^-|eta| in (0, 1]
+    np.log1p(mu, out=aux)
 
 
 def _start_means(family, y, eta, mu, aux):
@@ -209,9 +207,8 @@ def _start_means(family, y, eta, mu, aux):
 
 def _xlogx_into(v, out):
     """``v log v`` (0 at ``v = 0``; ``v >= 0``) into ``out`` (may be ``v``), NaN where
-    ``v`` is NaN."""
-    pos = v > 0.0
-    np.multiply(v, np.log(v, where=pos, out=np.zeros_like(v)), out=out)
+    ``v`` is NaN (a ufunc's ``where=`` is not vectorised: ``np.where`` is)."""
+    np.multiply(v, np.log(np.where(v > 0.0, v, 1.0)), out=out)
     return out
 
 
