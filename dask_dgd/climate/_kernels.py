@@ -52,10 +52,25 @@ def _load_step(full, timef, kind, pos, y, w, t, tv, wm, ym, xs):  # pragma: no c
     return True
 
 
+@numba.njit(cache=True, nogil=True, boundscheck=False, inline="always")
+def _take(src, cells, out):  # pragma: no cover - compiled
+    """``out[:k] = src[cells]``; a plain copy when ``cells`` is every cell (the indices
+    are increasing and distinct, so ``k == len(src)`` means ``0, 1, ...``)."""
+    nk = cells.shape[0]
+    if nk == src.shape[0]:
+        for k in range(nk):
+            out[k] = src[k]
+    else:
+        for k in range(nk):
+            out[k] = src[cells[k]]
+
+
 @numba.njit(cache=True, nogil=True, boundscheck=False)
 def _load_cells(full, timef, kind, pos, y, w, t, cells, tv, wm, ym, xs):  # pragma: no cover - compiled
-    """:func:`_load_step` for the cells ``cells`` (k,) of the block only: the buffers
-    (k,) and (p, k) hold them in that order."""
+    """:func:`_load_step` for the cells ``cells`` (k,) of the block only (increasing,
+    distinct indices): the buffers (k,) and (p, k) hold them in that order.  Each
+    value is read once (a gather only when some cells are left out); the loops after
+    it are contiguous and branch-free, so LLVM vectorises them."""
     nk = cells.shape[0]
     nf = kind.shape[0]
     for f in range(nf):
@@ -63,30 +78,31 @@ def _load_cells(full, timef, kind, pos, y, w, t, cells, tv, wm, ym, xs):  # prag
             tv[f + 1] = timef[pos[f], t]
             if not np.isfinite(tv[f + 1]):
                 return False
-    yt = y[t]
-    for k in range(nk):  # branch-free loops, one per field (vectorised)
-        c = cells[k]
-        yc, wc = yt[c], w[c]
+    _take(y[t], cells, ym)
+    _take(w, cells, wm)
+    for k in range(nk):
+        yc, wc = ym[k], wm[k]
         ok = np.isfinite(yc) & (wc > 0.0)
         wm[k] = wc if ok else 0.0
         ym[k] = yc if ok else 0.0
     for f in range(nf):
         if kind[f] == 0:
-            src = full[pos[f], t]
+            xf = xs[f + 1]
+            _take(full[pos[f], t], cells, xf)
             for k in range(nk):
-                ok = np.isfinite(src[cells[k]])
+                ok = np.isfinite(xf[k])
                 wm[k] = wm[k] if ok else 0.0
                 ym[k] = ym[k] if ok else 0.0
     xs[0, :nk] = 1.0
     for f in range(nf):
+        xf = xs[f + 1]
         if kind[f] == 0:
-            src = full[pos[f], t]
             for k in range(nk):
-                xs[f + 1, k] = src[cells[k]] if wm[k] != 0.0 else 0.0
+                xf[k] = xf[k] if wm[k] != 0.0 else 0.0
         else:
             v = tv[f + 1]
             for k in range(nk):
-                xs[f + 1, k] = v
+                xf[k] = v
     return True
 
 
@@ -150,8 +166,8 @@ POISSON, BINOMIAL = 1, 2
 @numba.njit(cache=True, nogil=True, boundscheck=False)
 def glm_eta_kernel(full, timef, kind, pos, cells, coefT, t0, eta):  # pragma: no cover - compiled
     """The linear predictor of rows ``t0, t0 + 1, ...`` of a block, ``eta`` (rows,
-    k), for the cells ``cells`` (k,) of the block at their coefficients ``coefT`` (p,
-    k); the inputs are those of :func:`cell_stats_kernel`.  Masked values are not
+    k), for the cells ``cells`` (k,, increasing indices) of the block at their
+    coefficients ``coefT`` (p, k); the inputs are those of :func:`cell_stats_kernel`.  Masked values are not
     cleared here (NaN stays NaN): :func:`glm_acc_kernel` gives them no weight."""
     nr, nk = eta.shape
     nf = kind.shape[0]
@@ -165,8 +181,12 @@ def glm_eta_kernel(full, timef, kind, pos, cells, coefT, t0, eta):  # pragma: no
             cf = coefT[f + 1]
             if kind[f] == 0:
                 src = full[pos[f], t]
-                for k in range(nk):
-                    e[k] += cf[k] * src[cells[k]]
+                if nk == src.shape[0]:  # every cell (increasing indices): no gather
+                    for k in range(nk):
+                        e[k] += cf[k] * src[k]
+                else:
+                    for k in range(nk):
+                        e[k] += cf[k] * src[cells[k]]
             else:
                 v = timef[pos[f], t]
                 for k in range(nk):
@@ -177,7 +197,7 @@ def glm_eta_kernel(full, timef, kind, pos, cells, coefT, t0, eta):  # pragma: no
 def glm_acc_kernel(full, timef, kind, pos, y, w, cells, t0, eta, mu, aux, family, start, scratch,  # pragma: no cover
                    acc):
     """Add rows ``t0, t0 + 1, ...`` of a block to the per-cell Newton statistics ``acc``
-    (p*p + p + 6, k) of its cells ``cells`` (k,), in that order, of a Poisson
+    (p*p + p + 6, k) of its cells ``cells`` (k,, increasing indices), in that order, of a Poisson
     (``family == 1``, log link) or binomial (``2``, logit) model, given the rows'
     linear predictor ``eta``, ``mu`` and ``aux`` (rows, k), computed by NumPy's
     vectorised ``exp``/``log1p`` (Numba's ``exp`` is a scalar libm call: no SVML
