@@ -147,9 +147,57 @@ def solve_users(uptr, gi, r, V, gram, mu, alpha, alpha_bias, confidence_scale, e
     else:
         g = np.ascontiguousarray(gram, dtype=np.float64)
     out = np.array(U, dtype=np.float64, order="C", copy=True)
-    _cg_users(uptr, gi, r, np.ascontiguousarray(V), g, float(mu), float(alpha), float(alpha_bias),
-              float(confidence_scale), bool(explicit), int(cg_steps), out)
+    V = np.ascontiguousarray(V)
+    args = (g, float(mu), float(alpha), float(alpha_bias), float(confidence_scale), bool(explicit), int(cg_steps))
+    cuts = user_ranges(uptr, kernel_threads())
+    if len(cuts) == 2:
+        _cg_users(uptr, gi, r, V, *args, out)
+        return out
+    # each range of users on a thread (the kernel releases the GIL); every user's
+    # solve is its own, so the rows are the same, bit for bit, for any number of threads
+    list(_pool().map(lambda ab: _cg_users(uptr[ab[0] : ab[1] + 1], gi, r, V, *args, out[ab[0] : ab[1]]),
+                     zip(cuts[:-1], cuts[1:])))
     return out
+
+
+#: Ratings per thread below which a shard's users are solved on one thread (a thread's
+#: start and join cost about what a few thousand ratings' solves do).
+MIN_RATINGS_PER_THREAD = 20_000
+_POOL = None
+
+
+def kernel_threads():
+    """The threads the kernels may use: on a Dask worker, the worker's threads; in
+    process, this machine's cores (``os.sched_getaffinity``)."""
+    import os
+
+    try:
+        from distributed import get_worker
+
+        return max(1, int(get_worker().state.nthreads))
+    except (ImportError, ValueError, AttributeError):
+        return max(1, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1)
+
+
+def user_ranges(uptr, threads):
+    """Cuts ``[0, a, b, ..., n_users]`` of the users into at most ``threads`` contiguous
+    ranges of about equal ratings (``uptr``: each user's first rating), at least
+    :data:`MIN_RATINGS_PER_THREAD` ratings each."""
+    n_users, n = uptr.shape[0] - 1, int(uptr[-1])
+    parts = max(1, min(int(threads), n // MIN_RATINGS_PER_THREAD, n_users))
+    if parts == 1:
+        return [0, n_users]
+    inner = np.searchsorted(uptr, np.arange(1, parts) * (n / parts)).tolist()
+    return sorted({0, n_users, *(min(max(c, 0), n_users) for c in inner)})
+
+
+def _pool():
+    global _POOL
+    if _POOL is None:
+        from concurrent.futures import ThreadPoolExecutor
+
+        _POOL = ThreadPoolExecutor(thread_name_prefix="dgd-als")
+    return _POOL
 
 
 def item_matvec(lu, gi, r, U, D, alpha, alpha_bias, confidence_scale, explicit, M, touched):
