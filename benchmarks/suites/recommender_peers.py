@@ -7,7 +7,12 @@ Issue targets (recommender peers), checked in the report's targets table:
    within 1% of the best tuned dask_dgd RMSE.
 2. Implicit: NDCG@10 >= implicit's ALS (defaults vs defaults, and tuned vs tuned) on
    MovieLens-small, at <= its fit time on 2 cores.
-3. Explicit: RMSE <= Surprise ``SVDpp()`` on MovieLens-small 5-fold, at <= 0.1x its time.
+3. Explicit: RMSE <= Surprise ``SVDpp()`` on MovieLens-small 5-fold, at <= 0.1x its time
+   (``svdpp_folds``: SVD++ on the first folds only, those of the cluster rows).
+4. Fold-in of a new user: NDCG@10 within 5% of refitting with that user.
+5. (Issue 43) Implicit ALS at equal rank, iterations and threads (``fresh``, ``threads``):
+   fit <= 1.0x implicit's, warm and on the first fit in a fresh process (each library
+   imported, fitted twice, in ``fresh_repeats`` child processes; medians).
 
 Method.  Explicit ratings: 5 random folds per dataset, built once from a seeded
 permutation and shared by every library; each fold's test rows are scored where their

@@ -27,6 +27,16 @@ the lowest held-out RMSE among those.  It is then refitted on all the ratings: t
 convergence (alternating least squares), or for the epochs at which it was best
 (gradient steps).  When no penalty passes, the refit is the bias model itself, its
 factors exactly zero (``alpha_`` reports the top of the path, where they vanish).
+
+On a cluster, the fits of the path are small (a fraction of the ratings, about 17 fits
+of a few dozen steps), and a step that is a round of tasks costs more than its
+arithmetic.  Up to :data:`PATH_IN_TASKS_MAX_RATINGS` ratings every worker therefore
+holds a copy of the held-out split, the fit's own shards, and each fit of the path runs
+whole in one task, one fit per worker at a time (:class:`_InTasks`): only its row and
+records (and a bias model's biases) come back.  The fits are the same, bit for bit, as
+fits whose steps are rounds of tasks (the sums merge in the same fixed tree over the
+same shards); a batch may fit a penalty past the point where the path stops, and that
+fit is dropped.  The refit on all the ratings trains on the cluster as any fit does.
 """
 
 import copy

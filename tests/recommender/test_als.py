@@ -202,7 +202,7 @@ def test_train_refuses_als_for_a_linear_model():
 
 
 @pytest.mark.parametrize("kind", ["explicit", "wls"])
-def test_users_solved_on_several_threads_are_those_of_one_thread_bit_for_bit(monkeypatch, kind):
+def test_users_and_items_on_several_threads_are_those_of_one_thread_bit_for_bit(monkeypatch, kind):
     from dask_dgd.losses import _als
 
     ratings, _ = make_ratings(500, 80, 9000, rank=3, noise=0.3, random_state=5)
@@ -221,7 +221,8 @@ def test_users_solved_on_several_threads_are_those_of_one_thread_bit_for_bit(mon
     monkeypatch.setattr(_als, "MIN_RATINGS_PER_THREAD", 1000)
     monkeypatch.setattr(_als, "kernel_threads", lambda: 3)
     three = fit()
-    assert ranges and all(len(r) == 4 for r in ranges)  # three ranges of users each time
+    # three ranges of users (8 user steps), and of items (3 item steps per later iteration), each time
+    assert {len(r) for r in ranges} == {4} and len(ranges) == 8 + 7 * 3
     np.testing.assert_array_equal(one.user_factors_, three.user_factors_)
     np.testing.assert_array_equal(one.item_factors_, three.item_factors_)
 
