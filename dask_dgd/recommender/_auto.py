@@ -284,7 +284,8 @@ def _fit_in_copy(here, alpha, n_components, alpha_bias):
 
 
 class _InTasks:
-    """The path's fits on a cluster, each whole fit one task, one per worker at a time.
+    """The path's fits on a cluster, each whole fit one task, one per worker at a time
+    (on at most as many workers as the longest grid has penalties).
 
     Every worker holds a copy of the held-out split (:func:`_path_copy`, from the
     ratings' partitions); the fits of a batch of penalties run side by side, one per
@@ -299,17 +300,14 @@ class _InTasks:
         self.client = s.executor.client
         self.token = uuid.uuid4().hex[:8]
         self._n = 0
-        workers = s.executor.workers()
+        workers = s.executor.workers()[: len(FACTOR_GRID)]  # (more would only fit past where a path stops)
         self.width = len(workers)
         est = clone(est).set_params(client=None, callbacks=None)  # (only what the fits read travels)
         task = dataclasses.replace(s, executor=None, parts=None)
         self.copies = [self._submit(_path_copy, est, task, solver, optimizer, *s.parts, worker=w,
                                     name="dgd-mf-path-copy") for w in workers]
         self.workers = workers
-        s.executor.wait(self.copies)
-        for f in self.copies:  # (an error of the setup surfaces here)
-            if f.status == "error":
-                f.result()
+        s.executor.wait(self.copies)  # (an error of the setup surfaces here)
 
     def _submit(self, fn, *args, worker, name):
         self._n += 1
