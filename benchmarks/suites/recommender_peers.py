@@ -323,6 +323,9 @@ import json, pickle, sys, time
 import numpy as np
 from threadpoolctl import threadpool_limits
 lib, path, rank, iters, threads, seed = sys.argv[1], sys.argv[2], *map(int, sys.argv[3:])
+import os
+if hasattr(os, "sched_setaffinity"):  # (threads cores: dask_dgd's kernels use the cores it may run on)
+    os.sched_setaffinity(0, sorted(os.sched_getaffinity(0))[:threads])
 with open(path, "rb") as f:
     pos, users = pickle.load(f)
 t0 = time.perf_counter()
@@ -331,7 +334,7 @@ if lib == "dask_dgd":
     def fit():
         est = ImplicitMatrixFactorization(loss="wls", solver="als", n_components=rank, max_iter=iters, tol=0.0,
                                           random_state=seed)
-        with threadpool_limits(threads):
+        with threadpool_limits(1, user_api="blas"):
             t = time.perf_counter(); est.fit(pos); wall = time.perf_counter() - t
         return wall, est.recommend(users, k=10, exclude_seen=True)[0]
 else:
@@ -358,9 +361,10 @@ print(json.dumps({"import": imported, "first": first, "warm": warm, "recs": recs
 
 def implicit_fresh(name, pos, relevant, p, unavailable, log):
     """Target 5: dask_dgd's alternating least squares (``loss="wls"``) and implicit's at
-    the same rank, iterations and threads (``p["fresh"]``, ``p["threads"]``), each in
-    fresh processes (``p["fresh_repeats"]`` of them, alternating): the library's import,
-    its first fit (what it loads or compiles then included) and a second fit (warm),
+    the same rank, iterations and threads (``p["fresh"]``, ``p["threads"]``: each child
+    runs on that many cores, each library's kernels use them, BLAS one thread as
+    implicit advises, for both), each in fresh processes (``p["fresh_repeats"]`` of them,
+    alternating): the library's import, its first fit (what it loads or compiles then included) and a second fit (warm),
     medians over the processes; NDCG@10 of the first fit."""
     import json
     import os
