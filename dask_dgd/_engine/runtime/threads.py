@@ -46,7 +46,7 @@ def _own_hosts() -> frozenset[str]:
     hosts = set(names)
     for name in names:
         with contextlib.suppress(OSError):
-            hosts.update(info[4][0] for info in socket.getaddrinfo(name, None))
+            hosts.update(str(info[4][0]) for info in socket.getaddrinfo(name, None))
     return frozenset(hosts)
 
 
