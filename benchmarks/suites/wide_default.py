@@ -16,17 +16,19 @@ What is timed
   ``LocalCluster`` of ``workers`` (2) single-threaded worker processes, the training
   rows persisted (the chunks generated and hashed on the workers, not timed), after an
   untimed warm-up fit of one iteration per setting (kernels compiled or loaded from
-  their cache, the workers' imports done).  The fits run in a fresh Python process (``python -c``; its cluster started there), so that
-  ``before`` (a checkout of this repository before a change: the environment variable
-  ``DGD_BENCH_BEFORE``, or ``before=``) runs in the same way, alternating with the
-  current code, ``repeats`` times each; the medians are reported.  Per fit:
+  their cache, the workers' imports done).  The fits run in a fresh Python process
+  (``python -c``; its cluster started there), so that ``before`` (a checkout of this
+  repository before a change: the environment variable ``DGD_BENCH_BEFORE``, or
+  ``before=``) runs in the same way, alternating with the current code, ``repeats``
+  times each; the medians are reported.  Per fit:
   its time, its held-out logloss, and from ``history_`` the medians over the steps of
   ``step_time`` (the distributed gradient: the broadcast, the workers' sums and their
   reduction), ``compute_time_max`` (the slowest worker's sums) and ``update_time``
   (the driver between two steps: the L-BFGS direction, line search, records).
 * **scikit-learn** ``SGDClassifier(loss="log_loss", alpha=alpha)`` (its defaults: run
   to its own stopping rule) and ``LogisticRegression(solver="lbfgs")``, in this process
-  on the in-memory CSR, one thread; median of ``repeats``.
+  on the in-memory CSR, one thread; median of ``repeats``, one of each in every round
+  before the dask_dgd fits.
 
 The target (issue 43): the default fit on 2 workers takes at most 1.0x the time
 ``SGDClassifier`` takes to its held-out logloss (and reaches that logloss).
@@ -125,22 +127,20 @@ def _dask_dgd_fits(root, p, intercept):
     return out["fits"]
 
 
-def _sklearn(data, p):
+def _sklearn(data, p, r, runs):
+    """One fit of each scikit-learn peer (repeat ``r``), appended to ``runs``."""
     from sklearn.linear_model import LogisticRegression, SGDClassifier
 
     X, y, X_test, y_test = data
-    runs = {"sgd": [], "lbfgs": []}
-    for r in range(p["repeats"]):
-        for key, est in (("sgd", SGDClassifier(loss="log_loss", alpha=p["alpha"], random_state=p["seed"] + r)),
-                         ("lbfgs", LogisticRegression(C=1.0 / (p["alpha"] * X.shape[0]), max_iter=1000))):
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore")
-                t0 = time.perf_counter()
-                est.fit(X, y)
-                wall = time.perf_counter() - t0
-            runs[key].append({"wall": wall, "logloss": logloss(y_test, est.decision_function(X_test)),
-                              "n_iter": int(np.max(est.n_iter_))})
-    return {k: {f: median([v[f] for v in vs]) for f in ("wall", "logloss", "n_iter")} for k, vs in runs.items()}
+    for key, est in (("sgd", SGDClassifier(loss="log_loss", alpha=p["alpha"], random_state=p["seed"] + r)),
+                     ("lbfgs", LogisticRegression(C=1.0 / (p["alpha"] * X.shape[0]), max_iter=1000))):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            t0 = time.perf_counter()
+            est.fit(X, y)
+            wall = time.perf_counter() - t0
+        runs[key].append({"wall": wall, "logloss": logloss(y_test, est.decision_function(X_test)),
+                          "n_iter": int(np.max(est.n_iter_))})
 
 
 def benchmark(p, log):
@@ -149,21 +149,25 @@ def benchmark(p, log):
     X_test, y_test = click_log_csr(p, "test", intercept=intercept)[:2]
     log(f"click log: {X.shape[0]:,} train + {X_test.shape[0]:,} held-out rows x 2**{int(math.log2(X.shape[1]))}, "
         f"{X.nnz / X.shape[0]:.1f} non-zeros a row")
-    result = {"n_train": int(X.shape[0]), "n_test": int(X_test.shape[0]),
-              "sklearn": _sklearn((X, y, X_test, y_test), p)}
-    for k, v in result["sklearn"].items():
-        log(f"scikit-learn {k}: {v['wall']:.2f}s, held-out logloss {v['logloss']:.5f}, {v['n_iter']} iterations")
-    del X, y
+    result = {"n_train": int(X.shape[0]), "n_test": int(X_test.shape[0])}
     roots = {"current": _REPO} if not p["before"] else {"current": _REPO, "before": str(p["before"])}
     fits = {name: [] for name in roots}
-    for _ in range(p["repeats"]):
-        for name, root in roots.items():  # alternating: the machine's load falls on both alike
+    peers = {"sgd": [], "lbfgs": []}
+    for r in range(p["repeats"]):
+        # each round: the peers, then the checkouts, so that the machine's load falls on all alike
+        _sklearn((X, y, X_test, y_test), p, r, peers)
+        for k, v in peers.items():
+            log(f"scikit-learn {k}: {v[-1]['wall']:.2f}s, held-out logloss {v[-1]['logloss']:.5f}, "
+                f"{v[-1]['n_iter']} iterations")
+        for name, root in roots.items():
             got = _dask_dgd_fits(root, p, intercept)
             fits[name].append(got)
             for f in got:
                 log(f"{name} param_sharding={f['sharding']!r}: {f['wall']:.1f}s, "
                     f"{f['n_iter']} iterations, held-out logloss {f['logloss']:.5f}, step {f['step_time']:.3f}s, "
                     f"driver update {f['update_time']:.3f}s")
+    result["sklearn"] = {k: {f: median([v[f] for v in vs]) for f in ("wall", "logloss", "n_iter")}
+                         for k, vs in peers.items()}
     result["dask_dgd"] = {name: [{k: (median([run[i][k] for run in runs]) if isinstance(runs[0][i][k], float)
                                       else runs[0][i][k]) for k in runs[0][i]} for i in range(len(p["shardings"]))]
                           for name, runs in fits.items()}
