@@ -803,3 +803,28 @@ def test_small_data_suite_tiny():
     assert all(row.endswith(("| met |", "| missed |")) for row in result["table"].splitlines()[2:])
     with pytest.raises(TypeError, match=r"unknown parameters for the small_data suite: \['nope'\]"):
         small_data.run("small", nope=1)
+
+def test_wide_default_suite_tiny():
+    """The suite's interface, and a tiny run: the default fit in a fresh process (the
+    current checkout) beside scikit-learn, its per-iteration split, and the verdict."""
+    from benchmarks.suites import wide_default
+    from benchmarks.suites.wide.problems import ZIPF_FIELDS
+
+    assert wide_default.NAME == "wide_default" and wide_default.DESCRIPTION
+    assert set(wide_default.SIZES) == {"small", "full"}
+    small = wide_default.SIZES["small"]
+    assert (small["rows"] - small["chunk_rows"], small["n_features"], small["alpha"]) == (300_000, 2**20, 1e-4)
+    assert small["rows"] == ZIPF_FIELDS["rows"] < wide_default.SIZES["full"]["rows"]
+    with pytest.raises(TypeError, match=r"unknown parameters for the wide_default suite: \['not_a_parameter'\]"):
+        wide_default.run("small", not_a_parameter=1)
+    result = wide_default.run("small", repeats=1, rows=3_000, chunk_rows=1_000, n_features=2**10,
+                              shardings=("auto",), before=None, log=lambda m: None)
+    _check_result(result)
+    data = json.loads(json.dumps(_jsonable(result["data"])))
+    (fit,) = data["dask_dgd"]["current"]
+    assert "before" not in data["dask_dgd"]
+    assert fit["sharding"] == "auto" and fit["n_iter"] >= 1 and fit["steps"] > fit["n_iter"]
+    assert fit["update_time"] >= 0 and fit["step_time"] > 0
+    assert math.isfinite(fit["logloss"]) and math.isfinite(data["sklearn"]["sgd"]["logloss"])
+    assert result["data"]["verdicts"][0].startswith("- Default fit on 2 workers <= 1.0x SGDClassifier's time")
+    assert "**met**" in result["markdown"] or "**missed**" in result["markdown"]

@@ -40,6 +40,7 @@ from .runtime.checkpoint import Checkpointer, data_fingerprint, digests_of, stab
 from .runtime.executor import auto_split_every, get_executor
 from .runtime.group_steps import group_local_export, group_local_init
 from .runtime.monitor import Monitor, communicated
+from .runtime.threads import driver_blas
 from .scaling import ScaledTraining, column_scaling, ridge_level
 from .sharded.driver import ShardedSource
 from .sharded.params import ParamLayout, dense_state, sparse_state
@@ -511,11 +512,12 @@ def train(
             solver_obj = solver_class(solver, mode, sharded, path).build(ctx, settings)
             loop = Loop(ctx, solver_obj, stops, cp)
             solver_obj.save = loop.save
-            stop = loop.run()
-            params, n_iter, opt_out, state_out = solver_obj.result()
-            gap = solver_obj.gap()
-            if scaling is not None:
-                params = scaling.to_original(params)
+            with driver_blas(shards.executor.kind, shards.workers):  # no BLAS threads spinning beside the workers
+                stop = loop.run()
+                params, n_iter, opt_out, state_out = solver_obj.result()
+                gap = solver_obj.gap()
+                if scaling is not None:
+                    params = scaling.to_original(params)
             monitor.finish(n_iter)
             local = None
             if objective.has_local:
