@@ -41,6 +41,7 @@ fit is dropped.  The refit on all the ratings trains on the cluster as any fit d
 
 import copy
 import dataclasses
+import os
 import uuid
 import warnings
 from dataclasses import dataclass
@@ -52,7 +53,7 @@ from .._backend import to_numpy
 from .._engine.train import train
 from ..exceptions import ConvergenceWarning
 from ._objective import FactorizationTraining
-from ._shards import build_rating_shards, init_rows, with_val_base
+from ._shards import RATING_BYTES, build_rating_shards, init_rows, with_val_base
 
 __all__ = ["BIAS_GRID", "FACTOR_GRID", "VALIDATION_FRACTION", "Setup", "choose_alpha"]
 
@@ -280,7 +281,12 @@ def _paired_copy(here, biases):
 
 
 def _fit_in_copy(here, alpha, n_components, alpha_bias):
-    return here([alpha], n_components, alpha_bias)[0]
+    """One path fit in a task: its row, and the warnings it raised (message and
+    category), which the driver raises again as a fit in its own process would."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        row = here([alpha], n_components, alpha_bias)[0]
+    return row, [(str(w.message), w.category) for w in caught]
 
 
 class _InTasks:
@@ -318,9 +324,13 @@ class _InTasks:
         futures = [self._submit(_fit_in_copy, c, a, n_components, alpha_bias, worker=w, name="dgd-mf-path-fit")
                    for a, c, w in zip(alphas, self.copies, self.workers)]
         try:
-            return self.client.gather(futures)
+            done = self.client.gather(futures)
         finally:
             _release(futures)
+        for _, raised in done:  # (the driver's warning filters decide, as for a fit here)
+            for message, category in raised:
+                warnings.warn(message, category, stacklevel=2)
+        return [row for row, _ in done]
 
     def pair(self, biases):
         biases = self.client.scatter(biases, broadcast=True, hash=False)
@@ -344,12 +354,34 @@ def _release(futures):
 #: (:data:`~._shards.RATING_BYTES` each, 48 MB here), and a step of such a fit
 #: computes for less time than a round of tasks takes.
 PATH_IN_TASKS_MAX_RATINGS = 2_000_000
+#: ... and whose copy (the ratings' partitions and their shards, about
+#: 2 x :data:`~._shards.RATING_BYTES` per rating) takes at most this share of every
+#: worker's memory limit: otherwise the path's fits run as rounds of tasks over the
+#: fit's own shards, whose memory check then says what does not fit.
+PATH_IN_TASKS_MEMORY_SHARE = 0.25
+
+
+def _worker_facts(dask_scheduler=None):
+    # (run on the scheduler) each worker's process id and memory limit (0: none)
+    return [(ws.pid, ws.memory_limit or 0) for ws in dask_scheduler.workers.values()]
+
+
+def _copies_fit(client, n_ratings, pid=None):
+    """Whether every worker runs in a process of its own (a task there has the whole
+    process: Python's warning filters, which a fit sets, are the process's, so fits in
+    threads of the caller's process would change the caller's) and can hold a copy of
+    the ratings (:data:`PATH_IN_TASKS_MEMORY_SHARE` of its memory limit)."""
+    copy, pid = 2 * RATING_BYTES * n_ratings, os.getpid() if pid is None else pid
+    return all(worker != pid and (limit == 0 or copy <= PATH_IN_TASKS_MEMORY_SHARE * limit)
+               for worker, limit in client.run_on_scheduler(_worker_facts))
 
 
 def _fits_of(est, s, solver, optimizer, n_ratings):
     """Where the path's fits run: :class:`_InTasks` for a cluster fit of NumPy ratings
-    up to :data:`PATH_IN_TASKS_MAX_RATINGS`, else :class:`_Here`."""
-    if s.executor.kind == "dask" and s.like is None and n_ratings <= PATH_IN_TASKS_MAX_RATINGS:
+    up to :data:`PATH_IN_TASKS_MAX_RATINGS` on workers in processes of their own whose
+    copies fit their memory (:func:`_copies_fit`), else :class:`_Here`."""
+    if (s.executor.kind == "dask" and s.like is None and n_ratings <= PATH_IN_TASKS_MAX_RATINGS
+            and _copies_fit(s.executor.client, n_ratings)):
         return _InTasks(est, s, solver, optimizer)
     return _Here(est, s, solver, optimizer)
 

@@ -167,12 +167,21 @@ def test_the_choice_does_not_depend_on_the_sharding(client):
     np.testing.assert_allclose(fitted[0], fitted[1], rtol=0, atol=0.02)
 
 
+@pytest.fixture(scope="module")
+def process_client(make_module_cluster):
+    """Two single-threaded worker processes (the path runs in tasks only on workers in
+    processes of their own)."""
+    return make_module_cluster(n_workers=2)
+
+
 @pytest.mark.parametrize("solver", ["als", "gd"])
-def test_the_path_in_tasks_is_the_path_in_rounds_bit_for_bit(client, monkeypatch, solver):
-    # on a cluster, small ratings' path fits run whole, one task per fit (one per worker
-    # at a time, on copies of the shards); every fit, the path and the refit are those of
-    # fits whose steps are rounds of tasks over the shards
+def test_the_path_in_tasks_is_the_path_in_rounds_bit_for_bit(process_client, monkeypatch, solver):
+    # on a cluster of worker processes, small ratings' path fits run whole, one task per
+    # fit (one per worker at a time, on copies of the shards); every fit, the path and the
+    # refit are those of fits whose steps are rounds of tasks over the shards
     import dask_dgd.recommender._auto as auto
+
+    client = process_client
 
     ratings, _ = make_ratings(300, 120, 6000, rank=3, noise=0.5, random_state=1)
     data = dd.from_pandas(ratings, npartitions=4)
@@ -250,3 +259,17 @@ def test_bad_alpha(alpha, message):
     ratings, _ = make_ratings(20, 10, 100, random_state=0)
     with pytest.raises(ParameterError, match=message):
         MatrixFactorization(alpha=alpha).fit(ratings)
+
+
+def test_the_path_stays_in_rounds_on_workers_in_this_process_or_short_of_memory(client):
+    # threads of this process: a fit's warning filters are the process's (the driver's
+    # warnings would go astray); a copy above a share of a worker's memory limit: the
+    # fit's own shards are checked instead
+    import dask_dgd.recommender._auto as auto
+
+    assert not auto._copies_fit(client, 1_000)
+    assert auto._copies_fit(client, 1_000, pid=-1)  # (as if the workers ran elsewhere)
+    limits = {limit for _, limit in client.run_on_scheduler(auto._worker_facts)}
+    assert 0 not in limits  # (LocalCluster's default: the machine's memory shared)
+    share = min(limits) * auto.PATH_IN_TASKS_MEMORY_SHARE / (2 * auto.RATING_BYTES)
+    assert auto._copies_fit(client, int(share), pid=-1) and not auto._copies_fit(client, int(share) + 1, pid=-1)
