@@ -48,12 +48,10 @@ def _recommender():
 
 
 def _climate():
-    from argparse import Namespace
-
     from ..climate import ClimateRegressor
-    from ._demo import _grid
+    from ._demo_grid import demo_grid
 
-    grid = _grid(Namespace(seed=0), 16)
+    grid = demo_grid(0, 16)
     ClimateRegressor(["a", "index"], "tas", model="pointwise").fit(grid.isel(time=slice(0, 24)))
 
 
