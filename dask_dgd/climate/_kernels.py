@@ -19,6 +19,18 @@ import numpy as np
 __all__ = ["BINOMIAL", "POISSON", "cell_stats_kernel", "glm_acc_kernel", "glm_eta_kernel", "spd_solve_kernel"]
 
 
+@numba.njit(cache=True, nogil=True, boundscheck=False, inline="always")
+def _time_values(timef, kind, pos, t, tv):  # pragma: no cover - compiled
+    """The time-only features' values at step ``t`` into ``tv[1:]``; False when one is
+    not finite (the whole step is then masked)."""
+    for f in range(kind.shape[0]):
+        if kind[f] == 1:
+            tv[f + 1] = timef[pos[f], t]
+            if not np.isfinite(tv[f + 1]):
+                return False
+    return True
+
+
 @numba.njit(cache=True, nogil=True, boundscheck=False)
 def _load_step(full, timef, kind, pos, y, w, t, tv, wm, ym, xs):  # pragma: no cover - compiled
     """Time step ``t`` of a block into the buffers: ``wm`` the cells' weights (0 where
@@ -27,11 +39,8 @@ def _load_step(full, timef, kind, pos, y, w, t, tv, wm, ym, xs):  # pragma: no c
     feature is not finite: the whole step is masked and the buffers are not filled."""
     nc = y.shape[1]
     nf = kind.shape[0]
-    for f in range(nf):
-        if kind[f] == 1:
-            tv[f + 1] = timef[pos[f], t]
-            if not np.isfinite(tv[f + 1]):
-                return False
+    if not _time_values(timef, kind, pos, t, tv):
+        return False
     for c in range(nc):
         ok = np.isfinite(y[t, c]) and w[c] > 0.0
         for f in range(nf):
@@ -73,11 +82,8 @@ def _load_cells(full, timef, kind, pos, y, w, t, cells, tv, wm, ym, xs):  # prag
     it are contiguous and branch-free, so LLVM vectorises them."""
     nk = cells.shape[0]
     nf = kind.shape[0]
-    for f in range(nf):
-        if kind[f] == 1:
-            tv[f + 1] = timef[pos[f], t]
-            if not np.isfinite(tv[f + 1]):
-                return False
+    if not _time_values(timef, kind, pos, t, tv):
+        return False
     _take(y[t], cells, ym)
     _take(w, cells, wm)
     for k in range(nk):

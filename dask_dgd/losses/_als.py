@@ -112,27 +112,33 @@ def _cg_users(uptr, gi, r, V, gram, mu, lam, lam_b, conf, explicit, steps, U):  
             rs = rs_next
 
 
+@numba.njit(cache=True, nogil=True, boundscheck=False, inline="always")
+def _add_rating(j, i, k, lu, r, U, D, lam, conf, explicit, M, touched):  # pragma: no cover - compiled
+    """Rating ``j`` (of item ``i``)'s terms in item ``i``'s row of ``M``: the product
+    with the item's row of ``D``, weighted, times the user's row, plus the penalty."""
+    u = lu[j]
+    s = 0.0
+    for f in range(k):
+        s += U[u, f] * D[i, f]
+    if explicit:
+        s += D[i, k]
+        w = 1.0
+    else:
+        w = conf * r[j]
+    s *= w
+    for f in range(k):
+        M[i, f] += s * U[u, f] + lam * D[i, f]
+    if explicit:
+        M[i, k] += s  # (the bias's penalty, once per item, is the driver's)
+    touched[i] = True
+
+
 @_jit
 def _item_matvec(lu, gi, r, U, D, lam, lam_b, conf, explicit, M, touched):  # pragma: no cover - compiled
     width = D.shape[1]
     k = width - 1 if explicit else width
     for j in range(gi.shape[0]):
-        u = lu[j]
-        i = gi[j]
-        s = 0.0
-        for f in range(k):
-            s += U[u, f] * D[i, f]
-        if explicit:
-            s += D[i, k]
-            w = 1.0
-        else:
-            w = conf * r[j]
-        s *= w
-        for f in range(k):
-            M[i, f] += s * U[u, f] + lam * D[i, f]
-        if explicit:
-            M[i, k] += s  # (the bias's penalty, once per item, is the driver's)
-        touched[i] = True
+        _add_rating(j, gi[j], k, lu, r, U, D, lam, conf, explicit, M, touched)
 
 
 @_jit
@@ -145,22 +151,7 @@ def _item_matvec_items(order, iptr, lo, hi, lu, gi, r, U, D, lam, lam_b, conf, e
     k = width - 1 if explicit else width
     for i in range(lo, hi):
         for jj in range(iptr[i], iptr[i + 1]):
-            j = order[jj]
-            u = lu[j]
-            s = 0.0
-            for f in range(k):
-                s += U[u, f] * D[i, f]
-            if explicit:
-                s += D[i, k]
-                w = 1.0
-            else:
-                w = conf * r[j]
-            s *= w
-            for f in range(k):
-                M[i, f] += s * U[u, f] + lam * D[i, f]
-            if explicit:
-                M[i, k] += s
-            touched[i] = True
+            _add_rating(order[jj], i, k, lu, r, U, D, lam, conf, explicit, M, touched)
 
 
 def solve_users(uptr, gi, r, V, gram, mu, alpha, alpha_bias, confidence_scale, explicit, U, cg_steps):
