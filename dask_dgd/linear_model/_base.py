@@ -555,14 +555,18 @@ class DGDLinearModel(InferenceMixin, ClientParamMixin, BaseEstimator):
         # only for names not found otherwise: history_ of a fit whose DataFrame is not
         # built yet is built here, once, from the steps' records (a fit of a few thousand
         # rows would otherwise spend a tenth of its time on it)
-        if name == "history_" and "_history_records" in self.__dict__:
+        pending = self.__dict__.get("_history_records") if name == "history_" else None
+        if pending is not None:
             import pandas as pd
 
-            records, attrs = self.__dict__.pop("_history_records")
+            records, attrs = pending
             frame = pd.DataFrame.from_records(records)
             frame.attrs.update(attrs)
             self.history_ = frame
+            self.__dict__.pop("_history_records", None)
             return frame
+        if name == "history_" and "history_" in self.__dict__:  # (built by another thread meanwhile)
+            return self.__dict__["history_"]
         raise AttributeError(f"'{type(self).__name__}' object has no attribute {name!r}")
 
     def sparsify(self):

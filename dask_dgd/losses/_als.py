@@ -33,6 +33,8 @@ Both are Numba loops over NumPy arrays (the shards of other array namespaces are
 refused by the solver before training).
 """
 
+import threading
+
 import numba
 import numpy as np
 
@@ -183,6 +185,7 @@ def solve_users(uptr, gi, r, V, gram, mu, alpha, alpha_bias, confidence_scale, e
 #: start and join cost about what a few thousand ratings' solves do).
 MIN_RATINGS_PER_THREAD = 20_000
 _POOL = None
+_POOL_LOCK = threading.Lock()
 
 
 def kernel_threads():
@@ -213,9 +216,11 @@ def user_ranges(uptr, threads):
 def _pool():
     global _POOL
     if _POOL is None:
-        from concurrent.futures import ThreadPoolExecutor
+        with _POOL_LOCK:  # (two worker threads at once would each make one)
+            if _POOL is None:
+                from concurrent.futures import ThreadPoolExecutor
 
-        _POOL = ThreadPoolExecutor(thread_name_prefix="dgd-als")
+                _POOL = ThreadPoolExecutor(thread_name_prefix="dgd-als")
     return _POOL
 
 

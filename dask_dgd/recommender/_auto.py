@@ -313,7 +313,11 @@ class _InTasks:
         self.copies = [self._submit(_path_copy, est, task, solver, optimizer, *s.parts, worker=w,
                                     name="dgd-mf-path-copy") for w in workers]
         self.workers = workers
-        s.executor.wait(self.copies)  # (an error of the setup surfaces here)
+        try:
+            s.executor.wait(self.copies)  # (an error of the setup surfaces here)
+        except BaseException:
+            self.close()
+            raise
 
     def _submit(self, fn, *args, worker, name):
         self._n += 1

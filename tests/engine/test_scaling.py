@@ -143,15 +143,25 @@ def test_scaled_gram_kept_centred_columns_give_the_same_matrix(monkeypatch):
         fresh = block_scaled_gram(obj, np.array(params), X, y, w, scaling)
         kept = block_scaled_gram(obj, np.array(params), X, y, w, scaling, memory, ("centred", 0))
         np.testing.assert_array_equal(kept, fresh)
-    assert list(memory) == [("centred", 0)] and memory[("centred", 0)][0] is X
+    assert set(memory) == {("centred", 0), curvature._CENTRED_HELD} and memory[("centred", 0)][0] is X
+    assert memory[curvature._CENTRED_HELD] == 1000 * 4 * 8  # (3 columns and the intercept's)
     moved = ColumnScaling(X.mean(axis=0) + 1.0, X.std(axis=0))
     np.testing.assert_array_equal(block_scaled_gram(obj, np.array(params), X, y, w, moved, memory, ("centred", 0)),
                                   block_scaled_gram(obj, np.array(params), X, y, w, moved))
     np.testing.assert_array_equal(memory[("centred", 0)][1], moved.mean)
+    assert memory[curvature._CENTRED_HELD] == 1000 * 4 * 8  # (replaced, not added)
     monkeypatch.setattr(curvature, "CENTRED_CACHE_BYTES", 8 * 4 * 999)
     other: dict = {}
     block_scaled_gram(obj, np.array(params), X, y, w, scaling, other, ("centred", 0))
     assert other == {}
+    # the budget is the group's, all its blocks together: a second block past it is not kept
+    monkeypatch.setattr(curvature, "CENTRED_CACHE_BYTES", 8 * 4 * 1500)
+    two: dict = {}
+    X2 = X[::-1].copy()
+    for key, block in ((("centred", 0), X), (("centred", 1), X2)):
+        np.testing.assert_array_equal(block_scaled_gram(obj, np.array(params), block, y, w, scaling, two, key),
+                                      block_scaled_gram(obj, np.array(params), block, y, w, scaling))
+    assert set(two) == {("centred", 0), curvature._CENTRED_HELD} and two[curvature._CENTRED_HELD] == 1000 * 4 * 8
 
 
 @pytest.mark.parametrize("solver, loss, l1_ratio", [

@@ -29,7 +29,8 @@ from __future__ import annotations
 import contextlib
 import functools
 import socket
-from typing import TYPE_CHECKING
+import threading
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from collections.abc import Iterable, Iterator
@@ -37,6 +38,9 @@ if TYPE_CHECKING:
 __all__ = ["driver_blas", "workers_share_machine"]
 
 _LOOPBACK = ("127.", "localhost", "::1", "[::1]")
+_LOCK = threading.Lock()
+_LIMITER: Any = None  # (the limits of the fits running now, restored by the last to end)
+_DEPTH = 0
 
 
 @functools.cache
@@ -51,8 +55,9 @@ def _own_hosts() -> frozenset[str]:
 
 
 def workers_share_machine(addresses: Iterable[str | None]) -> bool:
-    """Whether any of the workers ``addresses`` (``"tcp://host:port"``, ``"inproc://..."``)
-    is on this machine."""
+    """Whether any of the workers ``addresses`` (``"tcp://host:port"``) is another
+    process on this machine (``"inproc://..."`` workers run in this process: their BLAS
+    calls are the fit's compute, left as they are)."""
     from distributed.comm.addressing import get_address_host, parse_address
 
     for address in addresses:
@@ -60,8 +65,8 @@ def workers_share_machine(addresses: Iterable[str | None]) -> bool:
             continue
         try:
             scheme, _ = parse_address(address)
-            if scheme == "inproc":
-                return True
+            if scheme == "inproc":  # (in this process: its BLAS is the workers' own too)
+                continue
             host = get_address_host(address)
         except ValueError:
             continue
@@ -78,12 +83,20 @@ def driver_blas(executor_kind: str, workers: Iterable[str | None]) -> Iterator[N
     if executor_kind != "dask" or not workers_share_machine(workers):
         yield
         return
-    from threadpoolctl import threadpool_limits
+    global _LIMITER, _DEPTH
+    with _LOCK:  # fits side by side in threads: the first limits, the last restores
+        if _DEPTH == 0:
+            from threadpoolctl import threadpool_limits
 
-    # (it finds the loaded libraries anew, a few ms a fit: one loaded since, e.g. SciPy's
-    # own OpenBLAS, is limited too)
-    limiter = threadpool_limits(limits=1, user_api="blas")
+            # (it finds the loaded libraries anew, a few ms a fit: one loaded since, e.g.
+            # SciPy's own OpenBLAS, is limited too)
+            _LIMITER = threadpool_limits(limits=1, user_api="blas")
+        _DEPTH += 1
     try:
         yield
     finally:
-        limiter.restore_original_limits()
+        with _LOCK:
+            _DEPTH -= 1
+            if _DEPTH == 0 and _LIMITER is not None:
+                _LIMITER.restore_original_limits()
+                _LIMITER = None

@@ -160,9 +160,10 @@ def _scaled_slices(objective: LinearObjective, X: Any, scaling: ColumnScales, ex
         yield start, stop, A
 
 
-#: Most bytes of a block's centred columns :func:`block_scaled_gram` keeps in a group's
-#: memory between passes (twice a block of 50,000 x 20 float64): a larger block is
-#: centred slice by slice on every pass, as memory is worth more there than the copy.
+#: Most bytes of centred columns :func:`block_scaled_gram` keeps in a group's memory
+#: between passes, all its blocks together (twice a block of 50,000 x 20 float64):
+#: blocks past it are centred slice by slice on every pass, as memory is worth more
+#: there than the copy.
 CENTRED_CACHE_BYTES = 16 * 2**20
 
 
@@ -172,21 +173,31 @@ def _centred_slices(objective: LinearObjective, X: Any, scaling: ColumnScales, m
     for the intercept), as views of the block's centred columns kept in ``memory``
     under ``key`` with the centre they were made with: a Newton fit's passes centre a
     block once, not once per pass.  The same numbers either way (``x - mean``);
-    without ``memory``, or for a block over :data:`CENTRED_CACHE_BYTES` or not a NumPy
-    array, the slices are made afresh."""
+    without ``memory``, for a block not a NumPy array, or once the group's kept blocks
+    would pass :data:`CENTRED_CACHE_BYTES`, the slices are made afresh."""
     if memory is None or not isinstance(X, np.ndarray):
         yield from _scaled_slices(objective, X, scaling, 0, scale=False)
         return
     q = objective.n_features + objective.fit_intercept
-    if X.shape[0] * q * 8 > CENTRED_CACHE_BYTES:
-        yield from _scaled_slices(objective, X, scaling, 0, scale=False)
-        return
     kept = memory.get(key)
     # the block itself is held, so its identity cannot pass to another array
-    if kept is None or kept[0] is not X or not np.array_equal(kept[1], scaling.mean):
+    if kept is None or kept[0] is not X or not np.array_equal(kept[1], scaling.mean) or kept[3] != q:
+        size = X.shape[0] * q * 8
+        held = memory.get(_CENTRED_HELD, 0) - (kept[4] if kept is not None else 0)
+        if held + size > CENTRED_CACHE_BYTES:
+            if kept is not None:  # (stale: dropped)
+                del memory[key]
+                memory[_CENTRED_HELD] = held
+            yield from _scaled_slices(objective, X, scaling, 0, scale=False)
+            return
         parts = list(_scaled_slices(objective, X, scaling, 0, scale=False))
-        kept = memory[key] = (X, np.array(scaling.mean, copy=True), parts)
+        kept = memory[key] = (X, np.array(scaling.mean, copy=True), parts, q, size)
+        memory[_CENTRED_HELD] = held + size
     yield from kept[2]
+
+
+#: The key under which a group's memory counts the bytes of centred columns it keeps.
+_CENTRED_HELD = "centred bytes held"
 
 
 def block_scaled_gram(objective: LinearObjective, params: np.ndarray, X: Any, y: Any, sample_weight: Any,
