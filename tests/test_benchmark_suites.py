@@ -610,7 +610,7 @@ def test_glm_suite_tiny(monkeypatch):
 @pytest.mark.timeout(300)
 def test_recommender_peers_suite_small(monkeypatch):
     """The small size end to end: every RMSE and ranking score is a real number, the folds
-    partition the rows, the four targets are listed, and a peer that cannot be imported
+    partition the rows, the five targets are listed, and a peer that cannot be imported
     (implicit, forced here; Surprise and Spark wherever they are missing) is reported.
 
     MovieLens is cut to its first 14 users, not the size's 15: the 15th has 1,700 of the 15
@@ -653,7 +653,7 @@ def test_recommender_peers_suite_small(monkeypatch):
     for key, m in ml["models"].items():
         assert 0 <= m["precision"] <= 1 and 0 <= m["ndcg"] <= 1 and m["wall"] > 0 and m["epochs"] >= 1, key
     assert ml["models"]["dask_dgd wls default"]["solver"] == "als"  # solver="auto" picks ALS for wls
-    assert [t["target"] for t in data["targets"]] == list(recommender_peers.TARGETS) and len(data["targets"]) == 4
+    assert [t["target"] for t in data["targets"]] == list(recommender_peers.TARGETS) and len(data["targets"]) == 5
     fold = data["implicit"]["movielens"]["fold_in"]
     for loss in ("wls", "bpr"):
         for r in fold[loss]["runs"]:
