@@ -209,7 +209,9 @@ def recommender_task(client, args, n_ratings):
     frame, _ = make_ratings(n_users, n_items, n_ratings, rank=4, noise=0.5, random_state=args.seed + 3)
     train, test = train_test_split(frame, test_size=0.2, random_state=args.seed)
     train = dd.from_pandas(train, npartitions=2 * args.workers)
-    common = dict(alpha=0.02, learning_rate=0.05, random_state=args.seed, client=client)  # max_iter: default
+    from ._warm import RECOMMENDER_SETTINGS
+
+    common = dict(**RECOMMENDER_SETTINGS, random_state=args.seed, client=client)  # max_iter: default
     rows, history = [], None
     for tool, setting, est in (
         ("dask_dgd", "rank 4, Adam, full batch", MatrixFactorization(n_components=4, verbose=1, **common)),
@@ -310,7 +312,7 @@ def warm_up(client, args, linear_only=False):
     from .. import LinearRegression, LogisticRegression, MatrixFactorization, PoissonRegressor
     from ..climate import ClimateRegressor
     from ..datasets import make_ratings
-    from ._warm import PARTS, warm_cache
+    from ._warm import PARTS, RECOMMENDER_SETTINGS, warm_cache
 
     t0 = time.perf_counter()
     warm_cache(client, ("linear",) if linear_only else PARTS)
@@ -330,7 +332,7 @@ def warm_up(client, args, linear_only=False):
             import dask.dataframe as dd
 
             frame, _ = make_ratings(40, 20, 400, rank=2, random_state=0)
-            MatrixFactorization(n_components=2, max_iter=2, client=client).fit(
+            MatrixFactorization(n_components=2, max_iter=2, client=client, **RECOMMENDER_SETTINGS).fit(
                 dd.from_pandas(frame, npartitions=n_blocks))
             grid = demo_grid(args.seed, 16)
             ClimateRegressor(["a", "index"], "tas", model="pointwise", client=client).fit(

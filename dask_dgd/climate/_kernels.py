@@ -160,10 +160,18 @@ def cell_stats_kernel(full, timef, kind, pos, y, w, out):  # pragma: no cover - 
             a[c] += wm[c] * ym[c] * ym[c]
             b[c] += wm[c]
             d[c] += 1.0 if wm[c] != 0.0 else 0.0
+    # Element by element, not ``acc[r, :] = acc[s, :]`` / ``out[:, :] = acc.T``: an
+    # array-to-array slice assignment makes Numba compile its shape-mismatch error
+    # message (integer and string formatting: about 5 s of the first compile).
     for i in range(p):
         for j in range(i):
-            acc[i * p + j, :] = acc[j * p + i, :]
-    out[:, :] = acc.T
+            lower = acc[i * p + j]
+            upper = acc[j * p + i]
+            for c in range(nc):
+                lower[c] = upper[c]
+    for c in range(nc):
+        for s in range(S):
+            out[c, s] = acc[s, c]
 
 
 POISSON, BINOMIAL = 1, 2
