@@ -65,6 +65,32 @@ def test_compile_part_fits_the_linear_models_in_this_process(monkeypatch):
     assert fits == ["LogisticRegression", "LinearRegression", "PoissonRegressor"]
 
 
+def test_the_warm_up_fits_the_recommender_with_the_demo_s_settings(client, monkeypatch):
+    # the warm-up compiles the kernels of the demo's fits only: with other settings
+    # (alpha="auto") it compiled the held-out split's and ALS's kernels, never run after
+    from dask_dgd import MatrixFactorization
+
+    class Stop(Exception):
+        pass
+
+    seen = []
+
+    def fit(self, *args, **kwargs):
+        seen.append({name: self.get_params()[name] for name in _warm.RECOMMENDER_SETTINGS})
+        raise Stop
+
+    monkeypatch.setattr(MatrixFactorization, "fit", fit)
+    monkeypatch.setattr(_warm, "warm_cache", lambda c, parts: {})
+    with pytest.raises(Stop):
+        _warm.compile_part("recommender")
+    with pytest.raises(Stop):
+        _demo.recommender_task(None, argparse.Namespace(seed=0, workers=1), 400)
+    with pytest.raises(Stop):
+        _demo.warm_up(client, argparse.Namespace(features=3, seed=0))  # its fit on the cluster
+    assert seen == [_warm.RECOMMENDER_SETTINGS] * 3
+    assert _warm.RECOMMENDER_SETTINGS == {"alpha": 0.02, "learning_rate": 0.05}
+
+
 @pytest.mark.slow
 def test_demo_warms_up_before_any_timed_fit(monkeypatch):
     events = []

@@ -299,7 +299,7 @@ def _wmse(pred, y, train):
 def warm_up(client, args, linear_only=False):
     """A small fit of each model on the cluster before anything is timed.
 
-    The first fit after an install compiles dask_dgd's Numba kernels (about 14 s of
+    The first fit after an install compiles dask_dgd's Numba kernels (about 5 s of
     one core; later runs load them from Numba's on-disk cache): each model's kernels
     are first compiled once, side by side on the workers
     (:func:`~dask_dgd.cli._warm.warm_cache`; before, every worker compiled all of them

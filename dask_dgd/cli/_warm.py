@@ -3,8 +3,10 @@
 A kernel compiles the first time a process calls it with a new signature, and is then
 written to Numba's cache (``__pycache__`` beside the module, or ``NUMBA_CACHE_DIR``), from
 which every later process loads it in a fraction of a second.  After an install the
-first run compiles them all: about 14 s of one core (measured on a 2-core machine: the
-climate kernels 9.5 s, the linear models' and the recommender's about 2 s each).  The
+first run compiles them all: about 5 s of one core (measured on a 2-core machine: the
+climate kernels about 2 s, the linear models' 1 s, the recommender's 1.5 s; the rest of
+each part's time is importing; 14 s before the climate kernel stopped compiling an
+error message and the warm-up stopped compiling kernels the demo does not run).  The
 demo used to let every worker of its cluster compile every kernel for itself, all at
 once, on cores they share (41 s on 2 workers).  Here each part is compiled once, the
 parts side by side (longest first) on the cluster's workers, so the wall time is about
