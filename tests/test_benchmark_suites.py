@@ -798,6 +798,7 @@ def test_small_data_suite_tiny():
     assert set(warm) == {"poisson", "logistic"} and all(t > 0 for tools in warm.values() for t in tools.values())
     (first,) = result["data"]["first_fits"]
     assert first["first"] > 0 and first["warm"] > 0 and result["data"]["demo_compile_s"] is None
+    assert first["first_cpu"] > 0 and first["warm_cpu"] > 0 and "(CPU " in result["table"]
     for target in ("<= 2.0x", "<= 1.5x", "<= 0.5 s"):
         assert target in result["table"]
     assert all(row.endswith(("| met |", "| missed |")) for row in result["table"].splitlines()[2:])
