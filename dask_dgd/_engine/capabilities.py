@@ -76,6 +76,14 @@ def _newton_support(objective: TrainingObjective) -> str | None:
     return reason
 
 
+def _online_support(objective: TrainingObjective) -> str | None:
+    if not isinstance(objective, LinearTraining):
+        return f"it trains linear models in compiled passes, not {type(objective).__name__}"
+    from ..losses._online import supports
+
+    return supports(objective.objective.loss)
+
+
 def _als_support(objective: TrainingObjective) -> str | None:
     return objective.als_support() if hasattr(objective, "als_support") else f"not {type(objective).__name__}"
 
@@ -94,7 +102,12 @@ class SolverTraits:
     :func:`scaled_solve` says so.  ``build``: its class (``"module:Class"``) in the
     synchronous mode, ``sharded`` its class with parameter sharding (None: sharding
     does not support it), ``path`` its class on a cross-validation path's stacked
-    objective (None: it takes the path's objective as any other)."""
+    objective (None: it takes the path's objective as any other).  ``batch_optional``:
+    it takes a ``batch_size`` or none.  ``own_rounds``: it runs its own rounds, each
+    group keeping state between them (synchronous mode only; checkpoints gather the
+    state, the blocks do not move).  ``default_optimizer``: the optimizer it runs
+    without one given.  ``optimizer="online"``: it takes the optimizers that have a
+    per-row rule (their ``online_rule``)."""
 
     exact: bool
     optimizer: str
@@ -110,6 +123,9 @@ class SolverTraits:
     build: str = ""
     sharded: str | None = None
     path: str | None = None
+    batch_optional: bool = False
+    own_rounds: bool = False
+    default_optimizer: str = "sgd"
 
 
 SOLVERS = {
@@ -130,6 +146,9 @@ SOLVERS = {
                        sharded="sharded.driver:ShardedFirstOrder"),
     "sgd": SolverTraits(exact=False, optimizer="first-order", l1=True, mini_batch=True,
                         build="solvers.first_order:FirstOrder", sharded="sharded.driver:ShardedFirstOrder"),
+    "online": SolverTraits(exact=False, optimizer="online", l1=False, batch_optional=True, own_rounds=True,
+                           default_optimizer="normalized", support=_online_support, instead="solver='sgd'",
+                           l1_instead="solver='sgd' (proximal steps) or 'gd'", build="modes.online:OnlineEpochs"),
 }
 
 
@@ -255,11 +274,21 @@ def _check_solver(name: str, traits: SolverTraits, opt: Optimizer | None, *, bat
             f"optimizer {type(opt).__name__} is a first-order optimizer; it needs solver='gd' (full batch) or "
             f"solver='sgd' (mini-batch), not {name!r}"
         )
-    if traits.optimizer == "first-order" and opt is not None and opt.full_batch_only:
+    if traits.optimizer in ("first-order", "online") and opt is not None and opt.full_batch_only:
         raise ParameterError(f"the L-BFGS optimizer needs solver='lbfgs' (or 'auto'); got solver={name!r}")
+    if traits.optimizer == "online" and opt is not None and opt.online_rule is None:  # type: ignore[union-attr]  # (first-order: L-BFGS refused above)
+        raise ParameterError(
+            f"solver={name!r} runs per-row rules in compiled passes: optimizer 'normalized', 'adagrad' or 'sgd' "
+            f"(no momentum; a constant or InverseScaling learning rate); got {opt!r}"
+        )
+    if traits.optimizer != "online" and opt is not None and getattr(opt, "online_only", False):
+        raise ParameterError(
+            f"optimizer {type(opt).__name__} runs only in solver='online' (it needs each row's features); "
+            f"got solver={name!r}: use optimizer='adagrad', or solver='online'"
+        )
     if traits.mini_batch and batch_size is None:
         raise ParameterError(f"solver={name!r} needs a batch_size (rows per step), e.g. 256")
-    if not traits.mini_batch and batch_size is not None:
+    if not traits.mini_batch and not traits.batch_optional and batch_size is not None:
         if traits.exact:
             raise ParameterError(f"solver={name!r} is full-batch only; drop batch_size{traits.batch_advice}")
         raise ParameterError(
@@ -298,11 +327,33 @@ def resolve_solver(solver: str, optimizer: str | Optimizer | None, *, batch_size
                        objective=objective, early_stopping=early_stopping, n_rows=n_rows)
     traits = SOLVERS[solver]
     _check_solver(solver, traits, opt, batch_size=batch_size, has_l1=has_l1, objective=objective)
+    if traits.own_rounds:
+        _check_own_rounds(solver, mode=mode, compression=compression, early_stopping=early_stopping)
     if traits.optimizer == "none":
         return solver, None
     if traits.optimizer == "lbfgs":
         return solver, opt or LBFGS()
-    return solver, first_order_optimizer(opt, has_l1=has_l1, learning_rate=learning_rate)
+    return solver, first_order_optimizer(opt, has_l1=has_l1, learning_rate=learning_rate,
+                                         default=traits.default_optimizer)
+
+
+def _check_own_rounds(name: str, *, mode: str, compression: str | Compressor | None, early_stopping: bool) -> None:
+    """Refuse what a solver that runs its own rounds (``own_rounds``) does not do yet."""
+    if mode != "sync":
+        raise ParameterError(
+            f"solver={name!r} runs its own rounds (whole passes on each group, then an average); use mode='sync', "
+            f"not mode={mode!r}"
+        )
+    if compression is not None:
+        raise ParameterError(
+            f"solver={name!r} sends its round changes sparse and does not compress them; drop compression "
+            f"(got {compression!r})"
+        )
+    if early_stopping:
+        raise ParameterError(
+            f"solver={name!r} does not stop early on validation data; drop early_stopping/validation_data, or use "
+            "solver='sgd'"
+        )
 
 
 #: ``solver="auto"`` picks "newton" (rather than "lbfgs") for smooth models whose
@@ -321,11 +372,12 @@ def newton_auto_work() -> float:
 
 
 def first_order_optimizer(opt: FirstOrderOptimizer | None, *, has_l1: bool,
-                          learning_rate: float | str) -> FirstOrderOptimizer:
-    """``opt`` (default: plain SGD) with ``learning_rate`` applied unless "auto"; an L1
-    penalty needs an optimizer whose proximal step is exact."""
+                          learning_rate: float | str, default: str = "sgd") -> FirstOrderOptimizer:
+    """``opt`` (default: the optimizer named ``default``, plain SGD unless the solver's
+    row says otherwise) with ``learning_rate`` applied unless "auto"; an L1 penalty
+    needs an optimizer whose proximal step is exact."""
     if opt is None:
-        opt = get_optimizer("sgd")
+        opt = get_optimizer(default)
     if has_l1 and not opt.proximal_exact:
         raise ParameterError(
             f"an L1 penalty is applied by a proximal step, which is exact only for plain gradient "

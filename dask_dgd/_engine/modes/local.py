@@ -260,10 +260,7 @@ class LocalSGD(Solver):
         for attempt in range(2):
             compression = None if comp is None else (comp, tuple(ctx.seed), self.rounds, self.ef_count)
             try:
-                total = coll.reduce_groups(group_round, obj, rule, self.params, self.reset, draws, local,
-                                           self.guard.limit(batch=True), compression, split_every=src.split_every,
-                                           step=src.n_steps + (local is None),  # the round's record number
-                                           size=obj.n_params)
+                total = self._round(rule, draws, local, compression)
                 break
             except StaleState:  # a group lost its estimate: all start afresh
                 if attempt:
@@ -272,8 +269,7 @@ class LocalSGD(Solver):
                 self.ef_count = 0
         wall1 = time.time()
         weight = total.weight_sum
-        smooth, _ = obj.finish(round_first(total, obj.n_params), self.params)
-        value = smooth + obj.l1_value(self.params)  # the round's objective, at the broadcast parameters
+        value = self._round_value(total)  # the round's objective, at the broadcast parameters
         lr = self.optimizer.learning_rate_at(self.local_count)  # the groups' first local step
         where = f"in round {self.rounds + 1}"
         start_bad = not math.isfinite(value) or self.guard.exploded(value, where=where, learning_rate=lr)
@@ -288,9 +284,7 @@ class LocalSGD(Solver):
                 self.estimate[:] = 0.0
                 self.ef_count = 0
         if finite and weight > 0:
-            avg = change / weight  # summed in the fixed tree over the groups
-            if comp is not None:  # the groups sent their weighted changes
-                avg = self.params + avg
+            avg = self._average(total, change, weight)
             finite = bool(np.all(np.isfinite(avg)))
         elif finite:  # the round drew only zero-weight rows: no information, no move
             avg = self.params
@@ -323,7 +317,7 @@ class LocalSGD(Solver):
             src.n_steps += 1
         n_groups, traffic = ctx.shards.n_groups, coll.last_traffic
         n_bytes = 8 * obj.n_params * n_groups
-        up = (n_bytes, n_bytes) if comp is None else (traffic["bytes_up_raw"], traffic["bytes_up"])
+        up = self._bytes_up(traffic, n_bytes)
         record = make_record(
             step=src.n_steps, iteration=-(-self._steps_after(self.rounds) // self.steps_per_epoch), loss=self.value,
             grad_norm=float(np.linalg.norm(delta)), step_size=lr,
@@ -335,20 +329,50 @@ class LocalSGD(Solver):
         self.params = new_params
         return Outcome([record])
 
+    def _round(self, rule: UpdateRule, draws: list[Draw | None], local: LocalUpdate | None,
+               compression: RoundCompression | None) -> Partial:
+        """The round on every group, summed in the groups' tree (:func:`group_round`)."""
+        src, obj = self.ctx.source, self.ctx.objective
+        return self.ctx.shards.collective.reduce_groups(
+            group_round, obj, rule, self.params, self.reset, draws, local, self.guard.limit(batch=True), compression,
+            split_every=src.split_every, step=src.n_steps + (local is None),  # the round's record number
+            size=obj.n_params)
+
+    def _round_value(self, total: Partial) -> float:
+        """The round's objective at the broadcast parameters: the groups' first local batches'."""
+        obj = self.ctx.objective
+        smooth, _ = obj.finish(round_first(total, obj.n_params), self.params)
+        return smooth + obj.l1_value(self.params)
+
+    def _average(self, total: Partial, change: np.ndarray, weight: float) -> np.ndarray:
+        """The new parameters from the summed answers (``change``: the weighted final
+        parameters, or with compression the weighted changes; ``weight`` their weight)."""
+        avg = change / weight  # summed in the fixed tree over the groups
+        if self.ctx.compressor is not None:  # the groups sent their weighted changes
+            avg = self.params + avg
+        return avg
+
+    def _bytes_up(self, traffic: dict[str, Any], n_bytes: int) -> tuple[int, int]:
+        """The round's bytes up the tree, ``(raw, as sent)``."""
+        return (n_bytes, n_bytes) if self.ctx.compressor is None else (traffic["bytes_up_raw"], traffic["bytes_up"])
+
+    #: the mode's name in divergence messages
+    label = "local SGD"
+
     def _divergence(self, total: Partial, value: float, where: str, start_bad: bool) -> str:
         """What diverged in the round ``where``, for the guard's messages: the round's
         objective ``value`` at the broadcast parameters when that exploded
         (``start_bad``), else the local objective at which the groups stopped (``value``,
         the starting point, was fine then), else the averaged parameters."""
         if start_bad:
-            return f"local SGD diverged {where} (loss={value} at the round's starting parameters)"
+            return f"{self.label} diverged {where} (loss={value} at the round's starting parameters)"
         loss, count = diverged_loss(total)
         if count:
             n = self.ctx.shards.n_groups
             what = (f"the mean of the local objectives at which {count} of {n} groups stopped" if count > 1 else
                     f"the local objective at which {'the group' if n == 1 else f'1 of {n} groups'} stopped")
-            return f"local SGD diverged {where} (loss={loss}: {what}, from {value} at the round's start)"
-        return f"local SGD diverged {where}: the averaged parameters are not finite (loss={value} at the round's start)"
+            return f"{self.label} diverged {where} (loss={loss}: {what}, from {value} at the round's start)"
+        return f"{self.label} diverged {where}: the averaged parameters are not finite (loss={value} at the round's start)"
 
     @property
     def iterations(self) -> int:
