@@ -14,8 +14,8 @@ from ._base import FirstOrderOptimizer, check_decay_mask
 from ._checks import check_bool, check_interval, check_positive
 from ._schedules import Constant, InverseScaling, Schedule
 
-__all__ = ["SGD", "Adagrad", "AdagradState", "Adam", "AdamState", "AdamW", "NormalizedAdagrad", "RMSprop", "RMSpropState", "SGDState",
-           "adagrad", "adam", "adamw", "rmsprop", "sgd"]
+__all__ = ["SGD", "Adagrad", "AdagradState", "Adam", "AdamState", "AdamW", "NormalizedAdagrad", "RMSprop",
+           "RMSpropState", "SGDState", "adagrad", "adam", "adamw", "rmsprop", "sgd"]
 
 _INF = float("inf")
 

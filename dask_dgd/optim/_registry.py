@@ -27,7 +27,8 @@ def get_optimizer(optimizer, learning_rate=None):
     ----------
     optimizer : str or optimizer
         One of ``OPTIMIZERS`` (``"adagrad"``, ``"adam"``, ``"adamw"``, ``"lbfgs"``,
-        ``"normalized"`` (``solver="online"`` only), ``"rmsprop"``, ``"sgd"``; case-sensitive), built with its default settings, or an
+        ``"normalized"`` (``solver="online"`` only), ``"rmsprop"``, ``"sgd"``;
+        case-sensitive), built with its default settings, or an
         optimizer object (a first-order optimizer or :class:`LBFGS`), returned as is.
     learning_rate : float, Schedule or None, default=None
         When given, replaces the learning rate of a first-order optimizer.  L-BFGS has no

@@ -372,7 +372,8 @@ class LocalSGD(Solver):
             what = (f"the mean of the local objectives at which {count} of {n} groups stopped" if count > 1 else
                     f"the local objective at which {'the group' if n == 1 else f'1 of {n} groups'} stopped")
             return f"{self.label} diverged {where} (loss={loss}: {what}, from {value} at the round's start)"
-        return f"{self.label} diverged {where}: the averaged parameters are not finite (loss={value} at the round's start)"
+        return (f"{self.label} diverged {where}: the averaged parameters are not finite (loss={value} at the "
+                "round's start)")
 
     @property
     def iterations(self) -> int:
