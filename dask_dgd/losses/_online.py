@@ -188,10 +188,11 @@ class OnlinePass:
 
     @property
     def state(self) -> dict[str, Any]:
-        """The rule state to continue from in the next round (new arrays)."""
+        """The rule state to continue from in the next round: the pass's own arrays
+        (copies of the state it started from), so read it once the pass is over."""
         mod, st = self.mod, self.st
-        return {"acc": self.acc.copy() if self.rule.adaptive else None,
-                "xmax": self.xmax.copy() if self.rule.name == "normalized" else None,
+        return {"acc": self.acc if self.rule.adaptive else None,
+                "xmax": self.xmax if self.rule.name == "normalized" else None,
                 "t": float(st[mod.S_T]), "N": float(st[mod.S_N]), "W": float(st[mod.S_WSUM])}
 
     def block(self, X: Any, y: np.ndarray, sample_weight: np.ndarray | None, rows: np.ndarray,
@@ -254,22 +255,31 @@ class OnlinePass:
                            int(st[mod.S_T]) - self.t_start)
 
 
-def average_changes(params: np.ndarray, mask: np.ndarray, average: str, num: np.ndarray, weight: float,
-                    scale_sum: float) -> np.ndarray:
-    """The groups' averaged model from the round's start ``params`` and the summed
-    changes (see :class:`RoundChange`): ``"samples"``: ``num`` is ``sum n_g delta_g``
-    (length n) and the average ``S w0 + num / N`` on the penalised entries ``mask``
-    (``w0 + num / N`` elsewhere), ``S = sum n_g sigma_g / N``, ``N = weight``;
-    ``"coordinate"``: ``num`` is ``[sum cw_g delta_g, sum cw_g]`` (length 2n) and the
-    average ``S w0 + num / den`` where ``den > 0``."""
+def average_changes(params: np.ndarray, n_pen: int, average: str, idx: np.ndarray, values: np.ndarray,
+                    weight: float, scale_sum: float) -> np.ndarray:
+    """The groups' averaged model from the round's start ``params`` and the entries
+    ``idx`` (ascending), ``values`` of their summed changes (see :class:`RoundChange`);
+    the first ``n_pen`` entries are penalised, the others (intercepts) are not.
+
+    ``"samples"``: the sum is ``sum n_g delta_g`` (entries of ``n``) and the average
+    ``S w0 + sum / N`` on the penalised entries (``w0 + sum / N`` elsewhere),
+    ``S = sum n_g sigma_g / N``, ``N = weight``: exactly ``sum n_g w_g / N``.
+    ``"coordinate"``: the sum is ``[sum cw_g delta_g, sum cw_g]`` (entries of ``2n``),
+    the average ``S w0 + num / den`` where ``den > 0``.  O(n) for the copy of
+    ``params``, O(entries) for the rest."""
     n = params.size
     S = scale_sum / weight
     avg = params.copy()
-    avg[mask] *= S
+    if S != 1.0:
+        avg[:n_pen] *= S
     if average == "samples":
-        avg += num / weight
+        avg[idx] += values / weight
         return avg
-    top, den = num[:n], num[n:]
-    moved = den > 0
-    avg[moved] += top[moved] / den[moved]
+    top = idx < n
+    t_idx, t_val = idx[top], values[top]
+    d_idx, d_val = idx[~top] - n, values[~top]
+    pos = np.minimum(np.searchsorted(t_idx, d_idx), max(t_idx.size - 1, 0))
+    num = np.where(t_idx[pos] == d_idx, t_val[pos], 0.0) if t_idx.size else np.zeros(d_idx.size)
+    moved = d_val > 0
+    avg[d_idx[moved]] += num[moved] / d_val[moved]
     return avg

@@ -193,14 +193,45 @@ def test_the_change_rebuilds_the_parameters_and_one_group_averages_to_itself():
         np.testing.assert_allclose(rebuilt, w, rtol=1e-14, atol=1e-15)
         n = obj.n_params
         if rule == "sgd":
-            num = np.zeros(n)
-            num[c.idx] = c.weight_sum * c.delta
+            idx, values = c.idx, c.weight_sum * c.delta
         else:
-            num = np.zeros(2 * n)
-            num[c.idx] = c.cw * c.delta
-            num[n + c.idx] = c.cw
-        avg = average_changes(w0, mask, RULES[rule].average, num, c.weight_sum, c.weight_sum * c.sigma)
+            idx, values = np.concatenate([c.idx, n + c.idx]), np.concatenate([c.cw * c.delta, c.cw])
+        avg = average_changes(w0, n - 1, RULES[rule].average, idx, values, c.weight_sum, c.weight_sum * c.sigma)
         np.testing.assert_allclose(avg, w, rtol=1e-13, atol=1e-14)
+
+
+def test_two_groups_average_by_samples_and_by_coordinate():
+    # the average of two groups' changes is the average of their models: by sample
+    # weight, or entry by entry by their coordinate weights
+    w0 = np.array([1.0, 2.0, 3.0, 0.5])  # three coefficients and an intercept
+    n = 4
+    sig = (0.9, 0.8)
+    models = [np.array([1.5, 1.8, 3.0 * 0.9, 0.7]), np.array([0.8, 2.0 * 0.8, 2.0, 0.2])]
+    touched = [np.array([0, 1, 3]), np.array([0, 2, 3])]
+    cws = [np.array([1.0, 2.0, 0.5]), np.array([3.0, 1.0, 1.5])]
+    weights = (30.0, 10.0)
+    deltas = [m[t] - np.where(t < 3, s, 1.0) * w0[t] for m, t, s in zip(models, touched, sig)]
+    # samples: sum n_g w_g / N
+    vals = np.zeros(n)
+    for t, dlt, wt in zip(touched, deltas, weights):
+        vals[t] += wt * dlt
+    scale = sum(wt * s for wt, s in zip(weights, sig))
+    got = average_changes(w0, 3, "samples", np.arange(n), vals, sum(weights), scale)
+    want = (weights[0] * models[0] + weights[1] * models[1]) / sum(weights)
+    np.testing.assert_allclose(got, want, rtol=1e-14)
+    # coordinate: S w0 + sum cw delta / sum cw where touched
+    num, den = np.zeros(n), np.zeros(n)
+    for t, dlt, cw in zip(touched, deltas, cws):
+        num[t] += cw * dlt
+        den[t] += cw
+    idx = np.concatenate([np.flatnonzero(den), n + np.flatnonzero(den)])
+    vals = np.concatenate([num[den > 0], den[den > 0]])
+    got = average_changes(w0, 3, "coordinate", idx, vals, sum(weights), scale)
+    S = scale / sum(weights)
+    want = np.where(np.arange(n) < 3, S, 1.0) * w0 + np.where(den > 0, num / np.where(den > 0, den, 1.0), 0.0)
+    np.testing.assert_allclose(got, want, rtol=1e-14)
+    # entry 0, touched by both: the cw-weighted mean of their changes
+    assert got[0] == pytest.approx(S * w0[0] + (1.0 * deltas[0][0] + 3.0 * deltas[1][0]) / 4.0)
 
 
 def test_status_codes_name_a_non_finite_row_and_an_explosion():

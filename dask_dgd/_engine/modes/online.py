@@ -184,10 +184,12 @@ class OnlineEpochs(LocalSGD):
         if sample is None:
             raise ParameterError("solver='online' needs rows to train on; the data has none")
         X, y, w = sample
-        with np.errstate(all="ignore"):
-            loss, _, weight = lin.block_sums(self.params, X, y, w)
-        pen, _ = obj.penalty_spec.smooth_value_gradient(self.params, lin)  # type: ignore[attr-defined]
-        value = loss / weight + pen if weight > 0 else pen
+        with np.errstate(all="ignore"):  # (the loss only: no gradient pass over the d columns)
+            raw = lin.raw_prediction(self.params, X)  # (offset columns included)
+            losses, _ = lin.loss.loss_gradient(y, np.asarray(raw), np)
+        weight = float(np.sum(w))
+        pen = self._penalty_value(self.params)
+        value = float(np.asarray(losses).ravel() @ w) / weight + pen if weight > 0 else pen
         if not math.isfinite(value):
             obj.check_data(ctx.shards)  # names the block with NaN or inf, if one has
             raise initial_divergence(value)
@@ -221,7 +223,7 @@ class OnlineEpochs(LocalSGD):
         total = ctx.shards.collective.reduce_groups(
             group_pass, obj, self.rule, self.params, self.reset, self.rounds, None if self.pass_order else draws,
             tuple(ctx.seed), self.guard.limit(batch=True), split_every=src.split_every, step=src.n_steps + 1,
-            size=size)
+            size=size, dense=False)
         if total.extras.get("bad_rows", 0.0) > 0:  # a row's loss was not finite: name the block if its data is bad
             obj.check_data(ctx.shards)
         return total
@@ -229,14 +231,32 @@ class OnlineEpochs(LocalSGD):
     def _round_value(self, total: Partial) -> float:
         if not self.pass_order:
             return super()._round_value(total)
-        obj = self.ctx.objective
-        pen, _ = obj.penalty_spec.smooth_value_gradient(self.params, obj.objective)  # type: ignore[attr-defined]
         weight = total.extras["progressive_weight"]
+        pen = self._penalty_value(self.params)
         return total.extras["progressive"] / weight + pen if weight > 0 else pen
 
-    def _average(self, total: Partial, change: np.ndarray, weight: float) -> np.ndarray:
-        mask = np.asarray(self.ctx.objective.penalty.decay_mask, dtype=bool)
-        return average_changes(self.params, mask, self.rule.average, change, weight, total.extras["scale"])
+    def _penalty_value(self, params: np.ndarray) -> float:
+        """The L2 penalty at ``params`` (as ``Penalty.smooth_value_gradient``'s value, without its gradient)."""
+        obj = self.ctx.objective
+        strength = obj.penalty_spec.l2_strength  # type: ignore[attr-defined]  # (a linear model's)
+        if strength == 0.0:
+            return 0.0
+        coef = params[: self._n_pen]
+        return 0.5 * strength * float(coef @ coef)
+
+    @property
+    def _n_pen(self) -> int:
+        lin = self.ctx.objective.objective  # type: ignore[attr-defined]  # (a linear model's)
+        return int(lin.n_features * lin.n_outputs)
+
+    def _average(self, total: Partial, change: Any, weight: float) -> np.ndarray:
+        if isinstance(change, SparseVector):
+            idx, values = change.entries()
+        else:  # (the groups' entries covered more than half the vector: summed dense)
+            idx = np.flatnonzero(change)
+            values = change[idx]
+        return average_changes(self.params, self._n_pen, self.rule.average, idx, values, weight,
+                               total.extras["scale"])
 
     def _bytes_up(self, traffic: dict[str, Any], n_bytes: int) -> tuple[int, int]:
         sent = int(traffic.get("bytes_up", 0)) or n_bytes
