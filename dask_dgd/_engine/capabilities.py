@@ -47,12 +47,14 @@ if TYPE_CHECKING:
 __all__ = [
     "MODES",
     "NEWTON_AUTO_WORK",
+    "ONLINE_AUTO_PARAMS",
     "SOLVERS",
     "ModeTraits",
     "SolverTraits",
     "first_order_optimizer",
     "learning_rate_mode",
     "newton_auto_work",
+    "online_auto",
     "resolve_feedback",
     "resolve_solver",
     "scaled_solve",
@@ -247,9 +249,38 @@ def _check_mode(mode: str, solver: str, opt: Optimizer | None) -> None:
         raise ParameterError(f"mode={mode!r} needs a first-order optimizer; L-BFGS is synchronous full-batch only")
 
 
+#: ``solver="auto"`` picks "online" for sparse data with at least this many parameters
+#: (dask config ``dgd.online-auto-params``), where the compiled per-row passes beat
+#: L-BFGS and mini-batch SGD to the same held-out logloss (``wide`` suite, issue 43).
+ONLINE_AUTO_PARAMS = 2**18
+
+
+def online_auto(*, opt: Optimizer | None, batch_size: int | None, mode: str, compression: str | Compressor | None,
+                has_l1: bool, objective: TrainingObjective | None, early_stopping: bool, sparse: bool) -> bool:
+    """Whether ``solver="auto"`` picks "online": a linear model with a compiled row
+    loss on sparse data of at least ``dgd.online-auto-params`` parameters, no
+    ``batch_size``, no L1, synchronous, no compression, no early stopping, and no
+    optimizer or one with a per-row rule; never with the dask config
+    ``dgd.online-auto`` False (today's choices then)."""
+    import dask
+
+    if not dask.config.get("dgd.online-auto", True) or objective is None or batch_size is not None:
+        return False
+    if has_l1 or mode != "sync" or compression is not None or early_stopping or not sparse:
+        return False
+    if opt is not None and (opt.full_batch_only or opt.online_rule is None):  # type: ignore[union-attr]  # (L-BFGS: the first test)
+        return False
+    return _online_support(objective) is None and \
+        objective.n_params >= int(dask.config.get("dgd.online-auto-params", ONLINE_AUTO_PARAMS))
+
+
 def _auto(*, opt: Optimizer | None, batch_size: int | None, mode: str, compression: str | Compressor | None,
-          has_l1: bool, objective: TrainingObjective | None, early_stopping: bool, n_rows: int | None) -> str:
+          has_l1: bool, objective: TrainingObjective | None, early_stopping: bool, n_rows: int | None,
+          sparse: bool = False) -> str:
     """``solver="auto"``'s choice (see :func:`resolve_solver`)."""
+    if online_auto(opt=opt, batch_size=batch_size, mode=mode, compression=compression, has_l1=has_l1,
+                   objective=objective, early_stopping=early_stopping, sparse=sparse):
+        return "online"
     if batch_size is not None:
         return "sgd"
     if MODES[mode].first_order_only or compression is not None or (opt is not None and not opt.full_batch_only):
@@ -305,7 +336,7 @@ def _check_solver(name: str, traits: SolverTraits, opt: Optimizer | None, *, bat
 def resolve_solver(solver: str, optimizer: str | Optimizer | None, *, batch_size: int | None, mode: str,
                    compression: str | Compressor | None, has_l1: bool, learning_rate: float | str = "auto",
                    objective: TrainingObjective | None = None, early_stopping: bool = False,
-                   n_rows: int | None = None) -> tuple[str, Optimizer | None]:
+                   n_rows: int | None = None, sparse: bool = False) -> tuple[str, Optimizer | None]:
     """``(solver, optimizer)`` from the solver/optimizer/batch_size/L1 settings: "auto"
     picks the exact-Hessian solver when the training ``objective`` is given and can
     take it (a single-output loss with a Hessian, at most ``dgd.cd-max-params``
@@ -314,6 +345,7 @@ def resolve_solver(solver: str, optimizer: str | Optimizer | None, *, batch_size
     parameters^2, :data:`NEWTON_AUTO_WORK`; ``n_rows`` None: any size); otherwise
     "lbfgs", or "gd" for an L1 penalty; "gd" also for a first-order optimizer (and in
     the local/async modes or with compression), or "sgd" when ``batch_size`` is set.
+    Before all these, "online" for wide ``sparse`` data (:func:`online_auto`).
     What a solver cannot take is refused from :data:`SOLVERS`."""
     if mode not in MODES:
         raise ParameterError(f"mode must be one of {tuple(MODES)}; got {mode!r}")
@@ -324,7 +356,7 @@ def resolve_solver(solver: str, optimizer: str | Optimizer | None, *, batch_size
         _check_mode(mode, solver, opt)
     if solver == "auto":
         solver = _auto(opt=opt, batch_size=batch_size, mode=mode, compression=compression, has_l1=has_l1,
-                       objective=objective, early_stopping=early_stopping, n_rows=n_rows)
+                       objective=objective, early_stopping=early_stopping, n_rows=n_rows, sparse=sparse)
     traits = SOLVERS[solver]
     _check_solver(solver, traits, opt, batch_size=batch_size, has_l1=has_l1, objective=objective)
     if traits.own_rounds:

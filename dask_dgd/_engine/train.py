@@ -397,7 +397,8 @@ def train(
     lr_mode = learning_rate_mode(optimizer, learning_rate)
     solver, opt = resolve_solver(solver, optimizer, batch_size=batch_size, mode=mode, compression=compression,
                                  has_l1=has_l1, learning_rate=learning_rate, objective=objective,
-                                 early_stopping=validator is not None, n_rows=shards.n_rows)
+                                 early_stopping=validator is not None, n_rows=shards.n_rows,
+                                 sparse=shards.sparse and param_sharding is not True)
     traits = SOLVERS[solver]
     path = traits.hessian and hasattr(objective.objective, "column_folds")  # type: ignore[union-attr]  # (linear)
     if traits.hessian and validator is not None:

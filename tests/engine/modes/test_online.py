@@ -212,3 +212,49 @@ def test_a_killed_worker_is_survived(process_client, caplog):
     assert any("lost worker(s)" in r.getMessage() and victim in r.getMessage() for r in caplog.records)
     assert est.n_iter_ == 5
     np.testing.assert_allclose(est.coef_, ref.coef_, atol=0.05)
+
+
+def test_auto_picks_online_for_wide_sparse_data_only():
+    import dask
+
+    from dask_dgd._engine.capabilities import ONLINE_AUTO_PARAMS, resolve_solver
+    from dask_dgd._engine.objective import LinearTraining
+    from dask_dgd.losses import BinaryLogistic
+
+    wide = LinearTraining(LinearObjective(BinaryLogistic(), ONLINE_AUTO_PARAMS), Penalty(alpha=1e-6))
+    narrow = LinearTraining(LinearObjective(BinaryLogistic(), 1000), Penalty(alpha=1e-6))
+    common = dict(mode="sync", compression=None, has_l1=False)
+
+    def auto(objective, optimizer=None, **kw):
+        return resolve_solver("auto", optimizer, **{"batch_size": None, "sparse": True, **common, **kw},
+                              objective=objective)
+
+    name, opt = auto(wide)
+    assert name == "online" and opt == optim.NormalizedAdagrad()
+    assert auto(wide, "adagrad")[0] == "online"
+    assert auto(narrow)[0] == "newton"  # (too narrow: the exact solvers win)
+    assert auto(wide, sparse=False)[0] == "lbfgs"
+    assert auto(wide, batch_size=256)[0] == "sgd"
+    assert auto(wide, early_stopping=True)[0] == "lbfgs"
+    assert auto(wide, "adam")[0] == "gd"  # (no per-row rule)
+    assert auto(wide, mode="local")[0] == "gd"
+    assert auto(wide, has_l1=True)[0] == "gd"
+    with dask.config.set({"dgd.online-auto": False}):
+        assert auto(wide)[0] == "lbfgs"
+    with dask.config.set({"dgd.online-auto-params": wide.n_params + 1}):
+        assert auto(wide)[0] == "lbfgs"
+
+
+def test_auto_keeps_sharded_solvers_when_sharding_is_asked_for():
+    rng = np.random.default_rng(0)
+    d = 2**18
+    X = sp.random(300, d, density=20 / d, format="csr", random_state=1, data_rvs=lambda n: np.ones(n))
+    y = (rng.random(300) < 0.3).astype(float)
+    from dask_dgd.losses import BinaryLogistic
+
+    obj = LinearObjective(BinaryLogistic(), d)
+    res = train(obj, (X, y), penalty=Penalty(alpha=1e-4), max_iter=2, tol=0.0, random_state=0)
+    assert res.solver == "online"
+    # asked for sharded parameters, "auto" picks a solver that shards them
+    sharded = train(obj, (X, y), penalty=Penalty(alpha=1e-4), max_iter=2, param_sharding=True)
+    assert sharded.solver == "lbfgs" and sharded.param_sharding
