@@ -48,6 +48,7 @@ __all__ = [
     "MODES",
     "NEWTON_AUTO_WORK",
     "ONLINE_AUTO_PARAMS",
+    "ONLINE_AUTO_ROWS",
     "SOLVERS",
     "ModeTraits",
     "SolverTraits",
@@ -253,12 +254,17 @@ def _check_mode(mode: str, solver: str, opt: Optimizer | None) -> None:
 #: (dask config ``dgd.online-auto-params``), where the compiled per-row passes beat
 #: L-BFGS and mini-batch SGD to the same held-out logloss (``wide`` suite, issue 43).
 ONLINE_AUTO_PARAMS = 2**18
+#: ... and at least this many rows (dask config ``dgd.online-auto-rows``): on fewer, a
+#: few passes of per-row SGD are not converged, and the exact solvers are cheap anyway.
+ONLINE_AUTO_ROWS = 100_000
 
 
 def online_auto(*, opt: Optimizer | None, batch_size: int | None, mode: str, compression: str | Compressor | None,
-                has_l1: bool, objective: TrainingObjective | None, early_stopping: bool, sparse: bool) -> bool:
+                has_l1: bool, objective: TrainingObjective | None, early_stopping: bool, sparse: bool,
+                n_rows: int | None) -> bool:
     """Whether ``solver="auto"`` picks "online": a linear model with a compiled row
-    loss on sparse data of at least ``dgd.online-auto-params`` parameters, no
+    loss on sparse data of at least ``dgd.online-auto-params`` parameters and
+    ``dgd.online-auto-rows`` rows (:data:`ONLINE_AUTO_ROWS`), no
     ``batch_size``, no L1, synchronous, no compression, no early stopping, and no
     optimizer or one with a per-row rule; never with the dask config
     ``dgd.online-auto`` False (today's choices then)."""
@@ -267,6 +273,8 @@ def online_auto(*, opt: Optimizer | None, batch_size: int | None, mode: str, com
     if not dask.config.get("dgd.online-auto", True) or objective is None or batch_size is not None:
         return False
     if has_l1 or mode != "sync" or compression is not None or early_stopping or not sparse:
+        return False
+    if n_rows is None or n_rows < int(dask.config.get("dgd.online-auto-rows", ONLINE_AUTO_ROWS)):
         return False
     if opt is not None and (opt.full_batch_only or opt.online_rule is None):  # type: ignore[union-attr]  # (L-BFGS: the first test)
         return False
@@ -279,7 +287,7 @@ def _auto(*, opt: Optimizer | None, batch_size: int | None, mode: str, compressi
           sparse: bool = False) -> str:
     """``solver="auto"``'s choice (see :func:`resolve_solver`)."""
     if online_auto(opt=opt, batch_size=batch_size, mode=mode, compression=compression, has_l1=has_l1,
-                   objective=objective, early_stopping=early_stopping, sparse=sparse):
+                   objective=objective, early_stopping=early_stopping, sparse=sparse, n_rows=n_rows):
         return "online"
     if batch_size is not None:
         return "sgd"

@@ -226,14 +226,15 @@ def test_auto_picks_online_for_wide_sparse_data_only():
     common = dict(mode="sync", compression=None, has_l1=False)
 
     def auto(objective, optimizer=None, **kw):
-        return resolve_solver("auto", optimizer, **{"batch_size": None, "sparse": True, **common, **kw},
-                              objective=objective)
+        return resolve_solver("auto", optimizer, **{"batch_size": None, "sparse": True, "n_rows": 10**6, **common,
+                                                    **kw}, objective=objective)
 
     name, opt = auto(wide)
     assert name == "online" and opt == optim.NormalizedAdagrad()
     assert auto(wide, "adagrad")[0] == "online"
-    assert auto(narrow)[0] == "newton"  # (too narrow: the exact solvers win)
+    assert auto(narrow)[0] == "lbfgs"  # (too narrow: the exact solvers win)
     assert auto(wide, sparse=False)[0] == "lbfgs"
+    assert auto(wide, n_rows=99_999)[0] == "lbfgs"  # (few rows: the exact solvers are cheap)
     assert auto(wide, batch_size=256)[0] == "sgd"
     assert auto(wide, early_stopping=True)[0] == "lbfgs"
     assert auto(wide, "adam")[0] == "gd"  # (no per-row rule)
@@ -246,6 +247,8 @@ def test_auto_picks_online_for_wide_sparse_data_only():
 
 
 def test_auto_keeps_sharded_solvers_when_sharding_is_asked_for():
+    import dask
+
     rng = np.random.default_rng(0)
     d = 2**18
     X = sp.random(300, d, density=20 / d, format="csr", random_state=1, data_rvs=lambda n: np.ones(n))
@@ -253,7 +256,8 @@ def test_auto_keeps_sharded_solvers_when_sharding_is_asked_for():
     from dask_dgd.losses import BinaryLogistic
 
     obj = LinearObjective(BinaryLogistic(), d)
-    res = train(obj, (X, y), penalty=Penalty(alpha=1e-4), max_iter=2, tol=0.0, random_state=0)
+    with dask.config.set({"dgd.online-auto-rows": 300}):
+        res = train(obj, (X, y), penalty=Penalty(alpha=1e-4), max_iter=2, tol=0.0, random_state=0)
     assert res.solver == "online"
     # asked for sharded parameters, "auto" picks a solver that shards them
     sharded = train(obj, (X, y), penalty=Penalty(alpha=1e-4), max_iter=2, param_sharding=True)
