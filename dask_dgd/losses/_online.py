@@ -143,25 +143,30 @@ class OnlinePass:
         if self.w0.shape != (n,):
             raise ParameterError(f"params must have shape ({n},); got {self.w0.shape}")
         buf = {} if buffers is None else buffers
+        m = mod.COLUMNS[rule.code]
         if buf.get("n") != n:
             buf.clear()
-            buf.update(n=n, v=np.empty(n), rmark=np.zeros(n, np.uint8), rtouched=np.zeros(n + 1, np.int64))
+            buf.update(n=n, rmark=np.zeros(n, np.uint8), rtouched=np.zeros(n + 1, np.int64))
+        if buf.get("E") is None or buf["E"].shape != (n, m):
+            buf["E"] = np.empty((n, m))
         if micro != 1 and "gbuf" not in buf:
             buf.update(gbuf=np.zeros(n), mark=np.zeros(n, np.uint8), touched=np.zeros(n + 1, np.int64))
-        if rule.adaptive and "cw" not in buf:
-            buf["cw"] = np.zeros(n)
         self.buf = buf
         tiny = np.zeros(1)
-        self.v = buf["v"]
-        np.copyto(self.v, self.w0)
-        self.cw = buf["cw"] if rule.adaptive else tiny
+        if state is None:
+            state = self.fresh_state(objective, rule)
+        # the rule's working arrays side by side (an entry's update reads one cache line);
+        # the state it started from is left as it was (a retried round starts from it again)
+        self.E = E = buf["E"]
+        E[:, mod.C_V] = self.w0
+        if rule.adaptive:
+            E[:, mod.C_ACC] = state["acc"]
+            E[:, mod.C_CW] = 0.0
+        if rule.name == "normalized":
+            E[: self.n_pen: self.K, mod.C_XMAX] = state["xmax"]
         self.gbuf = buf["gbuf"] if micro != 1 else tiny
         self.mark = buf["mark"] if micro != 1 else np.zeros(1, np.uint8)
         self.touched = buf["touched"] if micro != 1 else np.zeros(1, np.int64)
-        if state is None:
-            state = self.fresh_state(objective, rule)
-        self.acc = np.array(state["acc"], dtype=np.float64, copy=True) if rule.adaptive else tiny
-        self.xmax = np.array(state["xmax"], dtype=np.float64, copy=True) if rule.name == "normalized" else tiny
         st = mod.empty_state()
         st[mod.S_T], st[mod.S_N], st[mod.S_WSUM] = state["t"], state["N"], state["W"]
         self.st = st
@@ -188,11 +193,10 @@ class OnlinePass:
 
     @property
     def state(self) -> dict[str, Any]:
-        """The rule state to continue from in the next round: the pass's own arrays
-        (copies of the state it started from), so read it once the pass is over."""
+        """The rule state to continue from in the next round (new arrays)."""
         mod, st = self.mod, self.st
-        return {"acc": self.acc if self.rule.adaptive else None,
-                "xmax": self.xmax if self.rule.name == "normalized" else None,
+        return {"acc": self.E[:, mod.C_ACC].copy() if self.rule.adaptive else None,
+                "xmax": self.E[: self.n_pen: self.K, mod.C_XMAX].copy() if self.rule.name == "normalized" else None,
                 "t": float(st[mod.S_T]), "N": float(st[mod.S_N]), "W": float(st[mod.S_WSUM])}
 
     def block(self, X: Any, y: np.ndarray, sample_weight: np.ndarray | None, rows: np.ndarray,
@@ -205,7 +209,7 @@ class OnlinePass:
         has_w = sample_weight is not None
         sw = np.ascontiguousarray(sample_weight, dtype=np.float64) if has_w else np.zeros(0)
         b = self.buf
-        tail = (self.v, self.acc, self.xmax, self.cw, self.gbuf, self.mark, self.touched, b["rmark"], b["rtouched"],
+        tail = (self.E, self.gbuf, self.mark, self.touched, b["rmark"], b["rtouched"],
                 self.raw, self.g, self.st, self.hp, self.ip, bool(apply_last))
         if sp.issparse(X):
             if X.format != "csr":
@@ -232,7 +236,7 @@ class OnlinePass:
 
     def params(self) -> np.ndarray:
         """The group's parameters now (dense, O(n_params))."""
-        w = self.v.copy()
+        w = self.E[:, self.mod.C_V].copy()
         w[: self.n_pen] *= self.st[self.mod.S_SCALE]
         return w
 
@@ -242,14 +246,12 @@ class OnlinePass:
         nrt = int(st[mod.S_NRT])
         idx = np.sort(b["rtouched"][:nrt])
         pen = idx < self.n_pen
-        w = self.v[idx]
+        w = self.E[idx, mod.C_V]
         w[pen] *= st[mod.S_SCALE]
         sigma = self.scale
         delta = w - np.where(pen, sigma, 1.0) * self.w0[idx]
-        cw = self.cw[idx] if self.rule.adaptive else np.zeros(0)
+        cw = self.E[idx, mod.C_CW] if self.rule.adaptive else np.zeros(0)
         b["rmark"][idx] = 0
-        if self.rule.adaptive:
-            self.cw[idx] = 0.0
         return RoundChange(idx, delta, cw, sigma, float(st[mod.S_LOSS]), float(st[mod.S_WEIGHT]),
                            float(st[mod.S_FIRST_LOSS]), float(st[mod.S_FIRST_WEIGHT]),
                            int(st[mod.S_T]) - self.t_start)

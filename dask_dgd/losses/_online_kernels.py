@@ -10,12 +10,14 @@ The state lives in local variables during the pass (not in arrays that could ali
 the parameters), and goes back to ``st`` at its end.
 
 Arrays of the parameter layout (``LinearObjective._matrix`` flattened: entry
-``e = r * K + k``, row ``r`` a feature, the intercept row ``d`` last): ``v`` (the scaled
-parameters), ``acc`` (adaptive accumulators), ``cw`` (the round's summed squared
-gradients, the coordinate average's weights), ``gbuf`` and ``mark`` (the open
-micro-batch's gradient and touched flags, zero outside it), ``touched`` (the open
-micro-batch's entries), ``rmark``/``rtouched`` (the round's touched entries); per
-feature: ``xmax`` (the largest ``|x|`` seen, the normalized rule's scale).
+``e = r * K + k``, row ``r`` a feature, the intercept row ``d`` last): ``E``, one row
+per entry, side by side so that an entry's update reads one cache line: ``v`` (the
+scaled parameter), ``acc`` (its adaptive accumulator), ``cw`` (the round's summed
+squared gradients, the coordinate average's weight) and ``xmax`` (on a feature's first
+entry: the largest ``|x|`` seen, the normalized rule's scale), as many of these columns
+as the rule uses (``COLUMNS``); ``gbuf`` and ``mark`` (the open micro-batch's gradient
+and touched flags, zero outside it), ``touched`` (the open micro-batch's entries),
+``rmark``/``rtouched`` (the round's touched entries).
 
 ``st`` (float64 state, see ``S_*``), ``hp`` (float64 hyper-parameters, ``H_*``) and
 ``ip`` (int64 settings, ``I_*``) carry everything else between calls, so a micro-batch
@@ -53,6 +55,11 @@ N_HYPER = 5
 I_CODE, I_K, I_RULE, I_INTERCEPT, I_MICRO, I_OFFSET = 0, 1, 2, 3, 4, 5
 N_INTS = 6
 RULE_SGD, RULE_ADAGRAD, RULE_NORMALIZED = 0, 1, 2
+# E's columns: an entry's parameter, accumulator, coordinate weight and (on the first
+# entry of a feature's row) the feature's largest |x|; a rule's E has the columns it uses
+C_V, C_ACC, C_CW, C_XMAX = 0, 1, 2, 3
+#: E's columns by rule
+COLUMNS = (1, 3, 4)
 #: The running scale is folded into ``v`` when it falls below this (as scikit-learn's ``wscale``).
 FOLD_BELOW = 1e-9
 
@@ -61,11 +68,11 @@ _inline = {"inline": "always", **_opts}
 
 
 @numba.njit(**_inline)
-def _adaptive_step(e, gb, xm, acc, cw, eta, nag, eps, rule):  # pragma: no cover - compiled
+def _adaptive_step(e, gb, xm, E, eta, nag, eps, rule):  # pragma: no cover - compiled
     """An adaptive rule's step of entry ``e`` (before the division by the scale)."""
-    a = acc[e] + gb * gb
-    acc[e] = a
-    cw[e] += gb * gb
+    a = E[e, C_ACC] + gb * gb
+    E[e, C_ACC] = a
+    E[e, C_CW] += gb * gb
     if rule == RULE_ADAGRAD:
         return eta * gb / (math.sqrt(a) + eps)
     return nag * gb / (xm * math.sqrt(a)) if a > 0 else 0.0
@@ -87,13 +94,13 @@ def _rate(t, hp):  # pragma: no cover - compiled
 
 
 @numba.njit(**_opts)
-def _fold(v, s, n_pen):  # pragma: no cover - compiled
+def _fold(E, s, n_pen):  # pragma: no cover - compiled
     for e in range(n_pen):
-        v[e] *= s
+        E[e, C_V] *= s
 
 
 @numba.njit(**_opts)
-def pass_rows(is_csr, indptr, indices, data, X, colidx, rows, y, sw, has_weights, d, v, acc, xmax, cw, gbuf,
+def pass_rows(is_csr, indptr, indices, data, X, colidx, rows, y, sw, has_weights, d, E, gbuf,
               mark, touched, rmark, rtouched, raw, g, st, hp, ip, apply_last):  # pragma: no cover - compiled
     K = ip[I_K]
     fi = ip[I_INTERCEPT] != 0
@@ -132,16 +139,16 @@ def pass_rows(is_csr, indptr, indices, data, X, colidx, rows, y, sw, has_weights
                     if j >= d or x == 0.0:
                         continue
                     ax = abs(x)
-                    old = xmax[j]
+                    old = E[j * K, C_XMAX]
                     if ax > old:
                         if old > 0:
                             f = (old / ax) * (old / ax)
                             for k in range(K):
                                 e = j * K + k
-                                v[e] *= f
+                                E[e, C_V] *= f
                                 nrt = _touch(e, rmark, rtouched, nrt)
-                        xmax[j] = ax
-                    sx = x / xmax[j]
+                        E[j * K, C_XMAX] = ax
+                    sx = x / E[j * K, C_XMAX]
                     nsum += sx * sx
                 N += wi * nsum
                 W += wi
@@ -154,10 +161,10 @@ def pass_rows(is_csr, indptr, indices, data, X, colidx, rows, y, sw, has_weights
                     if x == 0.0:
                         continue
                     if j < d:
-                        dot += v[j * K + k] * x
+                        dot += E[j * K + k, C_V] * x
                     elif has_offset and j - d == k:
                         off += x
-                raw[k] = s * dot + (v[n_pen + k] if fi else 0.0) + off
+                raw[k] = s * dot + (E[n_pen + k, C_V] if fi else 0.0) + off
             li = row_loss_grad(code, raw, float(y[i]), g, K)
             if not math.isfinite(li):
                 status = 1
@@ -185,11 +192,11 @@ def pass_rows(is_csr, indptr, indices, data, X, colidx, rows, y, sw, has_weights
                             if j >= d or x == 0.0:
                                 continue
                             e = j * K + k
-                            v[e] -= ck * x
+                            E[e, C_V] -= ck * x
                             nrt = _touch(e, rmark, rtouched, nrt)
                         if fi:
                             e = n_pen + k
-                            v[e] -= eta * gk
+                            E[e, C_V] -= eta * gk
                             nrt = _touch(e, rmark, rtouched, nrt)
                     else:
                         for q in range(m):
@@ -198,12 +205,12 @@ def pass_rows(is_csr, indptr, indices, data, X, colidx, rows, y, sw, has_weights
                             if j >= d or x == 0.0:
                                 continue
                             e = j * K + k
-                            xm = xmax[j] if rule == RULE_NORMALIZED else 1.0
-                            v[e] -= _adaptive_step(e, gk * x, xm, acc, cw, eta, nag, eps, rule) / s
+                            xm = E[j * K, C_XMAX] if rule == RULE_NORMALIZED else 1.0
+                            E[e, C_V] -= _adaptive_step(e, gk * x, xm, E, eta, nag, eps, rule) / s
                             nrt = _touch(e, rmark, rtouched, nrt)
                         if fi:
                             e = n_pen + k
-                            v[e] -= _adaptive_step(e, gk, 1.0, acc, cw, eta, nag, eps, rule)
+                            E[e, C_V] -= _adaptive_step(e, gk, 1.0, E, eta, nag, eps, rule)
                             nrt = _touch(e, rmark, rtouched, nrt)
             else:
                 for k in range(K):
@@ -245,12 +252,12 @@ def pass_rows(is_csr, indptr, indices, data, X, colidx, rows, y, sw, has_weights
                     if rule == RULE_SGD:
                         step = eta * gb
                     else:
-                        xm = xmax[r] if rule == RULE_NORMALIZED and r < d else 1.0
-                        step = _adaptive_step(e, gb, xm, acc, cw, eta, nag, eps, rule)
+                        xm = E[r * K, C_XMAX] if rule == RULE_NORMALIZED and r < d else 1.0
+                        step = _adaptive_step(e, gb, xm, E, eta, nag, eps, rule)
                     if r < d:
-                        v[e] -= step / s
+                        E[e, C_V] -= step / s
                     else:
-                        v[e] -= step
+                        E[e, C_V] -= step
                     nrt = _touch(e, rmark, rtouched, nrt)
             for q in range(nt):
                 e = touched[q]
@@ -259,7 +266,7 @@ def pass_rows(is_csr, indptr, indices, data, X, colidx, rows, y, sw, has_weights
             nt = 0
         if apply or micro == 1 and ii <= n_rows:
             if s < FOLD_BELOW:
-                _fold(v, s, n_pen)
+                _fold(E, s, n_pen)
                 fold *= s
                 s = 1.0
             if not have_first:

@@ -167,14 +167,14 @@ def test_a_row_costs_its_entries_not_the_parameters():
     obj = LinearObjective(BinaryLogistic(), d)
     w0 = rng.standard_normal(obj.n_params)
     p = OnlinePass(obj, 0.0, RULES["adagrad"], w0)
-    acc0 = p.acc.copy()
+    acc0 = p.state["acc"]
     assert p.block(X, y, None, np.arange(100)) == 0
     change = p.finish()
     used = np.union1d(np.unique(X.indices), [d])
     np.testing.assert_array_equal(change.idx, used)
     untouched = np.setdiff1d(np.arange(obj.n_params), used)
     np.testing.assert_array_equal(p.params()[untouched], w0[untouched])
-    np.testing.assert_array_equal(p.acc[untouched], acc0[untouched])
+    np.testing.assert_array_equal(p.state["acc"][untouched], acc0[untouched])
     assert np.all(p.params()[used] != w0[used])
 
 
