@@ -157,13 +157,10 @@ class OnlinePass:
             state = self.fresh_state(objective, rule)
         # the rule's working arrays side by side (an entry's update reads one cache line);
         # the state it started from is left as it was (a retried round starts from it again)
-        self.E = E = buf["E"]
-        E[:, mod.C_V] = self.w0
-        if rule.adaptive:
-            E[:, mod.C_ACC] = state["acc"]
-            E[:, mod.C_CW] = 0.0
-        if rule.name == "normalized":
-            E[: self.n_pen: self.K, mod.C_XMAX] = state["xmax"]
+        self.E = buf["E"]
+        acc = np.ascontiguousarray(state["acc"], dtype=np.float64) if rule.adaptive else tiny
+        xmax = np.ascontiguousarray(state["xmax"], dtype=np.float64) if rule.name == "normalized" else tiny
+        mod.load_entries(self.E, np.ascontiguousarray(self.w0), acc, xmax, self.K, self.n_pen, rule.code)
         self.gbuf = buf["gbuf"] if micro != 1 else tiny
         self.mark = buf["mark"] if micro != 1 else np.zeros(1, np.uint8)
         self.touched = buf["touched"] if micro != 1 else np.zeros(1, np.int64)

@@ -288,3 +288,17 @@ def empty_state():
     st = np.zeros(N_STATE)
     st[S_SCALE] = st[S_FOLD] = 1.0
     return st
+
+
+@numba.njit(**_opts)
+def load_entries(E, w0, acc, xmax, K, n_pen, rule):  # pragma: no cover - compiled
+    """``E`` at a round's start, in one pass: the parameters ``w0``, the accumulators
+    ``acc`` and zero coordinate weights (adaptive rules), the feature scales ``xmax``
+    on each feature's first entry (the normalized rule)."""
+    for e in range(E.shape[0]):
+        E[e, C_V] = w0[e]
+        if rule != RULE_SGD:
+            E[e, C_ACC] = acc[e]
+            E[e, C_CW] = 0.0
+            if rule == RULE_NORMALIZED and e < n_pen and e % K == 0:
+                E[e, C_XMAX] = xmax[e // K]
