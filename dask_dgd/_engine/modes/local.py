@@ -190,7 +190,7 @@ class LocalSGD(Solver):
 
     #: the group memory's names (``GroupMemory.modes``) a checkpoint keeps: the optimizer
     #: state between rounds and the round's compression memory
-    group_state = ("round", "round_compression")
+    group_state: tuple[str, ...] = ("round", "round_compression")
 
     @classmethod
     def build(cls, ctx: FitContext, settings: Settings) -> LocalSGD:

@@ -67,7 +67,7 @@ def online_rule(optimizer: FirstOrderOptimizer) -> OnlineRule:
     name = optimizer.online_rule
     if name is None:
         raise ParameterError(f"optimizer {optimizer!r} has no per-row rule for solver='online'")
-    lr = optimizer.learning_rate
+    lr = optimizer.learning_rate  # type: ignore[attr-defined]  # (every first-order optimizer has one)
     eta0, power_t = (lr.init_value, lr.power_t) if isinstance(lr, InverseScaling) else (
         float(lr(0)) if isinstance(lr, Schedule) else float(lr), 0.0)
     a0 = float(getattr(optimizer, "initial_accumulator_value", 0.0)) if name == "adagrad" else 0.0
@@ -139,7 +139,8 @@ def group_pass(shard: Shard, scratch: GroupMemory, objective: LinearTraining, ru
     first = Partial(change.first_loss, None, change.first_weight, 0.0, 0.0)  # type: ignore[arg-type]  # (no gradient)
     inject_faults(t0)
     dt = time.perf_counter() - t0
-    part = round_partial(sent, weight, first, dt, wall0, finite, mean if status == 2 else math.nan)
+    part = round_partial(sent, weight, first, dt, wall0, finite,  # type: ignore[arg-type]  # (a sparse sum: summed as any)
+                         mean if status == 2 else math.nan)
     part.extras.update(scale=weight * change.sigma, progressive=change.loss_sum, progressive_weight=weight,
                        updates=float(change.updates), restarted=1.0 if restarted else 0.0,
                        bad_rows=1.0 if status == 1 else 0.0)
