@@ -41,7 +41,8 @@ def online_reference(X, y, sw, order, *, code, K, rule, eta0, power_t=0.0, lam=0
     """The parameters after a pass over the rows ``order`` of the dense ``X`` (the
     features, then ``K`` offset columns with ``has_offset``), with one update per row
     (``micro=1``), per ``micro`` rows (the last micro-batch at the end), or one at the
-    end (``micro=0``).  Returns ``(w, loss_sum, weight_sum, sigma, state)``."""
+    end (``micro=0``).  The adaptive rules' L2 decay is lazy, per entry, at the entry's
+own rate (as the kernel's ``_catch_up``).  Returns ``(w, loss_sum, weight_sum, sigma, state)``."""
     n_cols = X.shape[1]
     d = n_cols - (K if has_offset else 0)
     P = d + fit_intercept
@@ -58,6 +59,31 @@ def online_reference(X, y, sw, order, *, code, K, rule, eta0, power_t=0.0, lam=0
     gbuf = {}
     open_w = 0.0
     open_rows = 0
+    lazy = lam > 0 and rule != "sgd"
+    last = [t] * n  # the step up to which each entry decayed (adaptive rules)
+    touched = set()
+
+    def ipow(f, m):
+        r = 1.0
+        while m > 0:
+            if m & 1:
+                r *= f
+            f *= f
+            m >>= 1
+        return r
+
+    def catch_up(e, upto, xm, eta, nag):
+        pending = upto - last[e]
+        if pending > 0:
+            a = acc[e]
+            if rule == "adagrad":
+                den, r = math.sqrt(a) + eps, eta
+            else:
+                den, r = xm * math.sqrt(a), nag
+            if den > 0:
+                f = max(1.0 - (r / den) * lam, 0.0)
+                v[e] *= ipow(f, int(pending))
+            last[e] = upto
 
     def rate():
         return eta0 if power_t == 0.0 else eta0 / (t + 1.0) ** power_t
@@ -73,7 +99,7 @@ def online_reference(X, y, sw, order, *, code, K, rule, eta0, power_t=0.0, lam=0
         nonlocal t, s
         eta = rate()
         t += 1.0
-        if lam > 0:
+        if lam > 0 and rule == "sgd":
             s *= 1.0 - eta * lam
         nag = eta * math.sqrt(W / N) if rule == "normalized" and N > 0 else eta
         return eta, nag
@@ -98,6 +124,7 @@ def online_reference(X, y, sw, order, *, code, K, rule, eta0, power_t=0.0, lam=0
                 else:
                     step = adaptive(e, gb, xmax[r] if rule == "normalized" and r < d else 1.0, eta, nag)
                 v[e] = v[e] - step / s if r < d else v[e] - step
+                touched.add(e)
         gbuf, open_w, open_rows = {}, 0.0, 0
         end_update()
 
@@ -114,11 +141,19 @@ def online_reference(X, y, sw, order, *, code, K, rule, eta0, power_t=0.0, lam=0
                         f = (xmax[j] / abs(x)) * (xmax[j] / abs(x))
                         for k in range(K):
                             v[j * K + k] *= f
+                            touched.add(j * K + k)
                     xmax[j] = abs(x)
                 sx = x / xmax[j]
                 nsum += sx * sx
             N += wi * nsum
             W += wi
+        if lazy:
+            eta_now = rate()
+            nag_now = eta_now * math.sqrt(W / N) if rule == "normalized" and N > 0 else eta_now
+            for k in range(K):
+                for j, _x in row:
+                    if j < d:
+                        catch_up(j * K + k, t, xmax[j] if rule == "normalized" else 1.0, eta_now, nag_now)
         raw = []
         for k in range(K):
             dot = off = 0.0
@@ -148,6 +183,7 @@ def online_reference(X, y, sw, order, *, code, K, rule, eta0, power_t=0.0, lam=0
                         v[e] -= ck * x
                     else:
                         v[e] -= adaptive(e, gk * x, xmax[j] if rule == "normalized" else 1.0, eta, nag) / s
+                    touched.add(e)
                 if fit_intercept:
                     e = n_pen + k
                     v[e] -= eta * gk if rule == "sgd" else adaptive(e, gk, 1.0, eta, nag)
@@ -165,6 +201,12 @@ def online_reference(X, y, sw, order, *, code, K, rule, eta0, power_t=0.0, lam=0
             apply_open()
     if micro != 1 and open_rows:
         apply_open()
+    if lazy:  # the touched entries catch up to the last step
+        eta = rate()
+        nag = eta * math.sqrt(W / N) if rule == "normalized" and N > 0 else eta
+        for e in touched:
+            if e < n_pen:
+                catch_up(e, t, xmax[e // K] if rule == "normalized" else 1.0, eta, nag)
     w = np.array(v)
     w[:n_pen] *= s
     return w, loss, weight, s * fold, {"acc": np.array(acc), "xmax": np.array(xmax), "t": t, "N": N, "W": W}

@@ -6,8 +6,10 @@ every row is scored at the current parameters (the *progressive* loss, Vowpal Wa
 "average loss"), then the parameters move by that row's gradient (``micro=1``) or by
 the mean gradient of a micro-batch.  Each row costs O(nnz x K), never O(n_params):
 
-- the L2 decay multiplies a running scale ``s`` of the penalised entries
-  (``w = s * v``), folded into ``v`` when it falls below 1e-9;
+- the L2 decay: with "sgd", a running scale ``s`` of the penalised entries
+  (``w = s * v``), folded into ``v`` when it falls below 1e-9; with the adaptive rules,
+  lazily at each entry's own adaptive rate (an entry catches up the steps it missed
+  when a row reads it, and at the round's end);
 - the update rule touches only the row's entries: ``"sgd"`` (a constant learning rate,
   or :class:`~dask_dgd.optim.InverseScaling`'s ``eta0 / (t + 1)**power_t``),
   ``"adagrad"`` (exactly :class:`~dask_dgd.optim.Adagrad`'s per-entry step) and
@@ -19,8 +21,9 @@ the mean gradient of a micro-batch.  Each row costs O(nnz x K), never O(n_params
   start, ``w - sigma * w0`` (``sigma`` the product of the decays), has entries only
   there and is sent sparse.
 
-With the adaptive rules the decay uses the base learning rate, not the per-entry one
-(decoupled decay, as AdamW): the fixed point is near, not at, the penalised optimum.
+The per-entry decay makes the adaptive rules' fixed point the penalised optimum
+(``E[g_e] + lam * w_e = 0``); a decay at the base rate (as the running scale) would not
+be, wherever an entry's rate differs from the base rate.
 The losses are those with a ``fused_code`` (squared error, logistic, Poisson,
 multinomial); their row formulas are shared with the fused kernel
 (:mod:`._rowloss`).
@@ -160,7 +163,8 @@ class OnlinePass:
         self.E = buf["E"]
         acc = np.ascontiguousarray(state["acc"], dtype=np.float64) if rule.adaptive else tiny
         xmax = np.ascontiguousarray(state["xmax"], dtype=np.float64) if rule.name == "normalized" else tiny
-        mod.load_entries(self.E, np.ascontiguousarray(self.w0), acc, xmax, self.K, self.n_pen, rule.code)
+        mod.load_entries(self.E, np.ascontiguousarray(self.w0), acc, xmax, self.K, self.n_pen, rule.code,
+                         float(state["t"]))
         self.gbuf = buf["gbuf"] if micro != 1 else tiny
         self.mark = buf["mark"] if micro != 1 else np.zeros(1, np.uint8)
         self.touched = buf["touched"] if micro != 1 else np.zeros(1, np.int64)
@@ -231,8 +235,15 @@ class OnlinePass:
         """``sigma``: what the round's decays made of an untouched entry (1 without L2)."""
         return float(self.st[self.mod.S_SCALE] * self.st[self.mod.S_FOLD])
 
+    def _catch_up(self) -> None:
+        """The adaptive rules' lazy decay of the touched entries, up to the last step."""
+        mod, st = self.mod, self.st
+        mod.catch_up_touched(self.E, self.buf["rtouched"], int(st[mod.S_NRT]), self.n_pen, self.K, st, self.hp,
+                             self.rule.code)
+
     def params(self) -> np.ndarray:
         """The group's parameters now (dense, O(n_params))."""
+        self._catch_up()
         w = self.E[:, self.mod.C_V].copy()
         w[: self.n_pen] *= self.st[self.mod.S_SCALE]
         return w
@@ -240,6 +251,7 @@ class OnlinePass:
     def finish(self) -> RoundChange:
         """The round's change (O(touched)); clears the round's bookkeeping for the next."""
         mod, st, b = self.mod, self.st, self.buf
+        self._catch_up()
         nrt = int(st[mod.S_NRT])
         idx = np.sort(b["rtouched"][:nrt])
         pen = idx < self.n_pen

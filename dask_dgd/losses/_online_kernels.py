@@ -2,9 +2,10 @@
 
 ``pass_rows`` runs per-row (``micro == 1``) or micro-batch SGD over the rows ``rows``
 of one block, CSR (``is_csr``) or dense, touching only each row's non-zero entries: the
-L2 decay is a running scale ``s`` of the penalised entries (``w = s * v``), the
-per-feature accumulators and the round's bookkeeping are updated where a row has
-entries, so a row costs O(nnz x K), never O(n_params).  No ``fastmath`` and no
+L2 decay is, for "sgd", a running scale ``s`` of the penalised entries (``w = s * v``),
+for the adaptive rules a lazy per-entry decay (below); the per-feature accumulators and
+the round's bookkeeping are updated where a row has entries, so a row costs
+O(nnz x K), never O(n_params).  No ``fastmath`` and no
 ``parallel``: the order of the operations is fixed, so a pass is deterministic.
 The state lives in local variables during the pass (not in arrays that could alias
 the parameters), and goes back to ``st`` at its end.
@@ -34,7 +35,16 @@ with ``micro == 1``, else the micro-batch's mean), learning rate
 - normalized: ``acc[e] += gb**2``;
   ``v[e] -= (nag * gb / (xmax[r] * sqrt(acc[e]))) / s``, ``nag = eta * sqrt(W / N)``;
 
-intercepts the same without ``/ s``.
+intercepts the same without ``/ s``.  With the adaptive rules ``s`` stays 1 and the
+decay is at each entry's own rate, lazily (:func:`_catch_up`): ``C_LAST`` holds the
+step up to which entry ``e`` decayed; before a row reads it at step ``t`` (``t``
+updates done), it decays by ``(1 - eta_e * lam)**(t - last)`` with its rate now
+(``eta_e = eta / (sqrt(acc[e]) + eps)``; normalized ``nag / (xmax[r] * sqrt(acc[e]))``,
+its current ``sqrt(W / N)`` and ``xmax`` factors: an approximation of the rates the
+skipped steps had), and at a round's end the touched entries catch up to its last step
+(:func:`catch_up_touched`).  The fixed point then has ``E[g_e] + lam * w_e = 0``: the
+penalised optimum (a decay at the base rate, as the running scale would be, stops
+short of it wherever ``eta_e`` differs from ``eta``).
 """
 
 import math
@@ -57,9 +67,9 @@ N_INTS = 6
 RULE_SGD, RULE_ADAGRAD, RULE_NORMALIZED = 0, 1, 2
 # E's columns: an entry's parameter, accumulator, coordinate weight and (on the first
 # entry of a feature's row) the feature's largest |x|; a rule's E has the columns it uses
-C_V, C_ACC, C_CW, C_XMAX = 0, 1, 2, 3
-#: E's columns by rule
-COLUMNS = (1, 3, 4)
+C_V, C_ACC, C_CW, C_XMAX, C_LAST = 0, 1, 2, 3, 4
+#: E's columns by rule (adagrad leaves ``C_XMAX`` unused: ``C_LAST`` has one place)
+COLUMNS = (1, 5, 5)
 #: The running scale is folded into ``v`` when it falls below this (as scikit-learn's ``wscale``).
 FOLD_BELOW = 1e-9
 
@@ -76,6 +86,41 @@ def _adaptive_step(e, gb, xm, E, eta, nag, eps, rule):  # pragma: no cover - com
     if rule == RULE_ADAGRAD:
         return eta * gb / (math.sqrt(a) + eps)
     return nag * gb / (xm * math.sqrt(a)) if a > 0 else 0.0
+
+
+@numba.njit(**_inline)
+def _ipow(f, n):  # pragma: no cover - compiled
+    """``f**n`` for an integer ``n >= 0`` by repeated squaring (the reference rounds the same)."""
+    r = 1.0
+    while n > 0:
+        if n & 1:
+            r *= f
+        f *= f
+        n >>= 1
+    return r
+
+
+@numba.njit(**_inline)
+def _catch_up(e, upto, xm, E, eta, nag, lam, eps, rule):  # pragma: no cover - compiled
+    """An adaptive rule's lazy L2 decay of entry ``e``: the steps since ``E[e, C_LAST]``
+    up to ``upto``, each ``w *= 1 - eta_e * lam`` at the entry's own rate now
+    (``eta_e = eta / (sqrt(acc) + eps)``, normalized ``nag / (xm * sqrt(acc))``), at
+    least 0; no decay while the rate is undefined (no gradient seen yet)."""
+    pending = upto - E[e, C_LAST]
+    if pending > 0:
+        a = E[e, C_ACC]
+        if rule == RULE_ADAGRAD:
+            den = math.sqrt(a) + eps
+            r = eta
+        else:
+            den = xm * math.sqrt(a)
+            r = nag
+        if den > 0:
+            f = 1.0 - (r / den) * lam
+            if f < 0.0:
+                f = 0.0
+            E[e, C_V] *= _ipow(f, int(pending))
+        E[e, C_LAST] = upto
 
 
 @numba.njit(**_inline)
@@ -109,6 +154,8 @@ def pass_rows(is_csr, indptr, indices, data, X, colidx, rows, y, sw, has_weights
     code = ip[I_CODE]
     has_offset = ip[I_OFFSET] != 0
     lam, limit, eps = hp[H_LAM], hp[H_LIMIT], hp[H_EPS]
+    lazy = lam > 0 and rule != RULE_SGD
+    eta_now = nag_now = 0.0
     n_pen = d * K
     s, fold, t, N, W = st[S_SCALE], st[S_FOLD], st[S_T], st[S_N], st[S_WSUM]
     loss, weight = st[S_LOSS], st[S_WEIGHT]
@@ -152,6 +199,9 @@ def pass_rows(is_csr, indptr, indices, data, X, colidx, rows, y, sw, has_weights
                     nsum += sx * sx
                 N += wi * nsum
                 W += wi
+            if lazy:  # the rate the row's entries catch up their decay at
+                eta_now = _rate(t, hp)
+                nag_now = eta_now * math.sqrt(W / N) if rule == RULE_NORMALIZED and N > 0 else eta_now
             for k in range(K):
                 dot = 0.0
                 off = 0.0
@@ -161,6 +211,9 @@ def pass_rows(is_csr, indptr, indices, data, X, colidx, rows, y, sw, has_weights
                     if x == 0.0:
                         continue
                     if j < d:
+                        if lazy:
+                            xm = E[j * K, C_XMAX] if rule == RULE_NORMALIZED else 1.0
+                            _catch_up(j * K + k, t, xm, E, eta_now, nag_now, lam, eps, rule)
                         dot += E[j * K + k, C_V] * x
                     elif has_offset and j - d == k:
                         off += x
@@ -177,7 +230,7 @@ def pass_rows(is_csr, indptr, indices, data, X, colidx, rows, y, sw, has_weights
             if micro == 1:  # per row: an importance-weighted step on this row's entries
                 eta = _rate(t, hp)
                 t += 1.0
-                if lam > 0:
+                if lam > 0 and rule == RULE_SGD:
                     s *= 1.0 - eta * lam
                 nag = eta * math.sqrt(W / N) if rule == RULE_NORMALIZED and N > 0 else eta
                 for k in range(K):
@@ -242,7 +295,7 @@ def pass_rows(is_csr, indptr, indices, data, X, colidx, rows, y, sw, has_weights
             if open_w > 0:
                 eta = _rate(t, hp)
                 t += 1.0
-                if lam > 0:
+                if lam > 0 and rule == RULE_SGD:
                     s *= 1.0 - eta * lam
                 nag = eta * math.sqrt(W / N) if rule == RULE_NORMALIZED and N > 0 else eta
                 for q in range(nt):
@@ -291,14 +344,33 @@ def empty_state():
 
 
 @numba.njit(**_opts)
-def load_entries(E, w0, acc, xmax, K, n_pen, rule):  # pragma: no cover - compiled
+def load_entries(E, w0, acc, xmax, K, n_pen, rule, t0):  # pragma: no cover - compiled
     """``E`` at a round's start, in one pass: the parameters ``w0``, the accumulators
-    ``acc`` and zero coordinate weights (adaptive rules), the feature scales ``xmax``
-    on each feature's first entry (the normalized rule)."""
+    ``acc``, zero coordinate weights and the decay's step ``t0`` (adaptive rules), the
+    feature scales ``xmax`` on each feature's first entry (the normalized rule)."""
     for e in range(E.shape[0]):
         E[e, C_V] = w0[e]
         if rule != RULE_SGD:
             E[e, C_ACC] = acc[e]
             E[e, C_CW] = 0.0
+            E[e, C_LAST] = t0
             if rule == RULE_NORMALIZED and e < n_pen and e % K == 0:
                 E[e, C_XMAX] = xmax[e // K]
+
+
+@numba.njit(**_opts)
+def catch_up_touched(E, rtouched, nrt, n_pen, K, st, hp, rule):  # pragma: no cover - compiled
+    """An adaptive rule's lazy decay of the round's touched penalised entries, brought
+    up to the last step (O(touched)); the untouched entries have a zero coordinate
+    weight, so the average does not take them from this group."""
+    lam, eps, t = hp[H_LAM], hp[H_EPS], st[S_T]
+    if not (lam > 0 and rule != RULE_SGD):
+        return
+    eta = _rate(t, hp)
+    N = st[S_N]
+    nag = eta * math.sqrt(st[S_WSUM] / N) if rule == RULE_NORMALIZED and N > 0 else eta
+    for q in range(nrt):
+        e = rtouched[q]
+        if e < n_pen:
+            xm = E[(e // K) * K, C_XMAX] if rule == RULE_NORMALIZED else 1.0
+            _catch_up(e, t, xm, E, eta, nag, lam, eps, rule)
