@@ -46,7 +46,8 @@ def save(estimator, path):
     unsaved = [*NOT_SAVED, *(["scoring"] if callable(params.get("scoring")) else [])]
     dropped = [name for name in unsaved if params.get(name) is not None]
     saved = _encode_each(enc, {k: v for k, v in params.items() if k not in unsaved}, "parameter")
-    state = _encode_each(enc, {k: v for k, v in vars(estimator).items() if k not in params}, "attribute")
+    # the pickling state (as for a nested estimator): its attributes, a lazy one built
+    state = _encode_each(enc, {k: v for k, v in estimator.__getstate__().items() if k not in params}, "attribute")
     from . import __version__
 
     content = {

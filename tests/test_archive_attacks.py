@@ -499,7 +499,7 @@ def test_the_loader_fuzzed_over_the_allow_list_rebuilds_nothing_else(model):
     allowed, refused, attributes = _fuzz_names(rng)
     enc = archive.Encoder()
     base = {"params": {k: enc(v) for k, v in model.get_params().items() if k not in ("client", "callbacks")},
-            "state": {k: enc(v) for k, v in vars(model).items() if k not in model.get_params()}}
+            "state": {k: enc(v) for k, v in model.__getstate__().items() if k not in model.get_params()}}  # as save
     arrays = {**enc.arrays, "i": np.arange(3), "big": np.array([10**9]), "f": np.array([np.nan, 1.0]),
               "s": np.array(["x", "y"])}
     classes = ["dask_dgd.linear_model._glm:LinearRegression", "dask_dgd.linear_model._logistic:LogisticRegression",

@@ -610,7 +610,7 @@ def test_glm_suite_tiny(monkeypatch):
 @pytest.mark.timeout(300)
 def test_recommender_peers_suite_small(monkeypatch):
     """The small size end to end: every RMSE and ranking score is a real number, the folds
-    partition the rows, the four targets are listed, and a peer that cannot be imported
+    partition the rows, the five targets are listed, and a peer that cannot be imported
     (implicit, forced here; Surprise and Spark wherever they are missing) is reported.
 
     MovieLens is cut to its first 14 users, not the size's 15: the 15th has 1,700 of the 15
@@ -653,7 +653,7 @@ def test_recommender_peers_suite_small(monkeypatch):
     for key, m in ml["models"].items():
         assert 0 <= m["precision"] <= 1 and 0 <= m["ndcg"] <= 1 and m["wall"] > 0 and m["epochs"] >= 1, key
     assert ml["models"]["dask_dgd wls default"]["solver"] == "als"  # solver="auto" picks ALS for wls
-    assert [t["target"] for t in data["targets"]] == list(recommender_peers.TARGETS) and len(data["targets"]) == 4
+    assert [t["target"] for t in data["targets"]] == list(recommender_peers.TARGETS) and len(data["targets"]) == 5
     fold = data["implicit"]["movielens"]["fold_in"]
     for loss in ("wls", "bpr"):
         for r in fold[loss]["runs"]:
@@ -783,3 +783,50 @@ def test_accuracy_suite_tiny():
         accuracy.run("small", problems=("nist2",))
     with pytest.raises(TypeError, match=r"unknown parameters for the accuracy suite: \['rows'\]"):
         accuracy.run("small", rows=10)
+
+
+def test_small_data_suite_tiny():
+    pytest.importorskip("glum")
+    from benchmarks.suites import SUITES, small_data
+
+    assert small_data.NAME in SUITES and small_data.DESCRIPTION and set(small_data.SIZES) == {"small", "full"}
+    X, y = small_data.nmes1988()
+    assert X.shape == (4406, 17) and y.shape == (4406,)  # the Deb-Trivedi covariates
+    result = small_data.run("small", repeats=1, fits=1, logistic_rows=2_000, first_fit_runs=1, demo=False,
+                            log=lambda msg: None)
+    _check_result(result)
+    json.dumps(_jsonable(result["data"]))
+    warm = result["data"]["warm"]
+    assert set(warm) == {"poisson", "logistic"} and all(t > 0 for tools in warm.values() for t in tools.values())
+    (first,) = result["data"]["first_fits"]
+    assert first["first"] > 0 and first["warm"] > 0 and result["data"]["demo_compile_s"] is None
+    for target in ("<= 2.0x", "<= 1.5x", "<= 0.5 s"):
+        assert target in result["table"]
+    assert all(row.endswith(("| met |", "| missed |")) for row in result["table"].splitlines()[2:])
+    with pytest.raises(TypeError, match=r"unknown parameters for the small_data suite: \['nope'\]"):
+        small_data.run("small", nope=1)
+
+def test_wide_default_suite_tiny():
+    """The suite's interface, and a tiny run: the default fit in a fresh process (the
+    current checkout) beside scikit-learn, its per-iteration split, and the verdict."""
+    from benchmarks.suites import wide_default
+    from benchmarks.suites.wide.problems import ZIPF_FIELDS
+
+    assert wide_default.NAME == "wide_default" and wide_default.DESCRIPTION
+    assert set(wide_default.SIZES) == {"small", "full"}
+    small = wide_default.SIZES["small"]
+    assert (small["rows"] - small["chunk_rows"], small["n_features"], small["alpha"]) == (300_000, 2**20, 1e-4)
+    assert small["rows"] == ZIPF_FIELDS["rows"] < wide_default.SIZES["full"]["rows"]
+    with pytest.raises(TypeError, match=r"unknown parameters for the wide_default suite: \['not_a_parameter'\]"):
+        wide_default.run("small", not_a_parameter=1)
+    result = wide_default.run("small", repeats=1, rows=3_000, chunk_rows=1_000, n_features=2**10,
+                              shardings=("auto",), before=None, log=lambda m: None)
+    _check_result(result)
+    data = json.loads(json.dumps(_jsonable(result["data"])))
+    (fit,) = data["dask_dgd"]["current"]
+    assert "before" not in data["dask_dgd"]
+    assert fit["sharding"] == "auto" and fit["n_iter"] >= 1 and fit["steps"] > fit["n_iter"]
+    assert fit["update_time"] >= 0 and fit["step_time"] > 0
+    assert math.isfinite(fit["logloss"]) and math.isfinite(data["sklearn"]["sgd"]["logloss"])
+    assert result["data"]["verdicts"][0].startswith("- Default fit on 2 workers <= 1.0x SGDClassifier's time")
+    assert "**met**" in result["markdown"] or "**missed**" in result["markdown"]

@@ -7,7 +7,7 @@ import io
 import pytest
 
 from dask_dgd import cli
-from dask_dgd.cli import _demo
+from dask_dgd.cli import _demo, _warm
 
 
 def _record_fits(monkeypatch, log):
@@ -29,12 +29,40 @@ def _record_fits(monkeypatch, log):
 
 @pytest.mark.parametrize("linear_only", [False, True])
 def test_warm_up_fits_every_model_on_the_cluster(linear_only, client, monkeypatch):
-    fits = []
+    compiled, fits = [], []
+    monkeypatch.setattr(_warm, "warm_cache", lambda c, parts: compiled.append((c, parts)) or {})
     _record_fits(monkeypatch, fits)
     seconds = _demo.warm_up(client, argparse.Namespace(features=3, seed=0), linear_only=linear_only)
+    # the kernels are compiled once per part, side by side, before the fits on the cluster
+    assert compiled == [(client, ("linear",) if linear_only else _warm.PARTS)]
     linear = ["LogisticRegression", "LinearRegression", "PoissonRegressor"]
     assert fits == linear + ([] if linear_only else ["MatrixFactorization", "ClimateRegressor"])
     assert seconds > 0
+
+
+def test_warm_cache_runs_each_part_once_in_a_task_on_a_worker(client, monkeypatch):
+    from distributed import get_worker
+
+    ran = []
+    monkeypatch.setitem(_warm._FITS, "linear", lambda: ran.append(("linear", get_worker().address)))
+    monkeypatch.setitem(_warm._FITS, "recommender", lambda: ran.append(("recommender", get_worker().address)))
+    times = _warm.warm_cache(client, ("linear", "recommender"))
+    assert list(times) == ["linear", "recommender"] and all(t >= 0 for t in times.values())
+    workers = set(client.scheduler_info()["workers"])
+    assert sorted(name for name, _ in ran) == ["linear", "recommender"]
+    assert all(address in workers for _, address in ran)
+
+
+def test_warm_cache_part_names_are_checked():
+    with pytest.raises(ValueError, match=r"unknown part 'nope'; choose among \('climate', 'linear', 'recommender'\)"):
+        _warm.compile_part("nope")
+
+
+def test_compile_part_fits_the_linear_models_in_this_process(monkeypatch):
+    fits = []
+    _record_fits(monkeypatch, fits)
+    assert _warm.compile_part("linear") > 0
+    assert fits == ["LogisticRegression", "LinearRegression", "PoissonRegressor"]
 
 
 @pytest.mark.slow

@@ -176,7 +176,8 @@ def gather_sample(shards: ShardSet, n_rows: int) -> tuple[Any, np.ndarray, np.nd
     order, so the sample depends only on the data and its chunking, never on
     placement.  The weights (sample weights, or ones) are scaled by total rows / sampled
     rows so that weighted means over the sample estimate those over the data.  None if
-    the data has no rows.
+    the data has no rows.  ``X`` is read only: a sample that is one dense block taken
+    whole is that block's array, not a copy of it.
     """
     rows = shards.block_rows
     total = int(rows.sum())
@@ -191,6 +192,8 @@ def gather_sample(shards: ShardSet, n_rows: int) -> tuple[Any, np.ndarray, np.nd
         return None
     if sp.issparse(pieces[0][1]):
         X = sp.vstack([p[1] for p in pieces], format="csr")
+    elif len(pieces) == 1:  # one dense block: its rows as they are (the callers only read them)
+        X = pieces[0][1]
     else:
         X = np.concatenate([p[1] for p in pieces])
     y = np.concatenate([p[2] for p in pieces])

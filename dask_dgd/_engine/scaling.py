@@ -157,7 +157,9 @@ def _weighted_moments(X: Any, w: np.ndarray, centre: bool) -> tuple[np.ndarray, 
     X = np.asarray(X, dtype=np.float64)
     mean = w @ X / total
     c = mean if centre else np.zeros_like(mean)
-    return mean, w @ (X - c) ** 2 / total
+    D = X - c  # squared in place: one temporary of X's size, not two
+    np.square(D, out=D)
+    return mean, w @ D / total
 
 
 def ridge_level(objective: LinearObjective, penalty: Penalty) -> float:
@@ -256,10 +258,12 @@ class ScaledTraining:
             return sums, local_grad
         from .solvers.curvature import block_r_factor, block_scaled_gram, with_block_extra
 
-        fn, key = (block_r_factor, "r") if self.curvature == "qr" else (block_scaled_gram, "hessian")
         obj = self.base.objective
-        return with_block_extra(sums, shard, key,
-                                lambda b: fn(obj, original, b.X, b.y, b.sample_weight, self.scaling)), local_grad
+        if self.curvature == "qr":
+            return with_block_extra(sums, shard, "r", lambda b: block_r_factor(
+                obj, original, b.X, b.y, b.sample_weight, self.scaling)), local_grad
+        return with_block_extra(sums, shard, "hessian", lambda b: block_scaled_gram(
+            obj, original, b.X, b.y, b.sample_weight, self.scaling, memory, ("centred", b.index))), local_grad
 
     # ------------------------------------------------------------- driver side
     def finish(self, partial: Partial, params: np.ndarray) -> tuple[float, np.ndarray]:

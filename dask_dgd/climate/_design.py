@@ -270,14 +270,25 @@ class Fields:
     spatial dims (the area weight, see :meth:`FeatureSpec.cell_weights`; ones with
     ``area_weights=False`` or without a target, where it only gives the grid's shape);
     ``y``: the target on the grid (or None).
+
+    ``in_process=True`` asks for NumPy arrays instead of dask arrays when the grid is
+    one dask block (the chunks dask's ``"auto"`` gives it, ``array.chunk-size``) and
+    every variable read is an in-memory NumPy array: Dask would run each stage of a
+    fit as one task on that block anyway, so the caller can run the same block
+    functions directly, with none of the graph building, hashing of the data
+    (``from_array``'s names) or scheduling.  ``in_process`` is then True (the arrays
+    are NumPy: the blocks the dask path would see, bit for bit); otherwise False and
+    the fields are lazy as usual.
     """
 
-    def __init__(self, spec, ds, need_target=True):
+    def __init__(self, spec, ds, need_target=True, in_process=False):
         self.spec = spec
         tdim = spec.time_dim
-        self.template = _template(spec, ds)
-        grid_chunks = self.template.data.chunks
+        grid_chunks = _grid_chunks(spec, ds)
         self.grid_chunks = grid_chunks
+        self.in_process = bool(in_process) and _one_numpy_block(spec, ds, grid_chunks, need_target)
+        self.template = _template(spec, ds, grid_chunks, self.in_process)
+        lazy = _as_numpy if self.in_process else _as_dask
         ref = _reference(spec, ds)
         # every coordinate on the sample dimensions (dimension and auxiliary ones)
         self.coords = {name: c for name, c in ds.coords.items() if set(c.dims) <= set(spec.sample_dims)}
@@ -287,16 +298,16 @@ class Fields:
 
         def add(field):
             if field.dims == (tdim,):
-                time_only.append(_as_dask(field.data, grid_chunks[:1]))
+                time_only.append(lazy(field.data, grid_chunks[:1]))
                 order.append((1, len(time_only) - 1))
             else:
                 if set(field.dims) != set(spec.sample_dims):
                     field, _ = xr.broadcast(field, self.template)
-                full.append(_as_dask(field.transpose(*spec.sample_dims).data, grid_chunks))
+                full.append(lazy(field.transpose(*spec.sample_dims).data, grid_chunks))
                 order.append((0, len(full) - 1))
 
         for v in spec.features:
-            x = ds[v].astype(np.float64)
+            x = _float64(ds[v], self.in_process)
             if spec.static(ds, v):  # no time dimension: no lag, no lead
                 add(x)
                 continue
@@ -309,8 +320,8 @@ class Fields:
                 ok[shift:] = (steps[shift:] - steps[:-shift]) == shift  # no gap in between
                 dims = [d for d in spec.sample_dims if d in x.dims]  # time first
                 x_t = x.transpose(*dims)
-                data = _as_dask(x_t.data, tuple(grid_chunks[spec.sample_dims.index(d)] for d in dims))
-                add(x_t.copy(data=shifted(data, shift, ok)))
+                data = lazy(x_t.data, tuple(grid_chunks[spec.sample_dims.index(d)] for d in dims))
+                add(x_t.copy(data=(shifted_numpy if self.in_process else shifted)(data, shift, ok)))
         if spec.seasonal:
             check_dates(np.asarray(ds[tdim].values))  # the terms of each date: any order will do
             for values in seasonal_terms(ds[tdim].values, spec.seasonal).values():
@@ -318,10 +329,10 @@ class Fields:
         self.full, self.time, self.order = full, time_only, order
         self.y = None
         if need_target:
-            y = ds[spec.target].astype(np.float64)
+            y = _float64(ds[spec.target], self.in_process)
             if set(y.dims) != set(spec.sample_dims):
                 y, _ = xr.broadcast(y, self.template)
-            self.y = _as_dask(y.transpose(*spec.sample_dims).data, grid_chunks)
+            self.y = lazy(y.transpose(*spec.sample_dims).data, grid_chunks)
         space = spec.space_dims()
         space_chunks = grid_chunks[1:]
         shape = tuple(ds.sizes[d] for d in space)
@@ -330,7 +341,8 @@ class Fields:
             w = w.broadcast_like(xr.DataArray(np.zeros(shape), dims=space)).transpose(*space).values
         else:
             w = np.ones(shape)
-        self.weight = da.from_array(np.asarray(w, dtype=np.float64), chunks=space_chunks)
+        w = np.asarray(w, dtype=np.float64)
+        self.weight = w if self.in_process else da.from_array(w, chunks=space_chunks)
 
     @property
     def p(self):
@@ -345,7 +357,7 @@ class Fields:
 
     @property
     def numblocks(self):
-        return self.template.data.numblocks
+        return tuple(len(c) for c in self.grid_chunks)
 
     def block_args(self, idx, with_target=True):
         """The delayed inputs of grid block ``idx``: (y, weight, *full, *time)."""
@@ -386,21 +398,60 @@ def _as_dask(a, chunks):
     return a.rechunk(chunks) if a.chunks != tuple(chunks) else a
 
 
-def _template(spec, ds):
-    """A lazy zero field on the sample dimensions, chunked like the data."""
+def _float64(x, in_process):
+    """``x`` as float64: a lazy cast, or in process (the arrays are read during the
+    fit only) no copy of what already is float64."""
+    return x if in_process and x.dtype == np.float64 else x.astype(np.float64)
+
+
+def _as_numpy(a, chunks):
+    """The in-process counterpart of :func:`_as_dask`: the NumPy array (a view where
+    it already is one; ``chunks`` is the one block)."""
+    return np.asarray(a)
+
+
+def _one_numpy_block(spec, ds, grid_chunks, need_target):
+    """Whether the grid is one dask block and every variable a fit reads is an
+    in-memory NumPy array (see :class:`Fields`'s ``in_process``)."""
+    if any(len(c) != 1 for c in grid_chunks):
+        return False
+    names = list(spec.features) + ([spec.target] if need_target else [])
+    return all(ds[v].chunks is None and type(ds[v].data) is np.ndarray for v in names)
+
+
+def _grid_chunks(spec, ds):
+    """The grid's chunks on the sample dimensions: those of the first dask-backed
+    variable on all of them (target first), or dask's ``"auto"`` chunks of a float64
+    grid."""
     shape = tuple(ds.sizes[d] for d in spec.sample_dims)
     ref = None
     for name in ([spec.target] if spec.target in ds.variables else []) + spec.features:
         if set(ds[name].dims) == set(spec.sample_dims) and isinstance(ds[name].data, da.Array):
             ref = ds[name].transpose(*spec.sample_dims).data
             break
-    chunks = ref.chunks if ref is not None else "auto"
-    if ref is not None and any(0 in c for c in chunks):
+    if ref is None:
+        return da.core.normalize_chunks("auto", shape, dtype=np.float64)
+    chunks = ref.chunks
+    if any(0 in c for c in chunks):
         # zero-size chunks (e.g. after a selection) hold no cells: drop them, so that every
         # grid block has at least one time step and one cell (the fit is the same without them)
         chunks = tuple(tuple(n for n in c if n) or c for c in chunks)
+    return chunks
+
+
+def _template(spec, ds, chunks, in_process):
+    """A zero field on the sample dimensions, chunked like the data (lazy), or a
+    read-only NumPy view of one zero (``in_process``), to broadcast fields against."""
+    shape = tuple(ds.sizes[d] for d in spec.sample_dims)
     coords = {d: ds[d] for d in spec.sample_dims if d in ds.coords}
-    return xr.DataArray(da.zeros(shape, chunks=chunks), dims=spec.sample_dims, coords=coords)
+    data = np.broadcast_to(np.float64(0.0), shape) if in_process else da.zeros(shape, chunks=chunks)
+    return xr.DataArray(data, dims=spec.sample_dims, coords=coords)
+
+
+def shifted_numpy(a, shift, ok):
+    """:func:`shifted` of a NumPy array that is one block: the same
+    :func:`~._blocks.shift_block` call as the graph's one task."""
+    return shift_block(min(shift, a.shape[0]), 0, ok, a)
 
 
 def shifted(a, shift, ok):

@@ -19,6 +19,18 @@ import numpy as np
 __all__ = ["BINOMIAL", "POISSON", "cell_stats_kernel", "glm_acc_kernel", "glm_eta_kernel", "spd_solve_kernel"]
 
 
+@numba.njit(cache=True, nogil=True, boundscheck=False, inline="always")
+def _time_values(timef, kind, pos, t, tv):  # pragma: no cover - compiled
+    """The time-only features' values at step ``t`` into ``tv[1:]``; False when one is
+    not finite (the whole step is then masked)."""
+    for f in range(kind.shape[0]):
+        if kind[f] == 1:
+            tv[f + 1] = timef[pos[f], t]
+            if not np.isfinite(tv[f + 1]):
+                return False
+    return True
+
+
 @numba.njit(cache=True, nogil=True, boundscheck=False)
 def _load_step(full, timef, kind, pos, y, w, t, tv, wm, ym, xs):  # pragma: no cover - compiled
     """Time step ``t`` of a block into the buffers: ``wm`` the cells' weights (0 where
@@ -27,11 +39,8 @@ def _load_step(full, timef, kind, pos, y, w, t, tv, wm, ym, xs):  # pragma: no c
     feature is not finite: the whole step is masked and the buffers are not filled."""
     nc = y.shape[1]
     nf = kind.shape[0]
-    for f in range(nf):
-        if kind[f] == 1:
-            tv[f + 1] = timef[pos[f], t]
-            if not np.isfinite(tv[f + 1]):
-                return False
+    if not _time_values(timef, kind, pos, t, tv):
+        return False
     for c in range(nc):
         ok = np.isfinite(y[t, c]) and w[c] > 0.0
         for f in range(nf):
@@ -49,6 +58,57 @@ def _load_step(full, timef, kind, pos, y, w, t, tv, wm, ym, xs):  # pragma: no c
             v = tv[f + 1]
             for c in range(nc):
                 xs[f + 1, c] = v
+    return True
+
+
+@numba.njit(cache=True, nogil=True, boundscheck=False, inline="always")
+def _take(src, cells, out):  # pragma: no cover - compiled
+    """``out[:k] = src[cells]``; a plain copy when ``cells`` is every cell (the indices
+    are increasing and distinct, so ``k == len(src)`` means ``0, 1, ...``)."""
+    nk = cells.shape[0]
+    if nk == src.shape[0]:
+        for k in range(nk):
+            out[k] = src[k]
+    else:
+        for k in range(nk):
+            out[k] = src[cells[k]]
+
+
+@numba.njit(cache=True, nogil=True, boundscheck=False)
+def _load_cells(full, timef, kind, pos, y, w, t, cells, tv, wm, ym, xs):  # pragma: no cover - compiled
+    """:func:`_load_step` for the cells ``cells`` (k,) of the block only (increasing,
+    distinct indices): the buffers (k,) and (p, k) hold them in that order.  Each
+    value is read once (a gather only when some cells are left out); the loops after
+    it are contiguous and branch-free, so LLVM vectorises them."""
+    nk = cells.shape[0]
+    nf = kind.shape[0]
+    if not _time_values(timef, kind, pos, t, tv):
+        return False
+    _take(y[t], cells, ym)
+    _take(w, cells, wm)
+    for k in range(nk):
+        yc, wc = ym[k], wm[k]
+        ok = np.isfinite(yc) & (wc > 0.0)
+        wm[k] = wc if ok else 0.0
+        ym[k] = yc if ok else 0.0
+    for f in range(nf):
+        if kind[f] == 0:
+            xf = xs[f + 1]
+            _take(full[pos[f], t], cells, xf)
+            for k in range(nk):
+                ok = np.isfinite(xf[k])
+                wm[k] = wm[k] if ok else 0.0
+                ym[k] = ym[k] if ok else 0.0
+    xs[0, :nk] = 1.0
+    for f in range(nf):
+        xf = xs[f + 1]
+        if kind[f] == 0:
+            for k in range(nk):
+                xf[k] = xf[k] if wm[k] != 0.0 else 0.0
+        else:
+            v = tv[f + 1]
+            for k in range(nk):
+                xf[k] = v
     return True
 
 
@@ -110,38 +170,46 @@ POISSON, BINOMIAL = 1, 2
 
 
 @numba.njit(cache=True, nogil=True, boundscheck=False)
-def glm_eta_kernel(full, timef, kind, pos, coefT, t0, eta):  # pragma: no cover - compiled
+def glm_eta_kernel(full, timef, kind, pos, cells, coefT, t0, eta):  # pragma: no cover - compiled
     """The linear predictor of rows ``t0, t0 + 1, ...`` of a block, ``eta`` (rows,
-    cells), at the cells' coefficients ``coefT`` (p, cells); the inputs are those of
-    :func:`cell_stats_kernel`.  Masked values are not cleared here (NaN stays NaN):
-    :func:`glm_acc_kernel` gives them no weight."""
-    nr, nc = eta.shape
+    k), for the cells ``cells`` (k,, increasing indices) of the block at their
+    coefficients ``coefT`` (p, k); the inputs are those of :func:`cell_stats_kernel`.  Masked values are not
+    cleared here (NaN stays NaN): :func:`glm_acc_kernel` gives them no weight."""
+    nr, nk = eta.shape
     nf = kind.shape[0]
     for r in range(nr):
         t = t0 + r
         e = eta[r]
         c0 = coefT[0]
-        for c in range(nc):
-            e[c] = c0[c]
+        for k in range(nk):
+            e[k] = c0[k]
         for f in range(nf):
             cf = coefT[f + 1]
             if kind[f] == 0:
                 src = full[pos[f], t]
-                for c in range(nc):
-                    e[c] += cf[c] * src[c]
+                if nk == src.shape[0]:  # every cell (increasing indices): no gather
+                    for k in range(nk):
+                        e[k] += cf[k] * src[k]
+                else:
+                    for k in range(nk):
+                        e[k] += cf[k] * src[cells[k]]
             else:
                 v = timef[pos[f], t]
-                for c in range(nc):
-                    e[c] += cf[c] * v
+                for k in range(nk):
+                    e[k] += cf[k] * v
 
 
 @numba.njit(cache=True, nogil=True, boundscheck=False)
-def glm_acc_kernel(full, timef, kind, pos, y, w, t0, eta, mu, aux, family, start, scratch, acc):  # pragma: no cover
+def glm_acc_kernel(full, timef, kind, pos, y, w, cells, t0, eta, mu, aux, family, start, scratch,  # pragma: no cover
+                   acc):
     """Add rows ``t0, t0 + 1, ...`` of a block to the per-cell Newton statistics ``acc``
-    (p*p + p + 6, cells) of a Poisson (``family == 1``, log link) or binomial (``2``,
-    logit) model, given the rows' linear predictor ``eta``, mean ``mu`` and ``aux``
-    (rows, cells), computed by NumPy's vectorised ``exp``/``log1p`` (ten times Numba's
-    scalar ``exp`` here): ``aux`` is ``log(1 + e^-|eta|)`` for binomial, and on the
+    (p*p + p + 6, k) of its cells ``cells`` (k,, increasing indices), in that order, of a Poisson
+    (``family == 1``, log link) or binomial (``2``, logit) model, given the rows'
+    linear predictor ``eta``, ``mu`` and ``aux`` (rows, k), computed by NumPy's
+    vectorised ``exp``/``log1p`` (Numba's ``exp`` is a scalar libm call: no SVML
+    here): ``mu`` is the mean, except for binomial after the start, where it is
+    ``e^-|eta|`` (the mean made of it here); ``aux`` is ``log(1 + e^-|eta|)`` for
+    binomial, and on the
     ``start`` pass the deviance's constant part of each value.
 
     ``acc`` rows: the weighted Hessian ``sum w v(mu) x x^T`` (upper triangle; the
@@ -154,7 +222,7 @@ def glm_acc_kernel(full, timef, kind, pos, y, w, t0, eta, mu, aux, family, start
     log(1 - y))``).  On the ``start`` pass ``eta``/``mu`` are R's start from the data
     (``mu = y + 0.1``; binomial ``(y + 1/2) / 2``) and the score row holds ``sum w v z
     x`` with the working response ``z = eta + (y - mu) / v``: their solve is the first
-    IRLS step; no deviance.  ``scratch``: (p + 4, cells) buffers, reused from call to
+    IRLS step; no deviance.  ``scratch``: (p + 4, k) buffers, reused from call to
     call (no allocation here)."""
     nr, nc = eta.shape
     nf = kind.shape[0]
@@ -169,37 +237,49 @@ def glm_acc_kernel(full, timef, kind, pos, y, w, t0, eta, mu, aux, family, start
     bad = acc[p * p + p + 4]
     ent = acc[p * p + p + 5]
     for r in range(nr):
-        if not _load_step(full, timef, kind, pos, y, w, t0 + r, tv, wm, ym, xs):
+        if not _load_cells(full, timef, kind, pos, y, w, t0 + r, cells, tv, wm, ym, xs):
             continue
         e = eta[r]
         m = mu[r]
         a = aux[r]
-        for c in range(nc):
-            wc = wm[c]
-            if wc == 0.0:
-                wv[c] = 0.0
-                wr[c] = 0.0
-                continue
-            yc = ym[c]
-            if family == 1:
-                var = m[c]
-                out_of_range = yc < 0.0
-            else:
-                var = m[c] * (1.0 - m[c])
-                out_of_range = yc < 0.0 or yc > 1.0
-            wv[c] = wc * var
-            if start:
-                wr[c] = wc * (var * e[c] + (yc - m[c]))
-            else:
-                wr[c] = wc * (yc - m[c])
-            if out_of_range:  # refused by the caller, not summed
-                bad[c] += 1.0
-            elif start:
-                ent[c] += wc * a[c]
-            elif family == 1:  # 2 (y log(y / mu) - (y - mu)) = 2 (y log y - y) + 2 (mu - y eta)
-                dev[c] += wc * 2.0 * (m[c] - yc * e[c])
-            else:  # 2 (y log y + (1 - y) log(1 - y)) + 2 (log(1 + e^eta) - y eta)
-                dev[c] += wc * 2.0 * (max(e[c], 0.0) + a[c] - yc * e[c])
+        # one branch-free loop per case (selects, no jumps: LLVM vectorises them); a
+        # masked value (weight 0) adds exact zeros, a value out of range counts as bad
+        if start:
+            for c in range(nc):
+                wc, yc, mc = wm[c], ym[c], m[c]
+                live = wc != 0.0
+                var = mc if family == 1 else mc * (1.0 - mc)
+                oor = (yc < 0.0) | ((family != 1) & (yc > 1.0))
+                wv[c] = wc * var if live else 0.0
+                wr[c] = wc * (var * e[c] + (yc - mc)) if live else 0.0
+                bad[c] += 1.0 if live & oor else 0.0
+                ent[c] += wc * a[c] if live & ~oor else 0.0
+        elif family == 1:  # 2 (y log(y / mu) - (y - mu)) = 2 (y log y - y) + 2 (mu - y eta)
+            for c in range(nc):  # few arrays per loop: LLVM's alias checks stay cheap
+                wc, mc = wm[c], m[c]
+                live = wc != 0.0
+                wv[c] = wc * mc if live else 0.0
+                wr[c] = wc * (ym[c] - mc) if live else 0.0
+            for c in range(nc):
+                wc, yc = wm[c], ym[c]
+                live = wc != 0.0
+                oor = yc < 0.0
+                bad[c] += 1.0 if live & oor else 0.0
+                dev[c] += wc * 2.0 * (m[c] - yc * e[c]) if live & ~oor else 0.0
+        else:  # 2 (y log y + (1 - y) log(1 - y)) + 2 (log(1 + e^eta) - y eta)
+            for c in range(nc):  # the mean from m = q = e^-|eta|: 1 / (1 + q), times q where eta < 0
+                wc, qc = wm[c], m[c]
+                d = 1.0 / (qc + 1.0)
+                mc = d * qc if e[c] < 0.0 else d
+                live = wc != 0.0
+                wv[c] = wc * (mc * (1.0 - mc)) if live else 0.0
+                wr[c] = wc * (ym[c] - mc) if live else 0.0
+            for c in range(nc):
+                wc, yc, ec = wm[c], ym[c], e[c]
+                live = wc != 0.0
+                oor = (yc < 0.0) | (yc > 1.0)
+                bad[c] += 1.0 if live & oor else 0.0
+                dev[c] += wc * 2.0 * (max(ec, 0.0) + a[c] - yc * ec) if live & ~oor else 0.0
         _add_gram(acc, xs, wv, p, nc)
         for i in range(p):
             xi = xs[i]

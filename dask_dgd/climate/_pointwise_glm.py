@@ -3,17 +3,19 @@
 A batched Newton method (IRLS) over all cells at once.  The first pass is the classic
 IRLS start from the data (R's ``glm``: the working response at ``mu = y + 0.1``,
 binomial ``(y + 1/2) / 2``), solved as one weighted least-squares step per cell; each
-later pass over the data maps
-every (time chunk, spatial chunk) block to its cells' Newton statistics at the cells'
-current coefficients (:func:`glm_stats`: Fisher information, score, deviance), sums
-them over the time chunks (a tree reduction per spatial chunk, as for the gaussian
+later pass over the data maps every (time chunk, spatial chunk) block to the Newton
+statistics of its cells still iterating at their current coefficients
+(:func:`glm_stats_of_state`, :func:`glm_stats`: Fisher information, score, deviance),
+sums them over the time chunks (a tree reduction per spatial chunk, as for the gaussian
 models) and updates every cell of a spatial chunk in one NumPy step
 (:func:`newton_update`).  The per-cell state (coefficients, last accepted point, step,
 objective) lives with its spatial chunk between passes (persisted on the cluster); the
 driver sees only a small summary of each chunk (:func:`_summary`: its cells still
 iterating, their objective, the largest gradient), and chunks whose cells have all
 converged are not read again.  Inputs that fit in a quarter of the memory at hand are
-kept in memory between passes (:func:`_cached`).
+kept in memory between passes (:func:`_cached`).  A grid that is one NumPy block (see
+:class:`~._design.Fields`'s ``in_process``) skips the graphs: each pass calls the same
+block functions directly on it, with the same values.
 
 The passes are steps of the one driver loop (:class:`~dask_dgd._engine.loop.Loop`):
 :class:`CellNewton` is its solver, so a fit has the records (``history_``), callbacks,
@@ -61,7 +63,8 @@ from ._kernels import BINOMIAL, POISSON
 from ._namespace import align, to_host
 from ._pointwise import kernel_inputs, masked_design, solve_spd
 
-__all__ = ["GLM_FAMILIES", "CellNewton", "fit_cells", "glm_stats", "glm_stats_xp", "newton_update"]
+__all__ = ["GLM_FAMILIES", "CellNewton", "fit_cells", "glm_stats", "glm_stats_of_state", "glm_stats_xp",
+           "newton_update"]
 
 GLM_FAMILIES = {"poisson": POISSON, "binomial": BINOMIAL}
 
@@ -92,72 +95,121 @@ def glm_stats(order, family, start, coef, yb, wb, *blocks):
             xp.reshape(wb, (-1,)), [xp.reshape(b, (n_t, -1)) for b in full], list(timef),
         ))
         return out.reshape((1,) + space + (out.shape[1],))
+    inputs = kernel_inputs(order, yb, wb, full, timef)
+    cells = np.arange(inputs[4].shape[1])
+    out = _stats_of_cells(family, start, np.asarray(coef, dtype=np.float64).reshape(-1, p), inputs, cells).T
+    return out.reshape((1,) + space + (out.shape[1],))
+
+
+def _stats_of_cells(family, start, coef, inputs, cells):
+    """The Numba path of :func:`glm_stats`: the statistics ``(p*p + p + 6, k)`` of the
+    cells ``cells`` (k,) of a block's :func:`~._pointwise.kernel_inputs` at their
+    coefficients ``coef`` (k, p), read in place (no copy of the block's columns).
+    Each cell's sums run over its own values in time order, so they do not depend on
+    which other cells are computed with it."""
     from ._kernels import glm_acc_kernel, glm_eta_kernel
 
-    inputs = kernel_inputs(order, yb, wb, full, timef)
-    y = inputs[4]
-    cells = y.shape[1]
-    coefT = np.ascontiguousarray(np.asarray(coef, dtype=np.float64).reshape(-1, p).T)
-    acc = np.zeros((n_stats(p), cells))
-    rows = min(n_t, max(1, ROWS_ELEMENTS // max(cells, 1)))  # a few MiB of rows at a time
+    n_t = inputs[4].shape[0]
+    p = coef.shape[1]
+    k = cells.size
+    coefT = np.ascontiguousarray(coef.T)
+    acc = np.zeros((n_stats(p), k))
+    rows = min(n_t, max(1, ROWS_ELEMENTS // max(k, 1)))  # a few MiB of rows at a time
     # buffers reused for every piece: a worker's nanny sets MALLOC_TRIM_THRESHOLD_, so
     # each fresh MiB-sized temporary would be a new mmap and its page faults (2.8x slower)
-    buf = np.empty((3, rows, cells))
-    scratch = np.empty((p + 4, cells))
+    buf = np.empty((3, rows, k))
+    scratch = np.empty((p + 4, k))
     with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
         for t0 in range(0, n_t, rows):
             n = min(rows, n_t - t0)
             eta, mu, aux = buf[0, :n], buf[1, :n], buf[2, :n]
             if start:
-                _start_means(family, y[t0:t0 + n], eta, mu, aux)
+                ys = inputs[4][t0:t0 + n]
+                _start_means(family, ys if k == ys.shape[1] else ys[:, cells], eta, mu, aux)
             else:
-                glm_eta_kernel(*inputs[:4], coefT, t0, eta)
+                glm_eta_kernel(*inputs[:4], cells, coefT, t0, eta)
                 _means(family, eta, mu, aux)
-            glm_acc_kernel(*inputs, t0, eta, mu, aux, GLM_FAMILIES[family], bool(start), scratch, acc)
+            glm_acc_kernel(*inputs, cells, t0, eta, mu, aux, GLM_FAMILIES[family], bool(start), scratch, acc)
     for i in range(p):  # the Hessian's lower triangle from its upper one
         for j in range(i):
             acc[i * p + j] = acc[j * p + i]
-    out = acc.T
-    return out.reshape((1,) + space + (out.shape[1],))
+    return acc
 
 
 ROWS_ELEMENTS = 2**18  # the NumPy stage of :func:`glm_stats` works on this many values at a time
 
 
+def glm_stats_of_state(order, family, start, state, yb, wb, *blocks):
+    """:func:`glm_stats` at the points of a spatial chunk's ``state`` (``(*space,
+    3p+5)``, see :func:`state_width`), computed for its cells still iterating only
+    (NumPy blocks after the start): those cells read in place by their indices (no
+    copy of their columns, which cost as much as the statistics), the others'
+    statistics left at zero, as no pass reads them (:func:`newton_update` and
+    :func:`_summary` use the statistics of the cells that were iterating).  Each
+    cell's statistics are those :func:`glm_stats` gives it among all the cells, as
+    every cell's sums run on its own values only; a pass late in the fit, when most
+    cells have converged, costs what its cells still iterating cost."""
+    p = len(order) + 1
+    coef = state[..., :p]
+    active = state[..., 3 * p + 2] == ACTIVE
+    numpy_blocks = all(type(b) is np.ndarray for b in (yb, wb, *blocks))
+    if start or not numpy_blocks or active.all():
+        return glm_stats(order, family, start, coef, yb, wb, *blocks)
+    out = np.zeros((1,) + tuple(yb.shape[1:]) + (n_stats(p),))
+    idx = np.flatnonzero(active.reshape(-1))
+    if idx.size:
+        full, timef = split_fields(order, blocks)
+        inputs = kernel_inputs(order, yb, wb, full, timef)
+        stats = _stats_of_cells(family, False, coef.reshape(-1, p)[idx], inputs, idx)
+        out.reshape(-1, n_stats(p))[idx] = stats.T
+    return out
+
+
 def _means(family, eta, mu, aux):
-    """The mean ``mu`` of a linear predictor, in place (NumPy's vectorised
-    ``exp``/``log1p``), and for binomial ``aux = log(1 + e^-|eta|)`` for the deviance."""
-    np.clip(eta, -700.0, 700.0, out=mu)
+    """What :func:`~._kernels.glm_acc_kernel` needs of a linear predictor, in place
+    (NumPy's vectorised ``exp``/``log1p``): Poisson's mean ``mu``; binomial's ``mu =
+    e^-|eta|`` (the kernel makes the mean of it) and ``aux = log(1 + e^-|eta|)`` for
+    the deviance."""
     if family == "poisson":
+        np.clip(eta, -700.0, 700.0, out=mu)
         np.exp(mu, out=mu)
         return
-    q = aux
-    np.abs(eta, out=q)
-    np.negative(q, out=q)
-    np.exp(q, out=q)  # e^-|eta| in (0, 1]
-    np.add(q, 1.0, out=mu)
-    np.divide(1.0, mu, out=mu)  # 1 / (1 + q): the mean where eta >= 0
-    np.multiply(mu, q, out=mu, where=eta < 0.0)  # q / (1 + q) where eta < 0
-    np.log1p(q, out=aux)
+    np.abs(eta, out=mu)
+    np.negative(mu, out=mu)
+    np.exp(mu, out=mu)  # e^-|eta| in (0, 1]
+    np.log1p(mu, out=aux)
 
 
 def _start_means(family, y, eta, mu, aux):
     """R's IRLS start from the data, in place: ``mu = y + 0.1`` (binomial ``(y + 1/2)
     / 2``; values out of range clipped, they are refused anyway), ``eta`` its link and
-    ``aux`` the deviance's constant part of each value."""
-    from scipy.special import xlogy
-
+    ``aux`` the deviance's constant part of each value.  NumPy's vectorised ``log``
+    throughout (scipy's ``xlogy`` took as long as a whole Newton pass here)."""
     if family == "poisson":
         yc = np.maximum(y, 0.0)
         np.add(yc, 0.1, out=mu)
         np.log(mu, out=eta)
-        aux[...] = 2.0 * (xlogy(yc, yc) - yc)
+        _xlogx_into(yc, aux)  # 2 (y log y - y)
+        aux -= yc
+        aux *= 2.0
         return
     yc = np.clip(y, 0.0, 1.0)
     np.add(yc, 0.5, out=mu)
     np.divide(mu, 2.0, out=mu)
-    np.log(mu / (1.0 - mu), out=eta)
-    aux[...] = 2.0 * (xlogy(yc, yc) + xlogy(1.0 - yc, 1.0 - yc))
+    np.subtract(1.0, mu, out=eta)
+    np.divide(mu, eta, out=eta)
+    np.log(eta, out=eta)
+    _xlogx_into(yc, aux)  # 2 (y log y + (1 - y) log(1 - y))
+    np.subtract(1.0, yc, out=yc)
+    aux += _xlogx_into(yc, yc)
+    aux *= 2.0
+
+
+def _xlogx_into(v, out):
+    """``v log v`` (0 at ``v = 0``; ``v >= 0``) into ``out`` (may be ``v``), NaN where
+    ``v`` is NaN (a ufunc's ``where=`` is not vectorised: ``np.where`` is)."""
+    np.multiply(v, np.log(np.where(v > 0.0, v, 1.0)), out=out)
+    return out
 
 
 def _xlogx(xp, v):
@@ -305,7 +357,7 @@ def newton_update(state, stats, p, family, alpha, tol, first):
         d = _newton_steps(H[ok], g[ok], beta[ok], alpha)
         fo, fn = f_acc[ok], f[accept]
         with np.errstate(invalid="ignore"):
-            small = np.max(np.abs(d), axis=1) <= tol * np.maximum(1.0, np.max(np.abs(beta[ok]), axis=1))
+            small = _max_abs(d) <= tol * np.maximum(1.0, _max_abs(beta[ok]))
             flat = np.isfinite(fo) & (fo - fn <= tol * tol * (np.abs(fn) + 0.1))
         acc[ok] = beta[ok]
         f_acc[ok] = fn
@@ -314,6 +366,15 @@ def newton_update(state, stats, p, family, alpha, tol, first):
         beta[ok] = beta[ok] + d
         status[ok[small | flat]] = CONVERGED
     return out.reshape(shape)
+
+
+def _max_abs(a):
+    """``np.max(np.abs(a), axis=1)`` column by column (NaN propagates as there): a
+    reduction over a short last axis runs element by element, 10x slower here."""
+    out = np.abs(a[:, 0])
+    for j in range(1, a.shape[1]):
+        np.maximum(out, np.abs(a[:, j]), out=out)
+    return out
 
 
 def final_coef(state, p):
@@ -345,14 +406,14 @@ def _summary(old, state, stats, p, alpha, first):
     else:
         evaluated = old[..., 3 * p + 2] == ACTIVE
         if evaluated.any():
-            beta = old[evaluated][:, :p]
-            score = stats[evaluated][:, p * p : p * p + p]
+            beta = old[..., :p][evaluated]  # the columns first: the rows copied are p wide
+            score = stats[..., p * p : p * p + p][evaluated]
             # the gradient of D/2 + alpha/2 |slopes|^2 is -(score - alpha * slopes)
             gradient = score.copy()
             gradient[:, 1:] -= alpha * beta[:, 1:]
             with np.errstate(invalid="ignore", over="ignore"):
                 grad = float(np.fmax.reduce(np.linalg.norm(gradient, axis=1)))  # NaN only if every one is
-            rows = np.sum(old[evaluated][:, 3 * p + 3])
+            rows = np.sum(old[..., 3 * p + 3][evaluated])
     out = np.array([active, bad, data, objective, grad, rows], dtype=np.float64)
     return out.reshape((1,) * (state.ndim - 1) + (len(SUMMARY),))
 
@@ -402,11 +463,16 @@ class CellNewton(Solver):
         self.family, self.alpha, self.tol = family, float(alpha), float(tol)
         self.split_every, self.client, self.target = split_every, client, target
         self.index = "t" + "abcdefgh"[: fields.weight.ndim]
-        space_nb = fields.weight.numblocks
-        self.fields = _cached(fields, client)
-        self.state = fields.weight.map_blocks(initial_state, self.p, new_axis=fields.weight.ndim,
-                                              chunks=fields.weight.chunks + ((state_width(self.p),),),
-                                              dtype=np.float64)
+        if fields.in_process:  # one NumPy block: the passes call the block functions directly
+            space_nb = (1,) * fields.weight.ndim
+            self.fields = fields
+            self.state = initial_state(fields.weight, self.p)
+        else:
+            space_nb = fields.weight.numblocks
+            self.fields = _cached(fields, client)
+            self.state = fields.weight.map_blocks(initial_state, self.p, new_axis=fields.weight.ndim,
+                                                  chunks=fields.weight.chunks + ((state_width(self.p),),),
+                                                  dtype=np.float64)
         self.active = dict.fromkeys(np.ndindex(*space_nb), True)
         self.objective = np.zeros(space_nb)  # each chunk's objective sum, kept when its cells stop
         self.passes = 0
@@ -432,22 +498,10 @@ class CellNewton(Solver):
     def _pass(self, first):
         """One pass: the statistics at the cells' points, their Newton update, the record."""
         t0 = time.perf_counter()
-        p, index, fields = self.p, self.index, self.fields
-        space_nb = fields.weight.numblocks
-        stats = da.blockwise(
-            glm_stats, index + "s", fields.order, None, self.family, None, first, None, self.state[..., :p],
-            index[1:] + "p", *fields.blockwise_args(index), new_axes={"s": n_stats(p)},
-            adjust_chunks={"t": lambda n: 1}, concatenate=True, dtype=np.float64,
-            meta=np.empty((0,) * (len(index) + 1)),
-        )
-        total = stats.sum(axis=0, split_every=self.split_every)
-        new = da.map_blocks(newton_update, self.state, total, p, self.family, self.alpha, self.tol, first,
-                            dtype=np.float64, chunks=self.state.chunks)
-        summary = da.map_blocks(_summary, self.state, new, total, p, self.alpha, first, dtype=np.float64,
-                                chunks=tuple((1,) * n for n in space_nb) + ((len(SUMMARY),),))
-        state = _select(new, self.state, self.active)
-        summary = _select(summary, None, self.active)
-        self.state, counts = _persist_and_count(state, summary, self.client)
+        if self.fields.in_process:
+            counts = self._pass_in_process(first)
+        else:
+            counts = self._pass_lazily(first)
         self.passes += 1
         if first:
             self._check_start(counts)
@@ -464,6 +518,39 @@ class CellNewton(Solver):
             cells_iterating=int(np.sum(counts[..., 0])),
         )
         return Outcome([record])
+
+    def _pass_in_process(self, first):
+        """One pass over a grid that is one NumPy block: the statistics, update and
+        summary of :meth:`_pass_lazily`'s graph, called directly (its time-axis sum
+        over one block is that block: the same values)."""
+        p, fields = self.p, self.fields
+        stats = glm_stats_of_state(fields.order, self.family, first, self.state, fields.y, fields.weight,
+                                   *fields.full, *fields.time)[0]
+        new = newton_update(self.state, stats, p, self.family, self.alpha, self.tol, first)
+        counts = _summary(self.state, new, stats, p, self.alpha, first)
+        self.state = new
+        return counts
+
+    def _pass_lazily(self, first):
+        """One pass as a dask graph: the new state persisted, the chunks' summaries
+        computed (:func:`_summary`)."""
+        p, index, fields = self.p, self.index, self.fields
+        space_nb = fields.weight.numblocks
+        stats = da.blockwise(
+            glm_stats_of_state, index + "s", fields.order, None, self.family, None, first, None, self.state,
+            index[1:] + "p", *fields.blockwise_args(index), new_axes={"s": n_stats(p)},
+            adjust_chunks={"t": lambda n: 1}, concatenate=True, dtype=np.float64,
+            meta=np.empty((0,) * (len(index) + 1)),
+        )
+        total = stats.sum(axis=0, split_every=self.split_every)
+        new = da.map_blocks(newton_update, self.state, total, p, self.family, self.alpha, self.tol, first,
+                            dtype=np.float64, chunks=self.state.chunks)
+        summary = da.map_blocks(_summary, self.state, new, total, p, self.alpha, first, dtype=np.float64,
+                                chunks=tuple((1,) * n for n in space_nb) + ((len(SUMMARY),),))
+        state = _select(new, self.state, self.active)
+        summary = _select(summary, None, self.active)
+        self.state, counts = _persist_and_count(state, summary, self.client)
+        return counts
 
     def _check_start(self, counts):
         """The start pass's input checks: targets in the family's range, some data."""
@@ -483,6 +570,9 @@ class CellNewton(Solver):
         """``(coef (*space, p), passes, None, None)`` (no optimizer); the cells' rows and
         which cells are still iterating are kept as ``count`` and ``left``."""
         p, state = self.p, self.state
+        if self.fields.in_process:
+            self.count, self.left = state[..., 3 * p + 3], state[..., 3 * p + 2] == ACTIVE
+            return final_coef(state, p), self.passes, None, None
         final = state.map_blocks(final_coef, p, chunks=state.chunks[:-1] + ((p,),), dtype=np.float64)
         coef, self.count, self.left = _gather(self.client, final, state[..., 3 * p + 3],
                                               state[..., 3 * p + 2] == ACTIVE)

@@ -62,7 +62,9 @@ class ClimateRegressor(ClientParamMixin, BaseEstimator):
         cells are fitted by Newton's method (IRLS) for all cells at once: each pass
         over the data sums the cells' Hessians and scores over the time chunks, with
         step halving, until every cell has converged (see ``tol``); a spatial chunk
-        whose cells have all converged is not read again.
+        whose cells have all converged is not read again.  A Dataset in memory
+        (NumPy-backed) whose grid is one dask chunk (dask's ``"auto"`` chunks) is
+        fitted in this process, without Dask, with the same results.
     sample_dims : "auto" or tuple of str, default="auto"
         Dimensions whose cells are the samples.  ``"auto"``: the target's dimensions,
         each recognised as time, latitude-like (Y: ``lat``, ``latitude``, ``y``,
@@ -340,7 +342,8 @@ verbose, callbacks
         if self.model == "pointwise":
             self._check_pointwise_params()
         spec.check(ds, need_target=True)
-        fields = Fields(spec, ds)
+        # pointwise fits of a small in-memory grid run their block functions in process
+        fields = Fields(spec, ds, in_process=self.model == "pointwise")
         grid = {d: (ds.sizes[d], np.asarray(ds[d].values) if d in ds.coords else None) for d in spec.space_dims()}
         if self.model == "pointwise":
             self._fit_pointwise(spec, fields)
@@ -378,6 +381,37 @@ verbose, callbacks
         if self.family != "gaussian":
             return self._fit_pointwise_glm(spec, fields)
         p = fields.p + 1
+        if fields.in_process:
+            coef, count = self._solve_in_process(fields, p)
+        else:
+            coef, count = self._solve_lazily(spec, fields, p)
+        if not np.any(count > 0):
+            raise InputError(
+                f"every cell of {self.target!r} or its features is masked (NaN) or has zero weight: nothing to fit"
+            )
+        self.n_iter_ = 1
+        self._set_pointwise(spec, fields, coef, count)
+
+    def _solve_in_process(self, fields, p):
+        """The least-squares cells of a grid that is one NumPy block (see
+        :class:`~._design.Fields`): the dask path's block functions called directly,
+        the same values (its time-axis sum over one block is that block)."""
+        from .._engine.runtime.monitor import progress_bar
+
+        bar = progress_bar(self.verbose, 1, f"{type(self).__name__} (pointwise)", "chunk")
+        try:
+            total = cell_stats(fields.order, fields.y, fields.weight, *fields.full, *fields.time)[0]
+            coef = solve_cells(total, p, float(self.alpha))
+            if bar is not None:
+                bar.update(1)
+        finally:
+            if bar is not None:
+                bar.close()
+        return coef, total[..., -1]
+
+    def _solve_lazily(self, spec, fields, p):
+        """The least-squares cells of a lazy grid: the statistics per block, summed
+        over the time chunks, solved per spatial chunk (see ``model``)."""
         n_stats = p * p + p + 3
         index = "t" + "abcdefgh"[: len(spec.sample_dims) - 1]
         stats = da.blockwise(
@@ -388,13 +422,7 @@ verbose, callbacks
         total = stats.sum(axis=0, split_every=self.split_every)  # reduces over time chunks only
         coef = total.map_blocks(solve_cells, p, float(self.alpha), chunks=total.chunks[:-1] + ((p,),),
                                 dtype=np.float64)
-        coef, count = self._compute_with_progress(coef, total[..., -1])
-        if not np.any(count > 0):
-            raise InputError(
-                f"every cell of {self.target!r} or its features is masked (NaN) or has zero weight: nothing to fit"
-            )
-        self.n_iter_ = 1
-        self._set_pointwise(spec, fields, coef, count)
+        return self._compute_with_progress(coef, total[..., -1])
 
     def _fit_pointwise_glm(self, spec, fields):
         from ._pointwise_glm import fit_cells

@@ -1,6 +1,7 @@
 """The linear estimators' shell over :func:`dask_dgd.train`: constraints, input shaping,
 training, the fitted attributes, predict."""
 
+import math
 import numbers
 import warnings
 
@@ -48,7 +49,7 @@ def non_convergence_message(name, result, mode, max_iter, tol):
     unit = "epochs" if result.solver in ("sgd", "online") or mode != "sync" else "iterations"
     gap = ""
     if result.gap is not None:
-        where = result.history.attrs.get("coordinates", "original") if result.history is not None else "original"
+        where = result.history_attrs.get("coordinates", "original")
         cols = "standardised columns" if where != "original" else "the features' units"
         gap = f"; the largest gradient entry is {result.gap:.3g} ({cols}) against tol={tol:g}"
     if result.solver in ("newton", "cd"):
@@ -444,7 +445,9 @@ class DGDLinearModel(InferenceMixin, ClientParamMixin, BaseEstimator):
                 validator = self._validator(val, objective, split_every)
             result = train(
                 objective, shards, penalty=Penalty(alpha=float(self.alpha), l1_ratio=float(self.l1_ratio)),
-                **self._training_kwargs(), resume=resume, fingerprint=self._fingerprint(), validator=validator,
+                **self._training_kwargs(), resume=resume, validator=validator,
+                # the full fingerprint (every parameter's repr) only matters to a checkpoint
+                fingerprint=self._fingerprint() if self.checkpoint is not None else {"estimator": type(self).__name__},
                 params0=self._initial_params(objective, baseline) if params0 is None else params0,
                 client=self.client,
             )
@@ -533,13 +536,44 @@ class DGDLinearModel(InferenceMixin, ClientParamMixin, BaseEstimator):
             self._set_coef(coef, intercept)
         self.n_iter_ = result.n_iter
         self.converged_ = bool(result.converged)
-        self.history_ = result.history
-        self.loss_curve_ = self.history_["loss"].tolist() if len(self.history_) else []
+        # history_ is built when first asked for (__getattr__), unless it already is
+        self.__dict__.pop("history_", None)
+        self._history_records = (result.records, result.history_attrs)
+        if "history" in vars(result):  # (a cached_property)
+            del self._history_records
+            self.history_ = result.history
+        self.loss_curve_ = [math.nan if r.get("loss") is None else float(r["loss"]) for r in result.records]
         self._optimizer_ = result.optimizer
         self._opt_state_ = result.opt_state
         self.solver_ = result.solver
         self.split_every_ = result.split_every
         self.bytes_communicated_ = result.bytes_communicated
+
+    def __getstate__(self):
+        # saved and pickled with history_ as the DataFrame, under its own name (the
+        # format's loader knows the fitted attributes by name)
+        state = super().__getstate__()
+        if state.pop("_history_records", None) is not None:
+            state["history_"] = self.history_
+        return state
+
+    def __getattr__(self, name):
+        # only for names not found otherwise: history_ of a fit whose DataFrame is not
+        # built yet is built here, once, from the steps' records (a fit of a few thousand
+        # rows would otherwise spend a tenth of its time on it)
+        pending = self.__dict__.get("_history_records") if name == "history_" else None
+        if pending is not None:
+            import pandas as pd
+
+            records, attrs = pending
+            frame = pd.DataFrame.from_records(records)
+            frame.attrs.update(attrs)
+            self.history_ = frame
+            self.__dict__.pop("_history_records", None)
+            return frame
+        if name == "history_" and "history_" in self.__dict__:  # (built by another thread meanwhile)
+            return self.__dict__["history_"]
+        raise AttributeError(f"'{type(self).__name__}' object has no attribute {name!r}")
 
     def sparsify(self):
         """Store ``coef_`` as a SciPy CSR matrix of shape ``(n_outputs, n_features)``

@@ -184,13 +184,14 @@ def check_offset(offset, X, n_outputs=None):
     NumPy for in-memory ``X``, a dask array with ``X``'s row chunks (one column chunk)
     for a dask array ``X`` (its values are checked in the blocks).  ``n_outputs``
     (when known) is the width it must have; a 1-D offset is one column."""
+    if offset is None:  # the usual case: no import of dask.dataframe (0.3 s on a first fit)
+        return None
     import dask.array as da
-    import dask.dataframe as dd
     import pandas as pd
 
-    if offset is None:
-        return None
     if is_dask_collection(offset):
+        import dask.dataframe as dd
+
         if not is_dask_collection(X):
             raise InputError(
                 "offset is a dask collection but X is not; pass both as dask collections "

@@ -33,10 +33,12 @@ Both are Numba loops over NumPy arrays (the shards of other array namespaces are
 refused by the solver before training).
 """
 
+import threading
+
 import numba
 import numpy as np
 
-__all__ = ["item_matvec", "solve_users"]
+__all__ = ["item_matvec", "item_order", "kernel_threads", "solve_users", "user_ranges"]
 
 _jit = numba.njit(cache=True, nogil=True, boundscheck=False)
 
@@ -112,27 +114,46 @@ def _cg_users(uptr, gi, r, V, gram, mu, lam, lam_b, conf, explicit, steps, U):  
             rs = rs_next
 
 
+@numba.njit(cache=True, nogil=True, boundscheck=False, inline="always")
+def _add_rating(j, i, k, lu, r, U, D, lam, conf, explicit, M, touched):  # pragma: no cover - compiled
+    """Rating ``j`` (of item ``i``)'s terms in item ``i``'s row of ``M``: the product
+    with the item's row of ``D``, weighted, times the user's row, plus the penalty."""
+    u = lu[j]
+    s = 0.0
+    for f in range(k):
+        s += U[u, f] * D[i, f]
+    if explicit:
+        s += D[i, k]
+        w = 1.0
+    else:
+        w = conf * r[j]
+    s *= w
+    for f in range(k):
+        M[i, f] += s * U[u, f] + lam * D[i, f]
+    if explicit:
+        M[i, k] += s  # (the bias's penalty, once per item, is the driver's)
+    touched[i] = True
+
+
 @_jit
 def _item_matvec(lu, gi, r, U, D, lam, lam_b, conf, explicit, M, touched):  # pragma: no cover - compiled
     width = D.shape[1]
     k = width - 1 if explicit else width
     for j in range(gi.shape[0]):
-        u = lu[j]
-        i = gi[j]
-        s = 0.0
-        for f in range(k):
-            s += U[u, f] * D[i, f]
-        if explicit:
-            s += D[i, k]
-            w = 1.0
-        else:
-            w = conf * r[j]
-        s *= w
-        for f in range(k):
-            M[i, f] += s * U[u, f] + lam * D[i, f]
-        if explicit:
-            M[i, k] += s  # (the bias's penalty, once per item, is the driver's)
-        touched[i] = True
+        _add_rating(j, gi[j], k, lu, r, U, D, lam, conf, explicit, M, touched)
+
+
+@_jit
+def _item_matvec_items(order, iptr, lo, hi, lu, gi, r, U, D, lam, lam_b, conf, explicit, M,
+                       touched):  # pragma: no cover - compiled
+    """:func:`_item_matvec` for the items ``lo:hi``, each over its ratings in their order
+    (``order``: the ratings sorted by item, stably; ``iptr``: each item's first): every
+    item adds the same terms in the same order as there, so ``M`` is the same bit for bit."""
+    width = D.shape[1]
+    k = width - 1 if explicit else width
+    for i in range(lo, hi):
+        for jj in range(iptr[i], iptr[i + 1]):
+            _add_rating(order[jj], i, k, lu, r, U, D, lam, conf, explicit, M, touched)
 
 
 def solve_users(uptr, gi, r, V, gram, mu, alpha, alpha_bias, confidence_scale, explicit, U, cg_steps):
@@ -147,13 +168,83 @@ def solve_users(uptr, gi, r, V, gram, mu, alpha, alpha_bias, confidence_scale, e
     else:
         g = np.ascontiguousarray(gram, dtype=np.float64)
     out = np.array(U, dtype=np.float64, order="C", copy=True)
-    _cg_users(uptr, gi, r, np.ascontiguousarray(V), g, float(mu), float(alpha), float(alpha_bias),
-              float(confidence_scale), bool(explicit), int(cg_steps), out)
+    V = np.ascontiguousarray(V)
+    args = (g, float(mu), float(alpha), float(alpha_bias), float(confidence_scale), bool(explicit), int(cg_steps))
+    cuts = user_ranges(uptr, kernel_threads())
+    if len(cuts) == 2:
+        _cg_users(uptr, gi, r, V, *args, out)
+        return out
+    # each range of users on a thread (the kernel releases the GIL); every user's
+    # solve is its own, so the rows are the same, bit for bit, for any number of threads
+    list(_pool().map(lambda ab: _cg_users(uptr[ab[0] : ab[1] + 1], gi, r, V, *args, out[ab[0] : ab[1]]),
+                     zip(cuts[:-1], cuts[1:])))
     return out
 
 
-def item_matvec(lu, gi, r, U, D, alpha, alpha_bias, confidence_scale, explicit, M, touched):
+#: Ratings per thread below which a shard's users are solved on one thread (a thread's
+#: start and join cost about what a few thousand ratings' solves do).
+MIN_RATINGS_PER_THREAD = 20_000
+_POOL = None
+_POOL_LOCK = threading.Lock()
+
+
+def kernel_threads():
+    """The threads the kernels may use: on a Dask worker, the worker's threads; in
+    process, this machine's cores (``os.sched_getaffinity``)."""
+    import os
+
+    try:
+        from distributed import get_worker
+
+        return max(1, int(get_worker().state.nthreads))
+    except (ImportError, ValueError, AttributeError):
+        return max(1, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1)
+
+
+def user_ranges(uptr, threads):
+    """Cuts ``[0, a, b, ..., n_users]`` of the users (or items) into at most ``threads``
+    contiguous ranges of about equal ratings (``uptr``: each one's first rating), at
+    least :data:`MIN_RATINGS_PER_THREAD` ratings each."""
+    n_users, n = uptr.shape[0] - 1, int(uptr[-1])
+    parts = max(1, min(int(threads), n // MIN_RATINGS_PER_THREAD, n_users))
+    if parts == 1:
+        return [0, n_users]
+    inner = np.searchsorted(uptr, np.arange(1, parts) * (n / parts)).tolist()
+    return sorted({0, n_users, *(min(max(c, 0), n_users) for c in inner)})
+
+
+def _pool():
+    global _POOL
+    if _POOL is None:
+        with _POOL_LOCK:  # (two worker threads at once would each make one)
+            if _POOL is None:
+                from concurrent.futures import ThreadPoolExecutor
+
+                _POOL = ThreadPoolExecutor(thread_name_prefix="dgd-als")
+    return _POOL
+
+
+def item_matvec(lu, gi, r, U, D, alpha, alpha_bias, confidence_scale, explicit, M, touched, by_item=None):
     """Add the observed part of ``A_i d_i`` over these ratings to ``M`` (items x width)
-    and flag the items touched."""
-    _item_matvec(lu, gi, r, np.ascontiguousarray(U), np.ascontiguousarray(D), float(alpha), float(alpha_bias),
-                 float(confidence_scale), bool(explicit), M, touched)
+    and flag the items touched.
+
+    ``by_item`` (:func:`item_order`, or None): with it and several threads
+    (:func:`kernel_threads`), ranges of items of about equal ratings, each on a thread;
+    every item adds the same terms in the same order, so ``M`` is the same bit for bit."""
+    U, D = np.ascontiguousarray(U), np.ascontiguousarray(D)
+    args = (float(alpha), float(alpha_bias), float(confidence_scale), bool(explicit), M, touched)
+    cuts = [0, 0] if by_item is None else user_ranges(by_item[1], kernel_threads())
+    if len(cuts) == 2:
+        _item_matvec(lu, gi, r, U, D, *args)
+        return
+    order, iptr = by_item
+    list(_pool().map(lambda ab: _item_matvec_items(order, iptr, ab[0], ab[1], lu, gi, r, U, D, *args),
+                     zip(cuts[:-1], cuts[1:])))
+
+
+def item_order(gi, n_items):
+    """The ratings sorted by item, stably (in their own order within an item), and each
+    item's first in that order: what :func:`item_matvec` needs to split the items over
+    threads."""
+    order = np.argsort(gi, kind="stable")
+    return order, np.searchsorted(gi[order], np.arange(n_items + 1)).astype(np.int64)

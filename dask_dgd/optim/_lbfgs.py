@@ -96,16 +96,29 @@ def lbfgs_direction(grad, s_list, y_list):
     >>> lbfgs_direction(np.array([1.0, 10.0]), s, y)  # exactly -A^-1 g here
     array([-1., -1.])
     """
+    sy = [float(y @ s) for s, y in zip(s_list, y_list)]
+    yy = [float(y @ y) for y in y_list[-1:]]
+    return two_loop(grad, s_list, y_list, sy, yy[-1] if yy else None)
+
+
+def two_loop(grad, s_list, y_list, sy, yy_last, work=None):
+    """:func:`lbfgs_direction` from the pairs' dot products, which a solver keeps as it
+    adds the pairs: ``sy`` (``s @ y`` of each pair) and ``yy_last`` (``y @ y`` of the
+    newest; None without pairs).  The vector work is done in place, in one result and
+    one scratch vector (``work``, of ``grad``'s length: allocated when None): the same
+    operations, so the same floats, as the textbook recursion, without the
+    ``2 * memory`` temporaries of ``q -= a * y``."""
     q = np.array(grad, dtype=np.float64, copy=True)
-    rho = [1.0 / float(y @ s) for s, y in zip(s_list, y_list)]
+    tmp = np.empty_like(q) if work is None else work
+    rho = [1.0 / v for v in sy]
     alpha = []
     for s, y, r in zip(reversed(s_list), reversed(y_list), reversed(rho)):
         a = r * float(s @ q)
         alpha.append(a)
-        q -= a * y
+        q -= np.multiply(y, a, out=tmp)
     if s_list:
-        q *= float(s_list[-1] @ y_list[-1]) / float(y_list[-1] @ y_list[-1])
+        q *= sy[-1] / yy_last
     for s, y, r, a in zip(s_list, y_list, rho, reversed(alpha)):
         b = r * float(y @ q)
-        q += (a - b) * s
-    return -q
+        q += np.multiply(s, a - b, out=tmp)
+    return np.negative(q, out=q)

@@ -27,9 +27,22 @@ the lowest held-out RMSE among those.  It is then refitted on all the ratings: t
 convergence (alternating least squares), or for the epochs at which it was best
 (gradient steps).  When no penalty passes, the refit is the bias model itself, its
 factors exactly zero (``alpha_`` reports the top of the path, where they vanish).
+
+On a cluster, the fits of the path are small (a fraction of the ratings, about 17 fits
+of a few dozen steps), and a step that is a round of tasks costs more than its
+arithmetic.  Up to :data:`PATH_IN_TASKS_MAX_RATINGS` ratings every worker therefore
+holds a copy of the held-out split, the fit's own shards, and each fit of the path runs
+whole in one task, one fit per worker at a time (:class:`_InTasks`): only its row and
+records (and a bias model's biases) come back.  The fits are the same, bit for bit, as
+fits whose steps are rounds of tasks (the sums merge in the same fixed tree over the
+same shards); a batch may fit a penalty past the point where the path stops, and that
+fit is dropped.  The refit on all the ratings trains on the cluster as any fit does.
 """
 
+import copy
 import dataclasses
+import os
+import uuid
 import warnings
 from dataclasses import dataclass
 
@@ -40,7 +53,7 @@ from .._backend import to_numpy
 from .._engine.train import train
 from ..exceptions import ConvergenceWarning
 from ._objective import FactorizationTraining
-from ._shards import build_rating_shards, init_rows, with_val_base
+from ._shards import RATING_BYTES, build_rating_shards, init_rows, with_val_base
 
 __all__ = ["BIAS_GRID", "FACTOR_GRID", "VALIDATION_FRACTION", "Setup", "choose_alpha"]
 
@@ -96,11 +109,12 @@ def _epochs_to(history, j, solver, full_batch):
     return max(1, it + 1 if solver == "als" or not full_batch else it)
 
 
-def _path(est, shards, s, solver, optimizer, grid, n_components, alpha_bias, stage):
+def _path(fits, grid, n_components, alpha_bias, stage):
     """Fit the penalties ``grid`` (most regularised first) on the held-out split, then
     the geometric midpoints on either side of the best; returns the best row, the rows
-    and the fits' records, or None when nothing was held out."""
-    found = _walk(est, shards, s, solver, optimizer, grid, n_components, alpha_bias, stage)
+    and the fits' records, or None when nothing was held out (``fits``: :class:`_Here`
+    or :class:`_InTasks`)."""
+    found = _walk(fits, grid, n_components, alpha_bias, stage)
     if found is None:
         return None
     best, rows, histories = found
@@ -108,8 +122,7 @@ def _path(est, shards, s, solver, optimizer, grid, n_components, alpha_bias, sta
     j = int(np.argmin(np.abs(tried - best["alpha" if n_components else "alpha_bias"])))
     mids = [np.sqrt(tried[j] * tried[i]) for i in (j - 1, j + 1) if 0 <= i < len(tried)]
     if mids:
-        more = _walk(est, shards, s, solver, optimizer, mids, n_components, alpha_bias, stage, stop=False,
-                     point="midpoint")
+        more = _walk(fits, mids, n_components, alpha_bias, stage, stop=False, point="midpoint")
         for row in more[1]:
             if row["val_rmse"] < best["val_rmse"]:
                 best = row
@@ -117,53 +130,69 @@ def _path(est, shards, s, solver, optimizer, grid, n_components, alpha_bias, sta
     return best, rows, histories
 
 
-def _walk(est, shards, s, solver, optimizer, grid, n_components, alpha_bias, stage, stop=True, point="grid"):
+def _walk(fits, grid, n_components, alpha_bias, stage, stop=True, point="grid"):
     """Fit the penalties ``grid`` in order (``stop``: until two in a row do worse than
     the best); the best row, the rows and the fits' records, or None when nothing was
-    held out."""
+    held out.
+
+    ``fits`` fits ``fits.width`` penalties at a time (:class:`_InTasks`: one per
+    worker); the answers past the point where the path stops are dropped, so the rows
+    are those of one fit at a time."""
     rows, histories, best, worse = [], [], None, 0
-    for alpha in grid:
-        model = est._model(s.mu, len(s.items), s.seed, alpha=float(alpha), alpha_bias=alpha_bias,
-                           n_components=n_components)
-        V = init_rows(s.seed + 1, np.arange(len(s.items)), model.item_width, model.init_scale, model.item_bias)
-        if s.cold is not None:  # (no rating moves them: their held-out ratings get the bias model's prediction)
-            V[s.cold] = 0.0
-        als = solver == "als"
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", ConvergenceWarning)  # (max_iter: the refit warns)
-            result = train(
-                FactorizationTraining(model, s.n_batches), shards, solver=solver,
-                optimizer=None if als else optimizer, max_iter=est.max_iter, tol=est.tol * s.scale if als else 0.0,
-                mode="sync", on_divergence=est._on_divergence(), compression=est.compression,
-                split_every=est.split_every, random_state=s.seed, params0=V.ravel(),
-                validation_patience=None if als else PATIENCE, validation_tol=VAL_TOL * np.sqrt(s.scale),
-                verbose=est.verbose, progress_desc=f"{type(est).__name__} alpha={alpha:.3g}", client=est.client,
-            )
-        h = result.history
-        if "val_rmse" not in h or not h["val_rmse"].notna().any():
-            return None
-        val = h["val_rmse"].to_numpy(dtype=float)
-        # alternating least squares: the converged model's held-out RMSE (its refit runs to
-        # convergence too); gradient steps: the best epoch's (early stopping, refitted for
-        # as many epochs)
-        j = int(np.flatnonzero(np.isfinite(val))[-1]) if als else int(np.nanargmin(val))
-        rows.append({"stage": stage, "point": point, "alpha": float(model.alpha), "alpha_bias": float(model.alpha_bias),
-                     "val_rmse": float(h["val_rmse"].iloc[j]), "n_iter": _epochs_to(h, j, solver, s.n_batches == 1),
-                     "epochs_run": int(result.n_iter)})
-        if "val_gain" in h:  # paired with the bias model's held-out errors
-            rows[-1]["val_gain"] = float(h["val_gain"].iloc[j])
-            rows[-1]["val_gain_se"] = float(h["val_gain_se"].iloc[j])
-        if n_components == 0:  # a bias model: its biases, for the factors' paired comparison
-            rows[-1]["_biases"] = _biases(result, len(s.users), len(s.items))
-        histories.append(h.assign(stage="validation", alpha=float(model.alpha), alpha_bias=float(model.alpha_bias)))
-        rmse = rows[-1]["val_rmse"]
-        if best is None or rmse < best["val_rmse"]:
-            best, worse = rows[-1], 0
-        elif rmse > best["val_rmse"] * (1 + WORSE):  # (ties: the factors vanish at the top of the path)
-            worse += 1
-            if stop and worse >= PATH_PATIENCE:
-                break
+    grid = [float(a) for a in grid]
+    for at in range(0, len(grid), fits.width):
+        for answer in fits(grid[at : at + fits.width], n_components, alpha_bias):
+            if answer is None:
+                return None
+            row, h = answer
+            rows.append({"stage": stage, "point": point, **row})
+            histories.append(h)
+            rmse = row["val_rmse"]
+            if best is None or rmse < best["val_rmse"]:
+                best, worse = rows[-1], 0
+            elif rmse > best["val_rmse"] * (1 + WORSE):  # (ties: the factors vanish at the top of the path)
+                worse += 1
+                if stop and worse >= PATH_PATIENCE:
+                    return best, rows, histories
     return best, rows, histories
+
+
+def _fit_point(est, shards, s, solver, optimizer, alpha, n_components, alpha_bias):
+    """One fit of the path on the held-out split, at penalty ``alpha``: its row (without
+    ``stage`` and ``point``) and its records, or None when nothing was held out."""
+    model = est._model(s.mu, len(s.items), s.seed, alpha=float(alpha), alpha_bias=alpha_bias,
+                       n_components=n_components)
+    V = init_rows(s.seed + 1, np.arange(len(s.items)), model.item_width, model.init_scale, model.item_bias)
+    if s.cold is not None:  # (no rating moves them: their held-out ratings get the bias model's prediction)
+        V[s.cold] = 0.0
+    als = solver == "als"
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)  # (max_iter: the refit warns)
+        result = train(
+            FactorizationTraining(model, s.n_batches), shards, solver=solver,
+            optimizer=None if als else optimizer, max_iter=est.max_iter, tol=est.tol * s.scale if als else 0.0,
+            mode="sync", on_divergence=est._on_divergence(), compression=est.compression,
+            split_every=est.split_every, random_state=s.seed, params0=V.ravel(),
+            validation_patience=None if als else PATIENCE, validation_tol=VAL_TOL * np.sqrt(s.scale),
+            verbose=est.verbose, progress_desc=f"{type(est).__name__} alpha={alpha:.3g}", client=est.client,
+        )
+    h = result.history
+    if "val_rmse" not in h or not h["val_rmse"].notna().any():
+        return None
+    val = h["val_rmse"].to_numpy(dtype=float)
+    # alternating least squares: the converged model's held-out RMSE (its refit runs to
+    # convergence too); gradient steps: the best epoch's (early stopping, refitted for
+    # as many epochs)
+    j = int(np.flatnonzero(np.isfinite(val))[-1]) if als else int(np.nanargmin(val))
+    row = {"alpha": float(model.alpha), "alpha_bias": float(model.alpha_bias),
+           "val_rmse": float(h["val_rmse"].iloc[j]), "n_iter": _epochs_to(h, j, solver, s.n_batches == 1),
+           "epochs_run": int(result.n_iter)}
+    if "val_gain" in h:  # paired with the bias model's held-out errors
+        row["val_gain"] = float(h["val_gain"].iloc[j])
+        row["val_gain_se"] = float(h["val_gain_se"].iloc[j])
+    if n_components == 0:  # a bias model: its biases, for the factors' paired comparison
+        row["_biases"] = _biases(result, len(s.users), len(s.items))
+    return row, h.assign(stage="validation", alpha=float(model.alpha), alpha_bias=float(model.alpha_bias))
 
 
 def _item_counts(shard, n_items):
@@ -190,7 +219,178 @@ def _significant(best, rows):
     return min(passed, key=lambda r: r["val_rmse"]) if best not in passed else best
 
 
-def choose_alpha(est, s, solver, optimizer):
+class _Here:
+    """The path's fits one at a time, on held-out shards of the fit's own executor (in
+    process, or on the cluster, each step a round of tasks), or on a copy in a task
+    (``shards`` given: :func:`_path_copy`)."""
+
+    width = 1
+
+    def __init__(self, est, s, solver, optimizer, shards=None):
+        self.est, self.solver, self.optimizer = est, solver, optimizer
+        self.own = shards is None
+        if self.own:
+            shards, _ = build_rating_shards(s.executor, s.parts, s.cols, s.users, s.items, s.n_shards, s.like,
+                                            holdout=(s.seed, VALIDATION_FRACTION), own_inputs=False)
+        self.shards, self.paired = shards, None
+        try:
+            trained = sum(shards.map_gather(_item_counts, len(s.items), name="dgd-mf-item-counts"))
+        except BaseException:
+            self.close()
+            raise
+        self.s = dataclasses.replace(s, cold=trained == 0)
+
+    def __call__(self, alphas, n_components, alpha_bias):
+        shards = self.shards if self.paired is None else self.paired
+        return [_fit_point(self.est, shards, self.s, self.solver, self.optimizer, a, n_components, alpha_bias)
+                for a in alphas]
+
+    def pair(self, biases):
+        """Fit on with the held-out errors paired with the bias model's ``biases``
+        (:func:`~._shards.with_val_base`)."""
+        shards, s = self.shards, self.s
+        paired = shards.transform(with_val_base, *biases, s.mu, name="dgd-mf-baseline", token_suffix="-paired")
+        paired.group_meta = shards.group_meta
+        if s.executor.kind == "dask":  # (what a lost worker costs, as for the shards it copies)
+            paired.collective.unrecoverable = shards.collective.unrecoverable
+        self.paired = paired
+
+    def close(self):
+        if self.own:
+            if self.paired is not None:
+                self.paired.release()
+            self.shards.release()
+
+
+def _path_copy(est, s, solver, optimizer, *frames):
+    """A task's copy of the held-out split (all of it, as shards in this process, the
+    same shards as the fit's): a :class:`_Here` that fits there."""
+    from .._engine.runtime.executor import InProcessExecutor
+
+    s = dataclasses.replace(s, executor=InProcessExecutor(), parts=None)
+    shards, _ = build_rating_shards(s.executor, list(frames), s.cols, s.users, s.items, s.n_shards, None,
+                                    holdout=(s.seed, VALIDATION_FRACTION), own_inputs=False)
+    return _Here(est, s, solver, optimizer, shards=shards)
+
+
+def _paired_copy(here, biases):
+    """A copy of a task's :class:`_Here` whose fits are paired with ``biases``."""
+    out = copy.copy(here)
+    out.pair(biases)
+    return out
+
+
+def _fit_in_copy(here, alpha, n_components, alpha_bias):
+    """One path fit in a task: its row, and the warnings it raised (message and
+    category), which the driver raises again as a fit in its own process would."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        row = here([alpha], n_components, alpha_bias)[0]
+    return row, [(str(w.message), w.category) for w in caught]
+
+
+class _InTasks:
+    """The path's fits on a cluster, each whole fit one task, one per worker at a time
+    (on at most as many workers as the longest grid has penalties).
+
+    Every worker holds a copy of the held-out split (:func:`_path_copy`, from the
+    ratings' partitions); the fits of a batch of penalties run side by side, one per
+    copy, and send back only their row and records (and a bias model's biases, for
+    the factors' paired comparison).  The copies are the fit's own shards (the same
+    ``n_shards``), so every fit is the same, bit for bit, as one whose steps are rounds
+    of tasks over the shards (the sums merge in the same fixed tree)."""
+
+    def __init__(self, est, s, solver, optimizer):
+        from sklearn.base import clone
+
+        self.client = s.executor.client
+        self.token = uuid.uuid4().hex[:8]
+        self._n = 0
+        workers = s.executor.workers()[: len(FACTOR_GRID)]  # (more would only fit past where a path stops)
+        self.width = len(workers)
+        est = clone(est).set_params(client=None, callbacks=None)  # (only what the fits read travels)
+        task = dataclasses.replace(s, executor=None, parts=None)
+        self.copies = [self._submit(_path_copy, est, task, solver, optimizer, *s.parts, worker=w,
+                                    name="dgd-mf-path-copy") for w in workers]
+        self.workers = workers
+        try:
+            s.executor.wait(self.copies)  # (an error of the setup surfaces here)
+        except BaseException:
+            self.close()
+            raise
+
+    def _submit(self, fn, *args, worker, name):
+        self._n += 1
+        return self.client.submit(fn, *args, key=f"{name}-{self.token}-{self._n}", pure=False, workers=[worker],
+                                  allow_other_workers=True)
+
+    def __call__(self, alphas, n_components, alpha_bias):
+        futures = [self._submit(_fit_in_copy, c, a, n_components, alpha_bias, worker=w, name="dgd-mf-path-fit")
+                   for a, c, w in zip(alphas, self.copies, self.workers)]
+        try:
+            done = self.client.gather(futures)
+        finally:
+            _release(futures)
+        for _, raised in done:  # (the driver's warning filters decide, as for a fit here)
+            for message, category in raised:
+                warnings.warn(message, category, stacklevel=2)
+        return [row for row, _ in done]
+
+    def pair(self, biases):
+        biases = self.client.scatter(biases, broadcast=True, hash=False)
+        old = self.copies
+        self.copies = [self._submit(_paired_copy, c, biases, worker=w, name="dgd-mf-path-paired")
+                       for c, w in zip(old, self.workers)]
+        _release(old)  # (the scheduler keeps them until the new copies are made)
+
+    def close(self):
+        _release(self.copies)
+        self.copies = []
+
+
+def _release(futures):
+    for f in futures:
+        f.release()
+
+
+#: Ratings up to which a fit on a cluster fits the penalty path in tasks, a whole fit
+#: per task (:class:`_InTasks`): every worker then holds a copy of the ratings
+#: (:data:`~._shards.RATING_BYTES` each, 48 MB here), and a step of such a fit
+#: computes for less time than a round of tasks takes.
+PATH_IN_TASKS_MAX_RATINGS = 2_000_000
+#: ... and whose copy (the ratings' partitions and their shards, about
+#: 2 x :data:`~._shards.RATING_BYTES` per rating) takes at most this share of every
+#: worker's memory limit: otherwise the path's fits run as rounds of tasks over the
+#: fit's own shards, whose memory check then says what does not fit.
+PATH_IN_TASKS_MEMORY_SHARE = 0.25
+
+
+def _worker_facts(dask_scheduler=None):
+    # (run on the scheduler) each worker's process id and memory limit (0: none)
+    return [(ws.pid, ws.memory_limit or 0) for ws in dask_scheduler.workers.values()]
+
+
+def _copies_fit(client, n_ratings, pid=None):
+    """Whether every worker runs in a process of its own (a task there has the whole
+    process: Python's warning filters, which a fit sets, are the process's, so fits in
+    threads of the caller's process would change the caller's) and can hold a copy of
+    the ratings (:data:`PATH_IN_TASKS_MEMORY_SHARE` of its memory limit)."""
+    copy, pid = 2 * RATING_BYTES * n_ratings, os.getpid() if pid is None else pid
+    return all(worker != pid and (limit == 0 or copy <= PATH_IN_TASKS_MEMORY_SHARE * limit)
+               for worker, limit in client.run_on_scheduler(_worker_facts))
+
+
+def _fits_of(est, s, solver, optimizer, n_ratings):
+    """Where the path's fits run: :class:`_InTasks` for a cluster fit of NumPy ratings
+    up to :data:`PATH_IN_TASKS_MAX_RATINGS` on workers in processes of their own whose
+    copies fit their memory (:func:`_copies_fit`), else :class:`_Here`."""
+    if (s.executor.kind == "dask" and s.like is None and n_ratings <= PATH_IN_TASKS_MAX_RATINGS
+            and _copies_fit(s.executor.client, n_ratings)):
+        return _InTasks(est, s, solver, optimizer)
+    return _Here(est, s, solver, optimizer)
+
+
+def choose_alpha(est, s, solver, optimizer, n_ratings):
     """Fit the penalty paths on held-out ratings (see the module docstring).
 
     Returns ``(alpha, alpha_bias, epochs, path, history, factors)``: the chosen
@@ -202,27 +402,20 @@ def choose_alpha(est, s, solver, optimizer):
     penalty beat the bias model, whose epochs are returned: the refit is the bias
     model, its factors zero); ``alpha`` is None when no rating could be held out
     (every user has one rating)."""
-    shards, _ = build_rating_shards(s.executor, s.parts, s.cols, s.users, s.items, s.n_shards, s.like,
-                                    holdout=(s.seed, VALIDATION_FRACTION), own_inputs=False)
-    rows, histories, paired = [], [], None
+    fits = _fits_of(est, s, solver, optimizer, n_ratings)
+    rows, histories = [], []
     try:
-        trained = sum(shards.map_gather(_item_counts, len(s.items), name="dgd-mf-item-counts"))
-        s = dataclasses.replace(s, cold=trained == 0)
         # the bias model: its own penalty's path, or the one given (the factors' baseline)
         grid = BIAS_GRID if est.alpha_bias is None else (est.alpha_bias,)
-        found = _path(est, shards, s, solver, optimizer, np.asarray(grid, dtype=float), 0, None, "biases")
+        found = _path(fits, np.asarray(grid, dtype=float), 0, None, "biases")
         if found is None:
             return None, None, None, pd.DataFrame(), pd.DataFrame(), True
         best, rows, histories = found
         alpha_bias, epochs, factors = best["alpha_bias"], best["n_iter"], True
         if est.n_components > 0:  # then the factors', from far above: the top is the bias model
-            paired = shards.transform(with_val_base, *best["_biases"], s.mu, name="dgd-mf-baseline",
-                                      token_suffix="-paired")
-            paired.group_meta = shards.group_meta
-            if s.executor.kind == "dask":  # (what a lost worker costs, as for the shards it copies)
-                paired.collective.unrecoverable = shards.collective.unrecoverable
-            found = _path(est, paired, s, solver, optimizer, np.sqrt(s.scale) * np.asarray(FACTOR_GRID),
-                          est.n_components, alpha_bias, "factors")
+            fits.pair(best["_biases"])
+            found = _path(fits, np.sqrt(s.scale) * np.asarray(FACTOR_GRID), est.n_components, alpha_bias,
+                          "factors")
             bias, (best, r, h) = best, found
             chosen = _significant(best, r)
             factors = chosen is not None
@@ -231,9 +424,7 @@ def choose_alpha(est, s, solver, optimizer):
             rows += r
             histories += h
     finally:
-        if paired is not None:
-            paired.release()
-        shards.release()
+        fits.close()
     path = pd.DataFrame([{k: v for k, v in row.items() if k != "_biases"} for row in rows])
     path["chosen"] = [row is best for row in rows]
     return best["alpha"], alpha_bias, epochs, path, pd.concat(histories, ignore_index=True), factors

@@ -317,7 +317,8 @@ class FactorizationBase(RecommenderMixin, ClientParamMixin, BaseEstimator):
             # with the documented DivergenceError)
             setup = Setup(executor, parts, cols, users, items, n_shards, like, mu, seed, n_batches,
                           scale if np.isfinite(scale) else 1.0)
-            alpha, alpha_bias, epochs, path, path_history, factors = choose_alpha(self, setup, solver, optimizer)
+            alpha, alpha_bias, epochs, path, path_history, factors = choose_alpha(self, setup, solver, optimizer,
+                                                                                  facts["n"])
             if alpha is None:
                 alpha, path = DEFAULT_ALPHA, None
                 warnings.warn(f"{type(self).__name__}: no rating could be held out to choose alpha (every user has "

@@ -281,8 +281,14 @@ class FactorizationTraining:
         if "gV" not in memory or memory["gV"].shape != (m.n_items, m.item_width):
             memory["gV"] = np.zeros((m.n_items, m.item_width))
             memory["touched"] = np.zeros(m.n_items, dtype=bool)
+        by_item = None
+        if _als.kernel_threads() > 1:  # (the items split over threads: the ratings by item, once per shard)
+            cached = memory.get("by_item")
+            if cached is None or cached[0] is not shard.gi or cached[2].shape != (m.n_items + 1,):
+                cached = memory["by_item"] = (shard.gi, *_als.item_order(shard.gi, m.n_items))
+            by_item = cached[1:]
         _als.item_matvec(shard.lu, shard.gi, shard.r, U, table, m.alpha, m.alpha_bias, m.confidence_scale, explicit,
-                         memory["gV"], memory["touched"])
+                         memory["gV"], memory["touched"], by_item)
         idx, out = _touched_rows(np, memory, True)
         grad = out.ravel() if idx is None else RowSparse(idx, out, m.n_items)
         return {shard.index: BlockSums(0.0, grad, float(shard.n_rows), {"matvec": 1.0})}, None

@@ -126,6 +126,44 @@ def test_r_factors_and_scaled_gram_give_the_newton_step():
     np.testing.assert_allclose(model.step(x), -np.linalg.solve(T.T @ H @ T, T.T @ g), rtol=1e-8, atol=1e-12)
 
 
+def test_scaled_gram_kept_centred_columns_give_the_same_matrix(monkeypatch):
+    """A block centred once and kept in the group's memory gives the Hessian sums of a
+    fresh centring, bit for bit, pass after pass; a new centre centres it again; a block
+    over the size limit is not kept."""
+    from dask_dgd._engine.solvers import curvature
+
+    monkeypatch.setattr(curvature, "GRAM_SLICE_BYTES", 0)  # slices of 256 rows: 4, the last one short
+    rng = np.random.default_rng(5)
+    X, w = rng.normal(size=(1000, 3)) * [2.0, 1.0, 0.5] + 3.0, rng.uniform(1, 2, 1000)
+    y = (rng.random(1000) < 0.4) * 1.0
+    obj = LinearObjective(BinaryLogistic(), 3)
+    scaling = ColumnScaling(X.mean(axis=0), X.std(axis=0))
+    memory: dict = {}
+    for params in ([0.1, -0.2, 0.05, 0.3], [0.4, 0.1, -0.3, -0.2]):
+        fresh = block_scaled_gram(obj, np.array(params), X, y, w, scaling)
+        kept = block_scaled_gram(obj, np.array(params), X, y, w, scaling, memory, ("centred", 0))
+        np.testing.assert_array_equal(kept, fresh)
+    assert set(memory) == {("centred", 0), curvature._CENTRED_HELD} and memory[("centred", 0)][0] is X
+    assert memory[curvature._CENTRED_HELD] == 1000 * 4 * 8  # (3 columns and the intercept's)
+    moved = ColumnScaling(X.mean(axis=0) + 1.0, X.std(axis=0))
+    np.testing.assert_array_equal(block_scaled_gram(obj, np.array(params), X, y, w, moved, memory, ("centred", 0)),
+                                  block_scaled_gram(obj, np.array(params), X, y, w, moved))
+    np.testing.assert_array_equal(memory[("centred", 0)][1], moved.mean)
+    assert memory[curvature._CENTRED_HELD] == 1000 * 4 * 8  # (replaced, not added)
+    monkeypatch.setattr(curvature, "CENTRED_CACHE_BYTES", 8 * 4 * 999)
+    other: dict = {}
+    block_scaled_gram(obj, np.array(params), X, y, w, scaling, other, ("centred", 0))
+    assert other == {}
+    # the budget is the group's, all its blocks together: a second block past it is not kept
+    monkeypatch.setattr(curvature, "CENTRED_CACHE_BYTES", 8 * 4 * 1500)
+    two: dict = {}
+    X2 = X[::-1].copy()
+    for key, block in ((("centred", 0), X), (("centred", 1), X2)):
+        np.testing.assert_array_equal(block_scaled_gram(obj, np.array(params), block, y, w, scaling, two, key),
+                                      block_scaled_gram(obj, np.array(params), block, y, w, scaling))
+    assert set(two) == {("centred", 0), curvature._CENTRED_HELD} and two[curvature._CENTRED_HELD] == 1000 * 4 * 8
+
+
 @pytest.mark.parametrize("solver, loss, l1_ratio", [
     ("newton", BinaryLogistic(), 0.0), ("lbfgs", MultinomialLogistic(3), 0.0), ("cd", HalfSquaredError(), 0.5),
 ])

@@ -29,6 +29,11 @@ def test_train_equals_the_estimator_in_process():
     assert len(result.history) == 51 and list(result.history.columns[:3]) == ["step", "iteration", "loss"]
     assert result.bytes_communicated["total"] > 0 and result.local is None
     assert isinstance(result.optimizer, optim.Adam) and result.opt_state.count == 50
+    # the totals summed from the records are the history's
+    from dask_dgd._engine.runtime.monitor import communicated
+
+    assert result.bytes_communicated == communicated(result.history) == communicated(result.records)
+    assert result.history is result.history and len(result.records) == 51  # built once, when asked for
 
 
 def test_train_on_a_cluster_in_every_mode(client):

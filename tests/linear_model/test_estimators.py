@@ -85,6 +85,31 @@ def test_history_and_loss_curve(data):
     assert (est.history_["step"].diff().dropna() == 1).all()
 
 
+def test_history_is_built_from_the_records_when_first_asked_for(data):
+    import pandas as pd
+
+    X, y = data
+    with pytest.raises(AttributeError, match="'LogisticRegression' object has no attribute 'history_'"):
+        _ = LogisticRegression().history_
+    est = LogisticRegression().fit(X, y)
+    assert not any(isinstance(v, pd.DataFrame) for v in vars(est).values())  # not built by fit
+    records, attrs = est._history_records
+    frame = est.history_
+    assert vars(est)["history_"] is frame and "_history_records" not in vars(est)  # built once
+    expected = pd.DataFrame.from_records(records)
+    pd.testing.assert_frame_equal(frame, expected, check_exact=True)
+    assert frame.attrs == attrs == {"coordinates": "centred and scaled"}
+    fresh = LogisticRegression().fit(X, y)
+    restored = pickle.loads(pickle.dumps(fresh))  # pickled with its DataFrame, built then
+    assert "_history_records" not in vars(restored) and "_history_records" not in vars(fresh)
+    pd.testing.assert_frame_equal(restored.history_, fresh.history_, check_exact=True)
+    assert est.loss_curve_ == frame["loss"].tolist()
+    est.fit(X[:100], y[:100])  # a new fit replaces a built history
+    assert est.history_ is not frame and len(est.history_) == len(est.loss_curve_)
+    del est.history_  # an attribute like any other once built
+    assert not hasattr(est, "history_")
+
+
 def test_max_iter_warns_convergence(data):
     X, y = data
     with pytest.warns(ConvergenceWarning, match=r"did not converge in max_iter=2 iterations \(solver='lbfgs', mode='sync'\) "

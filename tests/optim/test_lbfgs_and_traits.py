@@ -101,3 +101,38 @@ def test_loss_traits_declare_the_kernel_and_the_hessian():
     codes = [loss.fused_code for loss in losses]
     assert len(set(codes)) == 4 and None not in codes
     assert not MultinomialLogistic(3).has_hessian
+
+
+def _textbook_direction(grad, s_list, y_list):
+    """The two-loop recursion as it is written in Nocedal and Wright (Algorithm 7.4),
+    a new vector for every update: what :func:`lbfgs_direction` must equal bit for bit."""
+    q = np.array(grad, dtype=np.float64, copy=True)
+    rho = [1.0 / float(y @ s) for s, y in zip(s_list, y_list)]
+    alpha = []
+    for s, y, r in zip(reversed(s_list), reversed(y_list), reversed(rho)):
+        a = r * float(s @ q)
+        alpha.append(a)
+        q = q - a * y
+    if s_list:
+        q = q * (float(s_list[-1] @ y_list[-1]) / float(y_list[-1] @ y_list[-1]))
+    for s, y, r, a in zip(s_list, y_list, rho, reversed(alpha)):
+        b = r * float(y @ q)
+        q = q + (a - b) * s
+    return -q
+
+
+@pytest.mark.parametrize("n, m", [(3, 0), (3, 1), (50, 4), (20_000, 7)])
+def test_two_loop_in_place_equals_the_textbook_recursion_bit_for_bit(n, m):
+    from dask_dgd.optim._lbfgs import two_loop
+
+    rng = np.random.default_rng(n + m)
+    s_list = [rng.standard_normal(n) for _ in range(m)]
+    y_list = [s * rng.uniform(0.5, 2.0, n) for s in s_list]
+    g = rng.standard_normal(n)
+    expected = _textbook_direction(g, s_list, y_list)
+    np.testing.assert_array_equal(lbfgs_direction(g, s_list, y_list), expected)
+    sy = [float(s @ y) for s, y in zip(s_list, y_list)]
+    yy = float(y_list[-1] @ y_list[-1]) if m else None
+    work = np.full(n, np.nan)  # the scratch vector's old contents must not matter
+    np.testing.assert_array_equal(two_loop(g, s_list, y_list, sy, yy, work), expected)
+    assert np.all(np.isfinite(g))  # the gradient itself is left as it was

@@ -199,3 +199,42 @@ def test_train_refuses_als_for_a_linear_model():
                                              r"in each side's factors \(explicit ratings, or loss='wls'\): not "
                                              r"LinearTraining"):
         train(LinearObjective(HalfSquaredError(), 2), (X, y), solver="als")
+
+
+@pytest.mark.parametrize("kind", ["explicit", "wls"])
+def test_users_and_items_on_several_threads_are_those_of_one_thread_bit_for_bit(monkeypatch, kind):
+    from dask_dgd.losses import _als
+
+    ratings, _ = make_ratings(500, 80, 9000, rank=3, noise=0.3, random_state=5)
+    ratings = ratings.assign(rating=ratings["rating"] - ratings["rating"].min())
+
+    def fit():
+        cls = MatrixFactorization if kind == "explicit" else ImplicitMatrixFactorization
+        kw = {"loss": "wls"} if kind == "wls" else {}
+        return cls(**kw, n_components=4, alpha=0.1, solver="als", max_iter=8, tol=0, random_state=0).fit(ratings)
+
+    monkeypatch.setattr(_als, "kernel_threads", lambda: 1)
+    one = fit()
+    ranges = []
+    real = _als.user_ranges
+    monkeypatch.setattr(_als, "user_ranges", lambda uptr, threads: ranges.append(real(uptr, threads)) or ranges[-1])
+    monkeypatch.setattr(_als, "MIN_RATINGS_PER_THREAD", 1000)
+    monkeypatch.setattr(_als, "kernel_threads", lambda: 3)
+    three = fit()
+    # three ranges of users (8 user steps), and of items (3 item steps per later iteration), each time
+    assert {len(r) for r in ranges} == {4} and len(ranges) == 8 + 7 * 3
+    np.testing.assert_array_equal(one.user_factors_, three.user_factors_)
+    np.testing.assert_array_equal(one.item_factors_, three.item_factors_)
+
+
+def test_user_ranges_cut_the_users_by_ratings():
+    from dask_dgd.losses._als import MIN_RATINGS_PER_THREAD, user_ranges
+
+    counts = np.array([5, 1, 1, 1, 1, 1, 1, 1] * 10) * MIN_RATINGS_PER_THREAD // 4
+    uptr = np.r_[0, np.cumsum(counts)]
+    cuts = user_ranges(uptr, 4)
+    assert cuts[0] == 0 and cuts[-1] == len(counts) and len(cuts) == 5
+    shares = np.diff(uptr[cuts]) / uptr[-1]
+    assert np.all(np.abs(shares - 0.25) < 0.05)
+    assert user_ranges(uptr[:3], 4) == [0, 2]  # too few ratings for a second thread
+    assert user_ranges(uptr, 1) == [0, len(counts)]

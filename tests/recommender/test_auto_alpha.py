@@ -167,6 +167,51 @@ def test_the_choice_does_not_depend_on_the_sharding(client):
     np.testing.assert_allclose(fitted[0], fitted[1], rtol=0, atol=0.02)
 
 
+@pytest.fixture(scope="module")
+def process_client(make_module_cluster):
+    """Two single-threaded worker processes (the path runs in tasks only on workers in
+    processes of their own)."""
+    return make_module_cluster(n_workers=2)
+
+
+@pytest.mark.parametrize("solver", ["als", "gd"])
+def test_the_path_in_tasks_is_the_path_in_rounds_bit_for_bit(process_client, monkeypatch, solver):
+    # on a cluster of worker processes, small ratings' path fits run whole, one task per
+    # fit (one per worker at a time, on copies of the shards); every fit, the path and the
+    # refit are those of fits whose steps are rounds of tasks over the shards
+    import dask_dgd.recommender._auto as auto
+
+    client = process_client
+
+    ratings, _ = make_ratings(300, 120, 6000, rank=3, noise=0.5, random_state=1)
+    data = dd.from_pandas(ratings, npartitions=4)
+
+    def fit():
+        est = MatrixFactorization(n_components=3, solver=solver, max_iter=30, random_state=0, n_shards=3,
+                                  client=client)
+        return _fit(est, data)
+
+    made = []
+
+    class Spy(auto._InTasks):
+        def __init__(self, *args):
+            super().__init__(*args)
+            made.append(self)
+
+    monkeypatch.setattr(auto, "_InTasks", Spy)
+    in_tasks = fit()
+    monkeypatch.setattr(auto, "PATH_IN_TASKS_MAX_RATINGS", 0)
+    in_rounds = fit()
+    assert len(made) == 1 and made[0].width == len(client.scheduler_info()["workers"])
+    a, b = in_tasks.validation_path_, in_rounds.validation_path_
+    assert len(a) >= 10 and a["chosen"].sum() == 1
+    pd.testing.assert_frame_equal(a, b, check_exact=True)
+    np.testing.assert_array_equal(in_tasks.user_factors_, in_rounds.user_factors_)
+    np.testing.assert_array_equal(in_tasks.item_factors_, in_rounds.item_factors_)
+    h_a, h_b = (m.history_.query("stage == 'validation'") for m in (in_tasks, in_rounds))
+    np.testing.assert_array_equal(h_a["loss"].to_numpy(), h_b["loss"].to_numpy())
+
+
 def test_gradient_steps_and_local_sgd_take_the_path_too(client):
     ratings, _ = make_ratings(200, 80, 3000, rank=2, noise=0.5, random_state=2)
     gd = _fit(MatrixFactorization(n_components=2, learning_rate=0.05, max_iter=60, random_state=0), ratings)
@@ -214,3 +259,17 @@ def test_bad_alpha(alpha, message):
     ratings, _ = make_ratings(20, 10, 100, random_state=0)
     with pytest.raises(ParameterError, match=message):
         MatrixFactorization(alpha=alpha).fit(ratings)
+
+
+def test_the_path_stays_in_rounds_on_workers_in_this_process_or_short_of_memory(client):
+    # threads of this process: a fit's warning filters are the process's (the driver's
+    # warnings would go astray); a copy above a share of a worker's memory limit: the
+    # fit's own shards are checked instead
+    import dask_dgd.recommender._auto as auto
+
+    assert not auto._copies_fit(client, 1_000)
+    assert auto._copies_fit(client, 1_000, pid=-1)  # (as if the workers ran elsewhere)
+    limits = {limit for _, limit in client.run_on_scheduler(auto._worker_facts)}
+    assert 0 not in limits  # (LocalCluster's default: the machine's memory shared)
+    share = min(limits) * auto.PATH_IN_TASKS_MEMORY_SHARE / (2 * auto.RATING_BYTES)
+    assert auto._copies_fit(client, int(share), pid=-1) and not auto._copies_fit(client, int(share) + 1, pid=-1)

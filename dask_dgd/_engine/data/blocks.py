@@ -402,6 +402,10 @@ def shard_sample(shard: Shard, take: Sequence[int] | npt.NDArray[np.integer],
         k = min(b.n_rows, int(take[b.index]))
         if k <= 0:
             continue
+        if k == b.n_rows:  # every row (small data): the block itself, no index pass or copy
+            sw = np.ones(k) if b.sample_weight is None else to_numpy(b.sample_weight)
+            out.append((b.index, to_numpy(b.X), to_numpy(b.y), sw))
+            continue
         rows = np.unique(np.linspace(0, b.n_rows - 1, k).round().astype(np.int64))
         sw = np.ones(len(rows)) if b.sample_weight is None else to_numpy(take_rows(b.sample_weight, rows))
         out.append((b.index, to_numpy(take_rows(b.X, rows)), to_numpy(take_rows(b.y, rows)), sw))

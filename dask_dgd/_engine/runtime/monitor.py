@@ -6,7 +6,7 @@ import contextlib
 import contextvars
 import logging
 import time
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from .records import RECORD_FIELDS
 
@@ -138,12 +138,18 @@ class Monitor:
                 closer()
 
 
-def communicated(history: pd.DataFrame) -> dict[str, int | float]:
-    """Totals of a fit's bytes (from its history): up the tree raw and as sent, down to
-    the groups, all, and the compression ratio of the way up."""
-    up_raw = int(history["bytes_up_raw"].fillna(0).sum()) if len(history) else 0
-    up = int(history["bytes_up"].fillna(0).sum()) if len(history) else 0
-    down = int(history["bytes_down"].fillna(0).sum()) if len(history) else 0
+def communicated(history: pd.DataFrame | Sequence[Mapping[str, Any]]) -> dict[str, int | float]:
+    """Totals of a fit's bytes (from its history, or the records it is built from): up
+    the tree raw and as sent, down to the groups, all, and the compression ratio of the
+    way up."""
+    def total(key: str) -> int:
+        if isinstance(history, (list, tuple)):
+            # the records' byte counts are whole numbers: any order of summing them is exact
+            return int(sum(v for v in (r.get(key) for r in history) if v is not None and v == v))
+        frame = cast("pd.DataFrame", history)
+        return int(frame[key].fillna(0).sum()) if len(frame) else 0
+
+    up_raw, up, down = total("bytes_up_raw"), total("bytes_up"), total("bytes_down")
     return {
         "up_raw": up_raw,
         "up": up,

@@ -137,12 +137,12 @@ def _sparse_sum(grads: Sequence[GradSum]) -> RowSparse | SparseVector | None:
                                                    for g in grads):
         return None
     grads = cast("Sequence[RowSparse]", grads)  # all of them, by the check above
-    idx = np.unique(np.concatenate([g.idx for g in grads]))
+    idx, position = _union([g.idx for g in grads], first.n_rows)
     if 2 * idx.size > first.n_rows:
         return None
     rows = np.zeros((idx.size,) + first.rows.shape[1:], dtype=np.float64)
     for g in grads:
-        rows[np.searchsorted(idx, g.idx)] += g.rows
+        rows[position(g.idx)] += g.rows
     return RowSparse(idx, rows, first.n_rows)
 
 
@@ -157,13 +157,46 @@ def _sparse_vector_sum(grads: Sequence[GradSum]) -> SparseVector | None:
     n = grads[0].n if isinstance(grads[0], SparseVector) else grads[0].payload["n"]  # type: ignore[union-attr]
     if 2 * max(i.size for i, _ in parts) > n:  # the union covers more than half: dense, without sorting it
         return None
-    idx = np.unique(np.concatenate([i for i, _ in parts]))
+    idx, position = _union([i for i, _ in parts], int(n))
     if 2 * idx.size > n:
         return None
     values = np.zeros(idx.size)
     for i, v in parts:
-        values[np.searchsorted(idx, i)] += v
+        values[position(i)] += v
     return SparseVector(idx, values, int(n))
+
+
+#: :func:`_union` marks the entries in a table of ``n`` flags when the indices number
+#: at least ``n`` over this (else it sorts them)
+_MARK_DENSITY = 32
+
+
+def _union(arrays: Sequence[npt.NDArray[np.integer]],
+           n: int) -> tuple[npt.NDArray[np.integer], Callable[[npt.NDArray[np.integer]], npt.NDArray[np.intp]]]:
+    """``(idx, position)``: the distinct entries of index arrays within ``[0, n)``,
+    ascending (``np.unique`` of their concatenation, of its dtype), and the function
+    that gives the positions in ``idx`` of indices among them.
+
+    ``np.unique`` of NumPy >= 2.3 hashes integers, then sorts the distinct ones: 75 ms
+    for the 110,000 indices of a sharded click log's gradient slice (2**19 entries),
+    where marking them in a table of ``n`` flags takes 0.5 ms; that is done whenever
+    the indices are not much sparser than the table, a sort otherwise."""
+    dtype = np.result_type(*arrays)
+    total = sum(int(a.size) for a in arrays)
+    if total * _MARK_DENSITY >= n:
+        mark = np.zeros(n, dtype=bool)
+        for a in arrays:
+            mark[a] = True
+        where = np.cumsum(mark, dtype=np.intp)
+        where -= 1
+        return np.flatnonzero(mark).astype(dtype, copy=False), lambda i: where[i]
+    idx = np.sort(np.concatenate(arrays))
+    if idx.size:
+        keep = np.empty(idx.size, dtype=bool)
+        keep[0] = True
+        np.not_equal(idx[1:], idx[:-1], out=keep[1:])
+        idx = idx[keep]
+    return idx, lambda i: np.searchsorted(idx, i)
 
 
 @dataclass(frozen=True)

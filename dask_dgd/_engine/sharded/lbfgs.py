@@ -113,8 +113,9 @@ def sharded_lbfgs(shard: Shard, scratch: GroupMemory, penalty_spec: Penalty, cmd
             for k in [k for k in vec if k not in cmd.live]:
                 del vec[k]
             d = np.zeros_like(lb["base"])
+            term = np.empty_like(d)  # c * v of each vector, in one scratch vector (the same floats)
             for k, c in cmd.coeffs.items():
-                d += c * vec[k]
+                d += np.multiply(vec[k], c, out=term)
             lb["direction"] = d
         mem["pending"] = (int(cmd.version), lb["base"] + _scaled_step(lb, cmd.t), None, False)  # type: ignore[arg-type]
     elif cmd.kind == "accept":

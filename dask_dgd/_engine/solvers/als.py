@@ -114,25 +114,30 @@ class ALS(AttributeState, Solver):
         """``cg_steps`` conjugate-gradient steps on every item's system from ``V``
         (``R``: its residual ``B - A V``; ``gram``: the users' Gram matrix or None; ``n``
         the sums' divisor)."""
-        V = V.copy()
+        # (the same operations as V += step D; R -= step AD; D = R + beta D, written into
+        # buffers: on a Dask worker, whose allocator returns freed memory at once, every
+        # new items x width array is new pages)
+        V, R = V.copy(), R.copy()
         D = R.copy()
+        AD, tmp = np.empty_like(V), np.empty_like(V)
         diag = self.ctx.objective.als_diag()  # type: ignore[attr-defined]
         rs = _rowdot(R, R)
         for _ in range(self.cg_steps):
             if not np.any(rs > 0):
                 break
-            AD = n * self._evaluate(D, "matvec").grad.reshape(self.shape)
+            np.multiply(n, self._evaluate(D, "matvec").grad.reshape(self.shape), out=AD)
             if gram is not None:
-                AD += D @ gram
+                AD += np.matmul(D, gram, out=tmp)
             if diag is not None:
-                AD += D * diag
+                AD += np.multiply(D, diag, out=tmp)
             dad = _rowdot(D, AD)
             step = np.divide(rs, dad, out=np.zeros_like(rs), where=dad > 0)
-            V += step[:, None] * D
-            R = R - step[:, None] * AD
+            V += np.multiply(step[:, None], D, out=tmp)
+            R -= np.multiply(step[:, None], AD, out=tmp)
             rs_next = _rowdot(R, R)
             beta = np.divide(rs_next, rs, out=np.zeros_like(rs), where=rs > 0)
-            D = R + beta[:, None] * D
+            D = beta[:, None] * D  # (a new D: the shards had the old)
+            D += R
             rs = rs_next
         return V
 

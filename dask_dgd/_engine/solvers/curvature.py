@@ -105,6 +105,19 @@ def curvature(loss: Any, y: Any, raw: Any, xp: Any) -> Any:
     return h
 
 
+def _curvature_weights(objective: LinearObjective, params: np.ndarray, X: Any, y: Any,
+                       sample_weight: Any) -> np.ndarray:
+    """The weighted curvature ``s h`` of each row of a block on the host (zero where it
+    is not positive): :func:`_working`'s ``a`` without the loss's gradient and the
+    working response, which the Hessian's sums do not use."""
+    xp = get_namespace(X, y, sample_weight)
+    raw = objective.raw_prediction(params, X)
+    h = curvature(objective.loss, xp.astype(y, raw.dtype, copy=False), raw, xp)
+    a = h if sample_weight is None else h * xp.reshape(xp.astype(sample_weight, h.dtype, copy=False), (-1,))
+    a = xp.where(a > 0, a, xp.zeros_like(a))
+    return np.asarray(to_numpy(a), dtype=np.float64)
+
+
 def _working(objective: LinearObjective, params: np.ndarray, X: Any, y: Any,
              sample_weight: Any) -> Iterator[np.ndarray]:
     """``(a, u)`` of a block on the host: the weighted curvature ``s h`` of each row
@@ -147,8 +160,48 @@ def _scaled_slices(objective: LinearObjective, X: Any, scaling: ColumnScales, ex
         yield start, stop, A
 
 
+#: Most bytes of centred columns :func:`block_scaled_gram` keeps in a group's memory
+#: between passes, all its blocks together (twice a block of 50,000 x 20 float64):
+#: blocks past it are centred slice by slice on every pass, as memory is worth more
+#: there than the copy.
+CENTRED_CACHE_BYTES = 16 * 2**20
+
+
+def _centred_slices(objective: LinearObjective, X: Any, scaling: ColumnScales, memory: dict | None,
+                    key: Any) -> Iterator[tuple[int, int, np.ndarray]]:
+    """:func:`_scaled_slices` of ``X`` with ``scale=False`` (the columns centred, a one
+    for the intercept), as views of the block's centred columns kept in ``memory``
+    under ``key`` with the centre they were made with: a Newton fit's passes centre a
+    block once, not once per pass.  The same numbers either way (``x - mean``);
+    without ``memory``, for a block not a NumPy array, or once the group's kept blocks
+    would pass :data:`CENTRED_CACHE_BYTES`, the slices are made afresh."""
+    if memory is None or not isinstance(X, np.ndarray):
+        yield from _scaled_slices(objective, X, scaling, 0, scale=False)
+        return
+    q = objective.n_features + objective.fit_intercept
+    kept = memory.get(key)
+    # the block itself is held, so its identity cannot pass to another array
+    if kept is None or kept[0] is not X or not np.array_equal(kept[1], scaling.mean) or kept[3] != q:
+        size = X.shape[0] * q * 8
+        held = memory.get(_CENTRED_HELD, 0) - (kept[4] if kept is not None else 0)
+        if held + size > CENTRED_CACHE_BYTES:
+            if kept is not None:  # (stale: dropped)
+                del memory[key]
+                memory[_CENTRED_HELD] = held
+            yield from _scaled_slices(objective, X, scaling, 0, scale=False)
+            return
+        parts = list(_scaled_slices(objective, X, scaling, 0, scale=False))
+        kept = memory[key] = (X, np.array(scaling.mean, copy=True), parts, q, size)
+        memory[_CENTRED_HELD] = held + size
+    yield from kept[2]
+
+
+#: The key under which a group's memory counts the bytes of centred columns it keeps.
+_CENTRED_HELD = "centred bytes held"
+
+
 def block_scaled_gram(objective: LinearObjective, params: np.ndarray, X: Any, y: Any, sample_weight: Any,
-                      scaling: ColumnScales) -> np.ndarray:
+                      scaling: ColumnScales, memory: dict | None = None, key: Any = None) -> np.ndarray:
     r"""The Hessian sums of one block in scaled coordinates:
     :math:`\tilde Z^\top \operatorname{diag}(s_i h_i) \tilde Z` with :math:`\tilde Z`
     the centred, scaled columns and a one for the intercept (module docstring), ``h``
@@ -156,30 +209,43 @@ def block_scaled_gram(objective: LinearObjective, params: np.ndarray, X: Any, y:
     multi-output loss (``hessian_blocks``: the multinomial's ``diag(p) - p p^T`` per
     row) gives the ``(q K) x (q K)`` matrix in the parameters' layout (column ``j``'s
     coefficient of output ``k`` at ``j K + k``): one weighted Gram matrix per pair of
-    outputs."""
+    outputs.
+
+    ``memory`` (a group's dict kept between passes) and ``key`` (the block's name in
+    it): a single-output model's block is centred once and kept there
+    (:func:`_centred_slices`); each pass then weights a slice into one buffer and
+    takes one BLAS product of it.  The same matrix, bit for bit, with or without."""
     q = objective.n_features + objective.fit_intercept
     k = objective.n_outputs
-    if k == 1:
-        a, _ = _working(objective, params, X, y, sample_weight)
-        weights = {(0, 0): np.sqrt(a)}
-    else:
-        W = _output_blocks(objective, params, X, y, sample_weight)
-        weights = {(r, c): W[:, r, c] for r in range(k) for c in range(r, k)}
+    inv = np.ones(q)
+    inv[:scaling.scale.size] = 1.0 / scaling.scale  # scaling the small matrix is exact to rounding
+    if k == 1:  # the common case without the bookkeeping of output pairs
+        root = np.sqrt(_curvature_weights(objective, params, X, y, sample_weight))
+        H1: np.ndarray | None = None
+        buffer: np.ndarray | None = None
+        for start, stop, Z in _centred_slices(objective, X, scaling, memory, key):
+            if buffer is None or buffer.shape[0] < stop - start:
+                buffer = np.empty_like(Z)
+            A = buffer[:stop - start]
+            np.multiply(Z, root[start:stop, None], out=A)
+            G = A.T @ A  # NumPy's symmetric rank-k product (BLAS syrk)
+            H1 = G if H1 is None else H1 + G
+        if H1 is None:
+            H1 = np.zeros((q, q))
+        # the upper triangle mirrored (adding zeros turns a -0.0 into 0.0, as before)
+        H1 = np.triu(H1) + np.triu(H1, 1).T
+        return H1 * inv[:, None] * inv[None, :]
+    W = _output_blocks(objective, params, X, y, sample_weight)
+    weights = {(r, c): W[:, r, c] for r in range(k) for c in range(r, k)}
     H = np.zeros((q, k, q, k))
     for start, stop, A in _scaled_slices(objective, X, scaling, 0, scale=False):
         for (r, c), w in weights.items():
-            if k == 1:
-                B = A * w[start:stop, None]
-                G = B.T @ B  # NumPy's symmetric rank-k product (BLAS syrk)
-            else:
-                G = A.T @ (A * w[start:stop, None])
+            G = A.T @ (A * w[start:stop, None])
             H[:, r, :, c] += G
             if r != c:
                 H[:, c, :, r] += G.T
     H = H.reshape(q * k, q * k)
     H = np.triu(H) + np.triu(H, 1).T
-    inv = np.ones(q)
-    inv[:scaling.scale.size] = 1.0 / scaling.scale  # scaling the small matrix is exact to rounding
     inv = np.repeat(inv, k)
     return H * inv[:, None] * inv[None, :]
 

@@ -16,7 +16,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ...optim import lbfgs_direction, strong_wolfe
+from ...optim import strong_wolfe
+from ...optim._lbfgs import two_loop
 from ...optim._linesearch import rounding_level, ties
 from ..stopping import EpochStopper, Stop
 from ..update import Guard, UpdateRule, auto_learning_rate, initial_divergence
@@ -286,6 +287,11 @@ class FirstOrder(Solver):
         self.resume_phase = "evaluate"
 
 
+def _abs_max(v: np.ndarray) -> float:
+    """``max(|v|)`` (0 for an empty vector), in two passes and no temporary vector."""
+    return max(float(v.max()), -float(v.min())) if v.size else 0.0
+
+
 class LBFGS(CountsIterations, Solver):
     """Limited-memory BFGS on the distributed objective (smooth problems, full batch).
 
@@ -319,6 +325,13 @@ class LBFGS(CountsIterations, Solver):
         self.g: np.ndarray | None = None
         self.s: list[np.ndarray] = []
         self.y: list[np.ndarray] = []
+        # the pairs' s @ y and y @ y (kept with them: the recursion needs them every
+        # iteration), the scratch vector of the recursion, the current gradient's
+        # largest entry (asked several times a step); none of them in checkpoints
+        self._sy: list[float] = []
+        self._yy: list[float] = []
+        self._work: np.ndarray | None = None
+        self._gmax_of: tuple[Any, float] | None = None
         self.it = 0
         self.max_evals = max(4 * ctx.max_iter, 50)
         # of the line search in progress (None: none): a vector here, coefficients by vector id in
@@ -348,8 +361,10 @@ class LBFGS(CountsIterations, Solver):
         return record
 
     def _gmax(self) -> float:
-        """The largest entry of the gradient at the current point."""
-        return float(np.max(np.abs(self.g), initial=0.0))  # type: ignore[arg-type]
+        """The largest entry of the gradient at the current point (computed once per point)."""
+        if self._gmax_of is None or self._gmax_of[0] is not self.g:
+            self._gmax_of = (self.g, _abs_max(self.g))  # type: ignore[arg-type]
+        return self._gmax_of[1]
 
     def gap(self) -> float | None:
         return None if self.g is None else self._gmax()
@@ -357,9 +372,11 @@ class LBFGS(CountsIterations, Solver):
     def _direction(self) -> tuple[float, float]:
         """Set the search direction (the two-loop recursion; steepest descent, with the
         pairs dropped, when that is not a descent direction); ``(slope, |g|)``."""
-        d = lbfgs_direction(self.g, self.s, self.y)
+        if self._work is None or self._work.shape != self.g.shape:  # type: ignore[union-attr]
+            self._work = np.empty_like(self.g)
+        d = two_loop(self.g, self.s, self.y, self._sy, self._yy[-1] if self._yy else None, self._work)
         if not float(self.g @ d) < 0:  # not a descent direction (rounding): steepest descent
-            self.s, self.y = [], []
+            self.s, self.y, self._sy, self._yy = [], [], [], []
             d = -self.g  # type: ignore[operator]
         self.direction = d
         return float(self.g @ d), float(np.linalg.norm(self.g))  # type: ignore[arg-type]
@@ -367,12 +384,13 @@ class LBFGS(CountsIterations, Solver):
     def _try(self, t: float) -> tuple[bool, float, float, float, dict[str, Any]]:
         """Evaluate the trial point at step ``t``: ``(finite, value, slope, largest
         gradient entry, record)``; a finite trial is kept in ``points``."""
-        trial = self.x + t * self.direction
+        trial = np.multiply(self.direction, t)
+        trial += self.x  # x + t d, in one new vector
         res, record = self._evaluate(trial)
         if not res.finite:
             return False, res.value, math.inf, math.inf, record
         self.points.append((t, trial, res.value, res.grad))
-        return True, res.value, float(res.grad @ self.direction), float(np.max(np.abs(res.grad))), record
+        return True, res.value, float(res.grad @ self.direction), _abs_max(res.grad), record
 
     def _move(self, accepted: float) -> bool:
         """Move to the trial point of step ``accepted`` and keep its pair (when its
@@ -382,10 +400,14 @@ class LBFGS(CountsIterations, Solver):
             return False
         _, x_new, f_new, g_new = found[-1]
         s, y = x_new - self.x, g_new - self.g
-        if float(s @ y) > 1e-10 * float(y @ y):
+        sy, yy = float(s @ y), float(y @ y)
+        if sy > 1e-10 * yy:
             self.s.append(s)
             self.y.append(y)
-            del self.s[: -self.settings.memory], self.y[: -self.settings.memory]
+            self._sy.append(sy)
+            self._yy.append(yy)
+            keep = self.settings.memory
+            del self.s[:-keep], self.y[:-keep], self._sy[:-keep], self._yy[:-keep]
         self.x, self.f, self.g = x_new, f_new, g_new
         return True
 
@@ -457,6 +479,8 @@ class LBFGS(CountsIterations, Solver):
             v = state[k]
             setattr(self, k, [tuple(p) for p in v] if k in ("trials", "points") else
                     list(v) if k in ("s", "y") else v)
+        self._sy = [float(s @ y) for s, y in zip(self.s, self.y)]
+        self._yy = [float(y @ y) for y in self.y]
         self._search = None
 
     def resume(self) -> Outcome:

@@ -182,6 +182,16 @@ def test_summary_encode_and_sample():
             i = [tuple(r) for r in block.X].index(tuple(row))
             assert label == block.y[i] and weight == block.sample_weight[i]
     assert shard_sample(enc, {0: 0, 1: 0}) == []
+    # a block taken whole (block 1) gives all its rows in order, as the evenly spaced rows
+    # of that many would; a larger take is capped at the block
+    whole = shard_sample(enc, {0: 1, 1: 10})
+    assert [len(p[2]) for p in whole] == [1, 3]
+    _, Xs, ys, ws = whole[1]
+    block = enc.blocks[1]
+    assert np.array_equal(Xs, block.X) and np.array_equal(ys, block.y) and np.array_equal(ws, block.sample_weight)
+    unweighted = make_shard(0, [X], [np.arange(6.0)], [None])
+    ((_, Xu, yu, wu),) = shard_sample(unweighted, {0: 6})
+    assert np.array_equal(Xu, X) and yu.tolist() == list(range(6)) and wu.tolist() == [1.0] * 6
     obj = LinearObjective(BinaryLogistic(), 2)
     with pytest.raises(BlockError, match="block 0"):
         shard_loss_grad(make_shard(0, [X], [np.array(["x"] * 6, dtype=object)], [None], y_numeric=False), obj, np.zeros(3), BlockTree(1, 2))

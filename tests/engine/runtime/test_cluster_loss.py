@@ -22,6 +22,7 @@ import dask
 import dask.array as da
 import dask.dataframe as dd
 import numpy as np
+import pandas as pd
 import pytest
 from distributed import Client
 
@@ -141,7 +142,9 @@ def ratings():
 def test_a_lost_matrix_factorization_worker_says_what_was_lost_and_what_to_do(process_client, ratings, source):
     victim = sorted(process_client.scheduler_info()["workers"])[-1]
     X = dd.from_pandas(ratings, npartitions=4) if source == "dask" else ratings
-    mf = MatrixFactorization(n_components=3, max_iter=60, tol=0, random_state=0, client=process_client)
+    # (a fixed alpha: with alpha="auto" the penalty path's fits run whole in tasks, and a
+    # worker lost there costs only its task, which runs again elsewhere)
+    mf = MatrixFactorization(n_components=3, alpha=0.05, max_iter=60, tol=0, random_state=0, client=process_client)
     with killing_worker(process_client, victim, after=5), pytest.raises(ClusterError) as info, \
             warnings.catch_warnings():
         warnings.simplefilter("ignore")
@@ -153,3 +156,24 @@ def test_a_lost_matrix_factorization_worker_says_what_was_lost_and_what_to_do(pr
     assert "cannot be recovered" in message
     assert "checkpoint=" in message and "resume=True" in message
 
+
+
+def test_a_worker_lost_during_the_penalty_path_costs_only_its_task(process_client, ratings):
+    # alpha="auto" on worker processes: each path fit is one task on a copy of the
+    # held-out shards; the worker killed inside one takes its copy along, the scheduler
+    # makes the copy and runs the fit again elsewhere, and the model is the one a fit
+    # without the fault makes
+    victim = sorted(process_client.scheduler_info()["workers"])[-1]
+
+    def fit():
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            return MatrixFactorization(n_components=3, max_iter=30, random_state=0, client=process_client).fit(ratings)
+
+    with killing_worker(process_client, victim, after=5):
+        hit = fit()
+    assert victim not in process_client.scheduler_info()["workers"]  # (it died: the fault fired)
+    clean = fit()
+    pd.testing.assert_frame_equal(hit.validation_path_, clean.validation_path_, check_exact=True)
+    np.testing.assert_array_equal(hit.item_factors_, clean.item_factors_)
+    np.testing.assert_array_equal(hit.user_factors_, clean.user_factors_)

@@ -226,3 +226,39 @@ def test_a_step_error_deep_in_the_tree_reaches_the_driver_as_is(client5, blocks5
     with failing_worker(client5, workers[-1], after=2, message="disk on fire"), pytest.raises(
             RuntimeError, match="disk on fire"):
         LogisticRegression(solver="gd", max_iter=10, tol=0.0, split_every=2, client=client5).fit(Xd, (yd > 0) * 1)
+
+
+@pytest.mark.parametrize("n, sizes", [(10, (0, 0)), (10, (3, 9, 1)), (2**16, (40_000, 30_000)), (2**20, (7, 3, 0))])
+def test_union_of_indices_is_numpys_unique_and_its_positions(n, sizes):
+    """Both ways of ``_union`` (a table of flags for dense indices, a sort for sparse
+    ones) give ``np.unique`` of the concatenation, its dtype, and ``searchsorted``'s
+    positions, duplicates within an array included."""
+    from dask_dgd._engine.runtime.reduce import _union
+
+    rng = np.random.default_rng(n)
+    arrays = [rng.integers(0, n, size=k).astype(np.int32 if j else np.int64) for j, k in enumerate(sizes)]
+    idx, position = _union(arrays, n)
+    expected = np.unique(np.concatenate(arrays))
+    np.testing.assert_array_equal(idx, expected)
+    assert idx.dtype == expected.dtype
+    for a in arrays:
+        np.testing.assert_array_equal(position(a), np.searchsorted(expected, a))
+
+
+def test_row_sparse_sum_of_many_rows_matches_the_dense_sum():
+    """A merge of row-sparse partials whose rows are dense in the table (the flags'
+    way) gives the same floats as adding them into a dense vector one after the other."""
+    rng = np.random.default_rng(3)
+    n = 4_000
+    parts = []
+    for _ in range(3):
+        rows = np.unique(rng.integers(0, n, size=400))
+        parts.append(Partial(1.0, RowSparse(rows, rng.standard_normal((rows.size, 2)), n), 1.0, 0.0, 0.0))
+    merged = add_partials(*parts, size=2 * n, keep_sparse=True)
+    assert isinstance(merged.grad_sum, RowSparse)
+    dense = np.zeros(2 * n)
+    for p in parts:
+        p.grad_sum.add_to(dense)
+    expanded = np.zeros(2 * n)
+    merged.grad_sum.add_to(expanded)
+    np.testing.assert_array_equal(expanded, dense)
