@@ -36,7 +36,7 @@ def row_loss(code, raw, yi):
     return lse - raw[c], [math.exp(raw[k] - lse) - (1.0 if k == c else 0.0) for k in range(K)]
 
 
-def online_reference(X, y, sw, order, *, code, K, rule, eta0, power_t=0.0, lam=0.0, a0=0.0, eps=0.0,
+def online_reference(X, y, sw, order, *, code, K, rule, eta0, power_t=0.0, lam=0.0, a0=0.0, eps=0.0, t0=1.0,
                      fit_intercept=True, micro=1, has_offset=False, w0=None, state=None):
     """The parameters after a pass over the rows ``order`` of the dense ``X`` (the
     features, then ``K`` offset columns with ``has_offset``), with one update per row
@@ -86,7 +86,7 @@ own rate (as the kernel's ``_catch_up``).  Returns ``(w, loss_sum, weight_sum, s
             last[e] = upto
 
     def rate():
-        return eta0 if power_t == 0.0 else eta0 / (t + 1.0) ** power_t
+        return eta0 if power_t == 0.0 else eta0 / (1.0 + t / t0) ** power_t
 
     def adaptive(e, gb, xm, eta, nag):
         acc[e] = acc[e] + gb * gb

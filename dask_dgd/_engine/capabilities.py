@@ -87,6 +87,16 @@ def _online_support(objective: TrainingObjective) -> str | None:
     return supports(objective.objective.loss)
 
 
+def _online_default(objective: TrainingObjective | None) -> str:
+    """``solver="online"``'s default rule: plain SGD at Bottou's inverse-time rate where
+    the objective is strongly convex through its L2 penalty and the loss's curvature is
+    bounded (the safe first step), else Vowpal Wabbit's normalized adaptive rule."""
+    if isinstance(objective, LinearTraining) and objective.penalty_spec.l2_strength > 0 \
+            and getattr(objective.objective.loss, "curvature_bound", None) is not None:
+        return "sgd"
+    return "normalized"
+
+
 def _als_support(objective: TrainingObjective) -> str | None:
     return objective.als_support() if hasattr(objective, "als_support") else f"not {type(objective).__name__}"
 
@@ -150,7 +160,8 @@ SOLVERS = {
     "sgd": SolverTraits(exact=False, optimizer="first-order", l1=True, mini_batch=True,
                         build="solvers.first_order:FirstOrder", sharded="sharded.driver:ShardedFirstOrder"),
     "online": SolverTraits(exact=False, optimizer="online", l1=False, batch_optional=True, own_rounds=True,
-                           default_optimizer="normalized", support=_online_support, instead="solver='sgd'",
+                           default_optimizer="normalized",  # (or "sgd": _online_default)
+                           support=_online_support, instead="solver='sgd'",
                            l1_instead="solver='sgd' (proximal steps) or 'gd'", build="modes.online:OnlineEpochs"),
 }
 
@@ -318,7 +329,7 @@ def _check_solver(name: str, traits: SolverTraits, opt: Optimizer | None, *, bat
     if traits.optimizer == "online" and opt is not None and opt.online_rule is None:  # type: ignore[union-attr]  # (first-order: L-BFGS refused above)
         raise ParameterError(
             f"solver={name!r} runs per-row rules in compiled passes: optimizer 'normalized', 'adagrad' or 'sgd' "
-            f"(no momentum; a constant or InverseScaling learning rate); got {opt!r}"
+            f"(no momentum; a constant, InverseScaling or InverseTime learning rate); got {opt!r}"
         )
     if traits.optimizer != "online" and opt is not None and getattr(opt, "online_only", False):
         raise ParameterError(
@@ -373,8 +384,8 @@ def resolve_solver(solver: str, optimizer: str | Optimizer | None, *, batch_size
         return solver, None
     if traits.optimizer == "lbfgs":
         return solver, opt or LBFGS()
-    return solver, first_order_optimizer(opt, has_l1=has_l1, learning_rate=learning_rate,
-                                         default=traits.default_optimizer)
+    default = _online_default(objective) if solver == "online" else traits.default_optimizer
+    return solver, first_order_optimizer(opt, has_l1=has_l1, learning_rate=learning_rate, default=default)
 
 
 def _check_own_rounds(name: str, *, mode: str, compression: str | Compressor | None, early_stopping: bool) -> None:

@@ -11,7 +11,8 @@ the mean gradient of a micro-batch.  Each row costs O(nnz x K), never O(n_params
   lazily at each entry's own adaptive rate (an entry catches up the steps it missed
   when a row reads it, and at the round's end);
 - the update rule touches only the row's entries: ``"sgd"`` (a constant learning rate,
-  or :class:`~dask_dgd.optim.InverseScaling`'s ``eta0 / (t + 1)**power_t``),
+  :class:`~dask_dgd.optim.InverseScaling`'s ``eta0 / (t + 1)**power_t`` or
+  :class:`~dask_dgd.optim.InverseTime`'s ``eta0 / (1 + t / t0)``),
   ``"adagrad"`` (exactly :class:`~dask_dgd.optim.Adagrad`'s per-entry step) and
   ``"normalized"`` (the normalized adaptive rule, Ross, Mineiro and Langford 2013,
   Vowpal Wabbit's default: per-feature scales ``xmax``, AdaGrad accumulators, and the
@@ -67,8 +68,9 @@ def supports(loss: Any) -> str | None:
 class OnlineRule:
     """A per-row update rule of the online passes.
 
-    ``name``: "sgd", "adagrad" or "normalized"; ``eta0`` and ``power_t``: the learning
-    rate of update ``t`` (counted per group from 0) is ``eta0 / (t + 1)**power_t``;
+    ``name``: "sgd", "adagrad" or "normalized"; ``eta0``, ``power_t`` and ``t0``: the
+    learning rate of update ``t`` (counted per group from 0) is
+    ``eta0 / (1 + t / t0)**power_t``;
     ``initial_accumulator`` and ``eps``: Adagrad's.  The groups' models are averaged by
     sample weight for "sgd" (as local SGD) and by their accumulated squared gradients
     entry by entry for the adaptive rules (Vowpal Wabbit's AllReduce average)."""
@@ -78,12 +80,15 @@ class OnlineRule:
     power_t: float = 0.0
     initial_accumulator: float = 0.0
     eps: float = 0.0
+    t0: float = 1.0
 
     def __post_init__(self) -> None:
         if self.name not in _RULES:
             raise ParameterError(f"the online rule must be one of {_RULES}; got {self.name!r}")
         if not (math.isfinite(self.eta0) and self.eta0 > 0):
             raise ParameterError(f"the online learning rate must be a finite number > 0; got {self.eta0!r}")
+        if not (math.isfinite(self.t0) and self.t0 > 0):
+            raise ParameterError(f"the online learning rate's offset must be a finite number > 0; got {self.t0!r}")
 
     @property
     def code(self) -> int:
@@ -173,7 +178,7 @@ class OnlinePass:
         self.st = st
         hp = np.zeros(mod.N_HYPER)
         hp[mod.H_ETA0], hp[mod.H_POWER_T], hp[mod.H_LAM] = rule.eta0, rule.power_t, float(l2)
-        hp[mod.H_LIMIT], hp[mod.H_EPS] = limit, rule.eps
+        hp[mod.H_LIMIT], hp[mod.H_EPS], hp[mod.H_T0] = limit, rule.eps, rule.t0
         self.hp = hp
         ip = np.zeros(mod.N_INTS, np.int64)
         ip[mod.I_CODE], ip[mod.I_K], ip[mod.I_RULE] = objective.loss.fused_code, self.K, rule.code

@@ -27,7 +27,7 @@ loss is not finite, or 2 when the progressive mean loss went above ``hp[H_LIMIT]
 
 The update of entry ``e`` (feature ``r``, gradient ``gb``: the row's ``w_i g_k x_j``
 with ``micro == 1``, else the micro-batch's mean), learning rate
-``eta = eta0 / (t + 1)**power_t``, scale ``s`` after the decay ``s *= 1 - eta * lam``:
+``eta = eta0 / (1 + t / t0)**power_t``, scale ``s`` after the decay ``s *= 1 - eta * lam``:
 
 - sgd: ``v[e] -= (eta * gb) / s``, per row as ``v[e] -= c_k * x`` with
   ``c_k = eta * (w_i g_k) / s``;
@@ -59,8 +59,8 @@ S_SCALE, S_FOLD, S_T, S_N, S_LOSS, S_WEIGHT, S_FIRST_LOSS, S_FIRST_WEIGHT = 0, 1
 S_NT, S_NRT, S_OPEN_W, S_WSUM, S_OPEN_ROWS, S_OPEN_LOSS, S_HAVE_FIRST = 8, 9, 10, 11, 12, 13, 14
 N_STATE = 15
 # hp: hyper-parameters
-H_ETA0, H_POWER_T, H_LAM, H_LIMIT, H_EPS = 0, 1, 2, 3, 4
-N_HYPER = 5
+H_ETA0, H_POWER_T, H_LAM, H_LIMIT, H_EPS, H_T0 = 0, 1, 2, 3, 4, 5
+N_HYPER = 6
 # ip: settings
 I_CODE, I_K, I_RULE, I_INTERCEPT, I_MICRO, I_OFFSET = 0, 1, 2, 3, 4, 5
 N_INTS = 6
@@ -135,7 +135,7 @@ def _touch(e, rmark, rtouched, nrt):  # pragma: no cover - compiled
 @numba.njit(**_inline)
 def _rate(t, hp):  # pragma: no cover - compiled
     p = hp[H_POWER_T]
-    return hp[H_ETA0] if p == 0.0 else hp[H_ETA0] / (t + 1.0) ** p
+    return hp[H_ETA0] if p == 0.0 else hp[H_ETA0] / (1.0 + t / hp[H_T0]) ** p
 
 
 @numba.njit(**_opts)

@@ -12,7 +12,10 @@ from .._backend import get_namespace
 from ..exceptions import ParameterError
 from ._base import FirstOrderOptimizer, check_decay_mask
 from ._checks import check_bool, check_interval, check_positive
-from ._schedules import Constant, InverseScaling, Schedule
+from ._schedules import Constant, InverseScaling, InverseTime, Schedule
+
+#: the schedules the compiled per-row rules of ``solver="online"`` evaluate themselves
+ONLINE_SCHEDULES = (Constant, InverseScaling, InverseTime)
 
 __all__ = ["SGD", "Adagrad", "AdagradState", "Adam", "AdamState", "AdamW", "NormalizedAdagrad", "RMSprop",
            "RMSpropState", "SGDState", "adagrad", "adam", "adamw", "rmsprop", "sgd"]
@@ -92,9 +95,9 @@ class SGD(FirstOrderOptimizer):
 
     @property
     def online_rule(self):
-        """"sgd" without momentum and with a constant or inverse-scaling learning rate."""
+        """"sgd" without momentum and with a constant, inverse-scaling or inverse-time learning rate."""
         lr = self.learning_rate
-        ok = not isinstance(lr, Schedule) or isinstance(lr, (Constant, InverseScaling))
+        ok = not isinstance(lr, Schedule) or isinstance(lr, ONLINE_SCHEDULES)
         return "sgd" if self.momentum == 0 and ok else None
 
     def __post_init__(self):
@@ -506,9 +509,9 @@ class Adagrad(FirstOrderOptimizer):
 
     @property
     def online_rule(self):
-        """"adagrad" with a constant or inverse-scaling learning rate."""
+        """"adagrad" with a constant, inverse-scaling or inverse-time learning rate."""
         lr = self.learning_rate
-        return "adagrad" if not isinstance(lr, Schedule) or isinstance(lr, (Constant, InverseScaling)) else None
+        return "adagrad" if not isinstance(lr, Schedule) or isinstance(lr, ONLINE_SCHEDULES) else None
 
     def __post_init__(self):
         super().__post_init__()
@@ -568,8 +571,8 @@ class NormalizedAdagrad(FirstOrderOptimizer):
     ----------
     learning_rate : float or Schedule, default=0.5
         The base step :math:`\\eta_t` (Vowpal Wabbit's ``-l`` default), a finite number > 0,
-        or a :class:`~dask_dgd.optim.Constant` or :class:`~dask_dgd.optim.InverseScaling`
-        schedule of the update count.
+        or a :class:`~dask_dgd.optim.Constant`, :class:`~dask_dgd.optim.InverseScaling` or
+        :class:`~dask_dgd.optim.InverseTime` schedule of the update count.
 
     Notes
     -----
@@ -601,9 +604,10 @@ class NormalizedAdagrad(FirstOrderOptimizer):
     def __post_init__(self):
         super().__post_init__()
         lr = self.learning_rate
-        if isinstance(lr, Schedule) and not isinstance(lr, (Constant, InverseScaling)):
+        if isinstance(lr, Schedule) and not isinstance(lr, ONLINE_SCHEDULES):
             raise ParameterError(
-                f"NormalizedAdagrad takes a float, Constant or InverseScaling learning rate; got {type(lr).__name__}"
+                "NormalizedAdagrad takes a float, Constant, InverseScaling or InverseTime learning rate; "
+                f"got {type(lr).__name__}"
             )
 
     @property

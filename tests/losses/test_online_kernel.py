@@ -29,6 +29,7 @@ LOSSES = {
 RULES = {
     "sgd": OnlineRule("sgd", 0.05),
     "sgd-invscaling": OnlineRule("sgd", 0.1, power_t=0.5),
+    "sgd-inverse-time": OnlineRule("sgd", 0.2, power_t=1.0, t0=7.0),
     "adagrad": OnlineRule("adagrad", 0.1, initial_accumulator=0.1, eps=1e-7),
     "normalized": OnlineRule("normalized", 0.3),
 }
@@ -77,7 +78,7 @@ def test_kernel_equals_the_reference(loss, rule, micro):
     r = RULES[rule]
     w, change, _ = _run(obj, r, X, y, None, order, lam=0.01, micro=micro, blocks=2)
     ref, loss_sum, weight, sigma, _ = online_reference(
-        X, y, None, order, code=code, K=obj.n_outputs, rule=r.name, eta0=r.eta0, power_t=r.power_t, lam=0.01,
+        X, y, None, order, code=code, K=obj.n_outputs, rule=r.name, eta0=r.eta0, power_t=r.power_t, t0=r.t0, lam=0.01,
         a0=r.initial_accumulator, eps=r.eps, micro=micro)
     _check(w, ref, code)
     _check(change.loss_sum, loss_sum, code)
@@ -99,7 +100,7 @@ def test_weights_offsets_no_intercept_and_a_warm_start(rule):
     order = np.arange(X.shape[0])
     for micro in (1, 5):
         w, _, _ = _run(obj, r, X, y, sw, order, lam=0.02, micro=micro, w0=w0)
-        ref = online_reference(X, y, sw, order, code=3, K=K, rule=r.name, eta0=r.eta0, power_t=r.power_t, lam=0.02,
+        ref = online_reference(X, y, sw, order, code=3, K=K, rule=r.name, eta0=r.eta0, power_t=r.power_t, t0=r.t0, lam=0.02,
                                a0=r.initial_accumulator, eps=r.eps, micro=micro, fit_intercept=False,
                                has_offset=True, w0=w0)[0]
         np.testing.assert_allclose(w, ref, rtol=1e-13, atol=1e-15)

@@ -35,7 +35,7 @@ import numpy as np
 
 from ...exceptions import ParameterError
 from ...losses._online import OnlinePass, OnlineRule, average_changes
-from ...optim import InverseScaling, Schedule
+from ...optim import InverseScaling, InverseTime, Schedule
 from ..objective import LIPSCHITZ_SAMPLE_ROWS, gather_sample
 from ..runtime.faults import inject_faults
 from ..runtime.records import Bytes, Timing, make_record
@@ -64,17 +64,23 @@ ONLINE_TAG = 104729
 
 def online_rule(optimizer: FirstOrderOptimizer) -> OnlineRule:
     """The compiled passes' rule of ``optimizer`` (its ``online_rule`` trait and
-    learning rate: a float, a :class:`~dask_dgd.optim.Constant` or an
-    :class:`~dask_dgd.optim.InverseScaling` schedule)."""
+    learning rate: a float, a :class:`~dask_dgd.optim.Constant`, an
+    :class:`~dask_dgd.optim.InverseScaling` or an :class:`~dask_dgd.optim.InverseTime`
+    schedule)."""
     name = optimizer.online_rule
     if name is None:
         raise ParameterError(f"optimizer {optimizer!r} has no per-row rule for solver='online'")
     lr = optimizer.learning_rate  # type: ignore[attr-defined]  # (every first-order optimizer has one)
-    eta0, power_t = (lr.init_value, lr.power_t) if isinstance(lr, InverseScaling) else (
-        float(lr(0)) if isinstance(lr, Schedule) else float(lr), 0.0)
+    t0 = 1.0
+    if isinstance(lr, InverseScaling):
+        eta0, power_t = lr.init_value, lr.power_t
+    elif isinstance(lr, InverseTime):
+        eta0, power_t, t0 = lr.init_value, 1.0, lr.offset
+    else:
+        eta0, power_t = float(lr(0)) if isinstance(lr, Schedule) else float(lr), 0.0
     a0 = float(getattr(optimizer, "initial_accumulator_value", 0.0)) if name == "adagrad" else 0.0
     eps = float(getattr(optimizer, "eps", 0.0)) if name == "adagrad" else 0.0
-    return OnlineRule(name, float(eta0), float(power_t), a0, eps)
+    return OnlineRule(name, float(eta0), float(power_t), a0, eps, float(t0))
 
 
 def _draw_rows(shard: Shard, draw: Draw) -> list[tuple[Any, np.ndarray]]:
@@ -197,7 +203,9 @@ class OnlineEpochs(LocalSGD):
             obj.check_data(ctx.shards)  # names the block with NaN or inf, if one has
             raise initial_divergence(value)
         if ctx.learning_rate == "auto" and self.optimizer.online_rule == "sgd":
-            self.optimizer = self.optimizer.with_learning_rate(self._auto_rate(X, obj))
+            eta, lam = self._auto_rate(X, obj), obj.penalty_spec.l2_strength
+            # Bottou's rate for an L2-strongly convex objective: the safe step first, then 1 / (lam t)
+            self.optimizer = self.optimizer.with_learning_rate(InverseTime(eta, 1.0 / (eta * lam)) if lam > 0 else eta)
         self.guard.start(value)
         self.step0 = src.n_steps
         record = make_record(step=src.n_steps, iteration=0, loss=value, grad_norm=math.nan, step_size=None,
