@@ -94,6 +94,10 @@ class OnlineRule:
     def code(self) -> int:
         return _RULES.index(self.name)
 
+    def rate(self, t: float) -> float:
+        """The base learning rate of update ``t`` (as the kernels' ``_rate``)."""
+        return self.eta0 if self.power_t == 0.0 else self.eta0 / (1.0 + t / self.t0) ** self.power_t
+
     @property
     def adaptive(self) -> bool:
         return self.name != "sgd"

@@ -270,7 +270,7 @@ class LocalSGD(Solver):
         wall1 = time.time()
         weight = total.weight_sum
         value = self._round_value(total)  # the round's objective, at the broadcast parameters
-        lr = self.optimizer.learning_rate_at(self.local_count)  # the groups' first local step
+        lr = self._round_rate(total)
         where = f"in round {self.rounds + 1}"
         start_bad = not math.isfinite(value) or self.guard.exploded(value, where=where, learning_rate=lr)
         finite = total.extras["nonfinite"] == 0 and not start_bad
@@ -374,6 +374,10 @@ class LocalSGD(Solver):
             return f"{self.label} diverged {where} (loss={loss}: {what}, from {value} at the round's start)"
         return (f"{self.label} diverged {where}: the averaged parameters are not finite (loss={value} at the "
                 "round's start)")
+
+    def _round_rate(self, total: Partial) -> float:
+        """The learning rate the round's record and divergence advice name: the groups' first local step's."""
+        return self.optimizer.learning_rate_at(self.local_count)
 
     @property
     def iterations(self) -> int:

@@ -149,7 +149,7 @@ def group_pass(shard: Shard, scratch: GroupMemory, objective: LinearTraining, ru
     dt = time.perf_counter() - t0
     part = round_partial(sent, weight, first, dt, wall0, finite,  # type: ignore[arg-type]  # (a sparse sum: summed as any)
                          mean if status == 2 else math.nan)
-    part.extras.update(scale=weight * change.sigma, progressive=change.loss_sum, progressive_weight=weight,
+    part.extras.update(scale=weight * change.sigma, rate=rule.rate(p.state["t"]), progressive=change.loss_sum, progressive_weight=weight,
                        updates=float(change.updates), restarted=1.0 if restarted else 0.0,
                        bad_rows=1.0 if status == 1 else 0.0)
     return part
@@ -238,6 +238,10 @@ class OnlineEpochs(LocalSGD):
         if total.extras.get("bad_rows", 0.0) > 0:  # a row's loss was not finite: name the block if its data is bad
             obj.check_data(ctx.shards)
         return total
+
+    def _round_rate(self, total: Partial) -> float:
+        """The groups' mean base rate at their last update (the rate falls per row, not per round)."""
+        return total.extras["rate"] / self.ctx.shards.n_groups
 
     def _round_value(self, total: Partial) -> float:
         if not self.pass_order:

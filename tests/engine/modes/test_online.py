@@ -127,6 +127,8 @@ def test_the_rules_approach_the_penalised_optimum(optimizer, alpha, max_iter, to
     if optimizer is None:  # the safe first step, halved after 1 / (step * alpha) rows
         lr = est._optimizer_.learning_rate  # (the optimizer a warm start continues with)
         assert isinstance(lr, optim.InverseTime) and lr.offset == pytest.approx(1 / (lr.init_value * alpha))
+        rounds = np.arange(1, est.n_iter_ + 1)  # (one group: a round is a pass, an update per row)
+        np.testing.assert_allclose(est.history_["step_size"].to_numpy()[1:], [lr(k * X.shape[0]) for k in rounds])
     if tol is None:  # (the default tol: converged, and only near the optimum)
         assert est.converged_
 
