@@ -149,7 +149,8 @@ def group_pass(shard: Shard, scratch: GroupMemory, objective: LinearTraining, ru
     dt = time.perf_counter() - t0
     part = round_partial(sent, weight, first, dt, wall0, finite,  # type: ignore[arg-type]  # (a sparse sum: summed as any)
                          mean if status == 2 else math.nan)
-    part.extras.update(scale=weight * change.sigma, rate=rule.rate(p.state["t"]), progressive=change.loss_sum, progressive_weight=weight,
+    part.extras.update(scale=weight * change.sigma, rate=rule.rate(p.state["t"]), progressive=change.loss_sum,
+                       progressive_weight=weight,
                        updates=float(change.updates), restarted=1.0 if restarted else 0.0,
                        bad_rows=1.0 if status == 1 else 0.0)
     return part
