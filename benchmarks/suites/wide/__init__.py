@@ -54,8 +54,9 @@ such: their rows/s per core is per their one core).
   in-memory CSR, one ``partial_fit`` per epoch (the schedule continues across calls),
   held-out logloss after each; median times of ``repeats`` (the other tools run once).
 * **dask_dgd online** (issue 43): ``solver="online"`` (compiled per-row passes on each
-  group, the groups' models averaged every round; ``online_optimizer``, VW's normalized
-  adaptive rule by default), unsharded, on the same cluster; and the same fit in process
+  group, the groups' models averaged every round; ``online_optimizer``: None, the
+  solver's default, plain SGD at Bottou's inverse-time rate, or e.g. "normalized",
+  VW's normalized adaptive rule), unsharded, on the same cluster; and the same fit in process
   on the driver's CSR (one group, one core: the kernel without Dask).  One fit per
   ``max_iter`` of 1 ... ``epochs``, each timed from scratch (the solver takes no
   per-epoch validator), held-out logloss from its result.
@@ -118,7 +119,7 @@ COMMON = dict(
     sklearn_params=dict(alpha=1e-4),
     vw_args="--loss_function logistic --link logistic --quiet",
     # solver="online" (issue 43): its rows run when True, with this optimizer
-    online=True, online_optimizer="normalized",
+    online=True, online_optimizer=None,
 )
 SIZES = {
     "tiny": dict(COMMON, rows=4_000, chunk_rows=500, epochs=2, repeats=1, batch_size=1_000, spark_iters=(1, 2),

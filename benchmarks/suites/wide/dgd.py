@@ -292,7 +292,7 @@ def run_dask_dgd_online(client, data, p, log, *, in_process=False):
     d = int(p["n_features"])
     objective = LinearObjective(BinaryLogistic(), n_features=d)
     where = "in process, 1 group" if in_process else f"{p['workers']} workers"
-    label = f"dask_dgd online ({p['online_optimizer']}, {where})"
+    label = f"dask_dgd online ({p['online_optimizer'] or 'default'}, {where})"
     tool = "dask_dgd-online-1" if in_process else "dask_dgd-online"
     train_data = (data["Xn"], data["yn"]) if in_process else (data["X"], data["y"])
     curve = [{"epoch": 0, "time": 0.0, "logloss": data["ref"]["constant"]}]

@@ -250,7 +250,7 @@ def test_a_killed_worker_is_survived(process_client, caplog):
     np.testing.assert_allclose(est.coef_, ref.coef_, atol=0.05)
 
 
-def test_auto_picks_online_for_wide_sparse_data_only():
+def test_auto_picks_online_only_when_enabled_and_for_wide_sparse_data_only():
     import dask
 
     from dask_dgd._engine.capabilities import ONLINE_AUTO_PARAMS, resolve_solver
@@ -261,9 +261,15 @@ def test_auto_picks_online_for_wide_sparse_data_only():
     narrow = LinearTraining(LinearObjective(BinaryLogistic(), 1000), Penalty(alpha=1e-6))
     common = dict(mode="sync", compression=None, has_l1=False)
 
-    def auto(objective, optimizer=None, **kw):
+    def plain_auto(objective, optimizer=None, **kw):
         return resolve_solver("auto", optimizer, **{"batch_size": None, "sparse": True, "n_rows": 10**6, **common,
                                                     **kw}, objective=objective)
+
+    assert plain_auto(wide)[0] == "lbfgs"  # (off by default: it did not beat L-BFGS in the wide_default suite)
+
+    def auto(objective, optimizer=None, **kw):
+        with dask.config.set({"dgd.online-auto": True}):
+            return plain_auto(objective, optimizer, **kw)
 
     name, opt = auto(wide)
     assert name == "online" and isinstance(opt, optim.SGD) and opt.online_rule == "sgd"  # (L2 and bounded curvature)
@@ -280,9 +286,7 @@ def test_auto_picks_online_for_wide_sparse_data_only():
     assert auto(wide, "adam")[0] == "gd"  # (no per-row rule)
     assert auto(wide, mode="local")[0] == "gd"
     assert auto(wide, has_l1=True)[0] == "gd"
-    with dask.config.set({"dgd.online-auto": False}):
-        assert auto(wide)[0] == "lbfgs"
-    with dask.config.set({"dgd.online-auto-params": wide.n_params + 1}):
+    with dask.config.set({"dgd.online-auto": True, "dgd.online-auto-params": wide.n_params + 1}):
         assert auto(wide)[0] == "lbfgs"
 
 
@@ -296,7 +300,7 @@ def test_auto_keeps_sharded_solvers_when_sharding_is_asked_for():
     from dask_dgd.losses import BinaryLogistic
 
     obj = LinearObjective(BinaryLogistic(), d)
-    with dask.config.set({"dgd.online-auto-rows": 300}):
+    with dask.config.set({"dgd.online-auto": True, "dgd.online-auto-rows": 300}):
         res = train(obj, (X, y), penalty=Penalty(alpha=1e-4), max_iter=2, tol=0.0, random_state=0)
     assert res.solver == "online"
     # asked for sharded parameters, "auto" picks a solver that shards them
