@@ -87,11 +87,14 @@ def _online_support(objective: TrainingObjective) -> str | None:
     return supports(objective.objective.loss)
 
 
-def _online_default(objective: TrainingObjective | None) -> str:
-    """``solver="online"``'s default rule: plain SGD at Bottou's inverse-time rate where
-    the objective is strongly convex through its L2 penalty and the loss's curvature is
-    bounded (the safe first step), else Vowpal Wabbit's normalized adaptive rule."""
-    if isinstance(objective, LinearTraining) and objective.penalty_spec.l2_strength > 0 \
+def _online_default(objective: TrainingObjective | None, sparse: bool) -> str:
+    """``solver="online"``'s default rule: on sparse data (hashed or one-hot indicator
+    columns of one scale), plain SGD at Bottou's inverse-time rate where the objective
+    is strongly convex through its L2 penalty and the loss's curvature is bounded (the
+    safe first step); otherwise Vowpal Wabbit's normalized adaptive rule, whose
+    per-feature scales make it invariant to the columns' units (on dense columns a
+    global rate is either unsafe for the largest rows or stalls above the optimum)."""
+    if sparse and isinstance(objective, LinearTraining) and objective.penalty_spec.l2_strength > 0 \
             and getattr(objective.objective.loss, "curvature_bound", None) is not None:
         return "sgd"
     return "normalized"
@@ -160,7 +163,7 @@ SOLVERS = {
     "sgd": SolverTraits(exact=False, optimizer="first-order", l1=True, mini_batch=True,
                         build="solvers.first_order:FirstOrder", sharded="sharded.driver:ShardedFirstOrder"),
     "online": SolverTraits(exact=False, optimizer="online", l1=False, batch_optional=True, own_rounds=True,
-                           default_optimizer="normalized",  # (or "sgd": _online_default)
+                           default_optimizer="normalized",  # (or "sgd" on sparse data: _online_default)
                            support=_online_support, instead="solver='sgd'",
                            l1_instead="solver='sgd' (proximal steps) or 'gd'", build="modes.online:OnlineEpochs"),
 }
@@ -385,8 +388,34 @@ def resolve_solver(solver: str, optimizer: str | Optimizer | None, *, batch_size
         return solver, None
     if traits.optimizer == "lbfgs":
         return solver, opt or LBFGS()
-    default = _online_default(objective) if solver == "online" else traits.default_optimizer
-    return solver, first_order_optimizer(opt, has_l1=has_l1, learning_rate=learning_rate, default=default)
+    default = _online_default(objective, sparse) if solver == "online" else traits.default_optimizer
+    opt = first_order_optimizer(opt, has_l1=has_l1, learning_rate=learning_rate, default=default)
+    if traits.own_rounds and compression is not None:
+        _check_online_compression(solver, opt, compression)
+    return solver, opt
+
+
+def _check_online_compression(name: str, opt: Optimizer, compression: str | Compressor) -> None:
+    """Refuse the compression a solver with its own rounds cannot send: the adaptive
+    rules' entry-by-entry average, and residual error feedback (a group's next pass
+    moves again along what the residual still holds: sent twice, measured to drift the
+    objective up from the third round)."""
+    if opt.online_rule != "sgd":  # type: ignore[union-attr]  # (first-order: resolved above)
+        raise ParameterError(
+            f"solver={name!r} compresses the round changes of optimizer='sgd' only (models averaged by sample "
+            f"weight); the {opt.online_rule!r} rule averages them entry by entry with its accumulated squared "  # type: ignore[union-attr]
+            "gradients, sent uncompressed: pass optimizer='sgd' or drop compression"
+        )
+    comp = get_compressor(compression)
+    if comp.downlink:
+        raise ParameterError(
+            f"solver={name!r} broadcasts the averaged model in full each round; drop '+down' / downlink=True"
+        )
+    if comp.feedback == "residual":
+        raise ParameterError(
+            f"solver={name!r} sends each group's change over a whole pass; residual error feedback would send "
+            f"again what the next pass moves anyway: use error_feedback='ef21' or False (got {comp!r})"
+        )
 
 
 def _check_own_rounds(name: str, *, mode: str, compression: str | Compressor | None, early_stopping: bool) -> None:
@@ -395,11 +424,6 @@ def _check_own_rounds(name: str, *, mode: str, compression: str | Compressor | N
         raise ParameterError(
             f"solver={name!r} runs its own rounds (whole passes on each group, then an average); use mode='sync', "
             f"not mode={mode!r}"
-        )
-    if compression is not None:
-        raise ParameterError(
-            f"solver={name!r} sends its round changes sparse and does not compress them; drop compression "
-            f"(got {compression!r})"
         )
     if early_stopping:
         raise ParameterError(

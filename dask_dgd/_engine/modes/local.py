@@ -52,7 +52,8 @@ if TYPE_CHECKING:
     #: A round's compression: ``(compressor, seed, round, the driver's EF21 payload count)``.
     RoundCompression: TypeAlias = "tuple[Compressor, tuple[int, ...], int, int]"
 
-__all__ = ["LocalSGD", "diverged_loss", "group_round", "round_first", "round_partial"]
+__all__ = ["LocalSGD", "check_round_estimate", "compress_round", "diverged_loss", "group_round", "round_first",
+           "round_partial"]
 
 
 def round_partial(params_sum: np.ndarray | Compressed, weight: float, first: Partial, dt: float, wall0: float,
@@ -111,7 +112,7 @@ def group_round(shard: Shard, scratch: GroupMemory, objective: TrainingObjective
     the first batch's loss)."""
     wall0, t0 = time.time(), time.perf_counter()
     if compression is not None and compression[0].accumulates:
-        _check_round_estimate(scratch, compression[3])
+        check_round_estimate(scratch, compression[3])
     state = None if reset else scratch.modes.get("round")
     if state is None:
         state = rule.optimizer.init(params)
@@ -146,14 +147,14 @@ def group_round(shard: Shard, scratch: GroupMemory, objective: TrainingObjective
     sent: np.ndarray | Compressed = total * p
     # (first: set, a round has at least one draw; a compressed round sends no first-batch gradient)
     if compression is not None and finite:
-        sent = _compress_round(shard, scratch, compression, objective, total * (p - params))
+        sent = compress_round(shard, scratch, compression, objective, total * (p - params))
         first = Partial(first.loss_sum, None, first.weight_sum, 0.0, 0.0, extras=first.extras)  # type: ignore[union-attr, arg-type]
     inject_faults(t0)
     dt = time.perf_counter() - t0
     return round_partial(sent, total, first, dt, wall0, finite, value)  # type: ignore[arg-type]
 
 
-def _check_round_estimate(scratch: GroupMemory, count: int) -> None:
+def check_round_estimate(scratch: GroupMemory, count: int) -> None:
     """Raise StaleState unless the group's EF21 estimate has ``count`` payloads behind it
     (``count=0``: it starts afresh)."""
     if count == 0:
@@ -162,7 +163,7 @@ def _check_round_estimate(scratch: GroupMemory, count: int) -> None:
     check_payload_count(scratch.modes.get("round_compression"), count, "the group's round")
 
 
-def _compress_round(shard: Shard, scratch: GroupMemory, compression: RoundCompression, objective: TrainingObjective,
+def compress_round(shard: Shard, scratch: GroupMemory, compression: RoundCompression, objective: TrainingObjective,
                     change: np.ndarray) -> Compressed:
     """A group's round change compressed with its memory (see :func:`group_round`)."""
     comp, seed, round_, _ = compression

@@ -42,7 +42,7 @@ from ..runtime.records import Bytes, Timing, make_record
 from ..runtime.reduce import Partial, SparseVector
 from ..solvers.base import Outcome
 from ..update import initial_divergence
-from .local import LocalSGD, round_partial
+from .local import LocalSGD, check_round_estimate, compress_round, round_partial
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -52,6 +52,7 @@ if TYPE_CHECKING:
     from ..objective import LinearTraining
     from ..protocols import FitContext
     from ..runtime.group_steps import Draw, GroupMemory, LocalUpdate
+    from ..runtime.reduce import Compressed
     from ..solvers.base import Settings
     from ..update import UpdateRule
     from .local import RoundCompression
@@ -97,7 +98,7 @@ def _draw_rows(shard: Shard, draw: Draw) -> list[tuple[Any, np.ndarray]]:
 
 def group_pass(shard: Shard, scratch: GroupMemory, objective: LinearTraining, rule: OnlineRule, params: np.ndarray,
                reset: bool, round_: int, draws: Sequence[Draw] | None, seed: tuple[int, ...],
-               limit: float = math.inf) -> Partial:
+               limit: float = math.inf, compression: RoundCompression | None = None) -> Partial:
     """One round on this group (worker side): a pass over its rows (``draws`` None) or
     one micro-batch update per draw, from ``params``; the rule state from the group's
     previous round is in ``scratch.modes["online"]`` (``reset``: start it afresh).
@@ -106,8 +107,12 @@ def group_pass(shard: Shard, scratch: GroupMemory, objective: LinearTraining, ru
     whose gradient is the group's change, sparse: ``n_g * delta`` (plain SGD) or
     ``[cw * delta, cw]`` (adaptive rules), with ``extras["scale"] = n_g * sigma``
     and the progressive loss sums.  A non-finite row loss or a progressive mean above
-    ``limit`` stops the pass: the group diverged."""
+    ``limit`` stops the pass: the group diverged.  ``compression`` (plain SGD's
+    sample-weighted changes only): the change ``n_g * delta`` is sent compressed, with
+    the compressor's memory in ``scratch`` as local SGD's rounds keep it."""
     wall0, t0 = time.time(), time.perf_counter()
+    if compression is not None and compression[0].accumulates:
+        check_round_estimate(scratch, compression[3])
     memory = None if reset else scratch.modes.get("online")
     restarted = memory is None and not reset and round_ > 0
     if memory is not None and memory["round"] == round_:  # a retry of this round: from its start again
@@ -137,12 +142,16 @@ def group_pass(shard: Shard, scratch: GroupMemory, objective: LinearTraining, ru
     change = p.finish()
     scratch.modes["online"] = {"round": round_, "start": state, "state": p.state}
     n, weight = obj.n_params, change.weight_sum
-    if rule.average == "samples":
+    finite = status == 0
+    if compression is not None and finite:  # (only with the sample-weighted average: resolve_solver)
+        dense = np.zeros(n)
+        dense[change.idx] = weight * change.delta
+        sent: SparseVector | Compressed = compress_round(shard, scratch, compression, objective, dense)
+    elif rule.average == "samples":
         sent = SparseVector(change.idx, weight * change.delta, n)
     else:
         sent = SparseVector(np.concatenate([change.idx, change.idx + n]),
                             np.concatenate([change.cw * change.delta, change.cw]), 2 * n)
-    finite = status == 0
     mean = change.loss_sum / weight if weight > 0 else math.nan
     first = Partial(change.first_loss, None, change.first_weight, 0.0, 0.0)  # type: ignore[arg-type]  # (no gradient)
     inject_faults(t0)
@@ -166,7 +175,7 @@ class OnlineEpochs(LocalSGD):
     plus the penalty at the broadcast parameters (pass order), or the first
     micro-batches' loss (draw order, as local SGD)."""
 
-    group_state = ("online",)
+    group_state = ("online", "round_compression")
     label = "online SGD"
 
     @classmethod
@@ -234,8 +243,8 @@ class OnlineEpochs(LocalSGD):
         size = obj.n_params * (1 if self.rule.average == "samples" else 2)
         total = ctx.shards.collective.reduce_groups(
             group_pass, obj, self.rule, self.params, self.reset, self.rounds, None if self.pass_order else draws,
-            tuple(ctx.seed), self.guard.limit(batch=True), split_every=src.split_every, step=src.n_steps + 1,
-            size=size, dense=False)
+            tuple(ctx.seed), self.guard.limit(batch=True), compression, split_every=src.split_every,
+            step=src.n_steps + 1, size=size, dense=compression is not None)
         if total.extras.get("bad_rows", 0.0) > 0:  # a row's loss was not finite: name the block if its data is bad
             obj.check_data(ctx.shards)
         return total
@@ -275,5 +284,7 @@ class OnlineEpochs(LocalSGD):
                                total.extras["scale"])
 
     def _bytes_up(self, traffic: dict[str, Any], n_bytes: int) -> tuple[int, int]:
+        if self.ctx.compressor is not None:
+            return super()._bytes_up(traffic, n_bytes)
         sent = int(traffic.get("bytes_up", 0)) or n_bytes
         return sent, sent
