@@ -301,6 +301,10 @@ def test_auto_picks_online_only_when_enabled_and_for_wide_sparse_data_only():
                                                     **kw}, objective=objective)
 
     assert plain_auto(wide)[0] == "lbfgs"  # (off by default: it did not beat L-BFGS in the wide_default suite)
+    # solver="online"'s default rule: Bottou's SGD on sparse data, the normalized rule on dense
+    online = dict(batch_size=None, n_rows=10**6, **common, objective=wide)
+    assert isinstance(resolve_solver("online", None, sparse=True, **online)[1], optim.SGD)
+    assert resolve_solver("online", None, sparse=False, **online)[1] == optim.NormalizedAdagrad()
 
     def auto(objective, optimizer=None, **kw):
         with dask.config.set({"dgd.online-auto": True}):
