@@ -87,19 +87,6 @@ def _online_support(objective: TrainingObjective) -> str | None:
     return supports(objective.objective.loss)
 
 
-def _online_default(objective: TrainingObjective | None, sparse: bool) -> str:
-    """``solver="online"``'s default rule: on sparse data (hashed or one-hot indicator
-    columns of one scale), plain SGD at Bottou's inverse-time rate where the objective
-    is strongly convex through its L2 penalty and the loss's curvature is bounded (the
-    safe first step); otherwise Vowpal Wabbit's normalized adaptive rule, whose
-    per-feature scales make it invariant to the columns' units (on dense columns a
-    global rate is either unsafe for the largest rows or stalls above the optimum)."""
-    if sparse and isinstance(objective, LinearTraining) and objective.penalty_spec.l2_strength > 0 \
-            and getattr(objective.objective.loss, "curvature_bound", None) is not None:
-        return "sgd"
-    return "normalized"
-
-
 def _als_support(objective: TrainingObjective) -> str | None:
     return objective.als_support() if hasattr(objective, "als_support") else f"not {type(objective).__name__}"
 
@@ -163,8 +150,7 @@ SOLVERS = {
     "sgd": SolverTraits(exact=False, optimizer="first-order", l1=True, mini_batch=True,
                         build="solvers.first_order:FirstOrder", sharded="sharded.driver:ShardedFirstOrder"),
     "online": SolverTraits(exact=False, optimizer="online", l1=False, batch_optional=True, own_rounds=True,
-                           default_optimizer="normalized",  # (or "sgd" on sparse data: _online_default)
-                           support=_online_support, instead="solver='sgd'",
+                           default_optimizer="normalized", support=_online_support, instead="solver='sgd'",
                            l1_instead="solver='sgd' (proximal steps) or 'gd'", build="modes.online:OnlineEpochs"),
 }
 
@@ -388,8 +374,7 @@ def resolve_solver(solver: str, optimizer: str | Optimizer | None, *, batch_size
         return solver, None
     if traits.optimizer == "lbfgs":
         return solver, opt or LBFGS()
-    default = _online_default(objective, sparse) if solver == "online" else traits.default_optimizer
-    opt = first_order_optimizer(opt, has_l1=has_l1, learning_rate=learning_rate, default=default)
+    opt = first_order_optimizer(opt, has_l1=has_l1, learning_rate=learning_rate, default=traits.default_optimizer)
     if traits.own_rounds and compression is not None:
         _check_online_compression(solver, opt, compression)
     return solver, opt

@@ -122,12 +122,10 @@ class DGDLinearModel(InferenceMixin, ClientParamMixin, BaseEstimator):
         compiled per-row SGD over its rows (one pass a round; with ``batch_size``,
         ``local_steps`` micro-batch updates on its shares of the mini-batches), each row
         O(its non-zeros), and the groups' models are averaged every round (Vowpal
-        Wabbit's recipe); ``optimizer`` "sgd" (the default on sparse data with an L2
-        penalty and a loss of bounded curvature: with ``learning_rate="auto"`` the safe
-        step, then Bottou's ``1 / (alpha t)`` decay, :class:`~dask_dgd.optim.InverseTime`,
-        as scikit-learn's ``SGDClassifier``), "normalized" (the default otherwise: Vowpal
-        Wabbit's normalized adaptive rule, invariant to the columns' units) or "adagrad";
-        no L1, synchronous mode only,
+        Wabbit's recipe); ``optimizer`` "normalized" (the default, Vowpal Wabbit's
+        normalized adaptive rule, invariant to the columns' units), "adagrad" or "sgd"
+        (with ``learning_rate="auto"`` and an L2 penalty: the safe step, then Bottou's
+        ``1 / (alpha t)`` decay, :class:`~dask_dgd.optim.InverseTime`); no L1, synchronous mode only,
         losses squared error, logistic, multinomial and Poisson.  "auto" picks "newton" for
         single-output models of up to 1,024 parameters (dask config
         ``dgd.cd-max-params``) whose Hessian costs at most 1e9 rows x parameters^2 a pass
