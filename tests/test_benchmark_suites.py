@@ -703,6 +703,8 @@ def test_wide_suite_tiny():
     assert all(0 < c["bytes_per_push"] < 2 * 500 * 26 * 12 for c in pushes)
     dgds = {r["sharding"]: r for r in data["runs"] if r["tool"] == "dask_dgd"}
     assert set(dgds) == {True, False} and "scikit-learn" in tools
+    # solver="online" (issue 43): on the cluster and in process, with its own verdicts
+    assert {"dask_dgd-online", "dask_dgd-online-1"} <= set(tools) and "Targets (issue 43" in md
     assert ("vw" in tools) != ("vw" in data["unavailable"])
     for r in [*tools.values(), *dgds.values()]:
         assert "error" not in r, r

@@ -47,12 +47,15 @@ if TYPE_CHECKING:
 __all__ = [
     "MODES",
     "NEWTON_AUTO_WORK",
+    "ONLINE_AUTO_PARAMS",
+    "ONLINE_AUTO_ROWS",
     "SOLVERS",
     "ModeTraits",
     "SolverTraits",
     "first_order_optimizer",
     "learning_rate_mode",
     "newton_auto_work",
+    "online_auto",
     "resolve_feedback",
     "resolve_solver",
     "scaled_solve",
@@ -76,6 +79,14 @@ def _newton_support(objective: TrainingObjective) -> str | None:
     return reason
 
 
+def _online_support(objective: TrainingObjective) -> str | None:
+    if not isinstance(objective, LinearTraining):
+        return f"it trains linear models in compiled passes, not {type(objective).__name__}"
+    from ..losses._online import supports
+
+    return supports(objective.objective.loss)
+
+
 def _als_support(objective: TrainingObjective) -> str | None:
     return objective.als_support() if hasattr(objective, "als_support") else f"not {type(objective).__name__}"
 
@@ -94,7 +105,12 @@ class SolverTraits:
     :func:`scaled_solve` says so.  ``build``: its class (``"module:Class"``) in the
     synchronous mode, ``sharded`` its class with parameter sharding (None: sharding
     does not support it), ``path`` its class on a cross-validation path's stacked
-    objective (None: it takes the path's objective as any other)."""
+    objective (None: it takes the path's objective as any other).  ``batch_optional``:
+    it takes a ``batch_size`` or none.  ``own_rounds``: it runs its own rounds, each
+    group keeping state between them (synchronous mode only; checkpoints gather the
+    state, the blocks do not move).  ``default_optimizer``: the optimizer it runs
+    without one given.  ``optimizer="online"``: it takes the optimizers that have a
+    per-row rule (their ``online_rule``)."""
 
     exact: bool
     optimizer: str
@@ -110,6 +126,9 @@ class SolverTraits:
     build: str = ""
     sharded: str | None = None
     path: str | None = None
+    batch_optional: bool = False
+    own_rounds: bool = False
+    default_optimizer: str = "sgd"
 
 
 SOLVERS = {
@@ -130,6 +149,9 @@ SOLVERS = {
                        sharded="sharded.driver:ShardedFirstOrder"),
     "sgd": SolverTraits(exact=False, optimizer="first-order", l1=True, mini_batch=True,
                         build="solvers.first_order:FirstOrder", sharded="sharded.driver:ShardedFirstOrder"),
+    "online": SolverTraits(exact=False, optimizer="online", l1=False, batch_optional=True, own_rounds=True,
+                           default_optimizer="normalized", support=_online_support, instead="solver='sgd'",
+                           l1_instead="solver='sgd' (proximal steps) or 'gd'", build="modes.online:OnlineEpochs"),
 }
 
 
@@ -228,9 +250,46 @@ def _check_mode(mode: str, solver: str, opt: Optimizer | None) -> None:
         raise ParameterError(f"mode={mode!r} needs a first-order optimizer; L-BFGS is synchronous full-batch only")
 
 
+#: With the dask config ``dgd.online-auto`` True (off by default: on the ``wide_default``
+#: click log the online default took 1.2x L-BFGS's time, to a held-out logloss 5e-4
+#: worse), ``solver="auto"`` picks "online" for sparse data with at least this many
+#: parameters (dask config ``dgd.online-auto-params``).
+ONLINE_AUTO_PARAMS = 2**18
+#: ... and at least this many rows (dask config ``dgd.online-auto-rows``): on fewer, a
+#: few passes of per-row SGD are not converged, and the exact solvers are cheap anyway.
+ONLINE_AUTO_ROWS = 100_000
+
+
+def online_auto(*, opt: Optimizer | None, batch_size: int | None, mode: str, compression: str | Compressor | None,
+                has_l1: bool, objective: TrainingObjective | None, early_stopping: bool, sparse: bool,
+                n_rows: int | None) -> bool:
+    """Whether ``solver="auto"`` picks "online": a linear model with a compiled row
+    loss on sparse data of at least ``dgd.online-auto-params`` parameters and
+    ``dgd.online-auto-rows`` rows (:data:`ONLINE_AUTO_ROWS`), no
+    ``batch_size``, no L1, synchronous, no compression, no early stopping, and no
+    optimizer or one with a per-row rule; only with the dask config
+    ``dgd.online-auto`` True (off by default)."""
+    import dask
+
+    if not dask.config.get("dgd.online-auto", False) or objective is None or batch_size is not None:
+        return False
+    if has_l1 or mode != "sync" or compression is not None or early_stopping or not sparse:
+        return False
+    if n_rows is None or n_rows < int(dask.config.get("dgd.online-auto-rows", ONLINE_AUTO_ROWS)):
+        return False
+    if opt is not None and (opt.full_batch_only or opt.online_rule is None):  # type: ignore[union-attr]  # (L-BFGS: the first test)
+        return False
+    return _online_support(objective) is None and \
+        objective.n_params >= int(dask.config.get("dgd.online-auto-params", ONLINE_AUTO_PARAMS))
+
+
 def _auto(*, opt: Optimizer | None, batch_size: int | None, mode: str, compression: str | Compressor | None,
-          has_l1: bool, objective: TrainingObjective | None, early_stopping: bool, n_rows: int | None) -> str:
+          has_l1: bool, objective: TrainingObjective | None, early_stopping: bool, n_rows: int | None,
+          sparse: bool = False) -> str:
     """``solver="auto"``'s choice (see :func:`resolve_solver`)."""
+    if online_auto(opt=opt, batch_size=batch_size, mode=mode, compression=compression, has_l1=has_l1,
+                   objective=objective, early_stopping=early_stopping, sparse=sparse, n_rows=n_rows):
+        return "online"
     if batch_size is not None:
         return "sgd"
     if MODES[mode].first_order_only or compression is not None or (opt is not None and not opt.full_batch_only):
@@ -255,11 +314,21 @@ def _check_solver(name: str, traits: SolverTraits, opt: Optimizer | None, *, bat
             f"optimizer {type(opt).__name__} is a first-order optimizer; it needs solver='gd' (full batch) or "
             f"solver='sgd' (mini-batch), not {name!r}"
         )
-    if traits.optimizer == "first-order" and opt is not None and opt.full_batch_only:
+    if traits.optimizer in ("first-order", "online") and opt is not None and opt.full_batch_only:
         raise ParameterError(f"the L-BFGS optimizer needs solver='lbfgs' (or 'auto'); got solver={name!r}")
+    if traits.optimizer == "online" and opt is not None and opt.online_rule is None:  # type: ignore[union-attr]  # (first-order: L-BFGS refused above)
+        raise ParameterError(
+            f"solver={name!r} runs per-row rules in compiled passes: optimizer 'normalized', 'adagrad' or 'sgd' "
+            f"(no momentum; a constant, InverseScaling or InverseTime learning rate); got {opt!r}"
+        )
+    if traits.optimizer != "online" and opt is not None and getattr(opt, "online_only", False):
+        raise ParameterError(
+            f"optimizer {type(opt).__name__} runs only in solver='online' (it needs each row's features); "
+            f"got solver={name!r}: use optimizer='adagrad', or solver='online'"
+        )
     if traits.mini_batch and batch_size is None:
         raise ParameterError(f"solver={name!r} needs a batch_size (rows per step), e.g. 256")
-    if not traits.mini_batch and batch_size is not None:
+    if not traits.mini_batch and not traits.batch_optional and batch_size is not None:
         if traits.exact:
             raise ParameterError(f"solver={name!r} is full-batch only; drop batch_size{traits.batch_advice}")
         raise ParameterError(
@@ -276,7 +345,7 @@ def _check_solver(name: str, traits: SolverTraits, opt: Optimizer | None, *, bat
 def resolve_solver(solver: str, optimizer: str | Optimizer | None, *, batch_size: int | None, mode: str,
                    compression: str | Compressor | None, has_l1: bool, learning_rate: float | str = "auto",
                    objective: TrainingObjective | None = None, early_stopping: bool = False,
-                   n_rows: int | None = None) -> tuple[str, Optimizer | None]:
+                   n_rows: int | None = None, sparse: bool = False) -> tuple[str, Optimizer | None]:
     """``(solver, optimizer)`` from the solver/optimizer/batch_size/L1 settings: "auto"
     picks the exact-Hessian solver when the training ``objective`` is given and can
     take it (a single-output loss with a Hessian, at most ``dgd.cd-max-params``
@@ -285,6 +354,7 @@ def resolve_solver(solver: str, optimizer: str | Optimizer | None, *, batch_size
     parameters^2, :data:`NEWTON_AUTO_WORK`; ``n_rows`` None: any size); otherwise
     "lbfgs", or "gd" for an L1 penalty; "gd" also for a first-order optimizer (and in
     the local/async modes or with compression), or "sgd" when ``batch_size`` is set.
+    Before all these, "online" for wide ``sparse`` data (:func:`online_auto`).
     What a solver cannot take is refused from :data:`SOLVERS`."""
     if mode not in MODES:
         raise ParameterError(f"mode must be one of {tuple(MODES)}; got {mode!r}")
@@ -295,14 +365,56 @@ def resolve_solver(solver: str, optimizer: str | Optimizer | None, *, batch_size
         _check_mode(mode, solver, opt)
     if solver == "auto":
         solver = _auto(opt=opt, batch_size=batch_size, mode=mode, compression=compression, has_l1=has_l1,
-                       objective=objective, early_stopping=early_stopping, n_rows=n_rows)
+                       objective=objective, early_stopping=early_stopping, n_rows=n_rows, sparse=sparse)
     traits = SOLVERS[solver]
     _check_solver(solver, traits, opt, batch_size=batch_size, has_l1=has_l1, objective=objective)
+    if traits.own_rounds:
+        _check_own_rounds(solver, mode=mode, compression=compression, early_stopping=early_stopping)
     if traits.optimizer == "none":
         return solver, None
     if traits.optimizer == "lbfgs":
         return solver, opt or LBFGS()
-    return solver, first_order_optimizer(opt, has_l1=has_l1, learning_rate=learning_rate)
+    opt = first_order_optimizer(opt, has_l1=has_l1, learning_rate=learning_rate, default=traits.default_optimizer)
+    if traits.own_rounds and compression is not None:
+        _check_online_compression(solver, opt, compression)
+    return solver, opt
+
+
+def _check_online_compression(name: str, opt: Optimizer, compression: str | Compressor) -> None:
+    """Refuse the compression a solver with its own rounds cannot send: the adaptive
+    rules' entry-by-entry average, and residual error feedback (a group's next pass
+    moves again along what the residual still holds: sent twice, measured to drift the
+    objective up from the third round)."""
+    if opt.online_rule != "sgd":  # type: ignore[union-attr]  # (first-order: resolved above)
+        raise ParameterError(
+            f"solver={name!r} compresses the round changes of optimizer='sgd' only (models averaged by sample "
+            f"weight); the {opt.online_rule!r} rule averages them entry by entry with its accumulated squared "  # type: ignore[union-attr]
+            "gradients, sent uncompressed: pass optimizer='sgd' or drop compression"
+        )
+    comp = get_compressor(compression)
+    if comp.downlink:
+        raise ParameterError(
+            f"solver={name!r} broadcasts the averaged model in full each round; drop '+down' / downlink=True"
+        )
+    if comp.feedback == "residual":
+        raise ParameterError(
+            f"solver={name!r} sends each group's change over a whole pass; residual error feedback would send "
+            f"again what the next pass moves anyway: use error_feedback='ef21' or False (got {comp!r})"
+        )
+
+
+def _check_own_rounds(name: str, *, mode: str, compression: str | Compressor | None, early_stopping: bool) -> None:
+    """Refuse what a solver that runs its own rounds (``own_rounds``) does not do yet."""
+    if mode != "sync":
+        raise ParameterError(
+            f"solver={name!r} runs its own rounds (whole passes on each group, then an average); use mode='sync', "
+            f"not mode={mode!r}"
+        )
+    if early_stopping:
+        raise ParameterError(
+            f"solver={name!r} does not stop early on validation data; drop early_stopping/validation_data, or use "
+            "solver='sgd'"
+        )
 
 
 #: ``solver="auto"`` picks "newton" (rather than "lbfgs") for smooth models whose
@@ -321,11 +433,12 @@ def newton_auto_work() -> float:
 
 
 def first_order_optimizer(opt: FirstOrderOptimizer | None, *, has_l1: bool,
-                          learning_rate: float | str) -> FirstOrderOptimizer:
-    """``opt`` (default: plain SGD) with ``learning_rate`` applied unless "auto"; an L1
-    penalty needs an optimizer whose proximal step is exact."""
+                          learning_rate: float | str, default: str = "sgd") -> FirstOrderOptimizer:
+    """``opt`` (default: the optimizer named ``default``, plain SGD unless the solver's
+    row says otherwise) with ``learning_rate`` applied unless "auto"; an L1 penalty
+    needs an optimizer whose proximal step is exact."""
     if opt is None:
-        opt = get_optimizer("sgd")
+        opt = get_optimizer(default)
     if has_l1 and not opt.proximal_exact:
         raise ParameterError(
             f"an L1 penalty is applied by a proximal step, which is exact only for plain gradient "

@@ -414,7 +414,8 @@ def train(
     lr_mode = learning_rate_mode(optimizer, learning_rate)
     solver, opt = resolve_solver(solver, optimizer, batch_size=batch_size, mode=mode, compression=compression,
                                  has_l1=has_l1, learning_rate=learning_rate, objective=objective,
-                                 early_stopping=validator is not None, n_rows=shards.n_rows)
+                                 early_stopping=validator is not None, n_rows=shards.n_rows,
+                                 sparse=shards.sparse and param_sharding is not True)
     traits = SOLVERS[solver]
     path = traits.hessian and hasattr(objective.objective, "column_folds")  # type: ignore[union-attr]  # (linear)
     if traits.hessian and validator is not None:
@@ -445,10 +446,10 @@ def train(
         progress_desc = (fingerprint or {}).get("estimator") or "dask_dgd.train"
     monitor = Monitor(verbose=verbose, callbacks=callbacks, total=progress_total, desc=progress_desc)
     balancer = None
-    if (rebalance is not False and MODES[mode].rebalances and not sharded and shards.executor.kind == "dask"
-            and not objective.has_local):
+    if (rebalance is not False and MODES[mode].rebalances and not traits.own_rounds and not sharded
+            and shards.executor.kind == "dask" and not objective.has_local):
         balancer = DynamicBalancer(shards)
-    batch_size = batch_size if traits.mini_batch else None
+    batch_size = batch_size if traits.mini_batch or traits.batch_optional else None
     batching = objective.batching(shards, batch_size, seed)
     compressor = resolve_feedback(compressor, full_batch=batching is None or batching.full_batch,
                                   has_local=objective.has_local, optimizer=opt)
@@ -469,7 +470,8 @@ def train(
             "compression": stable_repr(compressor)}
         fp["param_sharding"] = bool(sharded)
         fp.update(data_fingerprint(shards))
-        fp["blocks"] = [int(r) for r in shards.block_rows] if traits.mini_batch else len(shards.block_rows)
+        fp["blocks"] = [int(r) for r in shards.block_rows] if traits.mini_batch or traits.own_rounds \
+            else len(shards.block_rows)
         cp = Checkpointer(checkpoint, checkpoint_every, fp, resume)
     elif resume:
         raise ParameterError("resume=True needs checkpoint=<folder> (where the checkpoint is)")
@@ -481,7 +483,8 @@ def train(
         shards=shards, objective=objective, source=source, monitor=monitor, batching=batching, compressor=compressor,
         checkpoint=cp, max_iter=int(max_iter), tol=float(tol), learning_rate=lr_mode, on_divergence=on_divergence,
         n_iter_no_change=int(n_iter_no_change), validator=validator,
-        keeps_group_memory=compressor is not None or objective.has_local or MODES[mode].keeps_group_memory,
+        keeps_group_memory=compressor is not None or objective.has_local or MODES[mode].keeps_group_memory
+        or traits.own_rounds,
         seed=seed, batch_size=batch_size, sparse_params=bool(sparse_params), stops=stops,
     )
     if params0 is not None and sp.issparse(params0):  # a sparse start: dense only where it is kept

@@ -46,7 +46,7 @@ def non_convergence_message(name, result, mode, max_iter, tol):
     """The warning of a fit that stopped short: why, the measured gap against ``tol``,
     and advice true for the solver that ran."""
     detail = f" ({result.message})" if result.message else ""
-    unit = "epochs" if result.solver == "sgd" or mode != "sync" else "iterations"
+    unit = "epochs" if result.solver in ("sgd", "online") or mode != "sync" else "iterations"
     gap = ""
     if result.gap is not None:
         where = result.history_attrs.get("coordinates", "original")
@@ -98,7 +98,7 @@ class DGDLinearModel(InferenceMixin, ClientParamMixin, BaseEstimator):
         first-order solver with a proximal step ("gd" or "sgd").
     fit_intercept : bool, default=True
         Whether to fit an intercept.
-    solver : {"auto", "lbfgs", "newton", "cd", "gd", "sgd"}, default="auto"
+    solver : {"auto", "lbfgs", "newton", "cd", "gd", "sgd", "online"}, default="auto"
         "newton": Newton's method (IRLS) with the exact Hessian, tree-reduced in the
         gradient's pass (the observed curvature where it is not negative, Fisher's
         elsewhere), a stable solve on the driver and a backtracking line search;
@@ -118,7 +118,15 @@ class DGDLinearModel(InferenceMixin, ClientParamMixin, BaseEstimator):
         the optimum and the penalty's meaning; ``coef_`` in the data's units), so
         ``tol`` is judged on the gradient of standardised columns.  "gd": full-batch
         steps of a first-order ``optimizer`` (proximal gradient for L1).  "sgd":
-        mini-batch steps of ``batch_size`` rows.  "auto" picks "newton" for
+        mini-batch steps of ``batch_size`` rows.  "online": each worker's group runs
+        compiled per-row SGD over its rows (one pass a round; with ``batch_size``,
+        ``local_steps`` micro-batch updates on its shares of the mini-batches), each row
+        O(its non-zeros), and the groups' models are averaged every round (Vowpal
+        Wabbit's recipe); ``optimizer`` "normalized" (the default, Vowpal Wabbit's
+        normalized adaptive rule, invariant to the columns' units), "adagrad" or "sgd"
+        (with ``learning_rate="auto"`` and an L2 penalty: the safe step, then Bottou's
+        ``1 / (alpha t)`` decay, :class:`~dask_dgd.optim.InverseTime`); no L1, synchronous mode only,
+        losses squared error, logistic, multinomial and Poisson.  "auto" picks "newton" for
         single-output models of up to 1,024 parameters (dask config
         ``dgd.cd-max-params``) whose Hessian costs at most 1e9 rows x parameters^2 a pass
         (``dgd.newton-auto-work``), else "lbfgs"; for an L1 penalty "cd" up to 1,024
@@ -143,7 +151,7 @@ class DGDLinearModel(InferenceMixin, ClientParamMixin, BaseEstimator):
         from a generator seeded by ``random_state``, the step and the block index.
     max_iter : int, default=100
         Iterations for "lbfgs", "newton" and "gd", epochs (passes over the data) for
-        "sgd" and the local/async modes.
+        "sgd", "online" and the local/async modes.
     tol : float, default=1e-4
         "lbfgs"/"newton"/"gd": stop when the largest entry of the (proximal) gradient is
         at most ``tol`` (for "lbfgs"/"newton"/"cd" the gradient of standardised columns,
@@ -270,7 +278,7 @@ class DGDLinearModel(InferenceMixin, ClientParamMixin, BaseEstimator):
         "alpha": [Interval(numbers.Real, 0, None, "left")],
         "l1_ratio": [Interval(numbers.Real, 0, 1, "both")],
         "fit_intercept": [bool],
-        "solver": [Options("auto", "lbfgs", "newton", "cd", "gd", "sgd")],
+        "solver": [Options("auto", "lbfgs", "newton", "cd", "gd", "sgd", "online")],
         "optimizer": [None, _optimizer_like],
         "learning_rate": [Options("auto"), Interval(numbers.Real, 0, None, "neither"), Schedule],
         "batch_size": [None, Interval(numbers.Integral, 1, None, "left")],

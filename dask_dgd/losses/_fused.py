@@ -16,8 +16,6 @@ sums per dot product, no fast-math reassociation), so results are deterministic 
 not depend on the SIMD width of the machine.
 """
 
-import math
-
 import numpy as np
 
 __all__ = ["available", "dense_block_sums", "supports"]
@@ -36,6 +34,7 @@ def _compile():
     except Exception:  # noqa: BLE001 - any import failure means "use the array-API path"
         _kernel["fn"] = None
         return None
+    from ._rowloss import row_loss_grad
 
     @numba.njit(cache=True, nogil=True, boundscheck=False)
     def kernel(X, rows, use_rows, y, sw, has_weights, WT, b, has_offset, code, gradT, gint, raw, g):  # pragma: no cover
@@ -70,37 +69,7 @@ def _compile():
                     raw[k] += X[i, d + k]
             yi = y[i]
             wi = sw[i] if has_weights else 1.0
-            if code == 0:  # half squared error
-                diff = raw[0] - yi
-                li = 0.5 * diff * diff
-                g[0] = diff
-            elif code == 1:  # binary logistic: softplus(r) - y r, sigmoid(r) - y
-                r = raw[0]
-                if r > 0:
-                    e = math.exp(-r)
-                    li = r + math.log1p(e) - yi * r
-                    g[0] = 1.0 / (1.0 + e) - yi
-                else:
-                    e = math.exp(r)
-                    li = math.log1p(e) - yi * r
-                    g[0] = e / (1.0 + e) - yi
-            elif code == 2:  # half Poisson, log link
-                m = math.exp(raw[0])
-                li = m - yi * raw[0]
-                g[0] = m - yi
-            else:  # multinomial: logsumexp(r) - r_y, softmax(r) - onehot(y)
-                top = raw[0]
-                for k in range(1, K):
-                    if raw[k] > top:
-                        top = raw[k]
-                s = 0.0
-                for k in range(K):
-                    s += math.exp(raw[k] - top)
-                lse = top + math.log(s)
-                c = int(yi)
-                li = lse - raw[c]
-                for k in range(K):
-                    g[k] = math.exp(raw[k] - lse) - (1.0 if k == c else 0.0)
+            li = row_loss_grad(code, raw, yi, g, K)
             chunk_loss += wi * li
             for k in range(K):
                 gk = wi * g[k]

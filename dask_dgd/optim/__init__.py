@@ -14,6 +14,7 @@ from ._first_order import (
     Adam,
     AdamState,
     AdamW,
+    NormalizedAdagrad,
     RMSprop,
     RMSpropState,
     SGDState,
@@ -26,7 +27,7 @@ from ._first_order import (
 from ._lbfgs import LBFGS, lbfgs, lbfgs_direction
 from ._linesearch import strong_wolfe
 from ._registry import OPTIMIZERS, get_optimizer
-from ._schedules import Constant, CosineDecay, InverseScaling, Schedule, StepDecay, as_schedule
+from ._schedules import Constant, CosineDecay, InverseScaling, InverseTime, Schedule, StepDecay, as_schedule
 
 __all__ = [
     "LBFGS",
@@ -41,6 +42,8 @@ __all__ = [
     "CosineDecay",
     "FirstOrderOptimizer",
     "InverseScaling",
+    "InverseTime",
+    "NormalizedAdagrad",
     "RMSprop",
     "RMSpropState",
     "SGDState",

@@ -35,11 +35,16 @@ class FirstOrderOptimizer:
       momentum, no adaptive scaling): gradient compression's momentum correction and
       EF21 feedback assume it;
     - :attr:`proximal_exact`: the update is a plain gradient step, the only one for
-      which the L1 penalty's proximal step gives the exact lasso solution.
+      which the L1 penalty's proximal step gives the exact lasso solution;
+    - :attr:`online_rule`: the per-row rule ``solver="online"`` runs it as, in its
+      compiled passes ("sgd", "adagrad", "normalized"; None: it cannot);
+    - ``online_only``: it runs only in those passes (its rule needs what a dense
+      ``update(grads, ...)`` cannot see), so every other solver refuses it.
     """
 
     full_batch_only: ClassVar[bool] = False
     adaptive: ClassVar[bool] = True
+    online_only: ClassVar[bool] = False
 
     def __post_init__(self):
         object.__setattr__(self, "learning_rate", check_learning_rate(self.learning_rate))
@@ -69,6 +74,11 @@ class FirstOrderOptimizer:
     def proximal_exact(self):
         """Whether a proximal step after the update is exact (plain gradient steps only)."""
         return self.plain_step
+
+    @property
+    def online_rule(self):
+        """The per-row rule of ``solver="online"`` this optimizer runs as (None: none)."""
+        return None
 
     def current_learning_rate(self, state):
         """The learning rate that the next update (number ``state.count``) will use.

@@ -12,10 +12,13 @@ from .._backend import get_namespace
 from ..exceptions import ParameterError
 from ._base import FirstOrderOptimizer, check_decay_mask
 from ._checks import check_bool, check_interval, check_positive
-from ._schedules import Schedule
+from ._schedules import Constant, InverseScaling, InverseTime, Schedule
 
-__all__ = ["SGD", "Adagrad", "AdagradState", "Adam", "AdamState", "AdamW", "RMSprop", "RMSpropState", "SGDState",
-           "adagrad", "adam", "adamw", "rmsprop", "sgd"]
+#: the schedules the compiled per-row rules of ``solver="online"`` evaluate themselves
+ONLINE_SCHEDULES = (Constant, InverseScaling, InverseTime)
+
+__all__ = ["SGD", "Adagrad", "AdagradState", "Adam", "AdamState", "AdamW", "NormalizedAdagrad", "RMSprop",
+           "RMSpropState", "SGDState", "adagrad", "adam", "adamw", "rmsprop", "sgd"]
 
 _INF = float("inf")
 
@@ -89,6 +92,13 @@ class SGD(FirstOrderOptimizer):
     def plain_step(self):
         """Without momentum, plain gradient steps (which alone make the L1 proximal step exact)."""
         return self.momentum == 0
+
+    @property
+    def online_rule(self):
+        """"sgd" without momentum and with a constant, inverse-scaling or inverse-time learning rate."""
+        lr = self.learning_rate
+        ok = not isinstance(lr, Schedule) or isinstance(lr, ONLINE_SCHEDULES)
+        return "sgd" if self.momentum == 0 and ok else None
 
     def __post_init__(self):
         super().__post_init__()
@@ -497,6 +507,12 @@ class Adagrad(FirstOrderOptimizer):
         """Always a positive diagonal scaling of minus the gradient."""
         return True
 
+    @property
+    def online_rule(self):
+        """"adagrad" with a constant, inverse-scaling or inverse-time learning rate."""
+        lr = self.learning_rate
+        return "adagrad" if not isinstance(lr, Schedule) or isinstance(lr, ONLINE_SCHEDULES) else None
+
     def __post_init__(self):
         super().__post_init__()
         name = "initial_accumulator_value"
@@ -535,3 +551,81 @@ def adagrad(learning_rate=0.1, initial_accumulator_value=0.1, eps=1e-7):
     return Adagrad(
         learning_rate=learning_rate, initial_accumulator_value=initial_accumulator_value, eps=eps
     )
+
+
+# --------------------------------------------------------------------------- NormalizedAdagrad
+
+
+@dataclasses.dataclass(frozen=True)
+class NormalizedAdagrad(FirstOrderOptimizer):
+    """The normalized adaptive rule of ``solver="online"`` (Vowpal Wabbit's default).
+
+    Each feature's step is scaled by the largest ``|x|`` seen in that feature and by
+    its AdaGrad accumulator, and all steps by ``sqrt(W / N)`` (``W`` the weight seen,
+    ``N`` the summed squared scaled row norms), so the step does not depend on the
+    features' units.  It needs each row's features, which a dense
+    ``update(grads, ...)`` does not see: it runs only in the compiled passes of
+    ``solver="online"``, and every other solver refuses it.
+
+    Parameters
+    ----------
+    learning_rate : float or Schedule, default=0.5
+        The base step :math:`\\eta_t` (Vowpal Wabbit's ``-l`` default), a finite number > 0,
+        or a :class:`~dask_dgd.optim.Constant`, :class:`~dask_dgd.optim.InverseScaling` or
+        :class:`~dask_dgd.optim.InverseTime` schedule of the update count.
+
+    Notes
+    -----
+    For row :math:`x` with gradient :math:`g` of its loss in the linear predictor, and
+    entry :math:`j`: :math:`s_j = \\max |x_j|`, :math:`G_j \\mathrel{+}= (g x_j)^2`,
+
+    .. math::
+
+        w_j \\leftarrow w_j - \\eta_t \\sqrt{W / N} \\, \\frac{g x_j}{s_j \\sqrt{G_j}},
+        \\qquad N \\mathrel{+}= \\textstyle\\sum_j (x_j / s_j)^2.
+
+    When a feature's scale grows, its weight is multiplied by
+    :math:`(s_j^{old} / s_j^{new})^2`.
+
+    References
+    ----------
+    Ross, S., Mineiro, P. and Langford, J. (2013). Normalized Online Learning. UAI.
+
+    Examples
+    --------
+    >>> from dask_dgd.optim import NormalizedAdagrad
+    >>> NormalizedAdagrad().online_rule
+    'normalized'
+    """
+
+    learning_rate: float | Schedule = 0.5
+    online_only: ClassVar[bool] = True
+
+    def __post_init__(self):
+        super().__post_init__()
+        lr = self.learning_rate
+        if isinstance(lr, Schedule) and not isinstance(lr, ONLINE_SCHEDULES):
+            raise ParameterError(
+                "NormalizedAdagrad takes a float, Constant, InverseScaling or InverseTime learning rate; "
+                f"got {type(lr).__name__}"
+            )
+
+    @property
+    def descent_method(self):
+        """A positive diagonal scaling of minus the gradient."""
+        return True
+
+    @property
+    def online_rule(self):
+        """Always "normalized"."""
+        return "normalized"
+
+    def init(self, params):
+        raise ParameterError(_ONLINE_ONLY)
+
+    def update(self, grads, state, params, *, decay_mask=None):
+        raise ParameterError(_ONLINE_ONLY)
+
+
+_ONLINE_ONLY = ("NormalizedAdagrad runs only in solver='online' (its per-feature scales need each row's features); "
+                "use optimizer='adagrad' with other solvers")

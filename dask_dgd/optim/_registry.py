@@ -2,7 +2,7 @@
 
 from ..exceptions import ParameterError
 from ._base import FirstOrderOptimizer
-from ._first_order import SGD, Adagrad, Adam, AdamW, RMSprop
+from ._first_order import SGD, Adagrad, Adam, AdamW, NormalizedAdagrad, RMSprop
 from ._lbfgs import LBFGS
 
 __all__ = ["OPTIMIZERS", "get_optimizer"]
@@ -12,6 +12,7 @@ _BY_NAME = {
     "adam": Adam,
     "adamw": AdamW,
     "lbfgs": LBFGS,
+    "normalized": NormalizedAdagrad,
     "rmsprop": RMSprop,
     "sgd": SGD,
 }
@@ -26,7 +27,8 @@ def get_optimizer(optimizer, learning_rate=None):
     ----------
     optimizer : str or optimizer
         One of ``OPTIMIZERS`` (``"adagrad"``, ``"adam"``, ``"adamw"``, ``"lbfgs"``,
-        ``"rmsprop"``, ``"sgd"``; case-sensitive), built with its default settings, or an
+        ``"normalized"`` (``solver="online"`` only), ``"rmsprop"``, ``"sgd"``;
+        case-sensitive), built with its default settings, or an
         optimizer object (a first-order optimizer or :class:`LBFGS`), returned as is.
     learning_rate : float, Schedule or None, default=None
         When given, replaces the learning rate of a first-order optimizer.  L-BFGS has no

@@ -12,7 +12,7 @@ from typing import ClassVar
 from ..exceptions import ParameterError
 from ._checks import check_int, check_interval, check_positive
 
-__all__ = ["Constant", "CosineDecay", "InverseScaling", "Schedule", "StepDecay", "as_schedule"]
+__all__ = ["Constant", "CosineDecay", "InverseScaling", "InverseTime", "Schedule", "StepDecay", "as_schedule"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -114,6 +114,46 @@ class InverseScaling(Schedule):
 
     def __call__(self, count):
         return self.init_value / (int(count) + 1) ** self.power_t
+
+
+@dataclasses.dataclass(frozen=True)
+class InverseTime(Schedule):
+    """Inverse time decay, the form of scikit-learn's ``learning_rate="optimal"``.
+
+    Parameters
+    ----------
+    init_value : float
+        The learning rate at count 0, a finite number > 0.
+    offset : float
+        The count at which the rate has halved, a finite number > 0.
+
+    Notes
+    -----
+    :math:`\\eta_t = \\eta_0 / (1 + t / t_0)` with :math:`t_0` = ``offset``.
+    scikit-learn's ``"optimal"`` rate for an L2 strength :math:`\\alpha`,
+    :math:`1 / (\\alpha (t_0 + t))`, is ``InverseTime(1 / (alpha * t0), t0)``: with
+    it, per-row SGD on an :math:`\\alpha`-strongly convex objective approaches the
+    optimum at the rate :math:`O(1/t)` (Bottou, "Stochastic gradient descent tricks",
+    2012).  ``solver="online"`` with ``optimizer="sgd"`` and ``learning_rate="auto"``
+    uses it whenever the L2 penalty is positive.
+
+    Examples
+    --------
+    >>> from dask_dgd.optim import InverseTime
+    >>> s = InverseTime(1.0, offset=10)
+    >>> s(0), s(10), s(30)
+    (1.0, 0.5, 0.25)
+    """
+
+    init_value: float
+    offset: float
+
+    def __post_init__(self):
+        super().__post_init__()
+        object.__setattr__(self, "offset", check_positive("offset", self.offset))
+
+    def __call__(self, count):
+        return self.init_value / (1.0 + int(count) / self.offset)
 
 
 @dataclasses.dataclass(frozen=True)

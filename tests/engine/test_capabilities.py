@@ -11,7 +11,7 @@ from dask_dgd.exceptions import ParameterError
 
 COMMON = dict(batch_size=None, mode="sync", compression=None, has_l1=False)
 EXACT = sorted(n for n, t in SOLVERS.items() if t.exact)
-FIRST_ORDER = sorted(n for n, t in SOLVERS.items() if not t.exact)
+FIRST_ORDER = sorted(n for n, t in SOLVERS.items() if not t.exact and not t.own_rounds)
 
 
 def _resolve(solver, **kw):
@@ -20,8 +20,9 @@ def _resolve(solver, **kw):
 
 
 def test_the_table_has_every_solver():
-    assert set(SOLVERS) == {"lbfgs", "newton", "cd", "als", "gd", "sgd"}
+    assert set(SOLVERS) == {"lbfgs", "newton", "cd", "als", "gd", "sgd", "online"}
     assert EXACT == ["als", "cd", "lbfgs", "newton"] and FIRST_ORDER == ["gd", "sgd"]
+    assert [n for n, t in SOLVERS.items() if t.own_rounds] == ["online"]
 
 
 @pytest.mark.parametrize("solver", EXACT)

@@ -76,8 +76,8 @@ def test_wrong_number_of_features_at_predict():
 @pytest.mark.parametrize(
     "params, message",
     [
-        ({"solver": "bfgs"}, r"The 'solver' parameter of LinearRegression must be one of 'auto', 'cd', 'gd', 'lbfgs', 'newton', 'sgd'; got 'bfgs'"),
-        ({"optimizer": "adamm"}, r"unknown optimizer 'adamm'; expected one of 'adagrad', 'adam', 'adamw', 'lbfgs', 'rmsprop', 'sgd'"),
+        ({"solver": "bfgs"}, r"The 'solver' parameter of LinearRegression must be one of 'auto', 'cd', 'gd', 'lbfgs', 'newton', 'online', 'sgd'; got 'bfgs'"),
+        ({"optimizer": "adamm"}, r"unknown optimizer 'adamm'; expected one of 'adagrad', 'adam', 'adamw', 'lbfgs', 'normalized', 'rmsprop', 'sgd'"),
         ({"optimizer": 3}, r"The 'optimizer' parameter of LinearRegression must be None or an optimizer name"),
         ({"alpha": -1.0}, r"The 'alpha' parameter of LinearRegression must be a float in \[0, inf\); got -1.0"),
         ({"l1_ratio": 1.5}, r"'l1_ratio' parameter .* must be a float in \[0, 1\]; got 1.5"),

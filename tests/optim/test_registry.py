@@ -19,7 +19,7 @@ from dask_dgd.optim import (
 
 
 def test_names():
-    assert OPTIMIZERS == ("adagrad", "adam", "adamw", "lbfgs", "rmsprop", "sgd")
+    assert OPTIMIZERS == ("adagrad", "adam", "adamw", "lbfgs", "normalized", "rmsprop", "sgd")
 
 
 @pytest.mark.parametrize(
@@ -65,7 +65,7 @@ def test_bad_learning_rate():
 def test_unknown_name(name):
     msg = (
         f"unknown optimizer {name!r}; expected one of 'adagrad', 'adam', 'adamw', "
-        "'lbfgs', 'rmsprop', 'sgd' or an optimizer object"
+        "'lbfgs', 'normalized', 'rmsprop', 'sgd' or an optimizer object"
     )
     with pytest.raises(ParameterError, match=f"^{re.escape(msg)}$"):
         get_optimizer(name)

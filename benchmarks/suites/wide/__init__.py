@@ -53,6 +53,13 @@ such: their rows/s per core is per their one core).
   alpha=1e-4: the ``optimal`` schedule is tied to alpha and diverges at 1e-6) on the
   in-memory CSR, one ``partial_fit`` per epoch (the schedule continues across calls),
   held-out logloss after each; median times of ``repeats`` (the other tools run once).
+* **dask_dgd online** (issue 43): ``solver="online"`` (compiled per-row passes on each
+  group, the groups' models averaged every round; ``online_optimizer``: None, the
+  solver's default, plain SGD at Bottou's inverse-time rate, or e.g. "normalized",
+  VW's normalized adaptive rule), unsharded, on the same cluster; and the same fit in process
+  on the driver's CSR (one group, one core: the kernel without Dask).  One fit per
+  ``max_iter`` of 1 ... ``epochs``, each timed from scratch (the solver takes no
+  per-epoch validator), held-out logloss from its result.
 * **Spark MLlib** ``LogisticRegression`` (L-BFGS, ``regParam=alpha``, no
   standardization) on a cached DataFrame of ``SparseVector`` rows built from the CSR
   (conversion and caching excluded, reported apart); one fit per ``maxIter`` of
@@ -88,10 +95,10 @@ import time
 
 from ..._common import one_line, start_cluster, suite_params, why_unimportable
 from .._peers import why_no_spark
-from .dgd import run_dask_dgd, run_dask_dgd_async, run_dask_dgd_lbfgs, worker_columns
+from .dgd import run_dask_dgd, run_dask_dgd_async, run_dask_dgd_lbfgs, run_dask_dgd_online, worker_columns
 from .peers import run_sklearn, run_spark, run_vw, spark_frame
 from .problems import calibrated_intercept, click_log_csr, click_log_dask, reference_losses, vw_lines
-from .report import main_table, objective_verdicts, report, time_to_target, verdicts
+from .report import main_table, objective_verdicts, online_verdicts, report, time_to_target, verdicts
 
 __all__ = ["DESCRIPTION", "NAME", "PEERS", "SIZES", "benchmark", "click_log_csr", "click_log_dask",
            "objective_verdicts", "run"]
@@ -111,6 +118,8 @@ COMMON = dict(
     # SGDClassifier as shipped (its "optimal" schedule is tied to alpha: alpha=1e-6 diverges there)
     sklearn_params=dict(alpha=1e-4),
     vw_args="--loss_function logistic --link logistic --quiet",
+    # solver="online" (issue 43): its rows run when True, with this optimizer
+    online=True, online_optimizer=None,
 )
 SIZES = {
     "tiny": dict(COMMON, rows=4_000, chunk_rows=500, epochs=2, repeats=1, batch_size=1_000, spark_iters=(1, 2),
@@ -166,6 +175,15 @@ def benchmark(p, log):
                 result["runs"].append({"tool": "dask_dgd", "label": f"dask_dgd (param_sharding={sharding})",
                                        "sharding": sharding, "error": one_line(err)})
                 log(f"dask_dgd param_sharding={sharding}: {one_line(err)}")
+        if p["online"]:
+            for in_process in (False, True):
+                try:
+                    result["runs"].append(run_dask_dgd_online(client, data, p, log, in_process=in_process))
+                except Exception as err:  # noqa: BLE001 - reported in its row
+                    tool = "dask_dgd-online-1" if in_process else "dask_dgd-online"
+                    result["runs"].append({"tool": tool, "label": f"dask_dgd online ({tool})", "sharding": False,
+                                           "error": one_line(err)})
+                    log(f"{tool}: {one_line(err)}")
         ladders = (("lbfgs_iters", run_dask_dgd_lbfgs, "dask_dgd-lbfgs", "dask_dgd L-BFGS (param_sharding=True)"),
                    ("async_epochs", run_dask_dgd_async, "dask_dgd-async",
                     "dask_dgd SGD, mode='async' (param_sharding=True)"))
@@ -244,7 +262,7 @@ def benchmark(p, log):
 def run(size, *, repeats=None, log=print, **overrides):
     p = suite_params(NAME, SIZES, size, repeats, overrides)
     result = benchmark(p, log)
-    result["verdicts"] = verdicts(result, p)
+    result["verdicts"] = verdicts(result, p) + online_verdicts(result, p)
     markdown = report(p, result)
     return {
         "title": f"Wide hashed logistic regression: {p['rows']:,}-row click log, 2**{int(math.log2(p['n_features']))} "

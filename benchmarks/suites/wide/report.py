@@ -7,6 +7,10 @@ import numpy as np
 from ..._common import md_table
 
 TARGET_SPARK_SPEEDUP = 10.0
+#: issue 43: per-core rows/s against SGDClassifier, time to its logloss, logloss against VW's
+TARGET_ONLINE_ROWS = 1.0
+TARGET_ONLINE_TIME = 1.0
+TARGET_ONLINE_VW = 1.2
 TARGET_MEMORY_MB = 100.0
 #: bytes per step per worker / (8 bytes x 2 directions x (non-zero columns of its blocks + 1))
 TARGET_BYTES_RATIO = 2.0
@@ -204,6 +208,66 @@ def verdicts(result, p):
     return out
 
 
+def online_verdicts(result, p):
+    """Issue 43's targets for ``solver="online"`` (the 2-worker row; the in-process row
+    is named in the measurement)."""
+    by_tool = {r["tool"]: r for r in result["runs"] if "curve" in r}
+    on, one = by_tool.get("dask_dgd-online"), by_tool.get("dask_dgd-online-1")
+    sk, vw, sp = by_tool.get("scikit-learn"), by_tool.get("vw"), by_tool.get("spark")
+
+    def line(text, met, measured):
+        return f"- {text}: {measured}: **{ {True: 'met', False: 'missed', None: 'undecided'}[met] }**."
+
+    out = []
+    if on is None:
+        return [line("solver='online' (issue 43)", None, "not run")]
+    text = f"online: rows/s per core >= {TARGET_ONLINE_ROWS:g}x SGDClassifier's"
+    if sk is None:
+        out.append(line(text, None, "SGDClassifier not run"))
+    else:
+        ratio = on["rows_per_s_per_core"] / sk["rows_per_s_per_core"]
+        inproc = f"; in process, 1 group: {one['rows_per_s_per_core'] / sk['rows_per_s_per_core']:.2f}x" if one \
+            else ""
+        out.append(line(text, ratio >= TARGET_ONLINE_ROWS,
+                        f"{ratio:.2f}x on {p['workers']} workers ({on['rows_per_s_per_core']:,.0f} vs "
+                        f"{sk['rows_per_s_per_core']:,.0f}){inproc}"))
+        goal = sk["final_logloss"]
+        text = (f"online: time to SGDClassifier's {p['epochs']}-epoch held-out logloss ({goal:.5f}) on "
+                f"{p['workers']} single-threaded workers <= {TARGET_ONLINE_TIME:g}x its time")
+        t = time_to_target(on, goal)
+        if t is None:
+            out.append(line(text, False, f"not reached in {p['epochs']} epochs "
+                                         f"(best {min(c['logloss'] for c in on['curve'][1:]):.5f})"))
+        else:
+            ratio = t / sk["wall"]
+            t1 = time_to_target(one, goal) if one else None
+            inproc = f"; in process, 1 group: {t1 / sk['wall']:.2f}x" if t1 is not None else ""
+            out.append(line(text, ratio <= TARGET_ONLINE_TIME,
+                            f"{ratio:.2f}x ({t:.2f} s against {sk['wall']:.2f} s){inproc}"))
+    text = f"online: >= {TARGET_SPARK_SPEEDUP:g}x faster than Spark MLlib to the suite's target"
+    if sp is None:
+        out.append(line(text, None, "Spark " + result["unavailable"].get("spark", "not run")))
+    elif on["time_to_target"] is None:
+        out.append(line(text, False, "online did not reach the target"))
+    elif sp["time_to_target"] is None:
+        bound = max(c["time"] for c in sp["curve"]) / on["time_to_target"]
+        out.append(line(text, True if bound >= TARGET_SPARK_SPEEDUP else None,
+                        f"Spark did not reach the target; > {bound:.1f}x"))
+    else:
+        ratio = sp["time_to_target"] / on["time_to_target"]
+        out.append(line(text, ratio >= TARGET_SPARK_SPEEDUP,
+                        f"{ratio:.1f}x ({on['time_to_target']:.2f} s against {sp['time_to_target']:.2f} s)"))
+    text = f"online: held-out logloss within {TARGET_ONLINE_VW:g}x of Vowpal Wabbit's after the same passes"
+    if vw is None:
+        out.append(line(text, None, "VW " + result["unavailable"].get("vw", "not run")))
+    else:
+        ratio = on["final_logloss"] / vw["final_logloss"]
+        out.append(line(text, ratio <= TARGET_ONLINE_VW,
+                        f"{ratio:.3f}x ({on['final_logloss']:.5f} against {vw['final_logloss']:.5f} after "
+                        f"{p['epochs']} passes)"))
+    return out
+
+
 def report(p, result):
     """The section of RESULTS.md from the measured ``result`` (also from a saved file)."""
     ref = result["reference"]
@@ -228,4 +292,5 @@ def report(p, result):
                  f"every {p['sample_ms']} ms by a psutil thread. Bytes: median per step over the fit's history, "
                  "divided by the groups (one per worker).")
     return "\n\n".join([head, main_table(result, p), "### dask_dgd: driver memory and bytes per step",
-                        dgd_table(result), " ".join(notes), "### Targets (issue 27)", "\n".join(verdicts(result, p))])
+                        dgd_table(result), " ".join(notes), "### Targets (issue 27)", "\n".join(verdicts(result, p)),
+                        "### Targets (issue 43: solver='online')", "\n".join(online_verdicts(result, p))])

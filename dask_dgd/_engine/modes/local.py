@@ -52,7 +52,8 @@ if TYPE_CHECKING:
     #: A round's compression: ``(compressor, seed, round, the driver's EF21 payload count)``.
     RoundCompression: TypeAlias = "tuple[Compressor, tuple[int, ...], int, int]"
 
-__all__ = ["LocalSGD", "diverged_loss", "group_round", "round_first", "round_partial"]
+__all__ = ["LocalSGD", "check_round_estimate", "compress_round", "diverged_loss", "group_round", "round_first",
+           "round_partial"]
 
 
 def round_partial(params_sum: np.ndarray | Compressed, weight: float, first: Partial, dt: float, wall0: float,
@@ -111,7 +112,7 @@ def group_round(shard: Shard, scratch: GroupMemory, objective: TrainingObjective
     the first batch's loss)."""
     wall0, t0 = time.time(), time.perf_counter()
     if compression is not None and compression[0].accumulates:
-        _check_round_estimate(scratch, compression[3])
+        check_round_estimate(scratch, compression[3])
     state = None if reset else scratch.modes.get("round")
     if state is None:
         state = rule.optimizer.init(params)
@@ -146,14 +147,14 @@ def group_round(shard: Shard, scratch: GroupMemory, objective: TrainingObjective
     sent: np.ndarray | Compressed = total * p
     # (first: set, a round has at least one draw; a compressed round sends no first-batch gradient)
     if compression is not None and finite:
-        sent = _compress_round(shard, scratch, compression, objective, total * (p - params))
+        sent = compress_round(shard, scratch, compression, objective, total * (p - params))
         first = Partial(first.loss_sum, None, first.weight_sum, 0.0, 0.0, extras=first.extras)  # type: ignore[union-attr, arg-type]
     inject_faults(t0)
     dt = time.perf_counter() - t0
     return round_partial(sent, total, first, dt, wall0, finite, value)  # type: ignore[arg-type]
 
 
-def _check_round_estimate(scratch: GroupMemory, count: int) -> None:
+def check_round_estimate(scratch: GroupMemory, count: int) -> None:
     """Raise StaleState unless the group's EF21 estimate has ``count`` payloads behind it
     (``count=0``: it starts afresh)."""
     if count == 0:
@@ -162,7 +163,7 @@ def _check_round_estimate(scratch: GroupMemory, count: int) -> None:
     check_payload_count(scratch.modes.get("round_compression"), count, "the group's round")
 
 
-def _compress_round(shard: Shard, scratch: GroupMemory, compression: RoundCompression, objective: TrainingObjective,
+def compress_round(shard: Shard, scratch: GroupMemory, compression: RoundCompression, objective: TrainingObjective,
                     change: np.ndarray) -> Compressed:
     """A group's round change compressed with its memory (see :func:`group_round`)."""
     comp, seed, round_, _ = compression
@@ -190,7 +191,7 @@ class LocalSGD(Solver):
 
     #: the group memory's names (``GroupMemory.modes``) a checkpoint keeps: the optimizer
     #: state between rounds and the round's compression memory
-    group_state = ("round", "round_compression")
+    group_state: tuple[str, ...] = ("round", "round_compression")
 
     @classmethod
     def build(cls, ctx: FitContext, settings: Settings) -> LocalSGD:
@@ -260,10 +261,7 @@ class LocalSGD(Solver):
         for attempt in range(2):
             compression = None if comp is None else (comp, tuple(ctx.seed), self.rounds, self.ef_count)
             try:
-                total = coll.reduce_groups(group_round, obj, rule, self.params, self.reset, draws, local,
-                                           self.guard.limit(batch=True), compression, split_every=src.split_every,
-                                           step=src.n_steps + (local is None),  # the round's record number
-                                           size=obj.n_params)
+                total = self._round(rule, draws, local, compression)
                 break
             except StaleState:  # a group lost its estimate: all start afresh
                 if attempt:
@@ -272,9 +270,8 @@ class LocalSGD(Solver):
                 self.ef_count = 0
         wall1 = time.time()
         weight = total.weight_sum
-        smooth, _ = obj.finish(round_first(total, obj.n_params), self.params)
-        value = smooth + obj.l1_value(self.params)  # the round's objective, at the broadcast parameters
-        lr = self.optimizer.learning_rate_at(self.local_count)  # the groups' first local step
+        value = self._round_value(total)  # the round's objective, at the broadcast parameters
+        lr = self._round_rate(total)
         where = f"in round {self.rounds + 1}"
         start_bad = not math.isfinite(value) or self.guard.exploded(value, where=where, learning_rate=lr)
         finite = total.extras["nonfinite"] == 0 and not start_bad
@@ -288,9 +285,7 @@ class LocalSGD(Solver):
                 self.estimate[:] = 0.0
                 self.ef_count = 0
         if finite and weight > 0:
-            avg = change / weight  # summed in the fixed tree over the groups
-            if comp is not None:  # the groups sent their weighted changes
-                avg = self.params + avg
+            avg = self._average(total, change, weight)
             finite = bool(np.all(np.isfinite(avg)))
         elif finite:  # the round drew only zero-weight rows: no information, no move
             avg = self.params
@@ -323,7 +318,7 @@ class LocalSGD(Solver):
             src.n_steps += 1
         n_groups, traffic = ctx.shards.n_groups, coll.last_traffic
         n_bytes = 8 * obj.n_params * n_groups
-        up = (n_bytes, n_bytes) if comp is None else (traffic["bytes_up_raw"], traffic["bytes_up"])
+        up = self._bytes_up(traffic, n_bytes)
         record = make_record(
             step=src.n_steps, iteration=-(-self._steps_after(self.rounds) // self.steps_per_epoch), loss=self.value,
             grad_norm=float(np.linalg.norm(delta)), step_size=lr,
@@ -335,20 +330,55 @@ class LocalSGD(Solver):
         self.params = new_params
         return Outcome([record])
 
+    def _round(self, rule: UpdateRule, draws: list[Draw | None], local: LocalUpdate | None,
+               compression: RoundCompression | None) -> Partial:
+        """The round on every group, summed in the groups' tree (:func:`group_round`)."""
+        src, obj = self.ctx.source, self.ctx.objective
+        return self.ctx.shards.collective.reduce_groups(
+            group_round, obj, rule, self.params, self.reset, draws, local, self.guard.limit(batch=True), compression,
+            split_every=src.split_every, step=src.n_steps + (local is None),  # the round's record number
+            size=obj.n_params)
+
+    def _round_value(self, total: Partial) -> float:
+        """The round's objective at the broadcast parameters: the groups' first local batches'."""
+        obj = self.ctx.objective
+        smooth, _ = obj.finish(round_first(total, obj.n_params), self.params)
+        return smooth + obj.l1_value(self.params)
+
+    def _average(self, total: Partial, change: np.ndarray, weight: float) -> np.ndarray:
+        """The new parameters from the summed answers (``change``: the weighted final
+        parameters, or with compression the weighted changes; ``weight`` their weight)."""
+        avg = change / weight  # summed in the fixed tree over the groups
+        if self.ctx.compressor is not None:  # the groups sent their weighted changes
+            avg = self.params + avg
+        return avg
+
+    def _bytes_up(self, traffic: dict[str, Any], n_bytes: int) -> tuple[int, int]:
+        """The round's bytes up the tree, ``(raw, as sent)``."""
+        return (n_bytes, n_bytes) if self.ctx.compressor is None else (traffic["bytes_up_raw"], traffic["bytes_up"])
+
+    #: the mode's name in divergence messages
+    label = "local SGD"
+
     def _divergence(self, total: Partial, value: float, where: str, start_bad: bool) -> str:
         """What diverged in the round ``where``, for the guard's messages: the round's
         objective ``value`` at the broadcast parameters when that exploded
         (``start_bad``), else the local objective at which the groups stopped (``value``,
         the starting point, was fine then), else the averaged parameters."""
         if start_bad:
-            return f"local SGD diverged {where} (loss={value} at the round's starting parameters)"
+            return f"{self.label} diverged {where} (loss={value} at the round's starting parameters)"
         loss, count = diverged_loss(total)
         if count:
             n = self.ctx.shards.n_groups
             what = (f"the mean of the local objectives at which {count} of {n} groups stopped" if count > 1 else
                     f"the local objective at which {'the group' if n == 1 else f'1 of {n} groups'} stopped")
-            return f"local SGD diverged {where} (loss={loss}: {what}, from {value} at the round's start)"
-        return f"local SGD diverged {where}: the averaged parameters are not finite (loss={value} at the round's start)"
+            return f"{self.label} diverged {where} (loss={loss}: {what}, from {value} at the round's start)"
+        return (f"{self.label} diverged {where}: the averaged parameters are not finite (loss={value} at the "
+                "round's start)")
+
+    def _round_rate(self, total: Partial) -> float:
+        """The learning rate the round's record and divergence advice name: the groups' first local step's."""
+        return self.optimizer.learning_rate_at(self.local_count)
 
     @property
     def iterations(self) -> int:

@@ -233,16 +233,18 @@ class Collective:
         return tree.root(self._reduce(fn, (*args, tree), tree, leaf=False))
 
     def reduce_groups(self, fn: Callable[..., Any], *args: Any, split_every: int, step: int | None = None,
-                      size: int | None = None) -> Partial:
+                      size: int | None = None, dense: bool = True) -> Partial:
         """``fn(shard, scratch, *args)`` on every group, each answering one
         :class:`~.reduce.Partial`, summed in the tree of fan-in ``split_every`` over the
         groups in group order (so the sum does not depend on where it is taken).
         ``step``: the fit's number of this round, named if it fails; ``size``: the
-        gradient's length (needed when the groups answer compressed)."""
+        gradient's length (needed when the groups answer compressed); ``dense=False``: a
+        sum of sparse answers comes back a :class:`~.reduce.SparseVector` where it still is
+        one (see :meth:`~.reduce.BlockTree.root`)."""
         if step is not None:
             self.step = step
         tree = BlockTree(self.shards.n_groups, split_every, size=size)
-        return tree.root(self._reduce(fn, args, tree, leaf=True))
+        return tree.root(self._reduce(fn, args, tree, leaf=True), dense=dense)
 
     def _reduce(self, fn: Callable[..., Any], args: tuple[Any, ...], tree: BlockTree,
                 leaf: bool) -> dict[NodeKey, Partial]:

@@ -359,8 +359,10 @@ class BlockTree:
             merged.update(d)
         return self.complete(merged)
 
-    def root(self, nodes: Mapping[NodeKey, Partial]) -> Partial:
-        """The root's Partial (a dense gradient); raises if some block's sums are missing."""
+    def root(self, nodes: Mapping[NodeKey, Partial], dense: bool = True) -> Partial:
+        """The root's Partial (a dense gradient, unless ``dense`` is False: then a sparse
+        sum stays a :class:`SparseVector` where it is one); raises if some block's sums are
+        missing."""
         top = (len(self.levels) - 1, 0)
         if top not in nodes:
             raise RuntimeError(
@@ -368,6 +370,8 @@ class BlockTree:
                 f"root of {self.n_blocks} blocks"
             )
         node = nodes[top]
+        if not dense and isinstance(node.grad_sum, SparseVector):
+            return node
         if not isinstance(node.grad_sum, np.ndarray):  # a single leaf, still compact
             node = add_partials(node, size=self.size)
         return node

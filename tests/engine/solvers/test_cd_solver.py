@@ -313,7 +313,7 @@ def test_bad_settings_are_refused(boston, kw, message):
 def test_train_names_cd_among_the_solvers(boston):
     X, y = boston
     with pytest.raises(ParameterError, match=r"solver must be one of \('auto', 'lbfgs', 'newton', 'cd', 'als', 'gd', "
-                                             r"'sgd'\); got 'irls'"):
+                                             r"'sgd', 'online'\); got 'irls'"):
         train(LinearObjective(HalfSquaredError(), X.shape[1]), (X, y), solver="irls")
     result = train(LinearObjective(HalfSquaredError(), X.shape[1]), (X, y), penalty=Penalty(0.05, 1.0), tol=1e-10)
     assert result.solver == "cd" and result.converged

@@ -1,0 +1,290 @@
+"""``solver="online"``: compiled local epochs on the groups, averaged each round.
+
+Each round broadcasts the parameters; every group runs, in one compiled kernel
+(:mod:`dask_dgd.losses._online`, Numba, ``nogil``), per-row SGD over all its rows
+(``batch_size=None``: one pass, blocks in index order, each block's rows in an order
+seeded by ``(seed, ONLINE_TAG, round, block)``), or ``local_steps`` micro-batch updates
+on its shares of the synchronous mode's mini-batches (``batch_size`` given: the same
+draws as ``solver="sgd"``, so one group with plain SGD takes the synchronous steps).
+A row costs O(nnz): the L2 decay is a running scale (plain SGD) or lazy per entry at
+the entry's own adaptive rate (the adaptive rules: their fixed point is the penalised
+optimum), the rule's per-feature state
+(AdaGrad accumulators, the normalized rule's feature scales) stays on the group
+between rounds, and the group sends only the entries its rows touched.
+
+The groups' models are then averaged in the groups' fixed tree (Vowpal Wabbit's
+AllReduce recipe): by sample weight for plain SGD (as local SGD), entry by entry by the
+groups' summed squared gradients for the adaptive rules.  Everything else (the guard
+and its backoff, the round records, the epoch stopper, checkpoints of the groups'
+state, retries after a lost worker) is local SGD's (:class:`~.local.LocalSGD`).
+
+A fit is deterministic for a given placement: row orders are seeded, the kernel's
+operations are in a fixed order, and the groups' sums are taken in the fixed tree.
+A retried round (after a lost worker) starts each surviving group again from the rule
+state it had at the round's start, so the survivors give the same bits.  Another
+grouping (more workers) gives another fit, as local SGD.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from ...exceptions import ParameterError
+from ...losses._online import OnlinePass, OnlineRule, average_changes
+from ...optim import InverseScaling, InverseTime, Schedule
+from ..objective import LIPSCHITZ_SAMPLE_ROWS, gather_sample
+from ..runtime.faults import inject_faults
+from ..runtime.records import Bytes, Timing, make_record
+from ..runtime.reduce import Partial, SparseVector
+from ..solvers.base import Outcome
+from ..update import initial_divergence
+from .local import LocalSGD, check_round_estimate, compress_round, round_partial
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+    from ...optim import FirstOrderOptimizer
+    from ..data.blocks import Shard
+    from ..objective import LinearTraining
+    from ..protocols import FitContext
+    from ..runtime.group_steps import Draw, GroupMemory, LocalUpdate
+    from ..runtime.reduce import Compressed
+    from ..solvers.base import Settings
+    from ..update import UpdateRule
+    from .local import RoundCompression
+
+__all__ = ["ONLINE_TAG", "OnlineEpochs", "group_pass", "online_rule"]
+
+#: Stream tag of the per-round row orders (apart from the mini-batch and compression draws).
+ONLINE_TAG = 104729
+
+
+def online_rule(optimizer: FirstOrderOptimizer) -> OnlineRule:
+    """The compiled passes' rule of ``optimizer`` (its ``online_rule`` trait and
+    learning rate: a float, a :class:`~dask_dgd.optim.Constant`, an
+    :class:`~dask_dgd.optim.InverseScaling` or an :class:`~dask_dgd.optim.InverseTime`
+    schedule)."""
+    name = optimizer.online_rule
+    if name is None:
+        raise ParameterError(f"optimizer {optimizer!r} has no per-row rule for solver='online'")
+    lr = optimizer.learning_rate  # type: ignore[attr-defined]  # (every first-order optimizer has one)
+    t0 = 1.0
+    if isinstance(lr, InverseScaling):
+        eta0, power_t = lr.init_value, lr.power_t
+    elif isinstance(lr, InverseTime):
+        eta0, power_t, t0 = lr.init_value, 1.0, lr.offset
+    else:
+        eta0, power_t = float(lr(0)) if isinstance(lr, Schedule) else float(lr), 0.0
+    a0 = float(getattr(optimizer, "initial_accumulator_value", 0.0)) if name == "adagrad" else 0.0
+    eps = float(getattr(optimizer, "eps", 0.0)) if name == "adagrad" else 0.0
+    return OnlineRule(name, float(eta0), float(power_t), a0, eps, float(t0))
+
+
+def _draw_rows(shard: Shard, draw: Draw) -> list[tuple[Any, np.ndarray]]:
+    """The group's blocks and rows of ``draw`` (as :meth:`LinearTraining.group_sums` draws them)."""
+    out = []
+    for b in shard.blocks:
+        k = int(draw.take[b.index])  # type: ignore[index]  # (RowBatches' draws: an allocation per block)
+        if k == 0:
+            continue
+        rng = np.random.default_rng([*draw.seed, draw.step, b.index])
+        out.append((b, np.sort(rng.choice(b.n_rows, size=k, replace=False))))
+    return out
+
+
+def group_pass(shard: Shard, scratch: GroupMemory, objective: LinearTraining, rule: OnlineRule, params: np.ndarray,
+               reset: bool, round_: int, draws: Sequence[Draw] | None, seed: tuple[int, ...],
+               limit: float = math.inf, compression: RoundCompression | None = None) -> Partial:
+    """One round on this group (worker side): a pass over its rows (``draws`` None) or
+    one micro-batch update per draw, from ``params``; the rule state from the group's
+    previous round is in ``scratch.modes["online"]`` (``reset``: start it afresh).
+
+    Answers a :class:`~..runtime.reduce.Partial` (as :func:`~.local.round_partial`)
+    whose gradient is the group's change, sparse: ``n_g * delta`` (plain SGD) or
+    ``[cw * delta, cw]`` (adaptive rules), with ``extras["scale"] = n_g * sigma``
+    and the progressive loss sums.  A non-finite row loss or a progressive mean above
+    ``limit`` stops the pass: the group diverged.  ``compression`` (plain SGD's
+    sample-weighted changes only): the change ``n_g * delta`` is sent compressed, with
+    the compressor's memory in ``scratch`` as local SGD's rounds keep it."""
+    wall0, t0 = time.time(), time.perf_counter()
+    if compression is not None and compression[0].accumulates:
+        check_round_estimate(scratch, compression[3])
+    memory = None if reset else scratch.modes.get("online")
+    restarted = memory is None and not reset and round_ > 0
+    if memory is not None and memory["round"] == round_:  # a retry of this round: from its start again
+        state = memory["start"]
+    else:
+        state = None if memory is None else memory["state"]
+    obj = objective.objective
+    buffers = scratch.objective.setdefault("online", {})
+    p = OnlinePass(obj, objective.penalty_spec.l2_strength, rule, params, state=state, buffers=buffers,
+                   micro=1 if draws is None else 0, limit=limit)
+    status = 0
+    if draws is None:
+        for b in sorted(shard.blocks, key=lambda blk: blk.index):
+            order = np.random.default_rng([*seed, ONLINE_TAG, round_, b.index]).permutation(b.n_rows)
+            status = p.block(b.X, b.y, b.sample_weight, order)
+            if status:
+                break
+    else:
+        for draw in draws:
+            parts = _draw_rows(shard, draw)
+            for j, (b, rows) in enumerate(parts):
+                status = p.block(b.X, b.y, b.sample_weight, rows, apply_last=j == len(parts) - 1)
+                if status:
+                    break
+            if status:
+                break
+    change = p.finish()
+    scratch.modes["online"] = {"round": round_, "start": state, "state": p.state}
+    n, weight = obj.n_params, change.weight_sum
+    finite = status == 0
+    if compression is not None and finite:  # (only with the sample-weighted average: resolve_solver)
+        dense = np.zeros(n)
+        dense[change.idx] = weight * change.delta
+        sent: SparseVector | Compressed = compress_round(shard, scratch, compression, objective, dense)
+    elif rule.average == "samples":
+        sent = SparseVector(change.idx, weight * change.delta, n)
+    else:
+        sent = SparseVector(np.concatenate([change.idx, change.idx + n]),
+                            np.concatenate([change.cw * change.delta, change.cw]), 2 * n)
+    mean = change.loss_sum / weight if weight > 0 else math.nan
+    first = Partial(change.first_loss, None, change.first_weight, 0.0, 0.0)  # type: ignore[arg-type]  # (no gradient)
+    inject_faults(t0)
+    dt = time.perf_counter() - t0
+    part = round_partial(sent, weight, first, dt, wall0, finite,  # type: ignore[arg-type]  # (a sparse sum: summed as any)
+                         mean if status == 2 else math.nan)
+    part.extras.update(scale=weight * change.sigma, rate=rule.rate(p.state["t"]), progressive=change.loss_sum,
+                       progressive_weight=weight,
+                       updates=float(change.updates), restarted=1.0 if restarted else 0.0,
+                       bad_rows=1.0 if status == 1 else 0.0)
+    return part
+
+
+class OnlineEpochs(LocalSGD):
+    """``solver="online"``'s rounds (see the module docstring): local SGD's loop with
+    compiled passes on the groups.
+
+    An epoch is one pass over the rows (``batch_size`` None: one round), or
+    ``steps_per_epoch`` micro-batches per group as in local SGD.  The round's
+    objective is the groups' progressive mean loss (each row scored before its update)
+    plus the penalty at the broadcast parameters (pass order), or the first
+    micro-batches' loss (draw order, as local SGD)."""
+
+    group_state = ("online", "round_compression")
+    label = "online SGD"
+
+    @classmethod
+    def build(cls, ctx: FitContext, settings: Settings) -> OnlineEpochs:
+        steps = 1 if ctx.batching is None else settings.local_steps
+        return cls(ctx, settings.params0, settings.optimizer, local_steps=steps)
+
+    @property
+    def pass_order(self) -> bool:
+        return self.ctx.batching is None
+
+    def start(self) -> Outcome:
+        if not self.pass_order:  # the synchronous first step (the draws' parity with solver="sgd")
+            return super().start()
+        return self._sample_start()
+
+    def _sample_start(self) -> Outcome:
+        """The start without a distributed pass: the objective on an even sample of rows
+        (the guard's reference and record 0), and ``learning_rate="auto"``."""
+        ctx, src = self.ctx, self.ctx.source
+        obj = ctx.objective
+        lin = obj.objective  # type: ignore[attr-defined]  # (the support rule: a linear model)
+        t0 = time.perf_counter()
+        sample = gather_sample(ctx.shards, LIPSCHITZ_SAMPLE_ROWS)
+        if sample is None:
+            raise ParameterError("solver='online' needs rows to train on; the data has none")
+        X, y, w = sample
+        with np.errstate(all="ignore"):  # (the loss only: no gradient pass over the d columns)
+            raw = lin.raw_prediction(self.params, X)  # (offset columns included)
+            losses, _ = lin.loss.loss_gradient(y, np.asarray(raw), np)
+        weight = float(np.sum(w))
+        pen = self._penalty_value(self.params)
+        value = float(np.asarray(losses).ravel() @ w) / weight + pen if weight > 0 else pen
+        if not math.isfinite(value):
+            obj.check_data(ctx.shards)  # names the block with NaN or inf, if one has
+            raise initial_divergence(value)
+        if ctx.learning_rate == "auto" and self.optimizer.online_rule == "sgd":
+            eta, lam = self._auto_rate(X, obj), obj.penalty_spec.l2_strength
+            # Bottou's rate for an L2-strongly convex objective: the safe step first, then 1 / (lam t)
+            self.optimizer = self.optimizer.with_learning_rate(InverseTime(eta, 1.0 / (eta * lam)) if lam > 0 else eta)
+        self.guard.start(value)
+        self.step0 = src.n_steps
+        record = make_record(step=src.n_steps, iteration=0, loss=value, grad_norm=math.nan, step_size=None,
+                             timing=Timing(time.perf_counter() - t0, 0.0, 0.0), n_samples=weight,
+                             updates_per_group=(0,) * ctx.shards.n_groups, nbytes=Bytes(0, 0, 0))
+        return Outcome([record])
+
+    def _auto_rate(self, X: Any, obj: Any) -> float:
+        """Per-row SGD's safe step: 1 / (the loss's curvature bound x the largest squared
+        row norm of the sample + the L2 strength)."""
+        curvature = getattr(obj.objective.loss, "curvature_bound", None)
+        if curvature is None:
+            raise ParameterError(
+                f"learning_rate='auto' with optimizer='sgd' needs a loss with a curvature bound; "
+                f"{type(obj.objective.loss).__name__} has none: pass a learning rate, or use optimizer='normalized'"
+            )
+        sq = X.multiply(X).sum(axis=1) if hasattr(X, "multiply") else np.einsum("ij,ij->i", X, X)
+        top = float(np.max(sq)) + float(obj.objective.fit_intercept)
+        return 1.0 / (curvature * max(top, 1e-12) + obj.penalty_spec.l2_strength)
+
+    def _round(self, rule: UpdateRule, draws: list[Draw | None], local: LocalUpdate | None,
+               compression: RoundCompression | None) -> Partial:
+        ctx, src, obj = self.ctx, self.ctx.source, self.ctx.objective
+        self.rule = online_rule(self.optimizer)
+        size = obj.n_params * (1 if self.rule.average == "samples" else 2)
+        total = ctx.shards.collective.reduce_groups(
+            group_pass, obj, self.rule, self.params, self.reset, self.rounds, None if self.pass_order else draws,
+            tuple(ctx.seed), self.guard.limit(batch=True), compression, split_every=src.split_every,
+            step=src.n_steps + 1, size=size, dense=compression is not None)
+        if total.extras.get("bad_rows", 0.0) > 0:  # a row's loss was not finite: name the block if its data is bad
+            obj.check_data(ctx.shards)
+        return total
+
+    def _round_rate(self, total: Partial) -> float:
+        """The groups' mean base rate at their last update (the rate falls per row, not per round)."""
+        return total.extras["rate"] / self.ctx.shards.n_groups
+
+    def _round_value(self, total: Partial) -> float:
+        if not self.pass_order:
+            return super()._round_value(total)
+        weight = total.extras["progressive_weight"]
+        pen = self._penalty_value(self.params)
+        return total.extras["progressive"] / weight + pen if weight > 0 else pen
+
+    def _penalty_value(self, params: np.ndarray) -> float:
+        """The L2 penalty at ``params`` (as ``Penalty.smooth_value_gradient``'s value, without its gradient)."""
+        obj = self.ctx.objective
+        strength = obj.penalty_spec.l2_strength  # type: ignore[attr-defined]  # (a linear model's)
+        if strength == 0.0:
+            return 0.0
+        coef = params[: self._n_pen]
+        return 0.5 * strength * float(coef @ coef)
+
+    @property
+    def _n_pen(self) -> int:
+        lin = self.ctx.objective.objective  # type: ignore[attr-defined]  # (a linear model's)
+        return int(lin.n_features * lin.n_outputs)
+
+    def _average(self, total: Partial, change: Any, weight: float) -> np.ndarray:
+        if isinstance(change, SparseVector):
+            idx, values = change.entries()
+        else:  # (the groups' entries covered more than half the vector: summed dense)
+            idx = np.flatnonzero(change)
+            values = change[idx]
+        return average_changes(self.params, self._n_pen, self.rule.average, idx, values, weight,
+                               total.extras["scale"])
+
+    def _bytes_up(self, traffic: dict[str, Any], n_bytes: int) -> tuple[int, int]:
+        if self.ctx.compressor is not None:
+            return super()._bytes_up(traffic, n_bytes)
+        sent = int(traffic.get("bytes_up", 0)) or n_bytes
+        return sent, sent
