@@ -137,11 +137,15 @@ class OnlinePass:
     keeps its O(n_params) work arrays in between rounds; ``micro`` rows per update (1:
     per row, importance-weighted steps ``w_i g_i x_i``; 0: one update at each
     ``apply_last``; otherwise mean gradients of ``micro`` rows); ``limit``: a
-    progressive mean loss above it stops the pass (status 2)."""
+    progressive mean loss above it stops the pass (status 2); ``weight_scale``: the
+    sample weights are multiplied by it (the data's rows over its total weight: weights
+    of mean 1, so that the per-row steps' L2 decay, ``eta * lam`` a row whatever its
+    weight, is the weighted mean loss's penalty; means and averages do not change).
+    The weight sums of :meth:`finish` are in the data's own units."""
 
     def __init__(self, objective: Any, l2: float, rule: OnlineRule, params: np.ndarray, *,
                  state: dict[str, Any] | None = None, buffers: dict[str, Any] | None = None, micro: int = 1,
-                 limit: float = math.inf) -> None:
+                 limit: float = math.inf, weight_scale: float = 1.0) -> None:
         reason = supports(objective.loss)
         if reason is not None:
             raise ParameterError(reason)
@@ -183,6 +187,8 @@ class OnlinePass:
         hp = np.zeros(mod.N_HYPER)
         hp[mod.H_ETA0], hp[mod.H_POWER_T], hp[mod.H_LAM] = rule.eta0, rule.power_t, float(l2)
         hp[mod.H_LIMIT], hp[mod.H_EPS], hp[mod.H_T0] = limit, rule.eps, rule.t0
+        hp[mod.H_WSCALE] = weight_scale
+        self.weight_scale = float(weight_scale)
         self.hp = hp
         ip = np.zeros(mod.N_INTS, np.int64)
         ip[mod.I_CODE], ip[mod.I_K], ip[mod.I_RULE] = objective.loss.fused_code, self.K, rule.code
@@ -270,8 +276,15 @@ class OnlinePass:
         delta = w - np.where(pen, sigma, 1.0) * self.w0[idx]
         cw = self.E[idx, mod.C_CW] if self.rule.adaptive else np.zeros(0)
         b["rmark"][idx] = 0
-        return RoundChange(idx, delta, cw, sigma, float(st[mod.S_LOSS]), float(st[mod.S_WEIGHT]),
-                           float(st[mod.S_FIRST_LOSS]), float(st[mod.S_FIRST_WEIGHT]),
+        nt = int(st[mod.S_NT])  # a micro-batch left open by a stopped pass: its buffers clean for the next
+        if nt:
+            open_ = self.touched[:nt]
+            self.gbuf[open_] = 0.0
+            self.mark[open_] = 0
+            st[mod.S_NT] = 0
+        ws = self.weight_scale
+        return RoundChange(idx, delta, cw, sigma, float(st[mod.S_LOSS]) / ws, float(st[mod.S_WEIGHT]) / ws,
+                           float(st[mod.S_FIRST_LOSS]) / ws, float(st[mod.S_FIRST_WEIGHT]) / ws,
                            int(st[mod.S_T]) - self.t_start)
 
 

@@ -59,8 +59,8 @@ S_SCALE, S_FOLD, S_T, S_N, S_LOSS, S_WEIGHT, S_FIRST_LOSS, S_FIRST_WEIGHT = 0, 1
 S_NT, S_NRT, S_OPEN_W, S_WSUM, S_OPEN_ROWS, S_OPEN_LOSS, S_HAVE_FIRST = 8, 9, 10, 11, 12, 13, 14
 N_STATE = 15
 # hp: hyper-parameters
-H_ETA0, H_POWER_T, H_LAM, H_LIMIT, H_EPS, H_T0 = 0, 1, 2, 3, 4, 5
-N_HYPER = 6
+H_ETA0, H_POWER_T, H_LAM, H_LIMIT, H_EPS, H_T0, H_WSCALE = 0, 1, 2, 3, 4, 5, 6
+N_HYPER = 7
 # ip: settings
 I_CODE, I_K, I_RULE, I_INTERCEPT, I_MICRO, I_OFFSET = 0, 1, 2, 3, 4, 5
 N_INTS = 6
@@ -177,7 +177,7 @@ def pass_rows(is_csr, indptr, indices, data, X, colidx, rows, y, sw, has_weights
                 ridx = colidx
                 rval = X[i]
             m = ridx.shape[0]
-            wi = sw[i] if has_weights else 1.0
+            wi = sw[i] * hp[H_WSCALE] if has_weights else 1.0
             if rule == RULE_NORMALIZED:
                 nsum = 1.0 if fi else 0.0
                 for q in range(m):
