@@ -381,7 +381,7 @@ def resolve_solver(solver: str, optimizer: str | Optimizer | None, *, batch_size
     if traits.optimizer == "lbfgs":
         return solver, opt or LBFGS()
     opt = first_order_optimizer(opt, has_l1=has_l1, learning_rate=learning_rate, default=traits.default_optimizer)
-    if traits.optimizer == "online" and opt.online_rule is None:  # (the learning rate applied: a schedule it cannot run)
+    if traits.optimizer == "online" and opt.online_rule is None:  # (with the learning rate: a schedule it cannot run)
         _check_solver(solver, traits, opt, batch_size=batch_size, has_l1=has_l1, objective=objective)
     if traits.own_rounds and compression is not None:
         _check_online_compression(solver, opt, compression)

@@ -324,7 +324,8 @@ class LocalSGD(Solver):
             grad_norm=float(np.linalg.norm(delta)), step_size=lr,
             timing=Timing(self._last_end - t0, total.time_max, total.time_min, total.start_max - wall0,
                           wall1 - total.end_max, update_time, driver_cpu_time=time.process_time() - cpu0),
-            n_samples=weight, updates_per_group=self._updates_per_group(total, n_local), nbytes=Bytes(up[0], up[1], n_bytes),
+            n_samples=weight, updates_per_group=self._updates_per_group(total, n_local),
+            nbytes=Bytes(up[0], up[1], n_bytes),
             route=Route.of(traffic),
         )
         self.params = new_params
