@@ -396,7 +396,7 @@ def _check_online_compression(name: str, opt: Optimizer, compression: str | Comp
     if opt.online_rule != "sgd":  # type: ignore[union-attr]  # (first-order: resolved above)
         raise ParameterError(
             f"solver={name!r} compresses the round changes of optimizer='sgd' only (models averaged by sample "
-            f"weight); the {opt.online_rule!r} rule averages them entry by entry with its accumulated squared "  # type: ignore[union-attr]
+            f"weight); the {opt.online_rule!r} rule averages them entry by entry by the round's squared "  # type: ignore[union-attr]
             "gradients, sent uncompressed: pass optimizer='sgd' or drop compression"
         )
     comp = get_compressor(compression)

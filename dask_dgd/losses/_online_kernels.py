@@ -42,9 +42,10 @@ updates done), it decays by ``(1 - eta_e * lam)**(t - last)`` with its rate now
 (``eta_e = eta / (sqrt(acc[e]) + eps)``; normalized ``nag / (xmax[r] * sqrt(acc[e]))``,
 its current ``sqrt(W / N)`` and ``xmax`` factors: an approximation of the rates the
 skipped steps had), and at a round's end the touched entries catch up to its last step
-(:func:`catch_up_touched`).  The fixed point then has ``E[g_e] + lam * w_e = 0``: the
-penalised optimum (a decay at the base rate, as the running scale would be, stops
-short of it wherever ``eta_e`` differs from ``eta``).
+(:func:`catch_up_touched`).  The fixed point of per-row passes then has
+``E[g_e] + lam * w_e = 0``: the penalised optimum (a decay at the base rate, as the
+running scale would be, stops short of it wherever ``eta_e`` differs from ``eta``);
+see :mod:`._online` for the cases that still stop short.
 """
 
 import math

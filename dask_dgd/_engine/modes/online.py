@@ -7,8 +7,9 @@ seeded by ``(seed, ONLINE_TAG, round, block)``), or ``local_steps`` micro-batch 
 on its shares of the synchronous mode's mini-batches (``batch_size`` given: the same
 draws as ``solver="sgd"``, so one group with plain SGD takes the synchronous steps).
 A row costs O(nnz): the L2 decay is a running scale (plain SGD) or lazy per entry at
-the entry's own adaptive rate (the adaptive rules: their fixed point is the penalised
-optimum), the rule's per-feature state
+the entry's own adaptive rate (the adaptive rules: the fixed point of per-row passes
+is the penalised optimum; :mod:`~dask_dgd.losses._online` names where it is not yet),
+the rule's per-feature state
 (AdaGrad accumulators, the normalized rule's feature scales) stays on the group
 between rounds, and the group sends only the entries its rows touched.
 

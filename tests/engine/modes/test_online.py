@@ -234,7 +234,7 @@ def test_what_v1_does_not_do_is_refused_in_the_tables_words():
              r"mode='sync', not mode='local'")
     _refused(LogisticRegression(solver="online", optimizer="normalized", compression="topk:0.1"),
              r"solver='online' compresses the round changes of optimizer='sgd' only \(models averaged by sample "
-             r"weight\); the 'normalized' rule averages them entry by entry with its accumulated squared gradients, "
+             r"weight\); the 'normalized' rule averages them entry by entry by the round's squared gradients, "
              r"sent uncompressed: pass optimizer='sgd' or drop compression")
     # residual error feedback sends twice what the next pass moves again: the objective
     # rose from the third round on a 6,000 x 200 logistic fit (EF21 and none did not)
