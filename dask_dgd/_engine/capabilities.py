@@ -27,7 +27,8 @@ from typing import TYPE_CHECKING, cast
 
 from ..compression import get_compressor
 from ..exceptions import ParameterError
-from ..optim import LBFGS, get_optimizer
+from ..optim import LBFGS, Schedule, get_optimizer
+from ..optim._first_order import ONLINE_SCHEDULES
 from .objective import LinearTraining
 from .solvers.newton import cd_max_params, cd_model_params, cd_support, newton_support
 
@@ -262,12 +263,13 @@ ONLINE_AUTO_ROWS = 100_000
 
 def online_auto(*, opt: Optimizer | None, batch_size: int | None, mode: str, compression: str | Compressor | None,
                 has_l1: bool, objective: TrainingObjective | None, early_stopping: bool, sparse: bool,
-                n_rows: int | None) -> bool:
+                n_rows: int | None, learning_rate: float | str | Schedule = "auto") -> bool:
     """Whether ``solver="auto"`` picks "online": a linear model with a compiled row
     loss on sparse data of at least ``dgd.online-auto-params`` parameters and
     ``dgd.online-auto-rows`` rows (:data:`ONLINE_AUTO_ROWS`), no
     ``batch_size``, no L1, synchronous, no compression, no early stopping, and no
-    optimizer or one with a per-row rule; only with the dask config
+    optimizer or one with a per-row rule (and a learning rate the passes evaluate:
+    a number or a ``ONLINE_SCHEDULES`` schedule); only with the dask config
     ``dgd.online-auto`` True (off by default)."""
     import dask
 
@@ -279,16 +281,19 @@ def online_auto(*, opt: Optimizer | None, batch_size: int | None, mode: str, com
         return False
     if opt is not None and (opt.full_batch_only or opt.online_rule is None):  # type: ignore[union-attr]  # (L-BFGS: the first test)
         return False
+    if isinstance(learning_rate, Schedule) and not isinstance(learning_rate, ONLINE_SCHEDULES):
+        return False
     return _online_support(objective) is None and \
         objective.n_params >= int(dask.config.get("dgd.online-auto-params", ONLINE_AUTO_PARAMS))
 
 
 def _auto(*, opt: Optimizer | None, batch_size: int | None, mode: str, compression: str | Compressor | None,
           has_l1: bool, objective: TrainingObjective | None, early_stopping: bool, n_rows: int | None,
-          sparse: bool = False) -> str:
+          sparse: bool = False, learning_rate: float | str | Schedule = "auto") -> str:
     """``solver="auto"``'s choice (see :func:`resolve_solver`)."""
     if online_auto(opt=opt, batch_size=batch_size, mode=mode, compression=compression, has_l1=has_l1,
-                   objective=objective, early_stopping=early_stopping, sparse=sparse, n_rows=n_rows):
+                   objective=objective, early_stopping=early_stopping, sparse=sparse, n_rows=n_rows,
+                   learning_rate=learning_rate):
         return "online"
     if batch_size is not None:
         return "sgd"
@@ -365,7 +370,8 @@ def resolve_solver(solver: str, optimizer: str | Optimizer | None, *, batch_size
         _check_mode(mode, solver, opt)
     if solver == "auto":
         solver = _auto(opt=opt, batch_size=batch_size, mode=mode, compression=compression, has_l1=has_l1,
-                       objective=objective, early_stopping=early_stopping, n_rows=n_rows, sparse=sparse)
+                       objective=objective, early_stopping=early_stopping, n_rows=n_rows, sparse=sparse,
+                       learning_rate=learning_rate)
     traits = SOLVERS[solver]
     _check_solver(solver, traits, opt, batch_size=batch_size, has_l1=has_l1, objective=objective)
     if traits.own_rounds:
@@ -375,6 +381,8 @@ def resolve_solver(solver: str, optimizer: str | Optimizer | None, *, batch_size
     if traits.optimizer == "lbfgs":
         return solver, opt or LBFGS()
     opt = first_order_optimizer(opt, has_l1=has_l1, learning_rate=learning_rate, default=traits.default_optimizer)
+    if traits.optimizer == "online" and opt.online_rule is None:  # (with the learning rate: a schedule it cannot run)
+        _check_solver(solver, traits, opt, batch_size=batch_size, has_l1=has_l1, objective=objective)
     if traits.own_rounds and compression is not None:
         _check_online_compression(solver, opt, compression)
     return solver, opt
@@ -388,7 +396,7 @@ def _check_online_compression(name: str, opt: Optimizer, compression: str | Comp
     if opt.online_rule != "sgd":  # type: ignore[union-attr]  # (first-order: resolved above)
         raise ParameterError(
             f"solver={name!r} compresses the round changes of optimizer='sgd' only (models averaged by sample "
-            f"weight); the {opt.online_rule!r} rule averages them entry by entry with its accumulated squared "  # type: ignore[union-attr]
+            f"weight); the {opt.online_rule!r} rule averages them entry by entry by the round's squared "  # type: ignore[union-attr]
             "gradients, sent uncompressed: pass optimizer='sgd' or drop compression"
         )
     comp = get_compressor(compression)
@@ -451,7 +459,7 @@ def first_order_optimizer(opt: FirstOrderOptimizer | None, *, has_l1: bool,
 
 
 def resolve_feedback(compressor: Compressor | None, *, full_batch: bool, has_local: bool,
-                     optimizer: Optimizer | None = None) -> Compressor | None:
+                     optimizer: Optimizer | None = None, own_rounds: bool = False) -> Compressor | None:
     """The compressor with its default feedback settled: EF21 (where it is the
     compressor's default) for full-batch steps of a model without local parameters, the
     residual otherwise: a mini-batch, or local parameters that move between steps
@@ -462,10 +470,12 @@ def resolve_feedback(compressor: Compressor | None, *, full_batch: bool, has_loc
     adaptive steps also takes the residual: it amplifies the entries of the EF21
     estimate that lag (measured: 41 parameters, top-k 5%, 400 steps: momentum 0.9 at
     0.635 and Adam at 0.531 with EF21, 0.4870 and 0.4874 with the residual, against
-    0.4849 uncompressed; plain gradient descent 0.4849 with EF21)."""
+    0.4849 uncompressed; plain gradient descent 0.4849 with EF21).  A solver with its
+    own rounds (``own_rounds``: ``solver="online"``, whole passes a round, mini-batch or
+    not) keeps EF21: the residual is refused there (:func:`_check_online_compression`)."""
     if compressor is None or compressor.error_feedback is not None or compressor.feedback != "ef21":
         return compressor
-    if full_batch and not has_local and (optimizer is None or optimizer.plain_step):  # type: ignore[union-attr]  # (compression refuses L-BFGS)
+    if own_rounds or (full_batch and not has_local and (optimizer is None or optimizer.plain_step)):  # type: ignore[union-attr]  # (compression refuses L-BFGS)
         return dataclasses.replace(compressor, error_feedback="ef21")
     return dataclasses.replace(compressor, error_feedback=True)
 

@@ -452,7 +452,7 @@ def train(
     batch_size = batch_size if traits.mini_batch or traits.batch_optional else None
     batching = objective.batching(shards, batch_size, seed)
     compressor = resolve_feedback(compressor, full_batch=batching is None or batching.full_batch,
-                                  has_local=objective.has_local, optimizer=opt)
+                                  has_local=objective.has_local, optimizer=opt, own_rounds=traits.own_rounds)
     source: SyncSource
     if sharded:  # (resolve_sharding: a linear model's; split_every: an int by now)
         source = ShardedSource(shards, objective, ParamLayout.split(objective.objective, shards.n_groups),  # type: ignore[arg-type, union-attr]

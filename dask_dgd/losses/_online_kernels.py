@@ -42,9 +42,10 @@ updates done), it decays by ``(1 - eta_e * lam)**(t - last)`` with its rate now
 (``eta_e = eta / (sqrt(acc[e]) + eps)``; normalized ``nag / (xmax[r] * sqrt(acc[e]))``,
 its current ``sqrt(W / N)`` and ``xmax`` factors: an approximation of the rates the
 skipped steps had), and at a round's end the touched entries catch up to its last step
-(:func:`catch_up_touched`).  The fixed point then has ``E[g_e] + lam * w_e = 0``: the
-penalised optimum (a decay at the base rate, as the running scale would be, stops
-short of it wherever ``eta_e`` differs from ``eta``).
+(:func:`catch_up_touched`).  The fixed point of per-row passes then has
+``E[g_e] + lam * w_e = 0``: the penalised optimum (a decay at the base rate, as the
+running scale would be, stops short of it wherever ``eta_e`` differs from ``eta``);
+see :mod:`._online` for the cases that still stop short.
 """
 
 import math
@@ -59,8 +60,8 @@ S_SCALE, S_FOLD, S_T, S_N, S_LOSS, S_WEIGHT, S_FIRST_LOSS, S_FIRST_WEIGHT = 0, 1
 S_NT, S_NRT, S_OPEN_W, S_WSUM, S_OPEN_ROWS, S_OPEN_LOSS, S_HAVE_FIRST = 8, 9, 10, 11, 12, 13, 14
 N_STATE = 15
 # hp: hyper-parameters
-H_ETA0, H_POWER_T, H_LAM, H_LIMIT, H_EPS, H_T0 = 0, 1, 2, 3, 4, 5
-N_HYPER = 6
+H_ETA0, H_POWER_T, H_LAM, H_LIMIT, H_EPS, H_T0, H_WSCALE = 0, 1, 2, 3, 4, 5, 6
+N_HYPER = 7
 # ip: settings
 I_CODE, I_K, I_RULE, I_INTERCEPT, I_MICRO, I_OFFSET = 0, 1, 2, 3, 4, 5
 N_INTS = 6
@@ -177,7 +178,7 @@ def pass_rows(is_csr, indptr, indices, data, X, colidx, rows, y, sw, has_weights
                 ridx = colidx
                 rval = X[i]
             m = ridx.shape[0]
-            wi = sw[i] if has_weights else 1.0
+            wi = sw[i] * hp[H_WSCALE] if has_weights else 1.0
             if rule == RULE_NORMALIZED:
                 nsum = 1.0 if fi else 0.0
                 for q in range(m):

@@ -324,7 +324,8 @@ class LocalSGD(Solver):
             grad_norm=float(np.linalg.norm(delta)), step_size=lr,
             timing=Timing(self._last_end - t0, total.time_max, total.time_min, total.start_max - wall0,
                           wall1 - total.end_max, update_time, driver_cpu_time=time.process_time() - cpu0),
-            n_samples=weight, updates_per_group=(n_local,) * n_groups, nbytes=Bytes(up[0], up[1], n_bytes),
+            n_samples=weight, updates_per_group=self._updates_per_group(total, n_local),
+            nbytes=Bytes(up[0], up[1], n_bytes),
             route=Route.of(traffic),
         )
         self.params = new_params
@@ -375,6 +376,10 @@ class LocalSGD(Solver):
             return f"{self.label} diverged {where} (loss={loss}: {what}, from {value} at the round's start)"
         return (f"{self.label} diverged {where}: the averaged parameters are not finite (loss={value} at the "
                 "round's start)")
+
+    def _updates_per_group(self, total: Partial, n_local: int) -> tuple[int, ...]:
+        """The optimizer steps each group took in the round (the record's ``updates_per_group``)."""
+        return (n_local,) * self.ctx.shards.n_groups
 
     def _round_rate(self, total: Partial) -> float:
         """The learning rate the round's record and divergence advice name: the groups' first local step's."""

@@ -7,8 +7,9 @@ seeded by ``(seed, ONLINE_TAG, round, block)``), or ``local_steps`` micro-batch 
 on its shares of the synchronous mode's mini-batches (``batch_size`` given: the same
 draws as ``solver="sgd"``, so one group with plain SGD takes the synchronous steps).
 A row costs O(nnz): the L2 decay is a running scale (plain SGD) or lazy per entry at
-the entry's own adaptive rate (the adaptive rules: their fixed point is the penalised
-optimum), the rule's per-feature state
+the entry's own adaptive rate (the adaptive rules: the fixed point of per-row passes
+is the penalised optimum; :mod:`~dask_dgd.losses._online` names where it is not yet),
+the rule's per-feature state
 (AdaGrad accumulators, the normalized rule's feature scales) stays on the group
 between rounds, and the group sends only the entries its rows touched.
 
@@ -20,9 +21,11 @@ state, retries after a lost worker) is local SGD's (:class:`~.local.LocalSGD`).
 
 A fit is deterministic for a given placement: row orders are seeded, the kernel's
 operations are in a fixed order, and the groups' sums are taken in the fixed tree.
-A retried round (after a lost worker) starts each surviving group again from the rule
-state it had at the round's start, so the survivors give the same bits.  Another
-grouping (more workers) gives another fit, as local SGD.
+After a lost worker the round is retried on the recomputed blocks with every group's
+runner restarted: each group starts its rule state afresh (update count, AdaGrad
+accumulators, feature scales) from the round's broadcast model, so the fit goes on but
+not with the bits of an uninterrupted one.  Another grouping (more workers) gives
+another fit, as local SGD.
 """
 
 from __future__ import annotations
@@ -96,9 +99,15 @@ def _draw_rows(shard: Shard, draw: Draw) -> list[tuple[Any, np.ndarray]]:
     return out
 
 
+def _updates_key(first_block: int) -> str:
+    """The extras' key of the updates of the group whose first block is ``first_block``."""
+    return f"updates@{first_block}"
+
+
 def group_pass(shard: Shard, scratch: GroupMemory, objective: LinearTraining, rule: OnlineRule, params: np.ndarray,
                reset: bool, round_: int, draws: Sequence[Draw] | None, seed: tuple[int, ...],
-               limit: float = math.inf, compression: RoundCompression | None = None) -> Partial:
+               limit: float = math.inf, compression: RoundCompression | None = None,
+               weight_scale: float = 1.0) -> Partial:
     """One round on this group (worker side): a pass over its rows (``draws`` None) or
     one micro-batch update per draw, from ``params``; the rule state from the group's
     previous round is in ``scratch.modes["online"]`` (``reset``: start it afresh).
@@ -122,7 +131,7 @@ def group_pass(shard: Shard, scratch: GroupMemory, objective: LinearTraining, ru
     obj = objective.objective
     buffers = scratch.objective.setdefault("online", {})
     p = OnlinePass(obj, objective.penalty_spec.l2_strength, rule, params, state=state, buffers=buffers,
-                   micro=1 if draws is None else 0, limit=limit)
+                   micro=1 if draws is None else 0, limit=limit, weight_scale=weight_scale)
     status = 0
     if draws is None:
         for b in sorted(shard.blocks, key=lambda blk: blk.index):
@@ -158,6 +167,7 @@ def group_pass(shard: Shard, scratch: GroupMemory, objective: LinearTraining, ru
     dt = time.perf_counter() - t0
     part = round_partial(sent, weight, first, dt, wall0, finite,  # type: ignore[arg-type]  # (a sparse sum: summed as any)
                          mean if status == 2 else math.nan)
+    part.extras[_updates_key(min((b.index for b in shard.blocks), default=-1))] = float(change.updates)
     part.extras.update(scale=weight * change.sigma, rate=rule.rate(p.state["t"]), progressive=change.loss_sum,
                        progressive_weight=weight,
                        updates=float(change.updates), restarted=1.0 if restarted else 0.0,
@@ -189,7 +199,11 @@ class OnlineEpochs(LocalSGD):
 
     def start(self) -> Outcome:
         if not self.pass_order:  # the synchronous first step (the draws' parity with solver="sgd")
-            return super().start()
+            own = self.optimizer
+            out = super().start()
+            if self.ctx.learning_rate == "auto" and own.online_rule == "normalized":
+                self.optimizer = own  # its own rate: the synchronous heuristic's depends on the columns' units
+            return out
         return self._sample_start()
 
     def _sample_start(self) -> Outcome:
@@ -213,7 +227,7 @@ class OnlineEpochs(LocalSGD):
             obj.check_data(ctx.shards)  # names the block with NaN or inf, if one has
             raise initial_divergence(value)
         if ctx.learning_rate == "auto" and self.optimizer.online_rule == "sgd":
-            eta, lam = self._auto_rate(X, obj), obj.penalty_spec.l2_strength
+            eta, lam = self._auto_rate(X, w * self._weight_scale, obj), obj.penalty_spec.l2_strength
             # Bottou's rate for an L2-strongly convex objective: the safe step first, then 1 / (lam t)
             self.optimizer = self.optimizer.with_learning_rate(InverseTime(eta, 1.0 / (eta * lam)) if lam > 0 else eta)
         self.guard.start(value)
@@ -223,9 +237,10 @@ class OnlineEpochs(LocalSGD):
                              updates_per_group=(0,) * ctx.shards.n_groups, nbytes=Bytes(0, 0, 0))
         return Outcome([record])
 
-    def _auto_rate(self, X: Any, obj: Any) -> float:
+    def _auto_rate(self, X: Any, w: np.ndarray, obj: Any) -> float:
         """Per-row SGD's safe step: 1 / (the loss's curvature bound x the largest squared
-        row norm of the sample + the L2 strength)."""
+        row norm of the sample, each row's times its weight ``w`` (of mean 1 over the
+        data), + the L2 strength)."""
         curvature = getattr(obj.objective.loss, "curvature_bound", None)
         if curvature is None:
             raise ParameterError(
@@ -233,21 +248,41 @@ class OnlineEpochs(LocalSGD):
                 f"{type(obj.objective.loss).__name__} has none: pass a learning rate, or use optimizer='normalized'"
             )
         sq = X.multiply(X).sum(axis=1) if hasattr(X, "multiply") else np.einsum("ij,ij->i", X, X)
-        top = float(np.max(sq)) + float(obj.objective.fit_intercept)
+        sq = np.asarray(sq, dtype=np.float64).ravel() + float(obj.objective.fit_intercept)
+        top = float(np.max(sq * np.asarray(w, dtype=np.float64).ravel()))
         return 1.0 / (curvature * max(top, 1e-12) + obj.penalty_spec.l2_strength)
 
     def _round(self, rule: UpdateRule, draws: list[Draw | None], local: LocalUpdate | None,
                compression: RoundCompression | None) -> Partial:
         ctx, src, obj = self.ctx, self.ctx.source, self.ctx.objective
         self.rule = online_rule(self.optimizer)
+        lam = obj.penalty_spec.l2_strength
+        if self.rule.name == "sgd" and self.rule.eta0 * lam >= 1.0:
+            raise ParameterError(
+                f"solver='online' with optimizer='sgd' decays the coefficients by 1 - learning_rate * alpha a row; "
+                f"learning_rate {self.rule.eta0:g} x alpha {lam:g} >= 1 would zero or flip them: lower the learning "
+                "rate (learning_rate='auto' takes a safe one)"
+            )
         size = obj.n_params * (1 if self.rule.average == "samples" else 2)
         total = ctx.shards.collective.reduce_groups(
             group_pass, obj, self.rule, self.params, self.reset, self.rounds, None if self.pass_order else draws,
-            tuple(ctx.seed), self.guard.limit(batch=True), compression, split_every=src.split_every,
-            step=src.n_steps + 1, size=size, dense=compression is not None)
+            tuple(ctx.seed), self.guard.limit(batch=True), compression, self._weight_scale,
+            split_every=src.split_every, step=src.n_steps + 1, size=size, dense=compression is not None)
         if total.extras.get("bad_rows", 0.0) > 0:  # a row's loss was not finite: name the block if its data is bad
             obj.check_data(ctx.shards)
         return total
+
+    @property
+    def _weight_scale(self) -> float:
+        """The data's rows over its total sample weight: the passes' weights of mean 1."""
+        shards = self.ctx.shards
+        total = float(shards.totals.get("weight_sum", 0.0))
+        rows = float(np.sum(shards.block_rows))
+        return rows / total if total > 0 and rows > 0 else 1.0
+
+    def _updates_per_group(self, total: Partial, n_local: int) -> tuple[int, ...]:
+        """The rows (per-row passes) or micro-batches each group updated on."""
+        return tuple(int(total.extras.get(_updates_key(min(g, default=-1)), 0)) for g in self.ctx.shards.groups)
 
     def _round_rate(self, total: Partial) -> float:
         """The groups' mean base rate at their last update (the rate falls per row, not per round)."""

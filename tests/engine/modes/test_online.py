@@ -22,6 +22,7 @@ from dask_dgd import (
     LinearRegression,
     LogisticRegression,
     ParameterError,
+    PoissonRegressor,
     optim,
 )
 from dask_dgd._engine.modes.online import ONLINE_TAG, online_rule
@@ -32,10 +33,10 @@ from dask_dgd.losses import HalfSquaredError, LinearObjective, Penalty
 ALPHA = 1e-3
 
 
-def _fit(est, X, y):
+def _fit(est, X, y, **fit_params):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", ConvergenceWarning)
-        return est.fit(X, y)
+        return est.fit(X, y, **fit_params)
 
 
 @pytest.fixture(scope="module")
@@ -149,7 +150,11 @@ def test_two_groups_are_averaged_deterministically_near_the_optimum(client, dask
         np.testing.assert_array_equal(a.history_["loss"], b.history_["loss"])
     ref = LogisticRegression(alpha=alpha, tol=1e-10, client=client).fit(Xd, yd)
     np.testing.assert_allclose(a.coef_, ref.coef_, atol=0.15)
-    assert set(a.history_["updates_per_group"].iloc[1:]) == {(1, 1)}
+    # a per-row pass: each group updates once per row it holds, every round
+    counts = set(a.history_["updates_per_group"].iloc[1:])
+    assert len(counts) == 1
+    (per_group,) = counts
+    assert len(per_group) == 2 and min(per_group) > 0 and sum(per_group) == X.shape[0]
 
 
 def test_interrupted_and_resumed_equals_uninterrupted(tmp_path):
@@ -229,7 +234,7 @@ def test_what_v1_does_not_do_is_refused_in_the_tables_words():
              r"mode='sync', not mode='local'")
     _refused(LogisticRegression(solver="online", optimizer="normalized", compression="topk:0.1"),
              r"solver='online' compresses the round changes of optimizer='sgd' only \(models averaged by sample "
-             r"weight\); the 'normalized' rule averages them entry by entry with its accumulated squared gradients, "
+             r"weight\); the 'normalized' rule averages them entry by entry by the round's squared gradients, "
              r"sent uncompressed: pass optimizer='sgd' or drop compression")
     # residual error feedback sends twice what the next pass moves again: the objective
     # rose from the third round on a 6,000 x 200 logistic fit (EF21 and none did not)
@@ -265,8 +270,8 @@ def test_the_normalized_rule_has_no_dense_update():
 @pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_a_killed_worker_is_survived(process_client, caplog):
-    # the round is retried on the recomputed blocks; the restarted group starts its
-    # rule state afresh, the surviving ones from the state they had at the round's start
+    # the round is retried on the recomputed blocks; every group's runner restarts, so
+    # each group starts its rule state afresh from the round's broadcast model
     import logging
 
     from dask_dgd.testing import killing_worker
@@ -337,3 +342,69 @@ def test_auto_keeps_sharded_solvers_when_sharding_is_asked_for():
     # asked for sharded parameters, "auto" picks a solver that shards them
     sharded = train(obj, (X, y), penalty=Penalty(alpha=1e-4), max_iter=2, param_sharding=True)
     assert sharded.solver == "lbfgs" and sharded.param_sharding
+
+
+@pytest.mark.parametrize("optimizer", ["normalized", "adagrad", "sgd"])
+def test_sample_weights_of_any_scale_fit_the_same_model(optimizer):
+    # weights of mean 1 in the passes: a per-row step's L2 decay (one per row, whatever
+    # its weight) is the weighted mean loss's penalty; weights x10 fit alpha x10 before
+    rng = np.random.default_rng(0)
+    X = rng.standard_normal((3000, 4))
+    y = (rng.random(3000) < 1 / (1 + np.exp(-(X @ [2.0, -1.0, 0.5, 0.0])))).astype(float)
+    sw = rng.uniform(0.5, 1.5, 3000)
+    kw = dict(solver="online", optimizer=optimizer, alpha=0.05, max_iter=40, tol=0.0, random_state=0)
+    one = _fit(LogisticRegression(**kw), X, y, sample_weight=sw)
+    ten = _fit(LogisticRegression(**kw), X, y, sample_weight=10 * sw)
+    ref = LogisticRegression(alpha=0.05, solver="lbfgs", tol=1e-10).fit(X, y, sample_weight=sw)
+    np.testing.assert_allclose(ten.coef_, one.coef_, rtol=1e-9, atol=1e-12)
+    np.testing.assert_allclose(one.coef_, ref.coef_, atol=0.03)
+
+
+def test_a_micro_batch_stopped_by_a_bad_row_leaves_no_stale_gradient():
+    # a round that diverged mid micro-batch left its gradient buffer and marks set: the
+    # group's entries never moved again after the backoff (all-zero coefficients)
+    rng = np.random.default_rng(0)
+    X = rng.standard_normal((4000, 5)) * 2
+    y = rng.poisson(np.exp(0.3 * X[:, 0]))
+    est = _fit(PoissonRegressor(solver="online", optimizer="sgd", learning_rate=3.0, batch_size=200, local_steps=4,
+                                max_iter=6, tol=0.0, random_state=0, alpha=1e-4, on_divergence="backoff"), X, y)
+    assert est._optimizer_.learning_rate < 3.0  # (it backed off)
+    assert abs(est.coef_[0]) > 0.1
+
+
+def test_learning_rates_the_passes_cannot_run_are_refused_up_front():
+    rng = np.random.default_rng(0)
+    X = rng.standard_normal((200, 3))
+    y = (rng.random(200) < 0.5).astype(float)
+    with pytest.raises(ParameterError, match=r"learning_rate 1.5 x alpha 1 >= 1 would zero or flip them: lower "
+                                             r"the learning rate \(learning_rate='auto' takes a safe one\)"):
+        LogisticRegression(solver="online", optimizer="sgd", learning_rate=1.5, alpha=1.0).fit(X, y)
+    with pytest.raises(ParameterError, match=r"solver='online' runs per-row rules in compiled passes: .*got "
+                                             r"SGD\(learning_rate=StepDecay\("):
+        LogisticRegression(solver="online", optimizer="sgd", learning_rate=optim.StepDecay(0.1, 10)).fit(X, y)
+
+
+def test_mini_batch_rounds_keep_ef21_and_the_normalized_rate():
+    from dask_dgd._engine.modes import online as online_mode
+
+    seen = {}
+    build = online_mode.OnlineEpochs.build.__func__
+
+    def spy(cls, ctx, settings):
+        seen["feedback"] = ctx.compressor.feedback
+        return build(cls, ctx, settings)
+
+    rng = np.random.default_rng(0)
+    X = rng.standard_normal((2000, 20))
+    y = (X[:, 0] > 0).astype(float)
+    online_mode.OnlineEpochs.build = classmethod(spy)
+    try:
+        _fit(LogisticRegression(solver="online", optimizer="sgd", compression="topk:0.1", batch_size=200, max_iter=2,
+                                tol=0.0, random_state=0), X, y)
+    finally:
+        online_mode.OnlineEpochs.build = classmethod(build)
+    assert seen["feedback"] == "ef21"  # (the residual: refused for whole-pass changes)
+    # the normalized rule keeps its own rate with batch_size: the same on data x100
+    rates = [_fit(LogisticRegression(solver="online", batch_size=200, max_iter=2, tol=0.0, random_state=0),
+                  s * X, y)._optimizer_.learning_rate for s in (1.0, 100.0)]
+    assert rates == [optim.NormalizedAdagrad().learning_rate] * 2
