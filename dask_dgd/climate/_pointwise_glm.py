@@ -184,7 +184,10 @@ def _start_means(family, y, eta, mu, aux):
     """R's IRLS start from the data, in place: ``mu = y + 0.1`` (binomial ``(y + 1/2)
     / 2``; values out of range clipped, they are refused anyway), ``eta`` its link and
     ``aux`` the deviance's constant part of each value.  NumPy's vectorised ``log``
-    throughout (scipy's ``xlogy`` took as long as a whole Newton pass here)."""
+    throughout (scipy's ``xlogy`` took as long as a whole Newton pass here); binomial
+    0/1 outcomes, whose constant is 0, skip it (its two ``log`` passes took a sixth of
+    a whole binomial fit on 34,560 cells).  Values where the target is NaN are left as
+    they come out (NaN, or 0 on that shortcut): masked, the kernel does not read them."""
     if family == "poisson":
         yc = np.maximum(y, 0.0)
         np.add(yc, 0.1, out=mu)
@@ -199,6 +202,9 @@ def _start_means(family, y, eta, mu, aux):
     np.subtract(1.0, mu, out=eta)
     np.divide(mu, eta, out=eta)
     np.log(eta, out=eta)
+    if not np.any((yc > 0.0) & (yc < 1.0)):  # 0/1 outcomes (or NaN, masked): the constant is 0 (+0.0, as below)
+        aux[...] = 0.0
+        return
     _xlogx_into(yc, aux)  # 2 (y log y + (1 - y) log(1 - y))
     np.subtract(1.0, yc, out=yc)
     aux += _xlogx_into(yc, yc)
@@ -208,7 +214,9 @@ def _start_means(family, y, eta, mu, aux):
 def _xlogx_into(v, out):
     """``v log v`` (0 at ``v = 0``; ``v >= 0``) into ``out`` (may be ``v``), NaN where
     ``v`` is NaN (a ufunc's ``where=`` is not vectorised: ``np.where`` is)."""
-    np.multiply(v, np.log(np.where(v > 0.0, v, 1.0)), out=out)
+    logs = np.where(v > 0.0, v, 1.0)
+    np.log(logs, out=logs)  # in place: one temporary, not two
+    np.multiply(v, logs, out=out)
     return out
 
 
