@@ -592,17 +592,17 @@ def fit_cells(fields, family, alpha, tol, max_iter, split_every, client, target,
               verbose=0, desc="pointwise GLM"):
     """Fit the per-cell models of ``fields`` (a :class:`~._design.Fields`) with
     :class:`CellNewton` in the one driver loop: returns ``(coef (*space, p), count
-    (*space,), passes, history)``, the arrays NumPy; ``passes`` counts the passes over
-    the data, the start's IRLS step included (at most ``max_iter``); ``history`` is a
-    DataFrame of one record per pass (see :class:`CellNewton`).
+    (*space,), passes, records)``, the arrays NumPy; ``passes`` counts the passes over
+    the data, the start's IRLS step included (at most ``max_iter``); ``records`` is a
+    list of one record (dict) per pass (see :class:`CellNewton`), the rows of the
+    estimator's ``history_`` (a DataFrame made when first asked for: on a small grid
+    it took a tenth of the fit).
 
     ``client``: a distributed Client or None (then dask's default scheduler);
     ``max_time``: seconds after which the fit stops (the cells still iterating keep
     their last accepted coefficients, with a warning); ``callbacks``: called with every
     record, one returning True stops the fit; ``verbose``, ``desc``: the progress bar
     (:class:`~dask_dgd._engine.runtime.monitor.Monitor`)."""
-    import pandas as pd
-
     monitor = Monitor(verbose=verbose, callbacks=callbacks, total=int(max_iter), desc=desc)
     try:
         solver = CellNewton(fields, family, alpha, tol, split_every, client, target)
@@ -622,7 +622,7 @@ def fit_cells(fields, family, alpha, tol, max_iter, split_every, client, target,
             "alpha > 0, or raise max_iter",
             ConvergenceWarning, stacklevel=user_stacklevel(),
         )
-    return coef, count, passes, pd.DataFrame.from_records(monitor.records)
+    return coef, count, passes, list(monitor.records)
 
 
 CACHE_SHARE = 0.25  # the inputs are kept in memory between passes when they fill at most this share of it

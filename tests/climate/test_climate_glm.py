@@ -8,6 +8,7 @@ import warnings
 
 import dask
 import numpy as np
+import pandas as pd
 import pytest
 import statsmodels.api as sm
 import xarray as xr
@@ -378,6 +379,32 @@ def test_each_newton_pass_is_a_record_of_the_history_and_of_the_callbacks():
     np.testing.assert_array_equal([rec["loss"] for rec in seen], h["loss"])  # NaN the same
     quiet = ClimateRegressor(["a", "index"], "n", model="pointwise", family="poisson", tol=1e-8).fit(ds)
     np.testing.assert_array_equal(_table(model), _table(quiet))
+
+
+def test_the_history_is_made_when_first_asked_for_and_travels_as_a_dataframe(tmp_path):
+    """A pointwise GLM fit keeps its passes' records and makes ``history_`` from them
+    on first access (as the linear models do); pickling and saving carry the
+    DataFrame under its own name, and a refit starts without the old records."""
+    import pickle
+
+    ds = _grid()
+    model = ClimateRegressor(["a", "index"], "n", model="pointwise", family="poisson").fit(ds)
+    assert "history_" not in vars(model) and len(vars(model)["_history_records"]) == model.n_iter_
+    for copy in (pickle.loads(pickle.dumps(model)), _saved_and_loaded(model, tmp_path / "m.npz")):
+        assert "_history_records" not in vars(copy) and isinstance(vars(copy)["history_"], pd.DataFrame)
+        pd.testing.assert_frame_equal(copy.history_, model.history_)
+    h = model.history_  # made once, then kept
+    assert model.history_ is h and "_history_records" not in vars(model)
+    assert h["step"].tolist() == list(range(1, model.n_iter_ + 1)) and h["cells_iterating"].iloc[-1] == 0
+    model.fit(ds)  # a refit: its own records, not the old frame
+    assert "history_" not in vars(model) and model.history_ is not h
+    with pytest.raises(AttributeError, match="no attribute 'history_'"):
+        _ = ClimateRegressor(["a"], "n", model="pointwise", family="poisson").history_
+
+
+def _saved_and_loaded(model, path):
+    model.save(path)
+    return dask_dgd.load(path)
 
 
 def test_a_callback_returning_true_stops_the_passes():
