@@ -298,6 +298,51 @@ def test_glm_statistics_at_the_coefficients_are_the_deviance_and_its_derivatives
                                                    w[0, c] * constant], rtol=1e-12)
 
 
+@pytest.mark.parametrize("start", [True, False], ids=["start", "later pass"])
+@pytest.mark.parametrize("family", [1, 2], ids=["poisson", "binomial"])
+@pytest.mark.parametrize("kind", [[0], [1, 0], [0, 1, 0], [1]], ids=["grid", "time, grid", "grid, time, grid", "time"])
+def test_the_kernel_reads_a_run_of_cells_in_place_with_the_gathered_values(kind, family, start):
+    """``glm_acc_kernel`` on a run of cells (every cell, or a range: read in place,
+    after the start in one fused loop) gives each cell the statistics, bit for bit,
+    that the gathered path gives it among other cells (NaN targets, features and
+    time steps, zero weights and targets out of range included)."""
+    from dask_dgd.climate._kernels import glm_acc_kernel
+
+    rng = np.random.default_rng(sum(kind) * 7 + family + 2 * start)
+    T, C = 17, 23
+    kind = np.array(kind)
+    pos = np.zeros(len(kind), dtype=np.int64)
+    pos[kind == 0] = np.arange((kind == 0).sum())
+    pos[kind == 1] = np.arange((kind == 1).sum())
+    full = rng.normal(size=(max((kind == 0).sum(), 1), T, C))
+    full[rng.random(full.shape) < 0.05] = np.nan
+    timef = rng.normal(size=(max((kind == 1).sum(), 1), T))
+    timef[0, 5] = np.nan
+    y = rng.poisson(2.0, (T, C)).astype(float) if family == 1 else (rng.random((T, C)) < 0.4).astype(float)
+    y[rng.random((T, C)) < 0.1] = np.nan
+    y[3, 4] = -1.0  # out of range, unmasked: counted
+    full[:, 3, 4] = 0.5
+    w = rng.random(C)
+    w[[2, 9]] = 0.0
+    eta = rng.normal(size=(T, C))
+    mu = np.exp(eta) if family == 1 else np.exp(-np.abs(eta))
+    aux = rng.random((T, C))
+    p = len(kind) + 1
+
+    def stats(cells):
+        acc = np.zeros((p * p + p + 6, cells.size))
+        glm_acc_kernel(full, timef, kind, pos, y, w, cells, 0, eta[:, cells].copy(), mu[:, cells].copy(),
+                       aux[:, cells].copy(), family, start, np.empty((p + 4, cells.size)), acc)
+        return acc
+
+    every = stats(np.arange(C))
+    assert np.isfinite(every).all() and (every[p * p + p + 4] > 0).any()  # the bad value is counted
+    for run in (np.arange(C), np.arange(5, 19)):  # read in place
+        np.testing.assert_array_equal(stats(run), every[:, run])
+    for cells in (np.arange(0, C, 2), np.array([1, 2, 4, 9, 22])):  # gathered
+        np.testing.assert_array_equal(stats(cells), every[:, cells])
+
+
 def test_batched_spd_solve_is_scale_free_and_falls_back_to_minimum_norm():
     from dask_dgd.climate._pointwise import solve_spd
 
