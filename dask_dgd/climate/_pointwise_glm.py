@@ -137,6 +137,7 @@ def _stats_of_cells(family, start, coef, inputs, cells):
 
 
 ROWS_ELEMENTS = 2**18  # the NumPy stage of :func:`glm_stats` works on this many values at a time
+DENSE_SHARE = 0.5  # :func:`glm_stats_of_state` computes every cell of a chunk where this share of them iterates
 
 
 def glm_stats_of_state(order, family, start, state, yb, wb, *blocks):
@@ -148,15 +149,23 @@ def glm_stats_of_state(order, family, start, state, yb, wb, *blocks):
     :func:`_summary` use the statistics of the cells that were iterating).  Each
     cell's statistics are those :func:`glm_stats` gives it among all the cells, as
     every cell's sums run on its own values only; a pass late in the fit, when most
-    cells have converged, costs what its cells still iterating cost."""
+    cells have converged, costs what its cells still iterating cost.  While at least
+    :data:`DENSE_SHARE` of the chunk's cells iterate, every cell is computed instead
+    (the others' statistics then set to zero): a run of every cell is read in place
+    in the kernel's fused loop, about twice as fast per cell as the gathered cells (a
+    grid with land or converged cells scattered over it has no long runs)."""
     p = len(order) + 1
     coef = state[..., :p]
     active = state[..., 3 * p + 2] == ACTIVE
     numpy_blocks = all(type(b) is np.ndarray for b in (yb, wb, *blocks))
     if start or not numpy_blocks or active.all():
         return glm_stats(order, family, start, coef, yb, wb, *blocks)
-    out = np.zeros((1,) + tuple(yb.shape[1:]) + (n_stats(p),))
     idx = np.flatnonzero(active.reshape(-1))
+    if idx.size >= DENSE_SHARE * active.size:  # most cells: all of them, in place, the others' then cleared
+        out = glm_stats(order, family, start, coef, yb, wb, *blocks)
+        out.reshape(-1, n_stats(p))[~active.reshape(-1)] = 0.0
+        return out
+    out = np.zeros((1,) + tuple(yb.shape[1:]) + (n_stats(p),))
     if idx.size:
         full, timef = split_fields(order, blocks)
         inputs = kernel_inputs(order, yb, wb, full, timef)
