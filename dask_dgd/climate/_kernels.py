@@ -305,8 +305,8 @@ def glm_acc_kernel(full, timef, kind, pos, y, w, cells, t0, eta, mu, aux, family
 @numba.njit(cache=True, nogil=True, boundscheck=False, error_model="numpy")
 def _acc_run(full, timef, kind, pos, y, w, c0, t0, eta, mu, aux, family, start, scratch, acc):  # pragma: no cover
     """:func:`glm_acc_kernel` for the cells ``c0, c0 + 1, ...`` of the block, read in
-    place.  After the start, with a grid feature, :func:`_acc_run_fused`.  Otherwise
-    per row: one loop for the mask (the target, the weight, the first grid feature),
+    place.  With a grid feature, :func:`_acc_run_fused`.  Otherwise (time-only
+    features) per row: one loop for the mask (the target, the weight, the first grid feature),
     one per further grid feature, one for the family's weights and the deviance, one
     for every statistic without a feature (the intercept's), then one per feature for
     its Hessian row and score, reading the feature in place (a masked value adds 0,
@@ -326,8 +326,8 @@ def _acc_run(full, timef, kind, pos, y, w, c0, t0, eta, mu, aux, family, start, 
         if kind[f] == 0:
             first = f
             break
-    if first >= 0 and not start:
-        _acc_run_fused(full, timef, kind, pos, y, w, c0, t0, eta, mu, aux, family, first, scratch, acc)
+    if first >= 0:
+        _acc_run_fused(full, timef, kind, pos, y, w, c0, t0, eta, mu, aux, family, start, first, scratch, acc)
         return
     wm = scratch[p]
     wv = scratch[p + 2]
@@ -405,9 +405,10 @@ def _acc_run(full, timef, kind, pos, y, w, c0, t0, eta, mu, aux, family, start, 
 
 
 @numba.njit(cache=True, nogil=True, boundscheck=False, error_model="numpy")
-def _acc_run_fused(full, timef, kind, pos, y, w, c0, t0, eta, mu, aux, family, first, scratch, acc):  # pragma: no cover
-    """:func:`_acc_run` after the start, where a grid feature ``first`` (column ``q =
-    first + 1``) exists: one loop per row makes the mask (the target, the weight, that
+def _acc_run_fused(full, timef, kind, pos, y, w, c0, t0, eta, mu, aux, family, start, first,  # pragma: no cover
+                   scratch, acc):
+    """:func:`_acc_run` where a grid feature ``first`` (column ``q = first + 1``)
+    exists: one loop per row makes the mask (the target, the weight, that
     feature; the other grid features' part, if any, in a loop before), the family's
     weights, the deviance and every statistic of the intercept and of column ``q``;
     the other columns' entries follow in :func:`_feature_row`.  The same terms in the
@@ -434,6 +435,8 @@ def _acc_run_fused(full, timef, kind, pos, y, w, c0, t0, eta, mu, aux, family, f
     cnt = acc[p * p + p + 2]
     swy = acc[p * p + p + 3]
     bad = acc[p * p + p + 4]
+    if start:  # no deviance: the constant part of it instead
+        dev = acc[p * p + p + 5]
     for r in range(nr):
         t = t0 + r
         if not _time_values(timef, kind, pos, t, tv):
@@ -450,39 +453,57 @@ def _acc_run_fused(full, timef, kind, pos, y, w, c0, t0, eta, mu, aux, family, f
         e = eta[r]
         m = mu[r]
         a = aux[r]
-        # one loop per case, the family a constant in each (a branch inside stops LLVM vectorising it)
-        if family == 1 and more:
-            for k in range(nk):
-                v, u = _fused_cell(1, k, ws, yt, xq, e, m, a, h00, g0, h0q, hqq, gq, dev, sw, cnt, swy, bad)
-                wv[k] = v
-                wr[k] = u
+        # one loop per case, the case a constant in each (a branch inside stops LLVM vectorising it)
+        if start and family == 1:
+            _fused_loop(3, more, nk, ws, yt, xq, e, m, a, h00, g0, h0q, hqq, gq, dev, sw, cnt, swy, bad, wv, wr)
+        elif start:
+            _fused_loop(4, more, nk, ws, yt, xq, e, m, a, h00, g0, h0q, hqq, gq, dev, sw, cnt, swy, bad, wv, wr)
         elif family == 1:
-            for k in range(nk):
-                _fused_cell(1, k, ws, yt, xq, e, m, a, h00, g0, h0q, hqq, gq, dev, sw, cnt, swy, bad)
-        elif more:
-            for k in range(nk):
-                v, u = _fused_cell(2, k, ws, yt, xq, e, m, a, h00, g0, h0q, hqq, gq, dev, sw, cnt, swy, bad)
-                wv[k] = v
-                wr[k] = u
+            _fused_loop(1, more, nk, ws, yt, xq, e, m, a, h00, g0, h0q, hqq, gq, dev, sw, cnt, swy, bad, wv, wr)
         else:
-            for k in range(nk):
-                _fused_cell(2, k, ws, yt, xq, e, m, a, h00, g0, h0q, hqq, gq, dev, sw, cnt, swy, bad)
+            _fused_loop(2, more, nk, ws, yt, xq, e, m, a, h00, g0, h0q, hqq, gq, dev, sw, cnt, swy, bad, wv, wr)
         if more:
             for i in range(p):
                 _feature_row(acc, full, kind, pos, tv, t, c0, wv, wr, i, p, nk, q)
 
 
 @numba.njit(cache=True, nogil=True, boundscheck=False, inline="always", error_model="numpy")
+def _fused_loop(case, more, nk, ws, yt, xq, e, m, a, h00, g0, h0q, hqq, gq, dev, sw, cnt, swy, bad,  # pragma: no cover
+                wv, wr):
+    """A row's loop of :func:`_acc_run_fused` (``case`` a constant, see
+    :func:`_fused_cell`); ``more``: keep every cell's ``(w v(mu), w (y - mu))`` in
+    ``wv``, ``wr`` for the other features' entries."""
+    if more:
+        for k in range(nk):
+            v, u = _fused_cell(case, k, ws, yt, xq, e, m, a, h00, g0, h0q, hqq, gq, dev, sw, cnt, swy, bad)
+            wv[k] = v
+            wr[k] = u
+    else:
+        for k in range(nk):
+            _fused_cell(case, k, ws, yt, xq, e, m, a, h00, g0, h0q, hqq, gq, dev, sw, cnt, swy, bad)
+
+
+@numba.njit(cache=True, nogil=True, boundscheck=False, inline="always", error_model="numpy")
 def _fused_cell(family, k, ws, yt, xq, e, m, a, h00, g0, h0q, hqq, gq, dev, sw, cnt, swy, bad):  # pragma: no cover
     """Cell ``k``'s terms in :func:`_acc_run_fused` (``family`` a constant: 1 Poisson,
-    2 binomial), added to its statistics; returns its ``(w v(mu), w (y - mu))``."""
+    2 binomial, 3 and 4 their starts), added to its statistics; returns its ``(w
+    v(mu), w (y - mu))`` (the start: ``w v(mu)`` and ``w v(mu) z``, ``z`` the working
+    response, as the gathered path).  On the start ``dev`` is the row of the
+    deviance's constant part, and ``m``, ``a`` the start's mean and that part."""
     wc0, y0, x0 = ws[k], yt[k], xq[k]
     live = np.isfinite(y0) & (wc0 > 0.0) & np.isfinite(x0)
     wc = wc0 if live else 0.0
     yc = y0 if live else 0.0
     xc = x0 if live else 0.0
     ec = e[k]
-    if family == 1:
+    if family >= 3:  # the start, as the gathered path's loop
+        mc = m[k]
+        var = mc if family == 3 else mc * (1.0 - mc)
+        oor = (yc < 0.0) | ((family != 3) & (yc > 1.0))
+        v = wc * var if live else 0.0
+        dev[k] += wc * a[k] if live & ~oor else 0.0
+        u = wc * (var * ec + (yc - mc)) if live else 0.0
+    elif family == 1:
         mc = m[k]
         oor = yc < 0.0
         v = wc * mc if live else 0.0
@@ -494,8 +515,9 @@ def _fused_cell(family, k, ws, yt, xq, e, m, a, h00, g0, h0q, hqq, gq, dev, sw, 
         oor = (yc < 0.0) | (yc > 1.0)
         v = wc * (mc * (1.0 - mc)) if live else 0.0
         d = wc * 2.0 * ((ec if ec > 0.0 else 0.0) + a[k] - yc * ec) if live & ~oor else 0.0
-    u = wc * (yc - mc) if live else 0.0
-    dev[k] += d
+    if family <= 2:
+        u = wc * (yc - mc) if live else 0.0
+        dev[k] += d
     bad[k] += 1.0 if live & oor else 0.0
     h00[k] += v
     g0[k] += u
