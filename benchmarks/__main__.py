@@ -1,6 +1,7 @@
 """``python -m benchmarks run --suite NAME|all --size small|full`` (NAME: see benchmarks.suites.SUITES)."""
 
 import argparse
+import ast
 import importlib
 import json
 import re
@@ -48,7 +49,28 @@ def parse_args(argv=None):
         help="print only; do not touch benchmarks/RESULTS.md or benchmarks/out/",
     )
     run.add_argument("--results", type=Path, default=RESULTS, help="the Markdown file to update")
+    run.add_argument(
+        "--param",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="override one of the suite's parameters (VALUE a Python literal); repeatable",
+    )
     return p.parse_args(argv)
+
+
+def parse_params(items):
+    """``--param NAME=VALUE`` items as a dict (each VALUE a Python literal)."""
+    out = {}
+    for item in items:
+        name, sep, value = item.partition("=")
+        if not sep or not name.isidentifier():
+            raise SystemExit(f"--param expects NAME=VALUE (a Python literal); got {item!r}")
+        try:
+            out[name] = ast.literal_eval(value)
+        except (ValueError, SyntaxError) as err:
+            raise SystemExit(f"--param {name}: {value!r} is not a Python literal ({err})") from err
+    return out
 
 
 def section_markers(name, size):
@@ -65,11 +87,11 @@ def update_results(path, name, size, text):
     path.write_text(new)
 
 
-def run_suite(name, size, repeats, write, results_path, argv):
+def run_suite(name, size, repeats, write, results_path, argv, params=None):
     module = importlib.import_module(f"benchmarks.suites.{name}")
     log(f"suite {name} ({size}) starting")
     env = environment()
-    result = module.run(size, repeats=repeats, log=log)
+    result = module.run(size, repeats=repeats, log=log, **(params or {}))
     command = "python -m benchmarks " + " ".join(argv)
     header = (
         f"## {result['title']} (`--size {size}`)\n\n"
@@ -90,11 +112,14 @@ def run_suite(name, size, repeats, write, results_path, argv):
 def main(argv=None):
     argv = list(sys.argv[1:] if argv is None else argv)
     args = parse_args(argv)
+    if args.param and not args.no_write:
+        raise SystemExit("--param runs a suite other than its recorded form: add --no-write (RESULTS.md keeps "
+                         "the suite's own runs)")
     names = SUITES if args.suite == "all" else (args.suite,)
     results = {}
     for name in names:
         results[name] = run_suite(
-            name, args.size, args.repeats, not args.no_write, args.results, argv
+            name, args.size, args.repeats, not args.no_write, args.results, argv, parse_params(args.param)
         )
     return results
 

@@ -831,3 +831,20 @@ def test_wide_default_suite_tiny():
     assert math.isfinite(fit["logloss"]) and math.isfinite(data["sklearn"]["sgd"]["logloss"])
     assert result["data"]["verdicts"][0].startswith("- Default fit on 2 workers <= 1.0x SGDClassifier's time")
     assert "**met**" in result["markdown"] or "**missed**" in result["markdown"]
+
+
+def test_climate_scale_in_memory_section_alone():
+    """``climate_scale`` with ``stores=False``: section (e) only, in this process (no
+    store, no cluster): the trend fit against polyfit and the per-cell GLMs against
+    statsmodels, each with its target row and the coefficients' agreement."""
+    from benchmarks.suites import climate_scale
+
+    grid = dict(lat=6, lon=8, space_chunks=(6, 8))
+    result = climate_scale.run("small", stores=False, memory_grids=(grid,), memory_repeats=1, glm_cells=5, time=48)
+    _check_result(result)
+    (m,) = result["data"]["in_memory"]
+    assert m["cells"] == 48 and set(m["glm"]) == {"poisson", "binomial"}
+    for g in m["glm"].values():
+        assert g["wall"] > 0 and g["sm_cells"] == 5 and g["max_rel"] <= climate_scale.TARGET_GLM_TOL
+    assert result["table"].count("| >= 100x |") == 2 and result["table"].count("| <= 1x |") == 2
+    assert "store" not in result["data"]

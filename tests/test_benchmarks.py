@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pytest
 
-from benchmarks.__main__ import _jsonable, section_markers, update_results
+from benchmarks.__main__ import _jsonable, main, parse_params, section_markers, update_results
 from benchmarks.suites import SUITES, linear
 from benchmarks.suites._peers import why_no_spark
 
@@ -285,6 +285,20 @@ def test_update_results_replaces_only_its_section(tmp_path):
     update_results(fresh, "linear", "small", "x")
     assert fresh.read_text().startswith("# Benchmark results")
     assert f"{begin}\nx\n{end}" in fresh.read_text()
+
+
+def test_param_overrides_are_python_literals_and_need_no_write():
+    """``--param NAME=VALUE`` reaches the suite as an override; a malformed one is
+    refused with what was given, and a run with any is not written to RESULTS.md
+    (it is not the suite's recorded form)."""
+    assert parse_params(["stores=False", "memory_repeats=3", "grids=((1, 2),)"]) == {
+        "stores": False, "memory_repeats": 3, "grids": ((1, 2),)}
+    with pytest.raises(SystemExit, match="NAME=VALUE.*'stores'"):
+        parse_params(["stores"])
+    with pytest.raises(SystemExit, match="stores: 'no' is not a Python literal"):
+        parse_params(["stores=no"])
+    with pytest.raises(SystemExit, match="add --no-write"):
+        main(["run", "--suite", "climate_scale", "--param", "stores=False"])
 
 
 @pytest.mark.slow

@@ -66,6 +66,8 @@ extrapolated to every cell (both in one process: not divided by any worker count
 Medians of ``memory_repeats`` runs of each, interleaved, after a warm-up.
 
 Medians of the repeats; each repeat runs dask_dgd and its peers back to back.
+``--param stores=False`` runs section (e) alone: no store, no cluster (the other
+sections' tables are then left out of the report).
 """
 
 import math
@@ -90,10 +92,10 @@ _TINY_GRID = dict(lat=20, lon=20, space_chunks=(20, 20))
 SIZES = {
     "small": dict(grids=(_SMALL_GRID,), time=120, time_chunk=60, long_time=240, lstsq_cells=2000,
                   glm_cells=200, big_chunks=(120, 144, 240), workers=2, repeats=3, seed=0,
-                  memory_grids=(_TINY_GRID, _SMALL_GRID), memory_repeats=5),
+                  memory_grids=(_TINY_GRID, _SMALL_GRID), memory_repeats=5, stores=True),
     "full": dict(grids=(_SMALL_GRID, _ERA5_GRID), time=120, time_chunk=60, long_time=240, lstsq_cells=2000,
                  glm_cells=200, big_chunks=(120, 144, 240), workers=2, repeats=2, seed=0,
-                 memory_grids=(_TINY_GRID, _SMALL_GRID), memory_repeats=5),
+                 memory_grids=(_TINY_GRID, _SMALL_GRID), memory_repeats=5, stores=True),
 }
 
 TARGET_POLYFIT = 10.0
@@ -613,6 +615,8 @@ def run(size, *, repeats=None, log=print, **overrides):
     import xarray as xr
 
     p = suite_params(NAME, SIZES, size, repeats, overrides)
+    if not p["stores"]:
+        return _memory_only(p, log)
     cluster, client = start_cluster(p["workers"])
     root = tempfile.mkdtemp(prefix="dgd-climate-scale-")
     grids, mem, stores, in_memory = [], [], [], []
@@ -687,4 +691,27 @@ def run(size, *, repeats=None, log=print, **overrides):
         "data": {"parameters": {k: (list(v) if isinstance(v, tuple) else v) for k, v in p.items()},
                  "stores": stores, "grids": grids,
                  "memory": mem, "in_memory": in_memory},
+    }
+
+
+def _memory_only(p, log):
+    """Section (e) alone (``stores=False``): the grids in memory, fitted in this
+    process; no store is written and no cluster started."""
+    import dask
+    import statsmodels
+    import xarray as xr
+
+    in_memory = [in_memory_runs(None, p, grid, log) for grid in p["memory_grids"]]
+    table = md_table(["comparison", "dask_dgd", "peer", "ratio", "target", "met"],
+                     [row for m in in_memory for row in _memory_fit_rows(m)])
+    verdict = _memory_verdict(in_memory)
+    reading = (f"Section (e) only (`stores=False`: no Zarr store, no cluster). xarray {xr.__version__}, dask "
+               f"{dask.__version__}, statsmodels {statsmodels.__version__}. Medians of {p['memory_repeats']} "
+               "interleaved runs of each, after a warm-up.")
+    return {
+        "title": "Climate at reanalysis scale: grids in memory (section e)",
+        "markdown": "\n\n".join([reading, table, verdict]),
+        "table": "\n\n".join([table, verdict]),
+        "data": {"parameters": {k: (list(v) if isinstance(v, tuple) else v) for k, v in p.items()},
+                 "in_memory": in_memory},
     }

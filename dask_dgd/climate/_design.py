@@ -287,7 +287,13 @@ class Fields:
         grid_chunks = _grid_chunks(spec, ds)
         self.grid_chunks = grid_chunks
         self.in_process = bool(in_process) and _one_numpy_block(spec, ds, grid_chunks, need_target)
-        self.template = _template(spec, ds, grid_chunks, self.in_process)
+        template = []  # made on first use: most grids have every field on every sample dimension
+
+        def broadcast(field):
+            if not template:
+                template.append(_template(spec, ds, grid_chunks, self.in_process))
+            return xr.broadcast(field, template[0])[0]
+
         lazy = _as_numpy if self.in_process else _as_dask
         ref = _reference(spec, ds)
         # every coordinate on the sample dimensions (dimension and auxiliary ones)
@@ -302,7 +308,7 @@ class Fields:
                 order.append((1, len(time_only) - 1))
             else:
                 if set(field.dims) != set(spec.sample_dims):
-                    field, _ = xr.broadcast(field, self.template)
+                    field = broadcast(field)
                 full.append(lazy(field.transpose(*spec.sample_dims).data, grid_chunks))
                 order.append((0, len(full) - 1))
 
@@ -331,7 +337,7 @@ class Fields:
         if need_target:
             y = _float64(ds[spec.target], self.in_process)
             if set(y.dims) != set(spec.sample_dims):
-                y, _ = xr.broadcast(y, self.template)
+                y = broadcast(y)
             self.y = lazy(y.transpose(*spec.sample_dims).data, grid_chunks)
         space = spec.space_dims()
         space_chunks = grid_chunks[1:]

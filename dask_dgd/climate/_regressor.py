@@ -308,7 +308,7 @@ verbose, callbacks
 
     # --------------------------------------------------------------------- fit
     _FITTED = ("spec_", "family_", "sample_dims_", "time_dim_", "feature_names_", "target_attrs_", "grid_", "coef_",
-               "intercept_", "n_samples_", "n_iter_", "estimator_", "history_", "_coef_table")
+               "intercept_", "n_samples_", "n_iter_", "estimator_", "history_", "_history_records", "_coef_table")
 
     @one_fit_at_a_time
     def fit(self, ds, y=None, resume=False):
@@ -428,13 +428,13 @@ verbose, callbacks
         from ._pointwise_glm import fit_cells
 
         client = task_client(self.client) or _default_client()  # the cluster whose memory holds the state
-        coef, count, passes, history = fit_cells(
+        coef, count, passes, records = fit_cells(
             fields, self.family, self.alpha, self.tol, self.max_iter, self.split_every, client, self.target,
             max_time=self.max_time, callbacks=self.callbacks, verbose=self.verbose,
             desc=f"{type(self).__name__} (pointwise {self.family})",
         )
         self.n_iter_ = passes
-        self.history_ = history
+        self._history_records = records  # history_ is made from them when first asked for (__getattr__)
         self._set_pointwise(spec, fields, coef, count)
 
     def _set_pointwise(self, spec, fields, coef, count):
@@ -445,6 +445,30 @@ verbose, callbacks
         self.coef_ = xr.DataArray(coef[..., 1:], dims=space + ("feature",), coords={**coords, **names}, name="coef")
         self.n_samples_ = xr.DataArray(count.astype(np.int64), dims=space, coords=coords, name="n_samples")
         self._coef_table = coef
+
+    def __getstate__(self):
+        # saved and pickled with history_ as the DataFrame, under its own name (the
+        # format's loader knows the fitted attributes by name)
+        state = super().__getstate__()
+        if state.pop("_history_records", None) is not None:
+            state["history_"] = self.history_
+        return state
+
+    def __getattr__(self, name):
+        # only for names not found otherwise: history_ of a pointwise GLM fit is made
+        # here, once, from its passes' records (as the linear models' history_): on a
+        # grid of a few hundred cells the DataFrame took a tenth of the fit
+        pending = self.__dict__.get("_history_records") if name == "history_" else None
+        if pending is not None:
+            import pandas as pd
+
+            frame = pd.DataFrame.from_records(pending)
+            self.history_ = frame
+            self.__dict__.pop("_history_records", None)
+            return frame
+        if name == "history_" and "history_" in self.__dict__:  # (made by another thread meanwhile)
+            return self.__dict__["history_"]
+        raise AttributeError(f"'{type(self).__name__}' object has no attribute {name!r}")
 
     # ----------------------------------------------------------------- predict
     def _check_grid(self, spec, ds):

@@ -8,6 +8,7 @@ import warnings
 
 import dask
 import numpy as np
+import pandas as pd
 import pytest
 import statsmodels.api as sm
 import xarray as xr
@@ -297,6 +298,51 @@ def test_glm_statistics_at_the_coefficients_are_the_deviance_and_its_derivatives
                                                    w[0, c] * constant], rtol=1e-12)
 
 
+@pytest.mark.parametrize("start", [True, False], ids=["start", "later pass"])
+@pytest.mark.parametrize("family", [1, 2], ids=["poisson", "binomial"])
+@pytest.mark.parametrize("kind", [[0], [1, 0], [0, 1, 0], [1]], ids=["grid", "time, grid", "grid, time, grid", "time"])
+def test_the_kernel_reads_a_run_of_cells_in_place_with_the_gathered_values(kind, family, start):
+    """``glm_acc_kernel`` on a run of cells (every cell, or a range: read in place,
+    after the start in one fused loop) gives each cell the statistics, bit for bit,
+    that the gathered path gives it among other cells (NaN targets, features and
+    time steps, zero weights and targets out of range included)."""
+    from dask_dgd.climate._kernels import glm_acc_kernel
+
+    rng = np.random.default_rng(sum(kind) * 7 + family + 2 * start)
+    T, C = 17, 23
+    kind = np.array(kind)
+    pos = np.zeros(len(kind), dtype=np.int64)
+    pos[kind == 0] = np.arange((kind == 0).sum())
+    pos[kind == 1] = np.arange((kind == 1).sum())
+    full = rng.normal(size=(max((kind == 0).sum(), 1), T, C))
+    full[rng.random(full.shape) < 0.05] = np.nan
+    timef = rng.normal(size=(max((kind == 1).sum(), 1), T))
+    timef[0, 5] = np.nan
+    y = rng.poisson(2.0, (T, C)).astype(float) if family == 1 else (rng.random((T, C)) < 0.4).astype(float)
+    y[rng.random((T, C)) < 0.1] = np.nan
+    y[3, 4] = -1.0  # out of range, unmasked: counted
+    full[:, 3, 4] = 0.5
+    w = rng.random(C)
+    w[[2, 9]] = 0.0
+    eta = rng.normal(size=(T, C))
+    mu = np.exp(eta) if family == 1 else np.exp(-np.abs(eta))
+    aux = rng.random((T, C))
+    p = len(kind) + 1
+
+    def stats(cells):
+        acc = np.zeros((p * p + p + 6, cells.size))
+        glm_acc_kernel(full, timef, kind, pos, y, w, cells, 0, eta[:, cells].copy(), mu[:, cells].copy(),
+                       aux[:, cells].copy(), family, start, np.empty((p + 4, cells.size)), acc)
+        return acc
+
+    every = stats(np.arange(C))
+    assert np.isfinite(every).all() and (every[p * p + p + 4] > 0).any()  # the bad value is counted
+    for run in (np.arange(C), np.arange(5, 19)):  # read in place
+        np.testing.assert_array_equal(stats(run), every[:, run])
+    for cells in (np.arange(0, C, 2), np.array([1, 2, 4, 9, 22])):  # gathered
+        np.testing.assert_array_equal(stats(cells), every[:, cells])
+
+
 def test_batched_spd_solve_is_scale_free_and_falls_back_to_minimum_norm():
     from dask_dgd.climate._pointwise import solve_spd
 
@@ -378,6 +424,32 @@ def test_each_newton_pass_is_a_record_of_the_history_and_of_the_callbacks():
     np.testing.assert_array_equal([rec["loss"] for rec in seen], h["loss"])  # NaN the same
     quiet = ClimateRegressor(["a", "index"], "n", model="pointwise", family="poisson", tol=1e-8).fit(ds)
     np.testing.assert_array_equal(_table(model), _table(quiet))
+
+
+def test_the_history_is_made_when_first_asked_for_and_travels_as_a_dataframe(tmp_path):
+    """A pointwise GLM fit keeps its passes' records and makes ``history_`` from them
+    on first access (as the linear models do); pickling and saving carry the
+    DataFrame under its own name, and a refit starts without the old records."""
+    import pickle
+
+    ds = _grid()
+    model = ClimateRegressor(["a", "index"], "n", model="pointwise", family="poisson").fit(ds)
+    assert "history_" not in vars(model) and len(vars(model)["_history_records"]) == model.n_iter_
+    for copy in (pickle.loads(pickle.dumps(model)), _saved_and_loaded(model, tmp_path / "m.npz")):
+        assert "_history_records" not in vars(copy) and isinstance(vars(copy)["history_"], pd.DataFrame)
+        pd.testing.assert_frame_equal(copy.history_, model.history_)
+    h = model.history_  # made once, then kept
+    assert model.history_ is h and "_history_records" not in vars(model)
+    assert h["step"].tolist() == list(range(1, model.n_iter_ + 1)) and h["cells_iterating"].iloc[-1] == 0
+    model.fit(ds)  # a refit: its own records, not the old frame
+    assert "history_" not in vars(model) and model.history_ is not h
+    with pytest.raises(AttributeError, match="no attribute 'history_'"):
+        _ = ClimateRegressor(["a"], "n", model="pointwise", family="poisson").history_
+
+
+def _saved_and_loaded(model, path):
+    model.save(path)
+    return dask_dgd.load(path)
 
 
 def test_a_callback_returning_true_stops_the_passes():

@@ -105,9 +105,11 @@ def test_a_grid_of_several_dask_blocks_keeps_the_dask_path():
     np.testing.assert_allclose(model.coef_.values, reference.coef_.values, rtol=1e-12)
 
 
-def test_glm_statistics_are_computed_for_the_cells_still_iterating_only():
+@pytest.mark.parametrize("n_active", [4, 12], ids=["few iterating: gathered", "most iterating: every cell"])
+def test_glm_statistics_are_computed_for_the_cells_still_iterating_only(n_active):
     """The statistics of a state's active cells equal those of all the cells, bit for
-    bit; the others' are zeros (no pass reads them)."""
+    bit; the others' are zeros (no pass reads them), whether the active cells are
+    gathered (few) or every cell is computed (at least ``DENSE_SHARE`` of them)."""
     from dask_dgd.climate._pointwise_glm import ACTIVE, CONVERGED, glm_stats, glm_stats_of_state, initial_state
 
     rng = np.random.default_rng(3)
@@ -119,8 +121,11 @@ def test_glm_statistics_are_computed_for_the_cells_still_iterating_only():
     w = rng.uniform(0.5, 1.0, size=(Y, X))
     state = initial_state(w, p)
     state[..., :p] = rng.normal(0, 0.3, size=(Y, X, p))
-    active = rng.random((Y, X)) < 0.5
+    active = np.zeros(Y * X, dtype=bool)
+    active[rng.permutation(Y * X)[:n_active]] = True
+    active = active.reshape(Y, X)
     state[..., 3 * p + 2] = np.where(active, ACTIVE, CONVERGED)
+    state[~active, 0] = np.nan  # a cell without data (or converged anywhere): its statistics are not made
     order = [(0, 0), (1, 0)]
     whole = glm_stats(order, "poisson", False, state[..., :p], y, w, x, z)
     got = glm_stats_of_state(order, "poisson", False, state, y, w, x, z)
