@@ -273,8 +273,9 @@ class LocalSGD(Solver):
         value = self._round_value(total)  # the round's objective, at the broadcast parameters
         lr = self._round_rate(total)
         where = f"in round {self.rounds + 1}"
-        start_bad = not math.isfinite(value) or self.guard.exploded(value, where=where, learning_rate=lr)
-        finite = total.extras["nonfinite"] == 0 and not start_bad
+        bad = not math.isfinite(value) or self.guard.exploded(value, where=where, learning_rate=lr)
+        start_bad = bad and self.value_at_start  # (else the round's own passes diverged: this round is undone)
+        finite = total.extras["nonfinite"] == 0 and not bad
         change = cast("np.ndarray", total.grad_sum)  # (the root's: dense)
         if self.estimate is not None:  # EF21: the groups sent the changes of their estimates
             if finite and np.all(np.isfinite(change)):
@@ -376,6 +377,10 @@ class LocalSGD(Solver):
             return f"{self.label} diverged {where} (loss={loss}: {what}, from {value} at the round's start)"
         return (f"{self.label} diverged {where}: the averaged parameters are not finite (loss={value} at the "
                 "round's start)")
+
+    #: whether the round's value is the objective at the round's starting parameters (the
+    #: first local batches'): when it exploded, the previous round led there and is undone
+    value_at_start = True
 
     def _updates_per_group(self, total: Partial, n_local: int) -> tuple[int, ...]:
         """The optimizer steps each group took in the round (the record's ``updates_per_group``)."""

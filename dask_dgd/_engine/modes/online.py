@@ -45,7 +45,7 @@ from ..runtime.records import Bytes, Timing, make_record
 from ..runtime.reduce import Partial, SparseVector
 from ..solvers.base import Outcome
 from ..update import initial_divergence
-from .local import LocalSGD, check_round_estimate, compress_round, round_partial
+from .local import LocalSGD, check_round_estimate, compress_round, diverged_loss, round_partial
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -197,6 +197,11 @@ class OnlineEpochs(LocalSGD):
     def pass_order(self) -> bool:
         return self.ctx.batching is None
 
+    @property
+    def value_at_start(self) -> bool:  # type: ignore[override]  # (a class attribute in LocalSGD)
+        """Per-row passes' value is the progressive loss, measured during the round."""
+        return not self.pass_order
+
     def start(self) -> Outcome:
         if not self.pass_order:  # the synchronous first step (the draws' parity with solver="sgd")
             own = self.optimizer
@@ -283,6 +288,21 @@ class OnlineEpochs(LocalSGD):
     def _updates_per_group(self, total: Partial, n_local: int) -> tuple[int, ...]:
         """The rows (per-row passes) or micro-batches each group updated on."""
         return tuple(int(total.extras.get(_updates_key(min(g, default=-1)), 0)) for g in self.ctx.shards.groups)
+
+    def _divergence(self, total: Partial, value: float, where: str, start_bad: bool) -> str:
+        """The guard's words for a diverged round; in per-row passes the round's value is
+        the progressive loss, measured during the passes (not at the round's start)."""
+        if not self.pass_order:
+            return super()._divergence(total, value, where, start_bad)
+        loss, count = diverged_loss(total)
+        n = self.ctx.shards.n_groups
+        if count:
+            who = "the group" if n == 1 else f"{count} of {n} groups"
+            return f"{self.label} diverged {where}: {who} stopped {'its' if n == 1 else 'their'} pass at a " \
+                   f"progressive loss of {loss}"
+        if not math.isfinite(value) or value > self.guard.limit():
+            return f"{self.label} diverged {where} (progressive loss {value} during the round's passes)"
+        return f"{self.label} diverged {where}: the averaged parameters are not finite"
 
     def _round_rate(self, total: Partial) -> float:
         """The groups' mean base rate at their last update (the rate falls per row, not per round)."""

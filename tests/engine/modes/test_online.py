@@ -212,6 +212,11 @@ def test_divergence_backs_off_or_raises():
         LinearRegression(**kw, on_divergence="raise").fit(X, y)
     est = _fit(LinearRegression(**kw, on_divergence="backoff"), X, y)
     assert np.all(np.isfinite(est.coef_)) and est._optimizer_.learning_rate <= 5.0  # (halved at least once)
+    # halved until the guard gives up: the round's own pass diverged (its progressive
+    # loss), not the parameters it started from
+    with pytest.raises(DivergenceError, match=r"online SGD diverged in round 1: the group stopped its pass at a "
+                                              r"progressive loss of .* even after halving the learning rate 30 times"):
+        LinearRegression(**{**kw, "learning_rate": 1e12}, on_divergence="backoff").fit(X, y)
 
 
 def _refused(est, match, X=None, y=None):
