@@ -329,6 +329,21 @@ def test_item_fold_in_benchmark_compares_fold_in_refit_and_fallback():
     assert medians["fold-in"] < medians["no fold-in"] and medians["fold-in"] < 1.05 * medians["refit"]
 
 
+@pytest.mark.slow
+def test_mf_cluster_refit_benchmark_compares_the_refit_in_a_task_with_rounds():
+    """``python -m benchmarks.mf_cluster_refit``: the default fit on a cluster with its
+    refit in one task and in rounds of tasks, the same predictions bit for bit, beside
+    SVD++."""
+    from benchmarks import mf_cluster_refit
+
+    lines = []
+    out = mf_cluster_refit.run(repeats=1, users=40, log=lines.append)
+    task, rounds = out["refit in one task"], out["refit as rounds of tasks"]
+    assert out["same"] and task["rmse"] == rounds["rmse"]
+    assert 0 < task["after_path"] < task["wall"] and out["svdpp"]["wall"] > 0
+    assert lines[-1] == "predictions equal bit for bit: True"
+
+
 def test_hashing_throughput_benchmark_times_both_hashers():
     """``python -m benchmarks.hashing_throughput``: both hashers timed on the same frame,
     one row per variant, the ratio against dask_dgd's category hashing."""

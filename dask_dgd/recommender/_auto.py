@@ -36,7 +36,15 @@ whole in one task, one fit per worker at a time (:class:`_InTasks`): only its ro
 records (and a bias model's biases) come back.  The fits are the same, bit for bit, as
 fits whose steps are rounds of tasks (the sums merge in the same fixed tree over the
 same shards); a batch may fit a penalty past the point where the path stops, and that
-fit is dropped.  The refit on all the ratings trains on the cluster as any fit does.
+fit is dropped.  The refit on all the ratings, a few dozen steps as small, then runs
+whole in one task too (:func:`refit_in_task`, when it trains synchronously without
+callbacks, checkpoints or progress output, which belong to the caller's process): the
+task builds the fit's own shards from the ratings' partitions and trains on them there,
+and the driver stores what it returns as it stores a refit whose steps are rounds of
+tasks, the same bit for bit.  Only its records tell them apart: they are those of an
+in-process fit (``tree_depth`` 0, no driver messages, their own timings).  Larger
+ratings, or workers that cannot hold the copy, train the refit on the cluster as any
+fit does.
 """
 
 import copy
@@ -98,6 +106,9 @@ class Setup:
     #: items none of whose ratings is left for training by the held-out split (set by
     #: :func:`choose_alpha`): their factors start, and stay, at zero
     cold: object = None
+    #: whether the fits of the path (and the refit) run whole in tasks
+    #: (:func:`path_in_tasks`)
+    in_tasks: bool = False
 
 
 def _epochs_to(history, j, solver, full_batch):
@@ -380,17 +391,57 @@ def _copies_fit(client, n_ratings, pid=None):
                for worker, limit in client.run_on_scheduler(_worker_facts))
 
 
-def _fits_of(est, s, solver, optimizer, n_ratings):
-    """Where the path's fits run: :class:`_InTasks` for a cluster fit of NumPy ratings
-    up to :data:`PATH_IN_TASKS_MAX_RATINGS` on workers in processes of their own whose
-    copies fit their memory (:func:`_copies_fit`), else :class:`_Here`."""
-    if (s.executor.kind == "dask" and s.like is None and n_ratings <= PATH_IN_TASKS_MAX_RATINGS
-            and _copies_fit(s.executor.client, n_ratings)):
-        return _InTasks(est, s, solver, optimizer)
-    return _Here(est, s, solver, optimizer)
+def path_in_tasks(s, n_ratings):
+    """Whether the path's fits run whole in tasks (:class:`_InTasks`, and the refit
+    :func:`refit_in_task`): a cluster fit of NumPy ratings, up to
+    :data:`PATH_IN_TASKS_MAX_RATINGS` of them, on workers in processes of their own whose
+    copies fit their memory (:func:`_copies_fit`)."""
+    return (s.executor.kind == "dask" and s.like is None and n_ratings <= PATH_IN_TASKS_MAX_RATINGS
+            and _copies_fit(s.executor.client, n_ratings))
 
 
-def choose_alpha(est, s, solver, optimizer, n_ratings):
+def _fits_of(est, s, solver, optimizer):
+    """Where the path's fits run: :class:`_InTasks` where ``s.in_tasks``
+    (:func:`path_in_tasks`), else :class:`_Here`."""
+    return _InTasks(est, s, solver, optimizer) if s.in_tasks else _Here(est, s, solver, optimizer)
+
+
+def _refit_copy(training, s, train_args, *frames):
+    """The refit in a task: the fit's own shards of all the ratings (``s.n_shards``,
+    built from the partitions ``frames`` in this process), trained there; returns the
+    fit's result, the ratings per shard and the warnings raised (message and category)."""
+    from .._engine.runtime.executor import InProcessExecutor
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        shards, loads = build_rating_shards(InProcessExecutor(), list(frames), s.cols, s.users, s.items,
+                                            s.n_shards, None)
+        result = train(training, shards, **train_args)
+    return result, loads, [(str(w.message), w.category) for w in caught]
+
+
+def refit_in_task(s, training, train_args):
+    """The refit on all the ratings as one task on a worker (``s.in_tasks``): its steps
+    are the steps of a fit whose rounds of tasks run over the same shards (the sums merge
+    in the same fixed tree), without a round of tasks each.  ``train_args``: the keyword
+    arguments of :func:`~dask_dgd._engine.train.train` but ``client``.  Returns the
+    fit's result and the ratings per shard; the task's warnings are raised again here,
+    under the caller's filters."""
+    from .._validation import user_stacklevel
+
+    task = dataclasses.replace(s, executor=None, parts=None)
+    future = s.executor.client.submit(_refit_copy, training, task, train_args, *s.parts,
+                                      key=f"dgd-mf-refit-{uuid.uuid4().hex[:8]}", pure=False)
+    try:
+        result, loads, raised = future.result()
+    finally:
+        _release([future, *s.parts])  # (the partitions are the fit's, done with: as its shards release them)
+    for message, category in raised:
+        warnings.warn(message, category, stacklevel=user_stacklevel())
+    return result, loads
+
+
+def choose_alpha(est, s, solver, optimizer):
     """Fit the penalty paths on held-out ratings (see the module docstring).
 
     Returns ``(alpha, alpha_bias, epochs, path, history, factors)``: the chosen
@@ -402,7 +453,7 @@ def choose_alpha(est, s, solver, optimizer, n_ratings):
     penalty beat the bias model, whose epochs are returned: the refit is the bias
     model, its factors zero); ``alpha`` is None when no rating could be held out
     (every user has one rating)."""
-    fits = _fits_of(est, s, solver, optimizer, n_ratings)
+    fits = _fits_of(est, s, solver, optimizer)
     rows, histories = [], []
     try:
         # the bias model: its own penalty's path, or the one given (the factors' baseline)

@@ -31,7 +31,7 @@ from .._validation import (
 )
 from ..exceptions import ConvergenceWarning
 from ..optim import CosineDecay, FirstOrderOptimizer, Schedule, get_optimizer
-from ._auto import Setup, choose_alpha
+from ._auto import Setup, choose_alpha, path_in_tasks, refit_in_task
 from ._foldin import model_of, new_user_rows
 from ._input import as_frame, id_index
 from ._objective import FactorizationTraining, FactorModel, grow_state
@@ -317,8 +317,8 @@ class FactorizationBase(RecommenderMixin, ClientParamMixin, BaseEstimator):
             # with the documented DivergenceError)
             setup = Setup(executor, parts, cols, users, items, n_shards, like, mu, seed, n_batches,
                           scale if np.isfinite(scale) else 1.0)
-            alpha, alpha_bias, epochs, path, path_history, factors = choose_alpha(self, setup, solver, optimizer,
-                                                                                  facts["n"])
+            setup.in_tasks = path_in_tasks(setup, facts["n"])
+            alpha, alpha_bias, epochs, path, path_history, factors = choose_alpha(self, setup, solver, optimizer)
             if alpha is None:
                 alpha, path = DEFAULT_ALPHA, None
                 warnings.warn(f"{type(self).__name__}: no rating could be held out to choose alpha (every user has "
@@ -328,22 +328,26 @@ class FactorizationBase(RecommenderMixin, ClientParamMixin, BaseEstimator):
                 if solver != "als":  # gradient steps: the epochs validated on the held-out ratings
                     max_iter, tol = epochs, 0.0
                 path = (path, path_history)
-        shards, loads = build_rating_shards(executor, parts, cols, users, items, n_shards, like)
-        shards.totals = {"ratings": int(facts["n"]), "rating_sum": f"{facts['rating_sum']:.10g}",
-                         "users": len(users), "items": len(items)}
-        if "digest" in facts:  # the ratings themselves, whatever their order or partitions
-            shards.totals["ratings digest"] = facts["digest"]
         model = self._model(mu, len(items), seed, alpha=alpha, alpha_bias=alpha_bias,
                             n_components=None if factors else 0)
+        # a small refit after a path in tasks: one task too (what runs in the caller's
+        # process, callbacks, checkpoints and progress output, keeps it on the cluster)
+        in_task = path is not None and setup.in_tasks and self.mode == "sync" and self.callbacks is None \
+            and self.checkpoint is None and not self.verbose
+        if not in_task:
+            shards, loads = build_rating_shards(executor, parts, cols, users, items, n_shards, like)
+            shards.totals = {"ratings": int(facts["n"]), "rating_sum": f"{facts['rating_sum']:.10g}",
+                             "users": len(users), "items": len(items)}
+            if "digest" in facts:  # the ratings themselves, whatever their order or partitions
+                shards.totals["ratings digest"] = facts["digest"]
         if continued:
             V, item_state, inits, U_base, state_base = self._continue_from(model, optimizer, shards)
         else:
             self._forget_fit()
             V = init_rows(seed + 1, np.arange(len(items)), model.item_width, model.init_scale, model.item_bias)
             item_state = inits = U_base = state_base = None
-        result = train(
-            FactorizationTraining(model, n_batches), shards, solver=solver,
-            optimizer=None if solver == "als" else optimizer, max_iter=max_iter,
+        train_args = dict(
+            solver=solver, optimizer=None if solver == "als" else optimizer, max_iter=max_iter,
             tol=tol, n_iter_no_change=max_iter + 1 if anneal else 5, mode=self.mode, local_steps=self.local_steps,
             outer_optimizer=self.outer_optimizer,
             max_staleness=self.max_staleness, staleness_scaling=self.staleness_scaling, max_time=self.max_time,
@@ -352,8 +356,11 @@ class FactorizationBase(RecommenderMixin, ClientParamMixin, BaseEstimator):
             compression=self.compression, split_every=self.split_every, random_state=seed,
             params0=V.ravel(), opt_state=_flat_state(item_state), local_init=inits, verbose=self.verbose,
             callbacks=self.callbacks, progress_total=max_iter, progress_desc=type(self).__name__,
-            client=self.client,
         )
+        if in_task:
+            result, loads = refit_in_task(setup, FactorizationTraining(model, n_batches), train_args)
+        else:
+            result = train(FactorizationTraining(model, n_batches), shards, **train_args, client=self.client)
         U, user_states, seen_u, seen_i = _assemble_users(result.local, len(users), model.user_width, U_base,
                                                          optimizer)
         self._store(model, users, items, U, result, _assemble_state(user_states, U.shape, state_base),

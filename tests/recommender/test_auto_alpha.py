@@ -177,9 +177,11 @@ def process_client(make_module_cluster):
 @pytest.mark.parametrize("solver", ["als", "gd"])
 def test_the_path_in_tasks_is_the_path_in_rounds_bit_for_bit(process_client, monkeypatch, solver):
     # on a cluster of worker processes, small ratings' path fits run whole, one task per
-    # fit (one per worker at a time, on copies of the shards); every fit, the path and the
-    # refit are those of fits whose steps are rounds of tasks over the shards
+    # fit (one per worker at a time, on copies of the shards), and so does the refit on
+    # all the ratings; every fit, the path and the refit are those of fits whose steps are
+    # rounds of tasks over the shards
     import dask_dgd.recommender._auto as auto
+    import dask_dgd.recommender._base as base
 
     client = process_client
 
@@ -198,18 +200,58 @@ def test_the_path_in_tasks_is_the_path_in_rounds_bit_for_bit(process_client, mon
             super().__init__(*args)
             made.append(self)
 
+    refits = []
+
+    def refit_spy(*args):
+        refits.append(args)
+        return auto.refit_in_task(*args)
+
     monkeypatch.setattr(auto, "_InTasks", Spy)
+    monkeypatch.setattr(base, "refit_in_task", refit_spy)
     in_tasks = fit()
     monkeypatch.setattr(auto, "PATH_IN_TASKS_MAX_RATINGS", 0)
     in_rounds = fit()
     assert len(made) == 1 and made[0].width == len(client.scheduler_info()["workers"])
+    assert len(refits) == 1  # (the second fit's refit ran as rounds of tasks)
     a, b = in_tasks.validation_path_, in_rounds.validation_path_
     assert len(a) >= 10 and a["chosen"].sum() == 1
     pd.testing.assert_frame_equal(a, b, check_exact=True)
     np.testing.assert_array_equal(in_tasks.user_factors_, in_rounds.user_factors_)
     np.testing.assert_array_equal(in_tasks.item_factors_, in_rounds.item_factors_)
-    h_a, h_b = (m.history_.query("stage == 'validation'") for m in (in_tasks, in_rounds))
-    np.testing.assert_array_equal(h_a["loss"].to_numpy(), h_b["loss"].to_numpy())
+    np.testing.assert_array_equal(in_tasks.user_bias_, in_rounds.user_bias_)
+    np.testing.assert_array_equal(in_tasks.item_bias_, in_rounds.item_bias_)
+    for stage in ("validation", "refit"):
+        h_a, h_b = (m.history_.query(f"stage == '{stage}'") for m in (in_tasks, in_rounds))
+        assert len(h_a) > 0
+        np.testing.assert_array_equal(h_a["loss"].to_numpy(), h_b["loss"].to_numpy())
+    assert in_tasks.n_iter_ == in_rounds.n_iter_ and in_tasks.solver_ == in_rounds.solver_
+    np.testing.assert_array_equal(in_tasks.shard_ratings_, in_rounds.shard_ratings_)
+    assert (in_tasks._seen != in_rounds._seen).nnz == 0
+    for name in ("_item_state_", "_user_state_"):  # (gradient steps: the optimizer's state, to continue)
+        a_state, b_state = getattr(in_tasks, name), getattr(in_rounds, name)
+        assert (a_state is None) == (b_state is None)
+        if a_state is not None:
+            for x, y in zip(a_state, b_state):
+                np.testing.assert_array_equal(np.asarray(x), np.asarray(y))
+    # the refit's records are an in-process fit's: no round of tasks, no driver message
+    refit_a = in_tasks.history_.query("stage == 'refit'")
+    refit_b = in_rounds.history_.query("stage == 'refit'")
+    assert (refit_a["tree_depth"] == 0).all() and (refit_b["tree_depth"] > 0).all()
+
+
+def test_a_refit_with_callbacks_stays_in_rounds_of_tasks(process_client):
+    # callbacks run in the caller's process, on every record of the refit: with them the
+    # path still runs in tasks, the refit as rounds of tasks over the cluster's shards
+    ratings, _ = make_ratings(200, 80, 3000, rank=2, noise=0.5, random_state=2)
+    seen = []
+    est = MatrixFactorization(n_components=2, max_iter=20, random_state=0, client=process_client,
+                              callbacks=[lambda record: seen.append(record["step"])])
+    _fit(est, dd.from_pandas(ratings, npartitions=2))
+    validation = est.history_.query("stage == 'validation'")
+    refit = est.history_.query("stage == 'refit'")
+    assert (validation["tree_depth"] == 0).all()  # (the path's fits: whole, in tasks)
+    assert len(refit) > 0 and (refit["tree_depth"] > 0).all()
+    assert seen == refit["step"].tolist()
 
 
 def test_gradient_steps_and_local_sgd_take_the_path_too(client):
