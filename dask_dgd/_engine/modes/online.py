@@ -232,7 +232,7 @@ class OnlineEpochs(LocalSGD):
             obj.check_data(ctx.shards)  # names the block with NaN or inf, if one has
             raise initial_divergence(value)
         if ctx.learning_rate == "auto" and self.optimizer.online_rule == "sgd":
-            eta, lam = self._auto_rate(X, w * self._weight_scale, obj), obj.penalty_spec.l2_strength
+            eta, lam = self._auto_rate(X, w * self._weight_scale, obj), self._l2
             # Bottou's rate for an L2-strongly convex objective: the safe step first, then 1 / (lam t)
             self.optimizer = self.optimizer.with_learning_rate(InverseTime(eta, 1.0 / (eta * lam)) if lam > 0 else eta)
         self.guard.start(value)
@@ -261,7 +261,7 @@ class OnlineEpochs(LocalSGD):
                compression: RoundCompression | None) -> Partial:
         ctx, src, obj = self.ctx, self.ctx.source, self.ctx.objective
         self.rule = online_rule(self.optimizer)
-        lam = obj.penalty_spec.l2_strength
+        lam = self._l2
         if self.rule.name == "sgd" and self.rule.eta0 * lam >= 1.0:
             raise ParameterError(
                 f"solver='online' with optimizer='sgd' decays the coefficients by 1 - learning_rate * alpha a row; "
@@ -276,6 +276,11 @@ class OnlineEpochs(LocalSGD):
         if total.extras.get("bad_rows", 0.0) > 0:  # a row's loss was not finite: name the block if its data is bad
             obj.check_data(ctx.shards)
         return total
+
+    @property
+    def _l2(self) -> float:
+        """The L2 strength (the support rule: a linear model's penalty)."""
+        return float(self.ctx.objective.penalty_spec.l2_strength)  # type: ignore[attr-defined]  # (a linear model's)
 
     @property
     def _weight_scale(self) -> float:
@@ -317,8 +322,7 @@ class OnlineEpochs(LocalSGD):
 
     def _penalty_value(self, params: np.ndarray) -> float:
         """The L2 penalty at ``params`` (as ``Penalty.smooth_value_gradient``'s value, without its gradient)."""
-        obj = self.ctx.objective
-        strength = obj.penalty_spec.l2_strength  # type: ignore[attr-defined]  # (a linear model's)
+        strength = self._l2
         if strength == 0.0:
             return 0.0
         coef = params[: self._n_pen]
