@@ -16,6 +16,7 @@ from sklearn.base import BaseEstimator
 from sklearn.utils.validation import check_is_fitted
 
 from .._engine.runtime.executor import task_client
+from .._history import LazyHistory
 from .._params import MODES, RUNTIME, TRAINING_CONSTRAINTS, init_from, signature
 from .._validation import ClientParamMixin, Interval, Options, one_fit_at_a_time, validate_params
 from ..exceptions import InputError, ParameterError
@@ -39,7 +40,7 @@ CLIMATE_SIGNATURE = signature(
 )
 
 @init_from(CLIMATE_SIGNATURE, positional=2)
-class ClimateRegressor(ClientParamMixin, BaseEstimator):
+class ClimateRegressor(LazyHistory, ClientParamMixin, BaseEstimator):
     """Regression on an xarray Dataset's grid cells: one pooled model or one per cell.
 
     Parameters
@@ -308,7 +309,7 @@ verbose, callbacks
 
     # --------------------------------------------------------------------- fit
     _FITTED = ("spec_", "family_", "sample_dims_", "time_dim_", "feature_names_", "target_attrs_", "grid_", "coef_",
-               "intercept_", "n_samples_", "n_iter_", "estimator_", "history_", "_history_records", "_coef_table")
+               "intercept_", "n_samples_", "n_iter_", "estimator_", "history_", "_coef_table")
 
     @one_fit_at_a_time
     def fit(self, ds, y=None, resume=False):
@@ -326,7 +327,7 @@ verbose, callbacks
         -------
         self
         """
-        for name in self._FITTED:  # a refit starts clean (also if it fails)
+        for name in (*self._FITTED, "_history_records"):  # a refit starts clean (also if it fails)
             self.__dict__.pop(name, None)
         if not isinstance(ds, xr.Dataset):
             raise InputError(
@@ -434,7 +435,7 @@ verbose, callbacks
             desc=f"{type(self).__name__} (pointwise {self.family})",
         )
         self.n_iter_ = passes
-        self._history_records = records  # history_ is made from them when first asked for (__getattr__)
+        self._history_records = (records, {})  # history_ is made from them when first read (LazyHistory)
         self._set_pointwise(spec, fields, coef, count)
 
     def _set_pointwise(self, spec, fields, coef, count):
@@ -445,30 +446,6 @@ verbose, callbacks
         self.coef_ = xr.DataArray(coef[..., 1:], dims=space + ("feature",), coords={**coords, **names}, name="coef")
         self.n_samples_ = xr.DataArray(count.astype(np.int64), dims=space, coords=coords, name="n_samples")
         self._coef_table = coef
-
-    def __getstate__(self):
-        # saved and pickled with history_ as the DataFrame, under its own name (the
-        # format's loader knows the fitted attributes by name)
-        state = super().__getstate__()
-        if state.pop("_history_records", None) is not None:
-            state["history_"] = self.history_
-        return state
-
-    def __getattr__(self, name):
-        # only for names not found otherwise: history_ of a pointwise GLM fit is made
-        # here, once, from its passes' records (as the linear models' history_): on a
-        # grid of a few hundred cells the DataFrame took a tenth of the fit
-        pending = self.__dict__.get("_history_records") if name == "history_" else None
-        if pending is not None:
-            import pandas as pd
-
-            frame = pd.DataFrame.from_records(pending)
-            self.history_ = frame
-            self.__dict__.pop("_history_records", None)
-            return frame
-        if name == "history_" and "history_" in self.__dict__:  # (made by another thread meanwhile)
-            return self.__dict__["history_"]
-        raise AttributeError(f"'{type(self).__name__}' object has no attribute {name!r}")
 
     # ----------------------------------------------------------------- predict
     def _check_grid(self, spec, ds):

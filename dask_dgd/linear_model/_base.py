@@ -18,6 +18,7 @@ from .._engine.data.ingest import build_shardset
 from .._engine.runtime.checkpoint import digests_of, stable_repr
 from .._engine.runtime.executor import get_executor
 from .._engine.train import seed_of, train
+from .._history import LazyHistory
 from .._params import MODES, TRAINING_CONSTRAINTS, fingerprint_params, signature
 from .._validation import ClientParamMixin, Interval, Options, user_stacklevel, validate_params
 from ..exceptions import ConvergenceWarning, InputError, ParameterError
@@ -83,7 +84,7 @@ TRAINING_PARAMETERS = ("The training parameters every linear estimator shares: s
 linear_docstring = other_parameters(TRAINING_PARAMETERS)
 
 
-class DGDLinearModel(InferenceMixin, ClientParamMixin, BaseEstimator):
+class DGDLinearModel(LazyHistory, InferenceMixin, ClientParamMixin, BaseEstimator):
     """Base class of the generalised linear models trained by distributed gradient descent.
 
     Its subclasses (:class:`~dask_dgd.LinearRegression`, :class:`~dask_dgd.LogisticRegression`,
@@ -550,32 +551,6 @@ class DGDLinearModel(InferenceMixin, ClientParamMixin, BaseEstimator):
         self.solver_ = result.solver
         self.split_every_ = result.split_every
         self.bytes_communicated_ = result.bytes_communicated
-
-    def __getstate__(self):
-        # saved and pickled with history_ as the DataFrame, under its own name (the
-        # format's loader knows the fitted attributes by name)
-        state = super().__getstate__()
-        if state.pop("_history_records", None) is not None:
-            state["history_"] = self.history_
-        return state
-
-    def __getattr__(self, name):
-        # only for names not found otherwise: history_ of a fit whose DataFrame is not
-        # built yet is built here, once, from the steps' records (a fit of a few thousand
-        # rows would otherwise spend a tenth of its time on it)
-        pending = self.__dict__.get("_history_records") if name == "history_" else None
-        if pending is not None:
-            import pandas as pd
-
-            records, attrs = pending
-            frame = pd.DataFrame.from_records(records)
-            frame.attrs.update(attrs)
-            self.history_ = frame
-            self.__dict__.pop("_history_records", None)
-            return frame
-        if name == "history_" and "history_" in self.__dict__:  # (built by another thread meanwhile)
-            return self.__dict__["history_"]
-        raise AttributeError(f"'{type(self).__name__}' object has no attribute {name!r}")
 
     def sparsify(self):
         """Store ``coef_`` as a SciPy CSR matrix of shape ``(n_outputs, n_features)``

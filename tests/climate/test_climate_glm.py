@@ -434,7 +434,7 @@ def test_the_history_is_made_when_first_asked_for_and_travels_as_a_dataframe(tmp
 
     ds = _grid()
     model = ClimateRegressor(["a", "index"], "n", model="pointwise", family="poisson").fit(ds)
-    assert "history_" not in vars(model) and len(vars(model)["_history_records"]) == model.n_iter_
+    assert "history_" not in vars(model) and len(vars(model)["_history_records"][0]) == model.n_iter_
     for copy in (pickle.loads(pickle.dumps(model)), _saved_and_loaded(model, tmp_path / "m.npz")):
         assert "_history_records" not in vars(copy) and isinstance(vars(copy)["history_"], pd.DataFrame)
         pd.testing.assert_frame_equal(copy.history_, model.history_)
