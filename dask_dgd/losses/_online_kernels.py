@@ -139,6 +139,17 @@ def _rate(t, hp):  # pragma: no cover - compiled
     return hp[H_ETA0] if p == 0.0 else hp[H_ETA0] / (1.0 + t / hp[H_T0]) ** p
 
 
+@numba.njit(**_inline)
+def _update_rates(t, hp, lam, rule, s, W, N):  # pragma: no cover - compiled
+    """Update ``t``'s base rate, the normalized rule's global rate, and the running
+    scale after plain SGD's L2 decay."""
+    eta = _rate(t, hp)
+    if lam > 0 and rule == RULE_SGD:
+        s *= 1.0 - eta * lam
+    nag = eta * math.sqrt(W / N) if rule == RULE_NORMALIZED and N > 0 else eta
+    return eta, nag, s
+
+
 @numba.njit(**_opts)
 def _fold(E, s, n_pen):  # pragma: no cover - compiled
     for e in range(n_pen):
@@ -229,11 +240,8 @@ def pass_rows(is_csr, indptr, indices, data, X, colidx, rows, y, sw, has_weights
             open_w += wi
             open_rows += 1.0
             if micro == 1:  # per row: an importance-weighted step on this row's entries
-                eta = _rate(t, hp)
+                eta, nag, s = _update_rates(t, hp, lam, rule, s, W, N)
                 t += 1.0
-                if lam > 0 and rule == RULE_SGD:
-                    s *= 1.0 - eta * lam
-                nag = eta * math.sqrt(W / N) if rule == RULE_NORMALIZED and N > 0 else eta
                 for k in range(K):
                     gk = wi * g[k]
                     if gk == 0.0:
@@ -294,11 +302,8 @@ def pass_rows(is_csr, indptr, indices, data, X, colidx, rows, y, sw, has_weights
             ii += 1
         if apply:  # the open micro-batch's update: its mean gradient, O(touched)
             if open_w > 0:
-                eta = _rate(t, hp)
+                eta, nag, s = _update_rates(t, hp, lam, rule, s, W, N)
                 t += 1.0
-                if lam > 0 and rule == RULE_SGD:
-                    s *= 1.0 - eta * lam
-                nag = eta * math.sqrt(W / N) if rule == RULE_NORMALIZED and N > 0 else eta
                 for q in range(nt):
                     e = touched[q]
                     gb = gbuf[e] / open_w
