@@ -720,11 +720,15 @@ def test_wide_suite_tiny():
     # the same fit, sharded or not: the same held-out losses (but for the penalty's rounding)
     np.testing.assert_allclose([c["logloss"] for c in dgds[True]["curve"]],
                                [c["logloss"] for c in dgds[False]["curve"]], rtol=1e-9)
-    assert len(data["verdicts"]) == 7
+    online = [v for v in data["verdicts"] if v.startswith("- online: ") or v.startswith("online: ")]
+    others = [v for v in data["verdicts"] if v not in online]
+    assert len(others) == 7 and len(online) == 4, data["verdicts"]
     for phrase, count in (("faster than Spark MLlib", 2), ("Spark's training objective", 1),
                           ("SGDClassifier's logloss", 1), ("driver peak memory", 2), ("bytes per step per worker", 2)):
-        assert sum(phrase in v for v in data["verdicts"]) == count, phrase
+        assert sum(phrase in v for v in others) == count, phrase
         assert phrase in md
+    for phrase in ("rows/s per core", "-epoch held-out logloss", "faster than Spark MLlib", "of Vowpal Wabbit's"):
+        assert sum(phrase in v for v in online) == 1, phrase
     assert "spark" not in data["unavailable"]  # not asked for
 
 
