@@ -123,7 +123,6 @@ def group_pass(shard: Shard, scratch: GroupMemory, objective: LinearTraining, ru
     if compression is not None and compression[0].accumulates:
         check_round_estimate(scratch, compression[3])
     memory = None if reset else scratch.modes.get("online")
-    restarted = memory is None and not reset and round_ > 0
     if memory is not None and memory["round"] == round_:  # a retry of this round: from its start again
         state = memory["start"]
     else:
@@ -170,7 +169,6 @@ def group_pass(shard: Shard, scratch: GroupMemory, objective: LinearTraining, ru
     part.extras[_updates_key(min((b.index for b in shard.blocks), default=-1))] = float(change.updates)
     part.extras.update(scale=weight * change.sigma, rate=rule.rate(p.state["t"]), progressive=change.loss_sum,
                        progressive_weight=weight,
-                       updates=float(change.updates), restarted=1.0 if restarted else 0.0,
                        bad_rows=1.0 if status == 1 else 0.0)
     return part
 
