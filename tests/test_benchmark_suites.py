@@ -704,7 +704,11 @@ def test_wide_suite_tiny():
     dgds = {r["sharding"]: r for r in data["runs"] if r["tool"] == "dask_dgd"}
     assert set(dgds) == {True, False} and "scikit-learn" in tools
     # solver="online" (issue 43): on the cluster and in process, with its own verdicts
-    assert {"dask_dgd-online", "dask_dgd-online-1"} <= set(tools) and "Targets (issue 43" in md
+    assert {"dask_dgd-online", "dask_dgd-online-sharded", "dask_dgd-online-1"} <= set(tools)
+    assert "Targets (issue 43" in md
+    # sharded online: the unsharded fit (compact copies of the groups' columns)
+    np.testing.assert_allclose([c["logloss"] for c in tools["dask_dgd-online-sharded"]["curve"]],
+                               [c["logloss"] for c in tools["dask_dgd-online"]["curve"]], rtol=1e-12)
     assert ("vw" in tools) != ("vw" in data["unavailable"])
     for r in [*tools.values(), *dgds.values()]:
         assert "error" not in r, r

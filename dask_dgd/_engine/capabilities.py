@@ -152,7 +152,8 @@ SOLVERS = {
                         build="solvers.first_order:FirstOrder", sharded="sharded.driver:ShardedFirstOrder"),
     "online": SolverTraits(exact=False, optimizer="online", l1=False, batch_optional=True, own_rounds=True,
                            default_optimizer="normalized", support=_online_support, instead="solver='sgd'",
-                           l1_instead="solver='sgd' (proximal steps) or 'gd'", build="modes.online:OnlineEpochs"),
+                           l1_instead="solver='sgd' (proximal steps) or 'gd'", build="modes.online:OnlineEpochs",
+                           sharded="sharded.driver:ShardedOnline"),
 }
 
 

@@ -258,8 +258,9 @@ def resolve_sharding(param_sharding: bool | str, *, objective: TrainingObjective
     """Whether the parameters are sharded over the groups (see :mod:`.sharded.params`).
 
     ``True`` requires what sharding supports and says what is not: a linear model
-    without offsets on sparse (CSR) input, trained synchronously by "gd", "sgd" or
-    "lbfgs" or asynchronously (:mod:`.sharded.async_`), without compression, and early
+    without offsets on sparse (CSR) input, trained synchronously by "gd", "sgd",
+    "lbfgs" or "online" (:mod:`.sharded.online`) or asynchronously
+    (:mod:`.sharded.async_`), without compression, and early
     stopping (synchronous only) on the validation loss.  ``"auto"`` shards
     such a fit on a cluster with two or more groups when it has at least
     ``dgd.shard-params-min`` (2**20) parameters; ``False`` never."""

@@ -232,7 +232,8 @@ class DGDLinearModel(LazyHistory, InferenceMixin, ClientParamMixin, BaseEstimato
         owner its part of the gradient; the driver handles only scalars.  The same
         coefficients as without (bit for bit; "lbfgs": to rounding).  "auto": on a
         cluster, for CSR input with at least 2**20 parameters (dask config
-        ``dgd.shard-params-min``) trained by "gd", "sgd" or "lbfgs" synchronously, or
+        ``dgd.shard-params-min``) trained by "gd", "sgd", "lbfgs" or "online"
+        (each group's passes on a compact copy of its columns) synchronously, or
         by "gd" or "sgd" with ``mode="async"`` (the owners are then the parameter
         server), without compression (early stopping: on the validation loss only).  True:
         always (an error names what is not supported); False: never.  See the user

@@ -56,7 +56,8 @@ such: their rows/s per core is per their one core).
 * **dask_dgd online** (issue 43): ``solver="online"`` (compiled per-row passes on each
   group, the groups' models averaged every round; ``online_optimizer``: None, the
   solver's default, plain SGD at Bottou's inverse-time rate, or e.g. "normalized",
-  VW's normalized adaptive rule), unsharded, on the same cluster; and the same fit in process
+  VW's normalized adaptive rule), unsharded and with ``param_sharding=True`` (each group's
+  passes on a compact copy of its columns), on the same cluster; and the same fit in process
   on the driver's CSR (one group, one core: the kernel without Dask).  One fit per
   ``max_iter`` of 1 ... ``epochs``, each timed from scratch (the solver takes no
   per-epoch validator), held-out logloss from its result.
@@ -95,7 +96,7 @@ import time
 
 from ..._common import one_line, start_cluster, suite_params, why_unimportable
 from .._peers import why_no_spark
-from .dgd import run_dask_dgd, run_dask_dgd_async, run_dask_dgd_lbfgs, run_dask_dgd_online, worker_columns
+from .dgd import online_tool, run_dask_dgd, run_dask_dgd_async, run_dask_dgd_lbfgs, run_dask_dgd_online, worker_columns
 from .peers import run_sklearn, run_spark, run_vw, spark_frame
 from .problems import calibrated_intercept, click_log_csr, click_log_dask, reference_losses, vw_lines
 from .report import main_table, objective_verdicts, online_verdicts, report, time_to_target, verdicts
@@ -176,12 +177,13 @@ def benchmark(p, log):
                                        "sharding": sharding, "error": one_line(err)})
                 log(f"dask_dgd param_sharding={sharding}: {one_line(err)}")
         if p["online"]:
-            for in_process in (False, True):
+            for in_process, sharded in ((False, False), (False, True), (True, False)):
                 try:
-                    result["runs"].append(run_dask_dgd_online(client, data, p, log, in_process=in_process))
+                    result["runs"].append(run_dask_dgd_online(client, data, p, log, in_process=in_process,
+                                                              sharded=sharded))
                 except Exception as err:  # noqa: BLE001 - reported in its row
-                    tool = "dask_dgd-online-1" if in_process else "dask_dgd-online"
-                    result["runs"].append({"tool": tool, "label": f"dask_dgd online ({tool})", "sharding": False,
+                    tool = online_tool(in_process, sharded)
+                    result["runs"].append({"tool": tool, "label": f"dask_dgd online ({tool})", "sharding": sharded,
                                            "error": one_line(err)})
                     log(f"{tool}: {one_line(err)}")
         ladders = (("lbfgs_iters", run_dask_dgd_lbfgs, "dask_dgd-lbfgs", "dask_dgd L-BFGS (param_sharding=True)"),

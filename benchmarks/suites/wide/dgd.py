@@ -280,20 +280,26 @@ def run_dask_dgd_async(client, data, p, log):
                            p["async_epochs"], settings, describe)
 
 
-def run_dask_dgd_online(client, data, p, log, *, in_process=False):
+def online_tool(in_process, sharded):
+    """The ``tool`` key of an online run (see :func:`run_dask_dgd_online`)."""
+    return "dask_dgd-online-1" if in_process else "dask_dgd-online-sharded" if sharded else "dask_dgd-online"
+
+
+def run_dask_dgd_online(client, data, p, log, *, in_process=False, sharded=False):
     """``solver="online"`` (issue 43): compiled per-row passes on each worker's group,
-    averaged every round, unsharded; one fit per ``max_iter`` of 1 ... ``epochs``,
-    each timed from scratch (the solver takes no per-epoch validator).  ``in_process``:
-    the driver's in-memory CSR in one group on the driver, without Dask (the kernel's
-    speed on one core)."""
+    averaged every round, unsharded (``sharded``: ``param_sharding=True``, each group's
+    passes on a compact copy of its columns, the owners averaging their slices); one
+    fit per ``max_iter`` of 1 ... ``epochs``, each timed from scratch (the solver takes
+    no per-epoch validator).  ``in_process``: the driver's in-memory CSR in one group
+    on the driver, without Dask (the kernel's speed on one core)."""
     import dask_dgd
     from dask_dgd.losses import BinaryLogistic, LinearObjective, Penalty
 
     d = int(p["n_features"])
     objective = LinearObjective(BinaryLogistic(), n_features=d)
-    where = "in process, 1 group" if in_process else f"{p['workers']} workers"
+    where = "in process, 1 group" if in_process else f"{p['workers']} workers" + (", sharded" if sharded else "")
     label = f"dask_dgd online ({p['online_optimizer'] or 'default'}, {where})"
-    tool = "dask_dgd-online-1" if in_process else "dask_dgd-online"
+    tool = online_tool(in_process, sharded)
     train_data = (data["Xn"], data["yn"]) if in_process else (data["X"], data["y"])
     curve = [{"epoch": 0, "time": 0.0, "logloss": data["ref"]["constant"]}]
     for k in range(1, int(p["epochs"]) + 1):
@@ -303,12 +309,13 @@ def run_dask_dgd_online(client, data, p, log, *, in_process=False):
             res = dask_dgd.train(objective, train_data, penalty=Penalty(alpha=p["alpha"]), solver="online",
                                  optimizer=p["online_optimizer"], max_iter=k, tol=0.0, n_iter_no_change=k + 1,
                                  random_state=p["seed"], client=None if in_process else client,
+                                 param_sharding=sharded,
                                  params0=intercept_start(d, data["ref"]["ctr_train"]).toarray().ravel())
             wall = time.perf_counter() - t0
         loss = heldout_logloss(res.params, data["X_test"], data["y_test"], d)
         curve.append({"epoch": k, "time": wall, "logloss": loss})
         log(f"{label} max_iter={k}: {wall:.2f}s, held-out logloss {loss:.5f}")
     cores = 1 if in_process else p["workers"]
-    return {"tool": tool, "label": label, "sharding": False, "ladder": True, "cores": cores,
+    return {"tool": tool, "label": label, "sharding": sharded, "ladder": True, "cores": cores,
             "threads": "1 (the driver)" if in_process else f"{p['workers']} workers x 1 thread", "curve": curve,
             "wall": curve[-1]["time"], "final_logloss": curve[-1]["logloss"], "epochs": int(p["epochs"])}

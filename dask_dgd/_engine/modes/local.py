@@ -285,18 +285,16 @@ class LocalSGD(Solver):
             else:  # the groups' estimates are out of step with the sum: all start afresh
                 self.estimate[:] = 0.0
                 self.ef_count = 0
+        avg = None  # (the round drew only zero-weight rows: no information, no move)
         if finite and weight > 0:
-            avg = self._average(total, change, weight)
-            finite = bool(np.all(np.isfinite(avg)))
-        elif finite:  # the round drew only zero-weight rows: no information, no move
-            avg = self.params
+            avg, finite = self._propose(total, change, weight)
         if not finite:
             self.guard.backoff(self._divergence(total, value, where, start_bad), diverged=True)
             self.optimizer, self.reset, self.local_count = halved(self.optimizer), True, 0
             if start_bad and self.previous is not None:  # the previous round led here: undo it
                 prev, self.previous = self.previous, None
-                self.params, self.outer_state, self.rounds = prev["params"], prev["outer_state"], prev["rounds"]
-                self.local_key, self.value = prev["local_key"], prev["value"]
+                self._go_back(prev)
+                self.rounds, self.local_key, self.value = prev["rounds"], prev["local_key"], prev["value"]
                 self.stopper.load_state_dict(prev["stopper"])
             return Outcome(accepted=False)
         self.guard.accepted()
@@ -306,30 +304,21 @@ class LocalSGD(Solver):
         if local is not None:
             self.local_key = local.key
         self.value = value
-        delta = self.params - avg
-        if self.outer is None:
-            new_params = avg
-        else:
-            updates, self.outer_state = self.outer.update(delta, self.outer_state, self.params)
-            new_params = self.params + updates
+        moved = self._adopt(avg)
         self.rounds += 1
         self.local_count += n_local
         self._last_end = time.perf_counter()
         if local is None:
             src.n_steps += 1
-        n_groups, traffic = ctx.shards.n_groups, coll.last_traffic
-        n_bytes = 8 * obj.n_params * n_groups
-        up = self._bytes_up(traffic, n_bytes)
+        traffic = coll.last_traffic
         record = make_record(
             step=src.n_steps, iteration=-(-self._steps_after(self.rounds) // self.steps_per_epoch), loss=self.value,
-            grad_norm=float(np.linalg.norm(delta)), step_size=lr,
+            grad_norm=moved, step_size=lr,
             timing=Timing(self._last_end - t0, total.time_max, total.time_min, total.start_max - wall0,
                           wall1 - total.end_max, update_time, driver_cpu_time=time.process_time() - cpu0),
             n_samples=weight, updates_per_group=self._updates_per_group(total, n_local),
-            nbytes=Bytes(up[0], up[1], n_bytes),
-            route=Route.of(traffic),
+            nbytes=self._round_bytes(traffic, total), route=Route.of(traffic),
         )
-        self.params = new_params
         return Outcome([record])
 
     def _round(self, rule: UpdateRule, draws: list[Draw | None], local: LocalUpdate | None,
@@ -346,6 +335,35 @@ class LocalSGD(Solver):
         obj = self.ctx.objective
         smooth, _ = obj.finish(round_first(total, obj.n_params), self.params)
         return smooth + obj.l1_value(self.params)
+
+    def _propose(self, total: Partial, change: np.ndarray, weight: float) -> tuple[Any, bool]:
+        """The round's new point from the summed answers (see :meth:`_average`) and
+        whether it is finite."""
+        avg = self._average(total, change, weight)
+        return avg, bool(np.all(np.isfinite(avg)))
+
+    def _adopt(self, avg: Any) -> float:
+        """Move to the round's averaged point ``avg`` (through the outer optimizer, if
+        any; None: the round brought no information, no move); returns the norm of the
+        averaged change (the record's ``grad_norm``)."""
+        avg = self.params if avg is None else avg
+        delta = self.params - avg
+        if self.outer is None:
+            self.params = avg
+        else:
+            updates, self.outer_state = self.outer.update(delta, self.outer_state, self.params)
+            self.params = self.params + updates
+        return float(np.linalg.norm(delta))
+
+    def _go_back(self, prev: dict[str, Any]) -> None:
+        """Return to the start of the last accepted round (``prev``: its state)."""
+        self.params, self.outer_state = prev["params"], prev["outer_state"]
+
+    def _round_bytes(self, traffic: dict[str, Any], total: Partial) -> Bytes:
+        """The round's bytes: up the tree (see :meth:`_bytes_up`) and the broadcast down."""
+        n_bytes = 8 * self.ctx.objective.n_params * self.ctx.shards.n_groups
+        up = self._bytes_up(traffic, n_bytes)
+        return Bytes(up[0], up[1], n_bytes)
 
     def _average(self, total: Partial, change: np.ndarray, weight: float) -> np.ndarray:
         """The new parameters from the summed answers (``change``: the weighted final

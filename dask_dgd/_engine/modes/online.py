@@ -37,7 +37,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from ...exceptions import ParameterError
-from ...losses._online import OnlinePass, OnlineRule, average_changes
+from ...losses._online import OnlinePass, OnlineRule, RoundChange, average_changes
 from ...optim import InverseScaling, InverseTime, Schedule
 from ..objective import LIPSCHITZ_SAMPLE_ROWS, gather_sample
 from ..runtime.faults import inject_faults
@@ -48,7 +48,7 @@ from ..update import initial_divergence
 from .local import LocalSGD, check_round_estimate, compress_round, diverged_loss, round_partial
 
 if TYPE_CHECKING:
-    from collections.abc import Sequence
+    from collections.abc import Callable, Sequence
 
     from ...optim import FirstOrderOptimizer
     from ..data.blocks import Shard
@@ -60,7 +60,7 @@ if TYPE_CHECKING:
     from ..update import UpdateRule
     from .local import RoundCompression
 
-__all__ = ["ONLINE_TAG", "OnlineEpochs", "group_pass", "online_rule"]
+__all__ = ["ONLINE_TAG", "OnlineEpochs", "change_vector", "group_pass", "online_rule", "pass_partial", "run_pass"]
 
 #: Stream tag of the per-round row orders (apart from the mini-batch and compression draws).
 ONLINE_TAG = 104729
@@ -104,6 +104,61 @@ def _updates_key(first_block: int) -> str:
     return f"updates@{first_block}"
 
 
+def run_pass(shard: Shard, scratch: GroupMemory, obj: Any, l2: float, rule: OnlineRule, params: np.ndarray,
+             reset: bool, round_: int, draws: Sequence[Draw] | None, seed: tuple[int, ...], limit: float,
+             weight_scale: float, buffers: dict[str, Any],
+             X_of: Callable[[Any], Any]) -> tuple[RoundChange, int, float]:
+    """The compiled round of :func:`group_pass` on the group's blocks (``X_of(block)``:
+    the block's X as the pass reads it; ``obj`` the model it has the layout of) from
+    ``params``: ``(change, status, the rule's rate at the last update)``, status 0 when
+    the pass ran to its end (see :class:`~dask_dgd.losses._online.OnlinePass`).  The rule
+    state from the group's previous round is in ``scratch.modes["online"]`` (``reset``:
+    start it afresh; a retried round starts from its own start again)."""
+    memory = None if reset else scratch.modes.get("online")
+    if memory is not None and memory["round"] == round_:  # a retry of this round: from its start again
+        state = memory["start"]
+    else:
+        state = None if memory is None else memory["state"]
+    p = OnlinePass(obj, l2, rule, params, state=state, buffers=buffers, micro=1 if draws is None else 0,
+                   limit=limit, weight_scale=weight_scale)
+    status = 0
+    if draws is None:
+        for b in sorted(shard.blocks, key=lambda blk: blk.index):
+            order = np.random.default_rng([*seed, ONLINE_TAG, round_, b.index]).permutation(b.n_rows)
+            status = p.block(X_of(b), b.y, b.sample_weight, order)
+            if status:
+                break
+    else:
+        for draw in draws:
+            parts = _draw_rows(shard, draw)
+            for j, (b, rows) in enumerate(parts):
+                status = p.block(X_of(b), b.y, b.sample_weight, rows, apply_last=j == len(parts) - 1)
+                if status:
+                    break
+            if status:
+                break
+    change = p.finish()
+    scratch.modes["online"] = {"round": round_, "start": state, "state": p.state}
+    return change, status, rule.rate(p.state["t"])
+
+
+def pass_partial(shard: Shard, change: RoundChange, status: int, rate: float, sent: Any, t0: float,
+                 wall0: float) -> Partial:
+    """What a group returns from its round (see :func:`group_pass`): ``sent`` (its
+    change, or nothing where the owners received it) with the round's scalars."""
+    weight = change.weight_sum
+    mean = change.loss_sum / weight if weight > 0 else math.nan
+    first = Partial(change.first_loss, None, change.first_weight, 0.0, 0.0)  # type: ignore[arg-type]  # (no gradient)
+    inject_faults(t0)
+    dt = time.perf_counter() - t0
+    part = round_partial(sent, weight, first, dt, wall0, status == 0,  # type: ignore[arg-type]  # (a sparse sum: summed as any)
+                         mean if status == 2 else math.nan)
+    part.extras[_updates_key(min((b.index for b in shard.blocks), default=-1))] = float(change.updates)
+    part.extras.update(scale=weight * change.sigma, rate=rate, progressive=change.loss_sum,
+                       progressive_weight=weight, bad_rows=1.0 if status == 1 else 0.0)
+    return part
+
+
 def group_pass(shard: Shard, scratch: GroupMemory, objective: LinearTraining, rule: OnlineRule, params: np.ndarray,
                reset: bool, round_: int, draws: Sequence[Draw] | None, seed: tuple[int, ...],
                limit: float = math.inf, compression: RoundCompression | None = None,
@@ -122,55 +177,27 @@ def group_pass(shard: Shard, scratch: GroupMemory, objective: LinearTraining, ru
     wall0, t0 = time.time(), time.perf_counter()
     if compression is not None and compression[0].accumulates:
         check_round_estimate(scratch, compression[3])
-    memory = None if reset else scratch.modes.get("online")
-    if memory is not None and memory["round"] == round_:  # a retry of this round: from its start again
-        state = memory["start"]
-    else:
-        state = None if memory is None else memory["state"]
     obj = objective.objective
-    buffers = scratch.objective.setdefault("online", {})
-    p = OnlinePass(obj, objective.penalty_spec.l2_strength, rule, params, state=state, buffers=buffers,
-                   micro=1 if draws is None else 0, limit=limit, weight_scale=weight_scale)
-    status = 0
-    if draws is None:
-        for b in sorted(shard.blocks, key=lambda blk: blk.index):
-            order = np.random.default_rng([*seed, ONLINE_TAG, round_, b.index]).permutation(b.n_rows)
-            status = p.block(b.X, b.y, b.sample_weight, order)
-            if status:
-                break
-    else:
-        for draw in draws:
-            parts = _draw_rows(shard, draw)
-            for j, (b, rows) in enumerate(parts):
-                status = p.block(b.X, b.y, b.sample_weight, rows, apply_last=j == len(parts) - 1)
-                if status:
-                    break
-            if status:
-                break
-    change = p.finish()
-    scratch.modes["online"] = {"round": round_, "start": state, "state": p.state}
+    change, status, rate = run_pass(shard, scratch, obj, objective.penalty_spec.l2_strength, rule, params, reset,
+                                    round_, draws, seed, limit, weight_scale,
+                                    scratch.objective.setdefault("online", {}), lambda b: b.X)
     n, weight = obj.n_params, change.weight_sum
-    finite = status == 0
-    if compression is not None and finite:  # (only with the sample-weighted average: resolve_solver)
+    if compression is not None and status == 0:  # (only with the sample-weighted average: resolve_solver)
         dense = np.zeros(n)
         dense[change.idx] = weight * change.delta
         sent: SparseVector | Compressed = compress_round(shard, scratch, compression, objective, dense)
-    elif rule.average == "samples":
-        sent = SparseVector(change.idx, weight * change.delta, n)
     else:
-        sent = SparseVector(np.concatenate([change.idx, change.idx + n]),
-                            np.concatenate([change.cw * change.delta, change.cw]), 2 * n)
-    mean = change.loss_sum / weight if weight > 0 else math.nan
-    first = Partial(change.first_loss, None, change.first_weight, 0.0, 0.0)  # type: ignore[arg-type]  # (no gradient)
-    inject_faults(t0)
-    dt = time.perf_counter() - t0
-    part = round_partial(sent, weight, first, dt, wall0, finite,  # type: ignore[arg-type]  # (a sparse sum: summed as any)
-                         mean if status == 2 else math.nan)
-    part.extras[_updates_key(min((b.index for b in shard.blocks), default=-1))] = float(change.updates)
-    part.extras.update(scale=weight * change.sigma, rate=rule.rate(p.state["t"]), progressive=change.loss_sum,
-                       progressive_weight=weight,
-                       bad_rows=1.0 if status == 1 else 0.0)
-    return part
+        sent = change_vector(change, rule, n)
+    return pass_partial(shard, change, status, rate, sent, t0, wall0)
+
+
+def change_vector(change: RoundChange, rule: OnlineRule, n: int) -> SparseVector:
+    """A group's change as the averaging sums it: ``n_g * delta`` (plain SGD, ``n``
+    entries) or ``[cw * delta, cw]`` (adaptive rules, ``2n``)."""
+    if rule.average == "samples":
+        return SparseVector(change.idx, change.weight_sum * change.delta, n)
+    return SparseVector(np.concatenate([change.idx, change.idx + n]),
+                        np.concatenate([change.cw * change.delta, change.cw]), 2 * n)
 
 
 class OnlineEpochs(LocalSGD):
@@ -221,7 +248,7 @@ class OnlineEpochs(LocalSGD):
             raise ParameterError("solver='online' needs rows to train on; the data has none")
         X, y, w = sample
         with np.errstate(all="ignore"):  # (the loss only: no gradient pass over the d columns)
-            raw = lin.raw_prediction(self.params, X)  # (offset columns included)
+            raw = self._sample_raw(lin, X)  # (offset columns included)
             losses, _ = lin.loss.loss_gradient(y, np.asarray(raw), np)
         weight = float(np.sum(w))
         pen = self._penalty_value(self.params)
@@ -240,6 +267,10 @@ class OnlineEpochs(LocalSGD):
                              updates_per_group=(0,) * ctx.shards.n_groups, nbytes=Bytes(0, 0, 0))
         return Outcome([record])
 
+    def _sample_raw(self, lin: Any, X: Any) -> Any:
+        """The model's raw predictions of the start's sample ``X`` at the start's parameters."""
+        return lin.raw_prediction(self.params, X)
+
     def _auto_rate(self, X: Any, w: np.ndarray, obj: Any) -> float:
         """Per-row SGD's safe step: 1 / (the loss's curvature bound x the largest squared
         row norm of the sample, each row's times its weight ``w`` (of mean 1 over the
@@ -257,7 +288,7 @@ class OnlineEpochs(LocalSGD):
 
     def _round(self, rule: UpdateRule, draws: list[Draw | None], local: LocalUpdate | None,
                compression: RoundCompression | None) -> Partial:
-        ctx, src, obj = self.ctx, self.ctx.source, self.ctx.objective
+        ctx, obj = self.ctx, self.ctx.objective
         self.rule = online_rule(self.optimizer)
         lam = self._l2
         if self.rule.name == "sgd" and self.rule.eta0 * lam >= 1.0:
@@ -266,14 +297,19 @@ class OnlineEpochs(LocalSGD):
                 f"learning_rate {self.rule.eta0:g} x alpha {lam:g} >= 1 would zero or flip them: lower the learning "
                 "rate (learning_rate='auto' takes a safe one)"
             )
-        size = obj.n_params * (1 if self.rule.average == "samples" else 2)
-        total = ctx.shards.collective.reduce_groups(
-            group_pass, obj, self.rule, self.params, self.reset, self.rounds, None if self.pass_order else draws,
-            tuple(ctx.seed), self.guard.limit(batch=True), compression, self._weight_scale,
-            split_every=src.split_every, step=src.n_steps + 1, size=size, dense=compression is not None)
+        total = self._passes(None if self.pass_order else draws, compression)  # type: ignore[arg-type]  # (RowBatches' draws)
         if total.extras.get("bad_rows", 0.0) > 0:  # a row's loss was not finite: name the block if its data is bad
             obj.check_data(ctx.shards)
         return total
+
+    def _passes(self, draws: list[Draw] | None, compression: RoundCompression | None) -> Partial:
+        """The groups' compiled passes of the round (:func:`group_pass`), summed in their tree."""
+        ctx, src, obj = self.ctx, self.ctx.source, self.ctx.objective
+        size = obj.n_params * (1 if self.rule.average == "samples" else 2)
+        return ctx.shards.collective.reduce_groups(
+            group_pass, obj, self.rule, self.params, self.reset, self.rounds, draws, tuple(ctx.seed),
+            self.guard.limit(batch=True), compression, self._weight_scale,
+            split_every=src.split_every, step=src.n_steps + 1, size=size, dense=compression is not None)
 
     @property
     def _l2(self) -> float:

@@ -15,27 +15,33 @@ from __future__ import annotations
 
 import math
 import time
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import scipy.sparse as sp
 
 from ..modes.async_ import AsyncTraining
+from ..modes.online import OnlineEpochs
 from ..modes.server import ShardedCore
 from ..modes.sync import StepResult, SyncSource
 from ..runtime.records import Bytes, Route, Timing, make_record
+from ..runtime.reduce import Partial
 from ..solvers.base import Outcome
 from ..solvers.first_order import LBFGS, FirstOrder
 from ..update import UpdateRule, auto_learning_rate, initial_divergence
 from .async_ import sharded_async_loop
 from .exchange import ActorExchange, LocalExchange
 from .lbfgs import sharded_lbfgs
+from .online import OnlineAverage, OnlineRound, online_average, online_undo, sharded_pass
 from .params import (
     GATHER_CHUNK,
     LbfgsCommand,
     ShardedRequest,
     Ticket,
     UpdateCommand,
+    _compact,
+    _flat,
     sharded_column_squares,
     sharded_eval,
     sharded_memory,
@@ -56,8 +62,8 @@ if TYPE_CHECKING:
     from ..solvers.base import Settings
     from .params import ParamLayout
 
-__all__ = ["ShardedAsync", "ShardedFirstOrder", "ShardedLBFGS", "ShardedSource", "sharded_record", "sharded_start",
-           "split"]
+__all__ = ["ShardedAsync", "ShardedFirstOrder", "ShardedLBFGS", "ShardedOnline", "ShardedSource", "sharded_record",
+           "sharded_start", "split"]
 
 
 def split(vector: Any, layout: ParamLayout) -> list[Any]:
@@ -85,14 +91,14 @@ def sharded_record(res: StepResult, iteration: int, value: float, gsq: float, st
 
 
 def sharded_start(ctx: FitContext, optimizer: FirstOrderOptimizer, draw: Draw | None,
-                  divide: int = 1) -> tuple[FirstOrderOptimizer, StepResult, dict[str, Any]]:
+                  divide: int = 1, init: bool = True) -> tuple[FirstOrderOptimizer, StepResult, dict[str, Any]]:
     """The first evaluation of a sharded fit (at the owners' start, all rows or
-    ``draw``'s), its merge with every owner's optimizer state started, and the
-    automatic learning rate (its step divided by ``divide``): ``(optimizer, step
-    result, owners' scalars)``."""
+    ``draw``'s), its merge with every owner's optimizer state started (``init``; the
+    online passes keep their rules' state on the groups), and the automatic learning
+    rate (its step divided by ``divide``): ``(optimizer, step result, owners' scalars)``."""
     src: ShardedSource = ctx.source
     res = src.evaluate(draw=draw)
-    stats = src.command("merge", init=optimizer)
+    stats = src.command("merge", init=optimizer if init else None)
     if not (math.isfinite(res.value) and stats.get("nonfinite", 0) == 0):
         raise initial_divergence(res.value)
     if ctx.learning_rate == "auto":
@@ -511,3 +517,138 @@ class ShardedAsync(AsyncTraining):
         out = self.out
         params, state = self.src.gather("current", self.ctx.sparse_params)
         return params, out["epochs"], out["optimizer"], state  # type: ignore[index]  # (finished)
+
+
+def start_rows(params0: np.ndarray | sp.csr_matrix | None, rows: np.ndarray, width: int) -> np.ndarray:
+    """The rows ``rows`` of the start's parameter matrix (``params0``: None for
+    zeros, a flat vector, or a sparse row), flat."""
+    if params0 is None:
+        return np.zeros(rows.size * width)
+    if sp.issparse(params0):
+        return np.asarray(params0[:, _flat(rows, width)].todense(), dtype=np.float64).ravel()
+    return np.asarray(params0, dtype=np.float64).reshape(-1, width)[rows].ravel()
+
+
+class ShardedOnline(OnlineEpochs):
+    """:class:`~..modes.online.OnlineEpochs` over sharded parameters (see :mod:`.online`):
+    the same rounds, guard, records, stops and checkpoints; each group runs its passes
+    on a compact copy of the columns its blocks touch, pulled from their owners, and
+    pushes its change to them; the owners average their slices.  A round is two calls
+    through the runner tree, each carrying only scalars to the driver, which holds no
+    vector of the model's size until the result is assembled.
+
+    The groups' changes are the unsharded groups' bit for bit, and each owner sums
+    them in group order (the unsharded fit sums them in the groups' tree: the same
+    additions for two groups), so the fits agree to rounding.  A divergence that needs
+    the previous round undone sends the owners back to the start of the last accepted
+    round, which they keep.  The start is the unsharded one: a sample's loss at the
+    start (per-row passes; the start's columns taken from ``params0`` on the driver), or
+    the synchronous first step over sharded parameters (micro-batches).
+    """
+
+    @classmethod
+    def build(cls, ctx: FitContext, settings: Settings) -> ShardedOnline:
+        steps = 1 if ctx.batching is None else settings.local_steps
+        return cls(ctx, settings.params0, settings.optimizer, local_steps=steps)
+
+    def __init__(self, ctx: FitContext, params0: np.ndarray | sp.csr_matrix | None, optimizer: FirstOrderOptimizer,
+                 *, local_steps: int) -> None:
+        super().__init__(ctx, np.zeros(0), optimizer, local_steps=local_steps)
+        self.src: ShardedSource = ctx.source
+        self.start_params = params0
+        self.pen = self._start_penalty(params0)  # the L2 penalty at the owners' current parameters
+        self.attempts = 0  # rounds tried (the tag of their pushes)
+        self.adopted = False  # whether the owners' pending parameters are the last accepted round's
+
+    def _start_penalty(self, params0: np.ndarray | sp.csr_matrix | None) -> float:
+        if params0 is None or self._l2 == 0.0:
+            return 0.0
+        if sp.issparse(params0):
+            row = sp.csr_matrix(params0)
+            coef = row.data[row.indices < self._n_pen]
+        else:
+            coef = np.asarray(params0, dtype=np.float64)[: self._n_pen]
+        return 0.5 * self._l2 * float(coef @ coef)
+
+    def start(self) -> Outcome:
+        if self.pass_order:
+            return self._sample_start()
+        ctx, own = self.ctx, self.optimizer
+        normalized = ctx.learning_rate == "auto" and own.online_rule == "normalized"
+        opt, res, stats = sharded_start(ctx, own, ctx.batching.draw(self.src.n_steps + 1), init=False)
+        self.optimizer = own if normalized else opt  # (normalized: its own rate, as unsharded)
+        self.pen = float(stats.get("pen_x", 0.0))
+        value = res.value + self.pen
+        self.guard.start(value)
+        self.step0 = self.src.n_steps
+        return Outcome([sharded_record(res, 0, value, stats.get("gsq", 0.0), None)])
+
+    def _sample_raw(self, lin: Any, X: Any) -> Any:
+        """The sample's raw predictions from its columns of the start (the driver's ``params0``)."""
+        cols, Xc = _compact(X)
+        rows = np.append(cols, lin.n_features) if lin.fit_intercept else cols
+        w = start_rows(self.start_params, rows, lin.n_outputs)
+        return replace(lin, n_features=int(cols.size)).raw_prediction(w, Xc)
+
+    def _penalty_value(self, params: np.ndarray) -> float:
+        """The L2 penalty at the owners' current parameters (their sum over the slices)."""
+        return self.pen
+
+    def _round_value(self, total: Partial) -> float:
+        if self.pass_order:
+            return super()._round_value(total)
+        weight = total.extras["first_weight"]  # the first micro-batches' loss at the round's start
+        return total.loss_sum / weight + self.pen if weight > 0 else self.pen
+
+    def _passes(self, draws: list[Draw] | None, compression: Any) -> Partial:
+        ctx, src = self.ctx, self.src
+        self.attempts += 1
+        request = OnlineRound(src.version, self.attempts, src.exchange)  # type: ignore[arg-type]  # (started)
+        total = ctx.shards.collective.reduce_groups(
+            sharded_pass, ctx.objective, self.rule, request, self.reset, self.rounds, draws, tuple(ctx.seed),
+            self.guard.limit(batch=True), self._weight_scale, split_every=src.split_every, step=src.n_steps + 1,
+            size=0)
+        self.adopted = False  # the pulls made the owners' pending parameters current
+        return total
+
+    def _owners(self, fn: Any, *args: Any) -> dict[str, Any]:
+        """``fn(shard, scratch, penalty, *args)`` on every owner; their scalars summed."""
+        src = self.src
+        return src.shards.collective.reduce_groups(fn, self.ctx.objective.penalty_spec, *args,  # type: ignore[attr-defined]
+                                                   split_every=src.split_every, size=0).extras
+
+    def _propose(self, total: Partial, change: Any, weight: float) -> tuple[Any, bool]:
+        cmd = OnlineAverage(self.src.version + 1, self.attempts, self.rule.average, weight, total.extras["scale"])
+        stats = self._owners(online_average, cmd)
+        return stats, stats["nonfinite"] == 0
+
+    def _adopt(self, avg: Any) -> float:
+        if avg is None:
+            return 0.0
+        self.src.version += 1  # the next round's pulls commit it
+        self.adopted, self.pen = True, float(avg["pen"])
+        return math.sqrt(avg["move_sq"])
+
+    def _go_back(self, prev: dict[str, Any]) -> None:
+        self.src.version += 1
+        self.pen = float(self._owners(online_undo, self.src.version)["pen"])
+        self.adopted = False
+
+    def _round_bytes(self, traffic: dict[str, Any], total: Partial) -> Bytes:
+        pushed = int(total.extras.get("bytes_pushed", 0))
+        return Bytes(pushed, pushed, int(total.extras.get("bytes_pulled", 0)))
+
+    def result(self) -> tuple[Any, int, FirstOrderOptimizer, None]:
+        params, _ = self.src.gather("pending" if self.adopted else "current", self.ctx.sparse_params)
+        return params, -(-self._steps_after(self.rounds) // self.steps_per_epoch), self.optimizer, None
+
+    def state_dict(self) -> dict[str, Any]:
+        return {**super().state_dict(), "pen": self.pen, "attempts": self.attempts, "adopted": self.adopted}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        super().load_state_dict(state)
+        self.pen, self.attempts, self.adopted = float(state["pen"]), int(state["attempts"]), bool(state["adopted"])
+
+    def resume(self) -> Outcome:
+        self.src.restore()
+        return super().resume()

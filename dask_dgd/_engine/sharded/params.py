@@ -317,7 +317,8 @@ def sharded_setup(shard: Shard, scratch: GroupMemory, objective: LinearObjective
             cols = np.append(cols, layout.n_features)
         entry.append(np.searchsorted(rows, cols))
     mem["blocks"], mem["needs"] = blocks, rows
-    for stale in ("needs_flat", "lbfgs", "penalty", "async", "squares"):  # of an earlier setup
+    for stale in ("needs_flat", "lbfgs", "penalty", "async", "squares", "online_blocks", "online_buffers",
+                  "online_inbox"):  # of an earlier setup
         mem.pop(stale, None)
     mem["split"] = np.searchsorted(rows, np.asarray(layout.bounds))
     calls = [(o, _owner_register, (int(group), rows[mem["split"][o]:mem["split"][o + 1]] - layout.bounds[o]))

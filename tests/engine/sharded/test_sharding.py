@@ -152,7 +152,7 @@ def test_auto_shards_wide_models_on_a_cluster_only(client):
 @pytest.mark.parametrize("kwargs, message", [
     (dict(param_sharding="yes"), "param_sharding must be 'auto', True or False; got 'yes'"),
     (dict(param_sharding=1), "param_sharding must be 'auto', True or False; got 1"),
-    (dict(param_sharding=True, solver="newton"), "solver='newton' is not supported (only 'lbfgs', 'gd' and 'sgd')"),
+    (dict(param_sharding=True, solver="newton"), "solver='newton' is not supported (only 'lbfgs', 'gd', 'sgd' and 'online')"),
     (dict(param_sharding=True, solver="gd", mode="local"), "mode='local' is not supported (only 'sync' and 'async')"),
     (dict(param_sharding=True, solver="gd", compression="topk:0.1"), "compression is not supported"),
     (dict(param_sharding=True, dense=True), "it needs sparse (CSR) X"),
