@@ -147,8 +147,8 @@ class Loop:
             return
         if list(saved) == shards.placement() or len(saved) != shards.n_blocks:
             return
-        if set(saved) <= set(shards.executor.workers()):
-            shards.collective.regroup(list(saved))
+        if set(saved) <= set(shards.executor.workers()) and shards.collective.regroup(list(saved)):
+            self.ctx.source.regrouped()  # (the runners restarted: sharded parameters are set up again)
 
     def _restore_groups(self, saved: Sequence[tuple[Sequence[int], dict[str, Any]]]) -> None:
         """Give each group the memory saved for its blocks: per-block states follow

@@ -269,6 +269,7 @@ class LocalSGD(Solver):
                 self.estimate[:] = 0.0  # type: ignore[index]  # (stale estimates: EF21)
                 self.ef_count = 0
         wall1 = time.time()
+        traffic = coll.last_traffic  # (the round's, before any call that averages on the workers)
         weight = total.weight_sum
         value = self._round_value(total)  # the round's objective, at the broadcast parameters
         lr = self._round_rate(total)
@@ -310,7 +311,6 @@ class LocalSGD(Solver):
         self._last_end = time.perf_counter()
         if local is None:
             src.n_steps += 1
-        traffic = coll.last_traffic
         record = make_record(
             step=src.n_steps, iteration=-(-self._steps_after(self.rounds) // self.steps_per_epoch), loss=self.value,
             grad_norm=moved, step_size=lr,

@@ -151,8 +151,7 @@ def pass_partial(shard: Shard, change: RoundChange, status: int, rate: float, se
     first = Partial(change.first_loss, None, change.first_weight, 0.0, 0.0)  # type: ignore[arg-type]  # (no gradient)
     inject_faults(t0)
     dt = time.perf_counter() - t0
-    part = round_partial(sent, weight, first, dt, wall0, status == 0,  # type: ignore[arg-type]  # (a sparse sum: summed as any)
-                         mean if status == 2 else math.nan)
+    part = round_partial(sent, weight, first, dt, wall0, status == 0, mean if status == 2 else math.nan)
     part.extras[_updates_key(min((b.index for b in shard.blocks), default=-1))] = float(change.updates)
     part.extras.update(scale=weight * change.sigma, rate=rate, progressive=change.loss_sum,
                        progressive_weight=weight, bad_rows=1.0 if status == 1 else 0.0)

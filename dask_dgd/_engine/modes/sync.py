@@ -131,6 +131,10 @@ class SyncSource:
         """Start the step actors (setup, not part of the first step's time)."""
         self.shards.collective.start()
 
+    def regrouped(self) -> None:
+        """The blocks moved to other groups (a resumed fit's placement): nothing of this
+        source lives in the groups' runners, which restarted."""
+
     def local_update(self, source: int, optimizer: FirstOrderOptimizer | None = None, scale: float = 1.0,
                      keep: Iterable[int] = ()) -> LocalUpdate | None:
         """The :class:`~..runtime.group_steps.LocalUpdate` of the next step (models with local

@@ -33,10 +33,11 @@ from ..update import UpdateRule, auto_learning_rate, initial_divergence
 from .async_ import sharded_async_loop
 from .exchange import ActorExchange, LocalExchange
 from .lbfgs import sharded_lbfgs
-from .online import OnlineAverage, OnlineRound, online_average, online_undo, sharded_pass
+from .online import OnlineAverage, OnlineRound, online_average, online_keep, online_undo, sharded_pass
 from .params import (
     GATHER_CHUNK,
     LbfgsCommand,
+    ParamLayout,
     ShardedRequest,
     Ticket,
     UpdateCommand,
@@ -60,7 +61,6 @@ if TYPE_CHECKING:
     from ..protocols import FitContext
     from ..runtime.group_steps import Draw, GroupMemory
     from ..solvers.base import Settings
-    from .params import ParamLayout
 
 __all__ = ["ShardedAsync", "ShardedFirstOrder", "ShardedLBFGS", "ShardedOnline", "ShardedSource", "sharded_record",
            "sharded_start", "split"]
@@ -135,6 +135,16 @@ class ShardedSource(SyncSource):
                                     per_group=[(g, xs[g], states[g]) for g in range(lay.n_owners)])
         self.version = 0
 
+    def regrouped(self) -> None:
+        """The blocks moved (a resumed fit's placement) and the runners restarted: the
+        owners are set up again, over the new groups (the checkpoint's slices come
+        back with :meth:`restore`)."""
+        version = self.version  # (the checkpoint's, loaded before)
+        self.layout = ParamLayout.split(self.objective.objective, self.shards.n_groups)
+        self.start()
+        self.setup()
+        self.version = version
+
     def evaluate(self, params: Any = None, draw: Draw | None = None, local: Any = None, name: str = "grad",
                  aux: Any = None) -> StepResult:
         """Phase 1 at the owners' parameters of the next version (the pending update,
@@ -176,6 +186,7 @@ class ShardedSource(SyncSource):
         at a time into arrays allocated once (the driver holds the result and one
         chunk of :data:`~.params.GATHER_CHUNK` entries).  ``sparse``: each vector
         as a SciPy CSR row of its non-zero entries, the only ones the owners send."""
+        self.restore()  # (a resumed fit that had converged: the checkpoint's slices, not the start's)
         lay, coll = self.layout, self.shards.collective
         n = lay.n_params
         found: dict[str | None, Any] = {}  # field (None: the parameters) -> dense array, or [(indices, values)]
@@ -525,7 +536,7 @@ def start_rows(params0: np.ndarray | sp.csr_matrix | None, rows: np.ndarray, wid
     if params0 is None:
         return np.zeros(rows.size * width)
     if sp.issparse(params0):
-        return np.asarray(params0[:, _flat(rows, width)].todense(), dtype=np.float64).ravel()
+        return sp.csr_matrix(params0)[:, _flat(rows, width)].toarray().ravel().astype(np.float64)
     return np.asarray(params0, dtype=np.float64).reshape(-1, width)[rows].ravel()
 
 
@@ -538,8 +549,9 @@ class ShardedOnline(OnlineEpochs):
     vector of the model's size until the result is assembled.
 
     The groups' changes are the unsharded groups' bit for bit, and each owner sums
-    them in group order (the unsharded fit sums them in the groups' tree: the same
-    additions for two groups), so the fits agree to rounding.  A divergence that needs
+    them in the groups' tree (the unsharded sum's additions, restricted to its range),
+    so the coefficients are the unsharded ones bit for bit; the recorded loss differs
+    by the rounding of the penalty summed over the owners.  A divergence that needs
     the previous round undone sends the owners back to the start of the last accepted
     round, which they keep.  The start is the unsharded one: a sample's loss at the
     start (per-row passes; the start's columns taken from ``params0`` on the driver), or
@@ -618,15 +630,18 @@ class ShardedOnline(OnlineEpochs):
                                                    split_every=src.split_every, size=0).extras
 
     def _propose(self, total: Partial, change: Any, weight: float) -> tuple[Any, bool]:
-        cmd = OnlineAverage(self.src.version + 1, self.attempts, self.rule.average, weight, total.extras["scale"])
+        cmd = OnlineAverage(self.src.version + 1, self.attempts, self.rule.average, weight, total.extras["scale"],
+                            self.src.split_every)
         stats = self._owners(online_average, cmd)
         return stats, stats["nonfinite"] == 0
 
     def _adopt(self, avg: Any) -> float:
-        if avg is None:
-            return 0.0
         self.src.version += 1  # the next round's pulls commit it
-        self.adopted, self.pen = True, float(avg["pen"])
+        self.adopted = True
+        if avg is None:  # (the round's rows all weighed zero: the same point, its start the one to go back to)
+            self._owners(online_keep, self.src.version)
+            return 0.0
+        self.pen = float(avg["pen"])
         return math.sqrt(avg["move_sq"])
 
     def _go_back(self, prev: dict[str, Any]) -> None:

@@ -8,12 +8,14 @@ each carrying only scalars to the driver:
    :func:`~.params.sharded_setup`), runs the compiled pass of
    :func:`~..modes.online.run_pass` on its blocks renumbered to those columns (a
    compact model of its columns only: its rule state, AdaGrad accumulators and feature
-   scales, is kept in that numbering between rounds), and *pushes* each owner the part
+   scales, is kept in that numbering between rounds; with micro-batches it pulls only
+   the columns of the round's drawn rows), and *pushes* each owner the part
    of its change in the owner's range: the entries it touched, ``n_g * delta`` (plain
    SGD) or ``cw * delta`` and ``cw`` (the adaptive rules), as
    :func:`~..modes.online.change_vector` sends them unsharded.
-2. :func:`online_average`: every owner sums what the groups pushed, in group order,
-   and averages its slice as the driver averages the whole vector unsharded
+2. :func:`online_average`: every owner sums what the groups pushed in the groups' tree
+   (the unsharded round's additions, restricted to its range: the same bits), and
+   averages its slice as the driver averages the whole vector unsharded
    (:func:`~dask_dgd.losses._online.average_changes`, with the round's weight and
    decay sums, scalars the driver got from phase 1).  The new slice is pending: the
    next round's first pull commits it (the round's start becomes the point a
@@ -28,15 +30,15 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 import scipy.sparse as sp
 
 from ...exceptions import ClusterError
 from ...losses._online import average_changes
-from ..modes.online import pass_partial, run_pass
-from ..runtime.reduce import Partial
+from ..modes.online import _draw_rows, pass_partial, run_pass
+from ..runtime.reduce import BlockTree, Partial, SparseVector
 from .params import _flat, _owner_pull, owned_memory, pull_columns, slice_penalty
 
 if TYPE_CHECKING:
@@ -49,7 +51,7 @@ if TYPE_CHECKING:
     from ..runtime.group_steps import Draw, GroupMemory
     from .exchange import ActorExchange, LocalExchange
 
-__all__ = ["OnlineAverage", "OnlineRound", "online_average", "online_undo", "sharded_pass"]
+__all__ = ["OnlineAverage", "OnlineRound", "online_average", "online_keep", "online_undo", "sharded_pass"]
 
 
 @dataclass(frozen=True)
@@ -66,13 +68,15 @@ class OnlineRound:
 class OnlineAverage:
     """Phase 2 of a round: average the changes pushed in ``attempt`` into the pending
     parameters of ``version`` (``average``, ``weight``, ``scale_sum``: as
-    :func:`~dask_dgd.losses._online.average_changes` takes them)."""
+    :func:`~dask_dgd.losses._online.average_changes` takes them), the changes summed in
+    the groups' tree of fan-in ``split_every`` (the unsharded round's)."""
 
     version: int
     attempt: int
     average: str
     weight: float
     scale_sum: float
+    split_every: int
 
 
 def _compact_blocks(shard: Shard, mem: dict[str, Any]) -> dict[int, sp.csr_matrix]:
@@ -107,8 +111,13 @@ def sharded_pass(shard: Shard, scratch: GroupMemory, objective: LinearTraining, 
     wall0, t0 = time.time(), time.perf_counter()
     mem = owned_memory(scratch)
     lay = mem["layout"]
-    xg, sent, received = pull_columns(mem, request.exchange, _owner_pull, request.version, None)
     blocks = _compact_blocks(shard, mem)
+    used = None  # per-row passes: every column the group's blocks touch
+    if draws is not None:  # micro-batches: only their rows' columns (the others are never read)
+        used = [np.unique(blocks[b.index][rows].indices) for draw in draws for b, rows in _draw_rows(shard, draw)]
+        if lay.fit_intercept:
+            used.append(np.array([mem["needs"].size - 1]))
+    xg, sent, received = pull_columns(mem, request.exchange, _owner_pull, request.version, used)
     obj = replace(objective.objective, n_features=int(mem["needs"].size) - int(lay.fit_intercept))
     change, status, rate = run_pass(shard, scratch, obj, objective.penalty_spec.l2_strength, rule, xg.ravel(), reset,
                                     round_, draws, seed, limit, weight_scale, mem.setdefault("online_buffers", {}),
@@ -132,40 +141,63 @@ def sharded_pass(shard: Shard, scratch: GroupMemory, objective: LinearTraining, 
 
 
 def online_average(shard: Shard, scratch: GroupMemory, penalty_spec: Penalty, command: OnlineAverage) -> Partial:
-    """Phase 2 on one owner: the groups' changes summed in group order, its slice
-    averaged into the pending parameters of ``command.version``.  Answers, in
+    """Phase 2 on one owner: the groups' changes summed in the groups' tree (the
+    additions of the unsharded round's sum, restricted to this owner's range), its
+    slice averaged into the pending parameters of ``command.version``.  Answers, in
     ``extras``: the new slice's non-finite entries (``nonfinite``), its squared
     distance from the round's start (``move_sq``) and its L2 penalty (``pen``)."""
     wall0, t0 = time.time(), time.perf_counter()
     mem = owned_memory(scratch)
     pen = slice_penalty(mem, penalty_spec)
     x = mem["x"]
-    n = x.size
+    n_groups = mem["layout"].n_owners
     inbox = mem.pop("online_inbox", {})
     fresh = sorted(g for g, (attempt, _, _) in inbox.items() if attempt == command.attempt)
-    if len(fresh) != mem["layout"].n_owners:
-        raise ClusterError(f"a parameter shard received the round's changes of {len(fresh)} of "
-                           f"{mem['layout'].n_owners} groups; fit again, or resume from a checkpoint")
-    samples = command.average == "samples"
-    sums = np.zeros(n if samples else 2 * n)
-    for g in fresh:  # (a group's entries are distinct)
+    if fresh != list(range(n_groups)):
+        raise ClusterError(f"a parameter shard received the round's changes of {len(fresh)} of {n_groups} groups; "
+                           "fit again, or resume from a checkpoint")
+    n = x.size
+    size = n if command.average == "samples" else 2 * n  # (as change_vector's: [cw * delta, cw] for the adaptive rules)
+    leaves = []
+    for g in fresh:
         _, idx, values = inbox[g]
-        sums[idx] += values[0]
-        if not samples:
-            sums[n + idx] += values[1]
-    moved = np.flatnonzero(sums if samples else sums[n:])
-    if samples:
-        idx, values = moved, sums[moved]
-    else:
-        idx, values = np.concatenate([moved, moved + n]), np.concatenate([sums[moved], sums[n + moved]])
+        if command.average != "samples":
+            idx, values = np.concatenate([idx, idx + n]), np.concatenate(values)
+        else:
+            values = values[0]
+        leaves.append({(0, g): Partial(0.0, SparseVector(idx, values, size), 0.0, 0.0, 0.0, 0)})
+    tree = BlockTree(n_groups, command.split_every, size=size)
+    total = tree.root(tree.merge(*leaves), dense=False).grad_sum
+    if isinstance(total, SparseVector):
+        idx, values = total.entries()
+    else:  # (the entries covered more than half the range: summed dense)
+        dense = cast("np.ndarray", total)
+        idx = np.flatnonzero(dense)
+        values = dense[idx]
     avg = average_changes(x, pen.n_coef, command.average, idx, values, command.weight, command.scale_sum)
-    with mem["lock"]:  # the next round's first pull makes it current, the round's start the point to go back to
-        mem["cand"] = (x, None, None)
-        mem["pending"] = (int(command.version), avg, None, True)
+    _propose(mem, command.version, avg)
     d = avg - x
     extras = {"nonfinite": int(np.count_nonzero(~np.isfinite(avg))), "move_sq": float(d @ d), "pen": pen.value(avg)}
     dt = time.perf_counter() - t0
     return Partial(0.0, np.zeros(0), 0.0, dt, dt, 1, wall0, wall0 + dt, extras)
+
+
+def _propose(mem: dict[str, Any], version: int, new: np.ndarray) -> None:
+    """Make ``new`` the owner's pending parameters of ``version``: the next round's
+    first pull makes them current (:func:`~.params._commit`), and the round's start the
+    point to go back to."""
+    with mem["lock"]:
+        mem["cand"] = (mem["x"], None, None)
+        mem["pending"] = (int(version), new, None, True)
+
+
+def online_keep(shard: Shard, scratch: GroupMemory, penalty_spec: Penalty, version: int) -> Partial:
+    """An accepted round that moved nothing (its rows all weighed zero): the owner's
+    parameters again, as the pending ones of ``version`` (its start becomes the point
+    to go back to, as after any accepted round)."""
+    mem = owned_memory(scratch)
+    _propose(mem, version, mem["x"])
+    return Partial(0.0, np.zeros(0), 0.0, 0.0, 0.0, 1)
 
 
 def online_undo(shard: Shard, scratch: GroupMemory, penalty_spec: Penalty, version: int) -> Partial:

@@ -1,5 +1,6 @@
 """``solver="online"`` over sharded parameters: the unsharded fit, compact copies on the groups."""
 
+import dataclasses
 import os
 import warnings
 
@@ -11,6 +12,8 @@ import scipy.sparse as sp
 from interrupts import Interrupted, StopAt
 
 from dask_dgd import ConvergenceWarning, DivergenceError, LogisticRegression, train
+from dask_dgd._engine import update
+from dask_dgd._engine.modes import online
 from dask_dgd._engine.sharded import driver
 from dask_dgd.losses import BinaryLogistic, HalfSquaredError, LinearObjective, MultinomialLogistic, Penalty
 
@@ -126,21 +129,23 @@ def test_interrupted_and_resumed_equals_uninterrupted(tmp_path, client, data):
     np.testing.assert_array_equal(got.history["loss"], ref.history["loss"])
 
 
-def test_divergence_backs_off_and_goes_back_as_unsharded(monkeypatch):
+def test_divergence_backs_off_and_goes_back_as_unsharded(client, monkeypatch):
     """Per-row passes that diverge, and micro-batch rounds whose start exploded (the
-    previous round is undone: the owners go back to its start): the same halvings at
-    the same rounds and the same coefficients as unsharded."""
+    previous round is undone: the owners go back to its start), on 2 workers: the
+    same halvings at the same rounds and the same coefficients as unsharded."""
     rng = np.random.default_rng(5)
     X = sp.random(2000, 50, density=0.2, format="csr", random_state=5, data_rvs=rng.standard_normal) * 30.0
     y = X @ rng.normal(size=50)
+    Xd, yd = client.persist([da.from_array(X, chunks=(500, 50), asarray=False), da.from_array(y, chunks=500)])
     went_back = []
     original = driver.ShardedOnline._go_back
     monkeypatch.setattr(driver.ShardedOnline, "_go_back", lambda self, prev: (went_back.append(self.rounds),
                                                                               original(self, prev))[1])
     for kw in (dict(learning_rate=10.0), dict(learning_rate=0.01, batch_size=100, local_steps=1)):
-        kw = dict(optimizer="sgd", max_iter=4, on_divergence="backoff", penalty=Penalty(alpha=0.0), **kw)
-        ref = _train(X, y, "squared", False, **kw)
-        got = _train(X, y, "squared", True, **kw)
+        kw = dict(optimizer="sgd", max_iter=4, on_divergence="backoff", penalty=Penalty(alpha=0.0), client=client,
+                  **kw)
+        ref = _train(Xd, yd, "squared", False, **kw)
+        got = _train(Xd, yd, "squared", True, **kw)
         np.testing.assert_array_equal(got.history["step_size"], ref.history["step_size"])
         np.testing.assert_array_equal(got.params, ref.params)
         assert ref.optimizer.learning_rate < kw["learning_rate"]  # (it did back off)
@@ -149,6 +154,105 @@ def test_divergence_backs_off_and_goes_back_as_unsharded(monkeypatch):
                                               "learning rate 10"):
         _train(X, y, "squared", True, optimizer="sgd", learning_rate=10.0, on_divergence="raise",
                penalty=Penalty(alpha=0.0))
+
+
+def test_going_back_after_a_round_that_moved_nothing(monkeypatch):
+    """An accepted round whose rows all weighed zero moves nothing; when the next
+    round's start explodes, the fit goes back to that round's start, as unsharded
+    (faults by progress: round 2 weighs nothing, the guard's third look explodes)."""
+    rng = np.random.default_rng(5)
+    X = sp.random(2000, 50, density=0.2, format="csr", random_state=5, data_rvs=rng.standard_normal)
+    y = X @ rng.normal(size=50)
+    exploded = update.Guard.exploded
+
+    def fit(sharding):
+        calls = {"round": 0, "guard": 0}
+
+        def weightless_second(passes):
+            def wrapped(self, *args):
+                total = passes(self, *args)
+                calls["round"] += 1
+                return dataclasses.replace(total, weight_sum=0.0) if calls["round"] == 2 else total
+            return wrapped
+
+        def third_explodes(self, value, **kw):
+            calls["guard"] += 1
+            return True if calls["guard"] == 3 else exploded(self, value, **kw)
+
+        with monkeypatch.context() as m:
+            for cls in (online.OnlineEpochs, driver.ShardedOnline):
+                m.setattr(cls, "_passes", weightless_second(cls.__dict__["_passes"]))
+            m.setattr(update.Guard, "exploded", third_explodes)
+            return _train(X, y, "squared", sharding, optimizer="sgd", learning_rate=0.01, batch_size=100,
+                          local_steps=1, max_iter=1, on_divergence="backoff", penalty=Penalty(alpha=0.0))
+
+    ref, got = fit(False), fit(True)
+    assert ref.history["grad_norm"].iloc[2] == 0.0  # (round 2 moved nothing)
+    np.testing.assert_array_equal(got.history["step_size"], ref.history["step_size"])
+    np.testing.assert_array_equal(got.params, ref.params)
+
+
+def _placed(client, X, y, workers):
+    """``X``, ``y`` in blocks of 500 rows, block ``i`` on ``workers[i]``."""
+    blocks = []
+    for i, w in enumerate(workers):
+        rows = slice(500 * i, 500 * (i + 1))
+        fx, fy = client.scatter([X[rows], y[rows]], workers=[w])
+        blocks.append((da.from_delayed(dask.delayed(fx), shape=(500, X.shape[1]), dtype=float,
+                                       meta=sp.csr_matrix((0, X.shape[1]))),
+                       da.from_delayed(dask.delayed(fy), shape=(500,), dtype=float)))
+    return da.concatenate([b[0] for b in blocks]), da.concatenate([b[1] for b in blocks])
+
+
+def test_a_resumed_fit_whose_blocks_moved_is_set_up_again(tmp_path, client, data, monkeypatch):
+    """A checkpoint taken with the blocks on workers [A, A, B, B] resumed with them on
+    [A, B, A, B]: the blocks go back, the owners are set up again and get their slices."""
+    X, ys = data
+    X, y = X[:2000], ys["binary"][:2000]
+    a, b = sorted(client.scheduler_info()["workers"])
+    kw = dict(optimizer="sgd", max_iter=6, client=client, rebalance=False)
+    Xd, yd = _placed(client, X, y, [a, a, b, b])
+    ref = _train(Xd, yd, "binary", True, **kw)
+    folder = tmp_path / "ckpt"
+    with pytest.raises(Interrupted):
+        _train(Xd, yd, "binary", True, checkpoint=folder, checkpoint_every=2, callbacks=[StopAt(5)], **kw)
+    Xd, yd = _placed(client, X, y, [a, b, a, b])
+    regrouped = []
+    original = driver.ShardedSource.regrouped
+    monkeypatch.setattr(driver.ShardedSource, "regrouped", lambda self: (regrouped.append(1), original(self))[1])
+    got = _train(Xd, yd, "binary", True, checkpoint=folder, checkpoint_every=2, resume=True, **kw)
+    assert regrouped == [1]
+    np.testing.assert_array_equal(got.params, ref.params)
+
+
+@pytest.mark.parametrize("solver", ["online", "gd"])
+def test_a_resumed_fit_that_had_converged_returns_its_result(tmp_path, client, data, solver):
+    X, ys = data
+    Xd, yd = client.persist([da.from_array(X, chunks=(500, D), asarray=False), da.from_array(ys["binary"], chunks=500)])
+    kw = dict(solver=solver, max_iter=50, tol=1e-2, client=client, checkpoint=tmp_path / solver)
+    done = _train(Xd, yd, "binary", True, **kw)
+    assert done.converged and np.any(done.params != 0)
+    again = _train(Xd, yd, "binary", True, resume=True, **kw)
+    assert again.converged
+    np.testing.assert_array_equal(again.params, done.params)
+
+
+def test_four_groups_sum_in_the_unsharded_tree(make_cluster, data):
+    X, ys = data
+    c = make_cluster(4, processes=False)
+    Xd, yd = c.persist([da.from_array(X, chunks=(375, D), asarray=False), da.from_array(ys["binary"], chunks=375)])
+    for kw in (dict(optimizer="normalized"), dict(optimizer="sgd", batch_size=400, local_steps=2)):
+        kw = dict(client=c, rebalance=False, split_every=2, **kw)
+        _same_fit(_train(Xd, yd, "binary", True, **kw), _train(Xd, yd, "binary", False, **kw))
+
+
+def test_micro_batches_pull_only_their_rows_columns(client):
+    X, ys = _data(100 * D)
+    Xd, yd = client.persist([da.from_array(X, chunks=(500, X.shape[1]), asarray=False),
+                             da.from_array(ys["binary"], chunks=500)])
+    passes = _train(Xd, yd, "binary", True, client=client, max_iter=1)
+    micro = _train(Xd, yd, "binary", True, client=client, max_iter=1, batch_size=60, local_steps=1)
+    assert micro.history["bytes_down"].iloc[1:].median() < 0.3 * passes.history["bytes_down"].iloc[1:].median()
 
 
 def test_estimator_and_auto_sharding(client, data, monkeypatch):
