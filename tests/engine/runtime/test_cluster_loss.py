@@ -162,7 +162,8 @@ def test_a_worker_lost_during_the_penalty_path_costs_only_its_task(process_clien
     # alpha="auto" on worker processes: each path fit is one task on a copy of the
     # held-out shards; the worker killed inside one takes its copy along, the scheduler
     # makes the copy and runs the fit again elsewhere, and the model is the one a fit
-    # without the fault makes
+    # without the fault makes, to rounding (the shards recomputed after the loss may sit
+    # in other groups: the same sums in another order)
     victim = sorted(process_client.scheduler_info()["workers"])[-1]
 
     def fit():
@@ -174,6 +175,7 @@ def test_a_worker_lost_during_the_penalty_path_costs_only_its_task(process_clien
         hit = fit()
     assert victim not in process_client.scheduler_info()["workers"]  # (it died: the fault fired)
     clean = fit()
-    pd.testing.assert_frame_equal(hit.validation_path_, clean.validation_path_, check_exact=True)
-    np.testing.assert_array_equal(hit.item_factors_, clean.item_factors_)
-    np.testing.assert_array_equal(hit.user_factors_, clean.user_factors_)
+    pd.testing.assert_frame_equal(hit.validation_path_, clean.validation_path_, check_exact=False, rtol=1e-9)
+    assert hit.alpha_ == clean.alpha_
+    np.testing.assert_allclose(hit.item_factors_, clean.item_factors_, rtol=1e-7, atol=1e-10)
+    np.testing.assert_allclose(hit.user_factors_, clean.user_factors_, rtol=1e-7, atol=1e-10)
