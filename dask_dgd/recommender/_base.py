@@ -176,6 +176,11 @@ class FactorizationBase(RecommenderMixin, ClientParamMixin, BaseEstimator):
         The ids seen in fit (and partial_fit), in the order of the factor rows.
     user_factors_ : ndarray of shape (n_users, n_components)
     item_factors_ : ndarray of shape (n_items, n_components)
+    factors_used_ : bool
+        False when every item factor is exactly zero (``alpha="auto"`` refitted the
+        bias model, or ``n_components=0``): ``recommend`` then ranks by the item
+        biases (popularity) and ``similar_items`` by the biases' closeness, with a
+        :class:`~dask_dgd.exceptions.BiasOnlyWarning` (see those methods).
     n_iter_ : int
         Epochs run (iterations of alternating least squares).
     solver_ : str

@@ -59,7 +59,8 @@ class MatrixFactorization(FactorizationBase):
         squared error exceeds two standard errors, and the lowest held-out RMSE among
         those is refitted on all ratings for the epochs (iterations) at which it was
         best; if none passes, the refit is the bias model, its factors exactly zero
-        (``alpha_``: the top of the path).  A model costs several fits and does not
+        (``alpha_``: the top of the path; ``factors_used_`` False, and ``recommend``
+        and ``similar_items`` warn that they rank by the biases).  A model costs several fits and does not
         choose factors that its held-out ratings cannot tell from the bias model's
         luck.  The path trains
         synchronously; ``mode``, ``callbacks``, ``max_time`` and ``checkpoint`` apply
@@ -75,7 +76,7 @@ class MatrixFactorization(FactorizationBase):
 
     Attributes
     ----------
-    user_ids_, item_ids_, user_factors_, item_factors_, n_iter_, history_, loss_curve_, \
+    user_ids_, item_ids_, user_factors_, item_factors_, factors_used_, n_iter_, history_, loss_curve_, \
 shard_ratings_, bytes_communicated_
         See :class:`~dask_dgd.recommender.FactorizationBase`.
     user_bias_, item_bias_ : ndarray
