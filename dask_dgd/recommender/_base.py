@@ -40,6 +40,7 @@ from ._shards import (
     block_like,
     build_rating_shards,
     check_model_fits,
+    check_scale,
     check_scan,
     frame_parts,
     init_rows,
@@ -295,6 +296,7 @@ class FactorizationBase(RecommenderMixin, ClientParamMixin, BaseEstimator):
         parts = frame_parts(executor, frame)
         facts = scan(executor, parts, cols, digest=self.checkpoint is not None and not continued)
         check_scan(facts, cols[2], self._kind_now())
+        check_scale(facts, cols[2], self._rating_scale(), "fitting")
         users, items = id_index(facts["users"], "user"), id_index(facts["items"], "item")
         if continued:
             users, items = self._grow("user_ids_", users), self._grow("item_ids_", items)

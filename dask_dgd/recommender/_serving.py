@@ -32,8 +32,9 @@ def _top(s, k):
     return np.take_along_axis(top, order, axis=1), np.take_along_axis(top_s, order, axis=1)
 
 
-def _top_k_frame(users, P, user_part, seen, items, k):
-    """One partition of ``recommend_all``: the top ``k`` rows of these users."""
+def _top_k_frame(users, P, user_part, seen, items, k, scale=None):
+    """One partition of ``recommend_all``: the top ``k`` rows of these users (their
+    scores clipped to ``scale``, a ``(low, high)`` or None, after ranking)."""
     Q, bias, item_ids = items
     s = P @ Q.T
     if bias is not None:
@@ -45,6 +46,8 @@ def _top_k_frame(users, P, user_part, seen, items, k):
         s[block.row, block.col] = -np.inf
     top, scores = _top(s, k)
     keep = np.isfinite(scores)
+    if scale is not None:
+        scores = np.clip(scores, *scale)
     rank = np.broadcast_to(np.arange(1, k + 1), top.shape)
     return pd.DataFrame({"user": np.repeat(users, k).reshape(top.shape)[keep], "item": item_ids[top[keep]],
                          "score": scores[keep], "rank": rank[keep].astype(np.int64)})
@@ -78,6 +81,19 @@ class RecommenderMixin:
             BiasOnlyWarning, stacklevel=user_stacklevel(),
         )
 
+    def _rating_scale(self):
+        """The ``(low, high)`` an explicit model clips its predictions to, or None."""
+        return None
+
+    def _clip(self, scores):
+        """``scores`` clipped to :meth:`_rating_scale` (in place; infinite ones kept:
+        ``recommend``'s padding past the unseen items is ``-inf``)."""
+        scale = self._rating_scale()
+        if scale is not None:
+            finite = np.isfinite(scores)
+            scores[finite] = np.clip(scores[finite], *scale)
+        return scores
+
     def _codes(self, X):
         check_is_fitted(self, "item_factors_")
         frame, _ = self._as_frame(X, None, need_rating=False)
@@ -96,7 +112,7 @@ class RecommenderMixin:
         if hasattr(self, "user_bias_"):
             out[ku] += self.user_bias_[u[ku]]
             out += self.global_mean_
-        return out
+        return self._clip(out)
 
     def _score_part(self, df):
         return self._pair_scores(df[self.user_col].to_numpy(), df[self.item_col].to_numpy())
@@ -167,7 +183,7 @@ class RecommenderMixin:
         out[known] += np.einsum("ij,ij->i", P[row[known]], self.item_factors_[i[known]])
         if hasattr(self, "item_bias_"):
             out[known] += self.item_bias_[i[known]]
-        return out
+        return self._clip(out)
 
     def _popularity_note(self, method):
         if hasattr(self, "item_bias_"):
@@ -255,7 +271,7 @@ class RecommenderMixin:
                 block = seen[a:b].tocoo()
                 s[block.row, block.col] = -np.inf
             ids[a:b], scores[a:b] = _top(s, k)
-        return self.item_ids_[ids], scores
+        return self.item_ids_[ids], self._clip(scores)  # (ranked by the scores before clipping)
 
     def recommend_all(self, k=10, exclude_seen=True, users_per_partition=RECOMMEND_CHUNK):
         """The ``k`` best-scored items of every user seen in fit, as a lazy dask DataFrame.
@@ -300,7 +316,7 @@ class RecommenderMixin:
             b = min(a + size, n)
             parts.append(dask.delayed(_top_k_frame, pure=True)(
                 self.user_ids_[a:b], self.user_factors_[a:b], None if user_part is None else user_part[a:b],
-                self._seen[a:b] if exclude_seen else None, items, k))
+                self._seen[a:b] if exclude_seen else None, items, k, self._rating_scale()))
         meta = pd.DataFrame({"user": pd.Series([], dtype=self.user_ids_.dtype),
                              "item": pd.Series([], dtype=self.item_ids_.dtype),
                              "score": pd.Series([], dtype=np.float64), "rank": pd.Series([], dtype=np.int64)})
