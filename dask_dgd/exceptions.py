@@ -12,6 +12,9 @@ The hierarchy::
     ├── ClusterError (RuntimeError)  the Dask cluster cannot run the fit
     └── ConcurrentFitError (RuntimeError)  one estimator object fitted by two threads at once
 
+    DGDWarning (UserWarning)         base of every dask_dgd warning
+    └── BiasOnlyWarning              a recommender ranks by its biases alone: its factors are all zero
+
 ``NotFittedError`` and ``ConvergenceWarning`` are scikit-learn's own, re-exported so that
 code which already catches them keeps working.
 """
@@ -19,6 +22,7 @@ code which already catches them keeps working.
 from sklearn.exceptions import ConvergenceWarning, NotFittedError
 
 __all__ = [
+    "BiasOnlyWarning",
     "BlockError",
     "CheckpointError",
     "ChunkingError",
@@ -26,6 +30,7 @@ __all__ = [
     "ConcurrentFitError",
     "ConvergenceWarning",
     "DGDError",
+    "DGDWarning",
     "DivergenceError",
     "InputError",
     "NotFittedError",
@@ -67,3 +72,11 @@ class ClusterError(DGDError, RuntimeError):
 
 class ConcurrentFitError(DGDError, RuntimeError):
     """``fit`` or ``partial_fit`` was called on an estimator object that another thread is fitting."""
+
+
+class DGDWarning(UserWarning):
+    """Base class of every warning issued by dask_dgd (``ConvergenceWarning`` is scikit-learn's)."""
+
+
+class BiasOnlyWarning(DGDWarning):
+    """A recommender's factors are all exactly zero: rankings come from its biases alone."""

@@ -40,6 +40,7 @@ from ._shards import (
     block_like,
     build_rating_shards,
     check_model_fits,
+    check_scale,
     check_scan,
     frame_parts,
     init_rows,
@@ -176,6 +177,11 @@ class FactorizationBase(RecommenderMixin, ClientParamMixin, BaseEstimator):
         The ids seen in fit (and partial_fit), in the order of the factor rows.
     user_factors_ : ndarray of shape (n_users, n_components)
     item_factors_ : ndarray of shape (n_items, n_components)
+    factors_used_ : bool
+        False when every item factor is exactly zero (``alpha="auto"`` refitted the
+        bias model, or ``n_components=0``): ``recommend`` then ranks by the item
+        biases (popularity) and ``similar_items`` by the biases' closeness, with a
+        :class:`~dask_dgd.exceptions.BiasOnlyWarning` (see those methods).
     n_iter_ : int
         Epochs run (iterations of alternating least squares).
     solver_ : str
@@ -290,6 +296,7 @@ class FactorizationBase(RecommenderMixin, ClientParamMixin, BaseEstimator):
         parts = frame_parts(executor, frame)
         facts = scan(executor, parts, cols, digest=self.checkpoint is not None and not continued)
         check_scan(facts, cols[2], self._kind_now())
+        check_scale(facts, cols[2], self._rating_scale(), "fitting")
         users, items = id_index(facts["users"], "user"), id_index(facts["items"], "item")
         if continued:
             users, items = self._grow("user_ids_", users), self._grow("item_ids_", items)

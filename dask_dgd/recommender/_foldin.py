@@ -36,7 +36,7 @@ import scipy.special
 
 from ..exceptions import InputError
 from ._input import ids_preview
-from ._shards import check_rows, row_facts
+from ._shards import check_rows, check_scale, row_facts
 
 __all__ = ["bpr_item_rows", "bpr_rows", "fold_in", "model_of", "new_user_rows", "solve_rows"]
 
@@ -192,8 +192,9 @@ def fold_in(est, frame, ids, side="users"):
                          f"ratings (columns: {list(frame.columns)})")
     rated = rcol is not None and rcol in frame.columns
     # what fit refuses (NaN or infinite ratings, missing ids, negative wls strengths)
-    check_rows(row_facts(frame, est.user_col, est.item_col, rcol if rated else None), rcol, est._kind_now(),
-               "folding them in")
+    facts = row_facts(frame, est.user_col, est.item_col, rcol if rated else None)
+    check_rows(facts, rcol, est._kind_now(), "folding them in")
+    check_scale(facts, rcol, est._rating_scale(), "folding them in")
     codes = other_index.get_indexer(frame[other_col].to_numpy())
     known = codes >= 0
     if rated:

@@ -14,11 +14,22 @@ from ._shards import check_rows, row_facts
 
 __all__ = ["ImplicitMatrixFactorization", "MatrixFactorization"]
 
+
+def _rating_scale_like(value):
+    """a (low, high) pair of finite numbers with low < high"""
+    if not isinstance(value, (tuple, list)) or len(value) != 2:
+        return False
+    if not all(isinstance(v, numbers.Real) and not isinstance(v, bool) and np.isfinite(v) for v in value):
+        return False
+    return value[0] < value[1]
+
+
 _shared_parameters = other_parameters("The training parameters both recommenders share: see\n"
                                       ":class:`~dask_dgd.recommender.FactorizationBase`.")
 
 @_shared_parameters
-@init_from(factorization_signature(("alpha", "auto"), ("alpha_bias", None), rating_col="rating"), positional=1)
+@init_from(factorization_signature(("alpha", "auto"), ("alpha_bias", None), "rating_scale", rating_col="rating"),
+           positional=1)
 class MatrixFactorization(FactorizationBase):
     """Explicit-rating matrix factorization trained by distributed gradient descent.
 
@@ -59,7 +70,8 @@ class MatrixFactorization(FactorizationBase):
         squared error exceeds two standard errors, and the lowest held-out RMSE among
         those is refitted on all ratings for the epochs (iterations) at which it was
         best; if none passes, the refit is the bias model, its factors exactly zero
-        (``alpha_``: the top of the path).  A model costs several fits and does not
+        (``alpha_``: the top of the path; ``factors_used_`` False, and ``recommend``
+        and ``similar_items`` warn that they rank by the biases).  A model costs several fits and does not
         choose factors that its held-out ratings cannot tell from the bias model's
         luck.  The path trains
         synchronously; ``mode``, ``callbacks``, ``max_time`` and ``checkpoint`` apply
@@ -70,12 +82,21 @@ class MatrixFactorization(FactorizationBase):
         ratings: 10 halves the bias of an item with 10 ratings).  None: chosen with
         ``alpha="auto"`` (on the bias model alone, among 100, 30, 10, 3, 1 and 0.3),
         else equal to ``alpha``.
+    rating_scale : (float, float) or None, default=None
+        The ratings' scale ``(low, high)``, as Surprise's ``Reader(rating_scale=...)``:
+        predicted ratings are clipped to it, in ``predict`` (with fold-in too),
+        ``score`` and the scores of ``recommend`` and ``recommend_all`` (which rank by
+        the unclipped scores, so that clipping never ties the best items), and
+        ``fit``, ``partial_fit`` and fold-in refuse ratings outside it
+        (:class:`~dask_dgd.exceptions.InputError`).  Training does not depend on it.
+        None: no scale, predictions unclipped (a fold-in user of extreme ratings may
+        then be predicted past the scale, e.g. 5.4 on 1-5).
     rating_col : str, default="rating"
         Column of the ratings in DataFrame input.
 
     Attributes
     ----------
-    user_ids_, item_ids_, user_factors_, item_factors_, n_iter_, history_, loss_curve_, \
+    user_ids_, item_ids_, user_factors_, item_factors_, factors_used_, n_iter_, history_, loss_curve_, \
 shard_ratings_, bytes_communicated_
         See :class:`~dask_dgd.recommender.FactorizationBase`.
     user_bias_, item_bias_ : ndarray
@@ -116,8 +137,12 @@ shard_ratings_, bytes_communicated_
         "alpha": [Interval(numbers.Real, 0, None, "left"), Options("auto")],
         "n_components": [Interval(numbers.Integral, 0, None, "left")],
         "alpha_bias": [None, Interval(numbers.Real, 0, None, "left")],
+        "rating_scale": [None, _rating_scale_like],
         "rating_col": [str],
     }
+
+    def _rating_scale(self):
+        return None if self.rating_scale is None else tuple(float(v) for v in self.rating_scale)
 
     def score(self, X, y=None):
         """Negative root-mean-squared error of the predicted ratings (greater is better).

@@ -2,6 +2,7 @@
 similar items."""
 
 import numbers
+import warnings
 
 import numpy as np
 import pandas as pd
@@ -9,7 +10,8 @@ from sklearn.utils.validation import check_is_fitted
 
 from .._backend import asarray_like, is_device_array, to_numpy
 from .._engine.runtime.executor import is_dask_collection
-from ..exceptions import InputError, ParameterError
+from .._validation import user_stacklevel
+from ..exceptions import BiasOnlyWarning, InputError, ParameterError
 from ._input import ids_preview, pairs_shape_error
 from ._objective import grow_state
 
@@ -30,8 +32,9 @@ def _top(s, k):
     return np.take_along_axis(top, order, axis=1), np.take_along_axis(top_s, order, axis=1)
 
 
-def _top_k_frame(users, P, user_part, seen, items, k):
-    """One partition of ``recommend_all``: the top ``k`` rows of these users."""
+def _top_k_frame(users, P, user_part, seen, items, k, scale=None):
+    """One partition of ``recommend_all``: the top ``k`` rows of these users (their
+    scores clipped to ``scale``, a ``(low, high)`` or None, after ranking)."""
     Q, bias, item_ids = items
     s = P @ Q.T
     if bias is not None:
@@ -43,6 +46,8 @@ def _top_k_frame(users, P, user_part, seen, items, k):
         s[block.row, block.col] = -np.inf
     top, scores = _top(s, k)
     keep = np.isfinite(scores)
+    if scale is not None:
+        scores = np.clip(scores, *scale)
     rank = np.broadcast_to(np.arange(1, k + 1), top.shape)
     return pd.DataFrame({"user": np.repeat(users, k).reshape(top.shape)[keep], "item": item_ids[top[keep]],
                          "score": scores[keep], "rank": rank[keep].astype(np.int64)})
@@ -50,6 +55,44 @@ def _top_k_frame(users, P, user_part, seen, items, k):
 
 class RecommenderMixin:
     """``predict``, ``recommend`` and ``similar_items`` of the fitted factors."""
+
+    @property
+    def factors_used_(self):
+        """Whether the factors carry anything (False: every item factor is exactly zero).
+
+        False where ``alpha="auto"`` refitted the bias model, or with
+        ``n_components=0``: the factor term is then 0 for every user, fitted or folded
+        in, and :meth:`recommend` and :meth:`similar_items` rank by the biases alone.
+        Computed from ``item_factors_``, so it follows ``partial_fit`` and fold-in.
+        """
+        check_is_fitted(self, "item_factors_")
+        return bool(np.any(self.item_factors_))
+
+    def _warn_bias_only(self, what):
+        """Warn that ``what`` ranks by the biases alone, where the model has factor
+        columns but every one is zero (asked for with ``n_components=0``: no warning)."""
+        if self.item_factors_.shape[1] == 0 or self.factors_used_:
+            return
+        why = f"alpha='auto' chose the bias model, alpha_={self.alpha_:g}, as no factors beat it on the held-out " \
+            "ratings" if getattr(self, "validation_path_", None) is not None else "the fitted factors are all zero"
+        warnings.warn(
+            f"{type(self).__name__}: every factor is exactly zero ({why}): {what}; give a numeric alpha "
+            "to fit factors, or n_components=0 to ask for the bias model (factors_used_ is False)",
+            BiasOnlyWarning, stacklevel=user_stacklevel(),
+        )
+
+    def _rating_scale(self):
+        """The ``(low, high)`` an explicit model clips its predictions to, or None."""
+        return None
+
+    def _clip(self, scores):
+        """``scores`` clipped to :meth:`_rating_scale` (in place; infinite ones kept:
+        ``recommend``'s padding past the unseen items is ``-inf``)."""
+        scale = self._rating_scale()
+        if scale is not None:
+            finite = np.isfinite(scores)
+            scores[finite] = np.clip(scores[finite], *scale)
+        return scores
 
     def _codes(self, X):
         check_is_fitted(self, "item_factors_")
@@ -69,7 +112,7 @@ class RecommenderMixin:
         if hasattr(self, "user_bias_"):
             out[ku] += self.user_bias_[u[ku]]
             out += self.global_mean_
-        return out
+        return self._clip(out)
 
     def _score_part(self, df):
         return self._pair_scores(df[self.user_col].to_numpy(), df[self.item_col].to_numpy())
@@ -140,7 +183,12 @@ class RecommenderMixin:
         out[known] += np.einsum("ij,ij->i", P[row[known]], self.item_factors_[i[known]])
         if hasattr(self, "item_bias_"):
             out[known] += self.item_bias_[i[known]]
-        return out
+        return self._clip(out)
+
+    def _popularity_note(self, method):
+        if hasattr(self, "item_bias_"):
+            return f"{method} ranks the items by their biases alone (popularity: the same order for every user)"
+        return f"{method} scores every item 0 (the model has no item biases): its order is arbitrary"
 
     def _check_k(self, k):
         if isinstance(k, bool) or not isinstance(k, numbers.Integral) or k <= 0:
@@ -164,6 +212,12 @@ class RecommenderMixin:
 
     def recommend(self, users, k=10, exclude_seen=True, user_items=None):
         """The ``k`` best-scored items for each user.
+
+        A model whose factors are all zero (``factors_used_`` False: ``alpha="auto"``
+        chose the bias model) scores ``global_mean_ + user_bias_ + item_bias_``: every
+        user gets the same ranking, by the item biases (a popularity ranking, less the
+        items each user has seen), with a :class:`~dask_dgd.exceptions.BiasOnlyWarning`
+        (none for ``n_components=0``, which asks for that model).
 
         Parameters
         ----------
@@ -195,6 +249,7 @@ class RecommenderMixin:
         """
         check_is_fitted(self, "item_factors_")
         k = min(self._check_k(k), len(self.item_ids_))
+        self._warn_bias_only(self._popularity_note("recommend"))
         item_bias = getattr(self, "item_bias_", np.zeros(len(self.item_ids_)))
         if user_items is None:
             _, codes = self._known(users, self._user_index, "user")
@@ -216,7 +271,7 @@ class RecommenderMixin:
                 block = seen[a:b].tocoo()
                 s[block.row, block.col] = -np.inf
             ids[a:b], scores[a:b] = _top(s, k)
-        return self.item_ids_[ids], scores
+        return self.item_ids_[ids], self._clip(scores)  # (ranked by the scores before clipping)
 
     def recommend_all(self, k=10, exclude_seen=True, users_per_partition=RECOMMEND_CHUNK):
         """The ``k`` best-scored items of every user seen in fit, as a lazy dask DataFrame.
@@ -226,7 +281,8 @@ class RecommenderMixin:
         factors, its rows of the seen items and the item table (one key, shared by
         every partition): with a distributed client, on the workers, in parallel.  The
         user blocks come from the fitted model (the user factors are not kept on the
-        workers after fit).
+        workers after fit).  Without factors (``factors_used_`` False) the ranking is
+        the item biases', as in :meth:`recommend`, with its warning.
 
         Parameters
         ----------
@@ -247,6 +303,7 @@ class RecommenderMixin:
 
         check_is_fitted(self, "item_factors_")
         k = min(self._check_k(k), len(self.item_ids_))
+        self._warn_bias_only(self._popularity_note("recommend_all"))
         size = users_per_partition
         if isinstance(size, bool) or not isinstance(size, numbers.Integral) or size <= 0:
             raise ParameterError(f"users_per_partition must be an int > 0; got {size!r}")
@@ -259,7 +316,7 @@ class RecommenderMixin:
             b = min(a + size, n)
             parts.append(dask.delayed(_top_k_frame, pure=True)(
                 self.user_ids_[a:b], self.user_factors_[a:b], None if user_part is None else user_part[a:b],
-                self._seen[a:b] if exclude_seen else None, items, k))
+                self._seen[a:b] if exclude_seen else None, items, k, self._rating_scale()))
         meta = pd.DataFrame({"user": pd.Series([], dtype=self.user_ids_.dtype),
                              "item": pd.Series([], dtype=self.item_ids_.dtype),
                              "score": pd.Series([], dtype=np.float64), "rank": pd.Series([], dtype=np.int64)})
@@ -388,6 +445,13 @@ class RecommenderMixin:
         """The ``k`` items whose factors have the highest cosine similarity to each item's
         (the item itself left out).
 
+        A model whose factors are all zero (``factors_used_`` False: ``alpha="auto"``
+        chose the bias model, or ``n_components=0``) has no cosines to rank by: the
+        items are then ranked by how close their biases are to the item's, the scores
+        being ``-abs(item_bias_[j] - item_bias_[i])`` (0: the same bias), with a
+        :class:`~dask_dgd.exceptions.BiasOnlyWarning` where the model has factor
+        columns; a model without item biases either raises :class:`ParameterError`.
+
         Parameters
         ----------
         items : array-like of item ids
@@ -400,7 +464,15 @@ class RecommenderMixin:
         Returns
         -------
         item_ids : numpy.ndarray of shape (n_items_asked, k)
-        scores : numpy.ndarray of shape (n_items_asked, k), cosine similarities
+        scores : numpy.ndarray of shape (n_items_asked, k)
+            Cosine similarities (or, without factors, minus the biases' distance).
+
+        Raises
+        ------
+        InputError
+            For an unknown item or candidate, or no candidate other than the item.
+        ParameterError
+            For ``k <= 0``, or a model with neither factors nor item biases.
         """
         check_is_fitted(self, "item_factors_")
         k = self._check_k(k)
@@ -411,11 +483,21 @@ class RecommenderMixin:
         k = min(k, pool.size - int(np.isin(codes, pool).any()))
         if k < 1:
             raise InputError("similar_items needs at least one candidate other than the item itself")
-        Q = self.item_factors_
-        norms = np.linalg.norm(Q, axis=1)
-        norms[norms == 0] = 1.0
-        Qn = Q / norms[:, None]
-        s = Qn[codes] @ Qn[pool].T
+        if self.factors_used_:
+            Q = self.item_factors_
+            norms = np.linalg.norm(Q, axis=1)
+            norms[norms == 0] = 1.0
+            Qn = Q / norms[:, None]
+            s = Qn[codes] @ Qn[pool].T
+        elif hasattr(self, "item_bias_"):
+            self._warn_bias_only("similar_items ranks the items by the closeness of their biases "
+                                 "(scores: -|difference of the biases|), not by factor cosines")
+            s = -np.abs(self.item_bias_[codes][:, None] - self.item_bias_[pool][None, :])
+        else:
+            raise ParameterError(
+                f"{type(self).__name__} has neither factors (every item factor is exactly zero) nor item biases: "
+                "similar_items has nothing to rank by; refit with a smaller alpha"
+            )
         s[pool[None, :] == codes[:, None]] = -np.inf  # never the item itself
         top = np.argsort(-s, axis=1, kind="stable")[:, :k]
         return self.item_ids_[pool[top]], np.take_along_axis(s, top, axis=1)

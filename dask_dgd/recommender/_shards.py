@@ -36,6 +36,7 @@ __all__ = [
     "build_rating_shards",
     "check_model_fits",
     "check_rows",
+    "check_scale",
     "check_scan",
     "frame_parts",
     "holdout_rows",
@@ -211,14 +212,15 @@ def with_val_base(shard, user_bias, item_bias, mu):
 
 def row_facts(df, user_col, item_col, rating_col):
     """What :func:`check_rows` needs of a frame's rows: its missing ids, and its rating
-    column's values that are not finite, with the sum, sum of squares and minimum of
-    the others (``rating_col`` None: no ratings)."""
+    column's values that are not finite, with the sum, sum of squares, minimum and
+    maximum of the others (``rating_col`` None: no ratings)."""
     out = {
         "null_ids": int(df[user_col].isna().sum() + df[item_col].isna().sum()),
         "bad_ratings": 0,
         "rating_sum": 0.0,
         "rating_sq_sum": 0.0,
         "rating_min": math.inf,
+        "rating_max": -math.inf,
     }
     if rating_col is not None:
         r = df[rating_col].to_numpy(dtype=np.float64, na_value=np.nan)
@@ -228,6 +230,7 @@ def row_facts(df, user_col, item_col, rating_col):
         with np.errstate(over="ignore"):  # (inf: squares that overflow, see FactorizationBase._solver)
             out["rating_sq_sum"] = float(np.square(r[finite]).sum())
         out["rating_min"] = float(r[finite].min()) if finite.any() else math.inf
+        out["rating_max"] = float(r[finite].max()) if finite.any() else -math.inf
     return out
 
 
@@ -477,6 +480,7 @@ def scan(executor, parts, cols, digest=False):
         "rating_sum": sum(f["rating_sum"] for f in facts),
         "rating_sq_sum": sum(f["rating_sq_sum"] for f in facts),
         "rating_min": min([f["rating_min"] for f in facts] + [math.inf]),
+        "rating_max": max([f["rating_max"] for f in facts] + [-math.inf]),
     }
     if digest:
         out["digest"] = f"{sum(f['digest'] for f in facts) % 2**64:016x}"
@@ -582,4 +586,18 @@ def check_rows(facts, rating_col, implicit_kind, doing):
         raise InputError(
             f"the {rating_col!r} column has a negative value ({facts['rating_min']:g}); confidence-weighted "
             "least squares needs strengths >= 0 (confidence = 1 + confidence_scale * strength)"
+        )
+
+
+def check_scale(facts, rating_col, scale, doing):
+    """Ratings outside an explicit model's ``rating_scale`` (``(low, high)``, or None:
+    any), refused alike by ``fit``, ``partial_fit`` and fold-in (``doing``)."""
+    if scale is None or facts["rating_max"] < facts["rating_min"]:  # (no scale, or no ratings)
+        return
+    low, high = scale
+    if facts["rating_min"] < low or facts["rating_max"] > high:
+        raise InputError(
+            f"the {rating_col!r} column has values from {facts['rating_min']:g} to {facts['rating_max']:g}, outside "
+            f"rating_scale=({low:g}, {high:g}); fix those ratings before {doing}, or widen rating_scale "
+            "(None: no scale, predictions unclipped)"
         )
