@@ -431,9 +431,10 @@ class DGDLinearModel(LazyHistory, InferenceMixin, ClientParamMixin, BaseEstimato
             callbacks=self.callbacks,
         )
 
-    def _fit(self, shards, objective, baseline, resume=False, params0=None):
+    def _fit(self, shards, objective, baseline, resume=False, params0=None, alpha=None):
         """Train on prepared shards and store the result (from ``params0`` if given,
-        else from the warm start or the baseline)."""
+        else from the warm start or the baseline), with the penalty ``alpha`` (None:
+        the ``alpha`` parameter)."""
         if not isinstance(resume, bool):
             raise ParameterError(f"resume must be True or False; got {resume!r}")
         if self.checkpoint is not None and self.early_stopping and not isinstance(self.random_state, numbers.Integral):
@@ -448,7 +449,8 @@ class DGDLinearModel(LazyHistory, InferenceMixin, ClientParamMixin, BaseEstimato
                 split_every = 8 if self.split_every == "auto" else self.split_every
                 validator = self._validator(val, objective, split_every)
             result = train(
-                objective, shards, penalty=Penalty(alpha=float(self.alpha), l1_ratio=float(self.l1_ratio)),
+                objective, shards,
+                penalty=Penalty(alpha=float(self.alpha if alpha is None else alpha), l1_ratio=float(self.l1_ratio)),
                 **self._training_kwargs(), resume=resume, validator=validator,
                 # the full fingerprint (every parameter's repr) only matters to a checkpoint
                 fingerprint=self._fingerprint() if self.checkpoint is not None else {"estimator": type(self).__name__},
