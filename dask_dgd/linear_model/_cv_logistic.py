@@ -152,7 +152,8 @@ class LogisticRegressionCV(ClassifierMixin, _PathCV):
     coef_ : ndarray of shape (1, n_features) or (n_classes, n_features)
     intercept_ : ndarray of shape (1,) or (n_classes,)
     estimator_ : LogisticRegression
-        The refitted model (``predict`` and ``predict_proba`` use it).
+        The refitted model, ``LogisticRegression(C=C_)`` on all rows (its ``alpha_``
+        the mean-loss penalty it trained with); ``predict`` and ``predict_proba`` use it.
     n_iter_ : int
     """
 
