@@ -487,12 +487,13 @@ class DGDLinearModel(LazyHistory, InferenceMixin, ClientParamMixin, BaseEstimato
             self._validate_params()
         return first
 
-    def _partial(self, shards, objective, baseline):
+    def _partial(self, shards, objective, baseline, alpha=None):
         """One epoch of mini-batch steps, continuing the optimizer of earlier calls.
 
-        The first call on an unfitted estimator starts from the baseline intercept with a
-        fresh optimizer (``learning_rate="auto"`` derived from this data); after ``fit``
-        with a full-batch solver it starts from the fitted coefficients.
+        ``alpha``: the penalty (None: the ``alpha`` parameter).  The first call on an
+        unfitted estimator starts from the baseline intercept with a fresh optimizer
+        (``learning_rate="auto"`` derived from this data); after ``fit`` with a
+        full-batch solver it starts from the fitted coefficients.
         """
         if self.solver == "lbfgs" or (self.optimizer is not None and get_optimizer(self.optimizer).full_batch_only):
             raise ParameterError(
@@ -513,7 +514,8 @@ class DGDLinearModel(LazyHistory, InferenceMixin, ClientParamMixin, BaseEstimato
                   random_state=seed, checkpoint=None, compression=None)
         if state is not None:  # the optimizer goes on with its rate and state
             kw.update(optimizer=self._optimizer_, learning_rate="auto")
-        result = train(objective, shards, penalty=Penalty(alpha=float(self.alpha), l1_ratio=float(self.l1_ratio)),
+        alpha = float(self.alpha if alpha is None else alpha)
+        result = train(objective, shards, penalty=Penalty(alpha=alpha, l1_ratio=float(self.l1_ratio)),
                        **kw, params0=params0, opt_state=state, client=self.client)
         self._store(result, objective)
 

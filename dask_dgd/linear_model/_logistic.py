@@ -92,8 +92,8 @@ class LogisticRegression(ClassifierMixin, DGDLinearModel):
         ``C`` is then the same scikit-learn model on any number of rows, so a ``C``
         chosen on folds (``GridSearchCV``) keeps its meaning on the refit, where a
         fixed ``alpha`` would not.  None: ``alpha`` is used.  Give ``C`` or a
-        non-default ``alpha``, not both.  ``partial_fit`` takes ``alpha`` only (it never
-        sees the total weight).
+        non-default ``alpha``, not both.  ``partial_fit`` never sees all the rows:
+        each call takes ``W`` of its own rows.
     alpha : float, default=1e-4
         Penalty strength on the *mean* loss, whatever the number of rows.
         scikit-learn's ``LogisticRegression(C=c)`` fitted on ``n`` samples (total
@@ -120,7 +120,7 @@ class LogisticRegression(ClassifierMixin, DGDLinearModel):
     Raises
     ------
     ParameterError
-        For ``C`` given with a non-default ``alpha``, or to ``partial_fit``.
+        For ``C`` given with a non-default ``alpha``.
 
     Examples
     --------
@@ -314,11 +314,6 @@ class LogisticRegression(ClassifierMixin, DGDLinearModel):
                     "classes must be passed on the first call to partial_fit (all labels "
                     "the stream can contain)"
                 )
-            if self.C is not None:
-                raise ParameterError(
-                    f"C={self.C!r} sets the penalty from the total weight of the fit's rows, which "
-                    "partial_fit never sees; pass alpha (the penalty on the mean loss) instead"
-                )
             if isinstance(self.class_weight, str):
                 raise ParameterError(
                     "class_weight='balanced' needs the class counts of all the data, "
@@ -343,8 +338,11 @@ class LogisticRegression(ClassifierMixin, DGDLinearModel):
         full_weights[np.searchsorted(all_classes, seen)] += weights
         shards, objective, baseline = self._setup(shards, all_classes, full_counts, full_weights, offset is not None)
         self.classes_ = all_classes
-        self.alpha_ = float(self.alpha)
-        self._partial(shards, objective, baseline)
+        # C: the total weight of this call's rows (partial_fit never sees them all)
+        cw = self._class_weights(all_classes, full_weights)
+        total = weights * (1.0 if cw is None else cw[np.searchsorted(all_classes, seen)])
+        self.alpha_ = effective_alpha(self.C, self.alpha, total.sum())
+        self._partial(shards, objective, baseline, alpha=self.alpha_)
         return self
 
     def decision_function(self, X, offset=None):

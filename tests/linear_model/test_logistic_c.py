@@ -146,8 +146,16 @@ def test_C_with_alpha_is_refused(alpha):
         LogisticRegression(C=1.0, alpha=alpha).fit(X, y)
 
 
-def test_partial_fit_refuses_C():
-    X, y = np.array([[0.0], [1.0], [2.0], [3.0]]), np.array([0, 0, 1, 1])
-    with pytest.raises(ParameterError, match=r"C=1.0 sets the penalty from the total weight of the fit's rows, "
-                                             r"which partial_fit never sees; pass alpha"):
-        LogisticRegression(C=1.0).partial_fit(X, y, classes=[0, 1])
+def test_partial_fit_takes_W_of_each_call(cancer):
+    """partial_fit never sees all the rows: each call's C is that of its own rows (and
+    class weights), the same steps as the alpha it stands for."""
+    X, y, sw = cancer
+    est = LogisticRegression(C=0.5, class_weight={0: 2.0, 1: 1.0}, random_state=0)
+    est.partial_fit(X[:300], y[:300], classes=[0, 1], sample_weight=sw[:300])
+    W = (sw[:300] * np.where(y[:300] == 0, 2.0, 1.0)).sum()
+    assert est.alpha_ == pytest.approx(1.0 / (0.5 * W), rel=1e-12)
+    twin = LogisticRegression(alpha=est.alpha_, class_weight={0: 2.0, 1: 1.0}, random_state=0)
+    twin.partial_fit(X[:300], y[:300], classes=[0, 1], sample_weight=sw[:300])
+    np.testing.assert_array_equal(est.coef_, twin.coef_)
+    est.partial_fit(X[300:], y[300:])
+    assert est.alpha_ == pytest.approx(1.0 / (0.5 * (2.0 * (y[300:] == 0).sum() + (y[300:] == 1).sum())), rel=1e-12)
