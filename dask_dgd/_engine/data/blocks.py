@@ -113,9 +113,7 @@ def _first_row(a: Any, bad: Callable[[Any, Any], Any]) -> int | None:
         hits = np.flatnonzero(to_numpy(bad(a.data, get_namespace(a.data))))
         return int(np.searchsorted(to_numpy(a.indptr), hits[0], side="right") - 1) if len(hits) else None
     mask = np.asarray(to_numpy(bad(a, get_namespace(a))))
-    if mask.ndim == 2:
-        mask = mask.any(axis=1)
-    hits = np.flatnonzero(mask)
+    hits = np.flatnonzero(mask.any(axis=1) if mask.ndim == 2 else mask)
     return int(hits[0]) if len(hits) else None
 
 
@@ -132,6 +130,12 @@ def _not_finite(a: Any, xp: Any) -> Any:
 
 def _bad_weight(a: Any, xp: Any) -> Any:
     return ~xp.isfinite(a) | (a < 0)
+
+
+def _above(limit: float) -> Callable[[Any, Any], Any]:
+    def above(a: Any, xp: Any) -> Any:
+        return xp.abs(a) > limit
+    return above
 
 
 def _all_finite(a: Any) -> bool:
@@ -286,7 +290,7 @@ def check_block_values(block: Block, labels: bool = False) -> None:
             )
         limit = max_abs_value(finfo_max(a.dtype, a))
         if big > limit:
-            where = _where(block, name, lambda v, xp, limit=limit: xp.abs(v) > limit)
+            where = _where(block, name, _above(limit))
             raise InputError(
                 f"Input {name} has values up to {big:.3g} in absolute value in {where}; "
                 f"above {limit:.0e} ({dtype_name(a.dtype)}) the loss and its gradient overflow: {fix}"
