@@ -159,3 +159,18 @@ def test_partial_fit_takes_W_of_each_call(cancer):
     np.testing.assert_array_equal(est.coef_, twin.coef_)
     est.partial_fit(X[300:], y[300:])
     assert est.alpha_ == pytest.approx(1.0 / (0.5 * (2.0 * (y[300:] == 0).sum() + (y[300:] == 1).sum())), rel=1e-12)
+
+
+@pytest.mark.filterwarnings("ignore::sklearn.exceptions.ConvergenceWarning")
+def test_a_checkpointed_fit_with_C_resumes_and_another_C_is_refused(cancer, tmp_path):
+    from dask_dgd.exceptions import CheckpointError
+
+    X, y, _ = cancer
+    full = LogisticRegression(C=1.0, solver="gd", max_iter=6, tol=0).fit(X, y)
+    LogisticRegression(C=1.0, solver="gd", max_iter=3, tol=0, checkpoint=tmp_path).fit(X, y)
+    resumed = LogisticRegression(C=1.0, solver="gd", max_iter=6, tol=0, checkpoint=tmp_path).fit(X, y, resume=True)
+    np.testing.assert_allclose(resumed.coef_, full.coef_, rtol=0, atol=1e-12)
+    with pytest.raises(CheckpointError, match=r"parameter C: checkpoint '1.0', now '2.0'"):
+        LogisticRegression(C=2.0, solver="gd", max_iter=6, checkpoint=tmp_path).fit(X, y, resume=True)
+    with pytest.raises(CheckpointError, match=r"parameter C: checkpoint '1.0', now None"):
+        LogisticRegression(solver="gd", max_iter=6, checkpoint=tmp_path).fit(X, y, resume=True)
