@@ -71,9 +71,14 @@ def as_kind(kind, *arrays, chunks=CHUNK):
     return out if len(out) > 1 else out[0]
 
 
-def where(kind):
-    """The block holding row 25: the whole array in process, block 2 of 4 for dask."""
-    return r"block 0 \(shape \(40, 3\)\)" if kind == "numpy" else r"block 2 \(shape \(10, 3\)\)"
+def where(kind, name="X"):
+    """The block holding row 25: the whole array in process, block 2 of 4 for dask; the
+    shape is that of the array ``name`` there (X's 2-D, y's and sample_weight's 1-D),
+    then the row in the block."""
+    rows, row = (40, BAD_ROW) if kind == "numpy" else (10, BAD_ROW - 20)
+    block = 0 if kind == "numpy" else 2
+    shape = rf"shape \({rows}, 3\)" if name == "X" else rf"{name}'s shape \({rows},\)"
+    return rf"block {block} \({shape}\), first at row {row} of the block"
 
 
 def assert_same_fit(a, b, atol):
@@ -108,7 +113,7 @@ def test_nan_in_y(family, kind, client):
         with pytest.raises(ValueError, match="Input y contains NaN"):
             est.fit(X, yb)
     else:
-        with pytest.raises(InputError, match=rf"Input y contains NaN or infinity in {where(kind)}; drop those rows"):
+        with pytest.raises(InputError, match=rf"Input y contains NaN or infinity in {where(kind, 'y')}; drop those rows"):
             est.fit(*as_kind(kind, X, yb))
 
 
@@ -276,7 +281,7 @@ def test_mismatched_lengths(family, kind, client):
 def test_negative_nan_or_inf_sample_weight(family, kind, bad, client):
     w = np.ones(N)
     w[BAD_ROW] = bad
-    with pytest.raises(InputError, match=rf"sample_weight contains negative, NaN or infinite values in {where(kind)}; "
+    with pytest.raises(InputError, match=rf"sample_weight contains negative, NaN or infinite values in {where(kind, 'sample_weight')}; "
                                          "weights must be finite and non-negative"):
         make(family, kind, client).fit(*as_kind(kind, X, TARGETS[family]), sample_weight=as_kind(kind, w))
 
@@ -304,7 +309,7 @@ def test_non_numeric_or_huge_sample_weight(family, kind, client):
         est.fit(*as_kind(kind, X, TARGETS[family]), sample_weight=as_kind(kind, np.array(["a"] * N)))
     w = np.ones(N)
     w[BAD_ROW] = 1e300
-    with pytest.raises(InputError, match=rf"Input sample_weight has values up to 1e\+300 in absolute value in {where(kind)}; "
+    with pytest.raises(InputError, match=rf"Input sample_weight has values up to 1e\+300 in absolute value in {where(kind, 'sample_weight')}; "
                                          r"above 1e\+102 \(float64\) the loss and its gradient overflow: divide the weights"):
         est.fit(*as_kind(kind, X, TARGETS[family]), sample_weight=as_kind(kind, w))
 
@@ -338,7 +343,7 @@ def test_bad_class_labels(kind, case, client):
     if case == "missing":
         labels[BAD_ROW] = None
         message = (r"y has 1 missing label\(s\) \(None or NaN\), at row\(s\) 25; drop those rows" if kind == "numpy" else
-                   r"y has 1 missing label\(s\) \(None or NaN\) in block 2 \(shape \(10, 3\)\), at row\(s\) 5 of the block")
+                   r"y has 1 missing label\(s\) \(None or NaN\) in block 2 \(y's shape \(10,\)\), at row\(s\) 5 of the block")
         error = InputError
     elif case == "mixed":
         labels[BAD_ROW] = 3
@@ -412,7 +417,7 @@ def test_huge_values_are_refused(family, kind, client):
     if family in REGRESSORS:
         yh = TARGETS[family].copy()
         yh[BAD_ROW] = 1e300
-        with pytest.raises(InputError, match=rf"Input y has values up to 1e\+300 in absolute value in {where(kind)}; .* "
+        with pytest.raises(InputError, match=rf"Input y has values up to 1e\+300 in absolute value in {where(kind, 'y')}; .* "
                                              r"scale the target"):
             make(family, kind, client).fit(*as_kind(kind, X, yh))
     # float32 data overflows much sooner: its limit is 1e12

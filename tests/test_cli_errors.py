@@ -220,8 +220,8 @@ DATA_ERRORS = [
      "with --features, or encode it as numbers first (categories such as Yes/No as one-hot 0/1 columns, e.g. with "
      "pandas.get_dummies)"),
     (["train", "nan.csv", "--model", "linear", "--target", "y", "--out", "out.npz"],
-     "dask-dgd train: error: Input X contains NaN or infinity in block 0 (shape (2, 2)); drop or impute those "
-     "rows before fitting"),
+     "dask-dgd train: error: Input X contains NaN or infinity in block 0 (shape (2, 2)), first at row 0 of the "
+     "block; drop or impute those rows before fitting"),
     (["predict", "m.npz", "no_b.csv", "--out", "p.csv"],
      "dask-dgd predict: error: no_b.csv has no column 'b'; its columns: a, y (the LinearRegression in m.npz "
      "needs a, b)"),
@@ -280,8 +280,8 @@ def test_workers_start_a_local_cluster_quietly(folder):
     code, out, err = train_ext
     assert (code, err) == (0, "") and out.endswith("saved to e.npz\n")
     code, out, err = train_nan
-    assert (code, err) == (1, "dask-dgd train: error: Input X contains NaN or infinity in block 0 (shape (2, 2)); "
-                              "drop or impute those rows before fitting\n")
+    assert (code, err) == (1, "dask-dgd train: error: Input X contains NaN or infinity in block 0 (shape (2, 2)), "
+                              "first at row 0 of the block; drop or impute those rows before fitting\n")
     predict, predict_ext, predict_nan = _run_together([
         ["predict", "w.npz", "four.csv", "--out", "pw.csv", "--keep", "a", "--workers", "1"],
         ["predict", "e.npz", "ext.parquet", "--out", "e.csv", "--keep", "a", "--workers", "1"],

@@ -393,7 +393,9 @@ def train(
     progress_total, progress_desc
         The progress bar's total (None: ``max_iter``; the bar counts iterations, or
         epochs) and label (None: the ``"estimator"`` of ``fingerprint``, else
-        ``"dask_dgd.train"``), shown with ``verbose >= 1``.
+        ``"dask_dgd.train"``), shown with ``verbose >= 1``.  With ``tol > 0``, early
+        stopping or ``max_time`` the total is only a limit: the bar shows the count
+        "(at most total)" without a percentage or time left.
 
     Returns
     -------
@@ -445,7 +447,9 @@ def train(
         progress_total = int(max_iter)
     if progress_desc is None:
         progress_desc = (fingerprint or {}).get("estimator") or "dask_dgd.train"
-    monitor = Monitor(verbose=verbose, callbacks=callbacks, total=progress_total, desc=progress_desc)
+    # max_iter is a forecast only when nothing else can end the fit sooner
+    capped = tol > 0 or validator is not None or validation_patience is not None or max_time is not None
+    monitor = Monitor(verbose=verbose, callbacks=callbacks, total=progress_total, desc=progress_desc, capped=capped)
     balancer = None
     if (rebalance is not False and MODES[mode].rebalances and not traits.own_rounds and not sharded
             and shards.executor.kind == "dask" and not objective.has_local):

@@ -499,6 +499,7 @@ _LINEAR = {
     "_partial_calls": Int(),
     "validation_score_": Real(finite=False, none=True),
     "best_validation_score_": Real(finite=False, none=True),
+    "alpha_": Real(),  # LogisticRegression: the penalty trained with (from C)
 }
 _PATH_CV = {
     **_COMMON,

@@ -612,7 +612,8 @@ def fit_cells(fields, family, alpha, tol, max_iter, split_every, client, target,
     their last accepted coefficients, with a warning); ``callbacks``: called with every
     record, one returning True stops the fit; ``verbose``, ``desc``: the progress bar
     (:class:`~dask_dgd._engine.runtime.monitor.Monitor`)."""
-    monitor = Monitor(verbose=verbose, callbacks=callbacks, total=int(max_iter), desc=desc)
+    monitor = Monitor(verbose=verbose, callbacks=callbacks, total=int(max_iter), desc=desc,
+                      capped=tol > 0 or max_time is not None)
     try:
         solver = CellNewton(fields, family, alpha, tol, split_every, client, target)
         stop = Loop(_Context(monitor), solver, StopRules(monitor, int(max_iter), max_time)).run()

@@ -431,9 +431,10 @@ class DGDLinearModel(LazyHistory, InferenceMixin, ClientParamMixin, BaseEstimato
             callbacks=self.callbacks,
         )
 
-    def _fit(self, shards, objective, baseline, resume=False, params0=None):
+    def _fit(self, shards, objective, baseline, resume=False, params0=None, alpha=None):
         """Train on prepared shards and store the result (from ``params0`` if given,
-        else from the warm start or the baseline)."""
+        else from the warm start or the baseline), with the penalty ``alpha`` (None:
+        the ``alpha`` parameter)."""
         if not isinstance(resume, bool):
             raise ParameterError(f"resume must be True or False; got {resume!r}")
         if self.checkpoint is not None and self.early_stopping and not isinstance(self.random_state, numbers.Integral):
@@ -448,7 +449,8 @@ class DGDLinearModel(LazyHistory, InferenceMixin, ClientParamMixin, BaseEstimato
                 split_every = 8 if self.split_every == "auto" else self.split_every
                 validator = self._validator(val, objective, split_every)
             result = train(
-                objective, shards, penalty=Penalty(alpha=float(self.alpha), l1_ratio=float(self.l1_ratio)),
+                objective, shards,
+                penalty=Penalty(alpha=float(self.alpha if alpha is None else alpha), l1_ratio=float(self.l1_ratio)),
                 **self._training_kwargs(), resume=resume, validator=validator,
                 # the full fingerprint (every parameter's repr) only matters to a checkpoint
                 fingerprint=self._fingerprint() if self.checkpoint is not None else {"estimator": type(self).__name__},
@@ -485,12 +487,13 @@ class DGDLinearModel(LazyHistory, InferenceMixin, ClientParamMixin, BaseEstimato
             self._validate_params()
         return first
 
-    def _partial(self, shards, objective, baseline):
+    def _partial(self, shards, objective, baseline, alpha=None):
         """One epoch of mini-batch steps, continuing the optimizer of earlier calls.
 
-        The first call on an unfitted estimator starts from the baseline intercept with a
-        fresh optimizer (``learning_rate="auto"`` derived from this data); after ``fit``
-        with a full-batch solver it starts from the fitted coefficients.
+        ``alpha``: the penalty (None: the ``alpha`` parameter).  The first call on an
+        unfitted estimator starts from the baseline intercept with a fresh optimizer
+        (``learning_rate="auto"`` derived from this data); after ``fit`` with a
+        full-batch solver it starts from the fitted coefficients.
         """
         if self.solver == "lbfgs" or (self.optimizer is not None and get_optimizer(self.optimizer).full_batch_only):
             raise ParameterError(
@@ -511,7 +514,8 @@ class DGDLinearModel(LazyHistory, InferenceMixin, ClientParamMixin, BaseEstimato
                   random_state=seed, checkpoint=None, compression=None)
         if state is not None:  # the optimizer goes on with its rate and state
             kw.update(optimizer=self._optimizer_, learning_rate="auto")
-        result = train(objective, shards, penalty=Penalty(alpha=float(self.alpha), l1_ratio=float(self.l1_ratio)),
+        alpha = float(self.alpha if alpha is None else alpha)
+        result = train(objective, shards, penalty=Penalty(alpha=alpha, l1_ratio=float(self.l1_ratio)),
                        **kw, params0=params0, opt_state=state, client=self.client)
         self._store(result, objective)
 

@@ -152,7 +152,8 @@ class LogisticRegressionCV(ClassifierMixin, _PathCV):
     coef_ : ndarray of shape (1, n_features) or (n_classes, n_features)
     intercept_ : ndarray of shape (1,) or (n_classes,)
     estimator_ : LogisticRegression
-        The refitted model (``predict`` and ``predict_proba`` use it).
+        The refitted model, ``LogisticRegression(C=C_)`` on all rows (its ``alpha_``
+        the mean-loss penalty it trained with); ``predict`` and ``predict_proba`` use it.
     n_iter_ : int
     """
 
@@ -225,12 +226,14 @@ class LogisticRegressionCV(ClassifierMixin, _PathCV):
         self.Cs_ = Cs
         self.C_, self.l1_ratio_, self.scores_, self.coefs_paths_ = path_attributes(
             est.classes_, Cs[i], ratios[r], scores, paths, single=self.l1_ratios is None)
-        est.set_params(alpha=1.0 / (Cs[i] * fw.sum()), l1_ratio=float(ratios[r]))
+        # the refit is LogisticRegression(C=C_) on all rows: alpha_ = 1 / (C_ * their weight)
+        est.set_params(C=float(Cs[i]), l1_ratio=float(ratios[r]))
+        est.alpha_ = 1.0 / (Cs[i] * fw.sum())
         params0 = None
         if not tail:  # the refit starts at the folds' mean solution of the chosen penalty
             mean = paths[:, i, r].mean(axis=0)
             params0 = objective.pack(mean[:d], mean[d:] if self.fit_intercept else None)
-        est._fit(shards, objective, baseline, params0=params0)
+        est._fit(shards, objective, baseline, params0=params0, alpha=est.alpha_)
         self._keep_refit(est, iters)
 
     def decision_function(self, X):

@@ -1,5 +1,7 @@
 """LogisticRegression: binary and multinomial, by distributed gradient descent."""
 
+import math
+import numbers
 
 import numpy as np
 from sklearn.base import ClassifierMixin
@@ -11,7 +13,7 @@ from .._backend import asarray_like, get_namespace, to_numpy
 from .._engine.data.blocks import _label_error, encode_shard
 from .._engine.runtime.executor import is_dask_collection
 from .._params import init_from
-from .._validation import Options, one_fit_at_a_time
+from .._validation import Interval, Options, one_fit_at_a_time
 from ..exceptions import InputError, ParameterError
 from ..losses import BinaryLogistic, LinearObjective, MultinomialLogistic
 from ._base import DGDLinearModel, linear_docstring, linear_signature
@@ -47,13 +49,31 @@ def _class_block(raw, classes):
     return classes[to_numpy(idx)]
 
 
+#: ``alpha``'s default: ``C`` may be given only while ``alpha`` is left at it.
+ALPHA_DEFAULT = 1e-4
+
+
+def effective_alpha(C, alpha, total_weight):
+    """The mean-loss penalty a fit trains with: ``alpha``, or for scikit-learn's ``C``
+    (which multiplies the *sum* of the weighted losses) ``1 / (C * total_weight)``,
+    where ``total_weight`` is the sum of the training rows' sample weights times their
+    class weights (their number without weights); ``C = inf`` is no penalty.
+
+    >>> effective_alpha(None, 1e-4, 500.0), effective_alpha(2.0, 1e-4, 500.0), effective_alpha(np.inf, 1e-4, 5.0)
+    (0.0001, 0.001, 0.0)
+    """
+    if C is None:
+        return float(alpha)
+    return 0.0 if np.isinf(C) else 1.0 / (float(C) * float(total_weight))
+
+
 def _class_weight_like(value):
     """a dict mapping class labels to weights"""
     return isinstance(value, dict)
 
 
 @linear_docstring
-@init_from(linear_signature(alpha=1e-4, after_intercept=("class_weight",)))
+@init_from(linear_signature(("C", None), alpha=ALPHA_DEFAULT, after_intercept=("class_weight",)))
 class LogisticRegression(ClassifierMixin, DGDLinearModel):
     """Logistic regression (binary or multinomial) by distributed DGD.
 
@@ -64,9 +84,20 @@ class LogisticRegression(ClassifierMixin, DGDLinearModel):
 
     Parameters
     ----------
+    C : float in (0, inf] or None, default=None
+        scikit-learn's inverse penalty strength, which multiplies the *sum* of the
+        weighted losses: the fit trains with ``alpha = 1 / (C * W)``, ``W`` the sum
+        of the training rows' sample weights times their class weights (their number
+        without weights), recorded in ``alpha_``; ``C=inf`` is no penalty.  The same
+        ``C`` is then the same scikit-learn model on any number of rows, so a ``C``
+        chosen on folds (``GridSearchCV``) keeps its meaning on the refit, where a
+        fixed ``alpha`` would not.  None: ``alpha`` is used.  Give ``C`` or a
+        non-default ``alpha``, not both.  ``partial_fit`` never sees all the rows:
+        each call takes ``W`` of its own rows.
     alpha : float, default=1e-4
-        Penalty strength.  scikit-learn's ``LogisticRegression(C=c)`` fitted on
-        ``n`` samples (total weight ``n``) is ``alpha = 1 / (c * n)`` with ``l1_ratio=0``;
+        Penalty strength on the *mean* loss, whatever the number of rows.
+        scikit-learn's ``LogisticRegression(C=c)`` fitted on ``n`` samples (total
+        weight ``n``) is ``alpha = 1 / (c * n)`` with ``l1_ratio=0`` (or pass ``C=c``);
         ``SGDClassifier(loss="log_loss", alpha=a)`` is ``alpha = a``.
     class_weight : dict, "balanced" or None, default=None
         Weights multiplying the sample weights of each class; "balanced" uses
@@ -80,8 +111,16 @@ class LogisticRegression(ClassifierMixin, DGDLinearModel):
     classes_ : ndarray of shape (n_classes,)
     coef_ : ndarray of shape (1, n_features) or (n_classes, n_features)
     intercept_ : ndarray of shape (1,) or (n_classes,)
+    alpha_ : float
+        The penalty strength the fit trained with: ``alpha``, or ``1 / (C * W)``
+        for ``C`` (see ``C``).
     n_features_in_, n_iter_, loss_curve_, history_, solver_
         As in :class:`LinearRegression`.
+
+    Raises
+    ------
+    ParameterError
+        For ``C`` given with a non-default ``alpha``.
 
     Examples
     --------
@@ -90,12 +129,30 @@ class LogisticRegression(ClassifierMixin, DGDLinearModel):
     >>> X = np.array([[0.0], [1.0], [2.0], [3.0]]); y = np.array([0, 0, 1, 1])
     >>> LogisticRegression().fit(X, y).predict([[0.2], [2.8]])
     array([0, 1])
+    >>> LogisticRegression(C=10.0).fit(X, y).alpha_  # 1 / (10 * 4 rows)
+    0.025
     """
 
     _parameter_constraints = {
         **DGDLinearModel._parameter_constraints,
+        "C": [None, Interval(numbers.Real, 0, math.inf, "right")],
         "class_weight": [None, Options("balanced"), _class_weight_like],
     }
+
+    def _validate_params(self):
+        super()._validate_params()
+        if self.C is not None and self.alpha != ALPHA_DEFAULT:
+            raise ParameterError(
+                f"C and alpha are two spellings of the penalty; got C={self.C!r} and alpha={self.alpha!r}: "
+                f"pass C (scikit-learn's, on the summed loss) or alpha (on the mean loss), and leave "
+                f"the other at its default (C=None, alpha={ALPHA_DEFAULT})"
+            )
+
+    def _fingerprint(self):
+        fingerprint = super()._fingerprint()
+        if self.C is None:  # checkpoints written before C existed still resume
+            fingerprint.pop("parameter C", None)
+        return fingerprint
 
     def _is_classifier(self):
         return True
@@ -234,8 +291,11 @@ class LogisticRegression(ClassifierMixin, DGDLinearModel):
                      "label_weights": np.zeros_like(s["label_weights"])} for s in val_summaries]
         classes, counts, weights = self._labels(summaries + held_out)
         shards, objective, baseline = self._setup(shards, classes, counts, weights, offset is not None)
+        # the training rows' total of sample weights times class weights: C's sum
+        total = weights * (1.0 if self.class_weight is None else self._class_weights(classes, weights))
         self.classes_ = classes
-        self._fit(shards, objective, baseline, resume=resume)
+        self.alpha_ = effective_alpha(self.C, self.alpha, total.sum())
+        self._fit(shards, objective, baseline, resume=resume, alpha=self.alpha_)
         return self
 
     @one_fit_at_a_time
@@ -278,7 +338,11 @@ class LogisticRegression(ClassifierMixin, DGDLinearModel):
         full_weights[np.searchsorted(all_classes, seen)] += weights
         shards, objective, baseline = self._setup(shards, all_classes, full_counts, full_weights, offset is not None)
         self.classes_ = all_classes
-        self._partial(shards, objective, baseline)
+        # C: the total weight of this call's rows (partial_fit never sees them all)
+        cw = self._class_weights(all_classes, full_weights)
+        total = weights * (1.0 if cw is None else cw[np.searchsorted(all_classes, seen)])
+        self.alpha_ = effective_alpha(self.C, self.alpha, total.sum())
+        self._partial(shards, objective, baseline, alpha=self.alpha_)
         return self
 
     def decision_function(self, X, offset=None):

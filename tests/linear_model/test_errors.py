@@ -10,12 +10,32 @@ X = np.random.default_rng(0).standard_normal((40, 3))
 Y_BIN = (X[:, 0] > 0).astype(int)
 
 
-@pytest.mark.parametrize("bad, where", [(np.nan, "X"), (np.inf, "X"), (-np.inf, "y")])
-def test_nan_inf_named_with_block(bad, where):
+@pytest.mark.parametrize("bad, where, shape", [(np.nan, "X", r"shape \(40, 3\)"), (np.inf, "X", r"shape \(40, 3\)"),
+                                               (-np.inf, "y", r"y's shape \(40,\)"), (np.nan, "y", r"y's shape \(40,\)")])
+def test_nan_inf_named_with_block(bad, where, shape):
+    """The message names the array with its own shape (a 1-D y is not X's) and the
+    first bad row."""
     Xb, yb = X.copy(), X[:, 1].copy()
-    (Xb if where == "X" else yb)[5] = bad
-    with pytest.raises(InputError, match=rf"Input {where} contains NaN or infinity in block 0 \(shape \(40, 3\)\)"):
+    (Xb if where == "X" else yb)[[5, 9]] = bad
+    with pytest.raises(InputError, match=rf"Input {where} contains NaN or infinity in block 0 \({shape}\), "
+                                         r"first at row 5 of the block; drop"):
         LinearRegression().fit(Xb, yb)
+
+
+@pytest.mark.parametrize("sparse", [False, True], ids=["dense", "csr"])
+def test_nan_in_X_names_its_first_row_in_the_block(sparse):
+    """On dask blocks the row is counted in the block the message names."""
+    import dask.array as da
+    import scipy.sparse as sps
+
+    Xb = X.copy()
+    Xb[[27, 33], 1] = np.nan  # block 1 of rows 20-39: its rows 7 and 13
+    Xd = da.from_array(Xb, chunks=(20, 3))
+    if sparse:
+        Xd = Xd.map_blocks(sps.csr_matrix)
+    with pytest.raises(InputError, match=r"Input X contains NaN or infinity in block 1 \(shape \(20, 3\)\), "
+                                         r"first at row 7 of the block"):
+        LinearRegression().fit(Xd, da.from_array(X[:, 0], chunks=20))
 
 
 def test_non_numeric_X():
@@ -57,7 +77,8 @@ def test_zero_total_weight():
 def test_negative_weight():
     w = np.ones(40)
     w[7] = -1
-    with pytest.raises(InputError, match="sample_weight contains negative, NaN or infinite values in block 0"):
+    with pytest.raises(InputError, match=r"sample_weight contains negative, NaN or infinite values in block 0 "
+                                         r"\(sample_weight's shape \(40,\)\), first at row 7 of the block; weights"):
         LinearRegression().fit(X, X[:, 0], sample_weight=w)
 
 

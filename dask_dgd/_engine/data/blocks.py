@@ -21,7 +21,7 @@ from ..._backend import asarray_like, dtype_name, finfo_max, get_namespace, is_s
 from ...exceptions import BlockError, ChunkingError, DGDError, InputError
 
 if TYPE_CHECKING:
-    from collections.abc import Iterable, Sequence
+    from collections.abc import Callable, Iterable, Sequence
     from typing import TypeVar
 
     import dask.array as da
@@ -96,8 +96,46 @@ def combine_shards(*shards: Shard) -> Shard:
     ))
 
 
-def _describe(block: Block) -> str:
-    return f"block {block.index} (shape {tuple(block.X.shape)})"
+def _describe(block: Block, name: str = "X") -> str:
+    """Where a bad value is: the block and the shape of the array ``name`` there
+    (X, y or sample_weight: each its own shape, a 1-D y is not X's)."""
+    a = {"X": block.X, "y": block.y, "sample_weight": block.sample_weight}[name]
+    shape = tuple(a.shape)
+    return f"block {block.index} (shape {shape})" if name == "X" else f"block {block.index} ({name}'s shape {shape})"
+
+
+def _first_row(a: Any, bad: Callable[[Any, Any], Any]) -> int | None:
+    """The first row of a block's array (dense or sparse, 1-D or 2-D) where
+    ``bad(values, xp)`` holds for some entry, or None; for error messages only (a
+    host copy of the mask)."""
+    if is_sparse(a):
+        a = a.tocsr()
+        hits = np.flatnonzero(to_numpy(bad(a.data, get_namespace(a.data))))
+        return int(np.searchsorted(to_numpy(a.indptr), hits[0], side="right") - 1) if len(hits) else None
+    mask = np.asarray(to_numpy(bad(a, get_namespace(a))))
+    hits = np.flatnonzero(mask.any(axis=1) if mask.ndim == 2 else mask)
+    return int(hits[0]) if len(hits) else None
+
+
+def _where(block: Block, name: str, bad: Callable[[Any, Any], Any]) -> str:
+    """``_describe`` and the first bad row: "block 3 (y's shape (10,)), first at row 4 of the block"."""
+    a = {"X": block.X, "y": block.y, "sample_weight": block.sample_weight}[name]
+    row = _first_row(a, bad)
+    return _describe(block, name) + ("" if row is None else f", first at row {row} of the block")
+
+
+def _not_finite(a: Any, xp: Any) -> Any:
+    return ~xp.isfinite(a)
+
+
+def _bad_weight(a: Any, xp: Any) -> Any:
+    return ~xp.isfinite(a) | (a < 0)
+
+
+def _above(limit: float) -> Callable[[Any, Any], Any]:
+    def above(a: Any, xp: Any) -> Any:
+        return xp.abs(a) > limit
+    return above
 
 
 def _all_finite(a: Any) -> bool:
@@ -186,7 +224,7 @@ def make_shard(indices: int | Sequence[int], xs: Sequence[Any], ys: Sequence[Any
         # then does the engine run shard_check_finite to name the block.
         if getattr(y.dtype, "kind", "f") in "fc" and not _all_finite(y):
             raise InputError(
-                f"Input y contains NaN or infinity in {_describe(block)}; drop those rows "
+                f"Input y contains NaN or infinity in {_where(block, 'y', _not_finite)}; drop those rows "
                 "before fitting"
             )
         if sw is not None:
@@ -194,7 +232,7 @@ def make_shard(indices: int | Sequence[int], xs: Sequence[Any], ys: Sequence[Any
             if not _all_finite(sw) or bool(xp.any(sw < 0)):
                 raise InputError(
                     f"sample_weight contains negative, NaN or infinite values in "
-                    f"{_describe(block)}; weights must be finite and non-negative"
+                    f"{_where(block, 'sample_weight', _bad_weight)}; weights must be finite and non-negative"
                 )
         blocks.append(block)
     return Shard(tuple(blocks))
@@ -210,7 +248,7 @@ def shard_check_finite(shard: Shard) -> None:
     for block in shard.blocks:
         if not _all_finite(block.X):
             raise InputError(
-                f"Input X contains NaN or infinity in {_describe(block)}; drop or impute "
+                f"Input X contains NaN or infinity in {_where(block, 'X', _not_finite)}; drop or impute "
                 "those rows before fitting"
             )
 
@@ -247,13 +285,14 @@ def check_block_values(block: Block, labels: bool = False) -> None:
         big = _abs_max(a)
         if name == "X" and not math.isfinite(big):
             raise InputError(
-                f"Input X contains NaN or infinity in {_describe(block)}; drop or impute "
+                f"Input X contains NaN or infinity in {_where(block, 'X', _not_finite)}; drop or impute "
                 "those rows before fitting"
             )
         limit = max_abs_value(finfo_max(a.dtype, a))
         if big > limit:
+            where = _where(block, name, _above(limit))
             raise InputError(
-                f"Input {name} has values up to {big:.3g} in absolute value in {_describe(block)}; "
+                f"Input {name} has values up to {big:.3g} in absolute value in {where}; "
                 f"above {limit:.0e} ({dtype_name(a.dtype)}) the loss and its gradient overflow: {fix}"
             )
 
@@ -261,7 +300,7 @@ def check_block_values(block: Block, labels: bool = False) -> None:
 def _label_error(block_or_none: Block | None, y: npt.NDArray[Any], err: Exception) -> InputError:
     import pandas as pd
 
-    where = "" if block_or_none is None else f" in {_describe(block_or_none)}"
+    where = "" if block_or_none is None else f" in {_describe(block_or_none, 'y')}"
     missing: npt.NDArray[np.intp] | list[int] = np.flatnonzero(pd.isna(y)) if y.dtype == object else []
     if len(missing):
         rows = ", ".join(str(i) for i in missing[:5]) + (", ..." if len(missing) > 5 else "")

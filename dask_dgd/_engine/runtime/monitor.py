@@ -16,7 +16,7 @@ if TYPE_CHECKING:
     import pandas as pd
     from tqdm.auto import tqdm
 
-__all__ = ["Monitor", "RECORD_FIELDS", "communicated", "progress_bar", "progress_label"]
+__all__ = ["CAPPED_FORMAT", "Monitor", "RECORD_FIELDS", "communicated", "progress_bar", "progress_label"]
 
 logger = logging.getLogger("dask_dgd")
 
@@ -35,14 +35,26 @@ def progress_label(label: str) -> Iterator[None]:
         _LABEL.reset(token)
 
 
-def progress_bar(verbose: int, total: int | None, desc: str, unit: str) -> tqdm | None:
+#: The bar of a fit whose ``total`` is only a limit: the count, the limit, the time and
+#: the rate, without the percentage, the bar and the time left that would be read as a
+#: forecast (a fit stopped by its tolerance after 3 of 100 iterations is not 3% done).
+CAPPED_FORMAT = "{desc}: {n_fmt} {unit} (at most {total_fmt}) [{elapsed}, {rate_fmt}{postfix}]"
+
+
+def progress_bar(verbose: int, total: int | None, desc: str, unit: str, capped: bool = False) -> tqdm | None:
     """A tqdm bar labelled ``desc`` (or the enclosing :func:`progress_label`) with
-    ``total`` units, or None when ``verbose < 1``."""
+    ``total`` units, or None when ``verbose < 1``.
+
+    ``capped``: ``total`` is a limit that another rule (a tolerance, early stopping, a
+    time limit) usually ends the fit before, so the bar shows no percentage or time
+    left (:data:`CAPPED_FORMAT`): with them a fit of 0.1 s that converges in a few of
+    its ``max_iter=100`` iterations showed an ETA of over a minute."""
     if int(verbose) < 1:
         return None
     from tqdm.auto import tqdm
 
-    return tqdm(total=total, desc=_LABEL.get() or desc, unit=unit, leave=False)
+    fmt = CAPPED_FORMAT if capped and total is not None else None
+    return tqdm(total=total, desc=_LABEL.get() or desc, unit=unit, leave=False, bar_format=fmt)
 
 class Monitor:
     """Collects step records and shows them.
@@ -62,17 +74,21 @@ class Monitor:
     desc : str
         The bar's label: the estimator's name (an enclosing :func:`progress_label`
         takes precedence).
+    capped : bool
+        ``total`` is only a limit (a tolerance, early stopping or a time limit may end
+        the fit first): the bar shows no percentage or time left (see
+        :func:`progress_bar`).
     """
 
     def __init__(self, verbose: int = 0, callbacks: Sequence[Callable[[dict[str, Any]], Any]] | None = (),
-                 total: int | None = None, desc: str = "dask_dgd.train") -> None:
+                 total: int | None = None, desc: str = "dask_dgd.train", capped: bool = False) -> None:
         self.verbose = int(verbose)
         self.callbacks = list(callbacks or ())
         self.records: list[dict[str, Any]] = []
         self.t0 = time.perf_counter()
         self.wall0 = time.time()
         self.stop_requested = False
-        self._bar = progress_bar(self.verbose, total, desc, "iter")
+        self._bar = progress_bar(self.verbose, total, desc, "iter", capped)
 
     def elapsed(self) -> float:
         return time.perf_counter() - self.t0
