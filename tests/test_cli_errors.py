@@ -241,7 +241,9 @@ def test_data_errors_are_the_documented_line_with_status_1(folder, args, line):
 def test_train_and_predict_a_small_csv_print_only_their_summary(folder):
     code, out, err = _run(["train", "four.csv", "--model", "linear", "--target", "y", "--out", "ok.npz"], folder)
     assert (code, err) == (0, "")
-    assert re.fullmatch(r"trained LinearRegression \(linear\) on four.csv: n_iter=\d+, final objective \S+\n"
+    assert re.fullmatch(r"trained LinearRegression \(linear\) on four.csv: n_iter=\d+, R² on the training rows \S+, "
+                        r"final objective \S+ \(the penalised mean training loss as minimised, terms in y alone left "
+                        r"out\)\n"
                         r"saved to ok.npz\n", out), out
     assert "nan" not in out
     code, out, err = _run(["predict", "ok.npz", "four.csv", "--out", "ok.csv", "--keep", "a"], folder)
