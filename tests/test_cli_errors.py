@@ -279,6 +279,10 @@ def test_workers_start_a_local_cluster_quietly(folder):
     ], folder)
     code, out, err = train
     assert (code, err) == (0, "") and out.endswith("saved to w.npz\n")
+    # a small input: the command says what the cluster cost and that it can do without
+    assert re.search(r"^note: starting the LocalCluster of 1 worker took \d+\.\d s and the fit \d+\.\d s, .*"
+                     r"four.csv \(0\.0 MiB\) is small enough to be fitted in this process: leave out --workers to "
+                     r"skip both$", out, re.M), out
     code, out, err = train_ext
     assert (code, err) == (0, "") and out.endswith("saved to e.npz\n")
     code, out, err = train_nan
