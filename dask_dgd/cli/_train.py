@@ -6,8 +6,14 @@ existing file), the columns named on the command line (``--target``, ``--feature
 ``--user-col``, ``--item-col``, ``--keep``) and those a saved model needs against the
 file's header (CSV, read with :mod:`csv`) or schema
 (Parquet, read with pyarrow; NetCDF and Zarr, opened lazily with xarray), and the
-``--param`` values against the estimator's constraints.  Only then does it read the data
-and start or reach a cluster.
+``--param`` values against the estimator's constraints (first, from
+:mod:`._models`' copy of them, without importing the estimators).  Only then does it read
+the data and start or reach a cluster.
+
+``--model NAME`` is a row of :data:`~._models.MODELS` (the class and its kind); what the
+command does with the model follows from the kind, never from the name: the data it
+reads, ``--sample-weight``, ``--table`` (``coef_table``), ``predict --proba`` (the
+classifiers) and the summary's training score.
 
 Tables (Parquet, CSV) of at most :data:`SMALL_INPUT_BYTES` on disk are read into memory
 with pandas, larger ones lazily with dask.dataframe; gridded data (NetCDF, Zarr) with
