@@ -289,3 +289,16 @@ def test_table_and_sample_weight_errors_come_before_training(folder, args, line)
     assert (code, out) == (2, "")
     assert err.startswith(f"dask-dgd train: error: {line}") and err.count("\n") == 1, err
     assert not (folder / "t.npz").exists()
+
+
+@pytest.mark.parametrize("out, line", [
+    ("nodir/m.npz", "argument --out: the folder of 'nodir/m.npz' does not exist"),
+    ("/proc/m.npz", "argument --out: cannot create a file in the folder of '/proc/m.npz', /proc"),
+])
+def test_a_bad_out_fails_before_anything_is_imported_or_read(folder, out, line):
+    if out.startswith("/proc") and not os.path.isdir("/proc/self"):
+        pytest.skip("no /proc file system here")
+    code, stdout, err = _child(["train", "data.csv", "--model", "poisson", "--target", "count", "--out", out],
+                               folder, wrapper=True)
+    assert (code, stdout) == (2, "[]\n")  # nothing heavy imported: refused while parsing
+    assert err.startswith(f"dask-dgd train: error: {line}") and err.count("\n") == 1, err

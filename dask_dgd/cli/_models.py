@@ -131,8 +131,8 @@ def _fits(entry, value):
 def check_params(spec, params):
     """Refuse, as a :class:`UsageError`, a ``--param`` that ``spec``'s estimator does not
     take (listing the ones it does) or a value that fits none of its constraints (with the
-    estimator's own message), reading only :mod:`._param_table`; ``reserved``: parameters
-    the command sets from its own flags."""
+    estimator's own message), reading only :mod:`._param_table`.  A value that only a
+    predicate of the library could accept is left to the estimator's own check."""
     from ._param_table import PARAMETERS
 
     table = PARAMETERS[spec.cls]
