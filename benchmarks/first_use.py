@@ -3,8 +3,9 @@
 ``python -m benchmarks.first_use [--repeats 5] [--base REV]``:
 
 * start-up: ``import dask_dgd`` next to ``import sklearn`` (the peer whose estimators
-  users know), ``dask-dgd --help``, a usage error (a wrong ``--target``), ``train`` and
-  ``predict`` on a 4-row CSV, each in a fresh process (median of the repeats);
+  users know), ``dask-dgd --help``, usage errors (a wrong ``--target``, a bad ``--param``
+  value), ``train`` and ``predict`` on a 4-row CSV, each in a fresh process (median of
+  the repeats);
 * a hyper-parameter search inside Dask tasks: scikit-learn's ``GridSearchCV`` (2 x 2
   candidates and folds) under joblib's dask backend on a ``LocalCluster`` of 2
   single-threaded worker processes, with ``dask_dgd.LogisticRegression`` and with
@@ -67,6 +68,7 @@ def _startup_commands(folder):
         "import dask_dgd": [py, "-c", "import dask_dgd"],
         "dask-dgd --help": [py, "-m", "dask_dgd", "--help"],
         "usage error (--target nope)": train[:-6] + ["--target", "nope", "--out", "m.npz"],
+        "bad --param (max_iter=-3)": train + ["--param", "max_iter=-3"],
         "train, 4-row CSV": train,
         "predict, 4-row CSV": [py, "-m", "dask_dgd", "predict", "m.npz", "four.csv", "--out", "p.csv",
                                "--overwrite"],

@@ -241,7 +241,9 @@ def test_data_errors_are_the_documented_line_with_status_1(folder, args, line):
 def test_train_and_predict_a_small_csv_print_only_their_summary(folder):
     code, out, err = _run(["train", "four.csv", "--model", "linear", "--target", "y", "--out", "ok.npz"], folder)
     assert (code, err) == (0, "")
-    assert re.fullmatch(r"trained LinearRegression \(linear\) on four.csv: n_iter=\d+, final objective \S+\n"
+    assert re.fullmatch(r"trained LinearRegression \(linear\) on four.csv: n_iter=\d+, R² on the training rows \S+, "
+                        r"final objective \S+ \(the penalised mean training loss as minimised, terms in y alone left "
+                        r"out\)\n"
                         r"saved to ok.npz\n", out), out
     assert "nan" not in out
     code, out, err = _run(["predict", "ok.npz", "four.csv", "--out", "ok.csv", "--keep", "a"], folder)
@@ -277,6 +279,10 @@ def test_workers_start_a_local_cluster_quietly(folder):
     ], folder)
     code, out, err = train
     assert (code, err) == (0, "") and out.endswith("saved to w.npz\n")
+    # a small input: the command says what the cluster cost and that it can do without
+    assert re.search(r"^note: starting the LocalCluster of 1 worker took \d+\.\d s and the fit \d+\.\d s, .*"
+                     r"four.csv \(0\.0 MiB\) is small enough to be fitted in this process: leave out --workers to "
+                     r"skip both$", out, re.M), out
     code, out, err = train_ext
     assert (code, err) == (0, "") and out.endswith("saved to e.npz\n")
     code, out, err = train_nan

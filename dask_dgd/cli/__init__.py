@@ -23,8 +23,10 @@ and the usage errors of ``train``, ``predict`` and ``bench`` need :mod:`argparse
 The demo's module is imported when first used, as are its names here.
 
 The modules below this one import only downward: ``_main`` (parser, :func:`main`,
-``COMMANDS``) uses ``_demo`` (on first use), ``_train`` and ``_bench``, and all of them use ``_common``
-(errors, :class:`Result`, argument types, helpers).
+``COMMANDS``) uses ``_demo`` (on first use), ``_train`` and ``_bench``; ``_train`` uses
+``_models`` (the table of ``--model`` names and the quick ``--param`` check, with its
+generated ``_param_table``), and all of them use ``_common`` (errors, :class:`Result`,
+argument types, helpers).
 """
 
 import importlib

@@ -22,7 +22,7 @@ import sys
 from dataclasses import dataclass
 
 from .. import __version__
-from . import _bench, _train
+from . import _bench, _models, _train
 from ._common import EXIT_STATUS, PROG, Command, CommandError, UsageError
 
 __all__ = ["COMMANDS", "build_parser", "main"]
@@ -210,10 +210,12 @@ COMMANDS = [
         add_arguments=_train.train_arguments,
         run=_train.run_train,
         epilog=(
+            _models.models_help() + "\n\n"
             "examples:\n"
             "  dask-dgd train sales.parquet --model poisson --target units --out model.npz\n"
             "  dask-dgd train data.csv --model logistic --target label --features a,b,c \\\n"
             "      --param solver=sgd --param batch_size=1024 --param optimizer=adam --out m.npz\n"
+            "  dask-dgd train claims.csv --model gamma-cv --target cost --table coef.csv --out m.npz\n"
             "  dask-dgd train ratings.parquet --model mf --target rating --param n_components=16 --out mf.npz\n"
             "  dask-dgd train tas.nc --model climate-pointwise --target tas --features psl --out c.npz\n"
             "  dask-dgd train big.parquet --model linear --target y --scheduler tcp://10.0.0.5:8786 --out m.npz"
@@ -234,6 +236,7 @@ COMMANDS = [
         epilog=(
             "examples:\n"
             "  dask-dgd predict model.npz new.parquet --out predictions.parquet --keep id\n"
+            "  dask-dgd predict clf.npz new.csv --out p.csv --proba      (classifiers: probabilities too)\n"
             "  dask-dgd predict c.npz tas_2100.nc --out tas_pred.nc"
         ),
     ),

@@ -6,8 +6,14 @@ existing file), the columns named on the command line (``--target``, ``--feature
 ``--user-col``, ``--item-col``, ``--keep``) and those a saved model needs against the
 file's header (CSV, read with :mod:`csv`) or schema
 (Parquet, read with pyarrow; NetCDF and Zarr, opened lazily with xarray), and the
-``--param`` values against the estimator's constraints.  Only then does it read the data
-and start or reach a cluster.
+``--param`` values against the estimator's constraints (first, from
+:mod:`._models`' copy of them, without importing the estimators).  Only then does it read
+the data and start or reach a cluster.
+
+``--model NAME`` is a row of :data:`~._models.MODELS` (the class and its kind); what the
+command does with the model follows from the kind, never from the name: the data it
+reads, ``--sample-weight``, ``--table`` (``coef_table``), ``predict --proba`` (the
+classifiers) and the summary's training score.
 
 Tables (Parquet, CSV) of at most :data:`SMALL_INPUT_BYTES` on disk are read into memory
 with pandas, larger ones lazily with dask.dataframe; gridded data (NetCDF, Zarr) with
@@ -31,22 +37,14 @@ import logging
 import math
 import os
 import tempfile
+import time
 import warnings
 
 from ._common import CommandError, UsageError, _int_at_least, _quiet_distributed
+from ._models import MODELS, RESERVED, check_params, model_names
 
 __all__ = ["MODELS", "SMALL_INPUT_BYTES", "train_arguments", "predict_arguments", "run_train", "run_predict"]
 
-#: --model name -> (estimator class name in dask_dgd, kind of data)
-MODELS = {
-    "linear": ("LinearRegression", "table"),
-    "logistic": ("LogisticRegression", "table"),
-    "poisson": ("PoissonRegressor", "table"),
-    "mf": ("MatrixFactorization", "ratings"),
-    "implicit-mf": ("ImplicitMatrixFactorization", "ratings"),
-    "climate-pooled": ("ClimateRegressor", "grid"),
-    "climate-pointwise": ("ClimateRegressor", "grid"),
-}
 _TABLES = (".parquet", ".pq", ".csv")
 _GRIDS = (".nc", ".nc4", ".netcdf", ".zarr")
 
@@ -140,20 +138,26 @@ def _is_inside(path, folder):
     return os.path.commonpath([path, folder]) == folder
 
 
-def _check_out(args, inputs):
-    """Refuse an ``--out`` that is one of the ``inputs`` (``(what, path)`` pairs) or lies
-    in an input folder (a Parquet dataset, a Zarr store), even with ``--overwrite``, and
-    an existing ``--out`` without ``--overwrite``: usage errors, found before any data is
-    read, so that no input and no earlier result is replaced by mistake."""
-    for what, path in inputs:
-        if os.path.exists(args.out) and os.path.samefile(args.out, path):
-            raise UsageError(f"--out {args.out} is the {what} file {path}: writing there would replace it; "
-                             "name another file")
-        if os.path.isdir(path) and _is_inside(args.out, path):
-            raise UsageError(f"--out {args.out} is inside the {what} folder {path}: writing there would change "
-                             "it; name a file outside it")
-    if os.path.lexists(args.out) and not args.overwrite:
-        raise UsageError(f"--out {args.out} exists; pass --overwrite to replace it, or name another file")
+def _check_out(args, inputs, outputs=None):
+    """Refuse an ``--out`` (or another of the ``outputs``, ``(option, path)`` pairs) that
+    is one of the ``inputs`` (``(what, path)`` pairs) or lies in an input folder (a
+    Parquet dataset, a Zarr store), even with ``--overwrite``, and an existing one without
+    ``--overwrite``: usage errors, found before any data is read, so that no input and no
+    earlier result is replaced by mistake.  Two outputs may not name one file."""
+    outputs = outputs or [("--out", args.out)]
+    for option, out in outputs:
+        for what, path in inputs:
+            if os.path.exists(out) and os.path.samefile(out, path):
+                raise UsageError(f"{option} {out} is the {what} file {path}: writing there would replace it; "
+                                 "name another file")
+            if os.path.isdir(path) and _is_inside(out, path):
+                raise UsageError(f"{option} {out} is inside the {what} folder {path}: writing there would change "
+                                 "it; name a file outside it")
+        if os.path.lexists(out) and not args.overwrite:
+            raise UsageError(f"{option} {out} exists; pass --overwrite to replace it, or name another file")
+    for (option, out), (other, path) in zip(outputs, outputs[1:]):
+        if os.path.abspath(out) == os.path.abspath(path):
+            raise UsageError(f"{other} {path} is also {option}: name two files")
 
 
 def _param(text):
@@ -182,18 +186,36 @@ def _cluster_arguments(p, what):
                             "(default: no cluster for small input; see above)")
 
 
+def _coef_table_path(text):
+    """``--table``'s file: a CSV file that can be written (``-``: print the table)."""
+    if text == "-":
+        return text
+    if not text.lower().endswith(".csv"):
+        raise argparse.ArgumentTypeError(f"the coefficient table is written as CSV: name it *.csv, got {text!r}")
+    return _output_path(text)
+
+
 def train_arguments(p):
     p.add_argument("data", type=_existing_path, help="training data: *.parquet, *.csv, *.nc or *.zarr")
-    p.add_argument("--model", required=True, choices=sorted(MODELS), help="what to train")
+    p.add_argument("--model", required=True, choices=list(MODELS), metavar="NAME",
+                   help="what to train: one of the models listed below")
     p.add_argument("--target", required=True,
                    help="the target column (tables) or variable (grids); for mf/implicit-mf the "
                         "rating (strength) column")
     p.add_argument("--features", help="comma-separated feature columns or variables "
-                                      "(default: every column but the target; required for grids)")
+                                      "(default: every column but the target and --sample-weight; required for "
+                                      "grids)")
+    p.add_argument("--sample-weight", metavar="COLUMN",
+                   help="tables: the column of row weights, passed to fit as sample_weight (binomial, "
+                        "binomial-cv: the number of trials, with the target the share of successes)")
     p.add_argument("--user-col", default="user", help="mf/implicit-mf: the user id column")
     p.add_argument("--item-col", default="item", help="mf/implicit-mf: the item id column")
     p.add_argument("--out", required=True, type=_model_path,
                    help="where to save the model: a *.npz file (NumPy archive with JSON metadata)")
+    p.add_argument("--table", type=_coef_table_path, nargs="?", const="-", metavar="CSV",
+                   help="regressors and classifiers: after training, print the fitted model's coef_table "
+                        "(estimates, standard errors, z, p-values and 95%% intervals, on the training rows; "
+                        "needs an unpenalised fit, --param alpha=0), or write it to the *.csv file CSV")
     p.add_argument("--param", type=_param, action="append", default=[], metavar="KEY=VALUE",
                    help="an estimator parameter, repeatable (e.g. --param solver=gd --param max_iter=50 "
                         "--param optimizer=adam); values are Python literals or bare words")
@@ -208,6 +230,9 @@ def predict_arguments(p):
                    help="where to write the predictions: *.parquet or *.csv for tables (a 'prediction' "
                         "column, plus --keep columns), *.nc or *.zarr for grids")
     p.add_argument("--keep", default="", help="comma-separated input columns copied next to the predictions")
+    p.add_argument("--proba", action="store_true",
+                   help="classifiers: also write the probability of each class, a column 'proba_<class>' per "
+                        "class (predict_proba), next to the predicted label")
     _overwrite_argument(p)
     _cluster_arguments(p, "predict")
 
@@ -372,65 +397,71 @@ def _library_errors():
 
 
 # ------------------------------------------------------------------------------- train
-#: Estimator parameters the command sets itself (from its flags), never --param.
-_RESERVED = ("client", "features", "target", "user_col", "item_col", "rating_col", "model")
-
-
-def _user_params(args):
+def _user_params(args, spec):
+    """The ``--param`` values, checked against the estimator's names and constraints
+    without importing it (:func:`~._models.check_params`)."""
     params = dict(args.param)
-    reserved = sorted(set(params) & set(_RESERVED))
+    reserved = sorted(set(params) & (set(RESERVED) | set(spec.fixed)))
     if reserved:
         raise UsageError(f"--param {reserved[0]}=... is set by the command (use its flags: --model, --target, "
                          "--features, --user-col, --item-col, --scheduler)")
+    check_params(spec, params)
     return params
 
 
-def _check_data_kind(args, kind):
+def _check_options(args, spec):
+    """The options that only some kinds of model take, checked before any data is read."""
     grid = _is_grid(args.data)
-    if kind != "table" and (kind == "grid") != grid:
-        raise UsageError(f"--model {args.model} needs {'gridded' if kind == 'grid' else 'tabular'} data; "
+    if spec.data != "table" and (spec.data == "grid") != grid:
+        raise UsageError(f"--model {args.model} needs {'gridded' if spec.data == 'grid' else 'tabular'} data; "
                          f"{args.data} is {'gridded' if grid else 'a table'}")
-    if kind == "grid" and not args.features:
+    if spec.data == "grid" and not args.features:
         raise UsageError("--features is required for gridded data (the predictor variables)")
+    if args.table and not spec.coef_table:
+        with_table = ", ".join(name for name, other in MODELS.items() if other.coef_table)
+        raise UsageError(f"--table: a {spec.cls} ({args.model}) has no coef_table; the models with one: "
+                         f"{with_table}")
+    if args.sample_weight and spec.data != "table":
+        raise UsageError(f"--sample-weight: a {spec.cls} ({args.model}) takes no row weights; it is for the "
+                         "regressors and classifiers")
 
 
-def _train_columns(args, kind):
+def _train_columns(args, spec):
     """The estimator's column arguments and the columns to read, checked against the file."""
-    if kind == "grid":
+    if spec.data == "grid":
         names = list(_open_grid(args.data).data_vars)
         target = _named("--target", args.target, names, args.data, "variable")[0]
         features = _named("--features", args.features, names, args.data, "variable")
         return {"features": features, "target": target}, None
     names = _table_columns(args.data)
-    if kind == "ratings":
+    if spec.data == "ratings":
         cols = {"user_col": _named("--user-col", args.user_col, names, args.data)[0],
                 "item_col": _named("--item-col", args.item_col, names, args.data)[0],
                 "rating_col": _named("--target", args.target, names, args.data)[0]}
         return cols, list(cols.values())
     target = _named("--target", args.target, names, args.data)[0]
+    weight = _named("--sample-weight", args.sample_weight, names, args.data)[0] if args.sample_weight else None
+    if weight == target:
+        raise UsageError(f"--sample-weight {weight} is the target column; name the column of row weights")
     features = (_named("--features", args.features, names, args.data) if args.features
-                else [c for c in names if c != target])
+                else [c for c in names if c not in (target, weight)])
+    if weight in features:
+        raise UsageError(f"--sample-weight {weight} is also a feature (--features); leave it out of --features")
     if not features:
         raise CommandError(f"{args.data} has no column besides the target {target!r}: nothing to train on")
-    return {"features": features, "target": target}, list(dict.fromkeys([*features, target]))
+    roles = {"features": features, "target": target, "sample_weight": weight}
+    return roles, list(dict.fromkeys([*features, target, *([weight] if weight else [])]))
 
 
-def _estimator(cls_name, params, user_params):
-    """``dask_dgd.<cls_name>(**params, **user_params)`` with its parameters checked; an
-    unknown or bad ``--param`` is a usage error."""
-    import inspect
-
+def _estimator(spec, params, user_params):
+    """``dask_dgd.<spec.cls>(**params, **user_params)``, its parameters checked by the
+    estimator itself too (a predicate :func:`~._models.check_params` cannot evaluate, or a
+    check across parameters): a bad ``--param`` is a usage error."""
     import dask_dgd
 
     from .._validation import validate_params
 
-    cls = getattr(dask_dgd, cls_name)
-    known = [name for name in inspect.signature(cls).parameters if name not in _RESERVED]
-    unknown = sorted(set(user_params) - set(known))
-    if unknown:
-        raise UsageError(f"--param {unknown[0]}: {cls_name} has no parameter {unknown[0]!r}; "
-                         f"its parameters: {', '.join(sorted(known))}")
-    est = cls(**params, **user_params)
+    est = getattr(dask_dgd, spec.cls)(**spec.fixed, **params, **user_params)
     with _library_errors():
         validate_params(est)
     return est
@@ -449,52 +480,117 @@ def _check_numeric(frame, features, path):
                            "Yes/No as one-hot 0/1 columns, e.g. with pandas.get_dummies)")
 
 
-def _fit(est, kind, args, roles, columns, client):
-    """Read the data and fit ``est`` on it (in memory when the input is small and no cluster was asked for)."""
-    if kind == "grid":
+def _fit(est, spec, args, roles, columns, client):
+    """Read the data and fit ``est`` on it (in memory when the input is small and no
+    cluster was asked for); the training arguments ``(X, y, sample_weight)`` of a
+    tabular model (for its score and coef_table), else None."""
+    if spec.data == "grid":
         ds = _open_grid(args.data)
-        return est.fit(ds.load() if client is None and _is_small(args.data) else ds)
+        est.fit(ds.load() if client is None and _is_small(args.data) else ds)
+        return None
     frame = _read_table(args.data, columns, in_memory=client is None and _is_small(args.data))
-    if kind == "ratings":
-        return est.fit(frame[columns])
+    if spec.data == "ratings":
+        est.fit(frame[columns])
+        return None
     _check_numeric(frame, roles["features"], args.data)
-    return est.fit(frame[roles["features"]], frame[roles["target"]])
+    weight = frame[roles["sample_weight"]] if roles["sample_weight"] else None
+    data = (frame[roles["features"]], frame[roles["target"]], weight)
+    est.fit(*data[:2], sample_weight=weight)
+    return data
 
 
-def _summary(est, cls_name, args):
+def _summary(est, spec, args, score):
+    """What the command prints after training: the iterations, the training score by name
+    (R², D², accuracy) and the final objective with what it is."""
     history = getattr(est, "history_", None)
+    how = f"n_iter={est.n_iter_}"
+    if score is not None:
+        how += f", {spec.score_name} on the training rows {score:.4g}"
     if history is not None and len(history) and "loss" in history and math.isfinite(history["loss"].iloc[-1]):
-        how = f"n_iter={est.n_iter_}, final objective {history['loss'].iloc[-1]:.6g}"
-    elif getattr(est, "family", "gaussian") != "gaussian":  # climate-pointwise GLMs stopped after their start
-        how = f"n_iter={est.n_iter_} Newton passes over the grid (every cell converged or warned)"
-    else:  # e.g. climate-pointwise: least squares solved cell by cell in one pass
-        how = f"n_iter={est.n_iter_}, solved in one pass (no training objective to report)"
-    return f"trained {cls_name} ({args.model}) on {args.data}: {how}"
+        how += (f", final objective {history['loss'].iloc[-1]:.6g} (the penalised mean training loss as "
+                "minimised, terms in y alone left out)")
+    elif spec.kind == "climate" and getattr(est, "family", "gaussian") != "gaussian":
+        how += " Newton passes over the grid (every cell converged or warned)"
+    elif spec.kind == "climate":  # least squares solved cell by cell in one pass
+        how += ", solved in one pass (no training objective to report)"
+    return f"trained {spec.cls} ({args.model}) on {args.data}: {how}"
+
+
+def _training_score(est, data):
+    """The model's own ``score`` on the training rows (R², D² or accuracy), or None."""
+    if data is None:
+        return None
+    X, y, weight = data
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return float(est.score(X, y, sample_weight=weight))
+
+
+def _coef_table(est, data):
+    """The fitted model's ``coef_table`` on the training rows."""
+    X, y, weight = data
+    return est.coef_table(X, y, sample_weight=weight)
+
+
+def _write_coef_table(table, target):
+    """Print ``table`` (``target`` "-") or write it as CSV."""
+    if target == "-":
+        import pandas as pd
+
+        with pd.option_context("display.max_rows", None, "display.width", 120):
+            print(table.to_string(float_format=lambda v: f"{v:.6g}"))
+    else:
+        table.to_csv(target, index_label="term")
+        print(f"wrote the coefficient table to {target}")
+
+
+def _small_input_note(args, start_s, fit_s):
+    """Why ``--workers`` made a small input slow: the cluster's start and the workers'
+    first imports (scikit-learn, dask_dgd, its compiled kernels: 10 to 15 s of a 24 s run
+    on 10,000 rows, 2 workers on 2 busy cores), which a fit in this process skips."""
+    size = _input_bytes(args.data) / 2**20
+    return (f"note: starting the LocalCluster of {args.workers} worker{'s' if args.workers > 1 else ''} took "
+            f"{start_s:.1f} s and the fit {fit_s:.1f} s, which includes each worker's first import of dask_dgd and "
+            f"its kernels (several seconds); {args.data} ({size:.1f} MiB) is small enough to be fitted in this "
+            "process: leave out --workers to skip both")
 
 
 def run_train(args):
-    """``dask-dgd train``: check --out and the command line against the file, read, fit, save."""
-    _check_out(args, [("data", args.data)])
-    cls_name, kind = MODELS[args.model]
-    user_params = _user_params(args)
-    _check_data_kind(args, kind)
-    roles, columns = _train_columns(args, kind)
-    if kind == "grid":
-        roles["model"] = args.model.split("-", 1)[1]
-    est = _estimator(cls_name, {} if kind == "table" else roles, user_params)
+    """``dask-dgd train``: check --out, --param and the command line against the file,
+    read, fit, save (and print or write the coefficient table)."""
+    table_out = [("--table", args.table)] if args.table and args.table != "-" else []
+    _check_out(args, [("data", args.data)], [("--out", args.out), *table_out])
+    spec = MODELS[args.model]
+    user_params = _user_params(args, spec)
+    _check_options(args, spec)
+    roles, columns = _train_columns(args, spec)
+    est = _estimator(spec, {} if spec.data == "table" else roles, user_params)
+    alpha = est.get_params().get("alpha")
+    if args.table and alpha is not None and alpha > 0:
+        raise UsageError(f"--table: coef_table's standard errors are those of an unpenalised fit, and this "
+                         f"{spec.cls} has alpha={alpha!r}; pass --param alpha=0")
     from ..exceptions import ConvergenceWarning
 
+    started = time.perf_counter()
     with _client(args) as client, _library_errors(), warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         est.set_params(client=client)
-        _fit(est, kind, args, roles, columns, client)
+        fitting = time.perf_counter()
+        data = _fit(est, spec, args, roles, columns, client)
+        fitted = time.perf_counter()
+        score = _training_score(est, data)
+        table = _coef_table(est, data) if args.table else None
         est.set_params(client=None)
         path = est.save(args.out)
     for w in caught:
         if issubclass(w.category, ConvergenceWarning):
             print(f"warning: {' '.join(str(w.message).split())}")
-    print(_summary(est, cls_name, args))
+    print(_summary(est, spec, args, score))
+    if args.workers is not None and _is_small(args.data):
+        print(_small_input_note(args, fitting - started, fitted - fitting))
     print(f"saved to {path}")
+    if table is not None:
+        _write_coef_table(table, args.table)
     return 0
 
 
@@ -550,26 +646,47 @@ def _predict_table(est, name, args, client):
         if name in _RECOMMENDERS:  # predicts on pandas rows
             frame = frame.compute() if dask.is_dask_collection(frame) else frame
         if dask.is_dask_collection(frame):
-            # one dask DataFrame computation: the predictions as a column next to the
+            # one dask DataFrame computation: the predictions as columns next to the
             # kept columns, partition by partition (computing a dask array beside the
             # frame would mix graph kinds, which dask warns about on stderr)
-            dtype = est.classes_.dtype if hasattr(est, "classes_") else "float64"
-            meta = pd.Series([], name="prediction", dtype=dtype)  # inferring it would predict on made-up rows
-            pred = frame[features].map_partitions(_predict_partition, est, meta=meta)
-            result = (frame[keep].assign(prediction=pred) if keep else pred.to_frame()).compute()
+            meta = pd.concat([frame[keep]._meta, _predictions(None, est, args.proba)], axis=1)
+            result = frame[columns].map_partitions(_kept_and_predicted, est, args.proba, features, keep,
+                                                   meta=meta).compute()
             result = result.reset_index(drop=True)
         else:
             result = frame[keep].reset_index(drop=True) if keep else pd.DataFrame(index=range(len(frame)))
-            result["prediction"] = est.predict(frame[features])
+            result = pd.concat([result, _predictions(frame[features], est, args.proba).reset_index(drop=True)],
+                               axis=1)
     _write_table(result, args.out)
     return len(result)
 
 
-def _predict_partition(part, est):
-    """``est``'s predictions for a pandas partition, as a Series on its index."""
+def _proba_columns(est):
+    return [f"proba_{c}" for c in est.classes_]
+
+
+def _kept_and_predicted(part, est, proba, features, keep):
+    """The ``keep`` columns of a pandas partition next to ``est``'s predictions from its ``features``."""
     import pandas as pd
 
-    return pd.Series(est.predict(part), index=part.index, name="prediction")
+    return pd.concat([part[keep], _predictions(part[features], est, proba)], axis=1)
+
+
+def _predictions(part, est, proba):
+    """``est``'s predictions for a pandas frame, as a frame on its index: the column
+    'prediction' and, with ``proba``, one 'proba_<class>' column per class; ``part``
+    None: the empty frame with those columns and dtypes (dask's ``meta``)."""
+    import pandas as pd
+
+    if part is None:
+        dtype = est.classes_.dtype if hasattr(est, "classes_") else "float64"
+        columns = {"prediction": pd.Series([], dtype=dtype)}
+        columns.update({c: pd.Series([], dtype="float64") for c in (_proba_columns(est) if proba else [])})
+        return pd.DataFrame(columns)
+    result = pd.DataFrame({"prediction": est.predict(part)}, index=part.index)
+    if proba:
+        result[_proba_columns(est)] = est.predict_proba(part)
+    return result
 
 
 def run_predict(args):
@@ -583,6 +700,9 @@ def run_predict(args):
         _named("--keep", args.keep, _table_columns(args.data), args.data)
     est = _load_model(args.model)
     name = type(est).__name__
+    if args.proba and not hasattr(est, "predict_proba"):
+        raise UsageError(f"--proba: a {name} predicts values, not class probabilities; --proba is for the "
+                         f"classifiers (dask-dgd train --model {model_names('classifier').replace(', ', ' or ')})")
     grid_model = name == "ClimateRegressor"
     if grid_model and not grid_out:
         raise UsageError("a climate model writes gridded predictions: name --out *.nc or *.zarr")
