@@ -269,6 +269,9 @@ def test_table_prints_or_writes_the_coef_table(folder, tmp_path, capsys):
     (["--model", "poisson", "--target", "count", "--table"],
      "--table: coef_table's standard errors are those of an unpenalised fit, and this PoissonRegressor has "
      "alpha=1.0; pass --param alpha=0"),
+    (["--model", "logistic", "--target", "label", "--table", "--param", "C=2.0"],
+     "--table: coef_table's standard errors are those of an unpenalised fit, and this LogisticRegression has "
+     "C=2.0; leave C out and pass --param alpha=0"),
     (["--model", "poisson", "--target", "count", "--table", "coef.txt"],
      "argument --table: the coefficient table is written as CSV: name it *.csv, got 'coef.txt'"),
     (["--model", "poisson", "--target", "count", "--table", "data.csv"],

@@ -565,8 +565,11 @@ def run_train(args):
     _check_options(args, spec)
     roles, columns = _train_columns(args, spec)
     est = _estimator(spec, {} if spec.data == "table" else roles, user_params)
-    alpha = est.get_params().get("alpha")
-    if args.table and alpha is not None and alpha > 0:
+    alpha, C = est.get_params().get("alpha"), est.get_params().get("C")
+    if args.table and C is not None and C != float("inf"):
+        raise UsageError(f"--table: coef_table's standard errors are those of an unpenalised fit, and this "
+                         f"{spec.cls} has C={C!r}; leave C out and pass --param alpha=0")
+    if args.table and C is None and alpha is not None and alpha > 0:
         raise UsageError(f"--table: coef_table's standard errors are those of an unpenalised fit, and this "
                          f"{spec.cls} has alpha={alpha!r}; pass --param alpha=0")
     from ..exceptions import ConvergenceWarning
