@@ -97,6 +97,12 @@ def test_the_parameter_table_is_the_estimators_constraints():
     written = (ROOT / "dask_dgd" / "cli" / "_param_table.py").read_text(encoding="utf-8")
     assert written == _models.render(), (
         "dask_dgd/cli/_param_table.py is out of date: run python -m dask_dgd.cli._models --write")
+    # and it imports to the same table (its text names objects it must import, e.g. inf)
+    import importlib
+
+    from dask_dgd.cli import _param_table
+
+    assert importlib.reload(_param_table).PARAMETERS == _models.parameter_table()
 
 
 @pytest.mark.parametrize("name", list(_models.MODELS))
@@ -252,7 +258,8 @@ def test_table_prints_or_writes_the_coef_table(folder, tmp_path, capsys):
     assert printed[0].split() == ["coef", "se", "z", "p_value", "ci_lower", "ci_upper"]
     assert [line.split()[0] for line in printed[1:]] == ["intercept", "a", "b"]
     code, out, err = _main([*argv, "--overwrite", "--table", table], capsys)
-    assert code == 0, err and out.endswith(f"wrote the coefficient table to {table}\n")
+    assert code == 0, err
+    assert out.endswith(f"wrote the coefficient table to {table}\n"), out
     frame = pd.read_csv(folder / "data.csv")
     expected = dask_dgd.load(model).coef_table(frame[["a", "b"]], frame["share"], sample_weight=frame["trials"])
     got = pd.read_csv(table, index_col="term")

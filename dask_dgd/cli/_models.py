@@ -199,6 +199,7 @@ def render():
              '"""Every --model estimator\'s parameters and constraints, for the quick --param check.', "",
              "Written by ``python -m dask_dgd.cli._models --write`` from the estimators'",
              "``_parameter_constraints`` (see :mod:`dask_dgd.cli._models`); do not edit by hand.", '"""', "",
+             "from math import inf  # noqa: F401  (Interval bounds)", "",
              "PARAMETERS = {"]
     for cls, params in parameter_table().items():
         lines.append(f"    {cls!r}: {{")

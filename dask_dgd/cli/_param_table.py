@@ -5,6 +5,8 @@ Written by ``python -m dask_dgd.cli._models --write`` from the estimators'
 ``_parameter_constraints`` (see :mod:`dask_dgd.cli._models`); do not edit by hand.
 """
 
+from math import inf  # noqa: F401  (Interval bounds)
+
 PARAMETERS = {
     'LinearRegression': {
         'alpha': (('interval', 'real', 0, None, 'left', 'a float in [0, inf)'),),

@@ -64,7 +64,13 @@ def effective_alpha(C, alpha, total_weight):
     """
     if C is None:
         return float(alpha)
-    return 0.0 if np.isinf(C) else 1.0 / (float(C) * float(total_weight))
+    if np.isinf(C):
+        return 0.0
+    if not total_weight > 0:
+        raise InputError(f"C={C!r} penalises the sum of the weighted losses, and the training rows' total weight "
+                         f"(sample times class weights) is {total_weight!r}: give some rows a positive weight, "
+                         "or pass alpha instead of C")
+    return 1.0 / (float(C) * float(total_weight))
 
 
 def _class_weight_like(value):
@@ -92,8 +98,8 @@ class LogisticRegression(ClassifierMixin, DGDLinearModel):
         ``C`` is then the same scikit-learn model on any number of rows, so a ``C``
         chosen on folds (``GridSearchCV``) keeps its meaning on the refit, where a
         fixed ``alpha`` would not.  None: ``alpha`` is used.  Give ``C`` or a
-        non-default ``alpha``, not both.  ``partial_fit`` never sees all the rows:
-        each call takes ``W`` of its own rows.
+        non-default ``alpha``, not both.  ``partial_fit`` never sees all the rows
+        and refuses a finite ``C``: pass ``alpha = 1 / (C W)`` for the stream.
     alpha : float, default=1e-4
         Penalty strength on the *mean* loss, whatever the number of rows.
         scikit-learn's ``LogisticRegression(C=c)`` fitted on ``n`` samples (total
@@ -307,6 +313,12 @@ class LogisticRegression(ClassifierMixin, DGDLinearModel):
         -------
         self : object
         """
+        if self.C is not None and not np.isinf(self.C):
+            raise ParameterError(
+                f"partial_fit cannot train with C={self.C!r}: C penalises the sum of the losses over all the rows, "
+                "and partial_fit never sees them all (each call's share would make the model depend on the "
+                "chunking); pass alpha=1 / (C * total sample weight of the stream) instead of C"
+            )
         first = self._partial_starts()
         if first:
             if classes is None:
@@ -338,10 +350,7 @@ class LogisticRegression(ClassifierMixin, DGDLinearModel):
         full_weights[np.searchsorted(all_classes, seen)] += weights
         shards, objective, baseline = self._setup(shards, all_classes, full_counts, full_weights, offset is not None)
         self.classes_ = all_classes
-        # C: the total weight of this call's rows (partial_fit never sees them all)
-        cw = self._class_weights(all_classes, full_weights)
-        total = weights * (1.0 if cw is None else cw[np.searchsorted(all_classes, seen)])
-        self.alpha_ = effective_alpha(self.C, self.alpha, total.sum())
+        self.alpha_ = effective_alpha(self.C, self.alpha, 1.0)  # (C refused above: partial_fit never sees the total)
         self._partial(shards, objective, baseline, alpha=self.alpha_)
         return self
 

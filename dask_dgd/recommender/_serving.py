@@ -496,7 +496,7 @@ class RecommenderMixin:
         else:
             raise ParameterError(
                 f"{type(self).__name__} has neither factors (every item factor is exactly zero) nor item biases: "
-                "similar_items has nothing to rank by; refit with a smaller alpha"
+                "similar_items has nothing to rank by; refit with n_components > 0 and a smaller alpha"
             )
         s[pool[None, :] == codes[:, None]] = -np.inf  # never the item itself
         top = np.argsort(-s, axis=1, kind="stable")[:, :k]

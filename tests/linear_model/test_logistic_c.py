@@ -12,7 +12,7 @@ from sklearn.preprocessing import StandardScaler
 
 import dask_dgd
 from dask_dgd import LogisticRegression, LogisticRegressionCV
-from dask_dgd.exceptions import ParameterError
+from dask_dgd.exceptions import InputError, ParameterError
 
 
 @pytest.fixture(scope="module")
@@ -146,19 +146,20 @@ def test_C_with_alpha_is_refused(alpha):
         LogisticRegression(C=1.0, alpha=alpha).fit(X, y)
 
 
-def test_partial_fit_takes_W_of_each_call(cancer):
-    """partial_fit never sees all the rows: each call's C is that of its own rows (and
-    class weights), the same steps as the alpha it stands for."""
+def test_partial_fit_refuses_C_and_a_weightless_fit_says_so(cancer):
+    """partial_fit never sees all the rows, so C (a penalty on their sum) would make the
+    model depend on the chunking; C=inf (no penalty) is fine.  A fit whose rows weigh
+    nothing has no C to convert."""
     X, y, sw = cancer
-    est = LogisticRegression(C=0.5, class_weight={0: 2.0, 1: 1.0}, random_state=0)
-    est.partial_fit(X[:300], y[:300], classes=[0, 1], sample_weight=sw[:300])
-    W = (sw[:300] * np.where(y[:300] == 0, 2.0, 1.0)).sum()
-    assert est.alpha_ == pytest.approx(1.0 / (0.5 * W), rel=1e-12)
-    twin = LogisticRegression(alpha=est.alpha_, class_weight={0: 2.0, 1: 1.0}, random_state=0)
-    twin.partial_fit(X[:300], y[:300], classes=[0, 1], sample_weight=sw[:300])
-    np.testing.assert_array_equal(est.coef_, twin.coef_)
-    est.partial_fit(X[300:], y[300:])
-    assert est.alpha_ == pytest.approx(1.0 / (0.5 * (2.0 * (y[300:] == 0).sum() + (y[300:] == 1).sum())), rel=1e-12)
+    with pytest.raises(ParameterError, match=r"partial_fit cannot train with C=0.5: C penalises the sum of the "
+                                             r"losses over all the rows, and partial_fit never sees them all .*pass "
+                                             r"alpha=1 / \(C \* total sample weight of the stream\) instead of C"):
+        LogisticRegression(C=0.5).partial_fit(X[:300], y[:300], classes=[0, 1])
+    free = LogisticRegression(C=np.inf, random_state=0).partial_fit(X[:300], y[:300], classes=[0, 1])
+    assert free.alpha_ == 0.0
+    with pytest.raises(InputError, match=r"C=1.0 penalises the sum of the weighted losses, and the training rows' "
+                                         r"total weight \(sample times class weights\) is 0.0"):
+        LogisticRegression(C=1.0, class_weight={0: 0.0, 1: 0.0}).fit(X, y)
 
 
 @pytest.mark.filterwarnings("ignore::sklearn.exceptions.ConvergenceWarning")
