@@ -90,7 +90,7 @@ def test_a_model_with_neither_factors_nor_item_biases_refuses_similar_items():
     wls.item_factors_[:] = 0.0  # (wls has no biases; its factors made zero by hand)
     assert wls.factors_used_ is False
     with pytest.raises(ParameterError, match="has neither factors .* nor item biases: similar_items has nothing "
-                       "to rank by; refit with a smaller alpha"):
+                       "to rank by; refit with n_components > 0 and a smaller alpha"):
         wls.similar_items(wls.item_ids_[:1], k=2)
     with pytest.warns(BiasOnlyWarning, match=r"recommend scores every item 0 \(the model has no item biases\)"):
         wls.recommend(wls.user_ids_[:1], k=2)
