@@ -181,7 +181,8 @@ class FactorizationBase(RecommenderMixin, ClientParamMixin, BaseEstimator):
         False when every item factor is exactly zero (``alpha="auto"`` refitted the
         bias model, or ``n_components=0``): ``recommend`` then ranks by the item
         biases (popularity) and ``similar_items`` by the biases' closeness, with a
-        :class:`~dask_dgd.exceptions.BiasOnlyWarning` (see those methods).
+        :class:`~dask_dgd.exceptions.BiasOnlyWarning` where the factors were asked
+        for (``n_components > 0``; see those methods).
     n_iter_ : int
         Epochs run (iterations of alternating least squares).
     solver_ : str
