@@ -68,7 +68,7 @@ def effective_alpha(C, alpha, total_weight):
         return 0.0
     if not total_weight > 0:
         raise InputError(f"C={C!r} penalises the sum of the weighted losses, and the training rows' total weight "
-                         f"(sample times class weights) is {total_weight!r}: give some rows a positive weight, "
+                         f"(sample times class weights) is {float(total_weight):g}: give some rows a positive weight, "
                          "or pass alpha instead of C")
     return 1.0 / (float(C) * float(total_weight))
 

@@ -158,7 +158,7 @@ def test_partial_fit_refuses_C_and_a_weightless_fit_says_so(cancer):
     free = LogisticRegression(C=np.inf, random_state=0).partial_fit(X[:300], y[:300], classes=[0, 1])
     assert free.alpha_ == 0.0
     with pytest.raises(InputError, match=r"C=1.0 penalises the sum of the weighted losses, and the training rows' "
-                                         r"total weight \(sample times class weights\) is 0.0"):
+                                         r"total weight \(sample times class weights\) is 0: give some rows a positive weight"):
         LogisticRegression(C=1.0, class_weight={0: 0.0, 1: 0.0}).fit(X, y)
 
 
