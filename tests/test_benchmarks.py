@@ -304,7 +304,7 @@ def test_param_overrides_are_python_literals_and_need_no_write():
 @pytest.mark.slow
 def test_first_use_benchmark_runs_and_reports_each_command(capsys):
     """``python -m benchmarks.first_use``: every start-up command with its exit status
-    (the usage error exits 2, the others 0) and the in-task search of both estimators."""
+    (the usage errors exit 2, the others 0) and the in-task search of both estimators."""
     from benchmarks import first_use
 
     assert first_use.main(["--repeats", "1"]) == 0
@@ -313,7 +313,8 @@ def test_first_use_benchmark_runs_and_reports_each_command(capsys):
     exits = {name: cells[1].strip() for name, cells in rows.items()
              if len(cells) == 2 and name not in ("command", "estimator") and "LogisticRegression" not in name}
     assert exits == {"import sklearn (peer)": "0", "import dask_dgd": "0", "dask-dgd --help": "0",
-                     "usage error (--target nope)": "2", "train, 4-row CSV": "0", "predict, 4-row CSV": "0"}
+                     "usage error (--target nope)": "2", "bad --param (max_iter=-3)": "2", "train, 4-row CSV": "0",
+                     "predict, 4-row CSV": "0"}
     assert float(rows["sklearn LogisticRegression"][1].strip().rstrip("x")) == 1.0
     assert float(rows["dask_dgd LogisticRegression"][0]) > 0
 
