@@ -79,6 +79,7 @@ def _own_class(path):
 _VALUE_MODULES = ("dask_dgd.optim", "dask_dgd.compression")
 _VALUE_CLASSES = (
     "dask_dgd.climate._design:FeatureSpec",
+    "dask_dgd.climate._time:TimeRule",  # a feature spec's trend on time: origin, calendar, unit
     "dask_dgd._engine.runtime.reduce:Partial",
     "dask_dgd._engine.runtime.reduce:Compressed",
     "dask_dgd._engine.runtime.reduce:RowSparse",

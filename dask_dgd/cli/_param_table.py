@@ -425,6 +425,7 @@ PARAMETERS = {
         'lags': (),
         'lead': (('interval', 'int', 0, None, 'left', 'an int in [0, inf)'),),
         'seasonal': (('none', 'None'), ('interval', 'int', 1, None, 'left', 'an int in [1, inf)')),
+        'time_unit': (('options', ('centuries', 'days', 'decades', 'hours', 'minutes', 'months', 'seconds', 'years'), "one of 'centuries', 'days', 'decades', 'hours', 'minutes', 'months', 'seconds', 'years'"),),
         'area_weights': (('type', 'bool', 'an instance of bool'),),
         'lat': (('type', 'str', 'an instance of str'),),
         'family': (('options', ('binomial', 'gaussian', 'poisson'), "one of 'binomial', 'gaussian', 'poisson'"),),

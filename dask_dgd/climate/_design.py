@@ -39,7 +39,7 @@ from ..exceptions import InputError, ParameterError
 from ._axes import AUTO, latitude_bounds, resolve_dims
 from ._blocks import design_block, mask_block, shift_block
 from ._namespace import align
-from ._time import check_dates, seasonal_terms, time_steps
+from ._time import TIME_UNITS, TimeRule, check_dates, is_dates, seasonal_terms, time_steps
 
 __all__ = ["DesignMatrix", "FeatureSpec", "Fields", "to_design_matrix", "from_design_matrix"]
 
@@ -53,7 +53,8 @@ class FeatureSpec:
     Parameters are those of :func:`to_design_matrix`.
     """
 
-    def __init__(self, features, target, sample_dims, time_dim, lags, lead, seasonal, area_weights, lat):
+    def __init__(self, features, target, sample_dims, time_dim, lags, lead, seasonal, area_weights, lat,
+                 time_unit="years"):
         if isinstance(features, str):
             features = [features]
         self.features = list(features)
@@ -66,6 +67,18 @@ class FeatureSpec:
         self.sample_dims = (time_dim,) + tuple(d for d in sample_dims if d != time_dim)
         self.time_dim = time_dim
         self.lags = _lags(lags, self.features)
+        if time_dim in self.features and self.lags[time_dim] != [0]:
+            others = [v for v in self.features if v != time_dim]
+            fix = (f"give the other features' lags as a dict without {time_dim!r} (e.g. lags={{{others[0]!r}: [0, 1]}})"
+                   if others else "leave lags=None (a trend on time alone has no lags)")
+            raise ParameterError(
+                f"lags {self.lags[time_dim]} of the time coordinate {time_dim!r}: a lag of the time is the time "
+                f"minus a constant, collinear with it and the intercept; {fix}"
+            )
+        if time_unit not in TIME_UNITS:
+            raise ParameterError(f"time_unit must be one of {list(TIME_UNITS)}; got {time_unit!r}")
+        self.time_unit = time_unit
+        self.time_rule = None  # the trend on time: set from the fit's dates (set_time_origin)
         if isinstance(lead, bool) or not isinstance(lead, numbers.Integral) or lead < 0:
             raise ParameterError(f"lead must be an int >= 0 (time steps ahead); got {lead!r}")
         self.lead = int(lead)
@@ -90,6 +103,17 @@ class FeatureSpec:
         for k in range(1, self.seasonal + 1):
             cols += [f"sin{k}", f"cos{k}"]
         return cols
+
+    def trend(self, ds, name):
+        """Whether feature ``name`` is the time dimension's coordinate holding dates:
+        a trend on time, ``(t - origin) / time_unit`` (see :class:`~._time.TimeRule`)."""
+        return name == self.time_dim and name in ds.variables and is_dates(ds[name].values)
+
+    def set_time_origin(self, ds):
+        """Fix the trend's rule on the fit's Dataset: the origin is its first time."""
+        self.time_rule = None
+        if self.time_dim in self.features and self.trend(ds, self.time_dim):
+            self.time_rule = TimeRule.first(ds[self.time_dim].values, self.time_unit, self.time_dim)
 
     @property
     def max_shift(self):
@@ -121,9 +145,11 @@ class FeatureSpec:
                     f"variable {name!r} has dimensions {list(ds[name].dims)}; {extra} are not sample "
                     f"dimensions {list(self.sample_dims)}: select or reduce them first (e.g. ds.isel({extra[0]}=0))"
                 )
-            kind = ds[name].dtype.kind
-            if kind not in "biuf":
-                raise InputError(f"variable {name!r} must be numeric; got dtype {ds[name].dtype}")
+            rule = getattr(self, "time_rule", None)  # a spec saved before trends on time has none
+            if name == self.time_dim and rule is not None:
+                rule.check(ds[name].values, name)
+            elif not self.trend(ds, name) and ds[name].dtype.kind not in "biuf":
+                raise InputError(self._not_numeric(ds, name))
         if need_target:
             lacking = [d for d in self.sample_dims if d not in ds[self.target].dims]
             if lacking:  # a broadcast target would repeat one value over every missing step/cell
@@ -150,6 +176,21 @@ class FeatureSpec:
                 f"lags and lead shift by up to {self.max_shift} time steps but the series has only "
                 f"{n_time}; use shorter lags or a longer series"
             )
+
+    def _not_numeric(self, ds, name):
+        """The message for a feature that is neither numbers nor the trend on time."""
+        msg = f"variable {name!r} must be numeric; got dtype {ds[name].dtype}"
+        values = np.asarray(ds[name].isel({d: slice(0, 1) for d in ds[name].dims}).values)  # its first value only
+        if is_dates(values) and ds[name].dims == (self.time_dim,):
+            return (f"{msg} (dates along {self.time_dim!r}): only the time dimension's coordinate becomes a trend on "
+                    f"time; make {name!r} that coordinate (ds.swap_dims({{{self.time_dim!r}: {name!r}}}) and "
+                    f"time_dim={name!r}), or name {self.time_dim!r} in features")
+        if is_dates(values):
+            return (f"{msg} (dates): only the time dimension's coordinate becomes a trend on time; turn {name!r} into "
+                    f"numbers first, e.g. (ds[{name!r}] - ds[{name!r}].min()) / np.timedelta64(1, 'D')")
+        if values.dtype.kind == "m":
+            return f"{msg} (durations): turn {name!r} into numbers first, e.g. ds[{name!r}] / np.timedelta64(1, 'D')"
+        return msg
 
     def lat_name(self, ds):
         if self.lat != "auto":
@@ -211,7 +252,8 @@ class FeatureSpec:
         return self.time_dim not in ds[name].dims
 
     def needs_time_steps(self, ds):
-        return any(s + self.lead > 0 for v in self.features if not self.static(ds, v) for s in self.lags[v])
+        return any(s + self.lead > 0 for v in self.features if not (self.static(ds, v) or self.trend(ds, v))
+                   for s in self.lags[v])
 
 
 def _checked_degrees(values, radians, what):
@@ -313,6 +355,15 @@ class Fields:
                 order.append((0, len(full) - 1))
 
         for v in spec.features:
+            if spec.trend(ds, v):  # the time of the row (also with a lead): never shifted
+                rule = getattr(spec, "time_rule", None)
+                if rule is None:
+                    raise InputError(
+                        f"the model was fitted with {v!r} as numbers but this Dataset's {v!r} holds dates: give it "
+                        "the numbers of the fit, or refit on dates"
+                    )
+                add(xr.DataArray(rule.column(ds[v].values, v), dims=tdim))
+                continue
             x = _float64(ds[v], self.in_process)
             if spec.static(ds, v):  # no time dimension: no lag, no lead
                 add(x)
@@ -495,6 +546,10 @@ class DesignMatrix:
         Area weights: ``cos(latitude)``, or its mean over each cell with CF latitude
         bounds (ones with ``area_weights=False``).
     feature_names : list of str
+    time_origin : numpy.datetime64, cftime date or None
+        The origin of a trend on time (the feature named as the time coordinate is the
+        time elapsed since it; see :func:`to_design_matrix`'s ``time_unit``); None
+        without one.
     """
 
     def __init__(self, spec, fields):
@@ -516,6 +571,11 @@ class DesignMatrix:
         self.X = D[:, :p]
         self.y = D[:, p]
         self.sample_weight = D[:, p + 1]
+
+    @property
+    def time_origin(self):
+        rule = getattr(self.spec, "time_rule", None)
+        return None if rule is None else rule.origin_date
 
     @property
     def n_blocks(self):
@@ -587,7 +647,7 @@ def _assemble(blocks, numblocks):
 
 
 def to_design_matrix(ds, features, target, sample_dims=AUTO, *, time_dim=AUTO, lags=None, lead=0, seasonal=None,
-                     area_weights=True, lat="auto"):
+                     area_weights=True, lat="auto", time_unit="years"):
     """An xarray Dataset as a lazy design matrix (samples x features), without loading it.
 
     Parameters
@@ -596,7 +656,12 @@ def to_design_matrix(ds, features, target, sample_dims=AUTO, *, time_dim=AUTO, l
         Backed by dask (``xr.open_dataset(..., chunks=...)``, ``xr.open_zarr``) or NumPy.
     features : str or list of str
         Predictor variables; each may have any subset of ``sample_dims`` (e.g. a
-        ``(time,)`` index is broadcast to every cell).
+        ``(time,)`` index is broadcast to every cell).  The time dimension's
+        coordinate (e.g. ``"time"``) holding dates (datetime64 or cftime, any
+        calendar) is a trend on time: the column ``(t - origin) / time_unit``, the time
+        elapsed since the first (earliest) time of the data, keeping the coordinate's
+        name (see ``time_unit``); it is the time of each row (not shifted by ``lead``)
+        and has no lags.  A time coordinate of numbers is used as it is.
     target : str
         The variable to predict.
     sample_dims : "auto" or tuple of str, default="auto"
@@ -620,8 +685,12 @@ def to_design_matrix(ds, features, target, sample_dims=AUTO, *, time_dim=AUTO, l
         Forecast lead time in steps: the row at time ``t`` predicts the target at ``t``
         from predictors at ``t - lead - lag``.
     seasonal : int or None, default=None
-        Number of harmonics of the seasonal cycle (``sin``/``cos`` of ``2 pi k`` times
-        the fraction of the calendar year), for any calendar.
+        Number of harmonics of the seasonal cycle: ``sin(2 pi k f)`` and
+        ``cos(2 pi k f)`` for ``k = 1..seasonal``, ``f`` the fraction of the calendar
+        year, ``f = (dayofyear - 1 + hour / 24 + minute / 1440) / days_in_year`` from
+        xarray's ``.dt`` fields of each date (``days_in_year`` is 360 in the 360-day
+        calendar, 365 or 366 by the year in the others; seconds are not counted), for
+        any calendar.
     area_weights : bool, default=True
         Weight each cell by its relative area: ``cos(latitude)`` of its centre or, when
         the latitude coordinate has CF ``bounds`` (a ``(nlat, 2)`` variable such as
@@ -633,6 +702,16 @@ def to_design_matrix(ds, features, target, sample_dims=AUTO, *, time_dim=AUTO, l
         The latitude coordinate for the weights ("auto": a spatial dimension named
         ``lat``/``latitude``, or a coordinate on the spatial dimensions with CF latitude
         attributes).
+    time_unit : str, default="years"
+        The unit of a trend on time (the time coordinate among ``features``): a fixed
+        duration, so the column is exactly linear in time: ``"seconds"``,
+        ``"minutes"``, ``"hours"``, ``"days"``, or ``"months"`` (a twelfth of a
+        year), ``"years"``, ``"decades"``, ``"centuries"`` of the calendar's mean
+        year: 360 days (``360_day``), 365 (``noleap``/``365_day``), 366
+        (``all_leap``/``366_day``), 365.25 (``julian``), 365.2425 (``standard``,
+        ``gregorian``, ``proleptic_gregorian``; numpy datetime64 is proleptic
+        Gregorian).  The origin and unit are kept in ``dm.time_origin`` and
+        ``dm.spec.time_rule``.
 
     Returns
     -------
@@ -643,18 +722,21 @@ def to_design_matrix(ds, features, target, sample_dims=AUTO, *, time_dim=AUTO, l
     Raises
     ------
     InputError
-        A missing variable or dimension, non-numeric data, lags longer than the series;
+        A missing variable or dimension, non-numeric data (other than the time
+        coordinate's dates), lags longer than the series;
         with ``"auto"`` dimensions, a target dimension that is not time, Y or X, or no
         time dimension;
         with lags or lead, a time coordinate out of order, with repeated or missing
         (NaT) times; with area weights, a latitude dimension without coordinate values
         or latitudes (or their bounds) outside [-90, 90] degrees.
     ParameterError
-        Bad ``sample_dims``, ``lags``, ``lead`` or ``seasonal``.
+        Bad ``sample_dims``, ``lags``, ``lead``, ``seasonal`` or ``time_unit``; lags of
+        the time coordinate (collinear with it).
     """
     sample_dims, time_dim = resolve_dims(ds, target, sample_dims, time_dim, features)
-    spec = FeatureSpec(features, target, sample_dims, time_dim, lags, lead, seasonal, area_weights, lat)
+    spec = FeatureSpec(features, target, sample_dims, time_dim, lags, lead, seasonal, area_weights, lat, time_unit)
     spec.check(ds, need_target=True)
+    spec.set_time_origin(ds)
     return DesignMatrix(spec, Fields(spec, ds))
 
 

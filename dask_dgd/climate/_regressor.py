@@ -23,6 +23,7 @@ from ..exceptions import InputError, ParameterError
 from ._axes import AUTO, resolve_dims
 from ._design import DesignMatrix, FeatureSpec, Fields
 from ._pointwise import cell_stats, pointwise_block, pooled_block, score_block, solve_cells
+from ._time import TIME_UNITS
 
 __all__ = ["ClimateRegressor"]
 
@@ -35,7 +36,8 @@ _FAMILIES = ("gaussian", "poisson", "binomial")
 #: parameters (:mod:`dask_dgd._params`).
 CLIMATE_SIGNATURE = signature(
     ("features", None), ("target", None), ("model", "pooled"), ("sample_dims", AUTO), ("time_dim", AUTO),
-    ("lags", None), ("lead", 0), ("seasonal", None), ("area_weights", True), ("lat", "auto"), ("family", "gaussian"),
+    ("lags", None), ("lead", 0), ("seasonal", None), ("time_unit", "years"),
+    ("area_weights", True), ("lat", "auto"), ("family", "gaussian"),
     "alpha", "solver", "optimizer", "learning_rate", "batch_size", "max_iter", "tol", *MODES, *RUNTIME,
 )
 
@@ -48,7 +50,10 @@ class ClimateRegressor(LazyHistory, ClientParamMixin, BaseEstimator):
     features : str, list of str or None, default=None
         Predictor variables (any subset of ``sample_dims``; e.g. a ``(time,)`` index is
         broadcast to every cell).  None: every data variable of the Dataset but the
-        target whose dimensions are among ``sample_dims``, in the Dataset's order.
+        target whose dimensions are among ``sample_dims``, in the Dataset's order.  The
+        time coordinate (e.g. ``"time"``, dates of any calendar) is a trend on time:
+        the time elapsed since ``time_origin_`` in ``time_unit``; ``coef_`` keeps its
+        name and ``intercept_`` is the value at the origin.
     target : str or None, default=None
         The variable to predict; required at ``fit`` (None raises ``ParameterError``
         naming the Dataset's variables).
@@ -75,9 +80,15 @@ class ClimateRegressor(LazyHistory, ClientParamMixin, BaseEstimator):
         ``dask_dgd.climate`` logger and kept as ``sample_dims_``.
     time_dim : str, default="auto"
         The time dimension; ``"auto"``: the one of ``sample_dims`` recognised as time.
-    lags, lead, seasonal, area_weights, lat
+    lags, lead, seasonal, time_unit, area_weights, lat
         How the design matrix is built; see :func:`dask_dgd.climate.to_design_matrix`
-        (also for the rules of ``"auto"``).
+        (also for the rules of ``"auto"``, the seasonal terms' year fraction and the
+        length of each ``time_unit`` by calendar).  ``time_unit`` (default
+        ``"years"``): the unit of a trend on time, one of ``"seconds"``,
+        ``"minutes"``, ``"hours"``, ``"days"``, ``"months"``, ``"years"``,
+        ``"decades"``, ``"centuries"``; ``predict`` applies the fit's origin, unit and
+        calendar to its own dates (a later scenario on the same calendar extends the
+        trend; another calendar is an ``InputError``).
     family : {"gaussian", "poisson", "binomial"}, default="gaussian"
         The link (identity, log, logit), pooled and pointwise alike; the target must
         be counts >= 0 for poisson and 0/1 for binomial (pointwise: values in [0, 1],
@@ -135,6 +146,10 @@ verbose, callbacks
         The time dimension of the fit.
     feature_names_ : list of str
         Columns of the design matrix (``var``, ``var_lagK``, ``sinK``, ``cosK``).
+    time_origin_ : numpy.datetime64, cftime date or None
+        With the time coordinate among the features: the origin of the trend on time
+        (the first time of the fit's data, of its type and calendar), where that
+        feature is 0; None otherwise.
     coef_ : xarray.DataArray
         Pooled: over ``feature``; pointwise: over the spatial dimensions and ``feature``.
     intercept_ : float or xarray.DataArray
@@ -175,6 +190,7 @@ verbose, callbacks
         "time_dim": [str],
         "lead": [Interval(numbers.Integral, 0, None, "left")],
         "seasonal": [None, Interval(numbers.Integral, 1, None, "left")],
+        "time_unit": [Options(*TIME_UNITS)],
         "area_weights": [bool],
         "lat": [str],
         "family": [Options(*_FAMILIES)],
@@ -227,7 +243,7 @@ verbose, callbacks
                     "pass features=[...]"
                 )
         spec = FeatureSpec(features, target, sample_dims, time_dim, self.lags, self.lead,
-                           self.seasonal, self.area_weights, self.lat)
+                           self.seasonal, self.area_weights, self.lat, self.time_unit)
         self.sample_dims_, self.time_dim_ = spec.sample_dims, spec.time_dim
         return spec
 
@@ -343,6 +359,7 @@ verbose, callbacks
         if self.model == "pointwise":
             self._check_pointwise_params()
         spec.check(ds, need_target=True)
+        spec.set_time_origin(ds)
         # pointwise fits of a small in-memory grid run their block functions in process
         fields = Fields(spec, ds, in_process=self.model == "pointwise")
         grid = {d: (ds.sizes[d], np.asarray(ds[d].values) if d in ds.coords else None) for d in spec.space_dims()}
@@ -446,6 +463,11 @@ verbose, callbacks
         self.coef_ = xr.DataArray(coef[..., 1:], dims=space + ("feature",), coords={**coords, **names}, name="coef")
         self.n_samples_ = xr.DataArray(count.astype(np.int64), dims=space, coords=coords, name="n_samples")
         self._coef_table = coef
+
+    @property
+    def time_origin_(self):
+        rule = getattr(self.spec_, "time_rule", None)  # no spec_ before a fit: no attribute
+        return None if rule is None else rule.origin_date
 
     # ----------------------------------------------------------------- predict
     def _check_grid(self, spec, ds):

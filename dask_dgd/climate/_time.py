@@ -1,12 +1,31 @@
 """The time axis of a climate Dataset: step numbers for lags and lead, checked order,
-seasonal terms (numpy datetime64 and cftime calendars alike)."""
+seasonal terms, the time as a trend feature (numpy datetime64 and cftime calendars
+alike)."""
+
+import dataclasses
 
 import numpy as np
 import xarray as xr
 
 from ..exceptions import InputError
 
-__all__ = ["check_dates", "seasonal_terms", "time_steps"]
+__all__ = ["TIME_UNITS", "YEAR_DAYS", "TimeRule", "check_dates", "is_dates", "seasonal_terms", "time_steps"]
+
+#: Days in the mean year of each CF calendar (numpy datetime64 is ``proleptic_gregorian``).
+YEAR_DAYS = {
+    "360_day": 360.0, "noleap": 365.0, "365_day": 365.0, "all_leap": 366.0, "366_day": 366.0,
+    "julian": 365.25, "standard": 365.2425, "gregorian": 365.2425, "proleptic_gregorian": 365.2425,
+}
+#: ``time_unit`` -> (length, per): the unit is ``length`` days (``per="day"``) or
+#: ``length`` mean years of the calendar (``per="year"``), a fixed duration either way.
+TIME_UNITS = {
+    "seconds": (1 / 86400, "day"), "minutes": (1 / 1440, "day"), "hours": (1 / 24, "day"), "days": (1.0, "day"),
+    "months": (1 / 12, "year"), "years": (1.0, "year"), "decades": (10.0, "year"), "centuries": (100.0, "year"),
+}
+#: Calendars that are one for elapsed time: aliases, and ``standard`` (Julian before
+#: 1582-10-15) with ``proleptic_gregorian`` (datetime64), which agree from then on.
+_SAME_CALENDAR = {"365_day": "noleap", "366_day": "all_leap", "gregorian": "standard",
+                  "proleptic_gregorian": "standard"}
 
 
 def time_steps(time, name="time"):
@@ -44,6 +63,114 @@ def time_steps(time, name="time"):
     # off-grid times: far apart from everything and from each other
     steps[off] = -(np.arange(1, off.sum() + 1, dtype=np.int64) * 4 * (units.size + 1)) - 10 * units.size
     return steps
+
+
+def is_dates(values):
+    """Whether ``values`` (a NumPy array) are dates: datetime64 or cftime objects."""
+    values = np.asarray(values)
+    return np.issubdtype(values.dtype, np.datetime64) or (
+        values.dtype.kind == "O" and values.size > 0 and type(values.flat[0]).__module__.split(".")[0] == "cftime")
+
+
+def _calendar(values):
+    """The CF calendar of dates ``values``: ``proleptic_gregorian`` for datetime64."""
+    if np.issubdtype(values.dtype, np.datetime64):
+        return "proleptic_gregorian"
+    return str(getattr(values.flat[0], "calendar", ""))
+
+
+@dataclasses.dataclass(frozen=True)
+class TimeRule:
+    """Dates as the time elapsed since an origin, in a fixed unit of their calendar.
+
+    The time coordinate named among the features becomes ``(t - origin) / unit``:
+    ``origin`` is the first (earliest) time of the fit's data, ``unit`` a fixed
+    duration (:data:`TIME_UNITS`; ``"years"`` is the calendar's mean year,
+    :data:`YEAR_DAYS`), so the column is exactly linear in time and a model's
+    intercept is its value at the origin.  ``predict`` applies the same rule (origin,
+    unit, calendar) to its own dates.
+
+    Parameters
+    ----------
+    origin : str
+        The origin as an ISO date (``"1860-06-01T00:00:00"``).
+    calendar : str
+        The CF calendar of the fit's dates (``"proleptic_gregorian"`` for datetime64).
+    unit : str
+        A key of :data:`TIME_UNITS`.
+    cftime : bool
+        Whether the fit's dates were cftime objects (the type of :attr:`origin_date`).
+    """
+
+    origin: str
+    calendar: str
+    unit: str
+    cftime: bool
+
+    @classmethod
+    def first(cls, values, unit, name="time"):
+        """The rule whose origin is the earliest of ``values`` (dates; ``name``, the
+        coordinate's name, is for the messages)."""
+        values = np.asarray(values)
+        check_dates(values)
+        if np.issubdtype(values.dtype, np.datetime64):
+            known = values[~np.isnat(values)]
+            if not known.size:
+                raise InputError(f"the time coordinate {name!r} is all missing (NaT): a trend on time needs dates")
+            return cls(np.datetime_as_string(known.min(), unit="auto"), "proleptic_gregorian", unit, False)
+        calendar = _calendar(values)
+        if calendar not in YEAR_DAYS:
+            raise InputError(
+                f"the time coordinate {name!r} has the calendar {calendar!r}, which has no year length for a trend "
+                f"on time (calendars: {', '.join(sorted(YEAR_DAYS))}); convert it with ds.convert_calendar(...)"
+            )
+        return cls(min(values.ravel()).isoformat(), calendar, unit, True)
+
+    @property
+    def unit_days(self):
+        """The length of the unit in days."""
+        length, per = TIME_UNITS[self.unit]
+        return length * (YEAR_DAYS[self.calendar] if per == "year" else 1.0)
+
+    @property
+    def origin_date(self):
+        """The origin as a date of the fit's type (``numpy.datetime64`` or cftime)."""
+        if not self.cftime:
+            return np.datetime64(self.origin)
+        import cftime
+
+        return cftime.num2date(0.0, f"days since {self.origin}", calendar=self.calendar)
+
+    def check(self, values, name="time"):
+        """Refuse ``values`` that are not dates of this rule's calendar."""
+        values = np.asarray(values)
+        if not is_dates(values):
+            raise InputError(
+                f"the model has the time coordinate {name!r} as a trend feature (time since {self.origin} in "
+                f"{self.unit}, calendar {self.calendar!r}) but this Dataset's {name!r} has dtype {values.dtype}, not "
+                "dates: decode the times (xr.decode_cf) or set them (ds.assign_coords(time=...))"
+            )
+        calendar = _calendar(values) if values.size else self.calendar
+        if _SAME_CALENDAR.get(calendar, calendar) != _SAME_CALENDAR.get(self.calendar, self.calendar):
+            align = ", align_on='year'" if "360_day" in (calendar, self.calendar) else ""
+            raise InputError(
+                f"the time coordinate {name!r} has the calendar {calendar!r} but the model's trend on time was fitted "
+                f"on the calendar {self.calendar!r} (time since {self.origin} in {self.unit} of "
+                f"{self.unit_days:g} days), whose dates and years differ; convert the Dataset with "
+                f"ds.convert_calendar({self.calendar!r}{align})"
+            )
+
+    def column(self, values, name="time"):
+        """``(t - origin) / unit`` of every date of ``values`` (float64; NaN for NaT)."""
+        values = np.asarray(values)
+        self.check(values, name)
+        if np.issubdtype(values.dtype, np.datetime64):
+            days = (values - np.datetime64(self.origin)) / np.timedelta64(1, "D")
+        else:
+            import cftime
+
+            days = cftime.date2num(values, f"days since {self.origin}", calendar=_calendar(values))
+        return np.asarray(days, dtype=np.float64) / self.unit_days
 
 
 def check_dates(values):
@@ -101,8 +228,14 @@ def _days(t):
 
 
 def seasonal_terms(time, harmonics):
-    """``sin/cos(2 pi k f)`` for k = 1..harmonics, ``f`` the fraction of the year
-    (day of year over the calendar's year length)."""
+    """``sin/cos(2 pi k f)`` for k = 1..harmonics, ``f`` the fraction of the calendar
+    year reached at each time:
+
+    ``f = (dayofyear - 1 + hour / 24 + minute / 1440) / days_in_year``
+
+    with xarray's ``.dt`` fields of the date (``days_in_year``: 360 in the 360-day
+    calendar, 365 or 366 in the others, by the year; seconds are not counted), so
+    ``f`` is 0 at midnight starting 1 January and the terms repeat every year."""
     t = xr.DataArray(np.asarray(time), dims="time")
     day = t.dt.dayofyear.values - 1 + t.dt.hour.values / 24.0 + t.dt.minute.values / 1440.0
     frac = day / t.dt.days_in_year.values
