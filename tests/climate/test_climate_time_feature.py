@@ -258,6 +258,24 @@ def test_save_load_and_pickle_keep_the_rule(tmp_path):
             copy.predict(future.convert_calendar("noleap", align_on="year"))
 
 
+def test_trend_on_array_api_strict_blocks_equals_numpy(client):
+    """The time column is made on the driver in NumPy, like the seasonal terms: each
+    task moves it onto its block's device (array_api_strict stands in for a GPU)."""
+    pytest.importorskip("array_api_strict")
+    from namespace_checks import climate_grid
+
+    from dask_dgd.testing import on_array_api_strict
+
+    ds = climate_grid(T=36).chunk({"time": 12, "lat": 2, "lon": 5})
+    strict = ds.copy(data={name: on_array_api_strict(v.data) for name, v in ds.data_vars.items()})
+    params = dict(model="pointwise", seasonal=1, lags={"a": [0, 1]}, time_unit="decades", client=client)
+    ref = ClimateRegressor(["a", "time"], "tas", **params).fit(ds)
+    model = ClimateRegressor(["a", "time"], "tas", **params).fit(strict)
+    np.testing.assert_allclose(model.coef_.values, ref.coef_.values, rtol=1e-12, atol=1e-10)
+    assert np.isfinite(ref.coef_.sel(feature="time").values[1:]).all()
+    assert model.evaluate(strict) == pytest.approx(ref.evaluate(ds), rel=1e-12)
+
+
 # ------------------------------------------------------------------ seasonal terms
 @pytest.mark.parametrize("calendar", ["360_day", "datetime64"])
 @pytest.mark.parametrize("freq", ["h", "90min"])
