@@ -36,15 +36,12 @@ from dask.highlevelgraph import HighLevelGraph
 
 from .._backend import get_namespace
 from ..exceptions import InputError, ParameterError
-from ._axes import AUTO, latitude_bounds, resolve_dims
+from ._axes import AUTO, latitude_bounds, resolve_dims, weight_latitude
 from ._blocks import design_block, mask_block, shift_block
 from ._namespace import align
 from ._time import check_dates, seasonal_terms, time_steps
 
 __all__ = ["DesignMatrix", "FeatureSpec", "Fields", "to_design_matrix", "from_design_matrix"]
-
-_LAT_NAMES = ("lat", "latitude", "nav_lat", "y_lat")
-
 
 # ---------------------------------------------------------------- feature spec
 class FeatureSpec:
@@ -152,32 +149,9 @@ class FeatureSpec:
             )
 
     def lat_name(self, ds):
-        if self.lat != "auto":
-            if self.lat not in ds.variables:
-                if self.lat in ds.dims:
-                    raise _bare_lat_error(ds, self.lat)
-                raise InputError(f"the Dataset has no latitude coordinate {self.lat!r}")
-            return self.lat
-        space = set(self.space_dims())
-        bare = None  # a latitude dimension without coordinate values: its index is no latitude
-        for d in self.space_dims():
-            if d.lower() in _LAT_NAMES:
-                if d in ds.variables:
-                    return d
-                bare = bare or d
-        for name, coord in ds.coords.items():  # dimension or auxiliary (e.g. 2-D) coordinates
-            if not set(coord.dims) <= space or not coord.dims:
-                continue
-            if (coord.attrs.get("standard_name") == "latitude"
-                    or coord.attrs.get("units") in ("degrees_north", "degree_north", "degrees_N")
-                    or str(name).lower() in _LAT_NAMES):
-                return name
-        if bare is not None:
-            raise _bare_lat_error(ds, bare)
-        raise InputError(
-            f"no latitude among the spatial dimensions {list(self.space_dims())} or their coordinates for the "
-            "area weights; pass lat='name' or area_weights=False"
-        )
+        """The name of the latitude coordinate the area weights are read from (see
+        :func:`._axes.weight_latitude` for the rules of ``lat="auto"`` and the units)."""
+        return weight_latitude(ds, self.space_dims(), self.target, self.lat).name
 
     def cell_weights(self, ds):
         """The area weight of every cell (dims: the latitude coordinate's), checked.
@@ -189,9 +163,8 @@ class FeatureSpec:
         latitude dimension without coordinate values, or latitudes or bounds outside
         [-90, 90] degrees ([-pi/2, pi/2] with ``units="radians"``) are an
         :class:`InputError`."""
-        lat = self.lat_name(ds)
+        lat, radians = weight_latitude(ds, self.space_dims(), self.target, self.lat)
         coord = ds[lat]
-        radians = str(coord.attrs.get("units", "")).lower() in ("radians", "radian", "rad")
         degrees = _checked_degrees(np.asarray(coord.values, dtype=np.float64), radians,
                                    f"the latitude coordinate {lat!r}")
         bounds = latitude_bounds(ds, lat)
@@ -227,14 +200,6 @@ def _checked_degrees(values, radians, what):
             f"(cos(latitude)) need latitudes in {unit}; fix the coordinate or pass area_weights=False"
         )
     return degrees
-
-
-def _bare_lat_error(ds, dim):
-    return InputError(
-        f"area weights need the latitude of every cell in degrees, but the dimension {dim!r} has no coordinate "
-        f"values (its index 0..{ds.sizes[dim] - 1} is not a latitude): give it one "
-        f"(ds.assign_coords({dim}=...)) or pass area_weights=False"
-    )
 
 
 def _lags(lags, features):
