@@ -1,4 +1,5 @@
-"""Which dimensions of a Dataset are time, latitude-like (Y) and longitude-like (X).
+"""Which dimensions of a Dataset are time, latitude-like (Y) and longitude-like (X), and
+which latitude weights the cells.
 
 ``sample_dims="auto"`` and ``time_dim="auto"`` are resolved here, against the target
 variable's dimensions, by the CF conventions first and common names last.  For each
@@ -13,14 +14,26 @@ dimension, the first rule that matches decides:
    ``degrees_east`` and variants, ``<unit> since <date>`` (time not decoded);
 4. its values: datetime64 or cftime dates are time;
 5. its name: ``time``/``t``/``valid_time``/``date``/...; ``lat``/``latitude``/``y``/
-   ``rlat``/``nj``/...; ``lon``/``longitude``/``x``/``rlon``/``ni``/....
+   ``rlat``/``nj``/...; ``lon``/``longitude``/``x``/``rlon``/``ni``/..., also with a
+   numeric suffix stripped (``latitude_0``/``longitude_0``, which iris writes when one
+   file holds two grids; ``lat2``, ``lon_1``);
+6. a 2-D auxiliary latitude or longitude coordinate over it (CF ``standard_name``
+   ``latitude``/``longitude``, ``degrees_north``/``degrees_east`` units, or a name such
+   as ``nav_lat``; those named in the target's CF ``coordinates`` attribute first): its
+   first dimension is Y and its second X, as CF and every curvilinear model write them
+   (ORCA2's ``y``/``x`` without coordinate values, also when called ``dim0``/``dim1``).
 
 The result is ordered (time, Y, X).  A dimension that none of the rules classifies (a
-``level``, an ensemble ``member``) is an :class:`InputError`: it must be selected or
-reduced first, or ``sample_dims`` given explicitly.  The choice and its reasons are
+``level``, an ensemble ``member``) is an :class:`InputError` whose advice fits it:
+select or reduce it, or give ``sample_dims`` explicitly; drop it if it has size 1; make a
+2-D latitude that is a data variable a coordinate.  The choice and its reasons are
 logged at INFO on the ``dask_dgd.climate`` logger.
 
-Latitude bounds (the CF ``bounds`` attribute) are read here too, for the area weights.
+The latitude for the area weights (:func:`weight_latitude`) follows the same
+classification: the Y dimension's own coordinate when it is a latitude, else the 2-D
+auxiliary latitude; a rotated-pole latitude is weighted as it is (its cells' area);
+the units are read or the coordinate refused.  Latitude bounds (the CF ``bounds``
+attribute) are read here too.
 """
 
 import logging

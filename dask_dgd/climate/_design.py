@@ -159,10 +159,10 @@ class FeatureSpec:
         ``cos(latitude)`` of the cell's centre; with CF latitude bounds ``(lo, hi)`` (the
         coordinate's ``bounds`` attribute names a variable of shape ``(nlat, 2)``), the
         mean of ``cos`` over the cell, ``(sin(hi) - sin(lo)) / (hi - lo)`` in radians:
-        the cell's exact area per unit of latitude, on the scale of ``cos(centre)``.  A
-        latitude dimension without coordinate values, or latitudes or bounds outside
-        [-90, 90] degrees ([-pi/2, pi/2] with ``units="radians"``) are an
-        :class:`InputError`."""
+        the cell's exact area per unit of latitude, on the scale of ``cos(centre)``.  The
+        latitude and its units come from :func:`._axes.weight_latitude` (which refuses
+        what is not a latitude); latitudes or bounds outside [-90, 90] degrees
+        ([-pi/2, pi/2] in radians) are an :class:`InputError`."""
         lat, radians = weight_latitude(ds, self.space_dims(), self.target, self.lat)
         coord = ds[lat]
         degrees = _checked_degrees(np.asarray(coord.values, dtype=np.float64), radians,
@@ -573,7 +573,10 @@ def to_design_matrix(ds, features, target, sample_dims=AUTO, *, time_dim=AUTO, l
         ``lon``/``longitude``/``x``/``rlon``, ...), ordered (time, Y, X); the choice is
         logged at INFO on the ``dask_dgd.climate`` logger and kept in ``dm.spec``.  Any
         other dimension of the target (a ``level``, an ensemble ``member``) must be
-        selected or reduced first, or ``sample_dims`` given explicitly.
+        selected or reduced first, or ``sample_dims`` given explicitly.  Names with a
+        numeric suffix (``latitude_0``, ``lon_1``) are read without it; a dimension no
+        rule names that a 2-D latitude/longitude coordinate spans (``nav_lat(dim0,
+        dim1)``) is Y (its first dimension) or X (its second).
     time_dim : str, default="auto"
         The time dimension (lags, lead and seasonal terms act along it); ``"auto"``: the
         one of ``sample_dims`` recognised as time as above.
@@ -592,12 +595,25 @@ def to_design_matrix(ds, features, target, sample_dims=AUTO, *, time_dim=AUTO, l
         the latitude coordinate has CF ``bounds`` (a ``(nlat, 2)`` variable such as
         ``lat_bnds``), the mean of ``cos`` over the cell,
         ``(sin(hi) - sin(lo)) / (hi - lo)``.  Needs a latitude coordinate in degrees
-        within [-90, 90] (radians with ``units="radians"``); on a curvilinear grid the
-        2-D latitude coordinate (e.g. ``nav_lat(y, x)``), with ``cos`` of the centres.
+        within [-90, 90] (``units`` ``degrees_north`` and variants, ``degrees``,
+        ``degree``) or radians (``radians``, ``radian``, ``rad``); without ``units``,
+        values beyond pi/2 are degrees and values all within [-pi/2, pi/2] are refused as
+        ambiguous (set the units); other units are refused as not a latitude.  On a
+        curvilinear grid the 2-D latitude coordinate (e.g. ``nav_lat(y, x)``), with
+        ``cos`` of the centres.  A rotated-pole grid is weighted by ``cos`` of its
+        *rotated* latitude, its cells' area on the sphere (a rotation keeps areas),
+        never by the 2-D true latitude.
     lat : str, default="auto"
-        The latitude coordinate for the weights ("auto": a spatial dimension named
-        ``lat``/``latitude``, or a coordinate on the spatial dimensions with CF latitude
-        attributes).
+        The latitude coordinate for the weights.  ``"auto"`` follows the
+        classification of the spatial dimensions: the coordinate of the Y dimension
+        when it is a latitude (CF ``standard_name`` ``latitude`` or ``grid_latitude``,
+        units in degrees or radians, a name such as ``lat``/``rlat``/``latitude_0``, a
+        dimension of a target whose ``grid_mapping`` is a rotated pole), else the 2-D
+        auxiliary latitude coordinate over the spatial dimensions (a Y dimension
+        without coordinate values, a projection ``y`` in metres, a ``y`` without
+        units); without a Y dimension, a latitude coordinate on the spatial
+        dimensions.  A rotated latitude (also named here) is logged at INFO on the
+        ``dask_dgd.climate`` logger.
 
     Returns
     -------
@@ -613,7 +629,9 @@ def to_design_matrix(ds, features, target, sample_dims=AUTO, *, time_dim=AUTO, l
         time dimension;
         with lags or lead, a time coordinate out of order, with repeated or missing
         (NaT) times; with area weights, a latitude dimension without coordinate values
-        or latitudes (or their bounds) outside [-90, 90] degrees.
+        (and no 2-D latitude), a Y coordinate that is not a latitude (and no 2-D
+        latitude), a latitude without units within [-pi/2, pi/2] or with units that
+        are not a latitude's, or latitudes (or their bounds) outside [-90, 90] degrees.
     ParameterError
         Bad ``sample_dims``, ``lags``, ``lead`` or ``seasonal``.
     """
