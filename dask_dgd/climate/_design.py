@@ -36,15 +36,12 @@ from dask.highlevelgraph import HighLevelGraph
 
 from .._backend import get_namespace
 from ..exceptions import InputError, ParameterError
-from ._axes import AUTO, latitude_bounds, resolve_dims
+from ._axes import AUTO, latitude_bounds, resolve_dims, weight_latitude
 from ._blocks import design_block, mask_block, shift_block
 from ._namespace import align
 from ._time import TIME_UNITS, TimeRule, check_dates, is_dates, seasonal_terms, time_steps
 
 __all__ = ["DesignMatrix", "FeatureSpec", "Fields", "to_design_matrix", "from_design_matrix"]
-
-_LAT_NAMES = ("lat", "latitude", "nav_lat", "y_lat")
-
 
 # ---------------------------------------------------------------- feature spec
 class FeatureSpec:
@@ -193,32 +190,9 @@ class FeatureSpec:
         return msg
 
     def lat_name(self, ds):
-        if self.lat != "auto":
-            if self.lat not in ds.variables:
-                if self.lat in ds.dims:
-                    raise _bare_lat_error(ds, self.lat)
-                raise InputError(f"the Dataset has no latitude coordinate {self.lat!r}")
-            return self.lat
-        space = set(self.space_dims())
-        bare = None  # a latitude dimension without coordinate values: its index is no latitude
-        for d in self.space_dims():
-            if d.lower() in _LAT_NAMES:
-                if d in ds.variables:
-                    return d
-                bare = bare or d
-        for name, coord in ds.coords.items():  # dimension or auxiliary (e.g. 2-D) coordinates
-            if not set(coord.dims) <= space or not coord.dims:
-                continue
-            if (coord.attrs.get("standard_name") == "latitude"
-                    or coord.attrs.get("units") in ("degrees_north", "degree_north", "degrees_N")
-                    or str(name).lower() in _LAT_NAMES):
-                return name
-        if bare is not None:
-            raise _bare_lat_error(ds, bare)
-        raise InputError(
-            f"no latitude among the spatial dimensions {list(self.space_dims())} or their coordinates for the "
-            "area weights; pass lat='name' or area_weights=False"
-        )
+        """The name of the latitude coordinate the area weights are read from (see
+        :func:`._axes.weight_latitude` for the rules of ``lat="auto"`` and the units)."""
+        return weight_latitude(ds, self.space_dims(), self.target, self.lat).name
 
     def cell_weights(self, ds):
         """The area weight of every cell (dims: the latitude coordinate's), checked.
@@ -226,13 +200,12 @@ class FeatureSpec:
         ``cos(latitude)`` of the cell's centre; with CF latitude bounds ``(lo, hi)`` (the
         coordinate's ``bounds`` attribute names a variable of shape ``(nlat, 2)``), the
         mean of ``cos`` over the cell, ``(sin(hi) - sin(lo)) / (hi - lo)`` in radians:
-        the cell's exact area per unit of latitude, on the scale of ``cos(centre)``.  A
-        latitude dimension without coordinate values, or latitudes or bounds outside
-        [-90, 90] degrees ([-pi/2, pi/2] with ``units="radians"``) are an
-        :class:`InputError`."""
-        lat = self.lat_name(ds)
+        the cell's exact area per unit of latitude, on the scale of ``cos(centre)``.  The
+        latitude and its units come from :func:`._axes.weight_latitude` (which refuses
+        what is not a latitude); latitudes or bounds outside [-90, 90] degrees
+        ([-pi/2, pi/2] in radians) are an :class:`InputError`."""
+        lat, radians = weight_latitude(ds, self.space_dims(), self.target, self.lat)
         coord = ds[lat]
-        radians = str(coord.attrs.get("units", "")).lower() in ("radians", "radian", "rad")
         degrees = _checked_degrees(np.asarray(coord.values, dtype=np.float64), radians,
                                    f"the latitude coordinate {lat!r}")
         bounds = latitude_bounds(ds, lat)
@@ -269,14 +242,6 @@ def _checked_degrees(values, radians, what):
             f"(cos(latitude)) need latitudes in {unit}; fix the coordinate or pass area_weights=False"
         )
     return degrees
-
-
-def _bare_lat_error(ds, dim):
-    return InputError(
-        f"area weights need the latitude of every cell in degrees, but the dimension {dim!r} has no coordinate "
-        f"values (its index 0..{ds.sizes[dim] - 1} is not a latitude): give it one "
-        f"(ds.assign_coords({dim}=...)) or pass area_weights=False"
-    )
 
 
 def _lags(lags, features):
@@ -673,7 +638,10 @@ def to_design_matrix(ds, features, target, sample_dims=AUTO, *, time_dim=AUTO, l
         ``lon``/``longitude``/``x``/``rlon``, ...), ordered (time, Y, X); the choice is
         logged at INFO on the ``dask_dgd.climate`` logger and kept in ``dm.spec``.  Any
         other dimension of the target (a ``level``, an ensemble ``member``) must be
-        selected or reduced first, or ``sample_dims`` given explicitly.
+        selected or reduced first, or ``sample_dims`` given explicitly.  Names with a
+        numeric suffix (``latitude_0``, ``lon_1``) are read without it; a dimension no
+        rule names that a 2-D latitude/longitude coordinate spans (``nav_lat(dim0,
+        dim1)``) is Y (its first dimension) or X (its second).
     time_dim : str, default="auto"
         The time dimension (lags, lead and seasonal terms act along it); ``"auto"``: the
         one of ``sample_dims`` recognised as time as above.
@@ -696,12 +664,25 @@ def to_design_matrix(ds, features, target, sample_dims=AUTO, *, time_dim=AUTO, l
         the latitude coordinate has CF ``bounds`` (a ``(nlat, 2)`` variable such as
         ``lat_bnds``), the mean of ``cos`` over the cell,
         ``(sin(hi) - sin(lo)) / (hi - lo)``.  Needs a latitude coordinate in degrees
-        within [-90, 90] (radians with ``units="radians"``); on a curvilinear grid the
-        2-D latitude coordinate (e.g. ``nav_lat(y, x)``), with ``cos`` of the centres.
+        within [-90, 90] (``units`` ``degrees_north`` and variants, ``degrees``,
+        ``degree``) or radians (``radians``, ``radian``, ``rad``); without ``units``,
+        values beyond pi/2 are degrees and values all within [-pi/2, pi/2] are refused as
+        ambiguous (set the units); other units are refused as not a latitude.  On a
+        curvilinear grid the 2-D latitude coordinate (e.g. ``nav_lat(y, x)``), with
+        ``cos`` of the centres.  A rotated-pole grid is weighted by ``cos`` of its
+        *rotated* latitude, its cells' area on the sphere (a rotation keeps areas),
+        never by the 2-D true latitude.
     lat : str, default="auto"
-        The latitude coordinate for the weights ("auto": a spatial dimension named
-        ``lat``/``latitude``, or a coordinate on the spatial dimensions with CF latitude
-        attributes).
+        The latitude coordinate for the weights.  ``"auto"`` follows the
+        classification of the spatial dimensions: the coordinate of the Y dimension
+        when it is a latitude (CF ``standard_name`` ``latitude`` or ``grid_latitude``,
+        units in degrees or radians, a name such as ``lat``/``rlat``/``latitude_0``, a
+        dimension of a target whose ``grid_mapping`` is a rotated pole), else the 2-D
+        auxiliary latitude coordinate over the spatial dimensions (a Y dimension
+        without coordinate values, a projection ``y`` in metres, a ``y`` without
+        units); without a Y dimension, a latitude coordinate on the spatial
+        dimensions.  A rotated latitude (also named here) is logged at INFO on the
+        ``dask_dgd.climate`` logger.
     time_unit : str, default="years"
         The unit of a trend on time (the time coordinate among ``features``): a fixed
         duration, so the column is exactly linear in time: ``"seconds"``,
@@ -728,7 +709,9 @@ def to_design_matrix(ds, features, target, sample_dims=AUTO, *, time_dim=AUTO, l
         time dimension;
         with lags or lead, a time coordinate out of order, with repeated or missing
         (NaT) times; with area weights, a latitude dimension without coordinate values
-        or latitudes (or their bounds) outside [-90, 90] degrees.
+        (and no 2-D latitude), a Y coordinate that is not a latitude (and no 2-D
+        latitude), a latitude without units within [-pi/2, pi/2] or with units that
+        are not a latitude's, or latitudes (or their bounds) outside [-90, 90] degrees.
     ParameterError
         Bad ``sample_dims``, ``lags``, ``lead``, ``seasonal`` or ``time_unit``; lags of
         the time coordinate (collinear with it).
