@@ -36,6 +36,7 @@ from dask.highlevelgraph import HighLevelGraph
 
 from .._backend import get_namespace
 from ..exceptions import InputError, ParameterError
+from ._areas import estimated_areas, measured_areas, vertex_areas
 from ._axes import AUTO, latitude_bounds, resolve_dims, weight_latitude
 from ._blocks import design_block, mask_block, shift_block
 from ._namespace import align
@@ -204,10 +205,17 @@ class FeatureSpec:
         latitude and its units come from :func:`._axes.weight_latitude` (which refuses
         what is not a latitude); latitudes or bounds outside [-90, 90] degrees
         ([-pi/2, pi/2] in radians) are an :class:`InputError`."""
+        first = [v for v in self.features[:1] if not self.trend(ds, v)]
+        measured = measured_areas(ds, [self.target, *first], self.space_dims(), self.target)
+        if measured is not None:
+            return measured
         lat, radians = weight_latitude(ds, self.space_dims(), self.target, self.lat)
         coord = ds[lat]
         degrees = _checked_degrees(np.asarray(coord.values, dtype=np.float64), radians,
                                    f"the latitude coordinate {lat!r}")
+        if coord.ndim >= 2:  # curvilinear: cos(latitude) is not the area
+            from_vertices = vertex_areas(ds, lat, radians, self.target)
+            return from_vertices if from_vertices is not None else estimated_areas(ds, lat, radians, self.target)
         bounds = latitude_bounds(ds, lat)
         if bounds is None:
             w = np.cos(np.deg2rad(degrees)).clip(min=0.0)
