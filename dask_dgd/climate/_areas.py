@@ -101,24 +101,51 @@ def measured_areas(ds, variables, space_dims, target):
     return xr.DataArray(np.where(bad, np.nan, values / top), dims=area.dims)
 
 
-def polygon_areas(lat, lon):
+def polygon_areas(lat, lon, parallels=True):
     """The area on the unit sphere (steradians) of each spherical polygon.
 
     ``lat``, ``lon``: radians, shape ``(..., n_vertex)``, the vertices in order (either
-    way round).  The polygon is cut into triangles from its first vertex; each
-    triangle's signed solid angle ``E`` comes from Van Oosterom & Strackee (1983),
-    ``tan(E / 2) = a . (b x c) / (1 + a . b + b . c + c . a)`` on the unit vectors of its
-    vertices, and the absolute value of their sum is the area (right for convex and
-    concave cells alike).  Repeated vertices (cells collapsed at the poles or the fold of
+    way round).  The edges are great-circle arcs, except that (with ``parallels``) an edge
+    between two vertices of the same latitude follows that parallel (a latitude-longitude cell's edge:
+    a regular grid written with 2-D coordinates gets the exact areas
+    ``(sin(hi) - sin(lo)) * dlon``, as with 1-D bounds).  The polygon is cut into
+    triangles from its first vertex; each triangle's signed solid angle ``E`` comes from
+    Van Oosterom & Strackee (1983), ``tan(E / 2) = a . (b x c) / (1 + a . b + b . c + c .
+    a)`` on the unit vectors of its vertices; each parallel edge from ``a`` to ``b`` adds
+    the area between it and the great circle, ``s (dlon (1 - s sin(lat)) - E)`` (``s``
+    the sign of the nearer pole, ``E`` the triangle (pole, a, b) from its colatitude and
+    ``dlon``: ``tan(E / 2) = t sin(dlon) / (1 + t cos(dlon))``, ``t`` the squared
+    tangent of half the colatitude); the absolute value of the sum is the area
+    (right for convex and concave cells alike).  Repeated vertices (cells collapsed at the poles or the fold of
     a tripolar grid) add triangles of zero area."""
     lat = np.asarray(lat, dtype=np.float64)
     lon = np.asarray(lon, dtype=np.float64)
     v = _unit_vectors(lat, lon)
-    a, b, c = v[..., :1, :], v[..., 1:-1, :], v[..., 2:, :]
-    num = np.einsum("...i,...i->...", a, np.cross(b, c))
+    signed = _excess(v[..., :1, :], v[..., 1:-1, :], v[..., 2:, :]).sum(axis=-1)
+    # an edge between two vertices of the same latitude follows the parallel: add the
+    # area between it and the great circle, the cap sector from the nearer pole less the
+    # triangle (pole, a, b)
+    lat_b, lon_b = np.roll(lat, -1, axis=-1), np.roll(lon, -1, axis=-1)
+    d_lon = lon_b - lon  # within (-pi, pi], wrapped only where needed (keeps its digits)
+    d_lon = np.where(d_lon > np.pi, d_lon - 2 * np.pi, np.where(d_lon <= -np.pi, d_lon + 2 * np.pi, d_lon))
+    parallel = (lat == lat_b) & (d_lon != 0) & (np.abs(lat) < np.pi / 2)
+    if parallels and parallel.any():
+        s = np.where(lat >= 0, 1.0, -1.0)
+        far = 1.0 - s * np.sin(lat)  # 1 - cos(colatitude from the nearer pole)
+        t = far / (1.0 + s * np.sin(lat))  # tan(colatitude / 2) ** 2
+        triangle = 2.0 * np.arctan2(t * np.sin(d_lon), 1.0 + t * np.cos(d_lon))
+        signed = signed + np.where(parallel, s * (d_lon * far - triangle), 0.0).sum(axis=-1)
+    return np.abs(signed)
+
+
+def _excess(a, b, c):
+    """The signed solid angle of the spherical triangles ``a, b, c`` (unit vectors on the
+    last axis), by Van Oosterom & Strackee's formula; the triple product as
+    ``a . ((b - a) x (c - a))``, which keeps its precision on small cells."""
+    num = np.einsum("...i,...i->...", a, np.cross(b - a, c - a))
     den = 1.0 + np.einsum("...i,...i->...", a, b) + np.einsum("...i,...i->...", b, c) \
         + np.einsum("...i,...i->...", c, a)
-    return np.abs(2.0 * np.arctan2(num, den).sum(axis=-1))
+    return 2.0 * np.arctan2(num, den)
 
 
 def _bounds(ds, name, dims):
@@ -193,7 +220,8 @@ def centre_areas(lat, lon):
     The centres' unit vectors are extrapolated by one row and column beyond each edge
     (``c[1]`` reflected through ``c[0]`` along their great circle); the vertex between four neighbouring centres is
     the normalised mean of their unit vectors; each cell is the spherical quadrilateral
-    of its four vertices (:func:`polygon_areas`)."""
+    of its four vertices with great-circle edges (:func:`polygon_areas`; computed
+    vertices share a latitude only up to rounding)."""
     v = _unit_vectors(np.asarray(lat, dtype=np.float64), np.asarray(lon, dtype=np.float64))
     for axis in (0, 1):  # one row (column) beyond each edge: the reflection of the next through the edge
         v = np.moveaxis(v, axis, 0)
@@ -202,7 +230,8 @@ def centre_areas(lat, lon):
     corner = v[:-1, :-1] + v[1:, :-1] + v[:-1, 1:] + v[1:, 1:]
     corner /= np.linalg.norm(corner, axis=-1, keepdims=True)
     quad = np.stack([corner[:-1, :-1], corner[:-1, 1:], corner[1:, 1:], corner[1:, :-1]], axis=-2)
-    return polygon_areas(np.arcsin(np.clip(quad[..., 2], -1.0, 1.0)), np.arctan2(quad[..., 1], quad[..., 0]))
+    return polygon_areas(np.arcsin(np.clip(quad[..., 2], -1.0, 1.0)), np.arctan2(quad[..., 1], quad[..., 0]),
+                         parallels=False)
 
 
 def estimated_areas(ds, lat, radians, target):
@@ -240,8 +269,9 @@ def no_areas_error(ds, lat, target, why):
     owner = target or "<target>"
     return InputError(
         f"the latitude {lat!r}{dims} is 2-D (a curvilinear grid), where cos(latitude) is not a cell's relative "
-        f"area, and the Dataset has no cell areas or vertex bounds ({why}): add the cell areas as a variable named by the "
-        f"target's cell_measures (ds['areacello'] = ({dims}, areas); ds[{owner!r}].attrs['cell_measures'] = "
-        f"'area: areacello'), give {lat!r} and the 2-D longitude CF vertex bounds (a ({dims[0]}, {dims[1]}, "
-        "n_vertex) variable named by each one's 'bounds' attribute), or pass area_weights=False"
+        f"area, and the Dataset has no cell areas or vertex bounds ({why}): add the cell areas as a variable "
+        f"named by the target's cell_measures (ds['areacello'] = ({dims}, areas); "
+        f"ds[{owner!r}].attrs['cell_measures'] = 'area: areacello'), give {lat!r} and the 2-D longitude CF "
+        f"vertex bounds (a ({dims[0]}, {dims[1]}, n_vertex) variable named by each one's 'bounds' "
+        "attribute), or pass area_weights=False"
     )

@@ -415,7 +415,6 @@ def test_orca2_fits_with_area_weights_from_nav_lat(rename, client):
     assert dm.spec.sample_dims == ("time_counter", ydim, xdim)
     w = dm.to_dataarray(dm.sample_weight).isel(time_counter=0).compute().values
     sea = np.isfinite(ds["tos"].isel(time_counter=0).values)
-    nav_lat = ds["nav_lat"].values.astype(np.float64)
     assert sea.sum() > 50_000 and np.array_equal(np.isfinite(w), sea)
     # the vertex bounds left out (ds[["tos"]]): the areas estimated from the centres, within 2% of the exact
     # areas of the file's vertex bounds on every sea cell (cos(nav_lat) is off by a factor up to 60)
