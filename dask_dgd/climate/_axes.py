@@ -33,7 +33,11 @@ The latitude for the area weights (:func:`weight_latitude`) follows the same
 classification: the Y dimension's own coordinate when it is a latitude, else the 2-D
 auxiliary latitude; a rotated-pole latitude is weighted as it is (its cells' area);
 the units are read or the coordinate refused.  Latitude bounds (the CF ``bounds``
-attribute) are read here too.
+attribute) are read here too.  ``cos`` of this latitude weights the cells only where the
+latitude is 1-D (a grid regular in latitude and longitude, or in rotated latitude and
+longitude): a 2-D latitude (a curvilinear grid) is weighted by its cells' areas on the
+sphere, from CF vertex bounds or estimated from the centres (:mod:`._areas`), and the
+file's own cell areas (CF ``cell_measures``) come before any latitude.
 """
 
 import logging
@@ -291,7 +295,7 @@ def latitude_bounds(ds, name):
     """The CF cell bounds of the 1-D latitude coordinate ``name`` as an array of shape
     ``(n, 2)`` (the coordinate's units), or None without a ``bounds`` attribute, when
     the variable it names is not in ``ds`` or the coordinate is not 1-D (curvilinear
-    cells have 4 vertices: their weights stay ``cos(latitude)``)."""
+    cells have vertex bounds: :func:`._areas.vertex_areas` reads them)."""
     coord = ds[name]
     bounds_name = coord.attrs.get("bounds", coord.encoding.get("bounds"))
     if not bounds_name or bounds_name not in ds.variables or coord.ndim != 1:
@@ -327,7 +331,8 @@ class Latitude(NamedTuple):
 
 
 def weight_latitude(ds, space_dims, target, lat=AUTO):
-    """The latitude coordinate whose ``cos`` weights the cells, with its units checked.
+    """The latitude coordinate whose ``cos`` weights the cells (a 1-D one; a 2-D one
+    gives the cells whose areas weight them, see :mod:`._areas`), with its units checked.
 
     ``lat="auto"`` follows the classification of the spatial dimensions: the
     coordinate of the latitude-like (Y) dimension when it is a latitude (CF

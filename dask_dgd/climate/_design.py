@@ -196,12 +196,17 @@ class FeatureSpec:
         return weight_latitude(ds, self.space_dims(), self.target, self.lat).name
 
     def cell_weights(self, ds):
-        """The area weight of every cell (dims: the latitude coordinate's), checked.
+        """The area weight of every cell (dims: those of the cell areas or the
+        latitude coordinate), checked.
 
-        ``cos(latitude)`` of the cell's centre; with CF latitude bounds ``(lo, hi)`` (the
-        coordinate's ``bounds`` attribute names a variable of shape ``(nlat, 2)``), the
-        mean of ``cos`` over the cell, ``(sin(hi) - sin(lo)) / (hi - lo)`` in radians:
-        the cell's exact area per unit of latitude, on the scale of ``cos(centre)``.  The
+        The cell areas named by CF ``cell_measures`` (:func:`._areas.measured_areas`)
+        when ``ds`` has them; on a 2-D latitude, the areas from its vertex bounds
+        (:func:`._areas.vertex_areas`) or estimated from the centres
+        (:func:`._areas.estimated_areas`); otherwise ``cos(latitude)`` of the cell's
+        centre; with CF latitude bounds ``(lo, hi)`` (the coordinate's ``bounds``
+        attribute names a variable of shape ``(nlat, 2)``), the mean of ``cos`` over the
+        cell, ``(sin(hi) - sin(lo)) / (hi - lo)`` in radians: the cell's exact area per
+        unit of latitude, on the scale of ``cos(centre)``.  The
         latitude and its units come from :func:`._axes.weight_latitude` (which refuses
         what is not a latitude); latitudes or bounds outside [-90, 90] degrees
         ([-pi/2, pi/2] in radians) are an :class:`InputError`."""
@@ -516,8 +521,8 @@ class DesignMatrix:
         (the row counts are unknown until computed).
     y : dask.array.Array of shape (n_samples,)
     sample_weight : dask.array.Array of shape (n_samples,)
-        Area weights: ``cos(latitude)``, or its mean over each cell with CF latitude
-        bounds (ones with ``area_weights=False``).
+        Area weights (see :func:`to_design_matrix`'s ``area_weights``; ones with
+        ``area_weights=False``).
     feature_names : list of str
     time_origin : numpy.datetime64, cftime date or None
         The origin of a trend on time (the feature named as the time coordinate is the
@@ -668,16 +673,32 @@ def to_design_matrix(ds, features, target, sample_dims=AUTO, *, time_dim=AUTO, l
         calendar, 365 or 366 by the year in the others; seconds are not counted), for
         any calendar.
     area_weights : bool, default=True
-        Weight each cell by its relative area: ``cos(latitude)`` of its centre or, when
-        the latitude coordinate has CF ``bounds`` (a ``(nlat, 2)`` variable such as
-        ``lat_bnds``), the mean of ``cos`` over the cell,
-        ``(sin(hi) - sin(lo)) / (hi - lo)``.  Needs a latitude coordinate in degrees
+        Weight each cell by its relative area, from the first of (logged at INFO on
+        ``dask_dgd.climate``): (1) the file's cell areas: the target (else the first
+        feature) has CF ``cell_measures = "area: <name>"`` and ``<name>`` is a variable
+        of ``ds`` on the spatial dimensions (or some of them, broadcast): the areas
+        divided by their largest finite value (at most 1, the scale of
+        ``cos(latitude)``; a pointwise ``alpha`` applies to the weighted sum); a
+        ``<name>`` not in ``ds`` is logged and skipped; negative or non-finite areas
+        where the target has values are an ``InputError``; (2) on a curvilinear grid
+        (the latitude is 2-D, e.g. ``nav_lat(y, x)``), where ``cos(latitude)`` is not
+        the area: each cell's area on the sphere, the spherical polygon of the CF
+        vertex bounds of the 2-D latitude and longitude (``bounds`` attributes naming
+        ``(Y, X, n_vertex)`` variables; an edge between vertices of one latitude follows
+        the parallel), divided by the largest; without bounds the areas estimated from
+        the centres (vertices at the mean of the four centres around them; within
+        0.23% of the exact areas on ORCA2's interior sea cells); without a 2-D
+        longitude, with non-finite centres or a single row or column, an
+        ``InputError`` naming the fixes (cell areas via ``cell_measures``, vertex
+        bounds, or ``area_weights=False``); (3) on a 1-D latitude, ``cos(latitude)`` of
+        the cell's centre or, when the latitude coordinate has CF ``bounds`` (a
+        ``(nlat, 2)`` variable such as ``lat_bnds``), the mean of ``cos`` over the
+        cell, ``(sin(hi) - sin(lo)) / (hi - lo)``.  Needs a latitude coordinate in degrees
         within [-90, 90] (``units`` ``degrees_north`` and variants, ``degrees``,
         ``degree``) or radians (``radians``, ``radian``, ``rad``); without ``units``,
         values beyond pi/2 are degrees and values all within [-pi/2, pi/2] are refused as
-        ambiguous (set the units); other units are refused as not a latitude.  On a
-        curvilinear grid the 2-D latitude coordinate (e.g. ``nav_lat(y, x)``), with
-        ``cos`` of the centres.  A rotated-pole grid is weighted by ``cos`` of its
+        ambiguous (set the units); other units are refused as not a latitude.  A
+        rotated-pole grid is weighted by ``cos`` of its
         *rotated* latitude, its cells' area on the sphere (a rotation keeps areas),
         never by the 2-D true latitude.
     lat : str, default="auto"

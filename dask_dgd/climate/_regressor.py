@@ -88,7 +88,14 @@ class ClimateRegressor(LazyHistory, ClientParamMixin, BaseEstimator):
         ``"minutes"``, ``"hours"``, ``"days"``, ``"months"``, ``"years"``,
         ``"decades"``, ``"centuries"``; ``predict`` applies the fit's origin, unit and
         calendar to its own dates (a later scenario on the same calendar extends the
-        trend; another calendar is an ``InputError``).
+        trend; another calendar is an ``InputError``).  ``area_weights`` (default True)
+        weights each cell by its relative area (fit, ``score`` and ``evaluate``): the
+        file's cell areas named by the target's CF ``cell_measures``, divided by their
+        largest; else ``cos(latitude)`` on a 1-D latitude (its mean over the cell with
+        CF bounds); on a curvilinear grid (2-D latitude) each cell's area on the sphere
+        from the CF vertex bounds or, without them, estimated from the cell centres,
+        never ``cos`` of the 2-D latitude.  A pointwise ``alpha`` applies to the
+        weighted sum.
     family : {"gaussian", "poisson", "binomial"}, default="gaussian"
         The link (identity, log, logit), pooled and pointwise alike; the target must
         be counts >= 0 for poisson and 0/1 for binomial (pointwise: values in [0, 1],
@@ -522,7 +529,8 @@ verbose, callbacks
         """Area-weighted skill on ``ds``: ``{"r2": ..., "rmse": ..., "n": cells scored}``.
 
         Cells where the target or the prediction is NaN are left out; weights are
-        ``cos(latitude)`` (ones with ``area_weights=False``).
+        the area weights of the fit (see ``area_weights``; ones with
+        ``area_weights=False``).
         """
         check_is_fitted(self, "coef_")
         spec = self.spec_
