@@ -529,8 +529,7 @@ verbose, callbacks
         """Area-weighted skill on ``ds``: ``{"r2": ..., "rmse": ..., "n": cells scored}``.
 
         Cells where the target or the prediction is NaN are left out; weights are
-        the area weights of the fit (see ``area_weights``; ones with
-        ``area_weights=False``).
+        ``cos(latitude)`` (ones with ``area_weights=False``).
         """
         check_is_fitted(self, "coef_")
         spec = self.spec_
