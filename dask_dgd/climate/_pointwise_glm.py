@@ -802,8 +802,10 @@ def _cell_series(fields, cells, client):
     arrays = [fields.y] + list(fields.full) + ([] if fields.trials is None else [fields.trials])
     picked = [[a[(slice(None),) + c] for a in arrays] for c in cells]
     timef = list(fields.time)
-    if not fields.in_process:  # one computation for every cell's series
-        flat = _gather(client, *[a for series in picked for a in series], *timef)
+    if not fields.in_process:  # one computation for every cell's series, its blocks brought to the host first
+        host = [a.map_blocks(to_host, dtype=np.float64, meta=np.empty((0,) * a.ndim))
+                for a in [a for series in picked for a in series] + timef]
+        flat = _gather(client, *host)
         k = len(arrays)
         picked = [flat[i * k:(i + 1) * k] for i in range(len(cells))]
         timef = list(flat[len(cells) * k:])
