@@ -613,10 +613,10 @@ class CellNewton(Solver):
 
 # ------------------------------------------------------------------- the fit
 def fit_cells(fields, family, alpha, tol, max_iter, split_every, client, target, *, max_time=None, callbacks=(),
-              verbose=0, desc="pointwise GLM"):
+              verbose=0, desc="pointwise GLM", separation=False):
     """Fit the per-cell models of ``fields`` (a :class:`~._design.Fields`) with
     :class:`CellNewton` in the one driver loop: returns ``(coef (*space, p), count
-    (*space,), passes, records)``, the arrays NumPy; ``passes`` counts the passes over
+    (*space,), passes, records, separated)``, the arrays NumPy; ``passes`` counts the passes over
     the data, the start's IRLS step included (at most ``max_iter``); ``records`` is a
     list of one record (dict) per pass (see :class:`CellNewton`), the rows of the
     estimator's ``history_`` (a DataFrame made when first asked for: on a small grid
@@ -626,7 +626,9 @@ def fit_cells(fields, family, alpha, tol, max_iter, split_every, client, target,
     ``max_time``: seconds after which the fit stops (the cells still iterating keep
     their last accepted coefficients, with a warning); ``callbacks``: called with every
     record, one returning True stops the fit; ``verbose``, ``desc``: the progress bar
-    (:class:`~dask_dgd._engine.runtime.monitor.Monitor`)."""
+    (:class:`~dask_dgd._engine.runtime.monitor.Monitor`); ``separation``: find the
+    separated cells (:func:`find_separated`, on the inputs the passes kept in memory)
+    as ``separated`` (*space,) bool, else None."""
     monitor = Monitor(verbose=verbose, callbacks=callbacks, total=int(max_iter), desc=desc,
                       capped=tol > 0 or max_time is not None)
     try:
@@ -647,7 +649,8 @@ def fit_cells(fields, family, alpha, tol, max_iter, split_every, client, target,
             "alpha > 0, or raise max_iter",
             ConvergenceWarning, stacklevel=user_stacklevel(),
         )
-    return coef, count, passes, list(monitor.records)
+    separated = find_separated(solver.fields, family, coef, client, split_every) if separation else None
+    return coef, count, passes, list(monitor.records), separated
 
 
 CACHE_SHARE = 0.25  # the inputs are kept in memory between passes when they fill at most this share of it
@@ -810,7 +813,7 @@ def _cell_series(fields, cells, client):
         picked = [flat[i * k:(i + 1) * k] for i in range(len(cells))]
         timef = list(flat[len(cells) * k:])
     out = []
-    for cell, series in zip(cells, picked):
+    for series in picked:
         y = np.asarray(series[0], dtype=np.float64)
         if fields.trials is not None:
             y, _ = proportions(np, y, np.asarray(series[-1], dtype=np.float64))

@@ -37,7 +37,8 @@ _FAMILIES = ("gaussian", "poisson", "binomial")
 CLIMATE_SIGNATURE = signature(
     ("features", None), ("target", None), ("model", "pooled"), ("sample_dims", AUTO), ("time_dim", AUTO),
     ("lags", None), ("lead", 0), ("seasonal", None), ("area_weights", True), ("lat", "auto"), ("family", "gaussian"),
-    ("trials", None), "alpha", "solver", "optimizer", "learning_rate", "batch_size", "max_iter", "tol", *MODES, *RUNTIME,
+    ("trials", None), "alpha", "solver", "optimizer", "learning_rate", "batch_size", "max_iter", "tol", *MODES,
+    *RUNTIME,
 )
 
 @init_from(CLIMATE_SIGNATURE, positional=2)
@@ -474,19 +475,17 @@ verbose, callbacks
         return self._compute_with_progress(coef, total[..., -1])
 
     def _fit_pointwise_glm(self, spec, fields):
-        from ._pointwise_glm import find_separated, fit_cells
+        from ._pointwise_glm import fit_cells
 
         client = task_client(self.client) or _default_client()  # the cluster whose memory holds the state
-        coef, count, passes, records = fit_cells(
+        coef, count, passes, records, separated = fit_cells(
             fields, self.family, self.alpha, self.tol, self.max_iter, self.split_every, client, self.target,
             max_time=self.max_time, callbacks=self.callbacks, verbose=self.verbose,
-            desc=f"{type(self).__name__} (pointwise {self.family})",
-        )
+            desc=f"{type(self).__name__} (pointwise {self.family})", separation=self.alpha == 0,
+        )  # a penalty (alpha > 0) gives every cell a finite fit: no separation to find
         self.n_iter_ = passes
         self._history_records = (records, {})  # history_ is made from them when first read (LazyHistory)
-        if self.alpha == 0:  # a penalty gives every cell a finite fit
-            separated = find_separated(fields, self.family, coef, client, self.split_every)
-        else:
+        if separated is None:
             separated = np.zeros(coef.shape[:-1], dtype=bool)
         self._set_pointwise(spec, fields, coef, count, separated)
         if separated.any():
