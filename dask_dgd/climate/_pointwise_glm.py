@@ -744,23 +744,46 @@ def edge_block(order, family, coef, yb, wb, *blocks, trials=False):
     """``(1, *space)``: per cell of a block, the largest ``|eta|`` (binomial) or
     ``-eta`` (poisson) over its observed steps (target, weight and features finite,
     weight > 0) at the cells' coefficients ``coef`` (``(*space, p)``, NumPy); ``-inf``
-    for a cell without one (or with an infinite intercept).  In the block's namespace,
-    the result on the host.  ``trials=True``: the last of ``blocks`` is the trials."""
-    from ._blocks import block_features
-
+    for a cell without one (or with an infinite intercept).  NumPy blocks: the Newton
+    passes' Numba kernel for ``eta``, a few MiB of rows at a time; others in their
+    namespace, one feature at a time; the result on the host.  ``trials=True``: the
+    last of ``blocks`` is the trials."""
     nb, blocks = (blocks[-1], blocks[:-1]) if trials else (None, blocks)
     xp, (coef, nb, yb, wb, *blocks) = align(coef, nb, yb, wb, *blocks)
     if nb is not None:
         yb, _ = proportions(xp, yb, nb)
     shape = tuple(yb.shape)
     n_t = shape[0]
-    c = xp.reshape(coef, (1, -1, coef.shape[-1]))
-    X = xp.reshape(block_features(order, shape, blocks), (n_t, c.shape[1], len(order)))
-    eta = c[..., 0] + xp.sum(X * c[..., 1:], axis=-1)
+    full, timef = split_fields(order, blocks)
+    p = len(order) + 1
+    if array_api_compat.is_numpy_namespace(xp):
+        from ._kernels import glm_eta_kernel
+
+        inputs = kernel_inputs(order, yb, wb, full, timef)
+        k = inputs[4].shape[1]
+        cells = np.arange(k)
+        coefT = np.ascontiguousarray(np.asarray(coef, dtype=np.float64).reshape(-1, p).T)
+        out = np.full(k, -np.inf)
+        rows = min(n_t, max(1, ROWS_ELEMENTS // max(k, 1)))
+        eta = np.empty((rows, k))
+        live = inputs[5] > 0.0
+        with np.errstate(invalid="ignore"):
+            for t0 in range(0, n_t, rows):
+                n = min(rows, n_t - t0)
+                e = eta[:n]
+                glm_eta_kernel(*inputs[:4], cells, coefT, t0, e)
+                far = np.abs(e) if family == "binomial" else np.negative(e)
+                ok = np.isfinite(inputs[4][t0:t0 + n]) & live & np.isfinite(e)
+                np.fmax(out, np.max(np.where(ok, far, -np.inf), axis=0), out=out)
+        return out.reshape((1,) + shape[1:])
+    c = xp.reshape(coef, (-1, p))
+    eta = xp.broadcast_to(xp.reshape(c[:, 0], (1, -1)), (n_t, c.shape[0]))
+    for f, (kind, pos) in enumerate(order):
+        x = xp.reshape(full[pos], (n_t, -1)) if kind == 0 else xp.reshape(timef[pos], (n_t, 1))
+        eta = eta + x * xp.reshape(c[:, f + 1], (1, -1))
     ok = xp.isfinite(xp.reshape(yb, (n_t, -1))) & xp.reshape(wb > 0.0, (1, -1)) & xp.isfinite(eta)
     far = xp.abs(eta) if family == "binomial" else -eta
-    out = xp.max(xp.where(ok, far, -xp.inf), axis=0)
-    return to_host(out).reshape((1,) + shape[1:])
+    return to_host(xp.max(xp.where(ok, far, -xp.inf), axis=0)).reshape((1,) + shape[1:])
 
 
 def find_separated(fields, family, coef, client, split_every):

@@ -300,3 +300,37 @@ def test_bad_counts_are_refused_naming_the_cell(model, where, hot, days):
 def test_missing_trials_variable_is_refused():
     with pytest.raises(InputError, match=r"the Dataset has no variable 'ndays'"):
         ClimateRegressor("x", "hot", family="binomial", trials="ndays", model="pointwise").fit(_hot_days("noleap"))
+
+
+@pytest.mark.parametrize("family", ["binomial", "poisson"])
+def test_edge_screen_on_strict_blocks_equals_numpy(family):
+    """The screen's Array API path (CuPy, array_api_strict) gives the Numba path's values."""
+    from dask_dgd.testing import on_array_api_strict
+
+    rng = np.random.default_rng(4)
+    y = (rng.random((30, 3, 4)) < 0.5).astype(float)
+    x, z = rng.normal(size=(30, 3, 4)), rng.normal(size=30)
+    y[0, 0, 0], x[1, 1, 1] = np.nan, np.nan
+    w = np.array([[0.98] * 4, [0.64] * 4, [0.0] * 4])  # the last row has weight 0: no observed step
+    coef = rng.normal(0, 5, size=(3, 4, 3))
+    order = [(0, 0), (1, 0)]
+    expected = edge_block(order, family, coef, y, w, x, z)
+    got = edge_block(order, family, coef, on_array_api_strict(y), on_array_api_strict(w), on_array_api_strict(x),
+                     on_array_api_strict(z))
+    assert expected.shape == (1, 3, 4) and np.all(expected[0, 2] == -np.inf)
+    np.testing.assert_allclose(got, expected, rtol=1e-14)
+    eta = coef[..., 0] + coef[..., 1] * x + coef[..., 2] * z[:, None, None]
+    far = np.abs(eta) if family == "binomial" else -eta
+    np.testing.assert_allclose(expected[0, :2], np.nanmax(np.where(np.isfinite(y), far, np.nan), axis=0)[:2])
+
+
+def test_pooled_trials_evaluate_and_features_none_leave_the_trials_out():
+    ds = _hot_days("noleap")
+    model = ClimateRegressor(None, "hot", family="binomial", trials="days", solver="newton", tol=1e-10,
+                             max_iter=200).fit(ds)
+    assert model.feature_names_ == ["x"]  # "days" is the trials, not a feature
+    got = model.evaluate(ds)
+    prop = ds["hot"] / ds["days"]
+    w = (ds["days"] * np.cos(np.deg2rad(ds["lat"]))).broadcast_like(prop).where(np.isfinite(prop))
+    e = prop - model.predict(ds)
+    np.testing.assert_allclose(got["rmse"], float(np.sqrt((w * e**2).sum() / w.sum())), rtol=1e-10)
