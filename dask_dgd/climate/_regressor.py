@@ -507,8 +507,9 @@ verbose, callbacks
                 else "counts 0 on one side of the features")
         warnings.warn(
             f"{len(cells)} grid cell(s) of {self.target!r} are separated ({what}): their maximum-likelihood "
-            f"estimate does not exist, the coefficients grew until the fit stopped and predict 0 or 1 there: "
-            f"{', '.join(shown)}{more}; they are listed in separated_; pass alpha > 0 for a finite penalised fit",
+            f"estimate does not exist: their coefficients grew until the fit stopped, and they predict 0 or 1 "
+            f"(poisson: 0) on the separated side: {', '.join(shown)}{more}; they are listed in separated_; pass "
+            "alpha > 0 for a finite penalised fit",
             ConvergenceWarning, stacklevel=user_stacklevel(),
         )
 

@@ -20,6 +20,8 @@ from dask_dgd.climate import ClimateRegressor
 from dask_dgd.climate._pointwise import MAX_LOG, _inverse_link
 from dask_dgd.climate._pointwise_glm import SCREEN_ETA, edge_block, mle_missing
 
+pytestmark = pytest.mark.filterwarnings("error::RuntimeWarning")  # no overflow anywhere (numpy's warnings)
+
 DIMS = ("time", "lat", "lon")
 LAT = [51.25, 52.5, 53.75]
 LON = [0.0, 1.25, 2.5, 3.75]
