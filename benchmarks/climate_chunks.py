@@ -10,7 +10,13 @@ scheduler), after one warm-up fit, ``REPEATS`` times each, alternating the chunk
 then per case the median, the mean block (cells, MiB) and the ratio to "auto".  Issue 50,
 item 9: where the per-block overhead dominates (the threshold of the tiny-chunks
 warning; see ``benchmarks/RESULTS.md``).
+
+``python -m benchmarks.climate_chunks a1b [REPEATS]``: the same on iris-sample-data's
+``A1B_north_america.nc`` (240 years x 37 x 49, float32), opened with ``chunks={}``
+(its own chunking, one year per block) and with ``chunks={"time": 240}`` (the fix the
+warning names); a per-cell AR(1) pointwise fit and a pooled one (``lags=[1]``).
 """
+import os
 import statistics
 import sys
 import time
@@ -42,7 +48,38 @@ def fit(ds, model, client):
         return time.perf_counter() - t0
 
 
+def a1b(repeats):
+    import iris_sample_data
+
+    path = os.path.join(os.path.dirname(iris_sample_data.__file__), "sample_data", "A1B_north_america.nc")
+    openings = {"chunks={}": {}, "chunks={'time': 240}": {"time": 240}}
+    lags = {"air_temperature": [1]}
+    times = {}
+    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True) as cluster, Client(cluster) as client:
+        for where, cl in (("cluster", client), ("in process", None)):
+            for model in ("pointwise", "pooled"):
+                extra = dict(solver="gd", max_iter=5, tol=0.0) if model == "pooled" else {}
+                for rep in range(repeats + 1):  # the first: a warm-up
+                    for name, chunks in openings.items():
+                        ds = xr.open_dataset(path, chunks=chunks)
+                        with warnings.catch_warnings():
+                            warnings.simplefilter("ignore")
+                            t0 = time.perf_counter()
+                            ClimateRegressor(["air_temperature"], "air_temperature", model=model, lags=lags,
+                                             client=cl, **extra).fit(ds)
+                            wall = time.perf_counter() - t0
+                        if rep:
+                            times.setdefault((where, model, name), []).append(wall)
+                        print(f"{where} {model} {name} rep {rep}: {wall:.2f} s", flush=True)
+    for (where, model, name), walls in times.items():
+        med = statistics.median(walls)
+        fixed = statistics.median(times[(where, model, "chunks={'time': 240}")])
+        print(f"{where:10s} {model:9s} {name:22s} median {med:6.2f} s, {med / fixed:5.2f}x the fix")
+
+
 def main():
+    if sys.argv[1:2] == ["a1b"]:
+        return a1b(int(sys.argv[2]) if len(sys.argv) > 2 else 3)
     args = [int(a) for a in sys.argv[1:5]]
     repeats, T, ny, nx = (args + [3, 480, 64, 128][len(args):])[:4]
     steps = sys.argv[5].split(",") if len(sys.argv) > 5 else ["1", "12", "120"]
