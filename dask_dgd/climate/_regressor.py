@@ -6,7 +6,6 @@ model fitted on GPU blocks predicts on NumPy blocks and the other way round.
 """
 
 import inspect
-import math
 import numbers
 import warnings
 
@@ -14,7 +13,6 @@ import dask
 import dask.array as da
 import numpy as np
 import xarray as xr
-from dask.utils import format_bytes
 from sklearn.base import BaseEstimator
 from sklearn.utils.validation import check_is_fitted
 
@@ -22,9 +20,11 @@ from .._engine.runtime.executor import task_client
 from .._history import LazyHistory
 from .._params import MODES, RUNTIME, TRAINING_CONSTRAINTS, init_from, signature
 from .._validation import ClientParamMixin, Interval, Options, one_fit_at_a_time, user_stacklevel, validate_params
-from ..exceptions import ChunkSizeWarning, ConvergenceWarning, InputError, ParameterError
-from ._axes import _UNITS, AUTO, classify, resolve_dims
+from ..exceptions import ConvergenceWarning, InputError, ParameterError
+from ._axes import AUTO, resolve_dims
+from ._chunks import warn_tiny_chunks
 from ._design import DesignMatrix, FeatureSpec, Fields
+from ._grid import grid_table
 from ._pointwise import cell_stats, pointwise_block, pooled_block, score_block, solve_cells
 from ._time import TIME_UNITS
 
@@ -417,7 +417,7 @@ verbose, callbacks
         _check_trials(spec, ds)
         # pointwise fits of a small in-memory grid run their block functions in process
         fields = Fields(spec, ds, in_process=self.model == "pointwise")
-        _warn_tiny_chunks(spec, fields)
+        warn_tiny_chunks(spec, fields)
         grid = {d: (ds.sizes[d], np.asarray(ds[d].values) if d in ds.coords else None) for d in spec.space_dims()}
         if self.model == "pointwise":
             self._fit_pointwise(spec, fields)
@@ -553,56 +553,6 @@ verbose, callbacks
         return None if rule is None else rule.origin_date
 
     # ----------------------------------------------------------------- predict
-    def _grid_table(self, spec, ds):
-        """The pointwise coefficient table (``(*space, p)``, NumPy) for the cells of
-        ``ds``: the fitted table itself on the fitted grid, else its rows taken at the
-        positions of ``ds``'s cells in the fitted grid (:meth:`_grid_positions`)."""
-        table = self._coef_table
-        for axis, d in enumerate(spec.space_dims()):
-            take = self._grid_positions(ds, d)
-            if take is not None:
-                table = np.take(table, take, axis=axis)
-        return table
-
-    def _grid_positions(self, ds, d):
-        """The positions in the fitted grid of the cells of ``ds`` along the spatial
-        dimension ``d`` (None: the fitted grid itself), matched by coordinate value
-        (see :func:`_match_values`; longitudes modulo 360); without coordinate values,
-        by position (the same size only).  Cells not on the fitted grid are an
-        :class:`InputError` naming them and the way out."""
-        size, values = self.grid_[d]
-        got = np.asarray(ds[d].values) if d in ds.coords and ds[d].ndim == 1 else None
-        n = ds.sizes[d]
-        if values is None or got is None:
-            if values is None and n == size:
-                return None
-            if values is None:
-                why = (f"the model was fitted without coordinate values for {d!r}, so its cells are matched by "
-                       "position and the sizes must be equal: predict on the whole dimension, or give it "
-                       f"coordinate values before fitting (ds.assign_coords({d}=...)) to predict on a part")
-            else:
-                why = (f"this Dataset has no coordinate values for {d!r} (the fitted grid has: "
-                       f"{_values_range(values)}), so its cells cannot be matched to the fitted ones: give it its "
-                       f"coordinates (ds.assign_coords({d}=...))")
-            raise InputError(
-                f"the {d!r} dimension of this Dataset ({n} values) differs from the grid the pointwise model was "
-                f"fitted on ({size} values): {why}"
-            )
-        period = 360.0 if _is_longitude(ds, d) else None
-        take = _match_values(values, got, period)
-        missing = take < 0
-        if missing.any():
-            shown = ", ".join(_shown(v) for v in got[missing][:3]) + (", ..." if missing.sum() > 3 else "")
-            modulo = ", matched modulo 360" if period else ""
-            to = f"{d}=model.coef_.{d}" if str(d).isidentifier() else f"{{{d!r}: model.coef_[{d!r}]}}"
-            raise InputError(
-                f"{int(missing.sum())} of the {got.size} {d!r} values of this Dataset are not on the grid the "
-                f"pointwise model was fitted on (not found: {shown}; fitted: {_values_range(values)}{modulo}): a "
-                f"pointwise model predicts on cells of its fitted grid only (any subset, in any order); take the "
-                f'fitted cells, e.g. ds.reindex({to}, method="nearest") or ds.interp({to}), or refit on this grid'
-            )
-        return None if take.size == size and np.array_equal(take, np.arange(size)) else take
-
     def predict(self, ds):
         """The target predicted on every cell of ``ds``, lazily.
 
@@ -650,7 +600,7 @@ verbose, callbacks
         index = "t" + "abcdefgh"[: len(spec.sample_dims) - 1]
         args = fields.blockwise_args(index, with_target=False)  # the weights (for the shape), the fields
         if self.model == "pointwise":
-            table = self._grid_table(spec, ds)
+            table = grid_table(self.grid_, self._coef_table, spec.space_dims(), ds)
             coef = da.from_array(table, chunks=fields.grid_chunks[1:] + ((table.shape[-1],),))
             out = da.blockwise(pointwise_block, index, fields.order, None, family, None, coef, index[1:] + "p",
                                *args,
@@ -728,118 +678,6 @@ def _coord_value(ds, dim, i):
         return i
     value = ds[dim].values[i]
     return value.item() if hasattr(value, "item") and not isinstance(value, np.datetime64) else value
-
-
-#: Coordinate values match a fitted one within this much of their magnitude (float32
-#: round trips are within 6e-8) and at most ``_GRID_SPACING`` of the fitted grid's spacing.
-_GRID_RTOL = 1e-6
-_GRID_SPACING = 0.01
-
-
-def _is_longitude(ds, d):
-    """Whether the dimension ``d`` of ``ds`` is a longitude in degrees: classified X
-    (see :mod:`._axes`) with ``degrees_east`` units, standard_name ``longitude`` or
-    the name ``lon``/``longitude``."""
-    if classify(ds, d)[0] != "X":
-        return False
-    attrs = ds[d].attrs
-    return (_UNITS.get(str(attrs.get("units", "")).strip().lower()) == "X"
-            or str(attrs.get("standard_name", "")).strip().lower() == "longitude"
-            or str(d).lower() in ("lon", "longitude"))
-
-
-def _match_values(fitted, got, period=None):
-    """The position in ``fitted`` of each value of ``got`` (-1 where none), both 1-D.
-
-    Numbers match within ``_GRID_RTOL`` of their magnitude and ``_GRID_SPACING`` of the
-    smallest spacing of ``fitted`` (``period``: modulo it, across the wrap too; a value
-    repeated modulo ``period``, as a cyclic column at 0 and 360, is matched to its first
-    position); other values (strings, dates) match exactly.  A fitted grid with repeated
-    values (without ``period``) matches only itself, position by position."""
-    if fitted.dtype.kind in "biuf" and got.dtype.kind in "biuf":
-        f, g = np.asarray(fitted, dtype=np.float64), np.asarray(got, dtype=np.float64)
-        if period:  # a longitude repeated modulo 360 (a cyclic column at 0 and 360) is one cell: its first
-            f, g = np.mod(f, period), np.mod(g, period)
-            sf, order = np.unique(f, return_index=True)
-        else:
-            order = np.argsort(f, kind="stable")
-            sf = f[order]
-        gaps = np.diff(np.concatenate([sf, sf[:1] + period])) if period else np.diff(sf)
-        if not np.all(np.isfinite(sf)) or np.any(gaps <= 0):
-            return _match_exactly(fitted, got)
-        tol = min(_GRID_RTOL * max(1.0, float(np.max(np.abs(f)))), _GRID_SPACING * float(np.min(gaps, initial=np.inf)))
-        if period:  # the neighbours across the wrap
-            sf = np.concatenate([sf[-1:] - period, sf, sf[:1] + period])
-            order = np.concatenate([order[-1:], order, order[:1]])
-        pos = np.searchsorted(sf, g)
-        lo, hi = np.clip(pos - 1, 0, sf.size - 1), np.clip(pos, 0, sf.size - 1)
-        near = np.where(np.abs(sf[lo] - g) <= np.abs(sf[hi] - g), lo, hi)
-        with np.errstate(invalid="ignore"):
-            return np.where(np.abs(sf[near] - g) <= tol, order[near], -1)
-    if fitted.dtype.kind in "biuf" or got.dtype.kind in "biuf":
-        return np.full(got.size, -1)
-    import pandas as pd
-
-    index = pd.Index(fitted)
-    return index.get_indexer(got) if index.is_unique else _match_exactly(fitted, got)
-
-
-def _match_exactly(fitted, got):
-    same = fitted.shape == got.shape and np.array_equal(fitted, got)
-    return np.arange(got.size) if same else np.full(got.size, -1)
-
-
-def _values_range(values):
-    if values.size and values.dtype.kind in "biuf":
-        return f"{values.size} values from {_shown(np.min(values))} to {_shown(np.max(values))}"
-    return f"{values.size} values, {values[:1].tolist()}.."
-
-
-def _shown(value):
-    return f"{value:g}" if isinstance(value, (numbers.Real, np.floating, np.integer)) else repr(value)
-
-
-#: A fit's grid is in blocks "far below a useful size" when it has more than
-#: ``_MIN_BLOCKS`` of them and their mean (as float64) is below ``_MIN_BLOCK_BYTES``:
-#: there each block's task overhead outweighs its arithmetic: on a 480 x 64 x 128
-#: float64 grid, blocks of 0.75 MiB fitted 1.5-3.9x slower than dask's "auto" chunks,
-#: of 2.5 MiB 0.8-2.0x (benchmarks/climate_chunks.py; see benchmarks/RESULTS.md).
-_MIN_BLOCK_BYTES = 2**20
-_MIN_BLOCKS = 16
-
-
-def _warn_tiny_chunks(spec, fields):
-    """A :class:`ChunkSizeWarning` when the grid's dask blocks are many and far below a
-    useful size (see ``_MIN_BLOCK_BYTES``), naming their number, their mean size and
-    the chunks to use instead: dask's ``"auto"`` chunks along time with the spatial
-    chunks kept, or, when that is still too small and more blocks than dask's
-    ``"auto"`` chunks along every sample dimension, those.  A
-    grid fitted in process (one NumPy block) is never warned about."""
-    chunks = fields.grid_chunks
-    n_blocks = math.prod(len(c) for c in chunks)
-    shape = tuple(sum(c) for c in chunks)
-    mean = math.prod(shape) / n_blocks
-    itemsize = np.dtype(np.float64).itemsize
-    if fields.in_process or n_blocks <= _MIN_BLOCKS or mean * itemsize >= _MIN_BLOCK_BYTES:
-        return
-    normalize = da.core.normalize_chunks
-    dims = spec.sample_dims
-    along_time = normalize(("auto",) + tuple(chunks[1:]), shape, dtype=np.float64)
-    along_all = normalize("auto", shape, dtype=np.float64)
-    n_time, n_all = (math.prod(len(c) for c in cs) for cs in (along_time, along_all))
-    if n_time <= n_all or math.prod(shape) / n_time * itemsize >= _MIN_BLOCK_BYTES:
-        fix = {dims[0]: along_time[0][0]}
-    else:
-        fix = {d: c[0] for d, c in zip(dims, along_all)}
-    warnings.warn(
-        f"the grid of {spec.target!r} is in {n_blocks} dask blocks of {mean:,.0f} cells "
-        f"({format_bytes(int(mean * itemsize))} as float64) on average, far below a useful size: each block "
-        f"costs a task's overhead, which outweighs its arithmetic below about "
-        f"{format_bytes(_MIN_BLOCK_BYTES)}, so this fit can take several times longer than with larger "
-        f"blocks; rechunk, e.g. ds = ds.chunk({fix}) (dask's \"auto\" chunks for this grid), or open the file with "
-        f"xr.open_dataset(path, chunks={fix})",
-        ChunkSizeWarning, stacklevel=user_stacklevel(),
-    )
 
 
 def _is_default(value, default):
