@@ -152,6 +152,14 @@ class FeatureSpec:
                 rule.check(ds[name].values, name)
             elif not self.trend(ds, name) and ds[name].dtype.kind not in "biuf":
                 raise InputError(self._not_numeric(ds, name))
+            elif (name == self.time_dim and not self.trend(ds, name)
+                  and " since " in str(ds[name].attrs.get("units", "")).lower()):
+                units = ds[name].attrs["units"]
+                raise InputError(
+                    f"the time coordinate {name!r} holds numbers in {units!r} (times not decoded): as a feature it "
+                    f"would be a trend per {units.split()[0].rstrip('s')}, not per time_unit={self.time_unit!r}; "
+                    "decode the times first (ds = xr.decode_cf(ds), or open the file without decode_times=False)"
+                )
         if need_target:
             lacking = [d for d in self.sample_dims if d not in ds[self.target].dims]
             if lacking:  # a broadcast target would repeat one value over every missing step/cell

@@ -406,6 +406,19 @@ def _max_abs(a):
     return out
 
 
+def still_moving(state, p, tol):
+    """``(*space,)`` bool: the cells whose last Newton step was not small (it changed a
+    coefficient by more than ``tol * max(1, |coef|)``): cells still iterating, and cells
+    that stopped on a flat objective while their coefficients kept growing, as those of
+    a separated cell do (a cell converged to a finite estimate takes a last step far
+    below that: Newton's quadratic convergence).  The screen of :func:`find_separated`."""
+    flat = state.reshape(-1, state.shape[-1])
+    beta, step = flat[:, :p], flat[:, 2 * p:3 * p]
+    with np.errstate(invalid="ignore"):
+        out = ~(_max_abs(step) <= tol * np.maximum(1.0, _max_abs(beta)))
+    return (out | (flat[:, 3 * p + 2] == ACTIVE)).reshape(state.shape[:-1])
+
+
 def final_coef(state, p):
     """``(*space, p)`` coefficients of a state: the converged point, or the last
     accepted one of a cell still iterating."""
@@ -604,10 +617,12 @@ class CellNewton(Solver):
         p, state = self.p, self.state
         if self.fields.in_process:
             self.count, self.left = state[..., 3 * p + 3], state[..., 3 * p + 2] == ACTIVE
+            self.moving = still_moving(state, p, self.tol)
             return final_coef(state, p), self.passes, None, None
         final = state.map_blocks(final_coef, p, chunks=state.chunks[:-1] + ((p,),), dtype=np.float64)
-        coef, self.count, self.left = _gather(self.client, final, state[..., 3 * p + 3],
-                                              state[..., 3 * p + 2] == ACTIVE)
+        moving = state.map_blocks(still_moving, p, self.tol, drop_axis=state.ndim - 1, dtype=bool)
+        coef, self.count, self.left, self.moving = _gather(self.client, final, state[..., 3 * p + 3],
+                                                           state[..., 3 * p + 2] == ACTIVE, moving)
         return coef, self.passes, None, None
 
 
@@ -649,7 +664,8 @@ def fit_cells(fields, family, alpha, tol, max_iter, split_every, client, target,
             "alpha > 0, or raise max_iter",
             ConvergenceWarning, stacklevel=user_stacklevel(),
         )
-    separated = find_separated(solver.fields, family, coef, client, split_every) if separation else None
+    separated = (find_separated(solver.fields, family, coef, client, split_every, solver.moving) if separation
+                 else None)
     return coef, count, passes, list(monitor.records), separated
 
 
@@ -786,16 +802,20 @@ def edge_block(order, family, coef, yb, wb, *blocks, trials=False):
     return to_host(xp.max(xp.where(ok, far, -xp.inf), axis=0)).reshape((1,) + shape[1:])
 
 
-def find_separated(fields, family, coef, client, split_every):
+def find_separated(fields, family, coef, client, split_every, moving=None):
     """The cells of a fit (``coef`` ``(*space, p)``, finite for the cells fitted) whose
     maximum-likelihood estimate does not exist, as a boolean array ``(*space,)``.
 
-    Two stages.  A screen in one pass over the data (:func:`edge_block`): the cells
-    with an observed step whose fitted linear predictor is beyond
-    :data:`SCREEN_ETA` (a cell whose estimate does not exist goes there as its
-    coefficients grow; an ordinary cell rarely does).  Then the exact test of those
-    cells alone on their own series (:func:`mle_missing`, a linear programme), so no
-    cell with a finite estimate is reported however far out its fit is."""
+    Two stages.  A screen: the cells whose last Newton step was not small
+    (``moving``, see :func:`still_moving`: a separated cell's coefficients keep
+    growing by about a unit of the linear predictor per pass until its objective is
+    flat) and, in one pass over the data (:func:`edge_block`), with an observed step
+    whose fitted linear predictor is beyond :data:`SCREEN_ETA` (where a separated
+    cell's fit goes; a rare-event cell with a finite estimate can go there too, but
+    its last step is small).  Then the exact test of those cells alone on their own
+    series (:func:`mle_missing`, a linear programme), so no cell with a finite
+    estimate is reported however far out its fit is.  ``moving=None``: the first
+    screen is skipped."""
     p = coef.shape[-1]
     extra = () if fields.trials is None else (fields.trials,)
     if fields.in_process:
@@ -813,7 +833,8 @@ def find_separated(fields, family, coef, client, split_every):
         (screen,) = _gather(client, blocks.max(axis=0, split_every=split_every))
     fitted = np.all(np.isfinite(coef), axis=-1)
     out = np.zeros(coef.shape[:-1], dtype=bool)
-    cells = [tuple(int(i) for i in c) for c in np.argwhere(fitted & (screen > SCREEN_ETA))]
+    candidates = fitted & (screen > SCREEN_ETA) & (True if moving is None else moving)
+    cells = [tuple(int(i) for i in c) for c in np.argwhere(candidates)]
     for cell, (X, y) in zip(cells, _cell_series(fields, cells, client)):
         out[cell] = mle_missing(X, y, family)
     return out

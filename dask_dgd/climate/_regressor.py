@@ -656,14 +656,13 @@ def _check_trials(spec, ds):
     if name is None:
         return
     k, n = ds[spec.target], ds[name]
-    both = np.isfinite(k) & np.isfinite(n)
-    bad = both & ((n < 0) | (k < 0) | (k > n))
+    bad = xr.apply_ufunc(_bad_counts, k, n, dask="parallelized", output_dtypes=[bool])  # in the blocks' namespace
     if not bool(bad.any()):
         return
     bad = bad.transpose(*[d for d in spec.sample_dims if d in bad.dims])
     first = tuple(int(i) for i in np.argwhere(np.asarray(bad.values))[0])
     at = dict(zip(bad.dims, first))
-    kv, nv = float(k.isel(at, missing_dims="ignore").values), float(n.isel(at, missing_dims="ignore").values)
+    kv, nv = (float(np.asarray(_host(v.isel(at, missing_dims="ignore").data))) for v in (k, n))
     where = ", ".join(f"{d}={_coord_value(ds, d, i)}" for d, i in at.items())
     n_bad = int(bad.sum())
     raise InputError(
@@ -671,6 +670,21 @@ def _check_trials(spec, ds):
         f"{n_bad} value(s) do not, the first at {where} (successes={kv:g}, trials={nv:g}); fix the data "
         "or mask those values with NaN"
     )
+
+
+def _host(a):
+    from ._namespace import to_host
+
+    return to_host(a.compute() if hasattr(a, "compute") else a)
+
+
+def _bad_counts(kb, nb):
+    """Where both are finite and not 0 <= successes <= trials, as NumPy (any namespace)."""
+    from ._namespace import align, to_host
+
+    xp, (kb, nb) = align(kb, nb)
+    both = xp.isfinite(kb) & xp.isfinite(nb)
+    return np.asarray(to_host(both & ((nb < 0) | (kb < 0) | (kb > nb))))
 
 
 def _coord_value(ds, dim, i):

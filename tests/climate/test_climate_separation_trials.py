@@ -10,6 +10,7 @@ import warnings
 
 import array_api_strict as xps
 import numpy as np
+import pandas as pd
 import pytest
 import statsmodels.api as sm
 import xarray as xr
@@ -336,3 +337,61 @@ def test_pooled_trials_evaluate_and_features_none_leave_the_trials_out():
     w = (ds["days"] * np.cos(np.deg2rad(ds["lat"]))).broadcast_like(prop).where(np.isfinite(prop))
     e = prop - model.predict(ds)
     np.testing.assert_allclose(got["rmse"], float(np.sqrt((w * e**2).sum() / w.sum())), rtol=1e-10)
+
+
+def _trials_grid():
+    rng = np.random.default_rng(0)
+    T, Y, X = 24, 2, 2
+    n = np.full((T, Y, X), 30.0)
+    k = rng.binomial(30, 0.3, size=(T, Y, X)).astype(float)
+    x = rng.normal(size=(T, Y, X))
+    return xr.Dataset(
+        {"k": (("time", "lat", "lon"), k), "n": (("time", "lat", "lon"), n), "x": (("time", "lat", "lon"), x)},
+        coords={"time": pd.date_range("2000", periods=T, freq="MS"),
+                "lat": ("lat", [0.0, 10.0], {"units": "degrees_north"}), "lon": [0.0, 1.0]},
+    ).chunk({"time": 12})
+
+
+def _on_strict(ds):
+    from dask_dgd.testing import on_array_api_strict
+
+    return ds.copy(data={v: on_array_api_strict(a.data) for v, a in ds.data_vars.items()})
+
+
+def test_trials_on_array_api_strict_blocks_fit_and_check_as_on_numpy():
+    """The trials check works in the blocks' namespace (a CuPy-backed Dataset too): the fit
+    equals the NumPy one, and bad counts are the same InputError naming the cell."""
+    ds = _trials_grid()
+    est = dict(model="pointwise", family="binomial", trials="n")
+    ref = ClimateRegressor("x", "k", **est).fit(ds)
+    got = ClimateRegressor("x", "k", **est).fit(_on_strict(ds))
+    np.testing.assert_allclose(got.coef_.values, ref.coef_.values, rtol=1e-10)
+    bad = ds.assign(k=ds["k"].where(ds["time"] != ds["time"][3], 99.0))
+    for data in (bad, _on_strict(bad)):
+        with pytest.raises(InputError, match=r"the first at time=2000-04-01.*successes=99, trials=30"):
+            ClimateRegressor("x", "k", **est).fit(data)
+
+
+def test_the_exact_test_runs_only_on_cells_whose_fit_kept_moving(monkeypatch):
+    """Rare-event cells (fitted probabilities far below 1e-3 at one end, a finite
+    estimate) pass the |eta| screen but converged with a small last step: no linear
+    programme runs for them; the separated cells beside them are still found."""
+    import dask_dgd.climate._pointwise_glm as G
+
+    rng = np.random.default_rng(0)
+    T, Y, X = 240, 6, 8
+    years = np.arange(T) / 10.0
+    eta = -12 + 0.6 * years[:, None, None] + rng.normal(0, 0.3, size=(1, Y, X))
+    y = (rng.random((T, Y, X)) < 1 / (1 + np.exp(-eta))).astype(float)
+    y[:, 0, :2] = (years >= 12.0)[:, None]  # two completely separated cells
+    ds = xr.Dataset({"y": (("time", "lat", "lon"), y), "t": (("time",), years)},
+                    coords={"time": pd.date_range("1800-01-01", periods=T, freq="YS"),
+                            "lat": ("lat", np.linspace(30, 60, Y), {"units": "degrees_north"}),
+                            "lon": np.arange(X) * 1.0})
+    tested = []
+    exact = G.mle_missing
+    monkeypatch.setattr(G, "mle_missing", lambda *a: tested.append(1) or exact(*a))
+    with pytest.warns(ConvergenceWarning, match=r"2 grid cell\(s\) of 'y' are separated"):
+        model = ClimateRegressor(["t"], "y", model="pointwise", family="binomial").fit(ds)
+    assert model.separated_.values.sum() == 2 and model.separated_.values[0, :2].all()
+    assert len(tested) == 2  # the 46 rare-event cells were spared the exact test
