@@ -13,7 +13,8 @@ The hierarchy::
     └── ConcurrentFitError (RuntimeError)  one estimator object fitted by two threads at once
 
     DGDWarning (UserWarning)         base of every dask_dgd warning
-    └── BiasOnlyWarning              a recommender ranks by its biases alone: its factors are all zero
+    ├── BiasOnlyWarning              a recommender ranks by its biases alone: its factors are all zero
+    └── ChunkSizeWarning             a fit's dask blocks are far below a useful size: rechunk
 
 ``NotFittedError`` and ``ConvergenceWarning`` are scikit-learn's own, re-exported so that
 code which already catches them keeps working.
@@ -25,6 +26,7 @@ __all__ = [
     "BiasOnlyWarning",
     "BlockError",
     "CheckpointError",
+    "ChunkSizeWarning",
     "ChunkingError",
     "ClusterError",
     "ConcurrentFitError",
@@ -80,3 +82,7 @@ class DGDWarning(UserWarning):
 
 class BiasOnlyWarning(DGDWarning):
     """A recommender's factors are all exactly zero: rankings come from its biases alone."""
+
+
+class ChunkSizeWarning(DGDWarning):
+    """A fit's data are in many dask blocks far below a useful size: rechunk them (the fix is named)."""

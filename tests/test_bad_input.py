@@ -789,10 +789,15 @@ def test_climate_huge_values(model, client):
 @pytest.mark.parametrize("model", MODELS)
 def test_climate_predict_on_another_grid(model, client):
     fitted = climate(model, client).fit(climate_grid())
-    other = climate_grid(Y=2)
+    other = climate_grid(Y=4)  # latitudes -40, -13.3, 13.3, 40: two of them off the fitted -40, 0, 40
     if model == "pointwise":
-        with pytest.raises(InputError, match=r"the 'lat' dimension of this Dataset \(2 values, \[-40.0\]..\) differs from the "
-                                             r"grid the pointwise model was fitted on \(3 values"):
+        with pytest.raises(InputError, match=r"^2 of the 4 'lat' values of this Dataset are not on the grid the pointwise "
+                                             r"model was fitted on \(not found: -13\.3333, 13\.3333; fitted: 3 values from "
+                                             r"-40 to 40\).*ds\.reindex\(lat=model\.coef_\.lat, method=\"nearest\"\)"):
             fitted.predict(other)
+        # cells of the fitted grid (the first and last latitudes) are predicted as on the full grid
+        part = climate_grid().isel(lat=[2, 0])
+        xr.testing.assert_allclose(fitted.predict(part).compute(),
+                                   fitted.predict(climate_grid()).compute().isel(lat=[2, 0]), rtol=1e-12, atol=0)
     else:  # documented: one pooled model predicts on any grid
-        assert fitted.predict(other).shape == (24, 2, 4)
+        assert fitted.predict(other).shape == (24, 4, 4)

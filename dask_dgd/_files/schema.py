@@ -549,6 +549,7 @@ _CLIMATE = {
     # counts, all failures or successes) has the documented intercept -inf or +inf
     "intercept_": Either((Real(), GridArray(finite=False))),
     "n_samples_": GridArray(kinds="biuf"),
+    "separated_": GridArray(kinds="b"),
     "_coef_table": Array(_FLOATS, ((None, None, None), (None, None), (None,))),  # intercepts +-inf: see intercept_
     "estimator_": Of(("sklearn.base:BaseEstimator",), none=True),
     "spec_": Of(("dask_dgd.climate._design:FeatureSpec",)),

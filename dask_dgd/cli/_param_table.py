@@ -429,6 +429,7 @@ PARAMETERS = {
         'area_weights': (('type', 'bool', 'an instance of bool'),),
         'lat': (('type', 'str', 'an instance of str'),),
         'family': (('options', ('binomial', 'gaussian', 'poisson'), "one of 'binomial', 'gaussian', 'poisson'"),),
+        'trials': (('none', 'None'), ('type', 'str', 'an instance of str')),
         'alpha': (('interval', 'real', 0, None, 'left', 'a float in [0, inf)'),),
         'solver': (),
         'optimizer': (),

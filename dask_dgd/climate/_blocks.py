@@ -11,7 +11,7 @@ import array_api_compat
 
 from ._namespace import align
 
-__all__ = ["block_features", "design_block", "mask_block", "shift_block", "split_fields"]
+__all__ = ["block_features", "design_block", "mask_block", "proportions", "shift_block", "split_fields"]
 
 
 def shift_block(n_pad, start, ok, *pieces):
@@ -62,11 +62,24 @@ def _keep(xp, order, yb, wb, blocks):
     return keep
 
 
-def design_block(order, yb, wb, *blocks):
+def proportions(xp, yb, nb):
+    """Successes ``yb`` out of ``nb`` binomial trials as ``(y / n, n)``: the proportion
+    where ``n > 0``, NaN where ``n`` is 0 or not finite (masked, as a NaN target), and
+    the trials with 0 there (a factor of the step's weight)."""
+    live = xp.isfinite(nb) & (nb > 0.0)
+    return xp.where(live, yb / xp.where(live, nb, 1.0), xp.nan), xp.where(live, nb, 0.0)
+
+
+def design_block(order, yb, wb, *blocks, trials=False):
     """``[X | y | w]`` of the unmasked cells of a block (C order), gathered column by
     column straight from the fields (boolean masks, no index arithmetic), in the
-    block's namespace and on its device."""
-    xp, (yb, wb, *blocks) = align(yb, wb, *blocks)
+    block's namespace and on its device.  ``trials=True``: the last of ``blocks`` is
+    the block's binomial trials, ``yb`` counts of successes: ``y`` is then the
+    proportion and ``w`` the cell weight times the trials (:func:`proportions`)."""
+    nb, blocks = (blocks[-1], blocks[:-1]) if trials else (None, blocks)
+    xp, (yb, nb, wb, *blocks) = align(yb, nb, wb, *blocks)
+    if nb is not None:
+        yb, nb = proportions(xp, yb, nb)
     keep = _keep(xp, order, yb, wb, blocks)
     n_t, cells = keep.shape
     keep = xp.reshape(keep, (-1,))
@@ -74,11 +87,17 @@ def design_block(order, yb, wb, *blocks):
     cols = [xp.reshape(full[pos], (-1,))[keep] if kind == 0 else xp.repeat(timef[pos], cells)[keep]
             for kind, pos in order]
     cols.append(xp.reshape(yb, (-1,))[keep])
-    cols.append(xp.reshape(xp.broadcast_to(xp.reshape(wb, (1, cells)), (n_t, cells)), (-1,))[keep])
+    w = xp.broadcast_to(xp.reshape(wb, (1, cells)), (n_t, cells))
+    if nb is not None:
+        w = w * xp.reshape(nb, (n_t, cells))
+    cols.append(xp.reshape(w, (-1,))[keep])
     return xp.stack(cols, axis=1)
 
 
-def mask_block(order, yb, wb, *blocks):
+def mask_block(order, yb, wb, *blocks, trials=False):
     """The cells of a block kept in the design matrix (bool, the block's shape)."""
-    xp, (yb, wb, *blocks) = align(yb, wb, *blocks)
+    nb, blocks = (blocks[-1], blocks[:-1]) if trials else (None, blocks)
+    xp, (yb, nb, wb, *blocks) = align(yb, nb, wb, *blocks)
+    if nb is not None:
+        yb, _ = proportions(xp, yb, nb)
     return xp.reshape(_keep(xp, order, yb, wb, blocks), yb.shape)

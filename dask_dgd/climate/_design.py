@@ -48,11 +48,13 @@ __all__ = ["DesignMatrix", "FeatureSpec", "Fields", "to_design_matrix", "from_de
 class FeatureSpec:
     """What the columns of a design matrix are, checked against a Dataset.
 
-    Parameters are those of :func:`to_design_matrix`.
+    Parameters are those of :func:`to_design_matrix`; ``trials``: the variable holding
+    the number of binomial trials of each value of the target (then a count of
+    successes), or None.
     """
 
     def __init__(self, features, target, sample_dims, time_dim, lags, lead, seasonal, area_weights, lat,
-                 time_unit="years"):
+                 time_unit="years", *, trials=None):
         if isinstance(features, str):
             features = [features]
         self.features = list(features)
@@ -86,6 +88,7 @@ class FeatureSpec:
         self.seasonal = int(seasonal or 0)
         self.area_weights = bool(area_weights)
         self.lat = lat
+        self.trials = trials
         if target in self.features and 0 in self.lags[target] and self.lead == 0:
             raise ParameterError(
                 f"feature {target!r} is the target at lag 0 with lead=0: it would predict itself; "
@@ -125,6 +128,8 @@ class FeatureSpec:
         if not isinstance(ds, xr.Dataset):
             raise InputError(f"expected an xarray Dataset; got {type(ds).__name__}")
         wanted = list(self.features) + ([self.target] if need_target else [])
+        if need_target and getattr(self, "trials", None) is not None:  # a spec saved before trials existed
+            wanted.append(self.trials)
         for name in wanted:
             if name not in ds.variables:
                 raise InputError(
@@ -148,6 +153,14 @@ class FeatureSpec:
                 rule.check(ds[name].values, name)
             elif not self.trend(ds, name) and ds[name].dtype.kind not in "biuf":
                 raise InputError(self._not_numeric(ds, name))
+            elif (name == self.time_dim and not self.trend(ds, name)
+                  and " since " in str(ds[name].attrs.get("units", "")).lower()):
+                units = ds[name].attrs["units"]
+                raise InputError(
+                    f"the time coordinate {name!r} holds numbers in {units!r} (times not decoded): as a feature it "
+                    f"would be a trend per {units.split()[0].rstrip('s')}, not per time_unit={self.time_unit!r}; "
+                    "decode the times first (ds = xr.decode_cf(ds), or open the file without decode_times=False)"
+                )
         if need_target:
             lacking = [d for d in self.sample_dims if d not in ds[self.target].dims]
             if lacking:  # a broadcast target would repeat one value over every missing step/cell
@@ -289,7 +302,8 @@ class Fields:
     for ``full[i]`` or ``(1, i)`` for ``time[i]``; ``weight``: the per-cell weight on the
     spatial dims (the area weight, see :meth:`FeatureSpec.cell_weights`; ones with
     ``area_weights=False`` or without a target, where it only gives the grid's shape);
-    ``y``: the target on the grid (or None).
+    ``y``: the target on the grid (or None); ``trials``: the binomial trials of each
+    target value on the grid (``spec.trials``; None without them or without a target).
 
     ``in_process=True`` asks for NumPy arrays instead of dask arrays when the grid is
     one dask block (the chunks dask's ``"auto"`` gives it, ``array.chunk-size``) and
@@ -362,12 +376,17 @@ class Fields:
             for values in seasonal_terms(ds[tdim].values, spec.seasonal).values():
                 add(xr.DataArray(values, dims=tdim))
         self.full, self.time, self.order = full, time_only, order
-        self.y = None
+        self.y = self.trials = None
         if need_target:
             y = _float64(ds[spec.target], self.in_process)
             if set(y.dims) != set(spec.sample_dims):
                 y = broadcast(y)
             self.y = lazy(y.transpose(*spec.sample_dims).data, grid_chunks)
+            if getattr(spec, "trials", None) is not None:  # binomial trials, broadcast like a feature
+                n = _float64(ds[spec.trials], self.in_process)
+                if set(n.dims) != set(spec.sample_dims):
+                    n = broadcast(n)
+                self.trials = lazy(n.transpose(*spec.sample_dims).data, grid_chunks)
         space = spec.space_dims()
         space_chunks = grid_chunks[1:]
         shape = tuple(ds.sizes[d] for d in space)
@@ -451,6 +470,8 @@ def _one_numpy_block(spec, ds, grid_chunks, need_target):
     if any(len(c) != 1 for c in grid_chunks):
         return False
     names = list(spec.features) + ([spec.target] if need_target else [])
+    if need_target and getattr(spec, "trials", None) is not None:
+        names.append(spec.trials)
     return all(ds[v].chunks is None and type(ds[v].data) is np.ndarray for v in names)
 
 
@@ -541,7 +562,8 @@ class DesignMatrix:
         chunks = fields.grid_chunks
         self._block_shapes = [tuple(c[i] for c, i in zip(chunks, idx)) for idx in self._block_index]
         blocks = [
-            da.from_delayed(dask.delayed(design_block)(fields.order, *fields.block_args(idx)),
+            da.from_delayed(dask.delayed(design_block)(fields.order, *self._block_args(idx),
+                                                       trials=fields.trials is not None),
                             shape=(np.nan, p + 2), dtype=np.float64, meta=fields.meta(2))
             for idx in self._block_index
         ]
@@ -559,8 +581,18 @@ class DesignMatrix:
     def n_blocks(self):
         return len(self._block_index)
 
+    def _block_args(self, idx):
+        """The block functions' inputs of grid block ``idx``, the trials' block last (if any)."""
+        args = self._fields.block_args(idx)
+        if self._fields.trials is None:
+            return args
+        if not hasattr(self, "_trials_delayed"):
+            self._trials_delayed = self._fields.trials.to_delayed(optimize_graph=False)
+        return (*args, self._trials_delayed[idx])
+
     def _mask(self, idx):
-        return dask.delayed(mask_block)(self._fields.order, *self._fields.block_args(idx))
+        return dask.delayed(mask_block)(self._fields.order, *self._block_args(idx),
+                                        trials=self._fields.trials is not None)
 
     def mask(self):
         """The cells kept (True) on the sample grid, as a lazy boolean DataArray."""

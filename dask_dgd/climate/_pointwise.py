@@ -14,7 +14,7 @@ import array_api_compat
 import numpy as np
 
 from ..exceptions import InputError
-from ._blocks import block_features, split_fields
+from ._blocks import block_features, proportions, split_fields
 from ._namespace import align, to_host
 
 __all__ = ["cell_stats", "cell_stats_xp", "pointwise_block", "pooled_block", "score_block", "solve_cells"]
@@ -189,11 +189,21 @@ def pointwise_block(order, family, coef, wb, *blocks):
     return xp.reshape(_inverse_link(xp, family, eta), shape)
 
 
+#: Largest linear predictor a Poisson prediction exponentiates: ``log`` of float64's largest
+#: value, so ``exp`` never overflows (a larger ``eta`` predicts about 1.8e308).
+MAX_LOG = 709.78
+
+
 def _inverse_link(xp, family, eta):
+    """The family's mean of the linear predictor ``eta``, in its namespace, without
+    overflow: Poisson ``exp(min(eta, MAX_LOG))``; binomial the logistic function as
+    ``1 / (1 + q)`` or ``q / (1 + q)`` with ``q = exp(-|eta|)`` in (0, 1] (``-inf``
+    gives 0, ``+inf`` 1); NaN stays NaN."""
     if family == "poisson":
-        return xp.exp(eta)
+        return xp.exp(xp.where(eta > MAX_LOG, MAX_LOG, eta))
     if family == "binomial":
-        return 1.0 / (1.0 + xp.exp(-eta))
+        q = xp.exp(-xp.abs(eta))
+        return xp.where(eta >= 0.0, 1.0 / (1.0 + q), q / (1.0 + q))
     return eta
 
 
@@ -205,14 +215,19 @@ def pooled_block(order, coef, intercept, family, wb, *blocks):
     return xp.reshape(_inverse_link(xp, family, eta), shape)
 
 
-def score_block(yb, pb, wb):
+def score_block(yb, pb, wb, nb=None):
     """``(1, ..., 1, 5)`` NumPy sums of a grid block for :meth:`ClimateRegressor.evaluate`:
-    ``sum w``, ``sum w y``, ``sum w y^2``, ``sum w e^2``, cells scored."""
-    xp, (yb, pb, wb) = align(yb, pb, wb)
+    ``sum w``, ``sum w y``, ``sum w y^2``, ``sum w e^2``, cells scored.  ``nb``: the
+    binomial trials of the block or None; with them ``y`` is the proportion ``yb /
+    nb`` and ``w`` the cell weight times the trials (see :func:`~._blocks.proportions`)."""
+    xp, (yb, pb, wb, nb) = align(yb, pb, wb, nb)
     n_t = yb.shape[0]
     y = xp.reshape(yb, (n_t, -1))
     pred = xp.reshape(pb, (n_t, -1))
     w = xp.broadcast_to(xp.reshape(wb, (1, -1)), y.shape)
+    if nb is not None:
+        y, n = proportions(xp, y, xp.reshape(nb, (n_t, -1)))
+        w = w * n
     ok = xp.isfinite(y) & xp.isfinite(pred) & (w > 0)
     w = xp.where(ok, w, 0.0)
     y0 = xp.where(ok, y, 0.0)

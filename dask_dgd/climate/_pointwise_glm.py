@@ -58,13 +58,13 @@ from .._engine.stopping import Stop, StopRules
 from .._validation import user_stacklevel
 from ..exceptions import ConvergenceWarning, InputError
 from ..optim._linesearch import MAX_HALVINGS, no_increase
-from ._blocks import split_fields
+from ._blocks import proportions, split_fields
 from ._kernels import BINOMIAL, POISSON
 from ._namespace import align, to_host
 from ._pointwise import kernel_inputs, masked_design, solve_spd
 
-__all__ = ["GLM_FAMILIES", "CellNewton", "fit_cells", "glm_stats", "glm_stats_of_state", "glm_stats_xp",
-           "newton_update"]
+__all__ = ["GLM_FAMILIES", "CellNewton", "find_separated", "fit_cells", "glm_stats", "glm_stats_of_state",
+           "glm_stats_xp", "mle_missing", "newton_update"]
 
 GLM_FAMILIES = {"poisson": POISSON, "binomial": BINOMIAL}
 
@@ -77,22 +77,31 @@ def n_stats(p):
     return p * p + p + 6
 
 
-def glm_stats(order, family, start, coef, yb, wb, *blocks):
+def glm_stats(order, family, start, coef, yb, wb, *blocks, trials=False):
     """Per-cell Newton statistics of one (time chunk, spatial chunk) block at the
     cells' coefficients ``coef`` (``(*space, p)``, NumPy): a NumPy array ``(1, *space,
     p*p + p + 6)``, see :func:`~._kernels.glm_acc_kernel` for the columns.
 
     NumPy blocks go through the Numba kernel, others (CuPy, ``array_api_strict``)
-    through :func:`glm_stats_xp` on their device."""
-    xp, (coef, yb, wb, *blocks) = align(coef, yb, wb, *blocks)
+    through :func:`glm_stats_xp` on their device.  ``trials=True``: the last of
+    ``blocks`` is the block's binomial trials (the grid's shape), and the target ``yb``
+    holds counts of successes, fitted as the proportions ``yb / trials`` with the
+    weights ``wb * trials`` per step (:func:`~._blocks.proportions`), through
+    :func:`glm_stats_xp` in every namespace."""
+    nb, blocks = (blocks[-1], blocks[:-1]) if trials else (None, blocks)
+    xp, (coef, nb, yb, wb, *blocks) = align(coef, nb, yb, wb, *blocks)
     n_t = yb.shape[0]
     space = tuple(yb.shape[1:])
     p = len(order) + 1
     full, timef = split_fields(order, blocks)
-    if not array_api_compat.is_numpy_namespace(xp):
+    if nb is not None or not array_api_compat.is_numpy_namespace(xp):
+        y, w = xp.reshape(yb, (n_t, -1)), xp.reshape(wb, (-1,))
+        steps = None
+        if nb is not None:
+            y, steps = proportions(xp, y, xp.reshape(nb, (n_t, -1)))
         out = to_host(glm_stats_xp(
-            xp, order, family, start, xp.reshape(coef, (-1, p)), xp.reshape(yb, (n_t, -1)),
-            xp.reshape(wb, (-1,)), [xp.reshape(b, (n_t, -1)) for b in full], list(timef),
+            xp, order, family, start, xp.reshape(coef, (-1, p)), y, w,
+            [xp.reshape(b, (n_t, -1)) for b in full], list(timef), steps=steps,
         ))
         return out.reshape((1,) + space + (out.shape[1],))
     inputs = kernel_inputs(order, yb, wb, full, timef)
@@ -140,7 +149,7 @@ ROWS_ELEMENTS = 2**18  # the NumPy stage of :func:`glm_stats` works on this many
 DENSE_SHARE = 0.5  # :func:`glm_stats_of_state` computes every cell of a chunk where this share of them iterates
 
 
-def glm_stats_of_state(order, family, start, state, yb, wb, *blocks):
+def glm_stats_of_state(order, family, start, state, yb, wb, *blocks, trials=False):
     """:func:`glm_stats` at the points of a spatial chunk's ``state`` (``(*space,
     3p+5)``, see :func:`state_width`), computed for its cells still iterating only
     (NumPy blocks after the start): those cells read in place by their indices (no
@@ -159,10 +168,10 @@ def glm_stats_of_state(order, family, start, state, yb, wb, *blocks):
     active = state[..., 3 * p + 2] == ACTIVE
     numpy_blocks = all(type(b) is np.ndarray for b in (yb, wb, *blocks))
     if start or not numpy_blocks or active.all():
-        return glm_stats(order, family, start, coef, yb, wb, *blocks)
+        return glm_stats(order, family, start, coef, yb, wb, *blocks, trials=trials)
     idx = np.flatnonzero(active.reshape(-1))
-    if idx.size >= DENSE_SHARE * active.size:  # most cells: all of them, in place, the others' then cleared
-        out = glm_stats(order, family, start, coef, yb, wb, *blocks)
+    if trials or idx.size >= DENSE_SHARE * active.size:  # all cells, the others' then cleared
+        out = glm_stats(order, family, start, coef, yb, wb, *blocks, trials=trials)
         out.reshape(-1, n_stats(p))[~active.reshape(-1)] = 0.0
         return out
     out = np.zeros((1,) + tuple(yb.shape[1:]) + (n_stats(p),))
@@ -235,14 +244,17 @@ def _xlogx(xp, v):
     return xp.where(pos, v * xp.log(xp.where(pos, v, 1.0)), 0.0)
 
 
-def glm_stats_xp(xp, order, family, start, coef, y, w, full, timef):
+def glm_stats_xp(xp, order, family, start, coef, y, w, full, timef, steps=None):
     """The statistics of :func:`glm_stats` with the Array API functions of ``xp``:
     ``(cells, p*p + p + 6)`` on the device of ``y``; the inputs as in
-    :func:`~._pointwise.cell_stats_xp`, ``coef`` (cells, p).  Equal to the kernel's up
-    to rounding (the sums run in another order)."""
+    :func:`~._pointwise.cell_stats_xp`, ``coef`` (cells, p); ``steps`` (time, cells) or
+    None: a factor of each step's weight (the binomial trials).  Equal to the kernel's
+    up to rounding (the sums run in another order)."""
     n_t, n_c = y.shape
     dtype, device = y.dtype, array_api_compat.device(y)
     ok, wm, ym, A = masked_design(xp, order, y, w, full, timef)  # A: (cells, p, time)
+    if steps is not None:
+        wm = wm * steps
     p = A.shape[1]
     if start:  # IRLS from the data (see the kernel)
         if family == "poisson":
@@ -394,6 +406,19 @@ def _max_abs(a):
     return out
 
 
+def still_moving(state, p, tol):
+    """``(*space,)`` bool: the cells whose last Newton step was not small (it changed a
+    coefficient by more than ``tol * max(1, |coef|)``): cells still iterating, and cells
+    that stopped on a flat objective while their coefficients kept growing, as those of
+    a separated cell do (a cell converged to a finite estimate takes a last step far
+    below that: Newton's quadratic convergence).  The screen of :func:`find_separated`."""
+    flat = state.reshape(-1, state.shape[-1])
+    beta, step = flat[:, :p], flat[:, 2 * p:3 * p]
+    with np.errstate(invalid="ignore"):
+        out = ~(_max_abs(step) <= tol * np.maximum(1.0, _max_abs(beta)))
+    return (out | (flat[:, 3 * p + 2] == ACTIVE)).reshape(state.shape[:-1])
+
+
 def final_coef(state, p):
     """``(*space, p)`` coefficients of a state: the converged point, or the last
     accepted one of a cell still iterating."""
@@ -541,8 +566,9 @@ class CellNewton(Solver):
         summary of :meth:`_pass_lazily`'s graph, called directly (its time-axis sum
         over one block is that block: the same values)."""
         p, fields = self.p, self.fields
+        extra = () if fields.trials is None else (fields.trials,)
         stats = glm_stats_of_state(fields.order, self.family, first, self.state, fields.y, fields.weight,
-                                   *fields.full, *fields.time)[0]
+                                   *fields.full, *fields.time, *extra, trials=bool(extra))[0]
         new = newton_update(self.state, stats, p, self.family, self.alpha, self.tol, first)
         counts = _summary(self.state, new, stats, p, self.alpha, first)
         self.state = new
@@ -555,7 +581,9 @@ class CellNewton(Solver):
         space_nb = fields.weight.numblocks
         stats = da.blockwise(
             glm_stats_of_state, index + "s", fields.order, None, self.family, None, first, None, self.state,
-            index[1:] + "p", *fields.blockwise_args(index), new_axes={"s": n_stats(p)},
+            index[1:] + "p", *fields.blockwise_args(index),
+            *(() if fields.trials is None else (fields.trials, index)), trials=fields.trials is not None,
+            new_axes={"s": n_stats(p)},
             adjust_chunks={"t": lambda n: 1}, concatenate=True, dtype=np.float64,
             meta=np.empty((0,) * (len(index) + 1)),
         )
@@ -589,19 +617,21 @@ class CellNewton(Solver):
         p, state = self.p, self.state
         if self.fields.in_process:
             self.count, self.left = state[..., 3 * p + 3], state[..., 3 * p + 2] == ACTIVE
+            self.moving = still_moving(state, p, self.tol)
             return final_coef(state, p), self.passes, None, None
         final = state.map_blocks(final_coef, p, chunks=state.chunks[:-1] + ((p,),), dtype=np.float64)
-        coef, self.count, self.left = _gather(self.client, final, state[..., 3 * p + 3],
-                                              state[..., 3 * p + 2] == ACTIVE)
+        moving = state.map_blocks(still_moving, p, self.tol, drop_axis=state.ndim - 1, dtype=bool)
+        coef, self.count, self.left, self.moving = _gather(self.client, final, state[..., 3 * p + 3],
+                                                           state[..., 3 * p + 2] == ACTIVE, moving)
         return coef, self.passes, None, None
 
 
 # ------------------------------------------------------------------- the fit
 def fit_cells(fields, family, alpha, tol, max_iter, split_every, client, target, *, max_time=None, callbacks=(),
-              verbose=0, desc="pointwise GLM"):
+              verbose=0, desc="pointwise GLM", separation=False):
     """Fit the per-cell models of ``fields`` (a :class:`~._design.Fields`) with
     :class:`CellNewton` in the one driver loop: returns ``(coef (*space, p), count
-    (*space,), passes, records)``, the arrays NumPy; ``passes`` counts the passes over
+    (*space,), passes, records, separated)``, the arrays NumPy; ``passes`` counts the passes over
     the data, the start's IRLS step included (at most ``max_iter``); ``records`` is a
     list of one record (dict) per pass (see :class:`CellNewton`), the rows of the
     estimator's ``history_`` (a DataFrame made when first asked for: on a small grid
@@ -611,7 +641,9 @@ def fit_cells(fields, family, alpha, tol, max_iter, split_every, client, target,
     ``max_time``: seconds after which the fit stops (the cells still iterating keep
     their last accepted coefficients, with a warning); ``callbacks``: called with every
     record, one returning True stops the fit; ``verbose``, ``desc``: the progress bar
-    (:class:`~dask_dgd._engine.runtime.monitor.Monitor`)."""
+    (:class:`~dask_dgd._engine.runtime.monitor.Monitor`); ``separation``: find the
+    separated cells (:func:`find_separated`, on the inputs the passes kept in memory)
+    as ``separated`` (*space,) bool, else None."""
     monitor = Monitor(verbose=verbose, callbacks=callbacks, total=int(max_iter), desc=desc,
                       capped=tol > 0 or max_time is not None)
     try:
@@ -632,7 +664,9 @@ def fit_cells(fields, family, alpha, tol, max_iter, split_every, client, target,
             "alpha > 0, or raise max_iter",
             ConvergenceWarning, stacklevel=user_stacklevel(),
         )
-    return coef, count, passes, list(monitor.records)
+    separated = (find_separated(solver.fields, family, coef, client, split_every, solver.moving) if separation
+                 else None)
+    return coef, count, passes, list(monitor.records), separated
 
 
 CACHE_SHARE = 0.25  # the inputs are kept in memory between passes when they fill at most this share of it
@@ -652,7 +686,7 @@ def _cached(fields, client):
 
     import dask
 
-    arrays = [a for a in [fields.y, *fields.full] if a is not None]
+    arrays = [a for a in [fields.y, fields.trials, *fields.full] if a is not None]
     nbytes = sum(a.nbytes for a in arrays)
     if not all(array_api_compat.is_numpy_array(a._meta) for a in arrays):
         return fields  # blocks on a device (CuPy): its memory is not the workers' limit; read each pass
@@ -669,7 +703,10 @@ def _cached(fields, client):
         return fields
     kept = client.persist(arrays) if client is not None else list(dask.persist(*arrays))
     out = copy.copy(fields)
-    out.y, out.full = (kept[0], kept[1:]) if fields.y is not None else (None, kept)
+    for name in ("y", "trials"):
+        if getattr(fields, name) is not None:
+            setattr(out, name, kept.pop(0))
+    out.full = kept
     return out
 
 
@@ -710,3 +747,156 @@ def _gather(client, *arrays):
     import dask
 
     return dask.compute(*arrays)
+
+
+# ------------------------------------------------------------ separated cells
+#: The screen of :func:`find_separated`: a cell whose fitted linear predictor reaches this
+#: far out on an observed step (binomial ``|eta|``, fitted probability within 3.4e-4 of 0
+#: or 1; poisson ``-eta``, fitted mean below 3.4e-4) is tested for separation.
+SCREEN_ETA = 8.0
+
+
+def edge_block(order, family, coef, yb, wb, *blocks, trials=False):
+    """``(1, *space)``: per cell of a block, the largest ``|eta|`` (binomial) or
+    ``-eta`` (poisson) over its observed steps (target, weight and features finite,
+    weight > 0) at the cells' coefficients ``coef`` (``(*space, p)``, NumPy); ``-inf``
+    for a cell without one (or with an infinite intercept).  NumPy blocks: the Newton
+    passes' Numba kernel for ``eta``, a few MiB of rows at a time; others in their
+    namespace, one feature at a time; the result on the host.  ``trials=True``: the
+    last of ``blocks`` is the trials."""
+    nb, blocks = (blocks[-1], blocks[:-1]) if trials else (None, blocks)
+    xp, (coef, nb, yb, wb, *blocks) = align(coef, nb, yb, wb, *blocks)
+    if nb is not None:
+        yb, _ = proportions(xp, yb, nb)
+    shape = tuple(yb.shape)
+    n_t = shape[0]
+    full, timef = split_fields(order, blocks)
+    p = len(order) + 1
+    if array_api_compat.is_numpy_namespace(xp):
+        from ._kernels import glm_eta_kernel
+
+        inputs = kernel_inputs(order, yb, wb, full, timef)
+        k = inputs[4].shape[1]
+        cells = np.arange(k)
+        coefT = np.ascontiguousarray(np.asarray(coef, dtype=np.float64).reshape(-1, p).T)
+        out = np.full(k, -np.inf)
+        rows = min(n_t, max(1, ROWS_ELEMENTS // max(k, 1)))
+        eta = np.empty((rows, k))
+        live = inputs[5] > 0.0
+        with np.errstate(invalid="ignore"):
+            for t0 in range(0, n_t, rows):
+                n = min(rows, n_t - t0)
+                e = eta[:n]
+                glm_eta_kernel(*inputs[:4], cells, coefT, t0, e)
+                far = np.abs(e) if family == "binomial" else np.negative(e)
+                ok = np.isfinite(inputs[4][t0:t0 + n]) & live & np.isfinite(e)
+                np.fmax(out, np.max(np.where(ok, far, -np.inf), axis=0), out=out)
+        return out.reshape((1,) + shape[1:])
+    c = xp.reshape(coef, (-1, p))
+    eta = xp.broadcast_to(xp.reshape(c[:, 0], (1, -1)), (n_t, c.shape[0]))
+    for f, (kind, pos) in enumerate(order):
+        x = xp.reshape(full[pos], (n_t, -1)) if kind == 0 else xp.reshape(timef[pos], (n_t, 1))
+        eta = eta + x * xp.reshape(c[:, f + 1], (1, -1))
+    ok = xp.isfinite(xp.reshape(yb, (n_t, -1))) & xp.reshape(wb > 0.0, (1, -1)) & xp.isfinite(eta)
+    far = xp.abs(eta) if family == "binomial" else -eta
+    return to_host(xp.max(xp.where(ok, far, -xp.inf), axis=0)).reshape((1,) + shape[1:])
+
+
+def find_separated(fields, family, coef, client, split_every, moving=None):
+    """The cells of a fit (``coef`` ``(*space, p)``, finite for the cells fitted) whose
+    maximum-likelihood estimate does not exist, as a boolean array ``(*space,)``.
+
+    Two stages.  A screen: the cells whose last Newton step was not small
+    (``moving``, see :func:`still_moving`: a separated cell's coefficients keep
+    growing by about a unit of the linear predictor per pass until its objective is
+    flat) and, in one pass over the data (:func:`edge_block`), with an observed step
+    whose fitted linear predictor is beyond :data:`SCREEN_ETA` (where a separated
+    cell's fit goes; a rare-event cell with a finite estimate can go there too, but
+    its last step is small).  Then the exact test of those cells alone on their own
+    series (:func:`mle_missing`, a linear programme), so no cell with a finite
+    estimate is reported however far out its fit is.  ``moving=None``: the first
+    screen is skipped."""
+    p = coef.shape[-1]
+    extra = () if fields.trials is None else (fields.trials,)
+    if fields.in_process:
+        screen = edge_block(fields.order, family, coef, fields.y, fields.weight, *fields.full, *fields.time, *extra,
+                            trials=bool(extra))[0]
+    else:
+        index = "t" + "abcdefgh"[: fields.weight.ndim]
+        coef_da = da.from_array(coef, chunks=fields.grid_chunks[1:] + ((p,),))
+        blocks = da.blockwise(
+            edge_block, index, fields.order, None, family, None, coef_da, index[1:] + "p",
+            *fields.blockwise_args(index), *(() if fields.trials is None else (fields.trials, index)),
+            trials=fields.trials is not None, adjust_chunks={"t": lambda n: 1}, concatenate=True,
+            dtype=np.float64, meta=np.empty((0,) * len(index)),
+        )
+        (screen,) = _gather(client, blocks.max(axis=0, split_every=split_every))
+    fitted = np.all(np.isfinite(coef), axis=-1)
+    out = np.zeros(coef.shape[:-1], dtype=bool)
+    candidates = fitted & (screen > SCREEN_ETA) & (True if moving is None else moving)
+    cells = [tuple(int(i) for i in c) for c in np.argwhere(candidates)]
+    for cell, (X, y) in zip(cells, _cell_series(fields, cells, client)):
+        out[cell] = mle_missing(X, y, family)
+    return out
+
+
+def _cell_series(fields, cells, client):
+    """``(X, y)`` of each cell of ``cells`` (index tuples on the spatial grid): its
+    observed steps' design ``[1, x]`` (n, p) and target (proportions with trials),
+    NumPy."""
+    if not cells:
+        return []
+    arrays = [fields.y] + list(fields.full) + ([] if fields.trials is None else [fields.trials])
+    picked = [[a[(slice(None),) + c] for a in arrays] for c in cells]
+    timef = list(fields.time)
+    if not fields.in_process:  # one computation for every cell's series, its blocks brought to the host first
+        host = [a.map_blocks(to_host, dtype=np.float64, meta=np.empty((0,) * a.ndim))
+                for a in [a for series in picked for a in series] + timef]
+        flat = _gather(client, *host)
+        k = len(arrays)
+        picked = [flat[i * k:(i + 1) * k] for i in range(len(cells))]
+        timef = list(flat[len(cells) * k:])
+    out = []
+    for series in picked:
+        y = np.asarray(series[0], dtype=np.float64)
+        if fields.trials is not None:
+            y, _ = proportions(np, y, np.asarray(series[-1], dtype=np.float64))
+        cols = [np.ones_like(y)] + [np.asarray(series[1 + pos] if kind == 0 else timef[pos], dtype=np.float64)
+                                     for kind, pos in fields.order]
+        X = np.stack(cols, axis=1)
+        ok = np.isfinite(y) & np.all(np.isfinite(X), axis=1)  # the screen passed only cells of weight > 0
+        out.append((X[ok], y[ok]))
+    return out
+
+
+def mle_missing(X, y, family):
+    """Whether the maximum-likelihood estimate of one cell does not exist: its
+    observed design ``X`` (n, p; the intercept's column of ones first) and target
+    ``y`` (binomial: proportions in [0, 1]; poisson: counts).
+
+    It does not exist exactly when a direction ``d != 0`` of the coefficients
+    increases the likelihood without bound (complete or quasi-complete separation,
+    Albert and Anderson 1984): ``x . d >= 0`` on every step whose target is 1, ``x . d
+    <= 0`` where it is 0, ``x . d = 0`` in between (binomial; poisson: ``<= 0`` where
+    the count is 0, ``= 0`` where it is positive), with some inequality strict.  The
+    linear programme of Konis (2007), as R's ``detectseparation``: maximise the sum of
+    ``|x . d|`` over the steps at 0 or 1 subject to those signs and ``|d_j| <= 1``
+    (the columns scaled to a largest value of 1); a positive optimum is a
+    separation."""
+    from scipy.optimize import linprog
+
+    if X.shape[0] == 0:
+        return False
+    scale = np.max(np.abs(X), axis=0)
+    Xs = X / np.where(scale > 0, scale, 1.0)
+    low = y <= 0.0
+    high = (y >= 1.0) if family == "binomial" else np.zeros_like(low)
+    edge = low | high
+    if not edge.any():
+        return False
+    signed = np.where(high, 1.0, -1.0)[edge, None] * Xs[edge]
+    middle = ~edge
+    res = linprog(-signed.sum(axis=0), A_ub=-signed, b_ub=np.zeros(len(signed)),
+                  A_eq=Xs[middle] if middle.any() else None, b_eq=np.zeros(int(middle.sum())) if middle.any() else None,
+                  bounds=[(-1.0, 1.0)] * X.shape[1], method="highs")
+    return bool(res.status == 0 and -res.fun > 1e-6)

@@ -7,6 +7,7 @@ model fitted on GPU blocks predicts on NumPy blocks and the other way round.
 
 import inspect
 import numbers
+import warnings
 
 import dask
 import dask.array as da
@@ -18,10 +19,12 @@ from sklearn.utils.validation import check_is_fitted
 from .._engine.runtime.executor import task_client
 from .._history import LazyHistory
 from .._params import MODES, RUNTIME, TRAINING_CONSTRAINTS, init_from, signature
-from .._validation import ClientParamMixin, Interval, Options, one_fit_at_a_time, validate_params
-from ..exceptions import InputError, ParameterError
+from .._validation import ClientParamMixin, Interval, Options, one_fit_at_a_time, user_stacklevel, validate_params
+from ..exceptions import ConvergenceWarning, InputError, ParameterError
 from ._axes import AUTO, resolve_dims
+from ._chunks import warn_tiny_chunks
 from ._design import DesignMatrix, FeatureSpec, Fields
+from ._grid import grid_table
 from ._pointwise import cell_stats, pointwise_block, pooled_block, score_block, solve_cells
 from ._time import TIME_UNITS
 
@@ -37,7 +40,7 @@ _FAMILIES = ("gaussian", "poisson", "binomial")
 CLIMATE_SIGNATURE = signature(
     ("features", None), ("target", None), ("model", "pooled"), ("sample_dims", AUTO), ("time_dim", AUTO),
     ("lags", None), ("lead", 0), ("seasonal", None), ("time_unit", "years"),
-    ("area_weights", True), ("lat", "auto"), ("family", "gaussian"),
+    ("area_weights", True), ("lat", "auto"), ("family", "gaussian"), ("trials", None),
     "alpha", "solver", "optimizer", "learning_rate", "batch_size", "max_iter", "tol", *MODES, *RUNTIME,
 )
 
@@ -99,9 +102,30 @@ class ClimateRegressor(LazyHistory, ClientParamMixin, BaseEstimator):
     family : {"gaussian", "poisson", "binomial"}, default="gaussian"
         The link (identity, log, logit), pooled and pointwise alike; the target must
         be counts >= 0 for poisson and 0/1 for binomial (pointwise: values in [0, 1],
-        i.e. proportions too).  A pointwise cell whose target never leaves 0 (or, for
-        binomial, 1) has no finite maximum-likelihood fit: its intercept is ``-inf``
-        (``+inf``), its slopes 0, and it predicts 0 (1) exactly.
+        i.e. proportions too; with ``trials``: counts of successes).  A pointwise cell
+        whose target never leaves 0 (or, for binomial, 1) has no finite
+        maximum-likelihood fit: its intercept is ``-inf`` (``+inf``), its slopes 0, and
+        it predicts 0 (1) exactly.  A pointwise poisson or binomial cell whose target
+        does vary but is *separated* by the features (binomial: 0 on one side of a
+        hyperplane of the features and 1 on the other, completely or with ties on it;
+        poisson: counts 0 on one side) has no finite fit either: with ``alpha=0`` such
+        cells are found after the fit, listed in ``separated_`` and reported by a
+        ``ConvergenceWarning``; their coefficients are the last accepted ones (large)
+        and their predictions 0 or 1 (poisson: 0) on the separated side.
+    trials : str or None, default=None
+        ``family="binomial"`` only (a ``ParameterError`` otherwise): the variable of the
+        Dataset holding the number of trials of each value of the target, which is
+        then the count of successes out of them (e.g. hot days out of
+        ``days_in_month``).  On the sample dimensions or a subset of them, broadcast
+        like a feature (``days_in_month`` on ``(time,)``).  The fit maximises the
+        binomial likelihood of the counts: the proportion ``successes / trials`` with
+        weight ``trials`` times the area weight, pooled
+        (:class:`dask_dgd.BinomialRegressor` with ``sample_weight``) and pointwise
+        (per-cell IRLS).  Values with 0 or NaN trials are masked like a NaN target;
+        negative trials, negative successes or successes above the trials are an
+        ``InputError`` naming the first such cell.  ``predict`` returns the
+        probability; ``evaluate`` and ``score`` compare the observed proportion with
+        it, weighted by the trials times the area weight.
     alpha : float, default=0.0
         L2 penalty.  Pooled: on the weighted *mean* loss, as in
         :class:`dask_dgd.LinearRegression`; pointwise: per cell, the weighted deviance
@@ -109,7 +133,8 @@ class ClimateRegressor(LazyHistory, ClientParamMixin, BaseEstimator):
         weighted sum of squared errors, as ``sklearn.linear_model.Ridge(alpha)``; for
         poisson cells ``alpha = n * alpha_sk`` of ``sklearn.linear_model.PoissonRegressor``
         (n the cell's weighted steps), for binomial ``alpha = 1 / C`` of
-        ``LogisticRegression``.
+        ``LogisticRegression`` (with unit area weights).  Any ``alpha > 0`` gives
+        separated pointwise cells (see ``family``) a finite penalised fit.
     max_iter : int, default=100
         Pooled: the training's limit, as in :class:`~dask_dgd.linear_model.DGDLinearModel`.
         Pointwise poisson and binomial: the most Newton passes over the data (cells not
@@ -164,6 +189,15 @@ verbose, callbacks
     estimator_ : the fitted linear estimator (pooled)
     n_samples_ : xarray.DataArray (pointwise)
         Unmasked time steps of each cell.
+    separated_ : xarray.DataArray of bool (pointwise)
+        On the spatial grid: the poisson or binomial cells fitted with ``alpha=0``
+        whose maximum-likelihood estimate does not exist (separated, see ``family``).
+        Found in two stages after the fit: a pass over the data keeps the cells with
+        an observed step whose fitted linear predictor is beyond 8 in absolute value
+        (binomial; poisson: below -8), then each of those is tested exactly on its own
+        series by a linear programme (Konis 2007, as R's ``detectseparation``), so a
+        cell with a finite estimate is never listed.  All False for gaussian cells,
+        with ``alpha > 0`` and for the constant-target cells above.
     n_iter_ : int
         Pooled: the linear estimator's; pointwise poisson and binomial: the passes over
         the data (the start's IRLS step included); pointwise gaussian: 1.
@@ -201,6 +235,7 @@ verbose, callbacks
         "area_weights": [bool],
         "lat": [str],
         "family": [Options(*_FAMILIES)],
+        "trials": [None, str],
         "alpha": [Interval(numbers.Real, 0, None, "left")],
         **{name: TRAINING_CONSTRAINTS[name] for name in (
             "max_iter", "tol", "mode", "local_steps", "outer_optimizer", "max_staleness", "staleness_scaling",
@@ -242,15 +277,25 @@ verbose, callbacks
             if ds is None:
                 raise ParameterError("features=None is resolved against a Dataset at fit; the model is not fitted")
             features = [str(v) for v in ds.data_vars
-                        if v != target and ds[v].dims and set(ds[v].dims) <= set(sample_dims)]
+                        if v != target and v != self.trials and ds[v].dims and set(ds[v].dims) <= set(sample_dims)]
             if not features and not self.seasonal:
                 raise ParameterError(
                     f"features=None found no variable but {target!r} on dimensions among sample_dims "
                     f"{tuple(sample_dims)} (the Dataset's variables: {sorted(map(str, ds.data_vars))}); "
                     "pass features=[...]"
                 )
+        if self.trials is not None and self.family != "binomial":
+            raise ParameterError(
+                f"trials={self.trials!r} counts the trials of a binomial target; family={self.family!r} has none: "
+                "use family='binomial' (the target then the count of successes) or trials=None"
+            )
+        if self.trials is not None and self.trials in (target, *([features] if isinstance(features, str)
+                                                                 else (features or ()))):
+            raise ParameterError(
+                f"trials={self.trials!r} is also the target or a feature; name the variable of the number of trials"
+            )
         spec = FeatureSpec(features, target, sample_dims, time_dim, self.lags, self.lead,
-                           self.seasonal, self.area_weights, self.lat, self.time_unit)
+                           self.seasonal, self.area_weights, self.lat, self.time_unit, trials=self.trials)
         self.sample_dims_, self.time_dim_ = spec.sample_dims, spec.time_dim
         return spec
 
@@ -303,6 +348,10 @@ verbose, callbacks
             "checkpoint_every", "compression", "split_every", "random_state", "verbose", "callbacks", "client")}
         if self.family == "poisson":
             return PoissonRegressor(**common)
+        if self.family == "binomial" and self.trials is not None:  # proportions with the trials as weights
+            from ..linear_model import BinomialRegressor
+
+            return BinomialRegressor(**common)
         if self.family == "binomial":
             return LogisticRegression(**common)
         return LinearRegression(**common)
@@ -332,11 +381,16 @@ verbose, callbacks
 
     # --------------------------------------------------------------------- fit
     _FITTED = ("spec_", "family_", "sample_dims_", "time_dim_", "feature_names_", "target_attrs_", "grid_", "coef_",
-               "intercept_", "n_samples_", "n_iter_", "estimator_", "history_", "_coef_table")
+               "intercept_", "n_samples_", "separated_", "n_iter_", "estimator_", "history_", "_coef_table")
 
     @one_fit_at_a_time
     def fit(self, ds, y=None, resume=False):
         """Fit on a Dataset holding the features and the target.
+
+        A grid in more than 16 dask blocks averaging under 1 MiB (as float64) warns
+        :class:`~dask_dgd.exceptions.ChunkSizeWarning`, naming the chunks to use: each
+        block's task overhead then outweighs its arithmetic (e.g. a file opened with
+        ``chunks={}``, one time step per block).  A grid fitted in process never warns.
 
         Parameters
         ----------
@@ -367,8 +421,10 @@ verbose, callbacks
             self._check_pointwise_params()
         spec.check(ds, need_target=True)
         spec.set_time_origin(ds)
+        _check_trials(spec, ds)
         # pointwise fits of a small in-memory grid run their block functions in process
         fields = Fields(spec, ds, in_process=self.model == "pointwise")
+        warn_tiny_chunks(spec, fields)
         grid = {d: (ds.sizes[d], np.asarray(ds[d].values) if d in ds.coords else None) for d in spec.space_dims()}
         if self.model == "pointwise":
             self._fit_pointwise(spec, fields)
@@ -415,7 +471,7 @@ verbose, callbacks
                 f"every cell of {self.target!r} or its features is masked (NaN) or has zero weight: nothing to fit"
             )
         self.n_iter_ = 1
-        self._set_pointwise(spec, fields, coef, count)
+        self._set_pointwise(spec, fields, coef, count, np.zeros(count.shape, dtype=bool))
 
     def _solve_in_process(self, fields, p):
         """The least-squares cells of a grid that is one NumPy block (see
@@ -453,22 +509,49 @@ verbose, callbacks
         from ._pointwise_glm import fit_cells
 
         client = task_client(self.client) or _default_client()  # the cluster whose memory holds the state
-        coef, count, passes, records = fit_cells(
+        coef, count, passes, records, separated = fit_cells(
             fields, self.family, self.alpha, self.tol, self.max_iter, self.split_every, client, self.target,
             max_time=self.max_time, callbacks=self.callbacks, verbose=self.verbose,
-            desc=f"{type(self).__name__} (pointwise {self.family})",
-        )
+            desc=f"{type(self).__name__} (pointwise {self.family})", separation=self.alpha == 0,
+        )  # a penalty (alpha > 0) gives every cell a finite fit: no separation to find
         self.n_iter_ = passes
         self._history_records = (records, {})  # history_ is made from them when first read (LazyHistory)
-        self._set_pointwise(spec, fields, coef, count)
+        if separated is None:
+            separated = np.zeros(coef.shape[:-1], dtype=bool)
+        self._set_pointwise(spec, fields, coef, count, separated)
+        if separated.any():
+            self._warn_separated()
 
-    def _set_pointwise(self, spec, fields, coef, count):
+    def _warn_separated(self):
+        """The ``ConvergenceWarning`` naming the separated cells (see ``separated_``)."""
+        sep = self.separated_
+        cells = np.argwhere(sep.values)
+        shown = []
+        for idx in cells[:3]:
+            parts = []
+            for d, i in zip(sep.dims, idx):
+                value = sep[d].values[i] if d in sep.coords else i
+                parts.append(f"{d}={value.item() if hasattr(value, 'item') else value}")
+            shown.append("(" + ", ".join(parts) + ")")
+        more = f" and {len(cells) - 3} more" if len(cells) > 3 else ""
+        what = ("0 on one side of the features and 1 on the other" if self.family == "binomial"
+                else "counts 0 on one side of the features")
+        warnings.warn(
+            f"{len(cells)} grid cell(s) of {self.target!r} are separated ({what}): their maximum-likelihood "
+            f"estimate does not exist: their coefficients grew until the fit stopped, and they predict 0 or 1 "
+            f"(poisson: 0) on the separated side: {', '.join(shown)}{more}; they are listed in separated_; pass "
+            "alpha > 0 for a finite penalised fit",
+            ConvergenceWarning, stacklevel=user_stacklevel(),
+        )
+
+    def _set_pointwise(self, spec, fields, coef, count, separated):
         space = spec.space_dims()
         coords = {name: c for name, c in fields.coords.items() if c.dims and set(c.dims) <= set(space)}
         names = {"feature": spec.names}
         self.intercept_ = xr.DataArray(coef[..., 0], dims=space, coords=coords, name="intercept")
         self.coef_ = xr.DataArray(coef[..., 1:], dims=space + ("feature",), coords={**coords, **names}, name="coef")
         self.n_samples_ = xr.DataArray(count.astype(np.int64), dims=space, coords=coords, name="n_samples")
+        self.separated_ = xr.DataArray(separated, dims=space, coords=coords, name="separated")
         self._coef_table = coef
 
     @property
@@ -477,21 +560,25 @@ verbose, callbacks
         return None if rule is None else rule.origin_date
 
     # ----------------------------------------------------------------- predict
-    def _check_grid(self, spec, ds):
-        for d, (size, values) in self.grid_.items():
-            got = np.asarray(ds[d].values) if d in ds.coords else None
-            same_size = d in ds.sizes and ds.sizes[d] == size
-            same_values = values is None or (got is not None and np.array_equal(got, values))
-            if not (same_size and same_values):
-                shown = f"{ds.sizes.get(d, 0)} values" + ("" if got is None else f", {got[:1].tolist()}..")
-                fitted = f"{size} values" + ("" if values is None else f", {values[:1].tolist()}..")
-                raise InputError(
-                    f"the {d!r} dimension of this Dataset ({shown}) differs from the grid the pointwise model was "
-                    f"fitted on ({fitted}); pointwise models predict on their own grid only"
-                )
-
     def predict(self, ds):
         """The target predicted on every cell of ``ds``, lazily.
+
+        A pooled model predicts on any grid.  A pointwise model predicts on the cells of
+        ``ds`` that are cells of its fitted grid: each spatial dimension with 1-D
+        coordinate values is matched by value to the fitted grid's (within ``1e-6`` of
+        their magnitude and 1% of the grid's spacing, so float32 and float64 values of
+        one grid match), in any order and any subset; a longitude in degrees (classified
+        X, with units ``degrees_east``, standard_name ``longitude`` or the name
+        ``lon``/``longitude``) modulo 360, so a model fitted on 0..360 predicts on
+        -180..180 and the other way round.  Each cell's coefficients are those fitted
+        for it; the output has the coordinates of ``ds``.  A spatial dimension without
+        coordinate values (in ``ds`` or at fit), e.g. a curvilinear grid's ``(y, x)``,
+        is matched by position: it must have the fitted size.
+
+        Parameters
+        ----------
+        ds : xarray.Dataset
+            The features (the target is not needed).
 
         Returns
         -------
@@ -502,6 +589,15 @@ verbose, callbacks
             Its dask blocks are of the array type of the Dataset's blocks, on their
             device (CuPy-backed data gives CuPy predictions), whatever the model was
             fitted on.
+
+        Raises
+        ------
+        InputError
+            ``ds`` lacks a feature or sample dimension; pointwise: a cell of ``ds`` is
+            not on the fitted grid (the message names the dimension, how many values
+            and the first ones, and how to take the fitted cells:
+            ``ds.reindex(lon=model.coef_.lon, method="nearest")`` or ``ds.interp(...)``),
+            or a dimension matched by position has another size.
         """
         check_is_fitted(self, "coef_")
         spec = self.spec_  # the settings of the fit, not parameters changed since
@@ -511,9 +607,8 @@ verbose, callbacks
         index = "t" + "abcdefgh"[: len(spec.sample_dims) - 1]
         args = fields.blockwise_args(index, with_target=False)  # the weights (for the shape), the fields
         if self.model == "pointwise":
-            self._check_grid(spec, ds)
-            chunks = fields.grid_chunks[1:] + ((self._coef_table.shape[-1],),)
-            coef = da.from_array(self._coef_table, chunks=chunks)
+            table = grid_table(self.grid_, self._coef_table, spec.space_dims(), ds)
+            coef = da.from_array(table, chunks=fields.grid_chunks[1:] + ((table.shape[-1],),))
             out = da.blockwise(pointwise_block, index, fields.order, None, family, None, coef, index[1:] + "p",
                                *args,
                                concatenate=True, dtype=np.float64, meta=fields.meta(len(index)))
@@ -529,15 +624,20 @@ verbose, callbacks
         """Area-weighted skill on ``ds``: ``{"r2": ..., "rmse": ..., "n": cells scored}``.
 
         Cells where the target or the prediction is NaN are left out; weights are
-        ``cos(latitude)`` (ones with ``area_weights=False``).
+        ``cos(latitude)`` (ones with ``area_weights=False``).  A binomial model fitted
+        with ``trials`` compares the observed proportion ``successes / trials`` with the
+        predicted probability, weighted by the trials times the area weight (values
+        with 0 or NaN trials left out).
         """
         check_is_fitted(self, "coef_")
         spec = self.spec_
         spec.check(ds, need_target=True)
+        _check_trials(spec, ds)
         fields = Fields(spec, ds, need_target=True)
         pred = self.predict(ds).transpose(*spec.sample_dims).data
         index = "t" + "abcdefgh"[: len(spec.sample_dims) - 1]
-        sums = da.blockwise(score_block, index + "s", fields.y, index, pred, index, fields.weight, index[1:],
+        extra = () if fields.trials is None else (fields.trials, index)
+        sums = da.blockwise(score_block, index + "s", fields.y, index, pred, index, fields.weight, index[1:], *extra,
                             new_axes={"s": 5}, adjust_chunks={i: (lambda n: 1) for i in index}, dtype=np.float64,
                             meta=np.empty((0,) * (len(index) + 1)))
         (sums,) = self._compute(sums.sum(axis=tuple(range(len(index))), split_every=self.split_every))
@@ -553,6 +653,52 @@ verbose, callbacks
     def score(self, ds, y=None):
         """Area-weighted coefficient of determination R^2 on ``ds``."""
         return self.evaluate(ds)["r2"]
+
+
+def _check_trials(spec, ds):
+    """With binomial ``trials``: refuse negative trials, negative successes and
+    successes above the trials (values where either is NaN are masked, not checked),
+    naming the first such cell.  One reduction over the target and the trials."""
+    name = getattr(spec, "trials", None)
+    if name is None:
+        return
+    k, n = ds[spec.target], ds[name]
+    bad = xr.apply_ufunc(_bad_counts, k, n, dask="parallelized", output_dtypes=[bool])  # in the blocks' namespace
+    if not bool(bad.any()):
+        return
+    bad = bad.transpose(*[d for d in spec.sample_dims if d in bad.dims])
+    first = tuple(int(i) for i in np.argwhere(np.asarray(bad.values))[0])
+    at = dict(zip(bad.dims, first))
+    kv, nv = (float(np.asarray(_host(v.isel(at, missing_dims="ignore").data))) for v in (k, n))
+    where = ", ".join(f"{d}={_coord_value(ds, d, i)}" for d, i in at.items())
+    n_bad = int(bad.sum())
+    raise InputError(
+        f"{spec.target!r} counts successes out of trials={name!r}: they need 0 <= successes <= trials; "
+        f"{n_bad} value(s) do not, the first at {where} (successes={kv:g}, trials={nv:g}); fix the data "
+        "or mask those values with NaN"
+    )
+
+
+def _host(a):
+    from ._namespace import to_host
+
+    return to_host(a.compute() if hasattr(a, "compute") else a)
+
+
+def _bad_counts(kb, nb):
+    """Where both are finite and not 0 <= successes <= trials, as NumPy (any namespace)."""
+    from ._namespace import align, to_host
+
+    xp, (kb, nb) = align(kb, nb)
+    both = xp.isfinite(kb) & xp.isfinite(nb)
+    return np.asarray(to_host(both & ((nb < 0) | (kb < 0) | (kb > nb))))
+
+
+def _coord_value(ds, dim, i):
+    if dim not in ds.coords:
+        return i
+    value = ds[dim].values[i]
+    return value.item() if hasattr(value, "item") and not isinstance(value, np.datetime64) else value
 
 
 def _is_default(value, default):

@@ -276,7 +276,7 @@ def test_bad_input_is_a_clear_error(client):
         ClimateRegressor(["a"], "tas", client=client).fit(ds.assign(tas=ds["tas"] * np.nan))
     fitted = ClimateRegressor(["a"], "tas", model="pointwise", client=client).fit(ds)
     other = _grid(Y=4)
-    with pytest.raises(InputError, match=r"the 'lat' dimension of this Dataset \(4 values"):
+    with pytest.raises(InputError, match=r"2 of the 4 'lat' values of this Dataset are not on the grid"):
         fitted.predict(other)
     with pytest.raises(ParameterError, match="feature 'tas' is the target at lag 0 with lead=0"):
         ClimateRegressor(["tas"], "tas").fit(ds)

@@ -294,3 +294,17 @@ def test_seasonal_terms_are_the_documented_year_fraction(calendar, freq):
     assert set(dt.days_in_year.values) == ({360} if calendar == "360_day" else {365, 366})  # 2003 and 2004
     expected = np.column_stack([f(2 * np.pi * k * frac) for k in (1, 2) for f in (np.sin, np.cos)])
     np.testing.assert_allclose(X, expected, rtol=0, atol=1e-12)
+
+
+def test_a_time_coordinate_not_decoded_is_refused_as_a_trend():
+    """Times left as numbers in '<unit> since <date>' (decode_times=False) would be a trend
+    per day whatever time_unit says: refused, naming xr.decode_cf."""
+    t = xr.date_range("2000-01-01", periods=24, freq="MS", use_cftime=False)
+    rng = np.random.default_rng(0)
+    ds = xr.Dataset({"y": (("time", "lat", "lon"), rng.normal(size=(24, 2, 2)))},
+                    coords={"time": t, "lat": [0.0, 10.0], "lon": [0.0, 1.0]})
+    raw = xr.decode_cf(ds)  # a round trip through the encoding: numbers with units
+    raw = raw.assign_coords(time=("time", np.arange(24.0) * 30, {"units": "days since 2000-01-01"}))
+    with pytest.raises(InputError, match=r"holds numbers in 'days since 2000-01-01' \(times not decoded\).*xr.decode_cf"):
+        ClimateRegressor(["time"], "y", model="pointwise", time_unit="decades").fit(raw)
+    ClimateRegressor(["time"], "y", model="pointwise", time_unit="decades").fit(xr.decode_cf(raw))
