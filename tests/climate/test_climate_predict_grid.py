@@ -189,8 +189,8 @@ def test_dimensions_without_coordinate_values_keep_the_same_size_rule():
 
 def test_a_curvilinear_grid_without_1d_coordinates_predicts_on_the_same_size_only():
     ds = _global(T=24).rename(lat="y", lon="x_i").drop_vars(["y", "x_i"])
-    lat2d, _ = np.meshgrid(np.arange(-82.5, 83.0, 15.0), np.arange(24), indexing="ij")
-    ds = ds.assign_coords(nav_lat=(("y", "x_i"), lat2d))
+    lat2d, lon2d = np.meshgrid(np.arange(-82.5, 83.0, 15.0), np.arange(24) * 15.0, indexing="ij")
+    ds = ds.assign_coords(nav_lat=(("y", "x_i"), lat2d), nav_lon=(("y", "x_i"), lon2d))  # the areas from both
     model = ClimateRegressor(["x"], "tas", model="pointwise", sample_dims=("time", "y", "x_i")).fit(ds)
     assert model.predict(ds).shape == (24, 12, 24)
     with pytest.raises(InputError, match=r"the 'x_i' dimension of this Dataset \(3 values\) differs .*matched by "
