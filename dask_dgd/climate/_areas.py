@@ -39,6 +39,8 @@ __all__ = ["centre_areas", "estimated_areas", "measured_areas", "no_areas_error"
 
 logger = logging.getLogger("dask_dgd.climate")
 
+_ROWS = 256  # grid rows per pass of the vectorised area formulas
+
 
 def _attr(var, key):
     return str(var.attrs.get(key, var.encoding.get(key, ""))).strip()
@@ -192,7 +194,9 @@ def vertex_areas(ds, lat, radians, target):
         raise InputError(f"the vertex bounds {lat_name!r} or {lon_name!r} are not all finite (NaN or inf): fix them, "
                          f"or drop the bounds attributes (del ds[{lat!r}].attrs['bounds'])")
     lon_radians = _attr(ds.variables[lons[0]], "units").lower() in _RADIANS
-    area = polygon_areas(lat_v if radians else np.deg2rad(lat_v), lon_v if lon_radians else np.deg2rad(lon_v))
+    lat_r, lon_r = (lat_v if radians else np.deg2rad(lat_v)), (lon_v if lon_radians else np.deg2rad(lon_v))
+    area = np.concatenate([polygon_areas(lat_r[i:i + _ROWS], lon_r[i:i + _ROWS])  # rows at a time: bounded memory
+                           for i in range(0, lat_r.shape[0], _ROWS)])
     top = area.max()
     if not top > 0:
         raise InputError(f"every cell of the vertex bounds {lat_name!r}/{lon_name!r} has zero area: fix them, or "
@@ -229,9 +233,13 @@ def centre_areas(lat, lon):
         v = np.moveaxis(v, 0, axis)
     corner = v[:-1, :-1] + v[1:, :-1] + v[:-1, 1:] + v[1:, 1:]
     corner /= np.linalg.norm(corner, axis=-1, keepdims=True)
-    quad = np.stack([corner[:-1, :-1], corner[:-1, 1:], corner[1:, 1:], corner[1:, :-1]], axis=-2)
-    return polygon_areas(np.arcsin(np.clip(quad[..., 2], -1.0, 1.0)), np.arctan2(quad[..., 1], quad[..., 0]),
-                         parallels=False)
+    out = []
+    for i in range(0, corner.shape[0] - 1, _ROWS):  # rows at a time: bounded memory
+        c = corner[i:i + _ROWS + 1]
+        quad = np.stack([c[:-1, :-1], c[:-1, 1:], c[1:, 1:], c[1:, :-1]], axis=-2)
+        out.append(polygon_areas(np.arcsin(np.clip(quad[..., 2], -1.0, 1.0)), np.arctan2(quad[..., 1], quad[..., 0]),
+                                 parallels=False))
+    return np.concatenate(out)
 
 
 def estimated_areas(ds, lat, radians, target):
