@@ -623,8 +623,9 @@ verbose, callbacks
     def evaluate(self, ds):
         """Area-weighted skill on ``ds``: ``{"r2": ..., "rmse": ..., "n": cells scored}``.
 
-        Cells where the target or the prediction is NaN are left out; weights are
-        ``cos(latitude)`` (ones with ``area_weights=False``).  A binomial model fitted
+        Cells where the target or the prediction is NaN are left out; weights are the
+        cells' area weights, by the fit's rule on ``ds`` (see ``area_weights``; ones
+        with ``area_weights=False``).  A binomial model fitted
         with ``trials`` compares the observed proportion ``successes / trials`` with the
         predicted probability, weighted by the trials times the area weight (values
         with 0 or NaN trials left out).
