@@ -9,6 +9,7 @@ naming them and the way out.
 """
 
 import numbers
+import re
 
 import numpy as np
 
@@ -27,13 +28,13 @@ _GRID_SPACING = 0.01
 def _is_longitude(ds, d):
     """Whether the dimension ``d`` of ``ds`` is a longitude in degrees: classified X
     (see :mod:`._axes`) with ``degrees_east`` units, standard_name ``longitude`` or
-    the name ``lon``/``longitude``."""
+    the name ``lon``/``longitude`` (also with a numeric suffix: ``longitude_0``)."""
     if classify(ds, d)[0] != "X":
         return False
     attrs = ds[d].attrs
     return (_UNITS.get(str(attrs.get("units", "")).strip().lower()) == "X"
             or str(attrs.get("standard_name", "")).strip().lower() == "longitude"
-            or str(d).lower() in ("lon", "longitude"))
+            or re.sub(r"_?\d+$", "", str(d).lower()) in ("lon", "longitude"))
 
 
 def _match_values(fitted, got, period=None):
@@ -128,11 +129,21 @@ def grid_positions(grid, ds, d):
     if missing.any():
         shown = ", ".join(_shown(v) for v in got[missing][:3]) + (", ..." if missing.sum() > 3 else "")
         modulo = ", matched modulo 360" if period else ""
+        ref = f"ds.{d}" if str(d).isidentifier() else f"ds[{d!r}]"
         to = f"{d}=model.coef_.{d}" if str(d).isidentifier() else f"{{{d!r}: model.coef_[{d!r}]}}"
+        convert = ""
+        if period and values.dtype.kind in "biuf":  # nearest/interp are not modulo 360: the fitted convention first
+            wrapped = f"{ref} % 360" if np.nanmin(values) >= 0 else f"({ref} + 180) % 360 - 180"
+            assign = f"{d}={wrapped}" if str(d).isidentifier() else f"{{{d!r}: {wrapped}}}"
+            convert = f"convert to the fitted longitudes first, ds = ds.assign_coords({assign}).sortby({d!r}), then "
+        half = ""
+        if values.dtype.kind in "biuf" and values.size > 1:  # no tolerance: cells beyond ds's extent get its edge
+            half = f", tolerance={_shown(float(np.min(np.abs(np.diff(np.sort(values.astype(float)))))) / 2)}"
         raise InputError(
             f"{int(missing.sum())} of the {got.size} {d!r} values of this Dataset are not on the grid the "
             f"pointwise model was fitted on (not found: {shown}; fitted: {_values_range(values)}{modulo}): a "
             f"pointwise model predicts on cells of its fitted grid only (any subset, in any order); take the "
-            f'fitted cells, e.g. ds.reindex({to}, method="nearest") or ds.interp({to}), or refit on this grid'
+            f'fitted cells: {convert}ds.reindex({to}, method="nearest"{half}) (NaN where none is near) or '
+            f"ds.interp({to}), or refit on this grid"
         )
     return None if take.size == size and np.array_equal(take, np.arange(size)) else take

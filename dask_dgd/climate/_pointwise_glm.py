@@ -406,19 +406,6 @@ def _max_abs(a):
     return out
 
 
-def still_moving(state, p, tol):
-    """``(*space,)`` bool: the cells whose last Newton step was not small (it changed a
-    coefficient by more than ``tol * max(1, |coef|)``): cells still iterating, and cells
-    that stopped on a flat objective while their coefficients kept growing, as those of
-    a separated cell do (a cell converged to a finite estimate takes a last step far
-    below that: Newton's quadratic convergence).  The screen of :func:`find_separated`."""
-    flat = state.reshape(-1, state.shape[-1])
-    beta, step = flat[:, :p], flat[:, 2 * p:3 * p]
-    with np.errstate(invalid="ignore"):
-        out = ~(_max_abs(step) <= tol * np.maximum(1.0, _max_abs(beta)))
-    return (out | (flat[:, 3 * p + 2] == ACTIVE)).reshape(state.shape[:-1])
-
-
 def final_coef(state, p):
     """``(*space, p)`` coefficients of a state: the converged point, or the last
     accepted one of a cell still iterating."""
@@ -617,12 +604,11 @@ class CellNewton(Solver):
         p, state = self.p, self.state
         if self.fields.in_process:
             self.count, self.left = state[..., 3 * p + 3], state[..., 3 * p + 2] == ACTIVE
-            self.moving = still_moving(state, p, self.tol)
+            self.step = state[..., 2 * p:3 * p]
             return final_coef(state, p), self.passes, None, None
         final = state.map_blocks(final_coef, p, chunks=state.chunks[:-1] + ((p,),), dtype=np.float64)
-        moving = state.map_blocks(still_moving, p, self.tol, drop_axis=state.ndim - 1, dtype=bool)
-        coef, self.count, self.left, self.moving = _gather(self.client, final, state[..., 3 * p + 3],
-                                                           state[..., 3 * p + 2] == ACTIVE, moving)
+        coef, self.count, self.left, self.step = _gather(self.client, final, state[..., 3 * p + 3],
+                                                         state[..., 3 * p + 2] == ACTIVE, state[..., 2 * p:3 * p])
         return coef, self.passes, None, None
 
 
@@ -664,8 +650,9 @@ def fit_cells(fields, family, alpha, tol, max_iter, split_every, client, target,
             "alpha > 0, or raise max_iter",
             ConvergenceWarning, stacklevel=user_stacklevel(),
         )
-    separated = (find_separated(solver.fields, family, coef, client, split_every, solver.moving) if separation
-                 else None)
+    separated = None
+    if separation:
+        separated = find_separated(solver.fields, family, coef, client, split_every, solver.step, solver.left)
     return coef, count, passes, list(monitor.records), separated
 
 
@@ -802,38 +789,55 @@ def edge_block(order, family, coef, yb, wb, *blocks, trials=False):
     return to_host(xp.max(xp.where(ok, far, -xp.inf), axis=0)).reshape((1,) + shape[1:])
 
 
-def find_separated(fields, family, coef, client, split_every, moving=None):
+#: A cell whose last Newton step moved its linear predictor by more than this on an observed
+#: step is "still moving" (a separated cell's moves it by about 1 per pass, whatever the
+#: features' units; a converged finite fit's by far less).
+STEP_ETA = 0.1
+
+
+def find_separated(fields, family, coef, client, split_every, step=None, active=None):
     """The cells of a fit (``coef`` ``(*space, p)``, finite for the cells fitted) whose
     maximum-likelihood estimate does not exist, as a boolean array ``(*space,)``.
 
-    Two stages.  A screen: the cells whose last Newton step was not small
-    (``moving``, see :func:`still_moving`: a separated cell's coefficients keep
-    growing by about a unit of the linear predictor per pass until its objective is
-    flat) and, in one pass over the data (:func:`edge_block`), with an observed step
+    Two stages.  A screen, in one pass over the data (:func:`edge_block`): the cells
+    whose last Newton step ``step`` (``(*space, p)``) moved the linear predictor of an
+    observed step by more than :data:`STEP_ETA` (a separated cell's step moves it by
+    about 1 per pass whatever the features' units, while a converged finite fit's
+    last step is quadratically small; a step criterion in coefficient units would
+    miss separated cells whose features are large, or at a loose ``tol``), or still
+    iterating (``active``), with an observed step
     whose fitted linear predictor is beyond :data:`SCREEN_ETA` (where a separated
     cell's fit goes; a rare-event cell with a finite estimate can go there too, but
     its last step is small).  Then the exact test of those cells alone on their own
     series (:func:`mle_missing`, a linear programme), so no cell with a finite
-    estimate is reported however far out its fit is.  ``moving=None``: the first
+    estimate is reported however far out its fit is.  ``step=None``: the first
     screen is skipped."""
     p = coef.shape[-1]
     extra = () if fields.trials is None else (fields.trials,)
+    tables = [coef] + ([] if step is None else [np.nan_to_num(step, nan=0.0)])
+    kinds = [family, "binomial"]  # the step's move of the linear predictor: max |x . step| ("binomial": |eta|)
     if fields.in_process:
-        screen = edge_block(fields.order, family, coef, fields.y, fields.weight, *fields.full, *fields.time, *extra,
-                            trials=bool(extra))[0]
+        screens = [edge_block(fields.order, kind, t, fields.y, fields.weight, *fields.full, *fields.time, *extra,
+                              trials=bool(extra))[0] for kind, t in zip(kinds, tables)]
     else:
         index = "t" + "abcdefgh"[: fields.weight.ndim]
-        coef_da = da.from_array(coef, chunks=fields.grid_chunks[1:] + ((p,),))
-        blocks = da.blockwise(
-            edge_block, index, fields.order, None, family, None, coef_da, index[1:] + "p",
-            *fields.blockwise_args(index), *(() if fields.trials is None else (fields.trials, index)),
-            trials=fields.trials is not None, adjust_chunks={"t": lambda n: 1}, concatenate=True,
-            dtype=np.float64, meta=np.empty((0,) * len(index)),
-        )
-        (screen,) = _gather(client, blocks.max(axis=0, split_every=split_every))
+        lazy = []
+        for kind, t in zip(kinds, tables):
+            t_da = da.from_array(t, chunks=fields.grid_chunks[1:] + ((p,),))
+            lazy.append(da.blockwise(
+                edge_block, index, fields.order, None, kind, None, t_da, index[1:] + "p",
+                *fields.blockwise_args(index), *(() if fields.trials is None else (fields.trials, index)),
+                trials=fields.trials is not None, adjust_chunks={"t": lambda n: 1}, concatenate=True,
+                dtype=np.float64, meta=np.empty((0,) * len(index)),
+            ).max(axis=0, split_every=split_every))
+        screens = list(_gather(client, *lazy))
+    screen = screens[0]
+    moving = True if step is None else (screens[1] > STEP_ETA) | (False if active is None else active)
+    if step is not None:  # a fit stopped early (loose tol) leaves a separated cell short of SCREEN_ETA, moving by ~1
+        screen = np.where(screens[1] > 1.0, np.inf, screen)
     fitted = np.all(np.isfinite(coef), axis=-1)
     out = np.zeros(coef.shape[:-1], dtype=bool)
-    candidates = fitted & (screen > SCREEN_ETA) & (True if moving is None else moving)
+    candidates = fitted & (screen > SCREEN_ETA) & moving
     cells = [tuple(int(i) for i in c) for c in np.argwhere(candidates)]
     for cell, (X, y) in zip(cells, _cell_series(fields, cells, client)):
         out[cell] = mle_missing(X, y, family)

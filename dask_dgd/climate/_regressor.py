@@ -596,7 +596,8 @@ verbose, callbacks
             ``ds`` lacks a feature or sample dimension; pointwise: a cell of ``ds`` is
             not on the fitted grid (the message names the dimension, how many values
             and the first ones, and how to take the fitted cells:
-            ``ds.reindex(lon=model.coef_.lon, method="nearest")`` or ``ds.interp(...)``),
+            ``ds.reindex(lon=model.coef_.lon, method="nearest", tolerance=...)`` or
+            ``ds.interp(...)``, in the fitted longitude convention first),
             or a dimension matched by position has another size.
         """
         check_is_fitted(self, "coef_")

@@ -124,12 +124,15 @@ def test_cells_off_the_fitted_grid_are_refused_naming_them_and_the_way_out(globa
     with pytest.raises(InputError, match=r"^24 of the 24 'lon' values of this Dataset are not on the grid the pointwise "
                                          r"model was fitted on \(not found: 1, 16, 31, \.\.\.; fitted: 24 values from 0 "
                                          r"to 345, matched modulo 360\): a pointwise model predicts on cells of its fitted "
-                                         r"grid only \(any subset, in any order\); take the fitted cells, e\.g\. "
-                                         r"ds\.reindex\(lon=model\.coef_\.lon, method=\"nearest\"\) or "
+                                         r"grid only \(any subset, in any order\); take the fitted cells: convert to "
+                                         r"the fitted longitudes first, ds = ds\.assign_coords\(lon=ds\.lon % 360\)"
+                                         r"\.sortby\('lon'\), then ds\.reindex\(lon=model\.coef_\.lon, "
+                                         r"method=\"nearest\", tolerance=7\.5\) \(NaN where none is near\) or "
                                          r"ds\.interp\(lon=model\.coef_\.lon\), or refit on this grid$"):
         model.predict(shifted)
     # the ways out named work: the nearest (or interpolated) values on the fitted cells
-    for fixed in (shifted.reindex(lon=model.coef_.lon, method="nearest"), shifted.interp(lon=model.coef_.lon)):
+    for fixed in (shifted.reindex(lon=model.coef_.lon, method="nearest", tolerance=7.5),
+                  shifted.interp(lon=model.coef_.lon)):
         pred = model.predict(fixed).compute()
         np.testing.assert_array_equal(pred.lon.values, ds.lon.values)
         assert np.isfinite(pred.isel(lon=slice(1, None)).values).all()
@@ -155,6 +158,14 @@ def test_only_longitudes_in_degrees_are_matched_modulo_360():
     plain["lon"].attrs = {}
     fitted = ClimateRegressor(["x"], "tas", model="pointwise").fit(plain)
     np.testing.assert_allclose(fitted.predict(_to_180(plain)).values, _to_180(fitted.predict(plain)).values,
+                               rtol=1e-12, atol=0)
+    # so is longitude_0 (iris's name for a second grid) whose attributes a conversion dropped
+    suffixed = _global(T=24).rename(lon="longitude_0")
+    model = ClimateRegressor(["x"], "tas", model="pointwise").fit(suffixed)
+    converted = suffixed.assign_coords(longitude_0=((suffixed.longitude_0.values + 180) % 360) - 180)
+    converted["longitude_0"].attrs = {}
+    np.testing.assert_allclose(model.predict(converted.sortby("longitude_0")).values,
+                               model.predict(suffixed).sortby(((suffixed.longitude_0 + 180) % 360) - 180).values,
                                rtol=1e-12, atol=0)
 
 
@@ -253,3 +264,20 @@ def test_the_a1b_file_opened_with_its_own_chunks_warns_and_the_named_fix_does_no
     with warnings.catch_warnings():
         warnings.simplefilter("error", ChunkSizeWarning)
         model.fit(ds.chunk({"time": 240}))
+
+
+def test_the_named_way_out_takes_the_right_cells_from_another_longitude_convention():
+    """nearest/interp are not modulo 360: the message converts the convention first, and
+    its tolerance leaves the fitted cells beyond the Dataset's extent NaN, not its edge."""
+    ds = _global()
+    model = ClimateRegressor(["x"], "tas", model="pointwise").fit(ds)
+    finer = _to_180(ds).interp(lon=np.arange(-180.0, 180.0, 5.0))  # another grid, -180..175
+    with pytest.raises(InputError) as err:
+        model.predict(finer)
+    assert "ds = ds.assign_coords(lon=ds.lon % 360).sortby('lon')" in str(err.value)
+    fixed = finer.assign_coords(lon=finer.lon % 360).sortby("lon").reindex(lon=model.coef_.lon, method="nearest",
+                                                                           tolerance=7.5)
+    np.testing.assert_allclose(fixed.x.values, ds.x.values)
+    region = ds.isel(lat=slice(0, 3))
+    kept = region.reindex(lat=model.coef_.lat, method="nearest", tolerance=7.5)
+    assert np.isnan(kept.x.isel(lat=slice(3, None)).values).all()

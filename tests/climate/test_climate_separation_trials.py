@@ -395,3 +395,19 @@ def test_the_exact_test_runs_only_on_cells_whose_fit_kept_moving(monkeypatch):
         model = ClimateRegressor(["t"], "y", model="pointwise", family="binomial").fit(ds)
     assert model.separated_.values.sum() == 2 and model.separated_.values[0, :2].all()
     assert len(tested) == 2  # the 46 rare-event cells were spared the exact test
+
+
+@pytest.mark.parametrize("tol", [1e-4, 1e-2])
+def test_separated_cells_with_large_valued_features_are_found_at_any_tol(tol):
+    """A separated cell's last Newton step is small in coefficient units when its
+    feature's values are large (1e4: a step of 1 in eta is 1e-4 in the slope), so the
+    screen measures the step in units of the linear predictor."""
+    rng = np.random.default_rng(1)
+    T = 60
+    x = rng.choice([-1, 1], size=(T, 2, 2)) * rng.uniform(1e4, 3e4, size=(T, 2, 2))
+    ds = xr.Dataset({"x": (DIMS, x), "y": (DIMS, (x > 0).astype(float))},
+                    coords={"time": np.arange(T), "lat": ("lat", [10.0, 20.0], {"units": "degrees_north"}),
+                            "lon": [0.0, 1.0]})
+    with pytest.warns(ConvergenceWarning, match=r"4 grid cell\(s\) of 'y' are separated"):
+        model = _fit(ds, tol=tol)
+    assert model.separated_.values.all()
