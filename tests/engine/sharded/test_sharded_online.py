@@ -193,11 +193,14 @@ def test_going_back_after_a_round_that_moved_nothing(monkeypatch):
 
 
 def _placed(client, X, y, workers):
-    """``X``, ``y`` in blocks of 500 rows, block ``i`` on ``workers[i]``."""
+    """``X``, ``y`` in blocks of 500 rows, block ``i`` on ``workers[i]``.  Fresh keys
+    (``hash=False``): scattered again with another placement, the same content must not
+    find the first placement's keys still held on their workers (released or not, by
+    then: that depends on garbage collection and the scheduler's pace)."""
     blocks = []
     for i, w in enumerate(workers):
         rows = slice(500 * i, 500 * (i + 1))
-        fx, fy = client.scatter([X[rows], y[rows]], workers=[w])
+        fx, fy = client.scatter([X[rows], y[rows]], workers=[w], hash=False)
         blocks.append((da.from_delayed(dask.delayed(fx), shape=(500, X.shape[1]), dtype=float,
                                        meta=sp.csr_matrix((0, X.shape[1]))),
                        da.from_delayed(dask.delayed(fy), shape=(500,), dtype=float)))
