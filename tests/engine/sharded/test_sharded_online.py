@@ -60,6 +60,16 @@ def data():
     return _data()
 
 
+@pytest.fixture(scope="module")
+def client(make_module_cluster):
+    """Two worker processes whose scheduler never steals work.  These tests compare two
+    fits bit for bit, and online training averages one model per group: a block must
+    stay in the group Dask first placed it in.  Shard tasks go to the worker holding
+    their blocks but allow others (a lost worker is survivable), so on a loaded machine
+    work stealing could move one between the two fits and change the groups."""
+    return make_module_cluster(2, config={"distributed.scheduler.work-stealing": False})
+
+
 @pytest.mark.parametrize("optimizer, batch_size", [("normalized", None), ("adagrad", 300), ("sgd", None),
                                                    ("sgd", 300)])
 @pytest.mark.parametrize("target", sorted(LOSSES))
