@@ -113,7 +113,7 @@ def test_the_path_and_the_refit_are_reported(movielens):
     mf = _fit(MatrixFactorization(n_components=4, random_state=0), train)
     path = mf.validation_path_
     assert list(path.columns) == ["stage", "point", "alpha", "alpha_bias", "val_rmse", "n_iter", "epochs_run",
-                                  "val_gain", "val_gain_se", "chosen"]
+                                  "val_gain", "val_gain_se", "min_gain", "passed", "chosen"]
     biases, factors = path[path["stage"] == "biases"], path[path["stage"] == "factors"]
     sd = float(train["rating"].std(ddof=0))
     for rows, values, grid in ((biases, biases["alpha_bias"], np.asarray(BIAS_GRID)),
@@ -130,8 +130,10 @@ def test_the_path_and_the_refit_are_reported(movielens):
     assert (factors["alpha_bias"] == mf.alpha_bias_).all()
     assert biases["val_gain"].isna().all() and factors["val_gain_se"].notna().all()
     # the factors' penalty refitted: the lowest held-out RMSE among those significantly
-    # better than the bias model, rating by rating; else the top of the path
-    significant = factors[factors["val_gain"] > SE_RULE * factors["val_gain_se"]]
+    # better than the bias model, rating by rating, by at least min_gain; else the top of the path
+    significant = factors[(factors["val_gain"] > SE_RULE * factors["val_gain_se"])
+                          & (factors["val_gain"] > factors["min_gain"])]
+    assert factors.index[factors["passed"].astype(bool)].equals(significant.index)
     best = significant.loc[significant["val_rmse"].idxmin()] if len(significant) else factors.iloc[0]
     assert path["chosen"].sum() == 1 and path.loc[path["chosen"], "alpha"].item() == best["alpha"]
     # alternating least squares: every fit runs to convergence, the converged held-out
