@@ -13,7 +13,7 @@ The hierarchy::
     └── ConcurrentFitError (RuntimeError)  one estimator object fitted by two threads at once
 
     DGDWarning (UserWarning)         base of every dask_dgd warning
-    ├── BiasOnlyWarning              a recommender ranks by its biases alone: its factors are all zero
+    ├── BiasOnlyWarning              a recommender ranks by its biases alone: its factors are zero or too small
     └── ChunkSizeWarning             a fit's dask blocks are far below a useful size: rechunk
 
 ``NotFittedError`` and ``ConvergenceWarning`` are scikit-learn's own, re-exported so that
@@ -81,7 +81,7 @@ class DGDWarning(UserWarning):
 
 
 class BiasOnlyWarning(DGDWarning):
-    """A recommender's factors are all exactly zero: rankings come from its biases alone."""
+    """A recommender's factors are all exactly zero, or too small to matter: rankings come from its biases alone."""
 
 
 class ChunkSizeWarning(DGDWarning):

@@ -29,9 +29,9 @@ from .._validation import (
     user_stacklevel,
     validate_params,
 )
-from ..exceptions import ConvergenceWarning
+from ..exceptions import BiasOnlyWarning, ConvergenceWarning
 from ..optim import CosineDecay, FirstOrderOptimizer, Schedule, get_optimizer
-from ._auto import Setup, choose_alpha, path_in_tasks, refit_in_task
+from ._auto import MIN_GAIN, Setup, choose_alpha, path_in_tasks, refit_in_task
 from ._foldin import model_of, new_user_rows
 from ._input import as_frame, id_index
 from ._objective import FactorizationTraining, FactorModel, grow_state
@@ -54,6 +54,9 @@ _OPTIMIZERS = ("adam", "adagrad", "rmsprop", "sgd", "adamw")
 #: The penalty of ``partial_fit`` on an unfitted model with ``alpha="auto"``, and of
 #: ``alpha="auto"`` when no rating can be held out.
 DEFAULT_ALPHA = 0.1
+#: The training pairs (evenly spaced) over which ``fit`` measures the factor term's size
+#: (:meth:`FactorizationBase._check_factor_term`).
+FACTOR_TERM_PAIRS = 1_000_000
 
 
 def _optimizer_like(value):
@@ -182,7 +185,9 @@ class FactorizationBase(RecommenderMixin, ClientParamMixin, BaseEstimator):
         bias model, or ``n_components=0``): ``recommend`` then ranks by the item
         biases (popularity) and ``similar_items`` by the biases' closeness, with a
         :class:`~dask_dgd.exceptions.BiasOnlyWarning` where the factors were asked
-        for (``n_components > 0``; see those methods).
+        for (``n_components > 0``; see those methods).  Factors that are not zero but
+        too small to matter, fitted at a numeric ``alpha``, keep it True
+        (``MatrixFactorization.fit`` warns instead: see its ``alpha``).
     n_iter_ : int
         Epochs run (iterations of alternating least squares).
     solver_ : str
@@ -282,7 +287,7 @@ class FactorizationBase(RecommenderMixin, ClientParamMixin, BaseEstimator):
         )
 
     # --------------------------------------------------------------- fit
-    def _train(self, X, y, *, continued, resume=False):
+    def _train(self, X, y, *, continued, resume=False, check_factors=False):
         validate_params(self)
         if self.checkpoint is not None and not continued and not isinstance(self.random_state, numbers.Integral):
             from ..exceptions import ParameterError
@@ -375,6 +380,8 @@ class FactorizationBase(RecommenderMixin, ClientParamMixin, BaseEstimator):
                     seen_u, seen_i, loads, continued, path)
         if not factors:
             self._zero_factors(optimizer)
+        if check_factors:
+            self._check_factor_term(scale)
         rise = None if continued else result.objective_rise()
         if rise is not None:
             warnings.warn(
@@ -545,6 +552,41 @@ class FactorizationBase(RecommenderMixin, ClientParamMixin, BaseEstimator):
         for name in ("_item_state_", "_user_state_"):
             setattr(self, name, grow_state(getattr(self, name), k, optimizer, columns=True))
 
+    def _factor_term_rms(self):
+        """The root-mean-square of the factor term ``p_u . q_i`` over the training pairs
+        (the seen pairs; at most :data:`FACTOR_TERM_PAIRS` of them, evenly spaced)."""
+        seen = self._seen
+        idx = np.unique(np.linspace(0, seen.nnz - 1, min(seen.nnz, FACTOR_TERM_PAIRS)).astype(np.int64))
+        rows = np.searchsorted(seen.indptr, idx, side="right") - 1
+        total = 0.0
+        for at in range(0, idx.size, 1 << 16):  # (a block of pairs at a time: k may be large)
+            part = slice(at, at + (1 << 16))
+            term = np.einsum("ij,ij->i", self.user_factors_[rows[part]], self.item_factors_[seen.indices[idx[part]]])
+            total += float(term @ term)
+        return float(np.sqrt(total / max(idx.size, 1)))
+
+    def _check_factor_term(self, variance):
+        """After ``fit`` with a numeric ``alpha`` (explicit ratings, ``n_components > 0``):
+        warn when the factors carry nothing, the mean square of their term ``p_u . q_i``
+        over the training ratings below :data:`~._auto.MIN_GAIN` times the ratings'
+        ``variance`` (the share of the variance they could at most account for; the rule
+        of ``alpha="auto"``).  The factors are kept as fitted (``factors_used_`` True):
+        the penalty was the user's choice."""
+        if self._kind_now() != "explicit" or self.alpha == "auto" or self.item_factors_.shape[1] == 0 \
+                or not np.isfinite(variance) or variance <= 0:
+            return
+        rms = self._factor_term_rms()
+        if rms * rms >= MIN_GAIN * variance:
+            return
+        warnings.warn(
+            f"{type(self).__name__}(alpha={self.alpha!r}): the factors carry nothing: their term p_u . q_i has a "
+            f"root-mean-square of {rms:.3g} over the training ratings, {rms / np.sqrt(variance):.3g} times the "
+            f"ratings' standard deviation (below {np.sqrt(MIN_GAIN):.3g}: at most {MIN_GAIN:.1%} of their variance), "
+            f"so predict and recommend are in effect the bias model's (alpha_bias_={self.alpha_bias_:g}) and the "
+            "cosines of similar_items are noise; lower alpha, or use alpha='auto' to choose it on held-out ratings",
+            BiasOnlyWarning, stacklevel=user_stacklevel(),
+        )
+
     def _item_table(self):
         cols = [self.item_factors_] + ([self.item_bias_[:, None]] if hasattr(self, "item_bias_") else [])
         return np.hstack(cols)
@@ -581,7 +623,7 @@ class FactorizationBase(RecommenderMixin, ClientParamMixin, BaseEstimator):
             from ..exceptions import ParameterError
 
             raise ParameterError(f"resume must be True or False; got {resume!r}")
-        return self._train(X, y, continued=False, resume=resume)
+        return self._train(X, y, continued=False, resume=resume, check_factors=True)
 
     @one_fit_at_a_time
     def partial_fit(self, X, y=None):
