@@ -67,16 +67,26 @@ class MatrixFactorization(FactorizationBase):
         computed in every step's pass (a path stops after two penalties worse than its
         best).  Every step also compares its held-out errors with the bias model's,
         rating by rating: a factors' penalty counts only if its mean improvement in
-        squared error exceeds two standard errors, and the lowest held-out RMSE among
+        squared error exceeds two standard errors (it is not luck) and 0.1% of the bias
+        model's held-out mean squared error (it is worth having: factors that all but
+        vanish improve on the bias model by a tiny amount, which can still be many
+        standard errors, and would only add noise to ``recommend`` and
+        ``similar_items``), and the lowest held-out RMSE among
         those is refitted on all ratings for the epochs (iterations) at which it was
         best; if none passes, the refit is the bias model, its factors exactly zero
         (``alpha_``: the top of the path; ``factors_used_`` False, and ``recommend``
         and ``similar_items`` warn that they rank by the biases).  A model costs several fits and does not
         choose factors that its held-out ratings cannot tell from the bias model's
-        luck.  The path trains
+        luck, or whose gain is too small to matter.  The path trains
         synchronously; ``mode``, ``callbacks``, ``max_time`` and ``checkpoint`` apply
         to the refit (the path's fits run without them).  See
         :mod:`dask_dgd.recommender._auto`.
+        A number: one fit at that penalty; when its factors carry nothing (their term
+        ``p_u . q_i`` has a mean square over the training ratings below 0.1% of the
+        ratings' variance, as at ``alpha=1`` on MovieLens-small), ``fit`` warns with a
+        :class:`~dask_dgd.exceptions.BiasOnlyWarning` naming the size and the fix
+        (a lower ``alpha``, or "auto"), and keeps the factors as fitted
+        (``factors_used_`` True).
     alpha_bias : float or None, default=None
         L2 penalty of each user's and item's bias, once per user and item (in units of
         ratings: 10 halves the bias of an item with 10 ratings).  None: chosen with
@@ -110,7 +120,11 @@ shard_ratings_, bytes_communicated_
         ``alpha_bias``, ``val_rmse``: the held-out RMSE that counts, ``n_iter``: the
         epochs to reach it, ``epochs_run``, ``val_gain`` and ``val_gain_se``: the
         factors' mean improvement in held-out squared error over the bias model and
-        its standard error, ``chosen``: the row refitted); None otherwise.  ``history_`` then holds the path fits'
+        its standard error, ``min_gain``: the improvement it had to exceed besides two
+        standard errors (0.1% of the bias model's held-out mean squared error),
+        ``passed``: whether it exceeded both (``min_gain`` and ``passed`` are missing,
+        NaN, in the bias model's rows), ``chosen``: the row refitted); None otherwise.
+        ``history_`` then holds the path fits'
         records (``stage="validation"``, with ``val_rmse``) before the refit's
         (``stage="refit"``); ``loss_curve_`` is the refit's.
 
@@ -203,7 +217,10 @@ class ImplicitMatrixFactorization(FactorizationBase):
         Rank of the factors.
     loss : {"bpr", "wls"}, default="bpr"
     alpha : float, default=0.01
-        L2 penalty of the factors, applied per observed pair.
+        L2 penalty of the factors, applied per observed pair.  Unlike
+        :class:`MatrixFactorization`, ``fit`` does not judge the size of the factors it
+        leaves: implicit scores are only ranked, and have no ratings whose spread would
+        say what size matters (measure the rankings instead: ``score``).
     alpha_bias : float or None, default=None
         L2 penalty of the item biases (bpr; None: ``alpha``).
     confidence_scale : float, default=1.0
