@@ -303,7 +303,8 @@ class RecommenderMixin:
             known user from other interactions.  Items unknown to the model are
             ignored; a user without a known item in ``user_items`` is ranked by the
             items' biases alone.  Checked as ``fold_in_users`` checks them (missing ids,
-            NaN or infinite ratings: :class:`InputError`).
+            NaN or infinite ratings, item ids of another type than the fitted ones':
+            :class:`InputError`; the users may have ids of any type).
         confidence : float >= 0 or None, default=None
             Explicit ratings: rank by a lower confidence bound of the predicted rating,
             the prediction less ``confidence`` standard errors of the item's bias,
@@ -454,8 +455,10 @@ class RecommenderMixin:
         Raises
         ------
         InputError
-            For missing ids, NaN or infinite ratings (as ``fit``, with its message) and
-            ratings so large that a row would not be finite; the model is then unchanged.
+            For missing ids, NaN or infinite ratings (as ``fit``, with its message),
+            ratings so large that a row would not be finite, and user or item ids of
+            another type than the fitted ones' (strings into a model of integer ids, or
+            the reverse); the model is then unchanged.
         """
         return self._fold_in(user_items, "users")
 
