@@ -185,3 +185,12 @@ def test_string_id_models_refuse_integer_ids():
     with pytest.raises(InputError, match=r"fold_in_items\(item_users\): the item ids are numbers \(7\) but the "
                        r"model's item ids are strings \(e.g. 'i\d+'\).*\(e.g. .astype\(str\)\)"):
         mf.fold_in_items(pd.DataFrame({"user": mf.user_ids_[:2], "item": 7, "rating": 3.0}))
+
+
+def test_residual_std_of_a_dask_frame_is_that_of_the_same_ratings_in_pandas(ratings, fitted):
+    import dask.dataframe as dd
+
+    lazy = _fit(MatrixFactorization(n_components=2, alpha=0.1, random_state=0), dd.from_pandas(ratings, npartitions=3))
+    resid = ratings["rating"].to_numpy() - lazy.predict(ratings)
+    assert lazy.residual_std_ == pytest.approx(np.sqrt(np.mean(resid ** 2)), rel=1e-10)
+    assert lazy.residual_std_ == pytest.approx(fitted.residual_std_, rel=1e-6)
