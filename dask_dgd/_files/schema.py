@@ -541,6 +541,7 @@ _FACTORS = {
     "_seed_": Int(none=True),
     "alpha_": Real(),
     "alpha_bias_": Real(),
+    "residual_std_": Real(),
 }
 _CLIMATE = {
     "grid_": Grid(),

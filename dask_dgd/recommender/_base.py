@@ -382,6 +382,8 @@ class FactorizationBase(RecommenderMixin, ClientParamMixin, BaseEstimator):
             self._zero_factors(optimizer)
         if check_factors:
             self._check_factor_term(scale)
+        if self._kind_now() == "explicit" and not continued:
+            self.residual_std_ = self._residual_std(frame, cols[2], path)
         rise = None if continued else result.objective_rise()
         if rise is not None:
             warnings.warn(
@@ -403,6 +405,27 @@ class FactorizationBase(RecommenderMixin, ClientParamMixin, BaseEstimator):
                     ConvergenceWarning, stacklevel=user_stacklevel(),
                 )
         return self
+
+    def _residual_std(self, frame, rating_col, path):
+        """The residual standard deviation of an explicit model's ratings: with
+        ``alpha="auto"`` the held-out RMSE of the chosen row of the validation path,
+        else the RMS of the training residuals (one pass of ``predict`` over them)."""
+        if path is not None:
+            chosen = path[0].loc[path[0]["chosen"], "val_rmse"]
+            if len(chosen) and np.isfinite(chosen.iloc[0]):
+                return float(chosen.iloc[0])
+
+        def sums(df):
+            e = self._pair_scores(df[self.user_col].to_numpy(), df[self.item_col].to_numpy(), clip=False) \
+                - df[rating_col].to_numpy(dtype=np.float64)  # (unclipped: training ignores rating_scale)
+            return pd.DataFrame({"sq": [float(e @ e)], "n": [len(e)]})
+
+        if is_dask_collection(frame):
+            meta = pd.DataFrame({"sq": pd.Series([], dtype=np.float64), "n": pd.Series([], dtype=np.int64)})
+            total = frame.map_partitions(sums, meta=meta).sum().compute()
+        else:
+            total = sums(frame).iloc[0]
+        return float(np.sqrt(total["sq"] / max(int(total["n"]), 1)))
 
     def _solver(self, like, facts):
         """The solver of a new fit: ``"auto"`` takes alternating least squares where it
@@ -487,7 +510,7 @@ class FactorizationBase(RecommenderMixin, ClientParamMixin, BaseEstimator):
     _FITTED = ("user_ids_", "item_ids_", "_user_index", "_item_index", "user_factors_", "item_factors_",
                "user_bias_", "item_bias_", "global_mean_", "_item_state_", "_user_state_", "_seen", "history_",
                "loss_curve_", "n_iter_", "solver_", "shard_ratings_", "bytes_communicated_", "_seed_", "alpha_",
-               "alpha_bias_", "validation_path_")
+               "alpha_bias_", "validation_path_", "residual_std_")
 
     def _forget_fit(self):
         """Drop what an earlier fit left (a refit with other settings starts clean)."""

@@ -114,6 +114,16 @@ shard_ratings_, bytes_communicated_
     alpha_, alpha_bias_ : float
         The penalties of the fitted model (``alpha`` and ``alpha_bias``, or the ones
         ``"auto"`` chose).
+    residual_std_ : float
+        The residual standard deviation of the ratings: with ``alpha="auto"`` the
+        held-out RMSE of the chosen row of ``validation_path_``, else the RMS of the
+        training residuals (unclipped; kept by ``partial_fit``).  ``recommend`` and
+        ``recommend_all`` rank by the predicted rating less ``confidence`` times
+        ``residual_std_ / sqrt(item_counts_ + alpha_bias_)``, the standard error of
+        the item's bias.
+    item_counts_ : ndarray of int
+        Each item's number of rated pairs (fit, ``partial_fit``, fold-in), in the
+        order of ``item_ids_``.
     validation_path_ : pandas.DataFrame or None
         ``alpha="auto"``: one row per penalty fitted on the held-out split (``stage``:
         "biases" or "factors", ``point``: "grid" or "midpoint", ``alpha``,

@@ -39,14 +39,18 @@ def test_the_bias_model_chosen_by_auto_is_flagged_and_recommend_warns_and_ranks_
                       r"alpha_=[0-9.]+.*recommend ranks the items by their biases alone \(popularity: the same "
                       r"order for every user\); give a numeric alpha to fit factors, or n_components=0"):
         ids, scores = mf.recommend(users, k=5)
-    # every user's list is the item-bias order, less the items the user has seen
-    order = mf.item_ids_[np.argsort(-mf.item_bias_, kind="stable")]
+    # every user's list is the order of the item biases' lower bounds (recommend's default
+    # confidence), less the items the user has seen
+    from dask_dgd.recommender._serving import DEFAULT_CONFIDENCE
+
+    bound = mf.item_bias_ - DEFAULT_CONFIDENCE * mf.residual_std_ / np.sqrt(mf.item_counts_ + mf.alpha_bias_)
+    order = mf.item_ids_[np.argsort(-bound, kind="stable")]
     for row, user in zip(ids, users):
         seen = set(mf.item_ids_[mf._seen[mf._user_index.get_loc(user)].indices])
         np.testing.assert_array_equal(row, [i for i in order if i not in seen][:5])
     code = mf._user_index.get_loc(users[0])
     np.testing.assert_allclose(scores[0], mf.global_mean_ + mf.user_bias_[code]
-                               + mf.item_bias_[mf._item_index.get_indexer(ids[0])], rtol=1e-12)
+                               + bound[mf._item_index.get_indexer(ids[0])], rtol=1e-12)
     with pytest.warns(BiasOnlyWarning, match="recommend_all ranks the items by their biases alone"):
         mf.recommend_all(k=2)
 
