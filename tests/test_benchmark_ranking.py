@@ -122,6 +122,10 @@ def test_ranking_targets_met_only_when_every_part_is():
     assert [t["met"] for t in worse] == [False, False, False, False]
     assert "Missed: < popularity by 0.0100, < Surprise SVD by 0.0050" in worse[0]["measured"]
     assert "9.0% of 100 items" in worse[1]["measured"]
+    assert "bias model 0.0100 (10 users" in worse[0]["measured"]  # no shrunk bias row: none named
+    shrunk = _ranking((0.05, 0.09, 0.9), 0.06)
+    shrunk["models"][f"dask_dgd bias alpha_bias={R.BIAS_ALPHA:g}"] = {**shrunk["models"]["popularity"], "ndcg": 0.065}
+    assert f"bias model 0.0100 (alpha_bias={R.BIAS_ALPHA:g}: 0.0650)" in R.ranking_targets(shrunk, {})[0]["measured"]
 
 
 def test_ranking_targets_say_why_a_part_is_not_measured_or_refused():

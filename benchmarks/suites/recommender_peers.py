@@ -604,6 +604,7 @@ def ranking_targets(ml, unavailable):
         return [{"target": t, "measured": "MovieLens ranking not run", "met": None} for t in TARGETS[5:9]]
     m = ml["models"]
     d, pop, svd = m["dask_dgd default"], m["popularity"], m.get("Surprise SVD")
+    shrunk = f"dask_dgd bias alpha_bias={BIAS_ALPHA:g}"
     where = (f"{ml['n_users']:,} users, {ml['n_items']:,} items" + (" (a subset of the users)" if ml["subset"] else "")
              + f"; default alpha_={ml['alpha_']:.4g}, max |item factor| {ml['max_abs_item_factor']:.3g}")
     fails = [f"< popularity by {pop['ndcg'] - d['ndcg']:.4f}"] if d["ndcg"] < pop["ndcg"] else []
@@ -613,7 +614,9 @@ def ranking_targets(ml, unavailable):
     out = [{"target": TARGETS[5], "met": met6, "measured": (
         f"NDCG@10 {d['ndcg']:.4f} vs popularity {pop['ndcg']:.4f}, Surprise SVD "
         f"{'unavailable: ' + str(unavailable.get('surprise')) if svd is None else format(svd['ndcg'], '.4f')}, "
-        f"bias model {m['dask_dgd bias']['ndcg']:.4f} ({where})" + (f". Missed: {', '.join(fails)}" if fails else ""))}]
+        f"bias model {m['dask_dgd bias']['ndcg']:.4f}"
+        + (f" (alpha_bias={BIAS_ALPHA:g}: {m[shrunk]['ndcg']:.4f})" if shrunk in m else "")
+        + f" ({where})" + (f". Missed: {', '.join(fails)}" if fails else ""))}]
     out.append({"target": TARGETS[6], "met": bool(d["coverage"] >= RANKING_COVERAGE), "measured": (
         f"{d['coverage']:.1%} of {ml['n_items']:,} items (popularity {pop['coverage']:.1%}, Surprise SVD "
         f"{'–' if svd is None else format(svd['coverage'], '.1%')})")})
