@@ -653,7 +653,21 @@ def test_recommender_peers_suite_small(monkeypatch):
     for key, m in ml["models"].items():
         assert 0 <= m["precision"] <= 1 and 0 <= m["ndcg"] <= 1 and m["wall"] > 0 and m["epochs"] >= 1, key
     assert ml["models"]["dask_dgd wls default"]["solver"] == "als"  # solver="auto" picks ALS for wls
-    assert [t["target"] for t in data["targets"]] == list(recommender_peers.TARGETS) and len(data["targets"]) == 5
+    assert [t["target"] for t in data["targets"]] == list(recommender_peers.TARGETS) and len(data["targets"]) == 9
+    # explicit ranking (issue 49): every model ranks the same users, scores in [0, 1]
+    assert set(data["ranking"]) == {"movielens", "insteval"}
+    for name, res in data["ranking"].items():
+        expected = {"dask_dgd default", "dask_dgd bias", "dask_dgd bias alpha_bias=100", "popularity"}
+        assert set(res["models"]) == expected | ({"Surprise SVD"} if surprise_here else set()), name
+        assert res["n_users"] > 0 and res["subset"] and res["time_col"] == ("timestamp" if name == "movielens" else None)
+        for key, m in res["models"].items():
+            assert 0 <= m["ndcg"] <= 1 and 0 <= m["recall"] <= 1 and 0 < m["coverage"] <= 1, (name, key)
+            assert (m["rmse"] is None) == (key == "popularity") and (m["rmse"] is None or m["rmse"] > 0)
+    sim = data["ranking"]["movielens"]["similar"]
+    assert sim["error"] is None and len(sim["overlap"]) == len(sim["items"]) > 0
+    assert sim["mean"] == pytest.approx(np.mean(sim["overlap"]))
+    assert data["targets"][7]["met"] is None  # RMSE "before" is of the full MovieLens; this run is a subset
+    assert "### Explicit ranking" in md and md.count("| 6. explicit ranking") == 1
     fold = data["implicit"]["movielens"]["fold_in"]
     for loss in ("wls", "bpr"):
         for r in fold[loss]["runs"]:

@@ -2,8 +2,8 @@
 
 Every adapter takes the same pandas frames (columns ``user``, ``item``, ``rating``) and
 returns plain numbers: ``fit`` seconds, a test RMSE (explicit) or each test user's 10
-recommended item ids (implicit), so that the suite compares the libraries on the very
-same rows.
+recommended item ids (implicit; the explicit ranking adapters ``rank_*``: both), so that
+the suite compares the libraries on the very same rows.
 """
 
 import time
@@ -23,11 +23,19 @@ __all__ = [
     "make_folds",
     "known_rows",
     "implicit_split",
+    "ranking_split",
+    "rec_ids",
+    "coverage",
     "rmse",
     "fit_dgd_explicit",
     "fit_dgd_implicit",
     "fit_surprise",
     "fit_implicit",
+    "rank_dgd_explicit",
+    "rank_popularity",
+    "rank_surprise",
+    "cosine_neighbours",
+    "similar_overlap",
 ]
 
 
@@ -94,6 +102,37 @@ def implicit_split(ratings, time_col, seed, threshold=4.0):
     return pos, relevant
 
 
+def ranking_split(ratings, time_col, seed, share=0.2, threshold=4.0):
+    """Train rows, the known test rows and each user's relevant held-out items (explicit ranking).
+
+    Each user's latest ``share`` of ratings (``time_col``) or a seeded random ``share``
+    (``time_col=None``) is held out by :func:`dask_dgd.recommender.train_test_split`; the
+    known test rows (user and item in train) score RMSE; the relevant items of a user are
+    its held-out items rated >= ``threshold`` that occur in train (no model can
+    recommend the others), for the users with at least one.
+    """
+    from dask_dgd.recommender import train_test_split
+
+    train, test = train_test_split(ratings, share, time_col=time_col, random_state=seed)
+    train = train[["user", "item", "rating"]].reset_index(drop=True)
+    known = known_rows(train, test)
+    relevant = known[known["rating"] >= threshold].groupby("user", sort=True)["item"].agg(list)
+    return train, known, relevant
+
+
+def rec_ids(ids, scores):
+    """Recommended ids as an object array, ``None`` where a slot is padding: masked (a
+    numpy masked array) or scored ``-inf`` (past a user's unseen items)."""
+    bad = np.ma.getmaskarray(ids) | np.ma.getmaskarray(scores) | np.isneginf(np.ma.getdata(scores))
+    return _pad(np.asarray(np.ma.getdata(ids)), bad)
+
+
+def coverage(recs, n_items):
+    """Distinct recommended items (padding left out) / ``n_items``."""
+    flat = pd.unique(np.asarray(recs, dtype=object).ravel())
+    return sum(x is not None for x in flat) / n_items
+
+
 def rmse(pred, truth):
     return float(np.sqrt(np.mean((np.asarray(pred, dtype=np.float64) - np.asarray(truth, dtype=np.float64)) ** 2)))
 
@@ -133,7 +172,7 @@ def fit_dgd_implicit(pos, users, params, client, seed):
     _, wall, warned = _timed(lambda: est.fit(pos))
     ids, scores = est.recommend(users, k=10, exclude_seen=True)
     return {"wall": wall, "epochs": int(est.n_iter_), "solver": est.solver_, "warnings": warned,
-            "recs": _pad(ids, np.isneginf(scores))}
+            "recs": rec_ids(ids, scores)}
 
 
 # ----------------------------------------------------------------------------- peers
@@ -169,3 +208,106 @@ def fit_implicit(name, params, pos, users, seed, threads):
     bad = ids < 0
     return {"wall": wall, "epochs": int(model.iterations), "warnings": warned,
             "recs": _pad(np.asarray(iids)[np.where(bad, 0, ids)], bad)}
+
+
+# ----------------------------------------------------------------------------- explicit ranking
+def _top_unseen(scores, seen, k):
+    """Each row's ``k`` best columns of ``scores`` (users x items) outside the sparse
+    ``seen`` (best first; ties by column); ``-1`` where a row has fewer unseen columns."""
+    s = np.array(scores, dtype=np.float64)
+    coo = seen.tocoo()
+    s[coo.row, coo.col] = -np.inf
+    top = np.argsort(-s, axis=1, kind="stable")[:, :k]
+    return np.where(np.isneginf(np.take_along_axis(s, top, axis=1)), -1, top)
+
+
+def _codes(train):
+    """Users and items of ``train`` as codes (sorted ids) and the users x items seen matrix."""
+    import scipy.sparse as sp
+
+    ucode, uids = pd.factorize(train["user"], sort=True)
+    icode, iids = pd.factorize(train["item"], sort=True)
+    seen = sp.csr_matrix((np.ones(len(train)), (ucode, icode)), shape=(len(uids), len(iids)))
+    return uids, iids, seen
+
+
+def _ids(iids, top):
+    return _pad(np.asarray(iids)[np.maximum(top, 0)], top < 0)
+
+
+def rank_dgd_explicit(train, known, users, params, seed, k=10):
+    """``MatrixFactorization(**params)`` on ``train``: its ``recommend(users, k)`` (seen
+    items excluded), the RMSE of ``predict`` on ``known``, and the fitted model."""
+    from dask_dgd import MatrixFactorization
+
+    est = MatrixFactorization(**params, random_state=seed)
+    _, wall, warned = _timed(lambda: est.fit(train))
+    (ids, scores), _, served = _timed(lambda: est.recommend(users, k=k, exclude_seen=True))
+    return {"wall": wall, "recs": rec_ids(ids, scores), "rmse": rmse(est.predict(known[["user", "item"]]),
+                                                                      known["rating"]),
+            "warnings": sorted(set(warned) | set(served))}, est
+
+
+def rank_popularity(train, users, k=10):
+    """The items by their number of training ratings (ties: by id), each user's seen ones excluded."""
+    uids, iids, seen = _codes(train)
+    counts = np.asarray(seen.sum(axis=0)).ravel()
+    rows = uids.get_indexer(users)
+    top = _top_unseen(np.broadcast_to(counts, (len(rows), len(iids))), seen[rows], k)
+    return {"wall": 0.0, "recs": _ids(iids, top), "rmse": None, "warnings": []}
+
+
+def rank_surprise(train, known, users, scale, seed, k=10):
+    """Surprise ``SVD()`` (defaults) on ``train``: each user's unseen items ranked by
+    the predicted rating before clipping (``mu + b_u + b_i + q_i . p_u``, what
+    ``SVD.estimate`` computes; clipping to the scale would only tie the best), and the
+    RMSE of its (clipped, as shipped) predictions on ``known``."""
+    import surprise
+
+    algo = surprise.SVD(random_state=seed)
+    data = surprise.Dataset.load_from_df(train[["user", "item", "rating"]], surprise.Reader(rating_scale=scale))
+    trainset = data.build_full_trainset()
+    _, wall, warned = _timed(lambda: algo.fit(trainset))
+    uids, iids, seen = _codes(train)
+    inner_u = np.array([trainset.to_inner_uid(u) for u in users])
+    inner_i = np.array([trainset.to_inner_iid(i) for i in iids])  # (column j of ``seen`` is item iids[j])
+    scores = (trainset.global_mean + algo.bu[inner_u][:, None] + algo.bi[inner_i][None, :]
+              + algo.pu[inner_u] @ algo.qi[inner_i].T)
+    top = _top_unseen(scores, seen[uids.get_indexer(users)], k)
+    pred = algo.test(list(zip(known["user"], known["item"], known["rating"])))
+    return {"wall": wall, "recs": _ids(iids, top), "rmse": rmse([q.est for q in pred], known["rating"]),
+            "warnings": warned}
+
+
+def cosine_neighbours(train, items, k):
+    """Each of ``items``' ``k`` nearest items by the cosine of their columns of the users x
+    items rating matrix of ``train`` (sparse; the item itself left out; ties by id)."""
+    import scipy.sparse as sp
+    from sklearn.metrics.pairwise import cosine_similarity
+
+    ucode, uids = pd.factorize(train["user"], sort=True)
+    icode, iids = pd.factorize(train["item"], sort=True)
+    item_users = sp.csr_matrix((train["rating"].to_numpy(dtype=np.float64), (icode, ucode)),
+                               shape=(len(iids), len(uids)))
+    rows = iids.get_indexer(items)
+    s = cosine_similarity(item_users[rows], item_users)
+    s[np.arange(len(rows)), rows] = -np.inf
+    return np.asarray(iids)[np.argsort(-s, axis=1, kind="stable")[:, :k]]
+
+
+def similar_overlap(model, train, n_items, k):
+    """The ``n_items`` most-rated items of ``train`` (ties: by id): the share of
+    ``model.similar_items(item, k)`` among the item's ``k`` co-rating neighbours
+    (:func:`cosine_neighbours`), per item; or why ``similar_items`` could not answer."""
+    counts = train["item"].value_counts()
+    counts = counts.sort_index(kind="stable").sort_values(ascending=False, kind="stable")
+    items = counts.index.to_numpy()[:n_items]
+    truth = cosine_neighbours(train, items, k)
+    try:
+        (ids, scores), _, warned = _timed(lambda: model.similar_items(items, k=k))
+    except Exception as err:  # noqa: BLE001 - a refusal is reported, not fatal
+        return {"items": items, "error": f"{type(err).__name__}: {err}"}
+    got = rec_ids(ids, scores)
+    overlap = [len({x for x in g if x is not None} & set(t)) / k for g, t in zip(got, truth)]
+    return {"items": items, "overlap": overlap, "mean": float(np.mean(overlap)), "warnings": warned,
+            "similar": got, "neighbours": truth, "error": None}

@@ -13,6 +13,15 @@ Issue targets (recommender peers), checked in the report's targets table:
 5. (Issue 43) Implicit ALS at equal rank, iterations and threads (``fresh``, ``threads``):
    fit <= 1.0x implicit's, warm and on the first fit in a fresh process (each library
    imported, fitted twice, in ``fresh_repeats`` child processes; medians).
+6. (Issue 49) Explicit ranking on MovieLens-small, each user's latest 20% held out: the
+   default ``MatrixFactorization()``'s NDCG@10 >= the popularity baseline's and >= Surprise
+   ``SVD()``'s ranking.
+7. (Issue 49) Its top-10 lists cover >= 10% of the items seen in training.
+8. (Issue 49) Its test RMSE on that split no worse than before issue 49
+   (:data:`RANKING_RMSE_BEFORE`; full MovieLens only).
+9. (Issue 49) ``similar_items`` of that model: top-5 overlap >= 0.3 on average with the
+   item-item co-rating neighbours (cosine on the user x item rating matrix) of the 20
+   most-rated movies.
 
 Method.  Explicit ratings: 5 random folds per dataset, built once from a seeded
 permutation and shared by every library; each fold's test rows are scored where their
@@ -27,6 +36,16 @@ ratings >= 4 are the positives; test users and items restricted to the train pos
 :func:`dask_dgd.recommender.precision_at_k` / :func:`~dask_dgd.recommender.ndcg_at_k`.
 "Tuned" is the grid point with the best test score (the same oracle choice for every
 library, so tuned vs tuned is fair, though optimistic for all).
+Explicit ranking (``ranking``): each user's latest ``ranking_share`` of ratings held out
+(InstEval: a seeded random share) by :func:`dask_dgd.recommender.train_test_split`; the
+relevant items of a user are its held-out items rated >= 4 that occur in training, for
+the users with at least one; every model ranks each such user's unseen items (10 per
+user): dask_dgd's ``recommend``, the popularity baseline (items by training count),
+Surprise ``SVD()`` by its predicted rating.  NDCG@10 and recall@10 from
+:func:`~dask_dgd.recommender.ndcg_at_k` / :func:`~dask_dgd.recommender.recall_at_k`;
+coverage = distinct recommended items / items in training; RMSE on the held-out rows of
+known users and items.  ``similar_items`` (``similar``: items, k) against the items'
+co-rating neighbours on the training split.
 
 Cores.  In process, dask_dgd's BLAS and implicit (``num_threads=2``, BLAS 1 thread) get
 2 threads; Surprise is single-threaded; Spark runs ``local[2]``; the cluster is a
@@ -55,7 +74,7 @@ SIZES = {
         svdpp=("movielens",), svdpp_repeats=1, spark=(), cluster=("movielens",), cluster_folds=1,
         imp_factors=(32,), imp_reg=(0.1,), imp_alpha=(1.0, 4.0), dgd_imp_alpha=(0.01,), dgd_imp_conf=(1.0, 4.0),
         fold_in_draws=1, fold_in_share=0.3, workers=2, threads=2, seed=0, svdpp_folds=None, fresh=(32, 15),
-        fresh_repeats=3,
+        fresh_repeats=3, ranking=("movielens", "insteval"), ranking_share=0.2, similar=(20, 5),
     ),
     "full": dict(
         explicit=("movielens", "insteval", "synthetic"), implicit=("movielens", "insteval"), ml_users=None,
@@ -65,7 +84,8 @@ SIZES = {
         spark=("movielens", "insteval"), cluster=("movielens", "insteval", "synthetic"), cluster_folds=5,
         imp_factors=(32, 64), imp_reg=(0.01, 0.1, 1.0), imp_alpha=(1.0, 4.0), dgd_imp_alpha=(0.003, 0.01, 0.03),
         dgd_imp_conf=(1.0, 4.0), fold_in_draws=3, fold_in_share=0.2, workers=2, threads=2, seed=0,
-        svdpp_folds=None, fresh=(32, 15), fresh_repeats=3,
+        svdpp_folds=None, fresh=(32, 15), fresh_repeats=3, ranking=("movielens", "insteval"), ranking_share=0.2,
+        similar=(20, 5),
     ),
 }
 
@@ -77,7 +97,24 @@ TARGETS = (
     "4. fold-in of a new user: its recommendations' NDCG@10 within 5% of refitting with that user",
     "5. implicit ALS at equal rank, iterations and threads (issue 43): fit <= 1.0x implicit's on MovieLens, warm and "
     "on the first fit in a fresh process",
+    "6. explicit ranking (issue 49), MovieLens, each user's latest 20% held out: default MatrixFactorization's "
+    "NDCG@10 on held-out ratings >= 4 >= the popularity baseline's and >= Surprise SVD's",
+    "7. (issue 49) the default's top-10 lists cover >= 10% of the items seen in training (MovieLens, same split)",
+    "8. (issue 49) the default's test RMSE on that split no worse than before issue 49",
+    "9. (issue 49) similar_items of the default: top-5 overlap >= 0.3 on average with the item-item co-rating "
+    "neighbours (cosine on the rating matrix) of the 20 most-rated movies",
 )
+
+#: The default ``MatrixFactorization(random_state=0)``'s test RMSE on MovieLens-small with
+#: each user's latest 20% held out, before issue 49 (main at 50527d7; target 8: no worse).
+RANKING_RMSE_BEFORE = 0.8982
+
+#: The bias model's penalty of the second bias row of the ranking tables (biases shrunk
+#: as a popularity ranking needs: an item rated 5 by one user does not top the list)
+BIAS_ALPHA = 100.0
+
+#: Target 7's coverage and target 9's overlap
+RANKING_COVERAGE, SIMILAR_OVERLAP = 0.10, 0.3
 
 
 #: the rate of the second ``partial_fit`` of the fold-in comparison (a small update)
@@ -152,7 +189,7 @@ def fold_in_comparison(name, pos, relevant, p, log):
 
 
 def _recs(ids, scores):
-    return D._pad(ids, np.isneginf(scores))
+    return D.rec_ids(ids, scores)
 
 
 # ----------------------------------------------------------------------------- datasets
@@ -422,12 +459,58 @@ def _best_ndcg(models, prefix):
     return {"label": key, **pts[key]}
 
 
+# ----------------------------------------------------------------------------- explicit ranking (issue 49)
+def explicit_ranking(name, df, p, unavailable, log):
+    """Targets 6-9 on one dataset: each model's top 10 of each user's unseen items
+    against the held-out ratings >= 4 (see the module docstring), and on MovieLens the
+    default model's ``similar_items`` against the co-rating neighbours."""
+    from threadpoolctl import threadpool_limits
+
+    from dask_dgd.recommender import ndcg_at_k, recall_at_k
+
+    seed = p["seed"]
+    time_col = "timestamp" if "timestamp" in df.columns else None
+    train, known, relevant = D.ranking_split(df, time_col, seed, p["ranking_share"])
+    users, rel = relevant.index.to_numpy(), relevant.to_list()
+    scale = (float(df["rating"].min()), float(df["rating"].max()))
+    n_items = int(train["item"].nunique())
+    runs = {}
+    with threadpool_limits(p["threads"]):
+        runs["dask_dgd default"], default = D.rank_dgd_explicit(train, known, users, {}, seed)
+        runs["dask_dgd bias"], _ = D.rank_dgd_explicit(train, known, users, {"n_components": 0}, seed)
+        runs[f"dask_dgd bias alpha_bias={BIAS_ALPHA:g}"], _ = D.rank_dgd_explicit(
+            train, known, users, {"n_components": 0, "alpha_bias": BIAS_ALPHA}, seed)
+    runs["popularity"] = D.rank_popularity(train, users)
+    if unavailable.get("surprise") is None:
+        runs["Surprise SVD"] = D.rank_surprise(train, known, users, scale, seed)
+    models = {}
+    for key, r in runs.items():
+        models[key] = {"ndcg": ndcg_at_k(rel, r["recs"], 10), "recall": recall_at_k(rel, r["recs"], 10),
+                       "coverage": D.coverage(r["recs"], n_items), "rmse": r["rmse"], "wall": r["wall"],
+                       "warnings": r["warnings"]}
+        m = models[key]
+        log(f"{name} ranking: {key} NDCG@10 {m['ndcg']:.4f}, recall@10 {m['recall']:.4f}, coverage "
+            f"{m['coverage']:.1%}, RMSE {_fmt(m['rmse']) or '-'}")
+    out = {"n_train": len(train), "n_known_test": len(known), "n_users": len(users), "n_items": n_items,
+           "time_col": time_col, "share": p["ranking_share"],
+           "subset": p[_USERS[name]] is not None, "models": models,
+           "alpha_": float(default.alpha_),
+           "max_abs_item_factor": float(np.abs(default.item_factors_).max(initial=0.0))}
+    if name == "movielens":
+        n_top, k = p["similar"]
+        sim = D.similar_overlap(default, train, n_top, k)
+        out["similar"] = {"k": k, **sim}
+        log(f"{name} similar_items: " + (sim["error"] if sim["error"] else
+                                         f"mean top-{k} overlap {sim['mean']:.3f} over {len(sim['items'])} items"))
+    return out
+
+
 # ----------------------------------------------------------------------------- targets
 def _fmt(x, spec=".4f"):
     return None if x is None or (isinstance(x, float) and math.isnan(x)) else format(x, spec)
 
 
-def targets(explicit, implicit, unavailable):
+def targets(explicit, implicit, unavailable, ranking=None):
     """``[{"target", "measured", "met"}]`` for the issue targets (met: True, False or None
     when a peer needed for it is unavailable or the dataset was not run)."""
     out = []
@@ -511,6 +594,49 @@ def targets(explicit, implicit, unavailable):
             f"{fresh['repeats']} fresh processes each: warm {d['warm']:.3f} s vs {i['warm']:.3f} s ({warm:.2f}x); "
             f"first fit {d['first']:.3f} s vs {i['first']:.3f} s ({first:.2f}x); import {d['import']:.2f} s vs "
             f"{i['import']:.2f} s; NDCG@10 {d['ndcg']:.4f} vs {i['ndcg']:.4f}")})
+    out += ranking_targets((ranking or {}).get("movielens"), unavailable)
+    return out
+
+
+def ranking_targets(ml, unavailable):
+    """Targets 6-9 (issue 49) from MovieLens' :func:`explicit_ranking` (None: not run)."""
+    if ml is None:
+        return [{"target": t, "measured": "MovieLens ranking not run", "met": None} for t in TARGETS[5:9]]
+    m = ml["models"]
+    d, pop, svd = m["dask_dgd default"], m["popularity"], m.get("Surprise SVD")
+    shrunk = f"dask_dgd bias alpha_bias={BIAS_ALPHA:g}"
+    where = (f"{ml['n_users']:,} users, {ml['n_items']:,} items" + (" (a subset of the users)" if ml["subset"] else "")
+             + f"; default alpha_={ml['alpha_']:.4g}, max |item factor| {ml['max_abs_item_factor']:.3g}")
+    fails = [f"< popularity by {pop['ndcg'] - d['ndcg']:.4f}"] if d["ndcg"] < pop["ndcg"] else []
+    if svd is not None and d["ndcg"] < svd["ndcg"]:
+        fails.append(f"< Surprise SVD by {svd['ndcg'] - d['ndcg']:.4f}")
+    met6 = False if fails else None if svd is None else True
+    out = [{"target": TARGETS[5], "met": met6, "measured": (
+        f"NDCG@10 {d['ndcg']:.4f} vs popularity {pop['ndcg']:.4f}, Surprise SVD "
+        f"{'unavailable: ' + str(unavailable.get('surprise')) if svd is None else format(svd['ndcg'], '.4f')}, "
+        f"bias model {m['dask_dgd bias']['ndcg']:.4f}"
+        + (f" (alpha_bias={BIAS_ALPHA:g}: {m[shrunk]['ndcg']:.4f})" if shrunk in m else "")
+        + f" ({where})" + (f". Missed: {', '.join(fails)}" if fails else ""))}]
+    out.append({"target": TARGETS[6], "met": bool(d["coverage"] >= RANKING_COVERAGE), "measured": (
+        f"{d['coverage']:.1%} of {ml['n_items']:,} items (popularity {pop['coverage']:.1%}, Surprise SVD "
+        f"{'–' if svd is None else format(svd['coverage'], '.1%')})")})
+    if ml["subset"]:
+        out.append({"target": TARGETS[7], "met": None, "measured": (
+            f"RMSE {d['rmse']:.4f} on a subset of the users: the figure before ({RANKING_RMSE_BEFORE}) is the full "
+            "MovieLens'")})
+    else:
+        out.append({"target": TARGETS[7], "met": bool(round(d["rmse"], 4) <= RANKING_RMSE_BEFORE), "measured": (
+            f"RMSE {d['rmse']:.4f} vs {RANKING_RMSE_BEFORE} before (Surprise SVD "
+            f"{'–' if svd is None else format(svd['rmse'], '.4f')}, bias model {m['dask_dgd bias']['rmse']:.4f})")})
+    sim = ml.get("similar")
+    if sim is None or sim["error"] is not None:
+        why = "not run" if sim is None else f"similar_items raised {sim['error']}"
+        out.append({"target": TARGETS[8], "met": False if sim is not None else None, "measured": why})
+    else:
+        warned = f"; warned {', '.join(sim['warnings'])}" if sim["warnings"] else ""
+        out.append({"target": TARGETS[8], "met": bool(sim["mean"] >= SIMILAR_OVERLAP), "measured": (
+            f"mean top-{sim['k']} overlap {sim['mean']:.3f} over the {len(sim['items'])} most-rated items (min "
+            f"{min(sim['overlap']):.2f}, max {max(sim['overlap']):.2f}){warned}")})
     return out
 
 
@@ -574,6 +700,10 @@ def run(size, *, repeats=None, log=print, **overrides):
         if name == "movielens":
             implicit[name]["fold_in"] = fold_in_comparison(name, pos, relevant, p, log)
             implicit[name]["fresh"] = implicit_fresh(name, pos, relevant, p, unavailable, log)
+    ranking = {}
+    for name in p["ranking"]:
+        df = datasets[name][0] if name in datasets else D.take_users(getattr(D, name)(), p[_USERS[name]])
+        ranking[name] = explicit_ranking(name, df, p, unavailable, log)
     if unavailable["spark"] is None:
         spark = Spark(p["threads"])
         try:
@@ -583,7 +713,7 @@ def run(size, *, repeats=None, log=print, **overrides):
         finally:
             spark.close()
     if not p["cluster"]:
-        return _finish(p, size, explicit, implicit, unavailable)
+        return _finish(p, size, explicit, implicit, unavailable, ranking)
     cluster, client = start_cluster(p["workers"])
     try:
         client.wait_for_workers(p["workers"])
@@ -596,18 +726,18 @@ def run(size, *, repeats=None, log=print, **overrides):
     finally:
         client.close()
         cluster.close()
-    return _finish(p, size, explicit, implicit, unavailable)
+    return _finish(p, size, explicit, implicit, unavailable, ranking)
 
 
-def _finish(p, size, explicit, implicit, unavailable):
+def _finish(p, size, explicit, implicit, unavailable, ranking):
     for res in explicit.values():
         res["best_dgd"] = _best(res["models"], "dask_dgd ")
         res["best_peer"] = _best(res["models"], "Surprise SVD ")
     for res in implicit.values():
         res["best_dgd"] = _best_ndcg(res["models"], "dask_dgd wls ")
         res["best_peer"] = _best_ndcg(res["models"], "implicit ALS ")
-    tgt = targets(explicit, implicit, unavailable)
-    return report(p, size, explicit, implicit, tgt, unavailable)
+    tgt = targets(explicit, implicit, unavailable, ranking)
+    return report(p, size, explicit, implicit, tgt, unavailable, ranking)
 
 
 def shipped_defaults():
@@ -620,7 +750,27 @@ def shipped_defaults():
                 k: v for k, v in ImplicitMatrixFactorization(loss="wls").get_params().items() if k in keys}}
 
 
-def report(p, size, explicit, implicit, tgt, unavailable):
+def ranking_table(name, res, unavailable):
+    rows = [[key, _fmt(v["ndcg"]), _fmt(v["recall"]), f"{v['coverage']:.1%}", _fmt(v["rmse"]),
+             f"{v['wall']:.2f} s" if v["wall"] else None, ", ".join(v["warnings"]) or None]
+            for key, v in res["models"].items()]
+    if unavailable.get("surprise") is not None:
+        rows.append([f"surprise: {_peer_state(unavailable['surprise'])}"] + [None] * 6)
+    split = "latest" if res["time_col"] else "seeded random"
+    text = (f"#### {name}: {res['n_train']:,} training ratings, {res['n_items']:,} items; {res['n_users']:,} users "
+            f"with a held-out rating >= 4 ({split} {res['share']:.0%} per user); RMSE on "
+            f"{res['n_known_test']:,} held-out ratings\n\n" + md_table(
+                ["model", "NDCG@10", "recall@10", "top-10 coverage", "test RMSE", "fit", "warnings"], rows))
+    sim = res.get("similar")
+    if sim is not None:
+        text += "\n\n" + (f"similar_items: {sim['error']}" if sim["error"] else (
+            f"similar_items of the default model vs co-rating neighbours, top-{sim['k']} overlap per item (the "
+            f"{len(sim['items'])} most-rated, most first): " + ", ".join(f"{x:.1f}" for x in sim["overlap"])
+            + f"; mean {sim['mean']:.3f}"))
+    return text
+
+
+def report(p, size, explicit, implicit, tgt, unavailable, ranking=None):
     shipped = shipped_defaults()
     versions = {"surprise": "scikit-surprise", "implicit": "implicit", "spark": "pyspark"}
     peers = "; ".join(f"{k}: {_peer_state(v)}" + (f" ({versions[k]} {_version(k)})" if v is None else "")
@@ -665,12 +815,15 @@ def report(p, size, explicit, implicit, tgt, unavailable):
     if implicit:
         parts += ["### Implicit feedback (P@10, NDCG@10)"]
         parts += [implicit_table(name, res, unavailable) for name, res in implicit.items()]
+    if ranking:
+        parts += ["### Explicit ranking (held-out ratings >= 4; issue 49)"]
+        parts += [ranking_table(name, res, unavailable) for name, res in ranking.items()]
     verdict = md_table(["target", "measured", "met"],
                        [[t["target"], t["measured"], {True: "met", False: "missed", None: "not measured"}[t["met"]]]
                         for t in tgt])
     parts += ["### Targets", verdict]
     data = {"parameters": {k: (list(v) if isinstance(v, tuple) else v) for k, v in p.items()},
             "unavailable": unavailable, "dask_dgd_defaults": shipped, "explicit": explicit, "implicit": implicit,
-            "targets": tgt}
+            "ranking": ranking or {}, "targets": tgt}
     return {"title": "Recommenders vs Surprise, implicit and Spark ALS", "markdown": "\n\n".join(parts),
             "table": verdict, "data": data}
