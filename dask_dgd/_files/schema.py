@@ -541,6 +541,7 @@ _FACTORS = {
     "_seed_": Int(none=True),
     "alpha_": Real(),
     "alpha_bias_": Real(),
+    "n_duplicates_": Int(),
 }
 _CLIMATE = {
     "grid_": Grid(),

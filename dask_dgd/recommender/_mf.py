@@ -1,18 +1,25 @@
 """MatrixFactorization (explicit ratings) and ImplicitMatrixFactorization."""
 
 import numbers
+import warnings
 
 import numpy as np
+import pandas as pd
 
 from .._docstrings import other_parameters
 from .._params import init_from
-from .._validation import Interval, Options
-from ..exceptions import InputError
+from .._validation import Interval, Options, user_stacklevel
+from ..exceptions import InputError, UnusedRatingsWarning
 from ._base import FactorizationBase, factorization_signature
 from ._metrics import evaluate_ranking
 from ._shards import check_rows, row_facts
 
 __all__ = ["ImplicitMatrixFactorization", "MatrixFactorization"]
+
+
+#: Names (lower case) of the numeric columns that an implicit model warns it does not
+#: use when ``rating_col=None`` (:class:`~dask_dgd.exceptions.UnusedRatingsWarning`).
+RATING_LIKE = ("rating", "ratings", "score", "stars", "strength", "weight", "count", "confidence")
 
 
 def _rating_scale_like(value):
@@ -28,8 +35,8 @@ _shared_parameters = other_parameters("The training parameters both recommenders
                                       ":class:`~dask_dgd.recommender.FactorizationBase`.")
 
 @_shared_parameters
-@init_from(factorization_signature(("alpha", "auto"), ("alpha_bias", None), "rating_scale", rating_col="rating"),
-           positional=1)
+@init_from(factorization_signature(("alpha", "auto"), ("alpha_bias", None), "rating_scale", ("duplicates", "mean"),
+                                   rating_col="rating"), positional=1)
 class MatrixFactorization(FactorizationBase):
     """Explicit-rating matrix factorization trained by distributed gradient descent.
 
@@ -132,12 +139,14 @@ shard_ratings_, bytes_communicated_
 
     _kind = "explicit"
     _auto_als_kinds = ("explicit",)
+    _duplicates_options = ("mean", "last", "raise")
     _parameter_constraints = {
         **FactorizationBase._common_constraints,
         "alpha": [Interval(numbers.Real, 0, None, "left"), Options("auto")],
         "n_components": [Interval(numbers.Integral, 0, None, "left")],
         "alpha_bias": [None, Interval(numbers.Real, 0, None, "left")],
         "rating_scale": [None, _rating_scale_like],
+        "duplicates": [Options(*_duplicates_options)],
         "rating_col": [str],
     }
 
@@ -170,7 +179,7 @@ shard_ratings_, bytes_communicated_
 
 @_shared_parameters
 @init_from(factorization_signature(("loss", "bpr"), ("alpha", 0.01), ("alpha_bias", None), ("confidence_scale", 1.0),
-                                   rating_col=None), positional=1)
+                                   ("duplicates", "sum"), rating_col=None), positional=1)
 class ImplicitMatrixFactorization(FactorizationBase):
     """Implicit-feedback matrix factorization (clicks, plays, purchases).
 
@@ -228,11 +237,13 @@ shard_ratings_, bytes_communicated_
 
     _kind = None
     _auto_als_kinds = ("wls",)
+    _duplicates_options = ("sum", "max", "raise")
     _parameter_constraints = {
         **FactorizationBase._common_constraints,
         "loss": [Options("bpr", "wls")],
         "alpha_bias": [None, Interval(numbers.Real, 0, None, "left")],
         "confidence_scale": [Interval(numbers.Real, 0, None, "left")],
+        "duplicates": [Options(*_duplicates_options)],
         "rating_col": [None, str],
     }
 
@@ -249,6 +260,29 @@ shard_ratings_, bytes_communicated_
     def _as_frame(self, X, y, *, need_rating):
         frame, cols = super()._as_frame(X, y, need_rating=False)
         return frame, cols
+
+    def _say_unused_ratings(self, X, cols):
+        """An :class:`~dask_dgd.exceptions.UnusedRatingsWarning` (once per fit) when
+        ``X`` has a rating-like column (:data:`RATING_LIKE`) that ``rating_col=None``
+        leaves out, or when BPR is given strengths it does not weigh pairs by."""
+        name = type(self).__name__
+        if cols[2] is None and hasattr(X, "columns"):
+            found = [c for c in X.columns if isinstance(c, str) and c.lower() in RATING_LIKE
+                     and c not in cols[:2] and pd.api.types.is_numeric_dtype(X[c].dtype)
+                     and not pd.api.types.is_bool_dtype(X[c].dtype)]
+            if found:
+                c = found[0]
+                warnings.warn(
+                    f"{name}: X has a column {c!r} but rating_col=None, so it is not used: every (user, item) "
+                    f"pair counts as a positive of strength 1; pass rating_col={c!r} (with loss='wls') to use it "
+                    f"as the strengths, or keep only the positives first (e.g. X[X[{c!r}] >= 4]), or drop the "
+                    "column", UnusedRatingsWarning, stacklevel=user_stacklevel())
+        elif cols[2] is not None and self.loss == "bpr":
+            warnings.warn(
+                f"{name}(loss='bpr') takes every (user, item) pair as a positive alike: the {cols[2]!r} values are "
+                "only checked (finite, >= 0), not used; use loss='wls' to weigh the pairs by them, or keep only "
+                f"the positives first (e.g. X[X[{cols[2]!r}] >= 4]) and leave rating_col=None",
+                UnusedRatingsWarning, stacklevel=user_stacklevel())
 
     def score(self, X, y=None):
         """Mean NDCG@10 of the recommendations against the interactions in ``X``."""
