@@ -98,6 +98,18 @@ class MatrixFactorization(FactorizationBase):
         (:class:`~dask_dgd.exceptions.InputError`).  Training does not depend on it.
         None: no scale, predictions unclipped (a fold-in user of extreme ratings may
         then be predicted past the scale, e.g. 5.4 on 1-5).
+    duplicates : {"mean", "last", "raise"}, default="mean"
+        What a (user, item) pair given on several rows becomes, in ``fit``,
+        ``partial_fit`` (within one call's ratings) and fold-in: one rating, their
+        mean ("mean": a rating recorded twice, or a change of mind between close
+        values, counts once, as Surprise and Spark users expect of a rating matrix),
+        the pair's last row in the input's order ("last": the rows of a pandas frame
+        or an array; a dask DataFrame's partitions in order, then their rows), or an
+        :class:`~dask_dgd.exceptions.InputError` ("raise").  A merge is said by a
+        :class:`~dask_dgd.exceptions.DuplicateRatingsWarning` naming the rows merged,
+        and by ``n_duplicates_``; everything the fit counts (the global mean, the
+        batches, ``tol``'s scale, the held-out split, ``shard_ratings_``, the seen
+        items) is of the merged ratings.
     rating_col : str, default="rating"
         Column of the ratings in DataFrame input.
 
@@ -108,6 +120,10 @@ shard_ratings_, bytes_communicated_
         See :class:`~dask_dgd.recommender.FactorizationBase`.
     user_bias_, item_bias_ : ndarray
     global_mean_ : float
+        The mean of the training ratings (duplicates merged).
+    n_duplicates_ : int
+        Rows of the last ``fit`` or ``partial_fit`` merged into an earlier row of the
+        same pair (see ``duplicates``).
     alpha_, alpha_bias_ : float
         The penalties of the fitted model (``alpha`` and ``alpha_bias``, or the ones
         ``"auto"`` chose).
@@ -217,9 +233,28 @@ class ImplicitMatrixFactorization(FactorizationBase):
         L2 penalty of the item biases (bpr; None: ``alpha``).
     confidence_scale : float, default=1.0
         wls: confidence of an observed pair is ``1 + confidence_scale * strength``.
+    duplicates : {"sum", "max", "raise"}, default="sum"
+        What a (user, item) pair given on several rows becomes, in ``fit``,
+        ``partial_fit`` (within one call's interactions) and fold-in: one pair whose
+        strength is the sum of theirs ("sum": repeated events add up, as in
+        ``implicit``'s user-item matrix), the largest ("max"), or an
+        :class:`~dask_dgd.exceptions.InputError` ("raise").  Without a ``rating_col``
+        a pair counts once, strength 1, however often it repeats (to count events,
+        give a column of ones as ``rating_col``).  Event logs repeat pairs as a rule,
+        so a merge warns nothing: ``n_duplicates_`` says it.  BPR uses each pair once
+        either way.
     rating_col : str or None, default=None
-        Column of interaction strengths (counts, play time), used by wls; None or a
-        missing column: every observed pair has strength 1.
+        Column of interaction strengths (counts, play time), used by wls; they must be
+        >= 0 for either loss (:class:`~dask_dgd.exceptions.InputError` otherwise; 0 is
+        an observed pair of confidence 1).  None or a missing column: every observed
+        pair has strength 1; with None, a numeric column of ``X`` named like ratings
+        (:data:`RATING_LIKE`: "rating", "ratings", "score", "stars", "strength",
+        "weight", "count" or "confidence", in any case) is left out with an
+        :class:`~dask_dgd.exceptions.UnusedRatingsWarning` naming the fixes (pass it as
+        ``rating_col`` with ``loss="wls"``, keep only the positives, e.g. ratings >= 4,
+        or drop it).  BPR treats every pair alike: with a ``rating_col`` it warns
+        (:class:`~dask_dgd.exceptions.UnusedRatingsWarning`) that the strengths are
+        only checked, not used.
 
     Attributes
     ----------
@@ -227,6 +262,9 @@ class ImplicitMatrixFactorization(FactorizationBase):
 shard_ratings_, bytes_communicated_
         See :class:`~dask_dgd.recommender.FactorizationBase`.
     item_bias_ : ndarray (bpr only)
+    n_duplicates_ : int
+        Rows of the last ``fit`` or ``partial_fit`` merged into an earlier row of the
+        same pair (see ``duplicates``).
 
     Notes
     -----
