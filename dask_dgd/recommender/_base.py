@@ -204,7 +204,7 @@ class FactorizationBase(RecommenderMixin, ClientParamMixin, BaseEstimator):
     #: the kinds ``solver="auto"`` trains by alternating least squares
     _auto_als_kinds = ()
     #: the policies of the ``duplicates`` parameter (the default first)
-    _duplicates_options = ()
+    _duplicates_options: tuple[str, ...] = ()
 
     _common_constraints = {
         **TRAINING_CONSTRAINTS,

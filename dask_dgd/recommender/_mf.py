@@ -172,6 +172,9 @@ shard_ratings_, bytes_communicated_
     def score(self, X, y=None):
         """Negative root-mean-squared error of the predicted ratings (greater is better).
 
+        Every row of ``X`` is scored as given: a (user, item) pair on two rows counts
+        twice (held-out ratings are not merged by ``duplicates``).
+
         Parameters
         ----------
         X : DataFrame or array of shape (n, 2)

@@ -307,7 +307,7 @@ def _split_shared(df, user_col, item_col, rating_col, policy, shared, n_buckets)
     duplicates merged, with the count merged, and its rows of the ``shared`` users cut
     into ``n_buckets`` pieces by user (in the partition's row order)."""
     code = shared.get_indexer(df[user_col]) if len(shared) else np.full(len(df), -1)
-    own, n = merge_duplicates(df[code < 0], user_col, item_col, rating_col, policy)
+    own, n = merge_duplicates(df[code < 0] if (code >= 0).any() else df, user_col, item_col, rating_col, policy)
     pieces = [df[(code >= 0) & (code % max(n_buckets, 1) == b)] for b in range(n_buckets)]
     return own, n, pieces
 
