@@ -14,7 +14,9 @@ The hierarchy::
 
     DGDWarning (UserWarning)         base of every dask_dgd warning
     ├── BiasOnlyWarning              a recommender ranks by its biases alone: its factors are zero or too small
-    └── ChunkSizeWarning             a fit's dask blocks are far below a useful size: rechunk
+    ├── ChunkSizeWarning             a fit's dask blocks are far below a useful size: rechunk
+    ├── DuplicateRatingsWarning      a recommender merged ratings of a (user, item) pair given twice
+    └── UnusedRatingsWarning         an implicit recommender does not use a column of ratings it was given
 
 ``NotFittedError`` and ``ConvergenceWarning`` are scikit-learn's own, re-exported so that
 code which already catches them keeps working.
@@ -34,9 +36,11 @@ __all__ = [
     "DGDError",
     "DGDWarning",
     "DivergenceError",
+    "DuplicateRatingsWarning",
     "InputError",
     "NotFittedError",
     "ParameterError",
+    "UnusedRatingsWarning",
 ]
 
 
@@ -86,3 +90,11 @@ class BiasOnlyWarning(DGDWarning):
 
 class ChunkSizeWarning(DGDWarning):
     """A fit's data are in many dask blocks far below a useful size: rechunk them (the fix is named)."""
+
+
+class DuplicateRatingsWarning(DGDWarning):
+    """A recommender merged the ratings of (user, item) pairs given on several rows (by its ``duplicates``)."""
+
+
+class UnusedRatingsWarning(DGDWarning):
+    """An implicit recommender was given ratings or strengths that it does not use (the fix is named)."""

@@ -578,8 +578,9 @@ def test_recommender_empty_frame(model, kind, client):
 def test_recommender_negative_strengths(model, kind, client):
     df = RATINGS.assign(rating=[1.0, -1.0, 3.0, 4.0, 5.0, 1.0, 2.0, 4.0])
     if model == "wls":
-        with pytest.raises(InputError, match=r"the 'rating' column has a negative value \(-1\); confidence-weighted least "
-                                             r"squares needs strengths >= 0 \(confidence = 1 \+ confidence_scale \* strength\)"):
+        with pytest.raises(InputError, match=r"1 values of the 'rating' column are negative \(the smallest: -1\); "
+                                             r"confidence-weighted least squares needs strengths >= 0 \(confidence = 1 \+ "
+                                             r"confidence_scale \* strength\); drop those rows"):
             rec(model, kind, client).fit(frame(kind, df))
     else:  # documented: explicit ratings may be any real number; BPR ignores them
         fitted = quiet(rec(model, kind, client).fit, frame(kind, df))

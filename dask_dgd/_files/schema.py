@@ -542,6 +542,7 @@ _FACTORS = {
     "alpha_": Real(),
     "alpha_bias_": Real(),
     "residual_std_": Real(),
+    "n_duplicates_": Int(),
 }
 _CLIMATE = {
     "grid_": Grid(),

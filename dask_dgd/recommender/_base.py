@@ -45,6 +45,7 @@ from ._shards import (
     frame_parts,
     init_rows,
     is_device_like,
+    merge_parts,
     scan,
 )
 
@@ -207,6 +208,8 @@ class FactorizationBase(RecommenderMixin, ClientParamMixin, BaseEstimator):
     _kind = None  # "explicit", "bpr" or "wls"
     #: the kinds ``solver="auto"`` trains by alternating least squares
     _auto_als_kinds = ()
+    #: the policies of the ``duplicates`` parameter (the default first)
+    _duplicates_options: tuple[str, ...] = ()
 
     _common_constraints = {
         **TRAINING_CONSTRAINTS,
@@ -297,6 +300,7 @@ class FactorizationBase(RecommenderMixin, ClientParamMixin, BaseEstimator):
                 "initial factors and the batches, and a resumed fit must draw the same ones"
             )
         frame, cols = self._as_frame(X, y, need_rating=self._kind_now() == "explicit")
+        self._say_unused_ratings(X, cols)
         mem = 0 if is_dask_collection(frame) else int(frame.memory_usage(index=False).sum())
         executor = get_executor(self.client, frame, nbytes=mem)
         parts = frame_parts(executor, frame)
@@ -304,6 +308,10 @@ class FactorizationBase(RecommenderMixin, ClientParamMixin, BaseEstimator):
         check_scan(facts, cols[2], self._kind_now())
         check_scale(facts, cols[2], self._rating_scale(), "fitting")
         users, items = id_index(facts["users"], "user"), id_index(facts["items"], "item")
+        parts, n_merged = merge_parts(executor, parts, cols, self.duplicates, users, facts["users"])
+        if n_merged:  # (refused, or said) and the counts and sums of the merged ratings
+            self._merged_duplicates(n_merged, cols)
+            facts = scan(executor, parts, cols, digest=self.checkpoint is not None and not continued)
         if continued:
             users, items = self._grow("user_ids_", users), self._grow("item_ids_", items)
             seed, mu = self._seed_, getattr(self, "global_mean_", 0.0)
@@ -378,6 +386,7 @@ class FactorizationBase(RecommenderMixin, ClientParamMixin, BaseEstimator):
                                                          optimizer)
         self._store(model, users, items, U, result, _assemble_state(user_states, U.shape, state_base),
                     seen_u, seen_i, loads, continued, path)
+        self.n_duplicates_ = n_merged
         if not factors:
             self._zero_factors(optimizer)
         if check_factors:
@@ -426,6 +435,39 @@ class FactorizationBase(RecommenderMixin, ClientParamMixin, BaseEstimator):
         else:
             total = sums(frame).iloc[0]
         return float(np.sqrt(total["sq"] / max(int(total["n"]), 1)))
+
+    def _say_unused_ratings(self, X, cols):
+        """Warn of ratings given to the fit that it does not use (implicit models)."""
+
+    def _merged_duplicates(self, n_merged, cols, doing="fitting"):
+        """Rows of a (user, item) pair given more than once, merged by the
+        ``duplicates`` policy: refused with "raise", else said with a
+        :class:`~dask_dgd.exceptions.DuplicateRatingsWarning` for explicit ratings (a
+        rating given twice is a mistake, or a change of mind); implicit feedback
+        repeats events as a rule, so its merges are said by ``n_duplicates_`` alone."""
+        from ..exceptions import DuplicateRatingsWarning, InputError
+
+        rows = f"{n_merged} rows repeat" if n_merged != 1 else "1 row repeats"
+        rows += f" the ({self.user_col!r}, {self.item_col!r}) pair of an earlier row"
+        if self.duplicates == "raise":
+            raise InputError(
+                f"{rows} (duplicates='raise'); drop or merge them before {doing} (e.g. "
+                f"X.drop_duplicates([{self.user_col!r}, {self.item_col!r}], keep='last')), or let "
+                f"{type(self).__name__} merge them: duplicates={self._merge_options()}"
+            )
+        if self._kind_now() not in ("explicit",):
+            return
+        what = f"their {cols[2]!r} values" if cols[2] is not None else "them"
+        warnings.warn(
+            f"{type(self).__name__}: {rows}; merged {what} into one per pair by duplicates={self.duplicates!r} "
+            f"while {doing}; choose another policy with duplicates={self._merge_options()}, or drop the "
+            "repeated rows first",
+            DuplicateRatingsWarning, stacklevel=user_stacklevel(),
+        )
+
+    def _merge_options(self):
+        """The other policies, in words ("'last' or 'raise'")."""
+        return " or ".join(repr(v) for v in self._duplicates_options if v != self.duplicates)
 
     def _solver(self, like, facts):
         """The solver of a new fit: ``"auto"`` takes alternating least squares where it
@@ -510,7 +552,7 @@ class FactorizationBase(RecommenderMixin, ClientParamMixin, BaseEstimator):
     _FITTED = ("user_ids_", "item_ids_", "_user_index", "_item_index", "user_factors_", "item_factors_",
                "user_bias_", "item_bias_", "global_mean_", "_item_state_", "_user_state_", "_seen", "history_",
                "loss_curve_", "n_iter_", "solver_", "shard_ratings_", "bytes_communicated_", "_seed_", "alpha_",
-               "alpha_bias_", "validation_path_", "residual_std_")
+               "alpha_bias_", "validation_path_", "residual_std_", "n_duplicates_")
 
     def _forget_fit(self):
         """Drop what an earlier fit left (a refit with other settings starts clean)."""

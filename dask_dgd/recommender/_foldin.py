@@ -36,7 +36,7 @@ import scipy.special
 
 from ..exceptions import InputError
 from ._input import ids_preview
-from ._shards import check_rows, check_scale, row_facts
+from ._shards import check_rows, check_scale, merge_duplicates, row_facts
 
 __all__ = ["bpr_item_rows", "bpr_rows", "fold_in", "model_of", "new_user_rows", "solve_rows"]
 
@@ -195,6 +195,10 @@ def fold_in(est, frame, ids, side="users"):
     facts = row_facts(frame, est.user_col, est.item_col, rcol if rated else None)
     check_rows(facts, rcol, est._kind_now(), "folding them in")
     check_scale(facts, rcol, est._rating_scale(), "folding them in")
+    # a pair given on several rows: merged by the model's duplicates policy, as fit merges them
+    frame, n_merged = merge_duplicates(frame, est.user_col, est.item_col, rcol if rated else None, est.duplicates)
+    if n_merged:
+        est._merged_duplicates(n_merged, (est.user_col, est.item_col, rcol if rated else None), "folding them in")
     codes = other_index.get_indexer(frame[other_col].to_numpy())
     known = codes >= 0
     if rated:
@@ -211,10 +215,8 @@ def fold_in(est, frame, ids, side="users"):
         other, vals = by_id.get(key, ([], []))
         other = np.asarray(other, dtype=np.int64)
         vals = np.asarray(vals, dtype=np.float64)
-        if len(other):  # a pair given twice counts once, with its last value
-            last = len(other) - 1 - np.unique(other[::-1], return_index=True)[1]
-            other, vals = other[last], vals[last]
-        groups.append((other, vals))
+        order = np.argsort(other, kind="stable")  # (by item, as fit's shards hold them)
+        groups.append((other[order], vals[order]))
     model = model_of(est)
     V = est._item_table()
     if model["kind"] == "bpr":

@@ -1,18 +1,25 @@
 """MatrixFactorization (explicit ratings) and ImplicitMatrixFactorization."""
 
 import numbers
+import warnings
 
 import numpy as np
+import pandas as pd
 
 from .._docstrings import other_parameters
 from .._params import init_from
-from .._validation import Interval, Options
-from ..exceptions import InputError
+from .._validation import Interval, Options, user_stacklevel
+from ..exceptions import InputError, UnusedRatingsWarning
 from ._base import FactorizationBase, factorization_signature
 from ._metrics import evaluate_ranking
 from ._shards import check_rows, row_facts
 
 __all__ = ["ImplicitMatrixFactorization", "MatrixFactorization"]
+
+
+#: Names (lower case) of the numeric columns that an implicit model warns it does not
+#: use when ``rating_col=None`` (:class:`~dask_dgd.exceptions.UnusedRatingsWarning`).
+RATING_LIKE = ("rating", "ratings", "score", "stars", "strength", "weight", "count", "confidence")
 
 
 def _rating_scale_like(value):
@@ -28,8 +35,8 @@ _shared_parameters = other_parameters("The training parameters both recommenders
                                       ":class:`~dask_dgd.recommender.FactorizationBase`.")
 
 @_shared_parameters
-@init_from(factorization_signature(("alpha", "auto"), ("alpha_bias", None), "rating_scale", rating_col="rating"),
-           positional=1)
+@init_from(factorization_signature(("alpha", "auto"), ("alpha_bias", None), "rating_scale", ("duplicates", "mean"),
+                                   rating_col="rating"), positional=1)
 class MatrixFactorization(FactorizationBase):
     """Explicit-rating matrix factorization trained by distributed gradient descent.
 
@@ -101,6 +108,18 @@ class MatrixFactorization(FactorizationBase):
         (:class:`~dask_dgd.exceptions.InputError`).  Training does not depend on it.
         None: no scale, predictions unclipped (a fold-in user of extreme ratings may
         then be predicted past the scale, e.g. 5.4 on 1-5).
+    duplicates : {"mean", "last", "raise"}, default="mean"
+        What a (user, item) pair given on several rows becomes, in ``fit``,
+        ``partial_fit`` (within one call's ratings) and fold-in: one rating, their
+        mean ("mean": a rating recorded twice, or a change of mind between close
+        values, counts once, as Surprise and Spark users expect of a rating matrix),
+        the pair's last row in the input's order ("last": the rows of a pandas frame
+        or an array; a dask DataFrame's partitions in order, then their rows), or an
+        :class:`~dask_dgd.exceptions.InputError` ("raise").  A merge is said by a
+        :class:`~dask_dgd.exceptions.DuplicateRatingsWarning` naming the rows merged,
+        and by ``n_duplicates_``; everything the fit counts (the global mean, the
+        batches, ``tol``'s scale, the held-out split, ``shard_ratings_``, the seen
+        items) is of the merged ratings.
     rating_col : str, default="rating"
         Column of the ratings in DataFrame input.
 
@@ -111,6 +130,10 @@ shard_ratings_, bytes_communicated_
         See :class:`~dask_dgd.recommender.FactorizationBase`.
     user_bias_, item_bias_ : ndarray
     global_mean_ : float
+        The mean of the training ratings (duplicates merged).
+    n_duplicates_ : int
+        Rows of the last ``fit`` or ``partial_fit`` merged into an earlier row of the
+        same pair (see ``duplicates``).
     alpha_, alpha_bias_ : float
         The penalties of the fitted model (``alpha`` and ``alpha_bias``, or the ones
         ``"auto"`` chose).
@@ -156,12 +179,14 @@ shard_ratings_, bytes_communicated_
 
     _kind = "explicit"
     _auto_als_kinds = ("explicit",)
+    _duplicates_options = ("mean", "last", "raise")
     _parameter_constraints = {
         **FactorizationBase._common_constraints,
         "alpha": [Interval(numbers.Real, 0, None, "left"), Options("auto")],
         "n_components": [Interval(numbers.Integral, 0, None, "left")],
         "alpha_bias": [None, Interval(numbers.Real, 0, None, "left")],
         "rating_scale": [None, _rating_scale_like],
+        "duplicates": [Options(*_duplicates_options)],
         "rating_col": [str],
     }
 
@@ -170,6 +195,9 @@ shard_ratings_, bytes_communicated_
 
     def score(self, X, y=None):
         """Negative root-mean-squared error of the predicted ratings (greater is better).
+
+        Every row of ``X`` is scored as given: a (user, item) pair on two rows counts
+        twice (held-out ratings are not merged by ``duplicates``).
 
         Parameters
         ----------
@@ -194,7 +222,7 @@ shard_ratings_, bytes_communicated_
 
 @_shared_parameters
 @init_from(factorization_signature(("loss", "bpr"), ("alpha", 0.01), ("alpha_bias", None), ("confidence_scale", 1.0),
-                                   rating_col=None), positional=1)
+                                   ("duplicates", "sum"), rating_col=None), positional=1)
 class ImplicitMatrixFactorization(FactorizationBase):
     """Implicit-feedback matrix factorization (clicks, plays, purchases).
 
@@ -235,9 +263,28 @@ class ImplicitMatrixFactorization(FactorizationBase):
         L2 penalty of the item biases (bpr; None: ``alpha``).
     confidence_scale : float, default=1.0
         wls: confidence of an observed pair is ``1 + confidence_scale * strength``.
+    duplicates : {"sum", "max", "raise"}, default="sum"
+        What a (user, item) pair given on several rows becomes, in ``fit``,
+        ``partial_fit`` (within one call's interactions) and fold-in: one pair whose
+        strength is the sum of theirs ("sum": repeated events add up, as in
+        ``implicit``'s user-item matrix), the largest ("max"), or an
+        :class:`~dask_dgd.exceptions.InputError` ("raise").  Without a ``rating_col``
+        a pair counts once, strength 1, however often it repeats (to count events,
+        give a column of ones as ``rating_col``).  Event logs repeat pairs as a rule,
+        so a merge warns nothing: ``n_duplicates_`` says it.  BPR uses each pair once
+        either way.
     rating_col : str or None, default=None
-        Column of interaction strengths (counts, play time), used by wls; None or a
-        missing column: every observed pair has strength 1.
+        Column of interaction strengths (counts, play time), used by wls; they must be
+        >= 0 for either loss (:class:`~dask_dgd.exceptions.InputError` otherwise; 0 is
+        an observed pair of confidence 1).  None or a missing column: every observed
+        pair has strength 1; with None, a numeric column of ``X`` named like ratings
+        (:data:`RATING_LIKE`: "rating", "ratings", "score", "stars", "strength",
+        "weight", "count" or "confidence", in any case) is left out with an
+        :class:`~dask_dgd.exceptions.UnusedRatingsWarning` naming the fixes (pass it as
+        ``rating_col`` with ``loss="wls"``, keep only the positives, e.g. ratings >= 4,
+        or drop it).  BPR treats every pair alike: with a ``rating_col`` it warns
+        (:class:`~dask_dgd.exceptions.UnusedRatingsWarning`) that the strengths are
+        only checked, not used.
 
     Attributes
     ----------
@@ -245,6 +292,9 @@ class ImplicitMatrixFactorization(FactorizationBase):
 shard_ratings_, bytes_communicated_
         See :class:`~dask_dgd.recommender.FactorizationBase`.
     item_bias_ : ndarray (bpr only)
+    n_duplicates_ : int
+        Rows of the last ``fit`` or ``partial_fit`` merged into an earlier row of the
+        same pair (see ``duplicates``).
 
     Notes
     -----
@@ -255,11 +305,13 @@ shard_ratings_, bytes_communicated_
 
     _kind = None
     _auto_als_kinds = ("wls",)
+    _duplicates_options = ("sum", "max", "raise")
     _parameter_constraints = {
         **FactorizationBase._common_constraints,
         "loss": [Options("bpr", "wls")],
         "alpha_bias": [None, Interval(numbers.Real, 0, None, "left")],
         "confidence_scale": [Interval(numbers.Real, 0, None, "left")],
+        "duplicates": [Options(*_duplicates_options)],
         "rating_col": [None, str],
     }
 
@@ -276,6 +328,29 @@ shard_ratings_, bytes_communicated_
     def _as_frame(self, X, y, *, need_rating):
         frame, cols = super()._as_frame(X, y, need_rating=False)
         return frame, cols
+
+    def _say_unused_ratings(self, X, cols):
+        """An :class:`~dask_dgd.exceptions.UnusedRatingsWarning` (once per fit) when
+        ``X`` has a rating-like column (:data:`RATING_LIKE`) that ``rating_col=None``
+        leaves out, or when BPR is given strengths it does not weigh pairs by."""
+        name = type(self).__name__
+        if cols[2] is None and hasattr(X, "columns"):
+            found = [c for c in X.columns if isinstance(c, str) and c.lower() in RATING_LIKE
+                     and c not in cols[:2] and pd.api.types.is_numeric_dtype(X[c].dtype)
+                     and not pd.api.types.is_bool_dtype(X[c].dtype)]
+            if found:
+                c = found[0]
+                warnings.warn(
+                    f"{name}: X has a column {c!r} but rating_col=None, so it is not used: every (user, item) "
+                    f"pair counts as a positive of strength 1; pass rating_col={c!r} (with loss='wls') to use it "
+                    f"as the strengths, or keep only the positives first (e.g. X[X[{c!r}] >= 4]), or drop the "
+                    "column", UnusedRatingsWarning, stacklevel=user_stacklevel())
+        elif cols[2] is not None and self.loss == "bpr":
+            warnings.warn(
+                f"{name}(loss='bpr') takes every (user, item) pair as a positive alike: the {cols[2]!r} values are "
+                "only checked (finite, >= 0), not used; use loss='wls' to weigh the pairs by them, or keep only "
+                f"the positives first (e.g. X[X[{cols[2]!r}] >= 4]) and leave rating_col=None",
+                UnusedRatingsWarning, stacklevel=user_stacklevel())
 
     def score(self, X, y=None):
         """Mean NDCG@10 of the recommendations against the interactions in ``X``."""

@@ -42,6 +42,8 @@ __all__ = [
     "holdout_rows",
     "init_rows",
     "is_device_like",
+    "merge_duplicates",
+    "merge_parts",
     "row_facts",
     "scan",
 ]
@@ -217,6 +219,7 @@ def row_facts(df, user_col, item_col, rating_col):
     out = {
         "null_ids": int(df[user_col].isna().sum() + df[item_col].isna().sum()),
         "bad_ratings": 0,
+        "negative_ratings": 0,
         "rating_sum": 0.0,
         "rating_sq_sum": 0.0,
         "rating_min": math.inf,
@@ -226,6 +229,7 @@ def row_facts(df, user_col, item_col, rating_col):
         r = df[rating_col].to_numpy(dtype=np.float64, na_value=np.nan)
         finite = np.isfinite(r)
         out["bad_ratings"] = int((~finite).sum())
+        out["negative_ratings"] = int((r[finite] < 0).sum())
         out["rating_sum"] = float(r[finite].sum())
         with np.errstate(over="ignore"):  # (inf: squares that overflow, see FactorizationBase._solver)
             out["rating_sq_sum"] = float(np.square(r[finite]).sum())
@@ -270,6 +274,85 @@ def split_part(df, user_col, item_col, rating_col, users, items, user_shard, n_s
 
 def _piece(pieces, s):
     return pieces[s]
+
+
+#: How each ``duplicates`` policy merges the values of a (user, item) pair given on
+#: several rows (pandas' groupby aggregations; "raise" counts them as "last" would
+#: merge them: the caller refuses them).
+_MERGE = {"mean": "mean", "last": "last", "sum": "sum", "max": "max", "raise": "last"}
+
+
+def merge_duplicates(df, user_col, item_col, rating_col, policy):
+    """``df`` with the rows of each (user, item) pair given more than once merged into
+    one by ``policy`` ("mean"; "last": the value of the pair's last row in ``df``'s
+    order; "sum"; "max"; without a rating column, one row of the pair), and how many
+    rows were merged away.  The rows of pairs given once are kept, in their order,
+    followed by the merged pairs."""
+    keys = [user_col, item_col]
+    repeated = df.duplicated(keys, keep=False)
+    if not repeated.any():
+        return df, 0
+    rows = df[repeated]
+    if rating_col is None:
+        merged = rows.drop_duplicates(keys)
+    else:
+        merged = rows.groupby(keys, sort=False, dropna=False, observed=True)[rating_col].agg(_MERGE[policy])
+        merged = merged.reset_index()[list(df.columns)]
+    out = pd.concat([df[~repeated], merged], ignore_index=True)
+    return out, len(df) - len(out)
+
+
+def _split_shared(df, user_col, item_col, rating_col, policy, shared, n_buckets):
+    """One partition's rows of the users it alone holds (not in ``shared``), their
+    duplicates merged, with the count merged, and its rows of the ``shared`` users cut
+    into ``n_buckets`` pieces by user (in the partition's row order)."""
+    code = shared.get_indexer(df[user_col]) if len(shared) else np.full(len(df), -1)
+    own, n = merge_duplicates(df[code < 0] if (code >= 0).any() else df, user_col, item_col, rating_col, policy)
+    pieces = [df[(code >= 0) & (code % max(n_buckets, 1) == b)] for b in range(n_buckets)]
+    return own, n, pieces
+
+
+def _merge_bucket(user_col, item_col, rating_col, policy, *pieces):
+    """The rows of one bucket of users, from every partition in order, merged."""
+    return merge_duplicates(pd.concat(pieces, ignore_index=True), user_col, item_col, rating_col, policy)
+
+
+def _pick(value, *path):
+    for j in path:
+        value = value[j]
+    return value
+
+
+def merge_parts(executor, parts, cols, policy, users, part_users):
+    """The partitions (:func:`frame_parts`) with each (user, item) pair given on several
+    rows merged into one by ``policy`` (:func:`merge_duplicates`), and how many rows
+    were merged away (none: ``parts`` itself is returned).
+
+    A pair's rows may lie in several partitions only if its user's do (``users``: the
+    sorted ids, ``part_users``: each partition's, from :func:`scan`): each partition
+    merges the pairs of the users only it holds, where it lives, and sends the rows of
+    the users several hold to one of ``len(parts)`` buckets (by user), each merged in
+    one task from the pieces of every partition in order, so that "last" is the last
+    row in the order of the partitions and of their rows.  The merged ratings are
+    then the partitions' own rows followed by the buckets.
+    """
+    run = _Runner(executor)
+    seen = np.zeros(len(users), dtype=np.int64)
+    for found in part_users:
+        seen += np.bincount(users.get_indexer(found), minlength=len(users))
+    shared = users[seen > 1]
+    n_buckets = min(len(parts), len(shared))
+    shared_f = run.scatter(shared)
+    split = [run.submit(_split_shared, p, *cols, policy, shared_f, n_buckets, name="dgd-mf-merge") for p in parts]
+    buckets = [run.submit(_merge_bucket, *cols, policy, *[run.submit(_pick, t, 2, b, name="dgd-mf-merge-piece")
+                                                          for t in split], name="dgd-mf-merge-bucket")
+               for b in range(n_buckets)]
+    merged = sum(run.gather([run.submit(_pick, t, 1, name="dgd-mf-merge-count") for t in split + buckets]))
+    if not merged:
+        return parts, 0
+    out = _Parts(run.submit(_pick, t, 0, name="dgd-mf-merged") for t in split + buckets)
+    out.scattered = getattr(parts, "scattered", False)
+    return out, int(merged)
 
 
 def holdout_rows(u, i, n_items, seed, fraction):
@@ -477,6 +560,7 @@ def scan(executor, parts, cols, digest=False):
         "items": [f["items"] for f in facts],
         "null_ids": sum(f["null_ids"] for f in facts),
         "bad_ratings": sum(f["bad_ratings"] for f in facts),
+        "negative_ratings": sum(f["negative_ratings"] for f in facts),
         "rating_sum": sum(f["rating_sum"] for f in facts),
         "rating_sq_sum": sum(f["rating_sq_sum"] for f in facts),
         "rating_min": min([f["rating_min"] for f in facts] + [math.inf]),
@@ -582,10 +666,15 @@ def check_rows(facts, rating_col, implicit_kind, doing):
             f"{facts['bad_ratings']} values of the {rating_col!r} column are NaN or infinite; "
             f"drop or fill them before {doing}"
         )
-    if implicit_kind == "wls" and facts["rating_min"] < 0:
+    if implicit_kind in ("wls", "bpr") and facts.get("negative_ratings"):
+        why = ("confidence-weighted least squares needs strengths >= 0 (confidence = 1 + confidence_scale * "
+               "strength)" if implicit_kind == "wls" else
+               "implicit strengths must be >= 0: BPR takes every pair as a positive, so a negative one (a "
+               "dislike) would count as a like")
         raise InputError(
-            f"the {rating_col!r} column has a negative value ({facts['rating_min']:g}); confidence-weighted "
-            "least squares needs strengths >= 0 (confidence = 1 + confidence_scale * strength)"
+            f"{facts['negative_ratings']} values of the {rating_col!r} column are negative (the smallest: "
+            f"{facts['rating_min']:g}); {why}; drop those rows (e.g. keep the strengths > 0, or ratings >= 4 "
+            f"as the positives) before {doing}"
         )
 
 
