@@ -14,7 +14,8 @@ The hierarchy::
 
     DGDWarning (UserWarning)         base of every dask_dgd warning
     ├── BiasOnlyWarning              a recommender ranks by its biases alone: its factors are all zero
-    └── ChunkSizeWarning             a fit's dask blocks are far below a useful size: rechunk
+    ├── ChunkSizeWarning             a fit's dask blocks are far below a useful size: rechunk
+    └── RatingScaleWarning           ratings far outside the bulk of the others, under rating_scale="auto"
 
 ``NotFittedError`` and ``ConvergenceWarning`` are scikit-learn's own, re-exported so that
 code which already catches them keeps working.
@@ -37,6 +38,7 @@ __all__ = [
     "InputError",
     "NotFittedError",
     "ParameterError",
+    "RatingScaleWarning",
 ]
 
 
@@ -86,3 +88,7 @@ class BiasOnlyWarning(DGDWarning):
 
 class ChunkSizeWarning(DGDWarning):
     """A fit's data are in many dask blocks far below a useful size: rechunk them (the fix is named)."""
+
+
+class RatingScaleWarning(DGDWarning):
+    """Some ratings lie far outside the bulk of the others, with ``rating_scale="auto"``: declare the scale."""

@@ -541,6 +541,7 @@ _FACTORS = {
     "_seed_": Int(none=True),
     "alpha_": Real(),
     "alpha_bias_": Real(),
+    "rating_scale_": Either((Of((type(None),)), ListOf(Real()))),  # MatrixFactorization: (low, high) or None
 }
 _CLIMATE = {
     "grid_": Grid(),

@@ -240,6 +240,16 @@ class FactorizationBase(RecommenderMixin, ClientParamMixin, BaseEstimator):
     def _rating_col(self):
         return self.rating_col
 
+    def _declared_scale(self):
+        """The ``(low, high)`` whose outside ratings ``fit``, ``partial_fit`` and fold-in
+        refuse, or None (explicit models: a declared ``rating_scale``)."""
+        return None
+
+    def _scale_seen(self, facts, rating_col, continued):
+        """The fitted attributes of the ratings' scale, from the scan's ``facts`` (a
+        dict; explicit models: ``rating_scale_``)."""
+        return {}
+
     def _as_frame(self, X, y, *, need_rating):
         return as_frame(self, X, y, need_rating=need_rating)
 
@@ -297,7 +307,8 @@ class FactorizationBase(RecommenderMixin, ClientParamMixin, BaseEstimator):
         parts = frame_parts(executor, frame)
         facts = scan(executor, parts, cols, digest=self.checkpoint is not None and not continued)
         check_scan(facts, cols[2], self._kind_now())
-        check_scale(facts, cols[2], self._rating_scale(), "fitting")
+        check_scale(facts, cols[2], self._declared_scale(), "fitting")
+        scale_seen = self._scale_seen(facts, cols[2], continued)  # (rating_scale="auto": warns of far ratings)
         users, items = id_index(facts["users"], "user"), id_index(facts["items"], "item")
         if continued:
             users, items = self._grow("user_ids_", users), self._grow("item_ids_", items)
@@ -375,6 +386,8 @@ class FactorizationBase(RecommenderMixin, ClientParamMixin, BaseEstimator):
                     seen_u, seen_i, loads, continued, path)
         if not factors:
             self._zero_factors(optimizer)
+        for name, value in scale_seen.items():
+            setattr(self, name, value)
         rise = None if continued else result.objective_rise()
         if rise is not None:
             warnings.warn(
@@ -480,7 +493,7 @@ class FactorizationBase(RecommenderMixin, ClientParamMixin, BaseEstimator):
     _FITTED = ("user_ids_", "item_ids_", "_user_index", "_item_index", "user_factors_", "item_factors_",
                "user_bias_", "item_bias_", "global_mean_", "_item_state_", "_user_state_", "_seen", "history_",
                "loss_curve_", "n_iter_", "solver_", "shard_ratings_", "bytes_communicated_", "_seed_", "alpha_",
-               "alpha_bias_", "validation_path_")
+               "alpha_bias_", "validation_path_", "rating_scale_")
 
     def _forget_fit(self):
         """Drop what an earlier fit left (a refit with other settings starts clean)."""
