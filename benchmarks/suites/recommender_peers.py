@@ -152,7 +152,7 @@ def fold_in_comparison(name, pos, relevant, p, log):
 
 
 def _recs(ids, scores):
-    return D._pad(ids, np.isneginf(scores))
+    return D._pad(np.ma.getdata(ids), np.ma.getmaskarray(ids))  # (recommend's mask: the padding)
 
 
 # ----------------------------------------------------------------------------- datasets
