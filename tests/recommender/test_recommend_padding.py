@@ -35,7 +35,7 @@ def test_recommend_masks_the_padding_and_only_the_padding(fitted):
         assert set(row.data[row.mask]) <= seen and not set(row.compressed()) & seen
     assert np.isneginf(scores.data[ids.mask]).all() and np.isfinite(scores.data[~ids.mask]).all()
     assert np.isneginf(scores.filled()[ids.mask]).all()
-    assert ids[0].compressed().tolist() == [i for i in ids.data[0, :2]]
+    assert ids[0].compressed().tolist() == ids.data[0, :2].tolist()
 
 
 def test_the_type_does_not_depend_on_the_data(fitted):
