@@ -61,7 +61,7 @@ PARAMS = {
     "random_state": Param(None),
     "warm_start": Param(False, resume=False),
     # serving only (predictions clipped to it): the training does not depend on it
-    "rating_scale": Param(None, resume=False),
+    "rating_scale": Param("auto", resume=False),
     # the training parameters every family shares
     "max_iter": Param(100, (_n(1),), resume=False),
     "tol": Param(1e-4, (Interval(numbers.Real, 0, None, "left"),), resume=False),

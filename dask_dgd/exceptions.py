@@ -16,6 +16,7 @@ The hierarchy::
     ├── BiasOnlyWarning              a recommender ranks by its biases alone: its factors are zero or too small
     ├── ChunkSizeWarning             a fit's dask blocks are far below a useful size: rechunk
     ├── DuplicateRatingsWarning      a recommender merged ratings of a (user, item) pair given twice
+    ├── RatingScaleWarning           ratings far outside the bulk of the others, under rating_scale="auto"
     └── UnusedRatingsWarning         an implicit recommender does not use a column of ratings it was given
 
 ``NotFittedError`` and ``ConvergenceWarning`` are scikit-learn's own, re-exported so that
@@ -40,6 +41,7 @@ __all__ = [
     "InputError",
     "NotFittedError",
     "ParameterError",
+    "RatingScaleWarning",
     "UnusedRatingsWarning",
 ]
 
@@ -98,3 +100,7 @@ class DuplicateRatingsWarning(DGDWarning):
 
 class UnusedRatingsWarning(DGDWarning):
     """An implicit recommender was given ratings or strengths that it does not use (the fix is named)."""
+
+
+class RatingScaleWarning(DGDWarning):
+    """Some ratings lie far outside the bulk of the others, with ``rating_scale="auto"``: declare the scale."""

@@ -54,7 +54,7 @@ def main(epochs=60, implicit_epochs=40, client=None):
     user = int(train["user"].iloc[0])
     ids, scores = mf.recommend([user], k=5)
     print(f"top 5 unseen movies for user {user}:")
-    for item, score in zip(ids[0], scores[0]):
+    for item, score in zip(ids[0].compressed(), scores[0].compressed()):  # (masked: padding, none here)
         print(f"  {score:4.2f}  {titles[item]}")
     toy_story = int(titles.index[titles == "Toy Story"][0])
     counts = train["item"].value_counts()

@@ -355,7 +355,7 @@ PARAMETERS = {
         'n_components': (('interval', 'int', 0, None, 'left', 'an int in [0, inf)'),),
         'alpha': (('interval', 'real', 0, None, 'left', 'a float in [0, inf)'), ('options', ('auto',), "one of 'auto'")),
         'alpha_bias': (('none', 'None'), ('interval', 'real', 0, None, 'left', 'a float in [0, inf)')),
-        'rating_scale': (('none', 'None'), ('predicate', 'dask_dgd.recommender._mf._rating_scale_like', 'a (low, high) pair of finite numbers with low < high')),
+        'rating_scale': (('none', 'None'), ('options', ('auto',), "one of 'auto'"), ('predicate', 'dask_dgd.recommender._mf._rating_scale_like', 'a (low, high) pair of finite numbers with low < high')),
         'duplicates': (('options', ('last', 'mean', 'raise'), "one of 'last', 'mean', 'raise'"),),
         'solver': (('options', ('als', 'auto', 'gd'), "one of 'als', 'auto', 'gd'"),),
         'optimizer': (('predicate', 'dask_dgd.recommender._base._optimizer_like', "an optimizer name ('adam', 'adagrad', 'rmsprop', 'sgd', 'adamw') or a first-order optimizer object"),),

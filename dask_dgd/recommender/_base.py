@@ -248,6 +248,16 @@ class FactorizationBase(RecommenderMixin, ClientParamMixin, BaseEstimator):
     def _rating_col(self):
         return self.rating_col
 
+    def _declared_scale(self):
+        """The ``(low, high)`` whose outside ratings ``fit``, ``partial_fit`` and fold-in
+        refuse, or None (explicit models: a declared ``rating_scale``)."""
+        return None
+
+    def _scale_seen(self, facts, rating_col, continued):
+        """The fitted attributes of the ratings' scale, from the scan's ``facts`` (a
+        dict; explicit models: ``rating_scale_``)."""
+        return {}
+
     def _as_frame(self, X, y, *, need_rating):
         return as_frame(self, X, y, need_rating=need_rating)
 
@@ -306,7 +316,8 @@ class FactorizationBase(RecommenderMixin, ClientParamMixin, BaseEstimator):
         parts = frame_parts(executor, frame)
         facts = scan(executor, parts, cols, digest=self.checkpoint is not None and not continued)
         check_scan(facts, cols[2], self._kind_now())
-        check_scale(facts, cols[2], self._rating_scale(), "fitting")
+        check_scale(facts, cols[2], self._declared_scale(), "fitting")
+        scale_seen = self._scale_seen(facts, cols[2], continued)  # (rating_scale="auto": warns of far ratings)
         users, items = id_index(facts["users"], "user"), id_index(facts["items"], "item")
         parts, n_merged = merge_parts(executor, parts, cols, self.duplicates, users, facts["users"])
         if n_merged:  # (refused, or said) and the counts and sums of the merged ratings
@@ -393,6 +404,8 @@ class FactorizationBase(RecommenderMixin, ClientParamMixin, BaseEstimator):
             self._check_factor_term(scale)
         if self._kind_now() == "explicit" and not continued:
             self.residual_std_ = self._residual_std(frame, cols[2], path)
+        for name, value in scale_seen.items():
+            setattr(self, name, value)
         rise = None if continued else result.objective_rise()
         if rise is not None:
             warnings.warn(
@@ -552,7 +565,8 @@ class FactorizationBase(RecommenderMixin, ClientParamMixin, BaseEstimator):
     _FITTED = ("user_ids_", "item_ids_", "_user_index", "_item_index", "user_factors_", "item_factors_",
                "user_bias_", "item_bias_", "global_mean_", "_item_state_", "_user_state_", "_seen", "history_",
                "loss_curve_", "n_iter_", "solver_", "shard_ratings_", "bytes_communicated_", "_seed_", "alpha_",
-               "alpha_bias_", "validation_path_", "residual_std_", "n_duplicates_")
+               "alpha_bias_", "validation_path_", "residual_std_", "n_duplicates_",
+               "rating_scale_")
 
     def _forget_fit(self):
         """Drop what an earlier fit left (a refit with other settings starts clean)."""

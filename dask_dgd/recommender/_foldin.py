@@ -194,7 +194,7 @@ def fold_in(est, frame, ids, side="users"):
     # what fit refuses (NaN or infinite ratings, missing ids, negative wls strengths)
     facts = row_facts(frame, est.user_col, est.item_col, rcol if rated else None)
     check_rows(facts, rcol, est._kind_now(), "folding them in")
-    check_scale(facts, rcol, est._rating_scale(), "folding them in")
+    check_scale(facts, rcol, est._declared_scale(), "folding them in")
     # a pair given on several rows: merged by the model's duplicates policy, as fit merges them
     frame, n_merged = merge_duplicates(frame, est.user_col, est.item_col, rcol if rated else None, est.duplicates)
     if n_merged:

@@ -22,6 +22,9 @@ __all__ = ["evaluate_ranking", "ndcg_at_k", "precision_at_k", "recall_at_k", "tr
 def _check(y_true, y_pred, k):
     if isinstance(k, bool) or not isinstance(k, numbers.Integral) or k <= 0:
         raise ParameterError(f"k must be an int > 0; got {k!r}")
+    if np.ma.isMaskedArray(y_pred):  # (recommend's: its masked slots, the padding, are not recommendations)
+        mask, y_pred = np.ma.getmaskarray(y_pred), np.ma.getdata(y_pred).astype(object)
+        y_pred[mask] = None
     y_pred = np.asarray(y_pred, dtype=object) if not isinstance(y_pred, np.ndarray) else y_pred
     if y_pred.ndim != 2:
         raise InputError(f"y_pred must be 2-D (one ranked row of item ids per user); got shape {y_pred.shape}")
@@ -47,7 +50,10 @@ def precision_at_k(y_true, y_pred, k=10):
     y_true : sequence of collections
         The relevant (held-out) item ids of each user.
     y_pred : array-like of shape (n_users, >= k)
-        Each user's recommended item ids, best first.
+        Each user's recommended item ids, best first (None: no recommendation in
+        that slot; the masked slots of a masked array, as :meth:`recommend
+        <dask_dgd.recommender.FactorizationBase.recommend>` returns, are none
+        either).
     k : int, default=10
 
     Returns
@@ -112,9 +118,7 @@ def evaluate_ranking(model, test, k=10, exclude_seen=True):
     relevant = groups.to_numpy()[known]
     if not len(users):
         raise InputError("none of the test users was seen in fit; nothing to rank for")
-    recs, scores = model.recommend(users, k=k, exclude_seen=exclude_seen)
-    recs = recs.astype(object)
-    recs[np.isneginf(scores)] = None  # padding past a user's unseen items is not a recommendation
+    recs, _ = model.recommend(users, k=k, exclude_seen=exclude_seen)  # (masked: the padding, no recommendation)
     return {
         "precision": precision_at_k(relevant, recs, k),
         "recall": recall_at_k(relevant, recs, k),

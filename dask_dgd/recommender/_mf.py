@@ -9,10 +9,10 @@ import pandas as pd
 from .._docstrings import other_parameters
 from .._params import init_from
 from .._validation import Interval, Options, user_stacklevel
-from ..exceptions import InputError, UnusedRatingsWarning
+from ..exceptions import InputError, RatingScaleWarning, UnusedRatingsWarning
 from ._base import FactorizationBase, factorization_signature
 from ._metrics import evaluate_ranking
-from ._shards import check_rows, row_facts
+from ._shards import check_rows, far_ratings, row_facts
 
 __all__ = ["ImplicitMatrixFactorization", "MatrixFactorization"]
 
@@ -35,8 +35,8 @@ _shared_parameters = other_parameters("The training parameters both recommenders
                                       ":class:`~dask_dgd.recommender.FactorizationBase`.")
 
 @_shared_parameters
-@init_from(factorization_signature(("alpha", "auto"), ("alpha_bias", None), "rating_scale", ("duplicates", "mean"),
-                                   rating_col="rating"), positional=1)
+@init_from(factorization_signature(("alpha", "auto"), ("alpha_bias", None), ("rating_scale", "auto"),
+                                   ("duplicates", "mean"), rating_col="rating"), positional=1)
 class MatrixFactorization(FactorizationBase):
     """Explicit-rating matrix factorization trained by distributed gradient descent.
 
@@ -99,15 +99,34 @@ class MatrixFactorization(FactorizationBase):
         ratings: 10 halves the bias of an item with 10 ratings).  None: chosen with
         ``alpha="auto"`` (on the bias model alone, among 100, 30, 10, 3, 1 and 0.3),
         else equal to ``alpha``.
-    rating_scale : (float, float) or None, default=None
+    rating_scale : "auto", (float, float) or None, default="auto"
         The ratings' scale ``(low, high)``, as Surprise's ``Reader(rating_scale=...)``:
         predicted ratings are clipped to it, in ``predict`` (with fold-in too),
         ``score`` and the scores of ``recommend`` and ``recommend_all`` (which rank by
-        the unclipped scores, so that clipping never ties the best items), and
-        ``fit``, ``partial_fit`` and fold-in refuse ratings outside it
-        (:class:`~dask_dgd.exceptions.InputError`).  Training does not depend on it.
-        None: no scale, predictions unclipped (a fold-in user of extreme ratings may
-        then be predicted past the scale, e.g. 5.4 on 1-5).
+        the unclipped scores, so that clipping never ties the best items).  Training
+        does not depend on it.
+
+        - ``(low, high)``: the declared scale; ``fit``, ``partial_fit`` and fold-in
+          refuse ratings outside it (:class:`~dask_dgd.exceptions.InputError`).
+        - ``"auto"``: the scale is ``[min, max]`` of the ratings seen in ``fit``
+          (``partial_fit`` widens it to its new ratings; fold-in ratings are not
+          refused), ``rating_scale_``.  Ratings far outside the bulk of the others
+          are not accepted silently: the bulk is the ratings from their 1st to their
+          99th percentile, ``[lo, hi]``, and a rating more than the bulk's width
+          ``hi - lo`` beyond it (below ``lo - (hi - lo)`` or above
+          ``hi + (hi - lo)``) makes ``fit`` and ``partial_fit`` warn
+          (:class:`~dask_dgd.exceptions.RatingScaleWarning`, naming how many, their
+          range and the bulk's): 100 ratings of 50 among 0.5-5 stars, or a few 10s
+          among 1-5 stars, are far; the tails of continuous ratings (Jester's -10 to
+          10, normal noise) are not.  The percentiles are computed in the scan of
+          the ratings, per partition, and merged: exactly from the counts of the
+          distinct values when each partition has at most 64 (star scales), else
+          from a seeded sample of 10,000 ratings per partition (the far ratings are
+          then counted among each partition's 1,000 lowest and highest: "at least"
+          when those are all far).  A bulk of a single value warns of nothing.
+        - None: no scale, predictions unclipped (a fold-in user of extreme ratings
+          may then be predicted past the scale, e.g. 5.4 on 1-5); ``rating_scale_``
+          is None.
     duplicates : {"mean", "last", "raise"}, default="mean"
         What a (user, item) pair given on several rows becomes, in ``fit``,
         ``partial_fit`` (within one call's ratings) and fold-in: one rating, their
@@ -134,6 +153,10 @@ shard_ratings_, bytes_communicated_
     n_duplicates_ : int
         Rows of the last ``fit`` or ``partial_fit`` merged into an earlier row of the
         same pair (see ``duplicates``).
+    rating_scale_ : (float, float) or None
+        The scale predictions are clipped to: the declared ``rating_scale``, or with
+        ``"auto"`` the ``(min, max)`` of the ratings seen in ``fit`` and
+        ``partial_fit``; None with ``rating_scale=None``.
     alpha_, alpha_bias_ : float
         The penalties of the fitted model (``alpha`` and ``alpha_bias``, or the ones
         ``"auto"`` chose).
@@ -185,13 +208,44 @@ shard_ratings_, bytes_communicated_
         "alpha": [Interval(numbers.Real, 0, None, "left"), Options("auto")],
         "n_components": [Interval(numbers.Integral, 0, None, "left")],
         "alpha_bias": [None, Interval(numbers.Real, 0, None, "left")],
-        "rating_scale": [None, _rating_scale_like],
+        "rating_scale": [None, Options("auto"), _rating_scale_like],
         "duplicates": [Options(*_duplicates_options)],
         "rating_col": [str],
     }
 
+    def _declared_scale(self):
+        if self.rating_scale is None or isinstance(self.rating_scale, str):
+            return None
+        return tuple(float(v) for v in self.rating_scale)
+
     def _rating_scale(self):
-        return None if self.rating_scale is None else tuple(float(v) for v in self.rating_scale)
+        if isinstance(self.rating_scale, str):  # "auto": the fitted one
+            return getattr(self, "rating_scale_", None)
+        return self._declared_scale()
+
+    def _scale_seen(self, facts, rating_col, continued):
+        """``rating_scale_``: the declared scale, or (``"auto"``) the ratings' range,
+        widened by ``partial_fit``, with a :class:`RatingScaleWarning` when some
+        ratings lie far outside the bulk of the others (see ``rating_scale``)."""
+        if not isinstance(self.rating_scale, str):
+            return {"rating_scale_": self._declared_scale()}
+        scale = (float(facts["rating_min"]), float(facts["rating_max"]))
+        old = getattr(self, "rating_scale_", None) if continued else None
+        if old is not None:
+            scale = (min(old[0], scale[0]), max(old[1], scale[1]))
+        far = far_ratings(facts["profiles"])
+        if far is not None:
+            name = type(self).__name__
+            (lo, hi), how_many = far["bulk"], ("at least " if far["at_least"] else "") + f"{far['n']:,}"
+            warnings.warn(
+                f"{name}: {how_many} of the {facts['n']:,} values of the {rating_col!r} column (from "
+                f"{far['low']:g} to {far['high']:g}) lie far outside the bulk of the others (98% of them from "
+                f"{lo:g} to {hi:g}: more than its width beyond it); with rating_scale='auto' they set the scale "
+                f"({scale[0]:g}, {scale[1]:g}) that predictions are clipped to and are trained on. Declare the "
+                f"scale with rating_scale=(low, high) (ratings outside it are then refused), or clean those ratings",
+                RatingScaleWarning, stacklevel=user_stacklevel(),
+            )
+        return {"rating_scale_": scale}
 
     def score(self, X, y=None):
         """Negative root-mean-squared error of the predicted ratings (greater is better).

@@ -291,8 +291,10 @@ class RecommenderMixin:
             Items per user (at most the number of items).
         exclude_seen : bool, default=True
             Leave out the items each user rated in ``fit``/``partial_fit`` (with
-            ``user_items``: the items each user has there).  Slots past a user's last
-            unseen item have the score ``-inf``.
+            ``user_items``: the items each user has there).  Padding is not a
+            recommendation: a user with fewer than ``k`` unseen items gets fewer
+            recommendations (:meth:`recommend`: the slots past them are masked;
+            :meth:`recommend_all`: the user has fewer rows).
         user_items : DataFrame or None, default=None
             Fold-in: the users' interactions (the ``user_col``, ``item_col`` and, if the
             model uses one, rating column), from which each user's factors are computed
@@ -318,12 +320,21 @@ class RecommenderMixin:
 
         Returns
         -------
-        item_ids : numpy.ndarray of shape (n_users, k)
-        scores : numpy.ndarray of shape (n_users, k)
-            The scores the items are ranked by: explicit models' lower bounds of the
-            predicted ratings (the predicted ratings with ``confidence=0``; clipped to
-            ``rating_scale``), implicit models' scores.  ``predict`` gives the
-            predicted ratings themselves.
+        item_ids : numpy.ma.MaskedArray of shape (n_users, k)
+            Each user's recommendations, best first.  Always a masked array, its
+            mask True on the padding slots of a user with fewer than ``k`` unseen
+            items (``exclude_seen``: padding is not a recommendation, as
+            :meth:`recommend_all` has no rows for it), all False otherwise.  Under the
+            mask lie items the user has seen (scored ``-inf``): read a user's
+            recommendations with ``item_ids[u].compressed()``, or fill the slots with
+            ``item_ids.filled(value)``; ``numpy.asarray(item_ids)`` drops the mask
+            and keeps those seen items.
+        scores : numpy.ma.MaskedArray of shape (n_users, k)
+            The scores the items are ranked by, with the same mask (``-inf`` under it,
+            also its ``fill_value``: ``scores.filled()`` marks the padding ``-inf``):
+            explicit models' lower bounds of the predicted ratings (the predicted
+            ratings with ``confidence=0``; clipped to ``rating_scale_``), implicit
+            models' scores.  ``predict`` gives the predicted ratings themselves.
         """
         check_is_fitted(self, "item_factors_")
         k = min(self._check_k(k), len(self.item_ids_))
@@ -352,7 +363,10 @@ class RecommenderMixin:
                 block = seen[a:b].tocoo()
                 s[block.row, block.col] = -np.inf
             ids[a:b], scores[a:b] = _top(s, k)
-        return self.item_ids_[ids], self._clip(scores)  # (ranked by the scores before clipping)
+        pad = np.isneginf(scores)  # slots past a user's unseen items (only seen ones are -inf)
+        # (ranked by the scores before clipping)
+        return (np.ma.MaskedArray(self.item_ids_[ids], mask=pad),
+                np.ma.MaskedArray(self._clip(scores), mask=pad.copy(), fill_value=-np.inf))
 
     def recommend_all(self, k=10, exclude_seen=True, users_per_partition=RECOMMEND_CHUNK, confidence=None):
         """The ``k`` best-scored items of every user seen in fit, as a lazy dask DataFrame.
@@ -369,8 +383,10 @@ class RecommenderMixin:
         ----------
         k : int, default=10
         exclude_seen : bool, default=True
-            Leave out the items each user rated in fit; a user with fewer than ``k``
-            unseen items gets fewer rows.
+            Leave out the items each user rated in fit.  Padding is not a
+            recommendation: a user with fewer than ``k`` unseen items gets fewer
+            recommendations (:meth:`recommend`: the slots past them are masked;
+            :meth:`recommend_all`: the user has fewer rows).
         users_per_partition : int, default=1024
         confidence : float >= 0 or None, default=None
             As in :meth:`recommend`: explicit models rank by the predicted rating less

@@ -38,6 +38,7 @@ __all__ = [
     "check_rows",
     "check_scale",
     "check_scan",
+    "far_ratings",
     "frame_parts",
     "holdout_rows",
     "init_rows",
@@ -238,9 +239,88 @@ def row_facts(df, user_col, item_col, rating_col):
     return out
 
 
+#: The rating profile of a partition (:func:`rating_profile`): its distinct values
+#: counted exactly up to this many (star scales), else a seeded sample of
+#: :data:`PROFILE_SAMPLE` values and its :data:`PROFILE_TAIL` lowest and highest.
+PROFILE_DISTINCT, PROFILE_SAMPLE, PROFILE_TAIL = 64, 10_000, 1_000
+#: The bulk of the ratings (:func:`far_ratings`): from this quantile to its complement.
+BULK_QUANTILE = 0.01
+
+
+def rating_profile(r):
+    """What :func:`far_ratings` needs of one partition's finite ratings ``r``: the
+    counts of its distinct values when there are at most :data:`PROFILE_DISTINCT`
+    (exact), else a sample of :data:`PROFILE_SAMPLE` of them (seeded: the same for the
+    same partition) with their :data:`PROFILE_TAIL` lowest and highest values (a
+    partition of at most :data:`PROFILE_SAMPLE` values: all of them)."""
+    counts = pd.Series(r).value_counts(sort=False)
+    if len(counts) <= PROFILE_DISTINCT:
+        return {"n": r.size, "values": counts.index.to_numpy(np.float64), "counts": counts.to_numpy(np.int64)}
+    if r.size <= PROFILE_SAMPLE:
+        return {"n": r.size, "sample": r}
+    sample = np.random.default_rng(20_491).choice(r, PROFILE_SAMPLE, replace=False)
+    m = PROFILE_TAIL
+    return {"n": r.size, "sample": sample, "low": np.partition(r, m - 1)[:m],
+            "high": np.partition(r, r.size - m)[r.size - m:]}
+
+
+def far_ratings(profiles):
+    """Ratings far outside the bulk of the others, from the partitions' profiles
+    (:func:`rating_profile`), or None when there are none.
+
+    The bulk is the ratings from their 1st to their 99th percentile (:data:`BULK_QUANTILE`),
+    ``[lo, hi]``; a rating is far outside when it lies more than the bulk's width
+    ``hi - lo`` beyond it (below ``lo - w`` or above ``hi + w``; a bulk of one value:
+    none is).  Exact when every partition has few distinct values (their counts), else
+    the percentiles come from the partitions' seeded samples (weighted by the
+    partitions' sizes) and the far ratings are counted among each partition's
+    :data:`PROFILE_TAIL` lowest and highest (a lower bound if one of them is all far).
+
+    Returns a dict: ``n`` (far ratings), ``at_least`` (``n`` is a lower bound),
+    ``low``/``high`` (their range), ``bulk`` (``(lo, hi)``).
+    """
+    profiles = [p for p in profiles if p is not None and p["n"]]
+    if not profiles:
+        return None
+    values, weights = [], []
+    for p in profiles:
+        if "counts" in p:
+            values.append(p["values"])
+            weights.append(p["counts"].astype(np.float64))
+        else:
+            values.append(p["sample"])
+            weights.append(np.full(p["sample"].size, p["n"] / p["sample"].size))
+    values, weights = np.concatenate(values), np.concatenate(weights)
+    lo, hi = np.quantile(values, [BULK_QUANTILE, 1 - BULK_QUANTILE], weights=weights, method="inverted_cdf")
+    w = hi - lo
+    if not w > 0:
+        return None
+    n, at_least, far_values = 0, False, []
+    for p in profiles:
+        if "counts" in p:
+            far = (p["values"] < lo - w) | (p["values"] > hi + w)
+            n += int(p["counts"][far].sum())
+            far_values.append(p["values"][far])
+        elif p["n"] == p["sample"].size:  # (the sample is the whole partition)
+            far = p["sample"][(p["sample"] < lo - w) | (p["sample"] > hi + w)]
+            n += far.size
+            far_values.append(far)
+        else:
+            low, high = p["low"][p["low"] < lo - w], p["high"][p["high"] > hi + w]
+            n += low.size + high.size
+            at_least |= low.size == p["low"].size or high.size == p["high"].size
+            far_values.extend([low, high])
+    if n == 0:
+        return None
+    far_values = np.concatenate(far_values)
+    return {"n": n, "at_least": bool(at_least), "low": float(far_values.min()), "high": float(far_values.max()),
+            "bulk": (float(lo), float(hi))}
+
+
 def scan_part(df, user_col, item_col, rating_col, digest=False):
     """Per-partition facts: unique users and items, counts, rating sums and sums of
-    squares (:func:`row_facts`); ``digest``: also the sum (mod 2**64) of the rows'
+    squares (:func:`row_facts`), the rating profile (:func:`rating_profile`; None
+    without ratings); ``digest``: also the sum (mod 2**64) of the rows'
     hashes, which does not depend on the rows' order or partitions (a matrix
     factorization's batches do not either)."""
     out = {
@@ -248,7 +328,11 @@ def scan_part(df, user_col, item_col, rating_col, digest=False):
         "users": pd.unique(df[user_col].to_numpy()),
         "items": pd.unique(df[item_col].to_numpy()),
         **row_facts(df, user_col, item_col, rating_col),
+        "profile": None,
     }
+    if rating_col is not None:
+        r = df[rating_col].to_numpy(dtype=np.float64, na_value=np.nan)
+        out["profile"] = rating_profile(r[np.isfinite(r)])
     if digest:
         cols = [c for c in (user_col, item_col, rating_col) if c is not None]
         out["digest"] = int(pd.util.hash_pandas_object(df[cols], index=False).to_numpy().sum(dtype=np.uint64))
@@ -565,6 +649,7 @@ def scan(executor, parts, cols, digest=False):
         "rating_sq_sum": sum(f["rating_sq_sum"] for f in facts),
         "rating_min": min([f["rating_min"] for f in facts] + [math.inf]),
         "rating_max": max([f["rating_max"] for f in facts] + [-math.inf]),
+        "profiles": [f["profile"] for f in facts],
     }
     if digest:
         out["digest"] = f"{sum(f['digest'] for f in facts) % 2**64:016x}"

@@ -239,7 +239,8 @@ def test_ranking_ignores_padding_past_the_unseen_items():
     data = pd.DataFrame({"user": [0, 0, 0, 1, 1], "item": [0, 1, 2, 0, 3]})
     est = ImplicitMatrixFactorization(n_components=2, max_iter=2, tol=0, random_state=0).fit(data)
     ids, scores = est.recommend(0, k=4)
-    assert np.isneginf(scores[0, 1:]).all()  # only item 3 is unseen
+    assert ids.mask[0].tolist() == [False, True, True, True]  # only item 3 is unseen: the rest is padding
+    assert np.isneginf(scores.data[0, 1:]).all()
     # the test repeats an item user 0 already has: excluded, never counted as a hit
     got = evaluate_ranking(est, pd.DataFrame({"user": [0], "item": [1]}), k=4)
     assert got["recall"] == 0.0 and got["precision"] == 0.0
@@ -375,11 +376,12 @@ def test_recommend_errors():
         mf.recommend([1, 7, 9])
     with pytest.raises(InputError, match=r"1 item\(s\) were not seen in fit: 'zz'"):
         mf.similar_items(["zz"])
-    # k larger than the items: every item, unseen first, seen ones last with -inf
+    # k larger than the items: every item, unseen first, seen ones last, masked (-inf under the mask)
     ids, scores = mf.recommend([1], k=50)
-    assert ids.shape == (1, 2) and np.all(np.isneginf(scores))
+    assert ids.shape == (1, 2) and ids.mask.all() and np.all(np.isneginf(scores.data))
     ids, scores = mf.recommend([2], k=50)
-    assert ids[0, 0] == 2 and np.isfinite(scores[0, 0]) and np.isneginf(scores[0, 1])
+    assert ids[0, 0] == 2 and np.isfinite(scores[0, 0]) and ids.mask[0].tolist() == [False, True]
+    assert np.isneginf(scores.data[0, 1])
 
 
 def test_divergence_names_the_step_and_the_remedy():

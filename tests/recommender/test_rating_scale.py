@@ -17,7 +17,8 @@ def stars():
     ratings, _ = make_ratings(200, 80, 6000, random_state=0)
     ratings["rating"] = ratings["rating"].clip(1, 5).round()
     kw = dict(n_components=4, alpha=0.02, max_iter=60, random_state=0)
-    return ratings, MatrixFactorization(**kw).fit(ratings), MatrixFactorization(rating_scale=(1, 5), **kw).fit(ratings)
+    return (ratings, MatrixFactorization(rating_scale=None, **kw).fit(ratings),
+            MatrixFactorization(rating_scale=(1, 5), **kw).fit(ratings))
 
 
 def _fan(ratings, n=6, rating=5.0):
@@ -66,7 +67,8 @@ def test_the_padding_past_the_unseen_items_stays_minus_infinity(stars):
     ratings, _, scaled = stars
     user = ratings["user"].iloc[0]
     _, s = scaled.recommend([user], k=len(scaled.item_ids_))
-    finite = np.isfinite(s)
+    finite = ~s.mask
+    s = s.data
     assert (~finite).any() and (s[~finite] == -np.inf).all()
     assert ((s[finite] >= 1) & (s[finite] <= 5)).all()
 
@@ -96,7 +98,7 @@ def test_ratings_outside_the_scale_are_refused(stars):
 def test_a_bad_scale_is_a_parameter_error(stars, scale):
     ratings, _, _ = stars
     with pytest.raises(ParameterError, match=r"The 'rating_scale' parameter of MatrixFactorization must be None or "
-                       r"a \(low, high\) pair of finite numbers with low < high; got"):
+                       r"one of 'auto' or a \(low, high\) pair of finite numbers with low < high; got"):
         MatrixFactorization(n_components=2, max_iter=2, rating_scale=scale).fit(ratings)
 
 

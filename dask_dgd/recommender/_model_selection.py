@@ -1,0 +1,262 @@
+"""Cross-validation of recommenders with scikit-learn's tools.
+
+scikit-learn's splitters cut a frame of ratings by rows: ``KFold(3)`` on a frame sorted
+by user holds out whole users, whom the model never saw (it then predicts them with the
+bias fallback and ranks nothing).  The splitters here hold out a share of *each* user's
+ratings, as :func:`~dask_dgd.recommender.train_test_split` does, and follow
+scikit-learn's protocol (``split(X, y=None, groups=None)`` yielding integer train and
+test indices, ``get_n_splits``), so they go where ``cv=`` goes (``GridSearchCV``,
+``cross_val_score``, ``cross_validate``).  :func:`rating_scorer` makes scikit-learn's
+regression metrics read the ratings from the frame: a frame of ratings is ``X`` alone
+(the ratings a column of it), and ``GridSearchCV(..., scoring="neg_root_mean_squared_error")``
+hands its scorer ``y=None``.
+"""
+
+import numbers
+
+import numpy as np
+import pandas as pd
+from sklearn.model_selection import BaseCrossValidator
+
+from ..exceptions import InputError, ParameterError
+
+__all__ = ["UserKFold", "UserTimeSplit", "rating_scorer"]
+
+
+def _frame(X, what, columns):
+    """``X`` as an in-memory pandas DataFrame with ``columns``, or a clear error."""
+    import dask
+
+    if dask.is_dask_collection(X):
+        raise InputError(
+            f"{what} splits an in-memory pandas DataFrame (scikit-learn's cross-validation indexes its rows); got a "
+            f"dask {type(X).__name__}: use X.compute() if it fits in memory, or "
+            "dask_dgd.recommender.train_test_split(X, ...) for one split of a dask DataFrame"
+        )
+    if not isinstance(X, pd.DataFrame):
+        raise InputError(
+            f"{what} splits a pandas DataFrame of ratings (with a {columns[0]!r} column); got {type(X).__name__}"
+        )
+    for col in columns:
+        if col not in X.columns:
+            raise InputError(f"{what}: X has no column {col!r} (columns: {list(X.columns)}); set {what}'s "
+                             f"{'user_col' if col == columns[0] else 'time_col'} to the column's name")
+        if X[col].isna().any():
+            raise InputError(f"{what}: {int(X[col].isna().sum())} values of the {col!r} column are missing; drop "
+                             "those rows before splitting")
+    return X
+
+
+def _int(value, name, low):
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < low:
+        raise ParameterError(f"{name} must be an int >= {low}; got {value!r}")
+    return int(value)
+
+
+class UserKFold(BaseCrossValidator):
+    """K folds of each user's ratings: every user is in every fold's training set.
+
+    Each user's ratings are put in a random order (seeded by ``random_state``) and dealt
+    out to the folds in turn, starting at a random fold per user: fold ``f`` holds out
+    the user's ratings of rank ``r`` with ``(r + offset_u) % n_splits == f``, so that
+    every fold holds out about ``1 / n_splits`` of each user's ratings (a user with
+    fewer ratings than folds gives one to some folds, none to others).  A user with a
+    single rating is never held out, so every user keeps at least one rating for
+    training in every fold (the rule of :func:`~dask_dgd.recommender.train_test_split`).
+    Every rating of a user with two or more is held out exactly once.
+
+    Parameters
+    ----------
+    n_splits : int, default=5
+        Folds (at least 2).
+    user_col : str, default="user"
+    random_state : int or None, default=None
+        Seeds the order (None: a fresh order at each ``split``).
+
+    Examples
+    --------
+    >>> from dask_dgd import MatrixFactorization
+    >>> from dask_dgd.datasets import make_ratings
+    >>> from dask_dgd.recommender import UserKFold
+    >>> ratings, _ = make_ratings(50, 20, 600, random_state=0)
+    >>> folds = list(UserKFold(3, random_state=0).split(ratings))
+    >>> len(folds), sum(len(test) for _, test in folds) <= len(ratings)
+    (3, True)
+    """
+
+    def __init__(self, n_splits=5, *, user_col="user", random_state=None):
+        self.n_splits = n_splits
+        self.user_col = user_col
+        self.random_state = random_state
+
+    def get_n_splits(self, X=None, y=None, groups=None):
+        """The number of folds, ``n_splits``."""
+        return _int(self.n_splits, "n_splits", 2)
+
+    def split(self, X, y=None, groups=None):
+        """Integer indices (positions in ``X``) of each fold's training and test ratings.
+
+        Parameters
+        ----------
+        X : pandas.DataFrame
+            The ratings, with the ``user_col`` column.
+        y, groups : ignored
+            (scikit-learn's protocol; the users come from ``X``.)
+
+        Yields
+        ------
+        train, test : ndarray of int
+        """
+        k = self.get_n_splits()
+        X = _frame(X, type(self).__name__, [self.user_col])
+        rs = self.random_state
+        if rs is not None and (isinstance(rs, bool) or not isinstance(rs, numbers.Integral) or rs < 0):
+            raise ParameterError(f"random_state must be an int >= 0 or None; got {rs!r}")
+        rng = np.random.default_rng(rs)
+        users, _ = pd.factorize(X[self.user_col])
+        rank = pd.Series(rng.permutation(len(X))).groupby(users).rank(method="first").to_numpy(np.int64) - 1
+        offset = rng.integers(0, k, users.max() + 1 if len(users) else 0)
+        fold = (rank + offset[users]) % k
+        fold[np.bincount(users)[users] < 2] = -1  # a single rating stays in training
+        for f in range(k):
+            yield np.flatnonzero(fold != f), np.flatnonzero(fold == f)
+
+
+class UserTimeSplit(BaseCrossValidator):
+    """Each user's latest ratings held out, in ``n_splits`` windows going back in time.
+
+    A user's ratings are ranked from the latest (rank 0, by ``time_col``; ties: the
+    later row is the later rating) and ``h_u = ceil(test_size * n_u)`` of them make a
+    window.  Split ``j = 0 .. n_splits - 1`` (earliest first) holds out the user's
+    window of ranks ``[(n_splits - 1 - j) h_u, (n_splits - j) h_u)`` and trains on the
+    ratings older than it (an expanding window: what came after the test ratings is in
+    neither set, so no split learns from its future).  The last split holds out each
+    user's latest ``h_u`` ratings and trains on all the others: that of
+    ``train_test_split(X, test_size, time_col=...)``.  Every user keeps at least its
+    oldest rating for training: a window is cut short before it, and a user too short
+    of ratings for an early window gives none to it (its oldest rating trains).
+
+    Parameters
+    ----------
+    n_splits : int, default=3
+        Windows (at least 1); ``n_splits * test_size`` must be below 1.
+    test_size : float in (0, 1), default=0.2
+        The share of each user's ratings in one window.
+    user_col : str, default="user"
+    time_col : str, default="timestamp"
+    """
+
+    def __init__(self, n_splits=3, test_size=0.2, *, user_col="user", time_col="timestamp"):
+        self.n_splits = n_splits
+        self.test_size = test_size
+        self.user_col = user_col
+        self.time_col = time_col
+
+    def get_n_splits(self, X=None, y=None, groups=None):
+        """The number of windows, ``n_splits``."""
+        return _int(self.n_splits, "n_splits", 1)
+
+    def split(self, X, y=None, groups=None):
+        """Integer indices (positions in ``X``) of each split's training and test ratings.
+
+        Parameters
+        ----------
+        X : pandas.DataFrame
+            The ratings, with the ``user_col`` and ``time_col`` columns.
+        y, groups : ignored
+
+        Yields
+        ------
+        train, test : ndarray of int
+        """
+        k = self.get_n_splits()
+        s = self.test_size
+        if isinstance(s, bool) or not isinstance(s, numbers.Real) or not 0 < s < 1:
+            raise ParameterError(f"test_size must be a float in (0, 1); got {s!r}")
+        if k * s >= 1:
+            raise ParameterError(
+                f"n_splits * test_size must be below 1 (the earliest window trains on the ratings older than "
+                f"{k} windows of {s:g} of them); got n_splits={k}, test_size={s:g}: lower either"
+            )
+        X = _frame(X, type(self).__name__, [self.user_col, self.time_col])
+        users, _ = pd.factorize(X[self.user_col])
+        n_u = np.bincount(users)[users]
+        # rank from the latest: ties broken by position (the later row is the later rating)
+        order = pd.DataFrame({"u": users, "t": X[self.time_col].to_numpy(), "pos": np.arange(len(X))})
+        rank = order.sort_values(["t", "pos"], ascending=False, kind="stable").groupby("u").cumcount()
+        rank = rank.sort_index().to_numpy(np.int64)
+        h = np.ceil(s * n_u).astype(np.int64)
+        for j in range(k):
+            start = (k - 1 - j) * h
+            end = np.minimum((k - j) * h, n_u - 1)  # the oldest rating is never held out
+            test = (rank >= start) & (rank < end)
+            yield np.flatnonzero(rank >= end), np.flatnonzero(test)
+
+
+class _RatingScorer:
+    """A scikit-learn scorer that reads ``y_true`` from the estimator's rating column
+    when ``y`` is None (see :func:`rating_scorer`)."""
+
+    def __init__(self, name, scorer):
+        self.name, self._scorer = name, scorer
+
+    def __repr__(self):
+        return f"rating_scorer({self.name!r})"
+
+    def __call__(self, estimator, X, y=None, **kwargs):
+        if y is None:
+            col = getattr(estimator, "rating_col", None)
+            if not isinstance(X, pd.DataFrame) or col is None or col not in X.columns:
+                got = f"columns {list(X.columns)}" if isinstance(X, pd.DataFrame) else type(X).__name__
+                raise InputError(
+                    f"{self!r} reads the true ratings from the estimator's rating column ({col!r}) when y is None; "
+                    f"X has {got}: pass a DataFrame with that column, or the ratings as y"
+                )
+            y = X[col].to_numpy(dtype=np.float64)
+        return self._scorer(estimator, X, y, **kwargs)
+
+
+def rating_scorer(metric="neg_root_mean_squared_error"):
+    """A scorer of predicted ratings for ``GridSearchCV(scoring=...)`` and
+    ``cross_validate``: scikit-learn's scorer ``metric``, given the true ratings from
+    the estimator's ``rating_col`` when ``y`` is None.
+
+    ``GridSearchCV(MatrixFactorization(), grid, scoring="neg_root_mean_squared_error")``
+    fails on a frame of ratings (scikit-learn's scorer gets ``y=None``: "missing
+    'y_true'"); ``scoring=rating_scorer("neg_root_mean_squared_error")`` scores the
+    same metric on the frame's rating column.  (``scoring=None`` uses the estimator's
+    own ``score``: :class:`~dask_dgd.MatrixFactorization`'s is the negative RMSE,
+    :class:`~dask_dgd.ImplicitMatrixFactorization`'s NDCG@10.)
+
+    Parameters
+    ----------
+    metric : str, default="neg_root_mean_squared_error"
+        A name of :func:`sklearn.metrics.get_scorer_names` that scores predictions
+        (regression metrics: ``"neg_mean_absolute_error"``, ``"r2"``,
+        ``"neg_mean_squared_error"``, ...).
+
+    Returns
+    -------
+    callable
+        ``scorer(estimator, X, y=None)``, greater is better.
+
+    Raises
+    ------
+    ParameterError
+        ``metric`` is not a scikit-learn scorer name, or one that needs class
+        probabilities or decision values (a recommender predicts ratings).
+    """
+    from sklearn.metrics import get_scorer, get_scorer_names
+
+    if not isinstance(metric, str) or metric not in get_scorer_names():
+        raise ParameterError(
+            f"metric must be the name of a scikit-learn scorer (sklearn.metrics.get_scorer_names(), e.g. "
+            f"'neg_root_mean_squared_error', 'neg_mean_absolute_error', 'r2'); got {metric!r}"
+        )
+    scorer = get_scorer(metric)
+    if getattr(scorer, "_response_method", "predict") != "predict":
+        raise ParameterError(
+            f"metric {metric!r} scores class probabilities or decision values; a recommender predicts ratings: "
+            "use a regression metric (e.g. 'neg_root_mean_squared_error', 'neg_mean_absolute_error', 'r2')"
+        )
+    return _RatingScorer(metric, scorer)

