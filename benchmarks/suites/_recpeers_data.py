@@ -170,7 +170,7 @@ def fit_dgd_implicit(pos, users, params, client, seed):
 
     est = ImplicitMatrixFactorization(**params, random_state=seed, client=client)
     _, wall, warned = _timed(lambda: est.fit(pos))
-    ids, _ = est.recommend(users, k=10, exclude_seen=True)  # (masked: the padding)
+    ids, scores = est.recommend(users, k=10, exclude_seen=True)  # (masked: the padding)
     return {"wall": wall, "epochs": int(est.n_iter_), "solver": est.solver_, "warnings": warned,
             "recs": rec_ids(ids, scores)}
 
