@@ -30,7 +30,8 @@ def ratings():
 
 @pytest.fixture(scope="module")
 def fitted(ratings):
-    return _fit(MatrixFactorization(n_components=2, alpha=0.1, random_state=0), ratings)
+    # (no rating scale: the bound and the predictions compared unclipped)
+    return _fit(MatrixFactorization(n_components=2, alpha=0.1, rating_scale=None, random_state=0), ratings)
 
 
 def _choosy(mf, n_unseen=40):
@@ -46,7 +47,7 @@ def _bound(mf, confidence=DEFAULT_CONFIDENCE):
 def test_residual_std_is_the_training_rms_or_the_held_out_rmse(ratings, fitted):
     resid = ratings["rating"].to_numpy() - fitted.predict(ratings)
     assert fitted.residual_std_ == pytest.approx(np.sqrt(np.mean(resid ** 2)), rel=1e-10)
-    auto = _fit(MatrixFactorization(n_components=2, random_state=0), ratings)
+    auto = _fit(MatrixFactorization(n_components=2, rating_scale=None, random_state=0), ratings)
     path = auto.validation_path_
     assert auto.residual_std_ == path.loc[path["chosen"], "val_rmse"].iloc[0]
     # not for implicit models: their scores are not ratings
@@ -190,7 +191,8 @@ def test_string_id_models_refuse_integer_ids():
 def test_residual_std_of_a_dask_frame_is_that_of_the_same_ratings_in_pandas(ratings, fitted):
     import dask.dataframe as dd
 
-    lazy = _fit(MatrixFactorization(n_components=2, alpha=0.1, random_state=0), dd.from_pandas(ratings, npartitions=3))
+    lazy = _fit(MatrixFactorization(n_components=2, alpha=0.1, rating_scale=None, random_state=0),
+                dd.from_pandas(ratings, npartitions=3))
     resid = ratings["rating"].to_numpy() - lazy.predict(ratings)
     assert lazy.residual_std_ == pytest.approx(np.sqrt(np.mean(resid ** 2)), rel=1e-10)
     assert lazy.residual_std_ == pytest.approx(fitted.residual_std_, rel=1e-6)
