@@ -296,9 +296,10 @@ def rating_scorer(metric="neg_root_mean_squared_error"):
     Parameters
     ----------
     metric : str, default="neg_root_mean_squared_error"
-        A name of :func:`sklearn.metrics.get_scorer_names` that scores predictions
-        (regression metrics: ``"neg_mean_absolute_error"``, ``"r2"``,
-        ``"neg_mean_squared_error"``, ...).
+        A name of :func:`sklearn.metrics.get_scorer_names` of a regression metric
+        (its score function from ``sklearn.metrics``' regression module:
+        ``"neg_mean_absolute_error"``, ``"r2"``, ``"neg_mean_squared_error"``,
+        ``"explained_variance"``, ...).
 
     Returns
     -------
@@ -308,8 +309,9 @@ def rating_scorer(metric="neg_root_mean_squared_error"):
     Raises
     ------
     ParameterError
-        ``metric`` is not a scikit-learn scorer name, or one that needs class
-        probabilities or decision values (a recommender predicts ratings).
+        ``metric`` is not a scikit-learn scorer name, or not one of a regression
+        metric (``"accuracy"``, ``"roc_auc"``, ``"adjusted_rand_score"``: a
+        recommender predicts ratings).
     """
     from sklearn.metrics import get_scorer, get_scorer_names
 
@@ -319,9 +321,19 @@ def rating_scorer(metric="neg_root_mean_squared_error"):
             f"'neg_root_mean_squared_error', 'neg_mean_absolute_error', 'r2'); got {metric!r}"
         )
     scorer = get_scorer(metric)
-    if getattr(scorer, "_response_method", "predict") != "predict":
+    if not _is_regression(scorer):
+        regression = [n for n in get_scorer_names() if _is_regression(get_scorer(n))]
         raise ParameterError(
-            f"metric {metric!r} scores class probabilities or decision values; a recommender predicts ratings: "
-            "use a regression metric (e.g. 'neg_root_mean_squared_error', 'neg_mean_absolute_error', 'r2')"
+            f"metric {metric!r} is not a regression metric (it scores classes, class probabilities, decision "
+            "values or clusters); a recommender predicts ratings: use a regression metric (e.g. "
+            f"'neg_root_mean_squared_error', 'neg_mean_absolute_error', 'r2'; all: {', '.join(regression)})"
         )
     return _RatingScorer(metric, scorer)
+
+
+def _is_regression(scorer):
+    """Whether a scikit-learn scorer is one of a regression metric: it scores the
+    predictions (``predict``) with a function of ``sklearn.metrics``' regression module."""
+    func = getattr(scorer, "_score_func", None)
+    module = getattr(func, "__module__", "") or ""
+    return getattr(scorer, "_response_method", None) == "predict" and module.startswith("sklearn.metrics._regression")

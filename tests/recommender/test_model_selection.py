@@ -169,9 +169,14 @@ def test_rating_scorer_errors(ratings):
                        r"\(sklearn.metrics.get_scorer_names\(\), e.g. 'neg_root_mean_squared_error', "
                        r"'neg_mean_absolute_error', 'r2'\); got 'rmse'"):
         rating_scorer("rmse")
-    with pytest.raises(ParameterError, match=r"metric 'roc_auc' scores class probabilities or decision values; a "
-                       r"recommender predicts ratings: use a regression metric"):
-        rating_scorer("roc_auc")
+    for bad in ("roc_auc", "accuracy", "f1", "adjusted_rand_score", "neg_brier_score"):
+        with pytest.raises(ParameterError, match=rf"metric '{bad}' is not a regression metric \(it scores classes, "
+                           r"class probabilities, decision values or clusters\); a recommender predicts ratings: use "
+                           r"a regression metric \(e.g. 'neg_root_mean_squared_error', 'neg_mean_absolute_error', "
+                           r"'r2'; all: d2_absolute_error_score, .*neg_root_mean_squared_error.*, r2\)"):
+            rating_scorer(bad)
+    for good in ("r2", "explained_variance", "neg_max_error", "neg_median_absolute_error"):
+        assert repr(rating_scorer(good)) == f"rating_scorer({good!r})"
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", ConvergenceWarning)
         mf = MatrixFactorization(n_components=2, alpha=0.1, max_iter=3, random_state=0).fit(ratings)
