@@ -330,8 +330,15 @@ class ImplicitMatrixFactorization(FactorizationBase):
     rating_col : str or None, default=None
         Column of interaction strengths (counts, play time), used by wls; they must be
         >= 0 for either loss (:class:`~dask_dgd.exceptions.InputError` otherwise; 0 is
-        an observed pair of confidence 1).  None or a missing column: every observed
-        pair has strength 1; with None, a numeric column of ``X`` named like ratings
+        an observed pair of confidence 1).  A ``rating_col`` that is not a column of
+        the ``fit`` or ``partial_fit`` input (nor given as ``y``) is an
+        :class:`~dask_dgd.exceptions.InputError` naming the columns there (it would
+        make every strength 1); so is it in wls fold-in's ``user_items`` /
+        ``item_users`` (``recommend``, ``predict``, ``fold_in_users``,
+        ``fold_in_items``), which weigh pairs by it as ``fit`` does.  Held-out
+        interactions (``score``, ``evaluate_ranking``) and BPR's fold-in need only the
+        user and item columns (relevance is binary; BPR does not use strengths).
+        None: every observed pair has strength 1; with None, a numeric column of ``X`` named like ratings
         (:data:`RATING_LIKE`: "rating", "ratings", "score", "stars", "strength",
         "weight", "count" or "confidence", in any case) is left out with an
         :class:`~dask_dgd.exceptions.UnusedRatingsWarning` naming the fixes (pass it as
@@ -383,10 +390,43 @@ shard_ratings_, bytes_communicated_
         frame, cols = super()._as_frame(X, y, need_rating=False)
         return frame, cols
 
+    def _missing_strengths(self, X, cols, where):
+        """An :class:`~dask_dgd.exceptions.InputError` when ``rating_col`` is given but
+        is not a column of ``X`` (``cols[2]`` None): its pairs would silently all have
+        strength 1."""
+        rcol = self.rating_col
+        if rcol is None or cols[2] is not None:
+            return
+        name = type(self).__name__
+        has = f"columns {list(X.columns)}" if hasattr(X, "columns") else f"{type(X).__name__} of (user, item) pairs"
+        if where == "X":
+            fix = ("name the strengths' column with rating_col=..., pass them as y=..., or set rating_col=None to "
+                   "count every pair once")
+        else:
+            fix = f"add the {rcol!r} column (the pairs' strengths, as in fit) to {where}"
+        raise InputError(
+            f"{name}(rating_col={rcol!r}): {where} has no column {rcol!r} ({has}), so every (user, item) pair "
+            f"would have strength 1; {fix}"
+        )
+
+    def _folded(self, users, user_items):
+        if self.loss == "wls":  # wls weighs the folded-in pairs by their strengths, as fit does
+            self._missing_strengths(user_items, self._as_frame(user_items, None, need_rating=False)[1], "user_items")
+        return super()._folded(users, user_items)
+
+    def _fold_in(self, interactions, side):
+        if self.loss == "wls":
+            what = "user_items" if side == "users" else "item_users"
+            self._missing_strengths(interactions, self._as_frame(interactions, None, need_rating=False)[1], what)
+        return super()._fold_in(interactions, side)
+
     def _say_unused_ratings(self, X, cols):
         """An :class:`~dask_dgd.exceptions.UnusedRatingsWarning` (once per fit) when
         ``X`` has a rating-like column (:data:`RATING_LIKE`) that ``rating_col=None``
-        leaves out, or when BPR is given strengths it does not weigh pairs by."""
+        leaves out, or when BPR is given strengths it does not weigh pairs by; an
+        :class:`~dask_dgd.exceptions.InputError` when ``rating_col`` is given and ``X``
+        has no such column (see :meth:`_missing_strengths`)."""
+        self._missing_strengths(X, cols, "X")
         name = type(self).__name__
         if cols[2] is None and hasattr(X, "columns"):
             found = [c for c in X.columns if isinstance(c, str) and c.lower() in RATING_LIKE
