@@ -31,6 +31,42 @@ def _rating_scale_like(value):
     return value[0] < value[1]
 
 
+def _beyond(profiles, scale):
+    """The ratings of the partitions' profiles (:func:`~dask_dgd.recommender._shards.rating_profile`)
+    that lie more than ``scale``'s width beyond it (below ``low - w`` or above
+    ``high + w``), or None when there are none (or the scale is a single value).
+    Exact from the distinct values' counts or a whole-partition sample; else counted
+    among each partition's lowest and highest ratings ("at least" when those are all
+    beyond), as :func:`~dask_dgd.recommender._shards.far_ratings` counts.
+
+    Returns a dict: ``n``, ``at_least``, ``low``/``high`` (their range)."""
+    low, high = scale
+    w = high - low
+    if not w > 0:
+        return None
+    n, at_least, values = 0, False, []
+    for p in profiles:
+        if p is None or not p["n"]:
+            continue
+        if "counts" in p:
+            out = (p["values"] < low - w) | (p["values"] > high + w)
+            n += int(p["counts"][out].sum())
+            values.append(p["values"][out])
+        elif p["n"] == p["sample"].size:
+            out = p["sample"][(p["sample"] < low - w) | (p["sample"] > high + w)]
+            n += out.size
+            values.append(out)
+        else:
+            lo_tail, hi_tail = p["low"][p["low"] < low - w], p["high"][p["high"] > high + w]
+            n += lo_tail.size + hi_tail.size
+            at_least |= lo_tail.size == p["low"].size or hi_tail.size == p["high"].size
+            values.extend([lo_tail, hi_tail])
+    if n == 0:
+        return None
+    values = np.concatenate(values)
+    return {"n": n, "at_least": bool(at_least), "low": float(values.min()), "high": float(values.max())}
+
+
 _shared_parameters = other_parameters("The training parameters both recommenders share: see\n"
                                       ":class:`~dask_dgd.recommender.FactorizationBase`.")
 
@@ -124,6 +160,16 @@ class MatrixFactorization(FactorizationBase):
           from a seeded sample of 10,000 ratings per partition (the far ratings are
           then counted among each partition's 1,000 lowest and highest: "at least"
           when those are all far).  A bulk of a single value warns of nothing.
+          ``partial_fit`` also warns (:class:`~dask_dgd.exceptions.RatingScaleWarning`)
+          when some of its ratings lie more than the fitted scale's width beyond
+          ``rating_scale_`` (below ``low - (high - low)`` or above
+          ``high + (high - low)``: 50 after 1-5 stars), however few or alike they are,
+          naming how many, their range, the fitted scale and the fix.  The rule's
+          known limits: far ratings that are more than 1% of the ratings are part of
+          the bulk (its 99th percentile is then one of them), and on fewer than 100
+          ratings the 99th percentile is the maximum (the 1st the minimum), so no
+          rating is ever far: 20 ratings of 50 among 1,000 stars, or one among 30,
+          warn of nothing and set the scale; declare it to be safe.
         - None: no scale, predictions unclipped (a fold-in user of extreme ratings
           may then be predicted past the scale, e.g. 5.4 on 1-5); ``rating_scale_``
           is None.
@@ -233,6 +279,19 @@ shard_ratings_, bytes_communicated_
         old = getattr(self, "rating_scale_", None) if continued else None
         if old is not None:
             scale = (min(old[0], scale[0]), max(old[1], scale[1]))
+        beyond = _beyond(facts["profiles"], old) if old is not None else None
+        if beyond is not None:
+            w = old[1] - old[0]
+            how_many = ("at least " if beyond["at_least"] else "") + f"{beyond['n']:,}"
+            warnings.warn(
+                f"{type(self).__name__}.partial_fit: {how_many} of the {facts['n']:,} new values of the "
+                f"{rating_col!r} column (from {beyond['low']:g} to {beyond['high']:g}) lie more than the fitted "
+                f"scale's width ({w:g}) beyond rating_scale_ ({old[0]:g}, {old[1]:g}): below {old[0] - w:g} or above "
+                f"{old[1] + w:g}; with rating_scale='auto' they widen the scale to ({scale[0]:g}, {scale[1]:g}) "
+                "that predictions are clipped to and are trained on. Declare the scale with rating_scale=(low, "
+                "high) (ratings outside it are then refused), or clean those ratings",
+                RatingScaleWarning, stacklevel=user_stacklevel(),
+            )
         far = far_ratings(facts["profiles"])
         if far is not None:
             name = type(self).__name__
@@ -330,8 +389,15 @@ class ImplicitMatrixFactorization(FactorizationBase):
     rating_col : str or None, default=None
         Column of interaction strengths (counts, play time), used by wls; they must be
         >= 0 for either loss (:class:`~dask_dgd.exceptions.InputError` otherwise; 0 is
-        an observed pair of confidence 1).  None or a missing column: every observed
-        pair has strength 1; with None, a numeric column of ``X`` named like ratings
+        an observed pair of confidence 1).  A ``rating_col`` that is not a column of
+        the ``fit`` or ``partial_fit`` input (nor given as ``y``) is an
+        :class:`~dask_dgd.exceptions.InputError` naming the columns there (it would
+        make every strength 1); so is it in wls fold-in's ``user_items`` /
+        ``item_users`` (``recommend``, ``predict``, ``fold_in_users``,
+        ``fold_in_items``), which weigh pairs by it as ``fit`` does.  Held-out
+        interactions (``score``, ``evaluate_ranking``) and BPR's fold-in need only the
+        user and item columns (relevance is binary; BPR does not use strengths).
+        None: every observed pair has strength 1; with None, a numeric column of ``X`` named like ratings
         (:data:`RATING_LIKE`: "rating", "ratings", "score", "stars", "strength",
         "weight", "count" or "confidence", in any case) is left out with an
         :class:`~dask_dgd.exceptions.UnusedRatingsWarning` naming the fixes (pass it as
@@ -383,10 +449,43 @@ shard_ratings_, bytes_communicated_
         frame, cols = super()._as_frame(X, y, need_rating=False)
         return frame, cols
 
+    def _missing_strengths(self, X, cols, where):
+        """An :class:`~dask_dgd.exceptions.InputError` when ``rating_col`` is given but
+        is not a column of ``X`` (``cols[2]`` None): its pairs would silently all have
+        strength 1."""
+        rcol = self.rating_col
+        if rcol is None or cols[2] is not None:
+            return
+        name = type(self).__name__
+        has = f"columns {list(X.columns)}" if hasattr(X, "columns") else f"{type(X).__name__} of (user, item) pairs"
+        if where == "X":
+            fix = ("name the strengths' column with rating_col=..., pass them as y=..., or set rating_col=None to "
+                   "count every pair once")
+        else:
+            fix = f"add the {rcol!r} column (the pairs' strengths, as in fit) to {where}"
+        raise InputError(
+            f"{name}(rating_col={rcol!r}): {where} has no column {rcol!r} ({has}), so every (user, item) pair "
+            f"would have strength 1; {fix}"
+        )
+
+    def _folded(self, users, user_items):
+        if self.loss == "wls":  # wls weighs the folded-in pairs by their strengths, as fit does
+            self._missing_strengths(user_items, self._as_frame(user_items, None, need_rating=False)[1], "user_items")
+        return super()._folded(users, user_items)
+
+    def _fold_in(self, interactions, side):
+        if self.loss == "wls":
+            what = "user_items" if side == "users" else "item_users"
+            self._missing_strengths(interactions, self._as_frame(interactions, None, need_rating=False)[1], what)
+        return super()._fold_in(interactions, side)
+
     def _say_unused_ratings(self, X, cols):
         """An :class:`~dask_dgd.exceptions.UnusedRatingsWarning` (once per fit) when
         ``X`` has a rating-like column (:data:`RATING_LIKE`) that ``rating_col=None``
-        leaves out, or when BPR is given strengths it does not weigh pairs by."""
+        leaves out, or when BPR is given strengths it does not weigh pairs by; an
+        :class:`~dask_dgd.exceptions.InputError` when ``rating_col`` is given and ``X``
+        has no such column (see :meth:`_missing_strengths`)."""
+        self._missing_strengths(X, cols, "X")
         name = type(self).__name__
         if cols[2] is None and hasattr(X, "columns"):
             found = [c for c in X.columns if isinstance(c, str) and c.lower() in RATING_LIKE

@@ -277,3 +277,52 @@ def test_negative_strengths_are_refused_for_both_losses(ratings, loss, why):
 
 def test_the_new_warnings_are_dask_dgd_warnings():
     assert issubclass(DuplicateRatingsWarning, DGDWarning) and issubclass(UnusedRatingsWarning, UserWarning)
+
+
+@pytest.mark.parametrize("loss", ["wls", "bpr"])
+def test_a_rating_col_missing_from_x_is_refused(ratings, loss, client):
+    plays = ratings.rename(columns={"rating": "count"})
+    msg = ("ImplicitMatrixFactorization\\(rating_col='plays'\\): X has no column 'plays' \\(columns \\['user', "
+           "'item', 'count'\\]\\), so every \\(user, item\\) pair would have strength 1; name the strengths' column "
+           "with rating_col=..., pass them as y=..., or set rating_col=None to count every pair once")
+    est = ImplicitMatrixFactorization(loss=loss, rating_col="plays", n_components=2, max_iter=1, random_state=0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", UnusedRatingsWarning)  # (not the warning that says rating_col=None)
+        with pytest.raises(InputError, match=msg):
+            est.fit(plays)
+        with pytest.raises(InputError, match=msg):  # a dask DataFrame too
+            est.set_params(client=client).fit(dd.from_pandas(plays, npartitions=2))
+        with pytest.raises(InputError, match="X has no column 'plays' \\(ndarray of \\(user, item\\) pairs\\)"):
+            est.set_params(client=None).fit(plays[["user", "item"]].to_numpy())
+    # the strengths given as y are the column
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UnusedRatingsWarning)
+        est.fit(plays[["user", "item"]].to_numpy(), plays["count"].to_numpy())
+        with pytest.raises(InputError, match="X has no column 'plays'"):
+            est.partial_fit(plays)
+
+
+def test_wls_fold_in_needs_the_rating_col_and_held_out_interactions_do_not(ratings):
+    from dask_dgd.recommender import evaluate_ranking
+
+    plays = ratings.rename(columns={"rating": "count"})
+    wls = ImplicitMatrixFactorization(loss="wls", rating_col="count", n_components=2, max_iter=2, tol=0,
+                                      random_state=0).fit(plays)
+    new = pd.DataFrame({"user": ["new", "new"], "item": plays["item"].iloc[:2].to_numpy()})
+    for call, where in [(lambda: wls.recommend(["new"], k=2, user_items=new), "user_items"),
+                        (lambda: wls.predict(new, user_items=new), "user_items"),
+                        (lambda: wls.fold_in_users(new), "user_items"),
+                        (lambda: wls.fold_in_items(new), "item_users")]:
+        with pytest.raises(InputError, match=f"ImplicitMatrixFactorization\\(rating_col='count'\\): {where} has no "
+                           f"column 'count' \\(columns \\['user', 'item'\\]\\), so every \\(user, item\\) pair would "
+                           f"have strength 1; add the 'count' column \\(the pairs' strengths, as in fit\\) to {where}"):
+            call()
+    assert wls.recommend(["new"], k=2, user_items=new.assign(count=3.0))[0].shape == (1, 2)
+    # held-out interactions: binary relevance, no strengths needed
+    assert evaluate_ranking(wls, plays[["user", "item"]].iloc[:200])["n_users"] > 0
+    assert 0 <= wls.score(plays[["user", "item"]].iloc[:200]) <= 1
+    # BPR does not use strengths: its fold-in needs only the pairs
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UnusedRatingsWarning)
+        bpr = ImplicitMatrixFactorization(rating_col="count", n_components=2, max_iter=2, random_state=0).fit(plays)
+    assert bpr.recommend(["new"], k=2, user_items=new)[0].shape == (1, 2)

@@ -169,9 +169,14 @@ def test_rating_scorer_errors(ratings):
                        r"\(sklearn.metrics.get_scorer_names\(\), e.g. 'neg_root_mean_squared_error', "
                        r"'neg_mean_absolute_error', 'r2'\); got 'rmse'"):
         rating_scorer("rmse")
-    with pytest.raises(ParameterError, match=r"metric 'roc_auc' scores class probabilities or decision values; a "
-                       r"recommender predicts ratings: use a regression metric"):
-        rating_scorer("roc_auc")
+    for bad in ("roc_auc", "accuracy", "f1", "adjusted_rand_score", "neg_brier_score"):
+        with pytest.raises(ParameterError, match=rf"metric '{bad}' is not a regression metric \(it scores classes, "
+                           r"class probabilities, decision values or clusters\); a recommender predicts ratings: use "
+                           r"a regression metric \(e.g. 'neg_root_mean_squared_error', 'neg_mean_absolute_error', "
+                           r"'r2'; all: d2_absolute_error_score, .*neg_root_mean_squared_error.*, r2\)"):
+            rating_scorer(bad)
+    for good in ("r2", "explained_variance", "neg_max_error", "neg_median_absolute_error"):
+        assert repr(rating_scorer(good)) == f"rating_scorer({good!r})"
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", ConvergenceWarning)
         mf = MatrixFactorization(n_components=2, alpha=0.1, max_iter=3, random_state=0).fit(ratings)
@@ -179,3 +184,66 @@ def test_rating_scorer_errors(ratings):
                        r"from the estimator's rating column \('rating'\) when y is None; X has columns \['user', "
                        r"'item'\]: pass a DataFrame with that column, or the ratings as y"):
         rating_scorer()(mf, ratings[["user", "item"]])
+
+
+@pytest.fixture(scope="module")
+def plays():
+    # an event log: (user, item) pairs repeat as a rule
+    rng = np.random.default_rng(0)
+    return pd.DataFrame({"user": rng.integers(0, 50, 3000), "item": rng.integers(0, 40, 3000),
+                         "timestamp": np.arange(3000)})
+
+
+def _pair_keys(frame, idx):
+    return set(map(tuple, frame.iloc[idx][["user", "item"]].to_numpy().tolist()))
+
+
+@pytest.mark.parametrize("cv", [UserKFold(3, random_state=0), UserTimeSplit(2, 0.2)], ids=["kfold", "time"])
+def test_a_repeated_pair_is_held_out_whole(plays, cv):
+    assert plays.duplicated(["user", "item"]).sum() > 1000
+    splits = list(cv.split(plays))
+    for train, test in splits:
+        assert test.size and not _pair_keys(plays, train) & _pair_keys(plays, test)
+    if isinstance(cv, UserKFold):
+        # a partition of the pairs of users with two or more: each held out once
+        held = np.concatenate([test for _, test in splits])
+        assert np.unique(held).size == held.size == len(plays)  # (no user of a single pair here)
+
+
+def test_user_time_split_dates_a_pair_by_its_latest_row():
+    # user 1: item 0 at times 0 and 9 (latest: 9), items 1..4 at times 1..4
+    frame = pd.DataFrame({"user": [1] * 6, "item": [0, 1, 2, 3, 4, 0], "timestamp": [0, 1, 2, 3, 4, 9]})
+    (train, test), = UserTimeSplit(1, 0.2).split(frame)  # ceil(0.2 * 5 pairs) = 1 pair held out
+    assert test.tolist() == [0, 5] and train.tolist() == [1, 2, 3, 4]
+    # per user: each user's training pairs are older than its test pairs; other users' later ratings train
+    frame = pd.DataFrame({"user": [1, 1, 2, 2], "item": [0, 1, 0, 1], "timestamp": [10, 11, 20, 21]})
+    (train, test), = UserTimeSplit(1, 0.5).split(frame)
+    assert test.tolist() == [1, 3] and train.tolist() == [0, 2]  # row 2 (time 20) trains; row 1 (time 11) tests
+
+
+def test_user_time_split_refuses_a_window_that_holds_out_nothing():
+    # every user has two pairs: with windows of one pair, only the latest window holds out (the oldest trains)
+    frame = pd.DataFrame({"user": [1, 1, 2, 2, 2], "item": [0, 1, 0, 1, 1], "timestamp": range(5)})
+    with pytest.raises(InputError, match=r"UserTimeSplit: split 0 of 2 \(window 2 back from each user's latest\) "
+                       r"would hold out no ratings: every user has too few distinct \(user, item\) pairs for 2 "
+                       r"windows of test_size=0.3 \(each user's oldest pair always trains\); lower n_splits, or "
+                       r"give users more ratings"):
+        next(UserTimeSplit(2, 0.3).split(frame))
+    (train, test), = UserTimeSplit(1, 0.3).split(frame)
+    assert test.tolist() == [1, 3, 4]
+
+
+def test_user_kfold_refuses_a_fold_that_holds_out_nothing_and_is_not_a_partition(ratings):
+    frame = pd.DataFrame({"user": [1, 1, 2, 3], "item": [0, 1, 0, 0]})  # two pairs at most: a fold is empty
+    with pytest.raises(InputError, match=r"UserKFold: fold \d of 3 would hold out no ratings: every user has fewer "
+                       r"distinct \(user, item\) pairs than n_splits=3 \(a user's single pair is never held out\); "
+                       r"lower n_splits, or give users more ratings"):
+        list(UserKFold(3, random_state=0).split(frame))
+    with pytest.raises(InputError, match=r"UserKFold: X has no column 'item' .*; set UserKFold's item_col"):
+        next(UserKFold(2).split(ratings.drop(columns="item")))
+    # the single-rating user is in no test fold: cross_val_predict refuses the splitter, as documented
+    from sklearn.model_selection import cross_val_predict
+
+    with pytest.raises(ValueError, match="cross_val_predict only works for partitions"):
+        cross_val_predict(MatrixFactorization(n_components=0, alpha=0.1, max_iter=1), ratings,
+                          cv=UserKFold(2, random_state=0))

@@ -125,3 +125,38 @@ def test_the_fitted_scale_is_saved(stars, tmp_path):
     loaded = dask_dgd.load(model.save(tmp_path / "mf.npz"))
     assert tuple(loaded.rating_scale_) == (1.0, 5.0)
     np.testing.assert_array_equal(loaded.predict(stars), model.predict(stars))
+
+
+def test_partial_fit_warns_of_ratings_far_beyond_the_fitted_scale(stars):
+    model = _quiet_fit(MatrixFactorization(**KW), stars)
+    wild = pd.DataFrame({"user": [1, 2, 3], "item": [1, 2, 3], "rating": [50.0, 50.0, 50.0]})
+    assert far_ratings([rating_profile(wild["rating"].to_numpy())]) is None  # (the batch alone: nothing far)
+    with pytest.warns(RatingScaleWarning,
+                      match=r"MatrixFactorization.partial_fit: 3 of the 3 new values of the 'rating' column \(from "
+                            r"50 to 50\) lie more than the fitted scale's width \(4\) beyond rating_scale_ \(1, 5\): "
+                            r"below -3 or above 9; with rating_scale='auto' they widen the scale to \(1, 50\) that "
+                            r"predictions are clipped to and are trained on\. Declare the scale with "
+                            r"rating_scale=\(low, high\) \(ratings outside it are then refused\), or clean those "
+                            r"ratings"):
+        model.partial_fit(wild)
+    assert model.rating_scale_ == (1.0, 50.0)
+    # below too; and a rating within the width (-3 .. 9) widens the scale without a word
+    model = _quiet_fit(MatrixFactorization(**KW), stars)
+    with pytest.warns(RatingScaleWarning, match=r"1 of the 2 new values .* \(from -20 to -20\)"):
+        model.partial_fit(wild.iloc[:2].assign(rating=[-20.0, 3.0]))
+    model = _quiet_fit(MatrixFactorization(**KW), stars)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RatingScaleWarning)
+        model.partial_fit(wild.assign(rating=[9.0, -3.0, 4.0]))
+    assert model.rating_scale_ == (-3.0, 9.0)
+
+
+@pytest.mark.parametrize("n_stars, n_far", [(1000, 20), (30, 1)], ids=["over 1% far", "a few dozen ratings"])
+def test_the_documented_limits_of_the_far_ratings_rule(n_stars, n_far):
+    # far ratings over 1% of the ratings are part of the bulk; below 100 ratings the 99th percentile is the maximum
+    rng = np.random.default_rng(0)
+    ratings = pd.DataFrame({"user": rng.integers(0, 30, n_stars + n_far), "item": rng.integers(0, 20, n_stars + n_far),
+                            "rating": np.r_[rng.integers(1, 6, n_stars).astype(float), np.full(n_far, 50.0)]})
+    model = _quiet_fit(MatrixFactorization(n_components=2, max_iter=2, random_state=0), ratings)  # no warning
+    assert model.rating_scale_ == (1.0, 50.0)
+    assert "more than 1% of the ratings are part of" in " ".join(MatrixFactorization.__doc__.split())
