@@ -37,6 +37,21 @@ def _top(s, k):
     return np.take_along_axis(top, order, axis=1), np.take_along_axis(top_s, order, axis=1)
 
 
+def _top_unseen(s, seen, k):
+    """:func:`_top` of ``s`` with the items of ``seen`` (a CSR block of the rows' seen
+    items) scored ``-inf`` (in place): ranked last, padding past the unseen items."""
+    block = seen.tocoo()
+    s[block.row, block.col] = -np.inf
+    return _top(s, k)
+
+
+def _seen_at(seen, top):
+    """Whether each slot of ``top`` (columns of ``seen``'s rows) is a seen item: the
+    padding (not the scores: an unseen item's score may be anything)."""
+    return np.asarray(seen[np.arange(top.shape[0])[:, None], top].todense(), dtype=bool) if top.size else \
+        np.zeros(top.shape, dtype=bool)
+
+
 def _top_k_frame(users, P, user_part, seen, items, k, scale=None):
     """One partition of ``recommend_all``: the top ``k`` rows of these users (their
     scores clipped to ``scale``, a ``(low, high)`` or None, after ranking)."""
@@ -46,11 +61,8 @@ def _top_k_frame(users, P, user_part, seen, items, k, scale=None):
         s += bias
     if user_part is not None:
         s += user_part[:, None]
-    if seen is not None:
-        block = seen.tocoo()
-        s[block.row, block.col] = -np.inf
-    top, scores = _top(s, k)
-    keep = np.isfinite(scores)
+    top, scores = _top(s, k) if seen is None else _top_unseen(s, seen, k)
+    keep = np.ones(top.shape, dtype=bool) if seen is None else ~_seen_at(seen, top)
     if scale is not None:
         scores = np.clip(scores, *scale)
     rank = np.broadcast_to(np.arange(1, k + 1), top.shape)
@@ -206,18 +218,25 @@ class RecommenderMixin:
 
     @property
     def item_counts_(self):
-        """The number of (user, item) pairs each item has in the model: rated in ``fit``
-        and ``partial_fit``, folded in with ``fold_in_items`` or ``fold_in_users``
-        (in the order of ``item_ids_``; a pair counted once).  Explicit models'
-        ``recommend`` discounts items by the uncertainty of their bias, which shrinks
-        with these counts."""
+        """The number of ratings (interactions) each item's bias rests on, in the order
+        of ``item_ids_``: its ratings in ``fit`` (after merging duplicates), plus those
+        ``partial_fit`` adds; ``fold_in_items`` sets an item's count to its number of
+        known users in ``item_users`` (the ratings its row is solved from), and
+        ``fold_in_users`` leaves the counts alone (it does not refit the item biases).
+        Explicit models' ``recommend`` discounts items by the uncertainty of their bias,
+        which shrinks with these counts.  A model saved before the counts were stored
+        counts each item's seen (user, item) pairs instead."""
         check_is_fitted(self, "item_factors_")
-        return np.asarray(self._seen.sum(axis=0), dtype=np.int64).ravel()
+        counts = getattr(self, "_item_counts", None)
+        if counts is None:  # (a model saved before the counts were stored)
+            return np.asarray(self._seen.sum(axis=0), dtype=np.int64).ravel()
+        return np.asarray(counts, dtype=np.int64)
 
     def _item_discount(self, confidence):
         """What ``recommend`` subtracts from each item's score: ``confidence`` standard
-        errors of its bias, ``residual_std_ / sqrt(item_counts_ + alpha_bias_)``; None
-        for no discount (``confidence`` 0, or a model without ratings)."""
+        errors of its bias, ``residual_std_ / sqrt(max(item_counts_ + alpha_bias_, 1))``
+        (finite for an item without ratings under ``alpha_bias_`` 0); None for no
+        discount (``confidence`` 0, or a model without ratings)."""
         explicit = self._kind_now() == "explicit"
         if confidence is None:
             confidence = DEFAULT_CONFIDENCE if explicit else 0.0
@@ -235,7 +254,7 @@ class RecommenderMixin:
         sigma = getattr(self, "residual_std_", None)
         if sigma is None:  # (a model saved before the attribute existed)
             return None
-        return float(confidence) * sigma / np.sqrt(self.item_counts_ + self.alpha_bias_)
+        return float(confidence) * sigma / np.sqrt(np.maximum(self.item_counts_ + self.alpha_bias_, 1.0))
 
     def _check_id_kinds(self, values, side, where):
         """Refuse ``side`` ("user" or "item") ids of another kind than the fitted ones'
@@ -252,6 +271,29 @@ class RecommenderMixin:
             f"but the model's {side} ids are {have} (e.g. {example!r}); they would never match a fitted {side}: "
             f"convert them to the fitted ids' type first (e.g. .astype({cast}))"
         )
+
+    def _integral_ids(self, frame, where):
+        """``frame`` with float ids cast to the fitted ids' integer dtype (fold-in
+        appends its ids to the model's: a float would turn every id into a float);
+        refused unless each is a whole number (NaN ids: left to the checks of fit)."""
+        for side, col in (("user", self.user_col), ("item", self.item_col)):
+            fitted = getattr(self, f"{side}_ids_")
+            if fitted.dtype.kind not in "iu" or frame[col].dtype.kind != "f":
+                continue
+            values = frame[col].to_numpy()
+            if np.isnan(values).any():
+                continue
+            whole = np.isfinite(values) & (values == np.round(values))
+            if not whole.all():
+                raise InputError(
+                    f"{where}: {int((~whole).sum())} {side} id(s) are not whole numbers "
+                    f"({ids_preview(pd.unique(values[~whole]))}) but the model's {side} ids are integers "
+                    f"(e.g. {fitted[0].item()!r}); they would be added as new float ids: fix those ids and give "
+                    f"integer ones (e.g. .astype(int))"
+                )
+            frame = frame.copy()
+            frame[col] = values.astype(fitted.dtype)
+        return frame
 
     def _check_k(self, k):
         if isinstance(k, bool) or not isinstance(k, numbers.Integral) or k <= 0:
@@ -354,16 +396,17 @@ class RecommenderMixin:
         n = P.shape[0]
         ids = np.empty((n, k), dtype=np.int64)
         scores = np.empty((n, k))
+        pad = np.zeros((n, k), dtype=bool)  # slots past a user's unseen items: seen ones
         for a in range(0, n, RECOMMEND_CHUNK):
             b = min(a + RECOMMEND_CHUNK, n)
             s = P[a:b] @ self.item_factors_.T + item_bias
             if user_part is not None:  # explicit: the scores are predicted ratings
                 s += user_part[a:b, None]
-            if seen is not None:
-                block = seen[a:b].tocoo()
-                s[block.row, block.col] = -np.inf
-            ids[a:b], scores[a:b] = _top(s, k)
-        pad = np.isneginf(scores)  # slots past a user's unseen items (only seen ones are -inf)
+            if seen is None:
+                ids[a:b], scores[a:b] = _top(s, k)
+            else:
+                ids[a:b], scores[a:b] = _top_unseen(s, seen[a:b], k)
+                pad[a:b] = _seen_at(seen[a:b], ids[a:b])
         # (ranked by the scores before clipping)
         return (np.ma.MaskedArray(self.item_ids_[ids], mask=pad),
                 np.ma.MaskedArray(self._clip(scores), mask=pad.copy(), fill_value=-np.inf))
@@ -440,6 +483,14 @@ class RecommenderMixin:
             users = to_numpy(users)
         if isinstance(users, (str, bytes)) or np.ndim(users) == 0:
             users = [users]
+        have = set(frame[self.user_col].tolist())
+        missing = [u for u in pd.unique(np.asarray(list(users), dtype=object)) if u not in have]
+        if missing:
+            raise InputError(
+                f"{len(missing)} user(s) to score have no rows in user_items: {ids_preview(missing)} (ids of "
+                f"another type do not match: 7 is not '7'); give each user's interactions in user_items (fix the "
+                "ids), or score users seen in fit without user_items"
+            )
         rows, items = fold_in(self, frame, list(users))
         # (the users are not written to the model: any ids; the items must be the model's)
         self._check_id_kinds(frame[self.item_col].to_numpy(), "item", "user_items")
@@ -519,6 +570,7 @@ class RecommenderMixin:
         users = side == "users"
         prefix = "user" if users else "item"
         where = "fold_in_users(user_items)" if users else "fold_in_items(item_users)"
+        frame = self._integral_ids(frame, where)
         ids = pd.unique(frame[self.user_col if users else self.item_col].to_numpy())
         rows, other = fold_in(self, frame, list(ids), side=side)
         self._check_id_kinds(frame[self.user_col].to_numpy(), "user", where)  # (nothing written yet)
@@ -528,13 +580,21 @@ class RecommenderMixin:
         new = codes < 0
         k = self.item_factors_.shape[1]
         factors, bias = f"{prefix}_factors_", f"{prefix}_bias_"
-        table = getattr(self, factors)
+        # new arrays, not writes into the model's: a lazy recommend_all() made before keeps its values
+        table = np.array(getattr(self, factors), copy=True)
         table[codes[~new]] = rows[~new, :k]
         setattr(self, factors, np.vstack([table, rows[new, :k]]))
         if hasattr(self, bias):
-            b = getattr(self, bias)
+            b = np.array(getattr(self, bias), copy=True)
             b[codes[~new]] = rows[~new, k]
             setattr(self, bias, np.r_[b, rows[new, k]])
+        # (stored before the pairs are marked seen: a model saved without the counts counted them)
+        counts = self.item_counts_.copy()
+        if not users:  # each item's bias now rests on its known users in item_users
+            folded = np.array([len(o) for o in other], dtype=np.int64)
+            counts[codes[~new]] = folded[~new]
+            counts = np.r_[counts, folded[new]]
+        self._item_counts = counts
         grown = index.append(pd.Index(ids[new]))
         setattr(self, f"_{prefix}_index", grown)
         setattr(self, f"{prefix}_ids_", np.asarray(grown))
