@@ -88,7 +88,8 @@ class RecommenderMixin:
 
         False where ``alpha="auto"`` refitted the bias model, or with
         ``n_components=0``: the factor term is then 0 for every user, fitted or folded
-        in, and :meth:`recommend` and :meth:`similar_items` rank by the biases alone.
+        in, and :meth:`recommend` (by default by the biases' lower bounds, see its
+        ``confidence``) and :meth:`similar_items` rank by the biases alone.
         Computed from ``item_factors_``, so it follows ``partial_fit`` and fold-in.
         """
         check_is_fitted(self, "item_factors_")
@@ -99,8 +100,11 @@ class RecommenderMixin:
         columns but every one is zero (asked for with ``n_components=0``: no warning)."""
         if self.item_factors_.shape[1] == 0 or self.factors_used_:
             return
-        why = f"alpha='auto' chose the bias model, alpha_={self.alpha_:g}, as no factors beat it on the held-out " \
-            "ratings" if getattr(self, "validation_path_", None) is not None else "the fitted factors are all zero"
+        from ._auto import MIN_GAIN
+
+        why = f"alpha='auto' chose the bias model, alpha_={self.alpha_:g}, as no factors beat its held-out mean " \
+            f"squared error by more than {MIN_GAIN:.1%} of it and two standard errors" \
+            if getattr(self, "validation_path_", None) is not None else "the fitted factors are all zero"
         warnings.warn(
             f"{type(self).__name__}: every factor is exactly zero ({why}): {what}; give a numeric alpha "
             "to fit factors, or n_components=0 to ask for the bias model (factors_used_ is False)",
@@ -164,7 +168,8 @@ class RecommenderMixin:
             (user, item) pairs, as in ``fit``.
         user_items : DataFrame or None, default=None
             Fold-in (see :meth:`recommend`): the users of ``X`` are scored with factors
-            computed from their interactions here, the fitted items fixed (``X`` is
+            computed from their interactions here, the fitted items fixed (each user of
+            ``X`` needs rows there, else :class:`InputError`; ``X`` is
             then computed in memory; the result is NumPy).
 
         Returns
@@ -211,7 +216,10 @@ class RecommenderMixin:
             out[known] += self.item_bias_[i[known]]
         return self._clip(out)
 
-    def _popularity_note(self, method):
+    def _popularity_note(self, method, discount=None):
+        if hasattr(self, "item_bias_") and discount is not None:
+            return (f"{method} ranks the items by their biases alone less the confidence discount, a lower bound "
+                    "returned as the score (popularity: the same order for every user; confidence=0: by the biases)")
         if hasattr(self, "item_bias_"):
             return f"{method} ranks the items by their biases alone (popularity: the same order for every user)"
         return f"{method} scores every item 0 (the model has no item biases): its order is arbitrary"
@@ -319,10 +327,12 @@ class RecommenderMixin:
         """The ``k`` best-scored items for each user.
 
         A model whose factors are all zero (``factors_used_`` False: ``alpha="auto"``
-        chose the bias model) scores ``global_mean_ + user_bias_ + item_bias_``: every
-        user gets the same ranking, by the item biases (a popularity ranking, less the
-        items each user has seen), with a :class:`~dask_dgd.exceptions.BiasOnlyWarning`
-        (none for ``n_components=0``, which asks for that model).
+        chose the bias model) predicts ``global_mean_ + user_bias_ + item_bias_``: every
+        user gets the same ranking (a popularity ranking, less the items each user has
+        seen), by default by the lower bound of ``confidence`` (each item's bias less
+        its discount, the bound returned as the score), with ``confidence=0`` by the
+        item biases; with a :class:`~dask_dgd.exceptions.BiasOnlyWarning` (none for
+        ``n_components=0``, which asks for that model).
 
         Parameters
         ----------
@@ -345,8 +355,10 @@ class RecommenderMixin:
             user's own least-squares problem exactly, BPR minimises the user's BPR
             objective over all item pairs.  For users unseen in fit, or to recompute a
             known user from other interactions.  Items unknown to the model are
-            ignored; a user without a known item in ``user_items`` is ranked by the
-            items' biases alone.  Checked as ``fold_in_users`` checks them (missing ids,
+            ignored; a user whose rows there name no known item is ranked by the
+            items' biases alone, while a user with no row at all in ``user_items`` (a
+            mistyped id, or ``7`` for ``"7"``) is refused (:class:`InputError` naming
+            them).  Checked as ``fold_in_users`` checks them (missing ids,
             NaN or infinite ratings, item ids of another type than the fitted ones':
             :class:`InputError`; the users may have ids of any type).
         confidence : float >= 0 or None, default=None
@@ -381,7 +393,7 @@ class RecommenderMixin:
         check_is_fitted(self, "item_factors_")
         k = min(self._check_k(k), len(self.item_ids_))
         discount = self._item_discount(confidence)
-        self._warn_bias_only(self._popularity_note("recommend"))
+        self._warn_bias_only(self._popularity_note("recommend", discount))
         item_bias = getattr(self, "item_bias_", np.zeros(len(self.item_ids_)))
         if discount is not None:
             item_bias = item_bias - discount
@@ -419,8 +431,9 @@ class RecommenderMixin:
         factors, its rows of the seen items and the item table (one key, shared by
         every partition): with a distributed client, on the workers, in parallel.  The
         user blocks come from the fitted model (the user factors are not kept on the
-        workers after fit).  Without factors (``factors_used_`` False) the ranking is
-        the item biases', as in :meth:`recommend`, with its warning.
+        workers after fit).  Without factors (``factors_used_`` False) every user gets
+        the same ranking, by default by the lower bound of ``confidence`` (each item's
+        bias less its discount), as in :meth:`recommend`, with its warning.
 
         Parameters
         ----------
@@ -448,7 +461,7 @@ class RecommenderMixin:
         check_is_fitted(self, "item_factors_")
         k = min(self._check_k(k), len(self.item_ids_))
         discount = self._item_discount(confidence)
-        self._warn_bias_only(self._popularity_note("recommend_all"))
+        self._warn_bias_only(self._popularity_note("recommend_all", discount))
         size = users_per_partition
         if isinstance(size, bool) or not isinstance(size, numbers.Integral) or size <= 0:
             raise ParameterError(f"users_per_partition must be an int > 0; got {size!r}")

@@ -77,13 +77,13 @@ def test_bpr_fold_in_minimises_the_users_objective(ratings):
 def test_recommend_for_new_users(ratings, make):
     mf = _fit(make(), ratings)
     items = mf.item_ids_
-    new = pd.DataFrame({"user": ["a", "a", "a", "b", "a"], "item": [items[0], items[1], "no such item", items[2],
-                                                                    items[0]],
-                        "rating": [5.0, 4.0, 3.0, 1.0, 4.5]})
+    new = pd.DataFrame({"user": ["a", "a", "a", "b", "a", "c"], "item": [items[0], items[1], "no such item",
+                                                                         items[2], items[0], "no such item"],
+                        "rating": [5.0, 4.0, 3.0, 1.0, 4.5, 2.0]})
     ids, scores = mf.recommend(["a", "b", "c"], k=5, user_items=new, confidence=0)  # (the predicted ratings)
     assert ids.shape == (3, 5) and np.isfinite(scores).all()
     assert not set(ids[0]) & {items[0], items[1]} and items[2] not in ids[1]  # their items are left out
-    # "c" has no interaction: the items' biases alone rank (BPR, explicit), or all tie at 0 (wls)
+    # "c" has no known item: the items' biases alone rank (BPR, explicit), or all tie at 0 (wls)
     bias = getattr(mf, "item_bias_", np.zeros(len(items)))
     np.testing.assert_allclose(np.sort(scores[2])[::-1], np.sort(bias)[::-1][:5] + getattr(mf, "global_mean_", 0.0))
     # with exclude_seen=False the interactions' items may come back
