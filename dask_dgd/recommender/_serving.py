@@ -238,7 +238,7 @@ class RecommenderMixin:
         counts = getattr(self, "_item_counts", None)
         if counts is None:  # (a model saved before the counts were stored)
             return np.asarray(self._seen.sum(axis=0), dtype=np.int64).ravel()
-        return np.asarray(counts, dtype=np.int64)
+        return np.array(counts, dtype=np.int64)  # (a copy: the stored counts are not changed through it)
 
     def _item_discount(self, confidence):
         """What ``recommend`` subtracts from each item's score: ``confidence`` standard

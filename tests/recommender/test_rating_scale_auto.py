@@ -125,3 +125,25 @@ def test_the_fitted_scale_is_saved(stars, tmp_path):
     loaded = dask_dgd.load(model.save(tmp_path / "mf.npz"))
     assert tuple(loaded.rating_scale_) == (1.0, 5.0)
     np.testing.assert_array_equal(loaded.predict(stars), model.predict(stars))
+
+
+def test_fold_in_warns_of_ratings_far_outside_the_fitted_scale(stars):
+    """Fold-in accepts any finite rating under "auto" but does not widen the scale: one
+    more than the scale's width beyond rating_scale_ is said (fit's notion of far)."""
+    model = _quiet_fit(MatrixFactorization(**KW), stars)
+    assert model.rating_scale_ == (1.0, 5.0)
+    far = pd.DataFrame({"user": [1000] * 3, "item": model.item_ids_[:3], "rating": [50.0, 50.0, 3.0]})
+    message = (r"MatrixFactorization: 2 of the 3 values of the 'rating' column folded in \(from 50 to 50\) lie far "
+               r"outside rating_scale_=\(1, 5\) \(more than its width beyond it\); fold-in does not widen the "
+               r"scale, so their predictions are clipped to it\. Fix those ratings \(another scale\?\), or train "
+               r"on them with partial_fit, which widens rating_scale_")
+    with pytest.warns(RatingScaleWarning, match=message):
+        model.fold_in_users(far)
+    with pytest.warns(RatingScaleWarning, match=message):
+        model.recommend([1000], k=3, user_items=far)
+    assert model.rating_scale_ == (1.0, 5.0)
+    # within the width beyond the scale (up to 9 and down to -3 here): no warning
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RatingScaleWarning)
+        model.fold_in_users(far.assign(user=1001, rating=[9.0, -3.0, 5.0]))
+        MatrixFactorization(rating_scale=None, **KW).fit(stars).fold_in_users(far)  # no scale: nothing to say
