@@ -111,8 +111,9 @@ class MatrixFactorization(FactorizationBase):
         - ``"auto"``: the scale is ``[min, max]`` of the ratings seen in ``fit``
           (``partial_fit`` widens it to its new ratings; fold-in ratings are not
           refused, nor widen it: those more than its width beyond it give a
-          :class:`~dask_dgd.exceptions.RatingScaleWarning`), ``rating_scale_``.  Ratings far outside the bulk of the others
-          are not accepted silently: the bulk is the ratings from their 1st to their
+          :class:`~dask_dgd.exceptions.RatingScaleWarning`), ``rating_scale_``.
+          Ratings far outside the bulk of the others are not accepted silently: the
+          bulk is the ratings from their 1st to their
           99th percentile, ``[lo, hi]``, and a rating more than the bulk's width
           ``hi - lo`` beyond it (below ``lo - (hi - lo)`` or above
           ``hi + (hi - lo)``) makes ``fit`` and ``partial_fit`` warn
