@@ -543,6 +543,7 @@ _FACTORS = {
     "alpha_bias_": Real(),
     "residual_std_": Real(),
     "n_duplicates_": Int(),
+    "_item_counts": Array("iu", (("n_items",),), nonnegative=True),
     "rating_scale_": Either((Of((type(None),)), ListOf(Real()))),  # MatrixFactorization: (low, high) or None
 }
 _CLIMATE = {

@@ -565,7 +565,7 @@ class FactorizationBase(RecommenderMixin, ClientParamMixin, BaseEstimator):
     _FITTED = ("user_ids_", "item_ids_", "_user_index", "_item_index", "user_factors_", "item_factors_",
                "user_bias_", "item_bias_", "global_mean_", "_item_state_", "_user_state_", "_seen", "history_",
                "loss_curve_", "n_iter_", "solver_", "shard_ratings_", "bytes_communicated_", "_seed_", "alpha_",
-               "alpha_bias_", "validation_path_", "residual_std_", "n_duplicates_",
+               "alpha_bias_", "validation_path_", "residual_std_", "n_duplicates_", "_item_counts",
                "rating_scale_")
 
     def _forget_fit(self):
@@ -596,13 +596,18 @@ class FactorizationBase(RecommenderMixin, ClientParamMixin, BaseEstimator):
         self._user_state_ = user_state
         seen = sp.csr_matrix((np.ones(seen_u.size, dtype=np.int8), (seen_u, seen_i)), shape=(len(users), len(items)))
         seen.sum_duplicates()
+        # the ratings behind each item's bias (item_counts_): the merged ones of this fit, plus
+        # the model's own with partial_fit
+        counts = np.bincount(np.asarray(seen_i, dtype=np.int64), minlength=len(items))
         if continued and hasattr(self, "_seen"):
+            counts[:len(self.item_counts_)] += self.item_counts_
             old = self._seen
             old = sp.csr_matrix((old.data, old.indices, old.indptr), shape=(old.shape[0], old.shape[1]))
             old.resize(seen.shape)
             seen = seen + old
         seen.data[:] = 1
         self._seen = seen
+        self._item_counts = counts
         history = result.history
         if path is not None:  # the validation path's records, then the refit's
             refit = history.assign(stage="refit", alpha=model.alpha, alpha_bias=model.alpha_bias)

@@ -29,12 +29,15 @@ a row's problem overflows (an explicit rating whose squared error overflows, on 
 model before the rows are computed and checked.
 """
 
+import warnings
+
 import numpy as np
 import pandas as pd
 import scipy.optimize
 import scipy.special
 
-from ..exceptions import InputError
+from .._validation import user_stacklevel
+from ..exceptions import InputError, RatingScaleWarning
 from ._input import ids_preview
 from ._shards import check_rows, check_scale, merge_duplicates, row_facts
 
@@ -225,7 +228,33 @@ def fold_in(est, frame, ids, side="users"):
     else:
         rows = solve_rows(model, V if users else est._user_table(), groups)
     _check_finite(rows, groups, ids, model, side, rcol if rated else None)
+    if rated:  # (accepted: rating_scale="auto" says so of far ones)
+        _warn_far(est, frame[rcol], rcol)
     return rows, [g[0] for g in groups]
+
+
+def _warn_far(est, values, rcol):
+    """``rating_scale="auto"``: warn of fold-in ratings far outside ``rating_scale_``,
+    more than its width ``high - low`` beyond it (fit's notion of far, measured from
+    the fitted scale): they are accepted, but fold-in does not widen the scale, so the
+    predictions they lead to are clipped to it."""
+    scale = getattr(est, "rating_scale_", None)
+    if not isinstance(getattr(est, "rating_scale", None), str) or scale is None:
+        return
+    low, high = scale
+    width = high - low
+    if not width > 0:  # (a scale of one value: none is far, as in fit)
+        return
+    r = np.asarray(values, dtype=np.float64)
+    far = r[np.isfinite(r) & ((r < low - width) | (r > high + width))]
+    if far.size:
+        warnings.warn(
+            f"{type(est).__name__}: {far.size} of the {r.size} values of the {rcol!r} column folded in (from "
+            f"{far.min():g} to {far.max():g}) lie far outside rating_scale_=({low:g}, {high:g}) (more than its width "
+            "beyond it); fold-in does not widen the scale, so their predictions are clipped to it. Fix those "
+            "ratings (another scale?), or train on them with partial_fit, which widens rating_scale_",
+            RatingScaleWarning, stacklevel=user_stacklevel(),
+        )
 
 
 def _check_finite(rows, groups, ids, model, side, rcol):

@@ -146,8 +146,10 @@ class MatrixFactorization(FactorizationBase):
           refuse ratings outside it (:class:`~dask_dgd.exceptions.InputError`).
         - ``"auto"``: the scale is ``[min, max]`` of the ratings seen in ``fit``
           (``partial_fit`` widens it to its new ratings; fold-in ratings are not
-          refused), ``rating_scale_``.  Ratings far outside the bulk of the others
-          are not accepted silently: the bulk is the ratings from their 1st to their
+          refused, nor widen it: those more than its width beyond it give a
+          :class:`~dask_dgd.exceptions.RatingScaleWarning`), ``rating_scale_``.
+          Ratings far outside the bulk of the others are not accepted silently: the
+          bulk is the ratings from their 1st to their
           99th percentile, ``[lo, hi]``, and a rating more than the bulk's width
           ``hi - lo`` beyond it (below ``lo - (hi - lo)`` or above
           ``hi + (hi - lo)``) makes ``fit`` and ``partial_fit`` warn
@@ -214,8 +216,10 @@ shard_ratings_, bytes_communicated_
         ``residual_std_ / sqrt(item_counts_ + alpha_bias_)``, the standard error of
         the item's bias.
     item_counts_ : ndarray of int
-        Each item's number of rated pairs (fit, ``partial_fit``, fold-in), in the
-        order of ``item_ids_``.
+        The number of ratings each item's bias rests on, in the order of
+        ``item_ids_``: fit's (merged) and ``partial_fit``'s; ``fold_in_items`` sets an
+        item's to its known users, ``fold_in_users`` leaves them (it does not refit
+        the item biases).  A model saved without them counts the seen pairs.
     validation_path_ : pandas.DataFrame or None
         ``alpha="auto"``: one row per penalty fitted on the held-out split (``stage``:
         "biases" or "factors", ``point``: "grid" or "midpoint", ``alpha``,

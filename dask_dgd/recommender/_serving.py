@@ -37,6 +37,21 @@ def _top(s, k):
     return np.take_along_axis(top, order, axis=1), np.take_along_axis(top_s, order, axis=1)
 
 
+def _top_unseen(s, seen, k):
+    """:func:`_top` of ``s`` with the items of ``seen`` (a CSR block of the rows' seen
+    items) scored ``-inf`` (in place): ranked last, padding past the unseen items."""
+    block = seen.tocoo()
+    s[block.row, block.col] = -np.inf
+    return _top(s, k)
+
+
+def _seen_at(seen, top):
+    """Whether each slot of ``top`` (columns of ``seen``'s rows) is a seen item: the
+    padding (not the scores: an unseen item's score may be anything)."""
+    return np.asarray(seen[np.arange(top.shape[0])[:, None], top].todense(), dtype=bool) if top.size else \
+        np.zeros(top.shape, dtype=bool)
+
+
 def _top_k_frame(users, P, user_part, seen, items, k, scale=None):
     """One partition of ``recommend_all``: the top ``k`` rows of these users (their
     scores clipped to ``scale``, a ``(low, high)`` or None, after ranking)."""
@@ -46,11 +61,8 @@ def _top_k_frame(users, P, user_part, seen, items, k, scale=None):
         s += bias
     if user_part is not None:
         s += user_part[:, None]
-    if seen is not None:
-        block = seen.tocoo()
-        s[block.row, block.col] = -np.inf
-    top, scores = _top(s, k)
-    keep = np.isfinite(scores)
+    top, scores = _top(s, k) if seen is None else _top_unseen(s, seen, k)
+    keep = np.ones(top.shape, dtype=bool) if seen is None else ~_seen_at(seen, top)
     if scale is not None:
         scores = np.clip(scores, *scale)
     rank = np.broadcast_to(np.arange(1, k + 1), top.shape)
@@ -76,7 +88,8 @@ class RecommenderMixin:
 
         False where ``alpha="auto"`` refitted the bias model, or with
         ``n_components=0``: the factor term is then 0 for every user, fitted or folded
-        in, and :meth:`recommend` and :meth:`similar_items` rank by the biases alone.
+        in, and :meth:`recommend` (by default by the biases' lower bounds, see its
+        ``confidence``) and :meth:`similar_items` rank by the biases alone.
         Computed from ``item_factors_``, so it follows ``partial_fit`` and fold-in.
         """
         check_is_fitted(self, "item_factors_")
@@ -87,8 +100,11 @@ class RecommenderMixin:
         columns but every one is zero (asked for with ``n_components=0``: no warning)."""
         if self.item_factors_.shape[1] == 0 or self.factors_used_:
             return
-        why = f"alpha='auto' chose the bias model, alpha_={self.alpha_:g}, as no factors beat it on the held-out " \
-            "ratings" if getattr(self, "validation_path_", None) is not None else "the fitted factors are all zero"
+        from ._auto import MIN_GAIN
+
+        why = f"alpha='auto' chose the bias model, alpha_={self.alpha_:g}, as no factors beat its held-out mean " \
+            f"squared error by more than {MIN_GAIN:.1%} of it and two standard errors" \
+            if getattr(self, "validation_path_", None) is not None else "the fitted factors are all zero"
         warnings.warn(
             f"{type(self).__name__}: every factor is exactly zero ({why}): {what}; give a numeric alpha "
             "to fit factors, or n_components=0 to ask for the bias model (factors_used_ is False)",
@@ -152,7 +168,8 @@ class RecommenderMixin:
             (user, item) pairs, as in ``fit``.
         user_items : DataFrame or None, default=None
             Fold-in (see :meth:`recommend`): the users of ``X`` are scored with factors
-            computed from their interactions here, the fitted items fixed (``X`` is
+            computed from their interactions here, the fitted items fixed (each user of
+            ``X`` needs rows there, else :class:`InputError`; ``X`` is
             then computed in memory; the result is NumPy).
 
         Returns
@@ -199,25 +216,35 @@ class RecommenderMixin:
             out[known] += self.item_bias_[i[known]]
         return self._clip(out)
 
-    def _popularity_note(self, method):
+    def _popularity_note(self, method, discount=None):
+        if hasattr(self, "item_bias_") and discount is not None:
+            return (f"{method} ranks the items by their biases alone less the confidence discount, a lower bound "
+                    "returned as the score (popularity: the same order for every user; confidence=0: by the biases)")
         if hasattr(self, "item_bias_"):
             return f"{method} ranks the items by their biases alone (popularity: the same order for every user)"
         return f"{method} scores every item 0 (the model has no item biases): its order is arbitrary"
 
     @property
     def item_counts_(self):
-        """The number of (user, item) pairs each item has in the model: rated in ``fit``
-        and ``partial_fit``, folded in with ``fold_in_items`` or ``fold_in_users``
-        (in the order of ``item_ids_``; a pair counted once).  Explicit models'
-        ``recommend`` discounts items by the uncertainty of their bias, which shrinks
-        with these counts."""
+        """The number of ratings (interactions) each item's bias rests on, in the order
+        of ``item_ids_``: its ratings in ``fit`` (after merging duplicates), plus those
+        ``partial_fit`` adds; ``fold_in_items`` sets an item's count to its number of
+        known users in ``item_users`` (the ratings its row is solved from), and
+        ``fold_in_users`` leaves the counts alone (it does not refit the item biases).
+        Explicit models' ``recommend`` discounts items by the uncertainty of their bias,
+        which shrinks with these counts.  A model saved before the counts were stored
+        counts each item's seen (user, item) pairs instead."""
         check_is_fitted(self, "item_factors_")
-        return np.asarray(self._seen.sum(axis=0), dtype=np.int64).ravel()
+        counts = getattr(self, "_item_counts", None)
+        if counts is None:  # (a model saved before the counts were stored)
+            return np.asarray(self._seen.sum(axis=0), dtype=np.int64).ravel()
+        return np.array(counts, dtype=np.int64)  # (a copy: the stored counts are not changed through it)
 
     def _item_discount(self, confidence):
         """What ``recommend`` subtracts from each item's score: ``confidence`` standard
-        errors of its bias, ``residual_std_ / sqrt(item_counts_ + alpha_bias_)``; None
-        for no discount (``confidence`` 0, or a model without ratings)."""
+        errors of its bias, ``residual_std_ / sqrt(max(item_counts_ + alpha_bias_, 1))``
+        (finite for an item without ratings under ``alpha_bias_`` 0); None for no
+        discount (``confidence`` 0, or a model without ratings)."""
         explicit = self._kind_now() == "explicit"
         if confidence is None:
             confidence = DEFAULT_CONFIDENCE if explicit else 0.0
@@ -235,7 +262,7 @@ class RecommenderMixin:
         sigma = getattr(self, "residual_std_", None)
         if sigma is None:  # (a model saved before the attribute existed)
             return None
-        return float(confidence) * sigma / np.sqrt(self.item_counts_ + self.alpha_bias_)
+        return float(confidence) * sigma / np.sqrt(np.maximum(self.item_counts_ + self.alpha_bias_, 1.0))
 
     def _check_id_kinds(self, values, side, where):
         """Refuse ``side`` ("user" or "item") ids of another kind than the fitted ones'
@@ -252,6 +279,29 @@ class RecommenderMixin:
             f"but the model's {side} ids are {have} (e.g. {example!r}); they would never match a fitted {side}: "
             f"convert them to the fitted ids' type first (e.g. .astype({cast}))"
         )
+
+    def _integral_ids(self, frame, where):
+        """``frame`` with float ids cast to the fitted ids' integer dtype (fold-in
+        appends its ids to the model's: a float would turn every id into a float);
+        refused unless each is a whole number (NaN ids: left to the checks of fit)."""
+        for side, col in (("user", self.user_col), ("item", self.item_col)):
+            fitted = getattr(self, f"{side}_ids_")
+            if fitted.dtype.kind not in "iu" or frame[col].dtype.kind != "f":
+                continue
+            values = frame[col].to_numpy()
+            if np.isnan(values).any():
+                continue
+            whole = np.isfinite(values) & (values == np.round(values))
+            if not whole.all():
+                raise InputError(
+                    f"{where}: {int((~whole).sum())} {side} id(s) are not whole numbers "
+                    f"({ids_preview(pd.unique(values[~whole]))}) but the model's {side} ids are integers "
+                    f"(e.g. {fitted[0].item()!r}); they would be added as new float ids: fix those ids and give "
+                    f"integer ones (e.g. .astype(int))"
+                )
+            frame = frame.copy()
+            frame[col] = values.astype(fitted.dtype)
+        return frame
 
     def _check_k(self, k):
         if isinstance(k, bool) or not isinstance(k, numbers.Integral) or k <= 0:
@@ -277,10 +327,12 @@ class RecommenderMixin:
         """The ``k`` best-scored items for each user.
 
         A model whose factors are all zero (``factors_used_`` False: ``alpha="auto"``
-        chose the bias model) scores ``global_mean_ + user_bias_ + item_bias_``: every
-        user gets the same ranking, by the item biases (a popularity ranking, less the
-        items each user has seen), with a :class:`~dask_dgd.exceptions.BiasOnlyWarning`
-        (none for ``n_components=0``, which asks for that model).
+        chose the bias model) predicts ``global_mean_ + user_bias_ + item_bias_``: every
+        user gets the same ranking (a popularity ranking, less the items each user has
+        seen), by default by the lower bound of ``confidence`` (each item's bias less
+        its discount, the bound returned as the score), with ``confidence=0`` by the
+        item biases; with a :class:`~dask_dgd.exceptions.BiasOnlyWarning` (none for
+        ``n_components=0``, which asks for that model).
 
         Parameters
         ----------
@@ -303,8 +355,10 @@ class RecommenderMixin:
             user's own least-squares problem exactly, BPR minimises the user's BPR
             objective over all item pairs.  For users unseen in fit, or to recompute a
             known user from other interactions.  Items unknown to the model are
-            ignored; a user without a known item in ``user_items`` is ranked by the
-            items' biases alone.  Checked as ``fold_in_users`` checks them (missing ids,
+            ignored; a user whose rows there name no known item is ranked by the
+            items' biases alone, while a user with no row at all in ``user_items`` (a
+            mistyped id, or ``7`` for ``"7"``) is refused (:class:`InputError` naming
+            them).  Checked as ``fold_in_users`` checks them (missing ids,
             NaN or infinite ratings, item ids of another type than the fitted ones':
             :class:`InputError`; the users may have ids of any type).
         confidence : float >= 0 or None, default=None
@@ -339,7 +393,7 @@ class RecommenderMixin:
         check_is_fitted(self, "item_factors_")
         k = min(self._check_k(k), len(self.item_ids_))
         discount = self._item_discount(confidence)
-        self._warn_bias_only(self._popularity_note("recommend"))
+        self._warn_bias_only(self._popularity_note("recommend", discount))
         item_bias = getattr(self, "item_bias_", np.zeros(len(self.item_ids_)))
         if discount is not None:
             item_bias = item_bias - discount
@@ -354,16 +408,17 @@ class RecommenderMixin:
         n = P.shape[0]
         ids = np.empty((n, k), dtype=np.int64)
         scores = np.empty((n, k))
+        pad = np.zeros((n, k), dtype=bool)  # slots past a user's unseen items: seen ones
         for a in range(0, n, RECOMMEND_CHUNK):
             b = min(a + RECOMMEND_CHUNK, n)
             s = P[a:b] @ self.item_factors_.T + item_bias
             if user_part is not None:  # explicit: the scores are predicted ratings
                 s += user_part[a:b, None]
-            if seen is not None:
-                block = seen[a:b].tocoo()
-                s[block.row, block.col] = -np.inf
-            ids[a:b], scores[a:b] = _top(s, k)
-        pad = np.isneginf(scores)  # slots past a user's unseen items (only seen ones are -inf)
+            if seen is None:
+                ids[a:b], scores[a:b] = _top(s, k)
+            else:
+                ids[a:b], scores[a:b] = _top_unseen(s, seen[a:b], k)
+                pad[a:b] = _seen_at(seen[a:b], ids[a:b])
         # (ranked by the scores before clipping)
         return (np.ma.MaskedArray(self.item_ids_[ids], mask=pad),
                 np.ma.MaskedArray(self._clip(scores), mask=pad.copy(), fill_value=-np.inf))
@@ -376,8 +431,9 @@ class RecommenderMixin:
         factors, its rows of the seen items and the item table (one key, shared by
         every partition): with a distributed client, on the workers, in parallel.  The
         user blocks come from the fitted model (the user factors are not kept on the
-        workers after fit).  Without factors (``factors_used_`` False) the ranking is
-        the item biases', as in :meth:`recommend`, with its warning.
+        workers after fit).  Without factors (``factors_used_`` False) every user gets
+        the same ranking, by default by the lower bound of ``confidence`` (each item's
+        bias less its discount), as in :meth:`recommend`, with its warning.
 
         Parameters
         ----------
@@ -405,7 +461,7 @@ class RecommenderMixin:
         check_is_fitted(self, "item_factors_")
         k = min(self._check_k(k), len(self.item_ids_))
         discount = self._item_discount(confidence)
-        self._warn_bias_only(self._popularity_note("recommend_all"))
+        self._warn_bias_only(self._popularity_note("recommend_all", discount))
         size = users_per_partition
         if isinstance(size, bool) or not isinstance(size, numbers.Integral) or size <= 0:
             raise ParameterError(f"users_per_partition must be an int > 0; got {size!r}")
@@ -440,6 +496,14 @@ class RecommenderMixin:
             users = to_numpy(users)
         if isinstance(users, (str, bytes)) or np.ndim(users) == 0:
             users = [users]
+        have = set(frame[self.user_col].tolist())
+        missing = [u for u in pd.unique(np.asarray(list(users), dtype=object)) if u not in have]
+        if missing:
+            raise InputError(
+                f"{len(missing)} user(s) to score have no rows in user_items: {ids_preview(missing)} (ids of "
+                f"another type do not match: 7 is not '7'); give each user's interactions in user_items (fix the "
+                "ids), or score users seen in fit without user_items"
+            )
         rows, items = fold_in(self, frame, list(users))
         # (the users are not written to the model: any ids; the items must be the model's)
         self._check_id_kinds(frame[self.item_col].to_numpy(), "item", "user_items")
@@ -519,6 +583,7 @@ class RecommenderMixin:
         users = side == "users"
         prefix = "user" if users else "item"
         where = "fold_in_users(user_items)" if users else "fold_in_items(item_users)"
+        frame = self._integral_ids(frame, where)
         ids = pd.unique(frame[self.user_col if users else self.item_col].to_numpy())
         rows, other = fold_in(self, frame, list(ids), side=side)
         self._check_id_kinds(frame[self.user_col].to_numpy(), "user", where)  # (nothing written yet)
@@ -528,13 +593,21 @@ class RecommenderMixin:
         new = codes < 0
         k = self.item_factors_.shape[1]
         factors, bias = f"{prefix}_factors_", f"{prefix}_bias_"
-        table = getattr(self, factors)
+        # new arrays, not writes into the model's: a lazy recommend_all() made before keeps its values
+        table = np.array(getattr(self, factors), copy=True)
         table[codes[~new]] = rows[~new, :k]
         setattr(self, factors, np.vstack([table, rows[new, :k]]))
         if hasattr(self, bias):
-            b = getattr(self, bias)
+            b = np.array(getattr(self, bias), copy=True)
             b[codes[~new]] = rows[~new, k]
             setattr(self, bias, np.r_[b, rows[new, k]])
+        # (stored before the pairs are marked seen: a model saved without the counts counted them)
+        counts = self.item_counts_.copy()
+        if not users:  # each item's bias now rests on its known users in item_users
+            folded = np.array([len(o) for o in other], dtype=np.int64)
+            counts[codes[~new]] = folded[~new]
+            counts = np.r_[counts, folded[new]]
+        self._item_counts = counts
         grown = index.append(pd.Index(ids[new]))
         setattr(self, f"_{prefix}_index", grown)
         setattr(self, f"{prefix}_ids_", np.asarray(grown))

@@ -36,8 +36,11 @@ def test_the_bias_model_chosen_by_auto_is_flagged_and_recommend_warns_and_ranks_
     assert mf.factors_used_ is False
     users = mf.user_ids_[:4]
     with pytest.warns(BiasOnlyWarning, match=r"every factor is exactly zero \(alpha='auto' chose the bias model, "
-                      r"alpha_=[0-9.]+.*recommend ranks the items by their biases alone \(popularity: the same "
-                      r"order for every user\); give a numeric alpha to fit factors, or n_components=0"):
+                      r"alpha_=[0-9.]+, as no factors beat its held-out mean squared error by more than 0\.1% of "
+                      r"it and two standard errors\): recommend ranks the items by their biases alone less the "
+                      r"confidence discount, a lower bound returned as the score \(popularity: the same order for "
+                      r"every user; confidence=0: by the biases\); give a numeric alpha to fit factors, or "
+                      r"n_components=0"):
         ids, scores = mf.recommend(users, k=5)
     # every user's list is the order of the item biases' lower bounds (recommend's default
     # confidence), less the items the user has seen
@@ -51,8 +54,16 @@ def test_the_bias_model_chosen_by_auto_is_flagged_and_recommend_warns_and_ranks_
     code = mf._user_index.get_loc(users[0])
     np.testing.assert_allclose(scores[0], mf.global_mean_ + mf.user_bias_[code]
                                + bound[mf._item_index.get_indexer(ids[0])], rtol=1e-12)
-    with pytest.warns(BiasOnlyWarning, match="recommend_all ranks the items by their biases alone"):
+    with pytest.warns(BiasOnlyWarning, match="recommend_all ranks the items by their biases alone less the "
+                      "confidence discount, a lower bound returned as the score"):
         mf.recommend_all(k=2)
+    # confidence=0: by the biases themselves, and said so
+    with pytest.warns(BiasOnlyWarning, match=r"recommend ranks the items by their biases alone \(popularity: the "
+                      r"same order for every user\)"):
+        ids0, _ = mf.recommend(users, k=5, confidence=0)
+    order0 = mf.item_ids_[np.argsort(-mf.item_bias_, kind="stable")]
+    seen = set(mf.item_ids_[mf._seen[mf._user_index.get_loc(users[0])].indices])
+    np.testing.assert_array_equal(ids0[0], [i for i in order0 if i not in seen][:5])
 
 
 def test_similar_items_ranks_by_the_closeness_of_the_biases_and_warns(biases_and_noise):

@@ -2,6 +2,7 @@
 confidence bound of the predicted rating, keep the residual spread and the item counts
 that bound needs, and fold-in refuses ids of another type than the fitted ones'."""
 
+import copy
 import warnings
 
 import numpy as np
@@ -196,3 +197,106 @@ def test_residual_std_of_a_dask_frame_is_that_of_the_same_ratings_in_pandas(rati
     resid = ratings["rating"].to_numpy() - lazy.predict(ratings)
     assert lazy.residual_std_ == pytest.approx(np.sqrt(np.mean(resid ** 2)), rel=1e-10)
     assert lazy.residual_std_ == pytest.approx(fitted.residual_std_, rel=1e-6)
+
+
+@pytest.fixture(scope="module")
+def rare_item():
+    """The reviewer's data: 200 users, 40 items, plus item 999 rated 5 by user 0 alone."""
+    r, _ = make_ratings(200, 40, 4000, random_state=0)
+    r = r.groupby(["user", "item"], as_index=False)["rating"].mean()
+    r = pd.concat([r, pd.DataFrame({"user": [0], "item": [999], "rating": [5.0]})], ignore_index=True)
+    return r, _fit(MatrixFactorization(n_components=3, alpha=0.1, max_iter=30, random_state=0), r)
+
+
+def test_item_counts_are_the_ratings_behind_each_bias_not_the_seen_pairs(rare_item):
+    r, mf = rare_item
+    np.testing.assert_array_equal(mf.item_counts_, r.groupby("item").size().reindex(mf.item_ids_).to_numpy())
+    assert mf.item_counts_ is not mf._item_counts and "_item_counts" in mf._FITTED
+
+
+def test_folding_in_users_does_not_make_a_rare_item_look_certain(rare_item):
+    """60 new users rate item 999 with 1 star: fold_in_users does not refit its bias, so
+    its count (and discount) stays that of the one fitted rating (it was first for
+    everyone, its discount shrunk by 61 pairs)."""
+    r, fitted = rare_item
+    mf = copy.deepcopy(fitted)
+    users = mf.user_ids_[1:50]
+    j = mf._item_index.get_loc(999)
+    before, scores_before = mf.recommend(users, k=len(mf.item_ids_))
+    counts = mf.item_counts_.copy()
+    new = pd.DataFrame({"user": np.repeat(np.arange(10_000, 10_060), 3), "item": np.tile([999, 0, 1], 60),
+                        "rating": np.tile([1.0, 3.0, 3.0], 60)})
+    mf.fold_in_users(new)
+    assert mf.item_counts_[j] == 1
+    np.testing.assert_array_equal(mf.item_counts_, counts)
+    after, scores_after = mf.recommend(users, k=len(mf.item_ids_))
+    np.testing.assert_array_equal(after, before)
+    np.testing.assert_allclose(scores_after, scores_before, rtol=1e-12)
+    rank = np.mean([list(row.compressed()).index(999) for row in after])
+    assert rank > 10  # not first for everyone
+    # the new users' pairs are seen all the same
+    assert mf._seen[mf._user_index.get_loc(10_000)].indices.tolist() == sorted(mf._item_index.get_indexer([999, 0, 1]))
+
+
+def test_folding_in_a_known_item_counts_the_ratings_its_bias_now_rests_on(rare_item):
+    """The lowest-bias item (110 fitted ratings) folded in again from one 5-star rating:
+    its bias rests on that rating, and so does its count (it was 111: first for everyone)."""
+    r, fitted = rare_item
+    mf = copy.deepcopy(fitted)
+    j = int(np.argmin(mf.item_bias_))
+    item = mf.item_ids_[j]
+    assert mf.item_counts_[j] > 100
+    others = [u for u in mf.user_ids_ if item not in set(r.loc[r["user"] == u, "item"])][:40]
+    mf.fold_in_items(pd.DataFrame({"user": [others[0]], "item": [item], "rating": [5.0]}))
+    assert mf.item_counts_[j] == 1
+    ids, _ = mf.recommend(others[1:], k=len(mf.item_ids_))
+    assert np.mean([list(row.compressed()).index(item) for row in ids]) > 5  # not first for everyone
+    # users unknown to the model do not count: an item folded in from them alone has count 0
+    mf.fold_in_items(pd.DataFrame({"user": [50_000, 50_001], "item": [item, 31_000],
+                                   "rating": [5.0, 4.0]}))
+    assert mf.item_counts_[j] == 0 and mf.item_counts_[-1] == 0 and mf.item_ids_[-1] == 31_000
+
+
+def test_an_item_without_ratings_and_no_bias_penalty_is_ranked_not_dropped():
+    """alpha_bias_ 0 and count 0: the discount is residual_std_ / sqrt(max(0 + 0, 1)),
+    finite (it was infinite: the item was masked as padding, with a RuntimeWarning)."""
+    r, _ = make_ratings(30, 5, 120, random_state=0)
+    r = r.groupby(["user", "item"], as_index=False)["rating"].mean()
+    mf = _fit(MatrixFactorization(n_components=2, alpha=0.1, alpha_bias=0.0, max_iter=20, rating_scale=None,
+                                  random_state=0), r)  # (unclipped: the bound compared with predict)
+    mf.fold_in_items(pd.DataFrame({"user": [999], "item": [77], "rating": [4.0]}))  # no known user
+    assert mf.alpha_bias_ == 0 and mf.item_counts_[-1] == 0
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        ids, scores = mf.recommend([0], k=6, exclude_seen=False)
+        frame = mf.recommend_all(k=6, exclude_seen=False).compute()
+    assert not ids.mask.any() and 77 in ids[0] and np.isfinite(scores).all()
+    expected = mf.predict(pd.DataFrame({"user": [0], "item": [77]}))[0] - DEFAULT_CONFIDENCE * mf.residual_std_
+    assert scores[0][list(ids[0]).index(77)] == pytest.approx(expected, rel=1e-12)
+    assert sorted(frame.loc[frame["user"] == 0, "item"]) == sorted(mf.item_ids_)
+    # the padding is the seen items, not the scores: a user who has seen all but one
+    seen_all = pd.DataFrame({"user": "fan", "item": mf.item_ids_[:-1], "rating": 4.0})
+    ids, scores = mf.recommend(["fan"], k=3, user_items=seen_all)
+    assert ids[0].compressed().tolist() == [77] and ids.mask[0].tolist() == [False, True, True]
+
+
+def test_a_model_saved_without_the_counts_loads_and_serves(rare_item, tmp_path):
+    import dask_dgd
+
+    _, fitted = rare_item
+    loaded = dask_dgd.load(fitted.save(tmp_path / "with.npz"))
+    np.testing.assert_array_equal(loaded.item_counts_, fitted.item_counts_)
+    old = copy.deepcopy(fitted)
+    del old._item_counts  # as saved before item_counts_ was stored
+    loaded = dask_dgd.load(old.save(tmp_path / "without.npz"))
+    assert not hasattr(loaded, "_item_counts")
+    # falls back to counting the seen pairs (the same here: no fold-in yet)
+    np.testing.assert_array_equal(loaded.item_counts_, fitted.item_counts_)
+    users = fitted.user_ids_[:5]
+    a, sa = fitted.recommend(users, k=5)
+    b, sb = loaded.recommend(users, k=5)
+    np.testing.assert_array_equal(a, b)
+    np.testing.assert_allclose(sa, sb, rtol=1e-12)
+    # the first fold-in stores the counts it had, before its pairs are marked seen
+    loaded.fold_in_users(pd.DataFrame({"user": [10_000, 10_001], "item": [999, 999], "rating": [1.0, 1.0]}))
+    np.testing.assert_array_equal(loaded._item_counts, fitted.item_counts_)

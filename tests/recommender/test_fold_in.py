@@ -77,13 +77,13 @@ def test_bpr_fold_in_minimises_the_users_objective(ratings):
 def test_recommend_for_new_users(ratings, make):
     mf = _fit(make(), ratings)
     items = mf.item_ids_
-    new = pd.DataFrame({"user": ["a", "a", "a", "b", "a"], "item": [items[0], items[1], "no such item", items[2],
-                                                                    items[0]],
-                        "rating": [5.0, 4.0, 3.0, 1.0, 4.5]})
+    new = pd.DataFrame({"user": ["a", "a", "a", "b", "a", "c"], "item": [items[0], items[1], "no such item",
+                                                                         items[2], items[0], "no such item"],
+                        "rating": [5.0, 4.0, 3.0, 1.0, 4.5, 2.0]})
     ids, scores = mf.recommend(["a", "b", "c"], k=5, user_items=new, confidence=0)  # (the predicted ratings)
     assert ids.shape == (3, 5) and np.isfinite(scores).all()
     assert not set(ids[0]) & {items[0], items[1]} and items[2] not in ids[1]  # their items are left out
-    # "c" has no interaction: the items' biases alone rank (BPR, explicit), or all tie at 0 (wls)
+    # "c" has no known item: the items' biases alone rank (BPR, explicit), or all tie at 0 (wls)
     bias = getattr(mf, "item_bias_", np.zeros(len(items)))
     np.testing.assert_allclose(np.sort(scores[2])[::-1], np.sort(bias)[::-1][:5] + getattr(mf, "global_mean_", 0.0))
     # with exclude_seen=False the interactions' items may come back
@@ -312,3 +312,72 @@ def test_fold_in_refuses_ratings_whose_rows_overflow(fitted, model, value):
                 f"{value:g}); rescale the ratings (or use alpha > 0), or drop those rows before folding them in")):
             call()
         assert pickle.dumps(mf.__dict__) == before, f"{name} changed the model"
+
+
+def test_fold_in_casts_whole_float_ids_and_refuses_others(ratings):
+    """Float ids into a model of integer ids: whole ones are cast to the fitted ids'
+    dtype (they turned every id into a float), others refused."""
+    from dask_dgd import InputError
+
+    mf = _fit(MatrixFactorization(n_components=2, alpha=0.1, max_iter=20, random_state=0), ratings)
+    dtype = mf.item_ids_.dtype
+    assert dtype.kind == "i"
+    mf.fold_in_items(pd.DataFrame({"user": [0.0, 1.0], "item": [1031.0, 1031.0], "rating": [4.0, 5.0]}))
+    assert mf.item_ids_.dtype == dtype and mf.user_ids_.dtype.kind == "i" and mf.item_ids_[-1] == 1031
+    assert mf.item_counts_[-1] == 2  # users 0.0 and 1.0 are the fitted 0 and 1
+    mf.fold_in_users(pd.DataFrame({"user": [2007.0], "item": [0.0], "rating": [4.0]}))
+    assert mf.user_ids_.dtype.kind == "i" and mf.user_ids_[-1] == 2007
+    n_users, n_items = len(mf.user_ids_), len(mf.item_ids_)
+    with pytest.raises(InputError, match=r"fold_in_users\(user_items\): 1 user id\(s\) are not whole numbers "
+                       r"\(7\.5\) but the model's user ids are integers \(e\.g\. 0\); they would be added as new "
+                       r"float ids: fix those ids and give integer ones \(e\.g\. \.astype\(int\)\)"):
+        mf.fold_in_users(pd.DataFrame({"user": [7.5], "item": [0], "rating": [4.0]}))
+    with pytest.raises(InputError, match=r"fold_in_items\(item_users\): 2 item id\(s\) are not whole numbers "
+                       r"\(31\.5, inf\) but the model's item ids are integers"):
+        mf.fold_in_items(pd.DataFrame({"user": [0, 1], "item": [31.5, np.inf], "rating": [4.0, 5.0]}))
+    assert (len(mf.user_ids_), len(mf.item_ids_)) == (n_users, n_items)  # unchanged
+    assert mf.user_ids_.dtype.kind == "i" and mf.item_ids_.dtype == dtype
+
+
+def test_users_without_rows_in_user_items_are_refused(ratings):
+    """A requested user with no row at all in user_items (a mistyped id, 7 for '7') was
+    scored by the biases with nothing left out; a user whose rows name no known item
+    still is (documented)."""
+    from dask_dgd import InputError
+
+    mf = _fit(MatrixFactorization(n_components=2, alpha=0.1, max_iter=20, random_state=0), ratings)
+    ui = pd.DataFrame({"user": ["7"] * 4, "item": mf.item_ids_[:4], "rating": [5.0, 5.0, 1.0, 1.0]})
+    message = (r"1 user\(s\) to score have no rows in user_items: 7 \(ids of another type do not match: 7 is not "
+               r"'7'\); give each user's interactions in user_items \(fix the ids\), or score users seen in fit "
+               r"without user_items")
+    with pytest.raises(InputError, match=message):
+        mf.recommend([7], k=5, user_items=ui)
+    with pytest.raises(InputError, match=message):
+        mf.predict(pd.DataFrame({"user": [7], "item": [mf.item_ids_[5]]}), user_items=ui)
+    with pytest.raises(InputError, match=r"2 user\(s\) to score have no rows in user_items: 'x', 'y'"):
+        mf.recommend(["7", "x", "y"], k=5, user_items=ui)
+    ids, _ = mf.recommend(["7"], k=5, user_items=ui)
+    assert not set(ids[0]) & set(mf.item_ids_[:4])
+    # rows that name no known item: ranked by the biases alone, as documented
+    unknown = pd.DataFrame({"user": ["z"], "item": [99_999], "rating": [3.0]})
+    ids, scores = mf.recommend(["z"], k=3, user_items=unknown, confidence=0)
+    np.testing.assert_allclose(scores[0], np.sort(mf.item_bias_)[::-1][:3] + mf.global_mean_)
+
+
+def test_a_lazy_recommend_all_is_not_changed_by_a_later_fold_in(ratings):
+    """fold_in writes new arrays: a recommend_all() graph made before holds the old ones."""
+    mf = _fit(MatrixFactorization(n_components=2, alpha=0.1, max_iter=20, random_state=0), ratings)
+    user = mf.user_ids_[0]
+    lazy = mf.recommend_all(k=3, confidence=0)
+    before, scores = mf.recommend([user], k=3, confidence=0)
+    factors, bias = mf.user_factors_, mf.user_bias_
+    mf.fold_in_users(pd.DataFrame({"user": [user] * 3, "item": mf.item_ids_[1:4], "rating": [1.0, 1.0, 5.0]}))
+    after, _ = mf.recommend([user], k=3, confidence=0)
+    assert not np.array_equal(after, before)
+    got = lazy.compute().query("user == @user")
+    np.testing.assert_array_equal(got["item"], before[0])
+    np.testing.assert_allclose(got["score"], scores[0], rtol=1e-12)
+    assert mf.user_factors_ is not factors and mf.user_bias_ is not bias
+    item_factors = mf.item_factors_
+    mf.fold_in_items(pd.DataFrame({"user": [user], "item": [mf.item_ids_[0]], "rating": [5.0]}))
+    assert mf.item_factors_ is not item_factors

@@ -160,3 +160,25 @@ def test_the_documented_limits_of_the_far_ratings_rule(n_stars, n_far):
     model = _quiet_fit(MatrixFactorization(n_components=2, max_iter=2, random_state=0), ratings)  # no warning
     assert model.rating_scale_ == (1.0, 50.0)
     assert "more than 1% of the ratings are part of" in " ".join(MatrixFactorization.__doc__.split())
+
+
+def test_fold_in_warns_of_ratings_far_outside_the_fitted_scale(stars):
+    """Fold-in accepts any finite rating under "auto" but does not widen the scale: one
+    more than the scale's width beyond rating_scale_ is said (fit's notion of far)."""
+    model = _quiet_fit(MatrixFactorization(**KW), stars)
+    assert model.rating_scale_ == (1.0, 5.0)
+    far = pd.DataFrame({"user": [1000] * 3, "item": model.item_ids_[:3], "rating": [50.0, 50.0, 3.0]})
+    message = (r"MatrixFactorization: 2 of the 3 values of the 'rating' column folded in \(from 50 to 50\) lie far "
+               r"outside rating_scale_=\(1, 5\) \(more than its width beyond it\); fold-in does not widen the "
+               r"scale, so their predictions are clipped to it\. Fix those ratings \(another scale\?\), or train "
+               r"on them with partial_fit, which widens rating_scale_")
+    with pytest.warns(RatingScaleWarning, match=message):
+        model.fold_in_users(far)
+    with pytest.warns(RatingScaleWarning, match=message):
+        model.recommend([1000], k=3, user_items=far)
+    assert model.rating_scale_ == (1.0, 5.0)
+    # within the width beyond the scale (up to 9 and down to -3 here): no warning
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RatingScaleWarning)
+        model.fold_in_users(far.assign(user=1001, rating=[9.0, -3.0, 5.0]))
+        MatrixFactorization(rating_scale=None, **KW).fit(stars).fold_in_users(far)  # no scale: nothing to say
