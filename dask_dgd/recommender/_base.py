@@ -319,7 +319,7 @@ class FactorizationBase(RecommenderMixin, ClientParamMixin, BaseEstimator):
         check_scale(facts, cols[2], self._declared_scale(), "fitting")
         scale_seen = self._scale_seen(facts, cols[2], continued)  # (rating_scale="auto": warns of far ratings)
         users, items = id_index(facts["users"], "user"), id_index(facts["items"], "item")
-        parts, n_merged = merge_parts(executor, parts, cols, self.duplicates, users, facts["users"])
+        parts, n_merged = merge_parts(executor, parts, cols, self.duplicates, users, facts["users"], items)
         if n_merged:  # (refused, or said) and the counts and sums of the merged ratings
             self._merged_duplicates(n_merged, cols)
             facts = scan(executor, parts, cols, digest=self.checkpoint is not None and not continued)

@@ -407,16 +407,36 @@ def _pick(value, *path):
     return value
 
 
-def merge_parts(executor, parts, cols, policy, users, part_users):
+def _pair_probe(df, user_col, item_col, shared, items):
+    """What :func:`merge_parts` needs to know whether one partition holds duplicates:
+    how many of its rows repeat a pair of an earlier row of the partition, and the
+    distinct keys ``shared code * len(items) + item code`` of its pairs of the users
+    other partitions hold too (``shared``: their ids, sorted; exact keys, int64)."""
+    n = int(df.duplicated([user_col, item_col]).sum())
+    code = shared.get_indexer(df[user_col]) if len(shared) else np.full(len(df), -1)
+    mine = code >= 0
+    if not mine.any():
+        return n, np.zeros(0, np.int64)
+    item = items.get_indexer(df[item_col][mine])
+    return n, np.unique(code[mine].astype(np.int64) * len(items) + item)
+
+
+def merge_parts(executor, parts, cols, policy, users, part_users, items):
     """The partitions (:func:`frame_parts`) with each (user, item) pair given on several
     rows merged into one by ``policy`` (:func:`merge_duplicates`), and how many rows
     were merged away (none: ``parts`` itself is returned).
 
-    A pair's rows may lie in several partitions only if its user's do (``users``: the
-    sorted ids, ``part_users``: each partition's, from :func:`scan`): each partition
-    merges the pairs of the users only it holds, where it lives, and sends the rows of
-    the users several hold to one of ``len(parts)`` buckets (by user), each merged in
-    one task from the pieces of every partition in order, so that "last" is the last
+    Whether there are any is found first, with one task per partition
+    (:func:`_pair_probe`): each counts the pairs it repeats itself and sends the keys
+    of its pairs of the users other partitions hold too (``users``: the sorted ids,
+    ``part_users``: each partition's, from :func:`scan`; ``items``: the sorted item
+    ids), and a key sent by two partitions is a pair given in both.  Without any
+    duplicate ``parts`` is returned as it is.
+
+    Else each partition merges the pairs of the users only it holds, where it lives,
+    and sends the rows of the users several hold to one of a few buckets (by user; one
+    per worker, so the tasks grow linearly with the partitions), each merged in one
+    task from the pieces of every partition in order, so that "last" is the last
     row in the order of the partitions and of their rows.  The merged ratings are
     then the partitions' own rows followed by the buckets.
     """
@@ -425,14 +445,19 @@ def merge_parts(executor, parts, cols, policy, users, part_users):
     for found in part_users:
         seen += np.bincount(users.get_indexer(found), minlength=len(users))
     shared = users[seen > 1]
-    n_buckets = min(len(parts), len(shared))
-    shared_f = run.scatter(shared)
+    shared_f, items_f = run.scatter(shared), run.scatter(items)
+    probes = run.gather([run.submit(_pair_probe, p, *cols[:2], shared_f, items_f, name="dgd-mf-dup-probe")
+                         for p in parts])
+    keys = np.sort(np.concatenate([k for _, k in probes] + [np.zeros(0, np.int64)]))
+    if not sum(n for n, _ in probes) and not (keys[1:] == keys[:-1]).any():
+        return parts, 0
+    n_buckets = min(len(executor.workers()) if run.dask else 1, len(shared))
     split = [run.submit(_split_shared, p, *cols, policy, shared_f, n_buckets, name="dgd-mf-merge") for p in parts]
     buckets = [run.submit(_merge_bucket, *cols, policy, *[run.submit(_pick, t, 2, b, name="dgd-mf-merge-piece")
                                                           for t in split], name="dgd-mf-merge-bucket")
                for b in range(n_buckets)]
     merged = sum(run.gather([run.submit(_pick, t, 1, name="dgd-mf-merge-count") for t in split + buckets]))
-    if not merged:
+    if not merged:  # pragma: no cover - the probe found duplicates
         return parts, 0
     out = _Parts(run.submit(_pick, t, 0, name="dgd-mf-merged") for t in split + buckets)
     out.scattered = getattr(parts, "scattered", False)

@@ -277,3 +277,49 @@ def test_negative_strengths_are_refused_for_both_losses(ratings, loss, why):
 
 def test_the_new_warnings_are_dask_dgd_warnings():
     assert issubclass(DuplicateRatingsWarning, DGDWarning) and issubclass(UnusedRatingsWarning, UserWarning)
+
+
+class _TaskNames:
+    """A scheduler plugin that keeps the keys of the tasks the scheduler was given."""
+
+    name = "dgd-test-task-names"
+
+    def __init__(self):
+        self.keys = set()
+
+    def transition(self, key, start, finish, *args, **kwargs):
+        if start == "released":
+            self.keys.add(str(key))
+
+
+def _merge_tasks(client, fit):
+    """The keys of the duplicate-merging tasks (``dgd-mf-merge*``, ``dgd-mf-dup-probe*``)
+    the scheduler was given while ``fit()`` ran."""
+    from distributed.diagnostics.plugin import SchedulerPlugin
+
+    plugin = type("TaskNames", (_TaskNames, SchedulerPlugin), {})()
+    client.run_on_scheduler(lambda dask_scheduler: dask_scheduler.add_plugin(plugin, name=plugin.name))
+    try:
+        fit()
+        keys = client.run_on_scheduler(lambda dask_scheduler: sorted(dask_scheduler.plugins[plugin.name].keys))
+    finally:
+        client.run_on_scheduler(lambda dask_scheduler: dask_scheduler.remove_plugin(name=plugin.name))
+    return [k for k in keys if k.startswith(("dgd-mf-merge", "dgd-mf-dup-probe"))]
+
+
+def test_merging_duplicates_takes_tasks_linear_in_the_partitions(ratings, client):
+    """Finding whether there are duplicates, and merging them, takes a number of tasks
+    that grows linearly with the partitions (a bucket per partition, each depending on
+    every partition, took their square); without duplicates nothing is merged."""
+    dup = _with_duplicates(ratings)
+    counts = {}
+    for n in (20, 40):
+        frame = dd.from_pandas(dup, npartitions=n, sort=False).persist()
+        keys = _merge_tasks(client, lambda: _quiet_fit(_mf("last", client=client, n_shards=2), frame))
+        counts[n] = len(keys)
+        # without duplicates: only the probe, one task per partition
+        clean = dd.from_pandas(_merged(dup, "last"), npartitions=n, sort=False).persist()
+        keys = _merge_tasks(client, lambda: _quiet_fit(_mf("last", client=client, n_shards=2), clean))
+        assert len(keys) == n and all(k.startswith("dgd-mf-dup-probe") for k in keys)
+    assert counts[20] > 0
+    assert counts[40] <= 2 * counts[20], counts
