@@ -47,6 +47,7 @@ __all__ = [
     "merge_parts",
     "row_facts",
     "scan",
+    "weighted_quantile",
 ]
 
 #: Rows per block of the seeded initial factors (a row depends only on its id).
@@ -264,6 +265,20 @@ def rating_profile(r):
             "high": np.partition(r, r.size - m)[r.size - m:]}
 
 
+def weighted_quantile(values, q, weights):
+    """The weighted quantiles ``q`` of ``values`` by the inverted CDF: for each ``q``
+    the smallest value whose cumulative weight (values sorted) reaches ``q`` times the
+    total, as ``np.quantile(values, q, weights=weights, method="inverted_cdf")``
+    (NumPy >= 2.0 only) gives them; ``weights`` >= 0, of positive sum."""
+    values, weights = np.asarray(values, dtype=np.float64), np.asarray(weights, dtype=np.float64)
+    values, weights = values[weights > 0], weights[weights > 0]  # (a value of weight 0 is none)
+    order = np.argsort(values, kind="stable")
+    values, cdf = values[order], np.cumsum(weights[order])
+    cdf /= cdf[-1]  # (normalized, as NumPy's: the same rounding at the steps)
+    at = np.searchsorted(cdf, np.asarray(q, dtype=np.float64), side="left")
+    return values[np.minimum(at, values.size - 1)]
+
+
 def far_ratings(profiles):
     """Ratings far outside the bulk of the others, from the partitions' profiles
     (:func:`rating_profile`), or None when there are none.
@@ -291,7 +306,7 @@ def far_ratings(profiles):
             values.append(p["sample"])
             weights.append(np.full(p["sample"].size, p["n"] / p["sample"].size))
     values, weights = np.concatenate(values), np.concatenate(weights)
-    lo, hi = np.quantile(values, [BULK_QUANTILE, 1 - BULK_QUANTILE], weights=weights, method="inverted_cdf")
+    lo, hi = weighted_quantile(values, [BULK_QUANTILE, 1 - BULK_QUANTILE], weights)
     w = hi - lo
     if not w > 0:
         return None

@@ -125,3 +125,37 @@ def test_the_fitted_scale_is_saved(stars, tmp_path):
     loaded = dask_dgd.load(model.save(tmp_path / "mf.npz"))
     assert tuple(loaded.rating_scale_) == (1.0, 5.0)
     np.testing.assert_array_equal(loaded.predict(stars), model.predict(stars))
+
+
+def test_far_ratings_work_with_a_numpy_without_weighted_quantiles(monkeypatch):
+    """``np.quantile(..., weights=...)`` exists only from NumPy 2.0 (the package allows
+    1.26): the bulk's percentiles are computed without it."""
+    real = np.quantile
+
+    def quantile(*args, **kwargs):
+        if "weights" in kwargs:
+            raise TypeError("quantile() got an unexpected keyword argument 'weights'")
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(np, "quantile", quantile)
+    r = np.r_[np.random.default_rng(0).normal(3.0, 0.5, 20_000), 1e6]  # (samples: weighted)
+    far = _far(r, 4)
+    assert far is not None and far["n"] >= 1 and far["high"] == 1e6
+
+
+@pytest.mark.skipif(np.lib.NumpyVersion(np.__version__) < "2.0.0", reason="np.quantile has no weights before 2.0")
+def test_weighted_quantile_is_numpys_inverted_cdf():
+    from dask_dgd.recommender._shards import weighted_quantile
+
+    rng = np.random.default_rng(0)
+    q = np.array([0.0, 0.01, 1 / 3, 0.5, 2 / 3, 0.99, 1.0])
+    for t in range(500):
+        n = int(rng.integers(1, 40))
+        values = rng.integers(0, 6, n).astype(float) if t % 2 else rng.normal(size=n)
+        weights = rng.integers(0, 5, n).astype(float) if t % 3 else rng.uniform(0, 3, n)
+        if t % 7 == 0:
+            weights = np.full(n, 1 / 3)
+        if weights.sum() <= 0:
+            continue
+        np.testing.assert_array_equal(weighted_quantile(values, q, weights),
+                                      np.quantile(values, q, weights=weights, method="inverted_cdf"))
