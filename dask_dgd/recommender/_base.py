@@ -37,6 +37,7 @@ from ._input import as_frame, id_index
 from ._objective import FactorizationTraining, FactorModel, grow_state
 from ._serving import RecommenderMixin
 from ._shards import (
+    _Runner,
     block_like,
     build_rating_shards,
     check_model_fits,
@@ -46,6 +47,7 @@ from ._shards import (
     init_rows,
     is_device_like,
     merge_parts,
+    residual_sums,
     scan,
 )
 
@@ -403,7 +405,7 @@ class FactorizationBase(RecommenderMixin, ClientParamMixin, BaseEstimator):
         if check_factors:
             self._check_factor_term(scale)
         if self._kind_now() == "explicit" and not continued:
-            self.residual_std_ = self._residual_std(frame, cols[2], path)
+            self.residual_std_ = self._residual_std(executor, parts, cols, path)
         for name, value in scale_seen.items():
             setattr(self, name, value)
         rise = None if continued else result.objective_rise()
@@ -428,26 +430,30 @@ class FactorizationBase(RecommenderMixin, ClientParamMixin, BaseEstimator):
                 )
         return self
 
-    def _residual_std(self, frame, rating_col, path):
+    def _residual_std(self, executor, parts, cols, path):
         """The residual standard deviation of an explicit model's ratings: with
         ``alpha="auto"`` the held-out RMSE of the chosen row of the validation path,
-        else the RMS of the training residuals (one pass of ``predict`` over them)."""
+        else the RMS of the training residuals over the ratings it trained on (``parts``:
+        the partitions with duplicates merged), one task per partition where it lives
+        (through ``executor``, as the scan), each sending back two numbers."""
         if path is not None:
             chosen = path[0].loc[path[0]["chosen"], "val_rmse"]
             if len(chosen) and np.isfinite(chosen.iloc[0]):
                 return float(chosen.iloc[0])
+        run = _Runner(executor)
+        scorer = run.scatter(self._scorer())
+        sums = run.gather([run.submit(residual_sums, p, *cols, scorer, name="dgd-mf-residual") for p in parts])
+        sq, n = sum(s for s, _ in sums), sum(n for _, n in sums)
+        return float(np.sqrt(sq / max(int(n), 1)))
 
-        def sums(df):
-            e = self._pair_scores(df[self.user_col].to_numpy(), df[self.item_col].to_numpy(), clip=False) \
-                - df[rating_col].to_numpy(dtype=np.float64)  # (unclipped: training ignores rating_scale)
-            return pd.DataFrame({"sq": [float(e @ e)], "n": [len(e)]})
-
-        if is_dask_collection(frame):
-            meta = pd.DataFrame({"sq": pd.Series([], dtype=np.float64), "n": pd.Series([], dtype=np.int64)})
-            total = frame.map_partitions(sums, meta=meta).sum().compute()
-        else:
-            total = sums(frame).iloc[0]
-        return float(np.sqrt(total["sq"] / max(int(total["n"]), 1)))
+    def _scorer(self):
+        """A copy of this fitted model that holds only what ``_pair_scores`` reads (no
+        client, no callbacks): cheap to send to the workers."""
+        view = object.__new__(type(self))
+        keep = ("_user_index", "_item_index", "user_factors_", "item_factors_", "item_bias_", "user_bias_",
+                "global_mean_")
+        view.__dict__.update({k: self.__dict__[k] for k in keep if k in self.__dict__})
+        return view
 
     def _say_unused_ratings(self, X, cols):
         """Warn of ratings given to the fit that it does not use (implicit models)."""

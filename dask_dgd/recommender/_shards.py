@@ -45,6 +45,7 @@ __all__ = [
     "is_device_like",
     "merge_duplicates",
     "merge_parts",
+    "residual_sums",
     "row_facts",
     "scan",
     "weighted_quantile",
@@ -477,6 +478,15 @@ def merge_parts(executor, parts, cols, policy, users, part_users, items):
     out = _Parts(run.submit(_pick, t, 0, name="dgd-mf-merged") for t in split + buckets)
     out.scattered = getattr(parts, "scattered", False)
     return out, int(merged)
+
+
+def residual_sums(df, user_col, item_col, rating_col, scorer):
+    """The sum of squared training residuals of one partition's ratings and their
+    number: ``scorer`` is the fitted model (its ``_pair_scores``, unclipped: training
+    ignores ``rating_scale``)."""
+    e = scorer._pair_scores(df[user_col].to_numpy(), df[item_col].to_numpy(), clip=False) \
+        - df[rating_col].to_numpy(dtype=np.float64)
+    return float(e @ e), len(e)
 
 
 def holdout_rows(u, i, n_items, seed, fraction):

@@ -63,6 +63,8 @@ def _same_model(a, b):
     np.testing.assert_allclose(a.user_factors_, b.user_factors_, rtol=1e-7, atol=1e-9)
     np.testing.assert_array_equal(a.shard_ratings_, b.shard_ratings_)
     assert (a._seen != b._seen).nnz == 0
+    # the residuals of the ratings it trained on (merged), not of the rows given
+    assert getattr(a, "residual_std_", None) == pytest.approx(getattr(b, "residual_std_", None), rel=1e-7)
 
 
 def _mf(policy, **kw):
@@ -323,3 +325,23 @@ def test_merging_duplicates_takes_tasks_linear_in_the_partitions(ratings, client
         assert len(keys) == n and all(k.startswith("dgd-mf-dup-probe") for k in keys)
     assert counts[20] > 0
     assert counts[40] <= 2 * counts[20], counts
+
+
+def test_residual_std_is_that_of_the_merged_ratings_computed_on_the_cluster(ratings, client):
+    """With a client, the residuals are summed by tasks on the cluster: nothing is
+    computed by the caller's default scheduler (a bare ``.compute()`` would be)."""
+    import dask
+
+    dup = _with_duplicates(ratings, n=300)
+    frame = dd.from_pandas(dup, npartitions=3, sort=False)
+    calls = []
+
+    def caller_scheduler(*args, **kwargs):
+        calls.append(args)
+        raise AssertionError("computed in the caller's process")
+
+    with dask.config.set(scheduler=caller_scheduler):
+        got = _quiet_fit(_mf("last", client=client, n_shards=2), frame)
+    assert calls == []
+    ref = _quiet_fit(_mf("last"), _merged(dup, "last"))
+    assert got.residual_std_ == pytest.approx(ref.residual_std_, rel=1e-7)
