@@ -387,7 +387,9 @@ def merge_duplicates(df, user_col, item_col, rating_col, policy):
     one by ``policy`` ("mean"; "last": the value of the pair's last row in ``df``'s
     order; "sum"; "max"; without a rating column, one row of the pair), and how many
     rows were merged away.  The rows of pairs given once are kept, in their order,
-    followed by the merged pairs."""
+    followed by the merged pairs.  A "mean" or "sum" adds a pair's values in
+    increasing order, so that it is the same to the last bit in any order of the rows
+    (a checkpoint's digest of the merged ratings too)."""
     keys = [user_col, item_col]
     repeated = df.duplicated(keys, keep=False)
     if not repeated.any():
@@ -396,6 +398,8 @@ def merge_duplicates(df, user_col, item_col, rating_col, policy):
     if rating_col is None:
         merged = rows.drop_duplicates(keys)
     else:
+        if policy in ("mean", "sum"):  # (a pair's values in order: a sum's rounding then does not depend on the rows')
+            rows = rows.sort_values(rating_col, kind="stable")
         merged = rows.groupby(keys, sort=False, dropna=False, observed=True)[rating_col].agg(_MERGE[policy])
         merged = merged.reset_index()[list(df.columns)]
     out = pd.concat([df[~repeated], merged], ignore_index=True)

@@ -345,3 +345,24 @@ def test_residual_std_is_that_of_the_merged_ratings_computed_on_the_cluster(rati
     assert calls == []
     ref = _quiet_fit(_mf("last"), _merged(dup, "last"))
     assert got.residual_std_ == pytest.approx(ref.residual_std_, rel=1e-7)
+
+
+@pytest.mark.parametrize("policy", ["mean", "sum"])
+def test_a_mean_or_sum_is_the_same_to_the_last_bit_in_any_row_order(policy):
+    """The merged ratings do not depend on the rows' order (a checkpoint's digest is
+    taken over them: a resume with the same ratings in another order is accepted)."""
+    from dask_dgd.recommender._shards import merge_duplicates
+
+    rng = np.random.default_rng(0)
+    n = 4000
+    df = pd.DataFrame({"user": rng.integers(0, 50, n), "item": rng.integers(0, 10, n),
+                       "rating": rng.uniform(0.5, 5.0, n)})
+
+    def merged(frame):
+        out, _ = merge_duplicates(frame, "user", "item", "rating", policy)
+        return out.sort_values(["user", "item"]).reset_index(drop=True)
+
+    first = merged(df)
+    for seed in range(5):
+        other = merged(df.iloc[np.random.default_rng(seed).permutation(n)])
+        np.testing.assert_array_equal(other["rating"].to_numpy(), first["rating"].to_numpy())
