@@ -323,7 +323,7 @@ class FactorizationBase(RecommenderMixin, ClientParamMixin, BaseEstimator):
         users, items = id_index(facts["users"], "user"), id_index(facts["items"], "item")
         parts, n_merged = merge_parts(executor, parts, cols, self.duplicates, users, facts["users"], items)
         if n_merged:  # (refused, or said) and the counts and sums of the merged ratings
-            self._merged_duplicates(n_merged, cols)
+            self._merged_duplicates(n_merged, cols, frame=hasattr(X, "columns"))
             facts = scan(executor, parts, cols, digest=self.checkpoint is not None and not continued)
         if continued:
             users, items = self._grow("user_ids_", users), self._grow("item_ids_", items)
@@ -458,9 +458,11 @@ class FactorizationBase(RecommenderMixin, ClientParamMixin, BaseEstimator):
     def _say_unused_ratings(self, X, cols):
         """Warn of ratings given to the fit that it does not use (implicit models)."""
 
-    def _merged_duplicates(self, n_merged, cols, doing="fitting"):
+    def _merged_duplicates(self, n_merged, cols, doing="fitting", arg="X", frame=True):
         """Rows of a (user, item) pair given more than once, merged by the
-        ``duplicates`` policy: refused with "raise", else said with a
+        ``duplicates`` policy: refused with "raise" (the fix named for the argument
+        ``arg`` the caller was given: a DataFrame, or with ``frame=False`` an array of
+        pairs with its ratings in ``y``), else said with a
         :class:`~dask_dgd.exceptions.DuplicateRatingsWarning` for explicit ratings (a
         rating given twice is a mistake, or a change of mind); implicit feedback
         repeats events as a rule, so its merges are said by ``n_duplicates_`` alone."""
@@ -469,9 +471,12 @@ class FactorizationBase(RecommenderMixin, ClientParamMixin, BaseEstimator):
         rows = f"{n_merged} rows repeat" if n_merged != 1 else "1 row repeats"
         rows += f" the ({self.user_col!r}, {self.item_col!r}) pair of an earlier row"
         if self.duplicates == "raise":
+            if frame:
+                how = f"(e.g. {arg}.drop_duplicates([{self.user_col!r}, {self.item_col!r}], keep='last'))"
+            else:
+                how = f"(drop the rows of {arg} that repeat an earlier row's (user, item) pair, and their values of y)"
             raise InputError(
-                f"{rows} (duplicates='raise'); drop or merge them before {doing} (e.g. "
-                f"X.drop_duplicates([{self.user_col!r}, {self.item_col!r}], keep='last')), or let "
+                f"{rows} (duplicates='raise'); drop or merge them before {doing} {how}, or let "
                 f"{type(self).__name__} merge them: duplicates={self._merge_options()}"
             )
         if self._kind_now() not in ("explicit",):

@@ -366,3 +366,25 @@ def test_a_mean_or_sum_is_the_same_to_the_last_bit_in_any_row_order(policy):
     for seed in range(5):
         other = merged(df.iloc[np.random.default_rng(seed).permutation(n)])
         np.testing.assert_array_equal(other["rating"].to_numpy(), first["rating"].to_numpy())
+
+
+def test_raise_names_the_fix_for_the_input_given(ratings, client):
+    """The hint fits what was given: a DataFrame (its own name), an array of pairs (no
+    drop_duplicates), the interactions of a fold-in (user_items, item_users)."""
+    dup = _with_duplicates(ratings, n=7)
+    X = da.from_array(dup[["user", "item"]].to_numpy(), chunks=(500, 2))
+    y = da.from_array(dup["rating"].to_numpy(), chunks=500)
+    with pytest.raises(InputError, match="7 rows repeat the \\('user', 'item'\\) pair of an earlier row "
+                                         "\\(duplicates='raise'\\); drop or merge them before fitting \\(drop the "
+                                         "rows of X that repeat an earlier row's \\(user, item\\) pair, and their "
+                                         "values of y\\), or let MatrixFactorization merge them: duplicates="):
+        _mf("raise", client=client, n_shards=2).fit(X, y)
+    mf = _quiet_fit(_mf("raise", n_shards=1), ratings)
+    items = mf.item_ids_[:2]
+    user_items = pd.DataFrame({"user": ["new"] * 3, "item": [items[0], items[1], items[0]], "rating": [5.0, 2.0, 1.0]})
+    with pytest.raises(InputError, match="drop or merge them before folding them in \\(e.g. "
+                                         "user_items.drop_duplicates\\(\\['user', 'item'\\], keep='last'\\)\\)"):
+        mf.fold_in_users(user_items)
+    item_users = pd.DataFrame({"user": [mf.user_ids_[0]] * 3, "item": ["new"] * 3, "rating": [5.0, 2.0, 1.0]})
+    with pytest.raises(InputError, match="\\(e.g. item_users.drop_duplicates\\(\\['user', 'item'\\], keep='last'\\)\\)"):
+        mf.fold_in_items(item_users)
