@@ -294,15 +294,15 @@ class _TaskNames:
             self.keys.add(str(key))
 
 
-def _merge_tasks(client, fit):
+def _merge_tasks(client, frame):
     """The keys of the duplicate-merging tasks (``dgd-mf-merge*``, ``dgd-mf-dup-probe*``)
-    the scheduler was given while ``fit()`` ran."""
+    the scheduler was given while a model was fitted to ``frame``."""
     from distributed.diagnostics.plugin import SchedulerPlugin
 
     plugin = type("TaskNames", (_TaskNames, SchedulerPlugin), {})()
     client.run_on_scheduler(lambda dask_scheduler: dask_scheduler.add_plugin(plugin, name=plugin.name))
     try:
-        fit()
+        _quiet_fit(_mf("last", client=client, n_shards=2), frame)
         keys = client.run_on_scheduler(lambda dask_scheduler: sorted(dask_scheduler.plugins[plugin.name].keys))
     finally:
         client.run_on_scheduler(lambda dask_scheduler: dask_scheduler.remove_plugin(name=plugin.name))
@@ -317,11 +317,11 @@ def test_merging_duplicates_takes_tasks_linear_in_the_partitions(ratings, client
     counts = {}
     for n in (20, 40):
         frame = dd.from_pandas(dup, npartitions=n, sort=False).persist()
-        keys = _merge_tasks(client, lambda: _quiet_fit(_mf("last", client=client, n_shards=2), frame))
+        keys = _merge_tasks(client, frame)
         counts[n] = len(keys)
         # without duplicates: only the probe, one task per partition
         clean = dd.from_pandas(_merged(dup, "last"), npartitions=n, sort=False).persist()
-        keys = _merge_tasks(client, lambda: _quiet_fit(_mf("last", client=client, n_shards=2), clean))
+        keys = _merge_tasks(client, clean)
         assert len(keys) == n and all(k.startswith("dgd-mf-dup-probe") for k in keys)
     assert counts[20] > 0
     assert counts[40] <= 2 * counts[20], counts
