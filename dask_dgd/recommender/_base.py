@@ -37,6 +37,7 @@ from ._input import as_frame, id_index
 from ._objective import FactorizationTraining, FactorModel, grow_state
 from ._serving import RecommenderMixin
 from ._shards import (
+    _Runner,
     block_like,
     build_rating_shards,
     check_model_fits,
@@ -46,6 +47,7 @@ from ._shards import (
     init_rows,
     is_device_like,
     merge_parts,
+    residual_sums,
     scan,
 )
 
@@ -319,9 +321,9 @@ class FactorizationBase(RecommenderMixin, ClientParamMixin, BaseEstimator):
         check_scale(facts, cols[2], self._declared_scale(), "fitting")
         scale_seen = self._scale_seen(facts, cols[2], continued)  # (rating_scale="auto": warns of far ratings)
         users, items = id_index(facts["users"], "user"), id_index(facts["items"], "item")
-        parts, n_merged = merge_parts(executor, parts, cols, self.duplicates, users, facts["users"])
+        parts, n_merged = merge_parts(executor, parts, cols, self.duplicates, users, facts["users"], items)
         if n_merged:  # (refused, or said) and the counts and sums of the merged ratings
-            self._merged_duplicates(n_merged, cols)
+            self._merged_duplicates(n_merged, cols, frame=hasattr(X, "columns"))
             facts = scan(executor, parts, cols, digest=self.checkpoint is not None and not continued)
         if continued:
             users, items = self._grow("user_ids_", users), self._grow("item_ids_", items)
@@ -403,7 +405,7 @@ class FactorizationBase(RecommenderMixin, ClientParamMixin, BaseEstimator):
         if check_factors:
             self._check_factor_term(scale)
         if self._kind_now() == "explicit" and not continued:
-            self.residual_std_ = self._residual_std(frame, cols[2], path)
+            self.residual_std_ = self._residual_std(executor, parts, cols, path)
         for name, value in scale_seen.items():
             setattr(self, name, value)
         rise = None if continued else result.objective_rise()
@@ -428,33 +430,39 @@ class FactorizationBase(RecommenderMixin, ClientParamMixin, BaseEstimator):
                 )
         return self
 
-    def _residual_std(self, frame, rating_col, path):
+    def _residual_std(self, executor, parts, cols, path):
         """The residual standard deviation of an explicit model's ratings: with
         ``alpha="auto"`` the held-out RMSE of the chosen row of the validation path,
-        else the RMS of the training residuals (one pass of ``predict`` over them)."""
+        else the RMS of the training residuals over the ratings it trained on (``parts``:
+        the partitions with duplicates merged), one task per partition where it lives
+        (through ``executor``, as the scan), each sending back two numbers."""
         if path is not None:
             chosen = path[0].loc[path[0]["chosen"], "val_rmse"]
             if len(chosen) and np.isfinite(chosen.iloc[0]):
                 return float(chosen.iloc[0])
+        run = _Runner(executor)
+        scorer = run.scatter(self._scorer())
+        sums = run.gather([run.submit(residual_sums, p, *cols, scorer, name="dgd-mf-residual") for p in parts])
+        sq, n = sum(s for s, _ in sums), sum(n for _, n in sums)
+        return float(np.sqrt(sq / max(int(n), 1)))
 
-        def sums(df):
-            e = self._pair_scores(df[self.user_col].to_numpy(), df[self.item_col].to_numpy(), clip=False) \
-                - df[rating_col].to_numpy(dtype=np.float64)  # (unclipped: training ignores rating_scale)
-            return pd.DataFrame({"sq": [float(e @ e)], "n": [len(e)]})
-
-        if is_dask_collection(frame):
-            meta = pd.DataFrame({"sq": pd.Series([], dtype=np.float64), "n": pd.Series([], dtype=np.int64)})
-            total = frame.map_partitions(sums, meta=meta).sum().compute()
-        else:
-            total = sums(frame).iloc[0]
-        return float(np.sqrt(total["sq"] / max(int(total["n"]), 1)))
+    def _scorer(self):
+        """A copy of this fitted model that holds only what ``_pair_scores`` reads (no
+        client, no callbacks): cheap to send to the workers."""
+        view = object.__new__(type(self))
+        keep = ("_user_index", "_item_index", "user_factors_", "item_factors_", "item_bias_", "user_bias_",
+                "global_mean_")
+        view.__dict__.update({k: self.__dict__[k] for k in keep if k in self.__dict__})
+        return view
 
     def _say_unused_ratings(self, X, cols):
         """Warn of ratings given to the fit that it does not use (implicit models)."""
 
-    def _merged_duplicates(self, n_merged, cols, doing="fitting"):
+    def _merged_duplicates(self, n_merged, cols, doing="fitting", arg="X", frame=True):
         """Rows of a (user, item) pair given more than once, merged by the
-        ``duplicates`` policy: refused with "raise", else said with a
+        ``duplicates`` policy: refused with "raise" (the fix named for the argument
+        ``arg`` the caller was given: a DataFrame, or with ``frame=False`` an array of
+        pairs with its ratings in ``y``), else said with a
         :class:`~dask_dgd.exceptions.DuplicateRatingsWarning` for explicit ratings (a
         rating given twice is a mistake, or a change of mind); implicit feedback
         repeats events as a rule, so its merges are said by ``n_duplicates_`` alone."""
@@ -463,9 +471,12 @@ class FactorizationBase(RecommenderMixin, ClientParamMixin, BaseEstimator):
         rows = f"{n_merged} rows repeat" if n_merged != 1 else "1 row repeats"
         rows += f" the ({self.user_col!r}, {self.item_col!r}) pair of an earlier row"
         if self.duplicates == "raise":
+            if frame:
+                how = f"(e.g. {arg}.drop_duplicates([{self.user_col!r}, {self.item_col!r}], keep='last'))"
+            else:
+                how = f"(drop the rows of {arg} that repeat an earlier row's (user, item) pair, and their values of y)"
             raise InputError(
-                f"{rows} (duplicates='raise'); drop or merge them before {doing} (e.g. "
-                f"X.drop_duplicates([{self.user_col!r}, {self.item_col!r}], keep='last')), or let "
+                f"{rows} (duplicates='raise'); drop or merge them before {doing} {how}, or let "
                 f"{type(self).__name__} merge them: duplicates={self._merge_options()}"
             )
         if self._kind_now() not in ("explicit",):

@@ -201,7 +201,8 @@ def fold_in(est, frame, ids, side="users"):
     # a pair given on several rows: merged by the model's duplicates policy, as fit merges them
     frame, n_merged = merge_duplicates(frame, est.user_col, est.item_col, rcol if rated else None, est.duplicates)
     if n_merged:
-        est._merged_duplicates(n_merged, (est.user_col, est.item_col, rcol if rated else None), "folding them in")
+        est._merged_duplicates(n_merged, (est.user_col, est.item_col, rcol if rated else None), "folding them in",
+                               arg="user_items" if users else "item_users")
     codes = other_index.get_indexer(frame[other_col].to_numpy())
     known = codes >= 0
     if rated:

@@ -211,7 +211,8 @@ shard_ratings_, bytes_communicated_
     residual_std_ : float
         The residual standard deviation of the ratings: with ``alpha="auto"`` the
         held-out RMSE of the chosen row of ``validation_path_``, else the RMS of the
-        training residuals (unclipped; kept by ``partial_fit``).  ``recommend`` and
+        training residuals over the ratings it trained on (duplicates merged;
+        unclipped; kept by ``partial_fit``).  ``recommend`` and
         ``recommend_all`` rank by the predicted rating less ``confidence`` times
         ``residual_std_ / sqrt(item_counts_ + alpha_bias_)``, the standard error of
         the item's bias.

@@ -45,8 +45,10 @@ __all__ = [
     "is_device_like",
     "merge_duplicates",
     "merge_parts",
+    "residual_sums",
     "row_facts",
     "scan",
+    "weighted_quantile",
 ]
 
 #: Rows per block of the seeded initial factors (a row depends only on its id).
@@ -264,6 +266,20 @@ def rating_profile(r):
             "high": np.partition(r, r.size - m)[r.size - m:]}
 
 
+def weighted_quantile(values, q, weights):
+    """The weighted quantiles ``q`` of ``values`` by the inverted CDF: for each ``q``
+    the smallest value whose cumulative weight (values sorted) reaches ``q`` times the
+    total, as ``np.quantile(values, q, weights=weights, method="inverted_cdf")``
+    (NumPy >= 2.0 only) gives them; ``weights`` >= 0, of positive sum."""
+    values, weights = np.asarray(values, dtype=np.float64), np.asarray(weights, dtype=np.float64)
+    values, weights = values[weights > 0], weights[weights > 0]  # (a value of weight 0 is none)
+    order = np.argsort(values, kind="stable")
+    values, cdf = values[order], np.cumsum(weights[order])
+    cdf /= cdf[-1]  # (normalized, as NumPy's: the same rounding at the steps)
+    at = np.searchsorted(cdf, np.asarray(q, dtype=np.float64), side="left")
+    return values[np.minimum(at, values.size - 1)]
+
+
 def far_ratings(profiles):
     """Ratings far outside the bulk of the others, from the partitions' profiles
     (:func:`rating_profile`), or None when there are none.
@@ -291,7 +307,7 @@ def far_ratings(profiles):
             values.append(p["sample"])
             weights.append(np.full(p["sample"].size, p["n"] / p["sample"].size))
     values, weights = np.concatenate(values), np.concatenate(weights)
-    lo, hi = np.quantile(values, [BULK_QUANTILE, 1 - BULK_QUANTILE], weights=weights, method="inverted_cdf")
+    lo, hi = weighted_quantile(values, [BULK_QUANTILE, 1 - BULK_QUANTILE], weights)
     w = hi - lo
     if not w > 0:
         return None
@@ -371,7 +387,9 @@ def merge_duplicates(df, user_col, item_col, rating_col, policy):
     one by ``policy`` ("mean"; "last": the value of the pair's last row in ``df``'s
     order; "sum"; "max"; without a rating column, one row of the pair), and how many
     rows were merged away.  The rows of pairs given once are kept, in their order,
-    followed by the merged pairs."""
+    followed by the merged pairs.  A "mean" or "sum" adds a pair's values in
+    increasing order, so that it is the same to the last bit in any order of the rows
+    (a checkpoint's digest of the merged ratings too)."""
     keys = [user_col, item_col]
     repeated = df.duplicated(keys, keep=False)
     if not repeated.any():
@@ -380,6 +398,8 @@ def merge_duplicates(df, user_col, item_col, rating_col, policy):
     if rating_col is None:
         merged = rows.drop_duplicates(keys)
     else:
+        if policy in ("mean", "sum"):  # (a pair's values in order: a sum's rounding then does not depend on the rows')
+            rows = rows.sort_values(rating_col, kind="stable")
         merged = rows.groupby(keys, sort=False, dropna=False, observed=True)[rating_col].agg(_MERGE[policy])
         merged = merged.reset_index()[list(df.columns)]
     out = pd.concat([df[~repeated], merged], ignore_index=True)
@@ -407,16 +427,36 @@ def _pick(value, *path):
     return value
 
 
-def merge_parts(executor, parts, cols, policy, users, part_users):
+def _pair_probe(df, user_col, item_col, shared, items):
+    """What :func:`merge_parts` needs to know whether one partition holds duplicates:
+    how many of its rows repeat a pair of an earlier row of the partition, and the
+    distinct keys ``shared code * len(items) + item code`` of its pairs of the users
+    other partitions hold too (``shared``: their ids, sorted; exact keys, int64)."""
+    n = int(df.duplicated([user_col, item_col]).sum())
+    code = shared.get_indexer(df[user_col]) if len(shared) else np.full(len(df), -1)
+    mine = code >= 0
+    if not mine.any():
+        return n, np.zeros(0, np.int64)
+    item = items.get_indexer(df[item_col][mine])
+    return n, np.unique(code[mine].astype(np.int64) * len(items) + item)
+
+
+def merge_parts(executor, parts, cols, policy, users, part_users, items):
     """The partitions (:func:`frame_parts`) with each (user, item) pair given on several
     rows merged into one by ``policy`` (:func:`merge_duplicates`), and how many rows
     were merged away (none: ``parts`` itself is returned).
 
-    A pair's rows may lie in several partitions only if its user's do (``users``: the
-    sorted ids, ``part_users``: each partition's, from :func:`scan`): each partition
-    merges the pairs of the users only it holds, where it lives, and sends the rows of
-    the users several hold to one of ``len(parts)`` buckets (by user), each merged in
-    one task from the pieces of every partition in order, so that "last" is the last
+    Whether there are any is found first, with one task per partition
+    (:func:`_pair_probe`): each counts the pairs it repeats itself and sends the keys
+    of its pairs of the users other partitions hold too (``users``: the sorted ids,
+    ``part_users``: each partition's, from :func:`scan`; ``items``: the sorted item
+    ids), and a key sent by two partitions is a pair given in both.  Without any
+    duplicate ``parts`` is returned as it is.
+
+    Else each partition merges the pairs of the users only it holds, where it lives,
+    and sends the rows of the users several hold to one of a few buckets (by user; one
+    per worker, so the tasks grow linearly with the partitions), each merged in one
+    task from the pieces of every partition in order, so that "last" is the last
     row in the order of the partitions and of their rows.  The merged ratings are
     then the partitions' own rows followed by the buckets.
     """
@@ -425,18 +465,32 @@ def merge_parts(executor, parts, cols, policy, users, part_users):
     for found in part_users:
         seen += np.bincount(users.get_indexer(found), minlength=len(users))
     shared = users[seen > 1]
-    n_buckets = min(len(parts), len(shared))
-    shared_f = run.scatter(shared)
+    shared_f, items_f = run.scatter(shared), run.scatter(items)
+    probes = run.gather([run.submit(_pair_probe, p, *cols[:2], shared_f, items_f, name="dgd-mf-dup-probe")
+                         for p in parts])
+    keys = np.sort(np.concatenate([k for _, k in probes] + [np.zeros(0, np.int64)]))
+    if not sum(n for n, _ in probes) and not (keys[1:] == keys[:-1]).any():
+        return parts, 0
+    n_buckets = min(len(executor.workers()) if run.dask else 1, len(shared))
     split = [run.submit(_split_shared, p, *cols, policy, shared_f, n_buckets, name="dgd-mf-merge") for p in parts]
     buckets = [run.submit(_merge_bucket, *cols, policy, *[run.submit(_pick, t, 2, b, name="dgd-mf-merge-piece")
                                                           for t in split], name="dgd-mf-merge-bucket")
                for b in range(n_buckets)]
     merged = sum(run.gather([run.submit(_pick, t, 1, name="dgd-mf-merge-count") for t in split + buckets]))
-    if not merged:
+    if not merged:  # pragma: no cover - the probe found duplicates
         return parts, 0
     out = _Parts(run.submit(_pick, t, 0, name="dgd-mf-merged") for t in split + buckets)
     out.scattered = getattr(parts, "scattered", False)
     return out, int(merged)
+
+
+def residual_sums(df, user_col, item_col, rating_col, scorer):
+    """The sum of squared training residuals of one partition's ratings and their
+    number: ``scorer`` is the fitted model (its ``_pair_scores``, unclipped: training
+    ignores ``rating_scale``)."""
+    e = scorer._pair_scores(df[user_col].to_numpy(), df[item_col].to_numpy(), clip=False) \
+        - df[rating_col].to_numpy(dtype=np.float64)
+    return float(e @ e), len(e)
 
 
 def holdout_rows(u, i, n_items, seed, fraction):

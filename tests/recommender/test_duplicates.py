@@ -63,6 +63,8 @@ def _same_model(a, b):
     np.testing.assert_allclose(a.user_factors_, b.user_factors_, rtol=1e-7, atol=1e-9)
     np.testing.assert_array_equal(a.shard_ratings_, b.shard_ratings_)
     assert (a._seen != b._seen).nnz == 0
+    # the residuals of the ratings it trained on (merged), not of the rows given
+    assert getattr(a, "residual_std_", None) == pytest.approx(getattr(b, "residual_std_", None), rel=1e-7)
 
 
 def _mf(policy, **kw):
@@ -326,3 +328,112 @@ def test_wls_fold_in_needs_the_rating_col_and_held_out_interactions_do_not(ratin
         warnings.simplefilter("ignore", UnusedRatingsWarning)
         bpr = ImplicitMatrixFactorization(rating_col="count", n_components=2, max_iter=2, random_state=0).fit(plays)
     assert bpr.recommend(["new"], k=2, user_items=new)[0].shape == (1, 2)
+
+
+class _TaskNames:
+    """A scheduler plugin that keeps the keys of the tasks the scheduler was given."""
+
+    name = "dgd-test-task-names"
+
+    def __init__(self):
+        self.keys = set()
+
+    def transition(self, key, start, finish, *args, **kwargs):
+        if start == "released":
+            self.keys.add(str(key))
+
+
+def _merge_tasks(client, frame):
+    """The keys of the duplicate-merging tasks (``dgd-mf-merge*``, ``dgd-mf-dup-probe*``)
+    the scheduler was given while a model was fitted to ``frame``."""
+    from distributed.diagnostics.plugin import SchedulerPlugin
+
+    plugin = type("TaskNames", (_TaskNames, SchedulerPlugin), {})()
+    client.run_on_scheduler(lambda dask_scheduler: dask_scheduler.add_plugin(plugin, name=plugin.name))
+    try:
+        _quiet_fit(_mf("last", client=client, n_shards=2), frame)
+        keys = client.run_on_scheduler(lambda dask_scheduler: sorted(dask_scheduler.plugins[plugin.name].keys))
+    finally:
+        client.run_on_scheduler(lambda dask_scheduler: dask_scheduler.remove_plugin(name=plugin.name))
+    return [k for k in keys if k.startswith(("dgd-mf-merge", "dgd-mf-dup-probe"))]
+
+
+def test_merging_duplicates_takes_tasks_linear_in_the_partitions(ratings, client):
+    """Finding whether there are duplicates, and merging them, takes a number of tasks
+    that grows linearly with the partitions (a bucket per partition, each depending on
+    every partition, took their square); without duplicates nothing is merged."""
+    dup = _with_duplicates(ratings)
+    counts = {}
+    for n in (20, 40):
+        frame = dd.from_pandas(dup, npartitions=n, sort=False).persist()
+        keys = _merge_tasks(client, frame)
+        counts[n] = len(keys)
+        # without duplicates: only the probe, one task per partition
+        clean = dd.from_pandas(_merged(dup, "last"), npartitions=n, sort=False).persist()
+        keys = _merge_tasks(client, clean)
+        assert len(keys) == n and all(k.startswith("dgd-mf-dup-probe") for k in keys)
+    assert counts[20] > 0
+    assert counts[40] <= 2 * counts[20], counts
+
+
+def test_residual_std_is_that_of_the_merged_ratings_computed_on_the_cluster(ratings, client):
+    """With a client, the residuals are summed by tasks on the cluster: nothing is
+    computed by the caller's default scheduler (a bare ``.compute()`` would be)."""
+    import dask
+
+    dup = _with_duplicates(ratings, n=300)
+    frame = dd.from_pandas(dup, npartitions=3, sort=False)
+    calls = []
+
+    def caller_scheduler(*args, **kwargs):
+        calls.append(args)
+        raise AssertionError("computed in the caller's process")
+
+    with dask.config.set(scheduler=caller_scheduler):
+        got = _quiet_fit(_mf("last", client=client, n_shards=2), frame)
+    assert calls == []
+    ref = _quiet_fit(_mf("last"), _merged(dup, "last"))
+    assert got.residual_std_ == pytest.approx(ref.residual_std_, rel=1e-7)
+
+
+@pytest.mark.parametrize("policy", ["mean", "sum"])
+def test_a_mean_or_sum_is_the_same_to_the_last_bit_in_any_row_order(policy):
+    """The merged ratings do not depend on the rows' order (a checkpoint's digest is
+    taken over them: a resume with the same ratings in another order is accepted)."""
+    from dask_dgd.recommender._shards import merge_duplicates
+
+    rng = np.random.default_rng(0)
+    n = 4000
+    df = pd.DataFrame({"user": rng.integers(0, 50, n), "item": rng.integers(0, 10, n),
+                       "rating": rng.uniform(0.5, 5.0, n)})
+
+    def merged(frame):
+        out, _ = merge_duplicates(frame, "user", "item", "rating", policy)
+        return out.sort_values(["user", "item"]).reset_index(drop=True)
+
+    first = merged(df)
+    for seed in range(5):
+        other = merged(df.iloc[np.random.default_rng(seed).permutation(n)])
+        np.testing.assert_array_equal(other["rating"].to_numpy(), first["rating"].to_numpy())
+
+
+def test_raise_names_the_fix_for_the_input_given(ratings, client):
+    """The hint fits what was given: a DataFrame (its own name), an array of pairs (no
+    drop_duplicates), the interactions of a fold-in (user_items, item_users)."""
+    dup = _with_duplicates(ratings, n=7)
+    X = da.from_array(dup[["user", "item"]].to_numpy(), chunks=(500, 2))
+    y = da.from_array(dup["rating"].to_numpy(), chunks=500)
+    with pytest.raises(InputError, match="7 rows repeat the \\('user', 'item'\\) pair of an earlier row "
+                                         "\\(duplicates='raise'\\); drop or merge them before fitting \\(drop the "
+                                         "rows of X that repeat an earlier row's \\(user, item\\) pair, and their "
+                                         "values of y\\), or let MatrixFactorization merge them: duplicates="):
+        _mf("raise", client=client, n_shards=2).fit(X, y)
+    mf = _quiet_fit(_mf("raise", n_shards=1), ratings)
+    items = mf.item_ids_[:2]
+    user_items = pd.DataFrame({"user": ["new"] * 3, "item": [items[0], items[1], items[0]], "rating": [5.0, 2.0, 1.0]})
+    with pytest.raises(InputError, match="drop or merge them before folding them in \\(e.g. "
+                                         "user_items.drop_duplicates\\(\\['user', 'item'\\], keep='last'\\)\\)"):
+        mf.fold_in_users(user_items)
+    item_users = pd.DataFrame({"user": [mf.user_ids_[0]] * 3, "item": ["new"] * 3, "rating": [5.0, 2.0, 1.0]})
+    with pytest.raises(InputError, match="\\(e.g. item_users.drop_duplicates\\(\\['user', 'item'\\], keep='last'\\)\\)"):
+        mf.fold_in_items(item_users)

@@ -182,3 +182,37 @@ def test_fold_in_warns_of_ratings_far_outside_the_fitted_scale(stars):
         warnings.simplefilter("error", RatingScaleWarning)
         model.fold_in_users(far.assign(user=1001, rating=[9.0, -3.0, 5.0]))
         MatrixFactorization(rating_scale=None, **KW).fit(stars).fold_in_users(far)  # no scale: nothing to say
+
+
+def test_far_ratings_work_with_a_numpy_without_weighted_quantiles(monkeypatch):
+    """``np.quantile(..., weights=...)`` exists only from NumPy 2.0 (the package allows
+    1.26): the bulk's percentiles are computed without it."""
+    real = np.quantile
+
+    def quantile(*args, **kwargs):
+        if "weights" in kwargs:
+            raise TypeError("quantile() got an unexpected keyword argument 'weights'")
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(np, "quantile", quantile)
+    r = np.r_[np.random.default_rng(0).normal(3.0, 0.5, 20_000), 1e6]  # (samples: weighted)
+    far = _far(r, 4)
+    assert far is not None and far["n"] >= 1 and far["high"] == 1e6
+
+
+@pytest.mark.skipif(np.lib.NumpyVersion(np.__version__) < "2.0.0", reason="np.quantile has no weights before 2.0")
+def test_weighted_quantile_is_numpys_inverted_cdf():
+    from dask_dgd.recommender._shards import weighted_quantile
+
+    rng = np.random.default_rng(0)
+    q = np.array([0.0, 0.01, 1 / 3, 0.5, 2 / 3, 0.99, 1.0])
+    for t in range(500):
+        n = int(rng.integers(1, 40))
+        values = rng.integers(0, 6, n).astype(float) if t % 2 else rng.normal(size=n)
+        weights = rng.integers(0, 5, n).astype(float) if t % 3 else rng.uniform(0, 3, n)
+        if t % 7 == 0:
+            weights = np.full(n, 1 / 3)
+        if weights.sum() <= 0:
+            continue
+        np.testing.assert_array_equal(weighted_quantile(values, q, weights),
+                                      np.quantile(values, q, weights=weights, method="inverted_cdf"))
