@@ -12,7 +12,7 @@ from .._validation import Interval, Options, user_stacklevel
 from ..exceptions import InputError, RatingScaleWarning, UnusedRatingsWarning
 from ._base import FactorizationBase, factorization_signature
 from ._metrics import evaluate_ranking
-from ._shards import check_rows, far_ratings, row_facts
+from ._shards import check_rows, far_ratings, ratings_beyond, row_facts
 
 __all__ = ["ImplicitMatrixFactorization", "MatrixFactorization"]
 
@@ -29,42 +29,6 @@ def _rating_scale_like(value):
     if not all(isinstance(v, numbers.Real) and not isinstance(v, bool) and np.isfinite(v) for v in value):
         return False
     return value[0] < value[1]
-
-
-def _beyond(profiles, scale):
-    """The ratings of the partitions' profiles (:func:`~dask_dgd.recommender._shards.rating_profile`)
-    that lie more than ``scale``'s width beyond it (below ``low - w`` or above
-    ``high + w``), or None when there are none (or the scale is a single value).
-    Exact from the distinct values' counts or a whole-partition sample; else counted
-    among each partition's lowest and highest ratings ("at least" when those are all
-    beyond), as :func:`~dask_dgd.recommender._shards.far_ratings` counts.
-
-    Returns a dict: ``n``, ``at_least``, ``low``/``high`` (their range)."""
-    low, high = scale
-    w = high - low
-    if not w > 0:
-        return None
-    n, at_least, values = 0, False, []
-    for p in profiles:
-        if p is None or not p["n"]:
-            continue
-        if "counts" in p:
-            out = (p["values"] < low - w) | (p["values"] > high + w)
-            n += int(p["counts"][out].sum())
-            values.append(p["values"][out])
-        elif p["n"] == p["sample"].size:
-            out = p["sample"][(p["sample"] < low - w) | (p["sample"] > high + w)]
-            n += out.size
-            values.append(out)
-        else:
-            lo_tail, hi_tail = p["low"][p["low"] < low - w], p["high"][p["high"] > high + w]
-            n += lo_tail.size + hi_tail.size
-            at_least |= lo_tail.size == p["low"].size or hi_tail.size == p["high"].size
-            values.extend([lo_tail, hi_tail])
-    if n == 0:
-        return None
-    values = np.concatenate(values)
-    return {"n": n, "at_least": bool(at_least), "low": float(values.min()), "high": float(values.max())}
 
 
 _shared_parameters = other_parameters("The training parameters both recommenders share: see\n"
@@ -284,7 +248,7 @@ shard_ratings_, bytes_communicated_
         old = getattr(self, "rating_scale_", None) if continued else None
         if old is not None:
             scale = (min(old[0], scale[0]), max(old[1], scale[1]))
-        beyond = _beyond(facts["profiles"], old) if old is not None else None
+        beyond = ratings_beyond(facts["profiles"], old) if old is not None else None
         if beyond is not None:
             w = old[1] - old[0]
             how_many = ("at least " if beyond["at_least"] else "") + f"{beyond['n']:,}"

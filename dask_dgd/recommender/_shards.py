@@ -30,6 +30,7 @@ from ..exceptions import InputError
 
 __all__ = [
     "RatingShard",
+    "ratings_beyond",
     "assign_users",
     "available_memory",
     "block_like",
@@ -311,26 +312,43 @@ def far_ratings(profiles):
     w = hi - lo
     if not w > 0:
         return None
+    far = ratings_beyond(profiles, (lo, hi))
+    return None if far is None else {**far, "bulk": (float(lo), float(hi))}
+
+
+def ratings_beyond(profiles, scale):
+    """The ratings of the partitions' profiles (:func:`rating_profile`) that lie more
+    than ``scale``'s width beyond it (below ``low - w`` or above ``high + w``), or None
+    when there are none (or the scale is a single value): exact from the distinct
+    values' counts or a whole-partition sample, else counted among each partition's
+    lowest and highest ratings ("at least" when those are all beyond).
+
+    Returns a dict: ``n``, ``at_least``, ``low``/``high`` (their range)."""
+    low, high = scale
+    w = high - low
+    if not w > 0:
+        return None
     n, at_least, far_values = 0, False, []
     for p in profiles:
+        if p is None or not p["n"]:
+            continue
         if "counts" in p:
-            far = (p["values"] < lo - w) | (p["values"] > hi + w)
+            far = (p["values"] < low - w) | (p["values"] > high + w)
             n += int(p["counts"][far].sum())
             far_values.append(p["values"][far])
         elif p["n"] == p["sample"].size:  # (the sample is the whole partition)
-            far = p["sample"][(p["sample"] < lo - w) | (p["sample"] > hi + w)]
+            far = p["sample"][(p["sample"] < low - w) | (p["sample"] > high + w)]
             n += far.size
             far_values.append(far)
         else:
-            low, high = p["low"][p["low"] < lo - w], p["high"][p["high"] > hi + w]
-            n += low.size + high.size
-            at_least |= low.size == p["low"].size or high.size == p["high"].size
-            far_values.extend([low, high])
+            lo_tail, hi_tail = p["low"][p["low"] < low - w], p["high"][p["high"] > high + w]
+            n += lo_tail.size + hi_tail.size
+            at_least |= lo_tail.size == p["low"].size or hi_tail.size == p["high"].size
+            far_values.extend([lo_tail, hi_tail])
     if n == 0:
         return None
     far_values = np.concatenate(far_values)
-    return {"n": n, "at_least": bool(at_least), "low": float(far_values.min()), "high": float(far_values.max()),
-            "bulk": (float(lo), float(hi))}
+    return {"n": n, "at_least": bool(at_least), "low": float(far_values.min()), "high": float(far_values.max())}
 
 
 def scan_part(df, user_col, item_col, rating_col, digest=False):
