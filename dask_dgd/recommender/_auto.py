@@ -68,7 +68,7 @@ from ..exceptions import ConvergenceWarning
 from ._objective import FactorizationTraining
 from ._shards import RATING_BYTES, build_rating_shards, init_rows, with_val_base
 
-__all__ = ["BIAS_GRID", "FACTOR_GRID", "MIN_GAIN", "VALIDATION_FRACTION", "Setup", "choose_alpha"]
+__all__ = ["BIAS_GRID", "FACTOR_GRID", "IMPLICIT_GRID", "MIN_GAIN", "VALIDATION_FRACTION", "Setup", "choose_alpha"]
 
 #: The penalties of the biases tried (most regularised first): once per user and item,
 #: a bias is its mean residual shrunk by ``n / (n + alpha_bias)`` (``n`` its ratings),
@@ -100,6 +100,14 @@ PATIENCE, VAL_TOL = 5, 1e-4
 #: Penalties in a row worse than the best (by more than the relative ``WORSE``) before
 #: a path stops.
 PATH_PATIENCE, WORSE = 2, 1e-4
+#: The penalties of an implicit model's factors tried (per observed pair, most
+#: regularised first): at 1.0 the factors all but vanish, and the held-out NDCG is about
+#: popularity's (MovieLens-small, InstEval: wls at rank 64 is best at 0.1 or 0.01, bpr
+#: at 0.01).
+IMPLICIT_GRID = (1.0, 0.1, 0.01, 0.001)
+#: Penalties worse than the best held-out NDCG (ties are not worse) before an implicit
+#: path stops.
+IMPLICIT_PATH_PATIENCE = 1
 
 
 @dataclass
@@ -123,6 +131,13 @@ class Setup:
     #: whether the fits of the path (and the refit) run whole in tasks
     #: (:func:`path_in_tasks`)
     in_tasks: bool = False
+    #: implicit models (set by :class:`_Here`): the training pairs of every item in the
+    #: held-out split (the popularity ranking the path is compared with), the share of
+    #: the users with held-out pairs whose ranking is evaluated
+    #: (:func:`~._rankval.val_rate`), and how many users have held-out pairs
+    popularity: object = None
+    val_rate: float = 1.0
+    n_val_users: int = 0
 
 
 def _epochs_to(history, j, solver, full_batch):
@@ -220,6 +235,97 @@ def _fit_point(est, shards, s, solver, optimizer, alpha, n_components, alpha_bia
     return row, h.assign(stage="validation", alpha=float(model.alpha), alpha_bias=float(model.alpha_bias))
 
 
+def _rank_point(est, shards, s, solver, optimizer, alpha, n_components, alpha_bias):
+    """One fit of an implicit model's path on the held-out split, at penalty ``alpha``,
+    cold-started and run as the refit runs (alternating least squares to convergence,
+    gradient steps their ``max_iter`` epochs), then scored by the held-out ranking of its
+    final model, computed on the shards (:func:`~._rankval.ranking_sums`: only sums
+    come back): its row (without ``stage`` and ``point``) and its records, or None when
+    no user has a held-out pair."""
+    from ._rankval import RANKING_K, ranking_sums, summarise
+
+    if s.n_val_users == 0:
+        return None
+    model = est._model(s.mu, len(s.items), s.seed, alpha=float(alpha), alpha_bias=alpha_bias,
+                       n_components=n_components)
+    V = init_rows(s.seed + 1, np.arange(len(s.items)), model.item_width, model.init_scale, model.item_bias)
+    if s.cold is not None:  # (no pair moves them)
+        V[s.cold] = 0.0
+    als = solver == "als"
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)  # (max_iter: the refit warns)
+        result = train(
+            FactorizationTraining(model, s.n_batches), shards, solver=solver,
+            optimizer=None if als else optimizer, max_iter=est.max_iter, tol=est.tol * s.scale if als else 0.0,
+            mode="sync", on_divergence=est._on_divergence(), compression=est.compression,
+            split_every=est.split_every, random_state=s.seed, params0=V.ravel(),
+            verbose=est.verbose, progress_desc=f"{type(est).__name__} alpha={alpha:.3g}", client=est.client,
+        )
+    k = model.n_components
+    U = np.zeros((len(s.users), k))
+    for users, Us, *_ in result.local:
+        U[users] = to_numpy(Us)[:, :k]
+    T = result.params.reshape(len(s.items), model.item_width)
+    bias = T[:, k].copy() if model.item_bias else None
+    found = summarise(shards.map_gather(ranking_sums, U, T[:, :k].copy(), bias, s.popularity, RANKING_K, s.val_rate,
+                                        s.seed, name="dgd-mf-rank-val"))
+    if found["n_users"] == 0:
+        return None
+    row = {"alpha": float(model.alpha)}
+    if model.item_bias:
+        row["alpha_bias"] = float(model.alpha_bias)
+    row.update({name: float(found[name]) for name in ("val_ndcg", "val_pop_ndcg", "val_gain", "val_gain_se")})
+    row.update(n_users=int(found["n_users"]), n_iter=int(result.n_iter), epochs_run=int(result.n_iter))
+    return row, result.history.assign(stage="validation", alpha=float(model.alpha), alpha_bias=float(model.alpha_bias))
+
+
+def _walk_ranking(fits, grid, n_components, alpha_bias):
+    """An implicit model's path: the penalties ``grid`` in order until
+    :data:`IMPLICIT_PATH_PATIENCE` of them score a held-out NDCG below the best (as
+    :func:`_walk`, a batch's answers past that point dropped); the best row, the rows
+    and the fits' records, or None when nothing was held out."""
+    rows, histories, best, worse = [], [], None, 0
+    grid = [float(a) for a in grid]
+    for at in range(0, len(grid), fits.width):
+        for answer in fits(grid[at : at + fits.width], n_components, alpha_bias):
+            if answer is None:
+                return None
+            row, h = answer
+            rows.append({"stage": "factors", "point": "grid", **row})
+            histories.append(h)
+            if best is None or row["val_ndcg"] > best["val_ndcg"]:
+                best, worse = rows[-1], 0
+            elif row["val_ndcg"] < best["val_ndcg"]:
+                worse += 1
+                if worse >= IMPLICIT_PATH_PATIENCE:
+                    return best, rows, histories
+    return best, rows, histories
+
+
+def _choose_ranking(est, s, solver, optimizer):
+    """:func:`choose_alpha` of an implicit model: the path :data:`IMPLICIT_GRID` scored
+    by held-out NDCG@k; its best row is chosen if it beats popularity's NDCG on the same
+    users by more than :data:`SE_RULE` standard errors of the paired mean (``passed``),
+    else none is (``factors`` False: the model falls back to popularity, ``alpha`` the
+    top of the path, where the factors vanish)."""
+    fits = _fits_of(est, s, solver, optimizer)
+    try:
+        found = _walk_ranking(fits, IMPLICIT_GRID, est.n_components, est.alpha_bias)
+    finally:
+        fits.close()
+    if found is None:
+        return None, None, None, pd.DataFrame(), pd.DataFrame(), True
+    best, rows, histories = found
+    for r in rows:
+        r["passed"] = bool(r["val_gain"] > SE_RULE * r["val_gain_se"])
+    factors = best["passed"]
+    path = pd.DataFrame(rows)
+    path["chosen"] = [factors and r is best for r in rows]
+    top = best if factors else rows[0]
+    return (top["alpha"], top.get("alpha_bias"), int(est.max_iter), path, pd.concat(histories, ignore_index=True),
+            factors)
+
+
 def _item_counts(shard, n_items):
     """The training ratings of every item in one shard."""
     return np.bincount(to_numpy(shard.gi), minlength=n_items)
@@ -266,14 +372,21 @@ class _Here:
         self.shards, self.paired = shards, None
         try:
             trained = sum(shards.map_gather(_item_counts, len(s.items), name="dgd-mf-item-counts"))
+            ranked = {}
+            if est._kind_now() != "explicit":  # implicit: scored by the held-out ranking
+                from ._rankval import val_rate, val_users
+
+                n_val = int(sum(shards.map_gather(val_users, name="dgd-mf-val-users")))
+                ranked = {"popularity": trained, "val_rate": val_rate(n_val), "n_val_users": n_val}
         except BaseException:
             self.close()
             raise
-        self.s = dataclasses.replace(s, cold=trained == 0)
+        self.s = dataclasses.replace(s, cold=trained == 0, **ranked)
 
     def __call__(self, alphas, n_components, alpha_bias):
         shards = self.shards if self.paired is None else self.paired
-        return [_fit_point(self.est, shards, self.s, self.solver, self.optimizer, a, n_components, alpha_bias)
+        fit = _fit_point if self.s.popularity is None else _rank_point
+        return [fit(self.est, shards, self.s, self.solver, self.optimizer, a, n_components, alpha_bias)
                 for a in alphas]
 
     def pair(self, biases):
@@ -472,7 +585,14 @@ def choose_alpha(est, s, solver, optimizer):
     (``stage="validation"``), and whether factors were chosen (False: no factors'
     penalty beat the bias model, whose epochs are returned: the refit is the bias
     model, its factors zero); ``alpha`` is None when no rating could be held out
-    (every user has one rating)."""
+    (every user has one rating).
+
+    An implicit model (``loss`` "wls" or "bpr") takes its own path
+    (:func:`_choose_ranking`): rows with ``val_ndcg``, ``val_pop_ndcg``, ``val_gain``,
+    ``val_gain_se``, ``n_users``, ``passed`` and ``chosen``; ``factors`` False means
+    that it falls back to popularity."""
+    if est._kind_now() != "explicit":
+        return _choose_ranking(est, s, solver, optimizer)
     fits = _fits_of(est, s, solver, optimizer)
     rows, histories = [], []
     try:

@@ -68,12 +68,12 @@ def _optimizer_like(value):
 
 
 
-def factorization_signature(*model, rating_col):
-    """The ``__init__`` signature of a matrix factorization: the rank, the model's own
-    parameters (``(name, default)``), the solver, the columns and the training
-    parameters (:mod:`dask_dgd._params`)."""
+def factorization_signature(*model, rating_col, n_components=10):
+    """The ``__init__`` signature of a matrix factorization: the rank (its default
+    ``n_components``), the model's own parameters (``(name, default)``), the solver, the
+    columns and the training parameters (:mod:`dask_dgd._params`)."""
     return signature(
-        ("n_components", 10), *model, "solver", ("optimizer", "adam"), ("learning_rate", None), "batch_size",
+        ("n_components", n_components), *model, "solver", ("optimizer", "adam"), ("learning_rate", None), "batch_size",
         "max_iter", ("tol", 5e-4), ("init_scale", 0.1), ("user_col", "user"), ("item_col", "item"),
         ("rating_col", rating_col), ("n_shards", None), *MODES, *RUNTIME,
     )
@@ -355,15 +355,22 @@ class FactorizationBase(RecommenderMixin, ClientParamMixin, BaseEstimator):
             alpha, alpha_bias, epochs, path, path_history, factors = choose_alpha(self, setup, solver, optimizer)
             if alpha is None:
                 alpha, path = DEFAULT_ALPHA, None
-                warnings.warn(f"{type(self).__name__}: no rating could be held out to choose alpha (every user has "
-                              f"a single rating); alpha='auto' used alpha={alpha}", UserWarning,
+                what = "rating" if self._kind_now() == "explicit" else "interaction"
+                warnings.warn(f"{type(self).__name__}: no {what} could be held out to choose alpha (every user has "
+                              f"a single {what}); alpha='auto' used alpha={alpha}", UserWarning,
                               stacklevel=user_stacklevel())
             else:
                 if solver != "als":  # gradient steps: the epochs validated on the held-out ratings
                     max_iter, tol = epochs, 0.0
                 path = (path, path_history)
+        # an implicit model whose factors did not beat popularity on the held-out pairs
+        # falls back to it: no refit, only one iteration at the top of the path for the
+        # model's bookkeeping (ids, seen pairs, shards), whose factors are then zeroed
+        popular = not factors and self._kind_now() != "explicit"
+        if popular:
+            max_iter, tol = 1, 0.0
         model = self._model(mu, len(items), seed, alpha=alpha, alpha_bias=alpha_bias,
-                            n_components=None if factors else 0)
+                            n_components=None if factors or popular else 0)
         # a small refit after a path in tasks: one task too (what runs in the caller's
         # process, callbacks, checkpoints and progress output, keeps it on the cluster)
         in_task = path is not None and setup.in_tasks and self.mode == "sync" and self.callbacks is None \
@@ -400,7 +407,9 @@ class FactorizationBase(RecommenderMixin, ClientParamMixin, BaseEstimator):
         self._store(model, users, items, U, result, _assemble_state(user_states, U.shape, state_base),
                     seen_u, seen_i, loads, continued, path)
         self.n_duplicates_ = n_merged
-        if not factors:
+        if popular:
+            self._fall_back_to_popularity(self._item_counts)
+        elif not factors:
             self._zero_factors(optimizer)
         if check_factors:
             self._check_factor_term(scale)
@@ -408,7 +417,7 @@ class FactorizationBase(RecommenderMixin, ClientParamMixin, BaseEstimator):
             self.residual_std_ = self._residual_std(executor, parts, cols, path)
         for name, value in scale_seen.items():
             setattr(self, name, value)
-        rise = None if continued else result.objective_rise()
+        rise = None if continued or popular else result.objective_rise()
         if rise is not None:
             warnings.warn(
                 f"{type(self).__name__}: the objective rose from {rise[0]:.6g} at the start to {rise[1]:.6g}; the "
@@ -419,7 +428,7 @@ class FactorizationBase(RecommenderMixin, ClientParamMixin, BaseEstimator):
             if result.message.startswith("reached max_time"):
                 warnings.warn(f"{type(self).__name__} {result.message}", ConvergenceWarning,
                 stacklevel=user_stacklevel())
-            elif not continued and not anneal and self.tol > 0 and (path is None or solver == "als"):
+            elif not continued and not anneal and not popular and self.tol > 0 and (path is None or solver == "als"):
                 # (an annealed fit runs its max_iter by design)
                 what, remedy = ("iterations", "max_iter") if solver == "als" else \
                     ("epochs", "max_iter or learning_rate")

@@ -303,8 +303,8 @@ shard_ratings_, bytes_communicated_
 
 
 @_shared_parameters
-@init_from(factorization_signature(("loss", "bpr"), ("alpha", 0.01), ("alpha_bias", None), ("confidence_scale", 1.0),
-                                   ("duplicates", "sum"), rating_col=None), positional=1)
+@init_from(factorization_signature(("loss", "wls"), ("alpha", "auto"), ("alpha_bias", None), ("confidence_scale", 1.0),
+                                   ("duplicates", "sum"), rating_col=None, n_components=64), positional=1)
 class ImplicitMatrixFactorization(FactorizationBase):
     """Implicit-feedback matrix factorization (clicks, plays, purchases).
 
@@ -398,6 +398,7 @@ shard_ratings_, bytes_communicated_
     _parameter_constraints = {
         **FactorizationBase._common_constraints,
         "loss": [Options("bpr", "wls")],
+        "alpha": [Interval(numbers.Real, 0, None, "left"), Options("auto")],
         "alpha_bias": [None, Interval(numbers.Real, 0, None, "left")],
         "confidence_scale": [Interval(numbers.Real, 0, None, "left")],
         "duplicates": [Options(*_duplicates_options)],
