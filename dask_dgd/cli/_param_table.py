@@ -387,7 +387,7 @@ PARAMETERS = {
     'ImplicitMatrixFactorization': {
         'n_components': (('interval', 'int', 1, None, 'left', 'an int in [1, inf)'),),
         'loss': (('options', ('bpr', 'wls'), "one of 'bpr', 'wls'"),),
-        'alpha': (('interval', 'real', 0, None, 'left', 'a float in [0, inf)'),),
+        'alpha': (('interval', 'real', 0, None, 'left', 'a float in [0, inf)'), ('options', ('auto',), "one of 'auto'")),
         'alpha_bias': (('none', 'None'), ('interval', 'real', 0, None, 'left', 'a float in [0, inf)')),
         'confidence_scale': (('interval', 'real', 0, None, 'left', 'a float in [0, inf)'),),
         'duplicates': (('options', ('max', 'raise', 'sum'), "one of 'max', 'raise', 'sum'"),),

@@ -185,7 +185,8 @@ class FactorizationBase(RecommenderMixin, ClientParamMixin, BaseEstimator):
     item_factors_ : ndarray of shape (n_items, n_components)
     factors_used_ : bool
         False when every item factor is exactly zero (``alpha="auto"`` refitted the
-        bias model, or ``n_components=0``): ``recommend`` then ranks by the item
+        bias model, or fell back to popularity (implicit), or ``n_components=0``):
+        ``recommend`` then ranks by the item
         biases (popularity) and ``similar_items`` by the biases' closeness, with a
         :class:`~dask_dgd.exceptions.BiasOnlyWarning` where the factors were asked
         for (``n_components > 0``; see those methods).  Factors that are not zero but
