@@ -21,7 +21,8 @@ import numpy as np
 from .._backend import to_numpy
 from .._random import keyed, mix64, uniform
 
-__all__ = ["BLOCK_BYTES", "RANKING_K", "VAL_MAX_USERS", "ranking_sums", "summarise", "val_rate", "val_users"]
+__all__ = ["BLOCK_BYTES", "RANKING_K", "VAL_MAX_USERS", "ranking_sums", "summarise", "top_k", "val_rate",
+           "val_users"]
 
 #: The cut-off of the held-out ranking (NDCG@k).
 RANKING_K = 10
@@ -60,9 +61,10 @@ def _sampled(users, rate, seed):
     return uniform(mix64(users.astype(np.uint64) ^ salt)) < rate
 
 
-def _top_k(s, k):
+def top_k(s, k):
     """The ``k`` best columns of each row of ``s`` (``k <= s.shape[1]``), best first,
-    ties by column index; and their scores."""
+    ties by column index (also among those that tie with the ``k``-th best); and their
+    scores (``recommend``'s ranking too)."""
     n = s.shape[1]
     part = np.argpartition(-s, k - 1, axis=1)[:, :k] if k < n else np.broadcast_to(np.arange(n), s.shape)
     kth = np.take_along_axis(s, part, axis=1).min(axis=1, keepdims=True)  # the k-th best score of each row
@@ -152,7 +154,7 @@ def ranking_sums(shard, U, V, bias, popularity, k=RANKING_K, rate=1.0, seed=0):
             else:
                 s = np.repeat(pop[None, :], lus.size, axis=0)
             s[seen] = -np.inf
-            top, top_s = _top_k(s, kk)
+            top, top_s = top_k(s, kk)
             del s
             scores.append(_ndcg(top, top_s, relevant, lus, n_items, n_rel[a:a + block], discount, ideal))
         model, base = scores
