@@ -185,8 +185,8 @@ class FactorizationBase(RecommenderMixin, ClientParamMixin, BaseEstimator):
     item_factors_ : ndarray of shape (n_items, n_components)
     factors_used_ : bool
         False when every item factor is exactly zero (``alpha="auto"`` refitted the
-        bias model, or fell back to popularity (implicit), or ``n_components=0``):
-        ``recommend`` then ranks by the item
+        bias model, or, implicit, fell back to popularity: ``item_bias_ = log(1 +
+        n_i)``; or ``n_components=0``): ``recommend`` then ranks by the item
         biases (popularity) and ``similar_items`` by the biases' closeness, with a
         :class:`~dask_dgd.exceptions.BiasOnlyWarning` where the factors were asked
         for (``n_components > 0``; see those methods).  Factors that are not zero but
@@ -657,6 +657,28 @@ class FactorizationBase(RecommenderMixin, ClientParamMixin, BaseEstimator):
         for name in ("_item_state_", "_user_state_"):
             setattr(self, name, grow_state(getattr(self, name), k, optimizer, columns=True))
 
+    def _fall_back_to_popularity(self, counts):
+        """Turn this fitted implicit model into the popularity model (``alpha="auto"``
+        found no factors that rank the held-out pairs better than popularity): every
+        factor exactly zero (``factors_used_`` False) and ``item_bias_ = log(1 + n_i)``,
+        ``n_i`` = ``counts[i]``, the item's interactions in the training data (wls too,
+        which has no item biases otherwise); ``item_counts_`` become ``counts``.
+        ``recommend`` then ranks every user's unseen items by popularity (ties by item
+        index), with a :class:`~dask_dgd.exceptions.BiasOnlyWarning`; fold-in gives
+        users zero factors and items the bias of their known users' count;
+        ``partial_fit`` refuses the model (it has no factors to train on)."""
+        from ..exceptions import InputError
+
+        counts = np.asarray(counts)
+        n_items = len(self.item_ids_)
+        if counts.shape != (n_items,) or counts.dtype.kind not in "iu" or (counts < 0).any():
+            raise InputError(f"the popularity counts must be {n_items} integers >= 0, one per item (in the order of "
+                             f"item_ids_); got an array of dtype {counts.dtype} and shape {counts.shape}")
+        self.user_factors_ = np.zeros_like(self.user_factors_, dtype=np.float64)
+        self.item_factors_ = np.zeros_like(self.item_factors_, dtype=np.float64)
+        self.item_bias_ = np.log1p(counts.astype(np.float64))
+        self._item_counts = counts.astype(np.int64)
+
     def _factor_term_rms(self):
         """The root-mean-square of the factor term ``p_u . q_i`` over the training pairs
         (the seen pairs; at most :data:`FACTOR_TERM_PAIRS` of them, evenly spaced)."""
@@ -750,6 +772,15 @@ class FactorizationBase(RecommenderMixin, ClientParamMixin, BaseEstimator):
         -------
         self
         """
+        if hasattr(self, "item_factors_") and self._ranks_by_popularity():
+            from ..exceptions import ParameterError
+
+            raise ParameterError(
+                f"{type(self).__name__}: this model ranks by popularity (alpha='auto' found no factors that beat "
+                "popularity on the held-out pairs by two standard errors; every factor is exactly zero), so "
+                "partial_fit has no factors to train on; fit again on all the interactions (more data may "
+                "support factors), or with a numeric alpha to fit factors"
+            )
         if not hasattr(self, "item_factors_"):
             max_iter, alpha = self.max_iter, getattr(self, "alpha", None)
             self.max_iter = 1

@@ -223,7 +223,12 @@ def fold_in(est, frame, ids, side="users"):
         groups.append((other[order], vals[order]))
     model = model_of(est)
     V = est._item_table()
-    if model["kind"] == "bpr":
+    if est._ranks_by_popularity():  # (no factors: a user gets none, an item the bias of its users' count)
+        k = est.item_factors_.shape[1]
+        rows = np.zeros((len(groups), k if users else k + 1))
+        if not users:
+            rows[:, k] = np.log1p([len(g[0]) for g in groups])
+    elif model["kind"] == "bpr":
         rows = bpr_rows(model, V, groups) if users else bpr_item_rows(
             model, est.user_factors_, V, est._seen, groups, est._item_index.get_indexer(list(ids)))
     else:

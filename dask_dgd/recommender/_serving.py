@@ -14,6 +14,7 @@ from .._validation import user_stacklevel
 from ..exceptions import BiasOnlyWarning, InputError, ParameterError
 from ._input import ids_preview, pairs_shape_error
 from ._objective import grow_state
+from ._rankval import top_k
 
 __all__ = ["RecommenderMixin"]
 
@@ -27,14 +28,9 @@ DEFAULT_CONFIDENCE = 5.0
 
 
 def _top(s, k):
-    """The ``k`` best columns of every row of ``s`` (best first) and their scores."""
-    if k < s.shape[1]:
-        top = np.argpartition(-s, k - 1, axis=1)[:, :k]
-    else:
-        top = np.tile(np.arange(s.shape[1]), (s.shape[0], 1))
-    top_s = np.take_along_axis(s, top, axis=1)
-    order = np.argsort(-top_s, axis=1, kind="stable")
-    return np.take_along_axis(top, order, axis=1), np.take_along_axis(top_s, order, axis=1)
+    """The ``k`` best columns of every row of ``s`` (best first, ties by column index:
+    :func:`~._rankval.top_k`, the held-out ranking's) and their scores."""
+    return top_k(s, min(k, s.shape[1]))
 
 
 def _top_unseen(s, seen, k):
@@ -89,16 +85,35 @@ class RecommenderMixin:
         False where ``alpha="auto"`` refitted the bias model, or with
         ``n_components=0``: the factor term is then 0 for every user, fitted or folded
         in, and :meth:`recommend` (by default by the biases' lower bounds, see its
-        ``confidence``) and :meth:`similar_items` rank by the biases alone.
+        ``confidence``) and :meth:`similar_items` rank by the biases alone.  An implicit
+        model is False where ``alpha="auto"`` found no factors that beat popularity on
+        the held-out pairs: it is then the popularity model, ``item_bias_`` ``log(1 +
+        n_i)`` (``n_i``: the item's training interactions; wls too), and
+        ``partial_fit`` refuses it (:class:`~dask_dgd.exceptions.ParameterError`).
         Computed from ``item_factors_``, so it follows ``partial_fit`` and fold-in.
         """
         check_is_fitted(self, "item_factors_")
         return bool(np.any(self.item_factors_))
 
+    def _ranks_by_popularity(self):
+        """Whether this is an implicit model's popularity fallback (see
+        ``_fall_back_to_popularity``): every factor exactly zero, the item biases
+        ``log(1 + n_i)``."""
+        return self._kind_now() != "explicit" and hasattr(self, "item_bias_") and not self.factors_used_
+
     def _warn_bias_only(self, what):
         """Warn that ``what`` ranks by the biases alone, where the model has factor
         columns but every one is zero (asked for with ``n_components=0``: no warning)."""
         if self.item_factors_.shape[1] == 0 or self.factors_used_:
+            return
+        if self._ranks_by_popularity():
+            warnings.warn(
+                f"{type(self).__name__}: the model ranks by popularity (item_bias_ = log(1 + the item's "
+                "interactions); every factor is exactly zero): alpha='auto' found no factors that beat popularity "
+                f"on the held-out pairs by two standard errors: {what}; give a numeric alpha to fit factors anyway "
+                "(factors_used_ is False)",
+                BiasOnlyWarning, stacklevel=user_stacklevel(),
+            )
             return
         from ._auto import MIN_GAIN
 
@@ -160,7 +175,8 @@ class RecommenderMixin:
         Unknown users or items fall back to what is known: the rating of an unknown user
         is ``global_mean_ + item_bias_`` (the item's bias model), of an unknown item
         ``global_mean_ + user_bias_``, of both ``global_mean_``; the implicit score of an
-        unknown item is 0 and of an unknown user the item's bias (BPR) or 0 (wls).
+        unknown item is 0 and of an unknown user the item's bias (BPR, or the
+        popularity model of ``alpha="auto"``: ``log(1 + n_i)``) or 0 (wls).
 
         Parameters
         ----------
@@ -332,7 +348,11 @@ class RecommenderMixin:
         seen), by default by the lower bound of ``confidence`` (each item's bias less
         its discount, the bound returned as the score), with ``confidence=0`` by the
         item biases; with a :class:`~dask_dgd.exceptions.BiasOnlyWarning` (none for
-        ``n_components=0``, which asks for that model).
+        ``n_components=0``, which asks for that model).  So does an implicit model for
+        which ``alpha="auto"`` found no factors that beat popularity on the held-out
+        pairs: it ranks each user's unseen items by popularity, ``item_bias_ = log(1 +
+        n_i)`` (ties by item index), with that warning; users folded in get zero
+        factors, so the same order.
 
         Parameters
         ----------
@@ -375,7 +395,8 @@ class RecommenderMixin:
         Returns
         -------
         item_ids : numpy.ma.MaskedArray of shape (n_users, k)
-            Each user's recommendations, best first.  Always a masked array, its
+            Each user's recommendations, best first (equal scores in the order of
+            ``item_ids_``).  Always a masked array, its
             mask True on the padding slots of a user with fewer than ``k`` unseen
             items (``exclude_seen``: padding is not a recommendation, as
             :meth:`recommend_all` has no rows for it), all False otherwise.  Under the
@@ -634,7 +655,9 @@ class RecommenderMixin:
         items are then ranked by how close their biases are to the item's, the scores
         being ``-abs(item_bias_[j] - item_bias_[i])`` (0: the same bias), with a
         :class:`~dask_dgd.exceptions.BiasOnlyWarning` where the model has factor
-        columns; a model without item biases either raises :class:`ParameterError`.
+        columns (the popularity model of an implicit ``alpha="auto"`` fit: the
+        closeness of ``log(1 + n_i)``); a model without item biases either raises
+        :class:`ParameterError`.
 
         Parameters
         ----------
