@@ -138,26 +138,31 @@ def ranking_sums(shard, U, V, bias, popularity, k=RANKING_K, rate=1.0, seed=0):
     discount = 1.0 / np.log2(np.arange(2, kk + 2))
     ideal = np.cumsum(discount)
     block = max(1, int(BLOCK_BYTES // (8 * max(n_items, 1))))
+    by_pop = np.lexsort((np.arange(n_items), -pop))  # (ties by item index)
+    rank_of = np.empty(n_items, dtype=np.int64)
+    rank_of[by_pop] = np.arange(n_items)
     for a in range(0, rel_users.size, block):
         lus = rel_users[a:a + block]
         # the block's training pairs: rows uptr[u]:uptr[u + 1] of each of its users
         lengths = uptr[lus + 1] - uptr[lus]
         row = np.repeat(np.arange(lus.size), lengths)
         at = np.arange(row.size) - np.repeat(np.cumsum(lengths) - lengths, lengths) + np.repeat(uptr[lus], lengths)
-        seen = (row, gi[at])
-        scores = []
-        for of_model in (True, False):  # (one score matrix at a time)
-            if of_model:
-                s = U[users[lus]] @ V.T
-                if add is not None:
-                    s += add
-            else:
-                s = np.repeat(pop[None, :], lus.size, axis=0)
-            s[seen] = -np.inf
-            top, top_s = top_k(s, kk)
-            del s
-            scores.append(_ndcg(top, top_s, relevant, lus, n_items, n_rel[a:a + block], discount, ideal))
-        model, base = scores
+        s = U[users[lus]] @ V.T
+        if add is not None:
+            s += add
+        s[row, gi[at]] = -np.inf
+        top, top_s = top_k(s, kk)
+        del s
+        model = _ndcg(top, top_s, relevant, lus, n_items, n_rel[a:a + block], discount, ideal)
+        # popularity: the same order for every user, so only its first k + (the most
+        # training items of a user in the block) items can make a user's top k
+        cand = by_pop[:min(n_items, kk + int(lengths.max(initial=0)))]
+        s = np.repeat(pop[cand][None, :], lus.size, axis=0)
+        pos = rank_of[gi[at]]
+        inside = pos < cand.size
+        s[row[inside], pos[inside]] = -np.inf
+        top, top_s = top_k(s, kk)
+        base = _ndcg(cand[top], top_s, relevant, lus, n_items, n_rel[a:a + block], discount, ideal)
         d = model - base
         out["n"] += int(lus.size)
         out["ndcg"] += float(model.sum())
