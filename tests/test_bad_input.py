@@ -518,9 +518,10 @@ RATINGS = pd.DataFrame({
 })
 RECOMMENDERS = {
     "explicit": lambda **k: MatrixFactorization(n_components=2, max_iter=3, tol=0, random_state=0, **k),
-    "bpr": lambda **k: ImplicitMatrixFactorization(n_components=2, max_iter=3, tol=0, random_state=0, **k),
-    "wls": lambda **k: ImplicitMatrixFactorization(n_components=2, loss="wls", rating_col="rating", max_iter=3, tol=0,
+    "bpr": lambda **k: ImplicitMatrixFactorization(n_components=2, loss="bpr", alpha=0.01, max_iter=3, tol=0,
                                                    random_state=0, **k),
+    "wls": lambda **k: ImplicitMatrixFactorization(n_components=2, loss="wls", alpha=0.01, rating_col="rating",
+                                                   max_iter=3, tol=0, random_state=0, **k),
 }
 FRAMES = ["pandas", "dask"]
 
@@ -543,8 +544,8 @@ def test_recommender_nan_ratings(model, kind, bad, client):
         ref = rec(model, "pandas", client).fit(RATINGS.drop(columns="rating"))
         np.testing.assert_allclose(fitted.item_factors_, ref.item_factors_, atol=1e-10)
         with pytest.raises(InputError, match="1 values of the 'rating' column are NaN or infinite"):
-            ImplicitMatrixFactorization(rating_col="rating", max_iter=1, **({"client": client} if kind == "dask" else {})
-                                        ).fit(frame(kind, df))
+            ImplicitMatrixFactorization(loss="bpr", rating_col="rating", max_iter=1,
+                                        **({"client": client} if kind == "dask" else {})).fit(frame(kind, df))
         return
     with pytest.raises(InputError, match="1 values of the 'rating' column are NaN or infinite; drop or fill them before fitting"):
         rec(model, kind, client).fit(frame(kind, df))

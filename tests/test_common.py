@@ -51,8 +51,8 @@ ESTIMATORS = [
 #: Estimators whose input is not a table: id pairs, xarray Datasets.
 NON_TABULAR = [
     MatrixFactorization(n_components=3, max_iter=20, tol=0, random_state=0),
-    ImplicitMatrixFactorization(n_components=3, max_iter=20, tol=0, random_state=0),
-    ImplicitMatrixFactorization(n_components=3, loss="wls", max_iter=20, tol=0, random_state=0),
+    ImplicitMatrixFactorization(n_components=3, loss="bpr", alpha=0.01, max_iter=20, tol=0, random_state=0),
+    ImplicitMatrixFactorization(n_components=3, loss="wls", alpha=0.01, max_iter=20, tol=0, random_state=0),
     ClimateRegressor(target="y", model="pointwise"),
     ClimateRegressor(target="y", model="pooled", solver="lbfgs"),
 ]

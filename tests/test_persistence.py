@@ -82,7 +82,7 @@ def test_recommenders_round_trip(tmp_path, client):
     frame, _ = make_ratings(n_users=60, n_items=40, n_ratings=1500, random_state=0)
     frame["user"] = "u" + frame["user"].astype(str)  # string ids survive the trip
     for est in (MatrixFactorization(n_components=3, max_iter=10, random_state=0),
-                ImplicitMatrixFactorization(n_components=3, max_iter=5, random_state=0)):
+                ImplicitMatrixFactorization(n_components=3, loss="bpr", alpha=0.01, max_iter=5, random_state=0)):
         est.fit(frame)
         back = dask_dgd.load(est.save(tmp_path / f"{type(est).__name__}.npz"))
         users = frame["user"].unique()[:5]
@@ -329,8 +329,9 @@ def _tiny_fits(cls, client):
     Xs = X[:120]
     if name in ("MatrixFactorization", "ImplicitMatrixFactorization"):
         frame, _ = make_ratings(n_users=12, n_items=9, n_ratings=80, random_state=0)
-        return [cls(n_components=2, max_iter=3, random_state=0, client=client).fit(frame),
-                cls(n_components=2, solver="gd", max_iter=3, random_state=0, client=client).fit(frame)]
+        bpr = {"loss": "bpr", "alpha": 0.01} if name == "ImplicitMatrixFactorization" else {}
+        return [cls(n_components=2, max_iter=3, random_state=0, client=client, **bpr).fit(frame),
+                cls(n_components=2, solver="gd", max_iter=3, random_state=0, client=client, **bpr).fit(frame)]
     if name == "ClimateRegressor":
         return [cls(features=["a"], target="tas", model=m, client=client).fit(_grid()) for m in ("pooled", "pointwise")]
     if name == "FeatureHasher":

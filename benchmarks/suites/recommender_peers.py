@@ -369,8 +369,8 @@ t0 = time.perf_counter()
 if lib == "dask_dgd":
     from dask_dgd import ImplicitMatrixFactorization
     def fit():
-        est = ImplicitMatrixFactorization(loss="wls", solver="als", n_components=rank, max_iter=iters, tol=0.0,
-                                          random_state=seed)
+        est = ImplicitMatrixFactorization(loss="wls", solver="als", n_components=rank, alpha=0.01, max_iter=iters,
+                                          tol=0.0, random_state=seed)
         with threadpool_limits(1, user_api="blas"):
             t = time.perf_counter(); est.fit(pos); wall = time.perf_counter() - t
         return wall, est.recommend(users, k=10, exclude_seen=True)[0]

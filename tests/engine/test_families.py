@@ -56,8 +56,8 @@ class Family:
             return MatrixFactorization(**{"n_components": 3, "alpha": 0.1, "solver": "gd", "max_iter": 20,
                                           "random_state": 0, "client": self.client, **kw})
         if self.name == "implicit":
-            return ImplicitMatrixFactorization(**{"n_components": 3, "loss": "wls", "max_iter": 20, "random_state": 0,
-                                                  "client": self.client, **kw})
+            return ImplicitMatrixFactorization(**{"n_components": 3, "loss": "wls", "alpha": 0.01, "max_iter": 20,
+                                                  "random_state": 0, "client": self.client, **kw})
         return ClimateRegressor("a", "y", **{"seasonal": 2, "solver": "gd", "max_iter": 30, "tol": 0.0,
                                              "client": self.client, **kw})
 

@@ -39,12 +39,13 @@ CASES = {
     "explicit": lambda c: MatrixFactorization(3, solver="gd", max_iter=5, tol=0, random_state=0, client=c),
     "explicit-minibatch": lambda c: MatrixFactorization(3, max_iter=2, batch_size=200, optimizer="adagrad", tol=0,
                                                         random_state=1, client=c),
-    "bpr": lambda c: ImplicitMatrixFactorization(3, loss="bpr", max_iter=5, tol=0, random_state=2, client=c),
-    "bpr-minibatch": lambda c: ImplicitMatrixFactorization(3, loss="bpr", max_iter=2, batch_size=200, tol=0,
+    "bpr": lambda c: ImplicitMatrixFactorization(3, loss="bpr", alpha=0.01, max_iter=5, tol=0, random_state=2,
+                                                 client=c),
+    "bpr-minibatch": lambda c: ImplicitMatrixFactorization(3, loss="bpr", alpha=0.01, max_iter=2, batch_size=200, tol=0,
                                                            random_state=3, client=c),
-    "wls": lambda c: ImplicitMatrixFactorization(3, loss="wls", rating_col="rating", max_iter=5, tol=0,
+    "wls": lambda c: ImplicitMatrixFactorization(3, loss="wls", alpha=0.01, rating_col="rating", max_iter=5, tol=0,
                                                  solver="gd", random_state=4, client=c),
-    "wls-minibatch": lambda c: ImplicitMatrixFactorization(3, loss="wls", rating_col="rating", max_iter=2,
+    "wls-minibatch": lambda c: ImplicitMatrixFactorization(3, loss="wls", alpha=0.01, rating_col="rating", max_iter=2,
                                                            batch_size=200, tol=0, random_state=5, client=c),
 }
 USES_Y = {"explicit", "explicit-minibatch", "wls", "wls-minibatch"}

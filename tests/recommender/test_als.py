@@ -109,7 +109,7 @@ def test_als_history_counts_iterations_and_steps(small):
 @pytest.mark.parametrize("kind", ["explicit", "wls"])
 def test_als_does_not_depend_on_the_sharding_and_runs_on_the_cluster(small, client, kind):
     cls = MatrixFactorization if kind == "explicit" else ImplicitMatrixFactorization
-    extra = {} if kind == "explicit" else {"loss": "wls", "rating_col": "rating"}
+    extra = {} if kind == "explicit" else {"loss": "wls", "alpha": 0.01, "rating_col": "rating"}
     kw = dict(n_components=3, solver="als", max_iter=6, tol=0, random_state=2, **extra)
     fits = []
     with warnings.catch_warnings():
@@ -133,18 +133,18 @@ def test_auto_picks_als_where_it_applies(small):
             warnings.simplefilter("ignore")
             return est.set_params(max_iter=2, random_state=0).fit(data).solver_
 
-    assert solver_of(ImplicitMatrixFactorization(loss="wls")) == "als"
-    assert solver_of(ImplicitMatrixFactorization(loss="bpr")) == "gd"
-    assert solver_of(ImplicitMatrixFactorization(loss="wls", batch_size=100)) == "gd"
-    assert solver_of(ImplicitMatrixFactorization(loss="wls", compression="fp16")) == "gd"
-    assert solver_of(ImplicitMatrixFactorization(loss="wls", mode="local")) == "gd"
+    assert solver_of(ImplicitMatrixFactorization(n_components=10, loss="wls", alpha=0.01)) == "als"
+    assert solver_of(ImplicitMatrixFactorization(n_components=10, loss="bpr", alpha=0.01)) == "gd"
+    assert solver_of(ImplicitMatrixFactorization(n_components=10, loss="wls", batch_size=100, alpha=0.01)) == "gd"
+    assert solver_of(ImplicitMatrixFactorization(n_components=10, loss="wls", compression="fp16", alpha=0.01)) == "gd"
+    assert solver_of(ImplicitMatrixFactorization(n_components=10, loss="wls", mode="local", alpha=0.01)) == "gd"
     assert solver_of(MatrixFactorization()) == "als"
     # a learning rate or an optimizer other than the default asks for gradient steps
     assert solver_of(MatrixFactorization(learning_rate=0.05)) == "gd"
     assert solver_of(MatrixFactorization(optimizer="sgd")) == "gd"
     assert solver_of(MatrixFactorization(optimizer="sgd", solver="als")) == "als"
     # partial_fit takes gradient steps from the factors of an ALS fit
-    mf = ImplicitMatrixFactorization(loss="wls", n_components=2, max_iter=3, random_state=0).fit(small)
+    mf = ImplicitMatrixFactorization(loss="wls", n_components=2, alpha=0.01, max_iter=3, random_state=0).fit(small)
     more = pd.DataFrame({"user": [small["user"].iloc[0], 10_000], "item": [small["item"].iloc[1], 20_000]})
     mf.partial_fit(more)
     assert mf.solver_ == "gd" and mf.user_factors_.shape[0] == small["user"].nunique() + 1
@@ -158,7 +158,8 @@ def test_als_on_other_array_namespaces_is_refused_and_auto_falls_back(small, cli
         MatrixFactorization(solver="als", max_iter=2, client=client).fit(pairs, y)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        mf = ImplicitMatrixFactorization(loss="wls", max_iter=2, random_state=0, client=client).fit(pairs, y)
+        mf = ImplicitMatrixFactorization(n_components=10, loss="wls", alpha=0.01, max_iter=2, random_state=0,
+                                         client=client).fit(pairs, y)
     assert mf.solver_ == "gd"
 
 
@@ -179,8 +180,8 @@ def test_als_errors(small, kw, message):
 
 @pytest.mark.filterwarnings("ignore::sklearn.exceptions.ConvergenceWarning")
 def test_an_interrupted_als_fit_resumes_to_the_same_factors(small, tmp_path, client):
-    kw = dict(n_components=3, loss="wls", rating_col="rating", solver="als", max_iter=7, tol=0, random_state=4,
-              checkpoint=tmp_path, checkpoint_every=1, client=client)
+    kw = dict(n_components=3, loss="wls", alpha=0.01, rating_col="rating", solver="als", max_iter=7, tol=0,
+              random_state=4, checkpoint=tmp_path, checkpoint_every=1, client=client)
     whole = ImplicitMatrixFactorization(**{**kw, "checkpoint": None}).fit(small)
     with pytest.raises(Interrupted):
         ImplicitMatrixFactorization(**kw, callbacks=[StopAfter(13)]).fit(small)  # at iteration 4's record

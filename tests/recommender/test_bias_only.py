@@ -101,7 +101,7 @@ def test_factors_used_is_a_fitted_attribute_only():
 
 def test_a_model_with_neither_factors_nor_item_biases_refuses_similar_items():
     frame, _ = make_ratings(n_users=30, n_items=12, n_ratings=200, random_state=0)
-    wls = _quiet(ImplicitMatrixFactorization(n_components=2, loss="wls", max_iter=3, random_state=0), frame)
+    wls = _quiet(ImplicitMatrixFactorization(n_components=2, loss="wls", alpha=0.01, max_iter=3, random_state=0), frame)
     wls.item_factors_[:] = 0.0  # (wls has no biases; its factors made zero by hand)
     assert wls.factors_used_ is False
     with pytest.raises(ParameterError, match="has neither factors .* nor item biases: similar_items has nothing "

@@ -52,7 +52,7 @@ def test_residual_std_is_the_training_rms_or_the_held_out_rmse(ratings, fitted):
     path = auto.validation_path_
     assert auto.residual_std_ == path.loc[path["chosen"], "val_rmse"].iloc[0]
     # not for implicit models: their scores are not ratings
-    assert not hasattr(_fit(ImplicitMatrixFactorization(n_components=2, loss="wls", random_state=0), ratings),
+    assert not hasattr(_fit(ImplicitMatrixFactorization(n_components=2, loss="wls", alpha=0.01, random_state=0), ratings),
                        "residual_std_")
 
 
@@ -143,7 +143,7 @@ def test_a_bad_confidence_is_refused(fitted, confidence):
 
 
 def test_implicit_models_have_no_bound(ratings):
-    wls = _fit(ImplicitMatrixFactorization(n_components=2, loss="wls", random_state=0), ratings)
+    wls = _fit(ImplicitMatrixFactorization(n_components=2, loss="wls", alpha=0.01, random_state=0), ratings)
     ids, scores = wls.recommend(wls.user_ids_[:2], k=3)
     np.testing.assert_array_equal(wls.recommend(wls.user_ids_[:2], k=3, confidence=0)[1], scores)
     with pytest.raises(ParameterError, match=r"confidence=2.0 applies to explicit ratings \(MatrixFactorization\): "

@@ -171,7 +171,7 @@ def test_the_auto_penalty_path_sees_the_merged_ratings(ratings):
 def test_implicit_strengths_of_repeated_events_merge_without_a_warning(policy, where, client):
     events, _ = make_ratings(100, 50, 1200, rank=3, implicit=True, random_state=0)
     dup = _with_duplicates(events.rename(columns={"count": "rating"}), n=100, value=2.0)
-    kw = dict(n_components=2, loss="wls", rating_col="rating", max_iter=5, tol=0, duplicates=policy,
+    kw = dict(n_components=2, loss="wls", alpha=0.01, rating_col="rating", max_iter=5, tol=0, duplicates=policy,
               random_state=0, **({"client": client, "n_shards": 2} if where == "cluster" else {}))
     X = dd.from_pandas(dup, npartitions=2, sort=False) if where == "cluster" else dup
     with warnings.catch_warnings():
@@ -186,7 +186,7 @@ def test_implicit_pairs_without_strengths_count_once(client):
     events, _ = make_ratings(100, 50, 1200, rank=3, implicit=True, random_state=0)
     pairs = events[["user", "item"]]
     dup = pd.concat([pairs, pairs.iloc[::7]], ignore_index=True)
-    kw = dict(n_components=2, loss="wls", max_iter=5, tol=0, random_state=0)
+    kw = dict(n_components=2, loss="wls", alpha=0.01, max_iter=5, tol=0, random_state=0)
     with warnings.catch_warnings():
         warnings.simplefilter("error", DGDWarning)
         got = ImplicitMatrixFactorization(**kw).fit(dup)
@@ -235,19 +235,19 @@ def test_an_unused_rating_column_is_said(ratings, column):
                             "not used: every \\(user, item\\) pair counts as a positive of strength 1; pass "
                             f"rating_col='{column}' \\(with loss='wls'\\) to use it as the strengths, or keep only "
                             f"the positives first \\(e.g. X\\[X\\['{column}'\\] >= 4\\]\\), or drop the column"):
-        ImplicitMatrixFactorization(n_components=2, max_iter=2, random_state=0).fit(df)
+        ImplicitMatrixFactorization(n_components=2, loss="bpr", alpha=0.01, max_iter=2, random_state=0).fit(df)
 
 
 def test_no_warning_without_a_rating_like_column(ratings, client):
     with warnings.catch_warnings():
         warnings.simplefilter("error", UnusedRatingsWarning)
-        kw = dict(n_components=2, max_iter=2, random_state=0)
-        ImplicitMatrixFactorization(**kw).fit(ratings[["user", "item"]])
-        ImplicitMatrixFactorization(**kw).fit(ratings.rename(columns={"rating": "day"}))  # not rating-like
-        ImplicitMatrixFactorization(**kw).fit(ratings.assign(rating=ratings["rating"].astype(str)))  # not numeric
+        kw = dict(n_components=2, alpha=0.01, max_iter=2, random_state=0)
+        ImplicitMatrixFactorization(loss="bpr", **kw).fit(ratings[["user", "item"]])
+        ImplicitMatrixFactorization(loss="bpr", **kw).fit(ratings.rename(columns={"rating": "day"}))  # not rating-like
+        ImplicitMatrixFactorization(loss="bpr", **kw).fit(ratings.assign(rating=ratings["rating"].astype(str)))  # not numeric
         ImplicitMatrixFactorization(loss="wls", rating_col="rating", **kw).fit(ratings)  # used
     with pytest.warns(UnusedRatingsWarning, match="X has a column 'rating' but rating_col=None"):  # dask too
-        ImplicitMatrixFactorization(client=client, **kw).fit(dd.from_pandas(ratings, npartitions=2))
+        ImplicitMatrixFactorization(loss="bpr", client=client, **kw).fit(dd.from_pandas(ratings, npartitions=2))
 
 
 def test_bpr_says_that_it_does_not_weigh_pairs_by_strengths(ratings):
@@ -256,7 +256,8 @@ def test_bpr_says_that_it_does_not_weigh_pairs_by_strengths(ratings):
                             "positive alike: the 'rating' values are only checked \\(finite, >= 0\\), not used; use "
                             "loss='wls' to weigh the pairs by them, or keep only the positives first \\(e.g. "
                             "X\\[X\\['rating'\\] >= 4\\]\\) and leave rating_col=None"):
-        ImplicitMatrixFactorization(rating_col="rating", n_components=2, max_iter=2, random_state=0).fit(ratings)
+        ImplicitMatrixFactorization(loss="bpr", alpha=0.01, rating_col="rating", n_components=2, max_iter=2,
+                                    random_state=0).fit(ratings)
 
 
 @pytest.mark.parametrize("loss, why", [
@@ -274,7 +275,8 @@ def test_negative_strengths_are_refused_for_both_losses(ratings, loss, why):
             ImplicitMatrixFactorization(loss=loss, rating_col="rating", max_iter=1).fit(df)
     # a zero strength is an observed pair of confidence 1 (documented): accepted
     zero = df.assign(rating=df["rating"].clip(lower=0.0))
-    ImplicitMatrixFactorization(loss="wls", rating_col="rating", n_components=2, max_iter=1, tol=0).fit(zero)
+    ImplicitMatrixFactorization(loss="wls", alpha=0.01, rating_col="rating", n_components=2, max_iter=1,
+                                tol=0).fit(zero)
 
 
 def test_the_new_warnings_are_dask_dgd_warnings():
@@ -287,7 +289,8 @@ def test_a_rating_col_missing_from_x_is_refused(ratings, loss, client):
     msg = ("ImplicitMatrixFactorization\\(rating_col='plays'\\): X has no column 'plays' \\(columns \\['user', "
            "'item', 'count'\\]\\), so every \\(user, item\\) pair would have strength 1; name the strengths' column "
            "with rating_col=..., pass them as y=..., or set rating_col=None to count every pair once")
-    est = ImplicitMatrixFactorization(loss=loss, rating_col="plays", n_components=2, max_iter=1, random_state=0)
+    est = ImplicitMatrixFactorization(loss=loss, alpha=0.01, rating_col="plays", n_components=2, max_iter=1,
+                                      random_state=0)
     with warnings.catch_warnings():
         warnings.simplefilter("error", UnusedRatingsWarning)  # (not the warning that says rating_col=None)
         with pytest.raises(InputError, match=msg):
@@ -308,7 +311,7 @@ def test_wls_fold_in_needs_the_rating_col_and_held_out_interactions_do_not(ratin
     from dask_dgd.recommender import evaluate_ranking
 
     plays = ratings.rename(columns={"rating": "count"})
-    wls = ImplicitMatrixFactorization(loss="wls", rating_col="count", n_components=2, max_iter=2, tol=0,
+    wls = ImplicitMatrixFactorization(loss="wls", alpha=0.01, rating_col="count", n_components=2, max_iter=2, tol=0,
                                       random_state=0).fit(plays)
     new = pd.DataFrame({"user": ["new", "new"], "item": plays["item"].iloc[:2].to_numpy()})
     for call, where in [(lambda: wls.recommend(["new"], k=2, user_items=new), "user_items"),
@@ -326,7 +329,8 @@ def test_wls_fold_in_needs_the_rating_col_and_held_out_interactions_do_not(ratin
     # BPR does not use strengths: its fold-in needs only the pairs
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", UnusedRatingsWarning)
-        bpr = ImplicitMatrixFactorization(rating_col="count", n_components=2, max_iter=2, random_state=0).fit(plays)
+        bpr = ImplicitMatrixFactorization(loss="bpr", alpha=0.01, rating_col="count", n_components=2, max_iter=2,
+                                          random_state=0).fit(plays)
     assert bpr.recommend(["new"], k=2, user_items=new)[0].shape == (1, 2)
 
 

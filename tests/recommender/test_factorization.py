@@ -214,7 +214,8 @@ def test_partial_fit_grows_the_model(lowrank, client):
 
 def test_refit_with_other_settings_starts_clean():
     data, _ = make_ratings(60, 40, 600, implicit=True, random_state=0)
-    est = ImplicitMatrixFactorization(loss="bpr", n_components=2, max_iter=3, tol=0, random_state=0).fit(data)
+    est = ImplicitMatrixFactorization(loss="bpr", n_components=2, alpha=0.01, max_iter=3, tol=0,
+                                      random_state=0).fit(data)
     assert hasattr(est, "item_bias_")
     est.set_params(loss="wls").fit(data.iloc[:300])
     assert not hasattr(est, "item_bias_")  # BPR's biases do not leak into the wls model
@@ -237,7 +238,8 @@ def test_tol_zero_runs_every_epoch_and_optimizer_objects_keep_their_rate():
 
 def test_ranking_ignores_padding_past_the_unseen_items():
     data = pd.DataFrame({"user": [0, 0, 0, 1, 1], "item": [0, 1, 2, 0, 3]})
-    est = ImplicitMatrixFactorization(n_components=2, max_iter=2, tol=0, random_state=0).fit(data)
+    est = ImplicitMatrixFactorization(n_components=2, loss="bpr", alpha=0.01, max_iter=2, tol=0,
+                                      random_state=0).fit(data)
     ids, scores = est.recommend(0, k=4)
     assert ids.mask[0].tolist() == [False, True, True, True]  # only item 3 is unseen: the rest is padding
     assert np.isneginf(scores.data[0, 1:]).all()
@@ -267,7 +269,7 @@ def test_pickle_without_cluster_and_sklearn_tools(lowrank, client):
 def test_implicit_ranks_held_out_items_better_than_popularity(loss, client):
     data, _ = make_ratings(400, 200, 12000, rank=3, implicit=True, random_state=0)
     train, test = train_test_split(data, 0.2, random_state=0)
-    est = ImplicitMatrixFactorization(loss=loss, n_components=3, max_iter=60, random_state=0,
+    est = ImplicitMatrixFactorization(loss=loss, n_components=3, alpha=0.01, max_iter=60, random_state=0,
                                       rating_col="count", client=client)
     _quiet_fit(est, dd.from_pandas(train, npartitions=2))
     got = evaluate_ranking(est, test, k=10)
@@ -286,8 +288,8 @@ def test_implicit_ranks_held_out_items_better_than_popularity(loss, client):
 def test_implicit_results_do_not_depend_on_shards(client):
     data, _ = make_ratings(200, 100, 4000, rank=3, implicit=True, random_state=1)
     fits = [
-        ImplicitMatrixFactorization(loss=loss, n_components=3, max_iter=5, tol=0, batch_size=1000, random_state=2,
-                                    n_shards=n, rating_col="count", client=client).fit(data)
+        ImplicitMatrixFactorization(loss=loss, n_components=3, alpha=0.01, max_iter=5, tol=0, batch_size=1000,
+                                    random_state=2, n_shards=n, rating_col="count", client=client).fit(data)
         for loss in ("bpr", "wls")
         for n in (1, 3)
     ]
@@ -454,8 +456,8 @@ def test_tol_is_relative_to_the_starting_objective(kind):
         ratings, _ = make_ratings(200, 100, 3000, rank=3, implicit=True, random_state=0)
         # gradient steps: their first record is at the start (alternating least squares
         # records after its first user solve)
-        est = ImplicitMatrixFactorization(loss=kind, rating_col="count", confidence_scale=2.0, max_iter=1, tol=0,
-                                          solver="gd", random_state=0)
+        est = ImplicitMatrixFactorization(n_components=10, loss=kind, alpha=0.01, rating_col="count",
+                                          confidence_scale=2.0, max_iter=1, tol=0, solver="gd", random_state=0)
         start = np.log(2.0) if kind == "bpr" else 1.0 + 2.0 * float(ratings["count"].mean())
     est.fit(ratings)
     assert est.loss_curve_[0] == pytest.approx(start, rel=0.03)
@@ -496,7 +498,8 @@ def test_bpr_default_rate_is_annealed_over_its_epochs():
     from dask_dgd.optim import CosineDecay
 
     ratings, _ = make_ratings(200, 80, 3000, implicit=True, random_state=0)
-    batches = ImplicitMatrixFactorization(n_components=2, max_iter=12, batch_size=1000, random_state=0).fit(ratings)
+    batches = ImplicitMatrixFactorization(n_components=2, loss="bpr", alpha=0.01, max_iter=12, batch_size=1000,
+                                          random_state=0).fit(ratings)
     assert batches.n_iter_ == 12
     steps = batches.history_["step_size"].to_numpy()
     rates = CosineDecay(0.05, 12 * 3)  # 3 batches an epoch
@@ -504,10 +507,12 @@ def test_bpr_default_rate_is_annealed_over_its_epochs():
     np.testing.assert_allclose(steps, [rates(t) for t in range(len(steps))], rtol=1e-12)
     # a rate you give, or another mode, is kept as it is (and tol applies)
     for kw in ({"learning_rate": 0.05}, {"mode": "local", "local_steps": 2}):
-        fixed = ImplicitMatrixFactorization(n_components=2, max_iter=12, random_state=0, **kw).fit(ratings)
+        fixed = ImplicitMatrixFactorization(n_components=2, loss="bpr", alpha=0.01, max_iter=12, random_state=0,
+                                            **kw).fit(ratings)
         assert (fixed.history_["step_size"].dropna() == 0.05).all()
     # wls by gradient steps: not sampled, not annealed
-    wls = ImplicitMatrixFactorization(n_components=2, loss="wls", solver="gd", max_iter=5, random_state=0).fit(ratings)
+    wls = ImplicitMatrixFactorization(n_components=2, loss="wls", alpha=0.01, solver="gd", max_iter=5,
+                                      random_state=0).fit(ratings)
     assert (wls.history_["step_size"] == 0.05).all()
 
 
@@ -573,7 +578,7 @@ def test_a_model_larger_than_the_memory_is_refused_up_front(monkeypatch, client)
                                              r".* take 91\.6 MiB and the driver gathers them; this machine has 20\.0 MiB "
                                              r"available; use n_components <= 218452, or a machine with more memory$"):
         ImplicitMatrixFactorization(10**6, loss="bpr", client=client).fit(_small())
-    ImplicitMatrixFactorization(100, loss="bpr", max_iter=2).fit(_small())  # a model that fits is fitted
+    ImplicitMatrixFactorization(100, loss="bpr", alpha=0.01, max_iter=2).fit(_small())  # a model that fits is fitted
 
 
 def test_resuming_removes_the_file_a_killed_checkpoint_write_left(tmp_path):

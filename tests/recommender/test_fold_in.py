@@ -53,7 +53,7 @@ def test_fold_in_solves_the_user_step_of_the_fitted_model(ratings, kind):
 
 
 def test_bpr_fold_in_minimises_the_users_objective(ratings):
-    mf = _fit(ImplicitMatrixFactorization(n_components=3, loss="bpr", max_iter=30, random_state=0), ratings)
+    mf = _fit(ImplicitMatrixFactorization(n_components=3, loss="bpr", alpha=0.01, max_iter=30, random_state=0), ratings)
     V = mf._item_table()
     Q, b = V[:, :3], V[:, 3]
     pos = np.zeros(len(V), dtype=bool)
@@ -71,8 +71,8 @@ def test_bpr_fold_in_minimises_the_users_objective(ratings):
 
 @pytest.mark.parametrize("make", [
     lambda: MatrixFactorization(n_components=2, random_state=0),
-    lambda: ImplicitMatrixFactorization(n_components=2, loss="wls", random_state=0),
-    lambda: ImplicitMatrixFactorization(n_components=2, loss="bpr", max_iter=20, random_state=0),
+    lambda: ImplicitMatrixFactorization(n_components=2, loss="wls", alpha=0.01, random_state=0),
+    lambda: ImplicitMatrixFactorization(n_components=2, loss="bpr", alpha=0.01, max_iter=20, random_state=0),
 ], ids=["explicit", "wls", "bpr"])
 def test_recommend_for_new_users(ratings, make):
     mf = _fit(make(), ratings)
@@ -157,7 +157,7 @@ def test_bpr_item_fold_in_minimises_the_items_expected_objective():
     of the BPR terms it enters: computed here term by term, with numerical derivatives."""
     r, _ = make_ratings(30, 15, 200, rank=2, noise=0.3, random_state=5)
     cold = r["item"].value_counts().index[3]
-    mf = _fit(ImplicitMatrixFactorization(n_components=2, loss="bpr", max_iter=30, random_state=0),
+    mf = _fit(ImplicitMatrixFactorization(n_components=2, loss="bpr", alpha=0.01, max_iter=30, random_state=0),
               r[r["item"] != cold])
     mf.fold_in_items(r.loc[r["item"] == cold, ["user", "item"]])
     theta = np.r_[mf.item_factors_[-1], mf.item_bias_[-1]]
@@ -184,7 +184,7 @@ def test_bpr_item_fold_in_minimises_the_items_expected_objective():
 
 
 def test_fold_in_users_adds_them_to_the_model(ratings):
-    mf = _fit(ImplicitMatrixFactorization(n_components=2, loss="wls", random_state=0), ratings)
+    mf = _fit(ImplicitMatrixFactorization(n_components=2, loss="wls", alpha=0.01, random_state=0), ratings)
     items = mf.item_ids_
     new = pd.DataFrame({"user": [1000, 1000, 1001], "item": [items[0], items[1], items[2]], "rating": [2.0, 1.0, 3.0]})
     expected = mf.recommend([1000, 1001], k=5, user_items=new)
@@ -220,8 +220,8 @@ def test_partial_fit_starts_new_users_folded_in(ratings, kind, client):
     import dask.dataframe as dd
 
     params = {"explicit": (MatrixFactorization, {"alpha": 0.1}),
-              "wls": (ImplicitMatrixFactorization, {"loss": "wls", "rating_col": "rating"}),
-              "bpr": (ImplicitMatrixFactorization, {"loss": "bpr", "max_iter": 20})}
+              "wls": (ImplicitMatrixFactorization, {"loss": "wls", "alpha": 0.01, "rating_col": "rating"}),
+              "bpr": (ImplicitMatrixFactorization, {"loss": "bpr", "alpha": 0.01, "max_iter": 20})}
     cls, kw = params[kind]
     newcomers = ratings["user"].isin(ratings["user"].unique()[:10])
     mf = _fit(cls(n_components=2, random_state=0, **kw), ratings[~newcomers])
@@ -236,9 +236,10 @@ def test_partial_fit_starts_new_users_folded_in(ratings, kind, client):
 # ------------------------------------------------ what fit refuses, fold-in refuses (issue 44)
 _REFUSING = {
     "explicit": lambda: MatrixFactorization(n_components=2, alpha=0.1, random_state=0),
-    "wls": lambda: ImplicitMatrixFactorization(n_components=2, loss="wls", rating_col="rating", random_state=0),
-    "bpr": lambda: ImplicitMatrixFactorization(n_components=2, loss="bpr", rating_col="rating", max_iter=10,
+    "wls": lambda: ImplicitMatrixFactorization(n_components=2, loss="wls", alpha=0.01, rating_col="rating",
                                                random_state=0),
+    "bpr": lambda: ImplicitMatrixFactorization(n_components=2, loss="bpr", alpha=0.01, rating_col="rating",
+                                               max_iter=10, random_state=0),
 }
 
 

@@ -120,8 +120,8 @@ def test_cross_val_score_ranks_implicit_models_with_their_ndcg(ratings):
     liked = ratings[ratings["rating"] >= 3.5]
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", ConvergenceWarning)
-        scores = cross_val_score(ImplicitMatrixFactorization(loss="wls", max_iter=5, random_state=0), liked,
-                                 cv=UserTimeSplit(2, 0.2))
+        scores = cross_val_score(ImplicitMatrixFactorization(n_components=10, loss="wls", alpha=0.01, max_iter=5,
+                                                             random_state=0), liked, cv=UserTimeSplit(2, 0.2))
     assert scores.shape == (2,) and ((scores >= 0) & (scores <= 1)).all()
 
 

@@ -70,7 +70,8 @@ def test_the_metrics_never_count_a_masked_slot():
 
 def test_evaluate_ranking_on_an_implicit_model_ignores_the_padding():
     data = pd.DataFrame({"user": [0, 0, 0, 1, 1], "item": [0, 1, 2, 0, 3]})
-    est = ImplicitMatrixFactorization(n_components=2, max_iter=2, tol=0, random_state=0).fit(data)
+    est = ImplicitMatrixFactorization(n_components=2, loss="bpr", alpha=0.01, max_iter=2, tol=0,
+                                      random_state=0).fit(data)
     ids, _ = est.recommend(0, k=4)
     assert ids.mask[0].tolist() == [False, True, True, True]
     got = evaluate_ranking(est, pd.DataFrame({"user": [0, 0], "item": [3, 1]}), k=4)
