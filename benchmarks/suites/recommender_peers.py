@@ -71,8 +71,8 @@ Flights is a fair implicit set: every pair is an observed, repeated choice and n
 rating, the set is dense where MovieLens and InstEval are sparse (11 destinations a plane
 on average), and its structure (carriers' route networks, the aircraft's range) is what
 collaborative filtering should find beyond popularity.  Each model is fitted ``repeats``
-times after an untimed warm-up (fit time: the median; scores: the first fit's), in process
-on ``threads`` threads (implicit with its own ``num_threads`` and BLAS single-threaded).
+times after an untimed warm-up, the models taking turns (fit time: the median; scores: the
+first fit's), in process on ``threads`` threads (implicit with its own ``num_threads`` and BLAS single-threaded).
 Only these rows, quickly (each set is also cut with ``ml_users`` / ``ie_users`` /
 ``fl_users``)::
 
@@ -518,37 +518,47 @@ def implicit_defaults(name, pos, relevant, p, unavailable, log):
     shipped at run time (``ImplicitMatrixFactorization()`` and ``(loss="bpr")``, nothing
     else set but ``random_state``) and implicit's ALS and BPR defaults, in process on
     ``p["threads"]`` threads; each fitted ``p["repeats"]`` times after an untimed
-    warm-up (fit time: the median; scores and what the fit chose: the first fit's)."""
+    warm-up, the models taking turns (repeat 1 of each, then repeat 2, ...: a machine
+    whose load changes slows them alike); fit time: the median; scores and what the fit
+    chose: the first fit's."""
     from threadpoolctl import threadpool_limits
 
-    seed, reps, users = p["seed"], p["repeats"], relevant.index.to_numpy()
+    seed, reps, users, th = p["seed"], p["repeats"], relevant.index.to_numpy(), p["threads"]
     pop = D.rank_popularity(pos, users)
     models = {"popularity": {**_rank_scores(relevant, pop), "wall": None, "walls": [], "epochs": None,
                              "warnings": []}}
+    log(f"{name} defaults: popularity NDCG@10 {models['popularity']['ndcg']:.4f}")
 
-    def add(key, fn):
-        runs = [fn() for _ in range(reps)]
-        first = runs[0]
-        models[key] = {**_imp_summ(runs, relevant), **{k: first[k] for k in (
+    def dgd_threads():
+        return threadpool_limits(th)
+
+    def peer_threads():
+        return threadpool_limits(1, user_api="blas")  # implicit's advice: its own threads, BLAS single-threaded
+
+    fits = {"dask_dgd default": (dgd_threads, lambda: D.fit_dgd_implicit(pos, users, {}, None, seed)),
+            "dask_dgd bpr default": (dgd_threads, lambda: D.fit_dgd_implicit(pos, users, {"loss": "bpr"}, None, seed))}
+    with dgd_threads():
+        D.fit_dgd_implicit(pos, users, {"max_iter": 1}, None, seed)  # untimed warm-up
+    if unavailable.get("implicit") is None:
+        with peer_threads():
+            D.fit_implicit("als", {"iterations": 1}, pos, users, seed, th)  # untimed warm-ups
+            D.fit_implicit("bpr", {"iterations": 1}, pos, users, seed, th)
+        fits["implicit ALS default"] = (peer_threads, lambda: D.fit_implicit("als", {}, pos, users, seed, th))
+        fits["implicit BPR default"] = (peer_threads, lambda: D.fit_implicit("bpr", {}, pos, users, seed, th))
+    runs = {key: [] for key in fits}
+    for _ in range(reps):
+        for key, (limits, fit) in fits.items():
+            with limits():
+                runs[key].append(fit())
+    for key, rs in runs.items():
+        first = rs[0]
+        models[key] = {**_imp_summ(rs, relevant), **{k: first[k] for k in (
             "alpha_", "alpha_bias_", "factors_used", "path_rows", "chosen") if k in first}}
         if "served_warnings" in first:
             models[key]["warnings"] = sorted(set(first["warnings"]) | set(first["served_warnings"]))
         m = models[key]
         log(f"{name} defaults: {key} NDCG@10 {m['ndcg']:.4f}, {m['wall']:.2f} s"
             + (f", alpha_={m['alpha_']:.4g}, factors used {m['factors_used']}" if "alpha_" in m else ""))
-
-    log(f"{name} defaults: popularity NDCG@10 {models['popularity']['ndcg']:.4f}")
-    with threadpool_limits(p["threads"]):
-        D.fit_dgd_implicit(pos, users, {"max_iter": 1}, None, seed)  # untimed warm-up
-        add("dask_dgd default", lambda: D.fit_dgd_implicit(pos, users, {}, None, seed))
-        add("dask_dgd bpr default", lambda: D.fit_dgd_implicit(pos, users, {"loss": "bpr"}, None, seed))
-    if unavailable.get("implicit") is None:
-        with threadpool_limits(1, user_api="blas"):  # implicit's advice: its own threads, BLAS single-threaded
-            th = p["threads"]
-            D.fit_implicit("als", {"iterations": 1}, pos, users, seed, th)  # untimed warm-up
-            D.fit_implicit("bpr", {"iterations": 1}, pos, users, seed, th)
-            add("implicit ALS default", lambda: D.fit_implicit("als", {}, pos, users, seed, th))
-            add("implicit BPR default", lambda: D.fit_implicit("bpr", {}, pos, users, seed, th))
     return {"n_pos": len(pos), "n_users": int(pos["user"].nunique()), "n_items": int(pos["item"].nunique()),
             "n_test_users": len(relevant), "subset": p[_USERS[name]] is not None,
             "time_col": "timestamp" if name == "movielens" else None, "models": models}
