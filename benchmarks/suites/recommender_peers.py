@@ -72,7 +72,8 @@ rating, the set is dense where MovieLens and InstEval are sparse (11 destination
 on average), and its structure (carriers' route networks, the aircraft's range) is what
 collaborative filtering should find beyond popularity.  Each model is fitted ``repeats``
 times after an untimed warm-up, the models taking turns (fit time: the median; scores: the
-first fit's), in process on ``threads`` threads (implicit with its own ``num_threads`` and BLAS single-threaded).
+first fit's), in process on ``threads`` threads (implicit: its own ``num_threads``, BLAS
+single-threaded).
 Only these rows, quickly (each set is also cut with ``ml_users`` / ``ie_users`` /
 ``fl_users``)::
 
