@@ -127,3 +127,18 @@ def test_defaults_rows_small_measure_the_shipped_defaults(monkeypatch):
     if here:
         assert all(f"{name}: NDCG@10" in t["measured"] for name in R.DEFAULTS_SETS for t in tgt[9:])
     assert "### Implicit defaults (issue 48)" in md and md.count("| 10. (issue 48)") == 1
+
+
+def test_defaults_table_shows_the_chosen_row_the_fallback_and_a_missing_peer():
+    res = _set((0.10, 1.0), (0.08, 2.0), (0.09, 0.5), (0.07, 0.5), used=False)
+    res["models"]["dask_dgd default"]["chosen"] = {"stage": "factors", "alpha": 0.1, "alpha_bias": float("nan"),
+                                                   "val_ndcg": 0.07, "val_pop_ndcg": 0.04, "val_gain": 0.03,
+                                                   "val_gain_se": 0.005, "n_users": 500, "passed": True}
+    md = R.defaults_table("flights", res, {"implicit": None})
+    row = next(line for line in md.splitlines() if line.startswith("| dask_dgd default |"))
+    assert "alpha 0.1, val NDCG 0.0700, pop 0.0400, gain +0.0300, se 0.0050, 500 users, passed True" in row
+    assert "alpha_bias" not in row and "yes: popularity" in row and "| 2.00 |" in row  # 1.0 s / 0.5 s
+    bpr = next(line for line in md.splitlines() if line.startswith("| dask_dgd bpr default |"))
+    assert "| 4.00 |" in bpr
+    gone = R.defaults_table("flights", res, {"implicit": "ModuleNotFoundError: No module named 'implicit'"})
+    assert "implicit: unavailable: ModuleNotFoundError" in gone
