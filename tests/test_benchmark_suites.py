@@ -653,7 +653,13 @@ def test_recommender_peers_suite_small(monkeypatch):
     for key, m in ml["models"].items():
         assert 0 <= m["precision"] <= 1 and 0 <= m["ndcg"] <= 1 and m["wall"] > 0 and m["epochs"] >= 1, key
     assert ml["models"]["dask_dgd wls default"]["solver"] == "als"  # solver="auto" picks ALS for wls
-    assert [t["target"] for t in data["targets"]] == list(recommender_peers.TARGETS) and len(data["targets"]) == 9
+    assert [t["target"] for t in data["targets"]] == list(recommender_peers.TARGETS) and len(data["targets"]) == 11
+    # implicit defaults (issue 48): the three sets, no implicit rows, targets 10-11 not measured
+    assert set(data["defaults"]) == {"movielens", "insteval", "flights"}
+    for name, res in data["defaults"].items():
+        assert set(res["models"]) == {"popularity", "dask_dgd default", "dask_dgd bpr default"}, name
+    assert [t["met"] for t in data["targets"][9:]] == [None, None]
+    assert all("implicit unavailable" in t["measured"] for t in data["targets"][9:])
     # explicit ranking (issue 49): every model ranks the same users, scores in [0, 1]
     assert set(data["ranking"]) == {"movielens", "insteval"}
     for name, res in data["ranking"].items():

