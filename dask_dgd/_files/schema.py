@@ -543,6 +543,7 @@ _FACTORS = {
     "alpha_bias_": Real(),
     "residual_std_": Real(),
     "n_duplicates_": Int(),
+    "n_components_": Int(),
     "_item_counts": Array("iu", (("n_items",),), nonnegative=True),
     "rating_scale_": Either((Of((type(None),)), ListOf(Real()))),  # MatrixFactorization: (low, high) or None
 }
@@ -613,6 +614,8 @@ def _relations(ctx, state, params):
     if k is not None:
         if _is_int(params.get("n_components")) and params["n_components"] != k:
             ctx.fail("user_factors_", f"has {k} columns, but n_components is {params['n_components']}")
+        if _is_int(state.get("n_components_")) and state["n_components_"] != k:
+            ctx.fail("user_factors_", f"has {k} columns, but n_components_ is {state['n_components_']}")
         for dim in ("user_state_columns", "item_state_columns"):
             if size(dim) is not None and size(dim) not in (k, k + 1):
                 ctx.fail(f"_{dim.split('_')[0]}_state_", f"has {size(dim)} columns for {k} factors")

@@ -226,7 +226,7 @@ def recommender_task(client, args, n_ratings):
         rmse = float(np.sqrt(np.mean((est.predict(test[["user", "item"]]) - test["rating"].to_numpy()) ** 2)))
         print(f"  done: {est.n_iter_} epochs, {wall:.2f} s, holdout RMSE {rmse:.4f}")
         rows.append(Result(task="recommend", tool=tool, setting=setting, rows=int(len(frame) - len(test)),
-                           features=int(est.n_components), wall_s=wall, n_iter=int(est.n_iter_),
+                           features=int(est.n_components_), wall_s=wall, n_iter=int(est.n_iter_),
                            objective=float(est.history_["loss"].iloc[-1]), metric="RMSE", score=rmse))
         history = est.history_ if history is None else history
     return rows, history

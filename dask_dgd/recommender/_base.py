@@ -31,7 +31,7 @@ from .._validation import (
 )
 from ..exceptions import BiasOnlyWarning, ConvergenceWarning
 from ..optim import CosineDecay, FirstOrderOptimizer, Schedule, get_optimizer
-from ._auto import MIN_GAIN, Setup, choose_alpha, path_in_tasks, refit_in_task
+from ._auto import MIN_GAIN, RANK_LADDER, Setup, choose_alpha, path_in_tasks, refit_in_task
 from ._foldin import model_of, new_user_rows
 from ._input import as_frame, id_index
 from ._objective import FactorizationTraining, FactorModel, grow_state
@@ -181,8 +181,11 @@ class FactorizationBase(RecommenderMixin, ClientParamMixin, BaseEstimator):
     ----------
     user_ids_, item_ids_ : ndarray
         The ids seen in fit (and partial_fit), in the order of the factor rows.
-    user_factors_ : ndarray of shape (n_users, n_components)
-    item_factors_ : ndarray of shape (n_items, n_components)
+    user_factors_ : ndarray of shape (n_users, n_components_)
+    item_factors_ : ndarray of shape (n_items, n_components_)
+    n_components_ : int
+        The rank of the fitted factors: ``n_components``, or the one
+        ``n_components="auto"`` chose (:class:`ImplicitMatrixFactorization`).
     factors_used_ : bool
         False when every item factor is exactly zero (``alpha="auto"`` refitted the
         bias model, or, implicit, fell back to popularity: ``item_bias_ = log(1 +
@@ -292,15 +295,23 @@ class FactorizationBase(RecommenderMixin, ClientParamMixin, BaseEstimator):
 
     def _model(self, mu, n_items, seed, alpha, alpha_bias=None, n_components=None):
         """The model's settings (``alpha_bias`` None: the estimator's, else ``alpha``;
-        ``n_components`` None: the estimator's)."""
+        ``n_components`` None: the fitted rank, see :meth:`_rank_now`)."""
         if alpha_bias is None:
             alpha_bias = getattr(self, "alpha_bias", None)
         return FactorModel(
-            kind=self._kind_now(), n_components=int(self.n_components if n_components is None else n_components),
+            kind=self._kind_now(), n_components=int(self._rank_now() if n_components is None else n_components),
             alpha=float(alpha), alpha_bias=float(alpha if alpha_bias is None else alpha_bias),
             confidence_scale=float(getattr(self, "confidence_scale", 0.0)), init_scale=float(self.init_scale),
             mu=float(mu), n_items=int(n_items), seed=seed,
         )
+
+    def _rank_now(self, fitted=True):
+        """The rank of the factors: the fitted ``n_components_`` (``fitted`` and fitted),
+        else ``n_components``, or for ``"auto"`` the largest rank it tries
+        (:data:`~._auto.RANK_LADDER`: what a new fit's tables may take)."""
+        if fitted and hasattr(self, "n_components_"):
+            return int(self.n_components_)
+        return max(RANK_LADDER) if self.n_components == "auto" else int(self.n_components)
 
     # --------------------------------------------------------------- fit
     def _train(self, X, y, *, continued, resume=False, check_factors=False):
@@ -342,7 +353,9 @@ class FactorizationBase(RecommenderMixin, ClientParamMixin, BaseEstimator):
         # annealed: the rate decays to 0 over the fit's steps, which run in full
         optimizer = self._optimizer(decay_steps=max_iter * n_batches if anneal else None)
         # the factor tables fit in memory (the penalty does not matter to their size)
-        check_model_fits(type(self).__name__, len(users), len(items), self._model(mu, len(items), seed, alpha=0.0),
+        rank = self._rank_now(fitted=continued)
+        check_model_fits(type(self).__name__, len(users), len(items),
+                         self._model(mu, len(items), seed, alpha=0.0, n_components=rank),
                          None if solver == "als" else optimizer, in_process=executor.kind != "dask")
         alpha = self._alpha_now(continued)
         factors = True  # (False: alpha="auto" found no factors that beat the bias model)
@@ -353,7 +366,8 @@ class FactorizationBase(RecommenderMixin, ClientParamMixin, BaseEstimator):
             setup = Setup(executor, parts, cols, users, items, n_shards, like, mu, seed, n_batches,
                           scale if np.isfinite(scale) else 1.0)
             setup.in_tasks = path_in_tasks(setup, facts["n"])
-            alpha, alpha_bias, epochs, path, path_history, factors = choose_alpha(self, setup, solver, optimizer)
+            alpha, alpha_bias, epochs, path, path_history, factors, rank = choose_alpha(self, setup, solver,
+                                                                                        optimizer)
             if alpha is None:
                 alpha, path = DEFAULT_ALPHA, None
                 what = "rating" if self._kind_now() == "explicit" else "interaction"
@@ -371,7 +385,7 @@ class FactorizationBase(RecommenderMixin, ClientParamMixin, BaseEstimator):
         if popular:
             max_iter, tol = 1, 0.0
         model = self._model(mu, len(items), seed, alpha=alpha, alpha_bias=alpha_bias,
-                            n_components=None if factors or popular else 0)
+                            n_components=rank if factors or popular else 0)
         # a small refit after a path in tasks: one task too (what runs in the caller's
         # process, callbacks, checkpoints and progress output, keeps it on the cluster)
         in_task = path is not None and setup.in_tasks and self.mode == "sync" and self.callbacks is None \
@@ -408,6 +422,7 @@ class FactorizationBase(RecommenderMixin, ClientParamMixin, BaseEstimator):
         self._store(model, users, items, U, result, _assemble_state(user_states, U.shape, state_base),
                     seen_u, seen_i, loads, continued, path)
         self.n_duplicates_ = n_merged
+        self.n_components_ = int(rank)
         if popular:
             self._fall_back_to_popularity(self._item_counts)
         elif not factors:
@@ -587,7 +602,7 @@ class FactorizationBase(RecommenderMixin, ClientParamMixin, BaseEstimator):
                "user_bias_", "item_bias_", "global_mean_", "_item_state_", "_user_state_", "_seen", "history_",
                "loss_curve_", "n_iter_", "solver_", "shard_ratings_", "bytes_communicated_", "_seed_", "alpha_",
                "alpha_bias_", "validation_path_", "residual_std_", "n_duplicates_", "_item_counts",
-               "rating_scale_")
+               "rating_scale_", "n_components_")
 
     def _forget_fit(self):
         """Drop what an earlier fit left (a refit with other settings starts clean)."""
@@ -651,7 +666,7 @@ class FactorizationBase(RecommenderMixin, ClientParamMixin, BaseEstimator):
         """The bias model refitted by ``alpha="auto"`` (no factors beat it on the held-out
         ratings) as a model of ``n_components`` factors, all exactly zero (their
         optimizer state fresh, before the biases' column)."""
-        k = int(self.n_components)
+        k = self._rank_now()
         self.user_factors_ = np.zeros((len(self.user_ids_), k))
         self.item_factors_ = np.zeros((len(self.item_ids_), k))
         for name in ("_item_state_", "_user_state_"):

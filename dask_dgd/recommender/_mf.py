@@ -304,7 +304,7 @@ shard_ratings_, bytes_communicated_
 
 @_shared_parameters
 @init_from(factorization_signature(("loss", "wls"), ("alpha", "auto"), ("alpha_bias", None), ("confidence_scale", 1.0),
-                                   ("duplicates", "sum"), rating_col=None, n_components=64), positional=1)
+                                   ("duplicates", "sum"), rating_col=None, n_components="auto"), positional=1)
 class ImplicitMatrixFactorization(FactorizationBase):
     """Implicit-feedback matrix factorization (clicks, plays, purchases).
 
@@ -447,6 +447,7 @@ shard_ratings_, bytes_communicated_
     _duplicates_options = ("sum", "max", "raise")
     _parameter_constraints = {
         **FactorizationBase._common_constraints,
+        "n_components": [Interval(numbers.Integral, 1, None, "left"), Options("auto")],
         "loss": [Options("bpr", "wls")],
         "alpha": [Interval(numbers.Real, 0, None, "left"), Options("auto")],
         "alpha_bias": [None, Interval(numbers.Real, 0, None, "left")],

@@ -1,5 +1,5 @@
 """alpha="auto" of ImplicitMatrixFactorization (its default, with loss="wls" and
-n_components=64): the penalty path scored by held-out NDCG, the paired guard against
+n_components="auto"): the rank ladder and the penalty paths scored by held-out NDCG, the paired guard against
 popularity and its fallback, the refit, and the path in tasks."""
 
 import warnings
@@ -11,10 +11,10 @@ import pytest
 
 from dask_dgd import ImplicitMatrixFactorization, MatrixFactorization, ParameterError
 from dask_dgd.exceptions import BiasOnlyWarning
-from dask_dgd.recommender._auto import IMPLICIT_GRID, SE_RULE
+from dask_dgd.recommender._auto import IMPLICIT_GRID, RANK_LADDER, SE_RULE
 from dask_dgd.recommender._base import DEFAULT_ALPHA
 
-PATH_COLUMNS = ["stage", "point", "alpha", "val_ndcg", "val_pop_ndcg", "val_gain", "val_gain_se", "n_users", "n_iter",
+PATH_COLUMNS = ["stage", "point", "n_components", "alpha", "val_ndcg", "val_pop_ndcg", "val_gain", "val_gain_se", "n_users", "n_iter",
                 "epochs_run", "passed", "chosen"]
 
 
@@ -38,13 +38,13 @@ def _fit(est, *args):
 
 def test_the_defaults():
     params = ImplicitMatrixFactorization().get_params()
-    assert (params["loss"], params["n_components"], params["alpha"], params["alpha_bias"]) == ("wls", 64, "auto", None)
+    assert (params["loss"], params["n_components"], params["alpha"], params["alpha_bias"]) == ("wls", "auto", "auto", None)
     assert MatrixFactorization().get_params()["n_components"] == 10
 
 
 def _check_path(m, loss):
     path = m.validation_path_
-    columns = PATH_COLUMNS[:3] + (["alpha_bias"] if loss == "bpr" else []) + PATH_COLUMNS[3:]
+    columns = PATH_COLUMNS[:4] + (["alpha_bias"] if loss == "bpr" else []) + PATH_COLUMNS[4:]
     assert list(path.columns) == columns
     n = len(path)
     # the grid from the top, most regularised first, stopping after one penalty worse than the best
@@ -179,3 +179,132 @@ def test_the_fallback_on_a_cluster(process_client):
     assert not m.factors_used_ and not m.validation_path_["chosen"].any() and not m.item_factors_.any()
     counts = data.compute()["item"].value_counts().reindex(m.item_ids_).to_numpy()
     np.testing.assert_allclose(m.item_bias_, np.log1p(counts))
+
+
+# ------------------------------------------------- n_components="auto": the rank ladder
+def _check_ladder(m, ladder):
+    """The rows of an ``n_components="auto"`` path: each rank of ``ladder`` in turn
+    (smallest first), each its own penalty path from the top of the grid (stopping after
+    one penalty worse than its best); the ladder stops after a rank whose best held-out
+    NDCG is not above the previous rank's; the chosen row is the best of all."""
+    path = m.validation_path_
+    ranks = list(dict.fromkeys(path["n_components"]))
+    assert ranks == list(ladder[:len(ranks)])
+    bests = []
+    for rank in ranks:
+        one = path[path["n_components"] == rank]
+        n = len(one)
+        assert one["alpha"].tolist() == list(IMPLICIT_GRID[:n])
+        if n < len(IMPLICIT_GRID):
+            assert one["val_ndcg"].iloc[-1] < one["val_ndcg"].max()
+        bests.append(one["val_ndcg"].max())
+    assert all(b > a for a, b in zip(bests[:-2], bests[1:-1]))  # (every rank but the last improved)
+    if len(ranks) < len(ladder):
+        assert bests[-1] <= bests[-2]
+    elif len(ranks) > 1:
+        assert bests[-1] > bests[-2]
+    best = int(np.argmax(path["val_ndcg"].to_numpy()))
+    assert path["chosen"].tolist() == [j == best and bool(path["passed"].iloc[best]) for j in range(len(path))]
+    return path, best
+
+
+def test_the_rank_ladder_its_rows_its_stop_rule_and_the_fitted_rank(monkeypatch):
+    import dask_dgd.recommender._auto as auto
+
+    ladder = (2, 4, 8, 16)
+    monkeypatch.setattr(auto, "RANK_LADDER", ladder)  # (small ranks: a fast test)
+    data = interactions(2)
+    m = _fit(ImplicitMatrixFactorization(max_iter=10, random_state=0), data)
+    path, best = _check_ladder(m, ladder)
+    assert m.factors_used_ and path["chosen"].iloc[best]
+    assert m.n_components_ == path["n_components"].iloc[best] and m.alpha_ == path["alpha"].iloc[best]
+    assert m.user_factors_.shape == (data["user"].nunique(), m.n_components_)
+    assert m.item_factors_.shape == (data["item"].nunique(), m.n_components_)
+
+
+def test_the_default_ladder():
+    assert RANK_LADDER == (8, 24, 64)
+    assert IMPLICIT_GRID == (1.0, 0.3, 0.1, 0.03, 0.01, 0.003, 0.001)
+    m = _fit(ImplicitMatrixFactorization(max_iter=10, random_state=0), interactions(2))
+    path, best = _check_ladder(m, RANK_LADDER)
+    assert m.n_components_ == path["n_components"].iloc[best] and m.item_factors_.shape[1] == m.n_components_
+
+
+@pytest.mark.parametrize("loss", ["wls", "bpr"])
+def test_an_int_n_components_is_one_ranks_path(loss):
+    m = _fit(ImplicitMatrixFactorization(loss=loss, n_components=3, max_iter=10, random_state=0), interactions(2))
+    assert set(m.validation_path_["n_components"]) == {3}
+    assert m.n_components_ == 3 and m.user_factors_.shape[1] == m.item_factors_.shape[1] == 3
+
+
+def test_a_popularity_fallback_of_the_ladder_has_the_first_rows_rank(monkeypatch):
+    import dask_dgd.recommender._auto as auto
+
+    monkeypatch.setattr(auto, "RANK_LADDER", (3, 5))
+    m = _fit(ImplicitMatrixFactorization(max_iter=10, random_state=0), interactions(1))
+    assert not m.factors_used_ and not m.validation_path_["chosen"].any()
+    assert m.n_components_ == 3 and m.item_factors_.shape == (60, 3) and not m.item_factors_.any()
+
+
+def test_an_auto_rank_model_partial_fits_folds_in_and_round_trips(tmp_path, monkeypatch):
+    import dask_dgd
+    import dask_dgd.recommender._auto as auto
+
+    monkeypatch.setattr(auto, "RANK_LADDER", (4, 32))  # (the chosen rank is below the ladder's largest)
+    data = interactions(2)
+    m = _fit(ImplicitMatrixFactorization(max_iter=10, random_state=0), data)
+    assert m.factors_used_ and m.n_components_ == 4, m.validation_path_
+    # fold-in of a new user: its factors have the fitted rank
+    new = pd.DataFrame({"user": [1000] * 4, "item": [0, 2, 4, 6]})
+    items = m.recommend([1000], k=5, user_items=new)[0].filled(-1)
+    assert (items[items >= 0] % 2 == 0).all()
+    # save and load
+    back = dask_dgd.load(m.save(tmp_path / "auto.npz"))
+    assert back.n_components_ == 4 and back.get_params()["n_components"] == "auto"
+    np.testing.assert_array_equal(back.recommend(np.arange(5), k=4)[0], m.recommend(np.arange(5), k=4)[0])
+    m.fold_in_users(new)
+    assert m.user_factors_.shape == (301, 4) and m.n_components_ == 4
+    # partial_fit with new users and items: the fitted rank carries on
+    more = pd.DataFrame({"user": [1000, 1000, 1001, 1001], "item": [0, 2, 1, 999]})
+    _fit_more = back.partial_fit
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        _fit_more(more)
+    assert back.n_components_ == 4 and back.user_factors_.shape == (302, 4) and back.item_factors_.shape == (61, 4)
+    # a new fit (of an int rank) forgets the fitted rank
+    back.set_params(n_components=3, alpha=0.1)
+    _fit(back, data)
+    assert back.n_components_ == 3 and back.item_factors_.shape == (60, 3)
+
+
+def test_matrix_factorization_reports_its_rank():
+    frame = pd.DataFrame({"user": np.repeat(np.arange(20), 5), "item": np.tile(np.arange(5), 20),
+                          "rating": np.arange(100) % 5 + 1.0})
+    m = _fit(MatrixFactorization(n_components=3, alpha=0.1, max_iter=5, random_state=0), frame)
+    assert m.n_components_ == 3
+
+
+def _popularity_ndcg(train, test, k=10):
+    """NDCG@k of the popularity ranking (training pairs per item, ties by item id, the
+    user's training items excluded) against each test user's items."""
+    from dask_dgd.recommender import ndcg_at_k
+
+    order = train["item"].value_counts().sort_index().sort_values(ascending=False, kind="stable").index.to_numpy()
+    seen = train.groupby("user")["item"].agg(set)
+    users = test.groupby("user")["item"].agg(list)
+    ranked = [[i for i in order if i not in seen.get(u, set())][:k] for u in users.index]
+    return ndcg_at_k(users.to_list(), ranked, k)
+
+
+def test_generated_low_rank_interactions_get_factors_not_popularity():
+    """Interactions of rank 5: a fixed rank 64 lost to popularity on them (falling back
+    to it); the ladder finds a small rank that beats it on held-out pairs, and on the
+    test pairs too."""
+    from dask_dgd.datasets import make_ratings
+    from dask_dgd.recommender import evaluate_ranking, train_test_split
+
+    inter, _ = make_ratings(1000, 500, 20000, rank=5, implicit=True, random_state=1)
+    train, test = train_test_split(inter[["user", "item"]], 0.1, random_state=0)
+    m = _fit(ImplicitMatrixFactorization(random_state=0), train)
+    assert m.factors_used_ and m.n_components_ < max(RANK_LADDER)
+    assert evaluate_ranking(m, test)["ndcg"] > _popularity_ndcg(train, test)
