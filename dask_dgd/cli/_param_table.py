@@ -385,7 +385,7 @@ PARAMETERS = {
         'client': (('none', 'None'), ('predicate', 'dask_dgd._validation.client_is_a_client', 'a distributed.Client')),
     },
     'ImplicitMatrixFactorization': {
-        'n_components': (('interval', 'int', 1, None, 'left', 'an int in [1, inf)'),),
+        'n_components': (('interval', 'int', 1, None, 'left', 'an int in [1, inf)'), ('options', ('auto',), "one of 'auto'")),
         'loss': (('options', ('bpr', 'wls'), "one of 'bpr', 'wls'"),),
         'alpha': (('interval', 'real', 0, None, 'left', 'a float in [0, inf)'), ('options', ('auto',), "one of 'auto'")),
         'alpha_bias': (('none', 'None'), ('interval', 'real', 0, None, 'left', 'a float in [0, inf)')),

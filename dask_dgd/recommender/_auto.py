@@ -52,15 +52,17 @@ ratings, or workers that cannot hold the copy, train the refit on the cluster as
 fit does.
 
 An implicit model (:class:`~dask_dgd.ImplicitMatrixFactorization`) has no ratings to
-score and no bias model: its path (:func:`_choose_ranking`) is the penalties
+score and no bias model: its path (:func:`_choose_ranking`) is, for its rank (or each
+rank of :data:`RANK_LADDER` with ``n_components="auto"``, smallest first, until a
+rank's best held-out NDCG is not above the previous rank's), the penalties
 :data:`IMPLICIT_GRID`, most regularised first, each fit cold-started on the held-out
 split and trained as its refit is (alternating least squares to convergence, or the
 annealed ``max_iter`` epochs of BPR), stopping after :data:`IMPLICIT_PATH_PATIENCE`
 penalty worse than the best.  A fit is scored by the held-out ranking of its final
 model, computed on the shards (:func:`~._rankval.ranking_sums`; only sums come back):
 the mean NDCG@10 of the users with held-out pairs, and that of the popularity ranking
-(the training pairs per item of the split) on the same users.  The best penalty must
-beat popularity by more than :data:`SE_RULE` standard errors of the paired mean
+(the training pairs per item of the split) on the same users.  The best row of all
+(its penalty and rank, refitted) must beat popularity by more than :data:`SE_RULE` standard errors of the paired mean
 difference; otherwise the model falls back to popularity (its factors zero, its item
 biases ``log(1 + n_i)``).  The path runs where the explicit one runs (in process, in
 rounds of tasks, or whole in tasks).

@@ -333,10 +333,19 @@ class ImplicitMatrixFactorization(FactorizationBase):
 
     Parameters
     ----------
-    n_components : int, default=64
-        Rank of the factors (:class:`MatrixFactorization`'s default is 10: on the
-        held-out positives of MovieLens-small and InstEval, rank 10 ranks worse than
-        ``implicit``'s ALS, rank 64 better).
+    n_components : int or "auto", default="auto"
+        Rank of the factors.  "auto" (with ``alpha="auto"``): chosen inside ``fit`` with
+        the penalty, on the same held-out pairs: the ranks 8, 24 and 64 in turn
+        (:data:`~dask_dgd.recommender._auto.RANK_LADDER`, smallest first), each with its
+        own penalty path (see ``alpha``), until a rank's best held-out NDCG is not above
+        the previous rank's (a larger rank overfits more); the best row of all is the
+        candidate, and its rank the fitted ``n_components_``.  No fixed rank suits all
+        data: on the held-out positives of MovieLens-small and InstEval rank 64 ranks
+        best (rank 10, :class:`MatrixFactorization`'s default, worse than
+        ``implicit``'s ALS), on generated interactions of rank 5 rank 64 loses to
+        popularity and rank 8 beats it by about 20%.  With a numeric ``alpha``, or when
+        nothing can be held out, or for ``partial_fit`` of an unfitted model, "auto" is
+        the ladder's largest rank, 64.  An int: that rank (one penalty path).
     loss : {"wls", "bpr"}, default="wls"
         "wls": the weighted least squares of all pairs (the model of ``implicit``'s and
         Spark's ALS), trained by alternating least squares; "bpr": the pairwise ranking
@@ -345,28 +354,30 @@ class ImplicitMatrixFactorization(FactorizationBase):
         L2 penalty of the factors, applied per observed pair.
         "auto": chosen inside ``fit`` by the ranking of held-out pairs: 10% of every
         user's pairs (a seeded hash of each pair; every user keeps one) are held out
-        where they live, and the penalties 1, 0.1, 0.01 and 0.001 are fitted in turn on
-        the rest (most regularised first: at 1 the factors all but vanish), each
+        where they live, and the penalties 1, 0.3, 0.1, 0.03, 0.01, 0.003 and 0.001
+        (:data:`~dask_dgd.recommender._auto.IMPLICIT_GRID`) are fitted in turn on the
+        rest (most regularised first: at 1 the factors all but vanish), each
         cold-started and trained as the refit is (wls: alternating least squares to
-        ``tol``; bpr: its ``max_iter`` annealed epochs), until one scores worse than
-        the best so far.  Each fit is scored by the mean NDCG@10 of its final model's
-        recommendations to the users with held-out pairs (their training items
-        excluded; at most 5,000 users, a seeded sample when more), computed on the
-        shards, and so is the popularity ranking (training pairs per item) on the
-        same users.  The best penalty is refitted on all the pairs if it beats
-        popularity by more than two standard errors of the paired mean difference of
-        NDCG (user by user); otherwise the model **falls back to popularity**: its
-        factors are exactly zero (``factors_used_`` False, ``alpha_`` the top of the
-        path, 1), ``item_bias_`` is ``log(1 + n_i)`` (``n_i``: item ``i``'s pairs in
-        the training data), so ``recommend`` ranks by popularity, and ``recommend``,
-        ``recommend_all`` and ``similar_items`` warn so with a
-        :class:`~dask_dgd.exceptions.BiasOnlyWarning`.  A fit costs about as many fits
-        as the path has rows (2 to 4, each on 90% of the pairs) plus the refit; the
-        path trains synchronously (``mode``, ``callbacks``, ``max_time`` and
-        ``checkpoint`` apply to the refit) and, on a cluster, fits whole in one task
-        per worker for small data (see :mod:`dask_dgd.recommender._auto`).  When no
-        pair can be held out (every user has one), ``fit`` warns and uses
-        ``alpha=0.1``.
+        ``tol``; bpr: its ``max_iter`` annealed epochs), until one scores worse than the
+        best so far (for each rank of ``n_components="auto"``'s ladder).  Each fit is
+        scored by the mean NDCG@10 of its final model's recommendations to the users
+        with held-out pairs (their training items excluded; at most 5,000 users, a
+        seeded sample when more), computed on the shards, and so is the popularity
+        ranking (training pairs per item) on the same users.  The best row (penalty and
+        rank) is refitted on all the pairs if it beats popularity by more than two
+        standard errors of the paired mean difference of NDCG (user by user); otherwise
+        the model **falls back to popularity**: its factors are exactly zero
+        (``factors_used_`` False, ``alpha_`` the top of the path, 1, ``n_components_``
+        the first rank tried), ``item_bias_`` is ``log(1 + n_i)`` (``n_i``: item ``i``'s
+        pairs in the training data), so ``recommend`` ranks by popularity, and
+        ``recommend``, ``recommend_all`` and ``similar_items`` warn so with a
+        :class:`~dask_dgd.exceptions.BiasOnlyWarning`.  A fit costs as many fits as the
+        path has rows (2 to 7 per rank, 1 to 3 ranks with ``n_components="auto"``: 4 to
+        21, each on 90% of the pairs; 14 or 15 on MovieLens-small and InstEval) plus the
+        refit; the path trains synchronously (``mode``, ``callbacks``, ``max_time`` and
+        ``checkpoint`` apply to the refit) and, on a cluster, fits whole in one task per
+        worker for small data (see :mod:`dask_dgd.recommender._auto`).  When no pair can
+        be held out (every user has one), ``fit`` warns and uses ``alpha=0.1``.
         A number: one fit at that penalty.  Unlike :class:`MatrixFactorization`,
         ``fit`` then does not judge the size of the factors it leaves: implicit scores
         are only ranked, and have no ratings whose spread would say what size matters
@@ -411,6 +422,9 @@ class ImplicitMatrixFactorization(FactorizationBase):
     user_ids_, item_ids_, user_factors_, item_factors_, n_iter_, history_, loss_curve_, \
 shard_ratings_, bytes_communicated_
         See :class:`~dask_dgd.recommender.FactorizationBase`.
+    n_components_ : int
+        The rank of the fitted factors: ``n_components``, or the one ``"auto"`` chose
+        (the ladder's largest, 64, without a validation path).
     item_bias_ : ndarray
         The items' biases: bpr's; a model that fell back to popularity (wls too, only
         then): ``log(1 + n_i)``.
@@ -421,12 +435,13 @@ shard_ratings_, bytes_communicated_
         biases' is ``alpha_`` unless ``alpha_bias`` is given).
     validation_path_ : pandas.DataFrame or None
         ``alpha="auto"``: one row per penalty fitted on the held-out split (``stage``
-        "factors", ``point`` "grid", ``alpha``, ``alpha_bias`` (bpr), ``val_ndcg``:
-        the mean NDCG@10 of the held-out pairs, ``val_pop_ndcg``: popularity's on the
-        same users, ``val_gain`` and ``val_gain_se``: their paired mean difference and
-        its standard error, ``n_users``: the users evaluated, ``n_iter`` and
-        ``epochs_run``: the fit's iterations (epochs), ``passed``: whether ``val_gain``
-        exceeds two standard errors, ``chosen``: the row refitted, none when the model
+        "factors", ``point`` "grid", ``n_components``: the rank of the fit, ``alpha``,
+        ``alpha_bias`` (bpr), ``val_ndcg``: the mean NDCG@10 of the held-out pairs,
+        ``val_pop_ndcg``: popularity's on the same users, ``val_gain`` and
+        ``val_gain_se``: their paired mean difference and its standard error,
+        ``n_users``: the users evaluated, ``n_iter`` and ``epochs_run``: the fit's
+        iterations (epochs), ``passed``: whether ``val_gain`` exceeds two standard
+        errors, ``chosen``: the row refitted, none when the model
         fell back to popularity); None otherwise.  ``history_`` then holds the path
         fits' records (``stage="validation"``) before the refit's (``stage="refit"``;
         after a fallback, one iteration that only sets up the model before its factors
