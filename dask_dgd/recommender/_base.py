@@ -181,8 +181,9 @@ class FactorizationBase(RecommenderMixin, ClientParamMixin, BaseEstimator):
     ----------
     user_ids_, item_ids_ : ndarray
         The ids seen in fit (and partial_fit), in the order of the factor rows.
-    user_factors_ : ndarray of shape (n_users, n_components_)
-    item_factors_ : ndarray of shape (n_items, n_components_)
+    user_factors_ : ndarray of shape (n_users, k)
+    item_factors_ : ndarray of shape (n_items, k)
+        ``k`` is ``n_components_``.
     n_components_ : int
         The rank of the fitted factors: ``n_components``, or the one
         ``n_components="auto"`` chose (:class:`ImplicitMatrixFactorization`).
