@@ -199,10 +199,8 @@ def _check_ladder(m, ladder):
             assert one["val_ndcg"].iloc[-1] < one["val_ndcg"].max()
         bests.append(one["val_ndcg"].max())
     assert all(b > a for a, b in zip(bests[:-2], bests[1:-1]))  # (every rank but the last improved)
-    if len(ranks) < len(ladder):
+    if len(ranks) < len(ladder):  # (stopped early: by a rank no better than the one before)
         assert bests[-1] <= bests[-2]
-    elif len(ranks) > 1:
-        assert bests[-1] > bests[-2]
     best = int(np.argmax(path["val_ndcg"].to_numpy()))
     assert path["chosen"].tolist() == [j == best and bool(path["passed"].iloc[best]) for j in range(len(path))]
     return path, best
@@ -216,6 +214,7 @@ def test_the_rank_ladder_its_rows_its_stop_rule_and_the_fitted_rank(monkeypatch)
     data = interactions(2)
     m = _fit(ImplicitMatrixFactorization(max_iter=10, random_state=0), data)
     path, best = _check_ladder(m, ladder)
+    assert 1 < path["n_components"].nunique() < len(ladder)  # (a rank improved, then the ladder stopped)
     assert m.factors_used_ and path["chosen"].iloc[best]
     assert m.n_components_ == path["n_components"].iloc[best] and m.alpha_ == path["alpha"].iloc[best]
     assert m.user_factors_.shape == (data["user"].nunique(), m.n_components_)
@@ -308,3 +307,22 @@ def test_generated_low_rank_interactions_get_factors_not_popularity():
     m = _fit(ImplicitMatrixFactorization(random_state=0), train)
     assert m.factors_used_ and m.n_components_ < max(RANK_LADDER)
     assert evaluate_ranking(m, test)["ndcg"] > _popularity_ndcg(train, test)
+
+
+def test_the_ladder_in_tasks_is_the_ladder_in_rounds_bit_for_bit(process_client, monkeypatch):
+    import dask_dgd.recommender._auto as auto
+
+    monkeypatch.setattr(auto, "RANK_LADDER", (4, 32))  # (the ladder runs on the driver; each fit in a task)
+    data = dd.from_pandas(interactions(2), npartitions=4)
+
+    def fit():
+        return _fit(ImplicitMatrixFactorization(max_iter=10, random_state=0, n_shards=3, client=process_client), data)
+
+    in_tasks = fit()
+    monkeypatch.setattr(auto, "PATH_IN_TASKS_MAX_RATINGS", 0)
+    in_rounds = fit()
+    _check_ladder(in_tasks, (4, 32))
+    assert set(in_tasks.validation_path_["n_components"]) == {4, 32}
+    pd.testing.assert_frame_equal(in_tasks.validation_path_, in_rounds.validation_path_, check_exact=True)
+    assert in_tasks.n_components_ == in_rounds.n_components_ == in_tasks.item_factors_.shape[1]
+    np.testing.assert_array_equal(in_tasks.item_factors_, in_rounds.item_factors_)
