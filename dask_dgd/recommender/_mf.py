@@ -359,7 +359,8 @@ class ImplicitMatrixFactorization(FactorizationBase):
         rest (most regularised first: at 1 the factors all but vanish), each
         cold-started and trained as the refit is (wls: alternating least squares to
         ``tol``; bpr: its ``max_iter`` annealed epochs), until one scores worse than the
-        best so far (for each rank of ``n_components="auto"``'s ladder).  Each fit is
+        best so far, once that best beats popularity (below; for each rank of
+        ``n_components="auto"``'s ladder).  Each fit is
         scored by the mean NDCG@10 of its final model's recommendations to the users
         with held-out pairs (their training items excluded; at most 5,000 users, a
         seeded sample when more), computed on the shards, and so is the popularity

@@ -51,8 +51,8 @@ def _check_path(m, loss):
     assert path["alpha"].tolist() == list(IMPLICIT_GRID[:n])
     assert (path["stage"] == "factors").all() and (path["point"] == "grid").all()
     best = int(np.argmax(path["val_ndcg"].to_numpy()))
-    if n < len(IMPLICIT_GRID):
-        assert path["val_ndcg"].iloc[-1] < path["val_ndcg"].iloc[best]
+    if n < len(IMPLICIT_GRID):  # (a worse penalty stops the path only once its best beats popularity)
+        assert path["val_ndcg"].iloc[-1] < path["val_ndcg"].iloc[best] and path["passed"].iloc[best]
     assert (path["n_users"] > 0).all()
     np.testing.assert_allclose(path["val_gain"], path["val_ndcg"] - path["val_pop_ndcg"], atol=1e-12)
     np.testing.assert_array_equal(path["passed"], path["val_gain"] > SE_RULE * path["val_gain_se"])
@@ -90,6 +90,7 @@ def test_factors_that_do_not_beat_popularity_fall_back_to_it(loss):
     m = _fit(ImplicitMatrixFactorization(loss=loss, n_components=4, max_iter=20, random_state=0), data)
     path, _ = _check_path(m, loss)
     assert not path["chosen"].any() and not m.factors_used_
+    assert len(path) == len(IMPLICIT_GRID)  # (no penalty beat popularity: none stopped the path)
     assert m.alpha_ == IMPLICIT_GRID[0]  # (the top of the path, where the factors vanish)
     assert not m.item_factors_.any() and not m.user_factors_.any()
     counts = data["item"].value_counts().reindex(m.item_ids_).to_numpy()
@@ -196,7 +197,8 @@ def _check_ladder(m, ladder):
         n = len(one)
         assert one["alpha"].tolist() == list(IMPLICIT_GRID[:n])
         if n < len(IMPLICIT_GRID):
-            assert one["val_ndcg"].iloc[-1] < one["val_ndcg"].max()
+            top = one["val_ndcg"].to_numpy().argmax()
+            assert one["val_ndcg"].iloc[-1] < one["val_ndcg"].iloc[top] and one["passed"].iloc[top]
         bests.append(one["val_ndcg"].max())
     assert all(b > a for a, b in zip(bests[:-2], bests[1:-1]))  # (every rank but the last improved)
     if len(ranks) < len(ladder):  # (stopped early: by a rank no better than the one before)
