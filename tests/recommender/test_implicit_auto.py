@@ -297,7 +297,8 @@ def _popularity_ndcg(train, test, k=10):
     return ndcg_at_k(users.to_list(), ranked, k)
 
 
-def test_generated_low_rank_interactions_get_factors_not_popularity():
+@pytest.mark.parametrize("loss", ["wls", "bpr"])
+def test_generated_low_rank_interactions_get_factors_not_popularity(loss):
     """Interactions of rank 5: a fixed rank 64 lost to popularity on them (falling back
     to it); the ladder finds a small rank that beats it on held-out pairs, and on the
     test pairs too."""
@@ -306,7 +307,7 @@ def test_generated_low_rank_interactions_get_factors_not_popularity():
 
     inter, _ = make_ratings(1000, 500, 20000, rank=5, implicit=True, random_state=1)
     train, test = train_test_split(inter[["user", "item"]], 0.1, random_state=0)
-    m = _fit(ImplicitMatrixFactorization(random_state=0), train)
+    m = _fit(ImplicitMatrixFactorization(loss=loss, random_state=0), train)
     assert m.factors_used_ and m.n_components_ < max(RANK_LADDER)
     assert evaluate_ranking(m, test)["ndcg"] > _popularity_ndcg(train, test)
 
