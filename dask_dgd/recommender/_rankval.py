@@ -181,7 +181,9 @@ def summarise(sums):
         ``n_users``; ``val_ndcg`` and ``val_pop_ndcg``, the mean NDCG@k of the model
         and of popularity; ``val_gain``, the mean paired difference, and
         ``val_gain_se``, its standard error ``sqrt(var / (n - 1))`` (``var``: the
-        differences' mean square less their squared mean).  NaN when no user was
+        differences' mean square less their squared mean); ``inf`` when fewer than two
+        users were evaluated (one user has no spread to estimate, so no gain passes the
+        guard ``val_gain > 2 * val_gain_se`` on one user).  NaN when no user was
         evaluated.
     """
     n = sum(int(s["n"]) for s in sums)
@@ -195,5 +197,6 @@ def summarise(sums):
         "val_ndcg": total["ndcg"] / n,
         "val_pop_ndcg": total["pop"] / n,
         "val_gain": mean,
-        "val_gain_se": math.sqrt(max(total["d2"] / n - mean * mean, 0.0) / max(n - 1, 1)),
+        "val_gain_se": (math.sqrt(max(total["d2"] / n - mean * mean, 0.0) / (n - 1)) if n >= 2
+                        else math.inf),
     }

@@ -186,3 +186,16 @@ def test_summarise_of_no_users_is_nan():
     out = summarise([{"n": 0, "ndcg": 0.0, "pop": 0.0, "d": 0.0, "d2": 0.0}])
     assert out["n_users"] == 0
     assert all(math.isnan(out[key]) for key in ("val_ndcg", "val_pop_ndcg", "val_gain", "val_gain_se"))
+
+
+def test_summarise_of_one_user_has_infinite_standard_error():
+    # one user: no spread to estimate, so the guard val_gain > 2 * se cannot pass
+    one = [{"n": 1, "ndcg": 0.9, "pop": 0.1, "d": 0.8, "d2": 0.64}, {"n": 0, "ndcg": 0.0, "pop": 0.0, "d": 0.0,
+                                                                     "d2": 0.0}]
+    out = summarise(one)
+    assert out["n_users"] == 1
+    assert out["val_gain"] == pytest.approx(0.8)
+    assert out["val_gain_se"] == math.inf
+    assert not out["val_gain"] > 2 * out["val_gain_se"]
+    two = summarise([{"n": 2, "ndcg": 1.0, "pop": 0.0, "d": 1.0, "d2": 0.5}])
+    assert math.isfinite(two["val_gain_se"])
