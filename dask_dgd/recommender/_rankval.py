@@ -64,8 +64,12 @@ def _sampled(users, rate, seed):
 def top_k(s, k):
     """The ``k`` best columns of each row of ``s`` (``k <= s.shape[1]``), best first,
     ties by column index (also among those that tie with the ``k``-th best); and their
-    scores (``recommend``'s ranking too)."""
+    scores (``recommend``'s ranking too).  A NaN score ranks as ``-inf`` (after every
+    other score, ties by column index as ``-inf``'s) and is returned as NaN."""
     n = s.shape[1]
+    raw = s
+    if s.size and np.isnan(s.min()):  # (min propagates NaN: no copy when there is none)
+        s = np.where(np.isnan(s), -np.inf, s)
     part = np.argpartition(-s, k - 1, axis=1)[:, :k] if k < n else np.broadcast_to(np.arange(n), s.shape)
     kth = np.take_along_axis(s, part, axis=1).min(axis=1, keepdims=True)  # the k-th best score of each row
     # every column above the k-th best, then the lowest-indexed ones that tie with it
@@ -76,7 +80,8 @@ def top_k(s, k):
     cols = np.nonzero(chosen)[1].reshape(s.shape[0], k)  # (column order within each row)
     scores = np.take_along_axis(s, cols, axis=1)
     order = np.argsort(-scores, axis=1, kind="stable")  # (stable: ties stay in column order)
-    return np.take_along_axis(cols, order, axis=1), np.take_along_axis(scores, order, axis=1)
+    cols = np.take_along_axis(cols, order, axis=1)
+    return cols, (np.take_along_axis(scores, order, axis=1) if raw is s else np.take_along_axis(raw, cols, axis=1))
 
 
 def _ndcg(top, top_s, relevant_keys, rows_key, n_items, n_rel, discount, ideal):
