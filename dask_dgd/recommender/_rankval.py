@@ -26,8 +26,10 @@ __all__ = ["BLOCK_BYTES", "RANKING_K", "VAL_MAX_USERS", "ranking_sums", "summari
 
 #: The cut-off of the held-out ranking (NDCG@k).
 RANKING_K = 10
-#: The most users the held-out ranking evaluates (over all shards): beyond it, each
-#: user is evaluated with probability :func:`val_rate`.
+#: About how many users the held-out ranking evaluates (over all shards) when more
+#: have a held-out pair: each is then evaluated with probability :func:`val_rate`, so
+#: the count evaluated is about this many on average, not a cap (it may be a little
+#: more or less).
 VAL_MAX_USERS = 5000
 #: The size of a block of users' score matrix (float64), at most (one user at least).
 BLOCK_BYTES = 32 * 2**20
@@ -45,7 +47,8 @@ def val_users(shard):
 
 def val_rate(n_val_users):
     """The probability of evaluating a user that keeps about :data:`VAL_MAX_USERS` of
-    ``n_val_users`` (the sum of :func:`val_users` over the shards): 1 when they are
+    ``n_val_users`` (the sum of :func:`val_users` over the shards) on average (each
+    user is kept independently, so the count kept varies about it): 1 when they are
     no more."""
     n = int(n_val_users)
     return 1.0 if n <= VAL_MAX_USERS else VAL_MAX_USERS / n

@@ -158,7 +158,7 @@ def test_sampled_users_reproducible_and_independent_of_sharding():
     _check_against(a, *_brute(two, U, V, bias, popularity, keep=kept))
 
 
-def test_val_rate_keeps_at_most_val_max_users():
+def test_val_rate_keeps_about_val_max_users():
     assert val_rate(0) == 1.0
     assert val_rate(_rankval.VAL_MAX_USERS) == 1.0
     assert val_rate(4 * _rankval.VAL_MAX_USERS) == pytest.approx(0.25)
