@@ -570,9 +570,9 @@ def implicit_defaults(name, pos, relevant, p, unavailable, log, time_col=None):
     else set but ``random_state``) and implicit's ALS and BPR defaults, in process on
     ``p["threads"]`` threads and as many cores (:func:`dgd_limits`, :func:`peer_limits`;
     ``time_col``: the column :func:`defaults_split` ordered by, recorded); each fitted
-    ``p["repeats"]`` times after an untimed warm-up, the models taking turns (repeat 1 of each, then repeat 2, ...: a machine
-    whose load changes slows them alike); fit time: the median; scores and what the fit
-    chose: the first fit's."""
+    ``p["repeats"]`` times after an untimed warm-up, the models taking turns (repeat 1 of
+    each, then repeat 2, ...: a machine whose load changes slows them alike); fit time:
+    the median; scores and what the fit chose: the first fit's."""
     seed, reps, users, th = p["seed"], p["repeats"], relevant.index.to_numpy(), p["threads"]
     pop = D.rank_popularity(pos, users)
     models = {"popularity": {**_rank_scores(relevant, pop), "wall": None, "walls": [], "epochs": None,
