@@ -30,11 +30,47 @@ def test_flights_counts_each_planes_flights_per_destination():
 def test_defaults_split_holds_out_a_random_tenth_of_every_pair_for_flights():
     fl = pd.DataFrame({"user": np.repeat(["a", "b", "c"], 20), "item": np.tile(np.arange(20), 3),
                        "rating": np.tile([1.0, 2.0, 7.0, 1.0], 15)})
-    pos, relevant = R.defaults_split("flights", fl, 0)
+    pos, relevant, time_col = R.defaults_split("flights", fl, 0)
+    assert time_col is None
     assert len(pos) == 54  # every pair is a positive (threshold 1), 2 of each plane's 20 held out
     assert relevant.map(len).tolist() == [2, 2, 2]
-    pos4, _ = R.defaults_split("insteval", fl, 0)
+    pos4, _, _ = R.defaults_split("insteval", fl, 0)
     assert len(pos4) < len(pos)  # elsewhere only ratings >= 4 are positives
+
+
+def test_defaults_split_holds_out_each_movielens_users_latest_ratings():
+    rng = np.random.default_rng(0)
+    n_users, n_items = 4, 20
+    ml = pd.DataFrame({"user": np.repeat(np.arange(n_users), n_items), "item": np.tile(np.arange(n_items), n_users),
+                       "rating": 5.0, "timestamp": rng.permutation(n_users * n_items)})
+    pos, relevant, time_col = R.defaults_split("movielens", ml, 0)
+    assert time_col == "timestamp"
+    assert len(pos) == n_users * (n_items - 2)
+    for user, items in relevant.items():
+        mine = ml[ml["user"] == user]
+        latest = mine.nlargest(2, "timestamp")["item"]
+        assert sorted(items) == sorted(latest), user  # the held-out items: the user's two latest ratings
+        assert mine.set_index("item").loc[items, "timestamp"].min() > pos.merge(mine)["timestamp"].max()
+
+
+def test_defaults_rows_limits_pin_both_libraries_to_threads_cores():
+    import os
+
+    from dask_dgd.losses._als import kernel_threads
+
+    if not R.PINNED:
+        pytest.skip("no os.sched_setaffinity: the rows' threads are not pinned (the table says so)")
+    before = os.sched_getaffinity(0)
+    for limits in (R.dgd_limits, R.peer_limits):
+        with limits(1):
+            assert kernel_threads() == 1 and len(os.sched_getaffinity(0)) == 1
+        assert os.sched_getaffinity(0) == before  # restored
+    with pytest.raises(RuntimeError, match="inside"), R.dgd_limits(1):
+        raise RuntimeError("inside")
+    assert os.sched_getaffinity(0) == before  # restored after an error too
+    res = _set((0.10, 1.0), (0.08, 1.0), (0.09, 0.5), (0.07, 0.5))
+    assert "not pinned" not in R.defaults_table("flights", res, {"implicit": None})
+    assert "threads not pinned to cores" in R.defaults_table("flights", {**res, "pinned": False}, {"implicit": None})
 
 
 def test_auto_info_reads_the_chosen_row_and_the_fallback():

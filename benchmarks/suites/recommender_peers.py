@@ -87,7 +87,9 @@ LocalCluster of 2 single-threaded worker processes with the training frame persi
 it (loading excluded).  Targets 2 and 3 use dask_dgd's cluster fit times.
 """
 
+import contextlib
 import math
+import os
 import statistics
 import time
 
@@ -508,22 +510,69 @@ def _best_ndcg(models, prefix):
 
 # ----------------------------------------------------------------------------- implicit defaults (issue 48)
 def defaults_split(name, df, seed):
-    """Issue 48's split of one set: MovieLens each user's latest 10%, the others a seeded
-    random 10% of each user's rows held out; positives as :data:`_THRESHOLD` says."""
+    """Issue 48's split of one set: each user's latest 10% held out where the set has a
+    ``timestamp`` (MovieLens), else a seeded random 10% of each user's rows; positives
+    as :data:`_THRESHOLD` says.  Returns ``(pos, relevant, time_col)``: the train
+    positives, each test user's held-out positive items, and the column the split
+    ordered by (None: random)."""
     time_col = "timestamp" if "timestamp" in df.columns else None
-    return D.implicit_split(df, time_col, seed, threshold=_THRESHOLD.get(name, 4.0))
+    pos, relevant = D.implicit_split(df, time_col, seed, threshold=_THRESHOLD.get(name, 4.0))
+    return pos, relevant, time_col
 
 
-def implicit_defaults(name, pos, relevant, p, unavailable, log):
+#: Whether :func:`pinned` can restrict the process's cores (``os.sched_setaffinity``).
+PINNED = hasattr(os, "sched_setaffinity")
+
+
+@contextlib.contextmanager
+def pinned(threads):
+    """Restricts this process to its first ``threads`` cores (``os.sched_setaffinity``)
+    while inside, restoring them after: dask_dgd's ALS kernels take their thread count
+    from the cores the process may run on (:func:`dask_dgd.losses._als.kernel_threads`),
+    not from ``threadpool_limits``, so an in-process fit runs on ``threads`` cores only
+    when pinned (as :data:`_FRESH_CHILD` does).  Where ``os.sched_setaffinity`` does not
+    exist nothing is pinned (:data:`PINNED` is False; the tables say so)."""
+    if not PINNED:
+        yield
+        return
+    saved = os.sched_getaffinity(0)
+    os.sched_setaffinity(0, sorted(saved)[:max(1, int(threads))])
+    try:
+        yield
+    finally:
+        os.sched_setaffinity(0, saved)
+
+
+@contextlib.contextmanager
+def dgd_limits(threads):
+    """The limits of the issue-48 rows' dask_dgd fits: ``threads`` cores (:func:`pinned`)
+    and ``threads`` BLAS/OpenMP threads."""
+    from threadpoolctl import threadpool_limits
+
+    with pinned(threads), threadpool_limits(threads):
+        yield
+
+
+@contextlib.contextmanager
+def peer_limits(threads):
+    """The limits of the issue-48 rows' implicit fits: ``threads`` cores (:func:`pinned`;
+    implicit is given ``threads`` threads too) and BLAS single-threaded (implicit's
+    advice)."""
+    from threadpoolctl import threadpool_limits
+
+    with pinned(threads), threadpool_limits(1, user_api="blas"):
+        yield
+
+
+def implicit_defaults(name, pos, relevant, p, unavailable, log, time_col=None):
     """Targets 10-11 on one implicit set: the popularity baseline, dask_dgd's defaults as
     shipped at run time (``ImplicitMatrixFactorization()`` and ``(loss="bpr")``, nothing
     else set but ``random_state``) and implicit's ALS and BPR defaults, in process on
-    ``p["threads"]`` threads; each fitted ``p["repeats"]`` times after an untimed
-    warm-up, the models taking turns (repeat 1 of each, then repeat 2, ...: a machine
-    whose load changes slows them alike); fit time: the median; scores and what the fit
-    chose: the first fit's."""
-    from threadpoolctl import threadpool_limits
-
+    ``p["threads"]`` threads and as many cores (:func:`dgd_limits`, :func:`peer_limits`;
+    ``time_col``: the column :func:`defaults_split` ordered by, recorded); each fitted
+    ``p["repeats"]`` times after an untimed warm-up, the models taking turns (repeat 1 of
+    each, then repeat 2, ...: a machine whose load changes slows them alike); fit time:
+    the median; scores and what the fit chose: the first fit's."""
     seed, reps, users, th = p["seed"], p["repeats"], relevant.index.to_numpy(), p["threads"]
     pop = D.rank_popularity(pos, users)
     models = {"popularity": {**_rank_scores(relevant, pop), "wall": None, "walls": [], "epochs": None,
@@ -531,10 +580,10 @@ def implicit_defaults(name, pos, relevant, p, unavailable, log):
     log(f"{name} defaults: popularity NDCG@10 {models['popularity']['ndcg']:.4f}")
 
     def dgd_threads():
-        return threadpool_limits(th)
+        return dgd_limits(th)
 
     def peer_threads():
-        return threadpool_limits(1, user_api="blas")  # implicit's advice: its own threads, BLAS single-threaded
+        return peer_limits(th)  # implicit's advice: its own threads, BLAS single-threaded
 
     fits = {"dask_dgd default": (dgd_threads, lambda: D.fit_dgd_implicit(pos, users, {}, None, seed)),
             "dask_dgd bpr default": (dgd_threads, lambda: D.fit_dgd_implicit(pos, users, {"loss": "bpr"}, None, seed))}
@@ -562,7 +611,7 @@ def implicit_defaults(name, pos, relevant, p, unavailable, log):
             + (f", alpha_={m['alpha_']:.4g}, factors used {m['factors_used']}" if "alpha_" in m else ""))
     return {"n_pos": len(pos), "n_users": int(pos["user"].nunique()), "n_items": int(pos["item"].nunique()),
             "n_test_users": len(relevant), "subset": p[_USERS[name]] is not None,
-            "time_col": "timestamp" if name == "movielens" else None, "models": models}
+            "time_col": time_col, "pinned": PINNED, "models": models}
 
 
 def _chosen_text(m):
@@ -591,7 +640,10 @@ def defaults_table(name, res, unavailable):
     split = "latest" if res["time_col"] else "seeded random"
     return (f"#### {name}: {res['n_pos']:,} train positives, {res['n_users']:,} users, {res['n_items']:,} items, "
             f"{res['n_test_users']:,} test users ({split} 10% per user held out"
-            + (", a subset of the users" if res["subset"] else "") + ")\n\n"
+            + (", a subset of the users" if res["subset"] else "") + ")"
+            + ("" if res.get("pinned", True) else "; threads not pinned to cores (no os.sched_setaffinity here): "
+               "dask_dgd's ALS kernels may use every core")
+            + "\n\n"
             + md_table(["model", "NDCG@10", "P@10", "fit (median)", "fit / implicit ALS default", "epochs / iterations",
                         "alpha_", "alpha_bias_", "validation_path_ chosen row", "fell back", "warnings"], rows))
 
@@ -880,8 +932,8 @@ def run(size, *, repeats=None, log=print, **overrides):
     defaults = {}
     for name in p["defaults"]:
         df = datasets[name][0] if name in datasets else D.take_users(getattr(D, name)(), p[_USERS[name]])
-        pos, relevant = defaults_split(name, df, p["seed"])
-        defaults[name] = implicit_defaults(name, pos, relevant, p, unavailable, log)
+        pos, relevant, time_col = defaults_split(name, df, p["seed"])
+        defaults[name] = implicit_defaults(name, pos, relevant, p, unavailable, log, time_col)
     ranking = {}
     for name in p["ranking"]:
         df = datasets[name][0] if name in datasets else D.take_users(getattr(D, name)(), p[_USERS[name]])

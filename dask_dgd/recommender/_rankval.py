@@ -26,8 +26,10 @@ __all__ = ["BLOCK_BYTES", "RANKING_K", "VAL_MAX_USERS", "ranking_sums", "summari
 
 #: The cut-off of the held-out ranking (NDCG@k).
 RANKING_K = 10
-#: The most users the held-out ranking evaluates (over all shards): beyond it, each
-#: user is evaluated with probability :func:`val_rate`.
+#: About how many users the held-out ranking evaluates (over all shards) when more
+#: have a held-out pair: each is then evaluated with probability :func:`val_rate`, so
+#: the count evaluated is about this many on average, not a cap (it may be a little
+#: more or less).
 VAL_MAX_USERS = 5000
 #: The size of a block of users' score matrix (float64), at most (one user at least).
 BLOCK_BYTES = 32 * 2**20
@@ -45,7 +47,8 @@ def val_users(shard):
 
 def val_rate(n_val_users):
     """The probability of evaluating a user that keeps about :data:`VAL_MAX_USERS` of
-    ``n_val_users`` (the sum of :func:`val_users` over the shards): 1 when they are
+    ``n_val_users`` (the sum of :func:`val_users` over the shards) on average (each
+    user is kept independently, so the count kept varies about it): 1 when they are
     no more."""
     n = int(n_val_users)
     return 1.0 if n <= VAL_MAX_USERS else VAL_MAX_USERS / n
@@ -64,8 +67,12 @@ def _sampled(users, rate, seed):
 def top_k(s, k):
     """The ``k`` best columns of each row of ``s`` (``k <= s.shape[1]``), best first,
     ties by column index (also among those that tie with the ``k``-th best); and their
-    scores (``recommend``'s ranking too)."""
+    scores (``recommend``'s ranking too).  A NaN score ranks as ``-inf`` (after every
+    other score, ties by column index as ``-inf``'s) and is returned as NaN."""
     n = s.shape[1]
+    raw = s
+    if s.size and np.isnan(s.min()):  # (min propagates NaN: no copy when there is none)
+        s = np.where(np.isnan(s), -np.inf, s)
     part = np.argpartition(-s, k - 1, axis=1)[:, :k] if k < n else np.broadcast_to(np.arange(n), s.shape)
     kth = np.take_along_axis(s, part, axis=1).min(axis=1, keepdims=True)  # the k-th best score of each row
     # every column above the k-th best, then the lowest-indexed ones that tie with it
@@ -76,7 +83,8 @@ def top_k(s, k):
     cols = np.nonzero(chosen)[1].reshape(s.shape[0], k)  # (column order within each row)
     scores = np.take_along_axis(s, cols, axis=1)
     order = np.argsort(-scores, axis=1, kind="stable")  # (stable: ties stay in column order)
-    return np.take_along_axis(cols, order, axis=1), np.take_along_axis(scores, order, axis=1)
+    cols = np.take_along_axis(cols, order, axis=1)
+    return cols, (np.take_along_axis(scores, order, axis=1) if raw is s else np.take_along_axis(raw, cols, axis=1))
 
 
 def _ndcg(top, top_s, relevant_keys, rows_key, n_items, n_rel, discount, ideal):
@@ -181,7 +189,9 @@ def summarise(sums):
         ``n_users``; ``val_ndcg`` and ``val_pop_ndcg``, the mean NDCG@k of the model
         and of popularity; ``val_gain``, the mean paired difference, and
         ``val_gain_se``, its standard error ``sqrt(var / (n - 1))`` (``var``: the
-        differences' mean square less their squared mean).  NaN when no user was
+        differences' mean square less their squared mean); ``inf`` when fewer than two
+        users were evaluated (one user has no spread to estimate, so no gain passes the
+        guard ``val_gain > 2 * val_gain_se`` on one user).  NaN when no user was
         evaluated.
     """
     n = sum(int(s["n"]) for s in sums)
@@ -195,5 +205,6 @@ def summarise(sums):
         "val_ndcg": total["ndcg"] / n,
         "val_pop_ndcg": total["pop"] / n,
         "val_gain": mean,
-        "val_gain_se": math.sqrt(max(total["d2"] / n - mean * mean, 0.0) / max(n - 1, 1)),
+        "val_gain_se": (math.sqrt(max(total["d2"] / n - mean * mean, 0.0) / (n - 1)) if n >= 2
+                        else math.inf),
     }

@@ -571,7 +571,12 @@ class RecommenderMixin:
         marked seen.  Explicit ratings and wls solve each item's least-squares problem
         exactly; BPR minimises the item's expected BPR objective (it is the observed
         item of its users' pairs and a possible negative of every other user's), see
-        :mod:`dask_dgd.recommender._foldin`.
+        :mod:`dask_dgd.recommender._foldin`.  A folded item's ``item_counts_`` becomes
+        the number of its known users in ``item_users`` (a known item's count is
+        replaced).  On an implicit popularity model (``factors_used_`` False:
+        ``alpha="auto"`` found no factors that beat popularity) a folded item keeps zero
+        factors and gets ``item_bias_ = log(1 + its known users in item_users)``, so it
+        is ranked by that count among the fitted items' popularity.
 
         Parameters
         ----------

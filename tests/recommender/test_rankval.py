@@ -158,7 +158,7 @@ def test_sampled_users_reproducible_and_independent_of_sharding():
     _check_against(a, *_brute(two, U, V, bias, popularity, keep=kept))
 
 
-def test_val_rate_keeps_at_most_val_max_users():
+def test_val_rate_keeps_about_val_max_users():
     assert val_rate(0) == 1.0
     assert val_rate(_rankval.VAL_MAX_USERS) == 1.0
     assert val_rate(4 * _rankval.VAL_MAX_USERS) == pytest.approx(0.25)
@@ -186,3 +186,47 @@ def test_summarise_of_no_users_is_nan():
     out = summarise([{"n": 0, "ndcg": 0.0, "pop": 0.0, "d": 0.0, "d2": 0.0}])
     assert out["n_users"] == 0
     assert all(math.isnan(out[key]) for key in ("val_ndcg", "val_pop_ndcg", "val_gain", "val_gain_se"))
+
+
+def test_summarise_of_one_user_has_infinite_standard_error():
+    # one user: no spread to estimate, so the guard val_gain > 2 * se cannot pass
+    one = [{"n": 1, "ndcg": 0.9, "pop": 0.1, "d": 0.8, "d2": 0.64}, {"n": 0, "ndcg": 0.0, "pop": 0.0, "d": 0.0,
+                                                                     "d2": 0.0}]
+    out = summarise(one)
+    assert out["n_users"] == 1
+    assert out["val_gain"] == pytest.approx(0.8)
+    assert out["val_gain_se"] == math.inf
+    assert not out["val_gain"] > 2 * out["val_gain_se"]
+    two = summarise([{"n": 2, "ndcg": 1.0, "pop": 0.0, "d": 1.0, "d2": 0.5}])
+    assert math.isfinite(two["val_gain_se"])
+
+
+def test_top_k_ranks_nan_last():
+    s = np.array([[0.5, np.nan, 2.0, 1.0, np.nan], [1.0, 1.0, 0.0, -1.0, 3.0]])
+    top, scores = _rankval.top_k(s, 4)
+    np.testing.assert_array_equal(top, [[2, 3, 0, 1], [4, 0, 1, 2]])
+    np.testing.assert_array_equal(scores, [[2.0, 1.0, 0.5, np.nan], [3.0, 1.0, 1.0, 0.0]])
+    top, _ = _rankval.top_k(np.full((1, 3), np.nan), 2)  # all NaN: by column index
+    np.testing.assert_array_equal(top, [[0, 1]])
+
+
+@pytest.mark.parametrize("k", [7, 12])
+def test_recommend_with_a_nan_item_factor_ranks_that_item_last(k):
+    import warnings
+
+    from dask_dgd import ImplicitMatrixFactorization
+    from dask_dgd.datasets import make_ratings
+
+    r, _ = make_ratings(30, 12, 200, implicit=True, random_state=3)
+    est = ImplicitMatrixFactorization(loss="wls", n_components=3, alpha=0.01, max_iter=3, random_state=0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        est.fit(r[["user", "item"]])
+    finite = est.recommend([r["user"].iloc[0]], k=12, exclude_seen=False)[0]  # every item
+    est.item_factors_[int(finite[0, 0])] = np.nan  # the best item's scores become NaN
+    items, scores = est.recommend([r["user"].iloc[0]], k=k, exclude_seen=False)
+    expected = list(finite[0, 1:]) + [finite[0, 0]]
+    assert list(items[0]) == expected[:k]
+    assert np.isfinite(np.asarray(scores[0][: min(k, 11)], dtype=float)).all()
+    if k == 12:
+        assert np.isnan(scores[0, -1])
