@@ -191,7 +191,9 @@ def fold_in_comparison(name, pos, relevant, p, log):
 
     For each of ``p["fold_in_draws"]`` seeded draws, ``p["fold_in_share"]`` of the test
     users become "new": a model is fitted without their positives and they are folded
-    in from those positives; the refit is the model fitted on every positive.  Also
+    in from those positives; the refit is the default model fitted on every positive
+    (``alpha="auto"``: it chooses a rank and penalty), and the models without the new
+    users are fitted at the rank and penalty it chose (``n_components_``, ``alpha_``).  Also
     ``partial_fit`` on the new users' positives from the model without them (the gap
     to the refit), at the default rate and at :data:`PARTIAL_FIT_RATE`.  NDCG@10 over
     the new users; ratios are medians over the draws."""
@@ -202,11 +204,15 @@ def fold_in_comparison(name, pos, relevant, p, log):
 
     out = {}
     for loss in ("wls", "bpr"):
-        def fit(data, loss=loss):
-            est = ImplicitMatrixFactorization(loss=loss, random_state=p["seed"])
+        def fit(data, loss=loss, **chosen):
+            est = ImplicitMatrixFactorization(loss=loss, random_state=p["seed"], **chosen)
             return D._timed(lambda: est.fit(data))[0]
 
         refit = fit(pos)
+        # the models without the new users at the rank and penalty the default chose on all
+        # of them (one fit each, not a path each; and never a popularity model, which
+        # partial_fit refuses): fold-in against a refit of the same model
+        chosen = {"n_components": int(refit.n_components_), "alpha": float(refit.alpha_)}
         runs = []
         for draw in range(p["fold_in_draws"]):
             rng = np.random.default_rng([p["seed"], draw])
@@ -214,7 +220,7 @@ def fold_in_comparison(name, pos, relevant, p, log):
             new = np.sort(rng.choice(users, max(1, int(p["fold_in_share"] * len(users))), replace=False))
             rel = relevant.loc[new].to_list()
             theirs = pos["user"].isin(new)
-            base = fit(pos[~theirs])
+            base = fit(pos[~theirs], **chosen)
             ndcg = {"refit": ndcg_at_k(rel, _recs(*refit.recommend(new, k=10)), 10)}
             t0 = time.perf_counter()
             folded = base.recommend(new, k=10, user_items=pos[theirs])
@@ -222,7 +228,7 @@ def fold_in_comparison(name, pos, relevant, p, log):
             ndcg["fold-in"] = ndcg_at_k(rel, _recs(*folded), 10)
             D._timed(lambda base=base, theirs=theirs: base.partial_fit(pos[theirs]))
             ndcg["partial_fit"] = ndcg_at_k(rel, _recs(*base.recommend(new, k=10)), 10)
-            small = fit(pos[~theirs]).set_params(learning_rate=PARTIAL_FIT_RATE)  # a small update's rate
+            small = fit(pos[~theirs], **chosen).set_params(learning_rate=PARTIAL_FIT_RATE)  # a small update's rate
             small.partial_fit(pos[theirs])
             ndcg["partial_fit_small"] = ndcg_at_k(rel, _recs(*small.recommend(new, k=10)), 10)
             runs.append({**ndcg, "n_new": len(new), "fold_in_time": fold_time})
