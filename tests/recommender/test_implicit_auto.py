@@ -105,6 +105,58 @@ def test_factors_that_do_not_beat_popularity_fall_back_to_it(loss):
     assert list(items) == popular
 
 
+def test_the_chosen_row_is_the_best_of_those_that_pass():
+    from dask_dgd.recommender._auto import _significant_ranking
+
+    def row(ndcg, gain, se):
+        return {"val_ndcg": ndcg, "val_gain": gain, "val_gain_se": se}
+
+    # the highest NDCG fails the paired test (a noisy gain); the next passes: it is chosen
+    rows = [row(0.50, 0.01, 0.02), row(0.62, 0.12, 0.08), row(0.58, 0.08, 0.01), row(0.55, 0.05, 0.01)]
+    assert _significant_ranking(rows) is rows[2]
+    assert [r["passed"] for r in rows] == [False, False, True, True]
+    # none passes: no row (popularity)
+    rows = [row(0.50, 0.01, 0.02), row(0.62, 0.12, 0.08)]
+    assert _significant_ranking(rows) is None and not any(r["passed"] for r in rows)
+
+
+def test_the_choice_on_data_is_the_best_passing_row(monkeypatch):
+    from dask_dgd.recommender import _auto
+
+    real = _auto._significant_ranking
+
+    def best_fails(rows):  # the path's best row made to fail the paired test
+        top = max(rows, key=lambda r: r["val_ndcg"])
+        top["val_gain_se"] = abs(top["val_gain"]) + 1.0
+        return real(rows)
+
+    monkeypatch.setattr(_auto, "_significant_ranking", best_fails)
+    m = _fit(ImplicitMatrixFactorization(n_components=4, max_iter=20, random_state=0), interactions(2))
+    path = m.validation_path_
+    best = int(np.argmax(path["val_ndcg"].to_numpy()))
+    assert not path["passed"].iloc[best] and path["passed"].sum() >= 1 and m.factors_used_
+    chosen = int(path["val_ndcg"].where(path["passed"]).idxmax())
+    assert path["chosen"].tolist() == [j == chosen for j in range(len(path))] and chosen != best
+    assert m.alpha_ == path["alpha"].iloc[chosen]
+
+
+@pytest.mark.parametrize("solver, mode", [("gd", "sync"), ("als", "sync"), ("gd", "local")])
+def test_a_path_that_is_not_annealed_stops_by_tol_and_so_does_its_refit(solver, mode):
+    data = interactions(2)
+    kw = dict(loss="wls", solver=solver, mode=mode, n_components=4, max_iter=300, random_state=0)
+    m = _fit(ImplicitMatrixFactorization(**kw), data)
+    path = m.validation_path_
+    assert (path["epochs_run"] < 300).all() and (path["n_iter"] < 300).all()
+    assert m.n_iter_ < 300  # (the refit keeps max_iter and tol, as a numeric-alpha fit)
+    fixed = _fit(ImplicitMatrixFactorization(**kw, alpha=float(m.alpha_)), data)
+    assert m.n_iter_ == fixed.n_iter_
+
+
+def test_annealed_bpr_runs_its_max_iter_epochs_in_the_path_and_the_refit():
+    m = _fit(ImplicitMatrixFactorization(loss="bpr", n_components=4, max_iter=15, random_state=0), interactions(2))
+    assert (m.validation_path_["epochs_run"] == 15).all() and m.n_iter_ == 15
+
+
 def test_a_numeric_alpha_is_one_fit():
     m = _fit(ImplicitMatrixFactorization(alpha=0.1, n_components=4, max_iter=20, random_state=0), interactions(2))
     assert m.validation_path_ is None and m.alpha_ == 0.1 and m.factors_used_
