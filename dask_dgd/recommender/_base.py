@@ -376,7 +376,10 @@ class FactorizationBase(RecommenderMixin, ClientParamMixin, BaseEstimator):
                               f"a single {what}); alpha='auto' used alpha={alpha}", UserWarning,
                               stacklevel=user_stacklevel())
             else:
-                if solver != "als":  # gradient steps: the epochs validated on the held-out ratings
+                if solver != "als" and self._kind_now() == "explicit":
+                    # gradient steps: the epochs validated on the held-out ratings (an
+                    # implicit path's fits, and so its refit, run as a numeric-alpha fit:
+                    # to tol, or annealed BPR's max_iter epochs)
                     max_iter, tol = epochs, 0.0
                 path = (path, path_history)
         # an implicit model whose factors did not beat popularity on the held-out pairs
@@ -445,7 +448,8 @@ class FactorizationBase(RecommenderMixin, ClientParamMixin, BaseEstimator):
             if result.message.startswith("reached max_time"):
                 warnings.warn(f"{type(self).__name__} {result.message}", ConvergenceWarning,
                 stacklevel=user_stacklevel())
-            elif not continued and not anneal and not popular and self.tol > 0 and (path is None or solver == "als"):
+            elif (not continued and not anneal and not popular and self.tol > 0
+                  and (path is None or solver == "als" or self._kind_now() != "explicit")):
                 # (an annealed fit runs its max_iter by design)
                 what, remedy = ("iterations", "max_iter") if solver == "als" else \
                     ("epochs", "max_iter or learning_rate")
