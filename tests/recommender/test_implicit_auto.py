@@ -172,6 +172,36 @@ def test_no_interaction_to_hold_out_falls_back_with_a_warning():
     assert m.alpha_ == DEFAULT_ALPHA and m.validation_path_ is None
 
 
+@pytest.mark.parametrize("cls, what, loss, alpha", [
+    (ImplicitMatrixFactorization, "interaction", "wls", 0.1), (ImplicitMatrixFactorization, "interaction", "bpr", 0.01),
+    (MatrixFactorization, "rating", None, 0.1)])
+def test_two_pairs_a_user_may_hold_none_out_and_the_warning_says_so(cls, what, loss, alpha):
+    d = pd.DataFrame({"user": np.repeat(np.arange(15), 2), "item": np.r_[np.arange(15) % 5, (np.arange(15) + 1) % 5 + 5],
+                      "rating": np.arange(30) % 5 + 1.0})
+    kw = dict(n_components=2, max_iter=5, random_state=0)
+    est = cls(**kw) if loss is None else cls(loss=loss, **kw)
+    said = (rf"{cls.__name__}: no {what} could be held out to choose alpha \(10% of each user's {what}s beyond one "
+            rf"are held out, chosen by a seeded hash of each pair, and none of these 30 {what}s of 15 users was\); "
+            rf"alpha='auto' used alpha={alpha}; give a numeric alpha, or fit on more {what}s per user")
+    with pytest.warns(UserWarning, match=said):
+        m = est.fit(d if loss is None else d.drop(columns="rating"))
+    assert m.alpha_ == alpha and m.validation_path_ is None
+
+
+def test_bprs_fallback_penalty_is_its_own():
+    from dask_dgd.recommender._base import DEFAULT_ALPHA_BPR
+
+    one_each = pd.DataFrame({"user": np.arange(40), "item": np.arange(40) % 7})
+    with pytest.warns(UserWarning, match=r"\(every user has a single interaction\); alpha='auto' used alpha=0.01; "
+                                         r"give a numeric alpha"):
+        m = ImplicitMatrixFactorization(loss="bpr", n_components=2, max_iter=5, random_state=0).fit(one_each)
+    assert m.alpha_ == DEFAULT_ALPHA_BPR == 0.01
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        fresh = ImplicitMatrixFactorization(loss="bpr", n_components=2, random_state=0).partial_fit(one_each)
+    assert fresh.alpha_ == 0.01 and fresh.alpha == "auto"
+
+
 @pytest.mark.parametrize("alpha, message", [
     ("fast", r"The 'alpha' parameter of ImplicitMatrixFactorization must be a float in \[0, inf\) or one of 'auto'; "
              r"got 'fast'"),
