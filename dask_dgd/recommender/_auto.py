@@ -492,7 +492,8 @@ def _fit_in_copy(here, alpha, n_components, alpha_bias):
 
 class _InTasks:
     """The path's fits on a cluster, each whole fit one task, one per worker at a time
-    (on at most as many workers as the longest grid has penalties).
+    (on at most as many workers as the longest grid walked has penalties:
+    :func:`_path_workers`).
 
     Every worker holds a copy of the held-out split (:func:`_path_copy`, from the
     ratings' partitions); the fits of a batch of penalties run side by side, one per
@@ -507,7 +508,7 @@ class _InTasks:
         self.client = s.executor.client
         self.token = uuid.uuid4().hex[:8]
         self._n = 0
-        workers = s.executor.workers()[: len(FACTOR_GRID)]  # (more would only fit past where a path stops)
+        workers = _path_workers(est, s.executor.workers())
         self.width = len(workers)
         est = clone(est).set_params(client=None, callbacks=None)  # (only what the fits read travels)
         task = dataclasses.replace(s, executor=None, parts=None)
@@ -547,6 +548,14 @@ class _InTasks:
     def close(self):
         _release(self.copies)
         self.copies = []
+
+
+def _path_workers(est, workers):
+    """The workers of :class:`_InTasks`: at most as many as the longest grid the path
+    walks has penalties (:data:`FACTOR_GRID`, or an implicit model's
+    :data:`IMPLICIT_GRID`, walked per rank); more would only fit past where a path stops."""
+    grid = FACTOR_GRID if est._kind_now() == "explicit" else IMPLICIT_GRID
+    return list(workers)[: len(grid)]
 
 
 def _release(futures):

@@ -157,6 +157,16 @@ def test_annealed_bpr_runs_its_max_iter_epochs_in_the_path_and_the_refit():
     assert (m.validation_path_["epochs_run"] == 15).all() and m.n_iter_ == 15
 
 
+def test_the_path_in_tasks_uses_as_many_workers_as_the_grid_walked_has_penalties():
+    from dask_dgd.recommender._auto import FACTOR_GRID, _path_workers
+
+    workers = [f"tcp://w{j}" for j in range(12)]
+    assert _path_workers(ImplicitMatrixFactorization(), workers) == workers[: len(IMPLICIT_GRID)] == workers[:7]
+    assert _path_workers(ImplicitMatrixFactorization(loss="bpr"), workers) == workers[:7]
+    assert _path_workers(MatrixFactorization(), workers) == workers[: len(FACTOR_GRID)] == workers[:9]
+    assert _path_workers(ImplicitMatrixFactorization(), workers[:2]) == workers[:2]
+
+
 def test_a_numeric_alpha_is_one_fit():
     m = _fit(ImplicitMatrixFactorization(alpha=0.1, n_components=4, max_iter=20, random_state=0), interactions(2))
     assert m.validation_path_ is None and m.alpha_ == 0.1 and m.factors_used_
