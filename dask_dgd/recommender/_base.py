@@ -805,6 +805,12 @@ class FactorizationBase(RecommenderMixin, ClientParamMixin, BaseEstimator):
         Returns
         -------
         self
+
+        Raises
+        ------
+        ParameterError
+            On an implicit model that fell back to popularity (``alpha="auto"`` found no
+            factors that beat it; every factor is zero): fit again instead.
         """
         if hasattr(self, "item_factors_") and self._ranks_by_popularity():
             from ..exceptions import ParameterError

@@ -358,15 +358,16 @@ class ImplicitMatrixFactorization(FactorizationBase):
         (:data:`~dask_dgd.recommender._auto.IMPLICIT_GRID`) are fitted in turn on the
         rest (most regularised first: at 1 the factors all but vanish), each
         cold-started and trained as the refit is (to ``tol``; bpr with the default
-        rate, synchronous: its ``max_iter`` annealed epochs), until one scores worse than the
-        best so far, once that best beats popularity (below; for each rank of
+        rate, synchronous: its ``max_iter`` annealed epochs), until one scores worse
+        than the best so far, once that best beats popularity (below; for each rank of
         ``n_components="auto"``'s ladder).  Each fit is
         scored by the mean NDCG@10 of its final model's recommendations to the users
-        with held-out pairs (their training items excluded; about 5,000 users, each
-        sampled with probability 5,000 / n when more), computed on the shards, and so
-        is the popularity ranking (training pairs per item) on the same users.  A row passes if it beats
-        popularity by more than two standard errors of the paired mean difference of
-        NDCG (user by user); the highest NDCG among the rows that pass (penalty and
+        with held-out pairs (their training items excluded; when n > 5,000 users
+        have held-out pairs, each is evaluated with probability 5,000 / n: about
+        5,000), computed on the shards, and so is the popularity ranking (training
+        pairs per item) on the same users.  A row passes if it beats popularity by
+        more than two standard errors of the paired mean difference of NDCG (user by
+        user); the highest NDCG among the rows that pass (penalty and
         rank) is refitted on all the pairs, as a numeric ``alpha`` is (``max_iter``, to
         ``tol`` unless annealed); when none passes, the model **falls back to
         popularity**: its factors are exactly zero

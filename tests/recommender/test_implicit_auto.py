@@ -421,3 +421,12 @@ def test_the_ladder_in_tasks_is_the_ladder_in_rounds_bit_for_bit(process_client,
     pd.testing.assert_frame_equal(in_tasks.validation_path_, in_rounds.validation_path_, check_exact=True)
     assert in_tasks.n_components_ == in_rounds.n_components_ == in_tasks.item_factors_.shape[1]
     np.testing.assert_array_equal(in_tasks.item_factors_, in_rounds.item_factors_)
+
+
+def test_the_docs_say_what_partial_fit_raises_and_that_the_evaluated_users_are_a_sample():
+    from numpydoc.docscrape import FunctionDoc
+
+    raises = FunctionDoc(ImplicitMatrixFactorization.partial_fit)["Raises"]
+    assert [r.type for r in raises] == ["ParameterError"] and "popularity" in " ".join(raises[0].desc)
+    doc = " ".join(ImplicitMatrixFactorization.__doc__.split())
+    assert "at most 5,000" not in doc and "each is evaluated with probability 5,000 / n: about 5,000" in doc
