@@ -522,6 +522,8 @@ RECOMMENDERS = {
                                                    random_state=0, **k),
     "wls": lambda **k: ImplicitMatrixFactorization(n_components=2, loss="wls", alpha=0.01, rating_col="rating",
                                                    max_iter=3, tol=0, random_state=0, **k),
+    # the shipped default (alpha="auto", n_components="auto"), but for a short fit
+    "implicit-default": lambda **k: ImplicitMatrixFactorization(max_iter=5, random_state=0, **k),
 }
 FRAMES = ["pandas", "dask"]
 
@@ -539,13 +541,12 @@ def frame(kind, df):
 @pytest.mark.parametrize("model", list(RECOMMENDERS))
 def test_recommender_nan_ratings(model, kind, bad, client):
     df = RATINGS.assign(rating=[1.0, bad, 3.0, 4.0, 5.0, 1.0, 2.0, 4.0])
-    if model == "bpr":  # documented: BPR (rating_col=None) ignores the column entirely
+    if model in ("bpr", "implicit-default"):  # documented: rating_col=None ignores the column entirely
         fitted = rec(model, kind, client).fit(frame(kind, df))
         ref = rec(model, "pandas", client).fit(RATINGS.drop(columns="rating"))
         np.testing.assert_allclose(fitted.item_factors_, ref.item_factors_, atol=1e-10)
         with pytest.raises(InputError, match="1 values of the 'rating' column are NaN or infinite"):
-            ImplicitMatrixFactorization(loss="bpr", rating_col="rating", max_iter=1,
-                                        **({"client": client} if kind == "dask" else {})).fit(frame(kind, df))
+            rec(model, kind, client).set_params(rating_col="rating", max_iter=1).fit(frame(kind, df))
         return
     with pytest.raises(InputError, match="1 values of the 'rating' column are NaN or infinite; drop or fill them before fitting"):
         rec(model, kind, client).fit(frame(kind, df))

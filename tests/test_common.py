@@ -53,6 +53,8 @@ NON_TABULAR = [
     MatrixFactorization(n_components=3, max_iter=20, tol=0, random_state=0),
     ImplicitMatrixFactorization(n_components=3, loss="bpr", alpha=0.01, max_iter=20, tol=0, random_state=0),
     ImplicitMatrixFactorization(n_components=3, loss="wls", alpha=0.01, max_iter=20, tol=0, random_state=0),
+    # the shipped default (alpha="auto", n_components="auto"), but for a short fit
+    ImplicitMatrixFactorization(max_iter=5, random_state=0),
     ClimateRegressor(target="y", model="pointwise"),
     ClimateRegressor(target="y", model="pooled", solver="lbfgs"),
 ]
@@ -70,7 +72,8 @@ def _expected(estimator):
 def _id(estimator):
     params = estimator.get_params(deep=False)
     extra = params.get("loss") if "loss" in params else params.get("model")
-    return type(estimator).__name__ + (f"-{extra}" if extra else "")
+    default = isinstance(estimator, ImplicitMatrixFactorization) and params["alpha"] == "auto"
+    return type(estimator).__name__ + (f"-{extra}" if extra else "") + ("-default" if default else "")
 
 
 @parametrize_with_checks(ESTIMATORS + NON_TABULAR, expected_failed_checks=_expected)

@@ -56,14 +56,16 @@ score and no bias model: its path (:func:`_choose_ranking`) is, for its rank (or
 rank of :data:`RANK_LADDER` with ``n_components="auto"``, smallest first, until a
 rank's best held-out NDCG is not above the previous rank's), the penalties
 :data:`IMPLICIT_GRID`, most regularised first, each fit cold-started on the held-out
-split and trained as its refit is (alternating least squares to convergence, or the
-annealed ``max_iter`` epochs of BPR), stopping after :data:`IMPLICIT_PATH_PATIENCE`
+split and trained as its refit is (to ``tol``, or the annealed ``max_iter`` epochs of
+BPR), stopping after :data:`IMPLICIT_PATH_PATIENCE`
 penalty worse than the best once the best beats popularity.  A fit is scored by the held-out ranking of its final
 model, computed on the shards (:func:`~._rankval.ranking_sums`; only sums come back):
 the mean NDCG@10 of the users with held-out pairs, and that of the popularity ranking
-(the training pairs per item of the split) on the same users.  The best row of all
-(its penalty and rank, refitted) must beat popularity by more than :data:`SE_RULE` standard errors of the paired mean
-difference; otherwise the model falls back to popularity (its factors zero, its item
+(the training pairs per item of the split) on the same users.  As for the explicit
+path (:func:`_significant`), a row passes when it beats popularity by more than
+:data:`SE_RULE` standard errors of the paired mean difference, and the chosen row (its
+penalty and rank, refitted) is the highest held-out NDCG among those that pass; when
+none passes, the model falls back to popularity (its factors zero, its item
 biases ``log(1 + n_i)``).  The path runs where the explicit one runs (in process, in
 rounds of tasks, or whole in tasks).
 """
@@ -260,8 +262,8 @@ def _fit_point(est, shards, s, solver, optimizer, alpha, n_components, alpha_bia
 
 def _rank_point(est, shards, s, solver, optimizer, alpha, n_components, alpha_bias):
     """One fit of an implicit model's path on the held-out split, at penalty ``alpha``,
-    cold-started and run as the refit runs (alternating least squares to convergence,
-    gradient steps their ``max_iter`` epochs), then scored by the held-out ranking of its
+    cold-started and run as the refit runs (to ``tol``, or annealed BPR's ``max_iter``
+    epochs), then scored by the held-out ranking of its
     final model, computed on the shards (:func:`~._rankval.ranking_sums`: only sums
     come back): its row (without ``stage`` and ``point``) and its records, or None when
     no user has a held-out pair."""
@@ -275,11 +277,13 @@ def _rank_point(est, shards, s, solver, optimizer, alpha, n_components, alpha_bi
     if s.cold is not None:  # (no pair moves them)
         V[s.cold] = 0.0
     als = solver == "als"
+    anneal = est._anneals()  # (annealed BPR runs its max_iter epochs; every other fit stops by tol, as its refit)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", ConvergenceWarning)  # (max_iter: the refit warns)
         result = train(
             FactorizationTraining(model, s.n_batches), shards, solver=solver,
-            optimizer=None if als else optimizer, max_iter=est.max_iter, tol=est.tol * s.scale if als else 0.0,
+            optimizer=None if als else optimizer, max_iter=est.max_iter, tol=0.0 if anneal else est.tol * s.scale,
+            n_iter_no_change=est.max_iter + 1 if anneal else 5,
             mode="sync", on_divergence=est._on_divergence(), compression=est.compression,
             split_every=est.split_every, random_state=s.seed, params0=V.ravel(),
             verbose=est.verbose, progress_desc=f"{type(est).__name__} alpha={alpha:.3g}", client=est.client,
@@ -334,11 +338,14 @@ def _choose_ranking(est, s, solver, optimizer):
     """:func:`choose_alpha` of an implicit model: for each rank (:data:`RANK_LADDER`
     with ``n_components="auto"``, smallest first, until a rank's best held-out NDCG is
     not above the previous rank's; else the rank given), the path :data:`IMPLICIT_GRID`
-    scored by held-out NDCG@k.  The best row of all is chosen if it beats popularity's
-    NDCG on the same users by more than :data:`SE_RULE` standard errors of the paired
-    mean (``passed``), else none is (``factors`` False: the model falls back to
-    popularity, ``alpha`` and the rank those of the first row, the top of the first
-    path, where the factors vanish).  Returns :func:`choose_alpha`'s tuple and the rank."""
+    scored by held-out NDCG@k.  The chosen row is the highest held-out NDCG among the
+    rows of all ranks that beat popularity's NDCG on the same users by more than
+    :data:`SE_RULE` standard errors of the paired mean (``passed``:
+    :func:`_significant_ranking`); when none does, ``factors`` is False (the model
+    falls back to popularity, ``alpha`` and the rank those of the first row, the top of
+    the first path, where the factors vanish).  The epochs returned are ``max_iter``:
+    the refit runs as a numeric-``alpha`` fit (to ``tol``, or annealed BPR's
+    ``max_iter`` epochs).  Returns :func:`choose_alpha`'s tuple and the rank."""
     ranks = RANK_LADDER if est.n_components == "auto" else (int(est.n_components),)
     fits = _fits_of(est, s, solver, optimizer)
     rows, histories, best = [], [], None
@@ -355,14 +362,25 @@ def _choose_ranking(est, s, solver, optimizer):
             best = top
     finally:
         fits.close()
-    for r in rows:
-        r["passed"] = bool(r["val_gain"] > SE_RULE * r["val_gain_se"])
-    factors = best["passed"]
+    chosen = _significant_ranking(rows)
+    factors = chosen is not None
     path = pd.DataFrame(rows)
-    path["chosen"] = [factors and r is best for r in rows]
-    top = best if factors else rows[0]
+    path["chosen"] = [r is chosen for r in rows]
+    top = chosen if factors else rows[0]
     return (top["alpha"], top.get("alpha_bias"), int(est.max_iter), path, pd.concat(histories, ignore_index=True),
             factors, int(top["n_components"]))
+
+
+def _significant_ranking(rows):
+    """The row chosen from an implicit path's ``rows`` (all ranks): the highest held-out
+    NDCG among those that beat popularity's on the same users by more than
+    :data:`SE_RULE` standard errors of the paired mean difference, as
+    :func:`_significant` chooses among the rows that beat the bias model; None when none
+    does (the model falls back to popularity).  Each row gets ``passed``."""
+    for r in rows:
+        r["passed"] = bool(r["val_gain"] > SE_RULE * r["val_gain_se"])
+    passed = [r for r in rows if r["passed"]]
+    return max(passed, key=lambda r: r["val_ndcg"]) if passed else None
 
 
 def _item_counts(shard, n_items):
@@ -474,7 +492,8 @@ def _fit_in_copy(here, alpha, n_components, alpha_bias):
 
 class _InTasks:
     """The path's fits on a cluster, each whole fit one task, one per worker at a time
-    (on at most as many workers as the longest grid has penalties).
+    (on at most as many workers as the longest grid walked has penalties:
+    :func:`_path_workers`).
 
     Every worker holds a copy of the held-out split (:func:`_path_copy`, from the
     ratings' partitions); the fits of a batch of penalties run side by side, one per
@@ -489,7 +508,7 @@ class _InTasks:
         self.client = s.executor.client
         self.token = uuid.uuid4().hex[:8]
         self._n = 0
-        workers = s.executor.workers()[: len(FACTOR_GRID)]  # (more would only fit past where a path stops)
+        workers = _path_workers(est, s.executor.workers())
         self.width = len(workers)
         est = clone(est).set_params(client=None, callbacks=None)  # (only what the fits read travels)
         task = dataclasses.replace(s, executor=None, parts=None)
@@ -529,6 +548,14 @@ class _InTasks:
     def close(self):
         _release(self.copies)
         self.copies = []
+
+
+def _path_workers(est, workers):
+    """The workers of :class:`_InTasks`: at most as many as the longest grid the path
+    walks has penalties (:data:`FACTOR_GRID`, or an implicit model's
+    :data:`IMPLICIT_GRID`, walked per rank); more would only fit past where a path stops."""
+    grid = FACTOR_GRID if est._kind_now() == "explicit" else IMPLICIT_GRID
+    return list(workers)[: len(grid)]
 
 
 def _release(futures):

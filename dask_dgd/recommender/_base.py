@@ -31,7 +31,7 @@ from .._validation import (
 )
 from ..exceptions import BiasOnlyWarning, ConvergenceWarning
 from ..optim import CosineDecay, FirstOrderOptimizer, Schedule, get_optimizer
-from ._auto import MIN_GAIN, RANK_LADDER, Setup, choose_alpha, path_in_tasks, refit_in_task
+from ._auto import MIN_GAIN, RANK_LADDER, VALIDATION_FRACTION, Setup, choose_alpha, path_in_tasks, refit_in_task
 from ._foldin import model_of, new_user_rows
 from ._input import as_frame, id_index
 from ._objective import FactorizationTraining, FactorModel, grow_state
@@ -55,8 +55,12 @@ __all__ = ["FactorizationBase"]
 
 _OPTIMIZERS = ("adam", "adagrad", "rmsprop", "sgd", "adamw")
 #: The penalty of ``partial_fit`` on an unfitted model with ``alpha="auto"``, and of
-#: ``alpha="auto"`` when no rating can be held out.
+#: ``alpha="auto"`` when no rating can be held out (but BPR's: :data:`DEFAULT_ALPHA_BPR`).
 DEFAULT_ALPHA = 0.1
+#: :data:`DEFAULT_ALPHA` of ``loss="bpr"``: its held-out NDCG is best near 0.01 on
+#: MovieLens-small and InstEval (wls's at 0.1 or 0.01; see
+#: :data:`~dask_dgd.recommender._auto.IMPLICIT_GRID`).
+DEFAULT_ALPHA_BPR = 0.01
 #: The training pairs (evenly spaced) over which ``fit`` measures the factor term's size
 #: (:meth:`FactorizationBase._check_factor_term`).
 FACTOR_TERM_PAIRS = 1_000_000
@@ -275,6 +279,11 @@ class FactorizationBase(RecommenderMixin, ClientParamMixin, BaseEstimator):
         """Whether a new fit's default rate is annealed (see :meth:`_optimizer`)."""
         return False
 
+    def _default_alpha(self):
+        """The penalty of ``alpha="auto"`` without a path: :data:`DEFAULT_ALPHA`, or
+        :data:`DEFAULT_ALPHA_BPR` for ``loss="bpr"``."""
+        return DEFAULT_ALPHA_BPR if self._kind_now() == "bpr" else DEFAULT_ALPHA
+
     def _optimizer(self, decay_steps=None):
         """The optimizer: a name gets ``learning_rate`` (None: 0.05, or with
         ``decay_steps``, 0.05 decayed to 0 over that many steps by a cosine); an object
@@ -370,13 +379,20 @@ class FactorizationBase(RecommenderMixin, ClientParamMixin, BaseEstimator):
             alpha, alpha_bias, epochs, path, path_history, factors, rank = choose_alpha(self, setup, solver,
                                                                                         optimizer)
             if alpha is None:
-                alpha, path = DEFAULT_ALPHA, None
+                alpha, path = self._default_alpha(), None
                 what = "rating" if self._kind_now() == "explicit" else "interaction"
-                warnings.warn(f"{type(self).__name__}: no {what} could be held out to choose alpha (every user has "
-                              f"a single {what}); alpha='auto' used alpha={alpha}", UserWarning,
-                              stacklevel=user_stacklevel())
+                n, n_users = int(facts["n"]), len(users)
+                why = f"every user has a single {what}" if n <= n_users else (
+                    f"{VALIDATION_FRACTION:.0%} of each user's {what}s beyond one are held out, chosen by a seeded "
+                    f"hash of each pair, and none of these {n} {what}s of {n_users} users was")
+                warnings.warn(f"{type(self).__name__}: no {what} could be held out to choose alpha ({why}); "
+                              f"alpha='auto' used alpha={alpha}; give a numeric alpha, or fit on more {what}s per "
+                              "user", UserWarning, stacklevel=user_stacklevel())
             else:
-                if solver != "als":  # gradient steps: the epochs validated on the held-out ratings
+                if solver != "als" and self._kind_now() == "explicit":
+                    # gradient steps: the epochs validated on the held-out ratings (an
+                    # implicit path's fits, and so its refit, run as a numeric-alpha fit:
+                    # to tol, or annealed BPR's max_iter epochs)
                     max_iter, tol = epochs, 0.0
                 path = (path, path_history)
         # an implicit model whose factors did not beat popularity on the held-out pairs
@@ -445,7 +461,8 @@ class FactorizationBase(RecommenderMixin, ClientParamMixin, BaseEstimator):
             if result.message.startswith("reached max_time"):
                 warnings.warn(f"{type(self).__name__} {result.message}", ConvergenceWarning,
                 stacklevel=user_stacklevel())
-            elif not continued and not anneal and not popular and self.tol > 0 and (path is None or solver == "als"):
+            elif (not continued and not anneal and not popular and self.tol > 0
+                  and (path is None or solver == "als" or self._kind_now() != "explicit")):
                 # (an annealed fit runs its max_iter by design)
                 what, remedy = ("iterations", "max_iter") if solver == "als" else \
                     ("epochs", "max_iter or learning_rate")
@@ -781,12 +798,19 @@ class FactorizationBase(RecommenderMixin, ClientParamMixin, BaseEstimator):
         larger than a fresh fit's (its bias correction assumes moments collected since
         step 1).  The global mean of an explicit model stays that of the first fit, and
         so does its penalty (``alpha_``).  On an unfitted model this is ``fit`` with one
-        epoch (``alpha="auto"``: at :data:`DEFAULT_ALPHA`, without a validation path).
+        epoch (``alpha="auto"``: at :data:`DEFAULT_ALPHA`, :data:`DEFAULT_ALPHA_BPR` for
+        ``loss="bpr"``, without a validation path).
         ``partial_fit`` always takes gradient steps (``solver_ == "gd"``).
 
         Returns
         -------
         self
+
+        Raises
+        ------
+        ParameterError
+            On an implicit model that fell back to popularity (``alpha="auto"`` found no
+            factors that beat it; every factor is zero): fit again instead.
         """
         if hasattr(self, "item_factors_") and self._ranks_by_popularity():
             from ..exceptions import ParameterError
@@ -801,7 +825,7 @@ class FactorizationBase(RecommenderMixin, ClientParamMixin, BaseEstimator):
             max_iter, alpha = self.max_iter, getattr(self, "alpha", None)
             self.max_iter = 1
             if alpha == "auto":
-                self.alpha = DEFAULT_ALPHA
+                self.alpha = self._default_alpha()
             try:
                 with warnings.catch_warnings():
                     warnings.simplefilter("ignore", ConvergenceWarning)

@@ -338,8 +338,8 @@ class ImplicitMatrixFactorization(FactorizationBase):
         the penalty, on the same held-out pairs: the ranks 8, 24 and 64 in turn
         (:data:`~dask_dgd.recommender._auto.RANK_LADDER`, smallest first), each with its
         own penalty path (see ``alpha``), until a rank's best held-out NDCG is not above
-        the previous rank's (a larger rank overfits more); the best row of all is the
-        candidate, and its rank the fitted ``n_components_``.  No fixed rank suits all
+        the previous rank's (a larger rank overfits more); the chosen row (see
+        ``alpha``) gives the fitted ``n_components_``.  No fixed rank suits all
         data: on the held-out positives of MovieLens-small and InstEval rank 64 ranks
         best (rank 10, :class:`MatrixFactorization`'s default, worse than
         ``implicit``'s ALS), on generated interactions of rank 5 rank 64 loses to
@@ -357,17 +357,20 @@ class ImplicitMatrixFactorization(FactorizationBase):
         where they live, and the penalties 1, 0.3, 0.1, 0.03, 0.01, 0.003 and 0.001
         (:data:`~dask_dgd.recommender._auto.IMPLICIT_GRID`) are fitted in turn on the
         rest (most regularised first: at 1 the factors all but vanish), each
-        cold-started and trained as the refit is (wls: alternating least squares to
-        ``tol``; bpr: its ``max_iter`` annealed epochs), until one scores worse than the
-        best so far, once that best beats popularity (below; for each rank of
+        cold-started and trained as the refit is (to ``tol``; bpr with the default
+        rate, synchronous: its ``max_iter`` annealed epochs), until one scores worse
+        than the best so far, once that best beats popularity (below; for each rank of
         ``n_components="auto"``'s ladder).  Each fit is
         scored by the mean NDCG@10 of its final model's recommendations to the users
-        with held-out pairs (their training items excluded; at most 5,000 users, a
-        seeded sample when more), computed on the shards, and so is the popularity
-        ranking (training pairs per item) on the same users.  The best row (penalty and
-        rank) is refitted on all the pairs if it beats popularity by more than two
-        standard errors of the paired mean difference of NDCG (user by user); otherwise
-        the model **falls back to popularity**: its factors are exactly zero
+        with held-out pairs (their training items excluded; when n > 5,000 users
+        have held-out pairs, each is evaluated with probability 5,000 / n: about
+        5,000), computed on the shards, and so is the popularity ranking (training
+        pairs per item) on the same users.  A row passes if it beats popularity by
+        more than two standard errors of the paired mean difference of NDCG (user by
+        user); the highest NDCG among the rows that pass (penalty and
+        rank) is refitted on all the pairs, as a numeric ``alpha`` is (``max_iter``, to
+        ``tol`` unless annealed); when none passes, the model **falls back to
+        popularity**: its factors are exactly zero
         (``factors_used_`` False, ``alpha_`` the top of the path, 1, ``n_components_``
         the first rank tried), ``item_bias_`` is ``log(1 + n_i)`` (``n_i``: item ``i``'s
         pairs in the training data), so ``recommend`` ranks by popularity, and
@@ -377,8 +380,11 @@ class ImplicitMatrixFactorization(FactorizationBase):
         21, each on 90% of the pairs; 14 or 15 on MovieLens-small and InstEval) plus the
         refit; the path trains synchronously (``mode``, ``callbacks``, ``max_time`` and
         ``checkpoint`` apply to the refit) and, on a cluster, fits whole in one task per
-        worker for small data (see :mod:`dask_dgd.recommender._auto`).  When no pair can
-        be held out (every user has one), ``fit`` warns and uses ``alpha=0.1``.
+        worker for small data (see :mod:`dask_dgd.recommender._auto`).  When no pair is
+        held out (every user keeps one, and each of its others is held out with
+        probability 10%, so a user with few pairs may have none held out), ``fit`` warns
+        and uses ``alpha=0.1`` (wls; bpr: 0.01, where its held-out ranking is best on
+        MovieLens-small and InstEval), as ``partial_fit`` of an unfitted model does.
         A number: one fit at that penalty.  Unlike :class:`MatrixFactorization`,
         ``fit`` then does not judge the size of the factors it leaves: implicit scores
         are only ranked, and have no ratings whose spread would say what size matters
@@ -442,11 +448,12 @@ shard_ratings_, bytes_communicated_
         ``val_gain_se``: their paired mean difference and its standard error,
         ``n_users``: the users evaluated, ``n_iter`` and ``epochs_run``: the fit's
         iterations (epochs), ``passed``: whether ``val_gain`` exceeds two standard
-        errors, ``chosen``: the row refitted, none when the model
-        fell back to popularity); None otherwise.  ``history_`` then holds the path
-        fits' records (``stage="validation"``) before the refit's (``stage="refit"``;
-        after a fallback, one iteration that only sets up the model before its factors
-        are zeroed); ``loss_curve_`` is the refit's.
+        errors, ``chosen``: the row refitted, the highest ``val_ndcg`` among those
+        that passed, none when none passed and the model fell back to popularity);
+        None otherwise.  ``history_`` then holds the path fits' records
+        (``stage="validation"``) before the refit's (``stage="refit"``; after a
+        fallback, one iteration that only sets up the model before its factors are
+        zeroed); ``loss_curve_`` is the refit's.
     n_duplicates_ : int
         Rows of the last ``fit`` or ``partial_fit`` merged into an earlier row of the
         same pair (see ``duplicates``).

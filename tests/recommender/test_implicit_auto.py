@@ -105,6 +105,68 @@ def test_factors_that_do_not_beat_popularity_fall_back_to_it(loss):
     assert list(items) == popular
 
 
+def test_the_chosen_row_is_the_best_of_those_that_pass():
+    from dask_dgd.recommender._auto import _significant_ranking
+
+    def row(ndcg, gain, se):
+        return {"val_ndcg": ndcg, "val_gain": gain, "val_gain_se": se}
+
+    # the highest NDCG fails the paired test (a noisy gain); the next passes: it is chosen
+    rows = [row(0.50, 0.01, 0.02), row(0.62, 0.12, 0.08), row(0.58, 0.08, 0.01), row(0.55, 0.05, 0.01)]
+    assert _significant_ranking(rows) is rows[2]
+    assert [r["passed"] for r in rows] == [False, False, True, True]
+    # none passes: no row (popularity)
+    rows = [row(0.50, 0.01, 0.02), row(0.62, 0.12, 0.08)]
+    assert _significant_ranking(rows) is None and not any(r["passed"] for r in rows)
+
+
+def test_the_choice_on_data_is_the_best_passing_row(monkeypatch):
+    from dask_dgd.recommender import _auto
+
+    real = _auto._significant_ranking
+
+    def best_fails(rows):  # the path's best row made to fail the paired test
+        top = max(rows, key=lambda r: r["val_ndcg"])
+        top["val_gain_se"] = abs(top["val_gain"]) + 1.0
+        return real(rows)
+
+    monkeypatch.setattr(_auto, "_significant_ranking", best_fails)
+    m = _fit(ImplicitMatrixFactorization(n_components=4, max_iter=20, random_state=0), interactions(2))
+    path = m.validation_path_
+    best = int(np.argmax(path["val_ndcg"].to_numpy()))
+    assert not path["passed"].iloc[best] and path["passed"].sum() >= 1 and m.factors_used_
+    chosen = int(path["val_ndcg"].where(path["passed"]).idxmax())
+    assert path["chosen"].tolist() == [j == chosen for j in range(len(path))] and chosen != best
+    assert m.alpha_ == path["alpha"].iloc[chosen]
+
+
+@pytest.mark.parametrize("solver, mode", [("gd", "sync"), ("als", "sync"), ("gd", "local")])
+def test_a_path_that_is_not_annealed_stops_by_tol_and_so_does_its_refit(solver, mode):
+    data = interactions(2)
+    kw = dict(loss="wls", solver=solver, mode=mode, n_components=4, max_iter=300, random_state=0)
+    m = _fit(ImplicitMatrixFactorization(**kw), data)
+    path = m.validation_path_
+    assert (path["epochs_run"] < 300).all() and (path["n_iter"] < 300).all()
+    assert m.n_iter_ < 300  # (the refit keeps max_iter and tol, as a numeric-alpha fit)
+    fixed = _fit(ImplicitMatrixFactorization(**kw, alpha=float(m.alpha_)), data)
+    assert m.n_iter_ == fixed.n_iter_
+
+
+def test_annealed_bpr_runs_its_max_iter_epochs_in_the_path_and_the_refit():
+    m = _fit(ImplicitMatrixFactorization(loss="bpr", n_components=4, max_iter=15, random_state=0), interactions(2))
+    assert (m.validation_path_["epochs_run"] == 15).all() and m.n_iter_ == 15
+
+
+def test_the_path_in_tasks_uses_as_many_workers_as_the_grid_walked_has_penalties():
+    from dask_dgd.recommender._auto import FACTOR_GRID, _path_workers
+
+    workers = [f"tcp://w{j}" for j in range(12)]
+    assert _path_workers(ImplicitMatrixFactorization(), workers) == workers[: len(IMPLICIT_GRID)] == workers[:7]
+    assert _path_workers(ImplicitMatrixFactorization(loss="bpr"), workers) == workers[:7]
+    assert _path_workers(MatrixFactorization(), workers) == workers[: len(FACTOR_GRID)] == workers[:9]
+    assert _path_workers(ImplicitMatrixFactorization(), workers[:2]) == workers[:2]
+
+
 def test_a_numeric_alpha_is_one_fit():
     m = _fit(ImplicitMatrixFactorization(alpha=0.1, n_components=4, max_iter=20, random_state=0), interactions(2))
     assert m.validation_path_ is None and m.alpha_ == 0.1 and m.factors_used_
@@ -118,6 +180,36 @@ def test_no_interaction_to_hold_out_falls_back_with_a_warning():
                                          r"alpha=0.1"):
         m = ImplicitMatrixFactorization(n_components=2, max_iter=5, random_state=0).fit(one_each)
     assert m.alpha_ == DEFAULT_ALPHA and m.validation_path_ is None
+
+
+@pytest.mark.parametrize("cls, what, loss, alpha", [
+    (ImplicitMatrixFactorization, "interaction", "wls", 0.1), (ImplicitMatrixFactorization, "interaction", "bpr", 0.01),
+    (MatrixFactorization, "rating", None, 0.1)])
+def test_two_pairs_a_user_may_hold_none_out_and_the_warning_says_so(cls, what, loss, alpha):
+    d = pd.DataFrame({"user": np.repeat(np.arange(15), 2), "item": np.r_[np.arange(15) % 5, (np.arange(15) + 1) % 5 + 5],
+                      "rating": np.arange(30) % 5 + 1.0})
+    kw = dict(n_components=2, max_iter=5, random_state=0)
+    est = cls(**kw) if loss is None else cls(loss=loss, **kw)
+    said = (rf"{cls.__name__}: no {what} could be held out to choose alpha \(10% of each user's {what}s beyond one "
+            rf"are held out, chosen by a seeded hash of each pair, and none of these 30 {what}s of 15 users was\); "
+            rf"alpha='auto' used alpha={alpha}; give a numeric alpha, or fit on more {what}s per user")
+    with pytest.warns(UserWarning, match=said):
+        m = est.fit(d if loss is None else d.drop(columns="rating"))
+    assert m.alpha_ == alpha and m.validation_path_ is None
+
+
+def test_bprs_fallback_penalty_is_its_own():
+    from dask_dgd.recommender._base import DEFAULT_ALPHA_BPR
+
+    one_each = pd.DataFrame({"user": np.arange(40), "item": np.arange(40) % 7})
+    with pytest.warns(UserWarning, match=r"\(every user has a single interaction\); alpha='auto' used alpha=0.01; "
+                                         r"give a numeric alpha"):
+        m = ImplicitMatrixFactorization(loss="bpr", n_components=2, max_iter=5, random_state=0).fit(one_each)
+    assert m.alpha_ == DEFAULT_ALPHA_BPR == 0.01
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        fresh = ImplicitMatrixFactorization(loss="bpr", n_components=2, random_state=0).partial_fit(one_each)
+    assert fresh.alpha_ == 0.01 and fresh.alpha == "auto"
 
 
 @pytest.mark.parametrize("alpha, message", [
@@ -329,3 +421,12 @@ def test_the_ladder_in_tasks_is_the_ladder_in_rounds_bit_for_bit(process_client,
     pd.testing.assert_frame_equal(in_tasks.validation_path_, in_rounds.validation_path_, check_exact=True)
     assert in_tasks.n_components_ == in_rounds.n_components_ == in_tasks.item_factors_.shape[1]
     np.testing.assert_array_equal(in_tasks.item_factors_, in_rounds.item_factors_)
+
+
+def test_the_docs_say_what_partial_fit_raises_and_that_the_evaluated_users_are_a_sample():
+    from numpydoc.docscrape import FunctionDoc
+
+    raises = FunctionDoc(ImplicitMatrixFactorization.partial_fit)["Raises"]
+    assert [r.type for r in raises] == ["ParameterError"] and "popularity" in " ".join(raises[0].desc)
+    doc = " ".join(ImplicitMatrixFactorization.__doc__.split())
+    assert "at most 5,000" not in doc and "each is evaluated with probability 5,000 / n: about 5,000" in doc
