@@ -195,10 +195,21 @@ def _path(fits, grid, n_components, alpha_bias, stage):
     return best, rows, histories
 
 
-def _walk(fits, grid, n_components, alpha_bias, stage, stop=True, point="grid"):
-    """Fit the penalties ``grid`` in order (``stop``: until two in a row do worse than
-    the best); the best row, the rows and the fits' records, or None when nothing was
-    held out.
+def _by_rmse(row, best):
+    """:func:`_walk`'s judge of an explicit path: 1 if ``row``'s held-out RMSE is below
+    the best's, -1 if it is above by more than the relative :data:`WORSE` (ties: the
+    factors vanish at the top of the path), else 0."""
+    rmse = row["val_rmse"]
+    if rmse < best["val_rmse"]:
+        return 1
+    return -1 if rmse > best["val_rmse"] * (1 + WORSE) else 0
+
+
+def _walk(fits, grid, n_components, alpha_bias, stage, stop=True, point="grid", judge=_by_rmse,
+          patience=PATH_PATIENCE):
+    """Fit the penalties ``grid`` in order (``stop``: until ``patience`` of them do worse
+    than the best, by ``judge(row, best)``: 1 better, -1 worse, 0 neither); the best
+    row, the rows and the fits' records, or None when nothing was held out.
 
     ``fits`` fits ``fits.width`` penalties at a time (:class:`_InTasks`: one per
     worker); the answers past the point where the path stops are dropped, so the rows
@@ -212,12 +223,12 @@ def _walk(fits, grid, n_components, alpha_bias, stage, stop=True, point="grid"):
             row, h = answer
             rows.append({"stage": stage, "point": point, **row})
             histories.append(h)
-            rmse = row["val_rmse"]
-            if best is None or rmse < best["val_rmse"]:
+            verdict = 1 if best is None else judge(row, best)
+            if verdict > 0:
                 best, worse = rows[-1], 0
-            elif rmse > best["val_rmse"] * (1 + WORSE):  # (ties: the factors vanish at the top of the path)
+            elif verdict < 0:
                 worse += 1
-                if stop and worse >= PATH_PATIENCE:
+                if stop and worse >= patience:
                     return best, rows, histories
     return best, rows, histories
 
@@ -306,32 +317,23 @@ def _rank_point(est, shards, s, solver, optimizer, alpha, n_components, alpha_bi
     return row, result.history.assign(stage="validation", alpha=float(model.alpha), alpha_bias=float(model.alpha_bias))
 
 
+def _by_ranking(row, best):
+    """:func:`_walk`'s judge of an implicit path: 1 if ``row``'s held-out NDCG is above
+    the best's; -1 if below, once the best beats popularity (``val_gain`` above
+    :data:`SE_RULE` standard errors: towards the top of the path the factors all but
+    vanish and the NDCG is popularity's, give or take noise, which says nothing of the
+    penalties below; BPR's item biases keep it there down to 0.3 on MovieLens-small and
+    InstEval); else 0."""
+    if row["val_ndcg"] > best["val_ndcg"]:
+        return 1
+    return -1 if row["val_ndcg"] < best["val_ndcg"] and best["val_gain"] > SE_RULE * best["val_gain_se"] else 0
+
+
 def _walk_ranking(fits, grid, n_components, alpha_bias):
-    """An implicit model's path: the penalties ``grid`` in order until
+    """An implicit model's path: :func:`_walk` of the penalties ``grid`` until
     :data:`IMPLICIT_PATH_PATIENCE` of them score a held-out NDCG below the best, once
-    the best beats popularity (``val_gain`` above :data:`SE_RULE` standard errors; as
-    :func:`_walk`, a batch's answers past that point dropped); the best row, the rows
-    and the fits' records, or None when nothing was held out."""
-    rows, histories, best, worse = [], [], None, 0
-    grid = [float(a) for a in grid]
-    for at in range(0, len(grid), fits.width):
-        for answer in fits(grid[at : at + fits.width], n_components, alpha_bias):
-            if answer is None:
-                return None
-            row, h = answer
-            rows.append({"stage": "factors", "point": "grid", **row})
-            histories.append(h)
-            if best is None or row["val_ndcg"] > best["val_ndcg"]:
-                best, worse = rows[-1], 0
-            elif row["val_ndcg"] < best["val_ndcg"] and best["val_gain"] > SE_RULE * best["val_gain_se"]:
-                # (worse only counts once the best beats popularity: towards the top of the
-                # path the factors all but vanish and the NDCG is popularity's, give or take
-                # noise, which says nothing of the penalties below; BPR's item biases keep it
-                # there down to 0.3 on MovieLens-small and InstEval)
-                worse += 1
-                if worse >= IMPLICIT_PATH_PATIENCE:
-                    return best, rows, histories
-    return best, rows, histories
+    the best beats popularity (:func:`_by_ranking`)."""
+    return _walk(fits, grid, n_components, alpha_bias, "factors", judge=_by_ranking, patience=IMPLICIT_PATH_PATIENCE)
 
 
 def _choose_ranking(est, s, solver, optimizer):
