@@ -169,13 +169,6 @@ def test_the_choice_does_not_depend_on_the_sharding(client):
     np.testing.assert_allclose(fitted[0], fitted[1], rtol=0, atol=0.02)
 
 
-@pytest.fixture(scope="module")
-def process_client(make_module_cluster):
-    """Two single-threaded worker processes (the path runs in tasks only on workers in
-    processes of their own)."""
-    return make_module_cluster(n_workers=2)
-
-
 @pytest.mark.parametrize("solver", ["als", "gd"])
 def test_the_path_in_tasks_is_the_path_in_rounds_bit_for_bit(process_client, monkeypatch, solver):
     # on a cluster of worker processes, small ratings' path fits run whole, one task per

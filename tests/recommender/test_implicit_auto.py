@@ -223,13 +223,6 @@ def test_bad_alpha(alpha, message):
         ImplicitMatrixFactorization(alpha=alpha).fit(interactions(1, n_users=20))
 
 
-@pytest.fixture(scope="module")
-def process_client(make_module_cluster):
-    """Two single-threaded worker processes (the path runs in tasks only on workers in
-    processes of their own)."""
-    return make_module_cluster(n_workers=2)
-
-
 @pytest.mark.parametrize("loss", ["wls", "bpr"])
 def test_the_path_in_tasks_is_the_path_in_rounds_bit_for_bit(process_client, monkeypatch, loss):
     import dask_dgd.recommender._auto as auto
