@@ -507,49 +507,118 @@ class _InTasks:
     def __init__(self, est, s, solver, optimizer):
         from sklearn.base import clone
 
-        self.client = s.executor.client
+        self.client, self.parts = s.executor.client, s.parts
         self.token = uuid.uuid4().hex[:8]
         self._n = 0
-        workers = _path_workers(est, s.executor.workers())
-        self.width = len(workers)
+        self.workers = _path_workers(est, s.executor.workers())
+        self.width = len(self.workers)
         est = clone(est).set_params(client=None, callbacks=None)  # (only what the fits read travels)
-        task = dataclasses.replace(s, executor=None, parts=None)
-        self.copies = [self._submit(_path_copy, est, task, solver, optimizer, *s.parts, worker=w,
-                                    name="dgd-mf-path-copy") for w in workers]
-        self.workers = workers
-        try:
-            s.executor.wait(self.copies)  # (an error of the setup surfaces here)
-        except BaseException:
-            self.close()
-            raise
+        self._copy_args = (est, dataclasses.replace(s, executor=None, parts=None), solver, optimizer)
+        self._biases = None  # (the bias model's, once :meth:`pair` set them)
+        self.copies = []
+        for lost in _revivals(self.parts, "the path's copies of the held-out split"):
+            with lost:
+                self.copies = self._make_copies()
+                try:
+                    s.executor.wait(self.copies)  # (an error of the setup surfaces here)
+                except BaseException:
+                    self.close()
+                    raise
 
     def _submit(self, fn, *args, worker, name):
         self._n += 1
         return self.client.submit(fn, *args, key=f"{name}-{self.token}-{self._n}", pure=False, workers=[worker],
                                   allow_other_workers=True)
 
+    def _make_copies(self):
+        copies = [self._submit(_path_copy, *self._copy_args, *self.parts, worker=w, name="dgd-mf-path-copy")
+                  for w in self.workers]
+        return copies if self._biases is None else self._paired(copies)
+
+    def _paired(self, copies):
+        biases = self.client.scatter(self._biases, broadcast=True, hash=False)
+        paired = [self._submit(_paired_copy, c, biases, worker=w, name="dgd-mf-path-paired")
+                  for c, w in zip(copies, self.workers)]
+        _release(copies)  # (the scheduler keeps them until the paired copies are made)
+        return paired
+
     def __call__(self, alphas, n_components, alpha_bias):
-        futures = [self._submit(_fit_in_copy, c, a, n_components, alpha_bias, worker=w, name="dgd-mf-path-fit")
-                   for a, c, w in zip(alphas, self.copies, self.workers)]
-        try:
-            done = self.client.gather(futures)
-        finally:
-            _release(futures)
+        for lost in _revivals(self.parts, "the path's copies of the held-out split"):
+            with lost:
+                if lost.revived:  # (the partitions are new: so are the copies made from them)
+                    _release(self.copies)
+                    self.copies = self._make_copies()
+                futures = [self._submit(_fit_in_copy, c, a, n_components, alpha_bias, worker=w,
+                                        name="dgd-mf-path-fit")
+                           for a, c, w in zip(alphas, self.copies, self.workers)]
+                try:
+                    done = self.client.gather(futures)
+                finally:
+                    _release(futures)
         for _, raised in done:  # (the driver's warning filters decide, as for a fit here)
             for message, category in raised:
                 warnings.warn(message, category, stacklevel=2)
         return [row for row, _ in done]
 
     def pair(self, biases):
-        biases = self.client.scatter(biases, broadcast=True, hash=False)
-        old = self.copies
-        self.copies = [self._submit(_paired_copy, c, biases, worker=w, name="dgd-mf-path-paired")
-                       for c, w in zip(old, self.workers)]
-        _release(old)  # (the scheduler keeps them until the new copies are made)
+        self._biases = biases
+        self.copies = self._paired(self.copies)
 
     def close(self):
         _release(self.copies)
         self.copies = []
+
+
+#: How many times the tasks of a path (or its refit) are submitted again after a
+#: worker loss took a partition they need that Dask cannot recompute (:func:`_revivals`).
+MAX_REVIVALS = 3
+
+
+class _Attempt:
+    """One try of :func:`_revivals`: a context that swallows the cancellation of a
+    lost partition's dependents (``failed``) unless it is the last try."""
+
+    def __init__(self, revived, last, what):
+        self.revived, self.last, self.what, self.failed = revived, last, what, False
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, kind, err, tb):
+        from concurrent.futures import CancelledError
+
+        if kind is None or not issubclass(kind, CancelledError):
+            return False
+        if self.last:
+            from ..exceptions import ClusterError
+
+            raise ClusterError(
+                f"worker losses took {self.what} and a partition of the ratings they are made from "
+                f"{MAX_REVIVALS + 1} times ({err}): the cluster keeps losing workers; see the workers' logs "
+                "(e.g. their memory limits), and fit again once they stay up") from err
+        self.failed = True
+        return True
+
+
+def _revivals(parts, what):
+    """Tries of tasks that need ``parts`` (a :class:`~._shards._Parts`): a worker lost
+    with the only copy of a partition Dask cannot recompute (a scattered piece of a
+    pandas frame) cancels the tasks made from it ("already forgotten"); the partitions
+    are then made again (:meth:`~._shards._Parts.revive`, ``revived`` is True) and the
+    tasks run again, at most :data:`MAX_REVIVALS` times; beyond, ClusterError.  A
+    partition Dask can recompute never gets here: Dask recomputes it."""
+    import logging
+
+    for attempt in range(MAX_REVIVALS + 1):
+        if attempt:
+            logging.getLogger("dask_dgd").warning(
+                "a lost worker held the only copy of a partition of the ratings, which %s need: the "
+                "partitions are sent again and the tasks run again (retry %d of %d)", what, attempt, MAX_REVIVALS)
+            parts.revive()
+        tried = _Attempt(attempt > 0, attempt == MAX_REVIVALS, what)
+        yield tried
+        if not tried.failed:
+            return
 
 
 def _path_workers(est, workers):
@@ -631,12 +700,17 @@ def refit_in_task(s, training, train_args):
     from .._validation import user_stacklevel
 
     task = dataclasses.replace(s, executor=None, parts=None)
-    future = s.executor.client.submit(_refit_copy, training, task, train_args, *s.parts,
-                                      key=f"dgd-mf-refit-{uuid.uuid4().hex[:8]}", pure=False)
     try:
-        result, loads, raised = future.result()
+        for lost in _revivals(s.parts, "the refit's task"):
+            with lost:
+                future = s.executor.client.submit(_refit_copy, training, task, train_args, *s.parts,
+                                                  key=f"dgd-mf-refit-{uuid.uuid4().hex[:8]}", pure=False)
+                try:
+                    result, loads, raised = future.result()
+                finally:
+                    future.release()
     finally:
-        _release([future, *s.parts])  # (the partitions are the fit's, done with: as its shards release them)
+        _release(s.parts)  # (the partitions are the fit's, done with: as its shards release them)
     for message, category in raised:
         warnings.warn(message, category, stacklevel=user_stacklevel())
     return result, loads

@@ -499,6 +499,12 @@ def merge_parts(executor, parts, cols, policy, users, part_users, items):
         return parts, 0
     out = _Parts(run.submit(_pick, t, 0, name="dgd-mf-merged") for t in split + buckets)
     out.scattered = getattr(parts, "scattered", False)
+    if getattr(parts, "remake", None) is not None:
+        def remake():  # (the partitions made again, merged again)
+            parts.revive()
+            return merge_parts(executor, parts, cols, policy, users, part_users, items)[0]
+
+        out.remake = remake
     return out, int(merged)
 
 
@@ -639,27 +645,45 @@ class _Runner:
 
 class _Parts(list):
     """The partitions of :func:`frame_parts`; ``scattered``: sent from this process's
-    memory (a pandas DataFrame on a cluster), so nothing can recompute them."""
+    memory (a pandas DataFrame on a cluster), so nothing can recompute them;
+    ``remake``: makes them anew (:meth:`revive`)."""
 
     scattered = False
+    remake = None
+
+    def revive(self):
+        """Replace the partitions, in place, by new ones made as the first were: after
+        a worker loss took the only copy of one (a scattered piece of a pandas frame,
+        which Dask cannot recompute), from the frame this process still holds; every
+        holder of this list sees the new ones."""
+        if self.remake is None:  # pragma: no cover - every _Parts on a cluster has one
+            raise RuntimeError("these partitions cannot be made again")
+        self[:] = self.remake()
 
 
 def frame_parts(executor, frame):
-    """The partitions of a pandas or dask DataFrame, as futures on a cluster."""
+    """The partitions of a pandas or dask DataFrame, as futures on a cluster (a
+    :class:`_Parts` that can :meth:`~_Parts.revive`)."""
     import dask
 
     if dask.is_dask_collection(frame):
         if executor.kind != "dask":  # pragma: no cover - dask input always gets a cluster
             return [frame.compute()]
-        return executor.client.compute(frame.to_delayed())
+        parts = _Parts(executor.client.compute(frame.to_delayed()))
+        parts.remake = lambda: executor.client.compute(frame.to_delayed())
+        return parts
     if executor.kind != "dask":
         return [frame]
     workers = executor.workers()
     _check_frame_fits(executor.client, workers, frame)
     n = max(1, min(len(workers), len(frame)))
     edges = np.linspace(0, len(frame), n + 1).round().astype(int)
-    parts = _Parts(executor.client.scatter([frame.iloc[a:b] for a, b in zip(edges[:-1], edges[1:])], hash=False))
-    parts.scattered = True
+
+    def scatter():
+        return executor.client.scatter([frame.iloc[a:b] for a, b in zip(edges[:-1], edges[1:])], hash=False)
+
+    parts = _Parts(scatter())
+    parts.scattered, parts.remake = True, scatter
     return parts
 
 

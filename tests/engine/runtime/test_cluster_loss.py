@@ -25,6 +25,7 @@ import numpy as np
 import pandas as pd
 import pytest
 from distributed import Client
+from distributed.diagnostics.plugin import SchedulerPlugin
 
 from dask_dgd import LogisticRegression, MatrixFactorization
 from dask_dgd.datasets import make_ratings
@@ -158,13 +159,45 @@ def test_a_lost_matrix_factorization_worker_says_what_was_lost_and_what_to_do(pr
 
 
 
-def test_a_worker_lost_during_the_penalty_path_costs_only_its_task(process_client, ratings):
+class _OnlyReplicaOn(SchedulerPlugin):
+    """Once the penalty path's copies of the held-out split are all in memory, every other
+    worker drops its replica of the scattered data ``victim`` holds (as Dask's active
+    memory manager does on its own, on a clock): the victim then holds the only copy of
+    a piece of the pandas frame, which Dask cannot recompute.  ``dropped``: those keys."""
+
+    name = "only-replica-on"
+
+    def __init__(self, scheduler, victim):
+        self.scheduler, self.victim, self.dropped = scheduler, victim, []
+
+    def transition(self, key, start, finish, *args, **kwargs):
+        if finish != "memory" or not str(key).startswith("dgd-mf-path-copy") or self.dropped:
+            return
+        copies = [ts for k, ts in self.scheduler.tasks.items() if str(k).startswith("dgd-mf-path-copy")]
+        if any(ts.state != "memory" for ts in copies):
+            return
+        for ts in list(self.scheduler.tasks.values()):
+            holders = {ws.address for ws in ts.who_has or ()}
+            if ts.run_spec is None and ts.state == "memory" and self.victim in holders and len(holders) > 1:
+                for other in holders - {self.victim}:
+                    self.scheduler.request_remove_replicas(other, [ts.key], stimulus_id="test-only-replica")
+                self.dropped.append(ts.key)
+
+
+@pytest.mark.parametrize("only_copy", [False, True], ids=["replicas-kept", "only-copy-lost"])
+def test_a_worker_lost_during_the_penalty_path_costs_only_its_task(process_client, ratings, only_copy):
     # alpha="auto" on worker processes: each path fit is one task on a copy of the
-    # held-out shards; the worker killed inside one takes its copy along, the scheduler
-    # makes the copy and runs the fit again elsewhere, and the model is the one a fit
-    # without the fault makes, to rounding (the shards recomputed after the loss may sit
-    # in other groups: the same sums in another order)
+    # held-out shards; the worker killed inside one takes its copy along, and the model
+    # is the one a fit without the fault makes, to rounding (the shards recomputed after
+    # the loss may sit in other groups: the same sums in another order).  The copy is
+    # made again elsewhere from the frame's pieces: by Dask when another worker still
+    # holds them ("replicas-kept"), or, when the lost worker held the only copy of a
+    # piece ("only-copy-lost", which Dask's memory manager brings about on its own
+    # clock), from the pieces this process sends again
     victim = sorted(process_client.scheduler_info()["workers"])[-1]
+    plugin = _OnlyReplicaOn(process_client.cluster.scheduler, victim)
+    if only_copy:
+        process_client.cluster.scheduler.add_plugin(plugin)
 
     def fit():
         with warnings.catch_warnings():
@@ -174,6 +207,9 @@ def test_a_worker_lost_during_the_penalty_path_costs_only_its_task(process_clien
     with killing_worker(process_client, victim, after=5):
         hit = fit()
     assert victim not in process_client.scheduler_info()["workers"]  # (it died: the fault fired)
+    assert bool(plugin.dropped) == only_copy  # (and the only copy of a piece went with it)
+    if only_copy:
+        process_client.cluster.scheduler.remove_plugin(plugin.name)
     clean = fit()
     pd.testing.assert_frame_equal(hit.validation_path_, clean.validation_path_, check_exact=False, rtol=1e-9)
     assert hit.alpha_ == clean.alpha_
