@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 from bokeh.document import Document
+from bokeh.models import Plot as figure_type
 
 from dask_dgd.dashboard import TOPIC, DashboardPlugin, dashboard_url, records
 from dask_dgd.dashboard._page import make_document
@@ -221,6 +222,24 @@ def test_page_streams_new_records_of_the_newest_running_fit_and_resets_on_a_swit
     model("dgd-fit").value = "old"
     assert model("dgd-steps").data["step"] == [1.0, 2.0, 3.0, 4.0]
     assert model("dgd-flag-rows").data["kind"] == []
+
+
+def test_page_objective_on_a_linear_axis_once_it_is_not_positive_and_val_score_once_there():
+    plugin, doc, update, _ = _page()
+    plugin.store.apply(start_msg("run"))
+    plugin.store.apply({"kind": "records", "fit": "run", "first": 0, "records": recs(1)})
+    update()
+
+    def shown(title):
+        return {type(p.y_scale).__name__: p.visible for p in doc.select({"type": figure_type})
+                if p.title.text == title}
+
+    assert shown("Objective") == {"LogScale": True, "LinearScale": False}
+    assert shown("Validation score") == {"LinearScale": False}
+    plugin.store.apply({"kind": "records", "fit": "run", "first": 1, "records": recs(2, loss=-0.5, val_score=0.9)})
+    update()
+    assert shown("Objective") == {"LogScale": False, "LinearScale": True}
+    assert shown("Validation score") == {"LinearScale": True}
 
 
 def test_page_shows_group_times_and_worker_samples():
