@@ -173,6 +173,23 @@ def test_without_bokeh_dgd_is_a_plain_page_pointing_at_the_json(make_cluster, mo
     assert fits(c) == []
 
 
+def test_the_dashboard_prefix_is_honoured(make_cluster):
+    c = make_cluster(1, processes=False, scheduler_kwargs={"http_prefix": "/dask"})
+    c.register_plugin(DashboardPlugin())
+    base = base_of(c) + "/dask"  # (Dask's dashboard_link leaves the prefix out)
+    assert 'href="dgd"' in get(base + "/status")[2]
+    assert json.loads(get(base + "/dgd/records.json")[2])["fits"] == []
+    assert "static/js/bokeh.min.js" in get(base + "/dgd")[2]
+    with pytest.raises(urllib.error.HTTPError, match="404"):
+        get(base_of(c) + "/dgd/records.json")
+
+
+def test_scheduler_kwargs_preload_adds_the_plugin_before_any_client_registers_it(make_cluster):
+    c = make_cluster(1, processes=False, scheduler_kwargs={"preload": ["dask_dgd.dashboard"]})
+    c.log_event(TOPIC, start_msg("p"))
+    assert [f["fit"] for f in fits(c)] == ["p"]
+
+
 # ------------------------------------------------------------------ the Bokeh document
 class _Scheduler:
     """What make_document reads from a scheduler: its plugins."""
