@@ -245,3 +245,10 @@ def test_flags_are_bounded_but_counted(monkeypatch):
     fit = only_fit(store)
     assert len(fit["flags"]) == _store.MAX_FLAGS and fit["flags"][-1]["step"] == n
     assert fit["flag_counts"] == {"divergence": n}
+
+
+def test_the_module_examples_run():
+    import doctest
+
+    result = doctest.testmod(_store)
+    assert result.attempted > 0 and result.failed == 0
