@@ -55,8 +55,6 @@ def progress_bar(verbose: int, total: int | None, desc: str, unit: str, capped: 
         return None
     from tqdm.auto import tqdm
 
-    from .publish import Publisher
-
     fmt = CAPPED_FORMAT if capped and total is not None else None
     return tqdm(total=total, desc=_LABEL.get() or desc, unit=unit, leave=False, bar_format=fmt)
 
