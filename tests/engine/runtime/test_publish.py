@@ -10,14 +10,13 @@ import subprocess
 import sys
 import textwrap
 import time
-import types
 from pathlib import Path
 
 import dask
 import dask.array as da
 import numpy as np
 import pytest
-from distributed import Client, SchedulerPlugin
+from distributed import Client
 
 from dask_dgd._engine.runtime import publish
 from dask_dgd._engine.runtime.publish import BATCH, TOPIC, Publisher, page_url, plain
@@ -27,24 +26,9 @@ from dask_dgd.linear_model import LogisticRegression
 REPO = str(Path(__file__).resolve().parents[3])
 
 
-class _StandInPlugin(SchedulerPlugin):
-    """What the driver registers where ``dask_dgd.dashboard`` is not written yet."""
-
-    name = "dask_dgd"
-    idempotent = True
-
-
 @pytest.fixture
 def page(monkeypatch):
-    """The page's plugin importable as ``dask_dgd.dashboard.DashboardPlugin`` (the real
-    one, else a stand-in), and this process's memory of registrations emptied."""
-    try:
-        from dask_dgd.dashboard import DashboardPlugin  # noqa: F401
-    except ImportError:
-        module = types.ModuleType("dask_dgd.dashboard")
-        _StandInPlugin.__module__, _StandInPlugin.__qualname__ = "dask_dgd.dashboard", "DashboardPlugin"
-        module.DashboardPlugin = _StandInPlugin
-        monkeypatch.setitem(sys.modules, "dask_dgd.dashboard", module)
+    """This process's memory of the schedulers it registered the page on, emptied."""
     monkeypatch.setattr(publish, "_pages", {})
 
 
@@ -107,6 +91,20 @@ def test_a_fit_publishes_exactly_its_history(page_client, logistic_data):
         assert [k for k in want if not _same(got[k], want[k])] == [], (got, want)
     (end,) = _messages(page_client, "end")
     assert end["fit"] == start["fit"] and end["status"] == "done"
+
+
+def test_the_scheduler_page_holds_the_fits_history(page_client, logistic_data):
+    from dask_dgd import dashboard
+
+    X, y = logistic_data
+    est = LogisticRegression(max_iter=6, tol=0, client=page_client).fit(_chunked(X), y)
+    (fit,) = dashboard.records(page_client)["fits"]
+    assert fit["status"] == "done" and fit["estimator"] == "LogisticRegression"
+    assert len(fit["records"]) == len(est.history_)
+    for got, row in zip(fit["records"], est.history_.to_dict("records")):
+        want = plain(row)
+        assert list(got) == list(want)
+        assert [k for k in want if not _same(got[k], want[k])] == [], (got, want)
 
 
 def test_a_fit_stopped_by_a_callback_ends_stopped(page_client, logistic_data):
