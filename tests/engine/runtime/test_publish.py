@@ -9,6 +9,7 @@ import shutil
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 from pathlib import Path
 
@@ -176,6 +177,33 @@ def test_a_failing_send_stops_publishing_and_is_logged_once(caplog):
     assert client.calls == 1  # the start failed: nothing more was tried
     said = [r.getMessage() for r in caplog.records if "stopped sending" in r.getMessage()]
     assert len(said) == 1 and "OSError: the scheduler went away" in said[0]
+
+
+class _Stuck:
+    """A client whose sends hang until released (a scheduler gone: up to the connect timeout)."""
+
+    def __init__(self):
+        self.release, self.calls = threading.Event(), 0
+
+    def log_event(self, topic, msg):
+        self.calls += 1
+        self.release.wait()
+        raise OSError("timed out connecting to the scheduler")
+
+
+def test_a_stuck_scheduler_does_not_hold_the_end_of_the_fit(caplog):
+    client = _Stuck()
+    try:
+        with caplog.at_level(logging.INFO, logger="dask_dgd"):
+            pub = Publisher(client, [{"step": 1}], {"estimator": "X"})
+            pub.close("error", "the scheduler is gone", timeout=0.05)  # returns with the start still in flight
+            assert pub.failed
+    finally:
+        client.release.set()
+        pub._thread.join()
+    said = [r.getMessage() for r in caplog.records if r.name == "dask_dgd"]
+    assert len(said) == 1 and "did not take fit" in said[0] and "history_" in said[0]
+    assert client.calls == 1
 
 
 class _Recording:
