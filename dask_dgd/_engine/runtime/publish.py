@@ -68,6 +68,8 @@ def page_url(client: Client) -> str | None:
     """The live page's address: the client's dashboard link with ``/dgd`` in place of
     ``/status`` (None when the scheduler has no dashboard)."""
     try:
+        if "dashboard" not in client.scheduler_info().get("services", {}):
+            return None  # (dashboard_link would name the default port anyway)
         link = client.dashboard_link
     except Exception:  # noqa: BLE001 - no dashboard: no link
         return None
@@ -169,11 +171,15 @@ class Publisher:
         seconds (then the page misses them, and says nothing more of this fit)."""
         self._end = {"kind": "end", "fit": self.fit, "status": status, "message": str(message), "wall": time.time()}
         self._stop.set()
-        self._thread.join(timeout)
+        deadline = time.monotonic() + timeout
+        # (while the client is connected: once it is not, the scheduler is gone and the sends are lost)
+        while (self._thread.is_alive() and time.monotonic() < deadline
+               and getattr(self.client, "status", "running") == "running"):
+            self._thread.join(min(0.1, max(0.0, deadline - time.monotonic())))
         if self._thread.is_alive():
             self.failed = True
-            logger.info("dask_dgd: the scheduler did not take fit %s's last records within %g s; the live page "
-                        "misses them (they are in the fitted model's history_)", self.fit, timeout)
+            logger.info("dask_dgd: the scheduler did not take fit %s's last records (within %g s, or it is gone); "
+                        "the live page misses them (they are in the fitted model's history_)", self.fit, timeout)
 
     def _send(self, msg: dict[str, Any]) -> bool:
         if self.failed:
