@@ -306,3 +306,20 @@ def test_a_scheduler_that_cannot_import_the_page_costs_one_log_line(blind_schedu
     assert "blocked for this test" in said[0] and said[0].endswith("records are in the fitted model's history_")
     assert not any("live training page" in r.getMessage() for r in caplog.records)
     assert blind_scheduler.get_events(TOPIC) == ()
+
+
+class _Linked:
+    def __init__(self, link, services):
+        self.dashboard_link, self._services = link, services
+
+    def scheduler_info(self):
+        return {"services": self._services}
+
+
+@pytest.mark.parametrize("link, services, url", [
+    ("http://h:8787/status", {"dashboard": 8787}, "http://h:8787/dgd"),
+    ("http://h:1/jupyter/proxy/1/status", {"dashboard": 1}, "http://h:1/jupyter/proxy/1/dgd"),  # a prefix
+    ("http://h:8787/status", {}, None),  # no dashboard: Dask's link names the default port anyway
+])
+def test_the_page_address_is_the_dashboard_link_with_dgd(link, services, url):
+    assert page_url(_Linked(link, services)) == url
