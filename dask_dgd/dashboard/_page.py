@@ -1,0 +1,236 @@
+"""The live training page: a Bokeh document on the scheduler, in Dask's dashboard look.
+
+Imported only on the scheduler, when the plugin starts (it needs bokeh and
+``distributed.dashboard``).  Each browser session gets its own document: a fit selector,
+a header line and plots fed by the plugin's store every :data:`UPDATE_MS` milliseconds,
+streaming only the records that arrived since the last update.
+
+Named models (read by tests and by scripts): ``"dgd-fit"`` (the Select), ``"dgd-header"``
+(the Div), ``"dgd-steps"`` (one row per record of the selected fit), ``"dgd-groups"``
+(per-group compute times), ``"dgd-workers"`` (one row per worker: its cpu and memory
+samples), ``"dgd-flags"`` (the DataTable of flags) and ``"dgd-flag-rows"`` (its source).
+"""
+
+from __future__ import annotations
+
+import datetime
+import functools
+import math
+from typing import TYPE_CHECKING, Any
+
+import dask
+from bokeh.application import Application
+from bokeh.application.handlers.function import FunctionHandler
+from bokeh.layouts import column, gridplot
+from bokeh.models import ColumnDataSource, DataTable, Div, Select, TableColumn
+from bokeh.palettes import Category10
+from bokeh.plotting import figure
+from bokeh.server.util import create_hosts_allowlist
+from distributed.dashboard.core import DaskBokehTornado
+
+from ._plugin import PAGE, plugin_of
+from ._store import MAX_GROUP_TIMES, MAX_RECORDS
+
+if TYPE_CHECKING:
+    from bokeh.document import Document
+    from distributed import Scheduler
+
+    from ._store import Fit
+
+__all__ = ["STEP_COLUMNS", "UPDATE_MS", "bokeh_application", "make_document"]
+
+#: Milliseconds between two updates of an open page.
+UPDATE_MS = 500
+#: Record fields copied into the ``"dgd-steps"`` source (None and missing: NaN), then
+#: ``ratio`` (bytes_up_raw / bytes_up).
+STEP_COLUMNS = ("step", "iteration", "loss", "grad_norm", "compute_time_max", "compute_time_min",
+                "compute_time_median", "wait_time", "update_time", "bytes_up", "bytes_down", "bytes_up_raw",
+                "staleness_max", "tree_depth", "val_score")
+_HEIGHT = 220
+
+
+def bokeh_application(scheduler: Scheduler, prefix: str) -> DaskBokehTornado:
+    """A Bokeh server application serving the page at ``<prefix>/dgd``, made as Dask
+    makes its own (``distributed.dashboard.core.BokehApplication``)."""
+    prefix = "/" + prefix.strip("/") + "/" if prefix.strip("/") else "/"
+    kwargs = dask.config.get("distributed.scheduler.dashboard.bokeh-application").copy()
+    origins = create_hosts_allowlist(kwargs.pop("allow_websocket_origin"), scheduler.http_server.port)
+    handler = FunctionHandler(functools.partial(make_document, scheduler, prefix))
+    return DaskBokehTornado({f"/{PAGE}": Application(handler)}, prefix=prefix, use_index=False,
+                            extra_websocket_origins=origins, absolute_url="", **kwargs)
+
+
+def _float(value: Any) -> float:
+    """A plot value: a finite or infinite float, NaN for None and non-numbers."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return math.nan
+    return float(value)
+
+
+def _columns(records: list[dict[str, Any]]) -> dict[str, list[float]]:
+    data = {name: [_float(r.get(name)) for r in records] for name in STEP_COLUMNS}
+    data["ratio"] = [raw / up if up > 0 else math.nan for raw, up in zip(data["bytes_up_raw"], data["bytes_up"])]
+    return data
+
+
+def _label(fit: Fit) -> str:
+    started = datetime.datetime.fromtimestamp(fit.started).strftime("%H:%M:%S") if fit.started else "?"
+    return f"{fit.estimator} · {fit.status} · started {started} · {fit.fit[:8]}"
+
+
+def _header(fit: Fit | None) -> str:
+    if fit is None:
+        return "<b>No dask_dgd fit yet.</b> Fits on this cluster appear here as they start."
+    last = fit.records[-1] if fit.records else {}
+    iteration = last.get("iteration")
+    limit = "" if fit.max_iter is None else f" / {fit.max_iter}"
+    eta = fit.eta_seconds()
+    parts = [f"<b>{fit.estimator}</b> ({fit.mode or '?'})", f"status: <b>{fit.status}</b>",
+             f"steps: {fit.received}", f"iteration: {iteration if iteration is not None else '-'}{limit}"]
+    if eta is not None:
+        parts.append(f"ETA: {datetime.timedelta(seconds=round(eta))}")
+    if fit.flag_counts:
+        parts.append("flags: " + ", ".join(f"{k} ×{n}" for k, n in sorted(fit.flag_counts.items())))
+    if fit.message and not fit.running:
+        parts.append(fit.message)
+    return " &nbsp;|&nbsp; ".join(parts)
+
+
+def _figure(title: str, y_label: str, y_axis_type: str = "linear", **kwargs: Any) -> Any:
+    p = figure(title=title, height=_HEIGHT, sizing_mode="stretch_width", y_axis_type=y_axis_type,
+               tools="pan,wheel_zoom,box_zoom,reset,save,hover", x_axis_label="step", y_axis_label=y_label,
+               **kwargs)
+    p.toolbar.logo = None
+    return p
+
+
+def make_document(scheduler: Scheduler, prefix: str, doc: Document) -> None:
+    """Fill ``doc`` with the page (one per browser session)."""
+    colors = Category10[10]
+    steps = ColumnDataSource(name="dgd-steps", data={k: [] for k in (*STEP_COLUMNS, "ratio")})
+    groups = ColumnDataSource(name="dgd-groups", data={"step": [], "group": [], "seconds": []})
+    workers = ColumnDataSource(name="dgd-workers", data={"worker": [], "time": [], "cpu": [], "memory": [],
+                                                         "color": []})
+    flag_rows = ColumnDataSource(name="dgd-flag-rows", data={"step": [], "kind": [], "message": []})
+    select = Select(name="dgd-fit", title="Fit", options=[], value="", sizing_mode="stretch_width")
+    header = Div(name="dgd-header", text=_header(None), sizing_mode="stretch_width")
+
+    loss_log = _figure("Objective", "loss", "log")
+    loss_lin = _figure("Objective", "loss", visible=False)
+    for p in (loss_log, loss_lin):
+        p.line("step", "loss", source=steps, line_width=2, color=colors[0])
+    grad = _figure("Gradient norm", "grad_norm", "log")
+    grad.line("step", "grad_norm", source=steps, line_width=2, color=colors[1])
+    times = _figure("Step time: compute / wait / driver", "seconds")
+    for i, (name, label) in enumerate([("compute_time_max", "compute (slowest group)"), ("wait_time", "wait"),
+                                       ("update_time", "driver")]):
+        times.line("step", name, source=steps, color=colors[i], legend_label=label, line_width=2)
+    spread = _figure("Group compute time: min / median / max", "seconds")
+    spread.varea("step", "compute_time_min", "compute_time_max", source=steps, fill_alpha=0.25, color=colors[0],
+                 legend_label="min-max")
+    spread.line("step", "compute_time_median", source=steps, color=colors[0], legend_label="median")
+    spread.scatter("step", "seconds", source=groups, size=4, color=colors[3], alpha=0.6, legend_label="groups")
+    traffic = _figure("Bytes per step", "bytes")
+    traffic.line("step", "bytes_up", source=steps, color=colors[0], legend_label="up (sent)", line_width=2)
+    traffic.line("step", "bytes_down", source=steps, color=colors[1], legend_label="down", line_width=2)
+    ratio = _figure("Compression ratio (raw / sent, up)", "ratio")
+    ratio.line("step", "ratio", source=steps, color=colors[2], line_width=2)
+    stale = _figure("Staleness (async)", "staleness_max")
+    stale.step("step", "staleness_max", source=steps, color=colors[4], line_width=2)
+    depth = _figure("Reduction tree depth", "levels")
+    depth.step("step", "tree_depth", source=steps, color=colors[5], line_width=2)
+    score = _figure("Validation score", "val_score")
+    score.line("step", "val_score", source=steps, color=colors[6], line_width=2)
+    cpu = _figure("Worker CPU", "percent", x_axis_type="datetime")
+    cpu.multi_line("time", "cpu", source=workers, color="color", line_width=2)
+    memory = _figure("Worker memory", "bytes", x_axis_type="datetime")
+    memory.multi_line("time", "memory", source=workers, color="color", line_width=2)
+    for p in (cpu, memory):
+        p.xaxis.axis_label = "time"
+    for p in (times, spread, traffic):
+        p.legend.location = "top_left"
+        p.legend.click_policy = "hide"
+    flags = DataTable(name="dgd-flags", source=flag_rows, height=160, sizing_mode="stretch_width", index_position=None,
+                      columns=[TableColumn(field="step", title="step", width=60),
+                               TableColumn(field="kind", title="flag", width=110),
+                               TableColumn(field="message", title="message", width=800)])
+    grid = gridplot([[loss_log, loss_lin, grad], [times, spread], [traffic, ratio], [stale, depth, score],
+                     [cpu, memory]], sizing_mode="stretch_width", merge_tools=False)
+    doc.add_root(column(header, select, flags, grid, sizing_mode="stretch_width", name="dgd-page"))
+
+    state: dict[str, Any] = {"fit": None, "next": 0, "groups": 0, "flags": -1, "samples": -1}
+
+    def reset() -> None:
+        state.update(next=0, groups=0, flags=-1, samples=-1)
+        steps.data = {k: [] for k in (*STEP_COLUMNS, "ratio")}
+        groups.data = {"step": [], "group": [], "seconds": []}
+        workers.data = {"worker": [], "time": [], "cpu": [], "memory": [], "color": []}
+        flag_rows.data = {"step": [], "kind": [], "message": []}
+        loss_log.visible, loss_lin.visible = True, False
+
+    def update() -> None:
+        plugin = plugin_of(scheduler)
+        if plugin is None:
+            return
+        fits = plugin.store.ordered()
+        options = [(f.fit, _label(f)) for f in fits]
+        if options != [tuple(o) for o in select.options]:
+            select.options = options
+        if state["fit"] not in plugin.store.fits:
+            choice = next((f for f in fits if f.running), fits[0] if fits else None)
+            state["fit"] = None if choice is None else choice.fit
+            reset()
+            if choice is not None:
+                select.value = choice.fit
+        fit = plugin.store.fits.get(state["fit"]) if state["fit"] is not None else None
+        header.text = _header(fit)
+        if fit is None:
+            return
+        new = fit.records_since(state["next"])
+        if new:
+            data = _columns(new)
+            if loss_log.visible and any(not v > 0 for v in data["loss"] if not math.isnan(v)):
+                loss_log.visible, loss_lin.visible = False, True  # a log axis cannot show it
+            steps.stream(data, rollover=MAX_RECORDS)
+        state["next"] = fit.received
+        if fit.group_times_received != state["groups"]:
+            n_new = min(fit.group_times_received - state["groups"], len(fit.group_times))
+            fresh = list(fit.group_times)[len(fit.group_times) - n_new:]
+            groups.stream({"step": [_float(g[0]) for g in fresh], "group": [str(g[1]) for g in fresh],
+                           "seconds": [g[2] for g in fresh]}, rollover=MAX_GROUP_TIMES)
+            state["groups"] = fit.group_times_received
+        if sum(fit.flag_counts.values()) != state["flags"]:
+            state["flags"] = sum(fit.flag_counts.values())
+            rows = list(fit.flags)
+            flag_rows.data = {"step": [r["step"] for r in rows], "kind": [r["kind"] for r in rows],
+                              "message": [r["message"] for r in rows]}
+        samples = sum(len(s["time"]) for s in fit.worker_metrics.values())
+        if samples != state["samples"]:
+            state["samples"] = samples
+            addresses = sorted(fit.worker_metrics)
+            workers.data = {
+                "worker": addresses,
+                "time": [[t * 1000 for t in fit.worker_metrics[a]["time"]] for a in addresses],
+                "cpu": [[_float(v) for v in fit.worker_metrics[a]["cpu"]] for a in addresses],
+                "memory": [[_float(v) for v in fit.worker_metrics[a]["memory"]] for a in addresses],
+                "color": [colors[i % 10] for i in range(len(addresses))],
+            }
+
+    def choose(attr: str, old: Any, new: Any) -> None:
+        if new and new != state["fit"]:
+            state["fit"] = new
+            reset()
+            update()
+
+    select.on_change("value", choose)
+    update()
+    doc.add_periodic_callback(update, UPDATE_MS)
+    doc.title = "Dask: dgd"
+    try:  # Dask's template: the dashboard's navigation bar above the page
+        from distributed.dashboard.components.scheduler import env
+        from distributed.dashboard.scheduler import template_variables
+
+        doc.template = env.get_template("simple.html")
+        doc.template_variables.update({"prefix": prefix, **template_variables(scheduler)})
+    except Exception:  # noqa: BLE001, S110 - private API: the page without Dask's navigation bar
+        pass
