@@ -315,7 +315,8 @@ class LocalSGD(Solver):
             step=src.n_steps, iteration=-(-self._steps_after(self.rounds) // self.steps_per_epoch), loss=self.value,
             grad_norm=moved, step_size=lr,
             timing=Timing(self._last_end - t0, total.time_max, total.time_min, total.start_max - wall0,
-                          wall1 - total.end_max, update_time, driver_cpu_time=time.process_time() - cpu0),
+                          wall1 - total.end_max, update_time, driver_cpu_time=time.process_time() - cpu0,
+                          compute_time_median=total.time_median(), slowest_group=total.slowest),
             n_samples=weight, updates_per_group=self._updates_per_group(total, n_local),
             nbytes=self._round_bytes(traffic, total), route=Route.of(traffic),
         )

@@ -169,6 +169,8 @@ class SyncSource:
             step_time=self._last_end - t0,
             compute_time_max=partial.time_max,
             compute_time_min=partial.time_min,
+            compute_time_median=partial.time_median(),
+            slowest_group=partial.slowest,
             broadcast_time=partial.start_max - wall0,
             reduce_time=wall1 - partial.end_max,
             update_time=update_time,

@@ -38,7 +38,7 @@ from ..data.blocks import combine_shards, take_blocks
 from ..data.skew import groups_by_worker
 from .executor import answer_stats, merge_stats, step_transport
 from .group_steps import GroupMemory, group_block_states, group_set_block_states
-from .reduce import BlockTree
+from .reduce import BlockTree, tag_group
 from .topology import runner_tree, tree_depth
 
 if TYPE_CHECKING:
@@ -253,7 +253,7 @@ class Collective:
         sh = self.shards
         if not self.on_cluster:
             nodes = [fn(h, s, *args) for h, s in zip(sh.handles, self.scratch())]
-            nodes = [{(0, g): n} for g, n in enumerate(nodes)] if leaf else nodes
+            nodes = [tag_group({(0, g): n} if leaf else n, g) for g, n in enumerate(nodes)]
             stats = merge_stats(_NO_STATS, [answer_stats(n, g, tree.size) for g, n in enumerate(nodes)])
             self._traffic(stats, depth=0, messages=0, driver_bytes=0)
             self.last_group_times = None

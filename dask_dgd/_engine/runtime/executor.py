@@ -38,7 +38,7 @@ from distributed.protocol import pickle
 from ..._backend import is_sparse
 from ...exceptions import ClusterError, ParameterError
 from .group_steps import GroupMemory
-from .reduce import Compressed, SparseVector, partial_nbytes
+from .reduce import Compressed, SparseVector, partial_nbytes, tag_group
 from .topology import tree_depth, tree_groups
 
 if TYPE_CHECKING:
@@ -306,7 +306,7 @@ class GroupRunner:
                    pickled: bool) -> bytes | tuple[dict[NodeKey, Partial], dict[str, Any], BlockTree]:
         fn, args, tree, leaf = pickle.loads(payload)
         out = fn(self.shard, self.scratch, *args)
-        nodes = {(0, group): out} if leaf else out
+        nodes = tag_group({(0, group): out} if leaf else out, group)
         answer = (nodes, answer_stats(nodes, group, tree.size, received), tree)
         return pickle.dumps(answer[:2]) if pickled else answer
 

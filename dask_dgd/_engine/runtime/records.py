@@ -27,6 +27,8 @@ RECORD_FIELDS = (
     "step_time",  # wall seconds of this step, driver side
     "compute_time_max",  # slowest group's compute time in this step
     "compute_time_min",  # fastest group's compute time in this step
+    "compute_time_median",  # median group compute time, to the histogram's resolution (None: unknown)
+    "slowest_group",  # index of the group whose compute time is compute_time_max (None: unknown)
     "broadcast_time",  # driver sends the step -> the last group starts computing
     "reduce_time",  # the last group finishes -> the reduced sums are on the driver
     "update_time",  # driver time between the previous step's result and this step
@@ -61,6 +63,8 @@ class Timing:
     update_time: float | None = None
     wait_time: float | None = None
     driver_cpu_time: float | None = None
+    compute_time_median: float | None = None
+    slowest_group: int | None = None
 
 
 @dataclass(frozen=True)
@@ -114,6 +118,8 @@ def make_record(*, step: int, iteration: int, loss: float, grad_norm: float, ste
         "step_time": timing.step_time,
         "compute_time_max": timing.compute_time_max,
         "compute_time_min": timing.compute_time_min,
+        "compute_time_median": None if timing.compute_time_median is None else float(timing.compute_time_median),
+        "slowest_group": None if timing.slowest_group is None else int(timing.slowest_group),
         "broadcast_time": nonneg(timing.broadcast_time),
         "reduce_time": nonneg(timing.reduce_time),
         "update_time": timing.update_time,

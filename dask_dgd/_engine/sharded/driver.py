@@ -167,6 +167,7 @@ class ShardedSource(SyncSource):
             step_time=self._last_end - t0, compute_time_max=partial.time_max, compute_time_min=partial.time_min,
             broadcast_time=partial.start_max - wall0, reduce_time=wall1 - partial.end_max,
             update_time=update_time, driver_cpu_time=time.process_time() - cpu0,
+            compute_time_median=partial.time_median(), slowest_group=partial.slowest,
         )
         nbytes = Bytes(8 * self.objective.n_params * sh.n_groups, int(partial.extras.get("bytes_pushed", 0)),
                        int(partial.extras.get("bytes_pulled", 0)))
