@@ -56,7 +56,7 @@ def test_dashboard_suite_tiny_with_the_page_open():
     if why:
         pytest.skip(why)
     # enough steps that the page shows the fit while it runs
-    result = dashboard.run("small", repeats=1, rows=4_000, features=5, chunks=4, max_iter=1_000,
+    result = dashboard.run("small", repeats=1, rows=4_000, features=5, chunks=4, max_iter=300,
                            log=lambda msg: None)
     _check(result, ("off", "on", "open"))
     (opened,) = result["data"]["runs"]["open"]
