@@ -505,6 +505,11 @@ def train(
     if not sharded:  # a state continued from a sparse_params result: dense here
         opt_state = dense_state(opt_state)
     solver_obj = None
+    if shards.executor.kind == "dask":  # the live page (dask config dgd.dashboard)
+        monitor.publish(getattr(shards.executor, "client", None), estimator=progress_desc, mode=mode,
+                        max_iter=int(max_iter), max_staleness=max_staleness, n_groups=shards.n_groups,
+                        workers=list(shards.workers))
+    status, message = "error", ""
     try:
         with released_on_error(shards):
             source.start()
@@ -522,6 +527,7 @@ def train(
             solver_obj.save = loop.save
             with driver_blas(shards.executor.kind, shards.workers):  # no BLAS threads spinning beside the workers
                 stop = loop.run()
+                status, message = ("stopped" if monitor.stop_requested else "done"), stop.message
                 params, n_iter, opt_out, state_out = solver_obj.result()
                 gap = solver_obj.gap()
                 if scaling is not None:
@@ -530,12 +536,15 @@ def train(
             local = None
             if objective.has_local:
                 local = shards.collective.call(group_local_export, objective, solver_obj.local_export())
+    except BaseException as err:
+        status, message = ("stopped" if isinstance(err, KeyboardInterrupt) else "error"), f"{type(err).__name__}: {err}"
+        raise
     finally:
         if solver_obj is not None:
             solver_obj.close()
         if held is not None:
             held.shards.release()
-        monitor.close()
+        monitor.close(status, message)
     if shards.skew_report is not None:  # where the blocks ended up (they may have moved)
         shards.skew_report["placement"] = list(shards.placement())
     # the records' gradients are those of the coordinates the solver ran in

@@ -632,13 +632,20 @@ def fit_cells(fields, family, alpha, tol, max_iter, split_every, client, target,
     as ``separated`` (*space,) bool, else None."""
     monitor = Monitor(verbose=verbose, callbacks=callbacks, total=int(max_iter), desc=desc,
                       capped=tol > 0 or max_time is not None)
+    # the live page, on a distributed client (dask config dgd.dashboard)
+    monitor.publish(client, estimator=desc, mode="sync", max_iter=int(max_iter))
+    status, message = "error", ""
     try:
         solver = CellNewton(fields, family, alpha, tol, split_every, client, target)
         stop = Loop(_Context(monitor), solver, StopRules(monitor, int(max_iter), max_time)).run()
+        status, message = ("stopped" if monitor.stop_requested else "done"), stop.message
         coef, passes, _, _ = solver.result()
         monitor.finish(passes)
+    except BaseException as err:
+        status, message = ("stopped" if isinstance(err, KeyboardInterrupt) else "error"), f"{type(err).__name__}: {err}"
+        raise
     finally:
-        monitor.close()
+        monitor.close(status, message)
     count, left = solver.count, solver.left
     n_left = int(left.sum())
     if n_left and not stop.converged:

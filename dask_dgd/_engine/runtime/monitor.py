@@ -16,6 +16,8 @@ if TYPE_CHECKING:
     import pandas as pd
     from tqdm.auto import tqdm
 
+    from .publish import Publisher
+
 __all__ = ["CAPPED_FORMAT", "Monitor", "RECORD_FIELDS", "communicated", "progress_bar", "progress_label"]
 
 logger = logging.getLogger("dask_dgd")
@@ -89,6 +91,17 @@ class Monitor:
         self.wall0 = time.time()
         self.stop_requested = False
         self._bar = progress_bar(self.verbose, total, desc, "iter", capped)
+        self._publisher: Publisher | None = None
+
+    def publish(self, client: Any, **start: Any) -> None:
+        """Send the records to the live page of ``client``'s scheduler as they are made
+        (see :mod:`.publish`): a distributed client, with the dask config
+        ``dgd.dashboard`` on (the default); otherwise nothing.  ``start``: the fit's
+        ``estimator``, ``mode``, ``max_iter``, ``max_staleness``, ``n_groups`` and
+        ``workers`` (each group's)."""
+        from .publish import start_publisher
+
+        self._publisher = start_publisher(client, self.records, start)
 
     def elapsed(self) -> float:
         return time.perf_counter() - self.t0
@@ -144,7 +157,13 @@ class Monitor:
         bar = self._bar  # (open: called only while it is)
         return int(n_iter) if bar.total is None else min(int(n_iter), int(bar.total))  # type: ignore[union-attr]
 
-    def close(self) -> None:
+    def close(self, status: str = "done", message: str = "") -> None:
+        """The fit ended (``status``: ``"done"``, ``"error"`` or ``"stopped"``, with
+        ``message``): the bar closes, the callbacks that can close close, and the live
+        page gets the last records and the end."""
+        publisher, self._publisher = self._publisher, None
+        if publisher is not None:
+            publisher.close(status, message)
         if self._bar is not None:
             self._bar.close()
             self._bar = None

@@ -1,7 +1,17 @@
 import numpy as np
 import pytest
 
-from dask_dgd._engine.runtime.reduce import BlockTree, Partial, add_partials, tree_sum
+from dask_dgd._engine.runtime.reduce import (
+    TIME_BINS,
+    TIME_RANGE,
+    BlockTree,
+    Partial,
+    add_partials,
+    median_time,
+    tag_group,
+    time_bin,
+    tree_sum,
+)
 
 
 def _parts(n, seed=0):
@@ -90,3 +100,68 @@ def test_tree_sum_errors():
         tree_sum([], 2)
     with pytest.raises(ValueError, match="nothing to reduce: no blocks"):
         BlockTree(0, 2)
+
+
+# ------------------------------------------------- the groups' compute times up the tree
+#: A bin's geometric centre is within this factor of every time in it.
+_HALF_BIN = 10 ** ((np.log10(TIME_RANGE[1]) - np.log10(TIME_RANGE[0])) / TIME_BINS / 2)
+
+
+def _timed_leaves(times):
+    """One leaf per group, as a runner tags its group's answer."""
+    return [tag_group({(0, g): Partial(0.0, np.zeros(2), 1.0, t, t, 1)}, g)[0, g] for g, t in enumerate(times)]
+
+
+@pytest.mark.parametrize("split_every", [2, 3, 9])
+def test_the_tree_carries_the_median_and_the_slowest_group(split_every):
+    times = [0.01, 0.02, 0.5, 0.03, 0.04, 3.0, 0.05, 0.06, 0.07]
+    root = tree_sum(_timed_leaves(times), split_every)
+    assert sum(root.time_counts().values()) == len(times)
+    assert len(root.time_hist) <= TIME_BINS
+    assert root.slowest == 5 and root.time_max == 3.0
+    assert 0.05 / _HALF_BIN <= root.time_median() <= 0.05 * _HALF_BIN
+
+
+def test_the_median_of_an_even_count_is_the_lower_one():
+    root = tree_sum(_timed_leaves([0.001, 0.002, 1.0, 2.0]), 2)
+    assert 0.002 / _HALF_BIN <= root.time_median() <= 0.002 * _HALF_BIN
+
+
+def test_a_groups_other_nodes_and_unknown_times_are_not_counted():
+    # a group's first node counts it (n_groups=1), its other nodes do not; a time of 0 is unknown
+    parts = [Partial(0.0, np.zeros(2), 1.0, 0.3, 0.3, 1), Partial(0.0, np.zeros(2), 1.0, 0.3, 0.3, 0),
+             Partial(0.0, np.zeros(2), 1.0, 0.0, 0.0, 1)]
+    assert add_partials(*parts).time_counts() == {time_bin(0.3): 1}
+    assert add_partials(parts[2]).time_median() is None
+    assert median_time({}) is None
+
+
+def test_the_median_stays_between_the_fastest_and_the_slowest():
+    # times beyond the histogram's range count in its end bins; the median is clipped to the times
+    assert time_bin(1e-9) == 0 and time_bin(1e6) == TIME_BINS - 1
+    assert tree_sum(_timed_leaves([1e-8, 2e-8, 3e-8]), 2).time_median() == 3e-8
+    assert tree_sum(_timed_leaves([2e5, 3e5]), 2).time_median() == 2e5
+
+
+@pytest.mark.parametrize("mode", ["sync", "local", "async"])
+def test_a_fit_records_the_median_compute_time_and_the_slowest_group(client, logistic_data, mode):
+    import dask.array as da
+
+    from dask_dgd.linear_model import LogisticRegression
+
+    X, y = logistic_data
+    est = LogisticRegression(mode=mode, max_iter=3, tol=0, client=client).fit(da.from_array(X, chunks=(500, -1)), y)
+    h = est.history_.dropna(subset=["compute_time_median"])
+    assert len(h) >= 1
+    assert (h["compute_time_min"] <= h["compute_time_median"]).all()
+    assert (h["compute_time_median"] <= h["compute_time_max"]).all()
+    n_groups = len(est.history_["updates_per_group"].iloc[-1])
+    assert h["slowest_group"].between(0, n_groups - 1).all()
+
+
+def test_an_in_process_fit_records_them_too(logistic_data):
+    from dask_dgd.linear_model import LogisticRegression
+
+    X, y = logistic_data
+    h = LogisticRegression(max_iter=3, tol=0).fit(X, y).history_
+    assert h["compute_time_median"].notna().all() and (h["slowest_group"] >= 0).all()

@@ -1,0 +1,282 @@
+"""The driver's side of the live training page (dask_dgd/_engine/runtime/publish.py):
+what a fit on a cluster sends the scheduler on the event topic ``"dask_dgd"``, and that
+a scheduler without the page's plugin costs the fit nothing but one log line."""
+
+import logging
+import math
+import os
+import shutil
+import subprocess
+import sys
+import textwrap
+import time
+import types
+from pathlib import Path
+
+import dask
+import dask.array as da
+import numpy as np
+import pytest
+from distributed import Client, SchedulerPlugin
+
+from dask_dgd._engine.runtime import publish
+from dask_dgd._engine.runtime.publish import BATCH, TOPIC, Publisher, page_url, plain
+from dask_dgd.exceptions import ParameterError
+from dask_dgd.linear_model import LogisticRegression
+
+REPO = str(Path(__file__).resolve().parents[3])
+
+
+class _StandInPlugin(SchedulerPlugin):
+    """What the driver registers where ``dask_dgd.dashboard`` is not written yet."""
+
+    name = "dask_dgd"
+    idempotent = True
+
+
+@pytest.fixture
+def page(monkeypatch):
+    """The page's plugin importable as ``dask_dgd.dashboard.DashboardPlugin`` (the real
+    one, else a stand-in), and this process's memory of registrations emptied."""
+    try:
+        from dask_dgd.dashboard import DashboardPlugin  # noqa: F401
+    except ImportError:
+        module = types.ModuleType("dask_dgd.dashboard")
+        _StandInPlugin.__module__, _StandInPlugin.__qualname__ = "dask_dgd.dashboard", "DashboardPlugin"
+        module.DashboardPlugin = _StandInPlugin
+        monkeypatch.setitem(sys.modules, "dask_dgd.dashboard", module)
+    monkeypatch.setattr(publish, "_pages", {})
+
+
+@pytest.fixture
+def page_client(make_cluster, page):
+    """A fresh in-process cluster of 2 workers (its own event log) and its client."""
+    return make_cluster(2, processes=False)
+
+
+def _messages(client, kind=None):
+    msgs = [m for _, m in client.get_events(TOPIC)]
+    return [m for m in msgs if kind is None or m["kind"] == kind]
+
+
+def _published(client, fit):
+    """The records of ``fit`` as the scheduler received them, in order."""
+    out = []
+    for m in _messages(client, "records"):
+        if m["fit"] == fit:
+            assert m["first"] == len(out), "a batch skipped or repeated records"
+            out.extend(m["records"])
+    return out
+
+
+def _chunked(X):
+    return da.from_array(X, chunks=(500, -1))
+
+
+def _missing(v):
+    return v is None or (isinstance(v, float) and math.isnan(v))
+
+
+def _same(a, b):
+    """Equal values; None and NaN alike (history_ is a DataFrame: a float column's None is NaN)."""
+    return a == b or (_missing(a) and _missing(b))
+
+
+def test_plain_makes_numpy_scalars_and_tuples_python():
+    out = plain({"a": np.float64(1.5), "b": np.int32(3), "c": (1, np.float32(2.0)), "d": np.array([1, 2]),
+                 "e": None, "f": float("nan"), "g": np.bool_(True), 4: "x"})
+    assert out == {"a": 1.5, "b": 3, "c": [1, 2.0], "d": [1, 2], "e": None, "f": out["f"], "g": True, "4": "x"}
+    assert math.isnan(out["f"])
+    assert [type(out[k]) for k in "abg"] == [float, int, bool]  # exact types: msgpack's check is by type
+
+
+def test_a_fit_publishes_exactly_its_history(page_client, logistic_data):
+    X, y = logistic_data
+    est = LogisticRegression(max_iter=8, tol=0, client=page_client).fit(_chunked(X), y)
+    (start,) = _messages(page_client, "start")
+    assert start["protocol"] == 1 and start["estimator"] == "LogisticRegression"
+    assert start["max_iter"] == 8 and start["n_groups"] >= 1 and len(start["workers"]) == start["n_groups"]
+    assert set(start["workers"]) <= set(page_client.scheduler_info()["workers"])
+    assert start["pid"] == os.getpid()
+    sent = _published(page_client, start["fit"])
+    rows = est.history_.to_dict("records")
+    assert len(sent) == len(rows) == len(est.history_)
+    for got, row in zip(sent, rows):
+        assert list(got) == list(est.history_.columns)
+        want = plain(row)
+        assert [k for k in want if not _same(got[k], want[k])] == [], (got, want)
+    (end,) = _messages(page_client, "end")
+    assert end["fit"] == start["fit"] and end["status"] == "done"
+
+
+def test_a_fit_stopped_by_a_callback_ends_stopped(page_client, logistic_data):
+    X, y = logistic_data
+    est = LogisticRegression(max_iter=50, tol=0, callbacks=[lambda rec: rec["step"] >= 3],
+                             client=page_client).fit(_chunked(X), y)
+    (end,) = _messages(page_client, "end")
+    assert end["status"] == "stopped"
+    assert len(_published(page_client, end["fit"])) == len(est.history_)
+
+
+def test_a_fit_that_fails_ends_with_the_error(page_client, logistic_data):
+    X, y = logistic_data
+
+    def fail(rec):
+        if rec["step"] >= 2:
+            raise RuntimeError("callback broke at step 2")
+
+    with pytest.raises(RuntimeError, match="callback broke at step 2"):
+        LogisticRegression(max_iter=50, tol=0, callbacks=[fail], client=page_client).fit(_chunked(X), y)
+    (end,) = _messages(page_client, "end")
+    assert end["status"] == "error" and "callback broke at step 2" in end["message"]
+    assert len(_published(page_client, end["fit"])) == 2
+
+
+def test_the_page_is_announced_once_per_scheduler(page_client, logistic_data, caplog):
+    X, y = logistic_data
+    with caplog.at_level(logging.INFO, logger="dask_dgd"):
+        for _ in range(2):
+            LogisticRegression(max_iter=2, tol=0, client=page_client).fit(_chunked(X), y)
+    said = [r.getMessage() for r in caplog.records if "live training page" in r.getMessage()]
+    assert said == [f"live training page: {page_url(page_client)}"]
+    assert page_url(page_client).endswith("/dgd") and page_url(page_client).startswith("http")
+    assert len(_messages(page_client, "start")) == 2
+
+
+def test_the_dashboard_config_off_sends_and_registers_nothing(page_client, logistic_data):
+    X, y = logistic_data
+    with dask.config.set({"dgd.dashboard": False}):
+        LogisticRegression(max_iter=3, tol=0, client=page_client).fit(_chunked(X), y)
+    assert _messages(page_client) == []
+    assert "dask_dgd" not in page_client.run_on_scheduler(lambda dask_scheduler: list(dask_scheduler.plugins))
+
+
+def test_a_bad_dashboard_config_says_what_it_takes(page_client, logistic_data):
+    X, y = logistic_data
+    with dask.config.set({"dgd.dashboard": "yes"}), \
+            pytest.raises(ParameterError, match=r"dgd.dashboard must be True or False; got 'yes'"):
+        LogisticRegression(max_iter=3, tol=0, client=page_client).fit(_chunked(X), y)
+
+
+class _Refusing:
+    """A client whose every event is refused (a scheduler gone, a message too big)."""
+
+    def __init__(self):
+        self.calls = 0
+
+    def log_event(self, topic, msg):
+        self.calls += 1
+        raise OSError("the scheduler went away")
+
+
+def test_a_failing_send_stops_publishing_and_is_logged_once(caplog):
+    client, records = _Refusing(), [{"step": i} for i in range(3)]
+    with caplog.at_level(logging.INFO, logger="dask_dgd"):
+        pub = Publisher(client, records, {"estimator": "X"})
+        pub.flush()
+        pub.close("done")
+    assert client.calls == 1  # the start failed: nothing more was tried
+    said = [r.getMessage() for r in caplog.records if "stopped sending" in r.getMessage()]
+    assert len(said) == 1 and "OSError: the scheduler went away" in said[0]
+
+
+class _Recording:
+    def __init__(self):
+        self.msgs = []
+
+    def log_event(self, topic, msg):
+        assert topic == TOPIC
+        self.msgs.append(msg)
+
+
+def test_a_long_backlog_goes_in_batches_in_order():
+    client, records = _Recording(), [{"step": i, "loss": np.float64(i)} for i in range(2 * BATCH + 5)]
+    pub = Publisher(client, records, {"estimator": "X", "max_iter": np.int64(5)})
+    pub.close("done", "reached max_iter")
+    kinds = [m["kind"] for m in client.msgs]
+    assert kinds == ["start", "records", "records", "records", "end"]
+    assert client.msgs[0]["max_iter"] == 5 and type(client.msgs[0]["max_iter"]) is int
+    batches = client.msgs[1:-1]
+    assert [m["first"] for m in batches] == [0, BATCH, 2 * BATCH]
+    assert [r["step"] for m in batches for r in m["records"]] == list(range(2 * BATCH + 5))
+    assert client.msgs[-1]["status"] == "done" and client.msgs[-1]["message"] == "reached max_iter"
+
+
+# --------------------------------------------------- a scheduler without the plugin
+_BLOCKER = '''
+"""Preloaded into the scheduler: dask_dgd's page cannot be imported there."""
+import sys
+
+
+class _Blocked:
+    def find_spec(self, name, path=None, target=None):
+        if name == "dask_dgd.dashboard" or name.startswith("dask_dgd.dashboard."):
+            raise ModuleNotFoundError(f"No module named {name!r} (blocked for this test)")
+        return None
+
+
+sys.modules.pop("dask_dgd.dashboard", None)
+sys.meta_path.insert(0, _Blocked())
+'''
+
+
+def _wait_for_file(proc, path, what, timeout=120):
+    deadline = time.monotonic() + timeout
+    while not path.exists() or not path.stat().st_size:
+        if proc.poll() is not None:
+            raise RuntimeError(f"the {what} exited with code {proc.returncode} before it was ready")
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"the {what} was not ready after {timeout} s")
+        time.sleep(0.2)
+
+
+@pytest.fixture
+def blind_scheduler(tmp_path, page):
+    """A `dask scheduler` process that cannot import ``dask_dgd.dashboard`` (a preloaded
+    import blocker) and one `dask worker`; yields a client.  Both die at the end."""
+    dask_cmd = shutil.which("dask", path=os.path.dirname(sys.executable)) or shutil.which("dask")
+    if dask_cmd is None:
+        pytest.skip("the `dask` command is not installed")
+    blocker = tmp_path / "block_dgd_dashboard.py"
+    blocker.write_text(textwrap.dedent(_BLOCKER))
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1",
+           "PYTHONPATH": os.pathsep.join(p for p in (REPO, os.environ.get("PYTHONPATH")) if p)}
+    scheduler_file = tmp_path / "scheduler.json"
+    procs, client = [], None
+    log = open(tmp_path / "cluster.log", "w")
+    try:
+        scheduler = subprocess.Popen(
+            [dask_cmd, "scheduler", "--host", "127.0.0.1", "--port", "0", "--dashboard-address", ":0",
+             "--preload", str(blocker), "--scheduler-file", str(scheduler_file)],
+            stdout=log, stderr=subprocess.STDOUT, env=env)
+        procs.append(scheduler)
+        _wait_for_file(scheduler, scheduler_file, "scheduler")
+        procs.append(subprocess.Popen(
+            [dask_cmd, "worker", "--scheduler-file", str(scheduler_file), "--nworkers", "1", "--nthreads", "1",
+             "--no-dashboard", "--local-directory", str(tmp_path)], stdout=log, stderr=subprocess.STDOUT, env=env))
+        client = Client(scheduler_file=str(scheduler_file), timeout="20s", set_as_default=False)
+        client.wait_for_workers(1, timeout=120)
+        yield client
+    finally:
+        if client is not None:
+            client.close(timeout=10)
+        for proc in procs[::-1]:
+            if proc.poll() is None:
+                proc.kill()
+        for proc in procs:
+            proc.wait(timeout=60)
+        log.close()
+
+
+def test_a_scheduler_that_cannot_import_the_page_costs_one_log_line(blind_scheduler, logistic_data, caplog):
+    X, y = logistic_data
+    with caplog.at_level(logging.INFO, logger="dask_dgd"):
+        fits = [LogisticRegression(max_iter=3, tol=0, client=blind_scheduler).fit(_chunked(X), y) for _ in range(2)]
+    assert all(len(est.history_) > 0 for est in fits)
+    said = [r.getMessage() for r in caplog.records if "no live page" in r.getMessage()]
+    address = blind_scheduler.scheduler.address
+    assert len(said) == 1, said
+    assert said[0].startswith(f"the scheduler at {address} cannot import dask_dgd (")
+    assert "blocked for this test" in said[0] and said[0].endswith("records are in the fitted model's history_")
+    assert not any("live training page" in r.getMessage() for r in caplog.records)
+    assert blind_scheduler.get_events(TOPIC) == ()
