@@ -22,7 +22,8 @@ import dask
 from bokeh.application import Application
 from bokeh.application.handlers.function import FunctionHandler
 from bokeh.layouts import column, gridplot
-from bokeh.models import ColumnDataSource, DataTable, Div, Select, TableColumn
+from bokeh.models import ColumnDataSource
+from bokeh.models.widgets import DataTable, Div, Select, TableColumn
 from bokeh.palettes import Category10
 from bokeh.plotting import figure
 from bokeh.server.util import create_hosts_allowlist
@@ -67,8 +68,8 @@ def _float(value: Any) -> float:
     return float(value)
 
 
-def _columns(records: list[dict[str, Any]]) -> dict[str, list[float]]:
-    data = {name: [_float(r.get(name)) for r in records] for name in STEP_COLUMNS}
+def _columns(records: list[dict[str, Any]]) -> dict[str, Any]:
+    data: dict[str, Any] = {name: [_float(r.get(name)) for r in records] for name in STEP_COLUMNS}
     data["ratio"] = [raw / up if up > 0 else math.nan for raw, up in zip(data["bytes_up_raw"], data["bytes_up"])]
     return data
 
@@ -96,7 +97,7 @@ def _header(fit: Fit | None) -> str:
     return " &nbsp;|&nbsp; ".join(parts)
 
 
-def _figure(title: str, y_label: str, y_axis_type: str = "linear", **kwargs: Any) -> Any:
+def _figure(title: str, y_label: str, y_axis_type: Any = "linear", **kwargs: Any) -> Any:
     p = figure(title=title, height=_HEIGHT, sizing_mode="stretch_width", y_axis_type=y_axis_type,
                tools="pan,wheel_zoom,box_zoom,reset,save,hover", x_axis_label="step", y_axis_label=y_label,
                **kwargs)
@@ -173,8 +174,8 @@ def make_document(scheduler: Scheduler, prefix: str, doc: Document) -> None:
         if plugin is None:
             return
         fits = plugin.store.ordered()
-        options = [(f.fit, _label(f)) for f in fits]
-        if options != [tuple(o) for o in select.options]:
+        options: list[Any] = [(f.fit, _label(f)) for f in fits]
+        if options != [tuple(o) for o in select.options if isinstance(o, (tuple, list))]:
             select.options = options
         if state["fit"] not in plugin.store.fits:
             choice = next((f for f in fits if f.running), fits[0] if fits else None)
@@ -210,7 +211,7 @@ def make_document(scheduler: Scheduler, prefix: str, doc: Document) -> None:
             addresses = sorted(fit.worker_metrics)
             workers.data = {
                 "worker": addresses,
-                "time": [[t * 1000 for t in fit.worker_metrics[a]["time"]] for a in addresses],
+                "time": [[_float(t) * 1000 for t in fit.worker_metrics[a]["time"]] for a in addresses],
                 "cpu": [[_float(v) for v in fit.worker_metrics[a]["cpu"]] for a in addresses],
                 "memory": [[_float(v) for v in fit.worker_metrics[a]["memory"]] for a in addresses],
                 "color": [colors[i % 10] for i in range(len(addresses))],

@@ -183,8 +183,14 @@ class DashboardPlugin(SchedulerPlugin):
 
     def sample(self) -> None:
         """Keep the cpu (percent) and memory (bytes) of the running fits' workers, as
-        their last heartbeats reported them."""
+        their last heartbeats reported them; stops sampling once the plugin is no longer
+        the scheduler's."""
         if self.scheduler is None:
+            return
+        if plugin_of(self.scheduler) is not self:  # unregistered (the scheduler does not close it)
+            if self._sampler is not None:
+                self._sampler.stop()
+                self._sampler = None
             return
         wanted = self.store.running_workers()
         if not wanted:

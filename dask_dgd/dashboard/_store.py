@@ -227,8 +227,8 @@ class FitStore:
         if kind == "start":
             self._start(msg)
         elif kind == "records":
-            first, records = msg.get("first"), msg.get("records")
-            if _int_or_none(first) is None or first < 0 or not isinstance(records, (list, tuple)):
+            first, records = _int_or_none(msg.get("first")), msg.get("records")
+            if first is None or first < 0 or not isinstance(records, (list, tuple)):
                 return False
             self._get(msg["fit"]).add_records(first, list(records))
         elif kind == "end":

@@ -1,0 +1,273 @@
+"""The scheduler plugin on a real cluster: its JSON, its page, the nav tab, replay,
+worker sampling and loss, and a `dask scheduler --preload dask_dgd.dashboard` process.
+
+Messages are logged by hand on the ``"dask_dgd"`` topic (the driver's side is tested in
+tests/engine/runtime/test_publish.py); waits poll a condition until a deadline."""
+
+import json
+import math
+import os
+import shutil
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+import pytest
+from bokeh.document import Document
+
+from dask_dgd.dashboard import TOPIC, DashboardPlugin, dashboard_url, records
+from dask_dgd.dashboard._page import make_document
+from dask_dgd.exceptions import InputError
+from dask_dgd.testing import _die_with_parent, _stop
+
+REPO = str(Path(__file__).resolve().parents[2])
+
+
+def wait_for(condition, what, timeout=60):
+    """Poll ``condition()`` until it returns something true (returned); fail naming ``what``."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = condition()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{what}: still not the case after {timeout} s")
+        time.sleep(0.05)
+
+
+def get(url):
+    with urllib.request.urlopen(url, timeout=30) as r:
+        return r.status, r.headers["Content-Type"], r.read().decode()
+
+
+def base_of(client):
+    return client.dashboard_link.rsplit("/", 1)[0]
+
+
+def fits(client, query=""):
+    status, ctype, body = get(base_of(client) + "/dgd/records.json" + query)
+    assert status == 200 and ctype == "application/json"
+    return json.loads(body)["fits"]
+
+
+def start_msg(fit, workers=(), **fields):
+    return {"kind": "start", "protocol": 1, "fit": fit, "estimator": "LogisticRegression", "mode": "sync",
+            "max_iter": 50, "max_staleness": None, "n_groups": 2, "workers": list(workers), "driver": "here",
+            "pid": os.getpid(), "wall": time.time(), **fields}
+
+
+def recs(*steps, **fields):
+    return [{"step": s, "iteration": s, "loss": 1.0 / s, "grad_norm": 0.1, "time": 0.01 * s, **fields} for s in steps]
+
+
+@pytest.fixture
+def client(make_cluster):
+    c = make_cluster(2, processes=False)
+    c.register_plugin(DashboardPlugin())
+    return c
+
+
+def test_records_json_serves_fits_and_filters(client):
+    client.log_event(TOPIC, start_msg("a"))
+    client.log_event(TOPIC, {"kind": "records", "fit": "a", "first": 0, "records": recs(1, 2, 3)})
+    client.log_event(TOPIC, start_msg("b"))
+    client.log_event(TOPIC, {"kind": "records", "fit": "b", "first": 0, "records": recs(1)})
+    out = fits(client)
+    assert [f["fit"] for f in out] == ["b", "a"]
+    assert out[1]["records"] == recs(1, 2, 3) and out[1]["status"] == "running"
+    (only,) = fits(client, "?fit=a&since=2")
+    assert only["fit"] == "a" and only["records"] == recs(3) and only["next"] == 3
+    assert fits(client, "?fit=unknown") == []
+    assert records(client, fit="a", since=1)["fits"][0]["records"] == recs(2, 3)
+
+
+def test_nan_in_records_is_null_in_the_json(client):
+    client.log_event(TOPIC, start_msg("a"))
+    client.log_event(TOPIC, {"kind": "records", "fit": "a", "first": 0,
+                             "records": recs(1, loss=math.nan, grad_norm=math.inf)})
+    body = get(base_of(client) + "/dgd/records.json")[2]
+    assert "NaN" not in body and "Infinity" not in body
+    (fit,) = json.loads(body)["fits"]
+    assert (fit["records"][0]["loss"], fit["records"][0]["grad_norm"]) == (None, None)
+    assert [f["kind"] for f in fit["flags"]] == ["divergence"]
+
+
+def test_a_bad_since_is_a_400_naming_it(client):
+    with pytest.raises(urllib.error.HTTPError, match="since must be an integer record index; got 'x'") as err:
+        get(base_of(client) + "/dgd/records.json?since=x")
+    assert err.value.code == 400
+
+
+def test_page_is_a_bokeh_document_in_dasks_template_and_every_page_has_the_tab(client):
+    status, ctype, page = get(base_of(client) + "/dgd")
+    assert status == 200 and ctype.startswith("text/html")
+    assert "static/js/bokeh.min.js" in page and "Bokeh.embed.embed_items" in page
+    assert 'href="dgd"' in page and 'href="status"' in page  # Dask's navigation bar, with our tab
+    # Dask's private API: if this fails, distributed changed how its nav bar is built
+    assert 'href="dgd"' in get(base_of(client) + "/status")[2]
+    assert dashboard_url(client) == base_of(client) + "/dgd"
+
+
+def test_registering_twice_keeps_one_plugin_and_its_records(client):
+    client.log_event(TOPIC, start_msg("a"))
+    client.register_plugin(DashboardPlugin())
+    scheduler = client.cluster.scheduler
+    assert [n for n, p in scheduler.plugins.items() if isinstance(p, DashboardPlugin)] == ["dask_dgd"]
+    assert [f["fit"] for f in fits(client)] == ["a"]
+
+
+def test_events_logged_before_registration_are_replayed(make_cluster):
+    c = make_cluster(2, processes=False)
+    c.log_event(TOPIC, start_msg("early"))
+    c.log_event(TOPIC, {"kind": "records", "fit": "early", "first": 0, "records": recs(1, 2)})
+    with pytest.raises(urllib.error.HTTPError):  # no plugin yet: no page
+        get(base_of(c) + "/dgd/records.json")
+    c.register_plugin(DashboardPlugin())
+    (fit,) = fits(c)
+    assert fit["fit"] == "early" and fit["records"] == recs(1, 2)
+
+
+def test_records_without_the_plugin_is_an_input_error(make_cluster):
+    c = make_cluster(1, processes=False)
+    with pytest.raises(InputError, match=r"runs no dask_dgd dashboard plugin; register it with "
+                                         r"client.register_plugin\(DashboardPlugin\(\)\)"):
+        records(c)
+
+
+def test_workers_of_running_fits_are_sampled_and_a_lost_one_is_flagged(client):
+    workers = sorted(client.scheduler_info()["workers"])
+    client.log_event(TOPIC, start_msg("a", workers))
+    client.log_event(TOPIC, start_msg("elsewhere", ["tcp://10.0.0.1:1"]))
+    sampled = wait_for(lambda: (m := fits(client, "?fit=a")[0]["worker_metrics"]) and len(m) == 2 and m,
+                       "cpu and memory samples of both workers of the running fit")
+    for series in sampled.values():
+        assert len(series["time"]) == len(series["cpu"]) == len(series["memory"]) >= 1
+        assert series["memory"][0] > 0
+    client.retire_workers([workers[1]])
+    flags = wait_for(lambda: fits(client, "?fit=a")[0]["flags"], "a 'worker lost' flag after retiring a worker")
+    assert [f["kind"] for f in flags] == ["worker lost"] and workers[1] in flags[0]["message"]
+    assert fits(client, "?fit=elsewhere")[0]["flags"] == []
+
+
+def test_unregistering_stops_sampling_and_the_routes_answer_404(client):
+    plugin = client.cluster.scheduler.plugins["dask_dgd"]
+    assert plugin._sampler is not None and plugin._sampler.is_running()
+    client.unregister_scheduler_plugin("dask_dgd")
+    wait_for(lambda: plugin._sampler is None, "the unregistered plugin's sampler stopped")
+    with pytest.raises(urllib.error.HTTPError, match="404"):
+        get(base_of(client) + "/dgd/records.json")
+    client.register_plugin(DashboardPlugin())  # the routes find the new plugin
+    assert fits(client) == []
+
+
+def test_without_bokeh_dgd_is_a_plain_page_pointing_at_the_json(make_cluster, monkeypatch):
+    monkeypatch.setitem(sys.modules, "dask_dgd.dashboard._page", None)  # import fails: as without bokeh
+    c = make_cluster(1, processes=False)
+    c.register_plugin(DashboardPlugin())
+    status, _, page = get(base_of(c) + "/dgd")
+    assert status == 200 and "has no Bokeh" in page and 'href="dgd/records.json"' in page
+    assert fits(c) == []
+
+
+# ------------------------------------------------------------------ the Bokeh document
+class _Scheduler:
+    """What make_document reads from a scheduler: its plugins."""
+
+    def __init__(self, plugin):
+        self.plugins = {"dask_dgd": plugin}
+
+
+def _page():
+    plugin = DashboardPlugin()
+    doc = Document()
+    make_document(_Scheduler(plugin), "/", doc)
+    (callback,) = doc.session_callbacks
+    return plugin, doc, callback.callback, lambda name: doc.select_one({"name": name})
+
+
+def test_page_has_the_named_models_and_waits_for_a_fit():
+    _, _, update, model = _page()
+    for name in ("dgd-fit", "dgd-header", "dgd-steps", "dgd-groups", "dgd-workers", "dgd-flags", "dgd-flag-rows"):
+        assert model(name) is not None, name
+    update()
+    assert "No dask_dgd fit yet" in model("dgd-header").text and model("dgd-fit").options == []
+
+
+def test_page_streams_new_records_of_the_newest_running_fit_and_resets_on_a_switch():
+    plugin, _, update, model = _page()
+    plugin.store.apply(start_msg("old"))
+    plugin.store.apply({"kind": "records", "fit": "old", "first": 0, "records": recs(1, 2, 3, 4)})
+    plugin.store.apply(start_msg("new"))
+    plugin.store.apply({"kind": "end", "fit": "new", "status": "done"})
+    plugin.store.apply(start_msg("run"))
+    plugin.store.apply({"kind": "records", "fit": "run", "first": 0,
+                        "records": recs(1, 2, compute_time_max=0.5, compute_time_median=0.1, bytes_up=10,
+                                        bytes_up_raw=40)})
+    update()
+    assert model("dgd-fit").value == "run"  # the newest running fit
+    assert [o[0] for o in model("dgd-fit").options] == ["run", "new", "old"]
+    assert "LogisticRegression · running" in model("dgd-fit").options[0][1]
+    steps = model("dgd-steps")
+    assert steps.data["step"] == [1.0, 2.0] and steps.data["ratio"] == [4.0, 4.0]
+    assert math.isnan(steps.data["val_score"][0])
+    assert model("dgd-flag-rows").data["kind"] == ["straggler", "straggler"]
+    plugin.store.apply({"kind": "records", "fit": "run", "first": 1, "records": recs(2, 3)})
+    update()
+    assert steps.data["step"] == [1.0, 2.0, 3.0]  # only the new record was added
+    assert "steps: 3" in model("dgd-header").text and "/ 50" in model("dgd-header").text
+    model("dgd-fit").value = "old"
+    assert model("dgd-steps").data["step"] == [1.0, 2.0, 3.0, 4.0]
+    assert model("dgd-flag-rows").data["kind"] == []
+
+
+def test_page_shows_group_times_and_worker_samples():
+    plugin, _, update, model = _page()
+    plugin.store.apply(start_msg("run", ["tcp://a:1"]))
+    plugin.store.apply({"kind": "groups", "fit": "run", "worker": "tcp://a:1", "times": [[1, 0, 0.1], [1, 1, 0.2]]})
+    plugin.store.add_metrics(100.0, {"tcp://a:1": (55.0, 1e9)})
+    update()
+    assert model("dgd-groups").data["seconds"] == [0.1, 0.2]
+    assert model("dgd-workers").data["worker"] == ["tcp://a:1"]
+    assert model("dgd-workers").data["cpu"] == [[55.0]] and model("dgd-workers").data["time"] == [[100000.0]]
+    plugin.store.apply({"kind": "groups", "fit": "run", "worker": "tcp://a:1", "times": [[2, 0, 0.3]]})
+    update()
+    assert model("dgd-groups").data["seconds"] == [0.1, 0.2, 0.3]
+
+
+# ------------------------------------------------------------------ dask scheduler --preload
+def test_dask_scheduler_preload_serves_the_page_before_any_fit(tmp_path):
+    from distributed import Client
+
+    dask_cmd = shutil.which("dask", path=os.path.dirname(sys.executable)) or shutil.which("dask")
+    if dask_cmd is None:
+        pytest.skip("the `dask` command is not installed")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (REPO, os.environ.get("PYTHONPATH")) if p)}
+    scheduler_file = tmp_path / "scheduler.json"
+    with open(tmp_path / "scheduler.log", "w") as log:
+        proc = subprocess.Popen(
+            _die_with_parent([dask_cmd, "scheduler", "--host", "127.0.0.1", "--port", "0", "--dashboard-address",
+                              "127.0.0.1:0", "--preload", "dask_dgd.dashboard", "--scheduler-file",
+                              str(scheduler_file)]),
+            stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+    client = None
+    try:
+        wait_for(lambda: proc.poll() is not None or (scheduler_file.exists() and scheduler_file.stat().st_size),
+                 "the scheduler's file", timeout=120)
+        assert proc.poll() is None, (tmp_path / "scheduler.log").read_text()
+        client = Client(scheduler_file=str(scheduler_file), timeout="30s", set_as_default=False)
+        assert fits(client) == []  # the page is there before any fit
+        assert client.run_on_scheduler(lambda dask_scheduler: dask_scheduler.plugins["dask_dgd"].__module__) \
+            == "dask_dgd.dashboard._plugin"
+        client.register_plugin(DashboardPlugin())  # as a fit does: a no-op
+        client.log_event(TOPIC, start_msg("cli"))
+        client.log_event(TOPIC, {"kind": "records", "fit": "cli", "first": 0, "records": recs(1, 2)})
+        (fit,) = fits(client)
+        assert fit["fit"] == "cli" and fit["records"] == recs(1, 2)
+        assert 'href="dgd"' in get(base_of(client) + "/dgd")[2]
+    finally:
+        if client is not None:
+            client.close(timeout=10)
+        _stop([proc], timeout=30)

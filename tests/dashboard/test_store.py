@@ -1,0 +1,246 @@
+"""The scheduler's FitStore, without Dask: protocol messages in, JSON out."""
+
+import json
+import math
+
+import pytest
+
+from dask_dgd.dashboard import _store
+from dask_dgd.dashboard._store import MAX_FITS, FitStore, json_safe
+
+
+def start(fit="f1", **fields):
+    return {"kind": "start", "protocol": 1, "fit": fit, "estimator": "LogisticRegression", "mode": "sync",
+            "max_iter": 100, "max_staleness": None, "n_groups": 2, "workers": ["tcp://a:1", "tcp://b:2"],
+            "driver": "host", "pid": 7, "wall": 1000.0, **fields}
+
+
+def rec(step, **fields):
+    return {"step": step, "iteration": step, "loss": 1.0 / step, "grad_norm": 0.5, "time": 0.1 * step,
+            "compute_time_max": 0.01, "compute_time_min": 0.01, "compute_time_median": 0.01,
+            "staleness_max": 0, "updates_per_group": [1, 1], **fields}
+
+
+def records(fit="f1", first=0, recs=()):
+    return {"kind": "records", "fit": fit, "first": first, "records": list(recs)}
+
+
+def only_fit(store, **kw):
+    (fit,) = store.fits_json(**kw)["fits"]
+    return fit
+
+
+def kinds(fit):
+    return [f["kind"] for f in fit["flags"]]
+
+
+def test_start_records_end_round_trip():
+    store = FitStore()
+    assert store.apply(start())
+    assert store.apply(records(recs=[rec(1), rec(2)]))
+    fit = only_fit(store)
+    assert (fit["fit"], fit["estimator"], fit["status"], fit["mode"], fit["started"]) == (
+        "f1", "LogisticRegression", "running", "sync", 1000.0)
+    assert fit["workers"] == ["tcp://a:1", "tcp://b:2"] and fit["max_iter"] == 100 and fit["pid"] == 7
+    assert fit["records"] == [rec(1), rec(2)]
+    assert (fit["steps"], fit["first"], fit["next"]) == (2, 0, 2)
+    assert store.apply({"kind": "end", "fit": "f1", "status": "done", "message": "", "wall": 1005.0})
+    fit = only_fit(store)
+    assert (fit["status"], fit["ended"], fit["flags"]) == ("done", 1005.0, [])
+
+
+def test_records_are_idempotent_and_a_gap_appends_in_order():
+    store = FitStore()
+    store.apply(start())
+    store.apply(records(recs=[rec(1), rec(2)]))
+    store.apply(records(first=1, recs=[rec(2), rec(3)]))  # overlaps: only step 3 is new
+    store.apply(records(first=0, recs=[rec(1)]))  # already there
+    assert [r["step"] for r in only_fit(store)["records"]] == [1, 2, 3]
+    store.apply(records(first=5, recs=[rec(6)]))  # indices 3, 4 never came
+    fit = only_fit(store)
+    assert [r["step"] for r in fit["records"]] == [1, 2, 3, 6] and fit["next"] == 6
+    assert [r["step"] for r in only_fit(store, since=4)["records"]] == [6]
+    assert only_fit(store, since=4)["first"] == 5
+
+
+def test_since_and_fit_select_records_and_fits():
+    store = FitStore()
+    store.apply(start("a"))
+    store.apply(start("b"))
+    store.apply(records("a", recs=[rec(1), rec(2), rec(3)]))
+    out = store.fits_json()
+    assert [f["fit"] for f in out["fits"]] == ["b", "a"]  # newest first
+    fit = only_fit(store, fit="a", since=2)
+    assert [r["step"] for r in fit["records"]] == [3] and fit["first"] == 2
+    assert only_fit(store, fit="a", since=3)["records"] == []
+    assert store.fits_json(fit="nope") == {"protocol": 1, "fits": []}
+
+
+@pytest.mark.parametrize("msg", [
+    None, "text", ["start"], {"kind": "start"}, {"kind": "start", "fit": 3},
+    {"kind": "telemetry", "fit": "f1"}, {"kind": "records", "fit": "f1", "first": -1, "records": []},
+    {"kind": "records", "fit": "f1", "first": "0", "records": []}, {"kind": "records", "fit": "f1", "first": 0},
+    {"kind": "groups", "fit": "f1", "times": 3},
+])
+def test_unreadable_messages_are_ignored(msg):
+    store = FitStore()
+    assert store.apply(msg) is False
+    assert store.fits_json()["fits"] == []
+
+
+def test_a_newer_protocol_with_unknown_fields_is_read_as_far_as_it_goes():
+    store = FitStore()
+    assert store.apply(start(protocol=2, colour="blue", mode="async", max_staleness=3))
+    assert store.apply({**records(recs=[rec(1, new_field=[1, 2])]), "extra": "ignored"})
+    fit = only_fit(store)
+    assert (fit["protocol"], fit["mode"], fit["max_staleness"]) == (2, "async", 3)
+    assert "colour" not in fit and fit["records"][0]["new_field"] == [1, 2]
+
+
+def test_records_before_their_start_message_still_show():
+    store = FitStore()
+    store.apply(records("lost", recs=[rec(1)]))
+    fit = only_fit(store)
+    assert (fit["fit"], fit["estimator"], fit["status"], len(fit["records"])) == ("lost", "?", "running", 1)
+
+
+def test_json_turns_nan_and_inf_into_null_and_tuples_into_lists():
+    store = FitStore()
+    store.apply(start())
+    store.apply(records(recs=[rec(1, loss=math.nan, grad_norm=math.inf, level_times=(0.5, -math.inf))]))
+    text = store.to_json()
+    assert "NaN" not in text and "Infinity" not in text
+    (r,) = json.loads(text)["fits"][0]["records"]
+    assert (r["loss"], r["grad_norm"], r["level_times"]) == (None, None, [0.5, None])
+    assert json_safe({"a": (1.0, float("nan")), 2: [math.inf]}) == {"a": [1.0, None], "2": [None]}
+
+
+def test_divergence_flags_non_finite_loss_and_backoff_fields():
+    store = FitStore()
+    store.apply(start())
+    store.apply(records(recs=[rec(1), rec(2, loss=math.nan), rec(3, loss=math.inf), rec(4, backoff=True),
+                              rec(5, diverged=1)]))
+    fit = only_fit(store)
+    assert [(f["kind"], f["step"]) for f in fit["flags"]] == [("divergence", s) for s in (2, 3, 4, 5)]
+    assert "not finite at step 2" in fit["flags"][0]["message"]
+    assert fit["flag_counts"] == {"divergence": 4}
+
+
+def test_straggler_from_the_records_median_and_from_group_times():
+    store = FitStore()
+    store.apply(start())
+    store.apply(records(recs=[rec(1, compute_time_max=0.019, compute_time_median=0.01),  # 1.9x: no flag
+                              rec(2, compute_time_max=0.05, compute_time_median=0.01, slowest_group=1)]))
+    fit = only_fit(store)
+    assert [(f["kind"], f["step"]) for f in fit["flags"]] == [("straggler", 2)]
+    assert "group 1 computed for 0.05 s at step 2, 5.0x the median" in fit["flags"][0]["message"]
+    assert store.apply({"kind": "groups", "fit": "f1", "worker": "tcp://a:1",
+                        "times": [[3, 0, 0.01], [3, 1, 0.011], [3, 2, 0.1], [4, 0, 0.01], [4, 1, 0.012],
+                                  "junk", [5, 0, None]]})
+    fit = only_fit(store)
+    assert [(f["kind"], f["step"]) for f in fit["flags"]] == [("straggler", 2), ("straggler", 3)]
+    assert "group 2 computed for 0.1 s at step 3" in fit["flags"][1]["message"]
+    assert fit["group_times"][:2] == [[3, 0, 0.01], [3, 1, 0.011]] and len(fit["group_times"]) == 5
+
+
+def test_staleness_at_its_bound_is_flagged():
+    store = FitStore()
+    store.apply(start(mode="async", max_staleness=3))
+    store.apply(records(recs=[rec(1, staleness_max=2), rec(2, staleness_max=3)]))
+    fit = only_fit(store)
+    assert [(f["kind"], f["step"]) for f in fit["flags"]] == [("staleness", 2)]
+    assert "max_staleness=3" in fit["flags"][0]["message"]
+
+
+@pytest.mark.parametrize(("status", "flag"), [("error", "error"), ("stopped", "stopped early")])
+def test_end_status_error_and_stopped_are_flagged(status, flag):
+    store = FitStore()
+    store.apply(start())
+    store.apply(records(recs=[rec(1), rec(2)]))
+    store.apply({"kind": "end", "fit": "f1", "status": status, "message": "why", "wall": 1.0})
+    fit = only_fit(store)
+    assert fit["status"] == status and fit["flags"] == [{"step": 2, "kind": flag, "message": "why"}]
+
+
+def test_worker_lost_flags_only_running_fits_of_that_worker():
+    store = FitStore()
+    store.apply(start("uses"))
+    store.apply(start("other", workers=["tcp://c:3"]))
+    store.apply(start("done"))
+    store.apply({"kind": "end", "fit": "done", "status": "done"})
+    assert store.worker_lost("tcp://b:2") == ["uses"]
+    assert kinds(only_fit(store, fit="uses")) == ["worker lost"]
+    assert kinds(only_fit(store, fit="other")) == kinds(only_fit(store, fit="done")) == []
+
+
+def test_worker_metrics_are_kept_for_running_fits_only():
+    store = FitStore()
+    store.apply(start())
+    assert store.running_workers() == {"tcp://a:1", "tcp://b:2"}
+    store.add_metrics(10.0, {"tcp://a:1": (50.0, 1e6), "tcp://z:9": (1.0, 1.0)})
+    store.apply({"kind": "end", "fit": "f1", "status": "done"})
+    store.add_metrics(11.0, {"tcp://a:1": (60.0, 2e6)})
+    assert only_fit(store)["worker_metrics"] == {"tcp://a:1": {"time": [10.0], "cpu": [50.0], "memory": [1e6]}}
+    assert store.running_workers() == set()
+
+
+def test_eta_from_the_recent_iteration_rate():
+    store = FitStore()
+    store.apply(start(max_iter=100))
+    store.apply(records(recs=[rec(1, time=1.0), rec(2, time=1.5), rec(11, iteration=11, time=6.0)]))
+    # 10 iterations in 5 s: 2 per second, 89 left
+    assert only_fit(store)["eta_seconds"] == pytest.approx(44.5)
+    store.apply({"kind": "end", "fit": "f1", "status": "done"})
+    assert only_fit(store)["eta_seconds"] is None
+
+
+def test_eta_unknown_without_max_iter_or_progress():
+    store = FitStore()
+    store.apply(start(max_iter=None))
+    store.apply(records(recs=[rec(1), rec(2)]))
+    assert only_fit(store)["eta_seconds"] is None
+    store.apply(start("g"))
+    store.apply(records("g", recs=[rec(1, time=1.0), rec(2, iteration=1, time=2.0)]))
+    assert only_fit(store, fit="g")["eta_seconds"] is None
+
+
+def test_at_most_max_fits_and_finished_ones_go_first():
+    store = FitStore()
+    store.apply(start("running-0"))
+    for i in range(1, MAX_FITS):
+        store.apply(start(f"done-{i}"))
+        store.apply({"kind": "end", "fit": f"done-{i}", "status": "done"})
+    store.apply(start("new"))
+    ids = [f["fit"] for f in store.fits_json()["fits"]]
+    assert len(ids) == MAX_FITS and "running-0" in ids and "done-1" not in ids and ids[0] == "new"
+
+
+def test_all_running_the_oldest_goes():
+    store = FitStore()
+    for i in range(MAX_FITS + 1):
+        store.apply(start(f"r{i}"))
+    ids = {f["fit"] for f in store.fits_json()["fits"]}
+    assert len(ids) == MAX_FITS and "r0" not in ids and f"r{MAX_FITS}" in ids
+
+
+def test_old_records_are_thinned_beyond_max_records(monkeypatch):
+    monkeypatch.setattr(_store, "MAX_RECORDS", 10)
+    store = FitStore()
+    store.apply(start())
+    store.apply(records(recs=[rec(s) for s in range(1, 12)]))  # 11 > 10: the older half thinned
+    fit = only_fit(store)
+    assert [r["step"] for r in fit["records"]] == [1, 3, 5, 6, 7, 8, 9, 10, 11]
+    assert fit["next"] == 11
+    assert [r["step"] for r in only_fit(store, since=3)["records"]] == [5, 6, 7, 8, 9, 10, 11]
+    store.apply(records(first=11, recs=[rec(12)]))
+    assert [r["step"] for r in only_fit(store)["records"]][-2:] == [11, 12]
+
+
+def test_flags_are_bounded_but_counted(monkeypatch):
+    store = FitStore()
+    store.apply(start())
+    n = _store.MAX_FLAGS + 5
+    store.apply(records(recs=[rec(s, loss=math.nan) for s in range(1, n + 1)]))
+    fit = only_fit(store)
+    assert len(fit["flags"]) == _store.MAX_FLAGS and fit["flags"][-1]["step"] == n
+    assert fit["flag_counts"] == {"divergence": n}
