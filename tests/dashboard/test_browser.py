@@ -19,8 +19,6 @@ import urllib.request
 
 import pytest
 
-pytestmark = [pytest.mark.browser, pytest.mark.slow]
-
 #: Limit of one wait for the page (ms): far above what any step needs, only a hang hits it.
 WAIT_MS = 120_000
 
@@ -134,6 +132,8 @@ def paced_fit(make_cluster):
     assert not failure, f"the paced fit raised {failure[0]!r}"
 
 
+@pytest.mark.slow
+@pytest.mark.browser
 def test_page_shows_the_running_fit_and_updates(paced_fit, page):
     client, base, gate, est = paced_fit
     # the fit has published its first record: the page and its JSON exist now
@@ -161,6 +161,8 @@ def test_page_shows_the_running_fit_and_updates(paced_fit, page):
     assert page.evaluate(f"() => ({FIND})('dgd-flags') !== null")
 
 
+@pytest.mark.slow
+@pytest.mark.browser
 def test_page_is_one_click_from_the_dashboards_status_page(paced_fit, page):
     client, base, gate, est = paced_fit
     _wait_for(lambda: [f for f in _records(base)["fits"] if f["records"]], "the fit's first record")
