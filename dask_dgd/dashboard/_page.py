@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 import dask
 from bokeh.application import Application
 from bokeh.application.handlers.function import FunctionHandler
-from bokeh.layouts import column, gridplot
+from bokeh.layouts import column, row
 from bokeh.models import ColumnDataSource
 from bokeh.models.widgets import DataTable, Div, Select, TableColumn
 from bokeh.palettes import Category10
@@ -122,11 +122,11 @@ def make_document(scheduler: Scheduler, prefix: str, doc: Document) -> None:
         p.line("step", "loss", source=steps, line_width=2, color=colors[0])
     grad = _figure("Gradient norm", "grad_norm", "log")
     grad.line("step", "grad_norm", source=steps, line_width=2, color=colors[1])
-    times = _figure("Step time: compute / wait / driver", "seconds")
+    times = _figure("Step time: compute / wait / driver", "seconds", "log")
     for i, (name, label) in enumerate([("compute_time_max", "compute (slowest group)"), ("wait_time", "wait"),
                                        ("update_time", "driver")]):
         times.line("step", name, source=steps, color=colors[i], legend_label=label, line_width=2)
-    spread = _figure("Group compute time: min / median / max", "seconds")
+    spread = _figure("Group compute time: min / median / max", "seconds", "log")
     spread.varea("step", "compute_time_min", "compute_time_max", source=steps, fill_alpha=0.25, color=colors[0],
                  legend_label="min-max")
     spread.line("step", "compute_time_median", source=steps, color=colors[0], legend_label="median")
@@ -140,7 +140,7 @@ def make_document(scheduler: Scheduler, prefix: str, doc: Document) -> None:
     stale.step("step", "staleness_max", source=steps, color=colors[4], line_width=2)
     depth = _figure("Reduction tree depth", "levels")
     depth.step("step", "tree_depth", source=steps, color=colors[5], line_width=2)
-    score = _figure("Validation score", "val_score")
+    score = _figure("Validation score", "val_score", visible=False)  # shown once a record has one
     score.line("step", "val_score", source=steps, color=colors[6], line_width=2)
     cpu = _figure("Worker CPU", "percent", x_axis_type="datetime")
     cpu.multi_line("time", "cpu", source=workers, color="color", line_width=2)
@@ -155,9 +155,9 @@ def make_document(scheduler: Scheduler, prefix: str, doc: Document) -> None:
                       columns=[TableColumn(field="step", title="step", width=60),
                                TableColumn(field="kind", title="flag", width=110),
                                TableColumn(field="message", title="message", width=800)])
-    grid = gridplot([[loss_log, loss_lin, grad], [times, spread], [traffic, ratio], [stale, depth, score],
-                     [cpu, memory]], sizing_mode="stretch_width", merge_tools=False)
-    doc.add_root(column(header, select, flags, grid, sizing_mode="stretch_width", name="dgd-page"))
+    lines = [row(*figures, sizing_mode="stretch_width") for figures in  # hidden figures take no room
+            [(loss_log, loss_lin, grad), (times, spread), (traffic, ratio), (stale, depth, score), (cpu, memory)]]
+    doc.add_root(column(header, select, flags, *lines, sizing_mode="stretch_width", name="dgd-page"))
 
     state: dict[str, Any] = {"fit": None, "next": 0, "groups": 0, "flags": -1, "samples": -1}
 
@@ -167,7 +167,7 @@ def make_document(scheduler: Scheduler, prefix: str, doc: Document) -> None:
         groups.data = {"step": [], "group": [], "seconds": []}
         workers.data = {"worker": [], "time": [], "cpu": [], "memory": [], "color": []}
         flag_rows.data = {"step": [], "kind": [], "message": []}
-        loss_log.visible, loss_lin.visible = True, False
+        loss_log.visible, loss_lin.visible, score.visible = True, False, False
 
     def update() -> None:
         plugin = plugin_of(scheduler)
@@ -192,6 +192,8 @@ def make_document(scheduler: Scheduler, prefix: str, doc: Document) -> None:
             data = _columns(new)
             if loss_log.visible and any(not v > 0 for v in data["loss"] if not math.isnan(v)):
                 loss_log.visible, loss_lin.visible = False, True  # a log axis cannot show it
+            if not score.visible and any(not math.isnan(v) for v in data["val_score"]):
+                score.visible = True
             steps.stream(data, rollover=MAX_RECORDS)
         state["next"] = fit.received
         if fit.group_times_received != state["groups"]:

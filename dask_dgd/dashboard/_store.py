@@ -27,7 +27,7 @@ from collections import deque
 from typing import Any
 
 __all__ = ["MAX_FITS", "MAX_FLAGS", "MAX_GROUP_TIMES", "MAX_RECORDS", "MAX_SAMPLES", "PROTOCOL",
-           "STRAGGLER_RATIO", "FitStore", "json_safe"]
+           "STRAGGLER_MIN_SECONDS", "STRAGGLER_RATIO", "FitStore", "json_safe"]
 
 #: The protocol version this store reads (newer ones are read as far as it goes).
 PROTOCOL = 1
@@ -41,8 +41,12 @@ MAX_FLAGS = 500
 MAX_SAMPLES = 3600
 #: ``[step, group, seconds]`` entries kept per fit (the newest).
 MAX_GROUP_TIMES = 20_000
-#: A group is a straggler when its compute time is above this times the step's median.
+#: A group is a straggler when its compute time is above this times the step's median
+#: group compute time ...
 STRAGGLER_RATIO = 2.0
+#: ... and at least this many seconds above it (below, scheduling jitter, not a straggler:
+#: without it, sub-millisecond steps were flagged at most steps).
+STRAGGLER_MIN_SECONDS = 0.01
 #: Records the ETA's rate is measured over (the newest).
 ETA_WINDOW = 20
 
@@ -72,6 +76,12 @@ def _number(value: Any) -> float | None:
 
 def _int_or_none(value: Any) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def _straggles(slowest: float, median: float) -> bool:
+    """Whether a group computing ``slowest`` seconds straggles behind the step's
+    ``median`` (:data:`STRAGGLER_RATIO`, :data:`STRAGGLER_MIN_SECONDS`)."""
+    return median > 0 and slowest > STRAGGLER_RATIO * median and slowest - median >= STRAGGLER_MIN_SECONDS
 
 
 class Fit:
@@ -151,7 +161,7 @@ class Fit:
         elif rec.get("diverged") or rec.get("backoff"):
             self.flag("divergence", step, f"the step diverged at step {step}: the learning rate was halved")
         t_max, t_med = _number(rec.get("compute_time_max")), _number(rec.get("compute_time_median"))
-        if t_max is not None and t_med is not None and t_med > 0 and t_max > STRAGGLER_RATIO * t_med:
+        if t_max is not None and t_med is not None and _straggles(t_max, t_med):
             group = rec.get("slowest_group")
             who = "the slowest group" if group is None else f"group {group}"
             self.flag("straggler", step, f"{who} computed for {t_max:.3g} s at step {step}, "
@@ -177,7 +187,7 @@ class Fit:
                 continue
             median = statistics.median(s for _, s in entries)
             group, slowest = max(entries, key=lambda e: e[1])
-            if median > 0 and slowest > STRAGGLER_RATIO * median:
+            if _straggles(slowest, median):
                 self.flag("straggler", step, f"group {group} computed for {slowest:.3g} s at step {step}, "
                                              f"{slowest / median:.1f}x the median group's {median:.3g} s")
 

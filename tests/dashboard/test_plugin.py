@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 from bokeh.document import Document
+from bokeh.models import Plot as figure_type
 
 from dask_dgd.dashboard import TOPIC, DashboardPlugin, dashboard_url, records
 from dask_dgd.dashboard._page import make_document
@@ -172,6 +173,23 @@ def test_without_bokeh_dgd_is_a_plain_page_pointing_at_the_json(make_cluster, mo
     assert fits(c) == []
 
 
+def test_the_dashboard_prefix_is_honoured(make_cluster):
+    c = make_cluster(1, processes=False, scheduler_kwargs={"http_prefix": "/dask"})
+    c.register_plugin(DashboardPlugin())
+    base = base_of(c) + "/dask"  # (Dask's dashboard_link leaves the prefix out)
+    assert 'href="dgd"' in get(base + "/status")[2]
+    assert json.loads(get(base + "/dgd/records.json")[2])["fits"] == []
+    assert "static/js/bokeh.min.js" in get(base + "/dgd")[2]
+    with pytest.raises(urllib.error.HTTPError, match="404"):
+        get(base_of(c) + "/dgd/records.json")
+
+
+def test_scheduler_kwargs_preload_adds_the_plugin_before_any_client_registers_it(make_cluster):
+    c = make_cluster(1, processes=False, scheduler_kwargs={"preload": ["dask_dgd.dashboard"]})
+    c.log_event(TOPIC, start_msg("p"))
+    assert [f["fit"] for f in fits(c)] == ["p"]
+
+
 # ------------------------------------------------------------------ the Bokeh document
 class _Scheduler:
     """What make_document reads from a scheduler: its plugins."""
@@ -221,6 +239,24 @@ def test_page_streams_new_records_of_the_newest_running_fit_and_resets_on_a_swit
     model("dgd-fit").value = "old"
     assert model("dgd-steps").data["step"] == [1.0, 2.0, 3.0, 4.0]
     assert model("dgd-flag-rows").data["kind"] == []
+
+
+def test_page_objective_on_a_linear_axis_once_it_is_not_positive_and_val_score_once_there():
+    plugin, doc, update, _ = _page()
+    plugin.store.apply(start_msg("run"))
+    plugin.store.apply({"kind": "records", "fit": "run", "first": 0, "records": recs(1)})
+    update()
+
+    def shown(title):
+        return {type(p.y_scale).__name__: p.visible for p in doc.select({"type": figure_type})
+                if p.title.text == title}
+
+    assert shown("Objective") == {"LogScale": True, "LinearScale": False}
+    assert shown("Validation score") == {"LinearScale": False}
+    plugin.store.apply({"kind": "records", "fit": "run", "first": 1, "records": recs(2, loss=-0.5, val_score=0.9)})
+    update()
+    assert shown("Objective") == {"LogScale": False, "LinearScale": True}
+    assert shown("Validation score") == {"LinearScale": True}
 
 
 def test_page_shows_group_times_and_worker_samples():

@@ -130,17 +130,18 @@ def test_straggler_from_the_records_median_and_from_group_times():
     store = FitStore()
     store.apply(start())
     store.apply(records(recs=[rec(1, compute_time_max=0.019, compute_time_median=0.01),  # 1.9x: no flag
-                              rec(2, compute_time_max=0.05, compute_time_median=0.01, slowest_group=1)]))
+                              rec(2, compute_time_max=0.05, compute_time_median=0.01, slowest_group=1),
+                              rec(3, compute_time_max=0.009, compute_time_median=0.001)]))  # 9x, 8 ms: jitter
     fit = only_fit(store)
     assert [(f["kind"], f["step"]) for f in fit["flags"]] == [("straggler", 2)]
     assert "group 1 computed for 0.05 s at step 2, 5.0x the median" in fit["flags"][0]["message"]
     assert store.apply({"kind": "groups", "fit": "f1", "worker": "tcp://a:1",
-                        "times": [[3, 0, 0.01], [3, 1, 0.011], [3, 2, 0.1], [4, 0, 0.01], [4, 1, 0.012],
-                                  "junk", [5, 0, None]]})
+                        "times": [[3, 0, 0.01], [3, 1, 0.011], [3, 2, 0.1], [4, 0, 0.001], [4, 1, 0.0015],
+                                  [4, 2, 0.009], "junk", [5, 0, None]]})
     fit = only_fit(store)
     assert [(f["kind"], f["step"]) for f in fit["flags"]] == [("straggler", 2), ("straggler", 3)]
     assert "group 2 computed for 0.1 s at step 3" in fit["flags"][1]["message"]
-    assert fit["group_times"][:2] == [[3, 0, 0.01], [3, 1, 0.011]] and len(fit["group_times"]) == 5
+    assert fit["group_times"][:2] == [[3, 0, 0.01], [3, 1, 0.011]] and len(fit["group_times"]) == 6
 
 
 def test_staleness_at_its_bound_is_flagged():
@@ -244,3 +245,10 @@ def test_flags_are_bounded_but_counted(monkeypatch):
     fit = only_fit(store)
     assert len(fit["flags"]) == _store.MAX_FLAGS and fit["flags"][-1]["step"] == n
     assert fit["flag_counts"] == {"divergence": n}
+
+
+def test_the_module_examples_run():
+    import doctest
+
+    result = doctest.testmod(_store)
+    assert result.attempted > 0 and result.failed == 0
