@@ -46,6 +46,9 @@ PROTOCOL = 1
 INTERVAL = 0.5
 #: Records in one message at most (a longer backlog goes as several).
 BATCH = 1000
+#: Seconds the end of a fit waits for the last records and the end message to be sent
+#: (a scheduler that is gone may hold a send up to the connect timeout; the fit does not wait for it).
+CLOSE_TIMEOUT = 10.0
 
 #: Whether the page's plugin is on the scheduler at each address (registered by this process, or refused).
 _pages: dict[str, bool] = {}
@@ -65,6 +68,8 @@ def page_url(client: Client) -> str | None:
     """The live page's address: the client's dashboard link with ``/dgd`` in place of
     ``/status`` (None when the scheduler has no dashboard)."""
     try:
+        if "dashboard" not in client.scheduler_info().get("services", {}):
+            return None  # (dashboard_link would name the default port anyway)
         link = client.dashboard_link
     except Exception:  # noqa: BLE001 - no dashboard: no link
         return None
@@ -133,16 +138,23 @@ class Publisher:
         self.failed = False
         self._lock = threading.Lock()
         self._stop = threading.Event()
-        self._send({"kind": "start", "protocol": PROTOCOL, "fit": self.fit,
-                    **{k: plain(start.get(k)) for k in ("estimator", "mode", "max_iter", "max_staleness", "n_groups",
-                                                        "workers")},
-                    "driver": socket.gethostname(), "pid": os.getpid(), "wall": time.time()})
+        self._start = {"kind": "start", "protocol": PROTOCOL, "fit": self.fit,
+                       **{k: plain(start.get(k)) for k in ("estimator", "mode", "max_iter", "max_staleness",
+                                                           "n_groups", "workers")},
+                       "driver": socket.gethostname(), "pid": os.getpid(), "wall": time.time()}
+        self._end: dict[str, Any] | None = None
         self._thread = threading.Thread(target=self._run, name=f"dask_dgd-publish-{self.fit[:8]}", daemon=True)
         self._thread.start()
 
     def _run(self) -> None:
+        """The sending thread: the start, the new records every :data:`INTERVAL`
+        seconds, and once :meth:`close` asks, the last ones and the end."""
+        self._send(self._start)
         while not self._stop.wait(INTERVAL) and not self.failed:
             self.flush()
+        self.flush()
+        if self._end is not None:
+            self._send(self._end)
 
     def flush(self) -> None:
         """Send the records not sent yet, at most :data:`BATCH` a message."""
@@ -153,14 +165,21 @@ class Publisher:
                 if self._send({"kind": "records", "fit": self.fit, "first": self.sent, "records": batch}):
                     self.sent += len(batch)
 
-    def close(self, status: str = "done", message: str = "") -> None:
+    def close(self, status: str = "done", message: str = "", timeout: float = CLOSE_TIMEOUT) -> None:
         """The last records and the end message (``status``: ``"done"``, ``"error"`` or
-        ``"stopped"``)."""
+        ``"stopped"``), sent before this returns unless that takes over ``timeout``
+        seconds (then the page misses them, and says nothing more of this fit)."""
+        self._end = {"kind": "end", "fit": self.fit, "status": status, "message": str(message), "wall": time.time()}
         self._stop.set()
-        if self._thread is not threading.current_thread():
-            self._thread.join()
-        self.flush()
-        self._send({"kind": "end", "fit": self.fit, "status": status, "message": str(message), "wall": time.time()})
+        deadline = time.monotonic() + timeout
+        # (while the client is connected: once it is not, the scheduler is gone and the sends are lost)
+        while (self._thread.is_alive() and time.monotonic() < deadline
+               and getattr(self.client, "status", "running") == "running"):
+            self._thread.join(min(0.1, max(0.0, deadline - time.monotonic())))
+        if self._thread.is_alive():
+            self.failed = True
+            logger.info("dask_dgd: the scheduler did not take fit %s's last records (within %g s, or it is gone); "
+                        "the live page misses them (they are in the fitted model's history_)", self.fit, timeout)
 
     def _send(self, msg: dict[str, Any]) -> bool:
         if self.failed:
@@ -168,6 +187,8 @@ class Publisher:
         try:
             self.client.log_event(TOPIC, msg)
         except Exception as err:  # noqa: BLE001 - a failing send never fails the fit
+            if self.failed:  # (close gave up on it already, and said so)
+                return False
             self.failed = True
             logger.info("dask_dgd stopped sending fit %s to the live page: %s: %s", self.fit, type(err).__name__, err)
             return False

@@ -9,15 +9,15 @@ import shutil
 import subprocess
 import sys
 import textwrap
+import threading
 import time
-import types
 from pathlib import Path
 
 import dask
 import dask.array as da
 import numpy as np
 import pytest
-from distributed import Client, SchedulerPlugin
+from distributed import Client
 
 from dask_dgd._engine.runtime import publish
 from dask_dgd._engine.runtime.publish import BATCH, TOPIC, Publisher, page_url, plain
@@ -27,24 +27,9 @@ from dask_dgd.linear_model import LogisticRegression
 REPO = str(Path(__file__).resolve().parents[3])
 
 
-class _StandInPlugin(SchedulerPlugin):
-    """What the driver registers where ``dask_dgd.dashboard`` is not written yet."""
-
-    name = "dask_dgd"
-    idempotent = True
-
-
 @pytest.fixture
 def page(monkeypatch):
-    """The page's plugin importable as ``dask_dgd.dashboard.DashboardPlugin`` (the real
-    one, else a stand-in), and this process's memory of registrations emptied."""
-    try:
-        from dask_dgd.dashboard import DashboardPlugin  # noqa: F401
-    except ImportError:
-        module = types.ModuleType("dask_dgd.dashboard")
-        _StandInPlugin.__module__, _StandInPlugin.__qualname__ = "dask_dgd.dashboard", "DashboardPlugin"
-        module.DashboardPlugin = _StandInPlugin
-        monkeypatch.setitem(sys.modules, "dask_dgd.dashboard", module)
+    """This process's memory of the schedulers it registered the page on, emptied."""
     monkeypatch.setattr(publish, "_pages", {})
 
 
@@ -107,6 +92,20 @@ def test_a_fit_publishes_exactly_its_history(page_client, logistic_data):
         assert [k for k in want if not _same(got[k], want[k])] == [], (got, want)
     (end,) = _messages(page_client, "end")
     assert end["fit"] == start["fit"] and end["status"] == "done"
+
+
+def test_the_scheduler_page_holds_the_fits_history(page_client, logistic_data):
+    from dask_dgd import dashboard
+
+    X, y = logistic_data
+    est = LogisticRegression(max_iter=6, tol=0, client=page_client).fit(_chunked(X), y)
+    (fit,) = dashboard.records(page_client)["fits"]
+    assert fit["status"] == "done" and fit["estimator"] == "LogisticRegression"
+    assert len(fit["records"]) == len(est.history_)
+    for got, row in zip(fit["records"], est.history_.to_dict("records")):
+        want = plain(row)
+        assert list(got) == list(want)
+        assert [k for k in want if not _same(got[k], want[k])] == [], (got, want)
 
 
 def test_a_fit_stopped_by_a_callback_ends_stopped(page_client, logistic_data):
@@ -178,6 +177,33 @@ def test_a_failing_send_stops_publishing_and_is_logged_once(caplog):
     assert client.calls == 1  # the start failed: nothing more was tried
     said = [r.getMessage() for r in caplog.records if "stopped sending" in r.getMessage()]
     assert len(said) == 1 and "OSError: the scheduler went away" in said[0]
+
+
+class _Stuck:
+    """A client whose sends hang until released (a scheduler gone: up to the connect timeout)."""
+
+    def __init__(self):
+        self.release, self.calls = threading.Event(), 0
+
+    def log_event(self, topic, msg):
+        self.calls += 1
+        self.release.wait()
+        raise OSError("timed out connecting to the scheduler")
+
+
+def test_a_stuck_scheduler_does_not_hold_the_end_of_the_fit(caplog):
+    client = _Stuck()
+    try:
+        with caplog.at_level(logging.INFO, logger="dask_dgd"):
+            pub = Publisher(client, [{"step": 1}], {"estimator": "X"})
+            pub.close("error", "the scheduler is gone", timeout=0.05)  # returns with the start still in flight
+            assert pub.failed
+    finally:
+        client.release.set()
+        pub._thread.join()
+    said = [r.getMessage() for r in caplog.records if r.name == "dask_dgd"]
+    assert len(said) == 1 and "did not take fit" in said[0] and "history_" in said[0]
+    assert client.calls == 1
 
 
 class _Recording:
@@ -280,3 +306,20 @@ def test_a_scheduler_that_cannot_import_the_page_costs_one_log_line(blind_schedu
     assert "blocked for this test" in said[0] and said[0].endswith("records are in the fitted model's history_")
     assert not any("live training page" in r.getMessage() for r in caplog.records)
     assert blind_scheduler.get_events(TOPIC) == ()
+
+
+class _Linked:
+    def __init__(self, link, services):
+        self.dashboard_link, self._services = link, services
+
+    def scheduler_info(self):
+        return {"services": self._services}
+
+
+@pytest.mark.parametrize("link, services, url", [
+    ("http://h:8787/status", {"dashboard": 8787}, "http://h:8787/dgd"),
+    ("http://h:1/jupyter/proxy/1/status", {"dashboard": 1}, "http://h:1/jupyter/proxy/1/dgd"),  # a prefix
+    ("http://h:8787/status", {}, None),  # no dashboard: Dask's link names the default port anyway
+])
+def test_the_page_address_is_the_dashboard_link_with_dgd(link, services, url):
+    assert page_url(_Linked(link, services)) == url
