@@ -134,7 +134,7 @@ def paced_fit(make_cluster):
 
 @pytest.mark.slow
 @pytest.mark.browser
-def test_page_shows_the_running_fit_and_updates(paced_fit, page):
+def test_page_shows_the_running_fit_and_updates(page, paced_fit):  # (page first: no cluster when it skips)
     client, base, gate, est = paced_fit
     # the fit has published its first record: the page and its JSON exist now
     fits = _wait_for(lambda: [f for f in _records(base)["fits"] if f["records"]], "the fit's first record")
@@ -163,7 +163,7 @@ def test_page_shows_the_running_fit_and_updates(paced_fit, page):
 
 @pytest.mark.slow
 @pytest.mark.browser
-def test_page_is_one_click_from_the_dashboards_status_page(paced_fit, page):
+def test_page_is_one_click_from_the_dashboards_status_page(page, paced_fit):
     client, base, gate, est = paced_fit
     _wait_for(lambda: [f for f in _records(base)["fits"] if f["records"]], "the fit's first record")
     # the address the Client prints, then the dashboard's own navigation bar
