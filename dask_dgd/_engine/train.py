@@ -505,13 +505,13 @@ def train(
     if not sharded:  # a state continued from a sparse_params result: dense here
         opt_state = dense_state(opt_state)
     solver_obj = None
-    if shards.executor.kind == "dask":  # the live page (dask config dgd.dashboard)
-        monitor.publish(getattr(shards.executor, "client", None), estimator=progress_desc, mode=mode,
-                        max_iter=int(max_iter), max_staleness=max_staleness, n_groups=shards.n_groups,
-                        workers=list(shards.workers))
     status, message = "error", ""
     try:
         with released_on_error(shards):
+            if shards.executor.kind == "dask":  # the live page (dask config dgd.dashboard)
+                monitor.publish(getattr(shards.executor, "client", None), estimator=progress_desc, mode=mode,
+                                max_iter=int(max_iter), max_staleness=max_staleness, n_groups=shards.n_groups,
+                                workers=list(shards.workers))
             source.start()
             if objective.has_local:
                 inits = [(None if local_init is None else local_init[g],) for g in range(shards.n_groups)]

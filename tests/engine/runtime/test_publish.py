@@ -323,3 +323,24 @@ class _Linked:
 ])
 def test_the_page_address_is_the_dashboard_link_with_dgd(link, services, url):
     assert page_url(_Linked(link, services)) == url
+
+
+def test_a_pointwise_climate_fit_publishes_its_passes(page_client):
+    xr = pytest.importorskip("xarray")
+    from dask_dgd.climate import ClimateRegressor
+
+    rng = np.random.default_rng(0)
+    T, Y, X = 48, 2, 3
+    a, index = rng.normal(size=(T, Y, X)), rng.normal(size=T)
+    counts = rng.poisson(np.exp(0.3 + 0.5 * a + 0.3 * index[:, None, None])).astype(float)
+    dims = ("time", "lat", "lon")
+    ds = xr.Dataset({"a": (dims, a), "index": (("time",), index), "n": (dims, counts)},
+                    coords={"time": xr.date_range("2000-01-01", periods=T, freq="MS", calendar="noleap",
+                                                  use_cftime=True),
+                            "lat": ("lat", [-30.0, 30.0], {"units": "degrees_north"}), "lon": [0.0, 20.0, 40.0]})
+    model = ClimateRegressor(["a", "index"], "n", model="pointwise", family="poisson",
+                             client=page_client).fit(ds.chunk({"time": 24}))
+    (start,) = _messages(page_client, "start")
+    (end,) = _messages(page_client, "end")
+    assert start["mode"] == "sync" and end["fit"] == start["fit"] and end["status"] == "done"
+    assert len(_published(page_client, start["fit"])) == len(model.history_) == model.n_iter_
