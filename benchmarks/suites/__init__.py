@@ -18,4 +18,5 @@ the size parameters, e.g. ``rows=20000``, for the test suite) returning
 
 #: Registered suites, in the order ``--suite all`` runs them.
 SUITES = ("linear", "glm", "modes", "straggler", "skew", "compression", "scaling", "scale", "memory", "recommender",
-          "recommender_peers", "climate", "climate_scale", "gpu", "wide", "wide_default", "accuracy", "small_data")
+          "recommender_peers", "climate", "climate_scale", "gpu", "wide", "wide_default", "accuracy", "small_data",
+          "dashboard")
