@@ -92,8 +92,11 @@ def register_page(client: Client) -> bool:
 
             client.register_plugin(DashboardPlugin())
         except Exception as err:  # noqa: BLE001 - ImportError first (the scheduler's or ours), any other refusal alike
-            logger.info("the scheduler at %s cannot import dask_dgd (%s: %s): no live page; records are in the "
-                        "fitted model's history_", address, type(err).__name__, err)
+            # (a warning, shown by default: the one place this process says where the records are)
+            why = "cannot import dask_dgd" if isinstance(err, ImportError) else "refused the live page's plugin"
+            logger.warning("the scheduler at %s %s (%s: %s): no live training page for fits on it; their records "
+                           "are in each fitted model's history_ (plot them with dask_dgd.diagnostics.plot_history)",
+                           address, why, type(err).__name__, err)
             _pages[address] = False
         else:
             logger.info("live training page: %s", page_url(client) or f"(the scheduler at {address} has no dashboard)")
