@@ -632,10 +632,12 @@ def fit_cells(fields, family, alpha, tol, max_iter, split_every, client, target,
     as ``separated`` (*space,) bool, else None."""
     monitor = Monitor(verbose=verbose, callbacks=callbacks, total=int(max_iter), desc=desc,
                       capped=tol > 0 or max_time is not None)
-    # the live page, on a distributed client (dask config dgd.dashboard)
-    monitor.publish(client, estimator=desc, mode="sync", max_iter=int(max_iter))
     status, message = "error", ""
     try:
+        # the live page, on a distributed client (dask config dgd.dashboard); its passes
+        # are tasks on every worker: the page samples them all
+        workers = list(client.scheduler_info()["workers"]) if hasattr(client, "scheduler_info") else []
+        monitor.publish(client, estimator=desc, mode="sync", max_iter=int(max_iter), workers=workers)
         solver = CellNewton(fields, family, alpha, tol, split_every, client, target)
         stop = Loop(_Context(monitor), solver, StopRules(monitor, int(max_iter), max_time)).run()
         status, message = ("stopped" if monitor.stop_requested else "done"), stop.message

@@ -75,22 +75,22 @@ def records(client_or_address: Client | str | None = None, *, fit: str | None = 
     own = isinstance(client_or_address, str)
     client = (Client(client_or_address, set_as_default=False) if isinstance(client_or_address, str)
               else client_or_address if client_or_address is not None else default_client())
+    address = client.scheduler.address  # (before a client of our own closes)
     try:
         out = client.run_on_scheduler(_fits_on_scheduler, fit=fit, since=int(since))
     finally:
         if own:
             client.close()
     if out is None:
-        raise InputError(f"the scheduler at {client.scheduler.address} runs no dask_dgd dashboard plugin; "
+        raise InputError(f"the scheduler at {address} runs no dask_dgd dashboard plugin; "
                          "register it with client.register_plugin(DashboardPlugin()) or start the scheduler "
                          "with --preload dask_dgd.dashboard")
     return out
 
 
 def dashboard_url(client: Client) -> str | None:
-    """The live page's URL, ``<dashboard>/dgd``, or None when the cluster has no
-    dashboard."""
-    link = getattr(client, "dashboard_link", None)
-    if not link:
-        return None
-    return link.rsplit("/", 1)[0] + "/dgd"
+    """The live page's URL, ``<dashboard>/dgd`` (the client's dashboard link with
+    ``/dgd`` in place of ``/status``), or None when the cluster has no dashboard."""
+    from .._engine.runtime.publish import page_url
+
+    return page_url(client)

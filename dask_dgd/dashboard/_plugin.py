@@ -1,6 +1,7 @@
 """The scheduler plugin behind the live training page: :class:`DashboardPlugin`.
 
-It keeps a :class:`~._store.FitStore` fed by the ``"dask_dgd"`` events and serves it on
+It keeps a :class:`~._store.FitStore` fed by the ``"dask_dgd"`` events (a fit's start
+and end) and the drivers' batches of records (:data:`RECORDS_OP`), and serves it on
 the scheduler's dashboard port: ``<dashboard>/dgd/records.json`` and the page
 ``<dashboard>/dgd`` (a Bokeh document in Dask's look; a plain page pointing at the JSON
 when the scheduler has no Bokeh).  Adding a page and a navigation tab to Dask's
@@ -26,7 +27,7 @@ from ._store import FitStore
 if TYPE_CHECKING:
     from distributed import Scheduler
 
-__all__ = ["NAME", "TOPIC", "DashboardPlugin", "dashboard_prefix", "plugin_of"]
+__all__ = ["NAME", "RECORDS_OP", "TOPIC", "DashboardPlugin", "dashboard_prefix", "plugin_of"]
 
 logger = logging.getLogger("dask_dgd.dashboard")
 
@@ -36,6 +37,9 @@ TOPIC = "dask_dgd"
 NAME = "dask_dgd"
 #: The navigation tab's name (the page's path under the dashboard).
 PAGE = "dgd"
+#: The scheduler's operation a driver sends its batches of records with
+#: (``client.scheduler.dask_dgd_records(msg=...)``; start and end are events of :data:`TOPIC`).
+RECORDS_OP = "dask_dgd_records"
 #: Milliseconds between two samples of the workers' cpu and memory.
 SAMPLE_MS = 1000
 
@@ -51,13 +55,30 @@ def plugin_of(scheduler: Scheduler) -> DashboardPlugin | None:
 
 
 def dashboard_prefix(scheduler: Scheduler) -> str:
-    """The dashboard's URL prefix ("" or e.g. "/dask"): the scheduler does not keep it,
-    its Bokeh application does."""
-    for app in getattr(getattr(scheduler, "http_application", None), "applications", ()):
-        prefix = getattr(app, "prefix", None)
+    """The dashboard's URL prefix ("" or e.g. "/dask"): the scheduler does not keep it;
+    its Bokeh application does, and Dask's own ``<prefix>/health`` route shows it (a
+    scheduler without Bokeh)."""
+    app = getattr(scheduler, "http_application", None)
+    for bokeh_app in getattr(app, "applications", ()):
+        prefix = getattr(bokeh_app, "prefix", None)
         if isinstance(prefix, str):
             return prefix.rstrip("/")
+    for rule in getattr(getattr(app, "wildcard_router", None), "rules", ()):
+        path = getattr(rule.matcher, "_path", None)
+        if isinstance(path, str) and path.endswith("/health"):
+            return path[: -len("/health")].rstrip("/")
     return ""
+
+
+def _records_handler(scheduler: Scheduler) -> Any:
+    """The scheduler's handler of :data:`RECORDS_OP`: a batch of records for the store
+    of the plugin registered now (whether it kept them)."""
+
+    def dask_dgd_records(msg: Any = None) -> bool:
+        plugin = plugin_of(scheduler)
+        return plugin is not None and plugin._apply(msg)
+
+    return dask_dgd_records
 
 
 class _Handler(web.RequestHandler):
@@ -85,12 +106,15 @@ class RecordsHandler(_Handler):
 class PlainPageHandler(_Handler):
     """``GET .../dgd`` on a scheduler without Bokeh: where the JSON is."""
 
+    def initialize(self, scheduler: Scheduler, prefix: str = "") -> None:
+        self.scheduler, self.prefix = scheduler, prefix
+
     def get(self) -> None:
         self.set_header("Content-Type", "text/html")
+        url = html.escape(f"{self.prefix}/{PAGE}/records.json")  # (absolute: the same from /dgd and /dgd/)
         self.write("<!DOCTYPE html><html><head><title>dask_dgd</title></head><body><h1>dask_dgd</h1>"
                    "<p>This scheduler has no Bokeh, so there are no plots here (install bokeh on the "
-                   "scheduler for the live page). The fits' records are at "
-                   f'<a href="{html.escape(PAGE)}/records.json">{html.escape(PAGE)}/records.json</a>.</p>'
+                   f'scheduler for the live page). The fits\' records are at <a href="{url}">{url}</a>.</p>'
                    "</body></html>")
 
 
@@ -113,8 +137,11 @@ class DashboardPlugin(SchedulerPlugin):
     - once a second, the cpu and memory of the workers of running fits (from the
       workers' heartbeats).
 
-    Events logged on the ``"dask_dgd"`` topic before the plugin started (the last 1000
-    the scheduler keeps) are replayed, so a page opened after a fit began shows it.
+    The start and end events logged on the ``"dask_dgd"`` topic before the plugin
+    started (the last 1000 the scheduler keeps) are replayed.  A fit's records come in
+    batches through the scheduler's :data:`RECORDS_OP` operation (the event log would
+    keep up to 1000 batches of them, beyond the store's bounds).  A fit whose driver's
+    client leaves the scheduler before its end ends as an error.
 
     Attributes
     ----------
@@ -131,11 +158,15 @@ class DashboardPlugin(SchedulerPlugin):
         self.store = FitStore()
         self.scheduler: Scheduler | None = None
         self._sampler: PeriodicCallback | None = None
+        self._clients: dict[str, str] = {}  # running fit -> the id of its driver's client
 
     async def start(self, scheduler: Scheduler) -> None:
         self.scheduler = scheduler
         for _, msg in scheduler.get_events(TOPIC):
-            self.store.apply(msg)
+            self._apply(msg)
+        # the records themselves come through a handler of their own, not the event log
+        # (which keeps the last 1000 events of a topic whatever their size)
+        scheduler.handlers[RECORDS_OP] = _records_handler(scheduler)
         app = getattr(scheduler, "http_application", None)
         if app is not None and app not in _ROUTED:
             _ROUTED.add(app)
@@ -152,7 +183,7 @@ class DashboardPlugin(SchedulerPlugin):
             bokeh_app = bokeh_application(scheduler, prefix)
         except Exception as err:  # noqa: BLE001 - no bokeh (or a Dask that changed): the plain page
             logger.debug("dask_dgd: no Bokeh page on the scheduler (%r); serving a plain page", err)
-            routes.append((rf"{prefix}/{PAGE}/?", PlainPageHandler, {"scheduler": scheduler}))
+            routes.append((rf"{prefix}/{PAGE}/?", PlainPageHandler, {"scheduler": scheduler, "prefix": prefix}))
             bokeh_app = None
         app.add_handlers(r".*", routes)
         if bokeh_app is not None:
@@ -175,8 +206,25 @@ class DashboardPlugin(SchedulerPlugin):
     def log_event(self, topic: str, msg: Any) -> None:
         if topic != TOPIC:
             return
+        self._apply(msg)
+
+    def _apply(self, msg: Any) -> bool:
         if not self.store.apply(msg):
-            logger.debug("dask_dgd: ignored an event it cannot read: %.200r", msg)
+            logger.debug("dask_dgd: ignored a message it cannot read: %.200r", msg)
+            return False
+        if isinstance(msg, dict) and isinstance(msg.get("fit"), str):
+            if msg.get("kind") == "start" and isinstance(msg.get("client"), str):
+                self._clients[msg["fit"]] = msg["client"]
+            elif msg.get("kind") == "end":
+                self._clients.pop(msg["fit"], None)
+        return True
+
+    def remove_client(self, scheduler: Scheduler, client: str) -> None:
+        """A driver gone before its fits ended (killed, a kernel restarted, a lost
+        connection): they end, as errors, rather than run on the page for ever."""
+        for fit in [f for f, c in self._clients.items() if c == client]:
+            self._apply({"kind": "end", "fit": fit, "status": "error",
+                         "message": "the driver's client left the scheduler before the fit ended", "wall": time.time()})
 
     def remove_worker(self, scheduler: Scheduler, worker: str, **kwargs: Any) -> None:
         self.store.worker_lost(worker)

@@ -3,8 +3,9 @@
 A fit on a distributed cluster registers :class:`dask_dgd.dashboard.DashboardPlugin`
 on the scheduler (once per scheduler address in this process) and, through a
 :class:`Publisher` its :class:`~.monitor.Monitor` owns, sends the scheduler events on
-the topic ``"dask_dgd"`` (``Client.log_event``): a ``start`` message, the new records
-every :data:`INTERVAL` seconds from a daemon thread (the fit's thread only appends to
+the topic ``"dask_dgd"`` (``Client.log_event``): a ``start`` message, then the new
+records every :data:`INTERVAL` seconds from a daemon thread through the plugin's own
+scheduler operation (:data:`RECORDS_OP`; the fit's thread only appends to
 ``Monitor.records``, as it always did), and at the end a last batch and an ``end``
 message.  The plugin keeps them for the dashboard's ``/dgd`` page.
 
@@ -40,6 +41,8 @@ logger = logging.getLogger("dask_dgd")
 
 #: The event topic of every message.
 TOPIC = "dask_dgd"
+#: The scheduler operation of the batches of records (the plugin's ``RECORDS_OP``).
+RECORDS_OP = "dask_dgd_records"
 #: The version of the messages' layout (in the start message).
 PROTOCOL = 1
 #: Seconds between two batches of records.
@@ -84,9 +87,13 @@ def register_page(client: Client) -> bool:
     in this process; whether it is there.  Logs once per address where the page is, or
     that there is none (the scheduler cannot import ``dask_dgd``, an old one, ...)."""
     address = str(client.scheduler.address)
+    try:  # (a scheduler started anew at the same address has its own id, and no plugin yet)
+        key = f"{address} {client.scheduler_info().get('id')}"
+    except Exception:  # noqa: BLE001 - the address alone
+        key = address
     with _pages_lock:
-        if address in _pages:
-            return _pages[address]
+        if key in _pages:
+            return _pages[key]
         try:
             from ...dashboard import DashboardPlugin
 
@@ -97,11 +104,11 @@ def register_page(client: Client) -> bool:
             logger.warning("the scheduler at %s %s (%s: %s): no live training page for fits on it; their records "
                            "are in each fitted model's history_ (plot them with dask_dgd.diagnostics.plot_history)",
                            address, why, type(err).__name__, err)
-            _pages[address] = False
+            _pages[key] = False
         else:
             logger.info("live training page: %s", page_url(client) or f"(the scheduler at {address} has no dashboard)")
-            _pages[address] = True
-        return _pages[address]
+            _pages[key] = True
+        return _pages[key]
 
 
 def plain(value: Any) -> Any:
@@ -144,7 +151,8 @@ class Publisher:
         self._start = {"kind": "start", "protocol": PROTOCOL, "fit": self.fit,
                        **{k: plain(start.get(k)) for k in ("estimator", "mode", "max_iter", "max_staleness",
                                                            "n_groups", "workers")},
-                       "driver": socket.gethostname(), "pid": os.getpid(), "wall": time.time()}
+                       "driver": socket.gethostname(), "pid": os.getpid(), "client": str(client.id),
+                       "wall": time.time()}
         self._end: dict[str, Any] | None = None
         self._thread = threading.Thread(target=self._run, name=f"dask_dgd-publish-{self.fit[:8]}", daemon=True)
         self._thread.start()
@@ -152,10 +160,15 @@ class Publisher:
     def _run(self) -> None:
         """The sending thread: the start, the new records every :data:`INTERVAL`
         seconds, and once :meth:`close` asks, the last ones and the end."""
-        self._send(self._start)
-        while not self._stop.wait(INTERVAL) and not self.failed:
+        try:
+            self._send(self._start)
+            while not self._stop.wait(INTERVAL) and not self.failed:
+                self.flush()
             self.flush()
-        self.flush()
+        except Exception as err:  # noqa: BLE001 - e.g. a record a callback changes while it is read
+            logger.info("stopped sending fit %s's records to the live page: %s: %s", self.fit,
+                        type(err).__name__, err)
+            self._stop.wait()  # (then still the end: the page must not show the fit running for ever)
         if self._end is not None:
             self._send(self._end)
 
@@ -165,7 +178,8 @@ class Publisher:
             n = len(self.records)
             while self.sent < n and not self.failed:
                 batch = [plain(r) for r in self.records[self.sent:min(n, self.sent + BATCH)]]
-                if self._send({"kind": "records", "fit": self.fit, "first": self.sent, "records": batch}):
+                if self._send({"kind": "records", "fit": self.fit, "first": self.sent, "records": batch},
+                              records=True):
                     self.sent += len(batch)
 
     def close(self, status: str = "done", message: str = "", timeout: float = CLOSE_TIMEOUT) -> None:
@@ -181,14 +195,20 @@ class Publisher:
             self._thread.join(min(0.1, max(0.0, deadline - time.monotonic())))
         if self._thread.is_alive():
             self.failed = True
-            logger.info("dask_dgd: the scheduler did not take fit %s's last records (within %g s, or it is gone); "
-                        "the live page misses them (they are in the fitted model's history_)", self.fit, timeout)
+            logger.info("the scheduler did not take fit %s's last records (within %g s, or it is gone): the live "
+                        "page misses them", self.fit, timeout)
 
-    def _send(self, msg: dict[str, Any]) -> bool:
+    def _send(self, msg: dict[str, Any], records: bool = False) -> bool:
+        """Send ``msg``: an event of :data:`TOPIC`, or (``records``) a batch of records
+        through the plugin's own operation on the scheduler (the event log would keep
+        the last 1000 batches, whatever their size)."""
         if self.failed:
             return False
         try:
-            self.client.log_event(TOPIC, msg)
+            if records:
+                self.client.sync(getattr(self.client.scheduler, RECORDS_OP), msg=msg)
+            else:
+                self.client.log_event(TOPIC, msg)
         except Exception as err:  # noqa: BLE001 - a failing send never fails the fit
             if self.failed:  # (close gave up on it already, and said so)
                 return False

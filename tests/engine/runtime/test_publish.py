@@ -20,7 +20,7 @@ import pytest
 from distributed import Client
 
 from dask_dgd._engine.runtime import publish
-from dask_dgd._engine.runtime.publish import BATCH, TOPIC, Publisher, page_url, plain
+from dask_dgd._engine.runtime.publish import BATCH, RECORDS_OP, TOPIC, Publisher, page_url, plain
 from dask_dgd.exceptions import ParameterError
 from dask_dgd.linear_model import LogisticRegression
 
@@ -44,10 +44,29 @@ def _messages(client, kind=None):
     return [m for m in msgs if kind is None or m["kind"] == kind]
 
 
-def _published(client, fit):
+@pytest.fixture
+def batches(page_client):
+    """The batches of records the scheduler receives (through the plugin's own
+    operation, not the event log), in order: the page registered first, its handler
+    wrapped (a fit's registration of the idempotent plugin keeps it)."""
+    from dask_dgd.dashboard import DashboardPlugin
+
+    page_client.register_plugin(DashboardPlugin())
+    scheduler, got = page_client.cluster.scheduler, []
+    inner = scheduler.handlers[RECORDS_OP]
+
+    def spy(msg=None):
+        got.append(msg)
+        return inner(msg=msg)
+
+    scheduler.handlers[RECORDS_OP] = spy
+    return got
+
+
+def _published(batches, fit):
     """The records of ``fit`` as the scheduler received them, in order."""
     out = []
-    for m in _messages(client, "records"):
+    for m in batches:
         if m["fit"] == fit:
             assert m["first"] == len(out), "a batch skipped or repeated records"
             out.extend(m["records"])
@@ -75,7 +94,7 @@ def test_plain_makes_numpy_scalars_and_tuples_python():
     assert [type(out[k]) for k in "abg"] == [float, int, bool]  # exact types: msgpack's check is by type
 
 
-def test_a_fit_publishes_exactly_its_history(page_client, logistic_data):
+def test_a_fit_publishes_exactly_its_history(page_client, batches, logistic_data):
     X, y = logistic_data
     est = LogisticRegression(max_iter=8, tol=0, client=page_client).fit(_chunked(X), y)
     (start,) = _messages(page_client, "start")
@@ -83,7 +102,8 @@ def test_a_fit_publishes_exactly_its_history(page_client, logistic_data):
     assert start["max_iter"] == 8 and start["n_groups"] >= 1 and len(start["workers"]) == start["n_groups"]
     assert set(start["workers"]) <= set(page_client.scheduler_info()["workers"])
     assert start["pid"] == os.getpid()
-    sent = _published(page_client, start["fit"])
+    sent = _published(batches, start["fit"])
+    assert not _messages(page_client, "records")  # (records stay out of the event log)
     rows = est.history_.to_dict("records")
     assert len(sent) == len(rows) == len(est.history_)
     for got, row in zip(sent, rows):
@@ -108,16 +128,16 @@ def test_the_scheduler_page_holds_the_fits_history(page_client, logistic_data):
         assert [k for k in want if not _same(got[k], want[k])] == [], (got, want)
 
 
-def test_a_fit_stopped_by_a_callback_ends_stopped(page_client, logistic_data):
+def test_a_fit_stopped_by_a_callback_ends_stopped(page_client, batches, logistic_data):
     X, y = logistic_data
     est = LogisticRegression(max_iter=50, tol=0, callbacks=[lambda rec: rec["step"] >= 3],
                              client=page_client).fit(_chunked(X), y)
     (end,) = _messages(page_client, "end")
     assert end["status"] == "stopped"
-    assert len(_published(page_client, end["fit"])) == len(est.history_)
+    assert len(_published(batches, end["fit"])) == len(est.history_)
 
 
-def test_a_fit_that_fails_ends_with_the_error(page_client, logistic_data):
+def test_a_fit_that_fails_ends_with_the_error(page_client, batches, logistic_data):
     X, y = logistic_data
 
     def fail(rec):
@@ -128,7 +148,7 @@ def test_a_fit_that_fails_ends_with_the_error(page_client, logistic_data):
         LogisticRegression(max_iter=50, tol=0, callbacks=[fail], client=page_client).fit(_chunked(X), y)
     (end,) = _messages(page_client, "end")
     assert end["status"] == "error" and "callback broke at step 2" in end["message"]
-    assert len(_published(page_client, end["fit"])) == 2
+    assert len(_published(batches, end["fit"])) == 2
 
 
 def test_the_page_is_announced_once_per_scheduler(page_client, logistic_data, caplog):
@@ -157,7 +177,30 @@ def test_a_bad_dashboard_config_says_what_it_takes(page_client, logistic_data):
         LogisticRegression(max_iter=3, tol=0, client=page_client).fit(_chunked(X), y)
 
 
-class _Refusing:
+class _Ops:
+    """A fake client's ``scheduler``: every operation is a ``log_event`` of its name."""
+
+    def __init__(self, client):
+        self.client = client
+
+    def __getattr__(self, op):
+        return lambda msg: self.client.log_event(op, msg)
+
+
+class _Fake:
+    """What a Publisher uses of a client, its sends going to ``log_event``."""
+
+    id = "fake-client"
+
+    @property
+    def scheduler(self):
+        return _Ops(self)
+
+    def sync(self, fn, **kwargs):
+        return fn(**kwargs)
+
+
+class _Refusing(_Fake):
     """A client whose every event is refused (a scheduler gone, a message too big)."""
 
     def __init__(self):
@@ -179,14 +222,15 @@ def test_a_failing_send_stops_publishing_and_is_logged_once(caplog):
     assert len(said) == 1 and "OSError: the scheduler went away" in said[0]
 
 
-class _Stuck:
+class _Stuck(_Fake):
     """A client whose sends hang until released (a scheduler gone: up to the connect timeout)."""
 
     def __init__(self):
-        self.release, self.calls = threading.Event(), 0
+        self.release, self.entered, self.calls = threading.Event(), threading.Event(), 0
 
     def log_event(self, topic, msg):
         self.calls += 1
+        self.entered.set()
         self.release.wait()
         raise OSError("timed out connecting to the scheduler")
 
@@ -196,22 +240,23 @@ def test_a_stuck_scheduler_does_not_hold_the_end_of_the_fit(caplog):
     try:
         with caplog.at_level(logging.INFO, logger="dask_dgd"):
             pub = Publisher(client, [{"step": 1}], {"estimator": "X"})
+            assert client.entered.wait(60), "the publisher's thread never sent its start"
             pub.close("error", "the scheduler is gone", timeout=0.05)  # returns with the start still in flight
             assert pub.failed
     finally:
         client.release.set()
         pub._thread.join()
     said = [r.getMessage() for r in caplog.records if r.name == "dask_dgd"]
-    assert len(said) == 1 and "did not take fit" in said[0] and "history_" in said[0]
+    assert len(said) == 1 and "did not take fit" in said[0] and "the live page misses them" in said[0]
     assert client.calls == 1
 
 
-class _Recording:
+class _Recording(_Fake):
     def __init__(self):
         self.msgs = []
 
     def log_event(self, topic, msg):
-        assert topic == TOPIC
+        assert topic == (RECORDS_OP if msg["kind"] == "records" else TOPIC)  # (records: the plugin's operation)
         self.msgs.append(msg)
 
 
@@ -306,7 +351,7 @@ def test_a_scheduler_that_cannot_import_the_page_costs_one_log_line(blind_schedu
     said = said[0].getMessage()
     assert said.startswith(f"the scheduler at {address} cannot import dask_dgd (")
     assert "blocked for this test" in said and "their records are in each fitted model's history_" in said
-    assert not any("live training page" in r.getMessage() for r in caplog.records)
+    assert not any(r.getMessage().startswith("live training page:") for r in caplog.records)
     assert blind_scheduler.get_events(TOPIC) == ()
 
 
@@ -327,7 +372,7 @@ def test_the_page_address_is_the_dashboard_link_with_dgd(link, services, url):
     assert page_url(_Linked(link, services)) == url
 
 
-def test_a_pointwise_climate_fit_publishes_its_passes(page_client):
+def test_a_pointwise_climate_fit_publishes_its_passes(page_client, batches):
     xr = pytest.importorskip("xarray")
     from dask_dgd.climate import ClimateRegressor
 
@@ -345,4 +390,22 @@ def test_a_pointwise_climate_fit_publishes_its_passes(page_client):
     (start,) = _messages(page_client, "start")
     (end,) = _messages(page_client, "end")
     assert start["mode"] == "sync" and end["fit"] == start["fit"] and end["status"] == "done"
-    assert len(_published(page_client, start["fit"])) == len(model.history_) == model.n_iter_
+    assert sorted(start["workers"]) == sorted(page_client.scheduler_info()["workers"])  # (the page samples them)
+    assert len(_published(batches, start["fit"])) == len(model.history_) == model.n_iter_
+
+
+class _Changing(dict):
+    """A record whose reading fails (as a dict a callback changes while it is read would)."""
+
+    def items(self):
+        raise RuntimeError("dictionary changed size during iteration")
+
+
+def test_a_record_that_cannot_be_read_stops_the_records_but_not_the_end(caplog):
+    client = _Recording()
+    with caplog.at_level(logging.INFO, logger="dask_dgd"):
+        pub = Publisher(client, [{"step": 1}, _Changing(step=2)], {"estimator": "X"})
+        pub.close("done")
+    assert [m["kind"] for m in client.msgs] == ["start", "end"]
+    said = [r.getMessage() for r in caplog.records if "stopped sending" in r.getMessage()]
+    assert len(said) == 1 and "dictionary changed size" in said[0]
