@@ -116,8 +116,49 @@ def test_registering_twice_keeps_one_plugin_and_its_records(client):
     client.log_event(TOPIC, start_msg("a"))
     client.register_plugin(DashboardPlugin())
     scheduler = client.cluster.scheduler
+    first = scheduler.plugins["dask_dgd"]
+    client.register_plugin(DashboardPlugin())
+    assert scheduler.plugins["dask_dgd"] is first  # (the first instance: its samples and flags stay)
     assert [n for n, p in scheduler.plugins.items() if isinstance(p, DashboardPlugin)] == ["dask_dgd"]
     assert [f["fit"] for f in fits(client)] == ["a"]
+
+
+def test_a_fit_whose_driver_leaves_ends_as_an_error(client):
+    from distributed import Client
+
+    driver = Client(client.cluster, set_as_default=False)
+    try:
+        driver.log_event(TOPIC, start_msg("gone", client=driver.id))
+        driver.log_event(TOPIC, {"kind": "records", "fit": "gone", "first": 0, "records": recs(1, 2)})
+        client.log_event(TOPIC, start_msg("stays", client=client.id))
+    finally:
+        driver.close()
+    gone = wait_for(lambda: [f for f in fits(client) if f["fit"] == "gone" and f["status"] != "running"],
+                    "the fit of the client that left ended")
+    assert gone[0]["status"] == "error" and "client left the scheduler" in gone[0]["message"]
+    assert [f["status"] for f in fits(client) if f["fit"] == "stays"] == ["running"]
+
+
+def test_without_bokeh_the_plain_page_and_the_json_keep_the_prefix(make_cluster, monkeypatch):
+    # (Dask itself checks this import for its dashboard; our page's module likewise)
+    monkeypatch.setitem(sys.modules, "distributed.dashboard.scheduler", None)
+    monkeypatch.setitem(sys.modules, "dask_dgd.dashboard._page", None)
+    c = make_cluster(1, processes=False, scheduler_kwargs={"http_prefix": "/dask"})
+    c.register_plugin(DashboardPlugin())
+    root = f"http://127.0.0.1:{c.cluster.scheduler.http_server.port}"
+    status, ctype, body = get(root + "/dask/dgd/records.json")
+    assert status == 200 and json.loads(body)["fits"] == []
+    for page in ("/dask/dgd", "/dask/dgd/"):  # (the link is absolute: the same from both)
+        status, ctype, body = get(root + page)
+        assert status == 200 and 'href="/dask/dgd/records.json"' in body and "no Bokeh" in body
+
+
+def test_records_of_a_scheduler_without_the_plugin_names_its_address(make_cluster):
+    c = make_cluster(1, processes=False)
+    address = c.scheduler.address
+    with pytest.raises(InputError, match=f"the scheduler at {address} runs no dask_dgd dashboard plugin; "
+                                         r"register it with client.register_plugin\(DashboardPlugin\(\)\)"):
+        records(address)
 
 
 def test_events_logged_before_registration_are_replayed(make_cluster):
@@ -169,7 +210,7 @@ def test_without_bokeh_dgd_is_a_plain_page_pointing_at_the_json(make_cluster, mo
     c = make_cluster(1, processes=False)
     c.register_plugin(DashboardPlugin())
     status, _, page = get(base_of(c) + "/dgd")
-    assert status == 200 and "has no Bokeh" in page and 'href="dgd/records.json"' in page
+    assert status == 200 and "has no Bokeh" in page and 'href="/dgd/records.json"' in page
     assert fits(c) == []
 
 

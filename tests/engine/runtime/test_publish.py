@@ -409,3 +409,17 @@ def test_a_record_that_cannot_be_read_stops_the_records_but_not_the_end(caplog):
     assert [m["kind"] for m in client.msgs] == ["start", "end"]
     said = [r.getMessage() for r in caplog.records if "stopped sending" in r.getMessage()]
     assert len(said) == 1 and "dictionary changed size" in said[0]
+
+
+def test_a_scheduler_started_anew_at_the_same_address_gets_the_page_again(make_cluster, page):
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    for _ in range(2):
+        c = make_cluster(1, processes=False, host="127.0.0.1", scheduler_port=port)
+        assert publish.register_page(c)
+        assert "dask_dgd" in c.cluster.scheduler.plugins  # (not only remembered: registered on this one)
+        c.close()
+        c.cluster.close()
