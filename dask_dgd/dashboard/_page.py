@@ -7,7 +7,8 @@ streaming only the records that arrived since the last update.
 
 Named models (read by tests and by scripts): ``"dgd-fit"`` (the Select), ``"dgd-header"``
 (the Div), ``"dgd-steps"`` (one row per record of the selected fit), ``"dgd-workers"``
-(one row per worker: its cpu and memory samples), ``"dgd-flags"`` (the DataTable of flags) and ``"dgd-flag-rows"`` (its source).
+(one row per worker: its cpu and memory samples), ``"dgd-flags"`` (the DataTable of
+flags) and ``"dgd-flag-rows"`` (its source).
 """
 
 from __future__ import annotations
