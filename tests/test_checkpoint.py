@@ -214,6 +214,22 @@ def test_on_divergence_backoff_recovers_from_the_same_step():
     np.testing.assert_allclose(est.coef_, ref.coef_, atol=0.05)
 
 
+@pytest.mark.filterwarnings("ignore::sklearn.exceptions.ConvergenceWarning")
+def test_resume_keeps_the_count_of_learning_rate_halvings(tmp_path):
+    """``lr_halvings`` (the guard's count over the whole fit, issue 46) goes on from the
+    checkpoint: the resumed history's column is the uninterrupted one's."""
+    y = np.exp(X[:, 0])
+    kw = dict(solver="gd", learning_rate=50.0, max_iter=40, tol=0.0, on_divergence="backoff")
+    ref = PoissonRegressor(**kw).fit(X, y)
+    halvings = ref.history_["lr_halvings"]
+    assert halvings.iloc[-1] > 0
+    stop = int(ref.history_["step"][halvings > 0].iloc[0]) + 1  # after the first halving
+    with pytest.raises(Interrupted):
+        PoissonRegressor(**kw, checkpoint=tmp_path, checkpoint_every=1, callbacks=[StopAt(stop)]).fit(X, y)
+    resumed = PoissonRegressor(**kw, checkpoint=tmp_path).fit(X, y, resume=True)
+    assert resumed.history_["lr_halvings"].tolist() == halvings.tolist()
+
+
 def test_exploding_loss_is_caught_before_it_overflows():
     # momentum SGD with too long a step on badly scaled least squares grows
     # geometrically (a momentum method may rise for a while, so only explosion stops it)

@@ -29,7 +29,8 @@ def test_docs_build_strictly(tmp_path):
 API = (DOCS / "api.md").read_text()
 MODULES = ["dask_dgd", "dask_dgd.recommender", "dask_dgd.climate", "dask_dgd.datasets", "dask_dgd.optim",
            "dask_dgd.losses", "dask_dgd.compression", "dask_dgd.testing", "dask_dgd.callbacks",
-           "dask_dgd.exceptions", "dask_dgd.linear_model", "dask_dgd.persistence", "dask_dgd.cli", "dask_dgd.hashing"]
+           "dask_dgd.exceptions", "dask_dgd.linear_model", "dask_dgd.persistence", "dask_dgd.cli", "dask_dgd.hashing",
+           "dask_dgd.dashboard"]
 ESTIMATORS = ["LinearRegression", "LogisticRegression", "PoissonRegressor", "MatrixFactorization",
               "ImplicitMatrixFactorization", "ClimateRegressor", "FeatureHasher"]
 

@@ -137,6 +137,13 @@ class Guard:
         descent method, uncompressed).
     hint : str
         The model's remedy, in the messages.
+
+    Attributes
+    ----------
+    backoffs : int
+        Halvings in a row (since the last accepted step).
+    halvings : int
+        Halvings of the whole fit (the records' ``lr_halvings``).
     """
 
     def __init__(self, on_divergence: str = "backoff", *, full_batch: bool = True, monotone: bool = False,
@@ -148,6 +155,7 @@ class Guard:
         self.hint = hint
         self.first_value: float | None = None
         self.backoffs = 0
+        self.halvings = 0
 
     def limit(self, *, batch: bool | None = None) -> float:
         """The value above which an objective has exploded (inf before the first one);
@@ -202,6 +210,7 @@ class Guard:
         ``what`` says where (e.g. "the objective diverged at step 12 (loss=nan)").  An
         increase of a monotone method is no divergence: it always backs off."""
         self.backoffs += 1
+        self.halvings += 1
         limit = 0 if diverged and self.raise_at_once else self.max_backoffs
         if self.backoffs > limit:
             raise DivergenceError(divergence_message(what, limit, self.hint))
@@ -210,8 +219,14 @@ class Guard:
         """A good step: the count of halvings in a row starts again."""
         self.backoffs = 0
 
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        """A guard saved in a checkpoint (the asynchronous server's); one written before
+        the fit-long count of halvings existed counts from 0."""
+        self.__dict__.update({"halvings": 0, **state})
+
     def state_dict(self) -> dict[str, Any]:
-        return {"first_value": self.first_value, "backoffs": self.backoffs}
+        return {"first_value": self.first_value, "backoffs": self.backoffs, "halvings": self.halvings}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.first_value, self.backoffs = state["first_value"], state["backoffs"]
+        self.halvings = int(state.get("halvings", 0))  # 0: a checkpoint written before the count existed

@@ -6,9 +6,9 @@ a header line and plots fed by the plugin's store every :data:`UPDATE_MS` millis
 streaming only the records that arrived since the last update.
 
 Named models (read by tests and by scripts): ``"dgd-fit"`` (the Select), ``"dgd-header"``
-(the Div), ``"dgd-steps"`` (one row per record of the selected fit), ``"dgd-groups"``
-(per-group compute times), ``"dgd-workers"`` (one row per worker: its cpu and memory
-samples), ``"dgd-flags"`` (the DataTable of flags) and ``"dgd-flag-rows"`` (its source).
+(the Div), ``"dgd-steps"`` (one row per record of the selected fit), ``"dgd-workers"``
+(one row per worker: its cpu and memory samples), ``"dgd-flags"`` (the DataTable of
+flags) and ``"dgd-flag-rows"`` (its source).
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ from bokeh.server.util import create_hosts_allowlist
 from distributed.dashboard.core import DaskBokehTornado
 
 from ._plugin import PAGE, plugin_of
-from ._store import MAX_GROUP_TIMES, MAX_RECORDS
+from ._store import MAX_RECORDS
 
 if TYPE_CHECKING:
     from bokeh.document import Document
@@ -90,6 +90,10 @@ def _header(fit: Fit | None) -> str:
              f"steps: {fit.received}", f"iteration: {iteration if iteration is not None else '-'}{limit}"]
     if eta is not None:
         parts.append(f"ETA: {datetime.timedelta(seconds=round(eta))}")
+    if fit.halvings:
+        parts.append(f"learning rate halved: {fit.halvings}×")
+    if fit.staleness_at_bound:
+        parts.append(f"at max_staleness: {fit.staleness_at_bound} of {fit.received} records")
     if fit.flag_counts:
         parts.append("flags: " + ", ".join(f"{k} ×{n}" for k, n in sorted(fit.flag_counts.items())))
     if fit.message and not fit.running:
@@ -109,7 +113,6 @@ def make_document(scheduler: Scheduler, prefix: str, doc: Document) -> None:
     """Fill ``doc`` with the page (one per browser session)."""
     colors = Category10[10]
     steps = ColumnDataSource(name="dgd-steps", data={k: [] for k in (*STEP_COLUMNS, "ratio")})
-    groups = ColumnDataSource(name="dgd-groups", data={"step": [], "group": [], "seconds": []})
     workers = ColumnDataSource(name="dgd-workers", data={"worker": [], "time": [], "cpu": [], "memory": [],
                                                          "color": []})
     flag_rows = ColumnDataSource(name="dgd-flag-rows", data={"step": [], "kind": [], "message": []})
@@ -130,7 +133,6 @@ def make_document(scheduler: Scheduler, prefix: str, doc: Document) -> None:
     spread.varea("step", "compute_time_min", "compute_time_max", source=steps, fill_alpha=0.25, color=colors[0],
                  legend_label="min-max")
     spread.line("step", "compute_time_median", source=steps, color=colors[0], legend_label="median")
-    spread.scatter("step", "seconds", source=groups, size=4, color=colors[3], alpha=0.6, legend_label="groups")
     traffic = _figure("Bytes per step", "bytes")
     traffic.line("step", "bytes_up", source=steps, color=colors[0], legend_label="up (sent)", line_width=2)
     traffic.line("step", "bytes_down", source=steps, color=colors[1], legend_label="down", line_width=2)
@@ -159,12 +161,11 @@ def make_document(scheduler: Scheduler, prefix: str, doc: Document) -> None:
             [(loss_log, loss_lin, grad), (times, spread), (traffic, ratio), (stale, depth, score), (cpu, memory)]]
     doc.add_root(column(header, select, flags, *lines, sizing_mode="stretch_width", name="dgd-page"))
 
-    state: dict[str, Any] = {"fit": None, "next": 0, "groups": 0, "flags": -1, "samples": -1}
+    state: dict[str, Any] = {"fit": None, "next": 0, "flags": -1, "samples": -1}
 
     def reset() -> None:
-        state.update(next=0, groups=0, flags=-1, samples=-1)
+        state.update(next=0, flags=-1, samples=-1)
         steps.data = {k: [] for k in (*STEP_COLUMNS, "ratio")}
-        groups.data = {"step": [], "group": [], "seconds": []}
         workers.data = {"worker": [], "time": [], "cpu": [], "memory": [], "color": []}
         flag_rows.data = {"step": [], "kind": [], "message": []}
         loss_log.visible, loss_lin.visible, score.visible = True, False, False
@@ -196,12 +197,6 @@ def make_document(scheduler: Scheduler, prefix: str, doc: Document) -> None:
                 score.visible = True
             steps.stream(data, rollover=MAX_RECORDS)
         state["next"] = fit.received
-        if fit.group_times_received != state["groups"]:
-            n_new = min(fit.group_times_received - state["groups"], len(fit.group_times))
-            fresh = list(fit.group_times)[len(fit.group_times) - n_new:]
-            groups.stream({"step": [_float(g[0]) for g in fresh], "group": [str(g[1]) for g in fresh],
-                           "seconds": [g[2] for g in fresh]}, rollover=MAX_GROUP_TIMES)
-            state["groups"] = fit.group_times_received
         if sum(fit.flag_counts.values()) != state["flags"]:
             state["flags"] = sum(fit.flag_counts.values())
             rows = list(fit.flags)

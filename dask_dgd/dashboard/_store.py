@@ -7,26 +7,40 @@ messages on the ``"dask_dgd"`` event topic (protocol 1)::
      "max_staleness": ..., "n_groups": ..., "workers": [...], "driver": ..., "pid": ..., "wall": ...}
     {"kind": "records", "fit": id, "first": n, "records": [history_ rows]}
     {"kind": "end", "fit": id, "status": "done" | "error" | "stopped", "message": ..., "wall": ...}
-    {"kind": "groups", "fit": id, "worker": addr, "times": [[step, group, seconds], ...]}
 
 Unknown kinds and unknown fields are ignored, and so is a message that is not a dict or
 names no fit: a newer driver's messages are read as far as this protocol goes.  The
 store is bounded: :data:`MAX_FITS` fits, :data:`MAX_RECORDS` records per fit (beyond
 that, every other one of the older half is dropped, so old steps are kept at a coarser
-resolution and recent ones in full), :data:`MAX_FLAGS` flags, :data:`MAX_SAMPLES`
-samples per worker and :data:`MAX_GROUP_TIMES` group times per fit.
+resolution and recent ones in full), :data:`MAX_FLAGS` flags and :data:`MAX_SAMPLES`
+samples per worker.
+
+The flags it raises as the records arrive (:meth:`Fit.flag`):
+
+- ``"divergence"``: a record's loss is not finite, or its ``lr_halvings`` (the fit's
+  learning-rate halvings so far) went up (one flag per record and increase: a rejected step makes
+  no record, and this count is the only trace of its backoff);
+- ``"straggler"``: the slowest group computed for more than :data:`STRAGGLER_RATIO`
+  times the step's median group time (and :data:`STRAGGLER_MIN_SECONDS` more), named
+  with its worker when the start message's ``workers`` has one per group.  Step 1 is
+  never flagged: it carries each worker's warm-up (kernel compilation, data loading,
+  the first task of a fresh process), which made every fit's first step a "straggler";
+- ``"staleness"``: ``staleness_max`` reached ``max_staleness``, once per episode (the
+  first record at the bound after one below it); ``staleness_at_bound`` counts the
+  records at the bound;
+- ``"worker lost"``, ``"error"`` and ``"stopped early"``: see :meth:`FitStore.worker_lost`
+  and the end message.
 """
 
 from __future__ import annotations
 
 import json
 import math
-import statistics
 import time
 from collections import deque
 from typing import Any
 
-__all__ = ["MAX_FITS", "MAX_FLAGS", "MAX_GROUP_TIMES", "MAX_RECORDS", "MAX_SAMPLES", "PROTOCOL",
+__all__ = ["MAX_FITS", "MAX_FLAGS", "MAX_RECORDS", "MAX_SAMPLES", "PROTOCOL",
            "STRAGGLER_MIN_SECONDS", "STRAGGLER_RATIO", "FitStore", "json_safe"]
 
 #: The protocol version this store reads (newer ones are read as far as it goes).
@@ -39,8 +53,6 @@ MAX_RECORDS = 20_000
 MAX_FLAGS = 500
 #: Worker cpu/memory samples kept per worker and fit (at one a second: an hour).
 MAX_SAMPLES = 3600
-#: ``[step, group, seconds]`` entries kept per fit (the newest).
-MAX_GROUP_TIMES = 20_000
 #: A group is a straggler when its compute time is above this times the step's median
 #: group compute time ...
 STRAGGLER_RATIO = 2.0
@@ -108,8 +120,9 @@ class Fit:
         self.flags: deque[dict[str, Any]] = deque(maxlen=MAX_FLAGS)
         self.flag_counts: dict[str, int] = {}
         self.worker_metrics: dict[str, dict[str, deque[float | None]]] = {}
-        self.group_times: deque[list[Any]] = deque(maxlen=MAX_GROUP_TIMES)
-        self.group_times_received = 0
+        self.halvings = 0  # the last record's lr_halvings
+        self.at_bound = False  # whether the last record's staleness was at max_staleness
+        self.staleness_at_bound = 0  # records at max_staleness
         self.order = 0  # when it was (last) started, for eviction and listing
 
     @property
@@ -153,46 +166,45 @@ class Fit:
         return len(new)
 
     def _check(self, rec: dict[str, Any]) -> None:
-        """Flag what ``rec`` shows: divergence, a straggler, staleness at its bound."""
+        """Flag what ``rec`` shows: divergence, a straggler, staleness at its bound (see
+        the module's docstring)."""
         step = _int_or_none(rec.get("step"))
         loss = rec.get("loss")
-        if loss is not None and _number(loss) is None:
-            self.flag("divergence", step, f"the objective is not finite at step {step} (loss={loss})")
-        elif rec.get("diverged") or rec.get("backoff"):
-            self.flag("divergence", step, f"the step diverged at step {step}: the learning rate was halved")
+        not_finite = f"the objective is not finite at step {step} (loss={loss})"
+        halvings = _int_or_none(rec.get("lr_halvings"))
+        if halvings is not None and halvings > self.halvings:  # one flag per record, even when both
+            new = halvings - self.halvings
+            message = (f"the learning rate was halved {new} time{'s' * (new > 1)} before step {step} "
+                       f"(on_divergence='backoff'; {halvings} in this fit)")
+            self.flag("divergence", step, message if _number(loss) is not None else f"{message}; {not_finite}")
+            self.halvings = halvings
+        elif loss is not None and _number(loss) is None:
+            self.flag("divergence", step, not_finite)
         t_max, t_med = _number(rec.get("compute_time_max")), _number(rec.get("compute_time_median"))
-        if t_max is not None and t_med is not None and _straggles(t_max, t_med):
-            group = rec.get("slowest_group")
-            who = "the slowest group" if group is None else f"group {group}"
-            self.flag("straggler", step, f"{who} computed for {t_max:.3g} s at step {step}, "
-                                         f"{t_max / t_med:.1f}x the median group's {t_med:.3g} s")
+        if step != 1 and t_max is not None and t_med is not None and _straggles(t_max, t_med):  # 1: warm-up
+            self.flag("straggler", step, f"{self._group_name(rec.get('slowest_group'))} computed for {t_max:.3g} s "
+                                         f"at step {step}, {t_max / t_med:.1f}x the median group's {t_med:.3g} s")
         bound, stale = self.max_staleness, _number(rec.get("staleness_max"))
-        if bound is not None and bound > 0 and stale is not None and stale >= bound:
-            self.flag("staleness", step, f"staleness {stale:g} reached max_staleness={bound} at step {step}: "
-                                         "the fastest groups waited for the slowest")
+        at_bound = bound is not None and bound > 0 and stale is not None and stale >= bound
+        if at_bound:
+            self.staleness_at_bound += 1
+            if not self.at_bound:
+                self.flag("staleness", step, f"staleness {stale:g} reached max_staleness={bound} at step {step}: "
+                                             "the fastest groups wait for the slowest (flagged once until it "
+                                             "drops below; staleness_at_bound counts the records at the bound)")
+        self.at_bound = at_bound
 
-    def add_group_times(self, times: list[Any]) -> None:
-        """Keep ``[step, group, seconds]`` entries and flag, per step, a group slower
-        than :data:`STRAGGLER_RATIO` times the step's median group time."""
-        by_step: dict[Any, list[tuple[Any, float]]] = {}
-        for entry in times:
-            if not isinstance(entry, (list, tuple)) or len(entry) != 3 or _number(entry[2]) is None:
-                continue
-            step, group, seconds = entry
-            self.group_times.append([step, group, float(seconds)])
-            self.group_times_received += 1
-            by_step.setdefault(step, []).append((group, float(seconds)))
-        for step, entries in by_step.items():
-            if len(entries) < 2:
-                continue
-            median = statistics.median(s for _, s in entries)
-            group, slowest = max(entries, key=lambda e: e[1])
-            if _straggles(slowest, median):
-                self.flag("straggler", step, f"group {group} computed for {slowest:.3g} s at step {step}, "
-                                             f"{slowest / median:.1f}x the median group's {median:.3g} s")
+    def _group_name(self, group: Any) -> str:
+        """``"group g (worker address)"``; the worker when the start message listed one
+        per group."""
+        g = _int_or_none(group)
+        if g is None:
+            return "the slowest group"
+        per_group = self.n_groups is None or len(self.workers) == self.n_groups
+        return f"group {g} (worker {self.workers[g]})" if per_group and 0 <= g < len(self.workers) else f"group {g}"
 
     def summary(self) -> dict[str, Any]:
-        """The fit without its records, samples and group times."""
+        """The fit without its records and samples."""
         return {
             "fit": self.fit, "estimator": self.estimator, "status": self.status, "message": self.message,
             "mode": self.mode, "started": self.started, "ended": self.ended, "driver": self.driver,
@@ -200,6 +212,7 @@ class Fit:
             "max_staleness": self.max_staleness, "n_groups": self.n_groups, "protocol": self.protocol,
             "steps": self.received, "iteration": self.records[-1].get("iteration") if self.records else None,
             "eta_seconds": self.eta_seconds(), "flags": list(self.flags), "flag_counts": dict(self.flag_counts),
+            "staleness_at_bound": self.staleness_at_bound,
         }
 
     def records_since(self, since: int) -> list[dict[str, Any]]:
@@ -251,11 +264,6 @@ class FitStore:
                 fit.flag("error", fit.last_step(), fit.message or "the fit failed")
             elif fit.status == "stopped":
                 fit.flag("stopped early", fit.last_step(), fit.message or "the fit was stopped")
-        elif kind == "groups":
-            times = msg.get("times")
-            if not isinstance(times, (list, tuple)):
-                return False
-            self._get(msg["fit"]).add_group_times(list(times))
         else:
             return False
         return True
@@ -331,9 +339,10 @@ class FitStore:
         "stopped"), ``message``, ``mode``, ``started`` and ``ended`` (Unix time),
         ``driver``, ``pid``, ``workers``, ``max_iter``, ``max_staleness``, ``n_groups``,
         ``protocol``, ``steps`` (records received), ``iteration``, ``eta_seconds``,
-        ``flags`` (``{"step", "kind", "message"}``), ``flag_counts``, ``records``,
-        ``first`` (index of the first record returned), ``next``, ``worker_metrics``
-        (``{address: {"time", "cpu", "memory"}}``) and ``group_times``.
+        ``flags`` (``{"step", "kind", "message"}``), ``flag_counts``,
+        ``staleness_at_bound`` (records at ``max_staleness``), ``records``, ``first``
+        (index of the first record returned), ``next`` and ``worker_metrics``
+        (``{address: {"time", "cpu", "memory"}}``).
         """
         fits = self.ordered() if fit is None else [self.fits[fit]] if fit in self.fits else []
         out = []
@@ -344,7 +353,6 @@ class FitStore:
             d["next"] = f.received
             d["records"] = records
             d["worker_metrics"] = f.worker_metrics
-            d["group_times"] = f.group_times
             out.append(d)
         return json_safe({"protocol": PROTOCOL, "fits": out})
 

@@ -249,7 +249,7 @@ def _page():
 
 def test_page_has_the_named_models_and_waits_for_a_fit():
     _, _, update, model = _page()
-    for name in ("dgd-fit", "dgd-header", "dgd-steps", "dgd-groups", "dgd-workers", "dgd-flags", "dgd-flag-rows"):
+    for name in ("dgd-fit", "dgd-header", "dgd-steps", "dgd-workers", "dgd-flags", "dgd-flag-rows"):
         assert model(name) is not None, name
     update()
     assert "No dask_dgd fit yet" in model("dgd-header").text and model("dgd-fit").options == []
@@ -272,7 +272,7 @@ def test_page_streams_new_records_of_the_newest_running_fit_and_resets_on_a_swit
     steps = model("dgd-steps")
     assert steps.data["step"] == [1.0, 2.0] and steps.data["ratio"] == [4.0, 4.0]
     assert math.isnan(steps.data["val_score"][0])
-    assert model("dgd-flag-rows").data["kind"] == ["straggler", "straggler"]
+    assert model("dgd-flag-rows").data["kind"] == ["straggler"]  # step 2's: step 1 is the workers' warm-up
     plugin.store.apply({"kind": "records", "fit": "run", "first": 1, "records": recs(2, 3)})
     update()
     assert steps.data["step"] == [1.0, 2.0, 3.0]  # only the new record was added
@@ -300,18 +300,24 @@ def test_page_objective_on_a_linear_axis_once_it_is_not_positive_and_val_score_o
     assert shown("Validation score") == {"LinearScale": True}
 
 
-def test_page_shows_group_times_and_worker_samples():
+def test_page_shows_worker_samples():
     plugin, _, update, model = _page()
     plugin.store.apply(start_msg("run", ["tcp://a:1"]))
-    plugin.store.apply({"kind": "groups", "fit": "run", "worker": "tcp://a:1", "times": [[1, 0, 0.1], [1, 1, 0.2]]})
     plugin.store.add_metrics(100.0, {"tcp://a:1": (55.0, 1e9)})
     update()
-    assert model("dgd-groups").data["seconds"] == [0.1, 0.2]
     assert model("dgd-workers").data["worker"] == ["tcp://a:1"]
     assert model("dgd-workers").data["cpu"] == [[55.0]] and model("dgd-workers").data["time"] == [[100000.0]]
-    plugin.store.apply({"kind": "groups", "fit": "run", "worker": "tcp://a:1", "times": [[2, 0, 0.3]]})
+
+
+def test_page_header_counts_halvings_and_records_at_the_staleness_bound():
+    plugin, _, update, model = _page()
+    plugin.store.apply(start_msg("run", mode="async", max_staleness=2))
+    rows = [*recs(1, 2, staleness_max=2, lr_halvings=0), *recs(3, staleness_max=2, lr_halvings=2)]
+    plugin.store.apply({"kind": "records", "fit": "run", "first": 0, "records": rows})
     update()
-    assert model("dgd-groups").data["seconds"] == [0.1, 0.2, 0.3]
+    header = model("dgd-header").text
+    assert "learning rate halved: 2×" in header and "at max_staleness: 3 of 3 records" in header
+    assert model("dgd-flag-rows").data["kind"] == ["staleness", "divergence"]
 
 
 # ------------------------------------------------------------------ dask scheduler --preload

@@ -80,7 +80,7 @@ def test_since_and_fit_select_records_and_fits():
     None, "text", ["start"], {"kind": "start"}, {"kind": "start", "fit": 3},
     {"kind": "telemetry", "fit": "f1"}, {"kind": "records", "fit": "f1", "first": -1, "records": []},
     {"kind": "records", "fit": "f1", "first": "0", "records": []}, {"kind": "records", "fit": "f1", "first": 0},
-    {"kind": "groups", "fit": "f1", "times": 3},
+    {"kind": "groups", "fit": "f1", "worker": "tcp://a:1", "times": [[2, 0, 0.1]]},  # no longer in the protocol
 ])
 def test_unreadable_messages_are_ignored(msg):
     store = FitStore()
@@ -115,42 +115,74 @@ def test_json_turns_nan_and_inf_into_null_and_tuples_into_lists():
     assert json_safe({"a": (1.0, float("nan")), 2: [math.inf]}) == {"a": [1.0, None], "2": [None]}
 
 
-def test_divergence_flags_non_finite_loss_and_backoff_fields():
+def test_divergence_flags_non_finite_loss():
     store = FitStore()
     store.apply(start())
-    store.apply(records(recs=[rec(1), rec(2, loss=math.nan), rec(3, loss=math.inf), rec(4, backoff=True),
-                              rec(5, diverged=1)]))
+    store.apply(records(recs=[rec(1), rec(2, loss=math.nan), rec(3, loss=math.inf)]))
     fit = only_fit(store)
-    assert [(f["kind"], f["step"]) for f in fit["flags"]] == [("divergence", s) for s in (2, 3, 4, 5)]
+    assert [(f["kind"], f["step"]) for f in fit["flags"]] == [("divergence", s) for s in (2, 3)]
     assert "not finite at step 2" in fit["flags"][0]["message"]
-    assert fit["flag_counts"] == {"divergence": 4}
+    assert fit["flag_counts"] == {"divergence": 2}
 
 
-def test_straggler_from_the_records_median_and_from_group_times():
+def test_divergence_flags_each_increase_of_the_learning_rate_halvings():
+    # a rejected step makes no record: the cumulative lr_halvings is the only trace of a backoff
     store = FitStore()
     store.apply(start())
-    store.apply(records(recs=[rec(1, compute_time_max=0.019, compute_time_median=0.01),  # 1.9x: no flag
-                              rec(2, compute_time_max=0.05, compute_time_median=0.01, slowest_group=1),
-                              rec(3, compute_time_max=0.009, compute_time_median=0.001)]))  # 9x, 8 ms: jitter
+    halvings = [0, 0, 1, 1, 3, 3, None]  # None: a record without a guard (e.g. L-BFGS) flags nothing
+    store.apply(records(recs=[rec(s, lr_halvings=h) for s, h in enumerate(halvings, start=1)]))
     fit = only_fit(store)
-    assert [(f["kind"], f["step"]) for f in fit["flags"]] == [("straggler", 2)]
-    assert "group 1 computed for 0.05 s at step 2, 5.0x the median" in fit["flags"][0]["message"]
-    assert store.apply({"kind": "groups", "fit": "f1", "worker": "tcp://a:1",
-                        "times": [[3, 0, 0.01], [3, 1, 0.011], [3, 2, 0.1], [4, 0, 0.001], [4, 1, 0.0015],
-                                  [4, 2, 0.009], "junk", [5, 0, None]]})
+    assert [(f["kind"], f["step"]) for f in fit["flags"]] == [("divergence", 3), ("divergence", 5)]
+    assert fit["flags"][0]["message"] == (
+        "the learning rate was halved 1 time before step 3 (on_divergence='backoff'; 1 in this fit)")
+    assert "halved 2 times before step 5 (on_divergence='backoff'; 3 in this fit)" in fit["flags"][1]["message"]
+    store.apply(records(first=len(halvings), recs=[rec(8, lr_halvings=3)]))
+    assert only_fit(store)["flag_counts"] == {"divergence": 2}
+    # an asynchronous round whose pushes diverged: no loss, and the halving, in one record: one flag
+    store.apply(records(first=len(halvings) + 1, recs=[rec(9, loss=math.nan, lr_halvings=4)]))
     fit = only_fit(store)
-    assert [(f["kind"], f["step"]) for f in fit["flags"]] == [("straggler", 2), ("straggler", 3)]
-    assert "group 2 computed for 0.1 s at step 3" in fit["flags"][1]["message"]
-    assert fit["group_times"][:2] == [[3, 0, 0.01], [3, 1, 0.011]] and len(fit["group_times"]) == 6
+    assert fit["flag_counts"] == {"divergence": 3}
+    assert fit["flags"][-1]["message"] == ("the learning rate was halved 1 time before step 9 (on_divergence="
+                                           "'backoff'; 4 in this fit); the objective is not finite at step 9 "
+                                           "(loss=nan)")
 
 
-def test_staleness_at_its_bound_is_flagged():
+def test_straggler_from_the_records_median_names_the_group_and_its_worker():
+    store = FitStore()
+    store.apply(start())
+    store.apply(records(recs=[rec(1, compute_time_max=0.5, compute_time_median=0.01, slowest_group=0),  # warm-up
+                              rec(2, compute_time_max=0.019, compute_time_median=0.01),  # 1.9x: no flag
+                              rec(3, compute_time_max=0.05, compute_time_median=0.01, slowest_group=1),
+                              rec(4, compute_time_max=0.009, compute_time_median=0.001),  # 9x, 8 ms: jitter
+                              rec(5, compute_time_max=0.05, compute_time_median=0.01)]))  # group unknown
+    fit = only_fit(store)
+    assert [(f["kind"], f["step"]) for f in fit["flags"]] == [("straggler", 3), ("straggler", 5)]
+    assert fit["flags"][0]["message"] == (
+        "group 1 (worker tcp://b:2) computed for 0.05 s at step 3, 5.0x the median group's 0.01 s")
+    assert fit["flags"][1]["message"].startswith("the slowest group computed for 0.05 s at step 5")
+    assert "group_times" not in fit
+
+
+def test_straggler_names_no_worker_when_the_workers_are_not_one_per_group():
+    store = FitStore()
+    store.apply(start(n_groups=3))  # two workers, three groups: which holds group 1 is unknown
+    store.apply(records(recs=[rec(2, compute_time_max=0.05, compute_time_median=0.01, slowest_group=1)]))
+    assert only_fit(store)["flags"][0]["message"].startswith("group 1 computed for 0.05 s at step 2")
+
+
+def test_staleness_is_flagged_once_per_episode_at_its_bound_and_counted():
     store = FitStore()
     store.apply(start(mode="async", max_staleness=3))
-    store.apply(records(recs=[rec(1, staleness_max=2), rec(2, staleness_max=3)]))
+    stale = [2, 3, 3, 3, 1, 3, 4, 2]
+    store.apply(records(recs=[rec(s, staleness_max=v) for s, v in enumerate(stale, start=1)]))
     fit = only_fit(store)
-    assert [(f["kind"], f["step"]) for f in fit["flags"]] == [("staleness", 2)]
+    assert [(f["kind"], f["step"]) for f in fit["flags"]] == [("staleness", 2), ("staleness", 6)]
     assert "max_staleness=3" in fit["flags"][0]["message"]
+    assert fit["staleness_at_bound"] == 5
+    sync = FitStore()
+    sync.apply(start())  # no max_staleness: nothing is at a bound
+    sync.apply(records(recs=[rec(1, staleness_max=5)]))
+    assert (only_fit(sync)["staleness_at_bound"], only_fit(sync)["flags"]) == (0, [])
 
 
 @pytest.mark.parametrize(("status", "flag"), [("error", "error"), ("stopped", "stopped early")])

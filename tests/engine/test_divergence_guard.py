@@ -87,7 +87,7 @@ def test_guard_counts_halvings_in_a_row_and_raises_at_its_limit():
         guard.backoff("w diverged")
     guard.accepted()
     guard.backoff("w diverged")  # counting starts again after a good step
-    assert guard.state_dict() == {"first_value": None, "backoffs": 1}
+    assert guard.state_dict() == {"first_value": None, "backoffs": 1, "halvings": 4}  # 4 in the whole fit
     loud = Guard("raise", hint="scale X")
     loud.backoff("an increase")  # no divergence: backs off even with "raise"
     with pytest.raises(DivergenceError, match=r"^v diverged \(on_divergence='raise'\); pass a smaller learning_rate, "
@@ -99,6 +99,24 @@ def test_one_halving_for_every_mode():
     opt = optim.sgd(learning_rate=0.5)
     assert BACKOFF_FACTOR == 0.5 and halved(opt).learning_rate == 0.25
     assert UpdateRule(opt).halved() == UpdateRule(halved(opt))
+
+
+def test_guard_counts_every_halving_of_the_fit_and_keeps_the_count_in_checkpoints():
+    guard = Guard()
+    for _ in range(2):
+        guard.backoff("the objective diverged")
+    guard.accepted()
+    guard.backoff("the objective diverged")
+    assert (guard.backoffs, guard.halvings) == (1, 3)  # in a row; in the whole fit
+    restored = Guard()
+    restored.load_state_dict(guard.state_dict())
+    assert restored.halvings == 3
+    restored.load_state_dict({"first_value": 1.0, "backoffs": 0})  # a checkpoint written before the count
+    assert restored.halvings == 0
+    old = Guard.__new__(Guard)  # the async server's guard, saved as its attributes before the count
+    old.__setstate__({k: v for k, v in vars(guard).items() if k != "halvings"})
+    old.backoff("the objective diverged")
+    assert old.halvings == 1
 
 
 def test_a_monotone_guard_ignores_an_increase_at_rounding_level():
@@ -132,6 +150,9 @@ def test_backoff_keeps_an_exploding_fit_below_the_limit(client, regression, mode
     assert loss.max() <= BATCH_EXPLOSION_FACTOR * max(loss.iloc[0], 1.0)
     assert np.all(np.isfinite(est.coef_))
     assert est.history_["step_size"].dropna().iloc[-1] < 5.0  # halved
+    halvings = est.history_["lr_halvings"]  # every halving of the fit, counted (issue 46)
+    assert halvings.iloc[0] == 0 and halvings.iloc[-1] > 0
+    assert halvings.is_monotonic_increasing
     # asynchronous updates may end far above the start (the last good version can be
     # well on its way up): then the fit says its learning rate is too large
     rose = [w for w in caught if "the objective rose from" in str(w.message)]

@@ -301,6 +301,7 @@ class AsyncTraining(Solver):
                           len(self.active), guard=guard, **self._core_kwargs())
         self.state = dict(vars(core))
         self._launch(self.state)
+        record["lr_halvings"] = guard.halvings
         return Outcome([record])
 
     def resume(self) -> Outcome:

@@ -238,6 +238,7 @@ class LocalSGD(Solver):
         # round reuses its batch (as the synchronous mode's first update does)
         self.optimizer, res, record = start_step(self.ctx, self.params, self.optimizer)
         self.guard.start(res.value + self.ctx.objective.l1_value(self.params))
+        record["lr_halvings"] = self.guard.halvings
         if res.local_key is not None:
             self.local_key = res.local_key
         self.outer_state = None if self.outer is None else self.outer.init(self.params)
@@ -318,7 +319,7 @@ class LocalSGD(Solver):
                           wall1 - total.end_max, update_time, driver_cpu_time=time.process_time() - cpu0,
                           compute_time_median=total.time_median(), slowest_group=total.slowest),
             n_samples=weight, updates_per_group=self._updates_per_group(total, n_local),
-            nbytes=self._round_bytes(traffic, total), route=Route.of(traffic),
+            nbytes=self._round_bytes(traffic, total), route=Route.of(traffic), lr_halvings=self.guard.halvings,
         )
         return Outcome([record])
 

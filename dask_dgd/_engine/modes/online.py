@@ -263,7 +263,8 @@ class OnlineEpochs(LocalSGD):
         self.step0 = src.n_steps
         record = make_record(step=src.n_steps, iteration=0, loss=value, grad_norm=math.nan, step_size=None,
                              timing=Timing(time.perf_counter() - t0, 0.0, 0.0), n_samples=weight,
-                             updates_per_group=(0,) * ctx.shards.n_groups, nbytes=Bytes(0, 0, 0))
+                             updates_per_group=(0,) * ctx.shards.n_groups, nbytes=Bytes(0, 0, 0),
+                             lr_halvings=self.guard.halvings)
         return Outcome([record])
 
     def _sample_raw(self, lin: Any, X: Any) -> Any:

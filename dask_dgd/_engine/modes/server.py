@@ -310,6 +310,7 @@ class ServerCore:
                           slowest_group=stats[int(np.argmax(times))]["group"]),
             n_samples=sum(s["weight"] for s in stats), updates_per_group=counts, nbytes=Bytes(n, up, n),
             staleness=(max(leads), float(np.mean(leads))), delay=(max(delays), float(np.mean(delays))), wall=now,
+            lr_halvings=self.guard.halvings,
         ))
         self._round_start = now
 

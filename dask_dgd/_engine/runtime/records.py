@@ -23,6 +23,7 @@ RECORD_FIELDS = (
     "loss",  # objective value: mean loss + penalty (on the batch, for mini-batch steps)
     "grad_norm",  # Euclidean norm of the objective's gradient
     "step_size",  # learning rate applied after this step (L-BFGS: None)
+    "lr_halvings",  # learning-rate halvings (divergence backoffs) of the fit so far (None: no divergence guard)
     "time",  # seconds since the fit started
     "step_time",  # wall seconds of this step, driver side
     "compute_time_max",  # slowest group's compute time in this step
@@ -101,7 +102,8 @@ def nonneg(seconds: float | None) -> float | None:
 def make_record(*, step: int, iteration: int, loss: float, grad_norm: float, step_size: float | None,
                 timing: Timing, n_samples: float, updates_per_group: Sequence[int], nbytes: Bytes,
                 route: Route | None = None, staleness: tuple[int, float] = (0, 0.0),
-                delay: tuple[int, float] = (0, 0.0), **extra: Any) -> dict[str, Any]:
+                delay: tuple[int, float] = (0, 0.0), lr_halvings: int | None = None,
+                **extra: Any) -> dict[str, Any]:
     """One step record (a dict with :data:`RECORD_FIELDS` first, then ``extra`` fields,
     e.g. validation scores; ``time`` is filled in by the monitor, or given as ``wall``
     by a record made in another process)."""
@@ -114,6 +116,7 @@ def make_record(*, step: int, iteration: int, loss: float, grad_norm: float, ste
         "loss": float(loss),
         "grad_norm": float(grad_norm),
         "step_size": None if step_size is None else float(step_size),
+        "lr_halvings": None if lr_halvings is None else int(lr_halvings),
         "time": None,
         "step_time": timing.step_time,
         "compute_time_max": timing.compute_time_max,

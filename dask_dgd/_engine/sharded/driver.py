@@ -291,7 +291,8 @@ class ShardedFirstOrder(FirstOrder):
 
     def _record(self, res: StepResult, iteration: int, stats: dict[str, Any], **scores: float | None) -> dict[str, Any]:  # type: ignore[override]
         lr = self.optimizer.learning_rate_at(int(stats.get("count", 0)))
-        return sharded_record(res, iteration, self.value, stats.get("gsq", 0.0), lr, **scores)  # type: ignore[arg-type]
+        return sharded_record(res, iteration, self.value, stats.get("gsq", 0.0), lr,  # type: ignore[arg-type]
+                              lr_halvings=self.guard.halvings, **scores)
 
     def _back_off(self) -> None:
         self.it = self.good[1]  # type: ignore[index]
@@ -510,7 +511,7 @@ class ShardedAsync(AsyncTraining):
                            guard=self._guard(value), **self._core_kwargs())
         self.state = dict(vars(core))
         self._launch(self.state)
-        return Outcome([sharded_record(res, 0, value, stats.get("gsq", 0.0), None)])
+        return Outcome([sharded_record(res, 0, value, stats.get("gsq", 0.0), None, lr_halvings=core.guard.halvings)])
 
     def resume(self) -> Outcome:
         self.src.restore()
@@ -594,7 +595,7 @@ class ShardedOnline(OnlineEpochs):
         value = res.value + self.pen
         self.guard.start(value)
         self.step0 = self.src.n_steps
-        return Outcome([sharded_record(res, 0, value, stats.get("gsq", 0.0), None)])
+        return Outcome([sharded_record(res, 0, value, stats.get("gsq", 0.0), None, lr_halvings=self.guard.halvings)])
 
     def _sample_raw(self, lin: Any, X: Any) -> Any:
         """The sample's raw predictions from its columns of the start (the driver's ``params0``)."""

@@ -200,7 +200,8 @@ class FirstOrder(Solver):
 
     def _record(self, res: StepResult, iteration: int, **scores: float | None) -> dict[str, Any]:
         lr_next = self.optimizer.current_learning_rate(self.state)
-        return step_record(self.ctx, res, iteration, self.value, self.grad, lr_next, **scores)  # type: ignore[arg-type]
+        return step_record(self.ctx, res, iteration, self.value, self.grad, lr_next,  # type: ignore[arg-type]
+                           lr_halvings=self.guard.halvings, **scores)
 
     def _back_off(self) -> None:
         self.params, self.state, self.value, self.grad, self.it = self.good[:5]  # type: ignore[index]
