@@ -306,7 +306,7 @@ class ServerCore:
             step=self.version, iteration=-(-self.rows_seen // self.n_rows), loss=last.get("value", math.nan),
             grad_norm=last.get("grad_norm", math.nan), step_size=last.get("lr"),
             timing=Timing(now - self._round_start, max(times), min(times), wait_time=max(s["wait"] for s in stats),
-                          compute_time_median=float(np.median(times)),
+                          compute_time_median=float(sorted(times)[(len(times) - 1) // 2]),  # (lower median)
                           slowest_group=stats[int(np.argmax(times))]["group"]),
             n_samples=sum(s["weight"] for s in stats), updates_per_group=counts, nbytes=Bytes(n, up, n),
             staleness=(max(leads), float(np.mean(leads))), delay=(max(delays), float(np.mean(delays))), wall=now,

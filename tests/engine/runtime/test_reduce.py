@@ -165,3 +165,12 @@ def test_an_in_process_fit_records_them_too(logistic_data):
     X, y = logistic_data
     h = LogisticRegression(max_iter=3, tol=0).fit(X, y).history_
     assert h["compute_time_median"].notna().all() and (h["slowest_group"] >= 0).all()
+
+
+def test_the_tree_median_is_fine_enough_for_a_2x_straggler_rule():
+    # a slowest group 1.8x the median must not pass for 2x: the median within 2.3%
+    times = [0.005, 0.02369, 0.04264]
+    parts = [Partial(0.0, np.zeros(2), 1.0, t, t, 1, slowest=g) for g, t in enumerate(times)]
+    root = add_partials(*parts)
+    assert abs(root.time_median() / 0.02369 - 1) < 0.023
+    assert root.time_max < 2 * root.time_median() and root.slowest == 2
