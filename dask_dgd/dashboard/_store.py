@@ -21,8 +21,8 @@ little even for many long fits.
 The flags it raises as the records arrive (:meth:`Fit.flag`):
 
 - ``"divergence"``: a record's loss is not finite, or its ``lr_halvings`` (the fit's
-  learning-rate halvings so far) went up: once per increase, since a rejected step makes
-  no record and this count is the only trace of its backoff;
+  learning-rate halvings so far) went up (one flag per record and increase: a rejected step makes
+  no record, and this count is the only trace of its backoff);
 - ``"straggler"``: the slowest group computed for more than :data:`STRAGGLER_RATIO`
   times the step's median group time (and :data:`STRAGGLER_MIN_SECONDS` more), named
   with its worker when the start message's ``workers`` has one per group.  Step 1 is
@@ -180,14 +180,16 @@ class Fit:
         the module's docstring)."""
         step = _int_or_none(rec.get("step"))
         loss = rec.get("loss")
-        if loss is not None and _number(loss) is None:
-            self.flag("divergence", step, f"the objective is not finite at step {step} (loss={loss})")
+        not_finite = f"the objective is not finite at step {step} (loss={loss})"
         halvings = _int_or_none(rec.get("lr_halvings"))
-        if halvings is not None and halvings > self.halvings:
+        if halvings is not None and halvings > self.halvings:  # one flag per record, even when both
             new = halvings - self.halvings
-            self.flag("divergence", step, f"the learning rate was halved {new} time{'s' * (new > 1)} before step "
-                                          f"{step} (on_divergence='backoff'; {halvings} in this fit)")
+            message = (f"the learning rate was halved {new} time{'s' * (new > 1)} before step {step} "
+                       f"(on_divergence='backoff'; {halvings} in this fit)")
+            self.flag("divergence", step, message if _number(loss) is not None else f"{message}; {not_finite}")
             self.halvings = halvings
+        elif loss is not None and _number(loss) is None:
+            self.flag("divergence", step, not_finite)
         t_max, t_med = _number(rec.get("compute_time_max")), _number(rec.get("compute_time_median"))
         if step != 1 and t_max is not None and t_med is not None and _straggles(t_max, t_med):  # 1: warm-up
             self.flag("straggler", step, f"{self._group_name(rec.get('slowest_group'))} computed for {t_max:.3g} s "

@@ -138,6 +138,13 @@ def test_divergence_flags_each_increase_of_the_learning_rate_halvings():
     assert "halved 2 times before step 5 (on_divergence='backoff'; 3 in this fit)" in fit["flags"][1]["message"]
     store.apply(records(first=len(halvings), recs=[rec(8, lr_halvings=3)]))
     assert only_fit(store)["flag_counts"] == {"divergence": 2}
+    # an asynchronous round whose pushes diverged: no loss, and the halving, in one record: one flag
+    store.apply(records(first=len(halvings) + 1, recs=[rec(9, loss=math.nan, lr_halvings=4)]))
+    fit = only_fit(store)
+    assert fit["flag_counts"] == {"divergence": 3}
+    assert fit["flags"][-1]["message"] == ("the learning rate was halved 1 time before step 9 (on_divergence="
+                                           "'backoff'; 4 in this fit); the objective is not finite at step 9 "
+                                           "(loss=nan)")
 
 
 def test_straggler_from_the_records_median_names_the_group_and_its_worker():
