@@ -82,6 +82,15 @@ def json_safe(value: Any) -> Any:
     return value
 
 
+def _encode(record: dict[str, Any]) -> str:
+    """``record`` as strict JSON text, NaN and infinities as null (:func:`json_safe`,
+    walked only when the C encoder meets one)."""
+    try:
+        return json.dumps(record, allow_nan=False)
+    except ValueError:  # a NaN or an infinity somewhere
+        return json.dumps(json_safe(record), allow_nan=False)
+
+
 def _number(value: Any) -> float | None:
     """``value`` as a finite float, or None (missing, not a number, NaN, inf)."""
     if isinstance(value, bool) or not isinstance(value, (int, float)):
@@ -165,7 +174,7 @@ class Fit:
             self._check(rec)
         self.index.extend(range(max(first, self.received), max(first, self.received) + len(new)))
         self.records.extend(new)
-        self.texts.extend(json.dumps(json_safe(r), allow_nan=False) for r in new)
+        self.texts.extend(map(_encode, new))
         self.received = max(self.received, first + len(records))
         if len(self.records) > MAX_RECORDS:
             half = len(self.records) // 2
