@@ -20,6 +20,7 @@ the JSON).
 
 from __future__ import annotations
 
+import json
 from typing import TYPE_CHECKING, Any
 
 from ._plugin import NAME, TOPIC, DashboardPlugin, plugin_of
@@ -36,9 +37,9 @@ def dask_setup(scheduler: Scheduler) -> None:
     scheduler.add_plugin(DashboardPlugin(), name=NAME, idempotent=True)
 
 
-def _fits_on_scheduler(dask_scheduler: Scheduler, fit: str | None = None, since: int = 0) -> dict[str, Any] | None:
-    plugin = plugin_of(dask_scheduler)
-    return None if plugin is None else plugin.store.fits_json(fit=fit, since=since)
+def _fits_on_scheduler(dask_scheduler: Scheduler, fit: str | None = None, since: int = 0) -> str | None:
+    plugin = plugin_of(dask_scheduler)  # the JSON text: cheap on the scheduler (its cached record texts)
+    return None if plugin is None else plugin.store.to_json(fit=fit, since=since)
 
 
 def records(client_or_address: Client | str | None = None, *, fit: str | None = None,
@@ -85,7 +86,7 @@ def records(client_or_address: Client | str | None = None, *, fit: str | None = 
         raise InputError(f"the scheduler at {address} runs no dask_dgd dashboard plugin; "
                          "register it with client.register_plugin(DashboardPlugin()) or start the scheduler "
                          "with --preload dask_dgd.dashboard")
-    return out
+    return dict(json.loads(out))
 
 
 def dashboard_url(client: Client) -> str | None:

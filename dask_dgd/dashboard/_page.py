@@ -3,7 +3,12 @@
 Imported only on the scheduler, when the plugin starts (it needs bokeh and
 ``distributed.dashboard``).  Each browser session gets its own document: a fit selector,
 a header line and plots fed by the plugin's store every :data:`UPDATE_MS` milliseconds,
-streaming only the records that arrived since the last update.
+streaming only the records that arrived since the last update (all of them again when the
+store has thinned them, :data:`~dask_dgd.dashboard._store.MAX_RECORDS`).  The page follows
+the newest running fit (cross-validation folds, loops of fits) until the user picks a fit
+in the selector; picking the newest running fit follows again.  Strings from the messages
+(estimator, end message) are shown as text, never as HTML, and a part of the update that
+fails is logged once and leaves the others updating.
 
 Named models (read by tests and by scripts): ``"dgd-fit"`` (the Select), ``"dgd-header"``
 (the Div), ``"dgd-steps"`` (one row per record of the selected fit), ``"dgd-workers"``
@@ -15,6 +20,8 @@ from __future__ import annotations
 
 import datetime
 import functools
+import html
+import logging
 import math
 from typing import TYPE_CHECKING, Any
 
@@ -30,7 +37,6 @@ from bokeh.server.util import create_hosts_allowlist
 from distributed.dashboard.core import DaskBokehTornado
 
 from ._plugin import PAGE, plugin_of
-from ._store import MAX_RECORDS
 
 if TYPE_CHECKING:
     from bokeh.document import Document
@@ -38,7 +44,9 @@ if TYPE_CHECKING:
 
     from ._store import Fit
 
-__all__ = ["STEP_COLUMNS", "UPDATE_MS", "bokeh_application", "make_document"]
+__all__ = ["ETA_CAP_SECONDS", "STEP_COLUMNS", "UPDATE_MS", "bokeh_application", "make_document"]
+
+logger = logging.getLogger(__name__)
 
 #: Milliseconds between two updates of an open page.
 UPDATE_MS = 500
@@ -47,6 +55,9 @@ UPDATE_MS = 500
 STEP_COLUMNS = ("step", "iteration", "loss", "grad_norm", "compute_time_max", "compute_time_min",
                 "compute_time_median", "wait_time", "update_time", "bytes_up", "bytes_down", "bytes_up_raw",
                 "staleness_max", "tree_depth", "val_score")
+#: ETAs at or above this (1000 hours) are shown as "> 1000 h" (``max_iter=10**18``: no
+#: datetime can hold them).
+ETA_CAP_SECONDS = 1000 * 3600
 _HEIGHT = 220
 
 
@@ -79,25 +90,35 @@ def _label(fit: Fit) -> str:
     return f"{fit.estimator} · {fit.status} · started {started} · {fit.fit[:8]}"
 
 
+def _duration(seconds: float) -> str:
+    """``seconds`` as ``H:MM:SS``, or ``"> 1000 h"`` at :data:`ETA_CAP_SECONDS` and above."""
+    if not seconds < ETA_CAP_SECONDS:  # (NaN too)
+        return f"> {ETA_CAP_SECONDS // 3600} h"
+    return str(datetime.timedelta(seconds=round(seconds)))
+
+
 def _header(fit: Fit | None) -> str:
+    """The header's HTML; every string from a message is escaped (an estimator name or an
+    end message such as ``KilledWorker: (<WorkerState ...>)`` shows as text, never runs)."""
     if fit is None:
         return "<b>No dask_dgd fit yet.</b> Fits on this cluster appear here as they start."
     last = fit.records[-1] if fit.records else {}
     iteration = last.get("iteration")
     limit = "" if fit.max_iter is None else f" / {fit.max_iter}"
     eta = fit.eta_seconds()
-    parts = [f"<b>{fit.estimator}</b> ({fit.mode or '?'})", f"status: <b>{fit.status}</b>",
+    esc = html.escape
+    parts = [f"<b>{esc(fit.estimator)}</b> ({esc(fit.mode or '?')})", f"status: <b>{esc(fit.status)}</b>",
              f"steps: {fit.received}", f"iteration: {iteration if iteration is not None else '-'}{limit}"]
     if eta is not None:
-        parts.append(f"ETA: {datetime.timedelta(seconds=round(eta))}")
+        parts.append(f"ETA: {esc(_duration(eta))}")
     if fit.halvings:
         parts.append(f"learning rate halved: {fit.halvings}×")
     if fit.staleness_at_bound:
         parts.append(f"at max_staleness: {fit.staleness_at_bound} of {fit.received} records")
     if fit.flag_counts:
-        parts.append("flags: " + ", ".join(f"{k} ×{n}" for k, n in sorted(fit.flag_counts.items())))
+        parts.append("flags: " + ", ".join(f"{esc(k)} ×{n}" for k, n in sorted(fit.flag_counts.items())))
     if fit.message and not fit.running:
-        parts.append(fit.message)
+        parts.append(esc(fit.message))
     return " &nbsp;|&nbsp; ".join(parts)
 
 
@@ -161,33 +182,61 @@ def make_document(scheduler: Scheduler, prefix: str, doc: Document) -> None:
             [(loss_log, loss_lin, grad), (times, spread), (traffic, ratio), (stale, depth, score), (cpu, memory)]]
     doc.add_root(column(header, select, flags, *lines, sizing_mode="stretch_width", name="dgd-page"))
 
-    state: dict[str, Any] = {"fit": None, "next": 0, "flags": -1, "samples": -1}
+    # fit: the fit shown; picked: the user chose it in the Select (else the page follows the
+    # newest running fit); setting: the page itself is setting the Select's value
+    state: dict[str, Any] = {"fit": None, "picked": False, "setting": False, "next": 0, "thinned": -1,
+                             "flags": -1, "samples": -1}
+    failed: set[str] = set()
+
+    def guarded(part: str, fn: Any, *args: Any) -> Any:
+        """``fn(*args)``; a failure is logged (once per part and page) and the other parts
+        of the update still run: one bad value cannot freeze the page."""
+        try:
+            return fn(*args)
+        except Exception:
+            if part not in failed:
+                failed.add(part)
+                logger.warning("dask_dgd live page: updating its %s failed (logged once; the rest of the page "
+                               "goes on updating)", part, exc_info=True)
+            return None
 
     def reset() -> None:
-        state.update(next=0, flags=-1, samples=-1)
+        state.update(next=0, thinned=-1, flags=-1, samples=-1)
         steps.data = {k: [] for k in (*STEP_COLUMNS, "ratio")}
         workers.data = {"worker": [], "time": [], "cpu": [], "memory": [], "color": []}
         flag_rows.data = {"step": [], "kind": [], "message": []}
         loss_log.visible, loss_lin.visible, score.visible = True, False, False
 
-    def update() -> None:
-        plugin = plugin_of(scheduler)
-        if plugin is None:
-            return
-        fits = plugin.store.ordered()
+    def show(fit: Fit | None) -> None:
+        state["fit"] = None if fit is None else fit.fit
+        reset()
+        if fit is not None:
+            state["setting"] = True
+            try:
+                select.value = fit.fit
+            finally:
+                state["setting"] = False
+
+    def follow(store: Any) -> Fit | None:
+        """The fit to show: the user's pick while it is kept, else the newest running fit
+        (else the one shown, else the newest); the Select's options kept current."""
+        fits = store.ordered()
         options: list[Any] = [(f.fit, _label(f)) for f in fits]
         if options != [tuple(o) for o in select.options if isinstance(o, (tuple, list))]:
             select.options = options
-        if state["fit"] not in plugin.store.fits:
-            choice = next((f for f in fits if f.running), fits[0] if fits else None)
-            state["fit"] = None if choice is None else choice.fit
-            reset()
-            if choice is not None:
-                select.value = choice.fit
-        fit = plugin.store.fits.get(state["fit"]) if state["fit"] is not None else None
-        header.text = _header(fit)
-        if fit is None:
-            return
+        current = store.fits.get(state["fit"]) if state["fit"] is not None else None
+        if current is None:
+            state["picked"] = False
+        if not state["picked"]:
+            choice = next((f for f in fits if f.running), None) or current or (fits[0] if fits else None)
+            if choice is not current:
+                show(choice)
+        return store.fits.get(state["fit"]) if state["fit"] is not None else None
+
+    def update_steps(fit: Fit) -> None:
+        if fit.thinned != state["thinned"]:  # the store thinned its records: resend them all
+            state.update(thinned=fit.thinned, next=0)
+            steps.data = {k: [] for k in (*STEP_COLUMNS, "ratio")}
         new = fit.records_since(state["next"])
         if new:
             data = _columns(new)
@@ -195,16 +244,19 @@ def make_document(scheduler: Scheduler, prefix: str, doc: Document) -> None:
                 loss_log.visible, loss_lin.visible = False, True  # a log axis cannot show it
             if not score.visible and any(not math.isnan(v) for v in data["val_score"]):
                 score.visible = True
-            steps.stream(data, rollover=MAX_RECORDS)
+            steps.stream(data)
         state["next"] = fit.received
+
+    def update_flags(fit: Fit) -> None:
         if sum(fit.flag_counts.values()) != state["flags"]:
             state["flags"] = sum(fit.flag_counts.values())
             rows = list(fit.flags)
             flag_rows.data = {"step": [r["step"] for r in rows], "kind": [r["kind"] for r in rows],
                               "message": [r["message"] for r in rows]}
-        samples = sum(len(s["time"]) for s in fit.worker_metrics.values())
-        if samples != state["samples"]:
-            state["samples"] = samples
+
+    def update_workers(fit: Fit) -> None:
+        if fit.samples_received != state["samples"]:  # (a count: the bounded deques stop growing)
+            state["samples"] = fit.samples_received
             addresses = sorted(fit.worker_metrics)
             workers.data = {
                 "worker": addresses,
@@ -214,11 +266,27 @@ def make_document(scheduler: Scheduler, prefix: str, doc: Document) -> None:
                 "color": [colors[i % 10] for i in range(len(addresses))],
             }
 
+    def update() -> None:
+        plugin = plugin_of(scheduler)
+        if plugin is None:
+            return
+        fit = guarded("fit selector", follow, plugin.store)
+        guarded("header", lambda: setattr(header, "text", _header(fit)))
+        if fit is None:
+            return
+        guarded("step plots", update_steps, fit)
+        guarded("flags", update_flags, fit)
+        guarded("worker plots", update_workers, fit)
+
     def choose(attr: str, old: Any, new: Any) -> None:
-        if new and new != state["fit"]:
-            state["fit"] = new
-            reset()
-            update()
+        if state["setting"] or not new or new == state["fit"]:
+            return
+        plugin = plugin_of(scheduler)
+        newest = None if plugin is None else next((f.fit for f in plugin.store.ordered() if f.running), None)
+        state["fit"] = new
+        state["picked"] = new != newest  # picking the newest running fit follows it again
+        reset()
+        update()
 
     select.on_change("value", choose)
     update()

@@ -12,8 +12,11 @@ Unknown kinds and unknown fields are ignored, and so is a message that is not a 
 names no fit: a newer driver's messages are read as far as this protocol goes.  The
 store is bounded: :data:`MAX_FITS` fits, :data:`MAX_RECORDS` records per fit (beyond
 that, every other one of the older half is dropped, so old steps are kept at a coarser
-resolution and recent ones in full), :data:`MAX_FLAGS` flags and :data:`MAX_SAMPLES`
-samples per worker.
+resolution and recent ones in full; ``Fit.thinned`` counts the thinnings),
+:data:`MAX_FLAGS` flags and :data:`MAX_SAMPLES` samples per worker (``Fit.samples_received``
+counts them all).  Each record is JSON-encoded once, as it arrives (``Fit.texts``), and
+:meth:`FitStore.to_json` joins those texts: a response costs the scheduler's event loop
+little even for many long fits.
 
 The flags it raises as the records arrive (:meth:`Fit.flag`):
 
@@ -34,6 +37,7 @@ The flags it raises as the records arrive (:meth:`Fit.flag`):
 
 from __future__ import annotations
 
+import bisect
 import json
 import math
 import time
@@ -78,6 +82,15 @@ def json_safe(value: Any) -> Any:
     return value
 
 
+def _encode(record: dict[str, Any]) -> str:
+    """``record`` as strict JSON text, NaN and infinities as null (:func:`json_safe`,
+    walked only when the C encoder meets one)."""
+    try:
+        return json.dumps(record, allow_nan=False)
+    except ValueError:  # a NaN or an infinity somewhere
+        return json.dumps(json_safe(record), allow_nan=False)
+
+
 def _number(value: Any) -> float | None:
     """``value`` as a finite float, or None (missing, not a number, NaN, inf)."""
     if isinstance(value, bool) or not isinstance(value, (int, float)):
@@ -116,6 +129,9 @@ class Fit:
         self.protocol = PROTOCOL
         self.records: list[dict[str, Any]] = []
         self.index: list[int] = []  # the protocol index of each kept record
+        self.texts: list[str] = []  # each kept record's JSON text, encoded once (NaN, inf: null)
+        self.thinned = 0  # times the records were thinned (MAX_RECORDS): an open page resends them
+        self.samples_received = 0  # worker samples received (the deques stop growing when full)
         self.received = 0  # the index the next record will have
         self.flags: deque[dict[str, Any]] = deque(maxlen=MAX_FLAGS)
         self.flag_counts: dict[str, int] = {}
@@ -158,11 +174,14 @@ class Fit:
             self._check(rec)
         self.index.extend(range(max(first, self.received), max(first, self.received) + len(new)))
         self.records.extend(new)
+        self.texts.extend(map(_encode, new))
         self.received = max(self.received, first + len(records))
         if len(self.records) > MAX_RECORDS:
             half = len(self.records) // 2
             self.records[:half] = self.records[:half:2]
             self.index[:half] = self.index[:half:2]
+            self.texts[:half] = self.texts[:half:2]
+            self.thinned += 1
         return len(new)
 
     def _check(self, rec: dict[str, Any]) -> None:
@@ -217,9 +236,11 @@ class Fit:
 
     def records_since(self, since: int) -> list[dict[str, Any]]:
         """The kept records whose protocol index is ``since`` or more."""
-        import bisect
-
         return self.records[bisect.bisect_left(self.index, since):]
+
+    def texts_since(self, since: int) -> list[str]:
+        """The JSON texts of :meth:`records_since`."""
+        return self.texts[bisect.bisect_left(self.index, since):]
 
 
 class FitStore:
@@ -325,6 +346,7 @@ class FitStore:
                 series["time"].append(float(wall))
                 series["cpu"].append(_number(cpu))
                 series["memory"].append(_number(memory))
+                fit.samples_received += 1
 
     def ordered(self) -> list[Fit]:
         """The fits, newest first."""
@@ -344,18 +366,21 @@ class FitStore:
         (index of the first record returned), ``next`` and ``worker_metrics``
         (``{address: {"time", "cpu", "memory"}}``).
         """
+        return dict(json.loads(self.to_json(fit, since)))
+
+    def to_json(self, fit: str | None = None, since: int = 0) -> str:
+        """:meth:`fits_json` as a JSON string (strict: no NaN).
+
+        Cheap on the scheduler's event loop: each record was encoded once, as it
+        arrived (:attr:`Fit.texts`), and a response joins those texts."""
         fits = self.ordered() if fit is None else [self.fits[fit]] if fit in self.fits else []
         out = []
         for f in fits:
             d = f.summary()
-            records = f.records_since(since)
-            d["first"] = f.index[len(f.index) - len(records)] if records else f.received
+            texts = f.texts_since(since)
+            d["first"] = f.index[len(f.index) - len(texts)] if texts else f.received
             d["next"] = f.received
-            d["records"] = records
             d["worker_metrics"] = f.worker_metrics
-            out.append(d)
-        return json_safe({"protocol": PROTOCOL, "fits": out})
-
-    def to_json(self, fit: str | None = None, since: int = 0) -> str:
-        """:meth:`fits_json` as a JSON string (strict: no NaN)."""
-        return json.dumps(self.fits_json(fit, since), allow_nan=False)
+            head = json.dumps(json_safe(d), allow_nan=False)  # an object: "{...}"
+            out.append(f'{head[:-1]}, "records": [{", ".join(texts)}]}}')
+        return f'{{"protocol": {PROTOCOL}, "fits": [{", ".join(out)}]}}'

@@ -173,6 +173,43 @@ def test_page_is_one_click_from_the_dashboards_status_page(page, paced_fit):
     page.wait_for_function(f"() => ({ROWS})() >= 1", timeout=WAIT_MS)
 
 
+#: JavaScript: every element of the page, into the shadow roots Bokeh renders in.
+ELEMENTS = """() => {
+    const out = [];
+    const walk = (root) => {
+        for (const el of root.querySelectorAll("*")) {
+            out.push(el);
+            if (el.shadowRoot) walk(el.shadowRoot);
+        }
+    };
+    walk(document);
+    return out;
+}"""
+
+
+@pytest.mark.browser
+def test_page_shows_an_error_message_as_text_never_as_html(page, make_cluster):
+    from dask_dgd.dashboard import TOPIC, DashboardPlugin
+
+    client = make_cluster(1, processes=False, silence_logs=logging.ERROR)
+    client.register_plugin(DashboardPlugin())
+    message = "KilledWorker: ('x', <WorkerState 'tcp://1.2.3.4:1'>) & <img src=x onerror=\"window.PWNED=1\">"
+    client.log_event(TOPIC, {"kind": "start", "fit": "f1", "estimator": "LogisticRegression", "mode": "sync"})
+    client.log_event(TOPIC, {"kind": "records", "fit": "f1", "first": 0, "records": [{"step": 1, "loss": 1.0}]})
+    client.log_event(TOPIC, {"kind": "end", "fit": "f1", "status": "error", "message": message})
+    page.goto(client.dashboard_link.rsplit("/", 1)[0] + "/dgd")
+    # the header, as rendered: its text shows the message as written (a raw-HTML header
+    # drops "<WorkerState ...>" as an unknown tag and turns "<img ...>" into an image)
+    page.wait_for_function(f"() => ({ELEMENTS})().some(el => el.textContent.includes('status: error'))",
+                           timeout=WAIT_MS)
+    shown = page.evaluate(f"() => ({ELEMENTS})().filter(el => el.textContent.includes('status: error'))"
+                          ".map(el => el.textContent)")
+    assert any(message in text for text in shown), shown
+    images = page.evaluate(f"() => ({ELEMENTS})().filter(el => el.tagName === 'IMG').map(el => el.getAttribute('src'))")
+    assert "x" not in images, images
+    assert page.evaluate("() => window.PWNED") is None
+
+
 def test_without_chromium_the_reason_names_the_fix(monkeypatch, tmp_path, why_no_browser):
     monkeypatch.setenv("DGD_CHROMIUM", str(tmp_path / "no-such-chromium"))
     why = why_no_browser()

@@ -320,6 +320,93 @@ def test_page_header_counts_halvings_and_records_at_the_staleness_bound():
     assert model("dgd-flag-rows").data["kind"] == ["staleness", "divergence"]
 
 
+def test_page_header_escapes_what_the_messages_say():
+    plugin, _, update, model = _page()
+    plugin.store.apply(start_msg("run", estimator="A<B>&C", mode="<i>sync</i>"))
+    plugin.store.apply({"kind": "records", "fit": "run", "first": 0, "records": recs(1)})
+    plugin.store.apply({"kind": "end", "fit": "run", "status": "error",
+                        "message": "KilledWorker: ('x', <WorkerState 'tcp://1.2.3.4:1'>) & <img src=x onerror=alert(1)>"})
+    update()
+    header = model("dgd-header").text
+    assert "<b>A&lt;B&gt;&amp;C</b> (&lt;i&gt;sync&lt;/i&gt;)" in header
+    assert ("KilledWorker: (&#x27;x&#x27;, &lt;WorkerState &#x27;tcp://1.2.3.4:1&#x27;&gt;) &amp; "
+            "&lt;img src=x onerror=alert(1)&gt;") in header
+    assert "<img" not in header and "<WorkerState" not in header and "<i>" not in header
+
+
+def test_page_shows_a_huge_eta_as_over_1000_hours_and_one_failing_part_does_not_freeze_the_rest(
+        monkeypatch, caplog):
+    from dask_dgd.dashboard import _page as page_module
+
+    plugin, _, update, model = _page()
+    plugin.store.apply(start_msg("run", max_iter=10**18))  # no datetime.timedelta holds its ETA
+    plugin.store.apply({"kind": "records", "fit": "run", "first": 0, "records": recs(1, 2)})
+    update()
+    assert "ETA: &gt; 1000 h" in model("dgd-header").text
+    assert model("dgd-steps").data["step"] == [1.0, 2.0]
+
+    def broken(fit):
+        raise RuntimeError("header broke")
+
+    monkeypatch.setattr(page_module, "_header", broken)
+    caplog.set_level("WARNING", logger=page_module.__name__)
+    for first, step in ((2, 3), (3, 4)):
+        plugin.store.apply({"kind": "records", "fit": "run", "first": first, "records": recs(step)})
+        update()
+    assert model("dgd-steps").data["step"] == [1.0, 2.0, 3.0, 4.0]  # the plots go on
+    (warning,) = [r for r in caplog.records if r.name == page_module.__name__]  # logged once
+    assert "updating its header failed" in warning.getMessage() and "header broke" in warning.exc_text
+
+
+def test_page_worker_plots_go_on_once_the_sample_deques_are_full(monkeypatch):
+    from dask_dgd.dashboard import _store
+
+    monkeypatch.setattr(_store, "MAX_SAMPLES", 2)
+    plugin, _, update, model = _page()
+    plugin.store.apply(start_msg("run", ["tcp://a:1"]))
+    for t in range(1, 5):
+        plugin.store.add_metrics(float(t), {"tcp://a:1": (float(t), 1e9)})
+        update()
+        assert model("dgd-workers").data["cpu"] == [[float(v) for v in range(max(1, t - 1), t + 1)]]
+
+
+def test_page_resends_the_records_when_the_store_thins_them(monkeypatch):
+    from dask_dgd.dashboard import _store
+
+    monkeypatch.setattr(_store, "MAX_RECORDS", 10)
+    plugin, _, update, model = _page()
+    plugin.store.apply(start_msg("run", max_iter=100))
+    for first in range(0, 16, 4):
+        plugin.store.apply({"kind": "records", "fit": "run", "first": first, "records": recs(*range(first + 1,
+                                                                                                    first + 5))})
+        update()
+    served = [float(r["step"]) for r in plugin.store.fits_json()["fits"][0]["records"]]
+    assert len(served) < 16 and model("dgd-steps").data["step"] == served
+
+
+def test_page_follows_the_newest_running_fit_unless_the_user_picked_one():
+    plugin, _, update, model = _page()
+    select = model("dgd-fit")
+    plugin.store.apply(start_msg("fold1"))
+    update()
+    assert select.value == "fold1"
+    plugin.store.apply({"kind": "end", "fit": "fold1", "status": "done"})
+    update()
+    assert select.value == "fold1"  # finished, and nothing newer runs: it stays
+    plugin.store.apply(start_msg("fold2"))
+    plugin.store.apply({"kind": "records", "fit": "fold2", "first": 0, "records": recs(1)})
+    update()
+    assert select.value == "fold2" and model("dgd-steps").data["step"] == [1.0]
+    select.value = "fold1"  # the user's pick: kept while newer fits start
+    plugin.store.apply(start_msg("fold3"))
+    update()
+    assert select.value == "fold1" and model("dgd-steps").data["step"] == []
+    select.value = "fold3"  # picking the newest running fit follows again
+    plugin.store.apply(start_msg("fold4"))
+    update()
+    assert select.value == "fold4"
+
+
 # ------------------------------------------------------------------ dask scheduler --preload
 def test_dask_scheduler_preload_serves_the_page_before_any_fit(tmp_path):
     from distributed import Client

@@ -284,3 +284,43 @@ def test_the_module_examples_run():
 
     result = doctest.testmod(_store)
     assert result.attempted > 0 and result.failed == 0
+
+
+def test_the_json_joins_each_records_text_encoded_once_and_equals_the_full_encoding():
+    store = FitStore()
+    store.apply(start())
+    store.apply(records(recs=[rec(1), rec(2, loss=math.nan, grad_norm=-math.inf), rec(3, bytes_up=(1, 2))]))
+    fit = store.fits["f1"]
+    assert fit.texts == [json.dumps(json_safe(r), allow_nan=False) for r in fit.records]  # encoded on arrival
+    fit.records[0]["loss"] = 123.0  # the response is made of the cached texts, not re-encoded
+    body = store.to_json()
+    expected = {**fit.summary(), "first": 0, "next": 3, "worker_metrics": {},
+                "records": [rec(1), {**rec(2), "loss": None, "grad_norm": None}, {**rec(3), "bytes_up": [1, 2]}]}
+    assert json.loads(body) == {"protocol": 1, "fits": [json_safe(expected)]}
+    assert store.fits_json() == json.loads(body)
+    (since,) = json.loads(store.to_json(fit="f1", since=2))["fits"]
+    assert since["records"] == [{**rec(3), "bytes_up": [1, 2]}] and since["first"] == 2
+
+
+def test_thinning_drops_the_cached_texts_with_their_records_and_is_counted(monkeypatch):
+    monkeypatch.setattr(_store, "MAX_RECORDS", 10)
+    store = FitStore()
+    store.apply(start())
+    store.apply(records(recs=[rec(s) for s in range(1, 11)]))
+    fit = store.fits["f1"]
+    assert fit.thinned == 0
+    store.apply(records(first=10, recs=[rec(11)]))
+    assert fit.thinned == 1
+    assert [json.loads(t)["step"] for t in fit.texts] == [r["step"] for r in fit.records] == [1, 3, 5, 6, 7, 8, 9,
+                                                                                                 10, 11]
+    assert [r["step"] for r in only_fit(store)["records"]] == [1, 3, 5, 6, 7, 8, 9, 10, 11]
+
+
+def test_worker_samples_are_counted_past_the_bound(monkeypatch):
+    monkeypatch.setattr(_store, "MAX_SAMPLES", 2)
+    store = FitStore()
+    store.apply(start(workers=["tcp://a:1"]))
+    for t in range(1, 5):
+        store.add_metrics(float(t), {"tcp://a:1": (10.0, 1e6)})
+    fit = store.fits["f1"]
+    assert fit.samples_received == 4 and list(fit.worker_metrics["tcp://a:1"]["time"]) == [3.0, 4.0]
