@@ -36,7 +36,7 @@ from bokeh.plotting import figure
 from bokeh.server.util import create_hosts_allowlist
 from distributed.dashboard.core import DaskBokehTornado
 
-from ._plugin import PAGE, plugin_of
+from ._names import NAME, PAGE
 
 if TYPE_CHECKING:
     from bokeh.document import Document
@@ -60,6 +60,12 @@ STEP_COLUMNS = ("step", "iteration", "loss", "grad_norm", "compute_time_max", "c
 ETA_CAP_SECONDS = 1000 * 3600
 _HEIGHT = 220
 
+
+
+def _plugin_of(scheduler: Any) -> Any:
+    """The scheduler's dask_dgd plugin (anything with a ``store``), or None."""
+    plugin = scheduler.plugins.get(NAME)
+    return plugin if hasattr(plugin, "store") else None
 
 def bokeh_application(scheduler: Scheduler, prefix: str) -> DaskBokehTornado:
     """A Bokeh server application serving the page at ``<prefix>/dgd``, made as Dask
@@ -267,7 +273,7 @@ def make_document(scheduler: Scheduler, prefix: str, doc: Document) -> None:
             }
 
     def update() -> None:
-        plugin = plugin_of(scheduler)
+        plugin = _plugin_of(scheduler)
         if plugin is None:
             return
         fit = guarded("fit selector", follow, plugin.store)
@@ -281,7 +287,7 @@ def make_document(scheduler: Scheduler, prefix: str, doc: Document) -> None:
     def choose(attr: str, old: Any, new: Any) -> None:
         if state["setting"] or not new or new == state["fit"]:
             return
-        plugin = plugin_of(scheduler)
+        plugin = _plugin_of(scheduler)
         newest = None if plugin is None else next((f.fit for f in plugin.store.ordered() if f.running), None)
         state["fit"] = new
         state["picked"] = new != newest  # picking the newest running fit follows it again

@@ -22,6 +22,7 @@ from distributed.diagnostics.plugin import SchedulerPlugin
 from tornado import web
 from tornado.ioloop import IOLoop, PeriodicCallback
 
+from ._names import NAME, PAGE, RECORDS_OP, TOPIC
 from ._store import FitStore
 
 if TYPE_CHECKING:
@@ -31,15 +32,6 @@ __all__ = ["NAME", "RECORDS_OP", "TOPIC", "DashboardPlugin", "dashboard_prefix",
 
 logger = logging.getLogger("dask_dgd.dashboard")
 
-#: The event topic the drivers publish on.
-TOPIC = "dask_dgd"
-#: The plugin's name on the scheduler (``scheduler.plugins[NAME]``).
-NAME = "dask_dgd"
-#: The navigation tab's name (the page's path under the dashboard).
-PAGE = "dgd"
-#: The scheduler's operation a driver sends its batches of records with
-#: (``client.scheduler.dask_dgd_records(msg=...)``; start and end are events of :data:`TOPIC`).
-RECORDS_OP = "dask_dgd_records"
 #: Milliseconds between two samples of the workers' cpu and memory.
 SAMPLE_MS = 1000
 

@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 import dask
 import numpy as np
 
+from ...dashboard._names import RECORDS_OP, TOPIC
 from ...exceptions import ParameterError
 
 if TYPE_CHECKING:
@@ -39,10 +40,6 @@ __all__ = ["BATCH", "INTERVAL", "PROTOCOL", "TOPIC", "Publisher", "dashboard_ena
 
 logger = logging.getLogger("dask_dgd")
 
-#: The event topic of every message.
-TOPIC = "dask_dgd"
-#: The scheduler operation of the batches of records (the plugin's ``RECORDS_OP``).
-RECORDS_OP = "dask_dgd_records"
 #: The version of the messages' layout (in the start message).
 PROTOCOL = 1
 #: Seconds between two batches of records.

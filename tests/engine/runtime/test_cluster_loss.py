@@ -14,7 +14,6 @@ import shutil
 import signal
 import subprocess
 import sys
-import time
 import warnings
 from pathlib import Path
 
@@ -26,6 +25,7 @@ import pandas as pd
 import pytest
 from distributed import Client
 from distributed.diagnostics.plugin import SchedulerPlugin
+from processes import wait_for_file
 
 from dask_dgd import LogisticRegression, MatrixFactorization
 from dask_dgd.datasets import make_ratings
@@ -38,16 +38,6 @@ REPO = str(Path(__file__).resolve().parents[3])
 
 
 # ------------------------------------------------------------------ the scheduler
-def _wait_for(proc, path, what, timeout=120):
-    deadline = time.monotonic() + timeout
-    while not path.exists() or not path.stat().st_size:
-        if proc.poll() is not None:
-            raise RuntimeError(f"the {what} exited with code {proc.returncode} before it was ready")
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"the {what} was not ready after {timeout} s")
-        time.sleep(0.2)
-
-
 @pytest.fixture
 def scheduler_cluster(tmp_path):
     """A `dask scheduler` process (a free port, its address in a scheduler file) and two
@@ -66,7 +56,7 @@ def scheduler_cluster(tmp_path):
             [dask_cmd, "scheduler", "--host", "127.0.0.1", "--port", "0", "--no-dashboard",
              "--scheduler-file", str(scheduler_file)], stdout=log, stderr=subprocess.STDOUT, env=env)
         procs.append(scheduler)
-        _wait_for(scheduler, scheduler_file, "scheduler")
+        wait_for_file(scheduler, scheduler_file, "scheduler")
         procs.append(subprocess.Popen(
             [dask_cmd, "worker", "--scheduler-file", str(scheduler_file), "--nworkers", "2", "--nthreads", "1",
              "--no-dashboard", "--local-directory", str(tmp_path)], stdout=log, stderr=subprocess.STDOUT, env=env))

@@ -10,7 +10,6 @@ import subprocess
 import sys
 import textwrap
 import threading
-import time
 from pathlib import Path
 
 import dask
@@ -18,6 +17,7 @@ import dask.array as da
 import numpy as np
 import pytest
 from distributed import Client
+from processes import wait_for_file
 
 from dask_dgd._engine.runtime import publish
 from dask_dgd._engine.runtime.publish import BATCH, RECORDS_OP, TOPIC, Publisher, page_url, plain
@@ -291,16 +291,6 @@ sys.meta_path.insert(0, _Blocked())
 '''
 
 
-def _wait_for_file(proc, path, what, timeout=120):
-    deadline = time.monotonic() + timeout
-    while not path.exists() or not path.stat().st_size:
-        if proc.poll() is not None:
-            raise RuntimeError(f"the {what} exited with code {proc.returncode} before it was ready")
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"the {what} was not ready after {timeout} s")
-        time.sleep(0.2)
-
-
 @pytest.fixture
 def blind_scheduler(tmp_path, page):
     """A `dask scheduler` process that cannot import ``dask_dgd.dashboard`` (a preloaded
@@ -321,7 +311,7 @@ def blind_scheduler(tmp_path, page):
              "--preload", str(blocker), "--scheduler-file", str(scheduler_file)],
             stdout=log, stderr=subprocess.STDOUT, env=env)
         procs.append(scheduler)
-        _wait_for_file(scheduler, scheduler_file, "scheduler")
+        wait_for_file(scheduler, scheduler_file, "scheduler")
         procs.append(subprocess.Popen(
             [dask_cmd, "worker", "--scheduler-file", str(scheduler_file), "--nworkers", "1", "--nthreads", "1",
              "--no-dashboard", "--local-directory", str(tmp_path)], stdout=log, stderr=subprocess.STDOUT, env=env))
