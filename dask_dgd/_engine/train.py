@@ -8,6 +8,7 @@ the solver, the stop rules, the monitor and the checkpoints, runs the one driver
 
 from __future__ import annotations
 
+import functools
 import math
 import numbers
 from dataclasses import dataclass, field
@@ -291,6 +292,15 @@ def resolve_sharding(param_sharding: bool | str, *, objective: TrainingObjective
             and objective.n_params >= int(dask.config.get("dgd.shard-params-min", SHARD_PARAMS_MIN)))
 
 
+
+def _page_notes(shards: Any) -> dict[str, list[Any]]:
+    """What the live page shows of a fit besides its records (see
+    :class:`~.runtime.publish.Publisher`): the data-skew placement at the start when it
+    moved blocks, the dynamic moves of blocks, the steps retried after a worker loss."""
+    report = getattr(shards, "skew_report", None) or {}
+    return {"skew": [report] if report.get("moved_blocks") else [], "rebalance": report.get("dynamic", []),
+            "retry": getattr(shards, "recoveries", [])}
+
 def train(
     objective: LinearObjective | TrainingObjective,
     data: ShardSet | Sequence[Any],
@@ -511,7 +521,7 @@ def train(
             if shards.executor.kind == "dask":  # the live page (dask config dgd.dashboard)
                 monitor.publish(getattr(shards.executor, "client", None), estimator=progress_desc, mode=mode,
                                 max_iter=int(max_iter), max_staleness=max_staleness, n_groups=shards.n_groups,
-                                workers=list(shards.workers))
+                                workers=list(shards.workers), notes=functools.partial(_page_notes, shards))
             source.start()
             if objective.has_local:
                 inits = [(None if local_init is None else local_init[g],) for g in range(shards.n_groups)]

@@ -243,6 +243,38 @@ class Fit:
         return self.texts[bisect.bisect_left(self.index, since):]
 
 
+def _skew_note(entry: dict[str, Any], last: int | None) -> tuple[str, int | None, str]:
+    """The flag of the data-skew placement at the start of a fit (``skew_report_``)."""
+    return ("skew", None, f"data skew at the start: max/mean worker load {_fmt(entry.get('imbalance_before'))} "
+                          f"before, {_fmt(entry.get('imbalance_after'))} after ({entry.get('action')}; "
+                          f"{entry.get('moved_blocks')} blocks moved)")
+
+
+def _rebalance_note(entry: dict[str, Any], last: int | None) -> tuple[str, int | None, str]:
+    """The flag of a move of blocks toward faster workers during the fit."""
+    step = _int_or_none(entry.get("step"))
+    return ("rebalance", step if step is not None else last,
+            f"{entry.get('moved_blocks')} blocks moved toward faster workers (predicted step "
+            f"{_fmt(entry.get('predicted_step_ratio'))}x)")
+
+
+def _retry_note(entry: dict[str, Any], last: int | None) -> tuple[str, int | None, str]:
+    """The flag of a step retried after a worker loss (its shards recomputed elsewhere)."""
+    return ("retry", last, f"lost worker(s) {entry.get('lost')}: shards recomputed, step retried")
+
+
+def _fmt(value: Any) -> str:
+    number = _number(value)
+    return "?" if number is None else f"{number:.2f}"
+
+
+#: The notes a driver sends besides its records (``{"kind": "note", "what": ..., "entry":
+#: {...}}``): the data-skew placement at the start (``skew_report_``), a dynamic
+#: rebalancing (an entry of ``skew_report_["dynamic"]``), a step retried after a worker
+#: loss: each becomes a flag.
+_NOTES = {"skew": _skew_note, "rebalance": _rebalance_note, "retry": _retry_note}
+
+
 class FitStore:
     """The fits the scheduler has seen, fed by :meth:`apply` (one protocol message).
 
@@ -275,6 +307,12 @@ class FitStore:
             if first is None or first < 0 or not isinstance(records, (list, tuple)):
                 return False
             self._get(msg["fit"]).add_records(first, list(records))
+        elif kind == "note":
+            entry = msg.get("entry")
+            if msg.get("what") not in _NOTES or not isinstance(entry, dict):
+                return False
+            fit = self._get(msg["fit"])
+            fit.flag(*_NOTES[msg["what"]](entry, fit.last_step()))
         elif kind == "end":
             fit = self._get(msg["fit"])
             status = msg.get("status")

@@ -324,3 +324,23 @@ def test_worker_samples_are_counted_past_the_bound(monkeypatch):
         store.add_metrics(float(t), {"tcp://a:1": (10.0, 1e6)})
     fit = store.fits["f1"]
     assert fit.samples_received == 4 and list(fit.worker_metrics["tcp://a:1"]["time"]) == [3.0, 4.0]
+
+
+def test_notes_become_flags_and_unknown_notes_are_ignored():
+    store = FitStore()
+    store.apply({"kind": "start", "fit": "n", "estimator": "E"})
+    store.apply({"kind": "records", "fit": "n", "first": 0, "records": [{"step": 1}, {"step": 2}]})
+    assert store.apply({"kind": "note", "fit": "n", "what": "skew", "entry": {
+        "imbalance_before": 1.8, "imbalance_after": 1.02, "action": "rechunked", "moved_blocks": 5}})
+    assert store.apply({"kind": "note", "fit": "n", "what": "rebalance", "entry": {
+        "step": 2, "moved_blocks": 3, "predicted_step_ratio": 0.7}})
+    assert store.apply({"kind": "note", "fit": "n", "what": "retry", "entry": {"lost": ["tcp://a:1"]}})
+    assert not store.apply({"kind": "note", "fit": "n", "what": "gossip", "entry": {}})
+    assert not store.apply({"kind": "note", "fit": "n", "what": "retry", "entry": "not a dict"})
+    flags = [(f["kind"], f["step"], f["message"]) for f in store.fits_json()["fits"][0]["flags"]]
+    assert flags == [
+        ("skew", None, "data skew at the start: max/mean worker load 1.80 before, 1.02 after (rechunked; 5 blocks "
+                       "moved)"),
+        ("rebalance", 2, "3 blocks moved toward faster workers (predicted step 0.70x)"),
+        ("retry", 2, "lost worker(s) ['tcp://a:1']: shards recomputed, step retried"),
+    ]

@@ -93,15 +93,17 @@ class Monitor:
         self._bar = progress_bar(self.verbose, total, desc, "iter", capped)
         self._publisher: Publisher | None = None
 
-    def publish(self, client: Any, **start: Any) -> None:
+    def publish(self, client: Any, notes: Callable[[], Mapping[str, Sequence[Any]]] | None = None,
+                **start: Any) -> None:
         """Send the records to the live page of ``client``'s scheduler as they are made
         (see :mod:`.publish`): a distributed client, with the dask config
         ``dgd.dashboard`` on (the default); otherwise nothing.  ``start``: the fit's
         ``estimator``, ``mode``, ``max_iter``, ``max_staleness``, ``n_groups`` and
-        ``workers`` (each group's)."""
+        ``workers`` (each group's); ``notes``: what else the page shows, as lists the
+        fit appends to (see :class:`~.publish.Publisher`)."""
         from .publish import start_publisher
 
-        self._publisher = start_publisher(client, self.records, start)
+        self._publisher = start_publisher(client, self.records, start, notes)
 
     def elapsed(self) -> float:
         return time.perf_counter() - self.t0

@@ -31,7 +31,7 @@ from ...dashboard._names import RECORDS_OP, TOPIC
 from ...exceptions import ParameterError
 
 if TYPE_CHECKING:
-    from collections.abc import Mapping, Sequence
+    from collections.abc import Callable, Mapping, Sequence
 
     from distributed import Client
 
@@ -135,11 +135,19 @@ class Publisher:
     start : mapping
         The start message's fields about the fit (``estimator``, ``mode``,
         ``max_iter``, ``max_staleness``, ``n_groups``, ``workers``).
+    notes : callable or None
+        Returns ``{what: entries}``: lists the fit appends to (``"skew"``: the data-skew
+        placement at the start, ``"rebalance"``: the dynamic moves of blocks,
+        ``"retry"``: the steps retried after a worker loss); each new entry is sent
+        once, as a ``note`` message, and becomes one of the page's flags.
     """
 
-    def __init__(self, client: Client, records: Sequence[dict[str, Any]], start: Mapping[str, Any]) -> None:
+    def __init__(self, client: Client, records: Sequence[dict[str, Any]], start: Mapping[str, Any],
+                 notes: Callable[[], Mapping[str, Sequence[Any]]] | None = None) -> None:
         self.client = client
         self.records = records
+        self.notes = notes
+        self._noted: dict[str, int] = {}  # entries of each note list sent
         self.fit = uuid.uuid4().hex
         self.sent = 0
         self.failed = False
@@ -178,6 +186,12 @@ class Publisher:
                 if self._send({"kind": "records", "fit": self.fit, "first": self.sent, "records": batch},
                               records=True):
                     self.sent += len(batch)
+            for what, entries in (self.notes() if self.notes is not None else {}).items():
+                for entry in list(entries)[self._noted.get(what, 0):]:
+                    if not self._send({"kind": "note", "fit": self.fit, "what": what, "entry": plain(entry)},
+                                      records=True):
+                        return
+                    self._noted[what] = self._noted.get(what, 0) + 1
 
     def close(self, status: str = "done", message: str = "", timeout: float = CLOSE_TIMEOUT) -> None:
         """The last records and the end message (``status``: ``"done"``, ``"error"`` or
@@ -215,7 +229,8 @@ class Publisher:
         return True
 
 
-def start_publisher(client: Any, records: Sequence[dict[str, Any]], start: Mapping[str, Any]) -> Publisher | None:
+def start_publisher(client: Any, records: Sequence[dict[str, Any]], start: Mapping[str, Any],
+                    notes: Callable[[], Mapping[str, Sequence[Any]]] | None = None) -> Publisher | None:
     """A :class:`Publisher` of ``records`` when ``client`` is a running distributed
     client, ``dgd.dashboard`` is on and the scheduler has the page; else None."""
     if client is None or not dashboard_enabled():
@@ -229,7 +244,7 @@ def start_publisher(client: Any, records: Sequence[dict[str, Any]], start: Mappi
     try:
         if not register_page(client):
             return None
-        return Publisher(client, records, start)
+        return Publisher(client, records, start, notes)
     except Exception as err:  # noqa: BLE001 - never fails the fit
         logger.info("dask_dgd: no live page for this fit: %s: %s", type(err).__name__, err)
         return None

@@ -157,6 +157,12 @@ def test_dynamic_balancing_moves_load_off_a_slow_worker(client, data):
     # in compute; the fast worker's time, short, is the noisier under load)
     speeds = moves[-1]["speeds"]
     assert speeds[slow] == min(speeds.values()) and speeds[slow] < 0.75
+    # the live page flags each move at its step (the fit's last one, the newest on the page)
+    from dask_dgd.dashboard import records
+
+    (page,) = [f for f in records(client)["fits"] if f["flag_counts"].get("rebalance")][:1]
+    assert [f["step"] for f in page["flags"] if f["kind"] == "rebalance"] == [m["step"] for m in moves]
+    assert all("blocks moved toward faster workers" in f["message"] for f in page["flags"] if f["kind"] == "rebalance")
     # the sums follow the block tree: moving blocks changes no bit of the result
     still = _fit(client, Xb, yb, rebalance=False, **common)
     np.testing.assert_array_equal(est.coef_, still.coef_)
