@@ -1,13 +1,26 @@
-"""Shared fixtures: one LocalCluster (2 workers, 1 thread each) for the session, and
-``make_cluster`` / ``make_module_cluster`` for a test's (or a module's) own cluster."""
+"""Shared fixtures: one LocalCluster (2 workers, 1 thread each) for the session (of each
+pytest-xdist worker), and ``make_cluster`` / ``make_module_cluster`` for a test's (or a
+module's) own cluster."""
 
 import contextlib
 import logging
+import os
 
 import dask
 import numpy as np
 import pytest
 from distributed import Client, LocalCluster
+
+#: At most this many pytest-xdist workers for ``-n auto``: each holds LocalClusters (some of
+#: several worker processes), so many more would cost memory rather than save time.
+MAX_TEST_PROCESSES = 8
+
+
+def pytest_xdist_auto_num_workers(config):
+    """``-n auto`` (in the addopts): one test process per core this process may use, at
+    most :data:`MAX_TEST_PROCESSES`."""
+    return max(1, min(len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1,
+                      MAX_TEST_PROCESSES))
 
 
 @pytest.fixture(scope="session")

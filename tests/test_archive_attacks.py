@@ -78,6 +78,7 @@ def test_a_file_signed_with_one_key_does_not_load_under_another(model, tmp_path)
 
 
 # ------------------------------------------------------------------------ zip bombs
+@pytest.mark.slow
 def test_a_zip_bomb_is_refused_before_decompressing(model, tmp_path):
     """3 GB of zeros compresses to a few MB: refused from the zip's declared sizes, with
     the process's memory nowhere near the bomb's size."""
@@ -329,6 +330,7 @@ with setting(None) if not how.startswith("set") else contextlib.nullcontext():
 
 
 @pytest.mark.parametrize("how", ["env", "yaml-dash", "yaml-underscore", "set-dash", "set-underscore"])
+@pytest.mark.slow
 def test_every_documented_way_to_set_the_key_signs(how, tmp_path):
     """DASK_DGD__ARCHIVE_KEY reaches dask as dgd.archive_key: the loader tested the raw
     dict for "archive-key", found nothing, and wrote and read every file unsigned.  In a
@@ -483,6 +485,7 @@ def _fuzz_value(rng, allowed, refused, attributes, arrays, depth=0):
             "indptr": {"__array__": str(rng.choice(list(arrays)))}}
 
 
+@pytest.mark.slow
 def test_the_loader_fuzzed_over_the_allow_list_rebuilds_nothing_else(model):
     """2,000 forged contents (random allowed and refused type names, attribute names that
     are fitted attributes, parameters, methods and dunders, nested values): each load

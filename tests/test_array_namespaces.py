@@ -160,6 +160,7 @@ def test_on_array_api_strict_refuses_other_inputs():
         on_array_api_strict([1.0, 2.0])
 
 
+@pytest.mark.slow
 def test_cupy_is_never_imported_without_a_cupy_block():
     """A finder that records (and refuses) every import of cupy or cupyx made by
     dask_dgd's own code, installed before dask_dgd: fitting and predicting every model

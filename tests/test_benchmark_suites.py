@@ -347,6 +347,7 @@ def test_memory_suite_tiny():
         assert f["census"]["copies"] >= f["census"]["n_blocks"]
 
 
+@pytest.mark.slow
 def test_straggler_suite_tiny():
     # a 10x straggler: its slowdown stands far above the noise of a busy machine
     result = straggler.run(
@@ -379,6 +380,7 @@ def test_skewed_chunks():
     assert sum(skew.skewed_chunks(2_000_000, 16, 0.75)) == 2_000_000
 
 
+@pytest.mark.slow
 def test_skew_suite_tiny():
     result = skew.run("small", repeats=1, rows=16_000, features=4, chunks=8, steps=8, log=lambda msg: None)
     _check_result(result)
@@ -394,6 +396,7 @@ def test_skew_suite_tiny():
     assert "dynamic step" in result["markdown"]
 
 
+@pytest.mark.slow
 def test_compression_suite_tiny(tmp_path):
     png = tmp_path / "loss.png"
     result = compression.run(
@@ -813,6 +816,7 @@ def test_accuracy_suite_tiny():
         accuracy.run("small", rows=10)
 
 
+@pytest.mark.slow
 def test_small_data_suite_tiny():
     pytest.importorskip("glum")
     from benchmarks.suites import SUITES, small_data
@@ -835,6 +839,7 @@ def test_small_data_suite_tiny():
     with pytest.raises(TypeError, match=r"unknown parameters for the small_data suite: \['nope'\]"):
         small_data.run("small", nope=1)
 
+@pytest.mark.slow
 def test_wide_default_suite_tiny():
     """The suite's interface, and a tiny run: the default fit in a fresh process (the
     current checkout) beside scikit-learn, its per-iteration split, and the verdict."""

@@ -319,6 +319,7 @@ def test_first_use_benchmark_runs_and_reports_each_command(capsys):
     assert float(rows["dask_dgd LogisticRegression"][0]) > 0
 
 
+@pytest.mark.slow
 def test_item_fold_in_benchmark_compares_fold_in_refit_and_fallback():
     """``python -m benchmarks.item_fold_in``: cold items folded in predict their held-out
     ratings better than the unknown-item fallback, close to a refit."""

@@ -161,6 +161,7 @@ def test_bad_out_is_the_documented_line_with_status_2_and_replaces_nothing(folde
     assert os.listdir(folder / "set.parquet") == ["part.0.parquet"]
 
 
+@pytest.mark.slow
 def test_overwrite_replaces_an_existing_out(folder, tmp_path):
     (tmp_path / "four.csv").write_bytes((folder / "four.csv").read_bytes())
     for name in ("m.npz", "p.csv"):
@@ -200,6 +201,7 @@ def test_out_in_a_folder_that_refuses_files_is_a_usage_error_before_any_data_is_
     assert not (folder / "r.npz").exists()
 
 
+@pytest.mark.slow
 def test_the_out_check_leaves_no_file_behind(folder):
     code, out, err = _run(["train", "four.csv", "--model", "linear", "--target", "y", "--out", "probe.npz"], folder)
     assert (code, err) == (0, "")
@@ -238,6 +240,7 @@ def test_data_errors_are_the_documented_line_with_status_1(folder, args, line):
     assert not (folder / "out.npz").exists()
 
 
+@pytest.mark.slow
 def test_train_and_predict_a_small_csv_print_only_their_summary(folder):
     code, out, err = _run(["train", "four.csv", "--model", "linear", "--target", "y", "--out", "ok.npz"], folder)
     assert (code, err) == (0, "")

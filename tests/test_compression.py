@@ -278,6 +278,7 @@ def test_uncompressed_bytes_and_split_every_auto(client, wide):
     assert auto_split_every(64, 4 * 2**20) == 4 and auto_split_every(64, 64 * 2**20) == 2
 
 
+@pytest.mark.slow
 def test_residual_lives_on_the_group_and_restarts_with_it(client, wide):
     """The residual is kept between steps on each group's runner (the compressed fit
     differs from one whose residual is dropped every step), and a failed worker stops

@@ -72,6 +72,7 @@ def test_validation_rows_are_not_trained_on(client):
     assert est.history_["val_loss"].iloc[-1] == pytest.approx(log_loss, rel=1e-10)
 
 
+@pytest.mark.slow
 def test_same_stop_whatever_the_reduction_tree(client):
     """The split is a function of the seed and the rows' positions: another reduction
     tree (or placement) stops at the same epoch with the same model, up to rounding."""

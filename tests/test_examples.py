@@ -87,6 +87,7 @@ def _python_blocks(path):
     return re.findall(r"```python\n(.*?)```", path.read_text(), flags=re.S)
 
 
+@pytest.mark.slow
 def test_user_guide_code_runs(capsys, tmp_path, monkeypatch):
     """The user guide's blocks run in order, in one namespace, without a cluster."""
     monkeypatch.chdir(tmp_path)  # files the guide writes land here

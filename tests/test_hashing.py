@@ -38,6 +38,7 @@ def _one_hot(X, crosses=()):
 
 
 # ------------------------------------------------------------------ the transform
+@pytest.mark.slow
 def test_categories_are_signed_unit_columns_and_numbers_hold_their_values(titanic):
     X, _ = titanic
     H = FeatureHasher(n_features=2**20).fit_transform(X)
@@ -93,6 +94,7 @@ def test_dask_partitions_hash_as_pandas_in_the_workers(client, titanic):
 
 
 # ------------------------------------------------------------------ in a model
+@pytest.mark.slow
 def test_hashed_model_equals_the_one_hot_model_without_collisions(titanic):
     """With no collisions the hashed columns are the one-hot columns permuted and some
     negated: the ridge solution is the same up to those signs, so the predictions are."""

@@ -74,6 +74,7 @@ def test_in_process_fit_matches_scikit_learn_ridge(problem):
 @pytest.mark.filterwarnings("ignore::sklearn.exceptions.ConvergenceWarning")
 @settings(FIXTURE_OK, max_examples=25)
 @given(problem=regression_problems())
+@pytest.mark.slow
 def test_dask_fit_matches_the_in_process_fit_whatever_the_chunking(problem, client):
     X, y, weights, chunks = problem
     params, _ = _ridge_pair(X, weights)
@@ -126,6 +127,7 @@ def test_logistic_predicts_only_labels_seen_at_fit(problem, scale):
 
 @settings(FIXTURE_OK, max_examples=15)
 @given(problem=classification_problems())
+@pytest.mark.slow
 def test_logistic_on_dask_predicts_only_labels_seen_at_fit(problem, client):
     X, y, _, chunks = problem
     Xd = da.from_array(X, chunks=(chunks, X.shape[1]))

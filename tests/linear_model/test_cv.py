@@ -94,6 +94,7 @@ def test_elastic_net_cv_matches_scikit_learn(boston, solver):
     np.testing.assert_allclose(ours.predict(X[:5]), ref.predict(X[:5]), atol=1e-4)
 
 
+@pytest.mark.slow
 def test_path_in_warm_started_groups_equals_the_whole_path(boston, monkeypatch):
     """PATH_GROUP=2: the 5 alphas train as 3 stacked fits (2, 2, 1 alphas x 3 folds), each
     started from the previous group's solutions; the path is the same optimum."""

@@ -124,6 +124,7 @@ def test_negative_binomial_unit_deviance_matches_statsmodels(quine, theta):
 
 
 # ------------------------------------------------------------------ the paths against references
+@pytest.mark.slow
 def test_gamma_regressor_cv_matches_scikit_learn_and_glum(cpus):
     X, y = cpus
     F = 4

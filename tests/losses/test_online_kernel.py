@@ -155,6 +155,7 @@ def test_the_rule_state_continues_across_rounds_as_one_pass():
     np.testing.assert_allclose(w2, ref2[0], rtol=1e-13, atol=1e-15)
 
 
+@pytest.mark.slow
 def test_a_row_costs_its_entries_not_the_parameters():
     # d = 2**22 features, 100 rows of 5 entries: only the rows' entries (and the
     # intercept) move, and the round's touched list is exactly their union

@@ -82,7 +82,7 @@ BAD = [
 ]
 
 
-@pytest.mark.parametrize(("make", "kwargs", "message"), BAD, ids=lambda v: repr(v)[:40])
+@pytest.mark.parametrize(("make", "kwargs", "message"), BAD, ids=lambda v: getattr(v, "__name__", None) or repr(v)[:40])  # stable ids: pytest-xdist
 def test_bad_parameter(make, kwargs, message):
     with pytest.raises(ParameterError, match=f"^{re.escape(message)}$"):
         make(**kwargs)

@@ -170,6 +170,7 @@ def test_the_choice_does_not_depend_on_the_sharding(client):
 
 
 @pytest.mark.parametrize("solver", ["als", "gd"])
+@pytest.mark.slow
 def test_the_path_in_tasks_is_the_path_in_rounds_bit_for_bit(process_client, monkeypatch, solver):
     # on a cluster of worker processes, small ratings' path fits run whole, one task per
     # fit (one per worker at a time, on copies of the shards), and so does the refit on
@@ -249,6 +250,7 @@ def test_a_refit_with_callbacks_stays_in_rounds_of_tasks(process_client):
     assert seen == refit["step"].tolist()
 
 
+@pytest.mark.slow
 def test_gradient_steps_and_local_sgd_take_the_path_too(client):
     ratings, _ = make_ratings(200, 80, 3000, rank=2, noise=0.5, random_state=2)
     gd = _fit(MatrixFactorization(n_components=2, learning_rate=0.05, max_iter=60, random_state=0), ratings)

@@ -362,6 +362,7 @@ def _merge_tasks(client, frame):
     return [k for k in keys if k.startswith(("dgd-mf-merge", "dgd-mf-dup-probe"))]
 
 
+@pytest.mark.slow
 def test_merging_duplicates_takes_tasks_linear_in_the_partitions(ratings, client):
     """Finding whether there are duplicates, and merging them, takes a number of tasks
     that grows linearly with the partitions (a bucket per partition, each depending on

@@ -116,6 +116,7 @@ def test_shards_are_balanced_by_ratings_not_users(client):
     assert by_users.max() / by_users.mean() > 1.8
 
 
+@pytest.mark.slow
 def test_string_ids_dask_array_input_and_y(lowrank, client):
     train, test = lowrank
     named = train.assign(user="u" + train["user"].astype(str), item="i" + train["item"].astype(str))
@@ -398,6 +399,7 @@ def test_divergence_names_the_step_and_the_remedy():
 
 
 @pytest.mark.filterwarnings("ignore::sklearn.exceptions.ConvergenceWarning")
+@pytest.mark.slow
 def test_a_checkpoint_of_other_ratings_with_the_same_totals_is_refused(tmp_path, client):
     """The fingerprint covers the ratings themselves (issue 22, item 3), whatever their
     order or partitions: two ratings swapped between rows keep every total."""
@@ -421,6 +423,7 @@ def test_checkpoint_needs_an_int_random_state(tmp_path):
         MatrixFactorization(checkpoint=tmp_path).fit(ratings)
 
 
+@pytest.mark.slow
 def test_default_fits_converge_without_a_warning_and_beat_the_bias_model():
     """With the defaults (max_iter=100, tol=5e-4 relative) fits on ordinary ratings stop
     by the tolerance, as a Surprise, implicit or Spark ALS user expects, not by max_iter

@@ -224,6 +224,7 @@ def test_bad_alpha(alpha, message):
 
 
 @pytest.mark.parametrize("loss", ["wls", "bpr"])
+@pytest.mark.slow
 def test_the_path_in_tasks_is_the_path_in_rounds_bit_for_bit(process_client, monkeypatch, loss):
     import dask_dgd.recommender._auto as auto
 
@@ -383,6 +384,7 @@ def _popularity_ndcg(train, test, k=10):
 
 
 @pytest.mark.parametrize("loss", ["wls", "bpr"])
+@pytest.mark.slow
 def test_generated_low_rank_interactions_get_factors_not_popularity(loss):
     """Interactions of rank 5: a fixed rank 64 lost to popularity on them (falling back
     to it); the ladder finds a small rank that beats it on held-out pairs, and on the

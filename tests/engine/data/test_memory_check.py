@@ -217,6 +217,7 @@ def _hoards(n_bytes):
     return pd.DataFrame({"a": block, "y": block})
 
 
+@pytest.mark.slow
 def test_workers_killed_at_their_memory_limit_while_reading_the_input_is_a_cluster_error(make_cluster):
     """A partition larger than its worker can hold, in a frame whose size is unknown up
     front: the nanny kills the worker, Dask gives up on the task (KilledWorker), and the

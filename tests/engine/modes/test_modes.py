@@ -138,6 +138,7 @@ def test_bounded_staleness_is_bounded_with_a_slow_worker(client, dask_data):
 
 
 @pytest.mark.timeout(120)
+@pytest.mark.slow
 def test_a_failing_worker_stops_async_training_with_its_error(client, dask_data):
     _, _, Xd, yd = dask_data
     est = LogisticRegression(alpha=ALPHA, solver="sgd", batch_size=500, max_iter=1000, tol=0.0,
@@ -384,6 +385,7 @@ def test_max_iter_counts_epochs_in_every_mode(client, dask_data):
     assert est.n_iter_ == 2 and pushes == 2 * 8000 // 250
 
 
+@pytest.mark.slow
 def test_zero_weight_batches_and_empty_groups(client, dask_data):
     """A local round that draws only zero-weight rows moves nothing (no backoff); an
     asynchronous fit leaves groups without rows out (they would push stale updates)."""

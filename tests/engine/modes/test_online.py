@@ -320,6 +320,7 @@ def test_auto_picks_online_only_when_enabled_and_for_wide_sparse_data_only():
         assert auto(wide)[0] == "lbfgs"
 
 
+@pytest.mark.slow
 def test_auto_keeps_sharded_solvers_when_sharding_is_asked_for():
     import dask
 

@@ -156,6 +156,7 @@ def test_compressed_fits_are_bit_identical_on_two_and_three_workers(client, clie
     assert three.loss_curve_ == two.loss_curve_
 
 
+@pytest.mark.slow
 def test_ef21_and_downlink_reach_the_uncompressed_objective_with_its_step(client):
     """EF21 top-k 5% with the full automatic step, and with the parameters' changes
     sent down, end within 1e-4 of the uncompressed fit after as many steps, sending a
@@ -250,6 +251,7 @@ def test_compression_options_refused_where_they_do_not_apply(mode, compression, 
 
 
 @pytest.mark.parametrize("optimizer", ["momentum", "adam"])
+@pytest.mark.slow
 def test_momentum_and_adam_take_the_residual_by_default(client, optimizer):
     """A driver optimizer with momentum or adaptive steps amplifies the EF21 estimate's
     lagging entries (measured: 400 steps at top-k 5% of 41 parameters ended at 0.635

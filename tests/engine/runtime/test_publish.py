@@ -329,6 +329,7 @@ def blind_scheduler(tmp_path, page):
         log.close()
 
 
+@pytest.mark.slow
 def test_a_scheduler_that_cannot_import_the_page_costs_one_log_line(blind_scheduler, logistic_data, caplog):
     X, y = logistic_data
     with caplog.at_level(logging.INFO, logger="dask_dgd"):

@@ -272,6 +272,7 @@ def test_tls_local_and_async_modes(tls_client, client, no_embedded_cluster):
     assert len(pushes) == 2 and (pushes > 0).all(), pushes  # both groups took part
 
 
+@pytest.mark.slow
 def test_tls_matrix_factorization_equals_plain_cluster(tls_client, client, no_embedded_cluster):
     ratings, _ = make_ratings(200, 60, 3000, rank=3, npartitions=4, random_state=0)
     kw = {"n_components": 3, "max_iter": 15, "tol": 0, "random_state": 0}
@@ -391,6 +392,7 @@ def _run_fit(est, data, client, barrier=None, meet=None):
     return _fit(est, *data)
 
 
+@pytest.mark.slow
 def test_concurrent_fits_equal_sequential_fits(client):
     specs, (Xd_, yd_) = _concurrent_specs()
     scheduler = dask.config.get("scheduler", None)
@@ -534,6 +536,7 @@ def test_overlapping_actor_calls_leave_dask_config_alone(client):
         assert dask.config.get("scheduler") == "threads"
 
 
+@pytest.mark.slow
 def test_grid_search_threads_equal_one_job(client):
     from joblib import parallel_backend
     from sklearn.model_selection import GridSearchCV

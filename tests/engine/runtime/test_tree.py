@@ -176,6 +176,7 @@ def test_default_fan_in_on_few_groups_is_the_star(client5, blocks5):
     assert (est.history_["tree_depth"] == 1).all() and (est.history_["driver_messages"] == 10).all()
 
 
+@pytest.mark.slow
 def test_matrix_factorization_item_sums_through_the_tree(client5):
     ratings, _ = make_ratings(300, 80, 6000, random_state=0)
     fits = _fit_each(lambda: MatrixFactorization(n_components=4, max_iter=8, tol=0.0, random_state=0, split_every=2,

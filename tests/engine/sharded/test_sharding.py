@@ -100,6 +100,7 @@ def test_three_owners_and_the_backoff_are_the_same_fit(make_cluster):
     assert len(got.history) == len(ref.history)
 
 
+@pytest.mark.slow
 def test_driver_and_worker_bytes_follow_the_non_zero_columns_not_d(client):
     """The same data in 3,000, 300,000 and 3,000,000 columns: the driver's bytes per
     step and the groups' pulled and pushed bytes do not grow with d (a pushed entry
@@ -133,6 +134,7 @@ def test_interrupted_and_resumed_sharded_fit_equals_uninterrupted(tmp_path, clie
     np.testing.assert_allclose(got.history["loss"], ref.history["loss"], rtol=0, atol=1e-15)
 
 
+@pytest.mark.slow
 def test_auto_shards_wide_models_on_a_cluster_only(client):
     import dask
 
@@ -229,6 +231,7 @@ def test_estimator_refuses_a_bad_param_sharding_and_a_scorer():
 
 
 @pytest.mark.parametrize("case", ["logistic", "multinomial"])
+@pytest.mark.slow
 def test_sharded_lbfgs_reaches_the_unsharded_optimum(client, case):
     """L-BFGS over sharded vectors (the two-loop recursion on the owners' dot products):
     the same iterations as unsharded up to rounding, and the same optimum to 1e-10.
