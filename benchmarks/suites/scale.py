@@ -81,19 +81,16 @@ def _levels(histories):
     return [median([r[i] for r in rows if len(r) > i]) for i in range(depth)]
 
 
-def summarise(P, name, rows, features, chunks, split_every, transport, histories, walls, cores, placement=None):
+def summarise(P, name, rows, features, chunks, split_every, transport, histories, walls, cores, placement):
     """One record: the medians of every step of the fits of one configuration.  The
-    groups are the workers of ``placement`` (each block's worker in the fit) or, without
-    it, those of the even layout."""
+    groups are the workers of ``placement`` (each block's worker in the fit)."""
     import pandas as pd
 
     h = pd.concat(histories, ignore_index=True)
     step, cmax = h["step_time"].astype(float), h["compute_time_max"].astype(float)
-    groups, blocks, max_rows = scaling.layout(rows, chunks, P)
-    if placement is not None:
-        counts = Counter(placement).values()
-        groups, blocks = len(counts), max(counts)
-        max_rows = min(rows, blocks * -(-rows // chunks))
+    counts = Counter(placement).values()
+    groups, blocks = len(counts), max(counts)
+    max_rows = min(rows, blocks * -(-rows // chunks))
     return dict(
         data=name, workers=P, rho=max(1.0, P / cores), split_every=split_every, transport=transport,
         rows=rows, features=features, n_params=features + 1, chunks=chunks, groups=groups,
@@ -134,7 +131,7 @@ def measure(P, p, cores, log):
             runs = [_fit(client, X, y, split_every=split, transport=transport, max_iter=p["max_iter"])
                     for _ in range(p["repeats"])]
             rec = summarise(P, name, *datasets[name], split, transport, [r[0] for r in runs], [r[1] for r in runs],
-                            cores, placement=runs[0][2])
+                            cores, runs[0][2])
             log(f"{P} workers: {name} {transport} s={split}: depth {rec['depth']}, {rec['messages']} msgs, "
                 f"driver CPU {rec['driver_cpu'] * 1e3:.2f} ms, step {rec['step'] * 1e3:.2f} ms, "
                 f"overhead {rec['overhead'] * 1e3:.2f} ms")
