@@ -8,10 +8,11 @@ row, its loss and gradient, and the row's contribution to the gradient sums, whi
 row is in L1 cache.  Measured on the same block (1 thread): about 1.6x one read, against
 3.1x for the array-API path.
 
-It is compiled with Numba on first use in each process (about 2 s; cached on disk
-afterwards) and used only for C-contiguous float32/float64 NumPy blocks and the four
-built-in losses (those with a ``fused_code``); everything else (CuPy, sparse, other namespaces, custom losses) takes
-the array-API path.  Sums run in float64 in a fixed order (four interleaved partial
+It is compiled with Numba (:mod:`._fused_kernel`) on first use (about 2 s per dtype;
+cached on disk, so a later process, e.g. a fresh worker, loads it instead) and used
+only for C-contiguous float32/float64 NumPy blocks and the four built-in losses (those
+with a ``fused_code``); everything else (CuPy, sparse, other namespaces, custom losses)
+takes the array-API path.  Sums run in float64 in a fixed order (four interleaved partial
 sums per dot product, no fast-math reassociation), so results are deterministic and do
 not depend on the SIMD width of the machine.
 """
@@ -20,8 +21,6 @@ import numpy as np
 
 __all__ = ["available", "dense_block_sums", "supports"]
 
-#: Rows per inner partial sum of the kernel.
-CHUNK = 256
 _kernel = {}
 
 
@@ -30,63 +29,10 @@ def _compile():
     if "fn" in _kernel:
         return _kernel["fn"]
     try:
-        import numba
-    except Exception:  # noqa: BLE001 - any import failure means "use the array-API path"
+        from ._fused_kernel import kernel
+    except Exception:  # noqa: BLE001 - any import failure (Numba's) means "use the array-API path"
         _kernel["fn"] = None
         return None
-    from ._rowloss import row_loss_grad
-
-    @numba.njit(cache=True, nogil=True, boundscheck=False)
-    def kernel(X, rows, use_rows, y, sw, has_weights, WT, b, has_offset, code, gradT, gint, raw, g):  # pragma: no cover
-        d = WT.shape[1]  # the features; with has_offset, X's K columns after them are offsets
-        n = rows.shape[0] if use_rows else X.shape[0]
-        K = WT.shape[0]
-        loss = 0.0
-        # Two-level sums: rows accumulate into a chunk buffer that is added to the
-        # totals every CHUNK rows, so rounding grows with n / CHUNK + CHUNK, not n.
-        chunk_loss = 0.0
-        chunk_grad = np.zeros((K, d))
-        chunk_int = np.zeros(K)
-        for ii in range(n):
-            i = rows[ii] if use_rows else ii
-            for k in range(K):
-                r0 = 0.0
-                r1 = 0.0
-                r2 = 0.0
-                r3 = 0.0
-                j = 0
-                while j + 4 <= d:
-                    r0 += X[i, j] * WT[k, j]
-                    r1 += X[i, j + 1] * WT[k, j + 1]
-                    r2 += X[i, j + 2] * WT[k, j + 2]
-                    r3 += X[i, j + 3] * WT[k, j + 3]
-                    j += 4
-                while j < d:
-                    r0 += X[i, j] * WT[k, j]
-                    j += 1
-                raw[k] = b[k] + ((r0 + r1) + (r2 + r3))
-                if has_offset:
-                    raw[k] += X[i, d + k]
-            yi = y[i]
-            wi = sw[i] if has_weights else 1.0
-            li = row_loss_grad(code, raw, yi, g, K)
-            chunk_loss += wi * li
-            for k in range(K):
-                gk = wi * g[k]
-                chunk_int[k] += gk
-                for j in range(d):
-                    chunk_grad[k, j] += gk * X[i, j]
-            if (ii + 1) % CHUNK == 0 or ii == n - 1:
-                loss += chunk_loss
-                chunk_loss = 0.0
-                for k in range(K):
-                    gint[k] += chunk_int[k]
-                    chunk_int[k] = 0.0
-                    for j in range(d):
-                        gradT[k, j] += chunk_grad[k, j]
-                        chunk_grad[k, j] = 0.0
-        return loss
-
     _kernel["fn"] = kernel
     return kernel
 
