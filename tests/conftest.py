@@ -16,6 +16,36 @@ from distributed import Client, LocalCluster
 MAX_TEST_PROCESSES = 8
 
 
+#: What a worker process imports to run the library's tasks, imported once per test process
+#: by the forkserver that every worker process is then forked from.
+_WORKER_PRELOAD = ("dask_dgd.linear_model", "dask_dgd.recommender", "dask_dgd.climate", "dask_dgd.losses._rowloss",
+                   "dask_dgd._engine.train", "sparse", "numba")
+
+
+def _forked_worker_processes():
+    """Worker processes (LocalCluster(processes=True), and the fresh worker a nanny starts
+    after a kill) forked from a server that has imported the library, as distributed's own
+    test suite does (Dask's ``multiprocessing-method: forkserver``), not spawned.
+
+    A spawned worker imports the library's task code (scikit-learn, SciPy, pandas,
+    Numba: about 3 s of CPU) before its first task: the 3 worker processes of every fault
+    test, and each victim's replacement, cost the suite minutes of CPU on 2 cores without
+    testing anything.  The worker processes, their nannies, the kills and the restarts
+    are Dask's own; only how a fresh process gets its imports differs.  Clusters of
+    ``dask worker`` processes (started as commands) are not affected."""
+    import multiprocessing.forkserver
+
+    from distributed.utils import get_mp_context
+
+    dask.config.set({"distributed.worker.multiprocessing-method": "forkserver"})
+    context = get_mp_context()  # distributed sets its own preload (distributed, numpy, pandas, ...) once ...
+    preload = list(multiprocessing.forkserver._forkserver._preload_modules)
+    context.set_forkserver_preload(preload + [m for m in _WORKER_PRELOAD if m not in preload])  # ... extended
+
+
+_forked_worker_processes()
+
+
 def pytest_xdist_auto_num_workers(config):
     """``-n auto`` (in the addopts): one test process per core this process may use, at
     most :data:`MAX_TEST_PROCESSES`."""
