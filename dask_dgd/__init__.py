@@ -2,7 +2,7 @@
 
 The pure layers (:mod:`dask_dgd.optim`, :mod:`dask_dgd.losses`) import no Dask; the
 estimators, which need the engine, and the errors (:mod:`dask_dgd.exceptions`, which
-subclass scikit-learn's ``NotFittedError`` and ``ConvergenceWarning``) are imported on
+re-exports scikit-learn's ``NotFittedError`` and ``ConvergenceWarning``) are imported on
 first use, so ``import dask_dgd`` (and the ``dask-dgd`` command's parser) stays cheap.
 """
 

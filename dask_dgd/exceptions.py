@@ -20,10 +20,15 @@ The hierarchy::
     └── UnusedRatingsWarning         an implicit recommender does not use a column of ratings it was given
 
 ``NotFittedError`` and ``ConvergenceWarning`` are scikit-learn's own, re-exported so that
-code which already catches them keeps working.
+code which already catches them keeps working.  They are imported on first use: the
+library's task code on the workers imports this module, and importing scikit-learn costs
+a fresh worker process (or one a nanny restarts after a loss) about 2 s of CPU.
 """
 
-from sklearn.exceptions import ConvergenceWarning, NotFittedError
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from sklearn.exceptions import ConvergenceWarning, NotFittedError
 
 __all__ = [
     "BiasOnlyWarning",
@@ -104,3 +109,12 @@ class UnusedRatingsWarning(DGDWarning):
 
 class RatingScaleWarning(DGDWarning):
     """Some ratings lie far outside the bulk of the others, with ``rating_scale="auto"``: declare the scale."""
+
+
+def __getattr__(name: str) -> type:
+    """scikit-learn's ``ConvergenceWarning`` and ``NotFittedError``, imported on first use."""
+    if name in ("ConvergenceWarning", "NotFittedError"):
+        import sklearn.exceptions
+
+        return getattr(sklearn.exceptions, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
