@@ -32,7 +32,12 @@ def _forked_worker_processes():
     test, and each victim's replacement, cost the suite minutes of CPU on 2 cores without
     testing anything.  The worker processes, their nannies, the kills and the restarts
     are Dask's own; only how a fresh process gets its imports differs.  Clusters of
-    ``dask worker`` processes (started as commands) are not affected."""
+    ``dask worker`` processes (started as commands) are not affected.
+
+    A forked worker inherits the server's environment variables, set when the first
+    worker process of the test process started, not the test's: a test that needs a
+    variable in its workers passes it as Dask config (``make_cluster(config=...)``, sent
+    by the nanny) or starts its processes as commands."""
     import multiprocessing.forkserver
 
     from distributed.utils import get_mp_context
