@@ -522,7 +522,7 @@ class _ClusterRun:
         try:
             failed = next((f for f in self.loops if f.status in ("error", "cancelled")), None)
             if failed is not None and not self.server_lost():
-                ex.call_actor_within(ACTOR_TIMEOUT, self.server.stop, "a group failed")
+                ex.call_actor_within(ACTOR_TIMEOUT, self.server.stop, "a group failed", worker=self.server_worker)
                 cancelled = failed.status == "cancelled"
                 # first what a lost worker took with it (a loop whose scattered input
                 # was lost is cancelled by Dask, not rerun): the cause and the remedy
@@ -533,7 +533,8 @@ class _ClusterRun:
                         "worker was lost or the cluster is shutting down)"
                     )
                 failed.result()  # raises the group's error
-            records, _, state = ex.call_actor_within(ACTOR_TIMEOUT, self.server.drain_with_state)
+            records, _, state = ex.call_actor_within(ACTOR_TIMEOUT, self.server.drain_with_state,
+                                                     worker=self.server_worker)
         except Exception as err:  # noqa: BLE001 - a lost server is told by the scheduler
             if ex.scheduler_lost():
                 self._scheduler_lost(err)
@@ -555,9 +556,10 @@ class _ClusterRun:
         self._watch(records, state)
         if all(f.done() for f in self.loops) and all(f.status == "finished" for f in self.loops):
             # every loop returns only once the server has stopped
-            more, _, state = ex.call_actor_within(ACTOR_TIMEOUT, self.server.drain_with_state)
+            more, _, state = ex.call_actor_within(ACTOR_TIMEOUT, self.server.drain_with_state,
+                                                  worker=self.server_worker)
             records += self.solver.on_poll(more, state)
-            out = ex.call_actor_within(ACTOR_TIMEOUT, self.server.result)
+            out = ex.call_actor_within(ACTOR_TIMEOUT, self.server.result, worker=self.server_worker)
             self.close()
             return out, records
         return None, records
@@ -621,7 +623,7 @@ class _ClusterRun:
 
     def stop(self, message: str) -> tuple[dict[str, Any], list[dict[str, Any]]]:
         """Stop the server (a stop rule of the driver fired) and wait for the loops."""
-        self.ex.call_actor_within(ACTOR_TIMEOUT, self.server.stop, message)
+        self.ex.call_actor_within(ACTOR_TIMEOUT, self.server.stop, message, worker=self.server_worker)
         records: list[dict[str, Any]] = []
         while True:
             out, more = self.poll()
@@ -699,7 +701,7 @@ class _ClusterRun:
     def close(self) -> None:
         if self.server is not None and not all(f.done() for f in self.loops):
             try:  # wake loops waiting at the staleness bound, so they return
-                self.ex.call_actor_within(ACTOR_TIMEOUT, self.server.stop, "interrupted")
+                self.ex.call_actor_within(ACTOR_TIMEOUT, self.server.stop, "interrupted", worker=self.server_worker)
             except Exception:  # noqa: BLE001 - best effort while unwinding
                 pass
         if self.server is not None:

@@ -82,8 +82,9 @@ logger = logging.getLogger("dask_dgd")
 #: In-memory inputs up to this many bytes are fitted in process when no client exists.
 INPROCESS_MAX_BYTES_DEFAULT = 64 * 2**20
 
-#: Seconds between checks that the worker of an actor call still exists.
-ACTOR_POLL = 5.0
+#: Seconds between checks that the worker of an actor call still exists (a step's, the
+#: parameter server's): one scheduler call each while a call waits longer.
+ACTOR_POLL = 1.0
 
 #: Heartbeat intervals a worker must have missed, at least, to be called silent.
 SILENT_BEATS = 4
@@ -725,11 +726,34 @@ class DaskExecutor:
         with current_client(self.client):
             return method(*args, **kwargs).result()
 
-    def call_actor_within(self, timeout: float, method: Callable[..., BaseActorFuture[Any]], *args: Any) -> Any:
+    def call_actor_within(self, timeout: float, method: Callable[..., BaseActorFuture[Any]], *args: Any,
+                          worker: str | None = None) -> Any:
         """:meth:`call_actor` that gives up after ``timeout`` seconds (TimeoutError): a
-        call to an actor whose worker has gone may otherwise wait for ever."""
+        call to an actor whose worker has gone may otherwise wait for ever.  With
+        ``worker`` (the actor's), it gives up as soon as that worker has left the
+        cluster (asked every :data:`ACTOR_POLL` seconds the call waits): nothing will
+        answer."""
         with current_client(self.client):
-            return method(*args).result(timeout=timeout)
+            call = method(*args)
+            deadline = time.monotonic() + timeout
+            while True:
+                left = deadline - time.monotonic()
+                try:
+                    return call.result(timeout=max(min(left, ACTOR_POLL) if worker else left, 0.01))
+                except TimeoutError:
+                    if time.monotonic() >= deadline:
+                        raise
+                    if worker is not None and self._has_left(worker):
+                        raise TimeoutError(f"the actor's worker {worker} left the cluster") from None
+
+    def _has_left(self, worker: str) -> bool:
+        """Whether the scheduler no longer lists ``worker`` (False when it cannot be
+        asked: a lost scheduler is told by :meth:`scheduler_lost`).  Unlike
+        :meth:`workers`, it does not wait for workers to come."""
+        try:
+            return worker not in self.client.run_on_scheduler(_worker_addresses)
+        except Exception:  # noqa: BLE001 - an unreachable scheduler: keep waiting on the call
+            return False
 
     def submit_pinned(self, fn: Callable[..., Any], *args: Any, worker: str, key: str) -> Future:
         """One task ``fn(*args)`` on ``worker`` (e.g. a long-running training loop)."""
