@@ -6,8 +6,7 @@ every process, so the cache never hit and every fresh process (each worker, and 
 worker a nanny restarts) compiled the kernel again, about 2 s per dtype.  Importing this
 module imports Numba; :func:`._fused._compile` imports it on first use.
 
-Numba's cache is keyed on this file only: an edit of :mod:`._rowloss` (inlined here)
-needs this file touched, or the ``__pycache__`` entries removed, to be compiled in.
+Numba's cache is keyed on this file only: see :data:`ROWLOSS_SHA256`.
 """
 
 import numba
@@ -16,6 +15,12 @@ import numpy as np
 from ._rowloss import row_loss_grad
 
 __all__ = ["kernel"]
+
+#: sha256 of ``_rowloss.py``, whose ``row_loss_grad`` Numba inlines into this module's
+#: kernels.  Numba's disk cache is keyed on this file alone: an edit of ``_rowloss.py``
+#: must change this line too (``tests/losses/test_fused.py`` checks it), which makes
+#: Numba compile the kernels again instead of loading the old ones.
+ROWLOSS_SHA256 = "2deadb8ced23d3633995b839900385965e28599a7395fda84914eef98cb127a6"
 
 #: Rows per inner partial sum of the kernel.
 CHUNK = 256

@@ -55,6 +55,12 @@ import numpy as np
 
 from ._rowloss import row_loss_grad
 
+#: sha256 of ``_rowloss.py``, whose ``row_loss_grad`` Numba inlines into this module's
+#: kernels.  Numba's disk cache is keyed on this file alone: an edit of ``_rowloss.py``
+#: must change this line too (``tests/losses/test_fused.py`` checks it), which makes
+#: Numba compile the kernels again instead of loading the old ones.
+ROWLOSS_SHA256 = "2deadb8ced23d3633995b839900385965e28599a7395fda84914eef98cb127a6"
+
 # st: state
 S_SCALE, S_FOLD, S_T, S_N, S_LOSS, S_WEIGHT, S_FIRST_LOSS, S_FIRST_WEIGHT = 0, 1, 2, 3, 4, 5, 6, 7
 S_NT, S_NRT, S_OPEN_W, S_WSUM, S_OPEN_ROWS, S_OPEN_LOSS, S_HAVE_FIRST = 8, 9, 10, 11, 12, 13, 14

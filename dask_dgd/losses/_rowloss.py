@@ -3,7 +3,9 @@
 Written once for the fused block kernel (:mod:`._fused`) and the online passes
 (:mod:`._online`), so both read the same formulas in the same order.  The function is
 inlined into its callers by Numba (``inline="always"``); importing this module imports
-Numba, so the kernels' modules import it only when they compile.
+Numba, so the kernels' modules import it only when they compile.  Numba's disk cache of
+a kernel is keyed on the kernel's own file: an edit here must update ``ROWLOSS_SHA256``
+in ``_fused_kernel.py`` and ``_online_kernels.py`` (a test says so, with the new value).
 """
 
 import math

@@ -45,7 +45,9 @@ def test_a_fresh_process_loads_the_compiled_kernel_from_the_disk_cache(tmp_path)
     """Every fresh worker process (and each one a nanny restarts) used to compile the
     kernel again, about 2 s per dtype, and leave one more file in ``__pycache__``: a
     closure's Numba cache key held a dispatcher that pickles differently in each process."""
-    env = {**os.environ, "NUMBA_CACHE_DIR": str(tmp_path), "NUMBA_DEBUG_CACHE": "1"}
+    repo = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    env = {**os.environ, "NUMBA_CACHE_DIR": str(tmp_path), "NUMBA_DEBUG_CACHE": "1",
+           "PYTHONPATH": os.pathsep.join(p for p in (repo, os.environ.get("PYTHONPATH")) if p)}
     runs = [subprocess.run([sys.executable, "-c", _CALL_THE_KERNEL], env=env, capture_output=True, text=True,
                            timeout=300) for _ in range(2)]
     for run in runs:
@@ -121,3 +123,18 @@ def test_empty_block_and_non_contiguous_block():
 def test_kernel_parameter_is_checked():
     with pytest.raises(ParameterError, match="kernel must be 'auto' or 'array-api', got 'cuda'"):
         LinearObjective(HalfSquaredError(), 3, kernel="cuda")
+
+
+def test_the_kernels_name_the_row_loss_they_inline():
+    """Numba keys a kernel's disk cache on its own file: an edit of ``_rowloss.py`` must
+    also change the kernels' files (their ``ROWLOSS_SHA256``), or a process with a warm
+    cache runs the old formulas."""
+    import hashlib
+    from pathlib import Path
+
+    from dask_dgd.losses import _fused_kernel, _online_kernels, _rowloss
+
+    digest = hashlib.sha256(Path(_rowloss.__file__).read_bytes()).hexdigest()
+    for module in (_fused_kernel, _online_kernels):
+        assert module.ROWLOSS_SHA256 == digest, (
+            f"{module.__name__}.ROWLOSS_SHA256 is not the sha256 of _rowloss.py ({digest}): set it to that")

@@ -83,7 +83,8 @@ logger = logging.getLogger("dask_dgd")
 INPROCESS_MAX_BYTES_DEFAULT = 64 * 2**20
 
 #: Seconds between checks that the worker of an actor call still exists (a step's, the
-#: parameter server's): one scheduler call each while a call waits longer.
+#: parameter server's; also between a gather's checks): scheduler calls made only while
+#: a call waits longer.
 ACTOR_POLL = 1.0
 
 #: Heartbeat intervals a worker must have missed, at least, to be called silent.
@@ -741,15 +742,19 @@ class DaskExecutor:
                 try:
                     return call.result(timeout=max(min(left, ACTOR_POLL) if worker else left, 0.01))
                 except TimeoutError:
-                    if time.monotonic() >= deadline:
+                    if call.done():  # the actor's own TimeoutError, not the wait's
                         raise
+                    if time.monotonic() >= deadline:
+                        raise TimeoutError(f"the actor call did not answer within {timeout:g} s") from None
                     if worker is not None and self._has_left(worker):
                         raise TimeoutError(f"the actor's worker {worker} left the cluster") from None
 
     def _has_left(self, worker: str) -> bool:
         """Whether the scheduler no longer lists ``worker`` (False when it cannot be
-        asked: a lost scheduler is told by :meth:`scheduler_lost`).  Unlike
-        :meth:`workers`, it does not wait for workers to come."""
+        asked, e.g. a client that lost its scheduler: :meth:`scheduler_lost` tells that).
+        Unlike :meth:`workers`, it does not wait for workers to come."""
+        if self.scheduler_lost():
+            return False
         try:
             return worker not in self.client.run_on_scheduler(_worker_addresses)
         except Exception:  # noqa: BLE001 - an unreachable scheduler: keep waiting on the call

@@ -1,8 +1,9 @@
 """A call to an actor (an asynchronous fit's parameter server) whose worker has left the
 cluster ends as soon as the scheduler no longer lists that worker, not at its timeout.
 
-An actor method that waits for an event shows a call that is answered; a call that is
-never answered stands for one to a worker gone mid-call.  Nothing here is timed: with
+An actor method that answers after a few seconds shows a call answered across several
+checks of its worker; a call that is never answered stands for one to a worker gone
+mid-call.  Nothing here is timed: with
 the check missing, the call would wait out its 600 s limit and the test's own timeout
 (300 s) would fail it.
 """
@@ -18,8 +19,9 @@ pytestmark = pytest.mark.timeout(300)
 
 
 class Blocker:
-    """An actor whose ``wait`` returns only once ``release`` was called (the workers are
-    threads of this process: the fixture releases every instance at the end)."""
+    """An actor whose ``wait`` returns only once the event is set: by the fixture, on the
+    instance itself (the workers are threads of this process; an actor runs one method
+    at a time, so a ``release`` call through the actor would queue behind ``wait``)."""
 
     instances = []
 
@@ -31,8 +33,10 @@ class Blocker:
         self.event.wait()
         return "released"
 
-    def release(self):
-        self.event.set()
+    def nap(self, seconds):
+        """Answers after ``seconds``: past a few of the call's checks of its worker."""
+        threading.Event().wait(seconds)
+        return "rested"
 
 
 async def _remove(address, dask_scheduler=None):
@@ -43,15 +47,14 @@ async def _remove(address, dask_scheduler=None):
 def executor(make_cluster):
     yield DaskExecutor(make_cluster(2, processes=False, silence_logs=logging.CRITICAL))
     for blocker in Blocker.instances:
-        blocker.release()
+        blocker.event.set()
     Blocker.instances.clear()
 
 
-def test_an_actor_call_answers_within_its_timeout(executor):
+def test_an_actor_call_answered_after_several_checks_of_its_worker_returns_the_answer(executor):
     worker = executor.workers()[0]
     future, actor = executor.start_actor(Blocker, (), {}, worker=worker, key="blocker-answers")
-    executor.call_actor_within(600, actor.release, worker=worker)
-    assert executor.call_actor_within(600, actor.wait, worker=worker) == "released"
+    assert executor.call_actor_within(600, actor.nap, 2.5, worker=worker) == "rested"  # (ACTOR_POLL: 1 s)
     executor.release_runners(([future], [actor]))
 
 
@@ -63,6 +66,9 @@ class NeverAnswered:
     def result(self, timeout=None):
         threading.Event().wait(timeout)
         raise TimeoutError
+
+    def done(self):
+        return False
 
 
 def test_an_actor_call_ends_once_its_worker_has_left_the_cluster(executor):

@@ -11,8 +11,11 @@ as a user's does: the test suite's own clusters fork theirs from a preloaded ser
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
+
+REPO = str(Path(__file__).resolve().parents[3])
 
 _FIT_ON_A_SPAWNED_WORKER = """
 import logging, sys, warnings
@@ -43,6 +46,7 @@ def test_a_spawned_worker_runs_a_fit_without_importing_scikit_learn(tmp_path):
     script = tmp_path / "fit.py"
     script.write_text(_FIT_ON_A_SPAWNED_WORKER)
     env = {k: v for k, v in os.environ.items() if not k.startswith("DASK_")}
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (REPO, env.get("PYTHONPATH")) if p)  # this checkout's code
     run = subprocess.run([sys.executable, str(script)], cwd=tmp_path, env=env, capture_output=True, text=True,
                          timeout=300)
     assert run.returncode == 0, run.stderr
