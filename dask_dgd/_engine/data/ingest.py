@@ -216,8 +216,8 @@ def _block_nnz(x: Any) -> int:
     return int(x.nnz) if is_sparse(x) else int(x.shape[0] * (x.shape[1] if x.ndim > 1 else 1))
 
 
-def _block_nbytes(*xs: Any) -> int:
-    return int(sum(_nbytes(x) for x in xs if x is not None))
+def _block_size(x: Any) -> tuple[int, int]:
+    return _block_nnz(x), _nbytes(x)
 
 
 def _known_chunks(arr: da.Array, rows: Sequence[int]) -> da.Array:
@@ -227,12 +227,18 @@ def _known_chunks(arr: da.Array, rows: Sequence[int]) -> da.Array:
 def _measure_blocks(client: Client, xf: Sequence[Future], yf: Sequence[Future | None],
                     sf: Sequence[Future | None]) -> tuple[list[int], list[int]]:
     """Non-zeros (dense: rows x columns) and bytes of every block, computed where the
-    blocks are."""
-    sizes = client.gather([client.submit(_block_nnz, f, pure=False) for f in xf])
-    nbytes = client.gather([
-        client.submit(_block_nbytes, x, y, s, pure=False) for x, y, s in zip(xf, yf, sf)
-    ])
-    return sizes, nbytes
+    blocks are: each task reads one block, so Dask runs it on a worker holding that
+    block.  (A task reading a block of X and one of y would copy one of them when the
+    two lie on different workers; a block of X held twice may then fall in another
+    group in the next fit, and the online solver averages one model per group.)"""
+    sizes = client.gather([client.submit(_block_size, f, pure=False) for f in xf])
+    nnz = [z for z, _ in sizes]
+    nbytes = [b for _, b in sizes]
+    for fs in (yf, sf):
+        held = [(b, f) for b, f in enumerate(fs) if f is not None]
+        for (b, _), n in zip(held, client.gather([client.submit(_nbytes, f, pure=False) for _, f in held])):
+            nbytes[b] += n
+    return nnz, nbytes
 
 
 def _balanced_blocks(client: Client, X: Any, y: Any, sample_weight: Any, workers: Sequence[str],

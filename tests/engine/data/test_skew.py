@@ -107,6 +107,22 @@ def test_data_on_one_worker_ends_up_split(client, data):
     assert len(loads) == 2 and min(loads.values()) > 0 and r["imbalance_after"] == pytest.approx(1.0)
 
 
+def test_measuring_the_blocks_copies_none_of_x(client, data):
+    """X's blocks on one worker, y's on the other, ``rebalance=False``: X stays where it
+    is (only y's blocks travel, to their group).  Measuring a block of X in one task
+    with its block of y ran that task where the larger of the two lay and copied the
+    other; here y (float64) outweighs X (float32, one column), so X was copied."""
+    X, y = data
+    a, b = sorted(client.scheduler_info()["workers"])
+    Xd = client.persist(da.from_array(X[:, :1].astype(np.float32), chunks=(N // 4, -1), name=False), workers=[a])
+    yd = client.persist(da.from_array(y, chunks=N // 4, name=False), workers=[b])
+    with client.as_current():
+        wait([Xd, yd])
+    est = _fit(client, Xd, yd, rebalance=False, max_iter=2)
+    assert est.skew_report_["moved_blocks"] == 0
+    assert {tuple(w) for w in client.who_has(Xd).values()} == {(a,)}
+
+
 def test_balanced_input_moves_nothing(client, balanced):
     r = balanced.skew_report_
     assert r["action"] == "placed" and r["moved_blocks"] == 0 and r["moved_bytes"] == 0

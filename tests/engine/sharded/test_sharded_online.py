@@ -60,6 +60,10 @@ def data():
     return _data()
 
 
+#: The clusters' scheduler never steals work (see ``client``).
+NO_STEALING = {"distributed.scheduler.work-stealing": False}
+
+
 @pytest.fixture(scope="module")
 def client(make_module_cluster):
     """Two worker processes whose scheduler never steals work.  These tests compare two
@@ -67,7 +71,7 @@ def client(make_module_cluster):
     stay in the group Dask first placed it in.  Shard tasks go to the worker holding
     their blocks but allow others (a lost worker is survivable), so on a loaded machine
     work stealing could move one between the two fits and change the groups."""
-    return make_module_cluster(2, config={"distributed.scheduler.work-stealing": False})
+    return make_module_cluster(2, config=NO_STEALING)
 
 
 @pytest.mark.parametrize("optimizer, batch_size", [("normalized", None), ("adagrad", 300), ("sgd", None),
@@ -86,7 +90,7 @@ def test_in_process_and_three_owners_are_the_unsharded_fit(make_cluster, data):
     X, ys = data
     for kw in (dict(optimizer="normalized"), dict(optimizer="sgd", batch_size=250, local_steps=3)):
         _same_fit(_train(X, ys["binary"], "binary", True, **kw), _train(X, ys["binary"], "binary", False, **kw))
-    c = make_cluster(3, processes=False)
+    c = make_cluster(3, processes=False, config=NO_STEALING)
     Xd, yd = c.persist([da.from_array(X, chunks=(400, D), asarray=False), da.from_array(ys["binary"], chunks=400)])
     kw = dict(optimizer="adagrad", client=c, rebalance=False)
     got = _train(Xd, yd, "binary", True, **kw)
@@ -252,7 +256,7 @@ def test_a_resumed_fit_that_had_converged_returns_its_result(tmp_path, client, d
 
 def test_four_groups_sum_in_the_unsharded_tree(make_cluster, data):
     X, ys = data
-    c = make_cluster(4, processes=False)
+    c = make_cluster(4, processes=False, config=NO_STEALING)
     Xd, yd = c.persist([da.from_array(X, chunks=(375, D), asarray=False), da.from_array(ys["binary"], chunks=375)])
     for kw in (dict(optimizer="normalized"), dict(optimizer="sgd", batch_size=400, local_steps=2)):
         kw = dict(client=c, rebalance=False, split_every=2, **kw)
