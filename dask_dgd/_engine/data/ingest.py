@@ -224,20 +224,29 @@ def _known_chunks(arr: da.Array, rows: Sequence[int]) -> da.Array:
     return da.Array(arr.dask, arr.name, chunks=(tuple(rows),) + arr.chunks[1:], meta=arr._meta)
 
 
-def _measure_blocks(client: Client, xf: Sequence[Future], yf: Sequence[Future | None],
+def _measure_blocks(client: Client, arrays: Sequence[da.Array], xf: Sequence[Future], yf: Sequence[Future | None],
                     sf: Sequence[Future | None]) -> tuple[list[int], list[int]]:
-    """Non-zeros (dense: rows x columns) and bytes of every block, computed where the
-    blocks are: each task reads one block, so Dask runs it on a worker holding that
-    block.  (A task reading a block of X and one of y would copy one of them when the
-    two lie on different workers; a block of X held twice may then fall in another
-    group in the next fit, and the online solver averages one model per group.)"""
-    sizes = client.gather([client.submit(_block_size, f, pure=False) for f in xf])
+    """Non-zeros (dense: rows x columns) and bytes of every block.
+
+    Dense blocks (rows known) are measured from their shapes and dtypes, with no task.
+    Sparse blocks are measured where they are: each task reads one block, so Dask runs
+    it on a worker holding that block.  (A task reading a block of X and one of y would
+    copy one of them when the two lie on different workers; a block of X held twice may
+    then fall in another group in the next fit, and the online solver averages one
+    model per group.)"""
+    X = arrays[0]
+    if not is_sparse(X._meta):
+        width = [int(np.prod(a.shape[1:])) for a in arrays]
+        rows = [int(r) for r in X.chunks[0]]
+        return ([r * width[0] for r in rows],
+                [r * sum(w * a.dtype.itemsize for w, a in zip(width, arrays)) for r in rows])
+    held = [(b, f) for fs in (yf, sf) for b, f in enumerate(fs) if f is not None]
+    sizes, others = client.gather([[client.submit(_block_size, f, pure=False) for f in xf],
+                                   [client.submit(_nbytes, f, pure=False) for _, f in held]])
     nnz = [z for z, _ in sizes]
-    nbytes = [b for _, b in sizes]
-    for fs in (yf, sf):
-        held = [(b, f) for b, f in enumerate(fs) if f is not None]
-        for (b, _), n in zip(held, client.gather([client.submit(_nbytes, f, pure=False) for _, f in held])):
-            nbytes[b] += n
+    nbytes = [n for _, n in sizes]
+    for (b, _), n in zip(held, others):
+        nbytes[b] += n
     return nnz, nbytes
 
 
@@ -272,7 +281,7 @@ def _balanced_blocks(client: Client, X: Any, y: Any, sample_weight: Any, workers
         fs = [_futures_in_order(a) for a in arrays]
         futures: BlockFutures = (fs[0], fs[1] if len(fs) > 1 else [None] * len(fs[0]),
                                  fs[2] if len(fs) > 2 else [None] * len(fs[0]))
-        sizes, nbytes = _measure_blocks(client, *futures)
+        sizes, nbytes = _measure_blocks(client, arrays, *futures)
         # a step's cost: non-zeros (+ one per row) for sparse blocks, rows x columns for dense
         costs = [z + r if sparse else z for z, r in zip(sizes, arrays[0].chunks[0])]
         who = client.who_has(futures[0])

@@ -107,19 +107,25 @@ def test_data_on_one_worker_ends_up_split(client, data):
     assert len(loads) == 2 and min(loads.values()) > 0 and r["imbalance_after"] == pytest.approx(1.0)
 
 
-def test_measuring_the_blocks_copies_none_of_x(client, data):
+@pytest.mark.parametrize("sparse", [False, True], ids=["dense", "sparse"])
+def test_measuring_the_blocks_copies_none_of_x(client, data, sparse):
     """X's blocks on one worker, y's on the other, ``rebalance=False``: X stays where it
     is (only y's blocks travel, to their group).  Measuring a block of X in one task
     with its block of y ran that task where the larger of the two lay and copied the
-    other; here y (float64) outweighs X (float32, one column), so X was copied."""
+    other; here y (float64) outweighs X (float32, one column; sparse: a tenth of the
+    rows non-zero), so X was copied.  Dense blocks are measured from their shapes."""
     X, y = data
+    X = X[:, :1].astype(np.float32)
+    if sparse:
+        X = sp.csr_matrix(np.where(np.arange(N)[:, None] % 10 == 0, X, 0))
     a, b = sorted(client.scheduler_info()["workers"])
-    Xd = client.persist(da.from_array(X[:, :1].astype(np.float32), chunks=(N // 4, -1), name=False), workers=[a])
+    Xd = client.persist(da.from_array(X, chunks=(N // 4, -1), name=False, asarray=False), workers=[a])
     yd = client.persist(da.from_array(y, chunks=N // 4, name=False), workers=[b])
     with client.as_current():
         wait([Xd, yd])
     est = _fit(client, Xd, yd, rebalance=False, max_iter=2)
-    assert est.skew_report_["moved_blocks"] == 0
+    r = est.skew_report_
+    assert r["moved_blocks"] == 0 and r["cost"] == ("non-zeros + rows" if sparse else "rows x columns")
     assert {tuple(w) for w in client.who_has(Xd).values()} == {(a,)}
 
 
