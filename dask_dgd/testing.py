@@ -217,12 +217,13 @@ def _die_with_parent(command):
 
 
 def _stop(procs, timeout=60):
-    """Stop the processes of :func:`process_cluster`, newest first: SIGTERM (a clean
-    close), SIGKILL after ``timeout`` seconds; then SIGKILL whatever is left of each
-    one's process group (its children)."""
+    """Stop the processes of :func:`process_cluster`, newest first, each gone before the
+    next is told: SIGTERM (a clean close), SIGKILL after ``timeout`` seconds; then
+    SIGKILL whatever is left of each one's process group (its children).  (Workers
+    whose scheduler has already gone keep trying to reach it until their nannies kill
+    them, 8 s later.)"""
     for proc in procs[::-1]:
         proc.terminate()
-    for proc in procs:
         try:
             proc.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
