@@ -248,6 +248,22 @@ def test_place_blocks_by_speed_and_loads():
     assert imbalance({"a": 0.0, "b": 0.0}) == 1.0
 
 
+def test_the_copies_a_placement_leaves_do_not_change_the_next_one():
+    """A fit that moves a block leaves it on two workers until Dask drops one copy, at a
+    moment of its own; the next fit places the block on either copy (or both) as the
+    first did, so an online fit's groups do not depend on that moment.  Random costs
+    (ties included), holders and worker counts; every block that moved keeps its old
+    copy, its new one, or both (either order)."""
+    rng = np.random.default_rng(7)
+    for _ in range(500):
+        workers = [f"w{i}" for i in range(rng.integers(2, 7))]
+        costs = [float(c) if rng.random() < 0.7 else 50.0 for c in rng.integers(1, 100, rng.integers(1, 21))]
+        holders = [(str(rng.choice(workers)),) for _ in costs]
+        first = place_blocks(costs, holders, workers)
+        copies = [h if w in h else [h, (w,), (h[0], w), (w, h[0])][rng.integers(4)] for h, w in zip(holders, first)]
+        assert place_blocks(costs, copies, workers) == first, (costs, holders, copies)
+
+
 def test_plan_decisions():
     workers = ["a", "b"]
     even = ([10] * 4, [10.0] * 4, [80] * 4, [("a",), ("a",), ("b",), ("b",)])
