@@ -108,12 +108,15 @@ def test_data_on_one_worker_ends_up_split(client, data):
 
 
 @pytest.mark.parametrize("sparse", [False, True], ids=["dense", "sparse"])
-def test_measuring_the_blocks_copies_none_of_x(client, data, sparse):
+def test_measuring_the_blocks_copies_none_of_x(make_cluster, data, sparse):
     """X's blocks on one worker, y's on the other, ``rebalance=False``: X stays where it
     is (only y's blocks travel, to their group).  Measuring a block of X in one task
     with its block of y ran that task where the larger of the two lay and copied the
     other; here y (float64) outweighs X (float32, one column; sparse: a tenth of the
-    rows non-zero), so X was copied.  Dense blocks are measured from their shapes."""
+    rows non-zero), so X was copied.  Dense blocks are measured from their shapes.
+    (The scheduler steals no work: on a busy machine it could move a task from the
+    worker holding X to the idle one, a copy Dask's stealing makes, not the fit.)"""
+    client = make_cluster(2, processes=False, config={"distributed.scheduler.work-stealing": False})
     X, y = data
     X = X[:, :1].astype(np.float32)
     if sparse:
