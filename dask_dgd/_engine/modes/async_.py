@@ -71,6 +71,12 @@ __all__ = ["AsyncTraining", "ParameterServer", "ServerCore", "async_group_loop"]
 POLL_INTERVAL = 0.05
 #: Seconds a poll of the server may take before its worker is suspected lost.
 ACTOR_TIMEOUT = 10.0
+#: A poll brings a copy of the server's whole state (where a new server restarts if this
+#: one's worker is lost: parameters, optimizer state, snapshots and every group's latest
+#: sums, so it grows with the model and with the number of groups) once this many times
+#: the last copy's seconds have passed since it: copying takes at most 1/20 of the time
+#: however large the state; a small model's state comes at every poll.
+COPY_INTERVAL_RATIO = 20.0
 #: Times the parameter server may be restarted after losing its worker, per fit.
 MAX_SERVER_RESTARTS = 3
 
@@ -222,8 +228,8 @@ class AsyncTraining(Solver):
 
     Its checkpoints hold the server's state (parameters, optimizer and its state,
     version, clocks, rows seen, stopping rule), written every ``every`` server updates
-    from the copy the driver takes at each poll, before that poll's records reach the
-    callbacks.  A resumed fit starts a new server from it; being asynchronous, it
+    from the whole copy that the first poll after them brings, before that poll's
+    records reach the callbacks.  A resumed fit starts a new server from it; being asynchronous, it
     continues the same optimisation, not the same sequence of updates.
     """
 
@@ -246,7 +252,7 @@ class AsyncTraining(Solver):
         # as it can, and every push is an update along the others' stale sums.
         group_rows = [int(sum(sh.block_rows[b] for b in g)) for g in sh.groups]
         self.active = [g for g, r in enumerate(group_rows) if r > 0]
-        self.state: dict[str, Any] | None = None  # the driver's copy of the server state, from the last poll
+        self.state: dict[str, Any] | None = None  # the driver's last whole copy of the server state
         self.out: dict[str, Any] | None = None
         self.step0 = 0
         self.run: _InProcessRun | _ClusterRun | None = None
@@ -364,20 +370,29 @@ class AsyncTraining(Solver):
     def _shifted(self, records: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
         return [{**rec, "step": rec["step"] + self.step0} for rec in records]
 
-    def on_poll(self, records: Sequence[dict[str, Any]], state: dict[str, Any]) -> list[dict[str, Any]]:
-        """After a poll: the driver's copy of the state; a checkpoint every ``every``
-        updates, also when the server has already stopped (a slow poll can see the whole
-        fit at once, and a callback may still interrupt it) unless it failed; records
-        shifted to the fit's step numbers."""
-        self.state = state
+    def on_poll(self, records: Sequence[dict[str, Any]], state: dict[str, Any],
+                whole: bool = True) -> list[dict[str, Any]]:
+        """After a poll: the driver's copy of the state (``whole``: the server's whole
+        state; else only its :meth:`~.server.ServerCore.status`, the copy kept is the
+        last whole one); a checkpoint every ``every`` updates (of a whole copy: the
+        cluster's server sends one once :meth:`checkpoint_version` is reached), also when
+        the server has already stopped (a slow poll can see the whole fit at once, and a
+        callback may still interrupt it) unless it failed; records shifted to the fit's
+        step numbers."""
+        if whole:
+            self.state = state
         self.ctx.source.n_steps = self.step0 + state["version"]
         records = self._shifted(records)
-        cp = self.ctx.checkpoint
-        if (cp is not None and self.save is not None and state["version"] - self._saved_version >= cp.every
-                and state.get("error") is None):
-            self.save(pending=records)
+        at = self.checkpoint_version()
+        if whole and at is not None and state["version"] >= at and state.get("error") is None:
+            self.save(pending=records)  # type: ignore[misc]  # (bound: checkpoint_version is not None)
             self._saved_version = state["version"]
         return records
+
+    def checkpoint_version(self) -> int | None:
+        """The server's update count at which the next checkpoint is due (None: no checkpoints)."""
+        cp = self.ctx.checkpoint
+        return None if cp is None or self.save is None else self._saved_version + cp.every
 
     def step(self) -> Outcome:
         out, records = self.run.poll()  # type: ignore[union-attr]  # (launched by start or resume)
@@ -454,9 +469,13 @@ class _ClusterRun:
 
     A loop whose worker dies is rerun by Dask on another worker (its shard recomputed
     from the input), and continues from the server's current parameters.  If the
-    server's own worker dies, a new server starts on a live worker from the copy of its
-    state that the driver takes at every poll, and every loop is restarted against it:
-    the updates since that poll (at most ``POLL_INTERVAL`` seconds of them) are redone.
+    server's own worker dies, a new server starts on a live worker from the last copy of
+    its whole state that the driver took, and every loop is restarted against it: the
+    updates since that copy are redone.  A copy comes with a poll (every
+    ``POLL_INTERVAL`` seconds) once ``COPY_INTERVAL_RATIO`` times the last copy's
+    seconds have passed since it: at every poll for a small model, less often for a
+    state that takes long to send, so copies never take more than 1/20 of the server's
+    time (and of the driver's), whatever the model's size and the number of groups.
     Up to ``MAX_SERVER_RESTARTS`` restarts; a cluster left without workers raises
     ClusterError.
 
@@ -484,6 +503,8 @@ class _ClusterRun:
         self._server_heard = time.monotonic()
         self._round_times: collections.deque[float] = collections.deque(maxlen=101)
         self._warned = False
+        #: when the driver's copy of the server's whole state came, and how long the poll bringing it took
+        self._copied_at, self._copy_seconds = time.monotonic(), 0.0
         self._start(core_state)
 
     def _start(self, core_state: dict[str, Any]) -> None:
@@ -533,8 +554,8 @@ class _ClusterRun:
                         "worker was lost or the cluster is shutting down)"
                     )
                 failed.result()  # raises the group's error
-            records, _, state = ex.call_actor_within(ACTOR_TIMEOUT, self.server.drain_with_state,
-                                                     worker=self.server_worker)
+            records, state, whole = self._drain(
+                time.monotonic() - self._copied_at >= COPY_INTERVAL_RATIO * self._copy_seconds)
         except Exception as err:  # noqa: BLE001 - a lost server is told by the scheduler
             if ex.scheduler_lost():
                 self._scheduler_lost(err)
@@ -552,17 +573,30 @@ class _ClusterRun:
             self.restart()
             return None, []
         self._server_heard = time.monotonic()
-        records = self.solver.on_poll(records, state)
+        records = self.solver.on_poll(records, state, whole)
         self._watch(records, state)
         if all(f.done() for f in self.loops) and all(f.status == "finished" for f in self.loops):
-            # every loop returns only once the server has stopped
-            more, _, state = ex.call_actor_within(ACTOR_TIMEOUT, self.server.drain_with_state,
-                                                  worker=self.server_worker)
-            records += self.solver.on_poll(more, state)
+            # every loop returns only once the server has stopped: its final state, whole
+            more, state, whole = self._drain(True)
+            records += self.solver.on_poll(more, state, whole)
             out = ex.call_actor_within(ACTOR_TIMEOUT, self.server.result, worker=self.server_worker)
             self.close()
             return out, records
         return None, records
+
+    def _drain(self, whole: bool) -> tuple[list[dict[str, Any]], dict[str, Any], bool]:
+        """The server's records since the last poll, its state (whole if ``whole`` or a
+        checkpoint is due, else its status) and whether it is whole.  A call that may
+        bring the whole state waits for it at least 3 times as long as the last copy took."""
+        t0 = time.monotonic()
+        may_be_whole = whole or self.solver.checkpoint_version() is not None
+        records, _, state, whole = self.ex.call_actor_within(
+            max(ACTOR_TIMEOUT, 3 * self._copy_seconds) if may_be_whole else ACTOR_TIMEOUT,
+            self.server.drain_with_state, whole, self.solver.checkpoint_version(), worker=self.server_worker)
+        if whole:
+            now = time.monotonic()
+            self._copied_at, self._copy_seconds = now, now - t0
+        return records, state, whole
 
     # ------------------------------------------------------------ frozen workers
     def step_timeout(self) -> float | None:

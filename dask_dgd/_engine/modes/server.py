@@ -314,6 +314,11 @@ class ServerCore:
         ))
         self._round_start = now
 
+    def status(self) -> dict[str, Any]:
+        """What the driver watches at every poll: the updates made, each group's pushes
+        and the error that stopped the server (None: none)."""
+        return {"version": self.version, "clock": list(self.clock), "error": self.error}
+
     def drain(self) -> tuple[list[dict[str, Any]], bool]:
         """Records since the last drain, and whether training has stopped."""
         records, self.records = self.records, []
@@ -400,11 +405,15 @@ class ParameterServer:
             self.core.stop(message=message, error=error)
             cond.notify_all()
 
-    async def drain_with_state(self) -> tuple[list[dict[str, Any]], bool, dict[str, Any]]:
-        """The records since the last drain, whether training stopped, and a copy of the
-        server's whole state (what a new server restarts from if this worker is lost)."""
+    async def drain_with_state(self, whole: bool = True, at_version: int | None = None,
+                               ) -> tuple[list[dict[str, Any]], bool, dict[str, Any], bool]:
+        """The records since the last drain, whether training stopped, the state and
+        whether it is whole: a copy of the server's whole state (what a new server
+        restarts from if this worker is lost, what a checkpoint holds) when ``whole`` or
+        once the server has made ``at_version`` updates, else its :meth:`ServerCore.status`."""
         records, stopped = self.core.drain()
-        return records, stopped, dict(vars(self.core))
+        whole = whole or (at_version is not None and self.core.version >= at_version)
+        return records, stopped, dict(vars(self.core)) if whole else self.core.status(), whole
 
     async def result(self) -> dict[str, Any]:
         return self.core.result()

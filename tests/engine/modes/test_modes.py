@@ -408,3 +408,51 @@ def test_zero_weight_batches_and_empty_groups(client, dask_data):
     assert {len(u) for u in h["updates_per_group"]} == {1}  # one active group
     ref = _fit(LogisticRegression(alpha=ALPHA, solver="gd", max_iter=30, client=client), Xd, yd)
     assert abs(_objective(X, y, est) - _objective(X, y, ref)) < 1e-3
+
+
+# ------------------------------------------------------- copies of the server's state
+def _polls(client, dask_data, monkeypatch, ratio, **kw):
+    """An asynchronous fit with ``COPY_INTERVAL_RATIO = ratio``: for each poll, the
+    server's update count and whether it brought the whole state."""
+    from dask_dgd._engine.modes import async_
+
+    monkeypatch.setattr(async_, "COPY_INTERVAL_RATIO", ratio)
+    monkeypatch.setattr(async_, "POLL_INTERVAL", 0.01)
+    polls = []
+    on_poll = async_.AsyncTraining.on_poll
+
+    def spy(self, records, state, whole=True):
+        polls.append((state["version"], whole, set(state)))
+        return on_poll(self, records, state, whole)
+
+    monkeypatch.setattr(async_.AsyncTraining, "on_poll", spy)
+    _, _, Xd, yd = dask_data
+    est = _fit(LogisticRegression(client=client, mode="async", solver="sgd", batch_size=100, max_iter=2, tol=0.0,
+                                  **kw), Xd, yd)
+    return est, polls
+
+
+def test_each_poll_copies_the_servers_whole_state_while_it_is_cheap(client, dask_data, monkeypatch):
+    est, polls = _polls(client, dask_data, monkeypatch, 0.0)
+    assert len(polls) >= 2 and all(whole for _, whole, _ in polls)
+    assert all({"params", "state", "latest", "snapshots"} <= keys for _, _, keys in polls)
+
+
+def test_a_costly_state_is_copied_only_when_due_and_the_polls_bring_the_status(client, dask_data, monkeypatch,
+                                                                               tmp_path):
+    """Past the time a copy may take (here: never, ratio 1e12) the polls bring only the
+    status the driver watches; the final poll the whole state; a checkpoint still every
+    ``checkpoint_every`` updates, from a whole copy the server sends once they are made."""
+    every = 20
+    est, polls = _polls(client, dask_data, monkeypatch, 1e12, checkpoint=tmp_path, checkpoint_every=every)
+    wholes = [v for v, whole, _ in polls if whole]
+    assert polls[0][1] and polls[-1][1]  # the first poll (nothing copied yet) and the final state
+    assert len(polls) > len(wholes) + 2  # most polls: the status alone ...
+    assert all(keys == {"version", "clock", "error"} for _, whole, keys in polls if not whole)
+    # ... and a whole copy at every checkpoint: never more than one poll after it is due
+    due = every - 1
+    for version, whole, _ in polls[1:-1]:
+        assert whole == (version >= due)
+        if whole:
+            due = version + every
+    assert est.n_iter_ == 2 and (tmp_path / "checkpoint.npz").exists()
