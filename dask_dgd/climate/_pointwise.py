@@ -1,9 +1,12 @@
 """Pointwise climate models: one weighted least-squares model per grid cell, all at once.
 
 Each (time chunk, spatial chunk) block gives its cells' sufficient statistics
-(:func:`cell_stats`: weighted Gram matrices of ``[1, x]``, ``[1, x]^T y``, counts),
-which are summed over the time chunks (a tree reduction per spatial chunk, so the
-parameters are sharded by space) and solved per cell (:func:`solve_cells`).  The block
+(:func:`cell_stats`: weighted means and centred cross-products of ``[x, y]``, counts),
+which are merged over the time chunks (:func:`merge_cell_stats`, a tree reduction per
+spatial chunk, so the parameters are sharded by space) and solved per cell
+(:func:`solve_cells`).  Centred, not raw, sums: a feature whose spread is small next to
+its mean (a pressure of 101,325 Pa varying by 0.1 Pa, sea ice at 271.35 K) keeps its
+precision, as in ``numpy.linalg.lstsq``.  The block
 functions work in the array namespace of their block (NumPy, CuPy,
 ``array_api_strict``) and move the small NumPy inputs onto its device once per task.
 """
@@ -17,7 +20,14 @@ from ..exceptions import InputError
 from ._blocks import block_features, proportions, split_fields
 from ._namespace import align, to_host
 
-__all__ = ["cell_stats", "cell_stats_xp", "pointwise_block", "pooled_block", "score_block", "solve_cells"]
+__all__ = ["cell_stats", "cell_stats_xp", "merge_cell_stats", "n_cell_stats", "pointwise_block", "pooled_block",
+           "score_block", "solve_cells", "stats_as_they_are"]
+
+
+def n_cell_stats(p):
+    """The number of statistics per cell of a design of ``p - 1`` features (see
+    :func:`cell_stats`)."""
+    return p * p + p + 2
 
 
 def cell_stats(order, yb, wb, *blocks):
@@ -25,9 +35,10 @@ def cell_stats(order, yb, wb, *blocks):
 
     ``blocks`` are the block's full-grid fields then its time-only fields (see
     :class:`~._design.Fields`).  Returns a NumPy array of shape ``(1, *space, p*p + p +
-    3)``: the weighted Gram matrix of ``[1, x]``, the weighted ``[1, x]^T y``, ``sum w
-    y^2``, ``sum w`` and the number of unmasked time steps of every cell.  Masked time
-    steps (NaN anywhere, weight <= 0) contribute nothing.
+    2)``, ``p - 1`` features: for every cell, of ``z = [x, y]`` over its unmasked time
+    steps, the weighted centred cross-products ``sum w (z - m)(z - m)^T`` (p x p), the
+    weighted means ``m`` (p), ``sum w`` and the number of unmasked steps (zeros where
+    there is none).  Masked time steps (NaN anywhere, weight <= 0) contribute nothing.
 
     NumPy blocks go through the Numba kernel (:mod:`._kernels`); blocks of any other
     namespace (CuPy, ``array_api_strict``) through :func:`cell_stats_xp` on their
@@ -47,7 +58,7 @@ def cell_stats(order, yb, wb, *blocks):
 
     inputs = kernel_inputs(order, yb, wb, full, timef)
     p = len(order) + 1
-    out = np.empty((math.prod(space), p * p + p + 3))
+    out = np.empty((math.prod(space), n_cell_stats(p)))
     cell_stats_kernel(*inputs, out)
     return out.reshape((1,) + space + (out.shape[1],))
 
@@ -75,28 +86,33 @@ def kernel_inputs(order, yb, wb, full, timef):
 
 def cell_stats_xp(xp, order, y, w, full, timef):
     """The statistics of :func:`cell_stats` with the Array API functions of ``xp``:
-    ``(cells, p*p + p + 3)`` on the device of ``y``.
+    ``(cells, p*p + p + 2)`` on the device of ``y``.
 
     ``y``: (time, cells); ``w``: (cells,); ``full``: (time, cells) fields; ``timef``:
-    (time,) fields; all of ``xp`` on one device.  The masked design ``A`` (cells, p,
-    time), ``[1, x]`` with zeros where a step is masked, gives the Gram matrices as
-    one batched ``A diag(w) A^T`` (``matmul``) and ``[1, x]^T y`` as ``A diag(w) y``;
-    the same masking as the kernel, summed in another order (equal to it up to
-    rounding: within about 1e-15 of the block's largest statistic).
+    (time,) fields; all of ``xp`` on one device.  Two passes over the block (on the
+    device): the weighted means of ``z = [x, y]``, then the centred cross-products as
+    one batched ``D diag(w) D^T`` (``matmul``), ``D`` the centred ``z`` (cells, p, time)
+    with zeros where a step is masked; the same masking as the kernel, its one shifted
+    pass in another order (equal to it up to rounding: within about 1e-15 of the
+    block's largest statistic).
     """
     n_t, n_c = y.shape
     dtype, device = y.dtype, array_api_compat.device(y)
     ok, wm, ym, A = masked_design(xp, order, y, w, full, timef)
     p = A.shape[1]
-    Aw = A * xp.reshape(xp.permute_dims(wm, (1, 0)), (n_c, 1, n_t))
-    gram = xp.matmul(Aw, xp.matrix_transpose(A))
+    Z = xp.concat([A[:, 1:, :], xp.reshape(xp.permute_dims(ym, (1, 0)), (n_c, 1, n_t))], axis=1)
+    wt = xp.reshape(xp.permute_dims(wm, (1, 0)), (n_c, 1, n_t))
+    sw = xp.sum(wm, axis=0)
+    has = sw > 0.0
+    mean = xp.where(xp.reshape(has, (n_c, 1)),
+                    xp.sum(Z * wt, axis=2) / xp.reshape(xp.where(has, sw, 1.0), (n_c, 1)), 0.0)
+    D = xp.where(xp.reshape(xp.permute_dims(ok, (1, 0)), (n_c, 1, n_t)), Z - xp.reshape(mean, (n_c, p, 1)), 0.0)
+    M = xp.matmul(D * wt, xp.matrix_transpose(D))
     i = xp.arange(p, device=device)
     upper = xp.reshape(i, (p, 1)) <= xp.reshape(i, (1, p))
-    gram = xp.where(upper, gram, xp.matrix_transpose(gram))  # exactly symmetric, as the kernel's
-    xy = xp.matmul(Aw, xp.reshape(xp.permute_dims(ym, (1, 0)), (n_c, n_t, 1)))
-    tail = [xp.sum(wm * ym * ym, axis=0), xp.sum(wm, axis=0), xp.sum(xp.astype(ok, dtype), axis=0)]
-    return xp.concat([xp.reshape(gram, (n_c, p * p)), xp.reshape(xy, (n_c, p)),
-                      xp.stack(tail, axis=1)], axis=1)
+    M = xp.where(upper, M, xp.matrix_transpose(M))  # exactly symmetric, as the kernel's
+    tail = [sw, xp.sum(xp.astype(ok, dtype), axis=0)]
+    return xp.concat([xp.reshape(M, (n_c, p * p)), mean, xp.stack(tail, axis=1)], axis=1)
 
 
 def masked_design(xp, order, y, w, full, timef):
@@ -138,22 +154,51 @@ def solve_spd(M, b, rcond):
     return x
 
 
+def stats_as_they_are(stats, axis=0, keepdims=True):
+    """A block's :func:`cell_stats`, as they are (the ``chunk`` of the reduction that
+    :func:`merge_cell_stats` combines: each block's are already one time step thick)."""
+    return stats
+
+
+def merge_cell_stats(stats, p, axis=0, keepdims=False):
+    """The statistics of :func:`cell_stats` of several blocks of the same cells (along
+    ``axis``, the time chunks) merged into those of their union: weights and counts
+    added, means weighted, and the centred cross-products added with each block's
+    ``sw_k (m_k - m)(m_k - m)^T`` (the pairwise update of Chan, Golub and LeVeque,
+    for k blocks at once); no raw sums of squares, so no cancellation.  The
+    ``(stats, axis, keepdims)`` of a ``dask.array.reduction`` combine."""
+    stats = np.moveaxis(np.asarray(stats, dtype=np.float64), axis, 0)
+    if stats.shape[0] == 1:  # one block: its own statistics, bit for bit (as a fit in process)
+        return np.moveaxis(stats, 0, axis) if keepdims else stats[0]
+    M, mean = stats[..., : p * p], stats[..., p * p : p * p + p]
+    sw, count = stats[..., p * p + p], stats[..., p * p + p + 1]
+    total = sw.sum(axis=0)
+    has = total > 0
+    m = np.where(has[..., None], (sw[..., None] * mean).sum(axis=0) / np.where(has, total, 1.0)[..., None], 0.0)
+    dev = np.where(sw[..., None] > 0, mean - m, 0.0)
+    spread = np.einsum("k...i,k...j->...ij", sw[..., None] * dev, dev)
+    out = np.concatenate([M.sum(axis=0) + spread.reshape(spread.shape[:-2] + (p * p,)), m,
+                          total[..., None], count.sum(axis=0)[..., None]], axis=-1)
+    return np.expand_dims(out, axis) if keepdims else out
+
+
 def solve_cells(stats, p, alpha):
     """Weighted least squares (ridge ``alpha`` on the slopes) of every cell from its
-    summed statistics: ``(*space, p)`` coefficients, intercept first; NaN for cells
+    merged statistics: ``(*space, p)`` coefficients, intercept first; NaN for cells
     without any unmasked step.
 
     As scikit-learn does, the intercept is taken out by centring: the slopes solve
-    ``(Sxx - sw m m^T + alpha I) b = Sxy - sw m my`` (``m``, ``my`` the weighted means),
-    and the intercept is ``my - m . b``.  A cell whose centred system is singular or
-    ill-conditioned (a feature constant in the cell, fewer steps than features) gets the
-    minimum-norm slopes (``lstsq``), like ``LinearRegression`` (see :func:`solve_spd`).
+    ``(Cxx + alpha I) b = Cxy`` (the centred cross-products of the features and of the
+    features with the target), and the intercept is ``my - m . b`` (``m``, ``my`` the
+    weighted means).  A cell whose centred system is singular or ill-conditioned (a
+    feature constant in the cell, fewer steps than features) gets the minimum-norm
+    slopes (``lstsq``), like ``LinearRegression`` (see :func:`solve_spd`).
     """
     space = stats.shape[:-1]
     s = stats.reshape(-1, stats.shape[-1])
-    gram = s[:, : p * p].reshape(-1, p, p)
-    xy = s[:, p * p : p * p + p]
-    count = s[:, p * p + p + 2]
+    cross = s[:, : p * p].reshape(-1, p, p)
+    mean = s[:, p * p : p * p + p]
+    count = s[:, p * p + p + 1]
     out = np.full((s.shape[0], p), np.nan)
     ok = count > 0
     overflow = ok & ~np.all(np.isfinite(s[:, : p * p + p + 1]), axis=1)
@@ -164,14 +209,12 @@ def solve_cells(stats, p, alpha):
             "(e.g. other units) before fitting"
         )
     if ok.any():
-        G, b = gram[ok], xy[ok]
-        sw = G[:, 0, 0]
-        m = G[:, 0, 1:] / sw[:, None]
-        my = b[:, 0] / sw
-        C = G[:, 1:, 1:] - sw[:, None, None] * m[:, :, None] * m[:, None, :] + float(alpha) * np.eye(p - 1)
-        c = b[:, 1:] - sw[:, None] * m * my[:, None]
-        beta = solve_spd(C, c, 1e-10) if p > 1 else np.empty_like(c)
-        out[ok, 0] = my - np.einsum("cp,cp->c", m, beta)
+        q = p - 1  # features; the target last
+        X, mz = cross[ok], mean[ok]
+        C = X[:, :q, :q] + float(alpha) * np.eye(q)
+        c = X[:, :q, q]
+        beta = solve_spd(C, c, 1e-10) if q > 0 else np.empty_like(c)
+        out[ok, 0] = mz[:, q] - np.einsum("cp,cp->c", mz[:, :q], beta)
         out[ok, 1:] = beta
     return out.reshape(space + (p,))
 

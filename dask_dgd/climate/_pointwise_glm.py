@@ -638,6 +638,7 @@ def fit_cells(fields, family, alpha, tol, max_iter, split_every, client, target,
         # are tasks on every worker: the page samples them all
         workers = list(client.scheduler_info()["workers"]) if hasattr(client, "scheduler_info") else []
         monitor.publish(client, estimator=desc, mode="sync", max_iter=int(max_iter), workers=workers)
+        fields, refs = _centred(fields, client)
         solver = CellNewton(fields, family, alpha, tol, split_every, client, target)
         stop = Loop(_Context(monitor), solver, StopRules(monitor, int(max_iter), max_time)).run()
         status, message = ("stopped" if monitor.stop_requested else "done"), stop.message
@@ -662,7 +663,68 @@ def fit_cells(fields, family, alpha, tol, max_iter, split_every, client, target,
     separated = None
     if separation:
         separated = find_separated(solver.fields, family, coef, client, split_every, solver.step, solver.left)
+    coef = coef.copy()
+    coef[..., 0] -= np.einsum("...f,...f->...", np.nan_to_num(coef[..., 1:]), refs)  # the features' own origin
     return coef, count, passes, list(monitor.records), separated
+
+
+def _centred(fields, client):
+    """``fields`` with every feature less a reference of its own (in each cell for a
+    grid field, one for a field of time only: the mean of its finite values over the
+    grid's first time chunk, over all of it for a field of time only; 0 where there is
+    none), and the references ``(*space, p - 1)``.
+
+    The cells' Newton systems are then those of features near 0, as for the least
+    squares of :func:`~._pointwise.cell_stats`: a feature whose spread is small next
+    to its mean (a pressure of 101,325 Pa varying by 0.1 Pa) keeps its slope, where
+    the raw design's Gram matrix (condition number about ``(mean / spread)^2``) lost
+    it.  Only the intercept changes: ``b0 - b . reference`` in the features' own
+    origin (:func:`fit_cells` converts it back).  One read of the first time chunk."""
+    import copy
+
+    n0 = fields.grid_chunks[0][0]
+    space = tuple(fields.weight.shape)
+    sums = [f[:n0] for f in fields.full] + list(fields.time)
+    lazy = [a.map_blocks(_finite_sums, dtype=np.float64, chunks=((2,) * a.numblocks[0],) + a.chunks[1:],
+                         meta=np.empty((0,) * a.ndim)) for a in sums if isinstance(a, da.Array)]
+    done = iter(_gather(client, *lazy) if lazy else ())
+    refs = []
+    for a in sums:
+        s = np.asarray(next(done)) if isinstance(a, da.Array) else _finite_sums(a)
+        total, n = s.reshape((-1, 2) + s.shape[1:]).sum(axis=0)
+        refs.append(total / np.maximum(n, 1))
+    out = copy.copy(fields)
+    n_full = len(fields.full)
+    out.full = [_minus(f, r) for f, r in zip(fields.full, refs[:n_full])]
+    out.time = [_minus(t, r) for t, r in zip(fields.time, refs[n_full:])]
+    by_column = [refs[i] if kind == 0 else refs[n_full + i] for kind, i in fields.order]
+    return out, np.stack([np.broadcast_to(np.asarray(r, dtype=np.float64), space) for r in by_column], axis=-1) \
+        if by_column else np.zeros(space + (0,))
+
+
+def _finite_sums(block):
+    """The sum of the finite values of ``block`` along its first axis and their number:
+    ``(2, *rest)``, NumPy."""
+    xp, (block,) = align(block)
+    ok = xp.isfinite(block)
+    return np.stack([np.asarray(to_host(xp.sum(xp.where(ok, block, 0.0), axis=0))),
+                     np.asarray(to_host(xp.sum(xp.astype(ok, block.dtype), axis=0)))])
+
+
+def _minus(a, ref):
+    """``a - ref`` (``ref`` NumPy, moved to the device of ``a``'s blocks), lazily for a
+    dask array."""
+    if isinstance(a, da.Array):
+        if a.ndim == 1:  # a field of time only: one number
+            return a.map_blocks(_block_minus, float(ref), dtype=a.dtype)
+        ref = da.from_array(np.asarray(ref, dtype=np.float64)[None], chunks=((1,),) + a.chunks[1:])
+        return da.map_blocks(_block_minus, a, ref, dtype=a.dtype)
+    return _block_minus(a, ref)
+
+
+def _block_minus(block, ref):
+    xp, (block, ref) = align(block, np.asarray(ref, dtype=np.float64))
+    return block - ref
 
 
 CACHE_SHARE = 0.25  # the inputs are kept in memory between passes when they fill at most this share of it

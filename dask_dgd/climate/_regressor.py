@@ -5,6 +5,7 @@ pointwise models' math is in :mod:`._pointwise`.  The fitted attributes are NumP
 model fitted on GPU blocks predicts on NumPy blocks and the other way round.
 """
 
+import functools
 import inspect
 import numbers
 import warnings
@@ -25,7 +26,16 @@ from ._axes import AUTO, resolve_dims
 from ._chunks import warn_tiny_chunks
 from ._design import DesignMatrix, FeatureSpec, Fields
 from ._grid import grid_table
-from ._pointwise import cell_stats, pointwise_block, pooled_block, score_block, solve_cells
+from ._pointwise import (
+    cell_stats,
+    merge_cell_stats,
+    n_cell_stats,
+    pointwise_block,
+    pooled_block,
+    score_block,
+    solve_cells,
+    stats_as_they_are,
+)
 from ._time import TIME_UNITS
 
 __all__ = ["ClimateRegressor"]
@@ -491,16 +501,19 @@ verbose, callbacks
         return coef, total[..., -1]
 
     def _solve_lazily(self, spec, fields, p):
-        """The least-squares cells of a lazy grid: the statistics per block, summed
+        """The least-squares cells of a lazy grid: the statistics per block, merged
         over the time chunks, solved per spatial chunk (see ``model``)."""
-        n_stats = p * p + p + 3
         index = "t" + "abcdefgh"[: len(spec.sample_dims) - 1]
         stats = da.blockwise(
             cell_stats, index + "s", fields.order, None, *fields.blockwise_args(index),
-            new_axes={"s": n_stats}, adjust_chunks={"t": lambda n: 1}, dtype=np.float64,
+            new_axes={"s": n_cell_stats(p)}, adjust_chunks={"t": lambda n: 1}, dtype=np.float64,
             meta=np.empty((0,) * (len(index) + 1)),  # the statistics come back to the host
         )
-        total = stats.sum(axis=0, split_every=self.split_every)  # reduces over time chunks only
+        merge = functools.partial(merge_cell_stats, p=p)
+        total = da.reduction(  # over the time chunks only
+            stats, chunk=stats_as_they_are, combine=merge, aggregate=merge, axis=0, dtype=np.float64,
+            split_every=self.split_every, concatenate=True, meta=np.empty((0,) * len(index)),
+        )
         coef = total.map_blocks(solve_cells, p, float(self.alpha), chunks=total.chunks[:-1] + ((p,),),
                                 dtype=np.float64)
         return self._compute_with_progress(coef, total[..., -1])

@@ -315,6 +315,32 @@ def test_pointwise_handles_large_means_and_rank_deficient_cells_like_scikit_lear
             np.testing.assert_allclose(model.coef_.values[i, j], ref.coef_, atol=1e-5)
 
 
+@pytest.mark.parametrize("chunks", [None, {"time": 25, "lat": 2}], ids=["one block", "time chunks"])
+@pytest.mark.parametrize("mean, spread", [(101_325.0, 0.1), (271.35, 1e-3)], ids=["pressure", "sea-ice sst"])
+def test_pointwise_keeps_its_precision_when_the_spread_is_tiny_next_to_the_mean(chunks, mean, spread, client):
+    """A pressure of 101,325 Pa varying by 0.1 Pa, a sea-surface temperature held at the
+    freezing point of sea water: slopes as precise as least squares on the anomalies
+    (raw sums of squares, centred afterwards, lost 1e-3 of the slope here)."""
+    rng = np.random.default_rng(0)
+    T = 120
+    e = rng.normal(size=(T, 3, 4))
+    x = mean + spread * e
+    y = 5.0 + 2.0 * e + rng.normal(0, 0.1, e.shape)
+    y[7, 1, 2] = np.nan
+    ds = xr.Dataset({"x": (("time", "lat", "lon"), x), "y": (("time", "lat", "lon"), y)},
+                    coords={"time": xr.date_range("2000-01-01", periods=T, freq="MS"), "lat": [60.0, 0.0, -60.0],
+                            "lon": [0.0, 90.0, 180.0, 270.0]})
+    model = ClimateRegressor(["x"], "y", model="pointwise", client=client).fit(
+        ds if chunks is None else ds.chunk(chunks))
+    for i in range(3):
+        for j in range(4):
+            ok = np.isfinite(y[:, i, j])
+            A = np.column_stack([np.ones(ok.sum()), x[ok, i, j] - mean])  # anomalies: well conditioned
+            b0, b1 = np.linalg.lstsq(A, y[ok, i, j], rcond=None)[0]
+            assert model.coef_.values[i, j, 0] == pytest.approx(b1, rel=1e-9)
+            assert model.intercept_.values[i, j] == pytest.approx(b0 - b1 * mean, rel=1e-9)
+
+
 def test_sample_dims_in_any_order_and_data_stored_in_any_order(client):
     ds = _grid()
     a = ClimateRegressor(["a", "index"], "tas", model="pointwise", client=client).fit(ds)

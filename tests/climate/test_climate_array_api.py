@@ -332,3 +332,29 @@ def test_design_matrix_on_strict_blocks(client):
         for b, e in zip(got, expected):
             assert_strict(b, e.shape)
             np.testing.assert_array_equal(to_host(b), e)
+
+
+@pytest.mark.parametrize("shape", SHAPES, ids=SHAPE_IDS)
+def test_merged_statistics_of_time_chunks_equal_those_of_the_whole_block(shape):
+    """The statistics of the time chunks of a block, merged (any grouping, a chunk where
+    some cells have no unmasked step among them), equal the whole block's: counts and
+    weights exactly, means and centred cross-products to rounding."""
+    from dask_dgd.climate._pointwise import merge_cell_stats
+
+    order, y, w, full, timef = block_inputs(**{**shape, "T": 12})
+    y[:3, 2, 1] = np.nan  # cell (2, 1): nothing in the first chunk
+    p = len(order) + 1
+    whole = cell_stats(order, y, w, *full, *timef)
+    cuts = [(0, 3), (3, 4), (4, 9), (9, 12)]
+    parts = [cell_stats(order, y[a:b], w, *[f[a:b] for f in full], *[t[a:b] for t in timef]) for a, b in cuts]
+    assert parts[0][0, 2, 1, -1] == 0 and parts[0][0, 2, 1, -2] == 0  # an empty cell of a chunk
+    flat = merge_cell_stats(np.concatenate(parts), p, keepdims=True)
+    tree = merge_cell_stats(np.concatenate([merge_cell_stats(np.concatenate(parts[:2]), p, keepdims=True),
+                                            merge_cell_stats(np.concatenate(parts[2:]), p, keepdims=True)]),
+                            p, keepdims=True)
+    for got in (flat, tree):
+        assert got.shape == whole.shape
+        np.testing.assert_array_equal(got[..., -1], whole[..., -1])
+        np.testing.assert_allclose(got[..., -2], whole[..., -2], rtol=1e-15)
+        np.testing.assert_allclose(got, whole, rtol=1e-12, atol=1e-12 * np.abs(whole).max())
+    np.testing.assert_array_equal(merge_cell_stats(whole, p, keepdims=True), whole)  # one block: as it is
