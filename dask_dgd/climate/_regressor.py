@@ -74,9 +74,10 @@ class ClimateRegressor(LazyHistory, ClientParamMixin, BaseEstimator):
         ``"pooled"``: one model for all cells, trained by distributed gradient descent
         (the linear-model engine) over the time-and-space blocks of the design matrix.
         ``"pointwise"``: one weighted least-squares model per grid cell, all at once:
-        each (time chunk, spatial chunk) block gives its cells' Gram matrices, which
-        are summed over the time chunks only (a tree reduction per spatial chunk, so
-        the parameters are sharded by spatial chunk) and solved per cell — for this
+        each (time chunk, spatial chunk) block gives its cells' centred statistics
+        (means and cross-products of ``[x, y]``), which are merged over the time chunks
+        only (a tree reduction per spatial chunk, so the parameters are sharded by
+        spatial chunk) and solved per cell — for this
         quadratic objective the Newton step from zero is exact.  Poisson and binomial
         cells are fitted by Newton's method (IRLS) for all cells at once: each pass
         over the data sums the cells' Hessians and scores over the time chunks, with
