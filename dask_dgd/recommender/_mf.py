@@ -393,7 +393,10 @@ class ImplicitMatrixFactorization(FactorizationBase):
         L2 penalty of the item biases (bpr; None: ``alpha``, the chosen ``alpha_``
         with ``alpha="auto"``).
     confidence_scale : float, default=1.0
-        wls: confidence of an observed pair is ``1 + confidence_scale * strength``.
+        wls: confidence of an observed pair is ``1 + confidence_scale * strength``.  1
+        suits counts (plays, clicks); strengths in larger units (seconds of play) make
+        every observed pair outweigh the unobserved ones by far, so that no factors beat
+        popularity: give about 1 / a typical strength (or fit on ``log1p`` of them).
     duplicates : {"sum", "max", "raise"}, default="sum"
         What a (user, item) pair given on several rows becomes, in ``fit``,
         ``partial_fit`` (within one call's interactions) and fold-in: one pair whose

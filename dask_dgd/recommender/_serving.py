@@ -107,11 +107,17 @@ class RecommenderMixin:
         if self.item_factors_.shape[1] == 0 or self.factors_used_:
             return
         if self._ranks_by_popularity():
+            strengths = ""
+            if getattr(self, "loss", None) == "wls" and getattr(self, "rating_col", None) is not None:
+                # confidences 1 + confidence_scale * strength: strengths in large units (seconds of
+                # play, not plays) drown the unobserved pairs, whatever alpha
+                strengths = (f"; with strengths in large units (seconds rather than plays) refit with "
+                             f"confidence_scale of about 1 / a typical {self.rating_col!r}, or on log1p of them")
             warnings.warn(
                 f"{type(self).__name__}: the model ranks by popularity (item_bias_ = log(1 + the item's "
                 "interactions); every factor is exactly zero): alpha='auto' found no factors that beat popularity "
                 f"on the held-out pairs by two standard errors: {what}; give a numeric alpha to fit factors anyway "
-                "(factors_used_ is False)",
+                f"(factors_used_ is False){strengths}",
                 BiasOnlyWarning, stacklevel=user_stacklevel(),
             )
             return

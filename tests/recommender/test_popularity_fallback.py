@@ -185,3 +185,22 @@ def test_bad_counts_are_refused(pair, bad):
     with pytest.raises(InputError, match=rf"the popularity counts must be {n} integers >= 0, one per item \(in the "
                        r"order of item_ids_\); got an array of dtype"):
         copy.deepcopy(est)._fall_back_to_popularity(counts)
+
+
+@pytest.mark.parametrize("loss", LOSSES)
+def test_the_warning_of_a_wls_fit_on_strengths_names_their_units(interactions, loss):
+    """Strengths in large units (seconds of play) drown the unobserved pairs whatever
+    alpha: the popularity warning of a wls fit on a ``rating_col`` says to scale them;
+    without strengths (or with bpr, which ignores them) it does not."""
+    data = interactions.assign(seconds=240.0 * (1 + np.arange(len(interactions)) % 3))
+    for rating_col in (None, "seconds"):
+        est = ImplicitMatrixFactorization(loss=loss, n_components=4, alpha=0.01, max_iter=5, random_state=0,
+                                          rating_col=rating_col)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            pop = _popular(est.fit(data))
+        users = pop.user_ids_[:3]
+        with pytest.warns(BiasOnlyWarning, match=POPULARITY) as seen:
+            pop.recommend(users, k=2)
+        told = "confidence_scale of about 1 / a typical 'seconds', or on log1p of them" in str(seen[0].message)
+        assert told == (loss == "wls" and rating_col == "seconds")
