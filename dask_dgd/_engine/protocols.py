@@ -148,6 +148,7 @@ class FitContext(Protocol):
     batch_size: int | None
     sparse_params: bool
     stops: Any  # the fit's StopRules (max_iter, max_time)
+    tol_from_start: bool  # the gradient bound relative to the start's (see .stopping.gradient_tol)
 
     def reseed(self, seed: Any) -> None: ...
 

@@ -25,7 +25,7 @@ if TYPE_CHECKING:
     from .protocols import StepOutcome
     from .runtime.monitor import Monitor
 
-__all__ = ["N_ITER_NO_CHANGE", "EarlyStopping", "EpochStopper", "Stop", "StopRules", "WallClock"]
+__all__ = ["N_ITER_NO_CHANGE", "EarlyStopping", "EpochStopper", "Stop", "StopRules", "WallClock", "gradient_tol"]
 
 #: Epochs without improvement of more than ``tol`` after which mini-batch training stops.
 N_ITER_NO_CHANGE = 5
@@ -183,3 +183,18 @@ class StopRules:
     def load_state_dict(self, state: dict[str, Any] | None) -> None:
         if self.early_stopping is not None and state is not None:
             self.early_stopping.load_state_dict(state)
+
+
+def gradient_tol(tol: float, start: float) -> float:
+    """The bound on the largest gradient entry that ends a full-batch fit (Newton's
+    KKT violation, L-BFGS's largest entry): ``tol``, times the start's largest entry
+    ``start`` when that is below 1 (never looser than ``tol``).
+
+    The gradient of a mean loss carries the target's units: a Tweedie (power 3) fit of
+    sales in dollars starts at 1.8e-8 and a Poisson fit of rates per person-year near
+    1e-4, below an absolute ``tol=1e-4`` before the first step; those fits ended far
+    from the optimum, "converged".  Relative to the start, the bound does not depend on
+    the units; on data whose start gradient is 1 or more it is ``tol`` as before."""
+    if not math.isfinite(start) or start <= 0.0:
+        return tol
+    return tol * min(1.0, start)

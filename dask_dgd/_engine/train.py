@@ -110,6 +110,9 @@ class FitResult:
         The largest entry of the (sub)gradient at the result, in the coordinates the
         solver ran in (``history.attrs["coordinates"]``): what ``tol`` is compared
         with; None for solvers that stop on another rule (mini-batch, local, async).
+    gap_bound : float or None
+        The bound ``gap`` had to reach: ``tol``, or ``tol`` relative to the start's
+        gradient (see ``tol_from_start``); None with ``gap``.
     """
 
     params: np.ndarray
@@ -127,6 +130,7 @@ class FitResult:
     local: list | None = None
     param_sharding: bool = False
     gap: float | None = None
+    gap_bound: float | None = None
     history_attrs: dict[str, Any] = field(default_factory=dict)
 
     @cached_property
@@ -179,6 +183,9 @@ class Context:
     batch_size: int | None = None
     sparse_params: bool = False  # the result's vectors as SciPy rows of their non-zeros
     stops: StopRules | None = None  # the fit's: max_iter and max_time, asked by the loop and the solvers
+    #: Newton's and L-BFGS's gradient bound is ``tol`` relative to the start's gradient
+    #: (:func:`~.stopping.gradient_tol`): a fit from the model's null start, not a warm one
+    tol_from_start: bool = False
 
     def reseed(self, seed: Sequence[int]) -> None:
         """Draw with ``seed`` from now on (a resumed fit takes its checkpoint's)."""
@@ -335,6 +342,7 @@ def train(
     sparse_params: bool = False,
     random_state: int | tuple[int, ...] | np.random.RandomState | None = None,
     params0: Any = None,
+    tol_from_start: bool = False,
     opt_state: Any = None,
     local_init: Sequence[Any] | None = None,
     verbose: int = 0,
@@ -393,6 +401,12 @@ def train(
         (held-out data that every step evaluates in its pass, e.g. a matrix
         factorization's held-out ratings): stop when it has not improved by more than
         ``validation_tol`` for this many records that carry one.  None: no such rule.
+    tol_from_start : bool, default=False
+        ``params0`` is the model's null start (the intercepts alone, not a warm
+        start): Newton's and L-BFGS's bound on the gradient is then ``tol`` times the
+        start's largest gradient entry when that is below 1
+        (:func:`~.stopping.gradient_tol`), so that the target's units do not end the
+        fit early; from any other start (a warm one is already near the optimum) ``tol``.
     params0, opt_state : arrays or None
         Where to start (default: zeros; a SciPy sparse row is expanded where the
         parameters are kept: by each owner with ``param_sharding``) and an optimizer
@@ -501,6 +515,7 @@ def train(
         keeps_group_memory=compressor is not None or objective.has_local or MODES[mode].keeps_group_memory
         or traits.own_rounds,
         seed=seed, batch_size=batch_size, sparse_params=bool(sparse_params), stops=stops,
+        tol_from_start=bool(tol_from_start),
     )
     if params0 is not None and sp.issparse(params0):  # a sparse start: dense only where it is kept
         params0 = sp.csr_matrix(params0, dtype=np.float64).reshape(1, -1)
@@ -571,4 +586,5 @@ def train(
         optimizer=opt_out, opt_state=state_out, split_every=int(split_every),
         bytes_communicated=communicated(list(monitor.records)), local=local, param_sharding=bool(sharded),
         gap=None if gap is None else float(gap), history_attrs={"coordinates": coordinates},
+        gap_bound=None if gap is None else float(getattr(solver_obj, "gtol", tol)),
     )

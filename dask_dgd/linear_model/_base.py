@@ -52,7 +52,10 @@ def non_convergence_message(name, result, mode, max_iter, tol):
     if result.gap is not None:
         where = result.history_attrs.get("coordinates", "original")
         cols = "standardised columns" if where != "original" else "the features' units"
-        gap = f"; the largest gradient entry is {result.gap:.3g} ({cols}) against tol={tol:g}"
+        bound = tol if result.gap_bound is None else result.gap_bound
+        against = f"tol={tol:g}" if bound == tol else \
+            f"{bound:.3g} (tol={tol:g} times the start's largest entry, {bound / tol:.3g})"
+        gap = f"; the largest gradient entry is {result.gap:.3g} ({cols}) against {against}"
     if result.solver in ("newton", "cd"):
         advice = ("increase max_iter; Newton steps that stall point to a singular or separable problem "
                   "(collinear columns, classes a hyperplane separates): a small penalty (alpha > 0) fixes it")
@@ -455,6 +458,7 @@ class DGDLinearModel(LazyHistory, InferenceMixin, ClientParamMixin, BaseEstimato
                 # the full fingerprint (every parameter's repr) only matters to a checkpoint
                 fingerprint=self._fingerprint() if self.checkpoint is not None else {"estimator": type(self).__name__},
                 params0=self._initial_params(objective, baseline) if params0 is None else params0,
+                tol_from_start=params0 is None and not (self.warm_start and hasattr(self, "coef_")),
                 client=self.client,
             )
         finally:

@@ -112,13 +112,15 @@ def test_history_is_built_from_the_records_when_first_asked_for(data):
 
 def test_max_iter_warns_convergence(data):
     X, y = data
+    # the bound: tol times the start's largest entry, below 1 here (0.39)
     with pytest.warns(ConvergenceWarning, match=r"did not converge in max_iter=2 iterations \(solver='lbfgs', mode='sync'\) "
                       r"\(reached max_iter=2\); the largest gradient entry is \S+ \(standardised columns\) against "
-                      r"tol=1e-12; increase max_iter, or use solver='newton'"):
+                      r"\S+ \(tol=1e-12 times the start's largest entry, 0\.\d+\); increase max_iter, or use "
+                      r"solver='newton'"):
         LogisticRegression(solver="lbfgs", max_iter=2, tol=1e-12).fit(X, y)
     with pytest.warns(ConvergenceWarning, match=r"did not converge in max_iter=1 iterations \(solver='newton', mode='sync'\) "
                       r"\(reached max_iter=1\); the largest gradient entry is \S+ \(standardised columns\) against "
-                      r"tol=1e-12; increase max_iter; Newton steps that stall point to a singular or separable problem"):
+                      r"\S+ \(tol=1e-12 times the start's largest entry, 0\.\d+\); increase max_iter; Newton steps that stall point to a singular or separable problem"):
         LogisticRegression(max_iter=1, tol=1e-12).fit(X, y)
 
 

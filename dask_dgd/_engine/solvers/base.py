@@ -172,13 +172,18 @@ class AttributeState:
     attributes named in ``_STATE``."""
 
     _STATE: tuple[str, ...] = ()
+    #: attributes checkpointed too, absent from older checkpoints: ``getattr`` of the
+    #: solver as loaded (its value from ``__init__``) when missing
+    _LATER_STATE: tuple[str, ...] = ()
 
     def state_dict(self) -> dict[str, Any]:
-        return {k: getattr(self, k) for k in self._STATE}
+        return {k: getattr(self, k) for k in self._STATE + self._LATER_STATE}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         for k in self._STATE:
             setattr(self, k, state[k])
+        for k in self._LATER_STATE:
+            setattr(self, k, state.get(k, getattr(self, k)))
 
 
 def step_record(ctx: FitContext, res: StepResult, iteration: int, value: float, grad: np.ndarray,

@@ -19,7 +19,7 @@ import numpy as np
 from ...optim import strong_wolfe
 from ...optim._lbfgs import two_loop
 from ...optim._linesearch import rounding_level, ties
-from ..stopping import EpochStopper, Stop
+from ..stopping import EpochStopper, Stop, gradient_tol
 from ..update import Guard, UpdateRule, auto_learning_rate, initial_divergence
 from .base import CountsIterations, Outcome, Solver, step_record
 
@@ -301,10 +301,12 @@ class LBFGS(CountsIterations, Solver):
     comes from a line search for the strong Wolfe conditions
     (:func:`dask_dgd.optim.strong_wolfe`), starting at 1 (``min(1, 1/|g|)`` on the first
     iteration), each trial one distributed step (and one history record).  Converged
-    when the largest gradient entry is at most ``tol`` (scikit-learn's ``pgtol=tol``),
-    whatever ``tol``: near the optimum, where the objective's values differ only by
-    rounding, a trial whose largest gradient entry is smaller is accepted, and a trial
-    whose value ties with the current one is judged by the value its slope implies
+    when the largest gradient entry is at most ``tol`` (scikit-learn's ``pgtol=tol``;
+    times the start's largest entry when that is below 1 from the model's null start:
+    :func:`~..stopping.gradient_tol`, so that the target's units do not end a fit early), whatever ``tol``: near the
+    optimum, where the objective's values differ only by rounding, a trial whose
+    largest gradient entry is smaller is accepted, and a trial whose value ties with the
+    current one is judged by the value its slope implies
     (``f + t (slope_0 + slope_t) / 2``, exact for a quadratic), so a tiny ``tol`` is
     reached when the gradient can get there.  Otherwise it stops, not converged, at
     ``max_iter`` iterations, ``max(4 max_iter, 50)`` evaluations, or a line search of
@@ -344,13 +346,16 @@ class LBFGS(CountsIterations, Solver):
         self.trials: list[tuple[float, float, float]] = []  # (step, value, slope) of the line search so far
         self.points: list[tuple[Any, ...]] = []  # (step, parameters, value, gradient) of its finite trials
         self._search: Generator[float, tuple[float, float], float] | None = None
+        self.gtol = ctx.tol  # the largest gradient entry that ends the fit (set at the start)
 
     def _evaluate(self, x: np.ndarray) -> tuple[StepResult, dict[str, Any]]:
         res = self.ctx.source.evaluate(x)
         return res, step_record(self.ctx, res, self.it, res.value, res.grad, None)
 
     def start(self) -> Outcome:
-        return Outcome([self._start_point()])
+        record = self._start_point()
+        self.gtol = gradient_tol(self.ctx.tol, self._gmax()) if self.ctx.tol_from_start else self.ctx.tol
+        return Outcome([record])
 
     # ------------------------------------------------- the vectors (on the driver here)
     def _start_point(self) -> dict[str, Any]:
@@ -454,14 +459,14 @@ class LBFGS(CountsIterations, Solver):
         self.direction = self._search = None
         if not self._move(accepted):  # type: ignore[arg-type]
             return Outcome([record], stop=Stop(
-                self._gmax() <= self.ctx.tol,
+                self._gmax() <= self.gtol,
                 f"the line search found no decrease in {len(self.trials)} trials (the objective is flat at "
                 "rounding level, or the gradient is inaccurate)"))
         self.it += 1
         return Outcome([record])
 
     def stop_rule(self, outcome: Outcome) -> Stop | None:
-        if self._gmax() <= self.ctx.tol:
+        if self._gmax() <= self.gtol:
             return Stop(True)
         if self.ctx.source.n_steps >= self.max_evals:  # its own limit, besides max_iter's
             return Stop(False, f"reached {self.max_evals} evaluations of the objective")
@@ -473,13 +478,14 @@ class LBFGS(CountsIterations, Solver):
     _STATE: tuple[str, ...] = ("x", "f", "g", "s", "y", "it", "direction", "slope0", "t0", "t", "trials", "points")
 
     def state_dict(self) -> dict[str, Any]:
-        return {k: getattr(self, k) for k in self._STATE}
+        return {**{k: getattr(self, k) for k in self._STATE}, "gtol": self.gtol}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         for k in self._STATE:
             v = state[k]
             setattr(self, k, [tuple(p) for p in v] if k in ("trials", "points") else
                     list(v) if k in ("s", "y") else v)
+        self.gtol = float(state.get("gtol", self.ctx.tol))  # (a checkpoint from before it)
         self._sy = [float(s @ y) for s, y in zip(self.s, self.y)]
         self._yy = [float(y @ y) for y in self.y]
         self._search = None

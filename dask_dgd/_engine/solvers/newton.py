@@ -36,7 +36,7 @@ import scipy.linalg
 from ..._backend import get_namespace
 from ...losses._gram import weighted_gram
 from ...optim._linesearch import MAX_HALVINGS, accepts, rounding_level
-from ..stopping import Stop
+from ..stopping import Stop, gradient_tol
 from ..update import initial_divergence
 from .base import AttributeState, CountsIterations, Outcome, Solver, step_record
 from .curvature import LeastSquaresModel, curvature, with_block_extra
@@ -366,7 +366,9 @@ class IRLSCD(CountsIterations, AttributeState, Solver):
     is one pass, and the accepted trial's pass already holds the next iteration's
     gradient and Hessian.  Near the optimum, where values differ only by rounding, a
     trial whose subgradient is smaller is accepted too.  Converged when the largest
-    entry of the minimum-norm subgradient (the KKT violation) is at most ``tol``.
+    entry of the minimum-norm subgradient (the KKT violation) is at most ``tol`` (times
+    the start's when that is below 1 and the fit starts from the model's null start:
+    :func:`~..stopping.gradient_tol`, so that the target's units do not end a fit early).
     """
 
     def __init__(self, ctx: FitContext, params0: np.ndarray) -> None:
@@ -386,6 +388,7 @@ class IRLSCD(CountsIterations, AttributeState, Solver):
         self.delta = 0.0
         self.t = 1.0
         self.trials = 0
+        self.gtol = ctx.tol  # the KKT violation that ends the fit (set at the start)
 
     def _evaluate(self, x: np.ndarray) -> tuple[StepResult, float]:
         res = self.ctx.source.evaluate(x)
@@ -416,13 +419,14 @@ class IRLSCD(CountsIterations, AttributeState, Solver):
         if not res.finite:
             raise initial_divergence(res.value)
         extra = self._take(res, value)
+        self.gtol = gradient_tol(self.ctx.tol, self.kkt) if self.ctx.tol_from_start else self.ctx.tol
         return Outcome([step_record(self.ctx, res, 0, value, res.grad, None), *extra])
 
     def _plan(self) -> bool:
         """Set the direction of the next step (the quadratic model's minimiser) and its
         model decrease ``delta``; False when the model gives no descent direction."""
         if np.any(self.l1):
-            inner_tol = max(0.25 * self.ctx.tol, min(0.1 * self.kkt, 1e-2))
+            inner_tol = max(0.25 * self.gtol, min(0.1 * self.kkt, 1e-2))
             x_new, _ = cd_solve(self.H, self.g, self.x, self.l1, inner_tol, free=self.free)  # type: ignore[arg-type]
         else:
             x_new = self.x + newton_step(self.H, self.g, self.x)  # type: ignore[arg-type]
@@ -435,7 +439,7 @@ class IRLSCD(CountsIterations, AttributeState, Solver):
         if self.direction is None and not self._plan():
             self.direction = None
             return Outcome(stop=Stop(
-                self.kkt <= self.ctx.tol,
+                self.kkt <= self.gtol,
                 "the quadratic model gives no descent direction (the objective is flat at rounding level)"))
         trial = self.x + self.t * self.direction  # type: ignore[operator]
         res, value = self._evaluate(trial)
@@ -451,15 +455,15 @@ class IRLSCD(CountsIterations, AttributeState, Solver):
             return Outcome([record, *extra])
         if self.trials >= MAX_HALVINGS:
             return Outcome([record], stop=Stop(
-                self.kkt <= self.ctx.tol,
+                self.kkt <= self.gtol,
                 "the line search found no decrease (the objective is flat at rounding level)"))
         self.t *= 0.5
         return Outcome([record])
 
     def stop_rule(self, outcome: Outcome) -> Stop | None:
-        if self.kkt <= self.ctx.tol and self.direction is not None and self.polished:
+        if self.kkt <= self.gtol and self.direction is not None and self.polished:
             return None  # a line search after the tolerance was met goes on
-        if self.kkt <= self.ctx.tol:
+        if self.kkt <= self.gtol:
             # more steps once the tolerance is met, while the quadratic model predicts a
             # decrease above the objective's rounding level (at most MAX_POLISH):
             # Newton's steps converge quadratically, so one step usually ends it, and
@@ -482,6 +486,7 @@ class IRLSCD(CountsIterations, AttributeState, Solver):
         return self.kkt
 
     _STATE = ("x", "f", "g", "H", "kkt", "it", "direction", "delta", "t", "trials", "polished")
+    _LATER_STATE = ("gtol",)
 
     def resume(self) -> Outcome:
         return Outcome(accepted=False)
