@@ -354,7 +354,7 @@ def resolve_solver(solver: str, optimizer: str | Optimizer | None, *, batch_size
                    n_rows: int | None = None, sparse: bool = False) -> tuple[str, Optimizer | None]:
     """``(solver, optimizer)`` from the solver/optimizer/batch_size/L1 settings: "auto"
     picks the exact-Hessian solver when the training ``objective`` is given and can
-    take it (a single-output loss with a Hessian, at most ``dgd.cd-max-params``
+    take it (a loss with a Hessian, a multinomial one in scaled coordinates, at most ``dgd.cd-max-params``
     parameters, no early stopping, no optimizer given): "cd" for an L1 penalty, and
     "newton" when a pass's Hessian costs at most ``dgd.newton-auto-work`` (rows x
     parameters^2, :data:`NEWTON_AUTO_WORK`; ``n_rows`` None: any size); otherwise

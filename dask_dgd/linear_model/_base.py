@@ -60,8 +60,8 @@ def non_convergence_message(name, result, mode, max_iter, tol):
         advice = ("increase max_iter; Newton steps that stall point to a singular or separable problem "
                   "(collinear columns, classes a hyperplane separates): a small penalty (alpha > 0) fixes it")
     elif result.solver == "lbfgs":
-        advice = ("increase max_iter, or use solver='newton' (single-output models of up to dgd.cd-max-params "
-                  "parameters)")
+        advice = ("increase max_iter, or use solver='newton' (models of up to dgd.cd-max-params parameters, "
+                  "multinomial ones too)")
     else:
         advice = "increase max_iter, loosen tol, or scale the features"
     return (f"{name} did not converge in max_iter={max_iter} {unit} (solver={result.solver!r}, mode={mode!r})"
