@@ -385,7 +385,10 @@ class InferenceMixin:
             Index: ``"intercept"`` (when fitted), then ``feature_names_in_`` (or
             ``x0 .. x{d-1}``).  Columns: ``coef``, ``se``, ``z``, ``p_value`` (two-sided,
             normal), ``ci_lower``, ``ci_upper``.  ``table.attrs["converged"]`` is False
-            (and a ``ConvergenceWarning`` says so) when the fit stopped short.
+            (and a ``ConvergenceWarning`` says so) when the fit stopped short.  A
+            binary classifier's table also warns (``ConvergenceWarning``) when fitted
+            probabilities numerically 0 or 1 occur (R's ``glm`` rule, 10 eps): the
+            features may separate the classes, and the estimates then do not exist.
 
         Examples
         --------
@@ -426,4 +429,28 @@ class InferenceMixin:
             index=pd.Index(names),
         )
         table.attrs["converged"] = bool(getattr(self, "converged_", True))
+        certain = _numerically_certain(self, X)
+        if certain:
+            warnings.warn(
+                f"{type(self).__name__}: fitted probabilities numerically 0 or 1 occurred for {certain} row(s) (as R's "
+                "glm warns): the features may separate the classes (completely or quasi-completely), so that the "
+                "maximum-likelihood estimate does not exist and these estimates, standard errors and p-values are "
+                "not valid; pass alpha > 0 for a finite penalised fit, or leave out the separating features",
+                ConvergenceWarning, stacklevel=user_stacklevel())
         return table
+
+
+#: A fitted probability within this of 0 or 1 is numerically certain (R's glm: 10 eps).
+CERTAIN = 10 * np.finfo(np.float64).eps
+
+
+def _numerically_certain(est, X):
+    """The number of rows of ``X`` whose fitted probability of the positive class is
+    within :data:`CERTAIN` of 0 or 1 (a binary classifier's; 0 for other models): one
+    pass over a dask ``X``."""
+    classes = getattr(est, "classes_", None)
+    if not hasattr(est, "predict_proba") or classes is None or len(classes) != 2:
+        return 0
+    p = est.predict_proba(X)[:, 1]
+    certain = (p < CERTAIN) | (p > 1 - CERTAIN)
+    return int(certain.sum().compute() if is_dask_collection(certain) else np.sum(to_numpy(certain)))

