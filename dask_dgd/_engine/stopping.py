@@ -194,7 +194,10 @@ def gradient_tol(tol: float, start: float) -> float:
     sales in dollars starts at 1.8e-8 and a Poisson fit of rates per person-year near
     1e-4, below an absolute ``tol=1e-4`` before the first step; those fits ended far
     from the optimum, "converged".  Relative to the start, the bound does not depend on
-    the units; on data whose start gradient is 1 or more it is ``tol`` as before."""
+    the units; on data whose start gradient is 1 or more it is ``tol`` as before.  A
+    fit whose objective turns flat at rounding level before reaching the bound (its line
+    search finds no decrease) is judged by ``tol`` itself: the relative bound may lie
+    below the gradient's rounding level, which no step can pass."""
     if not math.isfinite(start) or start <= 0.0:
         return tol
     return tol * min(1.0, start)

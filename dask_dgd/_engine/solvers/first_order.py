@@ -458,8 +458,8 @@ class LBFGS(CountsIterations, Solver):
                 accepted = done.value
         self.direction = self._search = None
         if not self._move(accepted):  # type: ignore[arg-type]
-            return Outcome([record], stop=Stop(
-                self._gmax() <= self.gtol,
+            return Outcome([record], stop=Stop(  # flat at rounding level: judged by tol itself (see gradient_tol)
+                self._gmax() <= self.ctx.tol,
                 f"the line search found no decrease in {len(self.trials)} trials (the objective is flat at "
                 "rounding level, or the gradient is inaccurate)"))
         self.it += 1

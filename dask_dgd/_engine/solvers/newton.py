@@ -438,8 +438,8 @@ class IRLSCD(CountsIterations, AttributeState, Solver):
     def step(self) -> Outcome:
         if self.direction is None and not self._plan():
             self.direction = None
-            return Outcome(stop=Stop(
-                self.kkt <= self.gtol,
+            return Outcome(stop=Stop(  # flat at rounding level: judged by tol itself (see gradient_tol)
+                self.kkt <= self.ctx.tol,
                 "the quadratic model gives no descent direction (the objective is flat at rounding level)"))
         trial = self.x + self.t * self.direction  # type: ignore[operator]
         res, value = self._evaluate(trial)
@@ -454,8 +454,8 @@ class IRLSCD(CountsIterations, AttributeState, Solver):
             self.direction = None
             return Outcome([record, *extra])
         if self.trials >= MAX_HALVINGS:
-            return Outcome([record], stop=Stop(
-                self.kkt <= self.gtol,
+            return Outcome([record], stop=Stop(  # flat at rounding level: judged by tol itself
+                self.kkt <= self.ctx.tol,
                 "the line search found no decrease (the objective is flat at rounding level)"))
         self.t *= 0.5
         return Outcome([record])
