@@ -589,10 +589,10 @@ class _ClusterRun:
         checkpoint is due, else its status) and whether it is whole.  A call that may
         bring the whole state waits for it at least 3 times as long as the last copy took."""
         t0 = time.monotonic()
-        may_be_whole = whole or self.solver.checkpoint_version() is not None
+        at = self.solver.checkpoint_version()
         records, _, state, whole = self.ex.call_actor_within(
-            max(ACTOR_TIMEOUT, 3 * self._copy_seconds) if may_be_whole else ACTOR_TIMEOUT,
-            self.server.drain_with_state, whole, self.solver.checkpoint_version(), worker=self.server_worker)
+            max(ACTOR_TIMEOUT, 3 * self._copy_seconds) if whole or at is not None else ACTOR_TIMEOUT,
+            self.server.drain_with_state, whole, at, worker=self.server_worker)
         if whole:
             now = time.monotonic()
             self._copied_at, self._copy_seconds = now, now - t0
