@@ -197,7 +197,7 @@ t = pd.date_range("2000-01-01", periods=24, freq="MS")
 ds = xr.Dataset({"x": (("time", "lat", "lon"), rng.random((24, 3, 4))), "y": (("time", "lat", "lon"), rng.random((24, 3, 4)))},
                 coords={"time": t, "lat": [0.0, 10.0, 20.0], "lon": [0.0, 1.0, 2.0, 3.0]})
 ClimateRegressor(["x"], "y", model="pointwise").fit(ds).predict(ds)
-ClimateRegressor(["x"], "y", lags={"x": [1]}, solver="lbfgs").fit(ds).predict(ds)
+ClimateRegressor(["x"], "y", model="pooled", lags={"x": [1]}, solver="lbfgs").fit(ds).predict(ds)
 assert not tried, tried
 """
     import dask_dgd

@@ -48,7 +48,7 @@ _FAMILIES = ("gaussian", "poisson", "binomial")
 #: position), the model on the grid, the penalty, the solver and the training
 #: parameters (:mod:`dask_dgd._params`).
 CLIMATE_SIGNATURE = signature(
-    ("features", None), ("target", None), ("model", "pooled"), ("sample_dims", AUTO), ("time_dim", AUTO),
+    ("features", None), ("target", None), ("model", "pointwise"), ("sample_dims", AUTO), ("time_dim", AUTO),
     ("lags", None), ("lead", 0), ("seasonal", None), ("time_unit", "years"),
     ("area_weights", True), ("lat", "auto"), ("family", "gaussian"), ("trials", None),
     "alpha", "solver", "optimizer", "learning_rate", "batch_size", "max_iter", "tol", *MODES, *RUNTIME,
@@ -70,10 +70,18 @@ class ClimateRegressor(LazyHistory, ClientParamMixin, BaseEstimator):
     target : str or None, default=None
         The variable to predict; required at ``fit`` (None raises ``ParameterError``
         naming the Dataset's variables).
-    model : {"pooled", "pointwise"}, default="pooled"
-        ``"pooled"``: one model for all cells, trained by distributed gradient descent
-        (the linear-model engine) over the time-and-space blocks of the design matrix.
-        ``"pointwise"``: one weighted least-squares model per grid cell, all at once:
+    model : {"pointwise", "pooled"}, default="pointwise"
+        ``"pointwise"`` (the default): one model per grid cell, the field's baseline
+        (per-cell least squares), which a model shared by every cell loses to as soon
+        as the cells differ in their climatology or their response (pattern scaling of
+        iris-sample-data's A1B temperatures on their regional mean, 150 years fitted,
+        90 held out: area-weighted R² 0.986 per cell, 0.862 for each cell's mean of
+        the fitted years, 0.015 pooled).  ``"pooled"``: one model for all cells,
+        trained by distributed gradient descent (the linear-model engine) over the
+        time-and-space blocks of the design matrix: for features that carry the cells'
+        differences themselves (local fields, coordinates), a model that predicts on
+        grids other than its fit's, or too few time steps per cell for a model each.
+        Pointwise gaussian cells are weighted least-squares models, all fitted at once:
         each (time chunk, spatial chunk) block gives its cells' centred statistics
         (means and cross-products of ``[x, y]``), which are merged over the time chunks
         only (a tree reduction per spatial chunk, so the parameters are sharded by

@@ -187,8 +187,8 @@ def test_pointwise_does_not_depend_on_chunks(client):
 def test_area_weights_change_the_pooled_fit_as_sample_weight_does(client):
     ds = _grid()
     # the slope of tas on a differs with latitude, so weighting by area matters
-    weighted = ClimateRegressor(["a", "index"], "tas", solver="lbfgs", tol=1e-10, max_iter=500, client=client).fit(ds)
-    flat = ClimateRegressor(["a", "index"], "tas", solver="lbfgs", tol=1e-10, max_iter=500, area_weights=False,
+    weighted = ClimateRegressor(["a", "index"], "tas", model="pooled", solver="lbfgs", tol=1e-10, max_iter=500, client=client).fit(ds)
+    flat = ClimateRegressor(["a", "index"], "tas", model="pooled", solver="lbfgs", tol=1e-10, max_iter=500, area_weights=False,
                             client=client).fit(ds)
     assert abs(float(weighted.coef_.sel(feature="a")) - float(flat.coef_.sel(feature="a"))) > 1e-3
     cols = _columns(ds)
@@ -217,7 +217,7 @@ def test_pooled_poisson_link(client):
     rate = np.exp(0.3 + 0.5 * ds["a"].fillna(0).values)
     ds["count"] = (("time", "lat", "lon"), rng.poisson(rate).astype(float))
     ds = ds.chunk({"time": 16, "lat": 3, "lon": 3})
-    model = ClimateRegressor(["a"], "count", family="poisson", alpha=0.0, client=client).fit(ds)
+    model = ClimateRegressor(["a"], "count", model="pooled", family="poisson", alpha=0.0, client=client).fit(ds)
     assert float(model.coef_.sel(feature="a")) == pytest.approx(0.5, abs=0.1)
     pred = model.predict(ds).compute()
     assert float(pred.min()) > 0  # expected counts
@@ -412,7 +412,7 @@ def test_fits_show_a_progress_bar_labelled_with_the_model(scheduler, bars, capsy
     np.testing.assert_array_equal(shown.coef_.values, quiet.coef_.values)
     np.testing.assert_array_equal(shown.n_samples_.values, quiet.n_samples_.values)
     if scheduler == "client":
-        pooled = ClimateRegressor(["a", "index"], "tas", solver="gd", max_iter=5, tol=0, verbose=1, client=client)
+        pooled = ClimateRegressor(["a", "index"], "tas", model="pooled", solver="gd", max_iter=5, tol=0, verbose=1, client=client)
         with pytest.warns(ConvergenceWarning):
             pooled.fit(ds)
         assert "ClimateRegressor (pooled):" in capsys.readouterr().err

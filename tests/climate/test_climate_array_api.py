@@ -308,7 +308,7 @@ def test_pooled_on_strict_blocks_equals_numpy(family, params, client):
     elif family == "binomial":
         ds["tas"] = (ds["tas"] > 280).astype(float).where(ds["tas"].notnull())
     sds = _on_strict(ds)
-    kw = dict(family=family, solver="newton", tol=1e-12, max_iter=50, client=client, **params)
+    kw = dict(model="pooled", family=family, solver="newton", tol=1e-12, max_iter=50, client=client, **params)
     ref = ClimateRegressor(["a", "index"], "tas", **kw).fit(_chunked(ds))
     model = ClimateRegressor(["a", "index"], "tas", **kw).fit(sds)
     assert np.abs(ref.coef_.values).max() > 0.05  # a model was learnt

@@ -18,7 +18,7 @@ from dask_dgd import InputError
 from dask_dgd.climate import ClimateRegressor, to_design_matrix
 from dask_dgd.climate._areas import centre_areas, polygon_areas
 
-_POOLED = {"solver": "lbfgs", "max_iter": 500, "tol": 1e-12}
+_POOLED = {"model": "pooled", "solver": "lbfgs", "max_iter": 500, "tol": 1e-12}
 
 
 def _grid(dims=("time", "lat", "lon"), lat=None, lon=None, T=24, seed=0, lat_attrs=None, lon_attrs=None):

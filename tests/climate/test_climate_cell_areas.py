@@ -16,7 +16,7 @@ from dask_dgd import InputError
 from dask_dgd.climate import ClimateRegressor, to_design_matrix
 from dask_dgd.climate._areas import polygon_areas
 
-_POOLED = {"solver": "lbfgs", "max_iter": 500, "tol": 1e-12}
+_POOLED = {"model": "pooled", "solver": "lbfgs", "max_iter": 500, "tol": 1e-12}
 
 
 def _grid(lat=(-60.0, -20.0, 20.0, 60.0), lon=(0.0, 20.0, 40.0), T=24, seed=0):

@@ -15,12 +15,12 @@ from dask_dgd import InputError, ParameterError
 from dask_dgd.climate import ClimateRegressor, to_design_matrix
 from dask_dgd.climate._areas import centre_areas
 
-_POOLED = {"solver": "lbfgs", "max_iter": 500, "tol": 1e-12}
+_POOLED = {"model": "pooled", "solver": "lbfgs", "max_iter": 500, "tol": 1e-12}
 
 
 def _kw(model):
     """The training settings of ``model`` (pointwise models take none)."""
-    return _POOLED if model == "pooled" else {}
+    return {k: v for k, v in _POOLED.items() if k != "model"} if model == "pooled" else {}
 
 
 def _data(T=24, Y=4, X=3, seed=0, heterogeneous=False):

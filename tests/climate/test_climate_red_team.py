@@ -31,12 +31,12 @@ def _shuffled(ds, seed=1):
     return ds.isel(time=np.random.default_rng(seed).permutation(ds.sizes["time"]))
 
 
-_POOLED = {"solver": "lbfgs", "max_iter": 200, "tol": 1e-10}
+_POOLED = {"model": "pooled", "solver": "lbfgs", "max_iter": 200, "tol": 1e-10}
 
 
 def _training(model):
     """The pooled model's training settings (pointwise models refuse them)."""
-    return _POOLED if model == "pooled" else {}
+    return {k: v for k, v in _POOLED.items() if k != "model"} if model == "pooled" else {}
 _CALENDARS = ["datetime64", "360_day", "noleap"]
 
 

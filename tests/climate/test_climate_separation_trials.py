@@ -329,7 +329,7 @@ def test_edge_screen_on_strict_blocks_equals_numpy(family):
 
 def test_pooled_trials_evaluate_and_features_none_leave_the_trials_out():
     ds = _hot_days("noleap")
-    model = ClimateRegressor(None, "hot", family="binomial", trials="days", solver="newton", tol=1e-10,
+    model = ClimateRegressor(None, "hot", model="pooled", family="binomial", trials="days", solver="newton", tol=1e-10,
                              max_iter=200).fit(ds)
     assert model.feature_names_ == ["x"]  # "days" is the trials, not a feature
     got = model.evaluate(ds)

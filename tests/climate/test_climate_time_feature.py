@@ -131,7 +131,7 @@ def test_pooled_trend_matches_weighted_least_squares_with_area_weights(calendar,
     else:
         time = xr.date_range("1981-01-01", periods=240, freq="MS", calendar=calendar, use_cftime=True)
     ds = _grid(time, seed=1)
-    model = ClimateRegressor(["time", "x"], "tas", time_unit="decades", solver="lbfgs", tol=1e-12, max_iter=1000,
+    model = ClimateRegressor(["time", "x"], "tas", model="pooled", time_unit="decades", solver="lbfgs", tol=1e-12, max_iter=1000,
                              client=client).fit(ds)
     assert model.feature_names_ == ["time", "x"]
     decades = _days(time) / (10 * YEAR[calendar])

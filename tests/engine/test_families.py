@@ -58,7 +58,7 @@ class Family:
         if self.name == "implicit":
             return ImplicitMatrixFactorization(**{"n_components": 3, "loss": "wls", "alpha": 0.01, "max_iter": 20,
                                                   "random_state": 0, "client": self.client, **kw})
-        return ClimateRegressor("a", "y", **{"seasonal": 2, "solver": "gd", "max_iter": 30, "tol": 0.0,
+        return ClimateRegressor("a", "y", **{"model": "pooled", "seasonal": 2, "solver": "gd", "max_iter": 30, "tol": 0.0,
                                              "client": self.client, **kw})
 
     def fit(self, est, **kw):

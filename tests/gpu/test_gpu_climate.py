@@ -127,7 +127,7 @@ def test_pooled_on_gpu_equals_cpu(family, features, params, cp, gpu_dataset, cli
     elif family == "binomial":
         ds["tas"] = (ds["tas"] > 280).astype(float).where(ds["tas"].notnull())
     gds = gpu_dataset(ds)
-    kw = dict(family=family, solver="newton", tol=1e-12, max_iter=50, client=client, **params)
+    kw = dict(model="pooled", family=family, solver="newton", tol=1e-12, max_iter=50, client=client, **params)
     ref = ClimateRegressor(features, "tas", **kw).fit(ds)
     model = ClimateRegressor(features, "tas", **kw).fit(gds)
     np.testing.assert_allclose(model.coef_.values, ref.coef_.values, rtol=0, atol=1e-6)
