@@ -488,6 +488,7 @@ _LINEAR = {
     "intercept_": _INTERCEPT,
     "n_iter_": Int(),
     "converged_": Of((bool, np.bool_)),
+    "separated_": Of((bool, np.bool_), none=True),
     "solver_": Of((str,)),
     "split_every_": Int(low=1, none=True),
     "loss_curve_": ListOf(Real(finite=False)),

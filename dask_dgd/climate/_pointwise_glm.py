@@ -57,6 +57,7 @@ from .._engine.solvers.base import Outcome, Solver
 from .._engine.stopping import Stop, StopRules
 from .._validation import user_stacklevel
 from ..exceptions import ConvergenceWarning, InputError
+from ..linear_model._separation import mle_missing
 from ..optim._linesearch import MAX_HALVINGS, no_increase
 from ._blocks import proportions, split_fields
 from ._kernels import BINOMIAL, POISSON
@@ -64,7 +65,7 @@ from ._namespace import align, to_host
 from ._pointwise import kernel_inputs, masked_design, solve_spd
 
 __all__ = ["GLM_FAMILIES", "CellNewton", "find_separated", "fit_cells", "glm_stats", "glm_stats_of_state",
-           "glm_stats_xp", "mle_missing", "newton_update"]
+           "glm_stats_xp", "newton_update"]
 
 GLM_FAMILIES = {"poisson": POISSON, "binomial": BINOMIAL}
 
@@ -942,36 +943,3 @@ def _cell_series(fields, cells, client):
         ok = np.isfinite(y) & np.all(np.isfinite(X), axis=1)  # the screen passed only cells of weight > 0
         out.append((X[ok], y[ok]))
     return out
-
-
-def mle_missing(X, y, family):
-    """Whether the maximum-likelihood estimate of one cell does not exist: its
-    observed design ``X`` (n, p; the intercept's column of ones first) and target
-    ``y`` (binomial: proportions in [0, 1]; poisson: counts).
-
-    It does not exist exactly when a direction ``d != 0`` of the coefficients
-    increases the likelihood without bound (complete or quasi-complete separation,
-    Albert and Anderson 1984): ``x . d >= 0`` on every step whose target is 1, ``x . d
-    <= 0`` where it is 0, ``x . d = 0`` in between (binomial; poisson: ``<= 0`` where
-    the count is 0, ``= 0`` where it is positive), with some inequality strict.  The
-    linear programme of Konis (2007), as R's ``detectseparation``: maximise the sum of
-    ``|x . d|`` over the steps at 0 or 1 subject to those signs and ``|d_j| <= 1``
-    (the columns scaled to a largest value of 1); a positive optimum is a
-    separation."""
-    from scipy.optimize import linprog
-
-    if X.shape[0] == 0:
-        return False
-    scale = np.max(np.abs(X), axis=0)
-    Xs = X / np.where(scale > 0, scale, 1.0)
-    low = y <= 0.0
-    high = (y >= 1.0) if family == "binomial" else np.zeros_like(low)
-    edge = low | high
-    if not edge.any():
-        return False
-    signed = np.where(high, 1.0, -1.0)[edge, None] * Xs[edge]
-    middle = ~edge
-    res = linprog(-signed.sum(axis=0), A_ub=-signed, b_ub=np.zeros(len(signed)),
-                  A_eq=Xs[middle] if middle.any() else None, b_eq=np.zeros(int(middle.sum())) if middle.any() else None,
-                  bounds=[(-1.0, 1.0)] * X.shape[1], method="highs")
-    return bool(res.status == 0 and -res.fun > 1e-6)

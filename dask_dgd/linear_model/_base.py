@@ -27,6 +27,7 @@ from ..optim import LBFGS, FirstOrderOptimizer, Schedule, get_optimizer
 from ._inference import InferenceMixin
 from ._input import check_offset, validate_fit_input, with_offset
 from ._predict import coef_matrix, raw_prediction
+from ._separation import warn_if_separated
 
 __all__ = ["DGDLinearModel"]
 
@@ -362,6 +363,7 @@ class DGDLinearModel(LazyHistory, InferenceMixin, ClientParamMixin, BaseEstimato
         else:
             totals["weighted_target_sum"] = float(sum(s["wy_sum"] for s in summaries))
         shards.totals = totals
+        shards.x_abs_max = max((float(s["x_abs_max"]) for s in summaries), default=0.0)
         if totals["weight_sum"] <= 0:
             raise InputError(
                 "Sample weights must contain at least one non-zero number: the total "
@@ -481,6 +483,9 @@ class DGDLinearModel(LazyHistory, InferenceMixin, ClientParamMixin, BaseEstimato
         elif not result.converged:
             warnings.warn(non_convergence_message(type(self).__name__, result, self.mode, self.max_iter, self.tol),
                           ConvergenceWarning, stacklevel=user_stacklevel())
+        # an unpenalised logistic fit of separated classes has no estimate: say so, as R's glm
+        self.separated_ = warn_if_separated(self, shards, objective, result.params,
+                                            float(self.alpha if alpha is None else alpha))
         return result
 
     def _partial_starts(self):
@@ -548,6 +553,7 @@ class DGDLinearModel(LazyHistory, InferenceMixin, ClientParamMixin, BaseEstimato
             self._set_coef(coef, intercept)
         self.n_iter_ = result.n_iter
         self.converged_ = bool(result.converged)
+        self.separated_ = False  # (fit tests it after storing)
         # history_ is built when first asked for (__getattr__), unless it already is
         self.__dict__.pop("history_", None)
         self._history_records = (result.records, result.history_attrs)

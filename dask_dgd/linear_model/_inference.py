@@ -37,8 +37,10 @@ from .._frames import is_frame
 from .._validation import user_stacklevel
 from ..exceptions import ConvergenceWarning, InputError, ParameterError
 from ..losses._gram import weighted_gram
+from ..losses._pointwise import BinaryLogistic
 from ._input import check_n_features
 from ._predict import coef_matrix
+from ._separation import certain_finding, certain_mask, separation_message
 
 __all__ = ["InferenceMixin"]
 
@@ -63,7 +65,8 @@ def _append_column(X, offset):
 
 
 def _block_information(block, loss, coef, intercept, fit_intercept, has_offset, robust, pearson):
-    """Fisher information, HC0 meat, Pearson statistic and count of weighted rows of one block."""
+    """Fisher information, HC0 meat, Pearson statistic, count of weighted rows and, for
+    the logistic loss, of those with a fitted probability numerically 0 or 1 of one block."""
     X = block.X
     xp = get_namespace(X)
     X = X.astype(np.float64) if is_sparse(X) else xp.astype(X, xp.float64)
@@ -87,7 +90,9 @@ def _block_information(block, loss, coef, intercept, fit_intercept, has_offset, 
     # is its expectation: the expected information, as statsmodels' IRLS (equal to the
     # observed one for canonical links).
     out = {"fisher": weighted_gram(X, w * loss.hessian_weight(mu, eta, xp), fit_intercept, intercept_first=True),
-           "n_obs": int(xp.sum(xp.astype(w > 0, xp.int64)))}
+           "n_obs": int(xp.sum(xp.astype(w > 0, xp.int64))), "n_certain": 0}
+    if isinstance(loss, BinaryLogistic):  # fitted probabilities numerically 0 or 1 (separation)
+        out["n_certain"] = int(xp.sum(xp.astype(certain_mask(mu, xp) & (w > 0), xp.int64)))
     if robust:
         score = w * loss.loss_gradient(y, eta, xp)[1][:, 0]
         out["meat"] = weighted_gram(X, score * score, fit_intercept, intercept_first=True)
@@ -110,15 +115,15 @@ def _block_information(block, loss, coef, intercept, fit_intercept, has_offset, 
 
 def block_information(block, loss, coef, intercept, fit_intercept, has_offset, robust, pearson):
     """:func:`_block_information` of one block as one flat array (for the block tree's
-    sum): the Fisher information, the meat if ``robust``, the Pearson statistic and the
-    count of weighted rows."""
+    sum): the Fisher information, the meat if ``robust``, the Pearson statistic, the
+    count of weighted rows and that of numerically certain ones."""
     try:
         with np.errstate(over="ignore", invalid="ignore"):  # non-finite sums are refused, the block named
             out = _block_information(block, loss, coef, intercept, fit_intercept, has_offset, robust, pearson)
     except Exception as err:  # name the block
         raise _block_error(err, block) from err
     parts = [out["fisher"].ravel()] + ([out["meat"].ravel()] if robust else [])
-    return np.concatenate(parts + [[out.get("pearson", 0.0), float(out["n_obs"])]])
+    return np.concatenate(parts + [[out.get("pearson", 0.0), float(out["n_obs"]), float(out["n_certain"])]])
 
 
 def _offset_in_memory(offset, n_rows):
@@ -274,7 +279,8 @@ class InferenceMixin:
             for s in sets:
                 s.release()
         q = coef.shape[0] + bool(self.fit_intercept)
-        total = {"fisher": flat[: q * q].reshape(q, q), "pearson": float(flat[-2]), "n_obs": int(round(flat[-1]))}
+        total = {"fisher": flat[: q * q].reshape(q, q), "pearson": float(flat[-3]), "n_obs": int(round(flat[-2])),
+                 "n_certain": int(round(flat[-1]))}
         if robust:
             total["meat"] = flat[q * q: 2 * q * q].reshape(q, q)
         return loss, total
@@ -337,6 +343,10 @@ class InferenceMixin:
         for a ``glm`` (both are consistent when the mean is right).  Penalised fits are
         refused: their coefficients are not maximum-likelihood estimates.
         """
+        return self._covariance(X, y, sample_weight, offset, robust)[0]
+
+    def _covariance(self, X, y, sample_weight, offset, robust):
+        """:meth:`covariance_matrix` and the summed statistics it came from."""
         loss, total = self._information(X, y, sample_weight, offset, robust)
         inverse = _inverse_information(total["fisher"])
         p = inverse.shape[0]
@@ -353,7 +363,7 @@ class InferenceMixin:
                     )
                 dispersion = total["pearson"] / df
             cov = dispersion * inverse
-        return 0.5 * (cov + cov.T)
+        return 0.5 * (cov + cov.T), total
 
     def std_errors(self, X, y, sample_weight=None, offset=None, robust=False):
         """Standard errors of the intercept (first, when fitted) and the coefficients.
@@ -386,9 +396,12 @@ class InferenceMixin:
             ``x0 .. x{d-1}``).  Columns: ``coef``, ``se``, ``z``, ``p_value`` (two-sided,
             normal), ``ci_lower``, ``ci_upper``.  ``table.attrs["converged"]`` is False
             (and a ``ConvergenceWarning`` says so) when the fit stopped short.  A
-            binary classifier's table also warns (``ConvergenceWarning``) when fitted
-            probabilities numerically 0 or 1 occur (R's ``glm`` rule, 10 eps): the
-            features may separate the classes, and the estimates then do not exist.
+            binary logistic or binomial model's table also warns
+            (``ConvergenceWarning``) when fitted probabilities numerically 0 or 1 occur
+            among the rows given (R's ``glm`` rule, 10 eps, counted in the same pass)
+            and the fit could not test them exactly (``separated_`` None), or its fit
+            found the classes separated (``separated_`` True): the estimates then do
+            not exist.
 
         Examples
         --------
@@ -407,7 +420,8 @@ class InferenceMixin:
         level = confidence_level
         if isinstance(level, bool) or not isinstance(level, numbers.Real) or not 0 < level < 1:
             raise ParameterError(f"confidence_level must be a number in (0, 1), e.g. 0.95; got {level!r}")
-        se = self.std_errors(X, y, sample_weight, offset, robust)
+        cov, total = self._covariance(X, y, sample_weight, offset, robust)
+        se = np.sqrt(np.diag(cov))
         if not getattr(self, "converged_", True):
             warnings.warn(
                 f"{type(self).__name__} did not converge (see the warning of fit, or history_): the estimates and "
@@ -429,28 +443,13 @@ class InferenceMixin:
             index=pd.Index(names),
         )
         table.attrs["converged"] = bool(getattr(self, "converged_", True))
-        certain = _numerically_certain(self, X)
-        if certain:
-            warnings.warn(
-                f"{type(self).__name__}: fitted probabilities numerically 0 or 1 occurred for {certain} row(s) (as R's "
-                "glm warns): the features may separate the classes (completely or quasi-completely), so that the "
-                "maximum-likelihood estimate does not exist and these estimates, standard errors and p-values are "
-                "not valid; pass alpha > 0 for a finite penalised fit, or leave out the separating features",
-                ConvergenceWarning, stacklevel=user_stacklevel())
+        # the fit's exact test decides where it ran (separated_ True or False); R's rule otherwise
+        separated = getattr(self, "separated_", None)
+        if separated:
+            warnings.warn(separation_message(type(self).__name__, "its fit found the classes separated (see the "
+                                             "warning of fit)"), ConvergenceWarning, stacklevel=user_stacklevel())
+        elif total["n_certain"] and separated is None:
+            warnings.warn(separation_message(type(self).__name__, certain_finding(total["n_certain"], "row(s)"),
+                                             exact=False), ConvergenceWarning, stacklevel=user_stacklevel())
         return table
 
-
-#: A fitted probability within this of 0 or 1 is numerically certain (R's glm: 10 eps).
-CERTAIN = 10 * np.finfo(np.float64).eps
-
-
-def _numerically_certain(est, X):
-    """The number of rows of ``X`` whose fitted probability of the positive class is
-    within :data:`CERTAIN` of 0 or 1 (a binary classifier's; 0 for other models): one
-    pass over a dask ``X``."""
-    classes = getattr(est, "classes_", None)
-    if not hasattr(est, "predict_proba") or classes is None or len(classes) != 2:
-        return 0
-    p = est.predict_proba(X)[:, 1]
-    certain = (p < CERTAIN) | (p > 1 - CERTAIN)
-    return int(certain.sum().compute() if is_dask_collection(certain) else np.sum(to_numpy(certain)))

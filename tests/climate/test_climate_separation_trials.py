@@ -19,7 +19,8 @@ from sklearn.linear_model import LogisticRegression
 from dask_dgd import ConvergenceWarning, InputError, ParameterError
 from dask_dgd.climate import ClimateRegressor
 from dask_dgd.climate._pointwise import MAX_LOG, _inverse_link
-from dask_dgd.climate._pointwise_glm import SCREEN_ETA, edge_block, mle_missing
+from dask_dgd.climate._pointwise_glm import SCREEN_ETA, edge_block
+from dask_dgd.linear_model._separation import mle_missing
 
 pytestmark = pytest.mark.filterwarnings("error::RuntimeWarning")  # no overflow anywhere (numpy's warnings)
 

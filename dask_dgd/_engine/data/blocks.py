@@ -271,10 +271,11 @@ def _abs_max(a: Any) -> float:
     return max(float(xp.max(a)), -float(xp.min(a)))
 
 
-def check_block_values(block: Block, labels: bool = False) -> None:
+def check_block_values(block: Block, labels: bool = False) -> float:
     """Raise :class:`InputError` for NaN/inf in X, or for values of X, y (regressors)
     or sample_weight so large that the loss and its gradient overflow (one pass over
-    the block, at setup; see :func:`max_abs_value`)."""
+    the block, at setup; see :func:`max_abs_value`).  Returns X's largest |value|."""
+    x_abs_max = 0.0
     parts = [("X", block.X, "scale the features (e.g. sklearn.preprocessing.StandardScaler, or other units)")]
     if not labels:
         parts.append(("y", block.y, "scale the target (e.g. divide it by its standard deviation, or other units)"))
@@ -288,6 +289,8 @@ def check_block_values(block: Block, labels: bool = False) -> None:
                 f"Input X contains NaN or infinity in {_where(block, 'X', _not_finite)}; drop or impute "
                 "those rows before fitting"
             )
+        if name == "X":
+            x_abs_max = big
         limit = max_abs_value(finfo_max(a.dtype, a))
         if big > limit:
             where = _where(block, name, _above(limit))
@@ -295,6 +298,7 @@ def check_block_values(block: Block, labels: bool = False) -> None:
                 f"Input {name} has values up to {big:.3g} in absolute value in {where}; "
                 f"above {limit:.0e} ({dtype_name(a.dtype)}) the loss and its gradient overflow: {fix}"
             )
+    return x_abs_max
 
 
 def _label_error(block_or_none: Block | None, y: npt.NDArray[Any], err: Exception) -> InputError:
@@ -357,8 +361,10 @@ def shard_summary(shard: Shard, labels: bool = False, digest: bool = False, offs
     ``sum(w * exp(o)) == exp(o_max) * w_exp_o`` (a log link's starting intercept).
 
     Also checks every block's values (:func:`check_block_values`): NaN/inf in X, and
-    magnitudes that would overflow the loss."""
-    out: dict[str, Any] = {"weight_sum": 0.0, "wy_sum": 0.0, "y_min": math.inf, "y_max": -math.inf}
+    magnitudes that would overflow the loss; ``x_abs_max`` is X's largest |value|
+    (offsets included), which bounds the linear predictor."""
+    out: dict[str, Any] = {"weight_sum": 0.0, "wy_sum": 0.0, "y_min": math.inf, "y_max": -math.inf,
+                           "x_abs_max": 0.0}
     if offset:
         out.update(wo_sum=0.0, o_max=-math.inf, w_exp_o=0.0)
     if digest:
@@ -366,7 +372,7 @@ def shard_summary(shard: Shard, labels: bool = False, digest: bool = False, offs
     for b in shard.blocks:
         if b.n_rows == 0:
             continue
-        check_block_values(b, labels)
+        out["x_abs_max"] = max(out["x_abs_max"], check_block_values(b, labels))
         y = to_numpy(b.y)
         w = None if b.sample_weight is None else to_numpy(b.sample_weight)
         out["weight_sum"] += float(b.n_rows if w is None else w.sum())

@@ -11,6 +11,7 @@ what its blocks hold.  Steps reach the groups through the set's
 from __future__ import annotations
 
 import itertools
+import math
 import uuid
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -66,6 +67,9 @@ class ShardSet:
     totals : dict
         Totals of the setup's summaries (total weight, weighted target sum or label
         counts): what a resumed fit's data must match.
+    x_abs_max : float
+        The largest |value| of X's blocks (offset columns included) where the setup's
+        summaries took it, else inf: a bound of the linear predictor.
     validation : ShardSet or None
         The held-out rows of early stopping (same groups and workers).
     group_meta : list or None
@@ -88,6 +92,7 @@ class ShardSet:
     block_costs: npt.NDArray[np.float64] = None  # type: ignore[assignment]  # (None: rows x columns)
     skew_report: dict[str, Any] | None = None
     totals: dict[str, Any] = field(default_factory=dict)
+    x_abs_max: float = math.inf
     validation: ShardSet | None = None
     group_meta: list[Any] | None = None
     inputs: list[Future] = field(default_factory=list)
@@ -163,7 +168,7 @@ class ShardSet:
         new = ShardSet(
             self.executor, self.map(fn, *args, name=name), self.groups, self.workers, self.block_rows,
             self.n_features, self.sparse, block_costs=self.block_costs, skew_report=self.skew_report,
-            totals=dict(self.totals), token=f"{self.token}{token_suffix}",
+            totals=dict(self.totals), x_abs_max=self.x_abs_max, token=f"{self.token}{token_suffix}",
         )
         new._calls = self._calls  # one numbering, no task key of one in the other
         if self._collective is not None and self._collective.unrecoverable is not None:

