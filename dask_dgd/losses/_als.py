@@ -38,7 +38,7 @@ import threading
 import numba
 import numpy as np
 
-__all__ = ["item_matvec", "item_order", "kernel_threads", "solve_users", "user_ranges"]
+__all__ = ["factor_preconditioner", "item_matvec", "item_order", "kernel_threads", "solve_users", "user_ranges"]
 
 _jit = numba.njit(cache=True, nogil=True, boundscheck=False)
 
@@ -70,10 +70,11 @@ def _user_matvec(lo, hi, gi, r, V, gram, lam, lam_b, conf, explicit, x, out):  #
 
 
 @_jit
-def _cg_users(uptr, gi, r, V, gram, mu, lam, lam_b, conf, explicit, steps, U):  # pragma: no cover - compiled
+def _cg_users(uptr, gi, r, V, gram, mu, lam, lam_b, conf, explicit, steps, pre, U):  # pragma: no cover - compiled
     width = U.shape[1]
     k = width - 1 if explicit else width
     res = np.empty(width)
+    z = np.empty(width)
     d = np.empty(width)
     Ad = np.empty(width)
     for u in range(uptr.shape[0] - 1):
@@ -89,10 +90,13 @@ def _cg_users(uptr, gi, r, V, gram, mu, lam, lam_b, conf, explicit, steps, U):  
                 res[f] += t * V[i, f]
             if explicit:
                 res[k] += t
+        # preconditioned by diag(pre, ..., pre, 1) (explicit; pre = 1 for wls): the
+        # factors' diagonal per rating against the bias's, see solve_users
         rs = 0.0
         for a in range(width):
-            d[a] = res[a]
-            rs += res[a] * res[a]
+            z[a] = res[a] / pre if a < k else res[a]
+            d[a] = z[a]
+            rs += res[a] * z[a]
         for _ in range(steps):
             if rs <= 0.0:
                 break
@@ -107,10 +111,11 @@ def _cg_users(uptr, gi, r, V, gram, mu, lam, lam_b, conf, explicit, steps, U):  
             for a in range(width):
                 x[a] += step * d[a]
                 res[a] -= step * Ad[a]
-                rs_next += res[a] * res[a]
+                z[a] = res[a] / pre if a < k else res[a]
+                rs_next += res[a] * z[a]
             beta = rs_next / rs
             for a in range(width):
-                d[a] = res[a] + beta * d[a]
+                d[a] = z[a] + beta * d[a]
             rs = rs_next
 
 
@@ -156,6 +161,17 @@ def _item_matvec_items(order, iptr, lo, hi, lu, gi, r, U, D, lam, lam_b, conf, e
             _add_rating(order[jj], i, k, lu, r, U, D, lam, conf, explicit, M, touched)
 
 
+def factor_preconditioner(V, alpha):
+    """The conjugate-gradient preconditioner of explicit ratings' systems: a factor
+    column's diagonal per rating, ``alpha`` plus the mean square of the other side's
+    factors (``V`` without its bias column), against 1 for the bias column.  Both scale
+    with the ratings' units, so the steps, and the fit, do not depend on them."""
+    k = V.shape[1] - 1
+    mean_square = float(np.mean(np.square(V[:, :k]))) if V.shape[0] and k else 0.0
+    pre = float(alpha) + mean_square
+    return pre if np.isfinite(pre) and pre > 0 else 1.0
+
+
 def solve_users(uptr, gi, r, V, gram, mu, alpha, alpha_bias, confidence_scale, explicit, U, cg_steps):
     """Every user's row after ``cg_steps`` conjugate-gradient steps on its system, from
     its current row in ``U`` (users ordered as ``uptr``), given the item table ``V``;
@@ -169,7 +185,9 @@ def solve_users(uptr, gi, r, V, gram, mu, alpha, alpha_bias, confidence_scale, e
         g = np.ascontiguousarray(gram, dtype=np.float64)
     out = np.array(U, dtype=np.float64, order="C", copy=True)
     V = np.ascontiguousarray(V)
-    args = (g, float(mu), float(alpha), float(alpha_bias), float(confidence_scale), bool(explicit), int(cg_steps))
+    pre = factor_preconditioner(V, alpha) if explicit else 1.0
+    args = (g, float(mu), float(alpha), float(alpha_bias), float(confidence_scale), bool(explicit), int(cg_steps),
+            pre)
     cuts = user_ranges(uptr, kernel_threads())
     if len(cuts) == 2:
         _cg_users(uptr, gi, r, V, *args, out)

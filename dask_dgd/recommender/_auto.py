@@ -237,7 +237,7 @@ def _fit_point(est, shards, s, solver, optimizer, alpha, n_components, alpha_bia
     """One fit of the path on the held-out split, at penalty ``alpha``: its row (without
     ``stage`` and ``point``) and its records, or None when nothing was held out."""
     model = est._model(s.mu, len(s.items), s.seed, alpha=float(alpha), alpha_bias=alpha_bias,
-                       n_components=n_components)
+                       n_components=n_components, variance=s.scale)
     V = init_rows(s.seed + 1, np.arange(len(s.items)), model.item_width, model.init_scale, model.item_bias)
     if s.cold is not None:  # (no rating moves them: their held-out ratings get the bias model's prediction)
         V[s.cold] = 0.0
@@ -283,7 +283,7 @@ def _rank_point(est, shards, s, solver, optimizer, alpha, n_components, alpha_bi
     if s.n_val_users == 0:
         return None
     model = est._model(s.mu, len(s.items), s.seed, alpha=float(alpha), alpha_bias=alpha_bias,
-                       n_components=n_components)
+                       n_components=n_components, variance=s.scale)
     V = init_rows(s.seed + 1, np.arange(len(s.items)), model.item_width, model.init_scale, model.item_bias)
     if s.cold is not None:  # (no pair moves them)
         V[s.cold] = 0.0

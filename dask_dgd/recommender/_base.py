@@ -134,7 +134,11 @@ class FactorizationBase(RecommenderMixin, ClientParamMixin, BaseEstimator):
         70 epochs, inside the default ``max_iter=100``; ``tol=1e-4`` gains about 1-3%
         holdout RMSE for about 1.5 times the epochs.
     init_scale : float, default=0.1
-        Standard deviation of the initial factors (biases start at 0).
+        Standard deviation of the initial factors (biases start at 0), for explicit
+        ratings times the fourth root of their variance (the square root of their
+        standard deviation), so that the factors' products start at the same fraction
+        of the ratings whatever their units: ratings in other units (times 1e4, 1e6)
+        give the same fit in those units, a numeric ``alpha`` scaled with them too.
     user_col, item_col : str, default="user", "item"
         Column names of the user and item ids in DataFrame input.
     n_shards : int or None, default=None
@@ -303,15 +307,21 @@ class FactorizationBase(RecommenderMixin, ClientParamMixin, BaseEstimator):
         chosen = self.learning_rate is not None or not isinstance(self.optimizer, str)
         return "raise" if chosen else "backoff"
 
-    def _model(self, mu, n_items, seed, alpha, alpha_bias=None, n_components=None):
+    def _model(self, mu, n_items, seed, alpha, alpha_bias=None, n_components=None, variance=1.0):
         """The model's settings (``alpha_bias`` None: the estimator's, else ``alpha``;
-        ``n_components`` None: the fitted rank, see :meth:`_rank_now`)."""
+        ``n_components`` None: the fitted rank, see :meth:`_rank_now`; ``variance``: the
+        ratings' (explicit: the factors start at ``init_scale`` times its fourth root,
+        so that their products scale with the ratings' units)."""
         if alpha_bias is None:
             alpha_bias = getattr(self, "alpha_bias", None)
+        kind = self._kind_now()
+        init_scale = float(self.init_scale)
+        if kind == "explicit" and np.isfinite(variance) and variance > 0:
+            init_scale *= float(variance) ** 0.25
         return FactorModel(
-            kind=self._kind_now(), n_components=int(self._rank_now() if n_components is None else n_components),
+            kind=kind, n_components=int(self._rank_now() if n_components is None else n_components),
             alpha=float(alpha), alpha_bias=float(alpha if alpha_bias is None else alpha_bias),
-            confidence_scale=float(getattr(self, "confidence_scale", 0.0)), init_scale=float(self.init_scale),
+            confidence_scale=float(getattr(self, "confidence_scale", 0.0)), init_scale=init_scale,
             mu=float(mu), n_items=int(n_items), seed=seed,
         )
 
@@ -402,7 +412,7 @@ class FactorizationBase(RecommenderMixin, ClientParamMixin, BaseEstimator):
         if popular:
             max_iter, tol = 1, 0.0
         model = self._model(mu, len(items), seed, alpha=alpha, alpha_bias=alpha_bias,
-                            n_components=rank if factors or popular else 0)
+                            n_components=rank if factors or popular else 0, variance=scale)
         # a small refit after a path in tasks: one task too (what runs in the caller's
         # process, callbacks, checkpoints and progress output, keeps it on the cluster)
         in_task = path is not None and setup.in_tasks and self.mode == "sync" and self.callbacks is None \

@@ -362,6 +362,16 @@ class FactorizationTraining:
         """The users' Gram matrix of the all-pairs term (wls), or None."""
         return partial.extras.get("gram")
 
+    def als_preconditioner(self, V):
+        """The item systems' conjugate-gradient preconditioner, per column (explicit
+        ratings: :func:`~dask_dgd.losses._als.factor_preconditioner` on the factor
+        columns, 1 on the bias's), or None."""
+        if self.model.kind != "explicit":
+            return None
+        pre = np.ones(self.model.item_width)
+        pre[:-1] = _als.factor_preconditioner(V, self.model.alpha)
+        return pre
+
     def als_diag(self):
         """What the driver adds to every item system's diagonal (the item biases'
         penalty, once per item: explicit ratings), per column, or None."""

@@ -118,10 +118,13 @@ class ALS(AttributeState, Solver):
         # buffers: on a Dask worker, whose allocator returns freed memory at once, every
         # new items x width array is new pages)
         V, R = V.copy(), R.copy()
-        D = R.copy()
+        # (preconditioned: R's columns divided by ``pre``, 1 where there is none)
+        pre = self.ctx.objective.als_preconditioner(V)  # type: ignore[attr-defined]
+        Z = R / pre if pre is not None else R
+        D = Z.copy()
         AD, tmp = np.empty_like(V), np.empty_like(V)
         diag = self.ctx.objective.als_diag()  # type: ignore[attr-defined]
-        rs = _rowdot(R, R)
+        rs = _rowdot(R, Z)
         for _ in range(self.cg_steps):
             if not np.any(rs > 0):
                 break
@@ -134,10 +137,11 @@ class ALS(AttributeState, Solver):
             step = np.divide(rs, dad, out=np.zeros_like(rs), where=dad > 0)
             V += np.multiply(step[:, None], D, out=tmp)
             R -= np.multiply(step[:, None], AD, out=tmp)
-            rs_next = _rowdot(R, R)
+            Z = R / pre if pre is not None else R
+            rs_next = _rowdot(R, Z)
             beta = np.divide(rs_next, rs, out=np.zeros_like(rs), where=rs > 0)
             D = beta[:, None] * D  # (a new D: the shards had the old)
-            D += R
+            D += Z
             rs = rs_next
         return V
 
