@@ -118,8 +118,10 @@ def test_fit_takes_exactly_the_objective_gradient_step():
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             est.fit(pairs)
-        U0 = init_rows(seed, np.arange(6), uw, 0.1, uw == k + 1)
-        V0 = init_rows(seed + 1, np.arange(5), vw, 0.1, vw == k + 1)
+        # explicit ratings: the documented start, init_scale times the fourth root of their variance
+        scale = 0.1 * np.var(r) ** 0.25 if uw == k + 1 else 0.1
+        U0 = init_rows(seed, np.arange(6), uw, scale, uw == k + 1)
+        V0 = init_rows(seed + 1, np.arange(5), vw, scale, vw == k + 1)
         th = np.concatenate([U0.ravel(), V0.ravel()])
         grad = np.array([(objective(th + 1e-6 * e) - objective(th - 1e-6 * e)) / 2e-6 for e in np.eye(th.size)])
         U1 = est._user_table()
