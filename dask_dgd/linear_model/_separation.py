@@ -15,7 +15,9 @@ the logistic or binomial loss, one pass over the shards counts, where the rows l
 
 When some row is screened, a binary model of at most :data:`LP_MAX_VALUES` values of X
 (wherever they live: its rows of positive weight are gathered) is tested exactly by
-the linear programme of Konis (2007), as R's ``detectseparation`` (:func:`mle_missing`):
+the linear programme of Konis (2007), as R's ``detectseparation`` (:func:`mle_missing`;
+on the rows nearest the fitted boundary first, which clears most finite fits on a few
+rows per column, see :func:`separated`):
 the warning then says the classes are separated, and a finite estimate is never
 reported (R's rule alone also fires on large effects over many rows).  Larger and
 multinomial models warn by R's rule alone, saying the classes *may* be separated.  The
@@ -107,19 +109,44 @@ def _predictor_bound(objective, params, x_abs_max):
     return float(per_output.max()) * (2.0 if objective.n_outputs > 1 else 1.0)
 
 
-def _shard_design(shard, objective):
-    """The observed design ``[1, X]`` (offset columns left out), targets and weights of
-    a shard's rows of positive weight, on the host (the exact test's input)."""
-    Xs, ys = [], []
+def _shard_design(shard, objective, params):
+    """The observed design ``[1, X]`` (offset columns left out), targets and fitted
+    linear predictors of a shard's rows of positive weight, on the host (the exact
+    test's input)."""
+    Xs, ys, etas = [], [], []
     for block in shard.blocks:
+        eta = to_numpy(objective.raw_prediction(params, block.X))[:, 0]
         X = objective.features_of(block.X)
         X = X.toarray() if sp.issparse(X) else (to_numpy(X.toarray()) if is_sparse(X) else to_numpy(X))
         y = to_numpy(block.y).astype(np.float64)
         keep = np.ones(len(y), dtype=bool) if block.sample_weight is None else to_numpy(block.sample_weight) > 0
         Xs.append(np.asarray(X, dtype=np.float64)[keep])
         ys.append(y[keep])
+        etas.append(np.asarray(eta, dtype=np.float64)[keep])
     X = np.concatenate(Xs) if Xs else np.zeros((0, objective.n_features))
-    return np.column_stack([np.ones(len(X)), X]), (np.concatenate(ys) if ys else np.zeros(0))
+    return (np.column_stack([np.ones(len(X)), X]), np.concatenate(ys) if ys else np.zeros(0),
+            np.concatenate(etas) if etas else np.zeros(0))
+
+
+def separated(X, y, eta):
+    """Whether the rows ``X`` (the intercept's column first), ``y`` (in [0, 1]) have no
+    finite logistic estimate (:func:`mle_missing`), trying a subset first.
+
+    Any direction that separates all the rows satisfies the sign constraints on the
+    rows nearest the fitted boundary (smallest ``|eta|``; where classes overlap) too.
+    When those rows have full column rank and their linear programme finds no direction
+    that moves any of them (only ``d = 0`` satisfies their constraints), no direction
+    separates all the rows: exact, and on a few rows per column.  Otherwise the
+    programme runs on all the rows."""
+    m = max(1000, 20 * X.shape[1])
+    if len(y) > m:
+        near = np.argsort(np.abs(eta), kind="stable")[:m]
+        Xs = X[near]
+        scale = np.max(np.abs(Xs), axis=0)
+        full_rank = np.linalg.matrix_rank(Xs / np.where(scale > 0, scale, 1.0)) == X.shape[1]
+        if full_rank and not mle_missing(Xs, y[near], "binomial"):
+            return False
+    return mle_missing(X, y, "binomial")
 
 
 def warn_if_separated(est, shards, objective, params, alpha):
@@ -142,8 +169,8 @@ def warn_if_separated(est, shards, objective, params, alpha):
     certain, screened = (sum(c[i] for c in counts) for i in (0, 1))
     name = type(est).__name__
     if objective.n_outputs == 1 and screened and shards.n_rows * (objective.n_features + 1) <= LP_MAX_VALUES:
-        parts = shards.map_gather(_shard_design, objective, name="dgd-separation-design")
-        if not mle_missing(np.concatenate([p[0] for p in parts]), np.concatenate([p[1] for p in parts]), "binomial"):
+        parts = shards.map_gather(_shard_design, objective, params, name="dgd-separation-design")
+        if not separated(*(np.concatenate([p[i] for p in parts]) for i in range(3))):
             return False  # the estimate exists (R's rule alone may warn here: large effects, many rows)
         warnings.warn(separation_message(name, LP_FINDING), ConvergenceWarning, stacklevel=user_stacklevel())
         return True

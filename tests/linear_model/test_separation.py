@@ -144,3 +144,19 @@ def test_the_bound_that_skips_the_pass_holds_every_linear_predictor(loss, k, off
     spread = np.abs(raw).max() if k == 1 else (raw.max(axis=1) - raw.min(axis=1)).max()
     bound = _predictor_bound(objective, params, float(np.abs(X).max()))
     assert spread <= bound < 50 * spread
+
+
+def test_the_exact_test_clears_finite_fits_on_the_rows_nearest_the_boundary_and_keeps_separations():
+    """The subset's shortcut is exact: it only ever says "not separated"; a separation
+    by rows far from the boundary (an indicator that is 1 on 30 rows, all of class 0)
+    goes to the full programme and is found."""
+    rng = np.random.default_rng(1)
+    x = rng.normal(size=(5000, 2))
+    y = (rng.uniform(size=len(x)) < 1 / (1 + np.exp(-(x @ [3.0, -2.0])))).astype(float)
+    X = np.column_stack([np.ones(len(x)), x])
+    eta = x @ [3.0, -2.0]
+    assert not separation.separated(X, y, eta) and not separation.mle_missing(X, y, "binomial")
+    z = np.zeros(len(x))
+    z[:30], y[:30] = 1.0, 0.0
+    Xz = np.column_stack([X, z])
+    assert separation.separated(Xz, y, np.where(z > 0, -30.0, eta)) and separation.mle_missing(Xz, y, "binomial")
