@@ -13,15 +13,20 @@ the logistic or binomial loss, one pass over the shards counts, where the rows l
   within 3.4e-4 of 0 or 1; binary models): a separated fit may stop on the way out,
   before R's rule applies.
 
-When some row is screened, a binary model of at most :data:`LP_MAX_VALUES` values of X
-(wherever they live: its rows of positive weight are gathered) is tested exactly by
+A binary model of at most :data:`LP_ALWAYS_VALUES` values of X is tested exactly
+whatever the screen says (a fit by first-order steps may stop before any row is
+screened).  Otherwise, when some row is screened, a binary model of at most
+:data:`LP_MAX_VALUES` values of X and :data:`LP_MAX_COLUMNS` columns (wherever they
+live: its rows of positive weight are gathered) is tested exactly by
 the linear programme of Konis (2007), as R's ``detectseparation`` (:func:`mle_missing`;
 on the rows nearest the fitted boundary first, which clears most finite fits on a few
 rows per column, see :func:`separated`):
 the warning then says the classes are separated, and a finite estimate is never
 reported (R's rule alone also fires on large effects over many rows).  Larger and
-multinomial models warn by R's rule alone, saying the classes *may* be separated.  The
-pass is skipped when X's largest value bounds every linear predictor within the screen.
+multinomial models warn by R's rule alone, saying the classes *may* be separated (a
+multinomial model's quasi-separation with no fitted probability that close to 0 or 1,
+or a larger binary one stopped short of it, goes unreported).  The pass is skipped when
+X's largest value bounds every linear predictor within the screen.
 """
 
 import math
@@ -36,7 +41,8 @@ from .._validation import user_stacklevel
 from ..exceptions import ConvergenceWarning
 from ..losses._pointwise import BinaryLogistic, MultinomialLogistic
 
-__all__ = ["CERTAIN", "SCREEN_ETA", "certain_mask", "mle_missing", "separation_message", "warn_if_separated"]
+__all__ = ["CERTAIN", "LP_ALWAYS_VALUES", "LP_MAX_COLUMNS", "LP_MAX_VALUES", "SCREEN_ETA", "certain_mask",
+           "mle_missing", "separated", "separation_message", "warn_if_separated"]
 
 #: A fitted probability within this of 0 or 1 is numerically certain (R's glm: 10 eps).
 CERTAIN = 10 * np.finfo(np.float64).eps
@@ -44,8 +50,12 @@ CERTAIN = 10 * np.finfo(np.float64).eps
 #: fit for the exact test (the pointwise climate GLMs' screen too).
 SCREEN_ETA = 8.0
 #: The most values of X (rows x columns, the intercept's column included) tested by the
-#: linear programme (on the driver: about a second at this size).
+#: linear programme (on the driver: about a second at this size and a few columns) ...
 LP_MAX_VALUES = 1_000_000
+#: ... and the most columns (its time grows with them: 2,000 x 500 took 4 s).
+LP_MAX_COLUMNS = 100
+#: At most this many values, the exact test runs on every unpenalised binary fit.
+LP_ALWAYS_VALUES = 100_000
 
 
 def certain_mask(prob, xp):
@@ -58,13 +68,20 @@ def certain_mask(prob, xp):
 def separation_message(name, finding, exact=True):
     """The warning of a separated fit, ``finding`` saying how it was found; ``exact``:
     the linear programme confirmed it (else R's rule alone: "may")."""
-    untested = ("" if exact else f" (not tested exactly: the exact test, a linear programme, runs on binary models "
-                                 f"of at most {LP_MAX_VALUES:,} values of X)")
+    if exact:
+        return (
+            f"{name}: {finding}: the features separate the classes (completely or quasi-completely), so that the "
+            "maximum-likelihood estimate does not exist: the coefficients grow with the iterations and stop where "
+            "tol and max_iter say, and their standard errors and p-values are not valid; pass alpha > 0 for a "
+            "finite penalised fit, or leave out the separating features"
+        )
     return (
-        f"{name}: {finding}: the features {'separate' if exact else 'may separate'} the classes (completely or "
-        f"quasi-completely), so that the maximum-likelihood estimate does not exist{untested}: the coefficients "
-        "grow with the iterations and stop where tol and max_iter say, and their standard errors and p-values are "
-        "not valid; pass alpha > 0 for a finite penalised fit, or leave out the separating features"
+        f"{name}: {finding}: the features may separate the classes (completely or quasi-completely; not tested "
+        f"exactly: the exact test, a linear programme, runs on binary models of at most {LP_MAX_VALUES:,} values "
+        f"of X and {LP_MAX_COLUMNS} columns), or the effects are large; if they separate them, the "
+        "maximum-likelihood estimate does not exist: the coefficients grow with the iterations and stop where tol "
+        "and max_iter say, and their standard errors and p-values are not valid; pass alpha > 0 for a finite "
+        "penalised fit, or leave out the separating features"
     )
 
 
@@ -124,12 +141,14 @@ def _shard_design(shard, objective, params):
         ys.append(y[keep])
         etas.append(np.asarray(eta, dtype=np.float64)[keep])
     X = np.concatenate(Xs) if Xs else np.zeros((0, objective.n_features))
-    return (np.column_stack([np.ones(len(X)), X]), np.concatenate(ys) if ys else np.zeros(0),
+    design = np.column_stack([np.ones(len(X)), X]) if objective.fit_intercept else X
+    return (design, np.concatenate(ys) if ys else np.zeros(0),
             np.concatenate(etas) if etas else np.zeros(0))
 
 
 def separated(X, y, eta):
-    """Whether the rows ``X`` (the intercept's column first), ``y`` (in [0, 1]) have no
+    """Whether the rows ``X`` (the design: a column of ones where the model has an
+    intercept), ``y`` (in [0, 1]) have no
     finite logistic estimate (:func:`mle_missing`), trying a subset first.
 
     Any direction that separates all the rows satisfies the sign constraints on the
@@ -156,19 +175,24 @@ def warn_if_separated(est, shards, objective, params, alpha):
 
     Returns True (the linear programme found the classes separated), None (R's rule
     found numerically certain rows and no exact test ran: a multinomial model, or more
-    than :data:`LP_MAX_VALUES` values of X) or False (not separated, not screened, or
-    not an unpenalised logistic fit).
+    than :data:`LP_MAX_VALUES` values of X or :data:`LP_MAX_COLUMNS` columns) or False
+    (not separated, not screened, or not an unpenalised logistic fit).
     """
     if alpha != 0 or not isinstance(objective.loss, (BinaryLogistic, MultinomialLogistic)):
         return False
     params = np.asarray(params.toarray() if sp.issparse(params) else params, dtype=np.float64).ravel()
-    x_abs_max = getattr(shards, "x_abs_max", math.inf)
-    if math.isfinite(x_abs_max) and _predictor_bound(objective, params, x_abs_max) <= SCREEN_ETA:
-        return False  # no row can be screened: no pass over the data
-    counts = shards.map_gather(_shard_screen, objective, params, name="dgd-separation")
-    certain, screened = (sum(c[i] for c in counts) for i in (0, 1))
     name = type(est).__name__
-    if objective.n_outputs == 1 and screened and shards.n_rows * (objective.n_features + 1) <= LP_MAX_VALUES:
+    columns = objective.n_features + objective.fit_intercept
+    small = objective.n_outputs == 1 and shards.n_rows * columns <= LP_ALWAYS_VALUES
+    x_abs_max = getattr(shards, "x_abs_max", math.inf)
+    if not small and math.isfinite(x_abs_max) and _predictor_bound(objective, params, x_abs_max) <= SCREEN_ETA:
+        return False  # no row can be screened: no pass over the data
+    certain = screened = 0
+    if not small:
+        counts = shards.map_gather(_shard_screen, objective, params, name="dgd-separation")
+        certain, screened = (sum(c[i] for c in counts) for i in (0, 1))
+    testable = objective.n_outputs == 1 and shards.n_rows * columns <= LP_MAX_VALUES and columns <= LP_MAX_COLUMNS
+    if small or (screened and testable):
         parts = shards.map_gather(_shard_design, objective, params, name="dgd-separation-design")
         if not separated(*(np.concatenate([p[i] for p in parts]) for i in range(3))):
             return False  # the estimate exists (R's rule alone may warn here: large effects, many rows)

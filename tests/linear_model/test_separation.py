@@ -30,8 +30,10 @@ EXACT = (r"^{name}: a linear programme \(Konis 2007, as R's detectseparation\) f
          r"the iterations and stop where tol and max_iter say, .*pass alpha > 0 for a finite penalised fit, or leave "
          r"out the separating features$")
 R_RULE = (r"^{name}: fitted probabilities numerically 0 or 1 occurred for {n} training row\(s\) \(as R's glm "
-          r"warns\): the features may separate the classes .* does not exist \(not tested exactly: the exact test, "
-          r"a linear programme, runs on binary models of at most {limit} values of X\): the coefficients grow")
+          r"warns\): the features may separate the classes \(completely or quasi-completely; not tested exactly: the "
+          r"exact test, a linear programme, runs on binary models of at most {limit} values of X and 100 columns\), "
+          r"or the effects are large; if they separate them, the maximum-likelihood estimate does not exist: the "
+          r"coefficients grow")
 
 
 @pytest.fixture(scope="module")
@@ -89,6 +91,7 @@ def test_on_a_cluster_the_rows_are_counted_and_gathered_where_they_live(credit_c
     assert est.separated_ is True
     # above the exact test's size: R's rule alone, rows of zero weight not counted
     monkeypatch.setattr(separation, "LP_MAX_VALUES", 1000)
+    monkeypatch.setattr(separation, "LP_ALWAYS_VALUES", 0)
     w = np.where(np.arange(len(y)) % 2 == 0, 1.0, 0.0)
     with pytest.warns(ConvergenceWarning) as caught:
         est = LogisticRegression(alpha=0.0, client=client).fit(Xd, yd, sample_weight=da.from_array(w, chunks=300))
@@ -160,3 +163,25 @@ def test_the_exact_test_clears_finite_fits_on_the_rows_nearest_the_boundary_and_
     z[:30], y[:30] = 1.0, 0.0
     Xz = np.column_stack([X, z])
     assert separation.separated(Xz, y, np.where(z > 0, -30.0, eta)) and separation.mle_missing(Xz, y, "binomial")
+
+
+def test_first_order_fits_that_stop_short_and_models_without_intercept_are_judged_exactly():
+    """A mini-batch fit stops long before any fitted probability nears 0 or 1; a small
+    design is tested whatever the screen says.  Without an intercept the design has no
+    column of ones (statsmodels finds a finite estimate there)."""
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(3000, 2))
+    y = (rng.uniform(size=len(x)) < 1 / (1 + np.exp(-(x @ [1.0, -1.0])))).astype(int)
+    z = np.zeros(len(x))
+    z[:15], y[:15] = 1.0, 0  # an indicator of 15 rows of class 0: quasi-complete separation
+    X = np.column_stack([x, z])
+    with pytest.warns(ConvergenceWarning, match=EXACT.format(name="LogisticRegression")):
+        est = LogisticRegression(alpha=0.0, solver="sgd", batch_size=256, max_iter=5, random_state=0).fit(X, y)
+    assert est.separated_ is True
+    assert np.abs(est.decision_function(X)).max() < 8  # the screen alone would not have tested it
+    # no intercept: y = 1 where x > 5 (x in 0.5..10), 0 where x < -50; with an intercept
+    # x = 5 would separate them, through the origin no line does (statsmodels: 0.162, se 0.023)
+    x1 = np.r_[rng.uniform(0.5, 10, 300), rng.uniform(-100, -50, 100)][:, None]
+    y1 = (x1[:, 0] > 5).astype(int)
+    fit = _no_warning(lambda: LogisticRegression(alpha=0.0, fit_intercept=False).fit(x1, y1))
+    assert fit.separated_ is False
