@@ -458,6 +458,8 @@ class FactorizationBase(RecommenderMixin, ClientParamMixin, BaseEstimator):
             self._check_factor_term(scale)
         if self._kind_now() == "explicit" and not continued:
             self.residual_std_ = self._residual_std(executor, parts, cols, path)
+            if solver != "als":
+                self._warn_if_no_better_than_the_mean(scale, path is not None)
         for name, value in scale_seen.items():
             setattr(self, name, value)
         rise = None if continued or popular else result.objective_rise()
@@ -482,6 +484,22 @@ class FactorizationBase(RecommenderMixin, ClientParamMixin, BaseEstimator):
                     ConvergenceWarning, stacklevel=user_stacklevel(),
                 )
         return self
+
+    def _warn_if_no_better_than_the_mean(self, variance, held_out):
+        """A gradient-step fit of explicit ratings whose RMSE (``residual_std_``) is within
+        1% of the ratings' standard deviation (the global mean's) warns: its steps have
+        the parameters' units, so ratings of a large spread may need far more of them."""
+        sd = float(np.sqrt(variance)) if np.isfinite(variance) and variance > 0 else 0.0
+        if sd == 0.0 or not self.residual_std_ >= 0.99 * sd:
+            return
+        warnings.warn(
+            f"{type(self).__name__}: the fit's {'held-out' if held_out else 'training'} RMSE, "
+            f"{self.residual_std_:.4g}, is no better than predicting the ratings' mean (their standard deviation "
+            f"{sd:.4g}): the ratings carry no user or item effects, or the gradient steps did not reach them (their "
+            "size does not follow the ratings' units); use solver='als' (synchronous full-batch fits), divide the "
+            "ratings by their standard deviation, or raise learning_rate or max_iter",
+            ConvergenceWarning, stacklevel=user_stacklevel(),
+        )
 
     def _residual_std(self, executor, parts, cols, path):
         """The residual standard deviation of an explicit model's ratings: with

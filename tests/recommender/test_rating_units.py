@@ -9,11 +9,14 @@ bias model at 1e4 and 1e6 (held-out RMSE 0.892 in the original units, against 0.
 of 14.
 """
 
+import warnings
+
 import numpy as np
 import pytest
 
 from dask_dgd import MatrixFactorization
 from dask_dgd.datasets import make_ratings
+from dask_dgd.exceptions import ConvergenceWarning
 from dask_dgd.recommender import train_test_split
 
 
@@ -56,3 +59,18 @@ def test_a_numeric_penalty_scaled_with_the_units_gives_the_fit_scaled(stars):
     np.testing.assert_allclose(scaled.predict(test) / 1e4, ref.predict(test), rtol=1e-6)
     bias = _rmse(MatrixFactorization(n_components=0, random_state=0).fit(train), test, 1.0)
     assert _rmse(scaled, test, 1e4) < bias
+
+
+def test_gradient_steps_that_end_no_better_than_the_mean_say_so(stars):
+    """Gradient steps have the parameters' units: ratings times 1e4 need far more of them,
+    and the fit ends at the global mean.  It says so (the fix is named)."""
+    train, test = stars
+    with pytest.warns(ConvergenceWarning, match=r"^MatrixFactorization: the fit's held-out RMSE, .* is no better than "
+                                                r"predicting the ratings' mean .* use solver='als'"):
+        far = MatrixFactorization(solver="gd", random_state=0).fit(_in_units(train, 1e4))
+    mean = float(np.sqrt(np.mean((test["rating"].to_numpy() - train["rating"].mean()) ** 2)))
+    assert _rmse(far, test, 1e4) > 0.99 * mean
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", ConvergenceWarning)
+        near = MatrixFactorization(solver="gd", random_state=0).fit(train)
+    assert _rmse(near, test, 1.0) < 0.95 * mean
