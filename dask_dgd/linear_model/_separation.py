@@ -68,20 +68,18 @@ def certain_mask(prob, xp):
 def separation_message(name, finding, exact=True):
     """The warning of a separated fit, ``finding`` saying how it was found; ``exact``:
     the linear programme confirmed it (else R's rule alone: "may")."""
+    consequence = (
+        "the coefficients grow with the iterations and stop where tol and max_iter say, and their standard errors "
+        "and p-values are not valid; pass alpha > 0 for a finite penalised fit, or leave out the separating features"
+    )
     if exact:
-        return (
-            f"{name}: {finding}: the features separate the classes (completely or quasi-completely), so that the "
-            "maximum-likelihood estimate does not exist: the coefficients grow with the iterations and stop where "
-            "tol and max_iter say, and their standard errors and p-values are not valid; pass alpha > 0 for a "
-            "finite penalised fit, or leave out the separating features"
-        )
+        return (f"{name}: {finding}: the features separate the classes (completely or quasi-completely), so that the "
+                f"maximum-likelihood estimate does not exist: {consequence}")
     return (
         f"{name}: {finding}: the features may separate the classes (completely or quasi-completely; not tested "
         f"exactly: the exact test, a linear programme, runs on binary models of at most {LP_MAX_VALUES:,} values "
         f"of X and {LP_MAX_COLUMNS} columns), or the effects are large; if they separate them, the "
-        "maximum-likelihood estimate does not exist: the coefficients grow with the iterations and stop where tol "
-        "and max_iter say, and their standard errors and p-values are not valid; pass alpha > 0 for a finite "
-        "penalised fit, or leave out the separating features"
+        f"maximum-likelihood estimate does not exist: {consequence}"
     )
 
 
@@ -127,9 +125,9 @@ def _predictor_bound(objective, params, x_abs_max):
 
 
 def _shard_design(shard, objective, params):
-    """The observed design ``[1, X]`` (offset columns left out), targets and fitted
-    linear predictors of a shard's rows of positive weight, on the host (the exact
-    test's input)."""
+    """The observed design (``[1, X]`` with an intercept, else ``X``; offset columns left
+    out), targets and fitted linear predictors of a shard's rows of positive weight, on
+    the host (the exact test's input)."""
     Xs, ys, etas = [], [], []
     for block in shard.blocks:
         eta = to_numpy(objective.raw_prediction(params, block.X))[:, 0]
@@ -148,8 +146,8 @@ def _shard_design(shard, objective, params):
 
 def separated(X, y, eta):
     """Whether the rows ``X`` (the design: a column of ones where the model has an
-    intercept), ``y`` (in [0, 1]) have no
-    finite logistic estimate (:func:`mle_missing`), trying a subset first.
+    intercept), ``y`` (in [0, 1]) have no finite logistic estimate (:func:`mle_missing`),
+    trying a subset first.
 
     Any direction that separates all the rows satisfies the sign constraints on the
     rows nearest the fitted boundary (smallest ``|eta|``; where classes overlap) too.
