@@ -156,9 +156,11 @@ def start_cluster(n_workers, threads_per_worker=1, memory_limit="auto"):
     """
     import logging
 
-    from distributed import Client, LocalCluster
+    from distributed import Client
 
-    cluster = LocalCluster(
+    from dask_dgd._engine.runtime.clusters import local_cluster
+
+    cluster = local_cluster(  # (the workers' profiler off where it can deadlock the interpreter)
         n_workers=n_workers,
         threads_per_worker=threads_per_worker,
         processes=True,

@@ -262,6 +262,7 @@ def process_cluster(n_workers, *, log_dir=None, timeout=120):
 
     from distributed import Client
 
+    from ._engine.runtime.clusters import cluster_env
     from .exceptions import ParameterError
 
     if isinstance(n_workers, bool) or not isinstance(n_workers, int) or n_workers < 1:
@@ -274,8 +275,9 @@ def process_cluster(n_workers, *, log_dir=None, timeout=120):
         port = sock.getsockname()[1]
     address = f"tcp://127.0.0.1:{port}"
     here = str(Path(__file__).resolve().parents[1])
+    # (cluster_env: the workers' profiler off where it can deadlock the interpreter)
     env = {**os.environ, "OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1",
-           "PYTHONPATH": os.pathsep.join(p for p in (here, os.environ.get("PYTHONPATH")) if p)}
+           **cluster_env(), "PYTHONPATH": os.pathsep.join(p for p in (here, os.environ.get("PYTHONPATH")) if p)}
     with tempfile.TemporaryDirectory(prefix="dgd-cluster-") as tmp:
         logs = Path(log_dir) if log_dir is not None else None
 

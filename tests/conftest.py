@@ -11,6 +11,8 @@ import numpy as np
 import pytest
 from distributed import Client, LocalCluster
 
+from dask_dgd._engine.runtime.clusters import cluster_config
+
 #: At most this many pytest-xdist workers for ``-n auto``: each holds LocalClusters (some of
 #: several worker processes), so many more would cost memory rather than save time.
 MAX_TEST_PROCESSES = 8
@@ -49,6 +51,12 @@ def _forked_worker_processes():
 
 
 _forked_worker_processes()
+
+# Every cluster of the suite (in-process workers, nannies' worker processes) without the
+# workers' statistical profiler where the interpreter can deadlock on it (CPython 3.11
+# before 3.11.9, gh-106883: see dask_dgd._engine.runtime.clusters); the clusters the
+# library starts itself get the same setting from the library.
+dask.config.set(cluster_config())
 
 
 def pytest_xdist_auto_num_workers(config):

@@ -482,7 +482,7 @@ def _fuzz_names(rng):
 
     allowed = sorted(f"{c.__module__}:{c.__qualname__}" for c in allowed_types())
     refused = ["dask_dgd.cli._main:_Deferred", "dask_dgd.callbacks:HistoryWriter", "dask_dgd.cli._common:Command",
-               "dask_dgd._engine.runtime.executor:LocalCluster", "os:remove", "builtins:print", "dask_dgd.__main__:main",
+               "dask_dgd._engine.runtime.clusters:LocalCluster", "os:remove", "builtins:print", "dask_dgd.__main__:main",
                "dask_dgd.persistence:save", "dask_dgd._validation:Interval", "dask_dgd", ":", "x" * 300]
     attributes = ["coef_", "intercept_", "n_features_in_", "classes_", "history_", "_opt_state_", "alpha", "solver",
                   "scoring", "callbacks", "client", "save", "predict", "fit", "get_params", "__class__", "__dict__",

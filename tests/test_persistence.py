@@ -225,7 +225,7 @@ def test_class_outside_the_package_is_refused(saved):
 @pytest.mark.parametrize("name, message", [
     # a name a dask_dgd module imported, not a dask_dgd class: could truncate a file
     ("dask_dgd._engine.runtime.checkpoint:logging.FileHandler", "defined outside dask_dgd; refused"),
-    ("dask_dgd._engine.runtime.executor:LocalCluster", "defined outside dask_dgd; refused"),
+    ("dask_dgd._engine.runtime.clusters:LocalCluster", "defined outside dask_dgd; refused"),
     # importing dask_dgd.__main__ would run the command line
     ("dask_dgd.__main__:main", "outside dask_dgd; refused"),
     # a dask_dgd class that is not an estimator

@@ -425,7 +425,9 @@ def _print_warnings(caught):
 
 def run_demo(args):
     """``dask-dgd demo``: train on a LocalCluster, compare with scikit-learn."""
-    from distributed import Client, LocalCluster
+    from distributed import Client
+
+    from .._engine.runtime.clusters import local_cluster
 
     if args.out is not None:
         if os.path.exists(args.out) and not os.path.isdir(args.out):
@@ -444,7 +446,7 @@ def run_demo(args):
     t_start = time.perf_counter()
     with _quiet_distributed(), warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        with LocalCluster(
+        with local_cluster(
             n_workers=args.workers, threads_per_worker=1, dashboard_address=":0"
         ) as cluster, Client(cluster) as client:
             elapsed = time.perf_counter() - t_start

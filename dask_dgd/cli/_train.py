@@ -364,7 +364,9 @@ def _client(args):
     if not _wants_cluster(args):
         yield None
         return
-    from distributed import Client, LocalCluster
+    from distributed import Client
+
+    from .._engine.runtime.clusters import local_cluster
 
     with _quiet_distributed():
         if args.scheduler:
@@ -377,7 +379,7 @@ def _client(args):
         else:
             # silence_logs: also the workers' (a data error would print their "Compute
             # Failed" report before the command's one line)
-            with LocalCluster(n_workers=args.workers, threads_per_worker=1, dashboard_address=":0",
+            with local_cluster(n_workers=args.workers, threads_per_worker=1, dashboard_address=":0",
                               silence_logs=logging.CRITICAL) as cluster, Client(cluster) as client:
                 yield client
 

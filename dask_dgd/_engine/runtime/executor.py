@@ -32,11 +32,12 @@ from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any, Literal
 
 import dask
-from distributed import Client, LocalCluster
+from distributed import Client
 from distributed.protocol import pickle
 
 from ..._backend import is_sparse
 from ...exceptions import ClusterError, ParameterError
+from .clusters import local_cluster
 from .group_steps import GroupMemory
 from .reduce import Compressed, SparseVector, partial_nbytes, tag_group
 from .topology import tree_depth, tree_groups
@@ -135,7 +136,7 @@ def embedded_client() -> Client:
             return client
         n_workers = int(dask.config.get("dgd.embedded-workers", None) or min(os.cpu_count() or 1, 4))
         processes = bool(dask.config.get("dgd.embedded-processes", False))
-        cluster = LocalCluster(
+        cluster = local_cluster(  # (the workers' profiler off where it can deadlock)
             n_workers=n_workers,
             threads_per_worker=1,
             processes=processes,

@@ -206,7 +206,7 @@ def test_bad_dask_input_errors(client, logistic_data):
 def test_embedded_cluster_is_threads_started_once_and_announced_once(monkeypatch, logistic_data):
     X, y = logistic_data
     started = []
-    real = cluster_mod.LocalCluster
+    real = cluster_mod.local_cluster
 
     def small_cluster(**kw):
         started.append(kw)
@@ -222,7 +222,7 @@ def test_embedded_cluster_is_threads_started_once_and_announced_once(monkeypatch
 
     logger, handler = logging.getLogger("dask_dgd"), ListHandler()
     logger.addHandler(handler)
-    monkeypatch.setattr(cluster_mod, "LocalCluster", small_cluster)
+    monkeypatch.setattr(cluster_mod, "local_cluster", small_cluster)
     monkeypatch.setitem(cluster_mod._embedded, "client", None)
     monkeypatch.setitem(cluster_mod._embedded, "announced", False)
     try:
@@ -239,7 +239,7 @@ def test_embedded_cluster_is_threads_started_once_and_announced_once(monkeypatch
         np.testing.assert_allclose(a.coef_, b.coef_, rtol=1e-7)
         with dask.config.set({"dgd.embedded-processes": True}):
             cluster_mod._close_embedded()
-            monkeypatch.setattr(cluster_mod, "LocalCluster", lambda **kw: started.append(kw) or real(
+            monkeypatch.setattr(cluster_mod, "local_cluster", lambda **kw: started.append(kw) or real(
                 **{**kw, "n_workers": 1, "processes": False, "dashboard_address": ":0"}))
             _fit(None, da.from_array(X, chunks=(1000, -1)), da.from_array(y, chunks=1000))
         assert started[-1]["processes"] is True  # worker processes only when asked for

@@ -224,7 +224,7 @@ def no_embedded_cluster(monkeypatch):
         raise AssertionError("the embedded LocalCluster was started although a client was given")
 
     monkeypatch.setattr(cluster_mod, "embedded_client", refuse)
-    monkeypatch.setattr(cluster_mod, "LocalCluster", refuse)
+    monkeypatch.setattr(cluster_mod, "local_cluster", refuse)
 
 
 def _assert_all_tls(views, during_fit=True):
