@@ -570,3 +570,40 @@ def test_a_cv_file_whose_refit_names_binomial_at_its_old_module_still_loads(tmp_
     back = dask_dgd.load(path)
     assert type(back.estimator_) is dask_dgd.BinomialRegressor
     np.testing.assert_array_equal(back.predict(X), est.predict(X))
+
+
+def _gd_ratings_model():
+    ratings, _ = make_ratings(60, 30, 900, random_state=0)
+    ratings["rating"] *= 100.0  # (a unit far from 1)
+    return dask_dgd.MatrixFactorization(n_components=2, alpha=1.0, solver="gd", max_iter=5, random_state=0).fit(
+        ratings), ratings
+
+
+@pytest.mark.filterwarnings("ignore::sklearn.exceptions.ConvergenceWarning")
+@pytest.mark.parametrize("bad", [0.0, -2.0])
+def test_the_unit_of_matrix_factorization_steps_is_saved_and_checked(tmp_path, bad):
+    """``_step_unit_`` (the unit ``partial_fit`` continues the optimizer state in) comes
+    back from a file; one that is not > 0 (a division by it, a square root) is refused;
+    a file written before it existed loads, and its ``partial_fit`` steps in unit 1, the
+    unit its state was built in then."""
+    est, ratings = _gd_ratings_model()
+    path = est.save(tmp_path / "mf.npz")
+    back = dask_dgd.load(path)
+    assert back._step_unit_ == est._step_unit_ == pytest.approx(ratings["rating"].std(ddof=0))
+    np.testing.assert_array_equal(back.predict(ratings), est.predict(ratings))
+
+    def edit(meta):
+        meta["content"]["state"]["_step_unit_"] = bad
+        meta["meta_sha256"] = "recompute"
+
+    _rewrite_meta(path, edit)
+    with pytest.raises(CheckpointError, match=rf"_step_unit_.* is {bad!r}, not a number > 0"):
+        dask_dgd.load(path)
+
+    old = est.save(tmp_path / "old.npz")
+    _rewrite_meta(old, lambda meta: (meta["content"]["state"].pop("_step_unit_"), meta.update(meta_sha256="recompute")))
+    older = dask_dgd.load(old)
+    assert not hasattr(older, "_step_unit_")
+    assert older._step_unit("gd", 1e4, continued=True) == 1.0
+    older.partial_fit(ratings.iloc[:100])
+    assert np.all(np.isfinite(older.predict(ratings)))

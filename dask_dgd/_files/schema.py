@@ -282,16 +282,19 @@ class Int:
 
 @dataclass(frozen=True)
 class Real:
-    """A real number (finite where ``finite``; None where ``none``)."""
+    """A real number (finite where ``finite``; > 0 where ``positive``; None where ``none``)."""
 
     finite: bool = True
     none: bool = False
+    positive: bool = False
 
     def check(self, value, ctx, name):
         if value is None and self.none:
             return
         if not _is_real(value) or (self.finite and not math.isfinite(value)):
             ctx.fail(name, f"is {value!r}, not a {'finite ' if self.finite else ''}real number")
+        if self.positive and not value > 0:
+            ctx.fail(name, f"is {value!r}, not a number > 0")
 
 
 @dataclass(frozen=True)
@@ -543,6 +546,7 @@ _FACTORS = {
     "alpha_": Real(),
     "alpha_bias_": Real(),
     "residual_std_": Real(),
+    "_step_unit_": Real(positive=True),  # partial_fit steps in it: the training ratings' standard deviation
     "n_duplicates_": Int(),
     "n_components_": Int(),
     "_item_counts": Array("iu", (("n_items",),), nonnegative=True),

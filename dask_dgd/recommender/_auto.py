@@ -83,7 +83,7 @@ import pandas as pd
 from .._backend import to_numpy
 from .._engine.train import train
 from ..exceptions import ConvergenceWarning
-from ._objective import FactorizationTraining
+from ._objective import FactorizationTraining, in_model_units
 from ._shards import RATING_BYTES, build_rating_shards, init_rows, with_val_base
 
 __all__ = ["BIAS_GRID", "FACTOR_GRID", "IMPLICIT_GRID", "MIN_GAIN", "RANK_LADDER", "VALIDATION_FRACTION", "Setup",
@@ -237,7 +237,7 @@ def _fit_point(est, shards, s, solver, optimizer, alpha, n_components, alpha_bia
     """One fit of the path on the held-out split, at penalty ``alpha``: its row (without
     ``stage`` and ``point``) and its records, or None when nothing was held out."""
     model = est._model(s.mu, len(s.items), s.seed, alpha=float(alpha), alpha_bias=alpha_bias,
-                       n_components=n_components, variance=s.scale)
+                       n_components=n_components, variance=s.scale, unit=est._step_unit(solver, s.scale, False))
     V = init_rows(s.seed + 1, np.arange(len(s.items)), model.item_width, model.init_scale, model.item_bias)
     if s.cold is not None:  # (no rating moves them: their held-out ratings get the bias model's prediction)
         V[s.cold] = 0.0
@@ -248,10 +248,11 @@ def _fit_point(est, shards, s, solver, optimizer, alpha, n_components, alpha_bia
             FactorizationTraining(model, s.n_batches), shards, solver=solver,
             optimizer=None if als else optimizer, max_iter=est.max_iter, tol=est.tol * s.scale if als else 0.0,
             mode="sync", on_divergence=est._on_divergence(), compression=est.compression,
-            split_every=est.split_every, random_state=s.seed, params0=V.ravel(),
+            split_every=est.split_every, random_state=s.seed, params0=model.to_engine(V, "item").ravel(),
             validation_patience=None if als else PATIENCE, validation_tol=VAL_TOL * np.sqrt(s.scale),
             verbose=est.verbose, progress_desc=f"{type(est).__name__} alpha={alpha:.3g}", client=est.client,
         )
+    result = in_model_units(model, result)
     h = result.history
     if "val_rmse" not in h or not h["val_rmse"].notna().any():
         return None
@@ -283,7 +284,7 @@ def _rank_point(est, shards, s, solver, optimizer, alpha, n_components, alpha_bi
     if s.n_val_users == 0:
         return None
     model = est._model(s.mu, len(s.items), s.seed, alpha=float(alpha), alpha_bias=alpha_bias,
-                       n_components=n_components, variance=s.scale)
+                       n_components=n_components, variance=s.scale, unit=est._step_unit(solver, s.scale, False))
     V = init_rows(s.seed + 1, np.arange(len(s.items)), model.item_width, model.init_scale, model.item_bias)
     if s.cold is not None:  # (no pair moves them)
         V[s.cold] = 0.0
@@ -296,9 +297,10 @@ def _rank_point(est, shards, s, solver, optimizer, alpha, n_components, alpha_bi
             optimizer=None if als else optimizer, max_iter=est.max_iter, tol=0.0 if anneal else est.tol * s.scale,
             n_iter_no_change=est.max_iter + 1 if anneal else 5,
             mode="sync", on_divergence=est._on_divergence(), compression=est.compression,
-            split_every=est.split_every, random_state=s.seed, params0=V.ravel(),
+            split_every=est.split_every, random_state=s.seed, params0=model.to_engine(V, "item").ravel(),
             verbose=est.verbose, progress_desc=f"{type(est).__name__} alpha={alpha:.3g}", client=est.client,
         )
+    result = in_model_units(model, result)
     k = model.n_components
     U = np.zeros((len(s.users), k))
     for users, Us, *_ in result.local:

@@ -34,7 +34,7 @@ from ..optim import CosineDecay, FirstOrderOptimizer, Schedule, get_optimizer
 from ._auto import MIN_GAIN, RANK_LADDER, VALIDATION_FRACTION, Setup, choose_alpha, path_in_tasks, refit_in_task
 from ._foldin import model_of, new_user_rows
 from ._input import as_frame, id_index
-from ._objective import FactorizationTraining, FactorModel, grow_state
+from ._objective import FactorizationTraining, FactorModel, grow_state, in_model_units
 from ._serving import RecommenderMixin
 from ._shards import (
     _Runner,
@@ -307,11 +307,12 @@ class FactorizationBase(RecommenderMixin, ClientParamMixin, BaseEstimator):
         chosen = self.learning_rate is not None or not isinstance(self.optimizer, str)
         return "raise" if chosen else "backoff"
 
-    def _model(self, mu, n_items, seed, alpha, alpha_bias=None, n_components=None, variance=1.0):
+    def _model(self, mu, n_items, seed, alpha, alpha_bias=None, n_components=None, variance=1.0, unit=1.0):
         """The model's settings (``alpha_bias`` None: the estimator's, else ``alpha``;
         ``n_components`` None: the fitted rank, see :meth:`_rank_now`; ``variance``: the
         ratings' (explicit: the factors start at ``init_scale`` times its fourth root,
-        so that their products scale with the ratings' units)."""
+        so that their products scale with the ratings' units); ``unit``: the unit of
+        the engine's parameters, :meth:`_step_unit`)."""
         if alpha_bias is None:
             alpha_bias = getattr(self, "alpha_bias", None)
         kind = self._kind_now()
@@ -322,8 +323,20 @@ class FactorizationBase(RecommenderMixin, ClientParamMixin, BaseEstimator):
             kind=kind, n_components=int(self._rank_now() if n_components is None else n_components),
             alpha=float(alpha), alpha_bias=float(alpha if alpha_bias is None else alpha_bias),
             confidence_scale=float(getattr(self, "confidence_scale", 0.0)), init_scale=init_scale,
-            mu=float(mu), n_items=int(n_items), seed=seed,
+            mu=float(mu), n_items=int(n_items), seed=seed, unit=float(unit),
         )
+
+    def _step_unit(self, solver, variance, continued):
+        """The unit of the parameters gradient steps train (``FactorModel.unit``):
+        explicit ratings, the ratings' standard deviation (``variance``'s root; a
+        continued fit: its model's, :attr:`_step_unit_`, the unit its optimizer state
+        is in; 1 for a model saved before the unit existed), so that the steps reach the
+        same fit in any rating units; alternating least squares and implicit feedback: 1."""
+        if self._kind_now() != "explicit" or solver == "als":
+            return 1.0
+        if continued:
+            return float(getattr(self, "_step_unit_", 1.0))
+        return float(np.sqrt(variance)) if np.isfinite(variance) and variance > 0 else 1.0
 
     def _rank_now(self, fitted=True):
         """The rank of the factors: the fitted ``n_components_`` (``fitted`` and fitted),
@@ -412,7 +425,8 @@ class FactorizationBase(RecommenderMixin, ClientParamMixin, BaseEstimator):
         if popular:
             max_iter, tol = 1, 0.0
         model = self._model(mu, len(items), seed, alpha=alpha, alpha_bias=alpha_bias,
-                            n_components=rank if factors or popular else 0, variance=scale)
+                            n_components=rank if factors or popular else 0, variance=scale,
+                            unit=self._step_unit(solver, scale, continued))
         # a small refit after a path in tasks: one task too (what runs in the caller's
         # process, callbacks, checkpoints and progress output, keeps it on the cluster)
         in_task = path is not None and setup.in_tasks and self.mode == "sync" and self.callbacks is None \
@@ -437,19 +451,23 @@ class FactorizationBase(RecommenderMixin, ClientParamMixin, BaseEstimator):
             on_divergence=self._on_divergence(), checkpoint=None if continued else self.checkpoint,
             checkpoint_every=self.checkpoint_every, resume=resume, fingerprint=self._fingerprint(alpha),
             compression=self.compression, split_every=self.split_every, random_state=seed,
-            params0=V.ravel(), opt_state=_flat_state(item_state), local_init=inits, verbose=self.verbose,
+            params0=model.to_engine(V, "item").ravel(), opt_state=_flat_state(item_state), local_init=inits,
+            verbose=self.verbose,
             callbacks=self.callbacks, progress_total=max_iter, progress_desc=type(self).__name__,
         )
         if in_task:
             result, loads = refit_in_task(setup, FactorizationTraining(model, n_batches), train_args)
         else:
             result = train(FactorizationTraining(model, n_batches), shards, **train_args, client=self.client)
+        result = in_model_units(model, result)
         U, user_states, seen_u, seen_i = _assemble_users(result.local, len(users), model.user_width, U_base,
                                                          optimizer)
         self._store(model, users, items, U, result, _assemble_state(user_states, U.shape, state_base),
                     seen_u, seen_i, loads, continued, path)
         self.n_duplicates_ = n_merged
         self.n_components_ = int(rank)
+        if not continued:  # the unit of a later partial_fit's steps (the one its optimizer state is in)
+            self._step_unit_ = self._step_unit("gd", scale, False)
         if popular:
             self._fall_back_to_popularity(self._item_counts)
         elif not factors:
@@ -487,17 +505,18 @@ class FactorizationBase(RecommenderMixin, ClientParamMixin, BaseEstimator):
 
     def _warn_if_no_better_than_the_mean(self, variance, held_out):
         """A gradient-step fit of explicit ratings whose RMSE (``residual_std_``) is within
-        1% of the ratings' standard deviation (the global mean's) warns: its steps have
-        the parameters' units, so ratings of a large spread may need far more of them."""
+        1% of the ratings' standard deviation (the global mean's) warns: its steps did not
+        reach the users' and items' effects (too few, too small: plain SGD's and
+        Adagrad's steps also scale with the gradient), or there are none."""
         sd = float(np.sqrt(variance)) if np.isfinite(variance) and variance > 0 else 0.0
         if sd == 0.0 or not self.residual_std_ >= 0.99 * sd:
             return
         warnings.warn(
             f"{type(self).__name__}: the fit's {'held-out' if held_out else 'training'} RMSE, "
             f"{self.residual_std_:.4g}, is no better than predicting the ratings' mean (their standard deviation "
-            f"{sd:.4g}): the ratings carry no user or item effects, or the gradient steps did not reach them (their "
-            "size does not follow the ratings' units); use solver='als' (synchronous full-batch fits), divide the "
-            "ratings by their standard deviation, or raise learning_rate or max_iter",
+            f"{sd:.4g}): the ratings carry no user or item effects, or the gradient steps did not reach them; "
+            "raise learning_rate or max_iter, use optimizer='adam' (its steps do not depend on the ratings' units), "
+            "or solver='als' (synchronous full-batch fits)",
             ConvergenceWarning, stacklevel=user_stacklevel(),
         )
 
@@ -648,7 +667,7 @@ class FactorizationBase(RecommenderMixin, ClientParamMixin, BaseEstimator):
                "user_bias_", "item_bias_", "global_mean_", "_item_state_", "_user_state_", "_seen", "history_",
                "loss_curve_", "n_iter_", "solver_", "shard_ratings_", "bytes_communicated_", "_seed_", "alpha_",
                "alpha_bias_", "validation_path_", "residual_std_", "n_duplicates_", "_item_counts",
-               "rating_scale_", "n_components_")
+               "rating_scale_", "n_components_", "_step_unit_")
 
     def _forget_fit(self):
         """Drop what an earlier fit left (a refit with other settings starts clean)."""

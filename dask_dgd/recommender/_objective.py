@@ -18,6 +18,7 @@ each rating's key with the seed and the epoch
 however the data is sharded.
 """
 
+import dataclasses
 import math
 from dataclasses import dataclass
 
@@ -32,7 +33,7 @@ from ..losses import _als
 from ..losses import _factorization as kernels
 from ._shards import init_rows
 
-__all__ = ["AlsPhase", "FactorModel", "FactorizationTraining", "HashBatches", "grow_state"]
+__all__ = ["AlsPhase", "FactorModel", "FactorizationTraining", "HashBatches", "grow_state", "in_model_units"]
 
 
 @dataclass(frozen=True)
@@ -41,6 +42,16 @@ class FactorModel:
 
     ``kind`` is ``"explicit"``, ``"bpr"`` or ``"wls"``; ``mu`` the global mean rating
     (explicit); ``n_items`` the size of the item table.
+
+    ``unit``: the unit of the parameters the engine trains (:meth:`column_units`).
+    Explicit ratings trained by gradient steps take the ratings' standard deviation:
+    the engine's parameters are then the factors divided by ``sqrt(unit)`` and the
+    biases divided by ``unit``, numbers of the same size whatever the ratings' units,
+    so that an adaptive optimizer's steps (Adam, Adagrad, RMSprop: a step of about the
+    learning rate in each parameter) reach the same fit in any units.  The objective
+    and its gradient are the model's own, by the chain rule; only the parameters'
+    coordinates change.  1 (alternating least squares, implicit feedback): the
+    parameters themselves.
     """
 
     kind: str
@@ -52,6 +63,7 @@ class FactorModel:
     mu: float
     n_items: int
     seed: int
+    unit: float = 1.0
 
     @property
     def user_bias(self):
@@ -68,6 +80,39 @@ class FactorModel:
     @property
     def item_width(self):
         return self.n_components + self.item_bias
+
+    def column_units(self, side):
+        """What the engine's parameters of one side (``"item"`` or ``"user"``) are
+        multiplied by, column by column, to give the model's: ``sqrt(unit)`` for the
+        factors, ``unit`` for the bias; None when ``unit`` is 1."""
+        if self.unit == 1.0:
+            return None
+        width, bias = (self.item_width, self.item_bias) if side == "item" else (self.user_width, self.user_bias)
+        d = np.full(width, math.sqrt(self.unit))
+        if bias:
+            d[-1] = self.unit
+        return d
+
+    def to_engine(self, table, side):
+        """A table of the model's parameters (rows x columns) in the engine's units."""
+        d = self.column_units(side)
+        return table if d is None else table / d
+
+    def from_engine(self, table, side):
+        """A table of the engine's parameters in the model's units."""
+        d = self.column_units(side)
+        return table if d is None else table * d
+
+
+def in_model_units(model, result):
+    """A :class:`~dask_dgd._engine.train.FitResult` of ``model`` whose item table
+    (``params``) is in the model's units (the users', ``local``, come so from
+    :meth:`FactorizationTraining.local_export`); its optimizer state stays the engine's."""
+    if model.unit == 1.0:
+        return result
+    table = model.from_engine(np.asarray(result.params, dtype=np.float64).reshape(model.n_items, model.item_width),
+                              "item")
+    return dataclasses.replace(result, params=table.ravel())
 
 
 
@@ -229,6 +274,10 @@ class FactorizationTraining:
     def _table(self, params):
         return np.asarray(params, dtype=np.float64).reshape(self.model.n_items, self.model.item_width)
 
+    def _model_table(self, params):
+        """The item table of the engine's ``params``, in the model's units."""
+        return self.model.from_engine(self._table(params), "item")
+
     # ------------------------------------------------------------- worker side
     def local_init(self, shard, init):
         """The shard's users' factors (seeded, or ``init = (U, state)`` of a continued
@@ -239,6 +288,7 @@ class FactorizationTraining:
             U, state = init_rows(m.seed, shard.users, m.user_width, m.init_scale, m.user_bias), None
         else:
             U, state = init
+        U = m.to_engine(np.asarray(U, dtype=np.float64), "user")
         U = shard.to_shard(np.ascontiguousarray(U, dtype=np.float64))
         return U, _map_state(state, shard.to_shard)
 
@@ -253,11 +303,11 @@ class FactorizationTraining:
         move = shard.to_shard
         return move(params), _map_state(state, move), None if grad is None else move(grad)
 
-    @staticmethod
-    def local_export(shard, params, state):
-        """The shard's users, their factors and optimizer state, and its (user, item)
-        pairs (all NumPy)."""
-        return (shard.users, to_numpy(params), _map_state(state, to_numpy), to_numpy(shard.uptr), to_numpy(shard.gi))
+    def local_export(self, shard, params, state):
+        """The shard's users, their factors (in the model's units) and optimizer state
+        (the engine's), and its (user, item) pairs (all NumPy)."""
+        U = self.model.from_engine(to_numpy(params), "user")
+        return (shard.users, U, _map_state(state, to_numpy), to_numpy(shard.uptr), to_numpy(shard.gi))
 
     def group_sums(self, shard, params, aux, draw, local, memory=None):
         """One shard's sums at the item table ``params`` and its users' factors ``local``:
@@ -295,9 +345,13 @@ class FactorizationTraining:
 
     def _group_sums(self, shard, params, aux, draw, U, memory):
         m = self.model
-        V = shard.to_shard(self._table(params))
+        V = shard.to_shard(self._model_table(params))
         gram_items = shard.to_shard(aux)
         xp = get_namespace(U)
+        du = m.column_units("user")
+        if du is not None:  # the users' factors in the model's units (the engine's times du)
+            du = shard.to_shard(du)
+            U = U * du
         if "gV" not in memory or memory["gV"].shape != (m.n_items, m.item_width):  # (another model's buffers)
             device = array_api_compat.device(U)
             memory["gV"] = xp.zeros((m.n_items, m.item_width), dtype=xp.float64, device=device)
@@ -325,6 +379,12 @@ class FactorizationTraining:
             _, g_all = kernels.wls_all_pairs(U, gram_items, 1.0 / self.n_batches)
             gU += g_all
         idx, out = _touched_rows(xp, memory, shard.like is None)
+        # the gradients with respect to the engine's parameters (chain rule: times the units)
+        if du is not None:
+            gU = gU * du
+        di = m.column_units("item")
+        if di is not None:
+            out = out * di
         flat = xp.reshape(gU, (-1,))
         extras["local_sq"] = float(xp.vecdot(flat, flat)) if math.isfinite(float(loss)) else 0.0
         grad = out.ravel() if idx is None else RowSparse(idx, out, m.n_items)
@@ -350,6 +410,8 @@ class FactorizationTraining:
         """None when alternating least squares can train this model, else why not."""
         if self.model.kind == "bpr":
             return "loss='bpr' is not a least-squares objective; use solver='gd'"
+        if self.model.unit != 1.0:  # (the solver's tables are the model's own)
+            return "the model's parameters are scaled for gradient steps (unit != 1)"
         return None
 
     def als_aux(self, phase, table):
@@ -385,7 +447,7 @@ class FactorizationTraining:
         """The items' Gram matrix (confidence-weighted least squares), once per step."""
         if self.model.kind != "wls":
             return None
-        V = self._table(params)
+        V = self._model_table(params)
         return V.T @ V
 
     def _bias_penalty(self, xp, table, grad):
@@ -405,14 +467,16 @@ class FactorizationTraining:
         the item biases' penalty (explicit ratings)."""
         n = partial.weight_sum
         loss, grad = partial.loss_sum, partial.grad_sum
+        di = self.model.column_units("item")  # (the gradients' chain rule to the engine's parameters)
         if self.model.kind == "explicit" and "matvec" not in partial.extras:
             g = np.zeros((self.model.n_items, self.model.item_width))
-            loss = loss + self._bias_penalty(np, self._table(params), g)
-            grad = grad + g.ravel()
+            loss = loss + self._bias_penalty(np, self._model_table(params), g)
+            grad = grad + (g if di is None else g * di).ravel()
         if self.model.kind == "wls" and "gram" in partial.extras:
-            a_loss, a_grad = kernels.wls_all_pairs(self._table(params), partial.extras["gram"], 1.0 / self.n_batches)
+            a_loss, a_grad = kernels.wls_all_pairs(self._model_table(params), partial.extras["gram"],
+                                                   1.0 / self.n_batches)
             loss = loss + a_loss
-            grad = grad + a_grad.ravel()
+            grad = grad + (a_grad if di is None else a_grad * di).ravel()
         if n <= 0:
             return 0.0, np.zeros(self.n_params)
         return loss / n, grad / n

@@ -6,7 +6,8 @@ instead of dollars).  Before the factors' initial scale and the alternating leas
 squares' preconditioner followed the ratings' units, ``alpha="auto"`` fell back to the
 bias model at 1e4 and 1e6 (held-out RMSE 0.892 in the original units, against 0.842 at
 1), and the numeric ``alpha`` scaled with the units stopped after 4 iterations instead
-of 14.
+of 14; before gradient steps trained parameters in units of the ratings' standard
+deviation, a gradient-step fit at 1e4 ended at the global mean.
 """
 
 import warnings
@@ -61,16 +62,58 @@ def test_a_numeric_penalty_scaled_with_the_units_gives_the_fit_scaled(stars):
     assert _rmse(scaled, test, 1e4) < bias
 
 
-def test_gradient_steps_that_end_no_better_than_the_mean_say_so(stars):
-    """Gradient steps have the parameters' units: ratings times 1e4 need far more of them,
-    and the fit ends at the global mean.  It says so (the fix is named)."""
+def test_gradient_steps_reach_the_same_fit_in_any_units(stars):
+    """Gradient steps train the factors over the square root of the ratings' standard
+    deviation and the biases over it (``FactorModel.unit``): Adam's steps, a learning
+    rate in each parameter, reach the same fit in any units.  Before, the ratings times
+    1e4 ended at the global mean (held-out RMSE 0.998, against 0.849 in the original
+    units) with a warning to rescale them by hand."""
     train, test = stars
-    with pytest.warns(ConvergenceWarning, match=r"^MatrixFactorization: the fit's held-out RMSE, .* is no better than "
-                                                r"predicting the ratings' mean .* use solver='als'"):
-        far = MatrixFactorization(solver="gd", random_state=0).fit(_in_units(train, 1e4))
     mean = float(np.sqrt(np.mean((test["rating"].to_numpy() - train["rating"].mean()) ** 2)))
-    assert _rmse(far, test, 1e4) > 0.99 * mean
     with warnings.catch_warnings():
         warnings.simplefilter("error", ConvergenceWarning)
-        near = MatrixFactorization(solver="gd", random_state=0).fit(train)
-    assert _rmse(near, test, 1.0) < 0.95 * mean
+        auto = {u: MatrixFactorization(solver="gd", random_state=0).fit(_in_units(train, u)) for u in (1.0, 1e4, 1e6)}
+        # mini-batches, a numeric penalty in the units (the biases' penalty does not scale)
+        batches = {u: MatrixFactorization(solver="gd", batch_size=1000, alpha=0.05 * u, alpha_bias=0.05,
+                                          random_state=0).fit(_in_units(train, u)) for u in (1.0, 1e4)}
+    rmse = {u: _rmse(m, test, u) for u, m in auto.items()}
+    assert rmse[1.0] < 0.9 * mean, (rmse, mean)
+    for u in (1e4, 1e6):
+        # (the path's early-stopping epoch may differ by one on a near tie: 36 and 35 epochs)
+        assert rmse[u] == pytest.approx(rmse[1.0], rel=3e-3), rmse
+        assert auto[u].alpha_ == pytest.approx(auto[1.0].alpha_ * u, rel=1e-6)
+        assert auto[u]._step_unit_ == pytest.approx(auto[1.0]._step_unit_ * u, rel=1e-9)
+    assert _rmse(batches[1e4], test, 1e4) == pytest.approx(_rmse(batches[1.0], test, 1.0), rel=1e-3)
+    assert batches[1e4].n_iter_ == batches[1.0].n_iter_
+
+
+def test_partial_fit_steps_in_the_units_of_the_first_fit(stars):
+    """``partial_fit`` continues the optimizer state in the unit it was built in (the
+    first fit's ratings' standard deviation, saved with the model), not the batch's
+    (here ratings all equal: no spread).  Units of 1e2 and above: at 1, Adam's
+    ``eps=1e-8`` is 1e-3 of some steps' gradient scale, and 3 fits apart differ by ~1%."""
+    train, test = stars
+    first, rest = train.iloc[:8000], train.iloc[8000:]
+    batch = rest[rest["rating"] == 3.0]
+    before, after = {}, {}
+    for u in (1e2, 1e4):
+        m = MatrixFactorization(solver="gd", alpha=0.05 * u, alpha_bias=0.05, random_state=0).fit(_in_units(first, u))
+        unit, before[u] = m._step_unit_, m.predict(test) / u
+        for _ in range(3):
+            m.partial_fit(_in_units(batch, u))
+        assert m._step_unit_ == unit
+        after[u] = m.predict(test) / u
+    assert np.abs(after[1e2] - before[1e2]).max() > 0.1  # (the batches moved the model)
+    np.testing.assert_allclose(after[1e4], after[1e2], atol=1e-4)
+
+
+def test_gradient_steps_that_end_no_better_than_the_mean_say_so(stars):
+    """A gradient-step fit whose steps never reach the users' and items' effects (here
+    3 epochs of steps of 1e-5) says so, with the remedies."""
+    train, test = stars
+    with pytest.warns(ConvergenceWarning, match=r"^MatrixFactorization: the fit's training RMSE, .* is no better than "
+                                                r"predicting the ratings' mean .* raise learning_rate or max_iter"):
+        stuck = MatrixFactorization(solver="gd", alpha=0.05, learning_rate=1e-5, max_iter=3,
+                                    random_state=0).fit(_in_units(train, 1e4))
+    mean = float(np.sqrt(np.mean((test["rating"].to_numpy() - train["rating"].mean()) ** 2)))
+    assert _rmse(stuck, test, 1e4) > 0.99 * mean
