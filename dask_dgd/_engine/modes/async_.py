@@ -38,7 +38,7 @@ from typing import TYPE_CHECKING, Any, NoReturn, cast
 import numpy as np
 
 from ...exceptions import ClusterError, DivergenceError
-from ..runtime.collective import STEP_TIMEOUT_MULTIPLE, step_timeout_floor
+from ..runtime.collective import STEP_TIMEOUT_MULTIPLE, actor_timeout, step_timeout_floor
 from ..runtime.executor import leave_thread_pool, runner_memory
 from ..runtime.faults import inject_faults
 from ..runtime.group_steps import COMPRESSION_TAG, compress_into, sum_blocks
@@ -69,8 +69,6 @@ __all__ = ["AsyncTraining", "ParameterServer", "ServerCore", "async_group_loop"]
 
 #: Seconds between the driver's polls of the server (records, errors, max_time).
 POLL_INTERVAL = 0.05
-#: Seconds a poll of the server may take before its worker is suspected lost.
-ACTOR_TIMEOUT = 10.0
 #: A poll brings a copy of the server's whole state (where a new server restarts if this
 #: one's worker is lost: parameters, optimizer state, snapshots and every group's latest
 #: sums, so it grows with the model and with the number of groups) once this many times
@@ -505,6 +503,8 @@ class _ClusterRun:
         self._warned = False
         #: when the driver's copy of the server's whole state came, and how long the poll bringing it took
         self._copied_at, self._copy_seconds = time.monotonic(), 0.0
+        #: seconds a server call may take before its worker is asked after (dgd.actor-timeout)
+        self.actor_timeout = actor_timeout()
         self._start(core_state)
 
     def _start(self, core_state: dict[str, Any]) -> None:
@@ -543,7 +543,7 @@ class _ClusterRun:
         try:
             failed = next((f for f in self.loops if f.status in ("error", "cancelled")), None)
             if failed is not None and not self.server_lost():
-                ex.call_actor_within(ACTOR_TIMEOUT, self.server.stop, "a group failed", worker=self.server_worker)
+                ex.call_actor_within(self.actor_timeout, self.server.stop, "a group failed", worker=self.server_worker)
                 cancelled = failed.status == "cancelled"
                 # first what a lost worker took with it (a loop whose scattered input
                 # was lost is cancelled by Dask, not rerun): the cause and the remedy
@@ -579,7 +579,7 @@ class _ClusterRun:
             # every loop returns only once the server has stopped: its final state, whole
             more, state, whole = self._drain(True)
             records += self.solver.on_poll(more, state, whole)
-            out = ex.call_actor_within(ACTOR_TIMEOUT, self.server.result, worker=self.server_worker)
+            out = ex.call_actor_within(self.actor_timeout, self.server.result, worker=self.server_worker)
             self.close()
             return out, records
         return None, records
@@ -591,7 +591,7 @@ class _ClusterRun:
         t0 = time.monotonic()
         at = self.solver.checkpoint_version()
         records, _, state, whole = self.ex.call_actor_within(
-            max(ACTOR_TIMEOUT, 3 * self._copy_seconds) if whole or at is not None else ACTOR_TIMEOUT,
+            max(self.actor_timeout, 3 * self._copy_seconds) if whole or at is not None else self.actor_timeout,
             self.server.drain_with_state, whole, at, worker=self.server_worker)
         if whole:
             now = time.monotonic()
@@ -630,7 +630,7 @@ class _ClusterRun:
         either still within :meth:`step_timeout` of its last answer (poll again) or
         past it (dropped, and the server restarted)."""
         timeout = self.step_timeout()
-        if timeout is None or not self.ex.silent_workers([self.server_worker], ACTOR_TIMEOUT / 2):  # type: ignore[list-item]  # (started)
+        if timeout is None or not self.ex.silent_workers([self.server_worker], self.actor_timeout / 2):  # type: ignore[list-item]  # (started)
             return False
         waited = time.monotonic() - self._server_heard
         if waited > timeout:
@@ -657,7 +657,7 @@ class _ClusterRun:
 
     def stop(self, message: str) -> tuple[dict[str, Any], list[dict[str, Any]]]:
         """Stop the server (a stop rule of the driver fired) and wait for the loops."""
-        self.ex.call_actor_within(ACTOR_TIMEOUT, self.server.stop, message, worker=self.server_worker)
+        self.ex.call_actor_within(self.actor_timeout, self.server.stop, message, worker=self.server_worker)
         records: list[dict[str, Any]] = []
         while True:
             out, more = self.poll()
@@ -735,7 +735,8 @@ class _ClusterRun:
     def close(self) -> None:
         if self.server is not None and not all(f.done() for f in self.loops):
             try:  # wake loops waiting at the staleness bound, so they return
-                self.ex.call_actor_within(ACTOR_TIMEOUT, self.server.stop, "interrupted", worker=self.server_worker)
+                self.ex.call_actor_within(self.actor_timeout, self.server.stop, "interrupted",
+                                          worker=self.server_worker)
             except Exception:  # noqa: BLE001 - best effort while unwinding
                 pass
         if self.server is not None:

@@ -55,7 +55,8 @@ if TYPE_CHECKING:
 
     T = TypeVar("T")
 
-__all__ = ["Collective", "MAX_RECOVERIES", "STEP_TIMEOUT_DEFAULT", "STEP_TIMEOUT_MULTIPLE", "step_timeout_floor"]
+__all__ = ["ACTOR_TIMEOUT_DEFAULT", "Collective", "MAX_RECOVERIES", "STEP_TIMEOUT_DEFAULT", "STEP_TIMEOUT_MULTIPLE",
+           "actor_timeout", "step_timeout_floor"]
 
 logger = logging.getLogger("dask_dgd")
 
@@ -66,6 +67,8 @@ MAX_RECOVERIES = 3
 #: (``dgd.step-timeout``), and the multiple of the median step time it may wait at most.
 STEP_TIMEOUT_DEFAULT = 60.0
 STEP_TIMEOUT_MULTIPLE = 20
+#: Seconds a parameter server's call may take by default (``dgd.actor-timeout``, :func:`actor_timeout`).
+ACTOR_TIMEOUT_DEFAULT = 10.0
 
 #: Step times the median is taken over (the latest ones).
 _STEP_TIMES_KEPT = 101
@@ -77,13 +80,32 @@ def step_timeout_floor() -> float | None:
     A number of seconds > 0 or a Dask duration string (``"90s"``, ``"2 minutes"``);
     ``None`` or ``False`` turns the limit off."""
     import dask
-    from dask.utils import parse_timedelta
-
-    from ...exceptions import ParameterError
 
     value = dask.config.get("dgd.step-timeout", STEP_TIMEOUT_DEFAULT)
     if value is None or value is False:
         return None
+    return _config_seconds("dgd.step-timeout", value, ", or None (no limit)")
+
+
+def actor_timeout() -> float:
+    """``dgd.actor-timeout`` in seconds (default :data:`ACTOR_TIMEOUT_DEFAULT`): how long
+    a call of an asynchronous fit's parameter server (a poll, its stop, its result) may
+    take before the driver asks the scheduler whether the server's worker still answers
+    (a poll that brings the server's whole state waits at least 3 times as long as the
+    last copy took).  A number of seconds > 0 or a Dask duration string; raise it where
+    the server's answers are slow (a large model on a slow network, a loaded machine)."""
+    import dask
+
+    return _config_seconds("dgd.actor-timeout", dask.config.get("dgd.actor-timeout", ACTOR_TIMEOUT_DEFAULT))
+
+
+def _config_seconds(key: str, value: Any, other: str = "") -> float:
+    """The Dask config ``key``'s ``value`` as a finite number of seconds > 0
+    (``ParameterError`` naming the key otherwise)."""
+    from dask.utils import parse_timedelta
+
+    from ...exceptions import ParameterError
+
     try:
         if isinstance(value, bool):
             raise TypeError
@@ -92,8 +114,7 @@ def step_timeout_floor() -> float | None:
         seconds = float("nan")
     if not seconds > 0 or seconds == float("inf"):
         raise ParameterError(
-            f"dask config dgd.step-timeout must be a number of seconds > 0, a duration such as '90s', or None "
-            f"(no limit); got {value!r}"
+            f"dask config {key} must be a number of seconds > 0, a duration such as '90s'{other}; got {value!r}"
         )
     return seconds
 

@@ -13,6 +13,7 @@ of a test's cluster still stopped at the end is killed.
 
 import logging
 import os
+import re
 import warnings
 
 import dask
@@ -59,6 +60,48 @@ def test_a_bad_step_timeout_is_refused_with_the_value_and_the_fix(bad):
             ParameterError, match=r"dask config dgd.step-timeout must be a number of seconds > 0, a duration "
                                   r"such as '90s', or None \(no limit\); got "):
         Collective(shards=None).step_timeout()
+
+
+def test_the_actor_timeout_is_configured_in_seconds_or_a_duration():
+    from dask_dgd._engine.runtime.collective import ACTOR_TIMEOUT_DEFAULT, actor_timeout
+
+    assert actor_timeout() == ACTOR_TIMEOUT_DEFAULT == 10.0
+    with dask.config.set({"dgd.actor-timeout": "1 minute"}):
+        assert actor_timeout() == 60.0
+    with dask.config.set(dask.config.collect_env({"DASK_DGD__ACTOR_TIMEOUT": "2.5"})):
+        assert actor_timeout() == 2.5
+
+
+@pytest.mark.parametrize("bad", [0, -1, "soon", True, None, float("inf"), [5]])
+def test_a_bad_actor_timeout_is_refused_with_the_value_and_the_fix(bad):
+    from dask_dgd._engine.runtime.collective import actor_timeout
+
+    with dask.config.set({"dgd.actor-timeout": bad}), pytest.raises(
+            ParameterError, match=r"dask config dgd.actor-timeout must be a number of seconds > 0, a duration "
+                                  rf"such as '90s'; got {re.escape(repr(bad))}$"):
+        actor_timeout()
+
+
+def test_an_asynchronous_fit_waits_for_its_server_the_configured_seconds(client, monkeypatch):
+    """Every call of the parameter server (polls, stop, result) waits ``dgd.actor-timeout``
+    (a poll bringing the whole state at least that long)."""
+    from dask_dgd._engine.runtime.executor import DaskExecutor
+
+    waits = []
+    real = DaskExecutor.call_actor_within
+
+    def record(self, timeout, *args, **kwargs):
+        waits.append(timeout)
+        return real(self, timeout, *args, **kwargs)
+
+    monkeypatch.setattr(DaskExecutor, "call_actor_within", record)
+    rng = np.random.default_rng(0)
+    X = rng.standard_normal((400, 3))
+    y = (X[:, 0] > 0).astype(int)
+    with dask.config.set({"dgd.actor-timeout": 37}):
+        LogisticRegression(mode="async", solver="gd", max_iter=3, tol=0.0, client=client).fit(
+            da.from_array(X, chunks=(100, -1)), da.from_array(y, chunks=100))
+    assert waits and min(waits) == 37.0, waits
 
 
 # ------------------------------------------------------------- frozen worker processes
