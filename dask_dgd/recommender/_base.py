@@ -449,7 +449,7 @@ class FactorizationBase(RecommenderMixin, ClientParamMixin, BaseEstimator):
             outer_optimizer=self.outer_optimizer,
             max_staleness=self.max_staleness, staleness_scaling=self.staleness_scaling, max_time=self.max_time,
             on_divergence=self._on_divergence(), checkpoint=None if continued else self.checkpoint,
-            checkpoint_every=self.checkpoint_every, resume=resume, fingerprint=self._fingerprint(alpha),
+            checkpoint_every=self.checkpoint_every, resume=resume, fingerprint=self._fingerprint(alpha, model.unit),
             compression=self.compression, split_every=self.split_every, random_state=seed,
             params0=model.to_engine(V, "item").ravel(), opt_state=_flat_state(item_state), local_init=inits,
             verbose=self.verbose,
@@ -632,8 +632,13 @@ class FactorizationBase(RecommenderMixin, ClientParamMixin, BaseEstimator):
             return float(self.alpha)
         return self.alpha_ if continued else "auto"
 
-    def _fingerprint(self, alpha):
-        return {"estimator": type(self).__name__, "alpha": f"{alpha:.10g}",  # (sums in another order)
+    def _fingerprint(self, alpha, unit=1.0):
+        """What a checkpoint's fit must share with this one: the estimator, the penalty,
+        the parameters, and ``unit``, the coordinates its saved parameters are in
+        (``FactorModel.unit``; a checkpoint written before gradient steps had a unit has
+        none, and is refused rather than read in the wrong coordinates)."""
+        unit = {} if unit == 1.0 else {"unit": f"{unit:.10g}"}
+        return {"estimator": type(self).__name__, "alpha": f"{alpha:.10g}", **unit,  # (sums in another order)
                 **{f"parameter {k}": stable_repr(v)
                    for k, v in sorted(fingerprint_params(self.get_params(deep=False)).items())}}
 

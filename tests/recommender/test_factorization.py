@@ -417,6 +417,24 @@ def test_a_checkpoint_of_other_ratings_with_the_same_totals_is_refused(tmp_path,
     MatrixFactorization(**kw).fit(shuffled, resume=True)
 
 
+@pytest.mark.filterwarnings("ignore::sklearn.exceptions.ConvergenceWarning")
+def test_a_gradient_step_checkpoint_without_the_parameters_unit_is_refused(tmp_path, monkeypatch):
+    """A gradient-step fit's checkpoint holds its parameters in units of the ratings'
+    standard deviation; one written before they had a unit (the factors themselves, as
+    this fingerprint without one stands for) is refused, not read in the wrong
+    coordinates.  The same fit resumes."""
+    ratings, _ = make_ratings(50, 30, 600, random_state=0)
+    kw = dict(n_components=3, alpha=0.1, solver="gd", max_iter=5, random_state=0, checkpoint=tmp_path)
+    MatrixFactorization(**kw).fit(ratings)
+    MatrixFactorization(**kw).fit(ratings, resume=True)
+    real = MatrixFactorization._fingerprint
+    monkeypatch.setattr(MatrixFactorization, "_fingerprint", lambda self, alpha, unit=1.0: real(self, alpha))
+    MatrixFactorization(**kw).fit(ratings)  # (as the code before the unit wrote it)
+    monkeypatch.undo()
+    with pytest.raises(CheckpointError, match=r"written by another fit \(unit: checkpoint None, now '[0-9.]+'\)"):
+        MatrixFactorization(**kw).fit(ratings, resume=True)
+
+
 def test_checkpoint_needs_an_int_random_state(tmp_path):
     ratings, _ = make_ratings(50, 30, 600, random_state=0)
     with pytest.raises(ParameterError, match="a checkpoint of a matrix factorization needs an int random_state"):
