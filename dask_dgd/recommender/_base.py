@@ -102,7 +102,10 @@ class FactorizationBase(RecommenderMixin, ClientParamMixin, BaseEstimator):
         synchronous, full batch, NumPy shards; ``optimizer``, ``learning_rate`` and
         ``on_divergence`` do not apply; ``max_iter`` counts iterations and the fit stops
         when one improved the objective by at most ``tol`` (relative, as below).
-        "gd": gradient steps of ``optimizer``, in every mode, full or mini-batch.
+        "gd": gradient steps of ``optimizer``, in every mode, full or mini-batch;
+        for explicit ratings the steps are taken in units of the ratings' standard
+        deviation (factors over its square root, biases over it), so that Adam's and
+        RMSprop's steps reach the same fit in any rating units.
         "auto": "als" for the models listed in the subclass where it applies (and
         neither ``learning_rate`` nor an optimizer other than the default was given:
         those ask for gradient steps), else "gd".
