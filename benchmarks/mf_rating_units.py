@@ -4,7 +4,7 @@
 ``make_ratings(600, 250, 12_000, rank=5)`` rounded to half stars, 80% to train) in
 units of 1e-2, 1, 1e4 and 1e6 (e.g. cents for dollars) by gradient steps, with a
 penalty scaled as the objective asks (the factors' ``alpha`` times the units, the
-biases' not; ``alpha="auto"`` chooses its own), and prints each fit's held-out RMSE in
+biases' not, or left to follow ``alpha``; ``alpha="auto"`` chooses its own), and prints each fit's held-out RMSE in
 the original units, its epochs and whether it warned.  The same fit in any units gives
 the same row; the global mean's RMSE is printed for reference.
 """
@@ -18,6 +18,8 @@ CONFIGS = {
     "gd, batch_size=1000 (Adam)": dict(solver="gd", batch_size=1000, alpha=0.05, alpha_bias=0.05),
     "gd, RMSprop": dict(solver="gd", optimizer="rmsprop", alpha=0.05, alpha_bias=0.05),
     "local SGD, local_steps=2 (Adam)": dict(solver="gd", mode="local", local_steps=2, alpha=0.05, alpha_bias=0.05),
+    "ALS, alpha=0.2 alone (alpha_bias None)": dict(solver="als", alpha=0.2),
+    "gd, alpha=0.2 alone (alpha_bias None)": dict(solver="gd", alpha=0.2),
 }
 UNITS = (1e-2, 1.0, 1e4, 1e6)
 

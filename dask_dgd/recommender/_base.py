@@ -329,6 +329,23 @@ class FactorizationBase(RecommenderMixin, ClientParamMixin, BaseEstimator):
             mu=float(mu), n_items=int(n_items), seed=seed, unit=float(unit),
         )
 
+    def _bias_penalty_of(self, alpha, variance):
+        """The biases' penalty of a fit at the factors' ``alpha`` when ``alpha_bias`` is
+        None and no path chose one: explicit ratings, ``alpha`` divided by the ratings'
+        standard deviation (``variance``'s root).  ``alpha`` is in the ratings' units
+        (the factors' penalty, on products of two factors, weighs against squared
+        errors as ``alpha / sd``: ratings times 1e4 want ``alpha`` times 1e4), while a
+        bias's penalty is a count of ratings whatever their units; so the biases are
+        shrunk as strongly, relative to the ratings, as the factors, and ratings in
+        other units with ``alpha`` scaled give the same fit.  Implicit feedback:
+        ``alpha`` itself (its confidences and preferences have no units).  The
+        estimator's ``alpha_bias`` when given."""
+        if getattr(self, "alpha_bias", None) is not None:
+            return float(self.alpha_bias)  # type: ignore[attr-defined]  # (the estimators that have one)
+        if self._kind_now() != "explicit" or not (np.isfinite(variance) and variance > 0):
+            return float(alpha)
+        return float(alpha) / float(np.sqrt(variance))
+
     def _step_unit(self, solver, variance, continued):
         """The unit of the parameters gradient steps train (``FactorModel.unit``):
         explicit ratings, the ratings' standard deviation (``variance``'s root; a
@@ -427,6 +444,8 @@ class FactorizationBase(RecommenderMixin, ClientParamMixin, BaseEstimator):
         popular = not factors and self._kind_now() != "explicit"
         if popular:
             max_iter, tol = 1, 0.0
+        if alpha_bias is None:
+            alpha_bias = self._bias_penalty_of(alpha, scale)
         model = self._model(mu, len(items), seed, alpha=alpha, alpha_bias=alpha_bias,
                             n_components=rank if factors or popular else 0, variance=scale,
                             unit=self._step_unit(solver, scale, continued))

@@ -98,7 +98,11 @@ class MatrixFactorization(FactorizationBase):
         L2 penalty of each user's and item's bias, once per user and item (in units of
         ratings: 10 halves the bias of an item with 10 ratings).  None: chosen with
         ``alpha="auto"`` (on the bias model alone, among 100, 30, 10, 3, 1 and 0.3),
-        else equal to ``alpha``.
+        else ``alpha`` divided by the ratings' standard deviation: ``alpha`` is in the
+        ratings' units (its weight against the squared errors is ``alpha / sd``) and a
+        bias's penalty a count of ratings, so the biases are shrunk as strongly as the
+        factors, and ratings in other units with ``alpha`` scaled with them give the same
+        fit (``alpha`` itself on ratings of standard deviation 1).
     rating_scale : "auto", (float, float) or None, default="auto"
         The ratings' scale ``(low, high)``, as Surprise's ``Reader(rating_scale=...)``:
         predicted ratings are clipped to it, in ``predict`` (with fold-in too),
