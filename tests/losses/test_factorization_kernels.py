@@ -85,7 +85,10 @@ def test_bpr_negatives_avoid_rated_items_and_batches_are_a_partition():
 
 def test_fit_takes_exactly_the_objective_gradient_step():
     """One SGD step with learning rate 1 from the seeded start moves every parameter by
-    minus the gradient of the documented objective (explicit and weighted least squares)."""
+    minus the gradient of the documented objective (weighted least squares), or, for
+    explicit ratings, whose gradient steps are taken in units of the ratings' standard
+    deviation ``s`` (factors over ``sqrt(s)``, biases over ``s``), by minus that
+    gradient times ``s`` (factors) and ``s**2`` (biases): the chain rule twice."""
     rng = np.random.default_rng(0)
     pairs = pd.DataFrame({"user": rng.integers(0, 6, 25), "item": rng.integers(0, 5, 25)}).drop_duplicates()
     pairs["rating"] = rng.uniform(1, 5, len(pairs))
@@ -127,6 +130,11 @@ def test_fit_takes_exactly_the_objective_gradient_step():
         U1 = est._user_table()
         V1 = est._item_table()
         moved = th - np.concatenate([U1.ravel(), V1.ravel()])
+        if uw == k + 1:  # the steps' units, squared: s on the factor columns, s**2 on the biases'
+            sd = np.std(r)
+            units = np.array([sd] * k + [sd * sd])
+            grad = grad * np.concatenate([np.tile(units, 6), np.tile(units, 5)])
+            assert est._step_unit_ == pytest.approx(sd, rel=1e-12)
         np.testing.assert_allclose(moved, grad, atol=1e-7)
         assert est.loss_curve_[0] == pytest.approx(objective(th), rel=1e-12)
 
