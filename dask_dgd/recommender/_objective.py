@@ -47,8 +47,9 @@ class FactorModel:
     Explicit ratings trained by gradient steps take the ratings' standard deviation:
     the engine's parameters are then the factors divided by ``sqrt(unit)`` and the
     biases divided by ``unit``, numbers of the same size whatever the ratings' units,
-    so that an adaptive optimizer's steps (Adam, Adagrad, RMSprop: a step of about the
-    learning rate in each parameter) reach the same fit in any units.  The objective
+    so that an adaptive optimizer's steps (Adam, RMSprop: a step of about the learning
+    rate in each parameter) reach the same fit in any units (Adagrad's start, its
+    accumulator's initial value, and plain SGD's steps still scale with the gradient).  The objective
     and its gradient are the model's own, by the chain rule; only the parameters'
     coordinates change.  1 (alternating least squares, implicit feedback): the
     parameters themselves.
