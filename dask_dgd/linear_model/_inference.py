@@ -450,6 +450,7 @@ class InferenceMixin:
                                              "warning of fit)"), ConvergenceWarning, stacklevel=user_stacklevel())
         elif total["n_certain"] and separated is None:
             warnings.warn(separation_message(type(self).__name__, certain_finding(total["n_certain"], "row(s)"),
-                                             exact=False), ConvergenceWarning, stacklevel=user_stacklevel())
+                                             "the fit's exact test did not decide (see the warning of fit)"),
+                          ConvergenceWarning, stacklevel=user_stacklevel())
         return table
 

