@@ -445,10 +445,20 @@ class IRLSCD(CountsIterations, AttributeState, Solver):
         res, value = self._evaluate(trial)
         record = step_record(self.ctx, res, self.it + 1, value, res.grad, self.t)
         self.trials += 1
+        kkt = kkt_violation(res.grad, trial, self.l1) if res.finite else math.inf
+        if res.finite and -self.delta <= rounding_level(self.f) and not kkt < self.kkt:
+            # a model decrease below the objective's rounding level, and no smaller
+            # subgradient either: nothing can tell this step from the point (a start
+            # that is already the optimum: an L1 fit whose penalty keeps every feature
+            # out, whose relative bound, gradient_tol, sits below rounding): flat
+            self.direction = None
+            return Outcome([record], stop=Stop(
+                self.kkt <= self.ctx.tol,
+                "the step's model decrease is below the objective's rounding level and it does not shrink the "
+                "gradient (the objective is flat at rounding level)"))
         # at the optimum the values differ only by rounding: a smaller subgradient then
         # shows the step is right
-        if res.finite and accepts(value, self.f, self.t, self.delta, kkt_violation(res.grad, trial, self.l1),
-                                  self.kkt):
+        if res.finite and accepts(value, self.f, self.t, self.delta, kkt, self.kkt):
             self.it += 1
             extra = self._take(res, value)
             self.direction = None

