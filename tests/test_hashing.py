@@ -100,7 +100,8 @@ def test_hashed_model_equals_the_one_hot_model_without_collisions(titanic):
     negated: the ridge solution is the same up to those signs, so the predictions are."""
     X, y = titanic
     crosses = [("sex", "passengerClass")]
-    hashed = FeatureHasher(2**20, interactions=crosses).fit_transform(X)
+    # (2**16 columns: no collision among these 12, and L-BFGS's vector work stays small)
+    hashed = FeatureHasher(2**16, interactions=crosses).fit_transform(X)
     one_hot = _one_hot(X, crosses)
     assert np.unique(hashed.indices).size == one_hot.shape[1]  # no collision
     kw = dict(alpha=1e-3, tol=1e-10, max_iter=500)
@@ -112,7 +113,7 @@ def test_hashed_model_equals_the_one_hot_model_without_collisions(titanic):
 def test_pipeline_on_a_dask_dataframe_equals_the_in_memory_pipeline(client, titanic):
     X, y = titanic
     make = lambda **kw: make_pipeline(  # noqa: E731
-        FeatureHasher(2**16, interactions=[("sex", "passengerClass")]),
+        FeatureHasher(2**12, interactions=[("sex", "passengerClass")]),  # (a small model: steps of little traffic)
         LogisticRegression(alpha=1e-3, tol=1e-10, max_iter=500, **kw))
     local = make().fit(X, y)
     Xd = dd.from_pandas(X, npartitions=3)
