@@ -73,7 +73,7 @@ LP_ROUNDS = 30
 #: (the summed slack of the rows taken) above it is a separation of those rows.
 SLACK_TOL = 1e-6
 #: A row whose component outside the span of the rows taken is above this (columns
-#: scaled to a largest |value| of 1) widens the span.
+#: under :func:`conditioning`: of a largest |value| near 1) widens the span.
 SPAN_TOL = 1e-8
 
 
@@ -149,6 +149,38 @@ def _margin(raw, y):
     others = raw.copy()
     np.put_along_axis(others, y.astype(np.int64)[:, None], -np.inf, axis=1)
     return np.abs(own - others.max(axis=1))
+
+
+def conditioning(rows, colmax, intercept):
+    """The affine map ``(design - shift) / scale`` the programme sees, from some rows of
+    the design and every column's largest |value|: with an intercept (the first column
+    of ones) the other columns are centred on the rows' mean and scaled by the rows'
+    largest distance from it, else scaled by their largest |value|.
+
+    The map changes the coefficients' coordinates, not the verdict: with an intercept
+    ``x_j - c_j`` spans what ``x_j`` does.  It keeps the programme well posed where a
+    column's values share a large offset (a timestamp in seconds, a year): there the
+    columns of ones and of the offset values are nearly parallel once scaled by their
+    largest values, and the solver's tolerances found "directions" that separated
+    nothing (1e7 + 0..399 with two labels swapped at the cut)."""
+    colmax = np.asarray(colmax, dtype=np.float64)
+    shift = np.zeros_like(colmax)
+    scale = np.where(colmax > 0, colmax, 1.0)
+    if intercept and len(rows):
+        shift[1:] = rows[:, 1:].mean(axis=0)
+        spread = np.max(np.abs(rows[:, 1:] - shift[1:]), axis=0)
+        # a column constant on these rows keeps its largest |value| (beyond them it varies)
+        scale[1:] = np.where(spread > 0, spread, np.maximum(scale[1:], np.abs(shift[1:])))
+        scale[0] = 1.0
+    return shift, scale
+
+
+def _conditioned(X):
+    """Rows in memory under :func:`conditioning` of themselves (an intercept where the
+    first column is all ones)."""
+    intercept = X.shape[1] > 0 and len(X) > 0 and bool(np.all(X[:, 0] == 1.0))
+    shift, scale = conditioning(X, np.max(np.abs(X), axis=0) if len(X) else np.zeros(X.shape[1]), intercept)
+    return (X - shift) / scale
 
 
 def _shard_screen(shard, objective, params, near, n_rows):
@@ -229,16 +261,16 @@ def _off_span(design, y, basis):
     return np.abs(design @ basis).max(axis=1)
 
 
-def _shard_worst(shard, objective, scale, badness, arg, tol, quota):
-    """A shard's rows of positive weight whose ``badness(design / scale, y, arg)`` is
-    above ``tol``: their count and the ``quota`` worst (design, target)."""
+def _shard_worst(shard, objective, shift, scale, badness, arg, tol, quota):
+    """A shard's rows of positive weight whose ``badness((design - shift) / scale, y,
+    arg)`` is above ``tol``: their count and the ``quota`` worst (mapped design, target)."""
     count, bads, rows, ys = 0, [], [], []
     for block in shard.blocks:
         if block.n_rows == 0:
             continue
         try:
             keep, y = _kept(block)
-            design = _design(objective, block.X)[keep] / scale
+            design = (_design(objective, block.X)[keep] - shift) / scale
             bad = badness(design, y[keep], arg)
             hits = np.flatnonzero(bad > tol)
             count += len(hits)
@@ -255,8 +287,8 @@ def _shard_worst(shard, objective, scale, badness, arg, tol, quota):
 
 
 def _lp(design, y, n_classes):
-    """The linear programme of Konis (2007) on rows ``design`` (columns scaled to a
-    largest |value| of 1), ``y`` (binary: in [0, 1]; multinomial: class indices):
+    """The linear programme of Konis (2007) on rows ``design`` (under
+    :func:`conditioning`), ``y`` (binary: in [0, 1]; multinomial: class indices):
     maximise the summed slack of the rows (see :func:`_violation`) subject to every
     slack >= 0 (binary rows strictly between 0 and 1: ``x . d = 0``) and ``|d_j| <= 1``
     (multinomial: ``d`` one column per class, the last class's fixed at 0).
@@ -304,7 +336,7 @@ def _lp(design, y, n_classes):
 def search(design, y, n_classes, violated, off_span, rounds=LP_ROUNDS):
     """Whether the rows of a logistic model have no finite maximum-likelihood estimate,
     by cutting planes: the programme of :func:`_lp` on the rows taken (``design``,
-    columns scaled as everywhere, ``y``), which grow by the rows the callbacks find.
+    under one :func:`conditioning` with the callbacks', ``y``), which grow by the rows the callbacks find.
 
     - A positive optimum gives a direction separating the rows taken;
       ``violated(direction)`` returns the number of all the rows that violate it and
@@ -340,8 +372,7 @@ def separated(X, y, eta, n_classes=2, near=None):
     model has an intercept), ``y`` (binary in [0, 1]; multinomial class indices),
     ``eta`` the fitted linear predictors (``(n,)`` or ``(n, K)``), starting from the
     ``near`` rows nearest the fitted boundary (default ``max(1000, 20 * unknowns)``)."""
-    scale = np.max(np.abs(X), axis=0)
-    Xs = X / np.where(scale > 0, scale, 1.0)
+    Xs = _conditioned(X)
     eta = np.asarray(eta, dtype=np.float64).reshape(len(X), -1)
     unknowns = X.shape[1] * max(n_classes - 1, 1)
     near = max(1000, 20 * unknowns) if near is None else near
@@ -359,10 +390,10 @@ def separated(X, y, eta, n_classes=2, near=None):
     return search(Xs[start], y[start], n_classes, worst(_violation, SLACK_TOL), worst(_off_span, SPAN_TOL))
 
 
-def _gathered_worst(shards, objective, scale, badness, tol, quota):
+def _gathered_worst(shards, objective, shift, scale, badness, tol, quota):
     """The callback of :func:`search` over the shards: one pass, where the rows live."""
     def find(arg):
-        parts = shards.map_gather(_shard_worst, objective, scale, badness, arg, tol,
+        parts = shards.map_gather(_shard_worst, objective, shift, scale, badness, arg, tol,
                                   max(1, math.ceil(quota / max(shards.n_groups, 1))), name="dgd-separation-rows")
         return (sum(p[0] for p in parts),
                 (np.concatenate([p[1][0] for p in parts]), np.concatenate([p[1][1] for p in parts])))
@@ -403,12 +434,12 @@ def warn_if_separated(est, shards, objective, params, alpha):
     certain, screened = (sum(p[i] for p in parts) for i in (0, 1))
     untested = too_many_unknowns(unknowns)
     if testable and (small or screened):
-        scale = np.max([p[2] for p in parts], axis=0)
-        scale = np.where(scale > 0, scale, 1.0)
+        rows = np.concatenate([p[3][0] for p in parts])
+        shift, scale = conditioning(rows, np.max([p[2] for p in parts], axis=0), objective.fit_intercept)
         quota = max(100, 2 * unknowns)
-        found = search(np.concatenate([p[3][0] for p in parts]) / scale, np.concatenate([p[3][1] for p in parts]),
-                       n_classes, _gathered_worst(shards, objective, scale, _violation, SLACK_TOL, quota),
-                       _gathered_worst(shards, objective, scale, _off_span, SPAN_TOL, quota))
+        found = search((rows - shift) / scale, np.concatenate([p[3][1] for p in parts]), n_classes,
+                       _gathered_worst(shards, objective, shift, scale, _violation, SLACK_TOL, quota),
+                       _gathered_worst(shards, objective, shift, scale, _off_span, SPAN_TOL, quota))
         if found is False:
             return False  # the estimate exists (R's rule alone may warn here: large effects, many rows)
         if found:
@@ -433,12 +464,10 @@ def mle_missing(X, y, family):
     <= 0`` where it is 0, ``x . d = 0`` in between (binomial; poisson: ``<= 0`` where
     the count is 0, ``= 0`` where it is positive), with some inequality strict.  The
     linear programme of Konis (2007), as R's ``detectseparation`` (:func:`_lp`, on all
-    the rows: the columns scaled to a largest value of 1); a positive optimum is a
-    separation."""
+    the rows, under :func:`conditioning`); a positive optimum is a separation."""
     if X.shape[0] == 0:
         return False
-    scale = np.max(np.abs(X), axis=0)
-    Xs = X / np.where(scale > 0, scale, 1.0)
+    Xs = _conditioned(X)
     # poisson: a zero count is a binomial 0; a positive count lies on x . d = 0
     target = y if family == "binomial" else np.where(y <= 0.0, 0.0, 0.5)
     optimum, _ = _lp(Xs, target, 2)

@@ -242,3 +242,24 @@ def test_first_order_fits_that_stop_short_and_models_without_intercept_are_judge
     y1 = (x1[:, 0] > 5).astype(int)
     fit = _no_warning(lambda: LogisticRegression(alpha=0.0, fit_intercept=False).fit(x1, y1))
     assert fit.separated_ is False
+
+
+@pytest.mark.parametrize("offset", [0.0, 1e7, 1.7e9])
+def test_a_feature_with_a_large_offset_is_judged_as_without_it(offset):
+    """A timestamp in seconds: 400 consecutive values from ``offset``, class 1 from the
+    middle on.  Two labels swapped at the cut: not separated (each class lies on both
+    sides of the other), for any offset; as is, separated.  Scaled by its largest value
+    alone the column was nearly parallel to the intercept's, and the programme "found"
+    a separation from 1e7 on."""
+    s = np.arange(400, dtype=float)
+    t = (offset + s)[:, None]
+    y = (s >= 200).astype(int)
+    swapped = y.copy()
+    swapped[[199, 200]] = [1, 0]
+    est = _no_warning(lambda: LogisticRegression(alpha=0.0).fit(t, swapped))
+    assert est.separated_ is False
+    design = np.column_stack([np.ones(400), t[:, 0]])
+    assert not separation.mle_missing(design, swapped.astype(float), "binomial")
+    assert separation.mle_missing(design, y.astype(float), "binomial")
+    with pytest.warns(ConvergenceWarning, match=EXACT.format(name="LogisticRegression")):
+        assert LogisticRegression(alpha=0.0).fit(t, y).separated_ is True
