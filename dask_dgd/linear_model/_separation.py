@@ -3,39 +3,32 @@
 When the features separate the classes (completely, or quasi-completely with ties on
 the boundary; Albert and Anderson 1984), the unpenalised logistic likelihood has no
 maximum: the coefficients grow with every iteration and the fit stops where ``tol`` or
-``max_iter`` says, not at an estimate.  After an unpenalised fit (``alpha == 0``) of
-the logistic or binomial loss (binary or multinomial), one pass over the shards counts,
-where the rows live,
-
-- the rows of positive weight whose fitted probability is within ``10 eps`` of 0 or 1
-  (R's ``glm.fit`` rule, "fitted probabilities numerically 0 or 1 occurred"; for the
-  multinomial model, of any class);
-- those whose linear predictors are beyond :data:`SCREEN_ETA` (binary: ``|eta|``;
-  multinomial: the largest minus the smallest class's): a fitted probability within
-  3.4e-4 of 0 or 1, or two classes' odds beyond ``e**8``: a separated fit may stop on
-  the way out, before R's rule applies;
-
-and takes the columns' largest |values| and, from every shard, its share of the rows
+``max_iter`` says, not at an estimate.  After every unpenalised fit (``alpha == 0``) of
+the logistic or binomial loss (binary or multinomial) whose test has at most
+:data:`LP_MAX_UNKNOWNS` unknowns (the design's columns, times the classes less one),
+one pass over the shards counts, where the rows live, the rows of positive weight whose
+fitted probability is within ``10 eps`` of 0 or 1 (R's ``glm.fit`` rule, "fitted
+probabilities numerically 0 or 1 occurred"; for the multinomial model, of any class),
+takes the columns' largest |values| and, from every shard, its share of the rows
 nearest the fitted boundary (smallest ``|eta|``; multinomial: the smallest margin
 between a row's own class and the next).
 
-A model of at most :data:`LP_ALWAYS_VALUES` values of X (times the classes less one)
-is tested exactly whatever the screen says (a fit by first-order steps may stop before
-any row is screened), a larger one when some row is screened; both when the test has at
-most :data:`LP_MAX_UNKNOWNS` unknowns (the design's columns, times the classes less one
-for a multinomial model).  The exact test is the linear programme of Konis (2007), as
-R's ``detectseparation`` (:func:`mle_missing`; its multinomial form after Albert and
-Anderson), solved by cutting planes (:func:`search`): on the rows nearest the boundary
-first, then on the rows each pass over the shards finds violating the programme's
-direction (or, where the rows taken do not span the design, the rows outside their
-span), until the direction holds on every row (separated) or only the zero direction
-remains (not separated).  No more than the rows taken reach the driver, whatever the
-number of rows.  The warning then says the classes are separated, and a finite estimate
-is never reported (R's rule alone also fires on large effects over many rows).  Models
-with more unknowns, and the rare search not settled in :data:`LP_ROUNDS` passes, warn by
-R's rule alone, saying the classes *may* be separated (a quasi-separation with no
-fitted probability that close to 0 or 1 then goes unreported).  The pass is skipped when
-X's largest value bounds every linear predictor within the screen.
+The exact test follows, whatever the fitted probabilities (a fit by first-order steps,
+or to a loose ``tol``, stops long before any is near 0 or 1): the linear programme of
+Konis (2007), as R's ``detectseparation`` (:func:`mle_missing`; its multinomial form
+after Albert and Anderson), on centred and scaled columns (:func:`conditioning`),
+solved by cutting planes (:func:`search`): on the rows nearest the boundary first, then
+on the rows each pass over the shards finds violating the programme's direction (or,
+where the rows taken do not span the design, the rows outside their span), until the
+direction holds on every row (separated) or only the zero direction remains (not
+separated).  No more than the rows taken reach the driver, whatever the number of rows;
+most finite fits are cleared by the first programme.  The warning then says the classes
+are separated, and a finite estimate is never reported (R's rule alone also fires on
+large effects over many rows).  Models with more unknowns, and the rare search not
+settled in :data:`LP_ROUNDS` passes, are not decided (``separated_`` None): they warn
+by R's rule alone, saying the classes *may* be separated (a quasi-separation with no
+fitted probability that close to 0 or 1 then goes unreported); their pass is skipped
+when X's largest value bounds every linear predictor within :data:`SCREEN_ETA`.
 """
 
 import math
@@ -45,28 +38,26 @@ import numpy as np
 import scipy.sparse as sp
 from scipy.linalg import null_space
 
-from .._backend import get_namespace, is_sparse, to_numpy
+from .._backend import get_namespace, is_sparse, take_rows, to_numpy
 from .._engine.data.blocks import _block_error
 from .._validation import user_stacklevel
 from ..exceptions import ConvergenceWarning
 from ..losses._pointwise import BinaryLogistic, MultinomialLogistic
 
-__all__ = ["CERTAIN", "LP_ALWAYS_VALUES", "LP_MAX_UNKNOWNS", "LP_ROUNDS", "SCREEN_ETA", "certain_mask",
+__all__ = ["CERTAIN", "LP_MAX_UNKNOWNS", "LP_ROUNDS", "SCREEN_ETA", "certain_mask",
            "mle_missing", "search", "separated", "separation_message", "warn_if_separated"]
 
 #: A fitted probability within this of 0 or 1 is numerically certain (R's glm: 10 eps).
-CERTAIN = 10 * np.finfo(np.float64).eps
-#: A row whose linear predictor is beyond this in absolute value (binary; multinomial:
-#: the spread of its classes' predictors) screens the fit for the exact test (the
-#: pointwise climate GLMs' screen too).
+CERTAIN = 10 * float(np.finfo(np.float64).eps)
+#: A linear predictor beyond this in absolute value (a fitted probability within 3.4e-4
+#: of 0 or 1) screens a pointwise climate GLM's cell for its exact test; a model too
+#: large for the exact test whose linear predictors X's largest value bounds within it
+#: has no numerically certain row, and no pass is made.
 SCREEN_ETA = 8.0
 #: The most unknowns of the exact test's linear programme: the design's columns (the
 #: intercept's included), times the classes less one for a multinomial model.  Its time
 #: grows with them (a binary programme on 2,000 rows x 500 columns took 4.5 s).
 LP_MAX_UNKNOWNS = 100
-#: At most this many values of X (times the classes less one), the exact test runs on
-#: every unpenalised fit, screened or not.
-LP_ALWAYS_VALUES = 100_000
 #: The most passes over the shards of one exact test (each adds the rows it finds).
 LP_ROUNDS = 30
 #: A direction's slack below minus this on some row violates it; the programme's optimum
@@ -185,10 +176,10 @@ def _conditioned(X):
 
 def _shard_screen(shard, objective, params, near, n_rows):
     """A shard's part of the pass after the fit, over its rows of positive weight: the
-    rows whose fitted probability is numerically certain, those screened (see the
-    module's note), the design's largest |value| per column, and its share
-    (``near * rows / n_rows``) of the rows nearest the fitted boundary (design, target)."""
-    certain = screened = 0
+    rows whose fitted probability is numerically certain (R's rule), the design's
+    largest |value| per column, and its share (``near * rows / n_rows``; none when 0)
+    of the rows nearest the fitted boundary (design, target)."""
+    certain = 0
     colmax = np.zeros(objective.n_features + objective.fit_intercept)
     quota = math.ceil(near * shard.n_rows / max(n_rows, 1)) if near else 0
     margins, picks = [], []
@@ -200,16 +191,14 @@ def _shard_screen(shard, objective, params, near, n_rows):
             raw = objective.raw_prediction(params, block.X)
             with np.errstate(over="ignore", under="ignore"):
                 prob = objective.loss.inverse_link(raw, xp)
-            spread = xp.abs(raw[:, 0]) if raw.shape[1] == 1 else xp.max(raw, axis=1) - xp.min(raw, axis=1)
             keep, y = _kept(block)
             rows = np.flatnonzero(keep)
             certain += int(to_numpy(certain_mask(prob, xp))[keep].sum())
-            screened += int((to_numpy(spread) > SCREEN_ETA)[keep].sum())
             if not quota or len(rows) == 0:
                 continue
             features = objective.features_of(block.X)
-            absmax = abs(features).max(axis=0)
-            absmax = _host(absmax).ravel()
+            sparse = sp.issparse(features) or is_sparse(features)
+            absmax = _host(abs(features).max(axis=0) if sparse else xp.max(xp.abs(features), axis=0)).ravel()
             colmax[int(objective.fit_intercept):] = np.maximum(colmax[int(objective.fit_intercept):], absmax)
             if objective.fit_intercept:
                 colmax[0] = 1.0
@@ -220,9 +209,9 @@ def _shard_screen(shard, objective, params, near, n_rows):
         except Exception as err:  # name the block
             raise _block_error(err, block) from err
     if not quota:
-        return certain, screened, colmax, None
+        return certain, colmax, None
     if not picks:
-        return certain, screened, colmax, (np.zeros((0, len(colmax))), np.zeros(0))
+        return certain, colmax, (np.zeros((0, len(colmax))), np.zeros(0))
     order = np.argsort(np.concatenate(margins), kind="stable")[:quota]
     which = np.concatenate([np.full(len(r), b) for b, r in picks])[order]
     index = np.concatenate([r for _, r in picks])[order]
@@ -230,9 +219,9 @@ def _shard_screen(shard, objective, params, near, n_rows):
     for b, _ in picks:
         block = shard.blocks[b]
         take = np.sort(index[which == b])
-        X_rows.append(_design(objective, block.X[take]))
+        X_rows.append(_design(objective, take_rows(block.X, take)))
         y_rows.append(_kept(block)[1][take])
-    return certain, screened, colmax, (np.concatenate(X_rows), np.concatenate(y_rows))
+    return certain, colmax, (np.concatenate(X_rows), np.concatenate(y_rows))
 
 
 def _violation(design, y, direction):
@@ -413,10 +402,11 @@ def warn_if_separated(est, shards, objective, params, alpha):
     :class:`~dask_dgd.exceptions.ConvergenceWarning` when the features separate the
     classes (see the module's note).
 
-    Returns True (the linear programme found the classes separated), None (R's rule
-    found numerically certain rows and the exact test did not decide: more than
-    :data:`LP_MAX_UNKNOWNS` unknowns, or not settled in :data:`LP_ROUNDS` passes) or
-    False (not separated, not screened, or not an unpenalised logistic fit).
+    Returns True (the linear programme found the classes separated), False (it found
+    them not separated, or not an unpenalised logistic fit) or None (not decided: more
+    than :data:`LP_MAX_UNKNOWNS` unknowns, or not settled in :data:`LP_ROUNDS` passes;
+    a warning says the classes *may* be separated where R's rule finds numerically
+    certain rows).
     """
     if alpha != 0 or not isinstance(objective.loss, (BinaryLogistic, MultinomialLogistic)):
         return False
@@ -424,20 +414,19 @@ def warn_if_separated(est, shards, objective, params, alpha):
     name = type(est).__name__
     n_classes = max(objective.n_outputs, 2)
     unknowns = (objective.n_features + objective.fit_intercept) * (n_classes - 1)
-    small = shards.n_rows * unknowns <= LP_ALWAYS_VALUES
-    x_abs_max = getattr(shards, "x_abs_max", math.inf)
-    if not small and math.isfinite(x_abs_max) and _predictor_bound(objective, params, x_abs_max) <= SCREEN_ETA:
-        return False  # no row can be screened: no pass over the data
     testable = unknowns <= LP_MAX_UNKNOWNS
+    x_abs_max = getattr(shards, "x_abs_max", math.inf)
+    if not testable and math.isfinite(x_abs_max) and _predictor_bound(objective, params, x_abs_max) <= SCREEN_ETA:
+        return None  # not tested, and no fitted probability near 0 or 1: no pass over the data
     near = max(1000, 20 * unknowns) if testable else 0
     parts = shards.map_gather(_shard_screen, objective, params, near, shards.n_rows, name="dgd-separation")
-    certain, screened = (sum(p[i] for p in parts) for i in (0, 1))
+    certain = sum(p[0] for p in parts)
     untested = too_many_unknowns(unknowns)
-    if testable and (small or screened):
-        rows = np.concatenate([p[3][0] for p in parts])
-        shift, scale = conditioning(rows, np.max([p[2] for p in parts], axis=0), objective.fit_intercept)
+    if testable:
+        rows = np.concatenate([p[2][0] for p in parts])
+        shift, scale = conditioning(rows, np.max([p[1] for p in parts], axis=0), objective.fit_intercept)
         quota = max(100, 2 * unknowns)
-        found = search((rows - shift) / scale, np.concatenate([p[3][1] for p in parts]), n_classes,
+        found = search((rows - shift) / scale, np.concatenate([p[2][1] for p in parts]), n_classes,
                        _gathered_worst(shards, objective, shift, scale, _violation, SLACK_TOL, quota),
                        _gathered_worst(shards, objective, shift, scale, _off_span, SPAN_TOL, quota))
         if found is False:
@@ -446,10 +435,9 @@ def warn_if_separated(est, shards, objective, params, alpha):
             warnings.warn(separation_message(name, LP_FINDING), ConvergenceWarning, stacklevel=user_stacklevel())
             return True
         untested = NOT_SETTLED
-    if not certain:
-        return False
-    warnings.warn(separation_message(name, certain_finding(certain, "training row(s)"), untested),
-                  ConvergenceWarning, stacklevel=user_stacklevel())
+    if certain:
+        warnings.warn(separation_message(name, certain_finding(certain, "training row(s)"), untested),
+                      ConvergenceWarning, stacklevel=user_stacklevel())
     return None
 
 

@@ -263,3 +263,25 @@ def test_a_feature_with_a_large_offset_is_judged_as_without_it(offset):
     assert separation.mle_missing(design, y.astype(float), "binomial")
     with pytest.warns(ConvergenceWarning, match=EXACT.format(name="LogisticRegression")):
         assert LogisticRegression(alpha=0.0).fit(t, y).separated_ is True
+
+
+def test_every_testable_fit_is_tested_however_short_it_stops():
+    """Over 1e5 values of X, fits that stop far from any fitted probability near 0 or 1
+    (mini-batch steps, a loose tol) are tested all the same: an indicator of 30 rows of
+    class 0 separates them.  Over the programme's size nothing is decided: None, and no
+    warning while R's rule finds no certain row."""
+    rng = np.random.default_rng(4)
+    x = rng.normal(size=(60_000, 5))
+    y = (rng.uniform(size=len(x)) < 1 / (1 + np.exp(-(x @ [1.0, -1.0, 0.5, 0.0, 0.3])))).astype(int)
+    z = np.zeros(len(x))
+    z[:30], y[:30] = 1.0, 0
+    X = np.column_stack([x, z])
+    for kw in (dict(solver="sgd", batch_size=4096, max_iter=2, random_state=0), dict(solver="lbfgs", tol=1e-2)):
+        with pytest.warns(ConvergenceWarning, match=EXACT.format(name="LogisticRegression")):
+            est = LogisticRegression(alpha=0.0, **kw).fit(X, y)
+        assert est.separated_ is True and np.abs(est.decision_function(X)).max() < 8, kw
+    wide = np.column_stack([rng.normal(size=(2_000, 99)), np.zeros(2_000)])
+    yw = (wide[:, 0] + rng.normal(size=2_000) > 0).astype(int)
+    wide[:5, -1], yw[:5] = 1.0, 0
+    est = _no_warning(lambda: LogisticRegression(alpha=0.0).fit(wide, yw))  # 101 unknowns
+    assert est.separated_ is None
