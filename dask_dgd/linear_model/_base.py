@@ -27,7 +27,7 @@ from ..optim import LBFGS, FirstOrderOptimizer, Schedule, get_optimizer
 from ._inference import InferenceMixin
 from ._input import check_offset, validate_fit_input, with_offset
 from ._predict import coef_matrix, raw_prediction
-from ._separation import warn_if_separated
+from ._separation import applies, warn_if_separated
 
 __all__ = ["DGDLinearModel"]
 
@@ -44,9 +44,11 @@ def _optimizer_like(value):
 LINE_SEARCH_SOLVERS = ("newton", "cd", "lbfgs")
 
 
-def non_convergence_message(name, result, mode, max_iter, tol):
+def non_convergence_message(name, result, mode, max_iter, tol, separated=None):
     """The warning of a fit that stopped short: why, the measured gap against ``tol``,
-    and advice true for the solver that ran."""
+    and advice true for the solver that ran (``separated``: the exact test's verdict on
+    an unpenalised logistic fit, see ``_separation.warn_if_separated``; None where it
+    did not decide or does not apply)."""
     detail = f" ({result.message})" if result.message else ""
     unit = "epochs" if result.solver in ("sgd", "online") or mode != "sync" else "iterations"
     gap = ""
@@ -57,7 +59,13 @@ def non_convergence_message(name, result, mode, max_iter, tol):
         against = f"tol={tol:g}" if bound == tol else \
             f"{bound:.3g} (tol={tol:g} times the start's largest entry, {bound / tol:.3g})"
         gap = f"; the largest gradient entry is {result.gap:.3g} ({cols}) against {against}"
-    if result.solver in ("newton", "cd"):
+    if result.solver in ("newton", "cd") and separated:
+        advice = ("the features separate the classes (see the warning above): the estimate does not exist, and "
+                  "more iterations only grow the coefficients; pass alpha > 0")
+    elif result.solver in ("newton", "cd") and separated is False:
+        advice = ("increase max_iter; the classes are not separated (tested exactly), so Newton steps that stall "
+                  "point to a singular problem (collinear columns): a small penalty (alpha > 0) fixes it")
+    elif result.solver in ("newton", "cd"):
         advice = ("increase max_iter; Newton steps that stall point to a singular or separable problem "
                   "(collinear columns, classes a hyperplane separates): a small penalty (alpha > 0) fixes it")
     elif result.solver == "lbfgs":
@@ -474,6 +482,10 @@ class DGDLinearModel(LazyHistory, InferenceMixin, ClientParamMixin, BaseEstimato
         # the line-search solvers record their trial points: only a first-order fit's
         # objective can end above its start
         rise = None if result.solver in LINE_SEARCH_SOLVERS else result.objective_rise()
+        # an unpenalised logistic fit of separated classes has no estimate: say so, as R's
+        # glm (first: the advice of a fit that stopped short depends on it)
+        alpha = float(self.alpha if alpha is None else alpha)
+        self.separated_ = warn_if_separated(self, shards, objective, result.params, alpha)
         if rise is not None:
             warnings.warn(
                 f"{type(self).__name__}: the objective rose from {rise[0]:.6g} at the start to {rise[1]:.6g} "
@@ -481,11 +493,9 @@ class DGDLinearModel(LazyHistory, InferenceMixin, ClientParamMixin, BaseEstimato
                 "lower learning_rate or scale the features", ConvergenceWarning, stacklevel=user_stacklevel(),
             )
         elif not result.converged:
-            warnings.warn(non_convergence_message(type(self).__name__, result, self.mode, self.max_iter, self.tol),
+            warnings.warn(non_convergence_message(type(self).__name__, result, self.mode, self.max_iter, self.tol,
+                                                  self.separated_ if applies(objective, alpha) else None),
                           ConvergenceWarning, stacklevel=user_stacklevel())
-        # an unpenalised logistic fit of separated classes has no estimate: say so, as R's glm
-        self.separated_ = warn_if_separated(self, shards, objective, result.params,
-                                            float(self.alpha if alpha is None else alpha))
         return result
 
     def _partial_starts(self):

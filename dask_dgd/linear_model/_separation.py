@@ -44,7 +44,7 @@ from .._validation import user_stacklevel
 from ..exceptions import ConvergenceWarning
 from ..losses._pointwise import BinaryLogistic, MultinomialLogistic
 
-__all__ = ["CERTAIN", "LP_MAX_UNKNOWNS", "LP_ROUNDS", "SCREEN_ETA", "certain_mask",
+__all__ = ["CERTAIN", "LP_MAX_UNKNOWNS", "LP_ROUNDS", "SCREEN_ETA", "applies", "certain_mask",
            "mle_missing", "search", "separated", "separation_message", "warn_if_separated"]
 
 #: A fitted probability within this of 0 or 1 is numerically certain (R's glm: 10 eps).
@@ -397,6 +397,12 @@ def _predictor_bound(objective, params, x_abs_max):
     return float(per_output.max()) * (2.0 if objective.n_outputs > 1 else 1.0)
 
 
+def applies(objective, alpha):
+    """Whether a fit's estimate may not exist for separated classes: an unpenalised
+    (``alpha == 0``) logistic or binomial fit."""
+    return alpha == 0 and isinstance(objective.loss, (BinaryLogistic, MultinomialLogistic))
+
+
 def warn_if_separated(est, shards, objective, params, alpha):
     """After an unpenalised logistic or binomial fit (``alpha == 0``): warn
     :class:`~dask_dgd.exceptions.ConvergenceWarning` when the features separate the
@@ -408,7 +414,7 @@ def warn_if_separated(est, shards, objective, params, alpha):
     a warning says the classes *may* be separated where R's rule finds numerically
     certain rows).
     """
-    if alpha != 0 or not isinstance(objective.loss, (BinaryLogistic, MultinomialLogistic)):
+    if not applies(objective, alpha):
         return False
     params = np.asarray(params.toarray() if sp.issparse(params) else params, dtype=np.float64).ravel()
     name = type(est).__name__

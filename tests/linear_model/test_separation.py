@@ -285,3 +285,23 @@ def test_every_testable_fit_is_tested_however_short_it_stops():
     wide[:5, -1], yw[:5] = 1.0, 0
     est = _no_warning(lambda: LogisticRegression(alpha=0.0).fit(wide, yw))  # 101 unknowns
     assert est.separated_ is None
+
+
+def test_a_newton_fit_that_stops_short_advises_by_the_verdict(credit_card, womenlf):
+    """The separation test runs before the warning of a fit that stopped short, whose
+    advice then follows it: separated, no estimate to reach; tested and not separated,
+    no "classes a hyperplane separates"; a penalised fit is not told about classes."""
+    X, y = credit_card
+    with pytest.warns(ConvergenceWarning) as caught:
+        LogisticRegression(alpha=0.0, max_iter=3).fit(X, y)
+    messages = [str(w.message) for w in caught]
+    assert re.match(EXACT.format(name="LogisticRegression"), messages[0])
+    assert messages[1].endswith("the features separate the classes (see the warning above): the estimate does not "
+                                "exist, and more iterations only grow the coefficients; pass alpha > 0")
+    Xw, yw, _ = womenlf
+    with pytest.warns(ConvergenceWarning, match=r"; increase max_iter; the classes are not separated \(tested "
+                                                r"exactly\), so Newton steps that stall point to a singular problem "
+                                                r"\(collinear columns\)"):
+        assert LogisticRegression(alpha=0.0, max_iter=1, tol=1e-12).fit(Xw, yw).separated_ is False
+    with pytest.warns(ConvergenceWarning, match=r"Newton steps that stall point to a singular or separable problem"):
+        LogisticRegression(alpha=1e-3, max_iter=1, tol=1e-12).fit(Xw, yw)
