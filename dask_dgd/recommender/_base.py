@@ -506,7 +506,7 @@ class FactorizationBase(RecommenderMixin, ClientParamMixin, BaseEstimator):
         if rise is not None:
             warnings.warn(
                 f"{type(self).__name__}: the objective rose from {rise[0]:.6g} at the start to {rise[1]:.6g}; the "
-                "learning rate is too large for these data: lower learning_rate (or raise alpha)",
+                "learning rate is too large for these data: lower learning_rate",
                 ConvergenceWarning, stacklevel=user_stacklevel(),
             )
         elif not result.converged:

@@ -13,7 +13,7 @@ from sklearn.model_selection import GridSearchCV
 
 from dask_dgd import CheckpointError, ImplicitMatrixFactorization, InputError, MatrixFactorization, ParameterError
 from dask_dgd.datasets import make_ratings
-from dask_dgd.exceptions import DivergenceError
+from dask_dgd.exceptions import ConvergenceWarning, DivergenceError
 from dask_dgd.recommender import evaluate_ranking, train_test_split
 
 
@@ -385,6 +385,21 @@ def test_recommend_errors():
     ids, scores = mf.recommend([2], k=50)
     assert ids[0, 0] == 2 and np.isfinite(scores[0, 0]) and ids.mask[0].tolist() == [False, True]
     assert np.isneginf(scores.data[0, 1])
+
+
+def test_a_rising_objective_advises_only_a_lower_learning_rate():
+    """Under a large penalty the steps are too long for the penalty's own curvature:
+    raising alpha (the old advice beside a lower rate) would make them worse."""
+    ratings, _ = make_ratings(50, 30, 600, random_state=0)
+    kw = dict(alpha=1e3, solver="gd", max_iter=20, random_state=0)
+    with pytest.warns(ConvergenceWarning, match=r"^MatrixFactorization: the objective rose from \S+ at the start to "
+                                                r"\S+; the learning rate is too large for these data: lower "
+                                                r"learning_rate$"):
+        MatrixFactorization(learning_rate=0.5, **kw).fit(ratings)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        MatrixFactorization(learning_rate=0.005, **kw).fit(ratings)
+    assert not [w for w in caught if "rose" in str(w.message)]
 
 
 def test_divergence_names_the_step_and_the_remedy():
