@@ -134,12 +134,7 @@ def _kept(block):
 def _margin(raw, y):
     """How far each row is from its class's boundary: ``|eta|`` (binary), else the
     smallest ``|eta_y - eta_k|`` over the other classes (host arrays)."""
-    if raw.shape[1] == 1:
-        return np.abs(raw[:, 0])
-    own = np.take_along_axis(raw, y.astype(np.int64)[:, None], axis=1)[:, 0]
-    others = raw.copy()
-    np.put_along_axis(others, y.astype(np.int64)[:, None], -np.inf, axis=1)
-    return np.abs(own - others.max(axis=1))
+    return np.abs(raw[:, 0] if raw.shape[1] == 1 else _margin_signed(raw, y))
 
 
 def conditioning(rows, colmax, intercept):
