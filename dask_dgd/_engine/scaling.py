@@ -278,16 +278,27 @@ class ScaledTraining:
         """The L2 penalty's Hessian diagonal in scaled coordinates."""
         return self.base.penalty_spec.l2_strength * self.base.penalty.decay_mask * self.scaling.l1_factor**2
 
+    @cached_property
+    def invariant(self) -> np.ndarray:
+        """Orthonormal columns along which the objective does not change (a softmax's
+        unpenalised rows, :func:`~.solvers.curvature.shift_directions`), in scaled
+        coordinates: a Newton step holds still along them."""
+        from .solvers.curvature import shift_directions
+
+        return shift_directions(self.base.objective, (self.ridge > 0) | (self.l1_weights() > 0))
+
     def hessian(self, partial: Partial) -> np.ndarray | LeastSquaresModel:
         """The Hessian of the smooth objective in scaled coordinates (``"gram"``), or the
-        :class:`~.solvers.curvature.LeastSquaresModel` of the Newton step (``"qr"``)."""
-        if self.curvature == "qr":
-            from .solvers.curvature import LeastSquaresModel
+        :class:`~.solvers.curvature.LeastSquaresModel` of the Newton step (``"qr"``);
+        either definite along :attr:`invariant`."""
+        from .solvers.curvature import LeastSquaresModel, pinned_hessian
 
-            return LeastSquaresModel(partial.extras["r"].R, float(partial.weight_sum), self.ridge)
+        if self.curvature == "qr":
+            model = LeastSquaresModel(partial.extras["r"].R, float(partial.weight_sum), self.ridge)
+            return model.pinned(self.invariant)
         H = partial.extras["hessian"] / partial.weight_sum
         H[np.diag_indices_from(H)] += self.ridge
-        return H
+        return pinned_hessian(H, self.invariant)
 
     @property
     def hessian_size(self) -> int:

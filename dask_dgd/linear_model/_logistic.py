@@ -117,6 +117,11 @@ class LogisticRegression(ClassifierMixin, DGDLinearModel):
     classes_ : ndarray of shape (n_classes,)
     coef_ : ndarray of shape (1, n_features) or (n_classes, n_features)
     intercept_ : ndarray of shape (1,) or (n_classes,)
+        A multinomial model's probabilities do not change when one constant is
+        added to every class's coefficient of a feature (or intercept); where no
+        penalty fixes that constant (``alpha=0``, the intercept), the fit takes
+        the classes' mean at zero, as scikit-learn does (statsmodels'
+        ``MNLogit`` fixes the first class at zero instead: compare differences).
     alpha_ : float
         The penalty strength the fit trained with: ``alpha``, or ``1 / (C * W)``
         for ``C`` (see ``C``).

@@ -50,7 +50,8 @@ if TYPE_CHECKING:
     from ..protocols import ColumnScales
     from ..runtime.group_steps import BlockSums
 
-__all__ = ["LeastSquaresModel", "RFactor", "block_r_factor", "block_scaled_gram", "curvature", "with_block_extra"]
+__all__ = ["LeastSquaresModel", "RFactor", "block_r_factor", "block_scaled_gram", "curvature", "pinned_hessian",
+           "shift_directions", "with_block_extra"]
 
 
 def with_block_extra(sums: dict[int, BlockSums], shard: Shard, key: str,
@@ -75,6 +76,46 @@ def with_block_extra(sums: dict[int, BlockSums], shard: Shard, key: str,
 def _r_of(A: np.ndarray) -> np.ndarray:
     """The R factor of ``A`` (host float64), square or with fewer rows."""
     return np.linalg.qr(A, mode="r")  # type: ignore[return-value]
+
+
+def shift_directions(objective: LinearObjective, penalised: np.ndarray) -> np.ndarray:
+    r"""Orthonormal columns spanning the directions along which the objective does not
+    change: for a softmax model, adding one constant to the ``n_outputs`` parameters of
+    a row (a feature's, or the intercept's) that no penalty sees (``penalised``: a mask
+    of the parameters); none for other losses.
+
+    The softmax's Hessian is singular along them.  A Newton step must not move there:
+    the rounding errors of the least-squares solve (of order ``eps`` times the largest
+    singular value, above the cut of a rank-revealing solve) would otherwise give steps
+    of any size along them, and an unpenalised multinomial fit drifts to coefficients
+    of 1e11 whose differences between classes are right and whose values are not.
+    Any row-wise map applied alike to every output (the scaling's centring and scales)
+    keeps them of this form, so they are the same in scaled coordinates.
+
+    Returns
+    -------
+    ndarray of shape (objective.n_params, r)
+    """
+    from ...losses import MultinomialLogistic
+
+    k, p = objective.n_outputs, objective.n_params
+    if not isinstance(objective.loss, MultinomialLogistic):
+        return np.zeros((p, 0))
+    free = np.flatnonzero(~np.asarray(penalised, dtype=bool).reshape(-1, k).any(axis=1))
+    N = np.zeros((p, free.size))
+    for col, row in enumerate(free):
+        N[row * k:(row + 1) * k, col] = 1.0 / np.sqrt(k)
+    return N
+
+
+def pinned_hessian(H: np.ndarray, directions: np.ndarray) -> np.ndarray:
+    """The Hessian matrix ``H`` made definite along ``directions`` (orthonormal columns
+    of :func:`shift_directions`) with the curvature of its largest diagonal entry: a
+    Newton step then keeps the parameters' part along them where it is."""
+    if not directions.size:
+        return H
+    top = float(np.max(np.diag(H), initial=0.0))
+    return H + (top if top > 0 else 1.0) * (directions @ directions.T)
 
 
 @dataclass(frozen=True, eq=False)
@@ -319,12 +360,24 @@ class LeastSquaresModel:
     r"""The quadratic model of a Newton step from the reduced R factor (module docstring).
 
     ``R`` of shape ``(q + 1, q + 1)`` or fewer rows (its last column the weighted
-    working response), ``weight_sum`` :math:`W`, ``ridge`` the diagonal of
-    :math:`\Lambda` in the solver's coordinates."""
+    working response; more rows after :meth:`pinned`), ``weight_sum`` :math:`W`,
+    ``ridge`` the diagonal of :math:`\Lambda` in the solver's coordinates."""
 
     R: np.ndarray
     weight_sum: float
     ridge: np.ndarray
+
+    def pinned(self, directions: np.ndarray) -> LeastSquaresModel:
+        """The model with rows that hold the step at zero along ``directions``
+        (orthonormal columns of :func:`shift_directions`), weighted like the
+        largest column of the model: the least-squares problem has full rank there."""
+        if not directions.size:
+            return self
+        q = self.ridge.size
+        top = float(np.max(np.sum(self.R[:, :q] ** 2, axis=0) / self.weight_sum + self.ridge, initial=0.0))
+        rows = np.zeros((directions.shape[1], q + 1))
+        rows[:, :q] = np.sqrt(self.weight_sum * (top if top > 0 else 1.0)) * directions.T
+        return LeastSquaresModel(np.vstack([self.R, rows]), self.weight_sum, self.ridge)
 
     def step(self, x: np.ndarray) -> np.ndarray:
         """The step ``d`` minimising the model at ``x``."""

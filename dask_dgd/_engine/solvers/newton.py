@@ -187,6 +187,12 @@ class HessianTraining:
         """The L1 strength of every parameter (zero for the intercept)."""
         return self.base.penalty_spec.l1_strength * self.base.penalty.decay_mask.astype(np.float64)
 
+    @property
+    def invariant(self) -> np.ndarray:
+        """Directions along which the objective does not change (none: its losses have
+        one output, see :func:`~.curvature.shift_directions`)."""
+        return np.zeros((self.base.n_params, 0))
+
 
 def newton_step(H: np.ndarray | LeastSquaresModel, g: np.ndarray, x: np.ndarray | None = None) -> np.ndarray:
     r"""The step ``d`` minimising ``g.d + d^T H d / 2``: ``-H^{-1} g``.
@@ -430,6 +436,9 @@ class IRLSCD(CountsIterations, AttributeState, Solver):
             x_new, _ = cd_solve(self.H, self.g, self.x, self.l1, inner_tol, free=self.free)  # type: ignore[arg-type]
         else:
             x_new = self.x + newton_step(self.H, self.g, self.x)  # type: ignore[arg-type]
+        N = self.obj.invariant
+        if N.size:  # a softmax's free common shifts: hold the classes' mean at zero (statsmodels fixes class 0 instead)
+            x_new = x_new - N @ (N.T @ x_new)
         d = x_new - self.x
         self.delta = float(self.g @ d) + float(self.l1 @ (np.abs(x_new) - np.abs(self.x)))  # type: ignore[operator]
         self.direction, self.t, self.trials = d, 1.0, 0

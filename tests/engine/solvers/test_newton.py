@@ -107,6 +107,47 @@ def test_multinomial_newton_reaches_the_lbfgs_optimum():
     np.testing.assert_allclose(est.coef_, ref.coef_, rtol=1e-6, atol=1e-9)
 
 
+def _binary_four_class_data(n):
+    """Binary columns and four classes drawn from a softmax: a design whose exact
+    collinear directions are only the softmax's common shifts."""
+    rng = np.random.default_rng(31)
+    X = rng.integers(0, 2, size=(n, 8)).astype(float)
+    P = np.exp(X @ rng.normal(scale=0.3, size=(8, 4)))
+    P /= P.sum(1, keepdims=True)
+    return X, (P.cumsum(1) > rng.uniform(size=(n, 1))).argmax(1)
+
+
+def test_unpenalised_multinomial_newton_holds_the_classes_mean_at_zero():
+    """The unpenalised softmax's Hessian is singular along the common shift of each
+    row of coefficients; rounding once let the least-squares steps run off along it
+    (coef_ of 5e11 after 45 iterations at these 20,000 rows, the class differences
+    still right).  Newton now holds every row's mean over the classes at zero and
+    matches statsmodels' MNLogit (class 0 fixed at zero) in its differences."""
+    sm = pytest.importorskip("statsmodels.api")
+    X, y = _binary_four_class_data(20_000)
+    est = LogisticRegression(alpha=0.0).fit(X, y)
+    assert est.solver_ == "newton" and est.converged_ and est.n_iter_ <= 8
+    B = np.vstack([est.intercept_, est.coef_.T])  # (1 + features, classes)
+    np.testing.assert_allclose(B.sum(axis=1), 0.0, atol=1e-12)
+    ref = sm.MNLogit(y, sm.add_constant(X)).fit(disp=0, method="newton", maxiter=100).params
+    np.testing.assert_allclose(B[:, 1:] - B[:, :1], ref, rtol=0, atol=1e-8)
+
+
+def test_separated_multinomial_newton_stops_in_few_steps():
+    """Three rows of one class alone have an indicator (quasi-separation): the
+    indicator's coefficients grow without bound, the others stay finite.  Newton
+    stops in a few steps with the warning, instead of 100 iterations with every
+    coefficient at 1e11."""
+    X, y = _binary_four_class_data(20_000)
+    z = np.zeros(len(y))
+    z[np.flatnonzero(y == 1)[:3]] = 1.0
+    with pytest.warns(UserWarning, match="separat"):
+        est = LogisticRegression(alpha=0.0, solver="newton").fit(np.column_stack([X, z]), y)
+    assert est.separated_ is True and est.n_iter_ <= 20
+    assert np.abs(est.coef_[:, :-1]).max() < 1.0 and np.abs(est.intercept_).max() < 1.0
+    assert est.coef_[1, -1] - est.coef_[[0, 2, 3], -1].max() > 5.0
+
+
 def test_newton_errors():
     X, y = make_classification(n_samples=200, n_features=3, n_classes=3, random_state=0)
     with dask.config.set({"dgd.scale-features": False}), pytest.raises(
