@@ -29,8 +29,8 @@ from ..compression import get_compressor
 from ..exceptions import ParameterError
 from ..optim import LBFGS, Schedule, get_optimizer
 from ..optim._first_order import ONLINE_SCHEDULES
-from .objective import LinearTraining
-from .solvers.newton import cd_max_params, cd_model_params, cd_support, newton_support
+from .objective import LinearTraining, PathTraining
+from .solvers.newton import cd_max_params, cd_model_params, newton_support
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable
@@ -65,15 +65,19 @@ __all__ = [
 
 def scaled_solve(objective: TrainingObjective) -> bool:
     """Whether a full-batch solver (newton, cd, lbfgs) trains ``objective`` in scaled
-    coordinates (:mod:`.scaling`): a linear model's, unless the dask config
-    ``dgd.scale-features`` is False (the benchmarks' comparison)."""
+    coordinates (:mod:`.scaling`): a linear model's or a stacked path's (L-BFGS on it;
+    coordinate descent walks a path in the data's units, Newton steps being invariant
+    to the scale), unless the dask config ``dgd.scale-features`` is False (the
+    benchmarks' comparison)."""
     import dask
 
-    return isinstance(getattr(objective, "base", objective), LinearTraining) and bool(
+    return isinstance(getattr(objective, "base", objective), (LinearTraining, PathTraining)) and bool(
         dask.config.get("dgd.scale-features", True))
 
 
 def _newton_support(objective: TrainingObjective) -> str | None:
+    """:func:`~.solvers.newton.newton_support` (and ``cd_support``: the same), and a
+    multi-output model only in scaled coordinates."""
     reason = newton_support(objective)
     if reason is None and objective.objective.loss.n_outputs > 1 and not scaled_solve(objective):  # type: ignore[attr-defined]  # (supported: a linear model)
         reason = "a multi-output model's Hessian is summed in scaled coordinates, and dgd.scale-features is off"
@@ -140,7 +144,8 @@ SOLVERS = {
                            instead="solver='lbfgs'", hessian=True, scaled=True, build="solvers.newton:IRLSCD",
                            path="solvers.cd_path:PathIRLSCD",
                            l1_instead="solver='cd' (coordinate descent on the same Newton steps) or solver='auto'"),
-    "cd": SolverTraits(exact=True, optimizer="none", l1=True, support=cd_support, instead="solver='gd' or 'lbfgs'",
+    "cd": SolverTraits(exact=True, optimizer="none", l1=True, support=_newton_support,
+                       instead="solver='gd' (proximal gradient; without an L1 penalty also 'lbfgs')",
                        hessian=True, scaled=True, build="solvers.newton:IRLSCD", path="solvers.cd_path:PathIRLSCD"),
     "als": SolverTraits(exact=True, optimizer="none", l1=False, support=_als_support, batch_advice="",
                         l1_instead="solver='gd'", build="solvers.als:ALS",
@@ -300,13 +305,11 @@ def _auto(*, opt: Optimizer | None, batch_size: int | None, mode: str, compressi
         return "sgd"
     if MODES[mode].first_order_only or compression is not None or (opt is not None and not opt.full_batch_only):
         return "gd"
-    support = cd_support if has_l1 else newton_support
+    support = _newton_support
     linear = cast("LinearTraining | PathTraining", objective)  # read only where the support rule admits it
     small = objective is not None and support(objective) is None \
         and cd_model_params(linear) <= cd_max_params() and not early_stopping and opt is None
     cheap = n_rows is None or n_rows * cd_model_params(linear) ** 2 <= newton_auto_work() if small else False
-    if small and not has_l1 and linear.objective.loss.n_outputs > 1:  # type: ignore[attr-defined]  # (a loss's)
-        small = scaled_solve(linear)  # the multinomial's Hessian is summed in scaled coordinates only
     return ("cd" if small else "gd") if has_l1 else ("newton" if small and cheap else "lbfgs")
 
 

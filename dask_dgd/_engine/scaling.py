@@ -43,6 +43,7 @@ if TYPE_CHECKING:
     import numpy.typing as npt
 
     from ..losses import LinearObjective, Penalty
+    from ..losses._path import PathObjective
     from .data.blocks import Shard
     from .data.shards import ShardSet
     from .objective import BoundPenalty, LinearTraining
@@ -169,8 +170,9 @@ def ridge_level(objective: LinearObjective, penalty: Penalty) -> float:
     return float(penalty.l2_strength) / (1.0 if bound is None else float(bound))
 
 
-def column_scaling(shards: ShardSet, objective: LinearObjective, ridge: float = 0.0) -> ColumnScaling:
-    r"""The :class:`ColumnScaling` of a linear ``objective``'s columns on ``shards``.
+def column_scaling(shards: ShardSet, objective: LinearObjective | PathObjective, ridge: float = 0.0) -> ColumnScaling:
+    r"""The :class:`ColumnScaling` of a linear ``objective``'s columns on ``shards`` (or
+    a stacked path's: every model's columns scaled alike).
 
     Weighted means, and scales :math:`\sigma_j = \sqrt{v_j + r}` from the weighted
     variances :math:`v_j` about them and ``ridge`` :math:`r` (:func:`ridge_level`:
@@ -190,9 +192,10 @@ def column_scaling(shards: ShardSet, objective: LinearObjective, ridge: float = 
     from .objective import gather_sample
 
     d = objective.n_features
+    outputs = objective.n_params // (d + objective.fit_intercept)  # a stacked path's: its columns' outputs
     sample = gather_sample(shards, int(dask.config.get("dgd.scaling-sample-rows", SCALING_SAMPLE_ROWS)))
     if sample is None or not np.sum(sample[2]) > 0:
-        return ColumnScaling(np.zeros(d), np.ones(d), objective.n_outputs, objective.fit_intercept)
+        return ColumnScaling(np.zeros(d), np.ones(d), outputs, objective.fit_intercept)
     X, _, w = sample
     mean, var = _weighted_moments(X[:, :d], np.asarray(w, dtype=np.float64), objective.fit_intercept)
     scale = np.sqrt(np.maximum(var, 0.0))
@@ -201,7 +204,7 @@ def column_scaling(shards: ShardSet, objective: LinearObjective, ridge: float = 
     scale = np.sqrt(scale**2 + ridge)
     scale[flat] = math.sqrt(ridge) if ridge > 0 else 1.0
     centre = mean if objective.fit_intercept else np.zeros(d)
-    return ColumnScaling(centre, scale, objective.n_outputs, objective.fit_intercept)
+    return ColumnScaling(centre, scale, outputs, objective.fit_intercept)
 
 
 @dataclass(frozen=True)
@@ -286,6 +289,24 @@ class ScaledTraining:
         from .solvers.curvature import shift_directions
 
         return shift_directions(self.base.objective, (self.ridge > 0) | (self.l1_weights() > 0))
+
+    def gauge(self, params: np.ndarray) -> np.ndarray:
+        """``params`` (scaled) moved along the directions only the penalty sees: for a
+        softmax, each row of coefficients (a feature's, the intercepts) shifted by the
+        constant that minimises its penalty (glmnet's recentring; the row's strengths
+        are equal across the classes), a row no penalty sees to its classes' mean zero
+        (scikit-learn's convention).  Other losses: unchanged."""
+        from ..losses import MultinomialLogistic
+        from ..losses._penalty import shifted_to_penalty_minimum
+
+        if not isinstance(self.base.objective.loss, MultinomialLogistic):
+            return params
+        k = self.base.objective.n_outputs
+        W = np.asarray(params, dtype=np.float64).reshape(-1, k)
+        l1 = self.l1_weights().reshape(-1, k)[:, :1]
+        l2 = self.ridge.reshape(-1, k)[:, :1]
+        free = (l1 + l2 == 0)
+        return np.where(free, W - W.mean(axis=1, keepdims=True), shifted_to_penalty_minimum(W, l1, l2)).ravel()
 
     def hessian(self, partial: Partial) -> np.ndarray | LeastSquaresModel:
         """The Hessian of the smooth objective in scaled coordinates (``"gram"``), or the

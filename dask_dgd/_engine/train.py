@@ -454,9 +454,10 @@ def train(
     if traits.scaled and not (sharded or path) and scaled_solve(objective):
         # Newton steps start from the Hessian's sums and move to R factors (curvature.py)
         # when the Hessian is too ill-conditioned (cd.IRLSCD)
-        linear = cast("LinearTraining", objective)  # (scaled_solve: a linear model's)
+        linear = cast("LinearTraining", objective)  # (scaled_solve: a linear model's, or a path's for L-BFGS)
         base = getattr(linear, "base", linear)
-        scaling = column_scaling(shards, base.objective, ridge_level(base.objective, base.penalty_spec))
+        ridge = ridge_level(base.objective, base.penalty_spec) if isinstance(base, LinearTraining) else 0.0
+        scaling = column_scaling(shards, base.objective, ridge)
         objective = ScaledTraining(linear, scaling, "gram" if traits.hessian else None)
     elif traits.hessian:  # (the support rules admit linear models only)
         objective = PathHessianTraining(objective) if path else HessianTraining(objective)  # type: ignore[arg-type]

@@ -115,15 +115,16 @@ class DGDLinearModel(LazyHistory, InferenceMixin, ClientParamMixin, BaseEstimato
         "newton": Newton's method (IRLS) with the exact Hessian, tree-reduced in the
         gradient's pass (the observed curvature where it is not negative, Fisher's
         elsewhere), a stable solve on the driver and a backtracking line search;
-        single-output models only (not multinomial, not L1).  When the Hessian's
+        regression, binary and multinomial models, not L1.  When the Hessian's
         condition number passes 1e8 (near-collinear columns), the steps are solved from
         R factors of the weighted design merged up the block tree instead (TSQR: the
         design's condition, not its square).  Once the largest gradient entry is at most
         ``tol`` it takes up to 5 more steps while they still lower the objective above
         its rounding level.  "cd": the same passes, with coordinate descent on the
         penalised quadratic model on the driver, for L1 and elastic-net penalties (glum's
-        "irls-cd"); it stops when the largest entry of the minimum-norm subgradient is at
-        most ``tol``.  "lbfgs": limited-memory BFGS on the full distributed loss and
+        "irls-cd"; a multinomial's rows of class coefficients shifted to their penalty's
+        minimum after each, glmnet's step); it stops when the largest entry of the
+        minimum-norm subgradient is at most ``tol``.  "lbfgs": limited-memory BFGS on the full distributed loss and
         gradient (a line search, every trial one distributed step): the cheapest pass,
         for wide models and multinomial; on ill-conditioned data a gradient within
         ``tol`` can leave the coefficients far from the optimum.  All three solve in
@@ -140,7 +141,7 @@ class DGDLinearModel(LazyHistory, InferenceMixin, ClientParamMixin, BaseEstimato
         (with ``learning_rate="auto"`` and an L2 penalty: the safe step, then Bottou's
         ``1 / (alpha t)`` decay, :class:`~dask_dgd.optim.InverseTime`); no L1, synchronous mode only,
         losses squared error, logistic, multinomial and Poisson.  "auto" picks "newton" for
-        single-output models of up to 1,024 parameters (dask config
+        models of up to 1,024 parameters (dask config
         ``dgd.cd-max-params``) whose Hessian costs at most 1e9 rows x parameters^2 a pass
         (``dgd.newton-auto-work``), else "lbfgs"; for an L1 penalty "cd" up to 1,024
         parameters, else "gd"; no early stopping with "newton" or "cd"; "gd" also for a

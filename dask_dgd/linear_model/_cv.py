@@ -17,6 +17,7 @@ least squares its exact path from the folds' Gram matrices (:mod:`dask_dgd._engi
 import numbers
 import warnings
 
+import dask
 import numpy as np
 from sklearn.base import BaseEstimator, RegressorMixin
 from sklearn.utils.validation import check_is_fitted
@@ -202,7 +203,7 @@ class _PathCV(ClientParamMixin, BaseEstimator):
         tail = (loss.n_outputs,) if loss.n_outputs > 1 else ()
         coef, icpt = np.zeros((P, F, n_features) + tail), np.zeros((P, F) + tail)
         warm_coef, warm_icpt = np.zeros((F, n_features) + tail), np.zeros((F,) + tail) + np.asarray(baseline, float)
-        n_iter, converged = [], True
+        n_iter, converged, unscaled = [], True, not dask.config.get("dgd.scale-features", True)
         for lo in range(0, P, group):
             hi = min(lo + group, P)
             cols = [(p, f) for p in range(lo, hi) for f in range(F)]
@@ -211,6 +212,7 @@ class _PathCV(ClientParamMixin, BaseEstimator):
             penalty = PathPenalty(n_features, self.fit_intercept, tuple(strengths[p, f, 0] for p, f in cols),
                                   tuple(strengths[p, f, 1] for p, f in cols), loss.n_outputs)
             group_solver = ("gd" if penalty.has_l1 else "lbfgs") if solver == "auto" else solver
+            unscaled |= group_solver == "gd"  # proximal gradient runs in the data's units (L-BFGS: scaled)
             if group_solver == "lbfgs" and penalty.has_l1:
                 raise ParameterError(
                     f"solver='lbfgs' cannot handle an L1 penalty (l1_ratio > 0); use solver='cd', 'gd' or 'auto' "
@@ -230,7 +232,9 @@ class _PathCV(ClientParamMixin, BaseEstimator):
         if not converged:
             warnings.warn(
                 f"{type(self).__name__}: the path did not converge in max_iter={self.max_iter} iterations; "
-                "increase max_iter, loosen tol, or scale the features", ConvergenceWarning,
+                + ("increase max_iter, loosen tol, or scale the features" if unscaled else
+                   "increase max_iter (L-BFGS on the stacked folds and penalties needs more iterations than one "
+                   "model's fit) or loosen tol"), ConvergenceWarning,
                 stacklevel=user_stacklevel(),
             )
         cols = [(p, f) for p in range(P) for f in range(F)]

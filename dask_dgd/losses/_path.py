@@ -32,6 +32,7 @@ from .._random import mix64
 from ..exceptions import InputError, ParameterError
 from ._gram import weighted_gram
 from ._linear import SLICE_BYTES
+from ._penalty import shifted_to_penalty_minimum
 
 __all__ = ["PathObjective", "PathPenalty", "fold_ids"]
 
@@ -562,18 +563,6 @@ class PathPenalty:
         """``coef`` ``(d, K * m)`` with each feature's ``m`` outputs of each column shifted by
         the constant minimising the column's penalty (see the Notes)."""
         K, m = len(self.l1), self.n_outputs
-        w = coef.reshape(-1, K, m)
         l1 = np.asarray(self.l1)[None, :, None]
         l2 = np.asarray(self.l2)[None, :, None]
-        s = np.sort(w, axis=2)
-        below = np.arange(m + 1)  # entries below the shift, in each gap between sorted values
-        with np.errstate(divide="ignore", invalid="ignore"):  # no L2: only the sorted values count
-            stationary = w.mean(axis=2, keepdims=True) - l1 * (2 * below - m) / (m * l2)
-        inf = np.full(s.shape[:2] + (1,), np.inf)
-        gap = np.clip(np.where(l2 > 0, stationary, s[:, :, :1]), np.concatenate([-inf, s], axis=2),
-                      np.concatenate([s, inf], axis=2))
-        t = np.concatenate([gap, s], axis=2)  # (d, K, 2m + 1) candidates
-        dev = w[:, :, None, :] - t[:, :, :, None]
-        value = np.sum(0.5 * l2[..., None] * dev ** 2 + l1[..., None] * np.abs(dev), axis=3)
-        best = np.take_along_axis(t, np.argmin(value, axis=2)[:, :, None], axis=2)
-        return (w - np.where(l1 + l2 > 0, best, 0.0)).reshape(coef.shape)  # no penalty: no shift
+        return shifted_to_penalty_minimum(coef.reshape(-1, K, m), l1, l2).reshape(coef.shape)

