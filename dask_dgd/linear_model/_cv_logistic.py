@@ -102,7 +102,7 @@ def path_attributes(classes, C, l1_ratio, scores, paths, single):
 
 #: LogisticRegressionCV's signature: scikit-learn's grid of ``Cs`` and ``l1_ratios``.
 LOGISTIC_CV_SIGNATURE = signature(("Cs", 10), ("l1_ratios", None), "scoring", "class_weight", "fit_intercept",
-                                  ("cv", 5), "solver", "max_iter", "tol", "random_state", "verbose", "client")
+                                  ("cv", 5), "solver", ("max_iter", 1000), "tol", "random_state", "verbose", "client")
 
 
 @init_from(LOGISTIC_CV_SIGNATURE)
