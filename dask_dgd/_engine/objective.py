@@ -287,13 +287,18 @@ class LinearTraining(_Linear):
             return None
         return RowBatches(shards.block_rows, shards.block_costs, int(batch_size), tuple(seed))
 
-    def lipschitz(self, shards: ShardSet, params: np.ndarray) -> float:
-        """Lipschitz estimate of the mean-loss gradient from an even sample of rows."""
+    def lipschitz(self, shards: ShardSet, params: np.ndarray, scaling: Any = None) -> float:
+        """Lipschitz estimate of the mean-loss gradient from an even sample of rows (with
+        ``scaling``, a :class:`~.scaling.ColumnScaling`: in its coordinates, ``params``
+        scaled)."""
         sample = gather_sample(shards, LIPSCHITZ_SAMPLE_ROWS)
         if sample is None:
             return 1.0
         X, y, w = sample
-        L = lipschitz_bound(self.objective, X, w, alpha_l2=self.penalty_spec.l2_strength, params=params, y=y)
+        l2 = self.penalty_spec.l2_strength
+        if scaling is not None:
+            X, l2 = scaling.columns(X), scaling.largest_ridge(l2)
+        L = lipschitz_bound(self.objective, X, w, alpha_l2=l2, params=params, y=y)
         return float(L) if L > 0 and math.isfinite(L) else 1.0
 
     def check_data(self, shards: ShardSet) -> None:
@@ -377,13 +382,18 @@ class PathTraining(_Linear):
             raise ParameterError("a cross-validated path is trained full batch; batch_size must be None")
         return None
 
-    def lipschitz(self, shards: ShardSet, params: np.ndarray) -> float:
+    def lipschitz(self, shards: ShardSet, params: np.ndarray, scaling: Any = None) -> float:
         """Lipschitz estimate of one column's mean-loss gradient (all columns share the
-        rows' curvature; each trains on most of them) plus the largest L2 strength."""
+        rows' curvature; each trains on most of them) plus the largest L2 strength (with
+        ``scaling``, a :class:`~.scaling.ColumnScaling`: in its coordinates, ``params``
+        scaled)."""
         sample = gather_sample(shards, LIPSCHITZ_SAMPLE_ROWS)
         if sample is None:
             return 1.0
         X, _, w = sample
+        l2 = max(self.penalty.l2)
+        if scaling is not None:
+            X, l2 = scaling.columns(X), scaling.largest_ridge(l2)
         obj = self.objective
         single = LinearObjective(obj.loss, obj.n_features, fit_intercept=obj.fit_intercept, offset=obj.offset)
         start = None
@@ -392,7 +402,7 @@ class PathTraining(_Linear):
             size = np.abs(coef).reshape(obj.n_features, obj.n_columns, -1).sum(axis=(0, 2))
             k = int(np.argmax(size + np.abs(icpt).reshape(obj.n_columns, -1).sum(axis=1)))
             start = single.pack(coef[:, k], icpt[k] if obj.fit_intercept else None)
-        L = lipschitz_bound(single, X, w, alpha_l2=max(self.penalty.l2), params=start, y=sample[1])
+        L = lipschitz_bound(single, X, w, alpha_l2=l2, params=start, y=sample[1])
         return float(L) if L > 0 and np.isfinite(L) else 1.0
 
     def check_data(self, shards: ShardSet) -> None:

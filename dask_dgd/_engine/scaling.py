@@ -33,7 +33,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 import scipy.sparse as sp
@@ -43,7 +43,7 @@ if TYPE_CHECKING:
     import numpy.typing as npt
 
     from ..losses import LinearObjective, Penalty
-    from ..losses._path import PathObjective
+    from ..losses._path import PathObjective, PathPenalty
     from .data.blocks import Shard
     from .data.shards import ShardSet
     from .objective import BoundPenalty, LinearTraining
@@ -122,6 +122,19 @@ class ColumnScaling:
         out = G.copy()
         out[: d * k] = (coef / self.scale[:, None, None]).reshape(d * k, -1)
         return out.reshape(g.shape)
+
+    def columns(self, X: Any) -> np.ndarray:
+        """A sample of rows (dense or CSR; any offset columns after the features kept as
+        they are) in these coordinates: the features centred and scaled, dense."""
+        Z = np.array(X.toarray() if sp.issparse(X) else X, dtype=np.float64)
+        d = self.scale.size
+        Z[:, :d] = (Z[:, :d] - (self.mean if self.centred else 0.0)) / self.scale
+        return Z
+
+    def largest_ridge(self, l2: float) -> float:
+        r"""The largest diagonal entry of an L2 strength ``l2`` in these coordinates
+        (:math:`l_2 / \sigma_j^2`)."""
+        return float(l2) * float(np.max(1.0 / self.scale**2, initial=0.0))
 
     @cached_property
     def l1_factor(self) -> np.ndarray:
@@ -211,9 +224,9 @@ def column_scaling(shards: ShardSet, objective: LinearObjective | PathObjective,
 class ScaledPenalty:
     """The penalty's parts the solvers use, in scaled coordinates: the L1 thresholds are
     ``lambda / sigma_j`` (the L2 part is the model's, in its original units, inside
-    the objective's value)."""
+    the objective's value); ``base`` a path's in :class:`ScaledPathPenalty`."""
 
-    base: BoundPenalty
+    base: BoundPenalty | PathPenalty
     scaling: ColumnScaling
 
     @property
@@ -228,9 +241,33 @@ class ScaledPenalty:
         params = np.asarray(params, dtype=np.float64)
         out = params.copy()
         n = self.scaling.n_coef
-        threshold = float(step) * self.base.penalty.l1_strength * self.scaling.l1_factor[:n]
+        bound = cast("BoundPenalty", self.base)  # (ScaledPathPenalty has its own prox)
+        threshold = float(step) * bound.penalty.l1_strength * self.scaling.l1_factor[:n]
         out[:n] = np.sign(params[:n]) * np.maximum(np.abs(params[:n]) - threshold, 0.0)
         return out
+
+
+@dataclass(frozen=True)
+class ScaledPathPenalty(ScaledPenalty):
+    """A stacked path's :class:`~dask_dgd.losses._path.PathPenalty` (``base``) in scaled
+    coordinates, for proximal gradient: column ``k``'s thresholds on feature ``j`` are
+    ``l1_k / sigma_j``, and a multinomial's recentring (``recenter``) minimises
+    ``l1_k |w| / sigma_j + l2_k w^2 / (2 sigma_j^2)`` along each class row."""
+
+    def prox(self, params: npt.ArrayLike, step: float) -> np.ndarray:
+        from ..losses._penalty import shifted_to_penalty_minimum
+
+        pen = cast("PathPenalty", self.base)
+        d, K, m = pen.n_features, len(pen.l1), pen.n_outputs
+        out = np.array(params, dtype=np.float64, copy=True).reshape(-1, K, m)
+        inv = 1.0 / self.scaling.scale[:, None, None]
+        l1 = np.asarray(pen.l1, dtype=np.float64)[None, :, None] * inv
+        coef = out[:d]
+        coef = np.sign(coef) * np.maximum(np.abs(coef) - float(step) * l1, 0.0)
+        if pen.recenter and m > 1:
+            coef = shifted_to_penalty_minimum(coef, l1, np.asarray(pen.l2, dtype=np.float64)[None, :, None] * inv**2)
+        out[:d] = coef
+        return out.ravel()
 
 
 @dataclass(frozen=True)
@@ -336,5 +373,13 @@ class ScaledTraining:
         return self.base.penalty_spec.l1_strength * self.base.penalty.decay_mask * self.scaling.l1_factor
 
     @cached_property
-    def penalty(self) -> ScaledPenalty:
+    def penalty(self) -> ScaledPenalty | ScaledPathPenalty:
+        from .objective import PathTraining
+
+        if isinstance(self.base, PathTraining):
+            return ScaledPathPenalty(self.base.penalty, self.scaling)
         return ScaledPenalty(self.base.penalty, self.scaling)
+
+    def lipschitz(self, shards: ShardSet, params: np.ndarray) -> float:
+        """The base's Lipschitz estimate in scaled coordinates (proximal gradient's step)."""
+        return self.base.lipschitz(shards, params, self.scaling)

@@ -36,7 +36,7 @@ from .data.shards import ShardSet, released_on_error
 from .data.skew import DynamicBalancer
 from .loop import Loop
 from .modes.sync import SyncSource
-from .objective import LinearTraining
+from .objective import LinearTraining, PathTraining
 from .runtime.checkpoint import Checkpointer, data_fingerprint, digests_of, stable_repr
 from .runtime.executor import auto_split_every, get_executor
 from .runtime.group_steps import group_local_export, group_local_init
@@ -451,12 +451,18 @@ def train(
     sharded = resolve_sharding(param_sharding, objective=objective, shards=shards, solver=solver, mode=mode,
                                compression=compression, validator=validator)
     scaling = None
-    if traits.scaled and not (sharded or path) and scaled_solve(objective):
+    # proximal gradient on a dense stacked path too: its step in scaled coordinates
+    # (ScaledTraining.lipschitz), each column's thresholds in them (ScaledPathPenalty)
+    first_order_path = solver == "gd" and isinstance(objective, PathTraining) and not shards.sparse
+    if (traits.scaled or first_order_path) and not (sharded or path) and scaled_solve(objective):
         # Newton steps start from the Hessian's sums and move to R factors (curvature.py)
         # when the Hessian is too ill-conditioned (cd.IRLSCD)
         linear = cast("LinearTraining", objective)  # (scaled_solve: a linear model's, or a path's for L-BFGS)
         base = getattr(linear, "base", linear)
-        ridge = ridge_level(base.objective, base.penalty_spec) if isinstance(base, LinearTraining) else 0.0
+        if isinstance(base, LinearTraining):
+            ridge = ridge_level(base.objective, base.penalty_spec)
+        else:  # a path: L-BFGS adapts to the L2 curvature, proximal gradient's one step must bound it
+            ridge = ridge_level(base.objective, Penalty(alpha=max(base.penalty.l2))) if first_order_path else 0.0
         scaling = column_scaling(shards, base.objective, ridge)
         objective = ScaledTraining(linear, scaling, "gram" if traits.hessian else None)
     elif traits.hessian:  # (the support rules admit linear models only)

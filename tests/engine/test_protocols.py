@@ -40,9 +40,9 @@ def _fits():
         with dask.config.set({"dgd.scale-features": False}):
             LogisticRegression(solver="gd", max_iter=3).fit(X, Y)
             LogisticRegression(solver="newton", max_iter=3).fit(X, Y)
+            LogisticRegressionCV(Cs=2, cv=2, solver="gd", max_iter=5).fit(X, Y)  # the path as it is
         LogisticRegressionCV(Cs=2, cv=2, max_iter=5).fit(X, Y)
         LogisticRegressionCV(Cs=2, cv=2, solver="lbfgs", max_iter=5).fit(X, Y)  # the path in scaled coordinates
-        LogisticRegressionCV(Cs=2, cv=2, solver="gd", max_iter=5).fit(X, Y)  # the path as it is
         MatrixFactorization(n_components=2, alpha=0.1, solver="gd", max_iter=2, random_state=0).fit(
             make_ratings(30, 20, 300, random_state=0)[0])
 
