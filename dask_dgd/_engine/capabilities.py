@@ -305,9 +305,8 @@ def _auto(*, opt: Optimizer | None, batch_size: int | None, mode: str, compressi
         return "sgd"
     if MODES[mode].first_order_only or compression is not None or (opt is not None and not opt.full_batch_only):
         return "gd"
-    support = _newton_support
     linear = cast("LinearTraining | PathTraining", objective)  # read only where the support rule admits it
-    small = objective is not None and support(objective) is None \
+    small = objective is not None and _newton_support(objective) is None \
         and cd_model_params(linear) <= cd_max_params() and not early_stopping and opt is None
     cheap = n_rows is None or n_rows * cd_model_params(linear) ** 2 <= newton_auto_work() if small else False
     return ("cd" if small else "gd") if has_l1 else ("newton" if small and cheap else "lbfgs")

@@ -216,7 +216,7 @@ class _PathCV(ClientParamMixin, BaseEstimator):
             penalty = PathPenalty(n_features, self.fit_intercept, tuple(strengths[p, f, 0] for p, f in cols),
                                   tuple(strengths[p, f, 1] for p, f in cols), loss.n_outputs)
             group_solver = ("gd" if penalty.has_l1 else "lbfgs") if solver == "auto" else solver
-            unscaled |= group_solver == "gd"  # proximal gradient runs in the data's units (L-BFGS: scaled)
+            unscaled |= group_solver == "gd" and shards.sparse  # (train: a sparse path's proximal gradient)
             if group_solver == "lbfgs" and penalty.has_l1:
                 raise ParameterError(
                     f"solver='lbfgs' cannot handle an L1 penalty (l1_ratio > 0); use solver='cd', 'gd' or 'auto' "
@@ -237,8 +237,8 @@ class _PathCV(ClientParamMixin, BaseEstimator):
             warnings.warn(
                 f"{type(self).__name__}: the path did not converge in max_iter={self.max_iter} iterations; "
                 + ("increase max_iter, loosen tol, or scale the features" if unscaled else
-                   "increase max_iter (L-BFGS on the stacked folds and penalties needs more iterations than one "
-                   "model's fit) or loosen tol"), ConvergenceWarning,
+                   "increase max_iter (one solver steps all folds and penalties of a group at once and needs "
+                   "more iterations than one model's fit) or loosen tol"), ConvergenceWarning,
                 stacklevel=user_stacklevel(),
             )
         cols = [(p, f) for p in range(P) for f in range(F)]

@@ -170,7 +170,7 @@ def test_multinomial_path_on_unscaled_columns_picks_scikit_learns_C():
         df[["population", "age", "income", "statusquo"]].to_numpy(float)])
     y = df["vote"].to_numpy()
     ref = _sklearn_cv(X, y, fold_ids(0, len(y), 5, 0), Cs=10, solver="newton-cholesky", tol=1e-10, max_iter=1000)
-    with pytest.warns(ConvergenceWarning, match="increase max_iter .L-BFGS on the stacked folds"):
+    with pytest.warns(ConvergenceWarning, match="increase max_iter .one solver steps all folds and penalties"):
         short = LogisticRegressionCV(max_iter=100, random_state=0).fit(X, y)
     np.testing.assert_array_equal(short.C_, ref.C_)
     with warnings.catch_warnings():
