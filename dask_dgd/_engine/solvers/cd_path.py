@@ -29,7 +29,7 @@ import scipy.linalg
 
 from ...optim._linesearch import MAX_HALVINGS, accepts
 from ..runtime.group_steps import BlockSums
-from ..stopping import Stop
+from ..stopping import Stop, gradient_tol
 from ..update import initial_divergence
 from .base import AttributeState, Outcome, Solver, step_record
 from .newton import cd_solve, kkt_violation
@@ -145,6 +145,7 @@ class PathIRLSCD(AttributeState, Solver):
         self.grams: np.ndarray | None = None  # (n_folds, p, p), the last pass's
         self.T = np.ones(K)
         self.kkt = np.full(K, np.inf)
+        self.gtol = np.full(K, float(ctx.tol))  # each column's bound (relative to its fold's start: see start)
         self.done = np.zeros(K, dtype=bool)
         self.steps = np.zeros(K, dtype=np.int64)  # accepted steps
         self.direction = np.zeros((self.p, K))
@@ -199,13 +200,13 @@ class PathIRLSCD(AttributeState, Solver):
             except (np.linalg.LinAlgError, ValueError):
                 x_new = None
         if x_new is None or not np.all(np.isfinite(x_new)):
-            tol = max(0.25 * self.ctx.tol, min(0.1 * self.kkt[k], 1e-2))
+            tol = max(0.25 * self.gtol[k], min(0.1 * self.kkt[k], 1e-2))
             x_new, _ = cd_solve(H, g, x, l1, tol, free=self.d if self.fit_intercept else None)
         step = x_new - x
         delta = float(g @ step) + float(l1 @ (np.abs(x_new) - np.abs(x)))
         if not np.any(step) or not delta < 0:
             self.done[k] = True
-            if self.kkt[k] > self.ctx.tol:
+            if self.kkt[k] > self.ctx.tol:  # flat at rounding level: judged by tol itself (see gradient_tol)
                 self.failures.append("the quadratic model gives no descent direction (flat at rounding level)")
             return
         self.direction[:, k], self.delta[k], self.t[k], self.trials[k], self.pending[k] = step, delta, 1.0, 0, True
@@ -238,12 +239,12 @@ class PathIRLSCD(AttributeState, Solver):
             cols = self.stages[s]
             if self.stage_passes[s] >= self.ctx.max_iter:  # this stage's limit (see the class docstring)
                 for k in cols:
-                    if not self.done[k] and self.kkt[k] > self.ctx.tol:
+                    if not self.done[k] and self.kkt[k] > self.gtol[k]:
                         self.failures.append(f"a penalty reached max_iter={self.ctx.max_iter} passes")
                     self.done[k], self.pending[k] = True, False
             for k in cols:
                 if not (self.done[k] or self.pending[k]):
-                    if self.kkt[k] <= self.ctx.tol:
+                    if self.kkt[k] <= self.gtol[k]:
                         self.done[k] = True
                     else:
                         self._direction(k, total)
@@ -283,6 +284,9 @@ class PathIRLSCD(AttributeState, Solver):
         self.loss[cols], self.grad[:, cols] = loss[cols], grad[:, cols]
         for k in cols:
             self._refresh_kkt(k)
+        if self.ctx.tol_from_start:  # every fold's bound from its null start, as one model's (gradient_tol)
+            bound = {self.folds[k]: gradient_tol(self.ctx.tol, float(np.max(np.abs(grad[:, k])))) for k in cols}
+            self.gtol = np.array([bound.get(f, self.ctx.tol) for f in self.folds])
         self.started = 1
         return Outcome([self._record(res, cols, None)])
 
@@ -335,6 +339,7 @@ class PathIRLSCD(AttributeState, Solver):
 
     _STATE = ("x", "loss", "grad", "grams", "T", "kkt", "done", "steps", "direction", "pending", "t", "delta",
               "trials", "started", "stage_passes", "passes", "failures")
+    _LATER_STATE = ("gtol",)
 
     def resume(self) -> Outcome:
         return Outcome(accepted=False)

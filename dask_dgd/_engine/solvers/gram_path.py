@@ -31,6 +31,7 @@ import scipy.linalg
 from ..._backend import asarray_like, get_namespace, is_sparse, take_rows, to_numpy
 from ...losses._gram import weighted_gram
 from ..data.blocks import _block_error
+from ..stopping import gradient_tol
 from .newton import cd_solve, kkt_violation
 
 if TYPE_CHECKING:
@@ -185,6 +186,7 @@ def solve_path(M: np.ndarray, alphas: np.ndarray, l1_ratio: float, fit_intercept
     else:
         m, ybar = np.zeros(d), 0.0
         C, c = G / W, Sxy / W
+    tol = gradient_tol(tol, float(np.max(np.abs(c), initial=0.0)))  # relative to the null start's, as one model's
     beta = np.zeros(d)
     coef, icpt = np.zeros((len(alphas), d)), np.zeros(len(alphas))
     sweeps, converged = 0, True
