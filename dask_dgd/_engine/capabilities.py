@@ -65,10 +65,10 @@ __all__ = [
 
 def scaled_solve(objective: TrainingObjective) -> bool:
     """Whether a full-batch solver (newton, cd, lbfgs) trains ``objective`` in scaled
-    coordinates (:mod:`.scaling`): a linear model's or a stacked path's (L-BFGS on it;
-    coordinate descent walks a path in the data's units, Newton steps being invariant
-    to the scale), unless the dask config ``dgd.scale-features`` is False (the
-    benchmarks' comparison)."""
+    coordinates (:mod:`.scaling`): a linear model's or a stacked path's (L-BFGS and
+    proximal gradient on the whole path; coordinate descent column by column, its passes
+    in the data's units, :mod:`.solvers.cd_path`), unless the dask config
+    ``dgd.scale-features`` is False (the benchmarks' comparison)."""
     import dask
 
     return isinstance(getattr(objective, "base", objective), (LinearTraining, PathTraining)) and bool(

@@ -42,7 +42,7 @@ from .runtime.executor import auto_split_every, get_executor
 from .runtime.group_steps import group_local_export, group_local_init
 from .runtime.monitor import Monitor, communicated
 from .runtime.threads import driver_blas
-from .scaling import ScaledTraining, column_scaling, ridge_level
+from .scaling import ColumnScaling, ScaledTraining, column_scaling, ridge_level
 from .sharded.driver import ShardedSource
 from .sharded.params import ParamLayout, dense_state, sparse_state
 from .solvers.base import Settings
@@ -465,8 +465,15 @@ def train(
             ridge = ridge_level(base.objective, Penalty(alpha=max(base.penalty.l2))) if first_order_path else 0.0
         scaling = column_scaling(shards, base.objective, ridge)
         objective = ScaledTraining(linear, scaling, "gram" if traits.hessian else None)
+    elif traits.hessian and path:  # each column's steps and stop rule in scaled coordinates (cd_path)
+        path_scaling = None
+        if scaled_solve(objective):
+            full = column_scaling(shards, objective.objective)  # type: ignore[union-attr]  # (a path's)
+            path_scaling = ColumnScaling(full.mean, full.scale, objective.objective.n_outputs,  # type: ignore[union-attr]
+                                         full.fit_intercept)
+        objective = PathHessianTraining(objective, path_scaling)  # type: ignore[arg-type]
     elif traits.hessian:  # (the support rules admit linear models only)
-        objective = PathHessianTraining(objective) if path else HessianTraining(objective)  # type: ignore[arg-type]
+        objective = HessianTraining(objective)  # type: ignore[arg-type]
     if on_divergence == "auto":
         on_divergence = "backoff" if lr_mode == "auto" else "raise"
     if split_every == "auto":

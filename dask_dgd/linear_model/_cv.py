@@ -23,6 +23,7 @@ from sklearn.base import BaseEstimator, RegressorMixin
 from sklearn.utils.validation import check_is_fitted
 
 from .._backend import asarray_like, get_namespace, is_sparse, to_numpy
+from .._engine.capabilities import newton_auto_work
 from .._engine.objective import PathTraining
 from .._engine.solvers.gram_path import alpha_max_of, fold_paths, fold_sums, solve_path
 from .._engine.solvers.newton import cd_max_params
@@ -113,14 +114,18 @@ _REGRESSOR_DOC_PARAMS = """
         "cd": for least squares (:class:`ElasticNetCV`), the exact path: one pass
         over ``X`` computing every fold's Gram matrix, then coordinate descent on the
         driver for every fold and penalty (:mod:`~dask_dgd._engine.solvers.gram_path`); for
-        the other single-output families (binary logistic, Poisson, Gamma, Tweedie,
+        the other families (binary and multinomial logistic, Poisson, Gamma, Tweedie,
         negative binomial, binomial), IRLS coordinate descent along the path, one
         penalty at a time with every fold's Hessian from one Gram matrix's work per
-        pass (:mod:`~dask_dgd._engine.solvers.cd_path`).  "lbfgs" (smooth penalties) and "gd"
-        (proximal gradient, for L1) train the stacked path in warm-started groups of
-        penalties.  "auto" picks "cd" up to ``dgd.cd-max-params`` (1024) coefficients
-        per model, else "gd" for a path with an L1 part, else "lbfgs" (the multinomial
-        always takes "gd"/"lbfgs").
+        pass (one per pair of classes for the multinomial), each model's steps and
+        stop rule on standardised columns (:mod:`~dask_dgd._engine.solvers.cd_path`).
+        "lbfgs" (smooth penalties) and "gd" (proximal gradient, for L1) train the
+        stacked path in warm-started groups of penalties.  "auto" picks "cd" up to
+        ``dgd.cd-max-params`` (1024) parameters per model (the multinomial's
+        ``(n_features + 1) * n_classes``, only with ``dgd.scale-features`` on, and for an
+        L2 path only while ``n_samples * params**2`` is at most ``dgd.newton-auto-work``,
+        one model's rule for Newton steps), else "gd" for a path with an L1 part, else
+        "lbfgs".
     max_iter : int, default=1000
         Iterations of the path's solver per group of penalties (and of the refit); with
         "cd", passes per penalty, and ``n_iter_`` counts passes (the exact least-squares
@@ -202,7 +207,7 @@ class _PathCV(ClientParamMixin, BaseEstimator):
         (each ``(P, F)``, over ``score_shards`` if given) and the iterations of each group."""
         P, F, _ = strengths.shape
         starts = _block_starts(shards)
-        solver = self._path_solver(loss, n_features)
+        solver = self._path_solver(loss, n_features, shards.n_rows, bool(np.any(strengths[..., 0] > 0)))
         group = P if PATH_GROUP is None or solver == "cd" else int(PATH_GROUP)  # cd walks the path itself
         tail = (loss.n_outputs,) if loss.n_outputs > 1 else ()
         coef, icpt = np.zeros((P, F, n_features) + tail), np.zeros((P, F) + tail)
@@ -250,15 +255,24 @@ class _PathCV(ClientParamMixin, BaseEstimator):
         sums = dict(zip(path.held_out_keys, flat.reshape(-1, path.n_columns)))
         return coef, icpt, {k: v.reshape(P, F) for k, v in sums.items()}, n_iter
 
-    def _path_solver(self, loss, n_features):
+    def _path_solver(self, loss, n_features, n_rows, has_l1):
         """The stacked path's solver: "cd" (IRLS-CD along the path, :mod:`~dask_dgd._engine.solvers.cd_path`)
-        when asked, or for "auto" with a single-output loss that has a Hessian and at most
-        ``dgd.cd-max-params`` coefficients per model; else the one asked ("auto": each
-        group's "gd" or "lbfgs")."""
+        when asked, or for "auto" with a loss that has a Hessian and at most
+        ``dgd.cd-max-params`` parameters per model: a single-output loss, or the
+        multinomial's ``hessian_blocks`` where the features are scaled, with an L1 part
+        or a Hessian cheap enough for one model's "auto" to take Newton steps
+        (``n_rows * params**2`` at most ``dgd.newton-auto-work``: a pass sums one Gram
+        matrix per pair of classes); else the one asked ("auto": each group's "gd" or
+        "lbfgs")."""
         if self.solver != "auto":
             return self.solver
-        fits = getattr(loss, "has_hessian", False) and loss.n_outputs == 1
-        return "cd" if fits and n_features + self.fit_intercept <= cd_max_params() else "auto"
+        size = (n_features + self.fit_intercept) * loss.n_outputs
+        if loss.n_outputs == 1:
+            fits = getattr(loss, "has_hessian", False)
+        else:
+            fits = hasattr(loss, "hessian_blocks") and bool(dask.config.get("dgd.scale-features", True)) and (
+                has_l1 or n_rows * size**2 <= newton_auto_work())
+        return "cd" if fits and size <= cd_max_params() else "auto"
 
     @staticmethod
     def _score(sums, scoring):

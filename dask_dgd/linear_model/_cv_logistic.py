@@ -113,9 +113,9 @@ class LogisticRegressionCV(ClassifierMixin, _PathCV):
 
     Every fold and every ``C`` is one column of a stacked problem (``n_classes``
     columns per model for more than two classes, the softmax loss), trained over the
-    same passes over ``X``: for two classes by IRLS coordinate descent along the path
-    (``solver="cd"``, and ``"auto"`` up to ``dgd.cd-max-params`` coefficients: the ``C``
-    in turn, all folds together, Newton steps), else by proximal gradient or L-BFGS;
+    same passes over ``X``: by IRLS coordinate descent along the path (``solver="cd"``,
+    and ``"auto"`` up to ``dgd.cd-max-params`` parameters per model: the ``C`` in turn,
+    all folds together, Newton steps), else by proximal gradient or L-BFGS;
     each model is scored on its held-out fold where the rows live, and the best ``C``
     is refitted on all rows by :class:`~dask_dgd.LogisticRegression` (for two classes,
     starting at the folds' mean solution).  scikit-learn's

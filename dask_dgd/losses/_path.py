@@ -296,7 +296,7 @@ class PathObjective:
             columns of the penalties a path solver is working on.  None: all.
         grams : bool, default=False
             Also return the Hessian sums of each fold's rows (single-output losses with
-            a ``hessian_weight``, see Returns).
+            a ``hessian_weight``, or the multinomial's ``hessian_blocks``; see Returns).
 
         Returns
         -------
@@ -315,13 +315,18 @@ class PathObjective:
             :math:`\\sum_{g \\ne f_k} G_g`: exact where those columns agree on the row's
             curvature (the models of one penalty on different folds, fitted on mostly
             the same rows, nearly do), and one Gram matrix's work for all folds.
+            A loss with ``m > 1`` outputs (``hessian_blocks``, the softmax's
+            :math:`\\operatorname{diag}(p) - p p^\top`) gives shape
+            ``(n_folds, p m, p m)`` in one model's parameter layout (feature ``j``'s
+            output ``a`` at ``j m + a``), the row's ``(m, m)`` curvature averaged as
+            :math:`\bar h_i`: one weighted Gram matrix per pair of outputs.
         """
         X, y, w, folds, matrix, xp, dtype, o = self._prepare(params, X, y, sample_weight, index)
         n, K, d, m = X.shape[0], self.n_columns, self.n_features, self.n_outputs
         cols = np.arange(K) if columns is None else np.asarray(columns, dtype=np.int64).reshape(-1)
-        if grams and m != 1:
-            raise ParameterError(f"the Hessian sums of a path need a single-output loss; {type(self.loss).__name__} "
-                                 f"has {m} outputs")
+        if grams and m != 1 and not hasattr(self.loss, "hessian_blocks"):
+            raise ParameterError(f"the Hessian sums of a path need a single-output loss or a multinomial; "
+                                 f"{type(self.loss).__name__} has {m} outputs")
         width = self._param_columns(cols)  # the evaluated parameter columns
         sub = matrix if columns is None else xp.take(matrix, asarray_like(width, matrix), axis=1)
         ka = len(cols)
@@ -348,7 +353,8 @@ class PathObjective:
             grad_coef += xp.astype(X_s.T @ grad, xp.float64, copy=False)
             grad_icpt += xp.sum(grad, axis=0, dtype=xp.float64)
             if grams:
-                curvature.append(self._mean_curvature(y[start:stop], raw, mask, xp) * w[start:stop])
+                weight = w[start:stop] if m == 1 else w[start:stop, None, None]
+                curvature.append(self._mean_curvature(y[start:stop], raw, mask, xp) * weight)
         out_loss = np.zeros(K)
         out_loss[cols] = np.asarray(to_numpy(loss_cols), dtype=np.float64)
         out_grad = np.zeros((d + self.fit_intercept, K * m))
@@ -359,15 +365,23 @@ class PathObjective:
         fold_weight = np.bincount(folds, weights=w_host, minlength=self.n_folds)
         if not grams:
             return out_loss, out_grad.ravel(), fold_weight
-        a = xp.concat(curvature) if curvature else xp.zeros((0,), dtype=dtype, device=device)
+        a = xp.concat(curvature) if curvature else xp.zeros((0,) + (m, m) * (m > 1), dtype=dtype, device=device)
         p = d + self.fit_intercept
-        fold_grams = np.zeros((self.n_folds, p, p))
+        fold_grams = np.zeros((self.n_folds, p, m, p, m))
         for g in range(self.n_folds):
             rows = np.flatnonzero(folds == g)
             if len(rows):
                 take, X_g = _take_rows(X, rows, matrix, xp)
-                fold_grams[g] = weighted_gram(X_g, xp.take(a, take, axis=0), self.fit_intercept)
-        return out_loss, out_grad.ravel(), fold_weight, fold_grams
+                a_g = xp.take(a, take, axis=0)
+                if m == 1:
+                    fold_grams[g, :, 0, :, 0] = weighted_gram(X_g, a_g, self.fit_intercept)
+                    continue
+                for r in range(m):  # one Gram matrix per pair of outputs (the blocks are symmetric)
+                    for c in range(r, m):
+                        G = weighted_gram(X_g, a_g[:, r, c], self.fit_intercept)
+                        fold_grams[g, :, r, :, c] = G
+                        fold_grams[g, :, c, :, r] = G.T
+        return out_loss, out_grad.ravel(), fold_weight, fold_grams.reshape(self.n_folds, p * m, p * m)
 
     def _param_columns(self, cols):
         """The parameter columns of models ``cols`` (each model's ``m`` outputs in turn)."""
@@ -376,7 +390,15 @@ class PathObjective:
 
     def _mean_curvature(self, y_s, raw, mask, xp):
         """:math:`\\bar h_i`: the loss's second derivative of each row, averaged over the
-        evaluated columns that train on it (``mask``); 0 for a row none trains on."""
+        evaluated columns that train on it (``mask``); 0 for a row none trains on.  With
+        ``m > 1`` outputs, the ``(m, m)`` Hessian blocks of each row, averaged alike."""
+        m = self.n_outputs
+        if m > 1:
+            n, ka = raw.shape[0], raw.shape[1] // m
+            y_flat = xp.reshape(xp.broadcast_to(y_s[:, None], (n, ka)), (n * ka,))
+            blocks = xp.reshape(self.loss.hessian_blocks(y_flat, xp.reshape(raw, (n * ka, m)), xp), (n, ka, m, m))
+            count = xp.sum(mask, axis=1)
+            return xp.sum(blocks * mask[:, :, None, None], axis=1) / xp.where(count > 0, count, 1.0)[:, None, None]
         n, ka = raw.shape[0], raw.shape[1]
         y_flat = xp.reshape(xp.broadcast_to(y_s[:, None], (n, ka)), (n * ka,))
         h = xp.reshape(self.loss.hessian_weight(y_flat, xp.reshape(raw, (n * ka, 1)), xp), (n, ka))

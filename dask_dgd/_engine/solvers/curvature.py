@@ -51,7 +51,7 @@ if TYPE_CHECKING:
     from ..runtime.group_steps import BlockSums
 
 __all__ = ["LeastSquaresModel", "RFactor", "block_r_factor", "block_scaled_gram", "curvature", "pinned_hessian",
-           "shift_directions", "with_block_extra"]
+           "shift_directions", "softmax_shifts", "with_block_extra"]
 
 
 def with_block_extra(sums: dict[int, BlockSums], shard: Shard, key: str,
@@ -98,9 +98,16 @@ def shift_directions(objective: LinearObjective, penalised: np.ndarray) -> np.nd
     """
     from ...losses import MultinomialLogistic
 
-    k, p = objective.n_outputs, objective.n_params
     if not isinstance(objective.loss, MultinomialLogistic):
-        return np.zeros((p, 0))
+        return np.zeros((objective.n_params, 0))
+    return softmax_shifts(objective.n_outputs, penalised)
+
+
+def softmax_shifts(n_outputs: int, penalised: np.ndarray) -> np.ndarray:
+    """:func:`shift_directions` of a softmax model with ``n_outputs`` classes whose
+    parameters (``penalised``: their mask, in the layout of
+    :class:`~dask_dgd.losses.LinearObjective`) are those of one model."""
+    k, p = n_outputs, np.asarray(penalised).size
     free = np.flatnonzero(~np.asarray(penalised, dtype=bool).reshape(-1, k).any(axis=1))
     N = np.zeros((p, free.size))
     for col, row in enumerate(free):

@@ -77,18 +77,18 @@ def cd_support(objective: TrainingObjective) -> str | None:
     """None when ``objective`` (a training objective) can be trained with
     ``solver="cd"`` or ``"newton"``, else the reason it cannot (for error messages):
     single-output losses with a Hessian, and multi-output losses with
-    ``hessian_blocks`` (the multinomial: their Hessian is summed in scaled coordinates
-    only, :func:`~..capabilities.scaled_solve`) outside a cross-validated path."""
+    ``hessian_blocks`` (the multinomial: their Hessian is used in scaled coordinates
+    only, :func:`~..capabilities.scaled_solve`), one model or a cross-validated path."""
     linear = getattr(objective, "objective", None)
     loss = getattr(linear, "loss", None)
     if loss is None or getattr(objective, "has_local", False):
         return f"it trains linear models only, not {type(objective).__name__}"
     path = hasattr(linear, "column_folds")  # a stacked path: PathIRLSCD (cd_path.py)
-    if loss.n_outputs > 1 and hasattr(loss, "hessian_blocks") and not path:
+    if loss.n_outputs > 1 and hasattr(loss, "hessian_blocks"):
         return None
     if not getattr(loss, "has_hessian", False) or loss.n_outputs != 1:
         return (f"it needs a single-output loss with a Hessian (linear, binary logistic, Poisson and the other "
-                f"GLM families) or the multinomial outside a cross-validated path; got {type(loss).__name__}")
+                f"GLM families) or the multinomial; got {type(loss).__name__}")
     if path:
         return None
     if getattr(linear, "n_params", None) != linear.n_features + linear.fit_intercept:  # type: ignore[union-attr]
@@ -107,7 +107,7 @@ def cd_model_params(objective: LinearTraining | PathTraining) -> int:
     size its Hessian is ``p x p`` in (a stacked path's column, else all of them)."""
     linear = objective.objective
     if hasattr(linear, "column_folds"):
-        return linear.n_features + linear.fit_intercept
+        return (linear.n_features + linear.fit_intercept) * linear.n_outputs
     return objective.n_params
 
 

@@ -14,7 +14,7 @@ from dask_dgd.exceptions import ConvergenceWarning, ParameterError
 from dask_dgd.linear_model._cv import fold_ids
 from dask_dgd.linear_model._cv_families import PoissonRegressorCV
 from dask_dgd.linear_model._cv_logistic import LogisticRegressionCV
-from dask_dgd.losses import BinaryLogistic, HalfPoisson
+from dask_dgd.losses import BinaryLogistic, HalfPoisson, MultinomialLogistic
 from dask_dgd.losses._path import PathObjective
 
 
@@ -71,6 +71,42 @@ def test_fold_grams_are_each_folds_rows_at_the_mean_curvature(fit_intercept):
         expected = Xt[rows].T @ (Xt[rows] * (w[200:][rows] * hbar[rows])[:, None])
         np.testing.assert_allclose(grams[g], expected, rtol=1e-12)
     np.testing.assert_allclose(fold_w, np.bincount(folds, weights=w[200:]), rtol=1e-12)
+
+
+@pytest.mark.parametrize("fit_intercept", [True, False])
+def test_multinomial_fold_grams_are_each_folds_rows_at_the_mean_softmax_curvature(fit_intercept):
+    """A softmax's fold Grams: each row's ``diag(p) - p p^T`` averaged over the
+    evaluated models that train on it, in one model's parameter layout (feature ``j``'s
+    class ``a`` at ``j m + a``)."""
+    rng = np.random.default_rng(3)
+    m, d = 3, 2
+    X = rng.standard_normal((400, d))
+    y = rng.integers(0, m, 400).astype(float)
+    w = rng.random(400) + 0.5
+    path = PathObjective(MultinomialLogistic(m), d, (0, 1, 2, 0, 1, 2), 3, (0, 150), seed=2,
+                         fit_intercept=fit_intercept)
+    params = 0.5 * rng.standard_normal(path.n_params)
+    active = [0, 1, 5]
+    *_, grams = path.block_sums(params, X[150:], y[150:], w[150:], index=1, columns=active, grams=True)
+    p = d + fit_intercept
+    assert grams.shape == (3, p * m, p * m)
+    folds = fold_ids(150, 250, 3, seed=2)
+    coef, icpt = path.unpack(params)  # (d, K, m), (K, m)
+    Xt = np.c_[X[150:], np.ones(250)] if fit_intercept else X[150:]
+    col_folds = np.array([0, 1, 2, 0, 1, 2])[active]
+    A = np.zeros((250, m, m))
+    for i in range(250):
+        blocks = []
+        for k, f in zip(active, col_folds):
+            if folds[i] != f:
+                z = X[150 + i] @ coef[:, k] + (icpt[k] if fit_intercept else 0.0)
+                q = np.exp(z - z.max()) / np.exp(z - z.max()).sum()
+                blocks.append(np.diag(q) - np.outer(q, q))
+        A[i] = np.mean(blocks, axis=0)
+    for g in range(3):
+        rows = folds == g
+        expected = np.einsum("i,ij,iab,il->jalb", w[150:][rows], Xt[rows], A[rows], Xt[rows])
+        np.testing.assert_allclose(grams[g], expected.reshape(p * m, p * m), rtol=1e-10, atol=1e-12)
 
 
 def test_held_out_sums_are_each_columns_sums_over_its_fold():
