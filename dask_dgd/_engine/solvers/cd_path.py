@@ -316,7 +316,10 @@ class PathIRLSCD(AttributeState, Solver):
         current solutions (same folds) with the loss's value and gradient there."""
         while self.started < len(self.stages):
             s = self.started
-            active = sum(not self._stage_done(j) for j in range(s))
+            # a stage whose columns all meet their bounds only polishes (see _direction):
+            # the next stages need not wait for it, its steps share their passes
+            active = sum(not self._stage_done(j) and bool(np.any(self.kkt[list(self.stages[j])] > self.gtol[list(
+                self.stages[j])])) for j in range(s))
             if s > 0:
                 prev = self.stages[s - 1]
                 if active >= WINDOW or not all(self.done[k] or self.steps[k] > 0 for k in prev):
