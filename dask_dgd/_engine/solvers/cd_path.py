@@ -54,11 +54,14 @@ if TYPE_CHECKING:
     from ..runtime.group_steps import Draw
     from ..scaling import ColumnScaling
 
-__all__ = ["WINDOW", "PathHessianTraining", "PathIRLSCD", "path_stages"]
+__all__ = ["POLISH_DECREASE", "WINDOW", "PathHessianTraining", "PathIRLSCD", "path_stages"]
 
 #: Stages (penalties) that take their Newton steps in the same passes: stage ``s + 1``
 #: starts once every column of stage ``s`` has taken a step.
 WINDOW = 2
+#: A column that meets its bound polishes while its model predicts a decrease of more
+#: than this share of its objective (see :meth:`PathIRLSCD._direction`).
+POLISH_DECREASE = 1e-10
 
 
 def path_stages(column_folds: Sequence[int]) -> tuple[tuple[int, ...], ...]:
@@ -276,10 +279,12 @@ class PathIRLSCD(AttributeState, Solver):
     def _direction(self, k: int, total: np.ndarray, polish: bool = False) -> None:
         """Start column ``k``'s line search, or mark it done (``total``: see :meth:`_hessian`).
         ``polish``: the column meets its bound; it steps on only while its quadratic model
-        predicts a decrease above the objective's rounding level (as one model's fit,
-        :meth:`~.newton.IRLSCD.stop_rule`: Newton's steps converge quadratically, and
-        one more step leaves a weakly penalised fold model far closer to its optimum
-        than the gradient's bound alone)."""
+        predicts a decrease above :data:`POLISH_DECREASE` of its objective and above the
+        objective's rounding level (one model's fit, :meth:`~.newton.IRLSCD.stop_rule`,
+        steps down to rounding: Newton's steps converge quadratically, and one more step
+        leaves a weakly penalised fold model far closer to its optimum than the
+        gradient's bound alone; on a path, steps that change no score's digits cost
+        passes that every penalty pays)."""
         x, l1 = self.x[:, k], self._l1_vec(k)
         _, g = self._smooth(k, self.loss[k], self.grad[:, k], x)
         xs, gs, l1s = self._scaled(x, g, l1)
@@ -297,7 +302,8 @@ class PathIRLSCD(AttributeState, Solver):
         x_new = xs_new if self.scaling is None else self.scaling.to_original(xs_new)
         step = x_new - x
         delta = float(g @ step) + float(l1 @ (np.abs(x_new) - np.abs(x)))  # the same in either coordinates
-        if polish and not -delta > rounding_level(self._full(k, self.loss[k], x)):
+        f = self._full(k, self.loss[k], x)
+        if polish and not -delta > max(rounding_level(f), POLISH_DECREASE * abs(f)):
             self.done[k] = True
             return
         if not np.any(step) or not delta < 0:
