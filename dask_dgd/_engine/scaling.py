@@ -334,16 +334,11 @@ class ScaledTraining:
         are equal across the classes), a row no penalty sees to its classes' mean zero
         (scikit-learn's convention).  Other losses: unchanged."""
         from ..losses import MultinomialLogistic
-        from ..losses._penalty import shifted_to_penalty_minimum
+        from ..losses._penalty import softmax_gauge
 
         if not isinstance(self.base.objective.loss, MultinomialLogistic):
             return params
-        k = self.base.objective.n_outputs
-        W = np.asarray(params, dtype=np.float64).reshape(-1, k)
-        l1 = self.l1_weights().reshape(-1, k)[:, :1]
-        l2 = self.ridge.reshape(-1, k)[:, :1]
-        free = (l1 + l2 == 0)
-        return np.where(free, W - W.mean(axis=1, keepdims=True), shifted_to_penalty_minimum(W, l1, l2)).ravel()
+        return softmax_gauge(params, self.l1_weights(), self.ridge, self.base.objective.n_outputs)
 
     def hessian(self, partial: Partial) -> np.ndarray | LeastSquaresModel:
         """The Hessian of the smooth objective in scaled coordinates (``"gram"``), or the

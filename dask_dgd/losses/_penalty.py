@@ -13,7 +13,7 @@ import numpy as np
 
 from ..exceptions import InputError, ParameterError
 
-__all__ = ["Penalty", "shifted_to_penalty_minimum"]
+__all__ = ["Penalty", "shifted_to_penalty_minimum", "softmax_gauge"]
 
 
 def _check_real(name, value, low, high):
@@ -221,3 +221,16 @@ def shifted_to_penalty_minimum(w, l1, l2):
     value = np.sum(0.5 * l2[..., None] * dev ** 2 + l1[..., None] * np.abs(dev), axis=-1)
     best = np.take_along_axis(t, np.argmin(value, axis=-1)[..., None], axis=-1)
     return w - np.where(l1 + l2 > 0, best, 0.0)
+
+
+def softmax_gauge(params, l1, l2, n_outputs):
+    """One softmax model's parameters (:class:`~dask_dgd.losses.LinearObjective`'s
+    layout, ``n_outputs`` classes) moved along each row's common shift, which the loss
+    does not see: a row its penalty sees (``l1``, ``l2``: each parameter's strengths,
+    equal along a row) to the penalty's minimum (:func:`shifted_to_penalty_minimum`), a
+    row no penalty sees to its classes' mean zero (scikit-learn's convention)."""
+    m = int(n_outputs)
+    W = np.asarray(params, dtype=np.float64).reshape(-1, m)
+    l1 = np.asarray(l1, dtype=np.float64).reshape(-1, m)[:, :1]
+    l2 = np.asarray(l2, dtype=np.float64).reshape(-1, m)[:, :1]
+    return np.where(l1 + l2 == 0, W - W.mean(axis=1, keepdims=True), shifted_to_penalty_minimum(W, l1, l2)).ravel()

@@ -269,12 +269,9 @@ class PathIRLSCD(AttributeState, Solver):
         which the loss does not see (:meth:`~..scaling.ScaledTraining.gauge`)."""
         if not self.softmax:
             return xs
-        from ...losses._penalty import shifted_to_penalty_minimum
+        from ...losses._penalty import softmax_gauge
 
-        W = xs.reshape(-1, self.m)
-        l1 = l1s.reshape(-1, self.m)[:, :1]
-        l2 = self._ridge(k).reshape(-1, self.m)[:, :1]
-        return np.where(l1 + l2 == 0, W - W.mean(axis=1, keepdims=True), shifted_to_penalty_minimum(W, l1, l2)).ravel()
+        return softmax_gauge(xs, l1s, self._ridge(k), self.m)
 
     def _direction(self, k: int, total: np.ndarray, polish: bool = False) -> None:
         """Start column ``k``'s line search, or mark it done (``total``: see :meth:`_hessian`).
